@@ -1,0 +1,73 @@
+//! Canonical JSON and digests.
+//!
+//! `canonical(v)`: object keys sorted by code point, separators `,` and `:`
+//! with no spaces, non-ASCII written raw as UTF-8, no trailing newline. This is
+//! the byte format every hashed record in bl (and in bounded-loops 0.7) uses.
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The canonical bytes of a JSON value.
+///
+/// `serde_json::Map` is a `BTreeMap` here (the `preserve_order` feature is
+/// off), and byte order of UTF-8 keys equals code-point order, so the compact
+/// serializer already emits keys sorted as the format requires.
+pub fn canonical_json(value: &Value) -> String {
+    // Serializing a `Value` to a string cannot fail: keys are strings and
+    // numbers are finite by construction.
+    serde_json::to_string(value).expect("a serde_json::Value always serializes")
+}
+
+/// The canonical bytes of any serializable value.
+pub fn canonical_json_of<T: Serialize>(value: &T) -> Result<String, serde_json::Error> {
+    // Going through `Value` sorts the keys of structs and maps alike.
+    Ok(canonical_json(&serde_json::to_value(value)?))
+}
+
+/// Lower-case hex SHA-256 of some bytes, with no prefix (event and ledger hashes).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// `sha256:` + hex(sha256(canonical(v))).
+pub fn digest(value: &Value) -> String {
+    format!("sha256:{}", sha256_hex(canonical_json(value).as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_are_sorted_and_separators_compact() {
+        let v = json!({"b": 1, "a": [true, null, {"z": "x", "y": 2}]});
+        assert_eq!(canonical_json(&v), r#"{"a":[true,null,{"y":2,"z":"x"}],"b":1}"#);
+    }
+
+    #[test]
+    fn non_ascii_is_raw_and_sorted_by_code_point() {
+        // U+00E9 sorts after 'z' (U+007A); U+10000 sorts after U+FFFD.
+        let v = json!({"é": "ü", "z": 1, "\u{10000}": 2, "\u{fffd}": 3});
+        assert_eq!(
+            canonical_json(&v),
+            "{\"z\":1,\"é\":\"ü\",\"\u{fffd}\":3,\"\u{10000}\":2}"
+        );
+    }
+
+    #[test]
+    fn control_characters_are_escaped_like_python() {
+        let v = json!("a\nb\u{1}\"\\");
+        assert_eq!(canonical_json(&v), r#""a\nb\u0001\"\\""#);
+    }
+
+    #[test]
+    fn digest_of_empty_object_is_sha256_of_braces() {
+        // sha256("{}")
+        assert_eq!(
+            digest(&json!({})),
+            "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+    }
+}

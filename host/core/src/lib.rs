@@ -1,0 +1,13 @@
+//! The domain of bl: the types every other crate speaks (verdicts, findings,
+//! outcomes) and the pure functions that define bl's record formats (canonical
+//! JSON and `sha256:` digests, byte-compatible with bounded-loops 0.7).
+//!
+//! This crate owns no I/O: it never touches files, processes, the network or a
+//! clock. Adapters (the plugin runtime, the store, the sandbox) depend on it;
+//! it depends on none of them.
+
+pub mod canonical;
+pub mod verdict;
+
+pub use canonical::{canonical_json, digest, sha256_hex};
+pub use verdict::{Finding, GateOutcome, Location, Severity, Verdict};

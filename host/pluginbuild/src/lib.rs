@@ -1,0 +1,154 @@
+//! bl's plugin build pipeline: plugin source → core wasm module → component.
+//!
+//! This crate owns three things: finding a wasm toolchain on this machine
+//! ([`toolchain`]), computing a plugin's *source digest* over every file its
+//! build reads ([`source`]), and turning the core module cargo produced into a
+//! component stamped with that digest ([`component`]). The stamp is what lets
+//! anyone check that a component was built from the source in front of them.
+//!
+//! It runs cargo as a child process and reads and writes files; it never
+//! loads or runs a plugin (that is `bl-plugins`).
+
+pub mod component;
+pub mod source;
+pub mod toolchain;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+pub use component::{SOURCE_DIGEST_SECTION, read_source_digest};
+pub use source::{SourceSet, source_digest};
+pub use toolchain::{ToolchainError, WasmToolchain};
+
+/// The WIT package version this build of bl speaks.
+pub const WIT_PACKAGE: &str = "bl:plugin@0.1.0";
+
+/// What sits beside every built component as `<name>.plugin.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginManifest {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    /// The world the component targets, e.g. `gate`.
+    pub world: String,
+    /// The WIT package the world comes from, e.g. `bl:plugin@0.1.0`.
+    pub wit_package: String,
+    /// `sha256:` over the plugin's source files (see [`source`]).
+    pub source_digest: String,
+    /// `sha256:` over the component's bytes.
+    pub component_digest: String,
+}
+
+/// The result of [`build`].
+#[derive(Debug, Clone)]
+pub struct BuiltPlugin {
+    pub component_path: PathBuf,
+    pub manifest_path: PathBuf,
+    pub manifest: PluginManifest,
+    /// False when an up-to-date component was already there.
+    pub rebuilt: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Toolchain(#[from] ToolchainError),
+    #[error("{path}: {message}")]
+    Source { path: PathBuf, message: String },
+    #[error("cargo failed building {crate_name} for wasm (exit status {status}); its output is above")]
+    Cargo { crate_name: String, status: String },
+    #[error("{0}")]
+    Component(String),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
+    move |source| BuildError::Io { path: path.to_path_buf(), source }
+}
+
+/// Options for [`build`].
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// Where `<name>.wasm` and `<name>.plugin.json` go.
+    pub out_dir: PathBuf,
+    /// Cargo's target directory for wasm builds; one subdirectory per toolchain.
+    pub target_dir: PathBuf,
+    /// Rebuild even when the stamped source digest matches.
+    pub force: bool,
+}
+
+/// Builds the plugin crate at `crate_dir` into a component under `out_dir`.
+///
+/// When a component stamped with the current source digest is already there,
+/// nothing is rebuilt (so a second setup run takes seconds).
+pub fn build(
+    crate_dir: &Path,
+    toolchain: &WasmToolchain,
+    options: &BuildOptions,
+) -> Result<BuiltPlugin, BuildError> {
+    let sources = source_digest(crate_dir)?;
+    let package = &sources.package;
+    let component_path = options.out_dir.join(format!("{}.wasm", package.name));
+    let manifest_path = options.out_dir.join(format!("{}.plugin.json", package.name));
+
+    if !options.force
+        && let Some(existing) = up_to_date(&component_path, &manifest_path, &sources.digest)
+    {
+        return Ok(BuiltPlugin { component_path, manifest_path, manifest: existing, rebuilt: false });
+    }
+
+    let target_dir = options.target_dir.join(toolchain.target_subdir());
+    let mut cargo: Command = toolchain.cargo_build(&crate_dir.join("Cargo.toml"), &target_dir);
+    let status = cargo.status().map_err(|e| BuildError::Toolchain(ToolchainError::Spawn {
+        program: toolchain.cargo_path().display().to_string(),
+        message: e.to_string(),
+    }))?;
+    if !status.success() {
+        return Err(BuildError::Cargo { crate_name: package.name.clone(), status: status.to_string() });
+    }
+    let core_path = target_dir
+        .join("wasm32-unknown-unknown/release")
+        .join(format!("{}.wasm", package.lib_name));
+    let core = std::fs::read(&core_path).map_err(io_error(&core_path))?;
+    let encoded = component::encode(&core, &sources.digest)?;
+
+    let manifest = PluginManifest {
+        name: package.name.clone(),
+        version: package.version.clone(),
+        description: package.description.clone(),
+        world: encoded.world,
+        wit_package: encoded.package,
+        source_digest: sources.digest.clone(),
+        component_digest: format!("sha256:{}", hex::encode(sha2_digest(&encoded.bytes))),
+    };
+    std::fs::create_dir_all(&options.out_dir).map_err(io_error(&options.out_dir))?;
+    write_atomically(&component_path, &encoded.bytes)?;
+    let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes");
+    write_atomically(&manifest_path, format!("{json}\n").as_bytes())?;
+    Ok(BuiltPlugin { component_path, manifest_path, manifest, rebuilt: true })
+}
+
+fn up_to_date(component: &Path, manifest: &Path, digest: &str) -> Option<PluginManifest> {
+    let bytes = std::fs::read(component).ok()?;
+    let manifest: PluginManifest = serde_json::from_slice(&std::fs::read(manifest).ok()?).ok()?;
+    let stamped = read_source_digest(&bytes).ok()??;
+    let component_digest = format!("sha256:{}", hex::encode(sha2_digest(&bytes)));
+    (stamped == digest && manifest.source_digest == digest && manifest.component_digest == component_digest)
+        .then_some(manifest)
+}
+
+fn sha2_digest(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+/// Writes through a temp file in the same directory and renames it over the
+/// target, so a reader never sees half a component.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&tmp, bytes).map_err(io_error(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_error(path))
+}

@@ -1,0 +1,145 @@
+//! Finding a toolchain that can build `wasm32-unknown-unknown` on this machine.
+//!
+//! Two paths are supported, in this order:
+//! - **rustup**: the active rustup toolchain has the wasm target installed
+//!   (`rustup target add wasm32-unknown-unknown`). A plain cargo build works.
+//! - **debian**: rustup cannot fetch targets here, so Debian's `rustc-web`
+//!   toolchain builds `std` for wasm from its shipped source (`rust-web-src`)
+//!   with `-Zbuild-std`, linking with `wasm-ld-19` (package `lld-19`).
+//!
+//! `BL_WASM_TOOLCHAIN=rustup|debian` forces one path.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const TARGET: &str = "wasm32-unknown-unknown";
+
+const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
+const DEBIAN_CARGO: &str = "/usr/bin/cargo";
+const DEBIAN_LINKERS: [&str; 2] = ["wasm-ld-19", "wasm-ld"];
+const FIX: &str = "run `scripts/dev setup` (it installs what is missing), or by hand either \
+`rustup target add wasm32-unknown-unknown` or \
+`apt-get install rustc-web cargo-web rust-web-src lld-19`";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WasmToolchain {
+    Rustup { cargo: PathBuf },
+    Debian { cargo: PathBuf, rustc: PathBuf, linker: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ToolchainError {
+    #[error("no wasm toolchain: {missing}. To fix: {FIX}")]
+    Missing { missing: String },
+    #[error("BL_WASM_TOOLCHAIN={0} is not one of `rustup`, `debian`")]
+    UnknownChoice(String),
+    #[error("could not start {program}: {message}. To fix: {FIX}")]
+    Spawn { program: String, message: String },
+}
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file())
+}
+
+fn sysroot(rustc: &Path) -> Option<PathBuf> {
+    let out = Command::new(rustc)
+        .args(["--print", "sysroot"])
+        .env_remove("RUSTC")
+        .output()
+        .ok()?;
+    out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+fn detect_rustup() -> Result<WasmToolchain, String> {
+    let rustc = on_path("rustc").ok_or("rustc is not on PATH")?;
+    let cargo = on_path("cargo").ok_or("cargo is not on PATH")?;
+    let sysroot = sysroot(&rustc).ok_or("`rustc --print sysroot` failed")?;
+    if sysroot.join("lib/rustlib").join(TARGET).join("lib").is_dir() {
+        Ok(WasmToolchain::Rustup { cargo })
+    } else {
+        Err(format!("the rust toolchain at {} has no {TARGET} target", sysroot.display()))
+    }
+}
+
+fn detect_debian() -> Result<WasmToolchain, String> {
+    let rustc = PathBuf::from(DEBIAN_RUSTC);
+    let cargo = PathBuf::from(DEBIAN_CARGO);
+    if !rustc.is_file() {
+        return Err(format!("{DEBIAN_RUSTC} is missing (package rustc-web)"));
+    }
+    if !cargo.is_file() {
+        return Err(format!("{DEBIAN_CARGO} is missing (package cargo-web)"));
+    }
+    let sysroot = sysroot(&rustc).ok_or_else(|| format!("`{DEBIAN_RUSTC} --print sysroot` failed"))?;
+    if !sysroot.join("lib/rustlib/src/rust/library/std").is_dir() {
+        return Err(format!(
+            "the standard library source is missing under {} (package rust-web-src)",
+            sysroot.display()
+        ));
+    }
+    let linker = DEBIAN_LINKERS
+        .iter()
+        .find(|l| on_path(l).is_some())
+        .ok_or("no wasm linker (wasm-ld-19) on PATH (package lld-19)")?;
+    Ok(WasmToolchain::Debian { cargo, rustc, linker: linker.to_string() })
+}
+
+impl WasmToolchain {
+    /// Finds a working toolchain, honouring `BL_WASM_TOOLCHAIN`.
+    pub fn detect() -> Result<Self, ToolchainError> {
+        match std::env::var("BL_WASM_TOOLCHAIN").ok().as_deref() {
+            Some("rustup") => detect_rustup().map_err(|missing| ToolchainError::Missing { missing }),
+            Some("debian") => detect_debian().map_err(|missing| ToolchainError::Missing { missing }),
+            None | Some("") | Some("auto") => detect_rustup().or_else(|rustup| {
+                detect_debian().map_err(|debian| ToolchainError::Missing {
+                    missing: format!("rustup path: {rustup}; Debian path: {debian}"),
+                })
+            }),
+            Some(other) => Err(ToolchainError::UnknownChoice(other.to_string())),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            WasmToolchain::Rustup { .. } => "rustup",
+            WasmToolchain::Debian { .. } => "debian",
+        }
+    }
+
+    /// Each toolchain builds into its own target subdirectory: two compilers
+    /// sharing one would rebuild everything every time.
+    pub fn target_subdir(&self) -> &'static str {
+        self.name()
+    }
+
+    pub fn cargo_path(&self) -> &Path {
+        match self {
+            WasmToolchain::Rustup { cargo } | WasmToolchain::Debian { cargo, .. } => cargo,
+        }
+    }
+
+    /// `cargo build --release --target wasm32-unknown-unknown` for one crate,
+    /// with an environment cleaned of whatever an outer cargo set.
+    pub fn cargo_build(&self, manifest: &Path, target_dir: &Path) -> Command {
+        let mut cmd = Command::new(self.cargo_path());
+        cmd.args(["build", "--release", "--target", TARGET, "--manifest-path"])
+            .arg(manifest)
+            .arg("--target-dir")
+            .arg(target_dir);
+        // An outer `cargo test` or `cargo run` exports these for its own
+        // toolchain; they must not leak into the wasm build.
+        for var in ["RUSTC", "RUSTC_WRAPPER", "RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_TARGET_DIR", "CARGO_ENCODED_RUSTFLAGS", "CARGO_MAKEFLAGS", "RUSTDOCFLAGS"] {
+            cmd.env_remove(var);
+        }
+        if let WasmToolchain::Debian { rustc, linker, .. } = self {
+            cmd.arg("-Zbuild-std=std,panic_abort")
+                .env("RUSTC", rustc)
+                // Lets Debian's stable compiler accept -Zbuild-std.
+                .env("RUSTC_BOOTSTRAP", "1")
+                .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", linker)
+                .env_remove("RUSTUP_TOOLCHAIN");
+        }
+        cmd
+    }
+}
