@@ -25,12 +25,7 @@ pub fn encode(core_module: &[u8], source_digest: &str) -> Result<Encoded, BuildE
             "the module has no readable WIT bindings (was it built with the bl SDK or wit-bindgen?): {e:#}"
         ))
     })?;
-    let world = &bindgen.resolve.worlds[bindgen.world];
-    let package = world
-        .package
-        .map(|id| bindgen.resolve.packages[id].name.to_string())
-        .unwrap_or_default();
-    let world_name = world.name.clone();
+    let (world_name, package) = identify_world(&bindgen.resolve, bindgen.world)?;
 
     let mut bytes = wit_component::ComponentEncoder::default()
         .module(core_module)
@@ -44,6 +39,40 @@ pub fn encode(core_module: &[u8], source_digest: &str) -> Result<Encoded, BuildE
     bytes.push(ComponentSection::id(&section));
     section.encode(&mut bytes);
     Ok(Encoded { bytes, world: world_name, package })
+}
+
+/// Each bl world, by the function it exports at the top level.
+const WORLDS_BY_EXPORT: &[(&str, &str)] = &[("check", "gate")];
+
+/// Names the bl world a module's bindings implement, and the `bl:plugin`
+/// package version its imports come from. wit-component merges every
+/// bindings section into one synthetic world, so the world is recognised by
+/// its exports rather than by name.
+fn identify_world(resolve: &wit_parser::Resolve, world: wit_parser::WorldId) -> Result<(String, String), BuildError> {
+    let world = &resolve.worlds[world];
+    let exported: Vec<String> = world.exports.keys().map(|k| resolve.name_world_key(k)).collect();
+    let name = WORLDS_BY_EXPORT
+        .iter()
+        .find(|(export, _)| exported.iter().any(|e| e == export))
+        .map(|(_, world)| world.to_string())
+        .ok_or_else(|| {
+            BuildError::Component(format!(
+                "the module exports {exported:?}, which matches no bl world (a gate exports `check`)"
+            ))
+        })?;
+    let package = world
+        .imports
+        .keys()
+        .chain(world.exports.keys())
+        .filter_map(|key| match key {
+            wit_parser::WorldKey::Interface(id) => resolve.interfaces[*id].package,
+            wit_parser::WorldKey::Name(_) => None,
+        })
+        .map(|id| &resolve.packages[id].name)
+        .find(|p| p.namespace == "bl" && p.name == "plugin")
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| crate::WIT_PACKAGE.to_string());
+    Ok((name, package))
 }
 
 /// The source digest a component was stamped with, if any.

@@ -1,0 +1,51 @@
+//! Where bl looks for things on this machine.
+
+use std::path::{Path, PathBuf};
+
+/// Directories searched for `<name>.wasm` when a plugin is named rather than
+/// given as a path: each entry of `BL_PLUGIN_PATH`, then the directories
+/// shipped beside the `bl` executable (`<exe dir>/plugins`,
+/// `<exe dir>/../plugins`, `<exe dir>/../lib/bl/plugins`).
+pub fn plugin_search_path() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("BL_PLUGIN_PATH")
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
+    if let Some(exe_dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+        dirs.push(exe_dir.join("plugins"));
+        dirs.push(exe_dir.join("../plugins"));
+        dirs.push(exe_dir.join("../lib/bl/plugins"));
+    }
+    dirs
+}
+
+/// Resolves a plugin argument: an existing file path, or a name found on
+/// the search path.
+pub fn resolve_plugin(arg: &str) -> Result<PathBuf, String> {
+    let as_path = Path::new(arg);
+    if as_path.is_file() {
+        return Ok(as_path.to_path_buf());
+    }
+    let searched = plugin_search_path();
+    for dir in &searched {
+        let candidate = dir.join(format!("{arg}.wasm"));
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    let list: Vec<String> = searched.iter().map(|d| d.display().to_string()).collect();
+    Err(format!(
+        "plugin {arg:?} not found: it is not a file, and no {arg}.wasm is in {}. \
+         Build the first-party plugins with `scripts/dev setup`, or set BL_PLUGIN_PATH",
+        list.join(", ")
+    ))
+}
+
+/// The compiled-component cache: `BL_CACHE_DIR`, else `$XDG_CACHE_HOME/bl`,
+/// else `~/.cache/bl`; components live under `components/`.
+pub fn component_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("BL_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("bl")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bl")))?;
+    Some(base.join("components"))
+}
