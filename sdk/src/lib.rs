@@ -76,28 +76,53 @@ pub trait Gate {
 
 /// Parses the config and runs the gate: what the exported `check` does.
 pub fn run_gate<G: Gate>(workspace: &dyn Workspace, config: &str) -> Result<Verdict, PluginError> {
-    let config = if config.trim().is_empty() { "{}" } else { config };
-    let parsed: G::Config = serde_json::from_str(config)
-        .map_err(|e| PluginError::BadConfig(format!("config: {e}")))?;
+    let config = if config.trim().is_empty() {
+        "{}"
+    } else {
+        config
+    };
+    let parsed: G::Config =
+        serde_json::from_str(config).map_err(|e| PluginError::BadConfig(format!("config: {e}")))?;
     G::check(workspace, parsed)
 }
 
 impl Verdict {
     pub fn pass(summary: impl Into<String>) -> Self {
-        Verdict { passed: true, summary: summary.into(), findings: Vec::new(), evidence_digest: None }
+        Verdict {
+            passed: true,
+            summary: summary.into(),
+            findings: Vec::new(),
+            evidence_digest: None,
+        }
     }
 
     /// Passes exactly when there are no findings of severity above `info`.
     pub fn from_findings(findings: Vec<Finding>, pass_summary: &str, fail_summary: &str) -> Self {
-        let passed = findings.iter().all(|f| matches!(f.severity, Severity::Info));
-        let summary = if passed { pass_summary.to_string() } else { fail_summary.to_string() };
-        Verdict { passed, summary, findings, evidence_digest: None }
+        let passed = findings
+            .iter()
+            .all(|f| matches!(f.severity, Severity::Info));
+        let summary = if passed {
+            pass_summary.to_string()
+        } else {
+            fail_summary.to_string()
+        };
+        Verdict {
+            passed,
+            summary,
+            findings,
+            evidence_digest: None,
+        }
     }
 }
 
 impl Finding {
     pub fn new(severity: Severity, message: impl Into<String>) -> Self {
-        Finding { severity, message: message.into(), rule: None, location: None }
+        Finding {
+            severity,
+            message: message.into(),
+            rule: None,
+            location: None,
+        }
     }
 
     pub fn rule(mut self, rule: &str) -> Self {
@@ -106,7 +131,11 @@ impl Finding {
     }
 
     pub fn at(mut self, path: &str) -> Self {
-        self.location = Some(Location { path: path.to_string(), line: None, column: None });
+        self.location = Some(Location {
+            path: path.to_string(),
+            line: None,
+            column: None,
+        });
         self
     }
 }

@@ -46,7 +46,11 @@ fn entry(name: String, meta: &std::fs::Metadata) -> Entry {
     } else {
         EntryKind::Other
     };
-    Entry { name, kind, size: meta.len() }
+    Entry {
+        name,
+        kind,
+        size: meta.len(),
+    }
 }
 
 impl Workspace for NativeWorkspace {
@@ -64,8 +68,13 @@ impl Workspace for NativeWorkspace {
         let dir = std::fs::read_dir(&full).map_err(|e| FsError::Io(format!("{path}: {e}")))?;
         for item in dir {
             let item = item.map_err(|e| FsError::Io(format!("{path}: {e}")))?;
-            let meta = item.metadata().map_err(|e| FsError::Io(format!("{path}: {e}")))?;
-            entries.push(entry(item.file_name().to_string_lossy().into_owned(), &meta));
+            let meta = item
+                .metadata()
+                .map_err(|e| FsError::Io(format!("{path}: {e}")))?;
+            entries.push(entry(
+                item.file_name().to_string_lossy().into_owned(),
+                &meta,
+            ));
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
@@ -74,8 +83,12 @@ impl Workspace for NativeWorkspace {
     fn stat(&self, path: &str) -> Result<Option<Entry>, FsError> {
         match self.resolve(path) {
             Ok(full) => {
-                let meta = std::fs::metadata(&full).map_err(|e| FsError::Io(format!("{path}: {e}")))?;
-                let name = full.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let meta =
+                    std::fs::metadata(&full).map_err(|e| FsError::Io(format!("{path}: {e}")))?;
+                let name = full
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 Ok(Some(entry(name, &meta)))
             }
             Err(FsError::NotFound(_)) => Ok(None),

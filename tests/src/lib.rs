@@ -1,1 +1,62 @@
+//! Helpers for bl's end-to-end tests: where the repository, the built `bl`
+//! binary and the built first-party plugins are. The tests themselves live
+//! in `tests/tests/` and drive the real binary and real components.
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// The `bl` binary of this cargo build (`target/<profile>/bl`), which
+/// `cargo test --workspace` builds alongside the tests.
+pub fn bl_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary has a path");
+    // target/<profile>/deps/<test> → target/<profile>/bl
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary is in target/<profile>/deps")
+        .join("bl");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build -p bl-cli` (or `scripts/dev setup`) first",
+        bin.display()
+    );
+    bin
+}
+
+/// Where `scripts/dev setup` puts built components: `BL_PLUGIN_DIR`, else
+/// `<repo>/target/plugins`.
+pub fn plugin_dir() -> PathBuf {
+    std::env::var_os("BL_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/plugins"))
+}
+
+/// The crate directories of the first-party plugins.
+pub fn first_party_plugin_crates() -> Vec<PathBuf> {
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(repo_root().join("plugins"))
+        .expect("plugins/ exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .collect();
+    crates.sort();
+    crates
+}
+
+/// Runs `bl` with `args` in the repository root, with a private cache dir.
+pub fn bl(args: &[&str], cache: &Path) -> Output {
+    Command::new(bl_binary())
+        .args(args)
+        .current_dir(repo_root())
+        .env("BL_PLUGIN_PATH", plugin_dir())
+        .env("BL_CACHE_DIR", cache)
+        .output()
+        .expect("bl runs")
+}

@@ -10,7 +10,10 @@ pub fn plugin_search_path() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("BL_PLUGIN_PATH")
         .map(|v| std::env::split_paths(&v).collect())
         .unwrap_or_default();
-    if let Some(exe_dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+    if let Some(exe_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
         dirs.push(exe_dir.join("plugins"));
         dirs.push(exe_dir.join("../plugins"));
         dirs.push(exe_dir.join("../lib/bl/plugins"));

@@ -45,8 +45,18 @@ pub enum PluginCommand {
 
 pub fn run(cmd: PluginCommand) -> u8 {
     match cmd {
-        PluginCommand::Build { dir, out, target_dir, force } => build(dir, out, target_dir, force),
-        PluginCommand::Run { plugin, workspace, config, json } => run_gate(&plugin, &workspace, &config, json),
+        PluginCommand::Build {
+            dir,
+            out,
+            target_dir,
+            force,
+        } => build(dir, out, target_dir, force),
+        PluginCommand::Run {
+            plugin,
+            workspace,
+            config,
+            json,
+        } => run_gate(&plugin, &workspace, &config, json),
     }
 }
 
@@ -58,7 +68,15 @@ fn build(dir: PathBuf, out: PathBuf, target_dir: PathBuf, force: bool) -> u8 {
             return 2;
         }
     };
-    match bl_pluginbuild::build(&dir, &toolchain, &BuildOptions { out_dir: out, target_dir, force }) {
+    match bl_pluginbuild::build(
+        &dir,
+        &toolchain,
+        &BuildOptions {
+            out_dir: out,
+            target_dir,
+            force,
+        },
+    ) {
         Ok(built) => {
             let m = &built.manifest;
             let state = if built.rebuilt { "built" } else { "up to date" };
@@ -104,18 +122,28 @@ fn judge(plugin: &str, workspace: &std::path::Path, config: &str) -> GateOutcome
         Ok(b) => b,
         Err(e) => return GateOutcome::Error(format!("{}: {e}", path.display())),
     };
-    let runtime = match Runtime::new(RuntimeConfig { cache_dir: paths::component_cache_dir(), ..Default::default() }) {
+    let runtime = match Runtime::new(RuntimeConfig {
+        cache_dir: paths::component_cache_dir(),
+        ..Default::default()
+    }) {
         Ok(r) => r,
         Err(e) => return GateOutcome::Error(e.to_string()),
     };
-    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| plugin.to_string());
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| plugin.to_string());
     match runtime.load_gate(&name, &bytes) {
         Ok(gate) => runtime.judge(&gate, workspace, config),
         Err(e) => GateOutcome::Error(e.to_string()),
     }
 }
 
-fn outcome_json(plugin: &str, workspace: &std::path::Path, outcome: &GateOutcome) -> serde_json::Value {
+fn outcome_json(
+    plugin: &str,
+    workspace: &std::path::Path,
+    outcome: &GateOutcome,
+) -> serde_json::Value {
     let mut value = json!({
         "plugin": plugin,
         "workspace": workspace.display().to_string(),
@@ -142,7 +170,11 @@ fn print_outcome(plugin: &str, workspace: &std::path::Path, outcome: &GateOutcom
                         None => format!(" at {}", l.path),
                     })
                     .unwrap_or_default();
-                let rule = f.rule.as_deref().map(|r| format!(" [{r}]")).unwrap_or_default();
+                let rule = f
+                    .rule
+                    .as_deref()
+                    .map(|r| format!(" [{r}]"))
+                    .unwrap_or_default();
                 println!("  - {:?}: {}{place}{rule}", f.severity, f.message);
             }
         }

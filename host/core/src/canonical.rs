@@ -43,7 +43,10 @@ mod tests {
     #[test]
     fn keys_are_sorted_and_separators_compact() {
         let v = json!({"b": 1, "a": [true, null, {"z": "x", "y": 2}]});
-        assert_eq!(canonical_json(&v), r#"{"a":[true,null,{"y":2,"z":"x"}],"b":1}"#);
+        assert_eq!(
+            canonical_json(&v),
+            r#"{"a":[true,null,{"y":2,"z":"x"}],"b":1}"#
+        );
     }
 
     #[test]

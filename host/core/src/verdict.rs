@@ -82,7 +82,12 @@ mod tests {
     use super::*;
 
     fn verdict(passed: bool) -> Verdict {
-        Verdict { passed, summary: String::new(), findings: vec![], evidence_digest: None }
+        Verdict {
+            passed,
+            summary: String::new(),
+            findings: vec![],
+            evidence_digest: None,
+        }
     }
 
     #[test]

@@ -38,7 +38,11 @@ pub fn encode(core_module: &[u8], source_digest: &str) -> Result<Encoded, BuildE
     };
     bytes.push(ComponentSection::id(&section));
     section.encode(&mut bytes);
-    Ok(Encoded { bytes, world: world_name, package })
+    Ok(Encoded {
+        bytes,
+        world: world_name,
+        package,
+    })
 }
 
 /// Each bl world, by the function it exports at the top level.
@@ -48,9 +52,16 @@ const WORLDS_BY_EXPORT: &[(&str, &str)] = &[("check", "gate")];
 /// package version its imports come from. wit-component merges every
 /// bindings section into one synthetic world, so the world is recognised by
 /// its exports rather than by name.
-fn identify_world(resolve: &wit_parser::Resolve, world: wit_parser::WorldId) -> Result<(String, String), BuildError> {
+fn identify_world(
+    resolve: &wit_parser::Resolve,
+    world: wit_parser::WorldId,
+) -> Result<(String, String), BuildError> {
     let world = &resolve.worlds[world];
-    let exported: Vec<String> = world.exports.keys().map(|k| resolve.name_world_key(k)).collect();
+    let exported: Vec<String> = world
+        .exports
+        .keys()
+        .map(|k| resolve.name_world_key(k))
+        .collect();
     let name = WORLDS_BY_EXPORT
         .iter()
         .find(|(export, _)| exported.iter().any(|e| e == export))
@@ -79,13 +90,16 @@ fn identify_world(resolve: &wit_parser::Resolve, world: wit_parser::WorldId) -> 
 pub fn read_source_digest(component: &[u8]) -> Result<Option<String>, BuildError> {
     let mut depth = 0usize;
     for payload in Parser::new(0).parse_all(component) {
-        let payload = payload.map_err(|e| BuildError::Component(format!("not a valid component: {e}")))?;
+        let payload =
+            payload.map_err(|e| BuildError::Component(format!("not a valid component: {e}")))?;
         match payload {
             Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
             Payload::End(_) => depth = depth.saturating_sub(1),
             // Only the outermost component's section counts: a nested
             // module could carry anything.
-            Payload::CustomSection(reader) if depth == 0 && reader.name() == SOURCE_DIGEST_SECTION => {
+            Payload::CustomSection(reader)
+                if depth == 0 && reader.name() == SOURCE_DIGEST_SECTION =>
+            {
                 return Ok(Some(String::from_utf8_lossy(reader.data()).into_owned()));
             }
             _ => {}

@@ -57,16 +57,24 @@ pub enum BuildError {
     Toolchain(#[from] ToolchainError),
     #[error("{path}: {message}")]
     Source { path: PathBuf, message: String },
-    #[error("cargo failed building {crate_name} for wasm (exit status {status}); its output is above")]
+    #[error(
+        "cargo failed building {crate_name} for wasm (exit status {status}); its output is above"
+    )]
     Cargo { crate_name: String, status: String },
     #[error("{0}")]
     Component(String),
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
-    move |source| BuildError::Io { path: path.to_path_buf(), source }
+    move |source| BuildError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Options for [`build`].
@@ -92,22 +100,34 @@ pub fn build(
     let sources = source_digest(crate_dir)?;
     let package = &sources.package;
     let component_path = options.out_dir.join(format!("{}.wasm", package.name));
-    let manifest_path = options.out_dir.join(format!("{}.plugin.json", package.name));
+    let manifest_path = options
+        .out_dir
+        .join(format!("{}.plugin.json", package.name));
 
     if !options.force
         && let Some(existing) = up_to_date(&component_path, &manifest_path, &sources.digest)
     {
-        return Ok(BuiltPlugin { component_path, manifest_path, manifest: existing, rebuilt: false });
+        return Ok(BuiltPlugin {
+            component_path,
+            manifest_path,
+            manifest: existing,
+            rebuilt: false,
+        });
     }
 
     let target_dir = options.target_dir.join(toolchain.target_subdir());
     let mut cargo: Command = toolchain.cargo_build(&crate_dir.join("Cargo.toml"), &target_dir);
-    let status = cargo.status().map_err(|e| BuildError::Toolchain(ToolchainError::Spawn {
-        program: toolchain.cargo_path().display().to_string(),
-        message: e.to_string(),
-    }))?;
+    let status = cargo.status().map_err(|e| {
+        BuildError::Toolchain(ToolchainError::Spawn {
+            program: toolchain.cargo_path().display().to_string(),
+            message: e.to_string(),
+        })
+    })?;
     if !status.success() {
-        return Err(BuildError::Cargo { crate_name: package.name.clone(), status: status.to_string() });
+        return Err(BuildError::Cargo {
+            crate_name: package.name.clone(),
+            status: status.to_string(),
+        });
     }
     let core_path = target_dir
         .join("wasm32-unknown-unknown/release")
@@ -128,7 +148,12 @@ pub fn build(
     write_atomically(&component_path, &encoded.bytes)?;
     let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes");
     write_atomically(&manifest_path, format!("{json}\n").as_bytes())?;
-    Ok(BuiltPlugin { component_path, manifest_path, manifest, rebuilt: true })
+    Ok(BuiltPlugin {
+        component_path,
+        manifest_path,
+        manifest,
+        rebuilt: true,
+    })
 }
 
 fn up_to_date(component: &Path, manifest: &Path, digest: &str) -> Option<PluginManifest> {
@@ -136,7 +161,9 @@ fn up_to_date(component: &Path, manifest: &Path, digest: &str) -> Option<PluginM
     let manifest: PluginManifest = serde_json::from_slice(&std::fs::read(manifest).ok()?).ok()?;
     let stamped = read_source_digest(&bytes).ok()??;
     let component_digest = format!("sha256:{}", hex::encode(sha2_digest(&bytes)));
-    (stamped == digest && manifest.source_digest == digest && manifest.component_digest == component_digest)
+    (stamped == digest
+        && manifest.source_digest == digest
+        && manifest.component_digest == component_digest)
         .then_some(manifest)
 }
 
@@ -151,4 +178,45 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     std::fs::write(&tmp, bytes).map_err(io_error(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io_error(path))
+}
+
+/// Why a component does not match the source in front of us.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvenanceError {
+    #[error("{component}: no {SOURCE_DIGEST_SECTION} stamp; it was not built by `bl plugin build`")]
+    Unstamped { component: PathBuf },
+    #[error(
+        "{component} was built from other sources ({stamped}) than those in {crate_dir} now ({current}); \
+         rebuild it with `bl plugin build {crate_dir}` or `scripts/dev setup`"
+    )]
+    Stale {
+        component: PathBuf,
+        crate_dir: PathBuf,
+        stamped: String,
+        current: String,
+    },
+    #[error(transparent)]
+    Build(#[from] BuildError),
+}
+
+/// Checks that the component at `component` was built from exactly the
+/// sources of the plugin crate at `crate_dir` as they are now.
+pub fn check_provenance(crate_dir: &Path, component: &Path) -> Result<(), ProvenanceError> {
+    let bytes = std::fs::read(component).map_err(|e| BuildError::Io {
+        path: component.to_path_buf(),
+        source: e,
+    })?;
+    let stamped = read_source_digest(&bytes)?.ok_or_else(|| ProvenanceError::Unstamped {
+        component: component.to_path_buf(),
+    })?;
+    let current = source_digest(crate_dir)?.digest;
+    if stamped != current {
+        return Err(ProvenanceError::Stale {
+            component: component.to_path_buf(),
+            crate_dir: crate_dir.to_path_buf(),
+            stamped,
+            current,
+        });
+    }
+    Ok(())
 }

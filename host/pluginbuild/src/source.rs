@@ -37,12 +37,16 @@ pub struct SourceSet {
 }
 
 fn source_error(path: &Path, message: impl Into<String>) -> BuildError {
-    BuildError::Source { path: path.to_path_buf(), message: message.into() }
+    BuildError::Source {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
 }
 
 fn read_toml(path: &Path) -> Result<toml::Table, BuildError> {
     let text = std::fs::read_to_string(path).map_err(|e| source_error(path, e.to_string()))?;
-    text.parse::<toml::Table>().map_err(|e| source_error(path, e.to_string()))
+    text.parse::<toml::Table>()
+        .map_err(|e| source_error(path, e.to_string()))
 }
 
 /// The nearest ancestor (or self) whose Cargo.toml has a `[workspace]` that
@@ -63,7 +67,11 @@ fn str_field(table: &toml::Table, key: &str) -> Option<String> {
     table.get(key).and_then(|v| v.as_str()).map(str::to_string)
 }
 
-fn read_package(crate_dir: &Path, manifest: &toml::Table, workspace: &toml::Table) -> Result<Package, BuildError> {
+fn read_package(
+    crate_dir: &Path,
+    manifest: &toml::Table,
+    workspace: &toml::Table,
+) -> Result<Package, BuildError> {
     let path = crate_dir.join("Cargo.toml");
     let package = manifest
         .get("package")
@@ -77,7 +85,9 @@ fn read_package(crate_dir: &Path, manifest: &toml::Table, workspace: &toml::Tabl
     let field = |key: &str| -> Option<String> {
         match package.get(key) {
             Some(toml::Value::String(s)) => Some(s.clone()),
-            Some(toml::Value::Table(t)) if t.get("workspace").and_then(|w| w.as_bool()) == Some(true) => {
+            Some(toml::Value::Table(t))
+                if t.get("workspace").and_then(|w| w.as_bool()) == Some(true) =>
+            {
                 ws_package.and_then(|p| str_field(p, key))
             }
             _ => None,
@@ -98,16 +108,25 @@ fn read_package(crate_dir: &Path, manifest: &toml::Table, workspace: &toml::Tabl
 }
 
 /// Local path dependencies of one manifest, as absolute directories.
-fn path_dependencies(crate_dir: &Path, manifest: &toml::Table, root: &Path, workspace: &toml::Table) -> Vec<PathBuf> {
+fn path_dependencies(
+    crate_dir: &Path,
+    manifest: &toml::Table,
+    root: &Path,
+    workspace: &toml::Table,
+) -> Vec<PathBuf> {
     let ws_deps = workspace
         .get("workspace")
         .and_then(|w| w.get("dependencies"))
         .and_then(|d| d.as_table());
     let mut out = Vec::new();
     for section in ["dependencies", "build-dependencies"] {
-        let Some(deps) = manifest.get(section).and_then(|d| d.as_table()) else { continue };
+        let Some(deps) = manifest.get(section).and_then(|d| d.as_table()) else {
+            continue;
+        };
         for (name, spec) in deps {
-            let Some(spec) = spec.as_table() else { continue };
+            let Some(spec) = spec.as_table() else {
+                continue;
+            };
             if let Some(path) = spec.get("path").and_then(|p| p.as_str()) {
                 out.push(crate_dir.join(path));
             } else if spec.get("workspace").and_then(|w| w.as_bool()) == Some(true)
@@ -130,7 +149,13 @@ fn extra_sources(crate_dir: &Path, manifest: &toml::Table) -> Vec<PathBuf> {
         .and_then(|m| m.get("bl"))
         .and_then(|b| b.get("sources"))
         .and_then(|s| s.as_array())
-        .map(|items| items.iter().filter_map(|i| i.as_str()).map(|s| crate_dir.join(s)).collect())
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i.as_str())
+                .map(|s| crate_dir.join(s))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -154,8 +179,13 @@ fn relative_to(path: &Path, base: &Path) -> String {
     let path: Vec<_> = path.components().collect();
     let base: Vec<_> = base.components().collect();
     let common = path.iter().zip(&base).take_while(|(a, b)| a == b).count();
-    let mut parts: Vec<String> = std::iter::repeat_n("..".to_string(), base.len() - common).collect();
-    parts.extend(path[common..].iter().map(|c| c.as_os_str().to_string_lossy().into_owned()));
+    let mut parts: Vec<String> =
+        std::iter::repeat_n("..".to_string(), base.len() - common).collect();
+    parts.extend(
+        path[common..]
+            .iter()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
     parts.join("/")
 }
 
@@ -182,7 +212,9 @@ fn collect_files(path: &Path, out: &mut BTreeSet<PathBuf>) -> Result<(), BuildEr
 
 /// Computes the source set and digest of the plugin crate at `crate_dir`.
 pub fn source_digest(crate_dir: &Path) -> Result<SourceSet, BuildError> {
-    let crate_dir = normalize(&std::path::absolute(crate_dir).map_err(|e| source_error(crate_dir, e.to_string()))?);
+    let crate_dir = normalize(
+        &std::path::absolute(crate_dir).map_err(|e| source_error(crate_dir, e.to_string()))?,
+    );
     let root = workspace_root(&crate_dir)?;
     let workspace = read_toml(&root.join("Cargo.toml"))?;
     let manifest = read_toml(&crate_dir.join("Cargo.toml"))?;
@@ -248,14 +280,26 @@ mod tests {
     fn fixture() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        write(&root.join("ws/Cargo.toml"), "[workspace]\nmembers = [\"p\", \"other\"]\n[workspace.dependencies]\nsdk = { path = \"../sdk\" }\n");
+        write(
+            &root.join("ws/Cargo.toml"),
+            "[workspace]\nmembers = [\"p\", \"other\"]\n[workspace.dependencies]\nsdk = { path = \"../sdk\" }\n",
+        );
         write(&root.join("ws/Cargo.lock"), "# lock\n");
-        write(&root.join("ws/p/Cargo.toml"), "[package]\nname = \"my-gate\"\nversion = \"1.2.3\"\n[dependencies]\nsdk = { workspace = true }\n");
+        write(
+            &root.join("ws/p/Cargo.toml"),
+            "[package]\nname = \"my-gate\"\nversion = \"1.2.3\"\n[dependencies]\nsdk = { workspace = true }\n",
+        );
         write(&root.join("ws/p/src/lib.rs"), "// gate\n");
         write(&root.join("ws/p/target/junk.wasm"), "junk");
-        write(&root.join("ws/other/Cargo.toml"), "[package]\nname = \"other\"\nversion = \"0.1.0\"\n");
+        write(
+            &root.join("ws/other/Cargo.toml"),
+            "[package]\nname = \"other\"\nversion = \"0.1.0\"\n",
+        );
         write(&root.join("ws/other/src/lib.rs"), "// other\n");
-        write(&root.join("sdk/Cargo.toml"), "[package]\nname = \"sdk\"\nversion = \"0.1.0\"\n[package.metadata.bl]\nsources = [\"../wit\"]\n");
+        write(
+            &root.join("sdk/Cargo.toml"),
+            "[package]\nname = \"sdk\"\nversion = \"0.1.0\"\n[package.metadata.bl]\nsources = [\"../wit\"]\n",
+        );
         write(&root.join("sdk/src/lib.rs"), "// sdk\n");
         write(&root.join("wit/w.wit"), "package a:b;\n");
         dir

@@ -23,8 +23,14 @@ const FIX: &str = "run `scripts/dev setup` (it installs what is missing), or by 
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WasmToolchain {
-    Rustup { cargo: PathBuf },
-    Debian { cargo: PathBuf, rustc: PathBuf, linker: String },
+    Rustup {
+        cargo: PathBuf,
+    },
+    Debian {
+        cargo: PathBuf,
+        rustc: PathBuf,
+        linker: String,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +45,9 @@ pub enum ToolchainError {
 
 fn on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
 }
 
 fn sysroot(rustc: &Path) -> Option<PathBuf> {
@@ -48,17 +56,27 @@ fn sysroot(rustc: &Path) -> Option<PathBuf> {
         .env_remove("RUSTC")
         .output()
         .ok()?;
-    out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    out.status
+        .success()
+        .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
 fn detect_rustup() -> Result<WasmToolchain, String> {
     let rustc = on_path("rustc").ok_or("rustc is not on PATH")?;
     let cargo = on_path("cargo").ok_or("cargo is not on PATH")?;
     let sysroot = sysroot(&rustc).ok_or("`rustc --print sysroot` failed")?;
-    if sysroot.join("lib/rustlib").join(TARGET).join("lib").is_dir() {
+    if sysroot
+        .join("lib/rustlib")
+        .join(TARGET)
+        .join("lib")
+        .is_dir()
+    {
         Ok(WasmToolchain::Rustup { cargo })
     } else {
-        Err(format!("the rust toolchain at {} has no {TARGET} target", sysroot.display()))
+        Err(format!(
+            "the rust toolchain at {} has no {TARGET} target",
+            sysroot.display()
+        ))
     }
 }
 
@@ -71,7 +89,8 @@ fn detect_debian() -> Result<WasmToolchain, String> {
     if !cargo.is_file() {
         return Err(format!("{DEBIAN_CARGO} is missing (package cargo-web)"));
     }
-    let sysroot = sysroot(&rustc).ok_or_else(|| format!("`{DEBIAN_RUSTC} --print sysroot` failed"))?;
+    let sysroot =
+        sysroot(&rustc).ok_or_else(|| format!("`{DEBIAN_RUSTC} --print sysroot` failed"))?;
     if !sysroot.join("lib/rustlib/src/rust/library/std").is_dir() {
         return Err(format!(
             "the standard library source is missing under {} (package rust-web-src)",
@@ -82,15 +101,23 @@ fn detect_debian() -> Result<WasmToolchain, String> {
         .iter()
         .find(|l| on_path(l).is_some())
         .ok_or("no wasm linker (wasm-ld-19) on PATH (package lld-19)")?;
-    Ok(WasmToolchain::Debian { cargo, rustc, linker: linker.to_string() })
+    Ok(WasmToolchain::Debian {
+        cargo,
+        rustc,
+        linker: linker.to_string(),
+    })
 }
 
 impl WasmToolchain {
     /// Finds a working toolchain, honouring `BL_WASM_TOOLCHAIN`.
     pub fn detect() -> Result<Self, ToolchainError> {
         match std::env::var("BL_WASM_TOOLCHAIN").ok().as_deref() {
-            Some("rustup") => detect_rustup().map_err(|missing| ToolchainError::Missing { missing }),
-            Some("debian") => detect_debian().map_err(|missing| ToolchainError::Missing { missing }),
+            Some("rustup") => {
+                detect_rustup().map_err(|missing| ToolchainError::Missing { missing })
+            }
+            Some("debian") => {
+                detect_debian().map_err(|missing| ToolchainError::Missing { missing })
+            }
             None | Some("") | Some("auto") => detect_rustup().or_else(|rustup| {
                 detect_debian().map_err(|debian| ToolchainError::Missing {
                     missing: format!("rustup path: {rustup}; Debian path: {debian}"),
@@ -129,7 +156,16 @@ impl WasmToolchain {
             .arg(target_dir);
         // An outer `cargo test` or `cargo run` exports these for its own
         // toolchain; they must not leak into the wasm build.
-        for var in ["RUSTC", "RUSTC_WRAPPER", "RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_TARGET_DIR", "CARGO_ENCODED_RUSTFLAGS", "CARGO_MAKEFLAGS", "RUSTDOCFLAGS"] {
+        for var in [
+            "RUSTC",
+            "RUSTC_WRAPPER",
+            "RUSTFLAGS",
+            "CARGO_BUILD_TARGET",
+            "CARGO_TARGET_DIR",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "CARGO_MAKEFLAGS",
+            "RUSTDOCFLAGS",
+        ] {
             cmd.env_remove(var);
         }
         if let WasmToolchain::Debian { rustc, linker, .. } = self {

@@ -21,7 +21,10 @@ impl ComponentCache {
         // configuration is simply never looked up.
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
-        ComponentCache { dir, engine_key: format!("{:016x}", hasher.finish()) }
+        ComponentCache {
+            dir,
+            engine_key: format!("{:016x}", hasher.finish()),
+        }
     }
 
     fn path_for(&self, component_bytes: &[u8]) -> PathBuf {

@@ -90,7 +90,12 @@ struct MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.limit {
             self.hit = true;
             return Ok(false);
@@ -98,7 +103,12 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 100_000)
     }
 }
@@ -107,15 +117,27 @@ impl types::Host for HostState {}
 impl workspace::Host for HostState {}
 
 impl workspace::HostDir for HostState {
-    fn read(&mut self, dir: Resource<WorkspaceDir>, path: String) -> wasmtime::Result<Result<Vec<u8>, workspace::FsError>> {
+    fn read(
+        &mut self,
+        dir: Resource<WorkspaceDir>,
+        path: String,
+    ) -> wasmtime::Result<Result<Vec<u8>, workspace::FsError>> {
         Ok(self.table.get(&dir)?.read(&path))
     }
 
-    fn list_dir(&mut self, dir: Resource<WorkspaceDir>, path: String) -> wasmtime::Result<Result<Vec<workspace::Entry>, workspace::FsError>> {
+    fn list_dir(
+        &mut self,
+        dir: Resource<WorkspaceDir>,
+        path: String,
+    ) -> wasmtime::Result<Result<Vec<workspace::Entry>, workspace::FsError>> {
         Ok(self.table.get(&dir)?.list(&path))
     }
 
-    fn stat(&mut self, dir: Resource<WorkspaceDir>, path: String) -> wasmtime::Result<Result<Option<workspace::Entry>, workspace::FsError>> {
+    fn stat(
+        &mut self,
+        dir: Resource<WorkspaceDir>,
+        path: String,
+    ) -> wasmtime::Result<Result<Option<workspace::Entry>, workspace::FsError>> {
         Ok(self.table.get(&dir)?.stat(&path))
     }
 
@@ -146,8 +168,16 @@ impl Runtime {
             })
             .map_err(|e| PluginError::Runtime(format!("cannot start the epoch ticker: {e}")))?;
 
-        let cache = config.cache_dir.map(|dir| ComponentCache::new(dir, &engine));
-        Ok(Runtime { engine, linker, cache, limits: config.limits, ticker_stop })
+        let cache = config
+            .cache_dir
+            .map(|dir| ComponentCache::new(dir, &engine));
+        Ok(Runtime {
+            engine,
+            linker,
+            cache,
+            limits: config.limits,
+            ticker_stop,
+        })
     }
 
     pub fn limits(&self) -> &Limits {
@@ -161,28 +191,47 @@ impl Runtime {
 
     /// Compiles (or loads from the cache) and links a gate component.
     pub fn load_gate(&self, name: &str, bytes: &[u8]) -> Result<GatePlugin, PluginError> {
-        let load_error = |e: wasmtime::Error| PluginError::Load { plugin: name.to_string(), message: format!("{e:#}") };
+        let load_error = |e: wasmtime::Error| PluginError::Load {
+            plugin: name.to_string(),
+            message: format!("{e:#}"),
+        };
         let component = match &self.cache {
             Some(cache) => cache.load(&self.engine, bytes),
             None => wasmtime::component::Component::new(&self.engine, bytes),
         }
         .map_err(load_error)?;
-        let instance_pre = self.linker.instantiate_pre(&component).map_err(load_error)?;
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(load_error)?;
         let pre = bindings::GatePre::new(instance_pre).map_err(load_error)?;
-        Ok(GatePlugin { name: name.to_string(), pre })
+        Ok(GatePlugin {
+            name: name.to_string(),
+            pre,
+        })
     }
 
     /// Runs the gate on `workspace` with the operator's JSON `config`, in a
     /// fresh store with this runtime's limits.
-    pub fn check(&self, gate: &GatePlugin, workspace: &Path, config: &str) -> Result<Verdict, PluginError> {
+    pub fn check(
+        &self,
+        gate: &GatePlugin,
+        workspace: &Path,
+        config: &str,
+    ) -> Result<Verdict, PluginError> {
         let plugin = gate.name.clone();
-        let dir = WorkspaceDir::open(workspace, self.limits.max_read_bytes).map_err(|e| PluginError::Workspace {
-            path: workspace.display().to_string(),
-            message: e.to_string(),
+        let dir = WorkspaceDir::open(workspace, self.limits.max_read_bytes).map_err(|e| {
+            PluginError::Workspace {
+                path: workspace.display().to_string(),
+                message: e.to_string(),
+            }
         })?;
         let state = HostState {
             table: ResourceTable::new(),
-            limiter: MemoryLimiter { limit: self.limits.memory_bytes, hit: false },
+            limiter: MemoryLimiter {
+                limit: self.limits.memory_bytes,
+                hit: false,
+            },
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
@@ -200,9 +249,15 @@ impl Runtime {
 
         match result {
             Ok(Ok(verdict)) => self.accept_verdict(&plugin, verdict),
-            Ok(Err(types::PluginError::BadConfig(message))) => Err(PluginError::BadConfig { plugin, message }),
-            Ok(Err(types::PluginError::Capability(message))) => Err(PluginError::Capability { plugin, message }),
-            Ok(Err(types::PluginError::Internal(message))) => Err(PluginError::Internal { plugin, message }),
+            Ok(Err(types::PluginError::BadConfig(message))) => {
+                Err(PluginError::BadConfig { plugin, message })
+            }
+            Ok(Err(types::PluginError::Capability(message))) => {
+                Err(PluginError::Capability { plugin, message })
+            }
+            Ok(Err(types::PluginError::Internal(message))) => {
+                Err(PluginError::Internal { plugin, message })
+            }
             Err(error) => Err(self.classify_trap(plugin, error, store.data().limiter.hit)),
         }
     }
@@ -215,19 +270,41 @@ impl Runtime {
         }
     }
 
-    fn classify_trap(&self, plugin: String, error: wasmtime::Error, memory_hit: bool) -> PluginError {
+    fn classify_trap(
+        &self,
+        plugin: String,
+        error: wasmtime::Error,
+        memory_hit: bool,
+    ) -> PluginError {
         if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-            return PluginError::Timeout { plugin, deadline: self.limits.deadline };
+            return PluginError::Timeout {
+                plugin,
+                deadline: self.limits.deadline,
+            };
         }
         if memory_hit {
-            return PluginError::MemoryLimit { plugin, limit_bytes: self.limits.memory_bytes };
+            return PluginError::MemoryLimit {
+                plugin,
+                limit_bytes: self.limits.memory_bytes,
+            };
         }
-        PluginError::Trap { plugin, message: format!("{error:#}") }
+        PluginError::Trap {
+            plugin,
+            message: format!("{error:#}"),
+        }
     }
 
-    fn accept_verdict(&self, plugin: &str, verdict: types::Verdict) -> Result<Verdict, PluginError> {
+    fn accept_verdict(
+        &self,
+        plugin: &str,
+        verdict: types::Verdict,
+    ) -> Result<Verdict, PluginError> {
         let size = verdict.summary.len()
-            + verdict.findings.iter().map(|f| f.message.len() + f.rule.as_ref().map_or(0, String::len)).sum::<usize>();
+            + verdict
+                .findings
+                .iter()
+                .map(|f| f.message.len() + f.rule.as_ref().map_or(0, String::len))
+                .sum::<usize>();
         if size > self.limits.max_output_bytes {
             return Err(PluginError::Internal {
                 plugin: plugin.to_string(),
@@ -263,6 +340,10 @@ fn convert_finding(finding: types::Finding) -> Finding {
         },
         message: finding.message,
         rule: finding.rule,
-        location: finding.location.map(|l| Location { path: l.path, line: l.line, column: l.column }),
+        location: finding.location.map(|l| Location {
+            path: l.path,
+            line: l.line,
+            column: l.column,
+        }),
     }
 }

@@ -19,11 +19,14 @@ pub struct WorkspaceDir {
 impl WorkspaceDir {
     pub(crate) fn open(root: &Path, max_read_bytes: u64) -> std::io::Result<Self> {
         let dir = Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
-        Ok(WorkspaceDir { dir, max_read_bytes })
+        Ok(WorkspaceDir {
+            dir,
+            max_read_bytes,
+        })
     }
 
     /// Refuses, before any I/O, what can only be an escape attempt.
-    fn checked<'p>(path: &'p str) -> Result<&'p Path, FsError> {
+    fn checked(path: &str) -> Result<&Path, FsError> {
         let rel = Path::new(path);
         let escapes = rel
             .components()
@@ -55,7 +58,10 @@ impl WorkspaceDir {
             .read_to_end(&mut bytes)
             .map_err(|e| fs_error(path, e))?;
         if bytes.len() as u64 > self.max_read_bytes {
-            return Err(FsError::TooLarge(format!("{path}: grew past the limit of {}", self.max_read_bytes)));
+            return Err(FsError::TooLarge(format!(
+                "{path}: grew past the limit of {}",
+                self.max_read_bytes
+            )));
         }
         Ok(bytes)
     }
@@ -67,7 +73,10 @@ impl WorkspaceDir {
         for entry in entries {
             let entry = entry.map_err(|e| fs_error(path, e))?;
             let meta = entry.metadata().map_err(|e| fs_error(path, e))?;
-            out.push(to_entry(entry.file_name().to_string_lossy().into_owned(), &meta));
+            out.push(to_entry(
+                entry.file_name().to_string_lossy().into_owned(),
+                &meta,
+            ));
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -77,7 +86,10 @@ impl WorkspaceDir {
         let rel = Self::checked(path)?;
         match self.dir.metadata(rel) {
             Ok(meta) => {
-                let name = rel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let name = rel
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 Ok(Some(to_entry(name, &meta)))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -94,7 +106,11 @@ fn to_entry(name: String, meta: &cap_std::fs::Metadata) -> Entry {
     } else {
         EntryKind::Other
     };
-    Entry { name, kind, size: meta.len() }
+    Entry {
+        name,
+        kind,
+        size: meta.len(),
+    }
 }
 
 fn fs_error(path: &str, error: std::io::Error) -> FsError {

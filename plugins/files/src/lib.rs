@@ -71,9 +71,12 @@ impl Gate for FilesGate {
                 let found = text.find(needle.as_str());
                 match (must_contain, found) {
                     (true, None) => findings.push(
-                        Finding::new(Severity::High, format!("{path} does not contain {needle:?}"))
-                            .rule("files/contains")
-                            .at(path),
+                        Finding::new(
+                            Severity::High,
+                            format!("{path} does not contain {needle:?}"),
+                        )
+                        .rule("files/contains")
+                        .at(path),
                     ),
                     (false, Some(offset)) => {
                         let line = text[..offset].matches('\n').count() as u32 + 1;
@@ -103,7 +106,9 @@ impl Gate for FilesGate {
 }
 
 fn missing(path: &str) -> Finding {
-    Finding::new(Severity::High, format!("{path} does not exist")).rule("files/exists").at(path)
+    Finding::new(Severity::High, format!("{path} does not exist"))
+        .rule("files/exists")
+        .at(path)
 }
 
 /// A path the host refused (an escape, say) is the operator's config asking
@@ -139,8 +144,11 @@ mod tests {
     #[test]
     fn passes_when_all_checks_hold_and_fails_with_one_finding_each() {
         let (_dir, ws) = workspace(&[("a.md", "## Summary\nok\n"), ("b.md", "")]);
-        let ok = run_gate::<FilesGate>(&ws, r#"{"required":["a.md"],"contains":{"a.md":["Summary"]}}"#)
-            .unwrap();
+        let ok = run_gate::<FilesGate>(
+            &ws,
+            r#"{"required":["a.md"],"contains":{"a.md":["Summary"]}}"#,
+        )
+        .unwrap();
         assert!(ok.passed, "{ok:?}");
         let bad = run_gate::<FilesGate>(
             &ws,
