@@ -1,0 +1,170 @@
+//! A parsed manifest: a JSON-like tree in which every value remembers where
+//! it was written, so an error can name the line and column as well as the
+//! JSON pointer.
+
+use serde_json::{Map, Number, Value};
+
+/// 1-based line and column of a value in the source text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pos {
+    pub line: u32,
+    pub col: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(String),
+    /// A YAML value with no JSON equivalent (a timestamp); never valid where
+    /// a typed value is expected.
+    Other(&'static str),
+    Seq(Vec<Node>),
+    /// Entries in document order. Keys are strings: a non-string key is a
+    /// parse error.
+    Map(Vec<(String, Node)>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub kind: Kind,
+    pub pos: Pos,
+}
+
+impl Node {
+    pub fn new(kind: Kind, pos: Pos) -> Self {
+        Node { kind, pos }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A non-empty string.
+    pub fn as_nonempty_str(&self) -> Option<&str> {
+        self.as_str().filter(|s| !s.is_empty())
+    }
+
+    /// An integer that is not a boolean.
+    pub fn as_int(&self) -> Option<i128> {
+        match self.kind {
+            Kind::Int(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    pub fn as_map(&self) -> Option<&[(String, Node)]> {
+        match &self.kind {
+            Kind::Map(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    pub fn as_seq(&self) -> Option<&[Node]> {
+        match &self.kind {
+            Kind::Seq(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        matches!(self.kind, Kind::Null)
+    }
+
+    /// The entry for `key` in a map.
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        self.as_map()?
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// The value as plain JSON (for digests and output).
+    pub fn to_json(&self) -> Value {
+        match &self.kind {
+            Kind::Null | Kind::Other(_) => Value::Null,
+            Kind::Bool(b) => Value::Bool(*b),
+            Kind::Int(i) => i64::try_from(*i)
+                .map(Value::from)
+                .or_else(|_| u64::try_from(*i).map(Value::from))
+                .unwrap_or_else(|_| Value::String(i.to_string())),
+            Kind::Float(f) => Number::from_f64(*f)
+                .map(Value::Number)
+                .unwrap_or(Value::Null),
+            Kind::Str(s) => Value::String(s.clone()),
+            Kind::Seq(items) => Value::Array(items.iter().map(Node::to_json).collect()),
+            Kind::Map(entries) => {
+                let mut map = Map::new();
+                for (k, v) in entries {
+                    map.insert(k.clone(), v.to_json());
+                }
+                Value::Object(map)
+            }
+        }
+    }
+
+    /// Finds the value a JSON pointer (as bl and bounded-loops write them,
+    /// without escaping) names, for line/column reporting. Map keys are
+    /// matched first, so a key that contains `/` is still found when the
+    /// pointer was built from it.
+    pub fn locate(&self, pointer: &str) -> Option<Pos> {
+        let rest = pointer.trim_start_matches('/');
+        if rest.is_empty() {
+            return Some(self.pos);
+        }
+        match &self.kind {
+            Kind::Map(entries) => {
+                // Longest key first: `x/y` beats `x`.
+                let mut best: Option<(&String, &Node)> = None;
+                for (k, v) in entries {
+                    let matches = rest == k || rest.starts_with(&format!("{k}/"));
+                    if matches && best.is_none_or(|(b, _)| k.len() > b.len()) {
+                        best = Some((k, v));
+                    }
+                }
+                let (k, v) = best?;
+                v.locate(&rest[k.len()..]).or(Some(v.pos))
+            }
+            Kind::Seq(items) => {
+                let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
+                let item = items.get(head.parse::<usize>().ok()?)?;
+                item.locate(tail).or(Some(item.pos))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Python's `repr` of a string, as upstream's messages quote values.
+pub fn py_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}

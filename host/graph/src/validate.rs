@@ -1,0 +1,796 @@
+//! graph/v1 validation: every refusal code of bounded-loops 0.7, in its
+//! order of checks, with its JSON pointers (quirks included: the whole-
+//! document scans point with a leading `//`, and reference errors name a
+//! node by id rather than by index).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde_json::Value;
+
+use crate::doc::{Kind, Node, py_repr};
+use crate::model::*;
+
+pub const API_VERSION: &str = "bounded-loops.dev/graph/v1";
+
+/// A refusal: upstream's code, a message, and a JSON pointer to the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LintError {
+    pub code: &'static str,
+    pub message: String,
+    pub pointer: String,
+}
+
+type Result<T> = std::result::Result<T, LintError>;
+
+fn err<T>(code: &'static str, pointer: impl Into<String>, message: impl Into<String>) -> Result<T> {
+    Err(LintError {
+        code,
+        message: message.into(),
+        pointer: pointer.into(),
+    })
+}
+
+static IDENTIFIER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9_-]{0,62}$").expect("regex"));
+static GRAPH_ID: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9-]{0,62}$").expect("regex"));
+static SEMVER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.-]+)?$").expect("regex"));
+static DIGEST: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^sha256:[0-9a-f]{64}$").expect("regex"));
+static WINDOWS_ABSOLUTE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z]:[\\/]").expect("regex"));
+
+const TOP_KEYS: &[&str] = &[
+    "api_version",
+    "graph_id",
+    "version",
+    "nodes",
+    "edges",
+    "connection_slots",
+    "policies",
+];
+const NODE_KEYS: &[&str] = &[
+    "id",
+    "kind",
+    "inputs",
+    "outputs",
+    "budget",
+    "effects",
+    "isolation",
+];
+const NODE_OPTIONAL: &[&str] = &["connection_slot", "on_failure"];
+const BUDGET_REQUIRED: &[&str] = &["max_attempts", "max_wallclock_s"];
+const BUDGET_OPTIONAL: &[&str] = &["max_tokens", "max_cost_microunits"];
+const EDGE_KEYS: &[&str] = &["from_node", "from_port", "to_node", "to_port"];
+const SLOT_KEYS: &[&str] = &["id", "requires", "data_class_max"];
+const POLICY_KEYS: &[&str] = &["data_class", "fail_mode"];
+const SECRET_WORDS: &[&str] = &["api_key", "credential", "password", "secret", "token"];
+
+/// Validates a parsed manifest and returns the typed graph.
+pub fn validate(doc: &Node) -> Result<Graph> {
+    scan_document(doc, "")?;
+    let top = object(doc, "")?;
+    closed_keys(top, "", TOP_KEYS, &["presentation"])?;
+
+    if doc.get("api_version").and_then(Node::as_str) != Some(API_VERSION) {
+        return err(
+            "api_version",
+            "/api_version",
+            format!("must be {API_VERSION}"),
+        );
+    }
+    let graph_id = string(field(doc, "graph_id"), "/graph_id")?;
+    if !GRAPH_ID.is_match(&graph_id) {
+        return err(
+            "identifier",
+            "/graph_id",
+            "is not a stable portable identifier",
+        );
+    }
+    let version = string(field(doc, "version"), "/version")?;
+    if !SEMVER.is_match(&version) {
+        return err("version", "/version", "must be a pinned semantic version");
+    }
+
+    let node_docs = array(field(doc, "nodes"), "/nodes", 1)?;
+    let mut nodes = Vec::with_capacity(node_docs.len());
+    for (i, n) in node_docs.iter().enumerate() {
+        nodes.push(node(n, &format!("/nodes/{i}"))?);
+    }
+    let mut seen = HashSet::with_capacity(nodes.len());
+    if !nodes.iter().all(|n| seen.insert(n.id.as_str())) {
+        return err("duplicate_node_id", "/nodes", "node IDs must be unique");
+    }
+    let by_id: HashMap<&str, &GraphNode> = nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+
+    let edge_docs = array(field(doc, "edges"), "/edges", 0)?;
+    let mut edges = Vec::with_capacity(edge_docs.len());
+    for (i, e) in edge_docs.iter().enumerate() {
+        edges.push(edge(e, &format!("/edges/{i}"), &by_id)?);
+    }
+
+    let slot_docs = array(field(doc, "connection_slots"), "/connection_slots", 0)?;
+    let mut slots = Vec::with_capacity(slot_docs.len());
+    for (i, s) in slot_docs.iter().enumerate() {
+        slots.push(slot(s, &format!("/connection_slots/{i}"))?);
+    }
+    let mut slot_ids: HashSet<String> = HashSet::new();
+    if !slots.iter().all(|s| slot_ids.insert(s.id.clone())) {
+        return err(
+            "duplicate_slot_id",
+            "/connection_slots",
+            "slot IDs must be unique",
+        );
+    }
+
+    let policies = policies(field(doc, "policies"))?;
+    let presentation = match doc.get("presentation") {
+        None => Value::Object(Default::default()),
+        Some(p) => {
+            object(p, "/presentation")?;
+            p.to_json()
+        }
+    };
+
+    let graph = Graph {
+        graph_id,
+        version,
+        nodes,
+        edges,
+        slots,
+        policies,
+        presentation,
+    };
+    check_references(&graph, &slot_ids)?;
+    check_guards(&graph)?;
+    check_repairs(&graph)?;
+    Ok(graph)
+}
+
+/// The whole-document scan for secret-shaped keys and absolute paths, in
+/// document order. Pointers start with `//`, as upstream writes them.
+fn scan_document(node: &Node, pointer: &str) -> Result<()> {
+    match &node.kind {
+        Kind::Map(entries) => {
+            for (key, value) in entries {
+                let lower = key.to_lowercase();
+                let exempt = matches!(key.as_str(), "max_tokens" | "max_cost_microunits")
+                    && matches!(value.kind, Kind::Int(_));
+                if !exempt && SECRET_WORDS.iter().any(|w| lower.contains(w)) {
+                    return err(
+                        "secret_field",
+                        format!("/{pointer}"),
+                        "authoring graphs cannot contain secret-shaped fields",
+                    );
+                }
+                scan_document(value, &format!("{pointer}/{key}"))?;
+            }
+        }
+        Kind::Seq(items) => {
+            for (i, item) in items.iter().enumerate() {
+                scan_document(item, &format!("{pointer}/{i}"))?;
+            }
+        }
+        Kind::Str(s) => {
+            if s.starts_with('/')
+                || s.starts_with('\\')
+                || s.starts_with("~/")
+                || WINDOWS_ABSOLUTE.is_match(s)
+            {
+                return err(
+                    "absolute_path",
+                    format!("/{pointer}"),
+                    "authoring graphs cannot contain absolute local paths",
+                );
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------ shape helpers
+
+fn shown(pointer: &str) -> &str {
+    if pointer.is_empty() { "/" } else { pointer }
+}
+
+/// A missing field reads as `null`: the shape check that follows refuses it
+/// (after the missing_field check has had its turn).
+static NULL: Node = Node {
+    kind: Kind::Null,
+    pos: crate::doc::Pos { line: 0, col: 0 },
+};
+
+fn field<'a>(node: &'a Node, key: &str) -> &'a Node {
+    node.get(key).unwrap_or(&NULL)
+}
+
+fn object<'a>(node: &'a Node, pointer: &str) -> Result<&'a [(String, Node)]> {
+    node.as_map().map_or_else(
+        || err("type", shown(pointer), "must be an object with string keys"),
+        Ok,
+    )
+}
+
+fn array<'a>(node: &'a Node, pointer: &str, min: usize) -> Result<&'a [Node]> {
+    match node.as_seq() {
+        Some(items) if items.len() >= min => Ok(items),
+        _ => err(
+            "type",
+            pointer,
+            format!("must be an array with at least {min} item(s)"),
+        ),
+    }
+}
+
+fn string(node: &Node, pointer: &str) -> Result<String> {
+    match node.as_nonempty_str() {
+        Some(s) => Ok(s.to_string()),
+        None => err("type", pointer, "must be a non-empty string"),
+    }
+}
+
+fn closed_keys(
+    entries: &[(String, Node)],
+    pointer: &str,
+    required: &[&str],
+    optional: &[&str],
+) -> Result<()> {
+    let unknown: BTreeSet<&str> = entries
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| !required.contains(k) && !optional.contains(k))
+        .collect();
+    if !unknown.is_empty() {
+        let list: Vec<&str> = unknown.into_iter().collect();
+        return err(
+            "unknown_field",
+            shown(pointer),
+            format!("unknown field(s): {}", list.join(", ")),
+        );
+    }
+    let missing: BTreeSet<&str> = required
+        .iter()
+        .copied()
+        .filter(|r| !entries.iter().any(|(k, _)| k == r))
+        .collect();
+    if !missing.is_empty() {
+        let list: Vec<&str> = missing.into_iter().collect();
+        return err(
+            "missing_field",
+            shown(pointer),
+            format!("missing field(s): {}", list.join(", ")),
+        );
+    }
+    Ok(())
+}
+
+fn int_in(node: &Node, lo: i128, hi: Option<i128>) -> Option<i64> {
+    node.as_int()
+        .filter(|v| *v >= lo && hi.is_none_or(|h| *v <= h))
+        .and_then(|v| i64::try_from(v).ok())
+}
+
+fn one_of(node: &Node, table: &[&str]) -> Option<String> {
+    node.as_str()
+        .filter(|s| table.contains(s))
+        .map(str::to_string)
+}
+
+// ------------------------------------------------------------ nodes
+
+fn node(doc: &Node, p: &str) -> Result<GraphNode> {
+    let entries = object(doc, p)?;
+    let kind = string(field(doc, "kind"), &format!("{p}/kind"))?;
+    if !NODE_KINDS.contains(&kind.as_str()) {
+        return err(
+            "unknown_node_kind",
+            format!("{p}/kind"),
+            "node kind is not supported",
+        );
+    }
+    let kind_fields = kind_fields(&kind);
+    let required: Vec<&str> = NODE_KEYS.iter().chain(kind_fields).copied().collect();
+    closed_keys(entries, p, &required, NODE_OPTIONAL)?;
+
+    let inputs = ports(field(doc, "inputs"), &format!("{p}/inputs"))?;
+    let outputs = ports(field(doc, "outputs"), &format!("{p}/outputs"))?;
+    let budget = budget(field(doc, "budget"), &format!("{p}/budget"))?;
+    let effects = effects(field(doc, "effects"), &format!("{p}/effects"))?;
+    if budget.max_attempts > 1
+        && effects
+            .iter()
+            .any(|e| NETWORK_EFFECTS.contains(&e.as_str()))
+    {
+        return err(
+            "retry_of_effectful_node",
+            format!("{p}/budget/max_attempts"),
+            "a node carrying an external / irreversible effect cannot retry without a per-effect idempotency key (D7); declare max_attempts: 1",
+        );
+    }
+    let isolation = one_of(field(doc, "isolation"), ISOLATIONS).map_or_else(
+        || {
+            err(
+                "enum",
+                format!("{p}/isolation"),
+                "must be a supported isolation",
+            )
+        },
+        Ok,
+    )?;
+    let connection_slot = match doc.get("connection_slot") {
+        None => None,
+        Some(slot) => Some(string(slot, &format!("{p}/connection_slot"))?),
+    };
+    let on_failure = on_failure(doc.get("on_failure"), &format!("{p}/on_failure"))?;
+    let details = node_details(doc, p, &kind)?;
+
+    let id = string(field(doc, "id"), &format!("{p}/id"))?;
+    if !IDENTIFIER.is_match(&id) {
+        return err(
+            "identifier",
+            format!("{p}/id"),
+            "is not a stable portable identifier",
+        );
+    }
+    Ok(GraphNode {
+        id,
+        kind,
+        inputs,
+        outputs,
+        budget,
+        effects,
+        isolation,
+        connection_slot,
+        on_failure,
+        details,
+    })
+}
+
+fn ports(doc: &Node, p: &str) -> Result<Vec<(String, String)>> {
+    let entries = object(doc, p)?;
+    let mut out = Vec::with_capacity(entries.len());
+    for (name, ty) in entries {
+        let at = format!("{p}/{name}");
+        if !IDENTIFIER.is_match(name) {
+            return err("identifier", at, "is not a stable portable identifier");
+        }
+        out.push((name.clone(), string(ty, &at)?));
+    }
+    Ok(out)
+}
+
+fn budget(doc: &Node, p: &str) -> Result<Budget> {
+    let entries = object(doc, p)?;
+    closed_keys(entries, p, BUDGET_REQUIRED, BUDGET_OPTIONAL)?;
+    let max_attempts = int_in(field(doc, "max_attempts"), 1, Some(100)).map_or_else(
+        || {
+            err(
+                "range",
+                format!("{p}/max_attempts"),
+                "must be an integer from 1 to 100",
+            )
+        },
+        Ok,
+    )?;
+    let max_wallclock_s = int_in(field(doc, "max_wallclock_s"), 1, Some(86_400)).map_or_else(
+        || {
+            err(
+                "range",
+                format!("{p}/max_wallclock_s"),
+                "must be an integer from 1 to 86400",
+            )
+        },
+        Ok,
+    )?;
+    let nullable = |key: &str, lo: i128| -> Result<Option<i64>> {
+        let value = field(doc, key);
+        if value.is_null() {
+            return Ok(None);
+        }
+        int_in(value, lo, None).map(Some).map_or_else(
+            || {
+                err(
+                    "range",
+                    format!("{p}/{key}"),
+                    format!("must be null or an integer >= {lo}"),
+                )
+            },
+            Ok,
+        )
+    };
+    let max_tokens = nullable("max_tokens", 1)?;
+    let max_cost_microunits = nullable("max_cost_microunits", 0)?;
+    Ok(Budget {
+        max_attempts,
+        max_wallclock_s,
+        max_tokens,
+        max_cost_microunits,
+    })
+}
+
+fn effects(doc: &Node, p: &str) -> Result<Vec<String>> {
+    let items = array(doc, p, 0)?;
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        out.push(string(item, &format!("{p}/{i}"))?);
+    }
+    if !out.iter().all(|e| EFFECTS.contains(&e.as_str())) {
+        return err("enum", p, "must be a supported effect");
+    }
+    let mut seen = HashSet::new();
+    if !out.iter().all(|e| seen.insert(e.as_str())) {
+        return err("duplicate_effect", p, "effects must be unique");
+    }
+    Ok(out)
+}
+
+fn on_failure(doc: Option<&Node>, p: &str) -> Result<OnFailure> {
+    let Some(doc) = doc else {
+        return Ok(OnFailure::Unset);
+    };
+    match &doc.kind {
+        Kind::Null => Ok(OnFailure::Unset),
+        Kind::Str(s) => match s.as_str() {
+            "fail_graph" => Ok(OnFailure::FailGraph),
+            "continue" | "await_human" => err(
+                "on_failure_unimplemented",
+                p,
+                format!(
+                    "on_failure='{s}' is declared but not yet routed by the runtime; only 'fail_graph' (the default) is honoured today"
+                ),
+            ),
+            "repair" => err(
+                "on_failure",
+                p,
+                "repair must name the ancestor to re-execute: use {mode: repair, target: <node_id>}. The bare string cannot express which node to repair, and a repair relation that is not written down cannot be bounded or checked.",
+            ),
+            _ => err("on_failure", p, "must be a declared failure policy"),
+        },
+        Kind::Map(entries) => {
+            closed_keys(entries, p, &["mode", "target"], &[])?;
+            if doc.get("mode").and_then(Node::as_str) != Some("repair") {
+                return err(
+                    "on_failure",
+                    p,
+                    "only 'repair' uses the object form; write the others as a bare string",
+                );
+            }
+            let target = string(field(doc, "target"), &format!("{p}/target"))?;
+            Ok(OnFailure::Repair { target })
+        }
+        _ => err("on_failure", p, "must be a policy name or a repair object"),
+    }
+}
+
+fn node_details(doc: &Node, p: &str, kind: &str) -> Result<Vec<(String, Value)>> {
+    let mut details = Vec::new();
+    for key in kind_fields(kind) {
+        let value = field(doc, key);
+        let at = format!("{p}/{key}");
+        match *key {
+            "loop_package" | "graph_package" => {
+                let s = string(value, &at)?;
+                if !DIGEST.is_match(&s) {
+                    return err("mutable_package_reference", at, "must be a sha256 digest");
+                }
+            }
+            "mode" => {
+                if one_of(value, JOIN_MODES).is_none() {
+                    return err("join_mode", at, "join mode is not supported");
+                }
+            }
+            "routes" => {
+                let routes = object(value, &at)?;
+                if routes.is_empty() {
+                    return err("incomplete_branches", at, "router must declare routes");
+                }
+            }
+            "default_route" => match &value.kind {
+                Kind::Null => {
+                    return err(
+                        "incomplete_branches",
+                        format!("{p}/routes"),
+                        "router requires an explicit default",
+                    );
+                }
+                Kind::Str(_) => {}
+                _ => return err("incomplete_branches", at, "must be a string or null"),
+            },
+            _ => {
+                string(value, &at)?;
+            }
+        }
+        details.push((key.to_string(), value.to_json()));
+    }
+    Ok(details)
+}
+
+// ------------------------------------------------------------ edges, slots, policies
+
+fn edge(doc: &Node, p: &str, nodes: &HashMap<&str, &GraphNode>) -> Result<Edge> {
+    let entries = object(doc, p)?;
+    closed_keys(entries, p, EDGE_KEYS, &["when"])?;
+    let from_node = string(field(doc, "from_node"), &format!("{p}/from_node"))?;
+    let from_port = string(field(doc, "from_port"), &format!("{p}/from_port"))?;
+    let to_node = string(field(doc, "to_node"), &format!("{p}/to_node"))?;
+    let to_port = string(field(doc, "to_port"), &format!("{p}/to_port"))?;
+    let (Some(source), Some(target)) = (nodes.get(from_node.as_str()), nodes.get(to_node.as_str()))
+    else {
+        return err("unknown_edge_node", p, "edge references an unknown node");
+    };
+    let Some(out_type) = source.output_type(&from_port) else {
+        return err(
+            "missing_output_port",
+            format!("{p}/from_port"),
+            "source output does not exist",
+        );
+    };
+    let Some(in_type) = target.input_type(&to_port) else {
+        return err(
+            "missing_input_port",
+            format!("{p}/to_port"),
+            "target input does not exist",
+        );
+    };
+    if out_type != in_type {
+        return err("port_type_mismatch", p, "edge port types must match");
+    }
+    let when = match doc.get("when").map(|w| &w.kind) {
+        None | Some(Kind::Null) => None,
+        Some(Kind::Str(raw)) => {
+            let guard = raw.trim().to_lowercase();
+            if guard.is_empty() {
+                return err(
+                    "edge_condition",
+                    format!("{p}/when"),
+                    "must not be blank; use null for the default or one of: succeeded, failed, skipped, terminal",
+                );
+            }
+            if !EDGE_GUARDS.contains(&guard.as_str()) {
+                return err(
+                    "edge_condition",
+                    format!("{p}/when"),
+                    format!(
+                        "unknown edge guard {}; edge guards are limited to the source node's outcome and must be one of: succeeded, failed, skipped, terminal. Data-dependent conditions (for example \"result.status == 'failed'\") are not supported — earlier versions accepted and then IGNORED them, so such an edge never actually applied its condition.",
+                        py_repr(raw)
+                    ),
+                );
+            }
+            Some(guard)
+        }
+        Some(_) => {
+            return err(
+                "edge_condition",
+                format!("{p}/when"),
+                "must be a string or null",
+            );
+        }
+    };
+    Ok(Edge {
+        from_node,
+        from_port,
+        to_node,
+        to_port,
+        when,
+    })
+}
+
+fn string_list(doc: &Node, p: &str) -> Result<Vec<String>> {
+    let items = array(doc, p, 0)?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| string(item, &format!("{p}/{i}")))
+        .collect()
+}
+
+fn slot(doc: &Node, p: &str) -> Result<Slot> {
+    let entries = object(doc, p)?;
+    closed_keys(entries, p, SLOT_KEYS, &["preferred_modalities"])?;
+    let at = format!("{p}/requires");
+    let requires = string_list(field(doc, "requires"), &at)?;
+    let unique: HashSet<&str> = requires.iter().map(String::as_str).collect();
+    if requires.is_empty() || unique.len() != requires.len() {
+        return err("duplicate_value", at, "must contain unique declared values");
+    }
+    if requires
+        .iter()
+        .any(|r| PROVIDERS.contains(&r.to_lowercase().as_str()))
+    {
+        return err(
+            "provider_in_slot",
+            at,
+            "slots declare capabilities, never providers",
+        );
+    }
+    let preferred_modalities = match doc.get("preferred_modalities") {
+        None => None,
+        Some(m) => Some(string_list(m, &format!("{p}/preferred_modalities"))?),
+    };
+    let id = string(field(doc, "id"), &format!("{p}/id"))?;
+    if !IDENTIFIER.is_match(&id) {
+        return err(
+            "identifier",
+            format!("{p}/id"),
+            "is not a stable portable identifier",
+        );
+    }
+    let data_class_max = one_of(field(doc, "data_class_max"), DATA_CLASSES).map_or_else(
+        || {
+            err(
+                "enum",
+                format!("{p}/data_class_max"),
+                "must be a supported data class",
+            )
+        },
+        Ok,
+    )?;
+    Ok(Slot {
+        id,
+        requires,
+        data_class_max,
+        preferred_modalities,
+    })
+}
+
+fn policies(doc: &Node) -> Result<Policies> {
+    let p = "/policies";
+    let entries = object(doc, p)?;
+    closed_keys(
+        entries,
+        p,
+        POLICY_KEYS,
+        &["required_audit_profile", "repair_budget"],
+    )?;
+    let fail_mode = one_of(field(doc, "fail_mode"), FAIL_MODES).map_or_else(
+        || {
+            err(
+                "fail_mode",
+                "/policies/fail_mode",
+                "must be a declared graph failure mode",
+            )
+        },
+        Ok,
+    )?;
+    let data_class = one_of(field(doc, "data_class"), DATA_CLASSES).map_or_else(
+        || {
+            err(
+                "enum",
+                "/policies/data_class",
+                "must be a supported data class",
+            )
+        },
+        Ok,
+    )?;
+    let required_audit_profile = match doc.get("required_audit_profile").map(|v| &v.kind) {
+        None | Some(Kind::Null) => None,
+        Some(Kind::Str(s)) => Some(s.clone()),
+        Some(_) => {
+            return err(
+                "audit_profile",
+                "/policies/required_audit_profile",
+                "must be a string or null",
+            );
+        }
+    };
+    let repair_budget = match doc.get("repair_budget") {
+        None => 0,
+        Some(v) => {
+            let Some(n) = v.as_int() else {
+                return err(
+                    "repair_budget",
+                    "/policies/repair_budget",
+                    "must be an integer",
+                );
+            };
+            if !(0..=100).contains(&n) {
+                return err(
+                    "repair_budget",
+                    "/policies/repair_budget",
+                    "must be between 0 and 100",
+                );
+            }
+            n as i64
+        }
+    };
+    Ok(Policies {
+        data_class,
+        fail_mode,
+        required_audit_profile,
+        repair_budget,
+    })
+}
+
+// ------------------------------------------------------------ graph rules
+
+fn check_references(graph: &Graph, slot_ids: &HashSet<String>) -> Result<()> {
+    for node in &graph.nodes {
+        if let Some(slot) = &node.connection_slot
+            && !slot_ids.contains(slot)
+        {
+            return err(
+                "unknown_connection_slot",
+                format!("/nodes/{}/connection_slot", node.id),
+                "slot does not exist",
+            );
+        }
+    }
+    for node in graph.nodes.iter().filter(|n| n.kind == "join") {
+        if !graph.edges.iter().any(|e| e.to_node == node.id) {
+            return err(
+                "impossible_join",
+                format!("/nodes/{}", node.id),
+                "join requires an incoming edge",
+            );
+        }
+    }
+    if crate::plan::kahn_levels(graph).is_none() {
+        return err("cycle", "/edges", "authoring graph must be acyclic");
+    }
+    Ok(())
+}
+
+fn check_guards(graph: &Graph) -> Result<()> {
+    if graph.policies.fail_mode != "fail_closed" {
+        return Ok(());
+    }
+    for (i, edge) in graph.edges.iter().enumerate() {
+        if let Some(guard @ ("failed" | "skipped" | "terminal")) = edge.when.as_deref() {
+            return err(
+                "edge_condition",
+                format!("/edges/{i}/when"),
+                format!(
+                    "a '{guard}' condition can never be reached under 'fail_mode: fail_closed', because the run stops at the first node failure. Set 'fail_mode: continue_declared' to keep driving the graph past a node failure. Refused rather than accepted-and-ignored."
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn check_repairs(graph: &Graph) -> Result<()> {
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let OnFailure::Repair { target } = &node.on_failure else {
+            continue;
+        };
+        let at = format!("/nodes/{i}/on_failure/target");
+        if graph.node(target).is_none() {
+            return err(
+                "repair_target",
+                at,
+                format!("names no node in this graph: {}", py_repr(target)),
+            );
+        }
+        if !crate::plan::is_strict_ancestor(graph, target, &node.id) {
+            return err(
+                "repair_target",
+                at,
+                format!(
+                    "{} is not an ancestor of {}; a repair re-executes an upstream node and everything reachable from it, so an unrelated target has no bounded suffix",
+                    py_repr(target),
+                    py_repr(&node.id)
+                ),
+            );
+        }
+        if graph.policies.repair_budget == 0 {
+            return err(
+                "repair_budget",
+                "/policies/repair_budget",
+                "a graph declaring on_failure: repair needs a repair_budget above 0 — it is the GLOBAL bound on repair rounds and the only thing that makes termination provable",
+            );
+        }
+        if graph.policies.fail_mode == "fail_closed" {
+            return err(
+                "on_failure",
+                "/policies/fail_mode",
+                "on_failure: repair can never be reached under 'fail_mode: fail_closed', because the run stops at the first node failure. Set 'fail_mode: continue_declared'.",
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! bl's lint against the recorded outputs of bounded-loops 0.7.6 for every
+//! manifest in tests/corpus/graph/cases (see generate.py there).
+
+use std::path::{Path, PathBuf};
+
+use bl_graph::{Format, graph_digest, lint};
+use serde_json::Value;
+
+fn cases_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/graph/cases")
+}
+
+/// Messages from PyYAML's own parser (multi-line, with a source excerpt)
+/// are not reproduced word for word; their code and pointer are.
+fn parser_prose(code: &str, message: &str) -> bool {
+    code == "invalid_yaml" && message.contains('\n')
+}
+
+#[test]
+fn lint_matches_the_reference_on_every_case() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(cases_dir())
+        .expect("corpus directory")
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.to_string_lossy().ends_with(".expected"))
+        .collect();
+    entries.sort();
+    for path in entries {
+        let Some(format) = Format::from_path(&path) else {
+            continue;
+        };
+        let expected: Value = serde_json::from_str(
+            &std::fs::read_to_string(format!("{}.expected", path.display())).unwrap(),
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        checked += 1;
+        let want = &expected["json"];
+        match (lint(&text, format), expected["exit"].as_i64()) {
+            (Ok(graph), Some(0)) => {
+                let got = serde_json::json!({
+                    "digest": graph_digest(&graph),
+                    "edge_count": graph.edges.len(),
+                    "node_ids": graph.nodes.iter().map(|n| n.id.clone()).collect::<Vec<_>>(),
+                    "schema_version": 1,
+                    "slot_ids": graph.slots.iter().map(|s| s.id.clone()).collect::<Vec<_>>(),
+                    "valid": true,
+                });
+                if &got != want {
+                    failures.push(format!("{name}: got {got}\n   want {want}"));
+                }
+            }
+            (Err(refusal), Some(2)) => {
+                let code_ok =
+                    want["code"] == refusal.code && want["pointer"] == refusal.pointer.as_str();
+                let message_ok = parser_prose(refusal.code, want["message"].as_str().unwrap_or(""))
+                    || want["message"] == refusal.message.as_str();
+                if !(code_ok && message_ok) {
+                    failures.push(format!(
+                        "{name}: got [{}] {} — {}\n   want [{}] {} — {}",
+                        refusal.code,
+                        refusal.pointer,
+                        refusal.message,
+                        want["code"],
+                        want["pointer"],
+                        want["message"]
+                    ));
+                }
+            }
+            (Ok(_), _) => failures.push(format!(
+                "{name}: accepted, but the reference refused it: {want}"
+            )),
+            (Err(r), _) => failures.push(format!(
+                "{name}: refused [{}] {} — {}, but the reference accepted it",
+                r.code, r.pointer, r.message
+            )),
+        }
+    }
+    assert!(checked > 100, "only {checked} cases found");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} cases differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
