@@ -3,6 +3,8 @@
 //! pipeline, directories on disk) and wires them together. Everything it
 //! calls is a library crate that knows nothing of the command line.
 
+mod graph_cmd;
+mod loop_package;
 mod paths;
 mod plugin_cmd;
 
@@ -21,6 +23,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Lint, plan and inspect graph/v1 manifests (DAGs of gated nodes).
+    #[command(subcommand)]
+    Graph(graph_cmd::GraphCommand),
     /// Build, inspect and run wasm plugins (gates).
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
@@ -29,6 +34,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
+        Command::Graph(cmd) => graph_cmd::run(cmd),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
     };
     ExitCode::from(code)

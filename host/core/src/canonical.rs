@@ -74,3 +74,82 @@ mod tests {
         );
     }
 }
+
+/// JSON as Python's `json.dumps(v, sort_keys=True)` writes it: keys sorted,
+/// `", "` and `": "` separators, and every non-ASCII character escaped as
+/// `\uXXXX` (surrogate pairs above the BMP). bounded-loops' CLI prints its
+/// `--json` output this way, so bl does too.
+pub fn python_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_python(value, &mut out);
+    out
+}
+
+fn write_python(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&n.to_string()),
+        Value::String(s) => write_python_str(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_python(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_python_str(k, out);
+                out.push_str(": ");
+                write_python(v, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_python_str(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod python_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn python_json_matches_json_dumps_sort_keys() {
+        let v = json!({"b": [1, null], "a": "é\u{1F600}\u{7f}"});
+        assert_eq!(
+            python_json(&v),
+            r#"{"a": "\u00e9\ud83d\ude00\u007f", "b": [1, null]}"#
+        );
+    }
+}

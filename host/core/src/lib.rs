@@ -9,5 +9,5 @@
 pub mod canonical;
 pub mod verdict;
 
-pub use canonical::{canonical_json, digest, sha256_hex};
+pub use canonical::{canonical_json, digest, python_json, sha256_hex};
 pub use verdict::{Finding, GateOutcome, Location, Severity, Verdict};

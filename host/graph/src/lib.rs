@@ -13,6 +13,7 @@ pub mod doc;
 pub mod model;
 pub mod parse;
 pub mod plan;
+pub mod schema;
 pub mod validate;
 
 pub use doc::{Node, Pos};

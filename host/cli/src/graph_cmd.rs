@@ -1,0 +1,446 @@
+//! `bl graph …`: lint, plan, digest and schema for graph/v1 manifests.
+//! Output, exit codes and messages follow bounded-loops 0.7's `bl graph`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use bl_core::python_json;
+use bl_graph::plan::{DEFAULT_POLICY_DIGEST, ExecutionBound};
+use bl_graph::{CompileInput, Format, Graph, Refusal};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+#[derive(Subcommand)]
+pub enum GraphCommand {
+    /// Parse and validate a graph manifest (.yaml or .json). Exit 0 valid, 2 invalid.
+    Lint {
+        manifest: PathBuf,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate, then compile a graph to an execution plan.
+    Plan {
+        manifest: PathBuf,
+        /// A JSON file of connection candidates (needed when the graph has slots).
+        #[arg(long)]
+        connections: Option<PathBuf>,
+        /// A loop-package root (repeatable); loop nodes' packages must be found here.
+        #[arg(long = "loop-roots")]
+        loop_roots: Vec<PathBuf>,
+        /// Write the canonical plan bytes (plan.json) to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the content digest of a loop package, for a loop node's loop_package.
+    Digest {
+        /// The directory holding the package's loop.yaml.
+        loop_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a JSON Schema of the graph/v1 manifest, for editors.
+    Schema,
+}
+
+pub fn run(cmd: GraphCommand) -> u8 {
+    match cmd {
+        GraphCommand::Lint { manifest, json } => lint(&manifest, json),
+        GraphCommand::Plan {
+            manifest,
+            connections,
+            loop_roots,
+            out,
+            json,
+        } => plan(
+            &manifest,
+            connections.as_deref(),
+            &loop_roots,
+            out.as_deref(),
+            json,
+        ),
+        GraphCommand::Digest { loop_dir, json } => digest(&loop_dir, json),
+        GraphCommand::Schema => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&bl_graph::schema::manifest_schema())
+                    .expect("schema serializes")
+            );
+            0
+        }
+    }
+}
+
+/// Python's rendering of an OS error, as upstream prints it.
+fn errno_message(error: &std::io::Error, path: &Path) -> String {
+    let text = error.to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text).to_string();
+    match error.raw_os_error() {
+        Some(code) => format!(
+            "[Errno {code}] {text}: {}",
+            bl_graph::doc::py_repr(&path.display().to_string())
+        ),
+        None => text,
+    }
+}
+
+/// Reads and lints a manifest. `Err` carries the refusal and whether it
+/// came before validation (extension and I/O errors print differently).
+enum Loaded {
+    Graph(Graph),
+    Refused {
+        refusal: Refusal,
+        early: Option<String>,
+    },
+}
+
+fn load(path: &Path, verb: &str) -> Loaded {
+    let Some(format) = Format::from_path(path) else {
+        let ext = path
+            .extension()
+            .map(|e| format!(".{}", e.to_string_lossy()))
+            .unwrap_or_default();
+        let message = format!(
+            "graph {verb}: unsupported extension {}; expected .yaml or .json",
+            bl_graph::doc::py_repr(&ext)
+        );
+        return Loaded::Refused {
+            refusal: Refusal {
+                code: "unsupported_extension",
+                message: message.clone(),
+                pointer: "/".into(),
+                pos: None,
+            },
+            early: Some(message),
+        };
+    };
+    let text = match std::fs::read(path).map(String::from_utf8) {
+        Ok(Ok(text)) => text,
+        Ok(Err(e)) => {
+            let message = format!("{}: not UTF-8 text ({e})", path.display());
+            return Loaded::Refused {
+                refusal: Refusal {
+                    code: "io_error",
+                    message: message.clone(),
+                    pointer: "/".into(),
+                    pos: None,
+                },
+                early: Some(format!(
+                    "graph {verb}: cannot read {} — {message}",
+                    bl_graph::doc::py_repr(&path.display().to_string())
+                )),
+            };
+        }
+        Err(e) => {
+            let message = errno_message(&e, path);
+            return Loaded::Refused {
+                refusal: Refusal {
+                    code: "io_error",
+                    message: message.clone(),
+                    pointer: "/".into(),
+                    pos: None,
+                },
+                early: Some(format!(
+                    "graph {verb}: cannot read {} — {message}",
+                    bl_graph::doc::py_repr(&path.display().to_string())
+                )),
+            };
+        }
+    };
+    match bl_graph::lint(&text, format) {
+        Ok(graph) => Loaded::Graph(graph),
+        Err(refusal) => Loaded::Refused {
+            refusal,
+            early: None,
+        },
+    }
+}
+
+fn print_location(path: &Path, refusal: &Refusal) {
+    if let Some(pos) = refusal.pos.filter(|p| p.line > 0) {
+        eprintln!("  at {}:{}:{}", path.display(), pos.line, pos.col);
+    }
+}
+
+fn lint(path: &Path, as_json: bool) -> u8 {
+    match load(path, "lint") {
+        Loaded::Graph(graph) => {
+            let digest = bl_graph::graph_digest(&graph);
+            let node_ids: Vec<&str> = graph.nodes.iter().map(|n| n.id.as_str()).collect();
+            let slot_ids: Vec<&str> = graph.slots.iter().map(|s| s.id.as_str()).collect();
+            if as_json {
+                println!(
+                    "{}",
+                    python_json(&json!({
+                        "digest": digest, "edge_count": graph.edges.len(), "node_ids": node_ids,
+                        "schema_version": 1, "slot_ids": slot_ids, "valid": true,
+                    }))
+                );
+            } else {
+                println!("digest  : {digest}");
+                println!("nodes   : {} ({})", node_ids.len(), node_ids.join(", "));
+                println!("edges   : {}", graph.edges.len());
+                println!("slots   : {} ({})", slot_ids.len(), slot_ids.join(", "));
+                println!("OK");
+            }
+            0
+        }
+        Loaded::Refused { refusal, early } => {
+            if as_json {
+                println!(
+                    "{}",
+                    python_json(
+                        &json!({"code": refusal.code, "message": refusal.message, "pointer": refusal.pointer, "valid": false})
+                    )
+                );
+            }
+            match early {
+                Some(line) => eprintln!("error: {line}"),
+                None => {
+                    eprintln!(
+                        "error: graph lint: [{}] {} — {}",
+                        refusal.code, refusal.pointer, refusal.message
+                    );
+                    print_location(path, &refusal);
+                }
+            }
+            2
+        }
+    }
+}
+
+fn python_type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+/// Every package in the roots: a root that holds loop.yaml, and each
+/// immediate subdirectory that does.
+fn available_packages(roots: &[PathBuf]) -> Result<BTreeSet<String>, String> {
+    let mut out = BTreeSet::new();
+    for root in roots {
+        let mut dirs = vec![root.clone()];
+        if let Ok(entries) = std::fs::read_dir(root) {
+            let mut subdirs: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_dir())
+                .collect();
+            subdirs.sort();
+            dirs.extend(subdirs);
+        }
+        for dir in dirs.into_iter().filter(|d| d.join("loop.yaml").is_file()) {
+            out.insert(
+                crate::loop_package::digest(&dir).map_err(|e| format!("{}: {e}", dir.display()))?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn plan(
+    path: &Path,
+    connections: Option<&Path>,
+    loop_roots: &[PathBuf],
+    out: Option<&Path>,
+    as_json: bool,
+) -> u8 {
+    let graph = match load(path, "plan") {
+        Loaded::Graph(graph) => graph,
+        Loaded::Refused { refusal, early } => {
+            match early {
+                Some(line) => eprintln!("error: {line}"),
+                None => {
+                    eprintln!(
+                        "error: graph plan: validation failed [{}] {} — {}",
+                        refusal.code, refusal.pointer, refusal.message
+                    );
+                    print_location(path, &refusal);
+                }
+            }
+            return 2;
+        }
+    };
+    let connections = match connections {
+        None => None,
+        Some(file) => {
+            let text = match std::fs::read_to_string(file) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!(
+                        "error: graph plan: cannot read connections {} — {}",
+                        file.display(),
+                        errno_message(&e, file)
+                    );
+                    return 2;
+                }
+            };
+            let value: Value = match serde_json::from_str(&text) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!(
+                        "error: graph plan: {}: connections are not valid JSON: {e}",
+                        file.display()
+                    );
+                    return 2;
+                }
+            };
+            match bl_graph::parse_connections(&value) {
+                Ok(c) => Some(c),
+                Err(None) => {
+                    eprintln!(
+                        "error: graph plan: connections must be a JSON array of connection objects, got {}",
+                        python_type_name(&value)
+                    );
+                    return 2;
+                }
+                Err(Some(e)) => {
+                    eprintln!(
+                        "error: graph plan: compile failed [{}] {} — {}",
+                        e.code, e.pointer, e.message
+                    );
+                    return 2;
+                }
+            }
+        }
+    };
+    let needs_connections =
+        !graph.slots.is_empty() || graph.nodes.iter().any(|n| n.connection_slot.is_some());
+    if needs_connections && connections.is_none() {
+        eprintln!("error: graph plan: compile requires --connections for connection-bound nodes");
+        return 2;
+    }
+    let packages = match available_packages(loop_roots) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: graph plan: {e}");
+            return 2;
+        }
+    };
+    let input = CompileInput {
+        connections: connections.as_deref(),
+        available_packages: Some(&packages),
+        policy_digest: DEFAULT_POLICY_DIGEST,
+    };
+    let plan = match bl_graph::compile(&graph, &input) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!(
+                "error: graph plan: compile failed [{}] {} — {}",
+                e.code, e.pointer, e.message
+            );
+            return 2;
+        }
+    };
+    if let Some(out) = out
+        && let Err(e) = std::fs::write(out, &plan.bytes)
+    {
+        eprintln!("error: graph plan: cannot write {} — {e}", out.display());
+        return 2;
+    }
+    let roots: Vec<String> = loop_roots.iter().map(|r| r.display().to_string()).collect();
+    let ExecutionBound {
+        attempts_per_round,
+        repair_rounds,
+    } = plan.bound;
+    if as_json {
+        let mut bindings: Vec<Value> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for c in plan.node_bindings.values() {
+            if seen.insert(c.binding_id.clone()) {
+                bindings.push(json!({"binding_id": c.binding_id, "provider_id": c.provider_id, "transport": c.transport}));
+            }
+        }
+        bindings.sort_by(|a, b| a["binding_id"].as_str().cmp(&b["binding_id"].as_str()));
+        let nodes: Vec<Value> = graph
+            .nodes
+            .iter()
+            .map(|n| {
+                json!({
+                    "binding_id": plan.node_bindings.get(&n.id).map(|c| c.binding_id.clone()),
+                    "effects": n.effects, "isolation": n.isolation, "kind": n.kind, "node_id": n.id,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            python_json(&json!({
+                "admission": {"loop_package_roots": roots, "loop_packages_admitted": packages.len()},
+                "bindings": bindings,
+                "execution_bound": {
+                    "attempts_per_round": attempts_per_round, "repair_rounds": repair_rounds,
+                    "total_attempt_slots": plan.bound.total(),
+                },
+                "levels": plan.levels, "nodes": nodes, "plan_id": plan.plan_id,
+                "policy_digest": plan.policy_digest, "schema_version": 1,
+                "source_graph_digest": plan.graph_digest,
+            }))
+        );
+    } else {
+        println!("plan_id : {}", plan.plan_id);
+        println!("graph   : {}", plan.graph_digest);
+        println!("policy  : {}", plan.policy_digest);
+        println!(
+            "bound   : {} attempt slots max = (1 + {repair_rounds} repair rounds) x {attempts_per_round} attempts/round",
+            plan.bound.total()
+        );
+        println!(
+            "pkgroots: {} ({} loop packages admitted)",
+            roots.join(", "),
+            packages.len()
+        );
+        for (i, wave) in plan.levels.iter().enumerate() {
+            println!("wave {i:<3}: [{}]", wave.join(", "));
+        }
+        for n in &graph.nodes {
+            println!(
+                "  node '{}': kind={}  effects=[{}]  isolation={}",
+                n.id,
+                n.kind,
+                n.effects.join(", "),
+                n.isolation
+            );
+        }
+    }
+    0
+}
+
+fn digest(dir: &Path, as_json: bool) -> u8 {
+    if !dir.join("loop.yaml").is_file() {
+        eprintln!(
+            "error: graph digest: {} has no loop.yaml; point at a loop package directory",
+            dir.display()
+        );
+        return 2;
+    }
+    match crate::loop_package::digest(dir) {
+        Ok(d) => {
+            if as_json {
+                let name = dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                println!(
+                    "{}",
+                    python_json(&json!({"loop_package": d, "package": name}))
+                );
+            } else {
+                println!("{d}");
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("error: graph digest: {}: {e}", dir.display());
+            2
+        }
+    }
+}
