@@ -353,14 +353,11 @@ fn plan(
         repair_rounds,
     } = plan.bound;
     if as_json {
-        let mut bindings: Vec<Value> = Vec::new();
-        let mut seen = BTreeSet::new();
-        for c in plan.node_bindings.values() {
-            if seen.insert(c.binding_id.clone()) {
-                bindings.push(json!({"binding_id": c.binding_id, "provider_id": c.provider_id, "transport": c.transport}));
-            }
-        }
-        bindings.sort_by(|a, b| a["binding_id"].as_str().cmp(&b["binding_id"].as_str()));
+        let bindings: Vec<Value> = plan
+            .bindings
+            .iter()
+            .map(|c| json!({"binding_id": c.binding_id, "provider_id": c.provider_id, "transport": c.transport}))
+            .collect();
         let nodes: Vec<Value> = graph
             .nodes
             .iter()

@@ -206,7 +206,7 @@ pub struct Connection {
     pub provider_id: String,
     pub model_target: String,
     pub region: String,
-    pub fallback: Value,
+    pub fallback: bool,
     pub capabilities: Vec<String>,
     pub data_class_max: String,
     pub allowed_effects: Vec<String>,
@@ -277,13 +277,16 @@ pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, Option<Compil
         if keys != CONNECTION_KEYS.iter().copied().collect() {
             return Err(shape());
         }
-        let Some(admitted) = map["admitted"].as_bool() else {
-            return Err(Some(CompileError {
-                code: "connection_snapshot",
-                message: "must be boolean".into(),
-                pointer: "/connections/admitted".into(),
-            }));
-        };
+        for key in ["admitted", "fallback"] {
+            if !map[key].is_boolean() {
+                return Err(Some(CompileError {
+                    code: "connection_snapshot",
+                    message: "must be boolean".into(),
+                    pointer: format!("/connections/{key}"),
+                }));
+            }
+        }
+        let admitted = map["admitted"].as_bool().unwrap_or(false);
         let text = |key: &str| map[key].as_str().map(str::to_string).ok_or_else(shape);
         let list = |key: &str| -> Result<Vec<String>, Option<CompileError>> {
             map[key]
@@ -304,7 +307,7 @@ pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, Option<Compil
             provider_id: text("provider_id")?,
             model_target: text("model_target")?,
             region: text("region")?,
-            fallback: map["fallback"].clone(),
+            fallback: map["fallback"].as_bool().unwrap_or(false),
             capabilities: list("capabilities")?,
             data_class_max: text("data_class_max")?,
             allowed_effects: list("allowed_effects")?,
@@ -408,7 +411,7 @@ fn admit<'c>(
             Box::new(|c| rank(ISOLATIONS, &c.isolation).is_some_and(|r| r >= node_isolation)),
             Box::new(|c| {
                 format!(
-                    "node {} requires isolation {} but the admitted connection for slot {} provides {}",
+                    "node {} requires isolation {} but the admitted connection for slot {} only provides {}",
                     py_repr(&node.id),
                     py_repr(&node.isolation),
                     py_repr(&slot.id),
@@ -447,6 +450,9 @@ pub struct Plan {
     pub levels: Vec<Vec<String>>,
     /// node id → the binding chosen for it.
     pub node_bindings: BTreeMap<String, Connection>,
+    /// One entry per bound node, sorted by binding_id (the plan's
+    /// connection_bindings).
+    pub bindings: Vec<Connection>,
     pub bound: ExecutionBound,
     pub package_digests: BTreeSet<String>,
 }
@@ -491,12 +497,7 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
         })
         .collect();
     if let Some(available) = input.available_packages {
-        for (i, node) in graph
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.kind == "loop")
-        {
+        for node in graph.nodes.iter().filter(|n| n.kind == "loop") {
             let digest = node
                 .detail("loop_package")
                 .and_then(Value::as_str)
@@ -504,22 +505,23 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
             if !available.contains(digest) {
                 return compile_err(
                     "package_unavailable",
-                    format!("/nodes/{i}/loop_package"),
-                    format!(
-                        "loop package {digest} for node {} is not in any loop root",
-                        py_repr(&node.id)
-                    ),
+                    format!("/nodes/{}/loop_package", node.id),
+                    "package digest is not admitted",
                 );
             }
         }
     }
 
-    let mut bindings: BTreeMap<&str, &Connection> = BTreeMap::new();
-    for c in node_bindings.values() {
-        bindings.insert(c.binding_id.as_str(), c);
-    }
+    // One binding per bound node, in node order, then stably sorted by
+    // binding_id: two nodes on one slot list the binding twice, as upstream does.
+    let mut bindings: Vec<Connection> = graph
+        .nodes
+        .iter()
+        .filter_map(|n| node_bindings.get(&n.id).cloned())
+        .collect();
+    bindings.sort_by(|a, b| a.binding_id.cmp(&b.binding_id));
     let connection_bindings: Vec<Value> = bindings
-        .values()
+        .iter()
         .map(|c| {
             json!({
                 "admission_digest": c.admission_digest, "binding_id": c.binding_id,
@@ -587,6 +589,7 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
         policy_digest: input.policy_digest.to_string(),
         levels,
         node_bindings,
+        bindings,
         bound: ExecutionBound::of(graph),
         package_digests,
     })

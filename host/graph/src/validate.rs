@@ -174,22 +174,20 @@ fn scan_document(node: &Node, pointer: &str) -> Result<()> {
                 scan_document(item, &format!("{pointer}/{i}"))?;
             }
         }
-        Kind::Str(s) => {
-            if s.starts_with('/')
-                || s.starts_with('\\')
-                || s.starts_with("~/")
-                || WINDOWS_ABSOLUTE.is_match(s)
-            {
-                return err(
-                    "absolute_path",
-                    format!("/{pointer}"),
-                    "authoring graphs cannot contain absolute local paths",
-                );
-            }
+        Kind::Str(s) if is_absolute_path(s) => {
+            return err(
+                "absolute_path",
+                format!("/{pointer}"),
+                "authoring graphs cannot contain absolute local paths",
+            );
         }
         _ => {}
     }
     Ok(())
+}
+
+fn is_absolute_path(s: &str) -> bool {
+    s.starts_with('/') || s.starts_with('\\') || s.starts_with("~/") || WINDOWS_ABSOLUTE.is_match(s)
 }
 
 // ------------------------------------------------------------ shape helpers

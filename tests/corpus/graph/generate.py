@@ -238,6 +238,49 @@ def yaml_text(doc):
     import yaml  # PyYAML, which the reference venv has
     return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
 
+CANDIDATE = {"binding_id": "b1", "slot_id": "s", "connector_id": "local_cli", "connector_version": "1",
+             "connection_id": "c1", "admission_digest": "sha256:" + "1" * 64,
+             "route_policy_digest": "sha256:" + "2" * 64, "provider_id": "claude", "model_target": "m",
+             "region": "local", "fallback": False, "capabilities": ["chat", "tools"],
+             "data_class_max": "confidential", "allowed_effects": ["read_only", "workspace_write"],
+             "isolation": "container_restricted", "transport": "local_cli", "admitted": True}
+
+def cand(**kw):
+    return dict(CANDIDATE, **kw)
+
+def plan_cases():
+    """(manifest case, connections or None) pairs for `bl graph plan`."""
+    SLOTTED = graph([node("a", connection_slot="s", outputs={"x": "t"}),
+                     node("b", "approval", required_role="ed", inputs={"x": "t"}, outputs={"x": "t"}),
+                     node("c", inputs={"x": "t"}, on_failure={"mode": "repair", "target": "a"}, connection_slot="s")],
+                    [edge("a", "x", "b", "x"), edge("b", "x", "c", "x")], slots=[SLOT], policies=REPAIR)
+    WIDE = graph([node(f"n{i}", outputs={"x": "t"}) for i in range(12)] + [node("j", "join", mode="all_successful", inputs={"x": "t"})],
+                 [edge(f"n{i}", "x", "j", "x") for i in range(12)])
+    return {
+        "plan_chain": ("valid_chain", None),
+        "plan_all_kinds": ("valid_all_kinds", None),
+        "plan_repair": ("valid_repair", None),
+        "plan_join": ("valid_join", None),
+        "plan_guards": ("valid_when_guards", None),
+        "plan_wide": (WIDE, None),
+        "plan_slot_no_connections": ("valid_slot", None),
+        "plan_slotted": (SLOTTED, [cand(), cand(binding_id="a0", admitted=False)]),
+        "plan_two_admitted": (SLOTTED, [cand(binding_id="z9"), cand(binding_id="a1", provider_id="codex")]),
+        "plan_not_admitted": (SLOTTED, [cand(admitted=False)]),
+        "plan_capability": (SLOTTED, [cand(capabilities=["tools"])]),
+        "plan_data_class": (SLOTTED, [cand(data_class_max="public")]),
+        "plan_effects": (SLOTTED, [cand(allowed_effects=["workspace_write"])]),
+        "plan_isolation": (graph([node("a", connection_slot="s", isolation="container_restricted")], slots=[SLOT]), [cand(isolation="process_restricted")]),
+        "plan_no_slot_match": (SLOTTED, [cand(slot_id="other"), cand(slot_id="another")]),
+        "plan_empty_connections": (SLOTTED, []),
+        "plan_bad_shape": (SLOTTED, [dict(CANDIDATE, extra=1)]),
+        "plan_admitted_not_bool": (SLOTTED, [cand(admitted="yes")]),
+        "plan_connections_object": (SLOTTED, {"b1": CANDIDATE}),
+        "plan_unused_slot": (graph([node("a")], slots=[SLOT]), [cand()]),
+        "plan_invalid_manifest": ("cycle", None),
+        "plan_fallback_values": (graph([node("a", connection_slot="s")], slots=[SLOT]), [cand(fallback=None, transport="https")]),
+    }
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reference", required=True, help="the reference bl executable")
@@ -269,6 +312,28 @@ def main():
         with open(path + ".expected", "w", encoding="utf-8") as f:
             f.write(json.dumps(expected, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     print(f"{len(files)} cases written to {CASES}")
+    plans = os.path.join(HERE, "plans")
+    os.makedirs(plans, exist_ok=True)
+    all_cases = cases()
+    for name, (manifest, connections) in sorted(plan_cases().items()):
+        doc = all_cases[manifest] if isinstance(manifest, str) else manifest
+        mpath = os.path.join(plans, name + ".json")
+        with open(mpath, "w", encoding="utf-8") as f:
+            f.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        args_c = []
+        if connections is not None:
+            cpath = os.path.join(plans, name + ".connections.json")
+            with open(cpath, "w", encoding="utf-8") as f:
+                f.write(json.dumps(connections, indent=2) + "\n")
+            args_c = ["--connections", cpath]
+        out = {}
+        for mode in ("json", "human"):
+            flag = ["--json"] if mode == "json" else []
+            r = subprocess.run([args.reference, "graph", "plan", mpath] + args_c + flag, capture_output=True, text=True)
+            out[mode] = {"exit": r.returncode, "stdout": r.stdout, "stderr": r.stderr.replace(plans + "/", "")}
+        with open(mpath + ".expected", "w", encoding="utf-8") as f:
+            f.write(json.dumps(out, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    print(f"{len(plan_cases())} plan cases written to {plans}")
 
 if __name__ == "__main__":
     main()

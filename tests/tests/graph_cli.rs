@@ -1,0 +1,192 @@
+//! `bl graph lint` and `bl graph plan` against the outputs bounded-loops
+//! 0.7.6 printed for the same files (tests/corpus/graph, see generate.py):
+//! stdout byte for byte, the exit code, and the first line of stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bl_e2e::{bl_binary, repo_root};
+use serde_json::Value;
+
+fn corpus(dir: &str) -> PathBuf {
+    repo_root().join("tests/corpus/graph").join(dir)
+}
+
+fn run(args: &[&str], cwd: &Path) -> (i32, String, String) {
+    let out = Command::new(bl_binary())
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("bl runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+/// PyYAML's own parser prose is not reproduced word for word.
+fn is_parser_prose(expected_stdout_or_stderr: &str) -> bool {
+    expected_stdout_or_stderr.contains("[invalid_yaml]")
+        && expected_stdout_or_stderr.contains("\\n")
+        || expected_stdout_or_stderr.contains("while parsing")
+        || expected_stdout_or_stderr.contains("while scanning")
+}
+
+#[test]
+fn lint_output_matches_the_reference() {
+    let dir = corpus("cases");
+    let mut failures = Vec::new();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".expected"))
+        .collect();
+    names.sort();
+    for name in &names {
+        let expected: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{name}.expected"))).unwrap(),
+        )
+        .unwrap();
+        let (code, stdout, stderr) = run(&["graph", "lint", name, "--json"], &dir);
+        let want_stdout = format!("{}\n", bl_core_python_json(&expected["json"]));
+        let want_stderr = expected["stderr"]
+            .as_str()
+            .unwrap()
+            .replace("<MANIFEST>", name);
+        if is_parser_prose(&want_stderr) {
+            if code != 2 || !stdout.contains("\"code\": \"invalid_yaml\"") {
+                failures.push(format!(
+                    "{name}: expected an invalid_yaml refusal, got {stdout}"
+                ));
+            }
+            continue;
+        }
+        if code as i64 != expected["exit"].as_i64().unwrap() || stdout != want_stdout {
+            failures.push(format!(
+                "{name}: exit {code}, stdout {stdout:?}\n   want exit {}, stdout {want_stdout:?}",
+                expected["exit"]
+            ));
+        }
+        if first_line(&stderr) != first_line(&want_stderr) {
+            failures.push(format!(
+                "{name}: stderr {:?}\n   want {:?}",
+                first_line(&stderr),
+                first_line(&want_stderr)
+            ));
+        }
+    }
+    assert!(names.len() > 100);
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The JSON the reference printed, re-rendered the way it prints JSON.
+fn bl_core_python_json(v: &Value) -> String {
+    // The expected files store the parsed JSON; Python's json.dumps(sort_keys=True)
+    // is what produced the original line.
+    fn write(v: &Value, out: &mut String) {
+        match v {
+            Value::Object(m) => {
+                out.push('{');
+                for (i, (k, x)) in m.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write(&Value::String(k.clone()), out);
+                    out.push_str(": ");
+                    write(x, out);
+                }
+                out.push('}');
+            }
+            Value::Array(a) => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write(x, out);
+                }
+                out.push(']');
+            }
+            Value::String(s) => {
+                out.push('"');
+                for c in s.chars() {
+                    match c {
+                        '"' => out.push_str("\\\""),
+                        '\\' => out.push_str("\\\\"),
+                        '\n' => out.push_str("\\n"),
+                        c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+                            let mut units = [0u16; 2];
+                            for u in c.encode_utf16(&mut units) {
+                                out.push_str(&format!("\\u{u:04x}"));
+                            }
+                        }
+                        c => out.push(c),
+                    }
+                }
+                out.push('"');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(v, &mut out);
+    out
+}
+
+#[test]
+fn plan_output_matches_the_reference() {
+    let dir = corpus("plans");
+    let mut failures = Vec::new();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json") && !n.ends_with(".connections.json"))
+        .collect();
+    names.sort();
+    for name in &names {
+        let expected: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{name}.expected"))).unwrap(),
+        )
+        .unwrap();
+        let connections = name.replace(".json", ".connections.json");
+        for (mode, flag) in [("json", Some("--json")), ("human", None)] {
+            let mut args = vec!["graph", "plan", name.as_str()];
+            if dir.join(&connections).is_file() {
+                args.extend(["--connections", connections.as_str()]);
+            }
+            args.extend(flag);
+            let (code, stdout, stderr) = run(&args, &dir);
+            let want = &expected[mode];
+            let want_stderr = want["stderr"].as_str().unwrap();
+            if code as i64 != want["exit"].as_i64().unwrap()
+                || stdout != want["stdout"].as_str().unwrap()
+                || first_line(&stderr) != first_line(want_stderr)
+            {
+                failures.push(format!(
+                    "{name} ({mode}): exit {code}\n  stdout {stdout:?}\n  stderr {:?}\n want exit {}\n  stdout {:?}\n  stderr {:?}",
+                    first_line(&stderr),
+                    want["exit"],
+                    want["stdout"],
+                    first_line(want_stderr)
+                ));
+            }
+        }
+    }
+    assert!(names.len() >= 20);
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
