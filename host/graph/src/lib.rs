@@ -9,6 +9,7 @@
 //! never reads files, runs anything or looks at the clock; the CLI does the
 //! reading and the graph executor (later) does the running.
 
+pub mod artifacts;
 pub mod doc;
 pub mod model;
 pub mod parse;

@@ -103,6 +103,61 @@ pub struct GraphNode {
     pub on_failure: OnFailure,
     /// The kind's own fields, as written.
     pub details: Vec<(String, Value)>,
+    /// bl extension `artifact-ports`: the long-form ports of this node.
+    pub artifact_ports: Vec<ArtifactPort>,
+    /// bl extension `artifact-ports`: the gate plugin that decides this node.
+    pub gate: Option<Value>,
+}
+
+/// The extensions bl adds to graph/v1, named in a manifest's top-level
+/// `extensions` list. A manifest without that key is plain graph/v1.
+pub const EXTENSIONS: &[&str] = &["artifact-ports"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Input,
+    Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visibility {
+    /// Any declared consumer may read it (the default).
+    Consumer,
+    /// Only a deterministic transform node may read it; operators may inspect it.
+    SystemOnly,
+}
+
+/// A port declared in long form: a named file handed off between nodes and
+/// verified by hash (seed 002's artifact graph).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactPort {
+    pub name: String,
+    pub direction: Direction,
+    /// For outputs: the file the node must publish, relative to the run workspace.
+    pub path: Option<String>,
+    pub visibility: Visibility,
+    /// A completion contract the published file must also pass.
+    pub contract: Option<String>,
+    /// For inputs: whether some producer must be bound to it (default true).
+    pub required: bool,
+}
+
+impl GraphNode {
+    /// Whether this node is a deterministic transform: a tool node whose
+    /// tool_ref names a transform plugin (`transform:<name>@<version>`).
+    pub fn is_transform(&self) -> bool {
+        self.kind == "tool"
+            && self
+                .detail("tool_ref")
+                .and_then(Value::as_str)
+                .is_some_and(|r| r.starts_with("transform:"))
+    }
+
+    pub fn artifact(&self, direction: Direction, name: &str) -> Option<&ArtifactPort> {
+        self.artifact_ports
+            .iter()
+            .find(|p| p.direction == direction && p.name == name)
+    }
 }
 
 impl GraphNode {
@@ -161,6 +216,8 @@ pub struct Graph {
     pub policies: Policies,
     /// A free object; `{}` when absent.
     pub presentation: Value,
+    /// bl extensions the manifest opts into (empty for plain graph/v1).
+    pub extensions: Vec<String>,
 }
 
 impl Graph {

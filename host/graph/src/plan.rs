@@ -18,8 +18,11 @@ pub const DEFAULT_POLICY_DIGEST: &str =
 
 /// Kahn's waves, each sorted; `None` when the edges hold a cycle.
 ///
-/// In-degrees count every edge while successors are a set, as upstream
-/// counts them: a repeated edge therefore never drains and reads as a cycle.
+/// For plain graph/v1, in-degrees count every edge while successors are a
+/// set, as upstream counts them: two edges between the same pair of nodes
+/// never drain and read as a cycle. Manifests that opt into bl's extensions
+/// (where several ports between two nodes are normal) count each edge once
+/// on both sides.
 pub fn kahn_levels(graph: &Graph) -> Option<Vec<Vec<String>>> {
     let index: HashMap<&str, usize> = graph
         .nodes
@@ -31,8 +34,10 @@ pub fn kahn_levels(graph: &Graph) -> Option<Vec<Vec<String>>> {
     let mut successors: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); graph.nodes.len()];
     for edge in &graph.edges {
         let (from, to) = (index[edge.from_node.as_str()], index[edge.to_node.as_str()]);
-        indegree[to] += 1;
-        successors[from].insert(to);
+        let first_edge_of_pair = successors[from].insert(to);
+        if first_edge_of_pair || graph.extensions.is_empty() {
+            indegree[to] += 1;
+        }
     }
     let mut wave: Vec<usize> = (0..graph.nodes.len())
         .filter(|&i| indegree[i] == 0)
@@ -154,7 +159,7 @@ pub fn normalized(graph: &Graph) -> Value {
     if graph.policies.repair_budget > 0 {
         policies.insert("repair_budget".into(), json!(graph.policies.repair_budget));
     }
-    json!({
+    let mut root = json!({
         "api_version": API_VERSION,
         "connection_slots": slots,
         "edges": graph.edges.iter().map(edge_json).collect::<Vec<_>>(),
@@ -163,7 +168,36 @@ pub fn normalized(graph: &Graph) -> Value {
         "policies": Value::Object(policies),
         "presentation": graph.presentation,
         "version": graph.version,
-    })
+    });
+    // bl's extensions enter the digest only when a manifest uses them, so a
+    // plain graph/v1 manifest digests exactly as upstream computes it.
+    if !graph.extensions.is_empty() {
+        root["extensions"] = json!(graph.extensions);
+        for (value, node) in root["nodes"]
+            .as_array_mut()
+            .expect("nodes array")
+            .iter_mut()
+            .zip(&graph.nodes)
+        {
+            let ports: Vec<Value> = node
+                .artifact_ports
+                .iter()
+                .map(|p| {
+                    json!({
+                        "contract": p.contract,
+                        "direction": if p.direction == Direction::Input { "input" } else { "output" },
+                        "name": p.name,
+                        "path": p.path,
+                        "required": p.required,
+                        "visibility": if p.visibility == Visibility::SystemOnly { "system_only" } else { "consumer" },
+                    })
+                })
+                .collect();
+            value["artifact_ports"] = json!(ports);
+            value["gate"] = node.gate.clone().unwrap_or(Value::Null);
+        }
+    }
+    root
 }
 
 /// `sha256:` over the canonical normalised graph.

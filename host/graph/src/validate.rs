@@ -73,7 +73,9 @@ const SECRET_WORDS: &[&str] = &["api_key", "credential", "password", "secret", "
 pub fn validate(doc: &Node) -> Result<Graph> {
     scan_document(doc, "")?;
     let top = object(doc, "")?;
-    closed_keys(top, "", TOP_KEYS, &["presentation"])?;
+    closed_keys(top, "", TOP_KEYS, &["presentation", "extensions"])?;
+    let extensions = extensions(doc.get("extensions"))?;
+    let ports_ext = extensions.iter().any(|e| e == "artifact-ports");
 
     if doc.get("api_version").and_then(Node::as_str) != Some(API_VERSION) {
         return err(
@@ -98,7 +100,7 @@ pub fn validate(doc: &Node) -> Result<Graph> {
     let node_docs = array(field(doc, "nodes"), "/nodes", 1)?;
     let mut nodes = Vec::with_capacity(node_docs.len());
     for (i, n) in node_docs.iter().enumerate() {
-        nodes.push(node(n, &format!("/nodes/{i}"))?);
+        nodes.push(node(n, &format!("/nodes/{i}"), ports_ext)?);
     }
     let mut seen = HashSet::with_capacity(nodes.len());
     if !nodes.iter().all(|n| seen.insert(n.id.as_str())) {
@@ -143,10 +145,12 @@ pub fn validate(doc: &Node) -> Result<Graph> {
         slots,
         policies,
         presentation,
+        extensions,
     };
     check_references(&graph, &slot_ids)?;
     check_guards(&graph)?;
     check_repairs(&graph)?;
+    crate::artifacts::check(&graph)?;
     Ok(graph)
 }
 
@@ -281,7 +285,28 @@ fn one_of(node: &Node, table: &[&str]) -> Option<String> {
 
 // ------------------------------------------------------------ nodes
 
-fn node(doc: &Node, p: &str) -> Result<GraphNode> {
+fn extensions(doc: Option<&Node>) -> Result<Vec<String>> {
+    let Some(doc) = doc else {
+        return Ok(Vec::new());
+    };
+    let names = string_list(doc, "/extensions")?;
+    for (i, name) in names.iter().enumerate() {
+        if !EXTENSIONS.contains(&name.as_str()) {
+            return err(
+                "extension",
+                format!("/extensions/{i}"),
+                format!(
+                    "unknown bl extension {}; known: {}",
+                    py_repr(name),
+                    EXTENSIONS.join(", ")
+                ),
+            );
+        }
+    }
+    Ok(names)
+}
+
+fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
     let entries = object(doc, p)?;
     let kind = string(field(doc, "kind"), &format!("{p}/kind"))?;
     if !NODE_KINDS.contains(&kind.as_str()) {
@@ -293,10 +318,24 @@ fn node(doc: &Node, p: &str) -> Result<GraphNode> {
     }
     let kind_fields = kind_fields(&kind);
     let required: Vec<&str> = NODE_KEYS.iter().chain(kind_fields).copied().collect();
-    closed_keys(entries, p, &required, NODE_OPTIONAL)?;
+    let optional: &[&str] = if ports_ext {
+        &["connection_slot", "on_failure", "gate"]
+    } else {
+        NODE_OPTIONAL
+    };
+    closed_keys(entries, p, &required, optional)?;
 
-    let inputs = ports(field(doc, "inputs"), &format!("{p}/inputs"))?;
-    let outputs = ports(field(doc, "outputs"), &format!("{p}/outputs"))?;
+    let mut artifact_ports = Vec::new();
+    let inputs = ports(
+        field(doc, "inputs"),
+        &format!("{p}/inputs"),
+        ports_ext.then_some((Direction::Input, &mut artifact_ports)),
+    )?;
+    let outputs = ports(
+        field(doc, "outputs"),
+        &format!("{p}/outputs"),
+        ports_ext.then_some((Direction::Output, &mut artifact_ports)),
+    )?;
     let budget = budget(field(doc, "budget"), &format!("{p}/budget"))?;
     let effects = effects(field(doc, "effects"), &format!("{p}/effects"))?;
     if budget.max_attempts > 1
@@ -335,6 +374,10 @@ fn node(doc: &Node, p: &str) -> Result<GraphNode> {
             "is not a stable portable identifier",
         );
     }
+    let gate = match doc.get("gate") {
+        None => None,
+        Some(g) => Some(gate(g, &format!("{p}/gate"))?),
+    };
     Ok(GraphNode {
         id,
         kind,
@@ -346,18 +389,83 @@ fn node(doc: &Node, p: &str) -> Result<GraphNode> {
         connection_slot,
         on_failure,
         details,
+        artifact_ports,
+        gate,
     })
 }
 
-fn ports(doc: &Node, p: &str) -> Result<Vec<(String, String)>> {
+/// `gate: {plugin: NAME, config: {...}}` (extension artifact-ports).
+fn gate(doc: &Node, p: &str) -> Result<Value> {
+    let entries = object(doc, p)?;
+    closed_keys(entries, p, &["plugin"], &["config"])?;
+    string(field(doc, "plugin"), &format!("{p}/plugin"))?;
+    if let Some(config) = doc.get("config") {
+        object(config, &format!("{p}/config"))?;
+    }
+    Ok(doc.to_json())
+}
+
+/// A node's ports. With the artifact-ports extension (`long_form` is then
+/// where long-form declarations go), a port may be an object
+/// `{type, path, visibility, contract, required}` instead of a type string.
+fn ports(
+    doc: &Node,
+    p: &str,
+    mut long_form: Option<(Direction, &mut Vec<ArtifactPort>)>,
+) -> Result<Vec<(String, String)>> {
     let entries = object(doc, p)?;
     let mut out = Vec::with_capacity(entries.len());
-    for (name, ty) in entries {
+    for (name, value) in entries {
         let at = format!("{p}/{name}");
         if !IDENTIFIER.is_match(name) {
             return err("identifier", at, "is not a stable portable identifier");
         }
-        out.push((name.clone(), string(ty, &at)?));
+        let ty = match (&value.kind, long_form.as_mut()) {
+            (Kind::Map(fields), Some((direction, artifacts))) => {
+                closed_keys(
+                    fields,
+                    &at,
+                    &["type"],
+                    &["path", "visibility", "contract", "required"],
+                )?;
+                let ty = string(field(value, "type"), &format!("{at}/type"))?;
+                let path = match value.get("path") {
+                    None => None,
+                    Some(path) => Some(string(path, &format!("{at}/path"))?),
+                };
+                let visibility = match value.get("visibility").map(|v| v.as_str()) {
+                    None | Some(Some("consumer")) => Visibility::Consumer,
+                    Some(Some("system_only")) => Visibility::SystemOnly,
+                    Some(_) => {
+                        return err(
+                            "enum",
+                            format!("{at}/visibility"),
+                            "must be consumer or system_only",
+                        );
+                    }
+                };
+                let contract = match value.get("contract") {
+                    None => None,
+                    Some(c) => Some(string(c, &format!("{at}/contract"))?),
+                };
+                let required = match value.get("required").map(|r| &r.kind) {
+                    None => true,
+                    Some(Kind::Bool(b)) => *b,
+                    Some(_) => return err("type", format!("{at}/required"), "must be a boolean"),
+                };
+                artifacts.push(ArtifactPort {
+                    name: name.clone(),
+                    direction: *direction,
+                    path,
+                    visibility,
+                    contract,
+                    required,
+                });
+                ty
+            }
+            _ => string(value, &at)?,
+        };
+        out.push((name.clone(), ty));
     }
     Ok(out)
 }

@@ -1,0 +1,121 @@
+//! bl's artifact-ports extension: the reference example lints, and each
+//! compile-time rule of seed 002 refuses what it must.
+
+use bl_graph::{Format, graph_digest, lint};
+
+const EXAMPLE: &str = include_str!("../../../examples/graphs/refactor-audit.yaml");
+
+fn refusal(text: &str) -> (&'static str, String) {
+    let r = lint(text, Format::Yaml).expect_err("must be refused");
+    (r.code, r.pointer)
+}
+
+#[test]
+fn the_reference_example_lints_and_digests_its_extension_fields() {
+    let graph = lint(EXAMPLE, Format::Yaml).unwrap();
+    let panel = graph.node("anonymize-panel").unwrap();
+    assert!(panel.is_transform());
+    assert_eq!(panel.artifact_ports.len(), 4);
+    // The extension fields are part of what the digest covers.
+    let moved = EXAMPLE.replace("workspace/panel.md", "workspace/panel2.md");
+    assert_ne!(
+        graph_digest(&graph),
+        graph_digest(&lint(&moved, Format::Yaml).unwrap())
+    );
+}
+
+#[test]
+fn long_form_ports_need_the_extension() {
+    let plain = EXAMPLE.replace("extensions: [artifact-ports]\n", "");
+    assert_eq!(refusal(&plain), ("unknown_field", "/nodes/0".into()));
+    let unknown = EXAMPLE.replace("[artifact-ports]", "[time-travel]");
+    assert_eq!(refusal(&unknown), ("extension", "/extensions/0".into()));
+}
+
+#[test]
+fn system_only_outputs_reach_transforms_only() {
+    let leak = EXAMPLE.replace(
+        "  - {from_node: anonymize-panel, from_port: panel_responses,",
+        "  - {from_node: anonymize-panel, from_port: label_map, to_node: synthesizer, to_port: labels}\n  - {from_node: anonymize-panel, from_port: panel_responses,",
+    )
+    .replace("      panel_reports: {type: markdown}\n", "      panel_reports: {type: markdown}\n      labels: {type: json}\n");
+    assert_eq!(refusal(&leak), ("visibility", "/edges/2".into()));
+}
+
+#[test]
+fn an_output_path_has_one_owner() {
+    let twice = EXAMPLE.replace(
+        "workspace/lens-performance.md",
+        "workspace/lens-security.md",
+    );
+    assert_eq!(
+        refusal(&twice),
+        (
+            "output_path_conflict",
+            "/nodes/1/outputs/report/path".into()
+        )
+    );
+}
+
+#[test]
+fn ledger_paths_are_reserved() {
+    let manifests = EXAMPLE.replace("workspace/panel.md", "workspace/manifests/panel.md");
+    assert_eq!(
+        refusal(&manifests),
+        (
+            "reserved_path",
+            "/nodes/2/outputs/panel_responses/path".into()
+        )
+    );
+    let system = EXAMPLE.replace("workspace/panel.md", "workspace/system/panel.md");
+    assert_eq!(
+        refusal(&system),
+        (
+            "reserved_path",
+            "/nodes/2/outputs/panel_responses/path".into()
+        )
+    );
+    let escape = EXAMPLE.replace("workspace/panel.md", "workspace/../../panel.md");
+    assert_eq!(
+        refusal(&escape),
+        (
+            "reserved_path",
+            "/nodes/2/outputs/panel_responses/path".into()
+        )
+    );
+}
+
+#[test]
+fn required_inputs_need_a_producer() {
+    let unbound = EXAMPLE.replace(
+        "      panel_reports: {type: markdown}\n",
+        "      panel_reports: {type: markdown}\n      notes: {type: markdown}\n",
+    );
+    assert_eq!(
+        refusal(&unbound),
+        ("input_unbound", "/nodes/3/inputs/notes".into())
+    );
+    let optional = unbound.replace(
+        "notes: {type: markdown}",
+        "notes: {type: markdown, required: false}",
+    );
+    assert!(lint(&optional, Format::Yaml).is_ok());
+}
+
+#[test]
+fn an_artifact_input_needs_a_published_file() {
+    let no_path = EXAMPLE.replace(
+        "report: {type: markdown, path: workspace/lens-security.md}",
+        "report: markdown",
+    );
+    assert_eq!(refusal(&no_path), ("artifact_handoff", "/edges/0".into()));
+}
+
+#[test]
+fn a_port_is_an_input_or_an_output_not_both() {
+    let dup = EXAMPLE.replace(
+        "      panel_responses: {type: markdown, path: workspace/panel.md}\n",
+        "      panel_responses: {type: markdown, path: workspace/panel.md}\n      security: {type: markdown, path: workspace/security.md}\n",
+    );
+    assert_eq!(refusal(&dup).0, "port_duplicate");
+}
