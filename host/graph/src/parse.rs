@@ -24,7 +24,7 @@ pub struct ParseError {
     pub pos: Option<Pos>,
 }
 
-/// Maps byte offsets to 1-based line and column (in characters).
+/// Maps byte offsets to 1-based line and (byte) column.
 struct Lines<'a> {
     text: &'a str,
     starts: Vec<usize>,
@@ -37,11 +37,11 @@ impl<'a> Lines<'a> {
         Lines { text, starts }
     }
 
+    /// Columns count bytes: counting characters would cost a pass over the
+    /// line for every value, quadratic on minified one-line JSON.
     fn pos(&self, offset: usize) -> Pos {
         let line = self.starts.partition_point(|&s| s <= offset) - 1;
-        let col = self.text[self.starts[line]..offset.min(self.text.len())]
-            .chars()
-            .count();
+        let col = offset.min(self.text.len()) - self.starts[line];
         Pos {
             line: line as u32 + 1,
             col: col as u32 + 1,
@@ -245,11 +245,16 @@ impl JsonParser<'_> {
                 }
                 0..=0x1f => return Err(self.err("Invalid control character at", self.i)),
                 _ => {
-                    // Copy one whole UTF-8 character.
-                    let rest = std::str::from_utf8(&self.s[self.i..]).unwrap_or_default();
-                    let ch = rest.chars().next().unwrap_or(char::REPLACEMENT_CHARACTER);
-                    out.push(ch);
-                    self.i += ch.len_utf8().max(1);
+                    // Copy the run of plain bytes up to the next quote,
+                    // escape or control byte in one go.
+                    let run_end = self.s[self.i..]
+                        .iter()
+                        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                        .map_or(self.s.len(), |n| self.i + n);
+                    // The input is a &str, and the run ends on an ASCII
+                    // byte, so it is whole UTF-8.
+                    out.push_str(std::str::from_utf8(&self.s[self.i..run_end]).unwrap_or_default());
+                    self.i = run_end;
                 }
             }
         }

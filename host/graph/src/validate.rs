@@ -826,8 +826,9 @@ fn check_references(graph: &Graph, slot_ids: &HashSet<String>) -> Result<()> {
             );
         }
     }
+    let has_incoming: HashSet<&str> = graph.edges.iter().map(|e| e.to_node.as_str()).collect();
     for node in graph.nodes.iter().filter(|n| n.kind == "join") {
-        if !graph.edges.iter().any(|e| e.to_node == node.id) {
+        if !has_incoming.contains(node.id.as_str()) {
             return err(
                 "impossible_join",
                 format!("/nodes/{}", node.id),
