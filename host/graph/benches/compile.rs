@@ -39,13 +39,20 @@ pub fn manifest(nodes: usize) -> String {
 
 fn lint_and_plan(text: &str) -> String {
     let graph = lint(text, Format::Json).expect("valid");
-    let input = CompileInput { connections: None, available_packages: None, policy_digest: DEFAULT_POLICY_DIGEST };
+    let input = CompileInput {
+        connections: None,
+        available_packages: None,
+        policy_digest: DEFAULT_POLICY_DIGEST,
+    };
     compile(&graph, &input).expect("compiles").plan_id
 }
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("lint+plan");
-    group.sample_size(10).measurement_time(Duration::from_secs(8)).warm_up_time(Duration::from_secs(1));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(8))
+        .warm_up_time(Duration::from_secs(1));
     for nodes in [1_000usize, 10_000, 100_000] {
         let text = manifest(nodes);
         group.throughput(Throughput::Elements(nodes as u64));

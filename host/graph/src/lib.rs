@@ -14,6 +14,7 @@ pub mod doc;
 pub mod model;
 pub mod parse;
 pub mod plan;
+pub mod records;
 pub mod schema;
 pub mod validate;
 

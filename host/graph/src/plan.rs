@@ -4,11 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use crate::doc::py_repr;
 use crate::model::*;
-use crate::validate::API_VERSION;
+use crate::records;
 
 pub const PLAN_API_VERSION: &str = "bounded-loops.dev/plan/v1";
 pub const COMPILER_VERSION: &str = "bounded-loops.graph-compiler/v1";
@@ -87,122 +87,17 @@ pub fn is_strict_ancestor(graph: &Graph, ancestor: &str, node: &str) -> bool {
     false
 }
 
-fn ports_json(ports: &[(String, String)]) -> Value {
-    Value::Object(
-        ports
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect(),
-    )
-}
-
 fn sorted(items: &[String]) -> Vec<String> {
     let mut out = items.to_vec();
     out.sort();
     out
 }
 
-fn edge_json(e: &Edge) -> Value {
-    json!({"from_node": e.from_node, "from_port": e.from_port, "to_node": e.to_node, "to_port": e.to_port, "when": e.when})
-}
-
-/// The normalised object the graph digest is computed over: the same graph
-/// written in YAML or JSON, in any key order, digests the same.
-pub fn normalized(graph: &Graph) -> Value {
-    let nodes: Vec<Value> = graph
-        .nodes
-        .iter()
-        .map(|n| {
-            let on_failure = match &n.on_failure {
-                OnFailure::Unset => Value::Null,
-                OnFailure::FailGraph => json!("fail_graph"),
-                OnFailure::Repair { target } => json!({"mode": "repair", "target": target}),
-            };
-            json!({
-                "budget": {
-                    "max_attempts": n.budget.max_attempts,
-                    "max_cost_microunits": n.budget.max_cost_microunits,
-                    "max_tokens": n.budget.max_tokens,
-                    "max_wallclock_s": n.budget.max_wallclock_s,
-                },
-                "connection_slot": n.connection_slot,
-                "details": Value::Object(n.details.iter().cloned().collect()),
-                "effects": sorted(&n.effects),
-                "id": n.id,
-                "inputs": ports_json(&n.inputs),
-                "isolation": n.isolation,
-                "kind": n.kind,
-                "on_failure": on_failure,
-                "outputs": ports_json(&n.outputs),
-            })
-        })
-        .collect();
-    let slots: Vec<Value> = graph
-        .slots
-        .iter()
-        .map(|s| {
-            json!({
-                "data_class_max": s.data_class_max,
-                "id": s.id,
-                "preferred_modalities": s.preferred_modalities.clone().unwrap_or_default(),
-                "requires": sorted(&s.requires),
-            })
-        })
-        .collect();
-    let mut policies = Map::new();
-    policies.insert("data_class".into(), json!(graph.policies.data_class));
-    policies.insert("fail_mode".into(), json!(graph.policies.fail_mode));
-    policies.insert(
-        "required_audit_profile".into(),
-        json!(graph.policies.required_audit_profile),
-    );
-    if graph.policies.repair_budget > 0 {
-        policies.insert("repair_budget".into(), json!(graph.policies.repair_budget));
-    }
-    let mut root = json!({
-        "api_version": API_VERSION,
-        "connection_slots": slots,
-        "edges": graph.edges.iter().map(edge_json).collect::<Vec<_>>(),
-        "graph_id": graph.graph_id,
-        "nodes": nodes,
-        "policies": Value::Object(policies),
-        "presentation": graph.presentation,
-        "version": graph.version,
-    });
-    // bl's extensions enter the digest only when a manifest uses them, so a
-    // plain graph/v1 manifest digests exactly as upstream computes it.
-    if !graph.extensions.is_empty() {
-        root["extensions"] = json!(graph.extensions);
-        for (value, node) in root["nodes"]
-            .as_array_mut()
-            .expect("nodes array")
-            .iter_mut()
-            .zip(&graph.nodes)
-        {
-            let ports: Vec<Value> = node
-                .artifact_ports
-                .iter()
-                .map(|p| {
-                    json!({
-                        "contract": p.contract,
-                        "direction": if p.direction == Direction::Input { "input" } else { "output" },
-                        "name": p.name,
-                        "path": p.path,
-                        "required": p.required,
-                        "visibility": if p.visibility == Visibility::SystemOnly { "system_only" } else { "consumer" },
-                    })
-                })
-                .collect();
-            value["artifact_ports"] = json!(ports);
-            value["gate"] = node.gate.clone().unwrap_or(Value::Null);
-        }
-    }
-    root
-}
-
-/// `sha256:` over the canonical normalised graph.
+/// `sha256:` over the canonical normalised graph: the same graph written
+/// in YAML or JSON, in any key order, digests the same.
 pub fn graph_digest(graph: &Graph) -> String {
-    bl_core::digest(&normalized(graph))
+    let bytes = records::canonical_bytes(&records::GraphRecord::of(graph));
+    format!("sha256:{}", bl_core::sha256_hex(bytes.as_bytes()))
 }
 
 /// The execution bound: (1 + repair_budget) × Σ max_attempts.
@@ -554,67 +449,26 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
         .filter_map(|n| node_bindings.get(&n.id).cloned())
         .collect();
     bindings.sort_by(|a, b| a.binding_id.cmp(&b.binding_id));
-    let connection_bindings: Vec<Value> = bindings
-        .iter()
-        .map(|c| {
-            json!({
-                "admission_digest": c.admission_digest, "binding_id": c.binding_id,
-                "connection_id": c.connection_id, "connector_id": c.connector_id,
-                "connector_version": c.connector_version, "fallback": c.fallback,
-                "model_target": c.model_target, "provider_id": c.provider_id, "region": c.region,
-                "route_policy_digest": c.route_policy_digest, "slot_id": c.slot_id, "transport": c.transport,
+    let repair_budget = graph.policies.repair_budget;
+    let record = records::PlanRecord {
+        api_version: PLAN_API_VERSION,
+        compiler_version: COMPILER_VERSION,
+        connection_bindings: bindings.iter().map(records::BindingRecord::of).collect(),
+        edges: graph.edges.iter().map(records::EdgeRecord::of).collect(),
+        levels: &levels,
+        nodes: graph
+            .nodes
+            .iter()
+            .map(|n| {
+                let binding = node_bindings.get(&n.id).map(|c| c.binding_id.as_str());
+                records::PlanNodeRecord::of(n, repair_budget, binding)
             })
-        })
-        .collect();
-    let nodes: Vec<Value> = graph
-        .nodes
-        .iter()
-        .map(|n| {
-            let mut approval = Map::new();
-            approval.insert(
-                "join_mode".into(),
-                n.detail("mode").cloned().unwrap_or(Value::Null),
-            );
-            approval.insert("required".into(), Value::Bool(n.kind == "approval"));
-            approval.insert(
-                "required_role".into(),
-                n.detail("required_role").cloned().unwrap_or(Value::Null),
-            );
-            if let OnFailure::Repair { target } = &n.on_failure {
-                approval.insert("repair_target".into(), json!(target));
-            }
-            if graph.policies.repair_budget > 0 {
-                approval.insert("repair_budget".into(), json!(graph.policies.repair_budget));
-            }
-            json!({
-                "approval_policy": Value::Object(approval),
-                "binding_id": node_bindings.get(&n.id).map(|c| c.binding_id.clone()),
-                "budgets": {
-                    "max_attempts": n.budget.max_attempts,
-                    "max_cost_microunits": n.budget.max_cost_microunits,
-                    "max_tokens": n.budget.max_tokens,
-                },
-                "hard_deadline_ms": n.budget.max_wallclock_s * 1000,
-                "isolation": n.isolation,
-                "kind": n.kind,
-                "node_id": n.id,
-                "package_digest": n.detail("loop_package").cloned().unwrap_or(Value::Null),
-                "required_effects": sorted(&n.effects),
-            })
-        })
-        .collect();
-    let plan = json!({
-        "api_version": PLAN_API_VERSION,
-        "compiler_version": COMPILER_VERSION,
-        "connection_bindings": connection_bindings,
-        "edges": graph.edges.iter().map(edge_json).collect::<Vec<_>>(),
-        "levels": levels,
-        "nodes": nodes,
-        "package_digests": package_digests.iter().collect::<Vec<_>>(),
-        "policy_digest": input.policy_digest,
-        "source_graph_digest": graph_digest,
-    });
-    let bytes = bl_core::canonical_json(&plan);
+            .collect(),
+        package_digests: package_digests.iter().map(String::as_str).collect(),
+        policy_digest: input.policy_digest,
+        source_graph_digest: &graph_digest,
+    };
+    let bytes = records::canonical_bytes(&record);
     let plan_id = format!("sha256:{}", bl_core::sha256_hex(bytes.as_bytes()));
     Ok(Plan {
         bytes,

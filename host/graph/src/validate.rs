@@ -71,7 +71,7 @@ const SECRET_WORDS: &[&str] = &["api_key", "credential", "password", "secret", "
 
 /// Validates a parsed manifest and returns the typed graph.
 pub fn validate(doc: &Node) -> Result<Graph> {
-    scan_document(doc, "")?;
+    scan_document(doc, &mut String::new())?;
     let top = object(doc, "")?;
     closed_keys(top, "", TOP_KEYS, &["presentation", "extensions"])?;
     let extensions = extensions(doc.get("extensions"))?;
@@ -156,26 +156,33 @@ pub fn validate(doc: &Node) -> Result<Graph> {
 
 /// The whole-document scan for secret-shaped keys and absolute paths, in
 /// document order. Pointers start with `//`, as upstream writes them.
-fn scan_document(node: &Node, pointer: &str) -> Result<()> {
+fn scan_document(node: &Node, pointer: &mut String) -> Result<()> {
     match &node.kind {
         Kind::Map(entries) => {
             for (key, value) in entries {
-                let lower = key.to_lowercase();
                 let exempt = matches!(key.as_str(), "max_tokens" | "max_cost_microunits")
                     && matches!(value.kind, Kind::Int(_));
-                if !exempt && SECRET_WORDS.iter().any(|w| lower.contains(w)) {
+                if !exempt && is_secret_shaped(key) {
                     return err(
                         "secret_field",
                         format!("/{pointer}"),
                         "authoring graphs cannot contain secret-shaped fields",
                     );
                 }
-                scan_document(value, &format!("{pointer}/{key}"))?;
+                let len = pointer.len();
+                pointer.push('/');
+                pointer.push_str(key);
+                scan_document(value, pointer)?;
+                pointer.truncate(len);
             }
         }
         Kind::Seq(items) => {
             for (i, item) in items.iter().enumerate() {
-                scan_document(item, &format!("{pointer}/{i}"))?;
+                let len = pointer.len();
+                pointer.push('/');
+                pointer.push_str(&i.to_string());
+                scan_document(item, pointer)?;
+                pointer.truncate(len);
             }
         }
         Kind::Str(s) if is_absolute_path(s) => {
@@ -188,6 +195,16 @@ fn scan_document(node: &Node, pointer: &str) -> Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+fn is_secret_shaped(key: &str) -> bool {
+    // Lower-casing allocates; most keys are already lower-case ASCII.
+    if key.bytes().all(|b| !b.is_ascii_uppercase()) && key.is_ascii() {
+        SECRET_WORDS.iter().any(|w| key.contains(w))
+    } else {
+        let lower = key.to_lowercase();
+        SECRET_WORDS.iter().any(|w| lower.contains(w))
+    }
 }
 
 fn is_absolute_path(s: &str) -> bool {
@@ -236,12 +253,28 @@ fn string(node: &Node, pointer: &str) -> Result<String> {
     }
 }
 
+/// `doc[key]` as a non-empty string; the pointer is built only on failure.
+fn string_in(doc: &Node, p: &str, key: &str) -> Result<String> {
+    match field(doc, key).as_nonempty_str() {
+        Some(s) => Ok(s.to_string()),
+        None => err("type", format!("{p}/{key}"), "must be a non-empty string"),
+    }
+}
+
 fn closed_keys(
     entries: &[(String, Node)],
     pointer: &str,
     required: &[&str],
     optional: &[&str],
 ) -> Result<()> {
+    // The common case, every key known and present, allocates nothing.
+    let all_known = entries
+        .iter()
+        .all(|(k, _)| required.contains(&k.as_str()) || optional.contains(&k.as_str()));
+    let all_present = required.iter().all(|r| entries.iter().any(|(k, _)| k == r));
+    if all_known && all_present {
+        return Ok(());
+    }
     let unknown: BTreeSet<&str> = entries
         .iter()
         .map(|(k, _)| k.as_str())
@@ -308,7 +341,7 @@ fn extensions(doc: Option<&Node>) -> Result<Vec<String>> {
 
 fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
     let entries = object(doc, p)?;
-    let kind = string(field(doc, "kind"), &format!("{p}/kind"))?;
+    let kind = string_in(doc, p, "kind")?;
     if !NODE_KINDS.contains(&kind.as_str()) {
         return err(
             "unknown_node_kind",
@@ -366,7 +399,7 @@ fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
     let on_failure = on_failure(doc.get("on_failure"), &format!("{p}/on_failure"))?;
     let details = node_details(doc, p, &kind)?;
 
-    let id = string(field(doc, "id"), &format!("{p}/id"))?;
+    let id = string_in(doc, p, "id")?;
     if !IDENTIFIER.is_match(&id) {
         return err(
             "identifier",
@@ -398,7 +431,7 @@ fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
 fn gate(doc: &Node, p: &str) -> Result<Value> {
     let entries = object(doc, p)?;
     closed_keys(entries, p, &["plugin"], &["config"])?;
-    string(field(doc, "plugin"), &format!("{p}/plugin"))?;
+    string_in(doc, p, "plugin")?;
     if let Some(config) = doc.get("config") {
         object(config, &format!("{p}/config"))?;
     }
@@ -416,12 +449,13 @@ fn ports(
     let entries = object(doc, p)?;
     let mut out = Vec::with_capacity(entries.len());
     for (name, value) in entries {
-        let at = format!("{p}/{name}");
+        let at = || format!("{p}/{name}");
         if !IDENTIFIER.is_match(name) {
-            return err("identifier", at, "is not a stable portable identifier");
+            return err("identifier", at(), "is not a stable portable identifier");
         }
         let ty = match (&value.kind, long_form.as_mut()) {
             (Kind::Map(fields), Some((direction, artifacts))) => {
+                let at = at();
                 closed_keys(
                     fields,
                     &at,
@@ -463,7 +497,10 @@ fn ports(
                 });
                 ty
             }
-            _ => string(value, &at)?,
+            _ => match value.as_nonempty_str() {
+                Some(ty) => ty.to_string(),
+                None => return err("type", at(), "must be a non-empty string"),
+            },
         };
         out.push((name.clone(), ty));
     }
@@ -523,7 +560,10 @@ fn effects(doc: &Node, p: &str) -> Result<Vec<String>> {
     let items = array(doc, p, 0)?;
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        out.push(string(item, &format!("{p}/{i}"))?);
+        match item.as_nonempty_str() {
+            Some(e) => out.push(e.to_string()),
+            None => return err("type", format!("{p}/{i}"), "must be a non-empty string"),
+        }
     }
     if !out.iter().all(|e| EFFECTS.contains(&e.as_str())) {
         return err("enum", p, "must be a supported effect");
@@ -566,7 +606,7 @@ fn on_failure(doc: Option<&Node>, p: &str) -> Result<OnFailure> {
                     "only 'repair' uses the object form; write the others as a bare string",
                 );
             }
-            let target = string(field(doc, "target"), &format!("{p}/target"))?;
+            let target = string_in(doc, p, "target")?;
             Ok(OnFailure::Repair { target })
         }
         _ => err("on_failure", p, "must be a policy name or a repair object"),
@@ -621,10 +661,10 @@ fn node_details(doc: &Node, p: &str, kind: &str) -> Result<Vec<(String, Value)>>
 fn edge(doc: &Node, p: &str, nodes: &HashMap<&str, &GraphNode>) -> Result<Edge> {
     let entries = object(doc, p)?;
     closed_keys(entries, p, EDGE_KEYS, &["when"])?;
-    let from_node = string(field(doc, "from_node"), &format!("{p}/from_node"))?;
-    let from_port = string(field(doc, "from_port"), &format!("{p}/from_port"))?;
-    let to_node = string(field(doc, "to_node"), &format!("{p}/to_node"))?;
-    let to_port = string(field(doc, "to_port"), &format!("{p}/to_port"))?;
+    let from_node = string_in(doc, p, "from_node")?;
+    let from_port = string_in(doc, p, "from_port")?;
+    let to_node = string_in(doc, p, "to_node")?;
+    let to_port = string_in(doc, p, "to_port")?;
     let (Some(source), Some(target)) = (nodes.get(from_node.as_str()), nodes.get(to_node.as_str()))
     else {
         return err("unknown_edge_node", p, "edge references an unknown node");
@@ -718,7 +758,7 @@ fn slot(doc: &Node, p: &str) -> Result<Slot> {
         None => None,
         Some(m) => Some(string_list(m, &format!("{p}/preferred_modalities"))?),
     };
-    let id = string(field(doc, "id"), &format!("{p}/id"))?;
+    let id = string_in(doc, p, "id")?;
     if !IDENTIFIER.is_match(&id) {
         return err(
             "identifier",

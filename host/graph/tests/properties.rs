@@ -14,8 +14,19 @@ const KINDS: &[(&str, Option<(&str, &str)>)] = &[
     ("approval", Some(("required_role", "editor"))),
     ("publish", Some(("publication_policy", "outbox"))),
 ];
-const EFFECTS: &[&str] = &["read_only", "workspace_write", "external_write", "financial", "irreversible"];
-const ISOLATIONS: &[&str] = &["workspace_only", "process_restricted", "container_restricted", "customer_managed_worker"];
+const EFFECTS: &[&str] = &[
+    "read_only",
+    "workspace_write",
+    "external_write",
+    "financial",
+    "irreversible",
+];
+const ISOLATIONS: &[&str] = &[
+    "workspace_only",
+    "process_restricted",
+    "container_restricted",
+    "customer_managed_worker",
+];
 
 #[derive(Debug, Clone)]
 struct NodeSpec {
@@ -36,28 +47,48 @@ fn node_spec() -> impl Strategy<Value = NodeSpec> {
         0..ISOLATIONS.len(),
         prop::collection::vec(any::<prop::sample::Index>(), 0..3),
     )
-        .prop_map(|(kind, attempts, wallclock, effects, isolation, parents)| NodeSpec {
-            kind,
-            attempts,
-            wallclock,
-            effects,
-            isolation,
-            parents,
-        })
+        .prop_map(
+            |(kind, attempts, wallclock, effects, isolation, parents)| NodeSpec {
+                kind,
+                attempts,
+                wallclock,
+                effects,
+                isolation,
+                parents,
+            },
+        )
 }
 
 /// A valid manifest: edges only run from earlier to later nodes, each pair
 /// at most once, and effectful nodes never retry.
-fn build(specs: &[NodeSpec], continue_declared: bool, repair: Option<prop::sample::Index>) -> Value {
+fn build(
+    specs: &[NodeSpec],
+    continue_declared: bool,
+    repair: Option<prop::sample::Index>,
+) -> Value {
     let mut nodes = Vec::new();
     let mut edges = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
-        let effects: Vec<&str> = EFFECTS.iter().zip(&spec.effects).filter(|(_, on)| **on).map(|(e, _)| *e).collect();
-        let networked = effects.iter().any(|e| ["external_write", "financial", "irreversible"].contains(e));
-        let mut parents: Vec<usize> = if i == 0 { vec![] } else { spec.parents.iter().map(|p| p.index(i)).collect() };
+        let effects: Vec<&str> = EFFECTS
+            .iter()
+            .zip(&spec.effects)
+            .filter(|(_, on)| **on)
+            .map(|(e, _)| *e)
+            .collect();
+        let networked = effects
+            .iter()
+            .any(|e| ["external_write", "financial", "irreversible"].contains(e));
+        let mut parents: Vec<usize> = if i == 0 {
+            vec![]
+        } else {
+            spec.parents.iter().map(|p| p.index(i)).collect()
+        };
         parents.sort();
         parents.dedup();
-        let inputs: serde_json::Map<String, Value> = parents.iter().map(|p| (format!("from_{p}"), json!("text"))).collect();
+        let inputs: serde_json::Map<String, Value> = parents
+            .iter()
+            .map(|p| (format!("from_{p}"), json!("text")))
+            .collect();
         for p in &parents {
             edges.push(json!({"from_node": format!("n{p}"), "from_port": "out", "to_node": format!("n{i}"), "to_port": format!("from_{p}")}));
         }
@@ -89,7 +120,11 @@ fn build(specs: &[NodeSpec], continue_declared: bool, repair: Option<prop::sampl
 }
 
 fn graph_strategy() -> impl Strategy<Value = Value> {
-    (prop::collection::vec(node_spec(), 1..24), any::<bool>(), any::<Option<prop::sample::Index>>())
+    (
+        prop::collection::vec(node_spec(), 1..24),
+        any::<bool>(),
+        any::<Option<prop::sample::Index>>(),
+    )
         .prop_map(|(specs, continue_declared, repair)| build(&specs, continue_declared, repair))
 }
 
@@ -113,7 +148,15 @@ fn object_keys(value: &Value, pointer: String, out: &mut Vec<(String, String)>) 
 
 /// Keys whose removal is allowed by graph/v1.
 fn optional_key(key: &str) -> bool {
-    ["max_tokens", "max_cost_microunits", "on_failure", "repair_budget", "presentation", "connection_slot"].contains(&key)
+    [
+        "max_tokens",
+        "max_cost_microunits",
+        "on_failure",
+        "repair_budget",
+        "presentation",
+        "connection_slot",
+    ]
+    .contains(&key)
 }
 
 proptest! {
