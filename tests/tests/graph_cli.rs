@@ -190,3 +190,110 @@ fn plan_output_matches_the_reference() {
         failures.join("\n")
     );
 }
+
+#[test]
+fn human_lint_errors_show_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("graph.yaml");
+    std::fs::write(
+        &manifest,
+        "api_version: bounded-loops.dev/graph/v1\ngraph_id: g\nversion: 1.0.0\nnodes:\n  - id: a\n    kind: research_claim\n    inputs: {}\n    outputs: {}\n    budget: {max_attempts: 0, max_wallclock_s: 5}\n    effects: []\n    isolation: workspace_only\nedges: []\nconnection_slots: []\npolicies: {data_class: internal, fail_mode: fail_closed}\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = run(&["graph", "lint", manifest.to_str().unwrap()], dir.path());
+    assert_eq!(code, 2);
+    let mut lines = stderr.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "error: graph lint: [range] /nodes/0/budget/max_attempts — must be an integer from 1 to 100"
+        )
+    );
+    assert_eq!(
+        lines.next(),
+        Some(format!("  at {}:9:28", manifest.display()).as_str())
+    );
+}
+
+#[test]
+fn plan_out_writes_the_bytes_the_plan_id_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan.json");
+    let manifest = corpus("cases").join("valid_repair.json");
+    let (code, stdout, stderr) = run(
+        &[
+            "graph",
+            "plan",
+            manifest.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let printed: Value = serde_json::from_str(&stdout).unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    use sha2::Digest;
+    let id = format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes)));
+    assert_eq!(printed["plan_id"], id.as_str());
+    let plan: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(plan["api_version"], "bounded-loops.dev/plan/v1");
+    assert_eq!(plan["source_graph_digest"], printed["source_graph_digest"]);
+}
+
+#[test]
+fn schema_is_json_schema_and_digest_names_a_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stdout, _) = run(&["graph", "schema"], dir.path());
+    assert_eq!(code, 0);
+    let schema: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert_eq!(
+        schema["properties"]["api_version"]["const"],
+        "bounded-loops.dev/graph/v1"
+    );
+
+    let package = dir.path().join("my-loop");
+    std::fs::create_dir_all(package.join("cassettes")).unwrap();
+    std::fs::write(package.join("loop.yaml"), "name: my-loop\n").unwrap();
+    std::fs::write(package.join("cassettes/default.json"), "{}").unwrap();
+    let (code, stdout, _) = run(&["graph", "digest", "my-loop", "--json"], dir.path());
+    assert_eq!(code, 0);
+    let printed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(printed["package"], "my-loop");
+    let digest = printed["loop_package"].as_str().unwrap().to_string();
+    assert!(digest.starts_with("sha256:") && digest.len() == 71);
+    // A loop node naming that digest plans when its root is given, and is
+    // refused without it.
+    let graph = serde_json::json!({
+        "api_version": "bounded-loops.dev/graph/v1", "graph_id": "g", "version": "1.0.0",
+        "nodes": [{"id": "l", "kind": "loop", "loop_package": digest, "inputs": {}, "outputs": {},
+                   "budget": {"max_attempts": 1, "max_wallclock_s": 5}, "effects": [], "isolation": "workspace_only"}],
+        "edges": [], "connection_slots": [], "policies": {"data_class": "internal", "fail_mode": "fail_closed"}});
+    std::fs::write(dir.path().join("g.json"), graph.to_string()).unwrap();
+    let (code, _, stderr) = run(&["graph", "plan", "g.json"], dir.path());
+    assert_eq!(
+        (code, first_line(&stderr)),
+        (
+            2,
+            "error: graph plan: compile failed [package_unavailable] /nodes/l/loop_package — package digest is not admitted"
+        )
+    );
+    let (code, stdout, stderr) = run(
+        &["graph", "plan", "g.json", "--loop-roots", "."],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("pkgroots: . (1 loop packages admitted)"),
+        "{stdout}"
+    );
+    // Changing any file of the package changes its digest.
+    std::fs::write(package.join("cassettes/default.json"), "{ }").unwrap();
+    let (_, stdout, _) = run(&["graph", "digest", "my-loop"], dir.path());
+    assert_ne!(stdout.trim(), digest);
+}
