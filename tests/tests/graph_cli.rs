@@ -297,3 +297,25 @@ fn schema_is_json_schema_and_digest_names_a_package() {
     let (_, stdout, _) = run(&["graph", "digest", "my-loop"], dir.path());
     assert_ne!(stdout.trim(), digest);
 }
+
+#[test]
+fn unreadable_manifests_are_io_errors_as_upstream_words_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run(&["graph", "lint", "missing.yaml", "--json"], dir.path());
+    assert_eq!(code, 2);
+    assert_eq!(
+        stdout,
+        "{\"code\": \"io_error\", \"message\": \"[Errno 2] No such file or directory: 'missing.yaml'\", \"pointer\": \"/\", \"valid\": false}\n"
+    );
+    assert_eq!(
+        first_line(&stderr),
+        "error: graph lint: cannot read 'missing.yaml' — [Errno 2] No such file or directory: 'missing.yaml'"
+    );
+    std::fs::create_dir(dir.path().join("dir.json")).unwrap();
+    let (code, stdout, _) = run(&["graph", "lint", "dir.json", "--json"], dir.path());
+    assert_eq!(code, 2);
+    assert!(
+        stdout.contains("[Errno 21] Is a directory: 'dir.json'"),
+        "{stdout}"
+    );
+}

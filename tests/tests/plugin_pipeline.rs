@@ -207,3 +207,42 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+#[test]
+fn a_missing_wasm_toolchain_is_one_clear_message() {
+    // With nothing on PATH, neither the rustup path nor the Debian path
+    // (which needs wasm-ld-19 on PATH) can work.
+    let out = std::process::Command::new(bl_e2e::bl_binary())
+        .args(["plugin", "build", "plugins/files", "--out"])
+        .arg(tempfile::tempdir().unwrap().path())
+        .current_dir(repo_root())
+        .env("PATH", "")
+        .env_remove("BL_WASM_TOOLCHAIN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: no wasm toolchain: rustup path: rustc is not on PATH; Debian path: "
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("To fix: run `scripts/dev setup`"),
+        "{stderr}"
+    );
+
+    let out = std::process::Command::new(bl_e2e::bl_binary())
+        .args(["plugin", "build", "plugins/files"])
+        .current_dir(repo_root())
+        .env("BL_WASM_TOOLCHAIN", "gcc")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("BL_WASM_TOOLCHAIN=gcc is not one of `rustup`, `debian`")
+    );
+}

@@ -218,6 +218,14 @@ def cases():
     c["policies_fail_mode_bad"] = graph([node("a")], policies={"data_class": "internal", "fail_mode": "yolo"})
     c["policies_data_class_bad"] = graph([node("a")], policies={"data_class": "secretish", "fail_mode": "fail_closed"})
     c["policies_repair_budget_101"] = graph([node("a")], policies={"data_class": "internal", "fail_mode": "continue_declared", "repair_budget": 101})
+    c["policies_audit_profile_number"] = graph([node("a")], policies={"data_class": "internal", "fail_mode": "fail_closed", "required_audit_profile": 5})
+    c["policies_audit_profile_string"] = graph([node("a")], policies={"data_class": "internal", "fail_mode": "fail_closed", "required_audit_profile": "strict"})
+    c["policies_fail_mode_before_data_class"] = graph([node("a")], policies={"data_class": "x", "fail_mode": "x"})
+    c["duplicate_edge_pair_is_a_cycle"] = graph([node("a", outputs={"x": "t", "y": "t"}), node("b", inputs={"x": "t", "y": "t"})], [edge("a", "x", "b", "x"), edge("a", "y", "b", "y")])
+    c["when_upper_and_spaces"] = graph(n2, [dict(e2[0], when=" SUCCEEDED ")])
+    c["when_blank"] = graph(n2, [dict(e2[0], when="  ")])
+    c["slot_requires_then_id"] = graph([node("a")], slots=[dict(SLOT, id="S", requires=[])])
+    c["node_id_checked_last"] = graph([node("A", "loop", loop_package="x")])
     c["policies_not_object"] = dict(graph([node("a")]), policies=[1])
     return c
 
