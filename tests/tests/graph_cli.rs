@@ -53,7 +53,9 @@ fn lint_output_matches_the_reference() {
         )
         .unwrap();
         let (code, stdout, stderr) = run(&["graph", "lint", name, "--json"], &dir);
-        let want_stdout = format!("{}\n", bl_core_python_json(&expected["json"]));
+        // The expected files store the parsed JSON; re-render it as Python's
+        // json.dumps(sort_keys=True) printed it.
+        let want_stdout = format!("{}\n", bl_core::python_json(&expected["json"]));
         let want_stderr = expected["stderr"]
             .as_str()
             .unwrap()
@@ -87,60 +89,6 @@ fn lint_output_matches_the_reference() {
         failures.len(),
         failures.join("\n")
     );
-}
-
-/// The JSON the reference printed, re-rendered the way it prints JSON.
-fn bl_core_python_json(v: &Value) -> String {
-    // The expected files store the parsed JSON; Python's json.dumps(sort_keys=True)
-    // is what produced the original line.
-    fn write(v: &Value, out: &mut String) {
-        match v {
-            Value::Object(m) => {
-                out.push('{');
-                for (i, (k, x)) in m.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    write(&Value::String(k.clone()), out);
-                    out.push_str(": ");
-                    write(x, out);
-                }
-                out.push('}');
-            }
-            Value::Array(a) => {
-                out.push('[');
-                for (i, x) in a.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    write(x, out);
-                }
-                out.push(']');
-            }
-            Value::String(s) => {
-                out.push('"');
-                for c in s.chars() {
-                    match c {
-                        '"' => out.push_str("\\\""),
-                        '\\' => out.push_str("\\\\"),
-                        '\n' => out.push_str("\\n"),
-                        c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
-                            let mut units = [0u16; 2];
-                            for u in c.encode_utf16(&mut units) {
-                                out.push_str(&format!("\\u{u:04x}"));
-                            }
-                        }
-                        c => out.push(c),
-                    }
-                }
-                out.push('"');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let mut out = String::new();
-    write(v, &mut out);
-    out
 }
 
 #[test]

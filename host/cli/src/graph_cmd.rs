@@ -117,38 +117,22 @@ fn load(path: &Path, verb: &str) -> Loaded {
             early: Some(message),
         };
     };
+    let unreadable = |message: String| Loaded::Refused {
+        early: Some(format!(
+            "graph {verb}: cannot read {} — {message}",
+            bl_graph::doc::py_repr(&path.display().to_string())
+        )),
+        refusal: Refusal {
+            code: "io_error",
+            message,
+            pointer: "/".into(),
+            pos: None,
+        },
+    };
     let text = match std::fs::read(path).map(String::from_utf8) {
         Ok(Ok(text)) => text,
-        Ok(Err(e)) => {
-            let message = format!("{}: not UTF-8 text ({e})", path.display());
-            return Loaded::Refused {
-                refusal: Refusal {
-                    code: "io_error",
-                    message: message.clone(),
-                    pointer: "/".into(),
-                    pos: None,
-                },
-                early: Some(format!(
-                    "graph {verb}: cannot read {} — {message}",
-                    bl_graph::doc::py_repr(&path.display().to_string())
-                )),
-            };
-        }
-        Err(e) => {
-            let message = errno_message(&e, path);
-            return Loaded::Refused {
-                refusal: Refusal {
-                    code: "io_error",
-                    message: message.clone(),
-                    pointer: "/".into(),
-                    pos: None,
-                },
-                early: Some(format!(
-                    "graph {verb}: cannot read {} — {message}",
-                    bl_graph::doc::py_repr(&path.display().to_string())
-                )),
-            };
-        }
+        Ok(Err(e)) => return unreadable(format!("{}: not UTF-8 text ({e})", path.display())),
+        Err(e) => return unreadable(errno_message(&e, path)),
     };
     match bl_graph::lint(&text, format) {
         Ok(graph) => Loaded::Graph(graph),

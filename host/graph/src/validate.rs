@@ -253,6 +253,19 @@ fn string(node: &Node, pointer: &str) -> Result<String> {
     }
 }
 
+/// `doc[key]` as a portable identifier (node, slot and port names).
+fn identifier_in(doc: &Node, p: &str, key: &str) -> Result<String> {
+    let id = string_in(doc, p, key)?;
+    if !IDENTIFIER.is_match(&id) {
+        return err(
+            "identifier",
+            format!("{p}/{key}"),
+            "is not a stable portable identifier",
+        );
+    }
+    Ok(id)
+}
+
 /// `doc[key]` as a non-empty string; the pointer is built only on failure.
 fn string_in(doc: &Node, p: &str, key: &str) -> Result<String> {
     match field(doc, key).as_nonempty_str() {
@@ -399,14 +412,7 @@ fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
     let on_failure = on_failure(doc.get("on_failure"), &format!("{p}/on_failure"))?;
     let details = node_details(doc, p, &kind)?;
 
-    let id = string_in(doc, p, "id")?;
-    if !IDENTIFIER.is_match(&id) {
-        return err(
-            "identifier",
-            format!("{p}/id"),
-            "is not a stable portable identifier",
-        );
-    }
+    let id = identifier_in(doc, p, "id")?;
     let gate = match doc.get("gate") {
         None => None,
         Some(g) => Some(gate(g, &format!("{p}/gate"))?),
@@ -758,14 +764,7 @@ fn slot(doc: &Node, p: &str) -> Result<Slot> {
         None => None,
         Some(m) => Some(string_list(m, &format!("{p}/preferred_modalities"))?),
     };
-    let id = string_in(doc, p, "id")?;
-    if !IDENTIFIER.is_match(&id) {
-        return err(
-            "identifier",
-            format!("{p}/id"),
-            "is not a stable portable identifier",
-        );
-    }
+    let id = identifier_in(doc, p, "id")?;
     let data_class_max = one_of(field(doc, "data_class_max"), DATA_CLASSES).map_or_else(
         || {
             err(
