@@ -267,3 +267,34 @@ fn unreadable_manifests_are_io_errors_as_upstream_words_them() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_reference_run_directory_plans_to_the_same_plan_json() {
+    let run_dir = repo_root().join("tests/corpus/runs/upstream-demo");
+    let out = tempfile::tempdir().unwrap();
+    let plan = out.path().join("plan.json");
+    let args = [
+        "graph",
+        "plan",
+        "manifest.yaml",
+        "--connections",
+        "connections.json",
+        "--out",
+        plan.to_str().unwrap(),
+    ];
+    let (code, stdout, stderr) = run(&args, &run_dir);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        std::fs::read(&plan).unwrap(),
+        std::fs::read(run_dir.join("plan.json")).unwrap()
+    );
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("run-meta.json")).unwrap()).unwrap();
+    assert!(
+        stdout.starts_with(&format!(
+            "plan_id : {}\n",
+            meta["plan_id"].as_str().unwrap()
+        )),
+        "{stdout}"
+    );
+}
