@@ -1,0 +1,17 @@
+//! bl's run store. This crate owns the run directory's records on disk:
+//! today the hash-chained event log (`controller-events.jsonl`, in
+//! bounded-loops 0.7's exact format) and the checks `bl verify` runs over a
+//! run directory. [`chain`] is the pure part (the line format and chain
+//! verification over bytes); [`log`] is the file adapter (exclusive lock,
+//! verify-once open, O(1) appends, durable group commit, torn-tail
+//! recovery).
+//!
+//! It never runs nodes, calls plugins or reaches the network, and it never
+//! rewrites a recorded line: recovery only moves an incomplete tail aside.
+
+pub mod chain;
+pub mod log;
+
+pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, verify_chain};
+pub use chain::TornTail;
+pub use log::{Appended, EventLog, StoreError, recover_torn_tail};
