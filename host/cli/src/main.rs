@@ -7,6 +7,7 @@ mod graph_cmd;
 mod loop_package;
 mod paths;
 mod plugin_cmd;
+mod verify_cmd;
 
 use std::process::ExitCode;
 
@@ -26,9 +27,32 @@ enum Command {
     /// Lint, plan and inspect graph/v1 manifests (DAGs of gated nodes).
     #[command(subcommand)]
     Graph(graph_cmd::GraphCommand),
+    /// Verify a run directory or an event log: the hash chain, the plan and
+    /// the artifacts. Exit 0 when every applicable check holds, 1 otherwise.
+    Verify {
+        /// A graph run directory or a controller-events.jsonl file.
+        path: std::path::PathBuf,
+        /// Also require the log's head hash to be this one.
+        #[arg(long)]
+        expect_head: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Maintain event logs.
+    #[command(subcommand)]
+    Log(LogCommand),
     /// Build, inspect and run wasm plugins (gates).
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum LogCommand {
+    /// Move a torn final line (left by a crash) aside into <log>.torn-<offset>.
+    Recover {
+        /// A run directory or a controller-events.jsonl file.
+        path: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -36,6 +60,12 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Graph(cmd) => graph_cmd::run(cmd),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
+        Command::Verify {
+            path,
+            expect_head,
+            json,
+        } => verify_cmd::verify(&path, expect_head.as_deref(), json),
+        Command::Log(LogCommand::Recover { path }) => verify_cmd::recover(path),
     };
     ExitCode::from(code)
 }

@@ -30,8 +30,14 @@ pub const EVENT_KEYS: [&str; 15] = [
     "timestamp",
 ];
 
-const IDENTITY_KEYS: [&str; 6] =
-    ["organization_id", "project_id", "run_id", "graph_digest", "plan_digest", "policy_digest"];
+const IDENTITY_KEYS: [&str; 6] = [
+    "organization_id",
+    "project_id",
+    "run_id",
+    "graph_digest",
+    "plan_digest",
+    "policy_digest",
+];
 
 /// Who a run is: the fields every event line carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +97,11 @@ pub struct ChainHead {
 }
 
 fn fail<T>(line: usize, field: &'static str, message: impl Into<String>) -> Result<T, ChainError> {
-    Err(ChainError { line, field, message: message.into() })
+    Err(ChainError {
+        line,
+        field,
+        message: message.into(),
+    })
 }
 
 fn is_timestamp(s: &str) -> bool {
@@ -108,9 +118,16 @@ fn is_timestamp(s: &str) -> bool {
 
 /// Checks one complete line against the head so far, and advances the head.
 pub fn verify_line(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<(), ChainError> {
-    let text = std::str::from_utf8(line).map_err(|_| ChainError { line: line_no, field: "-", message: "not UTF-8".into() })?;
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| ChainError { line: line_no, field: "-", message: format!("not JSON: {e}") })?;
+    let text = std::str::from_utf8(line).map_err(|_| ChainError {
+        line: line_no,
+        field: "-",
+        message: "not UTF-8".into(),
+    })?;
+    let value: Value = serde_json::from_str(text).map_err(|e| ChainError {
+        line: line_no,
+        field: "-",
+        message: format!("not JSON: {e}"),
+    })?;
     let Value::Object(mut event) = value else {
         return fail(line_no, "-", "not a JSON object");
     };
@@ -120,7 +137,11 @@ pub fn verify_line(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<
         }
     }
     if event.len() != EVENT_KEYS.len() {
-        return fail(line_no, "-", format!("has {} keys, the format has exactly 15", event.len()));
+        return fail(
+            line_no,
+            "-",
+            format!("has {} keys, the format has exactly 15", event.len()),
+        );
     }
     if bl_core::canonical_json(&Value::Object(event.clone())) != text {
         return fail(line_no, "-", "not canonical JSON (keys sorted, no spaces)");
@@ -128,16 +149,33 @@ pub fn verify_line(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<
     let Some(Value::String(claimed)) = event.remove("event_hash") else {
         return fail(line_no, "event_hash", "not a string");
     };
-    let computed = bl_core::sha256_hex(bl_core::canonical_json(&Value::Object(event.clone())).as_bytes());
+    let computed =
+        bl_core::sha256_hex(bl_core::canonical_json(&Value::Object(event.clone())).as_bytes());
     if claimed != computed {
-        return fail(line_no, "event_hash", format!("is {claimed}, but the line hashes to {computed}"));
+        return fail(
+            line_no,
+            "event_hash",
+            format!("is {claimed}, but the line hashes to {computed}"),
+        );
     }
-    let expected_prev = if head.sequence == 0 { GENESIS_HASH } else { head.hash.as_str() };
+    let expected_prev = if head.sequence == 0 {
+        GENESIS_HASH
+    } else {
+        head.hash.as_str()
+    };
     if event["previous_hash"].as_str() != Some(expected_prev) {
-        return fail(line_no, "previous_hash", format!("does not chain to the previous line ({expected_prev})"));
+        return fail(
+            line_no,
+            "previous_hash",
+            format!("does not chain to the previous line ({expected_prev})"),
+        );
     }
     if event["sequence"].as_u64() != Some(head.sequence + 1) {
-        return fail(line_no, "sequence", format!("expected {}", head.sequence + 1));
+        return fail(
+            line_no,
+            "sequence",
+            format!("expected {}", head.sequence + 1),
+        );
     }
     let identity = RunIdentity::from_event(&event).ok_or(ChainError {
         line: line_no,
@@ -147,7 +185,11 @@ pub fn verify_line(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<
     if let Some(first) = &head.identity {
         for key in IDENTITY_KEYS {
             if first.get(key) != identity.get(key) {
-                return fail(line_no, field_name(key), format!("differs from line 1 ({})", first.get(key)));
+                return fail(
+                    line_no,
+                    field_name(key),
+                    format!("differs from line 1 ({})", first.get(key)),
+                );
             }
         }
     }
@@ -166,7 +208,10 @@ pub fn verify_line(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<
     let Some(event_type) = event["event_type"].as_str() else {
         return fail(line_no, "event_type", "not a string");
     };
-    let content = (event_type.to_string(), bl_core::canonical_json(&event["payload"]));
+    let content = (
+        event_type.to_string(),
+        bl_core::canonical_json(&event["payload"]),
+    );
     if head.keys.insert(key.to_string(), content).is_some() {
         return fail(line_no, "idempotency_key", format!("{key} appears twice"));
     }
@@ -178,7 +223,11 @@ pub fn verify_line(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<
 }
 
 fn field_name(key: &str) -> &'static str {
-    IDENTITY_KEYS.iter().find(|k| **k == key).copied().unwrap_or("-")
+    IDENTITY_KEYS
+        .iter()
+        .find(|k| **k == key)
+        .copied()
+        .unwrap_or("-")
 }
 
 /// Where a log stops being complete: the bytes after the last newline.
@@ -199,7 +248,11 @@ pub fn verify_chain(bytes: &[u8]) -> Result<(ChainHead, Option<TornTail>), Chain
     while start < bytes.len() {
         line_no += 1;
         let Some(len) = bytes[start..].iter().position(|b| *b == b'\n') else {
-            let tail = TornTail { line: line_no, offset: start as u64, len: bytes.len() - start };
+            let tail = TornTail {
+                line: line_no,
+                offset: start as u64,
+                len: bytes.len() - start,
+            };
             return Ok((head, Some(tail)));
         };
         verify_line(&mut head, line_no, &bytes[start..start + len])?;
@@ -218,19 +271,38 @@ pub fn build_line(
     timestamp: &str,
 ) -> (String, String) {
     let id = format!("{}:{key}", identity.run_id);
-    let previous = if head.sequence == 0 { GENESIS_HASH.to_string() } else { head.hash.clone() };
+    let previous = if head.sequence == 0 {
+        GENESIS_HASH.to_string()
+    } else {
+        head.hash.clone()
+    };
     let mut event = Map::new();
     event.insert("actor".into(), Value::from("graph-controller"));
     event.insert("event_id".into(), Value::from(id.clone()));
     event.insert("event_type".into(), Value::from(event_type));
-    event.insert("graph_digest".into(), Value::from(identity.graph_digest.clone()));
+    event.insert(
+        "graph_digest".into(),
+        Value::from(identity.graph_digest.clone()),
+    );
     event.insert("idempotency_key".into(), Value::from(id));
-    event.insert("organization_id".into(), Value::from(identity.organization_id.clone()));
+    event.insert(
+        "organization_id".into(),
+        Value::from(identity.organization_id.clone()),
+    );
     event.insert("payload".into(), payload.clone());
-    event.insert("plan_digest".into(), Value::from(identity.plan_digest.clone()));
-    event.insert("policy_digest".into(), Value::from(identity.policy_digest.clone()));
+    event.insert(
+        "plan_digest".into(),
+        Value::from(identity.plan_digest.clone()),
+    );
+    event.insert(
+        "policy_digest".into(),
+        Value::from(identity.policy_digest.clone()),
+    );
     event.insert("previous_hash".into(), Value::from(previous));
-    event.insert("project_id".into(), Value::from(identity.project_id.clone()));
+    event.insert(
+        "project_id".into(),
+        Value::from(identity.project_id.clone()),
+    );
     event.insert("run_id".into(), Value::from(identity.run_id.clone()));
     event.insert("sequence".into(), Value::from(head.sequence + 1));
     event.insert("timestamp".into(), Value::from(timestamp));

@@ -9,9 +9,11 @@
 //! It never runs nodes, calls plugins or reaches the network, and it never
 //! rewrites a recorded line: recovery only moves an incomplete tail aside.
 
+pub mod artifacts;
 pub mod chain;
 pub mod log;
 
-pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, verify_chain};
+pub use artifacts::verify_artifacts;
 pub use chain::TornTail;
+pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, verify_chain};
 pub use log::{Appended, EventLog, StoreError, recover_torn_tail};

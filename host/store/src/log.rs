@@ -14,8 +14,13 @@ use crate::chain::{self, ChainError, ChainHead, RunIdentity, TornTail};
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: another writer holds this run's event log; a log has one writer, so this one is refused")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path}: another writer holds this run's event log; a log has one writer, so this one is refused"
+    )]
     Locked { path: PathBuf },
     #[error("{path}: {error}")]
     Chain { path: PathBuf, error: ChainError },
@@ -24,10 +29,16 @@ pub enum StoreError {
         tail.line, tail.len, tail.offset, path.display()
     )]
     TornTail { path: PathBuf, tail: TornTail },
-    #[error("{path}: idempotency key {key} is already recorded with other content; the log is never rewritten")]
+    #[error(
+        "{path}: idempotency key {key} is already recorded with other content; the log is never rewritten"
+    )]
     Conflict { path: PathBuf, key: String },
     #[error("{path}: the log belongs to run {found}, not {expected}")]
-    WrongRun { path: PathBuf, found: String, expected: String },
+    WrongRun {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
 }
 
 /// The result of an append.
@@ -51,7 +62,10 @@ pub struct EventLog {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io { path: path.to_path_buf(), source }
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// The lock file beside the log; bounded-loops uses the same name.
@@ -71,15 +85,28 @@ impl EventLog {
             .write(true)
             .open(lock_path(path))
             .map_err(io(path))?;
-        let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock)
-            .map_err(|_| StoreError::Locked { path: path.to_path_buf() })?;
-        let mut file = OpenOptions::new().create(true).read(true).append(true).open(path).map_err(io(path))?;
+        let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|_| {
+            StoreError::Locked {
+                path: path.to_path_buf(),
+            }
+        })?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(io(path))?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io(path))?;
-        let (head, torn) =
-            chain::verify_chain(&bytes).map_err(|error| StoreError::Chain { path: path.to_path_buf(), error })?;
+        let (head, torn) = chain::verify_chain(&bytes).map_err(|error| StoreError::Chain {
+            path: path.to_path_buf(),
+            error,
+        })?;
         if let Some(tail) = torn {
-            return Err(StoreError::TornTail { path: path.to_path_buf(), tail });
+            return Err(StoreError::TornTail {
+                path: path.to_path_buf(),
+                tail,
+            });
         }
         if let Some(found) = &head.identity
             && found != &identity
@@ -91,7 +118,14 @@ impl EventLog {
             });
         }
         file.seek(SeekFrom::End(0)).map_err(io(path))?;
-        Ok(EventLog { path: path.to_path_buf(), file, _lock: lock, head, identity, unsynced: 0 })
+        Ok(EventLog {
+            path: path.to_path_buf(),
+            file,
+            _lock: lock,
+            head,
+            identity,
+            unsynced: 0,
+        })
     }
 
     pub fn head(&self) -> &ChainHead {
@@ -101,25 +135,50 @@ impl EventLog {
     /// Appends one event without waiting for the disk; call [`Self::sync`]
     /// (or use [`Self::append_durable`]) before acting on it. A key already
     /// recorded with the same content is a no-op; with other content, an error.
-    pub fn append(&mut self, key: &str, event_type: &str, payload: &Value, timestamp: &str) -> Result<Appended, StoreError> {
+    pub fn append(
+        &mut self,
+        key: &str,
+        event_type: &str,
+        payload: &Value,
+        timestamp: &str,
+    ) -> Result<Appended, StoreError> {
         let id = format!("{}:{key}", self.identity.run_id);
         if let Some((recorded_type, recorded_payload)) = self.head.keys.get(&id) {
-            if recorded_type == event_type && *recorded_payload == bl_core::canonical_json(payload) {
+            if recorded_type == event_type && *recorded_payload == bl_core::canonical_json(payload)
+            {
                 return Ok(Appended::AlreadyRecorded);
             }
-            return Err(StoreError::Conflict { path: self.path.clone(), key: id });
+            return Err(StoreError::Conflict {
+                path: self.path.clone(),
+                key: id,
+            });
         }
-        let (line, hash) = chain::build_line(&self.head, &self.identity, key, event_type, payload, timestamp);
+        let (line, hash) = chain::build_line(
+            &self.head,
+            &self.identity,
+            key,
+            event_type,
+            payload,
+            timestamp,
+        );
         let mut bytes = line.into_bytes();
         bytes.push(b'\n');
         self.file.write_all(&bytes).map_err(io(&self.path))?;
         self.head.sequence += 1;
         self.head.hash = hash.clone();
-        self.head.identity.get_or_insert_with(|| self.identity.clone());
-        self.head.keys.insert(id, (event_type.to_string(), bl_core::canonical_json(payload)));
+        self.head
+            .identity
+            .get_or_insert_with(|| self.identity.clone());
+        self.head.keys.insert(
+            id,
+            (event_type.to_string(), bl_core::canonical_json(payload)),
+        );
         self.head.verified_len += bytes.len() as u64;
         self.unsynced += 1;
-        Ok(Appended::Written { sequence: self.head.sequence, hash })
+        Ok(Appended::Written {
+            sequence: self.head.sequence,
+            hash,
+        })
     }
 
     /// Makes every append so far durable (one fsync for the whole group).
@@ -132,7 +191,13 @@ impl EventLog {
     }
 
     /// Appends and waits for the disk: what must precede an effect.
-    pub fn append_durable(&mut self, key: &str, event_type: &str, payload: &Value, timestamp: &str) -> Result<Appended, StoreError> {
+    pub fn append_durable(
+        &mut self,
+        key: &str,
+        event_type: &str,
+        payload: &Value,
+        timestamp: &str,
+    ) -> Result<Appended, StoreError> {
         let appended = self.append(key, event_type, payload, timestamp)?;
         self.sync()?;
         Ok(appended)
@@ -150,18 +215,33 @@ impl Drop for EventLog {
 /// tail that was moved, or `None` when the log was whole. Takes the writer
 /// lock, so it never races a live writer.
 pub fn recover_torn_tail(path: &Path) -> Result<Option<TornTail>, StoreError> {
-    let lock_file =
-        OpenOptions::new().create(true).truncate(false).write(true).open(lock_path(path)).map_err(io(path))?;
-    let _lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock)
-        .map_err(|_| StoreError::Locked { path: path.to_path_buf() })?;
+    let lock_file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(path))
+        .map_err(io(path))?;
+    let _lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|_| {
+        StoreError::Locked {
+            path: path.to_path_buf(),
+        }
+    })?;
     let bytes = std::fs::read(path).map_err(io(path))?;
-    let (_, torn) = chain::verify_chain(&bytes).map_err(|error| StoreError::Chain { path: path.to_path_buf(), error })?;
+    let (_, torn) = chain::verify_chain(&bytes).map_err(|error| StoreError::Chain {
+        path: path.to_path_buf(),
+        error,
+    })?;
     let Some(tail) = torn else { return Ok(None) };
     let aside = PathBuf::from(format!("{}.torn-{}", path.display(), tail.offset));
     let mut saved = File::create(&aside).map_err(io(&aside))?;
-    saved.write_all(&bytes[tail.offset as usize..]).map_err(io(&aside))?;
+    saved
+        .write_all(&bytes[tail.offset as usize..])
+        .map_err(io(&aside))?;
     saved.sync_all().map_err(io(&aside))?;
-    let file = OpenOptions::new().write(true).open(path).map_err(io(path))?;
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io(path))?;
     file.set_len(tail.offset).map_err(io(path))?;
     file.sync_all().map_err(io(path))?;
     Ok(Some(tail))

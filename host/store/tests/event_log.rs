@@ -7,7 +7,8 @@ use bl_store::{Appended, EventLog, RunIdentity, StoreError, recover_torn_tail, v
 use serde_json::json;
 
 fn upstream_log() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/runs/upstream-demo/controller-events.jsonl")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/corpus/runs/upstream-demo/controller-events.jsonl")
 }
 
 fn identity() -> RunIdentity {
@@ -15,8 +16,10 @@ fn identity() -> RunIdentity {
         organization_id: "demo-org".into(),
         project_id: "demo-project".into(),
         run_id: "demo-run-1".into(),
-        graph_digest: "sha256:049c39bf2ca3d0d6eeb846b0000b25b4e0bfcd7393bee1164a4971f6f9262e33".into(),
-        plan_digest: "sha256:0eb7cef54715813b7662044a2d1eeb903f63fdd7cf433a1d77f1f842ea5bad41".into(),
+        graph_digest: "sha256:049c39bf2ca3d0d6eeb846b0000b25b4e0bfcd7393bee1164a4971f6f9262e33"
+            .into(),
+        plan_digest: "sha256:0eb7cef54715813b7662044a2d1eeb903f63fdd7cf433a1d77f1f842ea5bad41"
+            .into(),
         policy_digest: format!("sha256:{}", "a".repeat(64)),
     }
 }
@@ -51,7 +54,14 @@ fn appends_continue_the_chain_of_an_existing_log() {
     let path = dir.path().join("controller-events.jsonl");
     std::fs::copy(upstream_log(), &path).unwrap();
     let mut log = EventLog::open(&path, identity()).unwrap();
-    let appended = log.append_durable("run.resumed", "run.resumed", &json!({"state": "RUNNING"}), "2026-11-29T21:00:00Z").unwrap();
+    let appended = log
+        .append_durable(
+            "run.resumed",
+            "run.resumed",
+            &json!({"state": "RUNNING"}),
+            "2026-11-29T21:00:00Z",
+        )
+        .unwrap();
     assert!(matches!(appended, Appended::Written { sequence: 10, .. }));
     drop(log);
     let (head, _) = verify_chain(&std::fs::read(&path).unwrap()).unwrap();
@@ -64,9 +74,31 @@ fn a_replayed_key_is_a_no_op_and_a_changed_one_an_error() {
     let path = dir.path().join("controller-events.jsonl");
     let mut log = EventLog::open(&path, identity()).unwrap();
     let payload = json!({"state": "PENDING"});
-    log.append("run.created", "run.created", &payload, "2026-11-29T21:00:00Z").unwrap();
-    assert_eq!(log.append("run.created", "run.created", &payload, "2026-11-29T21:00:01Z").unwrap(), Appended::AlreadyRecorded);
-    let err = log.append("run.created", "run.created", &json!({"state": "RUNNING"}), "2026-11-29T21:00:01Z").unwrap_err();
+    log.append(
+        "run.created",
+        "run.created",
+        &payload,
+        "2026-11-29T21:00:00Z",
+    )
+    .unwrap();
+    assert_eq!(
+        log.append(
+            "run.created",
+            "run.created",
+            &payload,
+            "2026-11-29T21:00:01Z"
+        )
+        .unwrap(),
+        Appended::AlreadyRecorded
+    );
+    let err = log
+        .append(
+            "run.created",
+            "run.created",
+            &json!({"state": "RUNNING"}),
+            "2026-11-29T21:00:01Z",
+        )
+        .unwrap_err();
     assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
     log.sync().unwrap();
     assert_eq!(log.head().sequence, 1);
@@ -86,8 +118,14 @@ fn a_log_of_another_run_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("controller-events.jsonl");
     std::fs::copy(upstream_log(), &path).unwrap();
-    let other = RunIdentity { run_id: "other".into(), ..identity() };
-    assert!(matches!(EventLog::open(&path, other), Err(StoreError::WrongRun { .. })));
+    let other = RunIdentity {
+        run_id: "other".into(),
+        ..identity()
+    };
+    assert!(matches!(
+        EventLog::open(&path, other),
+        Err(StoreError::WrongRun { .. })
+    ));
 }
 
 #[test]
@@ -107,7 +145,14 @@ fn a_torn_tail_is_reported_then_moved_aside_on_request() {
     let moved = recover_torn_tail(&path).unwrap().unwrap();
     assert_eq!(moved.offset, whole);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
-    let aside = std::fs::read(dir.path().join(format!("controller-events.jsonl.torn-{whole}"))).unwrap();
+    let aside = std::fs::read(
+        dir.path()
+            .join(format!("controller-events.jsonl.torn-{whole}")),
+    )
+    .unwrap();
     assert_eq!(aside, br#"{"actor":"graph-controller","event_ha"#);
-    assert_eq!(EventLog::open(&path, identity()).unwrap().head().sequence, 9);
+    assert_eq!(
+        EventLog::open(&path, identity()).unwrap().head().sequence,
+        9
+    );
 }
