@@ -11,9 +11,11 @@
 
 pub mod artifacts;
 pub mod chain;
+pub mod ledger;
 pub mod log;
 
 pub use artifacts::verify_artifacts;
 pub use chain::TornTail;
 pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, verify_chain};
+pub use ledger::{Ledger, LedgerError, Publish, Reconciliation, effect_key};
 pub use log::{Appended, EventLog, StoreError, recover_torn_tail};

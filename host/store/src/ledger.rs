@@ -1,0 +1,258 @@
+//! The publication ledger: a publish node's effect happens exactly once per
+//! `<run_id>/<plan_id>/<node_id>`, across concurrent processes and crashes.
+//!
+//! `published-effects.json` keeps bounded-loops' format
+//! (`{effect_key: payload_digest}`). Beside it, `published-effects.intents.jsonl`
+//! records an intent, durably, before the effect runs, and the outcome after.
+//! Everything happens under an exclusive lock on
+//! `published-effects.json.lock`, so the check, the effect and the record
+//! are one compare-and-swap. An intent with no outcome (a crash in between)
+//! is ambiguous: it yields [`Publish::ReconciliationRequired`] until an
+//! operator says what happened with [`Ledger::reconcile`]. There is no
+//! automatic replay.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde_json::{Value, json};
+
+pub const LEDGER_FILE: &str = "published-effects.json";
+pub const INTENTS_FILE: &str = "published-effects.intents.jsonl";
+
+/// The three outcomes of publishing, plus the ambiguous one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Publish {
+    /// The effect ran now, and is recorded.
+    Fired,
+    /// The same key was already published with the same payload digest.
+    AlreadyPublished,
+    /// The key was published with another payload: the run must halt.
+    Halt { recorded_digest: String },
+    /// An earlier attempt recorded an intent but no outcome; an operator
+    /// must reconcile before anything fires.
+    ReconciliationRequired { intent_digest: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path}: corrupt ({message}); refusing to treat it as empty, since that would fire every effect again"
+    )]
+    Corrupt { path: PathBuf, message: String },
+    #[error("the effect for {key} failed: {message}")]
+    EffectFailed { key: String, message: String },
+    #[error("{key} has no unresolved intent to reconcile")]
+    NothingToReconcile { key: String },
+}
+
+/// What an operator found out about an ambiguous effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconciliation {
+    /// The effect did happen: record it as published.
+    Published,
+    /// The effect did not happen: clear the intent so it may fire again.
+    NotPublished,
+}
+
+pub struct Ledger {
+    dir: PathBuf,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {
+    move |source| LedgerError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// `<run_id>/<plan_id>/<node_id>`: attempt and repair round are left out on
+/// purpose, so retries and repairs cannot publish twice.
+pub fn effect_key(run_id: &str, plan_id: &str, node_id: &str) -> String {
+    format!("{run_id}/{plan_id}/{node_id}")
+}
+
+impl Ledger {
+    pub fn new(run_dir: &Path) -> Self {
+        Ledger {
+            dir: run_dir.to_path_buf(),
+        }
+    }
+
+    fn lock(&self) -> Result<Flock<File>, LedgerError> {
+        let path = self.dir.join(format!("{LEDGER_FILE}.lock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| LedgerError::Io {
+            path,
+            source: e.into(),
+        })
+    }
+
+    fn read_ledger(&self) -> Result<BTreeMap<String, String>, LedgerError> {
+        let path = self.dir.join(LEDGER_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+            Err(e) => return Err(LedgerError::Io { path, source: e }),
+        };
+        let value: Value = serde_json::from_str(&text).map_err(|e| LedgerError::Corrupt {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        let Value::Object(map) = value else {
+            return Err(LedgerError::Corrupt {
+                path,
+                message: "not a JSON object".into(),
+            });
+        };
+        map.into_iter()
+            .map(|(k, v)| match v {
+                Value::String(d) => Ok((k, d)),
+                _ => Err(LedgerError::Corrupt {
+                    path: path.clone(),
+                    message: format!("{k}: digest is not a string"),
+                }),
+            })
+            .collect()
+    }
+
+    fn write_ledger(&self, ledger: &BTreeMap<String, String>) -> Result<(), LedgerError> {
+        let path = self.dir.join(LEDGER_FILE);
+        let tmp = self
+            .dir
+            .join(format!("{LEDGER_FILE}.tmp.{}", std::process::id()));
+        let mut file = File::create(&tmp).map_err(io(&tmp))?;
+        file.write_all(
+            serde_json::to_string(ledger)
+                .expect("strings serialize")
+                .as_bytes(),
+        )
+        .map_err(io(&tmp))?;
+        file.sync_all().map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&self.dir))
+    }
+
+    /// Unresolved intents: key → payload digest.
+    fn open_intents(&self) -> Result<BTreeMap<String, String>, LedgerError> {
+        let path = self.dir.join(INTENTS_FILE);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+            Err(e) => return Err(LedgerError::Io { path, source: e }),
+        };
+        let mut open = BTreeMap::new();
+        for (i, line) in BufReader::new(file).lines().enumerate() {
+            let line = line.map_err(io(&path))?;
+            let record: Value = serde_json::from_str(&line).map_err(|e| LedgerError::Corrupt {
+                path: path.clone(),
+                message: format!("line {}: {e}", i + 1),
+            })?;
+            let key = record["key"].as_str().unwrap_or_default().to_string();
+            match record["state"].as_str() {
+                Some("intent") => {
+                    open.insert(
+                        key,
+                        record["digest"].as_str().unwrap_or_default().to_string(),
+                    );
+                }
+                Some(_) => {
+                    open.remove(&key);
+                }
+                None => {
+                    return Err(LedgerError::Corrupt {
+                        path,
+                        message: format!("line {}: no state", i + 1),
+                    });
+                }
+            }
+        }
+        Ok(open)
+    }
+
+    fn record(&self, record: Value) -> Result<(), LedgerError> {
+        let path = self.dir.join(INTENTS_FILE);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        let mut line = bl_core::canonical_json(&record);
+        line.push('\n');
+        file.write_all(line.as_bytes()).map_err(io(&path))?;
+        file.sync_data().map_err(io(&path))
+    }
+
+    /// Publishes `key` with `payload_digest`, running `effect` at most once
+    /// across every process that shares this run directory. `effect`
+    /// returning `Err` means the effect did not happen.
+    pub fn publish(
+        &self,
+        key: &str,
+        payload_digest: &str,
+        effect: impl FnOnce() -> Result<(), String>,
+    ) -> Result<Publish, LedgerError> {
+        let _lock = self.lock()?;
+        let mut ledger = self.read_ledger()?;
+        if let Some(recorded) = ledger.get(key) {
+            return Ok(if recorded == payload_digest {
+                Publish::AlreadyPublished
+            } else {
+                Publish::Halt {
+                    recorded_digest: recorded.clone(),
+                }
+            });
+        }
+        if let Some(intent_digest) = self.open_intents()?.remove(key) {
+            return Ok(Publish::ReconciliationRequired { intent_digest });
+        }
+        // Durable before the effect: a crash from here on is visible.
+        self.record(json!({"key": key, "digest": payload_digest, "state": "intent"}))?;
+        if let Err(message) = effect() {
+            self.record(json!({"key": key, "state": "not_published", "reason": message}))?;
+            return Err(LedgerError::EffectFailed {
+                key: key.to_string(),
+                message,
+            });
+        }
+        ledger.insert(key.to_string(), payload_digest.to_string());
+        self.write_ledger(&ledger)?;
+        self.record(json!({"key": key, "state": "published"}))?;
+        Ok(Publish::Fired)
+    }
+
+    /// An operator's answer to [`Publish::ReconciliationRequired`].
+    pub fn reconcile(&self, key: &str, decision: Reconciliation) -> Result<(), LedgerError> {
+        let _lock = self.lock()?;
+        let Some(digest) = self.open_intents()?.remove(key) else {
+            return Err(LedgerError::NothingToReconcile {
+                key: key.to_string(),
+            });
+        };
+        match decision {
+            Reconciliation::Published => {
+                let mut ledger = self.read_ledger()?;
+                ledger.insert(key.to_string(), digest);
+                self.write_ledger(&ledger)?;
+                self.record(json!({"key": key, "state": "published", "reconciled": true}))
+            }
+            Reconciliation::NotPublished => {
+                self.record(json!({"key": key, "state": "not_published", "reconciled": true}))
+            }
+        }
+    }
+}
