@@ -28,7 +28,7 @@ fn main() {
             "2026-11-29T21:00:00Z",
         )
         .expect("append");
-        if n % 7 == 0 {
+        if n.is_multiple_of(7) {
             log.sync().expect("sync");
         }
     }
