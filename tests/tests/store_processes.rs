@@ -116,7 +116,17 @@ fn a_crash_inside_the_effect_needs_reconciliation_and_never_replays() {
     assert_eq!(fired(&effects), 0);
 
     // The operator found it did not happen: it may fire again, once.
-    ledger.reconcile("k", Reconciliation::NotPublished).unwrap();
+    let out = Command::new(bl_e2e::bl_binary())
+        .args(["ledger", "reconcile"])
+        .arg(dir.path())
+        .args(["k", "--not-published"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = publish(dir.path(), "k", "sha256:aa", &effects, false)
         .wait_with_output()
         .unwrap();

@@ -41,9 +41,34 @@ enum Command {
     /// Maintain event logs.
     #[command(subcommand)]
     Log(LogCommand),
+    /// The publication ledger of a run.
+    #[command(subcommand)]
+    Ledger(LedgerCommand),
     /// Build, inspect and run wasm plugins (gates).
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum LedgerCommand {
+    /// Record what an operator found out about an effect whose outcome is
+    /// ambiguous (an intent with no outcome, after a crash).
+    Reconcile {
+        /// The run directory holding published-effects.json.
+        run_dir: std::path::PathBuf,
+        /// The effect key, `<run_id>/<plan_id>/<node_id>`.
+        key: String,
+        /// The effect did happen: record it as published.
+        #[arg(
+            long,
+            conflicts_with = "not_published",
+            required_unless_present = "not_published"
+        )]
+        published: bool,
+        /// The effect did not happen: clear the intent so it may fire again.
+        #[arg(long)]
+        not_published: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -66,6 +91,12 @@ fn main() -> ExitCode {
             json,
         } => verify_cmd::verify(&path, expect_head.as_deref(), json),
         Command::Log(LogCommand::Recover { path }) => verify_cmd::recover(path),
+        Command::Ledger(LedgerCommand::Reconcile {
+            run_dir,
+            key,
+            published,
+            ..
+        }) => verify_cmd::reconcile(&run_dir, &key, published),
     };
     ExitCode::from(code)
 }

@@ -1,4 +1,4 @@
-//! `bl verify PATH` and `bl log recover PATH`.
+//! `bl verify PATH`, `bl log recover PATH` and `bl ledger reconcile`.
 
 use std::path::{Path, PathBuf};
 
@@ -201,6 +201,29 @@ pub fn recover(path: PathBuf) -> u8 {
         }
         Err(e) => {
             eprintln!("error: log recover: {e}");
+            2
+        }
+    }
+}
+
+pub fn reconcile(run_dir: &Path, key: &str, published: bool) -> u8 {
+    let decision = if published {
+        bl_store::Reconciliation::Published
+    } else {
+        bl_store::Reconciliation::NotPublished
+    };
+    match bl_store::Ledger::new(run_dir).reconcile(key, decision) {
+        Ok(()) => {
+            let what = if published {
+                "recorded as published"
+            } else {
+                "cleared; it may fire again"
+            };
+            println!("{key}: {what}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: ledger reconcile: {e}");
             2
         }
     }
