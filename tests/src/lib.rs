@@ -60,3 +60,15 @@ pub fn bl(args: &[&str], cache: &Path) -> Output {
         .output()
         .expect("bl runs")
 }
+
+/// The identity of the run the crash tests' log writer writes.
+pub fn crash_run_identity() -> bl_store::RunIdentity {
+    bl_store::RunIdentity {
+        organization_id: "org".into(),
+        project_id: "project".into(),
+        run_id: "crash-run".into(),
+        graph_digest: format!("sha256:{}", "1".repeat(64)),
+        plan_digest: format!("sha256:{}", "2".repeat(64)),
+        policy_digest: format!("sha256:{}", "a".repeat(64)),
+    }
+}

@@ -5,9 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use bl_store::{
-    EventLog, Ledger, Publish, Reconciliation, RunIdentity, recover_torn_tail, verify_chain,
-};
+use bl_store::{EventLog, Ledger, Publish, Reconciliation, recover_torn_tail, verify_chain};
 
 const PUBLISHER: &str = env!("CARGO_BIN_EXE_bl-test-publisher");
 const WRITER: &str = env!("CARGO_BIN_EXE_bl-test-log-writer");
@@ -182,14 +180,7 @@ fn a_log_writer_killed_at_random_points_reopens_verified_or_torn() {
         assert!(head.sequence >= last, "round {round}: events were lost");
         last = head.sequence;
     }
-    let identity = RunIdentity {
-        organization_id: "org".into(),
-        project_id: "project".into(),
-        run_id: "crash-run".into(),
-        graph_digest: format!("sha256:{}", "1".repeat(64)),
-        plan_digest: format!("sha256:{}", "2".repeat(64)),
-        policy_digest: format!("sha256:{}", "a".repeat(64)),
-    };
+    let identity = bl_e2e::crash_run_identity();
     let log = EventLog::open(&path, identity).unwrap();
     assert!(log.head().sequence > 0);
     eprintln!(

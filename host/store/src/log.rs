@@ -68,6 +68,19 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
+/// Takes the run's exclusive writer lock without waiting: a log has one writer.
+fn take_writer_lock(path: &Path) -> Result<Flock<File>, StoreError> {
+    let lock_file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(path))
+        .map_err(io(path))?;
+    Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|_| StoreError::Locked {
+        path: path.to_path_buf(),
+    })
+}
+
 /// The lock file beside the log; bounded-loops uses the same name.
 fn lock_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -79,17 +92,7 @@ impl EventLog {
     /// Opens (creating) the log for `identity`, taking the exclusive writer
     /// lock without waiting, and verifies what is already recorded.
     pub fn open(path: &Path, identity: RunIdentity) -> Result<Self, StoreError> {
-        let lock_file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(lock_path(path))
-            .map_err(io(path))?;
-        let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|_| {
-            StoreError::Locked {
-                path: path.to_path_buf(),
-            }
-        })?;
+        let lock = take_writer_lock(path)?;
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -215,17 +218,7 @@ impl Drop for EventLog {
 /// tail that was moved, or `None` when the log was whole. Takes the writer
 /// lock, so it never races a live writer.
 pub fn recover_torn_tail(path: &Path) -> Result<Option<TornTail>, StoreError> {
-    let lock_file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(lock_path(path))
-        .map_err(io(path))?;
-    let _lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|_| {
-        StoreError::Locked {
-            path: path.to_path_buf(),
-        }
-    })?;
+    let _lock = take_writer_lock(path)?;
     let bytes = std::fs::read(path).map_err(io(path))?;
     let (_, torn) = chain::verify_chain(&bytes).map_err(|error| StoreError::Chain {
         path: path.to_path_buf(),

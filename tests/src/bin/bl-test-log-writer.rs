@@ -7,14 +7,7 @@ fn main() {
     let path = std::env::args()
         .nth(1)
         .expect("usage: bl-test-log-writer LOG");
-    let identity = bl_store::RunIdentity {
-        organization_id: "org".into(),
-        project_id: "project".into(),
-        run_id: "crash-run".into(),
-        graph_digest: format!("sha256:{}", "1".repeat(64)),
-        plan_digest: format!("sha256:{}", "2".repeat(64)),
-        policy_digest: format!("sha256:{}", "a".repeat(64)),
-    };
+    let identity = bl_e2e::crash_run_identity();
     let mut log =
         bl_store::EventLog::open(std::path::Path::new(&path), identity).expect("open the log");
     let mut n = log.head().sequence;
