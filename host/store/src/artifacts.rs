@@ -1,8 +1,13 @@
-//! Checking a run's content-addressed artifacts: `artifacts/objects/<hex>`
-//! must hash to its name, and `artifacts/metadata/<hex>.json` must name the
-//! same digest and size. Symlinks are never followed.
+//! A run's content-addressed artifacts: `artifacts/objects/<hex>`, which
+//! must hash to its name, and `artifacts/metadata/<hex>.json` in
+//! bounded-loops' format, which must name the same digest and size. The
+//! store writes atomically, caps sizes, re-verifies every read, and never
+//! follows a symlink.
 
-use std::path::Path;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -60,4 +65,229 @@ pub fn verify_artifacts(dir: &Path) -> Result<usize, String> {
         }
     }
     Ok(names.len())
+}
+
+/// Why an artifact could not be stored or trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("artifact of {size} bytes is over the store's limit of {limit} bytes")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("{digest} is not a sha256 digest (sha256:<64 hex>)")]
+    BadDigest { digest: String },
+    #[error("{digest}: no such artifact")]
+    Missing { digest: String },
+    #[error(
+        "{path}: the stored bytes hash to sha256:{actual}, not to {expected}; the artifact is not trusted"
+    )]
+    Unverified {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+}
+
+/// Facts recorded beside an object, in bounded-loops' metadata format.
+#[derive(Debug, Clone)]
+pub struct ArtifactMeta<'a> {
+    pub organization_id: &'a str,
+    pub project_id: &'a str,
+    pub media_type: &'a str,
+    pub producer_attempt: &'a str,
+    pub sensitivity: &'a str,
+}
+
+/// A run's content-addressed artifact store: `objects/<hex>` and
+/// `metadata/<hex>.json` under a run's `artifacts/`. Writes are atomic
+/// (temp file, fsync, rename); every read re-verifies the digest; symlinks
+/// are never followed.
+pub struct ArtifactStore {
+    root: PathBuf,
+    max_bytes: u64,
+}
+
+fn hex_of(digest: &str) -> Result<&str, ArtifactError> {
+    digest
+        .strip_prefix("sha256:")
+        .filter(|h| {
+            h.len() == 64
+                && h.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+        .ok_or_else(|| ArtifactError::BadDigest {
+            digest: digest.to_string(),
+        })
+}
+
+fn artifact_io(path: &Path) -> impl FnOnce(std::io::Error) -> ArtifactError + '_ {
+    move |source| ArtifactError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl ArtifactStore {
+    pub fn new(root: impl Into<PathBuf>, max_bytes: u64) -> Self {
+        ArtifactStore {
+            root: root.into(),
+            max_bytes,
+        }
+    }
+
+    fn write_atomically(&self, dir: &Path, name: &str, bytes: &[u8]) -> Result<(), ArtifactError> {
+        std::fs::create_dir_all(dir).map_err(artifact_io(dir))?;
+        let target = dir.join(name);
+        let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(artifact_io(&tmp))?;
+        file.write_all(bytes).map_err(artifact_io(&tmp))?;
+        file.sync_all().map_err(artifact_io(&tmp))?;
+        std::fs::rename(&tmp, &target).map_err(artifact_io(&target))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(artifact_io(dir))
+    }
+
+    /// Stores `bytes` and returns their digest. Storing the same bytes
+    /// again is a no-op: content addressing makes writes idempotent.
+    pub fn put(&self, bytes: &[u8], meta: &ArtifactMeta) -> Result<String, ArtifactError> {
+        if bytes.len() as u64 > self.max_bytes {
+            return Err(ArtifactError::TooLarge {
+                size: bytes.len() as u64,
+                limit: self.max_bytes,
+            });
+        }
+        let hex = bl_core::sha256_hex(bytes);
+        let digest = format!("sha256:{hex}");
+        let objects = self.root.join("objects");
+        if self.get(&digest).is_err() {
+            self.write_atomically(&objects, &hex, bytes)?;
+        }
+        let metadata = serde_json::json!({
+            "digest": digest, "expires_at": null, "legal_hold": false, "legal_hold_allowed": false,
+            "media_type": meta.media_type, "producer_attempt": meta.producer_attempt,
+            "ref": {"digest": digest, "organization_id": meta.organization_id, "project_id": meta.project_id},
+            "retention_class": "standard", "sensitivity": meta.sensitivity, "size": bytes.len(),
+            "state": "ACTIVE", "tombstone_reason": null,
+        });
+        // Canonical JSON and a newline, byte for byte as bounded-loops writes it.
+        let json = format!("{}\n", bl_core::canonical_json(&metadata));
+        self.write_atomically(
+            &self.root.join("metadata"),
+            &format!("{hex}.json"),
+            json.as_bytes(),
+        )?;
+        Ok(digest)
+    }
+
+    /// The bytes of an artifact, verified against their digest before they
+    /// are returned. A symlink in place of the object is refused.
+    pub fn get(&self, digest: &str) -> Result<Vec<u8>, ArtifactError> {
+        let hex = hex_of(digest)?;
+        let path = self.root.join("objects").join(hex);
+        let mut file = match OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ArtifactError::Missing {
+                    digest: digest.to_string(),
+                });
+            }
+            Err(e) => return Err(ArtifactError::Io { path, source: e }),
+        };
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(self.max_bytes + 1)
+            .read_to_end(&mut bytes)
+            .map_err(artifact_io(&path))?;
+        let actual = bl_core::sha256_hex(&bytes);
+        if actual != hex {
+            return Err(ArtifactError::Unverified {
+                path,
+                expected: digest.to_string(),
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const META: ArtifactMeta = ArtifactMeta {
+        organization_id: "demo-org",
+        project_id: "demo-project",
+        media_type: "text/plain",
+        producer_attempt: "1",
+        sensitivity: "public",
+    };
+
+    #[test]
+    fn metadata_matches_what_bounded_loops_writes() {
+        let upstream = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/corpus/runs/upstream-demo/artifacts");
+        let object = std::fs::read_dir(upstream.join("objects"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        let bytes = std::fs::read(object.path()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(dir.path(), 1 << 20);
+        let digest = store.put(&bytes, &META).unwrap();
+        let name = object.file_name().to_string_lossy().into_owned();
+        assert_eq!(digest, format!("sha256:{name}"));
+        let ours = std::fs::read(dir.path().join(format!("metadata/{name}.json"))).unwrap();
+        let theirs = std::fs::read(upstream.join(format!("metadata/{name}.json"))).unwrap();
+        assert_eq!(ours, theirs);
+        assert_eq!(store.get(&digest).unwrap(), bytes);
+        assert_eq!(verify_artifacts(dir.path()).unwrap(), 1);
+    }
+
+    #[test]
+    fn reads_reverify_refuse_symlinks_and_sizes_are_capped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(dir.path(), 16);
+        let digest = store.put(b"hello", &META).unwrap();
+        let object = dir.path().join("objects").join(&digest[7..]);
+        std::fs::write(&object, b"hellO").unwrap();
+        assert!(matches!(
+            store.get(&digest),
+            Err(ArtifactError::Unverified { .. })
+        ));
+
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, b"hello").unwrap();
+        std::fs::remove_file(&object).unwrap();
+        std::os::unix::fs::symlink(&outside, &object).unwrap();
+        assert!(
+            matches!(store.get(&digest), Err(ArtifactError::Io { .. })),
+            "a symlink must not be followed"
+        );
+
+        assert!(matches!(
+            store.put(&[0u8; 17], &META),
+            Err(ArtifactError::TooLarge {
+                size: 17,
+                limit: 16
+            })
+        ));
+        assert!(matches!(
+            store.get("sha256:abc"),
+            Err(ArtifactError::BadDigest { .. })
+        ));
+    }
 }

@@ -14,7 +14,7 @@ pub mod chain;
 pub mod ledger;
 pub mod log;
 
-pub use artifacts::verify_artifacts;
+pub use artifacts::{ArtifactError, ArtifactMeta, ArtifactStore, verify_artifacts};
 pub use chain::TornTail;
 pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, verify_chain};
 pub use ledger::{Ledger, LedgerError, Publish, Reconciliation, effect_key};
