@@ -119,3 +119,38 @@ fn a_port_is_an_input_or_an_output_not_both() {
     );
     assert_eq!(refusal(&dup).0, "port_duplicate");
 }
+
+#[test]
+fn the_reference_example_plans_in_waves() {
+    let graph = lint(EXAMPLE, Format::Yaml).unwrap();
+    let input = bl_graph::CompileInput {
+        connections: None,
+        available_packages: None,
+        policy_digest: bl_graph::plan::DEFAULT_POLICY_DIGEST,
+    };
+    let plan = bl_graph::compile(&graph, &input).unwrap();
+    assert_eq!(
+        plan.levels,
+        vec![
+            vec!["lens-performance", "lens-security"],
+            vec!["anonymize-panel"],
+            vec!["synthesizer"]
+        ]
+    );
+    assert_eq!(plan.bound.total(), 6);
+}
+
+#[test]
+fn two_ports_between_one_pair_of_nodes_are_fine_with_the_extension() {
+    let two = EXAMPLE
+        .replace(
+            "      panel_reports: {type: markdown}\n",
+            "      panel_reports: {type: markdown}\n      panel_copy: {type: markdown}\n",
+        )
+        .replace(
+            "edges:\n",
+            "edges:\n  - {from_node: anonymize-panel, from_port: panel_responses, to_node: synthesizer, to_port: panel_copy}\n",
+        );
+    let graph = lint(&two, Format::Yaml).unwrap();
+    assert_eq!(graph.edges.len(), 4);
+}
