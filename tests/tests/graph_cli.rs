@@ -25,6 +25,26 @@ fn run(args: &[&str], cwd: &Path) -> (i32, String, String) {
     )
 }
 
+/// The case files in a corpus directory that `keep` selects, sorted.
+fn case_names(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| keep(n))
+        .collect();
+    names.sort();
+    names
+}
+
+fn assert_no_differences(failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
@@ -41,12 +61,7 @@ fn is_parser_prose(expected_stdout_or_stderr: &str) -> bool {
 fn lint_output_matches_the_reference() {
     let dir = corpus("cases");
     let mut failures = Vec::new();
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.ends_with(".expected"))
-        .collect();
-    names.sort();
+    let names = case_names(&dir, |n| !n.ends_with(".expected"));
     for name in &names {
         let expected: Value = serde_json::from_str(
             &std::fs::read_to_string(dir.join(format!("{name}.expected"))).unwrap(),
@@ -83,24 +98,16 @@ fn lint_output_matches_the_reference() {
         }
     }
     assert!(names.len() > 100);
-    assert!(
-        failures.is_empty(),
-        "{} differences:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_no_differences(&failures);
 }
 
 #[test]
 fn plan_output_matches_the_reference() {
     let dir = corpus("plans");
     let mut failures = Vec::new();
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".json") && !n.ends_with(".connections.json"))
-        .collect();
-    names.sort();
+    let names = case_names(&dir, |n| {
+        n.ends_with(".json") && !n.ends_with(".connections.json")
+    });
     for name in &names {
         let expected: Value = serde_json::from_str(
             &std::fs::read_to_string(dir.join(format!("{name}.expected"))).unwrap(),
@@ -131,12 +138,7 @@ fn plan_output_matches_the_reference() {
         }
     }
     assert!(names.len() >= 20);
-    assert!(
-        failures.is_empty(),
-        "{} differences:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_no_differences(&failures);
 }
 
 #[test]

@@ -146,9 +146,9 @@ impl EventLog {
         timestamp: &str,
     ) -> Result<Appended, StoreError> {
         let id = format!("{}:{key}", self.identity.run_id);
+        let canonical_payload = bl_core::canonical_json(payload);
         if let Some((recorded_type, recorded_payload)) = self.head.keys.get(&id) {
-            if recorded_type == event_type && *recorded_payload == bl_core::canonical_json(payload)
-            {
+            if recorded_type == event_type && *recorded_payload == canonical_payload {
                 return Ok(Appended::AlreadyRecorded);
             }
             return Err(StoreError::Conflict {
@@ -172,10 +172,9 @@ impl EventLog {
         self.head
             .identity
             .get_or_insert_with(|| self.identity.clone());
-        self.head.keys.insert(
-            id,
-            (event_type.to_string(), bl_core::canonical_json(payload)),
-        );
+        self.head
+            .keys
+            .insert(id, (event_type.to_string(), canonical_payload));
         self.head.verified_len += bytes.len() as u64;
         self.unsynced += 1;
         Ok(Appended::Written {
