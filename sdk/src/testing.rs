@@ -1,11 +1,18 @@
-//! A native test harness: run plugin logic against a real directory without
-//! compiling to wasm. It applies the same path rules the host does (no
-//! absolute paths, no `..`, no symlink leaving the root), so a test that
+//! A native test harness: run plugin logic against a real directory, real
+//! inputs and a real child process without compiling to wasm. It applies
+//! the same rules the host does (no absolute paths, no `..`, no symlink
+//! leaving the root; only declared outputs, each once), so a test that
 //! passes here behaves the same inside bl.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use crate::{Entry, EntryKind, FsError, Workspace};
+use crate::command::{CommandError, CommandOutput, CommandRequest};
+use crate::{
+    ArtifactError, Entry, EntryKind, FsError, InputInfo, Inputs, OutputDecl, Outputs, Visibility,
+    Workspace,
+};
 
 /// A [`Workspace`] over a directory on the local file system.
 pub struct NativeWorkspace {
@@ -46,10 +53,16 @@ fn entry(name: String, meta: &std::fs::Metadata) -> Entry {
     } else {
         EntryKind::Other
     };
+    let modified_ms = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64);
     Entry {
         name,
         kind,
         size: meta.len(),
+        modified_ms,
     }
 }
 
@@ -95,4 +108,139 @@ impl Workspace for NativeWorkspace {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Declared inputs held in memory.
+#[derive(Default)]
+pub struct NativeInputs {
+    inputs: Vec<(InputInfo, Vec<u8>)>,
+}
+
+impl NativeInputs {
+    pub fn new() -> Self {
+        NativeInputs::default()
+    }
+
+    /// Adds an input; its digest is computed the way the host computes it.
+    pub fn with(mut self, name: &str, media_type: &str, bytes: &[u8]) -> Self {
+        let info = InputInfo {
+            name: name.to_string(),
+            media_type: media_type.to_string(),
+            size: bytes.len() as u64,
+            digest: format!("sha256:{}", sha256_hex(bytes)),
+        };
+        self.inputs.push((info, bytes.to_vec()));
+        self
+    }
+}
+
+impl Inputs for NativeInputs {
+    fn entries(&self) -> Vec<InputInfo> {
+        self.inputs.iter().map(|(i, _)| i.clone()).collect()
+    }
+    fn read(&self, name: &str) -> Result<Vec<u8>, ArtifactError> {
+        self.inputs
+            .iter()
+            .find(|(i, _)| i.name == name)
+            .map(|(_, b)| b.clone())
+            .ok_or_else(|| ArtifactError::NotDeclared(format!("no input named `{name}`")))
+    }
+}
+
+/// An output sink that keeps what was written, refusing undeclared names
+/// and second writes as the host does.
+#[derive(Default)]
+pub struct NativeOutputs {
+    declared: Vec<OutputDecl>,
+    pub written: BTreeMap<String, Vec<u8>>,
+}
+
+impl NativeOutputs {
+    pub fn new() -> Self {
+        NativeOutputs::default()
+    }
+
+    pub fn declare(mut self, name: &str, media_type: &str, visibility: Visibility) -> Self {
+        self.declared.push(OutputDecl {
+            name: name.to_string(),
+            media_type: media_type.to_string(),
+            visibility,
+        });
+        self
+    }
+}
+
+impl Outputs for NativeOutputs {
+    fn declared(&self) -> Vec<OutputDecl> {
+        self.declared.clone()
+    }
+    fn write(&mut self, name: &str, bytes: &[u8]) -> Result<(), ArtifactError> {
+        if !self.declared.iter().any(|d| d.name == name) {
+            return Err(ArtifactError::NotDeclared(format!("`{name}` is not a declared output")));
+        }
+        if self.written.contains_key(name) {
+            return Err(ArtifactError::AlreadyWritten(name.to_string()));
+        }
+        self.written.insert(name.to_string(), bytes.to_vec());
+        Ok(())
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+thread_local! {
+    static COMMAND_DIR: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with native [`crate::command::run`] calls working in `dir`, as
+/// the host runs them in the invocation's workspace.
+pub fn with_command_dir<T>(dir: &Path, f: impl FnOnce() -> T) -> T {
+    COMMAND_DIR.with(|d| *d.borrow_mut() = Some(dir.to_path_buf()));
+    let out = f();
+    COMMAND_DIR.with(|d| *d.borrow_mut() = None);
+    out
+}
+
+/// The native stand-in for the host's command runner: a child process with
+/// a cleared environment (PATH only) in the directory set by
+/// [`with_command_dir`].
+pub fn run_command_natively(request: &CommandRequest) -> Result<CommandOutput, CommandError> {
+    use std::io::Write;
+    let Some((program, args)) = request.argv.split_first() else {
+        return Err(CommandError::Denied("the argv is empty".into()));
+    };
+    let dir = COMMAND_DIR
+        .with(|d| d.borrow().clone())
+        .ok_or_else(|| CommandError::Denied("no workspace: wrap the call in testing::with_command_dir".into()))?;
+    let started = std::time::Instant::now();
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(request.stdin.as_deref().unwrap_or_default());
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
+    Ok(CommandOutput {
+        exit_code: output.status.code(),
+        stdout_tail: output.stdout,
+        stderr_tail: output.stderr,
+        truncated: false,
+        timed_out: false,
+        duration_ms: started.elapsed().as_millis() as u64,
+    })
 }

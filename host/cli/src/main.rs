@@ -7,6 +7,7 @@ mod graph_cmd;
 mod loop_package;
 mod paths;
 mod plugin_cmd;
+mod scaffold;
 mod verify_cmd;
 
 use std::process::ExitCode;

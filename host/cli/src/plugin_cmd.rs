@@ -1,17 +1,35 @@
 //! `bl plugin …`
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bl_core::GateOutcome;
-use bl_pluginbuild::{BuildOptions, WasmToolchain};
-use bl_plugins::{Runtime, RuntimeConfig};
-use clap::Subcommand;
+use bl_pluginbuild::{BuildOptions, PluginManifest, WasmToolchain};
+use bl_plugins::{
+    Capability, ContractRequest, Grants, Invocation, LoadOptions, PluginError, Runtime,
+    RuntimeConfig, Verdict, World, outcome,
+};
+use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 
 use crate::paths;
+use crate::scaffold;
 
 #[derive(Subcommand)]
 pub enum PluginCommand {
+    /// Write a new plugin crate that builds as it is.
+    New {
+        /// The plugin's name; the crate goes in a directory of that name.
+        name: String,
+        #[arg(long, value_enum)]
+        kind: scaffold::Kind,
+        /// Where to create it (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The bl plugin SDK to depend on (default: the one beside this bl).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
     /// Build a plugin crate into a component stamped with its source digest.
     Build {
         /// The plugin's crate directory (it holds Cargo.toml).
@@ -26,37 +44,101 @@ pub enum PluginCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Run a gate on a workspace directory and print its verdict.
-    /// Exit 0 pass, 1 fail, 3 error (the gate could not decide).
+    /// Show a component's world, WIT version, imports, exports, requested
+    /// capabilities and digests.
+    Inspect {
+        /// A path to a component, or the name of one on the plugin path.
+        plugin: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a gate or a completion contract on a workspace directory and
+    /// print its verdict. Exit 0 pass, 1 fail, 3 error (it could not decide).
     Run {
         /// A path to a component, or the name of one on the plugin path.
         plugin: String,
-        /// The directory the gate judges; it sees nothing else.
+        /// The directory it judges; it sees nothing else.
         #[arg(long)]
         workspace: PathBuf,
-        /// The gate's config, as JSON.
+        /// Its config, as JSON, or `@FILE` to read it from a file.
         #[arg(long, default_value = "{}")]
         config: String,
+        /// Grant a capability the plugin requests (`command`, `log`, `clock`,
+        /// `random`). Nothing is granted by default.
+        #[arg(long = "grant", value_name = "CAPABILITY")]
+        grants: Vec<String>,
+        /// For a completion contract: the output to check, relative to the workspace.
+        #[arg(long)]
+        artifact: Option<String>,
+        /// For a completion contract: when the node was dispatched, in ms since
+        /// the Unix epoch (files modified before it are stale).
+        #[arg(long, default_value_t = 0)]
+        dispatched_ms: u64,
+        /// Stop the plugin after this many milliseconds.
+        #[arg(long)]
+        deadline_ms: Option<u64>,
+        /// How instances get memory.
+        #[arg(long, value_enum, default_value_t = Allocator::Auto)]
+        allocator: Allocator,
         /// Print the outcome as one JSON object.
         #[arg(long)]
         json: bool,
     },
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Allocator {
+    Auto,
+    Pooling,
+    OnDemand,
+}
+
 pub fn run(cmd: PluginCommand) -> u8 {
     match cmd {
+        PluginCommand::New {
+            name,
+            kind,
+            dir,
+            sdk,
+        } => scaffold::new_plugin(&name, kind, dir, sdk),
         PluginCommand::Build {
             dir,
             out,
             target_dir,
             force,
         } => build(dir, out, target_dir, force),
+        PluginCommand::Inspect { plugin, json } => inspect(&plugin, json),
         PluginCommand::Run {
             plugin,
             workspace,
             config,
+            grants,
+            artifact,
+            dispatched_ms,
+            deadline_ms,
+            allocator,
             json,
-        } => run_gate(&plugin, &workspace, &config, json),
+        } => {
+            let request = RunRequest {
+                plugin: &plugin,
+                workspace: &workspace,
+                grants: &grants,
+                artifact,
+                dispatched_ms,
+                deadline_ms,
+                allocator,
+            };
+            let outcome = match read_config(&config) {
+                Ok(config) => judge(&request, &config),
+                Err(e) => GateOutcome::Error(e),
+            };
+            if json {
+                println!("{}", outcome_json(&plugin, &workspace, &outcome));
+            } else {
+                print_outcome(&plugin, &workspace, &outcome);
+            }
+            outcome.exit_code() as u8
+        }
     }
 }
 
@@ -100,50 +182,185 @@ fn build(dir: PathBuf, out: PathBuf, target_dir: PathBuf, force: bool) -> u8 {
     }
 }
 
-fn run_gate(plugin: &str, workspace: &std::path::Path, config: &str, as_json: bool) -> u8 {
-    let outcome = judge(plugin, workspace, config);
-    if as_json {
-        println!("{}", outcome_json(plugin, workspace, &outcome));
-    } else {
-        print_outcome(plugin, workspace, &outcome);
+/// The manifest beside a component (`x.wasm` → `x.plugin.json`), if any.
+fn manifest_beside(component: &Path) -> Result<Option<PluginManifest>, String> {
+    let path = component.with_extension("plugin.json");
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{}: not a plugin manifest: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
     }
-    outcome.exit_code() as u8
 }
 
-fn judge(plugin: &str, workspace: &std::path::Path, config: &str) -> GateOutcome {
-    let path = match paths::resolve_plugin(plugin) {
-        Ok(p) => p,
-        Err(e) => return GateOutcome::Error(e),
-    };
-    if let Err(e) = serde_json::from_str::<serde_json::Value>(config) {
-        return GateOutcome::Error(format!("--config is not JSON: {e}"));
-    }
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) => return GateOutcome::Error(format!("{}: {e}", path.display())),
-    };
-    let runtime = match Runtime::new(RuntimeConfig {
-        cache_dir: paths::component_cache_dir(),
-        ..Default::default()
-    }) {
+fn inspect(plugin: &str, as_json: bool) -> u8 {
+    let result = (|| {
+        let path = paths::resolve_plugin(plugin)?;
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let summary =
+            bl_pluginbuild::summarize(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        let manifest = manifest_beside(&path)?;
+        Ok::<_, String>((path, summary, manifest))
+    })();
+    let (path, summary, manifest) = match result {
         Ok(r) => r,
-        Err(e) => return GateOutcome::Error(e.to_string()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
     };
-    let name = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| plugin.to_string());
-    match runtime.load_gate(&name, &bytes) {
-        Ok(gate) => runtime.judge(&gate, workspace, config),
-        Err(e) => GateOutcome::Error(e.to_string()),
+    let manifest_matches = manifest
+        .as_ref()
+        .map(|m| m.component_digest == summary.component_digest);
+    if as_json {
+        println!(
+            "{}",
+            json!({
+                "path": path.display().to_string(),
+                "summary": summary,
+                "manifest": manifest,
+                "manifest_matches": manifest_matches,
+            })
+        );
+        return 0;
+    }
+    let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
+    println!("{}", path.display());
+    println!("  world         {}", or_unknown(&summary.world));
+    println!("  wit           {}", or_unknown(&summary.wit_package));
+    println!("  exports       {}", summary.exports.join(", "));
+    println!("  imports       {}", summary.imports.join(", "));
+    println!(
+        "  capabilities  {}",
+        if summary.capabilities.is_empty() {
+            "(none requested)".to_string()
+        } else {
+            summary.capabilities.join(", ")
+        }
+    );
+    println!("  digest        {}", summary.component_digest);
+    println!("  source        {}", or_unknown(&summary.source_digest));
+    match (&manifest, manifest_matches) {
+        (Some(m), Some(true)) => {
+            println!("  manifest      {} {}: {}", m.name, m.version, m.description);
+            if !m.contract_patterns.is_empty() {
+                println!("  contracts     {}", m.contract_patterns.join(", "));
+            }
+            if m.config_schema.is_some() {
+                println!("  config        has a JSON Schema (see --json)");
+            }
+        }
+        (Some(_), _) => println!("  manifest      DOES NOT MATCH these bytes (rebuild the plugin)"),
+        (None, _) => println!("  manifest      (none beside it)"),
+    }
+    0
+}
+
+struct RunRequest<'a> {
+    plugin: &'a str,
+    workspace: &'a Path,
+    grants: &'a [String],
+    artifact: Option<String>,
+    dispatched_ms: u64,
+    deadline_ms: Option<u64>,
+    allocator: Allocator,
+}
+
+fn read_config(config: &str) -> Result<String, String> {
+    let text = match config.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("--config @{path}: {e}"))?,
+        None => config.to_string(),
+    };
+    serde_json::from_str::<serde_json::Value>(&text)
+        .map_err(|e| format!("--config is not JSON: {e}"))?;
+    Ok(text)
+}
+
+/// Builds the runtime the CLI uses: the on-disk cache, and commands through
+/// the unconfined subprocess runner until a sandbox tier is granted.
+pub fn runtime(deadline_ms: Option<u64>, allocator: Allocator) -> Result<Runtime, PluginError> {
+    let mut config = RuntimeConfig {
+        cache_dir: paths::component_cache_dir(),
+        command_runner: Some(Arc::new(bl_sandbox::Subprocess)),
+        allocator: match allocator {
+            Allocator::Auto => bl_plugins::AllocatorChoice::Auto,
+            Allocator::Pooling => bl_plugins::AllocatorChoice::Pooling,
+            Allocator::OnDemand => bl_plugins::AllocatorChoice::OnDemand,
+        },
+        ..Default::default()
+    };
+    if let Some(ms) = deadline_ms {
+        config.limits.deadline = std::time::Duration::from_millis(ms);
+    }
+    Runtime::new(config)
+}
+
+fn judge(request: &RunRequest, config: &str) -> GateOutcome {
+    let result = (|| -> Result<Result<Invocation<Verdict>, PluginError>, String> {
+        let path = paths::resolve_plugin(request.plugin)?;
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let manifest = manifest_beside(&path)?;
+        let world = match &manifest {
+            Some(m) => World::from_wit_name(&m.world)
+                .ok_or_else(|| format!("{}: unknown world `{}`", path.display(), m.world))?,
+            None => bl_pluginbuild::summarize(&bytes)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+                .world
+                .and_then(|w| World::from_wit_name(&w))
+                .ok_or_else(|| format!("{}: not a bl plugin component", path.display()))?,
+        };
+        let declared: Option<Vec<Capability>> = match &manifest {
+            Some(m) => Some(
+                m.capabilities
+                    .iter()
+                    .map(|c| Capability::parse(c))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| format!("{}: {e}", path.display()))?,
+            ),
+            None => None,
+        };
+        let options = LoadOptions {
+            declared: declared.as_deref(),
+            grants: Grants::parse(request.grants).map_err(|e| format!("--grant: {e}"))?,
+        };
+        let name = manifest.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| {
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| request.plugin.to_string())
+        });
+        let runtime =
+            runtime(request.deadline_ms, request.allocator).map_err(|e| e.to_string())?;
+        Ok(match world {
+            World::Gate => runtime
+                .load_gate(&name, &bytes, &options)
+                .and_then(|gate| runtime.check(&gate, request.workspace, config)),
+            World::CompletionContract => {
+                let artifact = request.artifact.clone().ok_or_else(|| {
+                    format!("{name} is a completion contract: name the output to check with --artifact PATH")
+                })?;
+                let contract_request = ContractRequest {
+                    artifact,
+                    dispatch_started_ms: request.dispatched_ms,
+                };
+                runtime.load_contract(&name, &bytes, &options).and_then(|contract| {
+                    runtime.check_contract(&contract, request.workspace, &contract_request, config)
+                })
+            }
+            other => {
+                return Err(format!(
+                    "{name} is a {other} plugin; `bl plugin run` runs gates and completion contracts"
+                ));
+            }
+        })
+    })();
+    match result {
+        Ok(result) => outcome(result),
+        Err(message) => GateOutcome::Error(message),
     }
 }
 
-fn outcome_json(
-    plugin: &str,
-    workspace: &std::path::Path,
-    outcome: &GateOutcome,
-) -> serde_json::Value {
+fn outcome_json(plugin: &str, workspace: &Path, outcome: &GateOutcome) -> serde_json::Value {
     let mut value = json!({
         "plugin": plugin,
         "workspace": workspace.display().to_string(),
@@ -156,7 +373,7 @@ fn outcome_json(
     value
 }
 
-fn print_outcome(plugin: &str, workspace: &std::path::Path, outcome: &GateOutcome) {
+fn print_outcome(plugin: &str, workspace: &Path, outcome: &GateOutcome) {
     println!("{}  {plugin}  {}", outcome.label(), workspace.display());
     match outcome {
         GateOutcome::Passed(v) | GateOutcome::Failed(v) => {
@@ -178,6 +395,6 @@ fn print_outcome(plugin: &str, workspace: &std::path::Path, outcome: &GateOutcom
                 println!("  - {:?}: {}{place}{rule}", f.severity, f.message);
             }
         }
-        GateOutcome::Error(e) => println!("  the gate could not decide: {e}"),
+        GateOutcome::Error(e) => println!("  could not decide: {e}"),
     }
 }

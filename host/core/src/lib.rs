@@ -7,7 +7,10 @@
 //! it depends on none of them.
 
 pub mod canonical;
+pub mod exec;
+pub mod plugin;
 pub mod verdict;
 
 pub use canonical::{canonical_json, digest, python_json, sha256_hex};
+pub use exec::{CommandError, CommandResult, CommandRunner, CommandSpec};
 pub use verdict::{Finding, GateOutcome, Location, Severity, Verdict};

@@ -45,8 +45,14 @@ pub fn encode(core_module: &[u8], source_digest: &str) -> Result<Encoded, BuildE
     })
 }
 
-/// Each bl world, by the function it exports at the top level.
-const WORLDS_BY_EXPORT: &[(&str, &str)] = &[("check", "gate")];
+/// Each bl world, by the function it exports at the top level and that
+/// function's parameter count (a gate's and a contract's `check` differ).
+const WORLDS_BY_EXPORT: &[(&str, usize, &str)] = &[
+    ("check", 2, "gate"),
+    ("check", 3, "completion-contract"),
+    ("run", 4, "transform"),
+    ("decide", 2, "publication-policy"),
+];
 
 /// Names the bl world a module's bindings implement, and the `bl:plugin`
 /// package version its imports come from. wit-component merges every
@@ -57,18 +63,26 @@ fn identify_world(
     world: wit_parser::WorldId,
 ) -> Result<(String, String), BuildError> {
     let world = &resolve.worlds[world];
-    let exported: Vec<String> = world
+    let exported: Vec<(String, usize)> = world
         .exports
-        .keys()
-        .map(|k| resolve.name_world_key(k))
+        .iter()
+        .map(|(k, item)| {
+            let params = match item {
+                wit_parser::WorldItem::Function(f) => f.params.len(),
+                _ => usize::MAX,
+            };
+            (resolve.name_world_key(k), params)
+        })
         .collect();
     let name = WORLDS_BY_EXPORT
         .iter()
-        .find(|(export, _)| exported.iter().any(|e| e == export))
-        .map(|(_, world)| world.to_string())
+        .find(|(export, params, _)| exported.iter().any(|(e, p)| e == export && p == params))
+        .map(|(_, _, world)| world.to_string())
         .ok_or_else(|| {
+            let names: Vec<&str> = exported.iter().map(|(e, _)| e.as_str()).collect();
             BuildError::Component(format!(
-                "the module exports {exported:?}, which matches no bl world (a gate exports `check`)"
+                "the module exports {names:?}, which matches no bl world \
+                 (gate and completion-contract export `check`, transform `run`, publication-policy `decide`)"
             ))
         })?;
     let package = world
@@ -106,4 +120,80 @@ pub fn read_source_digest(component: &[u8]) -> Result<Option<String>, BuildError
         }
     }
     Ok(None)
+}
+
+/// A component's top-level imports, each with whether it brings any
+/// function, read from its decoded WIT.
+pub fn imports(component: &[u8]) -> Result<Vec<bl_core::plugin::Import>, BuildError> {
+    let (resolve, world_id) = decode(component)?;
+    let world = &resolve.worlds[world_id];
+    Ok(world
+        .imports
+        .iter()
+        .map(|(key, item)| {
+            let has_functions = match item {
+                wit_parser::WorldItem::Interface { id, .. } => {
+                    !resolve.interfaces[*id].functions.is_empty()
+                }
+                wit_parser::WorldItem::Function(_) => true,
+                wit_parser::WorldItem::Type { .. } => false,
+            };
+            bl_core::plugin::Import::new(resolve.name_world_key(key), has_functions)
+        })
+        .collect())
+}
+
+fn decode(component: &[u8]) -> Result<(wit_parser::Resolve, wit_parser::WorldId), BuildError> {
+    match wit_component::decode(component)
+        .map_err(|e| BuildError::Component(format!("not a readable component: {e:#}")))?
+    {
+        wit_component::DecodedWasm::Component(resolve, world) => Ok((resolve, world)),
+        wit_component::DecodedWasm::WitPackage(..) => Err(BuildError::Component(
+            "this is a WIT package, not a component".into(),
+        )),
+    }
+}
+
+/// What `bl plugin inspect` shows about a component, read from its bytes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ComponentSummary {
+    /// The bl world its exports match, if any.
+    pub world: Option<String>,
+    /// The `bl:plugin` package version it was built against.
+    pub wit_package: Option<String>,
+    /// The imports that bring functions (type-only imports are left out).
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    /// The grantable capabilities among the imports.
+    pub capabilities: Vec<String>,
+    pub source_digest: Option<String>,
+    /// `sha256:` over the bytes.
+    pub component_digest: String,
+}
+
+/// Decodes a component's WIT and summarises it.
+pub fn summarize(component: &[u8]) -> Result<ComponentSummary, BuildError> {
+    let (resolve, world_id) = decode(component)?;
+    let identified = identify_world(&resolve, world_id).ok();
+    let world = &resolve.worlds[world_id];
+    let exports = world
+        .exports
+        .keys()
+        .map(|k| resolve.name_world_key(k))
+        .collect();
+    let all = imports(component)?;
+    let imports = all
+        .iter()
+        .filter(|i| i.has_functions)
+        .map(|i| i.name.clone())
+        .collect();
+    Ok(ComponentSummary {
+        world: identified.as_ref().map(|(w, _)| w.clone()),
+        wit_package: identified.map(|(_, p)| p),
+        capabilities: crate::requested_capabilities(&all),
+        imports,
+        exports,
+        source_digest: read_source_digest(component)?,
+        component_digest: format!("sha256:{}", bl_core::sha256_hex(component)),
+    })
 }

@@ -18,12 +18,12 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-pub use component::{SOURCE_DIGEST_SECTION, read_source_digest};
+pub use component::{ComponentSummary, SOURCE_DIGEST_SECTION, imports, read_source_digest, summarize};
 pub use source::{SourceSet, source_digest};
 pub use toolchain::{ToolchainError, WasmToolchain};
 
 /// The WIT package version this build of bl speaks.
-pub const WIT_PACKAGE: &str = "bl:plugin@0.1.0";
+pub const WIT_PACKAGE: &str = "bl:plugin@1.1.0";
 
 /// What sits beside every built component as `<name>.plugin.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,8 +33,18 @@ pub struct PluginManifest {
     pub description: String,
     /// The world the component targets, e.g. `gate`.
     pub world: String,
-    /// The WIT package the world comes from, e.g. `bl:plugin@0.1.0`.
+    /// The WIT package the world comes from, e.g. `bl:plugin@1.1.0`.
     pub wit_package: String,
+    /// The capabilities the component imports and so requests, e.g.
+    /// `["command"]`. The operator grants them; the default is deny.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// A JSON Schema for the plugin's config, when the crate names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_schema: Option<serde_json::Value>,
+    /// For completion contracts: the output basenames it checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contract_patterns: Vec<String>,
     /// `sha256:` over the plugin's source files (see [`source`]).
     pub source_digest: String,
     /// `sha256:` over the component's bytes.
@@ -134,11 +144,32 @@ pub fn build(
         .join(format!("{}.wasm", package.lib_name));
     let core = std::fs::read(&core_path).map_err(io_error(&core_path))?;
     let encoded = component::encode(&core, &sources.digest)?;
+    let config_schema = match &package.config_schema {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(io_error(path))?;
+            Some(serde_json::from_str(&text).map_err(|e| BuildError::Source {
+                path: path.clone(),
+                message: format!("the config schema is not JSON: {e}"),
+            })?)
+        }
+    };
+    if encoded.world == "completion-contract" && package.contract_patterns.is_empty() {
+        return Err(BuildError::Source {
+            path: crate_dir.join("Cargo.toml"),
+            message: "a completion contract must list the basenames it checks: add \
+                      `contract-patterns = [\"plan.json\"]` under [package.metadata.bl]"
+                .into(),
+        });
+    }
 
     let manifest = PluginManifest {
         name: package.name.clone(),
         version: package.version.clone(),
         description: package.description.clone(),
+        capabilities: requested_capabilities(&component::imports(&encoded.bytes)?),
+        config_schema,
+        contract_patterns: package.contract_patterns.clone(),
         world: encoded.world,
         wit_package: encoded.package,
         source_digest: sources.digest.clone(),
@@ -154,6 +185,22 @@ pub fn build(
         manifest,
         rebuilt: true,
     })
+}
+
+/// The grantable capabilities among a component's imports, by name.
+pub fn requested_capabilities(imports: &[bl_core::plugin::Import]) -> Vec<String> {
+    let mut names: Vec<String> = imports
+        .iter()
+        .filter_map(|import| match bl_core::plugin::classify(import) {
+            bl_core::plugin::ImportClass::Capability(c) if c.grantable() => {
+                Some(c.name().to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 fn up_to_date(component: &Path, manifest: &Path, digest: &str) -> Option<PluginManifest> {

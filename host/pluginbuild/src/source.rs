@@ -23,6 +23,12 @@ pub struct Package {
     pub lib_name: String,
     pub version: String,
     pub description: String,
+    /// `[package.metadata.bl] config-schema`: a JSON Schema file for the
+    /// plugin's config, relative to the crate.
+    pub config_schema: Option<PathBuf>,
+    /// `[package.metadata.bl] contract-patterns`: the output basenames a
+    /// completion contract checks, e.g. `["plan.json"]`.
+    pub contract_patterns: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -99,7 +105,26 @@ fn read_package(
         .and_then(|l| l.as_table())
         .and_then(|l| str_field(l, "name"))
         .unwrap_or_else(|| name.replace('-', "_"));
+    let bl_metadata = package
+        .get("metadata")
+        .and_then(|m| m.get("bl"))
+        .and_then(|b| b.as_table());
+    let config_schema = bl_metadata
+        .and_then(|b| str_field(b, "config-schema"))
+        .map(|p| crate_dir.join(p));
+    let contract_patterns = bl_metadata
+        .and_then(|b| b.get("contract-patterns"))
+        .and_then(|v| v.as_array())
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Package {
+        config_schema,
+        contract_patterns,
         lib_name,
         version: field("version").unwrap_or_else(|| "0.0.0".into()),
         description: field("description").unwrap_or_default(),

@@ -1,20 +1,39 @@
 //! bl's plugin runtime: loads WIT-typed wasm components with wasmtime and
 //! calls them, handing each invocation only the capability handles it was
-//! given (today: a read-only view of one workspace directory).
+//! given.
 //!
 //! This crate owns the wasmtime [`Engine`](wasmtime::Engine) (one per
-//! [`Runtime`]), the on-disk cache of compiled components, the per-invocation
-//! limits (a wall-clock deadline and a memory cap) and the mapping of every
-//! failure to a typed [`PluginError`]. It never decides what a verdict means
-//! and never writes run records: callers get a [`GateOutcome`] and take it
-//! from there. A gate that errs is `GateOutcome::Error`, never a pass or fail.
+//! [`Runtime`]), the on-disk cache of compiled components, capability
+//! admission (a component's imports against its world, its manifest and the
+//! operator's grants), the per-invocation limits (deadline, memory, fuel,
+//! output caps) and the mapping of every failure to a typed [`PluginError`].
+//! It never decides what a verdict means and never writes run records:
+//! callers get values or errors and take it from there. A gate that errs is
+//! `GateOutcome::Error`, never a pass or a fail.
 
+mod artifacts;
+mod bindings;
 mod cache;
+mod compose;
 mod error;
-mod gate;
+mod host;
+mod runtime;
 mod workspace;
+mod worlds;
 
+pub use artifacts::{InputArtifact, OutputDeclaration, PublishedOutput, Visibility, transform_seed};
+pub use bl_core::plugin::{Capability, Grants, Import, ImportClass, World, admit, classify, classify_import};
+pub use compose::{ContractRegistry, ContractReport, judge_all};
 pub use error::PluginError;
-pub use gate::{GatePlugin, Limits, Runtime, RuntimeConfig};
+pub use host::LogEntry;
+pub use runtime::{AllocatorChoice, Invocation, Limits, Runtime, RuntimeConfig};
+pub use worlds::{
+    Approval, ContractPlugin, ContractRequest, GatePlugin, LoadOptions, PolicyPlugin,
+    PublishDecision, PublishRequest, TransformOutput, TransformPlugin, outcome,
+};
 
 pub use bl_core::{GateOutcome, Verdict};
+
+/// The WIT package this host speaks. Components built against an older
+/// minor version of it keep loading.
+pub const WIT_PACKAGE: &str = "bl:plugin@1.1.0";

@@ -9,7 +9,7 @@ use std::path::{Component, Path};
 
 use cap_std::fs::Dir;
 
-use crate::gate::bindings::bl::plugin::workspace::{Entry, EntryKind, FsError};
+use crate::bindings::workspace::{Entry, EntryKind, FsError};
 
 pub struct WorkspaceDir {
     dir: Dir,
@@ -18,6 +18,13 @@ pub struct WorkspaceDir {
 
 impl WorkspaceDir {
     pub(crate) fn open(root: &Path, max_read_bytes: u64) -> std::io::Result<Self> {
+        // cap-std would follow a symlinked root; refuse it so the view is the
+        // directory the operator named, not wherever a link points.
+        if std::fs::symlink_metadata(root)?.file_type().is_symlink() {
+            return Err(std::io::Error::other(
+                "the workspace is a symlink; pass the directory it points to",
+            ));
+        }
         let dir = Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
         Ok(WorkspaceDir {
             dir,
@@ -106,10 +113,17 @@ fn to_entry(name: String, meta: &cap_std::fs::Metadata) -> Entry {
     } else {
         EntryKind::Other
     };
+    let modified_ms = meta
+        .modified()
+        .ok()
+        .map(|t| t.into_std())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64);
     Entry {
         name,
         kind,
         size: meta.len(),
+        modified_ms,
     }
 }
 

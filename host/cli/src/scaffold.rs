@@ -1,0 +1,290 @@
+//! `bl plugin new`: a plugin crate that builds and runs as it is.
+
+use std::path::{Path, PathBuf};
+
+use clap::ValueEnum;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Kind {
+    Gate,
+    Transform,
+    Contract,
+    Policy,
+}
+
+/// The SDK a new plugin depends on: `--sdk`, `BL_SDK_PATH`, or the `sdk/`
+/// of the checkout or install this `bl` came from.
+fn find_sdk(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
+    let candidates: Vec<PathBuf> = match explicit.or_else(|| std::env::var_os("BL_SDK_PATH").map(PathBuf::from)) {
+        Some(p) => vec![p],
+        None => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let dir = exe.parent().unwrap_or(Path::new("."));
+            vec![dir.join("../../sdk"), dir.join("../share/bl/sdk")]
+        }
+    };
+    candidates
+        .iter()
+        .find(|p| p.join("Cargo.toml").is_file())
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .ok_or_else(|| {
+            format!(
+                "cannot find the bl plugin SDK (looked in {}); pass --sdk PATH or set BL_SDK_PATH",
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+pub fn new_plugin(name: &str, kind: Kind, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> u8 {
+    match write_scaffold(name, kind, dir, sdk) {
+        Ok(dir) => {
+            println!(
+                "created {} ({kind:?})\n  build it:  bl plugin build {}\n  test it:   cargo test --manifest-path {}/Cargo.toml",
+                dir.display(),
+                dir.display(),
+                dir.display()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("error: plugin new {name}: {e}");
+            2
+        }
+    }
+}
+
+fn write_scaffold(name: &str, kind: Kind, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> Result<PathBuf, String> {
+    if !valid_name(name) {
+        return Err("a plugin name is lowercase letters, digits and `-`, starting with a letter".into());
+    }
+    let sdk = find_sdk(sdk)?;
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    if dir.exists() {
+        return Err(format!("{} already exists; pick another name or --dir", dir.display()));
+    }
+    std::fs::create_dir_all(dir.join("src")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let (description, metadata, source) = match kind {
+        Kind::Gate => ("A gate.", String::new(), GATE),
+        Kind::Contract => (
+            "A completion contract.",
+            format!("contract-patterns = [\"{name}.json\"]\n"),
+            CONTRACT,
+        ),
+        Kind::Transform => ("A transform.", String::new(), TRANSFORM),
+        Kind::Policy => ("A publication policy.", String::new(), POLICY),
+    };
+    let sdk_path = sdk.display().to_string().replace('\\', "/");
+    let cargo = format!(
+        r#"[package]
+name = "{name}"
+description = "{description}"
+version = "0.1.0"
+edition = "2024"
+
+[lib]
+crate-type = ["cdylib", "rlib"]
+
+[dependencies]
+bl-plugin-sdk = {{ path = "{sdk_path}" }}
+serde = {{ version = "1", features = ["derive"] }}
+
+[package.metadata.bl]
+config-schema = "config.schema.json"
+{metadata}
+[profile.release]
+opt-level = "s"
+lto = true
+codegen-units = 1
+panic = "abort"
+strip = true
+
+# A standalone crate, not a member of any enclosing workspace.
+[workspace]
+"#
+    );
+    let schema = r#"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "needle": { "type": "string", "description": "What to look for." }
+  },
+  "additionalProperties": false
+}
+"#;
+    let files: [(&str, String); 3] = [
+        ("Cargo.toml", cargo),
+        ("config.schema.json", schema.to_string()),
+        ("src/lib.rs", source.replace("{name}", name)),
+    ];
+    for (rel, text) in files {
+        let path = dir.join(rel);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(dir)
+}
+
+const GATE: &str = r##"//! {name}: a gate. It passes when `README.md` exists and contains the
+//! configured needle.
+
+use bl_plugin_sdk::{Finding, Gate, PluginError, Severity, Verdict, Workspace};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default = "default_needle")]
+    pub needle: String,
+}
+
+fn default_needle() -> String {
+    "#".into()
+}
+
+pub struct Plugin;
+
+impl Gate for Plugin {
+    type Config = Config;
+
+    fn check(ws: &dyn Workspace, config: Config) -> Result<Verdict, PluginError> {
+        match ws.read_to_string("README.md") {
+            Ok(text) if text.contains(&config.needle) => Ok(Verdict::pass("README.md has the needle")),
+            Ok(_) => Ok(Verdict::fail("README.md lacks the needle").with_findings(vec![
+                Finding::new(Severity::High, format!("no {:?} in README.md", config.needle)).at("README.md"),
+            ])),
+            Err(bl_plugin_sdk::FsError::NotFound(_)) => Ok(Verdict::fail("README.md is missing")),
+            Err(e) => Err(PluginError::Capability(e.to_string())),
+        }
+    }
+}
+
+bl_plugin_sdk::export_gate!(Plugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bl_plugin_sdk::testing::NativeWorkspace;
+
+    #[test]
+    fn passes_with_the_needle() {
+        let dir = std::env::temp_dir().join(format!("{name}-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("README.md"), "# hello").unwrap();
+        let ws = NativeWorkspace::new(&dir).unwrap();
+        let verdict = bl_plugin_sdk::run_gate::<Plugin>(&ws, "{}").unwrap();
+        assert!(verdict.passed);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+"##;
+
+const CONTRACT: &str = r##"//! {name}: a completion contract for `{name}.json`: the output must be a
+//! JSON object written after the node was dispatched.
+
+use bl_plugin_sdk::{Contract, ContractRequest, PluginError, Verdict, Workspace};
+use serde::Deserialize;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub needle: Option<String>,
+}
+
+pub struct Plugin;
+
+impl Contract for Plugin {
+    type Config = Config;
+
+    fn check(ws: &dyn Workspace, request: &ContractRequest, _config: Config) -> Result<Verdict, PluginError> {
+        let Some(entry) = ws.stat(&request.artifact).map_err(|e| PluginError::Capability(e.to_string()))? else {
+            return Ok(Verdict::fail("missing"));
+        };
+        if entry.modified_ms < request.dispatch_started_ms {
+            return Ok(Verdict::fail("stale: written before the node was dispatched"));
+        }
+        let text = ws.read_to_string(&request.artifact).map_err(|e| PluginError::Capability(e.to_string()))?;
+        match bl_plugin_sdk::serde_json::from_str::<bl_plugin_sdk::serde_json::Value>(&text) {
+            Ok(v) if v.is_object() => Ok(Verdict::pass("a JSON object")),
+            _ => Ok(Verdict::fail("not a JSON object")),
+        }
+    }
+}
+
+bl_plugin_sdk::export_contract!(Plugin);
+"##;
+
+const TRANSFORM: &str = r##"//! {name}: a transform. It concatenates its inputs, in name order, into
+//! every declared output.
+
+use bl_plugin_sdk::{Inputs, Outputs, PluginError, Transform, TransformReport};
+use serde::Deserialize;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub needle: Option<String>,
+}
+
+pub struct Plugin;
+
+impl Transform for Plugin {
+    type Config = Config;
+
+    fn run(inputs: &dyn Inputs, outputs: &mut dyn Outputs, _seed: &[u8], _config: Config) -> Result<TransformReport, PluginError> {
+        let mut entries = inputs.entries();
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut joined = Vec::new();
+        for entry in &entries {
+            joined.extend(inputs.read(&entry.name).map_err(|e| PluginError::Capability(e.to_string()))?);
+        }
+        for output in outputs.declared() {
+            outputs.write(&output.name, &joined).map_err(|e| PluginError::Capability(e.to_string()))?;
+        }
+        Ok(TransformReport { summary: format!("joined {} inputs", entries.len()) })
+    }
+}
+
+bl_plugin_sdk::export_transform!(Plugin);
+"##;
+
+const POLICY: &str = r##"//! {name}: a publication policy. It allows an effect once any approval
+//! is recorded and none was rejected.
+
+use bl_plugin_sdk::{Policy, PluginError, PublishDecision, PublishRequest};
+use serde::Deserialize;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub needle: Option<String>,
+}
+
+pub struct Plugin;
+
+impl Policy for Plugin {
+    type Config = Config;
+
+    fn decide(request: &PublishRequest, _config: Config) -> Result<PublishDecision, PluginError> {
+        if request.approvals.iter().any(|a| !a.approved) {
+            return Ok(PublishDecision::deny("an approval was rejected"));
+        }
+        if request.approvals.is_empty() {
+            return Ok(PublishDecision::deny("no approval is recorded"));
+        }
+        Ok(PublishDecision::allow("approved"))
+    }
+}
+
+bl_plugin_sdk::export_policy!(Plugin);
+"##;

@@ -1,0 +1,62 @@
+//! The port through which bl runs an argv on the operator's behalf: the
+//! plugins' command-runner capability today, local CLI nodes later.
+//!
+//! Adapters (a plain subprocess, bubblewrap, Seatbelt) live in `bl-sandbox`;
+//! this module only says what is asked and what comes back.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One command to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSpec {
+    pub argv: Vec<String>,
+    /// The working directory, and the only tree the command may see as its
+    /// workspace. Adapters that can enforce it keep it read-only.
+    pub workspace: PathBuf,
+    pub stdin: Vec<u8>,
+    pub timeout: Duration,
+    /// The most bytes kept from the end of stdout and of stderr, each.
+    pub output_cap: usize,
+}
+
+/// What a finished (or killed) command left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandResult {
+    /// `None` when a signal or the timeout ended it.
+    pub exit_code: Option<i32>,
+    pub stdout_tail: Vec<u8>,
+    pub stderr_tail: Vec<u8>,
+    /// True when output before the tails was dropped to keep to the cap.
+    pub truncated: bool,
+    pub timed_out: bool,
+    pub duration: Duration,
+}
+
+/// Why a command did not run at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandError {
+    /// The request is refused before anything starts (empty argv, a tier the
+    /// machine cannot provide).
+    Denied(String),
+    /// The program could not be started.
+    Spawn(String),
+}
+
+impl std::fmt::Display for CommandError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommandError::Denied(m) => write!(f, "refused: {m}"),
+            CommandError::Spawn(m) => write!(f, "could not start: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for CommandError {}
+
+/// Runs commands. Implementations decide how strongly they are contained.
+pub trait CommandRunner: Send + Sync {
+    /// A short name for records and errors, e.g. `subprocess`.
+    fn name(&self) -> &str;
+    fn run(&self, spec: &CommandSpec) -> Result<CommandResult, CommandError>;
+}

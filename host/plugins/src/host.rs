@@ -1,0 +1,335 @@
+//! The per-invocation host state and the host side of every capability
+//! interface. A fresh `HostState` is built for each call; nothing a plugin
+//! does survives into the next one.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bl_core::{CommandRunner, CommandSpec};
+use wasmtime::ResourceLimiter;
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::artifacts::{InputSet, OutputSink};
+use crate::bindings::{artifacts, command, log, types, workspace};
+use bl_core::plugin::{Capability, Grants};
+use crate::runtime::Limits;
+use crate::workspace::WorkspaceDir;
+
+/// One line of a plugin's structured log.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LogEntry {
+    pub level: &'static str,
+    pub message: String,
+    pub fields: Vec<(String, String)>,
+}
+
+/// A host call that ends the invocation because the plugin went over a
+/// limit; the runtime turns it into the matching [`crate::PluginError`].
+#[derive(Debug)]
+pub(crate) struct LimitExceeded {
+    pub what: &'static str,
+    pub limit_bytes: usize,
+}
+
+impl std::fmt::Display for LimitExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} went past {} bytes", self.what, self.limit_bytes)
+    }
+}
+
+impl std::error::Error for LimitExceeded {}
+
+pub(crate) struct HostState {
+    pub table: ResourceTable,
+    wasi: WasiCtx,
+    pub limiter: MemoryLimiter,
+    grants: Grants,
+    limits: Arc<Limits>,
+    started: Instant,
+    workspace_root: Option<PathBuf>,
+    runner: Option<Arc<dyn CommandRunner>>,
+    /// Paths the plugin tried to reach outside its workspace.
+    pub escapes: Vec<String>,
+    pub log: Vec<LogEntry>,
+    log_bytes: usize,
+}
+
+impl HostState {
+    pub fn new(
+        grants: Grants,
+        limits: Arc<Limits>,
+        workspace_root: Option<PathBuf>,
+        runner: Option<Arc<dyn CommandRunner>>,
+    ) -> Self {
+        HostState {
+            table: ResourceTable::new(),
+            wasi: deny_all_wasi(&grants),
+            limiter: MemoryLimiter {
+                limit: limits.memory_bytes,
+                hit: false,
+            },
+            grants,
+            limits,
+            started: Instant::now(),
+            workspace_root,
+            runner,
+            escapes: Vec::new(),
+            log: Vec::new(),
+            log_bytes: 0,
+        }
+    }
+}
+
+/// WASI with nothing in it: no environment, arguments, files or sockets, an
+/// empty stdin and discarded stdout/stderr. Clocks are frozen at the epoch
+/// and randomness is a fixed stream unless `clock` / `random` were granted.
+fn deny_all_wasi(grants: &Grants) -> WasiCtx {
+    let mut builder = WasiCtxBuilder::new();
+    builder
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }));
+    if !grants.allows(Capability::Clock) {
+        builder.wall_clock(FrozenClock).monotonic_clock(FrozenClock);
+    }
+    if !grants.allows(Capability::Random) {
+        builder
+            .secure_random(wasmtime_wasi::Deterministic::new(vec![0]))
+            .insecure_random(wasmtime_wasi::Deterministic::new(vec![0]))
+            .insecure_random_seed(0);
+    }
+    builder.build()
+}
+
+struct FrozenClock;
+
+impl wasmtime_wasi::HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl wasmtime_wasi::HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+pub(crate) struct MemoryLimiter {
+    limit: usize,
+    pub hit: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+impl types::Host for HostState {}
+impl workspace::Host for HostState {}
+impl artifacts::Host for HostState {}
+
+impl HostState {
+    fn note_escape<T>(&mut self, result: &Result<T, workspace::FsError>) {
+        if let Err(workspace::FsError::Escape(path)) = result {
+            self.escapes.push(path.clone());
+        }
+    }
+}
+
+impl workspace::HostDir for HostState {
+    fn read(
+        &mut self,
+        dir: Resource<WorkspaceDir>,
+        path: String,
+    ) -> wasmtime::Result<Result<Vec<u8>, workspace::FsError>> {
+        let result = self.table.get(&dir)?.read(&path);
+        self.note_escape(&result);
+        Ok(result)
+    }
+
+    fn list_dir(
+        &mut self,
+        dir: Resource<WorkspaceDir>,
+        path: String,
+    ) -> wasmtime::Result<Result<Vec<workspace::Entry>, workspace::FsError>> {
+        let result = self.table.get(&dir)?.list(&path);
+        self.note_escape(&result);
+        Ok(result)
+    }
+
+    fn stat(
+        &mut self,
+        dir: Resource<WorkspaceDir>,
+        path: String,
+    ) -> wasmtime::Result<Result<Option<workspace::Entry>, workspace::FsError>> {
+        let result = self.table.get(&dir)?.stat(&path);
+        self.note_escape(&result);
+        Ok(result)
+    }
+
+    fn drop(&mut self, dir: Resource<WorkspaceDir>) -> wasmtime::Result<()> {
+        self.table.delete(dir)?;
+        Ok(())
+    }
+}
+
+impl artifacts::HostInputSet for HostState {
+    fn entries(&mut self, set: Resource<InputSet>) -> wasmtime::Result<Vec<artifacts::InputInfo>> {
+        Ok(self.table.get(&set)?.list())
+    }
+
+    fn read(
+        &mut self,
+        set: Resource<InputSet>,
+        name: String,
+    ) -> wasmtime::Result<Result<Vec<u8>, artifacts::ArtifactError>> {
+        Ok(self.table.get(&set)?.read(&name))
+    }
+
+    fn drop(&mut self, set: Resource<InputSet>) -> wasmtime::Result<()> {
+        self.table.delete(set)?;
+        Ok(())
+    }
+}
+
+impl artifacts::HostOutputSink for HostState {
+    fn declared(
+        &mut self,
+        sink: Resource<OutputSink>,
+    ) -> wasmtime::Result<Vec<artifacts::OutputDecl>> {
+        Ok(self.table.get(&sink)?.declared())
+    }
+
+    fn write(
+        &mut self,
+        sink: Resource<OutputSink>,
+        name: String,
+        bytes: Vec<u8>,
+    ) -> wasmtime::Result<Result<(), artifacts::ArtifactError>> {
+        Ok(self.table.get_mut(&sink)?.write(name, bytes))
+    }
+
+    fn drop(&mut self, sink: Resource<OutputSink>) -> wasmtime::Result<()> {
+        // The runtime takes the sink out of the table itself after the call.
+        let _ = sink;
+        Ok(())
+    }
+}
+
+impl command::Host for HostState {
+    fn run(
+        &mut self,
+        request: command::CommandRequest,
+    ) -> wasmtime::Result<Result<command::CommandOutput, command::CommandError>> {
+        use command::CommandError as E;
+        if !self.grants.allows(Capability::Command) {
+            return Ok(Err(E::Denied("the command capability was not granted".into())));
+        }
+        let (Some(root), Some(runner)) = (&self.workspace_root, &self.runner) else {
+            return Ok(Err(E::Denied(
+                "this invocation has no workspace or no command runner".into(),
+            )));
+        };
+        // Never past the plugin's own deadline: the wasm deadline cannot
+        // interrupt a host call, so the command must end in time by itself.
+        let remaining = self.limits.deadline.saturating_sub(self.started.elapsed());
+        let mut timeout = self.limits.command_timeout.min(remaining);
+        if let Some(ms) = request.timeout_ms {
+            timeout = timeout.min(Duration::from_millis(ms.into()));
+        }
+        let spec = CommandSpec {
+            argv: request.argv,
+            workspace: root.clone(),
+            stdin: request.stdin.unwrap_or_default(),
+            timeout,
+            output_cap: self.limits.command_output_bytes,
+        };
+        Ok(match runner.run(&spec) {
+            Ok(result) => Ok(command::CommandOutput {
+                exit_code: result.exit_code,
+                stdout_tail: result.stdout_tail,
+                stderr_tail: result.stderr_tail,
+                truncated: result.truncated,
+                timed_out: result.timed_out,
+                duration_ms: result.duration.as_millis() as u64,
+            }),
+            Err(bl_core::CommandError::Denied(m)) => Err(E::Denied(m)),
+            Err(bl_core::CommandError::Spawn(m)) => Err(E::Spawn(m)),
+        })
+    }
+}
+
+impl log::Host for HostState {
+    fn emit(
+        &mut self,
+        level: log::Level,
+        message: String,
+        fields: Vec<(String, String)>,
+    ) -> wasmtime::Result<()> {
+        if !self.grants.allows(Capability::Log) {
+            // Admission refuses an ungranted log import; this is the backstop.
+            return Err(wasmtime::Error::msg("the log capability was not granted"));
+        }
+        self.log_bytes += message.len()
+            + fields
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
+        if self.log_bytes > self.limits.max_log_bytes {
+            return Err(wasmtime::Error::new(LimitExceeded {
+                what: "its log",
+                limit_bytes: self.limits.max_log_bytes,
+            }));
+        }
+        let level = match level {
+            log::Level::Debug => "debug",
+            log::Level::Info => "info",
+            log::Level::Warn => "warn",
+            log::Level::Error => "error",
+        };
+        self.log.push(LogEntry {
+            level,
+            message,
+            fields,
+        });
+        Ok(())
+    }
+}

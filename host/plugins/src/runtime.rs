@@ -1,0 +1,378 @@
+//! The engine, loading (with capability admission) and the per-invocation
+//! store, limits and error mapping that every world shares.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bl_core::CommandRunner;
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+
+use bl_core::plugin::World;
+use crate::bindings;
+use crate::cache::ComponentCache;
+use bl_core::plugin::{Capability, Grants, Import, admit};
+use crate::error::PluginError;
+use crate::host::{HostState, LimitExceeded, LogEntry};
+
+/// How often the epoch ticker advances; the deadline's resolution.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Per-invocation limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Wall clock for one call, from instantiation to return.
+    pub deadline: Duration,
+    /// The most linear memory a plugin instance may grow to.
+    pub memory_bytes: usize,
+    /// Wasm instructions' worth of fuel per call; `None` runs on the deadline alone.
+    pub fuel: Option<u64>,
+    /// The largest file one `workspace.dir.read` returns.
+    pub max_read_bytes: u64,
+    /// The most bytes of summary and findings text a verdict may carry.
+    pub max_output_bytes: usize,
+    /// The most bytes a transform may publish across all its outputs.
+    pub max_artifact_bytes: usize,
+    /// The most bytes of messages and fields a plugin may log in one call.
+    pub max_log_bytes: usize,
+    /// The longest one `command.run` may take (never past the deadline).
+    pub command_timeout: Duration,
+    /// The tail of stdout and of stderr a command's result keeps.
+    pub command_output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(10),
+            memory_bytes: 256 << 20,
+            fuel: None,
+            max_read_bytes: 16 << 20,
+            max_output_bytes: 1 << 20,
+            max_artifact_bytes: 64 << 20,
+            max_log_bytes: 256 << 10,
+            command_timeout: Duration::from_secs(300),
+            command_output_bytes: 64 << 10,
+        }
+    }
+}
+
+/// How instances get their memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AllocatorChoice {
+    /// The pooling allocator when a probe shows the machine can reserve its
+    /// pool, otherwise on demand.
+    #[default]
+    Auto,
+    Pooling,
+    OnDemand,
+}
+
+#[derive(Clone, Default)]
+pub struct RuntimeConfig {
+    /// Where compiled components are cached; `None` compiles every time.
+    pub cache_dir: Option<PathBuf>,
+    pub limits: Limits,
+    pub allocator: AllocatorChoice,
+    /// What the `command` capability runs through. `None` refuses every
+    /// command even where the capability is granted.
+    pub command_runner: Option<Arc<dyn CommandRunner>>,
+}
+
+/// One wasmtime engine and everything shared across invocations.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache: Option<ComponentCache>,
+    limits: Arc<Limits>,
+    pooling: bool,
+    runner: Option<Arc<dyn CommandRunner>>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+/// A component compiled, admitted and linked, ready to instantiate cheaply.
+pub(crate) struct Loaded<P> {
+    pub name: String,
+    pub grants: Grants,
+    pub requested: Vec<Capability>,
+    pub pre: P,
+}
+
+/// What one successful call returned, with what the plugin logged.
+#[derive(Debug, Clone)]
+pub struct Invocation<T> {
+    pub value: T,
+    pub log: Vec<LogEntry>,
+    pub elapsed: Duration,
+}
+
+/// What the caller hands one invocation.
+pub(crate) struct CallContext {
+    pub workspace_root: Option<PathBuf>,
+}
+
+fn runtime_error(e: impl std::fmt::Display) -> PluginError {
+    PluginError::Runtime(e.to_string())
+}
+
+fn engine_config(limits: &Limits, pooling: bool) -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    if limits.fuel.is_some() {
+        config.consume_fuel(true);
+    }
+    if pooling {
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(64)
+            .total_core_instances(256)
+            .total_memories(128)
+            .total_tables(256)
+            .max_memory_size(limits.memory_bytes);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> Result<Self, PluginError> {
+        let limits = config.limits;
+        let (engine, pooling) = match config.allocator {
+            AllocatorChoice::OnDemand => (
+                Engine::new(&engine_config(&limits, false)).map_err(runtime_error)?,
+                false,
+            ),
+            AllocatorChoice::Pooling => (
+                Engine::new(&engine_config(&limits, true)).map_err(|e| {
+                    PluginError::Runtime(format!("the pooling allocator is unavailable: {e:#}"))
+                })?,
+                true,
+            ),
+            // The probe: reserving the pool is what fails on machines with a
+            // small address-space limit; fall back rather than refuse.
+            AllocatorChoice::Auto => match Engine::new(&engine_config(&limits, true)) {
+                Ok(engine) => (engine, true),
+                Err(_) => (
+                    Engine::new(&engine_config(&limits, false)).map_err(runtime_error)?,
+                    false,
+                ),
+            },
+        };
+        let mut linker = Linker::new(&engine);
+        add_interfaces(&mut linker).map_err(runtime_error)?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let (ticking_engine, stop) = (engine.clone(), ticker_stop.clone());
+        std::thread::Builder::new()
+            .name("bl-epoch-ticker".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    ticking_engine.increment_epoch();
+                }
+            })
+            .map_err(|e| PluginError::Runtime(format!("cannot start the epoch ticker: {e}")))?;
+
+        let cache = config
+            .cache_dir
+            .map(|dir| ComponentCache::new(dir, &engine));
+        Ok(Runtime {
+            engine,
+            linker,
+            cache,
+            limits: Arc::new(limits),
+            pooling,
+            runner: config.command_runner,
+            ticker_stop,
+        })
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// `"pooling"` or `"on-demand"`: what the allocator probe chose.
+    pub fn allocator(&self) -> &'static str {
+        if self.pooling { "pooling" } else { "on-demand" }
+    }
+
+    /// Whether `bytes` is already compiled in the on-disk cache.
+    pub fn is_cached(&self, bytes: &[u8]) -> bool {
+        self.cache.as_ref().is_some_and(|c| c.is_cached(bytes))
+    }
+
+    /// Compiles (or loads from the cache) a component and returns its import
+    /// names, for admission and for `bl plugin inspect`.
+    pub(crate) fn compile(&self, name: &str, bytes: &[u8]) -> Result<Component, PluginError> {
+        match &self.cache {
+            Some(cache) => cache.load(&self.engine, bytes),
+            None => Component::new(&self.engine, bytes),
+        }
+        .map_err(|e| PluginError::Load {
+            plugin: name.to_string(),
+            message: format!("{e:#}"),
+        })
+    }
+
+    /// A component's top-level imports, each with whether it brings any
+    /// function (only those can be capabilities).
+    pub(crate) fn imports(&self, component: &Component) -> Vec<Import> {
+        use wasmtime::component::types::ComponentItem;
+        component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(name, item)| {
+                let has_functions = match item.ty {
+                    ComponentItem::ComponentInstance(instance) => instance
+                        .exports(&self.engine)
+                        .any(|(_, item)| matches!(item.ty, ComponentItem::ComponentFunc(_))),
+                    ComponentItem::Type(_) | ComponentItem::Resource(_) => false,
+                    _ => true,
+                };
+                Import::new(name, has_functions)
+            })
+            .collect()
+    }
+
+    /// Compiles, admits (imports against world, manifest and grants) and
+    /// links a component; `typed` checks its exports against the world.
+    pub(crate) fn load<P>(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        world: World,
+        declared: Option<&[Capability]>,
+        grants: &Grants,
+        typed: impl FnOnce(InstancePre<HostState>) -> wasmtime::Result<P>,
+    ) -> Result<Loaded<P>, PluginError> {
+        let load_error = |message: String| PluginError::Load {
+            plugin: name.to_string(),
+            message,
+        };
+        let component = self.compile(name, bytes)?;
+        let requested = admit(&self.imports(&component), world, declared, grants)
+            .map_err(load_error)?;
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| load_error(format!("{e:#}")))?;
+        let pre = typed(instance_pre)
+            .map_err(|e| load_error(format!("it is not a {world} component: {e:#}")))?;
+        Ok(Loaded {
+            name: name.to_string(),
+            grants: grants.clone(),
+            requested: requested.into_iter().collect(),
+            pre,
+        })
+    }
+
+    /// Runs `call` in a fresh store with this runtime's limits and maps every
+    /// way it can end to a value or a typed error.
+    pub(crate) fn invoke<P, T>(
+        &self,
+        plugin: &Loaded<P>,
+        context: CallContext,
+        call: impl FnOnce(&mut Store<HostState>, &P) -> wasmtime::Result<Result<T, bindings::types::PluginError>>,
+    ) -> Result<Invocation<T>, PluginError> {
+        let started = Instant::now();
+        let state = HostState::new(
+            plugin.grants.clone(),
+            self.limits.clone(),
+            context.workspace_root,
+            self.runner.clone(),
+        );
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        let ticks = (self.limits.deadline.as_nanos() / EPOCH_TICK.as_nanos()).max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        if let Some(fuel) = self.limits.fuel {
+            store.set_fuel(fuel).map_err(runtime_error)?;
+        }
+        let result = call(&mut store, &plugin.pre);
+        let name = plugin.name.clone();
+        // An escape attempt fails the call whatever the plugin made of the
+        // refusal: a plugin that probes its cage does not get a verdict.
+        if let Some(path) = store.data().escapes.first() {
+            return Err(PluginError::Escape {
+                plugin: name,
+                path: path.clone(),
+            });
+        }
+        match result {
+            Ok(Ok(value)) => Ok(Invocation {
+                value,
+                log: std::mem::take(&mut store.data_mut().log),
+                elapsed: started.elapsed(),
+            }),
+            Ok(Err(error)) => Err(plugin_error(name, error)),
+            Err(error) => Err(self.classify_trap(name, error, store.data().limiter.hit)),
+        }
+    }
+
+    fn classify_trap(&self, plugin: String, error: wasmtime::Error, memory_hit: bool) -> PluginError {
+        if let Some(limit) = error.downcast_ref::<LimitExceeded>() {
+            return PluginError::OutputLimit {
+                plugin,
+                what: limit.what.to_string(),
+                limit_bytes: limit.limit_bytes,
+            };
+        }
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => {
+                return PluginError::Timeout {
+                    plugin,
+                    deadline: self.limits.deadline,
+                };
+            }
+            Some(Trap::OutOfFuel) => {
+                return PluginError::FuelExhausted {
+                    plugin,
+                    fuel: self.limits.fuel.unwrap_or_default(),
+                };
+            }
+            _ => {}
+        }
+        if memory_hit {
+            return PluginError::MemoryLimit {
+                plugin,
+                limit_bytes: self.limits.memory_bytes,
+            };
+        }
+        PluginError::Trap {
+            plugin,
+            message: format!("{error:#}"),
+        }
+    }
+}
+
+fn plugin_error(plugin: String, error: bindings::types::PluginError) -> PluginError {
+    use bindings::types::PluginError as E;
+    match error {
+        E::BadConfig(message) => PluginError::BadConfig { plugin, message },
+        E::Capability(message) => PluginError::Capability { plugin, message },
+        E::Internal(message) => PluginError::Internal { plugin, message },
+    }
+}
+
+/// Every interface bl provides, once each. Admission decides per component
+/// which of them it may actually import.
+fn add_interfaces(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    type H = HasSelf<HostState>;
+    fn get(state: &mut HostState) -> &mut HostState {
+        state
+    }
+    bindings::types::add_to_linker::<_, H>(linker, get)?;
+    bindings::workspace::add_to_linker::<_, H>(linker, get)?;
+    bindings::command::add_to_linker::<_, H>(linker, get)?;
+    bindings::log::add_to_linker::<_, H>(linker, get)?;
+    bindings::artifacts::add_to_linker::<_, H>(linker, get)?;
+    wasmtime_wasi::p2::add_to_linker_sync(linker)?;
+    Ok(())
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}

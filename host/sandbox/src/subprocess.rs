@@ -1,0 +1,186 @@
+//! The unconfined adapter: a plain child process with a scrubbed
+//! environment. It confines nothing on the file system; it is what runs where
+//! no sandbox tier was granted.
+
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use wait_timeout::ChildExt;
+
+use crate::TailBuffer;
+
+/// The only PATH a command sees: the system's binaries, nothing the
+/// operator's shell added.
+pub const SCRUBBED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+#[derive(Debug, Default, Clone)]
+pub struct Subprocess;
+
+impl CommandRunner for Subprocess {
+    fn name(&self) -> &str {
+        "subprocess"
+    }
+
+    fn run(&self, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
+        let Some((program, args)) = spec.argv.split_first() else {
+            return Err(CommandError::Denied("the argv is empty".into()));
+        };
+        let private = tempfile::Builder::new()
+            .prefix("bl-cmd-")
+            .tempdir()
+            .map_err(|e| CommandError::Spawn(format!("cannot make a private HOME: {e}")))?;
+        let home = private.path().join("home");
+        let tmp = private.path().join("tmp");
+        for dir in [&home, &tmp] {
+            std::fs::create_dir(dir)
+                .map_err(|e| CommandError::Spawn(format!("{}: {e}", dir.display())))?;
+        }
+
+        let started = Instant::now();
+        let mut child = Command::new(program)
+            .args(args)
+            .current_dir(&spec.workspace)
+            .env_clear()
+            .env("PATH", SCRUBBED_PATH)
+            .env("HOME", &home)
+            .env("TMPDIR", &tmp)
+            .env("LANG", "C.UTF-8")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so the timeout kills grandchildren too.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
+
+        let stdin = child.stdin.take();
+        let input = spec.stdin.clone();
+        let feeder = std::thread::spawn(move || {
+            if let Some(mut stdin) = stdin {
+                // A command that exits without reading its stdin is not an error.
+                let _ = stdin.write_all(&input);
+            }
+        });
+        let cap = spec.output_cap;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let out_reader = std::thread::spawn(move || TailBuffer::new(cap).drain_from(stdout));
+        let err_reader = std::thread::spawn(move || TailBuffer::new(cap).drain_from(stderr));
+
+        let pgid = Pid::from_raw(child.id() as i32);
+        let (status, timed_out) = match child.wait_timeout(spec.timeout) {
+            Ok(Some(status)) => (Some(status), false),
+            Ok(None) => {
+                let _ = killpg(pgid, Signal::SIGKILL);
+                (child.wait().ok(), true)
+            }
+            Err(e) => {
+                let _ = killpg(pgid, Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(CommandError::Spawn(format!("waiting for {program}: {e}")));
+            }
+        };
+        // Whatever the group left running holds the pipes open; end it.
+        let _ = killpg(pgid, Signal::SIGKILL);
+        let _ = feeder.join();
+        let join = |h: std::thread::JoinHandle<std::io::Result<TailBuffer>>| {
+            h.join()
+                .map_err(|_| CommandError::Spawn("output reader panicked".into()))?
+                .map_err(|e| CommandError::Spawn(format!("reading output: {e}")))
+        };
+        let (out, err) = (join(out_reader)?, join(err_reader)?);
+        let truncated = out.truncated() || err.truncated();
+        Ok(CommandResult {
+            exit_code: if timed_out {
+                None
+            } else {
+                status.and_then(|s| s.code())
+            },
+            stdout_tail: out.into_bytes(),
+            stderr_tail: err.into_bytes(),
+            truncated,
+            timed_out,
+            duration: started.elapsed(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn spec(argv: &[&str], workspace: &std::path::Path) -> CommandSpec {
+        CommandSpec {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            workspace: workspace.to_path_buf(),
+            stdin: Vec::new(),
+            timeout: Duration::from_secs(10),
+            output_cap: 1024,
+        }
+    }
+
+    #[test]
+    fn runs_in_the_workspace_with_a_scrubbed_environment() {
+        let ws = tempfile::tempdir().unwrap();
+        // SAFETY: tests in this module do not read the environment concurrently.
+        unsafe { std::env::set_var("BL_TEST_SECRET", "leak") };
+        let result = Subprocess
+            .run(&spec(
+                &["sh", "-c", "pwd; env | sort; echo oops >&2; exit 7"],
+                ws.path(),
+            ))
+            .unwrap();
+        let stdout = String::from_utf8(result.stdout_tail).unwrap();
+        assert_eq!(result.exit_code, Some(7));
+        assert!(stdout.starts_with(&ws.path().canonicalize().unwrap().display().to_string()));
+        assert!(!stdout.contains("BL_TEST_SECRET"), "{stdout}");
+        assert!(stdout.contains(&format!("PATH={SCRUBBED_PATH}")));
+        assert!(stdout.contains("HOME=/") && stdout.contains("/bl-cmd-"));
+        assert_eq!(result.stderr_tail, b"oops\n");
+    }
+
+    #[test]
+    fn a_timeout_kills_the_whole_process_group() {
+        let ws = tempfile::tempdir().unwrap();
+        let mut s = spec(&["sh", "-c", "sleep 30 & sleep 30"], ws.path());
+        s.timeout = Duration::from_millis(200);
+        let result = Subprocess.run(&s).unwrap();
+        assert!(result.timed_out);
+        assert_eq!(result.exit_code, None);
+        // The grandchild held stdout open; returning at all proves it died.
+        assert!(result.duration < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn output_is_capped_to_its_tail() {
+        let ws = tempfile::tempdir().unwrap();
+        let result = Subprocess
+            .run(&spec(&["sh", "-c", "seq 1 100000"], ws.path()))
+            .unwrap();
+        assert!(result.truncated);
+        assert_eq!(result.stdout_tail.len(), 1024);
+        assert!(result.stdout_tail.ends_with(b"99999\n100000\n"));
+    }
+
+    #[test]
+    fn stdin_reaches_the_command_and_a_missing_program_is_a_spawn_error() {
+        let ws = tempfile::tempdir().unwrap();
+        let mut s = spec(&["cat"], ws.path());
+        s.stdin = b"hello".to_vec();
+        assert_eq!(Subprocess.run(&s).unwrap().stdout_tail, b"hello");
+        let err = Subprocess
+            .run(&spec(&["/nonexistent/program"], ws.path()))
+            .unwrap_err();
+        assert!(matches!(err, CommandError::Spawn(_)), "{err:?}");
+        assert!(matches!(
+            Subprocess.run(&spec(&[], ws.path())),
+            Err(CommandError::Denied(_))
+        ));
+    }
+}
