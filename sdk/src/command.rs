@@ -5,6 +5,8 @@
 
 pub use crate::bindings::gate::bl::plugin::command::{CommandError, CommandOutput, CommandRequest};
 
+use crate::{Finding, PluginError, Severity, Verdict};
+
 impl CommandRequest {
     pub fn new<S: AsRef<str>>(argv: &[S]) -> Self {
         CommandRequest {
@@ -28,3 +30,52 @@ pub fn run(request: &CommandRequest) -> Result<CommandOutput, CommandError> {
         crate::testing::run_command_natively(request)
     }
 }
+
+/// Runs `request` and turns the result into a verdict with `judge`, adding
+/// the tails of stdout and stderr as findings and their digest as evidence.
+/// A refused command is a capability error; one that cannot start is an
+/// internal error: either way the gate could not decide.
+pub fn run_to_verdict(
+    request: &CommandRequest,
+    tail_bytes: usize,
+    judge: impl FnOnce(&CommandOutput) -> Result<(bool, String), PluginError>,
+) -> Result<Verdict, PluginError> {
+    let output = run(request).map_err(|e| match e {
+        CommandError::Denied(m) => PluginError::Capability(format!("command refused: {m}")),
+        CommandError::Spawn(m) => PluginError::Internal(format!("command could not start: {m}")),
+    })?;
+    let (passed, summary) = judge(&output)?;
+    let stdout = tail(&output.stdout_tail, tail_bytes);
+    let stderr = tail(&output.stderr_tail, tail_bytes);
+    let mut evidence = Vec::new();
+    evidence.extend_from_slice(&output.stdout_tail);
+    evidence.extend_from_slice(&output.stderr_tail);
+    let severity = if passed { Severity::Info } else { Severity::High };
+    let mut findings = Vec::new();
+    if !stdout.is_empty() {
+        findings.push(Finding::new(severity, format!("stdout (tail):\n{stdout}")).rule("command/stdout"));
+    }
+    if !stderr.is_empty() {
+        findings.push(Finding::new(severity, format!("stderr (tail):\n{stderr}")).rule("command/stderr"));
+    }
+    Ok(Verdict {
+        passed,
+        summary,
+        findings,
+        evidence_digest: Some(crate::digest(&evidence)),
+    })
+}
+
+fn tail(bytes: &[u8], max: usize) -> String {
+    let start = bytes.len().saturating_sub(max);
+    String::from_utf8_lossy(&bytes[start..]).trim_end().to_string()
+}
+
+pub fn describe_exit(output: &CommandOutput) -> String {
+    match (output.timed_out, output.exit_code) {
+        (true, _) => format!("timed out after {} ms", output.duration_ms),
+        (false, Some(code)) => format!("exited {code}"),
+        (false, None) => "was killed by a signal".to_string(),
+    }
+}
+

@@ -145,6 +145,33 @@ impl PublishDecision {
 
 
 
+/// getrandom's custom backend: plugins hold no randomness capability, so
+/// crates that seed hash maps from OS entropy get fixed bytes, which also
+/// keeps plugin output deterministic.
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+#[unsafe(no_mangle)]
+unsafe extern "Rust" fn __getrandom_v03_custom(
+    dest: *mut u8,
+    len: usize,
+) -> Result<(), getrandom::Error> {
+    // SAFETY: getrandom hands us a writable buffer of exactly `len` bytes.
+    unsafe { core::ptr::write_bytes(dest, 0x5a, len) };
+    Ok(())
+}
+
+/// `sha256:<hex>` of `bytes`, the form evidence and artifact digests take.
+pub fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(bytes);
+    let mut out = String::with_capacity(71);
+    out.push_str("sha256:");
+    for byte in hash {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
 /// Parses the operator's JSON config; `""` means `{}`.
 pub fn parse_config<C: serde::de::DeserializeOwned>(config: &str) -> Result<C, PluginError> {
     let config = if config.trim().is_empty() { "{}" } else { config };

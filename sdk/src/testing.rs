@@ -127,7 +127,7 @@ impl NativeInputs {
             name: name.to_string(),
             media_type: media_type.to_string(),
             size: bytes.len() as u64,
-            digest: format!("sha256:{}", sha256_hex(bytes)),
+            digest: crate::digest(bytes),
         };
         self.inputs.push((info, bytes.to_vec()));
         self
@@ -186,13 +186,6 @@ impl Outputs for NativeOutputs {
     }
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 thread_local! {
     static COMMAND_DIR: RefCell<Option<PathBuf>> = const { RefCell::new(None) };

@@ -168,6 +168,12 @@ impl WasmToolchain {
         ] {
             cmd.env_remove(var);
         }
+        // Plugins have no randomness capability: crates that want OS entropy
+        // (hash-map seeds) get the SDK's fixed source instead of failing to build.
+        cmd.env(
+            "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS",
+            "--cfg getrandom_backend=\"custom\"",
+        );
         if let WasmToolchain::Debian { rustc, linker, .. } = self {
             cmd.arg("-Zbuild-std=std,panic_abort")
                 .env("RUSTC", rustc)
