@@ -17,7 +17,6 @@ impl CommandRequest {
     }
 }
 
-
 /// Runs one command. Natively (in unit tests) it runs a plain child process
 /// in the directory set by [`crate::testing::with_command_dir`].
 pub fn run(request: &CommandRequest) -> Result<CommandOutput, CommandError> {
@@ -50,13 +49,21 @@ pub fn run_to_verdict(
     let mut evidence = Vec::new();
     evidence.extend_from_slice(&output.stdout_tail);
     evidence.extend_from_slice(&output.stderr_tail);
-    let severity = if passed { Severity::Info } else { Severity::High };
+    let severity = if passed {
+        Severity::Info
+    } else {
+        Severity::High
+    };
     let mut findings = Vec::new();
     if !stdout.is_empty() {
-        findings.push(Finding::new(severity, format!("stdout (tail):\n{stdout}")).rule("command/stdout"));
+        findings.push(
+            Finding::new(severity, format!("stdout (tail):\n{stdout}")).rule("command/stdout"),
+        );
     }
     if !stderr.is_empty() {
-        findings.push(Finding::new(severity, format!("stderr (tail):\n{stderr}")).rule("command/stderr"));
+        findings.push(
+            Finding::new(severity, format!("stderr (tail):\n{stderr}")).rule("command/stderr"),
+        );
     }
     Ok(Verdict {
         passed,
@@ -68,7 +75,9 @@ pub fn run_to_verdict(
 
 fn tail(bytes: &[u8], max: usize) -> String {
     let start = bytes.len().saturating_sub(max);
-    String::from_utf8_lossy(&bytes[start..]).trim_end().to_string()
+    String::from_utf8_lossy(&bytes[start..])
+        .trim_end()
+        .to_string()
 }
 
 pub fn describe_exit(output: &CommandOutput) -> String {
@@ -78,4 +87,3 @@ pub fn describe_exit(output: &CommandOutput) -> String {
         (false, None) => "was killed by a signal".to_string(),
     }
 }
-

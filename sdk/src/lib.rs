@@ -143,8 +143,6 @@ impl PublishDecision {
     }
 }
 
-
-
 /// getrandom's custom backend: plugins hold no randomness capability, so
 /// crates that seed hash maps from OS entropy get fixed bytes, which also
 /// keeps plugin output deterministic.
@@ -174,6 +172,10 @@ pub fn digest(bytes: &[u8]) -> String {
 
 /// Parses the operator's JSON config; `""` means `{}`.
 pub fn parse_config<C: serde::de::DeserializeOwned>(config: &str) -> Result<C, PluginError> {
-    let config = if config.trim().is_empty() { "{}" } else { config };
+    let config = if config.trim().is_empty() {
+        "{}"
+    } else {
+        config
+    };
     serde_json::from_str(config).map_err(|e| PluginError::BadConfig(format!("config: {e}")))
 }

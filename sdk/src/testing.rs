@@ -176,7 +176,9 @@ impl Outputs for NativeOutputs {
     }
     fn write(&mut self, name: &str, bytes: &[u8]) -> Result<(), ArtifactError> {
         if !self.declared.iter().any(|d| d.name == name) {
-            return Err(ArtifactError::NotDeclared(format!("`{name}` is not a declared output")));
+            return Err(ArtifactError::NotDeclared(format!(
+                "`{name}` is not a declared output"
+            )));
         }
         if self.written.contains_key(name) {
             return Err(ArtifactError::AlreadyWritten(name.to_string()));
@@ -185,7 +187,6 @@ impl Outputs for NativeOutputs {
         Ok(())
     }
 }
-
 
 thread_local! {
     static COMMAND_DIR: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
@@ -208,9 +209,9 @@ pub fn run_command_natively(request: &CommandRequest) -> Result<CommandOutput, C
     let Some((program, args)) = request.argv.split_first() else {
         return Err(CommandError::Denied("the argv is empty".into()));
     };
-    let dir = COMMAND_DIR
-        .with(|d| d.borrow().clone())
-        .ok_or_else(|| CommandError::Denied("no workspace: wrap the call in testing::with_command_dir".into()))?;
+    let dir = COMMAND_DIR.with(|d| d.borrow().clone()).ok_or_else(|| {
+        CommandError::Denied("no workspace: wrap the call in testing::with_command_dir".into())
+    })?;
     let started = std::time::Instant::now();
     let mut child = std::process::Command::new(program)
         .args(args)

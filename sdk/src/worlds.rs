@@ -110,7 +110,10 @@ pub trait Transform {
 pub trait Policy {
     type Config: serde::de::DeserializeOwned;
 
-    fn decide(request: &PublishRequest, config: Self::Config) -> Result<PublishDecision, PluginError>;
+    fn decide(
+        request: &PublishRequest,
+        config: Self::Config,
+    ) -> Result<PublishDecision, PluginError>;
 }
 
 /// Parses the config and runs the gate: what the exported `check` does.
@@ -135,7 +138,10 @@ pub fn run_transform<T: Transform>(
     T::run(inputs, outputs, seed, parse_config(config)?)
 }
 
-pub fn run_policy<P: Policy>(request: &PublishRequest, config: &str) -> Result<PublishDecision, PluginError> {
+pub fn run_policy<P: Policy>(
+    request: &PublishRequest,
+    config: &str,
+) -> Result<PublishDecision, PluginError> {
     P::decide(request, parse_config(config)?)
 }
 

@@ -39,6 +39,24 @@ pub fn plugin_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("target/plugins"))
 }
 
+/// Where `scripts/dev test` puts the test fixtures and the third-party
+/// example: `<repo>/target/test-plugins`.
+pub fn test_plugin_dir() -> PathBuf {
+    repo_root().join("target/test-plugins")
+}
+
+/// The bytes of a built component, with a pointer to `scripts/dev` when it
+/// is missing.
+pub fn component_bytes(dir: &Path, name: &str) -> Vec<u8> {
+    let path = dir.join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; build it with `scripts/dev test` (or `bl plugin build`)",
+            path.display()
+        )
+    })
+}
+
 /// The crate directories of the first-party plugins.
 pub fn first_party_plugin_crates() -> Vec<PathBuf> {
     let mut crates: Vec<PathBuf> = std::fs::read_dir(repo_root().join("plugins"))

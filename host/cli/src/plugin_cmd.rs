@@ -243,7 +243,10 @@ fn inspect(plugin: &str, as_json: bool) -> u8 {
     println!("  source        {}", or_unknown(&summary.source_digest));
     match (&manifest, manifest_matches) {
         (Some(m), Some(true)) => {
-            println!("  manifest      {} {}: {}", m.name, m.version, m.description);
+            println!(
+                "  manifest      {} {}: {}",
+                m.name, m.version, m.description
+            );
             if !m.contract_patterns.is_empty() {
                 println!("  contracts     {}", m.contract_patterns.join(", "));
             }
@@ -269,7 +272,9 @@ struct RunRequest<'a> {
 
 fn read_config(config: &str) -> Result<String, String> {
     let text = match config.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("--config @{path}: {e}"))?,
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|e| format!("--config @{path}: {e}"))?
+        }
         None => config.to_string(),
     };
     serde_json::from_str::<serde_json::Value>(&text)
@@ -324,13 +329,15 @@ fn judge(request: &RunRequest, config: &str) -> GateOutcome {
             declared: declared.as_deref(),
             grants: Grants::parse(request.grants).map_err(|e| format!("--grant: {e}"))?,
         };
-        let name = manifest.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| {
-            path.file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| request.plugin.to_string())
-        });
-        let runtime =
-            runtime(request.deadline_ms, request.allocator).map_err(|e| e.to_string())?;
+        let name = manifest
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_else(|| {
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| request.plugin.to_string())
+            });
+        let runtime = runtime(request.deadline_ms, request.allocator).map_err(|e| e.to_string())?;
         Ok(match world {
             World::Gate => runtime
                 .load_gate(&name, &bytes, &options)
@@ -343,9 +350,16 @@ fn judge(request: &RunRequest, config: &str) -> GateOutcome {
                     artifact,
                     dispatch_started_ms: request.dispatched_ms,
                 };
-                runtime.load_contract(&name, &bytes, &options).and_then(|contract| {
-                    runtime.check_contract(&contract, request.workspace, &contract_request, config)
-                })
+                runtime
+                    .load_contract(&name, &bytes, &options)
+                    .and_then(|contract| {
+                        runtime.check_contract(
+                            &contract,
+                            request.workspace,
+                            &contract_request,
+                            config,
+                        )
+                    })
             }
             other => {
                 return Err(format!(

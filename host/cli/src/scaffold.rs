@@ -15,14 +15,15 @@ pub enum Kind {
 /// The SDK a new plugin depends on: `--sdk`, `BL_SDK_PATH`, or the `sdk/`
 /// of the checkout or install this `bl` came from.
 fn find_sdk(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
-    let candidates: Vec<PathBuf> = match explicit.or_else(|| std::env::var_os("BL_SDK_PATH").map(PathBuf::from)) {
-        Some(p) => vec![p],
-        None => {
-            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            let dir = exe.parent().unwrap_or(Path::new("."));
-            vec![dir.join("../../sdk"), dir.join("../share/bl/sdk")]
-        }
-    };
+    let candidates: Vec<PathBuf> =
+        match explicit.or_else(|| std::env::var_os("BL_SDK_PATH").map(PathBuf::from)) {
+            Some(p) => vec![p],
+            None => {
+                let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                let dir = exe.parent().unwrap_or(Path::new("."));
+                vec![dir.join("../../sdk"), dir.join("../share/bl/sdk")]
+            }
+        };
     candidates
         .iter()
         .find(|p| p.join("Cargo.toml").is_file())
@@ -65,14 +66,24 @@ pub fn new_plugin(name: &str, kind: Kind, dir: Option<PathBuf>, sdk: Option<Path
     }
 }
 
-fn write_scaffold(name: &str, kind: Kind, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> Result<PathBuf, String> {
+fn write_scaffold(
+    name: &str,
+    kind: Kind,
+    dir: Option<PathBuf>,
+    sdk: Option<PathBuf>,
+) -> Result<PathBuf, String> {
     if !valid_name(name) {
-        return Err("a plugin name is lowercase letters, digits and `-`, starting with a letter".into());
+        return Err(
+            "a plugin name is lowercase letters, digits and `-`, starting with a letter".into(),
+        );
     }
     let sdk = find_sdk(sdk)?;
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
     if dir.exists() {
-        return Err(format!("{} already exists; pick another name or --dir", dir.display()));
+        return Err(format!(
+            "{} already exists; pick another name or --dir",
+            dir.display()
+        ));
     }
     std::fs::create_dir_all(dir.join("src")).map_err(|e| format!("{}: {e}", dir.display()))?;
     let (description, metadata, source) = match kind {

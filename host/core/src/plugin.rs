@@ -9,7 +9,6 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-
 /// One capability a plugin can be handed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
@@ -221,7 +220,9 @@ pub fn admit(
     for c in &requested {
         // WASI clocks and random load without a grant: they get the deny-all
         // stand-ins (a frozen clock, a fixed stream) instead of the real thing.
-        if c.grantable() && !matches!(c, Capability::Clock | Capability::Random) && !grants.allows(*c)
+        if c.grantable()
+            && !matches!(c, Capability::Clock | Capability::Random)
+            && !grants.allows(*c)
         {
             return Err(format!(
                 "it imports the `{c}` capability, which was not granted; grant it with `--grant {c}` \
@@ -285,7 +286,11 @@ mod tests {
             Import::new("bl:plugin/artifacts@1.1.0", false),
             Import::new("verdict", false),
         ];
-        assert!(admit(&types_only, World::Gate, None, &Grants::none()).unwrap().is_empty());
+        assert!(
+            admit(&types_only, World::Gate, None, &Grants::none())
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -297,7 +302,10 @@ mod tests {
             &Grants::none(),
         )
         .unwrap_err();
-        assert!(err.contains("`command` capability, which was not granted"), "{err}");
+        assert!(
+            err.contains("`command` capability, which was not granted"),
+            "{err}"
+        );
         let ok = admit(
             &imports(&["bl:plugin/workspace@1.1.0", "bl:plugin/command@1.1.0"]),
             World::Gate,
@@ -310,7 +318,15 @@ mod tests {
 
     #[test]
     fn intrinsic_capabilities_belong_to_their_world_only() {
-        assert!(admit(&imports(&["bl:plugin/workspace@1.1.0"]), World::Gate, None, &Grants::none()).is_ok());
+        assert!(
+            admit(
+                &imports(&["bl:plugin/workspace@1.1.0"]),
+                World::Gate,
+                None,
+                &Grants::none()
+            )
+            .is_ok()
+        );
         let err = admit(
             &imports(&["bl:plugin/workspace@1.1.0"]),
             World::PublicationPolicy,
@@ -318,7 +334,10 @@ mod tests {
             &Grants::none(),
         )
         .unwrap_err();
-        assert!(err.contains("publication-policy plugin is never handed"), "{err}");
+        assert!(
+            err.contains("publication-policy plugin is never handed"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -335,16 +354,34 @@ mod tests {
 
     #[test]
     fn wasi_loads_deny_all_and_unknown_imports_do_not() {
-        let wasi = imports(&["wasi:random/random@0.2.0", "wasi:cli/environment@0.2.0", "wasi:clocks/wall-clock@0.2.0"]);
+        let wasi = imports(&[
+            "wasi:random/random@0.2.0",
+            "wasi:cli/environment@0.2.0",
+            "wasi:clocks/wall-clock@0.2.0",
+        ]);
         assert!(admit(&wasi, World::Gate, None, &Grants::none()).is_ok());
-        let err = admit(&imports(&["acme:evil/net"]), World::Gate, None, &Grants::none()).unwrap_err();
+        let err = admit(
+            &imports(&["acme:evil/net"]),
+            World::Gate,
+            None,
+            &Grants::none(),
+        )
+        .unwrap_err();
         assert!(err.contains("acme:evil/net"), "{err}");
     }
 
     #[test]
     fn grants_parse_refuses_unknown_and_intrinsic_names() {
         assert!(Grants::parse(&["command", "log"]).is_ok());
-        assert!(Grants::parse(&["network"]).unwrap_err().contains("unknown capability"));
-        assert!(Grants::parse(&["workspace"]).unwrap_err().contains("comes with"));
+        assert!(
+            Grants::parse(&["network"])
+                .unwrap_err()
+                .contains("unknown capability")
+        );
+        assert!(
+            Grants::parse(&["workspace"])
+                .unwrap_err()
+                .contains("comes with")
+        );
     }
 }

@@ -18,7 +18,9 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-pub use component::{ComponentSummary, SOURCE_DIGEST_SECTION, imports, read_source_digest, summarize};
+pub use component::{
+    ComponentSummary, SOURCE_DIGEST_SECTION, imports, read_source_digest, summarize,
+};
 pub use source::{SourceSet, source_digest};
 pub use toolchain::{ToolchainError, WasmToolchain};
 

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use bl_core::sha256_hex;
 
-use crate::bindings::artifacts::{ArtifactError, InputInfo, OutputDecl, Visibility as WitVisibility};
+use crate::bindings::artifacts::{
+    ArtifactError, InputInfo, OutputDecl, Visibility as WitVisibility,
+};
 
 /// Who may consume an output (seed 002's visibility).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -13,7 +13,11 @@ use crate::worlds::{ContractPlugin, ContractRequest, GatePlugin};
 
 /// Runs every gate on the same workspace. Passes only when all pass; any
 /// gate that errs makes the whole composite ERROR (never a pass or a fail).
-pub fn judge_all(runtime: &Runtime, gates: &[(&GatePlugin, &str)], workspace: &Path) -> GateOutcome {
+pub fn judge_all(
+    runtime: &Runtime,
+    gates: &[(&GatePlugin, &str)],
+    workspace: &Path,
+) -> GateOutcome {
     if gates.is_empty() {
         return GateOutcome::Error("a composite gate with no gates cannot decide".into());
     }
@@ -37,7 +41,12 @@ pub fn judge_all(runtime: &Runtime, gates: &[(&GatePlugin, &str)], workspace: &P
     let summary = if failed.is_empty() {
         format!("all {} gates passed", gates.len())
     } else {
-        format!("{} of {} gates failed: {}", failed.len(), gates.len(), failed.join("; "))
+        format!(
+            "{} of {} gates failed: {}",
+            failed.len(),
+            gates.len(),
+            failed.join("; ")
+        )
     };
     GateOutcome::from_verdict(Verdict {
         passed: failed.is_empty(),
@@ -76,9 +85,16 @@ impl ContractRegistry {
     }
 
     /// Registers `plugin` for output basenames matching `pattern`.
-    pub fn register(&mut self, pattern: &str, plugin: ContractPlugin, config: &str) -> Result<(), String> {
+    pub fn register(
+        &mut self,
+        pattern: &str,
+        plugin: ContractPlugin,
+        config: &str,
+    ) -> Result<(), String> {
         if pattern.contains('/') {
-            return Err(format!("contract pattern `{pattern}` must match a basename, without `/`"));
+            return Err(format!(
+                "contract pattern `{pattern}` must match a basename, without `/`"
+            ));
         }
         let matcher = Glob::new(pattern)
             .map_err(|e| format!("contract pattern `{pattern}`: {e}"))?
@@ -105,12 +121,20 @@ impl ContractRegistry {
         workspace: &Path,
         request: &ContractRequest,
     ) -> Result<ContractReport, PluginError> {
-        let basename = request.artifact.rsplit('/').next().unwrap_or(&request.artifact);
+        let basename = request
+            .artifact
+            .rsplit('/')
+            .next()
+            .unwrap_or(&request.artifact);
         let mut report = ContractReport {
             contracts: BTreeMap::new(),
             failure: None,
         };
-        for contract in self.contracts.iter().filter(|c| c.matcher.is_match(basename)) {
+        for contract in self
+            .contracts
+            .iter()
+            .filter(|c| c.matcher.is_match(basename))
+        {
             let verdict = runtime
                 .check_contract(&contract.plugin, workspace, request, &contract.config)?
                 .value;

@@ -13,9 +13,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::artifacts::{InputSet, OutputSink};
 use crate::bindings::{artifacts, command, log, types, workspace};
-use bl_core::plugin::{Capability, Grants};
 use crate::runtime::Limits;
 use crate::workspace::WorkspaceDir;
+use bl_core::plugin::{Capability, Grants};
 
 /// One line of a plugin's structured log.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -261,7 +261,9 @@ impl command::Host for HostState {
     ) -> wasmtime::Result<Result<command::CommandOutput, command::CommandError>> {
         use command::CommandError as E;
         if !self.grants.allows(Capability::Command) {
-            return Ok(Err(E::Denied("the command capability was not granted".into())));
+            return Ok(Err(E::Denied(
+                "the command capability was not granted".into(),
+            )));
         }
         let (Some(root), Some(runner)) = (&self.workspace_root, &self.runner) else {
             return Ok(Err(E::Denied(
@@ -308,11 +310,8 @@ impl log::Host for HostState {
             // Admission refuses an ungranted log import; this is the backstop.
             return Err(wasmtime::Error::msg("the log capability was not granted"));
         }
-        self.log_bytes += message.len()
-            + fields
-                .iter()
-                .map(|(k, v)| k.len() + v.len())
-                .sum::<usize>();
+        self.log_bytes +=
+            message.len() + fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         if self.log_bytes > self.limits.max_log_bytes {
             return Err(wasmtime::Error::new(LimitExceeded {
                 what: "its log",

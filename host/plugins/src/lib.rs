@@ -21,8 +21,12 @@ mod runtime;
 mod workspace;
 mod worlds;
 
-pub use artifacts::{InputArtifact, OutputDeclaration, PublishedOutput, Visibility, transform_seed};
-pub use bl_core::plugin::{Capability, Grants, Import, ImportClass, World, admit, classify, classify_import};
+pub use artifacts::{
+    InputArtifact, OutputDeclaration, PublishedOutput, Visibility, transform_seed,
+};
+pub use bl_core::plugin::{
+    Capability, Grants, Import, ImportClass, World, admit, classify, classify_import,
+};
 pub use compose::{ContractRegistry, ContractReport, judge_all};
 pub use error::PluginError;
 pub use host::LogEntry;

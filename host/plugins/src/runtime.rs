@@ -10,12 +10,12 @@ use bl_core::CommandRunner;
 use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
-use bl_core::plugin::World;
 use crate::bindings;
 use crate::cache::ComponentCache;
-use bl_core::plugin::{Capability, Grants, Import, admit};
 use crate::error::PluginError;
 use crate::host::{HostState, LimitExceeded, LogEntry};
+use bl_core::plugin::World;
+use bl_core::plugin::{Capability, Grants, Import, admit};
 
 /// How often the epoch ticker advances; the deadline's resolution.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -251,8 +251,8 @@ impl Runtime {
             message,
         };
         let component = self.compile(name, bytes)?;
-        let requested = admit(&self.imports(&component), world, declared, grants)
-            .map_err(load_error)?;
+        let requested =
+            admit(&self.imports(&component), world, declared, grants).map_err(load_error)?;
         let instance_pre = self
             .linker
             .instantiate_pre(&component)
@@ -273,7 +273,10 @@ impl Runtime {
         &self,
         plugin: &Loaded<P>,
         context: CallContext,
-        call: impl FnOnce(&mut Store<HostState>, &P) -> wasmtime::Result<Result<T, bindings::types::PluginError>>,
+        call: impl FnOnce(
+            &mut Store<HostState>,
+            &P,
+        ) -> wasmtime::Result<Result<T, bindings::types::PluginError>>,
     ) -> Result<Invocation<T>, PluginError> {
         let started = Instant::now();
         let state = HostState::new(
@@ -310,7 +313,12 @@ impl Runtime {
         }
     }
 
-    fn classify_trap(&self, plugin: String, error: wasmtime::Error, memory_hit: bool) -> PluginError {
+    fn classify_trap(
+        &self,
+        plugin: String,
+        error: wasmtime::Error,
+        memory_hit: bool,
+    ) -> PluginError {
         if let Some(limit) = error.downcast_ref::<LimitExceeded>() {
             return PluginError::OutputLimit {
                 plugin,

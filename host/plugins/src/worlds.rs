@@ -6,15 +6,13 @@ use std::path::Path;
 use bl_core::{Finding, GateOutcome, Location, Severity, Verdict};
 use wasmtime::component::Resource;
 
-use crate::artifacts::{
-    InputArtifact, InputSet, OutputDeclaration, OutputSink, PublishedOutput,
-};
+use crate::artifacts::{InputArtifact, InputSet, OutputDeclaration, OutputSink, PublishedOutput};
 use crate::bindings::{self, types};
-use bl_core::plugin::{Capability, Grants};
 use crate::error::PluginError;
 use crate::runtime::{CallContext, Invocation, Loaded, Runtime};
 use crate::workspace::WorkspaceDir;
 use bl_core::plugin::World;
+use bl_core::plugin::{Capability, Grants};
 
 macro_rules! plugin_handle {
     ($(#[$doc:meta])* $name:ident, $pre:ty) => {
@@ -106,45 +104,94 @@ pub struct LoadOptions<'a> {
 }
 
 impl Runtime {
-    pub fn load_gate(&self, name: &str, bytes: &[u8], options: &LoadOptions) -> Result<GatePlugin, PluginError> {
-        self.load(name, bytes, World::Gate, options.declared, &options.grants, |pre| {
-            bindings::gate::GatePre::new(pre)
-        })
+    pub fn load_gate(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        options: &LoadOptions,
+    ) -> Result<GatePlugin, PluginError> {
+        self.load(
+            name,
+            bytes,
+            World::Gate,
+            options.declared,
+            &options.grants,
+            |pre| bindings::gate::GatePre::new(pre),
+        )
         .map(GatePlugin)
     }
 
-    pub fn load_contract(&self, name: &str, bytes: &[u8], options: &LoadOptions) -> Result<ContractPlugin, PluginError> {
-        self.load(name, bytes, World::CompletionContract, options.declared, &options.grants, |pre| {
-            bindings::contract::CompletionContractPre::new(pre)
-        })
+    pub fn load_contract(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        options: &LoadOptions,
+    ) -> Result<ContractPlugin, PluginError> {
+        self.load(
+            name,
+            bytes,
+            World::CompletionContract,
+            options.declared,
+            &options.grants,
+            |pre| bindings::contract::CompletionContractPre::new(pre),
+        )
         .map(ContractPlugin)
     }
 
-    pub fn load_transform(&self, name: &str, bytes: &[u8], options: &LoadOptions) -> Result<TransformPlugin, PluginError> {
-        self.load(name, bytes, World::Transform, options.declared, &options.grants, |pre| {
-            bindings::transform::TransformPre::new(pre)
-        })
+    pub fn load_transform(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        options: &LoadOptions,
+    ) -> Result<TransformPlugin, PluginError> {
+        self.load(
+            name,
+            bytes,
+            World::Transform,
+            options.declared,
+            &options.grants,
+            |pre| bindings::transform::TransformPre::new(pre),
+        )
         .map(TransformPlugin)
     }
 
-    pub fn load_policy(&self, name: &str, bytes: &[u8], options: &LoadOptions) -> Result<PolicyPlugin, PluginError> {
-        self.load(name, bytes, World::PublicationPolicy, options.declared, &options.grants, |pre| {
-            bindings::policy::PublicationPolicyPre::new(pre)
-        })
+    pub fn load_policy(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        options: &LoadOptions,
+    ) -> Result<PolicyPlugin, PluginError> {
+        self.load(
+            name,
+            bytes,
+            World::PublicationPolicy,
+            options.declared,
+            &options.grants,
+            |pre| bindings::policy::PublicationPolicyPre::new(pre),
+        )
         .map(PolicyPlugin)
     }
 
     fn open_workspace(&self, workspace: &Path) -> Result<WorkspaceDir, PluginError> {
-        WorkspaceDir::open(workspace, self.limits().max_read_bytes).map_err(|e| PluginError::Workspace {
-            path: workspace.display().to_string(),
-            message: e.to_string(),
+        WorkspaceDir::open(workspace, self.limits().max_read_bytes).map_err(|e| {
+            PluginError::Workspace {
+                path: workspace.display().to_string(),
+                message: e.to_string(),
+            }
         })
     }
 
     /// Runs a gate on `workspace` with the operator's JSON `config`.
-    pub fn check(&self, gate: &GatePlugin, workspace: &Path, config: &str) -> Result<Invocation<Verdict>, PluginError> {
+    pub fn check(
+        &self,
+        gate: &GatePlugin,
+        workspace: &Path,
+        config: &str,
+    ) -> Result<Invocation<Verdict>, PluginError> {
         let dir = self.open_workspace(workspace)?;
-        let context = CallContext { workspace_root: Some(workspace.to_path_buf()) };
+        let context = CallContext {
+            workspace_root: Some(workspace.to_path_buf()),
+        };
         let invocation = self.invoke(&gate.0, context, |store, pre| {
             let instance = pre.instantiate(&mut *store)?;
             let handle = store.data_mut().table.push(dir)?;
@@ -170,7 +217,9 @@ impl Runtime {
         config: &str,
     ) -> Result<Invocation<Verdict>, PluginError> {
         let dir = self.open_workspace(workspace)?;
-        let context = CallContext { workspace_root: Some(workspace.to_path_buf()) };
+        let context = CallContext {
+            workspace_root: Some(workspace.to_path_buf()),
+        };
         let wit_request = types::ContractRequest {
             artifact: request.artifact.clone(),
             dispatch_started_ms: request.dispatch_started_ms,
@@ -195,13 +244,18 @@ impl Runtime {
         seed: &[u8],
         config: &str,
     ) -> Result<Invocation<TransformOutput>, PluginError> {
-        let context = CallContext { workspace_root: None };
+        let context = CallContext {
+            workspace_root: None,
+        };
         let limit = self.limits().max_artifact_bytes;
         let name = transform.0.name.clone();
         let invocation = self.invoke(&transform.0, context, |store, pre| {
             let instance = pre.instantiate(&mut *store)?;
             let input_handle = store.data_mut().table.push(InputSet::new(inputs))?;
-            let sink_handle = store.data_mut().table.push(OutputSink::new(outputs, limit))?;
+            let sink_handle = store
+                .data_mut()
+                .table
+                .push(OutputSink::new(outputs, limit))?;
             let result = instance.call_run(
                 &mut *store,
                 Resource::new_borrow(input_handle.rep()),
@@ -214,7 +268,10 @@ impl Runtime {
             Ok(result.map(|report| (report.summary, sink)))
         })?;
         let (summary, sink) = invocation.value;
-        let outputs = sink.finish().map_err(|output| PluginError::MissingOutput { plugin: name, output })?;
+        let outputs = sink.finish().map_err(|output| PluginError::MissingOutput {
+            plugin: name,
+            output,
+        })?;
         Ok(Invocation {
             value: TransformOutput { summary, outputs },
             log: invocation.log,
@@ -229,7 +286,9 @@ impl Runtime {
         request: &PublishRequest,
         config: &str,
     ) -> Result<Invocation<PublishDecision>, PluginError> {
-        let context = CallContext { workspace_root: None };
+        let context = CallContext {
+            workspace_root: None,
+        };
         let wit_request = types::PublishRequest {
             effect_key: request.effect_key.clone(),
             kind: request.kind.clone(),

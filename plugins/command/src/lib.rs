@@ -37,7 +37,10 @@ impl bl_plugin_sdk::Gate for CommandGate {
         request.timeout_ms = config.timeout_ms;
         let shown = config.argv.join(" ");
         run_to_verdict(&request, config.tail_bytes, |out| {
-            Ok((out.exit_code == Some(0) && !out.timed_out, format!("`{shown}` {}", describe_exit(out))))
+            Ok((
+                out.exit_code == Some(0) && !out.timed_out,
+                format!("`{shown}` {}", describe_exit(out)),
+            ))
         })
     }
 }
@@ -53,7 +56,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("x"), "hi").unwrap();
         let ws = NativeWorkspace::new(dir.path()).unwrap();
-        with_command_dir(dir.path(), || bl_plugin_sdk::run_gate::<CommandGate>(&ws, config))
+        with_command_dir(dir.path(), || {
+            bl_plugin_sdk::run_gate::<CommandGate>(&ws, config)
+        })
     }
 
     #[test]

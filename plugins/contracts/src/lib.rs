@@ -32,7 +32,11 @@ fn verdict(result: Result<String, String>) -> Verdict {
     }
 }
 
-pub fn implementer_summary(ws: &dyn Workspace, text: &str, since_ms: u64) -> Result<Result<String, String>, PluginError> {
+pub fn implementer_summary(
+    ws: &dyn Workspace,
+    text: &str,
+    since_ms: u64,
+) -> Result<Result<String, String>, PluginError> {
     let Ok(Value::Object(summary)) = serde_json::from_str::<Value>(text) else {
         return Ok(Err("not a JSON object".into()));
     };
@@ -59,12 +63,19 @@ pub fn implementer_summary(ws: &dyn Workspace, text: &str, since_ms: u64) -> Res
             return Ok(Err(format!("claimed file {claim} is not a non-empty path")));
         };
         if path.starts_with('/') || path.split('/').any(|c| c == "..") {
-            return Ok(Err(format!("claimed file {path} is not a relative path under the root")));
+            return Ok(Err(format!(
+                "claimed file {path} is not a relative path under the root"
+            )));
         }
-        match ws.stat(path).map_err(|e| PluginError::Capability(format!("{path}: {e}")))? {
+        match ws
+            .stat(path)
+            .map_err(|e| PluginError::Capability(format!("{path}: {e}")))?
+        {
             None => return Ok(Err(format!("claimed file {path} does not exist"))),
             Some(entry) if entry.modified_ms < since_ms => {
-                return Ok(Err(format!("claimed file {path} was not modified since the dispatch started")));
+                return Ok(Err(format!(
+                    "claimed file {path} was not modified since the dispatch started"
+                )));
             }
             Some(_) => {}
         }
@@ -79,7 +90,9 @@ pub fn plan(text: &str) -> Result<String, String> {
     match plan.get("steps").and_then(Value::as_array) {
         None => Err("no `steps` list".into()),
         Some(steps) if steps.is_empty() => Err("`steps` is empty".into()),
-        Some(steps) if steps.iter().any(|s| !s.is_object()) => Err("every step must be an object".into()),
+        Some(steps) if steps.iter().any(|s| !s.is_object()) => {
+            Err("every step must be an object".into())
+        }
         Some(steps) => Ok(format!("{} steps", steps.len())),
     }
 }
@@ -100,14 +113,20 @@ pub fn diff(text: &str) -> Result<String, String> {
 impl Contract for Contracts {
     type Config = Value;
 
-    fn check(ws: &dyn Workspace, request: &ContractRequest, _config: Value) -> Result<Verdict, PluginError> {
+    fn check(
+        ws: &dyn Workspace,
+        request: &ContractRequest,
+        _config: Value,
+    ) -> Result<Verdict, PluginError> {
         let path = request.artifact.as_str();
         let basename = path.rsplit('/').next().unwrap_or(path);
         let Some(text) = read(ws, path)? else {
             return Ok(Verdict::fail("missing"));
         };
         Ok(verdict(match basename {
-            "implementer-summary.json" => implementer_summary(ws, &text, request.dispatch_started_ms)?,
+            "implementer-summary.json" => {
+                implementer_summary(ws, &text, request.dispatch_started_ms)?
+            }
             "plan.json" => plan(&text),
             b if b.ends_with(".diff") || b.ends_with(".patch") => diff(&text),
             other => {
@@ -132,29 +151,66 @@ mod tests {
             std::fs::write(dir.path().join(path), text).unwrap();
         }
         let ws = NativeWorkspace::new(dir.path()).unwrap();
-        let request = ContractRequest { artifact: artifact.into(), dispatch_started_ms: since_ms };
+        let request = ContractRequest {
+            artifact: artifact.into(),
+            dispatch_started_ms: since_ms,
+        };
         bl_plugin_sdk::run_contract::<Contracts>(&ws, &request, "{}").unwrap()
     }
 
     #[test]
     fn implementer_summary_claims_must_exist_and_be_fresh() {
         let summary = r#"{"files_changed": ["a.py"]}"#;
-        assert!(check(&[("implementer-summary.json", summary), ("a.py", "x")], "implementer-summary.json", 0).passed);
-        let v = check(&[("implementer-summary.json", summary)], "implementer-summary.json", 0);
+        assert!(
+            check(
+                &[("implementer-summary.json", summary), ("a.py", "x")],
+                "implementer-summary.json",
+                0
+            )
+            .passed
+        );
+        let v = check(
+            &[("implementer-summary.json", summary)],
+            "implementer-summary.json",
+            0,
+        );
         assert_eq!(v.summary, "claimed file a.py does not exist");
         let future = u64::MAX / 2;
-        let v = check(&[("implementer-summary.json", summary), ("a.py", "x")], "implementer-summary.json", future);
+        let v = check(
+            &[("implementer-summary.json", summary), ("a.py", "x")],
+            "implementer-summary.json",
+            future,
+        );
         assert!(v.summary.contains("not modified since"), "{}", v.summary);
     }
 
     #[test]
     fn an_empty_claim_passes_only_as_an_honest_abstention() {
-        let v = check(&[("implementer-summary.json", r#"{"files_changed": []}"#)], "implementer-summary.json", 0);
+        let v = check(
+            &[("implementer-summary.json", r#"{"files_changed": []}"#)],
+            "implementer-summary.json",
+            0,
+        );
         assert_eq!(v.summary, "files_changed/touched_files is empty");
-        let honest = r#"{"touched_files": [], "ready_for_tier1": false, "block_reason": "API key missing"}"#;
-        assert!(check(&[("implementer-summary.json", honest)], "implementer-summary.json", 0).passed);
+        let honest =
+            r#"{"touched_files": [], "ready_for_tier1": false, "block_reason": "API key missing"}"#;
+        assert!(
+            check(
+                &[("implementer-summary.json", honest)],
+                "implementer-summary.json",
+                0
+            )
+            .passed
+        );
         let dishonest = r#"{"touched_files": [], "ready_for_tier1": true, "block_reason": "x"}"#;
-        assert!(!check(&[("implementer-summary.json", dishonest)], "implementer-summary.json", 0).passed);
+        assert!(
+            !check(
+                &[("implementer-summary.json", dishonest)],
+                "implementer-summary.json",
+                0
+            )
+            .passed
+        );
     }
 
     #[test]

@@ -8,7 +8,10 @@ pub struct DenyAll;
 impl Policy for DenyAll {
     type Config = bl_plugin_sdk::serde_json::Value;
 
-    fn decide(request: &PublishRequest, _config: Self::Config) -> Result<PublishDecision, PluginError> {
+    fn decide(
+        request: &PublishRequest,
+        _config: Self::Config,
+    ) -> Result<PublishDecision, PluginError> {
         Ok(PublishDecision::deny(format!(
             "deny-all: {} to {} is not published",
             request.kind, request.target

@@ -33,13 +33,16 @@ impl Gate for JsonSchemaGate {
 
     fn check(ws: &dyn Workspace, config: Config) -> Result<Verdict, PluginError> {
         if config.files.is_empty() {
-            return Err(PluginError::BadConfig("`files` is empty: name the JSON files to check".into()));
+            return Err(PluginError::BadConfig(
+                "`files` is empty: name the JSON files to check".into(),
+            ));
         }
         let schema = match &config.schema {
             Value::String(path) => {
                 let text = ws.read_to_string(path).map_err(|e| capability(path, e))?;
-                serde_json::from_str(&text)
-                    .map_err(|e| PluginError::BadConfig(format!("schema {path} is not JSON: {e}")))?
+                serde_json::from_str(&text).map_err(|e| {
+                    PluginError::BadConfig(format!("schema {path} is not JSON: {e}"))
+                })?
             }
             Value::Object(_) | Value::Bool(_) => config.schema.clone(),
             _ => {
@@ -68,7 +71,11 @@ impl Gate for JsonSchemaGate {
             let text = match ws.read_to_string(path) {
                 Ok(t) => t,
                 Err(FsError::NotFound(_)) => {
-                    findings.push(Finding::new(Severity::High, format!("{path} is missing")).rule("jsonschema/missing").at(path));
+                    findings.push(
+                        Finding::new(Severity::High, format!("{path} is missing"))
+                            .rule("jsonschema/missing")
+                            .at(path),
+                    );
                     continue;
                 }
                 Err(e) => return Err(capability(path, e)),
@@ -86,12 +93,10 @@ impl Gate for JsonSchemaGate {
             };
             for error in compiled.iter_errors(&instance) {
                 let pointer = error.instance_path.to_string();
-                let mut finding = Finding::new(
-                    Severity::High,
-                    format!("{path}#{pointer}: {error}"),
-                )
-                .rule("jsonschema/violation")
-                .at(path);
+                let mut finding =
+                    Finding::new(Severity::High, format!("{path}#{pointer}: {error}"))
+                        .rule("jsonschema/violation")
+                        .at(path);
                 finding.rule = Some(format!("jsonschema{}", error.schema_path));
                 findings.push(finding);
             }
@@ -124,8 +129,15 @@ mod tests {
     #[test]
     fn each_violation_is_a_finding_with_its_pointer_in_both_drafts() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("r.json"), r#"{"items": [1, "two"], "name": 3}"#).unwrap();
-        for draft in ["http://json-schema.org/draft-07/schema#", "https://json-schema.org/draft/2020-12/schema"] {
+        std::fs::write(
+            dir.path().join("r.json"),
+            r#"{"items": [1, "two"], "name": 3}"#,
+        )
+        .unwrap();
+        for draft in [
+            "http://json-schema.org/draft-07/schema#",
+            "https://json-schema.org/draft/2020-12/schema",
+        ] {
             let config = serde_json::json!({
                 "schema": {"$schema": draft, "type": "object",
                            "properties": {"items": {"type": "array", "items": {"type": "integer"}},
@@ -135,8 +147,14 @@ mod tests {
             assert!(!v.passed);
             let messages: Vec<_> = v.findings.iter().map(|f| f.message.clone()).collect();
             assert_eq!(messages.len(), 2, "{messages:?}");
-            assert!(messages.iter().any(|m| m.starts_with("r.json#/items/1:")), "{messages:?}");
-            assert!(messages.iter().any(|m| m.starts_with("r.json#/name:")), "{messages:?}");
+            assert!(
+                messages.iter().any(|m| m.starts_with("r.json#/items/1:")),
+                "{messages:?}"
+            );
+            assert!(
+                messages.iter().any(|m| m.starts_with("r.json#/name:")),
+                "{messages:?}"
+            );
         }
     }
 
@@ -144,9 +162,21 @@ mod tests {
     fn a_matching_file_passes_and_a_bad_schema_is_bad_config() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("r.json"), r#"{"a": 1}"#).unwrap();
-        std::fs::write(dir.path().join("s.json"), r#"{"type": "object", "required": ["a"]}"#).unwrap();
-        assert!(run(dir.path(), r#"{"schema": "s.json", "files": ["r.json"]}"#).unwrap().passed);
-        let err = run(dir.path(), r#"{"schema": {"type": 12}, "files": ["r.json"]}"#).unwrap_err();
+        std::fs::write(
+            dir.path().join("s.json"),
+            r#"{"type": "object", "required": ["a"]}"#,
+        )
+        .unwrap();
+        assert!(
+            run(dir.path(), r#"{"schema": "s.json", "files": ["r.json"]}"#)
+                .unwrap()
+                .passed
+        );
+        let err = run(
+            dir.path(),
+            r#"{"schema": {"type": 12}, "files": ["r.json"]}"#,
+        )
+        .unwrap_err();
         assert!(matches!(err, PluginError::BadConfig(_)), "{err:?}");
     }
 }

@@ -31,7 +31,9 @@ pub fn under(outbox: &str, target: &str) -> bool {
     };
     let absolute = |p: &str| p.starts_with('/');
     match (parts(outbox), parts(target)) {
-        (Some(o), Some(t)) => absolute(outbox) == absolute(target) && t.len() > o.len() && t.starts_with(&o),
+        (Some(o), Some(t)) => {
+            absolute(outbox) == absolute(target) && t.len() > o.len() && t.starts_with(&o)
+        }
         _ => false,
     }
 }
@@ -43,21 +45,38 @@ impl Policy for OutboxPolicy {
 
     fn decide(request: &PublishRequest, config: Config) -> Result<PublishDecision, PluginError> {
         if config.required_approvals.is_empty() {
-            return Err(PluginError::BadConfig("`required_approvals` is empty; use deny-all or name an approval".into()));
+            return Err(PluginError::BadConfig(
+                "`required_approvals` is empty; use deny-all or name an approval".into(),
+            ));
         }
         if request.kind != "local-outbox" {
-            return Ok(PublishDecision::deny(format!("only local-outbox effects are allowed, not {}", request.kind)));
+            return Ok(PublishDecision::deny(format!(
+                "only local-outbox effects are allowed, not {}",
+                request.kind
+            )));
         }
         if !under(&config.outbox, &request.target) {
-            return Ok(PublishDecision::deny(format!("{} is not under the outbox {}", request.target, config.outbox)));
+            return Ok(PublishDecision::deny(format!(
+                "{} is not under the outbox {}",
+                request.target, config.outbox
+            )));
         }
         for name in &config.required_approvals {
-            let recorded: Vec<_> = request.approvals.iter().filter(|a| &a.name == name).collect();
+            let recorded: Vec<_> = request
+                .approvals
+                .iter()
+                .filter(|a| &a.name == name)
+                .collect();
             if let Some(rejected) = recorded.iter().find(|a| !a.approved) {
-                return Ok(PublishDecision::deny(format!("approval `{name}` was rejected by {}", rejected.approver)));
+                return Ok(PublishDecision::deny(format!(
+                    "approval `{name}` was rejected by {}",
+                    rejected.approver
+                )));
             }
             if recorded.is_empty() {
-                return Ok(PublishDecision::deny(format!("approval `{name}` is not recorded")));
+                return Ok(PublishDecision::deny(format!(
+                    "approval `{name}` is not recorded"
+                )));
             }
         }
         Ok(PublishDecision::allow(format!(
@@ -83,20 +102,34 @@ mod tests {
             payload_digest: "sha256:00".into(),
             approvals: approvals
                 .iter()
-                .map(|(n, ok)| Approval { name: n.to_string(), approver: "ana".into(), approved: *ok })
+                .map(|(n, ok)| Approval {
+                    name: n.to_string(),
+                    approver: "ana".into(),
+                    approved: *ok,
+                })
                 .collect(),
         }
     }
 
     fn decide(r: &PublishRequest) -> PublishDecision {
-        bl_plugin_sdk::run_policy::<OutboxPolicy>(r, r#"{"outbox": "outbox", "required_approvals": ["release"]}"#).unwrap()
+        bl_plugin_sdk::run_policy::<OutboxPolicy>(
+            r,
+            r#"{"outbox": "outbox", "required_approvals": ["release"]}"#,
+        )
+        .unwrap()
     }
 
     #[test]
     fn allows_only_approved_writes_under_the_outbox() {
         assert!(decide(&request("outbox/report.md", &[("release", true)])).allow);
         assert!(!decide(&request("outbox/report.md", &[])).allow);
-        assert!(!decide(&request("outbox/report.md", &[("release", true), ("release", false)])).allow);
+        assert!(
+            !decide(&request(
+                "outbox/report.md",
+                &[("release", true), ("release", false)]
+            ))
+            .allow
+        );
         assert!(!decide(&request("outbox/../etc/passwd", &[("release", true)])).allow);
         assert!(!decide(&request("elsewhere/x", &[("release", true)])).allow);
         assert!(!decide(&request("outbox", &[("release", true)])).allow);

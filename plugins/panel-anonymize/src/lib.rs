@@ -37,7 +37,14 @@ impl Default for Config {
 }
 
 const REDACTED: &str = "[redacted]";
-const MARKER_KEYS: &[&str] = &["lens:", "source:", "author:", "model:", "agent:", "reviewer:"];
+const MARKER_KEYS: &[&str] = &[
+    "lens:",
+    "source:",
+    "author:",
+    "model:",
+    "agent:",
+    "reviewer:",
+];
 
 /// `A`, `B`, … `Z`, `AA`, `AB`, …
 pub fn label(mut index: usize) -> String {
@@ -56,7 +63,9 @@ pub fn label(mut index: usize) -> String {
 /// The lens id of `reports/lens-security.md`: `security`.
 fn lens_id(name: &str) -> Option<&str> {
     let base = name.rsplit('/').next().unwrap_or(name);
-    base.strip_prefix("lens-")?.strip_suffix(".md").filter(|id| !id.is_empty())
+    base.strip_prefix("lens-")?
+        .strip_suffix(".md")
+        .filter(|id| !id.is_empty())
 }
 
 /// Replaces every ASCII-case-insensitive occurrence of `needle`.
@@ -96,13 +105,20 @@ pub fn scrub(text: &str, id: &str, extra: &[String]) -> String {
     }
     let mut kept: Vec<&str> = Vec::new();
     for line in body.lines() {
-        let lower = line.trim_start().trim_start_matches(['*', '_', '#', ' ']).to_ascii_lowercase();
+        let lower = line
+            .trim_start()
+            .trim_start_matches(['*', '_', '#', ' '])
+            .to_ascii_lowercase();
         if !MARKER_KEYS.iter().any(|k| lower.starts_with(k)) {
             kept.push(line);
         }
     }
     let mut body = kept.join("\n");
-    let mut markers = vec![format!("lens-{id}.md"), format!("lens-{id}"), format!("{id} lens")];
+    let mut markers = vec![
+        format!("lens-{id}.md"),
+        format!("lens-{id}"),
+        format!("{id} lens"),
+    ];
     markers.extend(extra.iter().cloned());
     for marker in &markers {
         body = replace_ignoring_case(&body, marker, REDACTED);
@@ -127,9 +143,19 @@ pub struct PanelAnonymize;
 impl Transform for PanelAnonymize {
     type Config = Config;
 
-    fn run(inputs: &dyn Inputs, outputs: &mut dyn Outputs, seed: &[u8], config: Config) -> Result<TransformReport, PluginError> {
+    fn run(
+        inputs: &dyn Inputs,
+        outputs: &mut dyn Outputs,
+        seed: &[u8],
+        config: Config,
+    ) -> Result<TransformReport, PluginError> {
         let declared = outputs.declared();
-        let visibility_of = |name: &str| declared.iter().find(|d| d.name == name).map(|d| d.visibility);
+        let visibility_of = |name: &str| {
+            declared
+                .iter()
+                .find(|d| d.name == name)
+                .map(|d| d.visibility)
+        };
         match visibility_of(&config.label_map) {
             Some(Visibility::SystemOnly) => {}
             Some(Visibility::Consumer) => {
@@ -138,24 +164,38 @@ impl Transform for PanelAnonymize {
                     config.label_map
                 )));
             }
-            None => return Err(PluginError::BadConfig(format!("no declared output `{}` for the label map", config.label_map))),
+            None => {
+                return Err(PluginError::BadConfig(format!(
+                    "no declared output `{}` for the label map",
+                    config.label_map
+                )));
+            }
         }
         if visibility_of(&config.responses).is_none() {
-            return Err(PluginError::BadConfig(format!("no declared output `{}` for the responses", config.responses)));
+            return Err(PluginError::BadConfig(format!(
+                "no declared output `{}` for the responses",
+                config.responses
+            )));
         }
 
         let mut reports = Vec::new();
         for info in inputs.entries() {
             let Some(id) = lens_id(&info.name).map(str::to_string) else {
-                return Err(PluginError::BadConfig(format!("input `{}` is not a lens-*.md report", info.name)));
+                return Err(PluginError::BadConfig(format!(
+                    "input `{}` is not a lens-*.md report",
+                    info.name
+                )));
             };
             let bytes = inputs.read(&info.name).map_err(capability)?;
-            let text = String::from_utf8(bytes)
-                .map_err(|_| PluginError::Internal(format!("input `{}` is not UTF-8", info.name)))?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                PluginError::Internal(format!("input `{}` is not UTF-8", info.name))
+            })?;
             reports.push((sort_key(seed, &info.digest, &info.name), info, id, text));
         }
         if reports.is_empty() {
-            return Err(PluginError::BadConfig("no lens-*.md inputs were bound".into()));
+            return Err(PluginError::BadConfig(
+                "no lens-*.md inputs were bound".into(),
+            ));
         }
         reports.sort_by(|a, b| a.0.cmp(&b.0));
 
@@ -163,14 +203,23 @@ impl Transform for PanelAnonymize {
         let mut labels = Map::new();
         for (index, (_, info, id, text)) in reports.iter().enumerate() {
             let name = format!("Response {}", label(index));
-            bundle.push_str(&format!("\n## {name}\n\n{}\n", scrub(text, id, &config.markers)));
+            bundle.push_str(&format!(
+                "\n## {name}\n\n{}\n",
+                scrub(text, id, &config.markers)
+            ));
             labels.insert(name, json!({ "input": info.name, "digest": info.digest }));
         }
         let map = json!({ "schema": "bl.panel-label-map/v1", "labels": labels });
         let map_text = serde_json::to_string_pretty(&map).expect("a map serializes") + "\n";
-        outputs.write(&config.responses, bundle.as_bytes()).map_err(capability)?;
-        outputs.write(&config.label_map, map_text.as_bytes()).map_err(capability)?;
-        Ok(TransformReport { summary: format!("anonymized {} reports", reports.len()) })
+        outputs
+            .write(&config.responses, bundle.as_bytes())
+            .map_err(capability)?;
+        outputs
+            .write(&config.label_map, map_text.as_bytes())
+            .map_err(capability)?;
+        Ok(TransformReport {
+            summary: format!("anonymized {} reports", reports.len()),
+        })
     }
 }
 
@@ -191,7 +240,11 @@ mod tests {
     fn outputs() -> NativeOutputs {
         NativeOutputs::new()
             .declare("panel-responses.md", "text/markdown", Visibility::Consumer)
-            .declare("panel-label-map.json", "application/json", Visibility::SystemOnly)
+            .declare(
+                "panel-label-map.json",
+                "application/json",
+                Visibility::SystemOnly,
+            )
     }
 
     fn run(seed: &[u8]) -> NativeOutputs {
@@ -205,7 +258,10 @@ mod tests {
         let out = run(b"seed-1");
         let bundle = String::from_utf8(out.written["panel-responses.md"].clone()).unwrap();
         for leak in ["sec-bot", "Lens:", "security lens", "lens-perf", "model: x"] {
-            assert!(!bundle.to_lowercase().contains(&leak.to_lowercase()), "{leak} leaked:\n{bundle}");
+            assert!(
+                !bundle.to_lowercase().contains(&leak.to_lowercase()),
+                "{leak} leaked:\n{bundle}"
+            );
         }
         for l in ["## Response A", "## Response B", "## Response C"] {
             assert!(bundle.contains(l), "{bundle}");
@@ -227,9 +283,17 @@ mod tests {
     fn refuses_a_label_map_an_agent_could_read() {
         let mut out = NativeOutputs::new()
             .declare("panel-responses.md", "text/markdown", Visibility::Consumer)
-            .declare("panel-label-map.json", "application/json", Visibility::Consumer);
-        let err = bl_plugin_sdk::run_transform::<PanelAnonymize>(&inputs(), &mut out, b"s", "{}").unwrap_err();
-        assert!(matches!(err, PluginError::BadConfig(ref m) if m.contains("system_only")), "{err:?}");
+            .declare(
+                "panel-label-map.json",
+                "application/json",
+                Visibility::Consumer,
+            );
+        let err = bl_plugin_sdk::run_transform::<PanelAnonymize>(&inputs(), &mut out, b"s", "{}")
+            .unwrap_err();
+        assert!(
+            matches!(err, PluginError::BadConfig(ref m) if m.contains("system_only")),
+            "{err:?}"
+        );
     }
 
     #[test]

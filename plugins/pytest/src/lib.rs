@@ -26,7 +26,15 @@ impl Gate for PytestGate {
 
     fn check(_ws: &dyn Workspace, config: Config) -> Result<Verdict, PluginError> {
         let python = config.python.unwrap_or_else(|| "python3".into());
-        let mut argv = vec![python, "-B".into(), "-m".into(), "pytest".into(), "-q".into(), "-p".into(), "no:cacheprovider".into()];
+        let mut argv = vec![
+            python,
+            "-B".into(),
+            "-m".into(),
+            "pytest".into(),
+            "-q".into(),
+            "-p".into(),
+            "no:cacheprovider".into(),
+        ];
         argv.extend(config.args);
         let mut request = CommandRequest::new(&argv);
         request.timeout_ms = config.timeout_ms;
@@ -47,7 +55,9 @@ impl Gate for PytestGate {
                     "pytest exited {code} (internal or usage error): {}",
                     stderr.trim()
                 ))),
-                None => Err(PluginError::Internal("pytest was killed by a signal".into())),
+                None => Err(PluginError::Internal(
+                    "pytest was killed by a signal".into(),
+                )),
             }
         })
     }
@@ -73,10 +83,20 @@ mod tests {
 
     #[test]
     fn passing_failing_and_uncollectable_tests() {
-        assert!(run(&[("test_ok.py", "def test_x():\n    assert True\n")]).unwrap().passed);
+        assert!(
+            run(&[("test_ok.py", "def test_x():\n    assert True\n")])
+                .unwrap()
+                .passed
+        );
         let failed = run(&[("test_bad.py", "def test_x():\n    assert False\n")]).unwrap();
-        assert!(!failed.passed && failed.summary.contains("tests failed"), "{failed:?}");
+        assert!(
+            !failed.passed && failed.summary.contains("tests failed"),
+            "{failed:?}"
+        );
         let broken = run(&[("test_broken.py", "import no_such_module_here\n")]).unwrap();
-        assert!(!broken.passed && broken.summary.contains("collection"), "{broken:?}");
+        assert!(
+            !broken.passed && broken.summary.contains("collection"),
+            "{broken:?}"
+        );
     }
 }
