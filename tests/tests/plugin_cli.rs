@@ -1,0 +1,126 @@
+//! `bl plugin new | build | inspect | run` through the real binary: the
+//! scaffold for every kind builds as it is, the third-party example builds
+//! and runs, and contracts run from the command line.
+
+use std::path::Path;
+
+use bl_e2e::{bl, repo_root, test_plugin_dir};
+use serde_json::Value;
+
+fn run_bl(args: &[&str]) -> (i32, String, String) {
+    let cache = tempfile::tempdir().unwrap();
+    let out = bl(args, cache.path());
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn build(dir: &Path, out: &Path) -> (i32, String, String) {
+    let target = repo_root().join("target/wasm");
+    run_bl(&[
+        "plugin",
+        "build",
+        dir.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--target-dir",
+        target.to_str().unwrap(),
+    ])
+}
+
+#[test]
+fn every_scaffold_kind_builds_as_it_is_and_inspects_as_its_world() {
+    let scratch = tempfile::tempdir().unwrap();
+    for (kind, world) in [
+        ("gate", "gate"),
+        ("contract", "completion-contract"),
+        ("transform", "transform"),
+        ("policy", "publication-policy"),
+    ] {
+        let name = format!("my-{kind}");
+        let dir = scratch.path().join(&name);
+        let (code, _, err) = run_bl(&["plugin", "new", &name, "--kind", kind, "--dir", dir.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        let out = scratch.path().join("out");
+        let (code, stdout, err) = build(&dir, &out);
+        assert_eq!(code, 0, "{kind}: {stdout}{err}");
+        let component = out.join(format!("{name}.wasm"));
+        let (code, stdout, err) = run_bl(&["plugin", "inspect", component.to_str().unwrap(), "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let inspected: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(inspected["summary"]["world"], world, "{stdout}");
+        assert_eq!(inspected["summary"]["wit_package"], bl_pluginbuild::WIT_PACKAGE);
+        assert_eq!(inspected["manifest_matches"], true);
+        assert!(inspected["manifest"]["config_schema"].is_object(), "{stdout}");
+    }
+    // The gate scaffold runs: README.md with a `#` passes.
+    let ws = scratch.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("README.md"), "# hi").unwrap();
+    let gate = scratch.path().join("out/my-gate.wasm");
+    let (code, stdout, _) = run_bl(&["plugin", "run", gate.to_str().unwrap(), "--workspace", ws.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}");
+    // An existing directory is never overwritten.
+    let (code, _, err) = run_bl(&["plugin", "new", "my-gate", "--kind", "gate", "--dir", scratch.path().join("my-gate").to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("already exists"), "{err}");
+}
+
+#[test]
+fn the_third_party_example_builds_from_its_own_crate_and_runs() {
+    let out = tempfile::tempdir().unwrap();
+    let (code, stdout, err) = build(&repo_root().join("examples/plugins/word-count"), out.path());
+    assert_eq!(code, 0, "{stdout}{err}");
+    let component = out.path().join("word-count.wasm");
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("r.md"), "one two three four").unwrap();
+    let run = |min: &str| {
+        run_bl(&[
+            "plugin",
+            "run",
+            component.to_str().unwrap(),
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--config",
+            &format!(r#"{{"file": "r.md", "min_words": {min}}}"#),
+            "--json",
+        ])
+    };
+    let (code, stdout, _) = run("4");
+    assert_eq!(code, 0, "{stdout}");
+    let (code, stdout, _) = run("5");
+    assert_eq!(code, 1, "{stdout}");
+    let (code, stdout, _) = run("\"many\"");
+    assert_eq!(code, 3, "a config the plugin rejects is an error: {stdout}");
+}
+
+#[test]
+fn run_handles_contracts_grants_and_refusals() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("change.diff"), "--- a/x\n+++ b/x\n").unwrap();
+    std::fs::write(ws.path().join("marker.txt"), "m").unwrap();
+    let ws_arg = ws.path().to_str().unwrap();
+    let (code, stdout, _) = run_bl(&["plugin", "run", "contracts", "--workspace", ws_arg, "--artifact", "change.diff"]);
+    assert_eq!(code, 0, "{stdout}");
+    let (code, stdout, _) = run_bl(&["plugin", "run", "contracts", "--workspace", ws_arg]);
+    assert_eq!(code, 3, "{stdout}");
+    assert!(stdout.contains("--artifact"), "{stdout}");
+
+    let wants = test_plugin_dir().join("wants-command.wasm");
+    let wants = wants.to_str().unwrap();
+    let (code, stdout, _) = run_bl(&["plugin", "run", wants, "--workspace", ws_arg, "--json"]);
+    assert_eq!(code, 3);
+    let value: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(value["error"].as_str().unwrap().contains("`command` capability, which was not granted"), "{stdout}");
+    let (code, stdout, _) = run_bl(&["plugin", "run", wants, "--workspace", ws_arg, "--grant", "command", "--grant", "log"]);
+    assert_eq!(code, 0, "{stdout}");
+    let (code, stdout, _) = run_bl(&["plugin", "run", wants, "--workspace", ws_arg, "--grant", "network"]);
+    assert_eq!(code, 3);
+    assert!(stdout.contains("unknown capability `network`"), "{stdout}");
+
+    let (code, stdout, _) = run_bl(&["plugin", "run", "panel-anonymize", "--workspace", ws_arg]);
+    assert_eq!(code, 3);
+    assert!(stdout.contains("transform plugin"), "{stdout}");
+}
