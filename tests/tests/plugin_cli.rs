@@ -41,29 +41,58 @@ fn every_scaffold_kind_builds_as_it_is_and_inspects_as_its_world() {
     ] {
         let name = format!("my-{kind}");
         let dir = scratch.path().join(&name);
-        let (code, _, err) = run_bl(&["plugin", "new", &name, "--kind", kind, "--dir", dir.to_str().unwrap()]);
+        let (code, _, err) = run_bl(&[
+            "plugin",
+            "new",
+            &name,
+            "--kind",
+            kind,
+            "--dir",
+            dir.to_str().unwrap(),
+        ]);
         assert_eq!(code, 0, "{err}");
         let out = scratch.path().join("out");
         let (code, stdout, err) = build(&dir, &out);
         assert_eq!(code, 0, "{kind}: {stdout}{err}");
         let component = out.join(format!("{name}.wasm"));
-        let (code, stdout, err) = run_bl(&["plugin", "inspect", component.to_str().unwrap(), "--json"]);
+        let (code, stdout, err) =
+            run_bl(&["plugin", "inspect", component.to_str().unwrap(), "--json"]);
         assert_eq!(code, 0, "{err}");
         let inspected: Value = serde_json::from_str(&stdout).unwrap();
         assert_eq!(inspected["summary"]["world"], world, "{stdout}");
-        assert_eq!(inspected["summary"]["wit_package"], bl_pluginbuild::WIT_PACKAGE);
+        assert_eq!(
+            inspected["summary"]["wit_package"],
+            bl_pluginbuild::WIT_PACKAGE
+        );
         assert_eq!(inspected["manifest_matches"], true);
-        assert!(inspected["manifest"]["config_schema"].is_object(), "{stdout}");
+        assert!(
+            inspected["manifest"]["config_schema"].is_object(),
+            "{stdout}"
+        );
     }
     // The gate scaffold runs: README.md with a `#` passes.
     let ws = scratch.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     std::fs::write(ws.join("README.md"), "# hi").unwrap();
     let gate = scratch.path().join("out/my-gate.wasm");
-    let (code, stdout, _) = run_bl(&["plugin", "run", gate.to_str().unwrap(), "--workspace", ws.to_str().unwrap()]);
+    let (code, stdout, _) = run_bl(&[
+        "plugin",
+        "run",
+        gate.to_str().unwrap(),
+        "--workspace",
+        ws.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{stdout}");
     // An existing directory is never overwritten.
-    let (code, _, err) = run_bl(&["plugin", "new", "my-gate", "--kind", "gate", "--dir", scratch.path().join("my-gate").to_str().unwrap()]);
+    let (code, _, err) = run_bl(&[
+        "plugin",
+        "new",
+        "my-gate",
+        "--kind",
+        "gate",
+        "--dir",
+        scratch.path().join("my-gate").to_str().unwrap(),
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("already exists"), "{err}");
 }
@@ -102,7 +131,15 @@ fn run_handles_contracts_grants_and_refusals() {
     std::fs::write(ws.path().join("change.diff"), "--- a/x\n+++ b/x\n").unwrap();
     std::fs::write(ws.path().join("marker.txt"), "m").unwrap();
     let ws_arg = ws.path().to_str().unwrap();
-    let (code, stdout, _) = run_bl(&["plugin", "run", "contracts", "--workspace", ws_arg, "--artifact", "change.diff"]);
+    let (code, stdout, _) = run_bl(&[
+        "plugin",
+        "run",
+        "contracts",
+        "--workspace",
+        ws_arg,
+        "--artifact",
+        "change.diff",
+    ]);
     assert_eq!(code, 0, "{stdout}");
     let (code, stdout, _) = run_bl(&["plugin", "run", "contracts", "--workspace", ws_arg]);
     assert_eq!(code, 3, "{stdout}");
@@ -113,10 +150,34 @@ fn run_handles_contracts_grants_and_refusals() {
     let (code, stdout, _) = run_bl(&["plugin", "run", wants, "--workspace", ws_arg, "--json"]);
     assert_eq!(code, 3);
     let value: Value = serde_json::from_str(&stdout).unwrap();
-    assert!(value["error"].as_str().unwrap().contains("`command` capability, which was not granted"), "{stdout}");
-    let (code, stdout, _) = run_bl(&["plugin", "run", wants, "--workspace", ws_arg, "--grant", "command", "--grant", "log"]);
+    assert!(
+        value["error"]
+            .as_str()
+            .unwrap()
+            .contains("`command` capability, which was not granted"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = run_bl(&[
+        "plugin",
+        "run",
+        wants,
+        "--workspace",
+        ws_arg,
+        "--grant",
+        "command",
+        "--grant",
+        "log",
+    ]);
     assert_eq!(code, 0, "{stdout}");
-    let (code, stdout, _) = run_bl(&["plugin", "run", wants, "--workspace", ws_arg, "--grant", "network"]);
+    let (code, stdout, _) = run_bl(&[
+        "plugin",
+        "run",
+        wants,
+        "--workspace",
+        ws_arg,
+        "--grant",
+        "network",
+    ]);
     assert_eq!(code, 3);
     assert!(stdout.contains("unknown capability `network`"), "{stdout}");
 

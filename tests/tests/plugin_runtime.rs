@@ -660,3 +660,34 @@ fn publication_policies_decide_on_approvals_and_targets() {
         "{err}"
     );
 }
+
+#[test]
+fn outputs_past_the_cap_end_the_transform_with_an_output_limit_error() {
+    let rt = runtime_with(
+        Limits {
+            max_artifact_bytes: 64,
+            ..Limits::default()
+        },
+        AllocatorChoice::Auto,
+    );
+    let plugin = rt
+        .load_transform(
+            "panel-anonymize",
+            &component_bytes(&plugin_dir(), "panel-anonymize"),
+            &LoadOptions::default(),
+        )
+        .unwrap();
+    let err = rt
+        .transform(
+            &plugin,
+            reports(),
+            panel_outputs(Visibility::SystemOnly),
+            b"seed",
+            "{}",
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, PluginError::OutputLimit { ref what, limit_bytes: 64, .. } if what == "its outputs"),
+        "{err}"
+    );
+}

@@ -11,8 +11,10 @@ use bl_plugins::{LoadOptions, Runtime, RuntimeConfig};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn component() -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-plugins/hostile.wasm");
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run `scripts/dev test` first", path.display()))
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-plugins/hostile.wasm");
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run `scripts/dev test` first", path.display()))
 }
 
 fn warm_invocation(c: &mut Criterion) {
@@ -22,16 +24,23 @@ fn warm_invocation(c: &mut Criterion) {
         ..Default::default()
     })
     .unwrap();
-    let gate = runtime.load_gate("hostile", &component(), &LoadOptions::default()).unwrap();
+    let gate = runtime
+        .load_gate("hostile", &component(), &LoadOptions::default())
+        .unwrap();
     let ws = tempfile::tempdir().unwrap();
     let mut group = c.benchmark_group("invoke");
     group.measurement_time(Duration::from_secs(5));
-    group.bench_function(format!("warm trivial gate ({})", runtime.allocator()), |b| {
-        b.iter(|| {
-            let v = runtime.check(&gate, ws.path(), r#"{"mode":"pass"}"#).unwrap();
-            assert!(v.value.passed);
-        })
-    });
+    group.bench_function(
+        format!("warm trivial gate ({})", runtime.allocator()),
+        |b| {
+            b.iter(|| {
+                let v = runtime
+                    .check(&gate, ws.path(), r#"{"mode":"pass"}"#)
+                    .unwrap();
+                assert!(v.value.passed);
+            })
+        },
+    );
     group.finish();
 }
 
@@ -46,13 +55,23 @@ fn cache_hit_vs_miss(c: &mut Criterion) {
         ..Default::default()
     })
     .unwrap();
-    runtime.load_gate("hostile", &bytes, &LoadOptions::default()).unwrap();
+    runtime
+        .load_gate("hostile", &bytes, &LoadOptions::default())
+        .unwrap();
     group.bench_function("cache hit", |b| {
-        b.iter(|| runtime.load_gate("hostile", &bytes, &LoadOptions::default()).unwrap())
+        b.iter(|| {
+            runtime
+                .load_gate("hostile", &bytes, &LoadOptions::default())
+                .unwrap()
+        })
     });
     let uncached = Runtime::new(RuntimeConfig::default()).unwrap();
     group.bench_function("cache miss (cranelift)", |b| {
-        b.iter(|| uncached.load_gate("hostile", &bytes, &LoadOptions::default()).unwrap())
+        b.iter(|| {
+            uncached
+                .load_gate("hostile", &bytes, &LoadOptions::default())
+                .unwrap()
+        })
     });
     group.finish();
 }

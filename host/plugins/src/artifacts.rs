@@ -103,6 +103,10 @@ impl OutputSink {
         }
     }
 
+    pub(crate) fn limit_bytes(&self) -> usize {
+        self.limit_bytes
+    }
+
     pub(crate) fn declared(&self) -> Vec<OutputDecl> {
         self.declared
             .iter()

@@ -244,7 +244,18 @@ impl artifacts::HostOutputSink for HostState {
         name: String,
         bytes: Vec<u8>,
     ) -> wasmtime::Result<Result<(), artifacts::ArtifactError>> {
-        Ok(self.table.get_mut(&sink)?.write(name, bytes))
+        let sink = self.table.get_mut(&sink)?;
+        match sink.write(name, bytes) {
+            // Past the cap the call ends: a transform does not get to decide
+            // whether to publish a truncated set of outputs.
+            Err(artifacts::ArtifactError::TooLarge(_)) => {
+                Err(wasmtime::Error::new(LimitExceeded {
+                    what: "its outputs",
+                    limit_bytes: sink.limit_bytes(),
+                }))
+            }
+            result => Ok(result),
+        }
     }
 
     fn drop(&mut self, sink: Resource<OutputSink>) -> wasmtime::Result<()> {

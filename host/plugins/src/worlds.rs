@@ -116,7 +116,7 @@ impl Runtime {
             World::Gate,
             options.declared,
             &options.grants,
-            |pre| bindings::gate::GatePre::new(pre),
+            bindings::gate::GatePre::new,
         )
         .map(GatePlugin)
     }
@@ -133,7 +133,7 @@ impl Runtime {
             World::CompletionContract,
             options.declared,
             &options.grants,
-            |pre| bindings::contract::CompletionContractPre::new(pre),
+            bindings::contract::CompletionContractPre::new,
         )
         .map(ContractPlugin)
     }
@@ -150,7 +150,7 @@ impl Runtime {
             World::Transform,
             options.declared,
             &options.grants,
-            |pre| bindings::transform::TransformPre::new(pre),
+            bindings::transform::TransformPre::new,
         )
         .map(TransformPlugin)
     }
@@ -167,7 +167,7 @@ impl Runtime {
             World::PublicationPolicy,
             options.declared,
             &options.grants,
-            |pre| bindings::policy::PublicationPolicyPre::new(pre),
+            bindings::policy::PublicationPolicyPre::new,
         )
         .map(PolicyPlugin)
     }
