@@ -4,6 +4,7 @@
 //! calls is a library crate that knows nothing of the command line.
 
 mod graph_cmd;
+mod keys_cmd;
 mod loop_package;
 mod paths;
 mod plugin_cmd;
@@ -36,6 +37,10 @@ enum Command {
         /// Also require the log's head hash to be this one.
         #[arg(long)]
         expect_head: Option<String>,
+        /// The verifier key (text or file) whose signatures the checkpoints
+        /// must carry.
+        #[arg(long)]
+        pubkey: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -48,6 +53,9 @@ enum Command {
     /// Build, inspect and run wasm plugins (gates).
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
+    /// Ed25519 keys that sign checkpoints.
+    #[command(subcommand)]
+    Keys(keys_cmd::KeysCommand),
 }
 
 #[derive(Subcommand)]
@@ -79,6 +87,29 @@ enum LogCommand {
         /// A run directory or a controller-events.jsonl file.
         path: std::path::PathBuf,
     },
+    /// Sign the log's current Merkle tree head into <run>/checkpoints/.
+    Checkpoint {
+        /// A run directory or its controller-events.jsonl.
+        path: std::path::PathBuf,
+        /// The private key (from `bl keys generate`).
+        #[arg(long)]
+        key: std::path::PathBuf,
+    },
+    /// Print an RFC 6962 inclusion proof (--line N) or consistency proof
+    /// (--from M) as JSON.
+    Prove {
+        /// A run directory or its controller-events.jsonl.
+        path: std::path::PathBuf,
+        /// The event's line number (1-based).
+        #[arg(long, conflicts_with = "from")]
+        line: Option<usize>,
+        /// The older tree size for a consistency proof.
+        #[arg(long)]
+        from: Option<usize>,
+        /// The tree size to prove against (default: the whole log).
+        #[arg(long)]
+        size: Option<usize>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -89,9 +120,18 @@ fn main() -> ExitCode {
         Command::Verify {
             path,
             expect_head,
+            pubkey,
             json,
-        } => verify_cmd::verify(&path, expect_head.as_deref(), json),
+        } => verify_cmd::verify(&path, expect_head.as_deref(), pubkey.as_deref(), json),
         Command::Log(LogCommand::Recover { path }) => verify_cmd::recover(path),
+        Command::Log(LogCommand::Checkpoint { path, key }) => keys_cmd::checkpoint(&path, &key),
+        Command::Log(LogCommand::Prove {
+            path,
+            line,
+            from,
+            size,
+        }) => keys_cmd::prove(&path, line, size, from),
+        Command::Keys(cmd) => keys_cmd::run(cmd),
         Command::Ledger(LedgerCommand::Reconcile {
             run_dir,
             key,

@@ -115,7 +115,14 @@ fn verify_plan(dir: &Path) -> Result<String, String> {
     ))
 }
 
-pub fn verify(path: &Path, expect_head: Option<&str>, as_json: bool) -> u8 {
+pub fn verify(path: &Path, expect_head: Option<&str>, pubkey: Option<&str>, as_json: bool) -> u8 {
+    let key = match pubkey.map(crate::keys_cmd::read_verifier_key).transpose() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("error: verify: {e}");
+            return 2;
+        }
+    };
     let mut checks = Vec::new();
     if path.is_dir() {
         let log = path.join(EVENT_LOG);
@@ -140,11 +147,47 @@ pub fn verify(path: &Path, expect_head: Option<&str>, as_json: bool) -> u8 {
         eprintln!("error: verify: {} does not exist", path.display());
         return 2;
     }
-    for name in ["merkle", "signatures"] {
-        checks.push(not_applicable(
-            name,
-            "no signed checkpoints: bl does not write them yet",
-        ));
+    let run_dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    match bl_store::provable::verify_checkpoints(&run_dir, key.as_ref()) {
+        Ok(None) => {
+            checks.push(not_applicable("merkle", "no checkpoints/ beside the log"));
+            checks.push(not_applicable("signatures", "no checkpoints to check"));
+        }
+        Ok(Some(report)) => {
+            checks.push(check(
+                "merkle",
+                Ok(format!(
+                    "{} checkpoint(s) match the Merkle roots of the log",
+                    report.checked
+                )),
+            ));
+            checks.push(if report.signatures_checked {
+                check(
+                    "signatures",
+                    Ok(format!(
+                        "{} checkpoint(s) signed by the given key",
+                        report.checked
+                    )),
+                )
+            } else {
+                not_applicable(
+                    "signatures",
+                    "no --pubkey given: the roots were checked, not who signed them",
+                )
+            });
+        }
+        Err(e) => checks.push(check(
+            if e.contains("signature") || e.contains("no signature") {
+                "signatures"
+            } else {
+                "merkle"
+            },
+            Err(e),
+        )),
     }
     let ok = checks.iter().all(|c| c.status != Status::Fail);
     if as_json {

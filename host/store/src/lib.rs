@@ -1,7 +1,8 @@
 //! bl's run store. This crate owns the run directory's records on disk:
 //! today the hash-chained event log (`controller-events.jsonl`, in
 //! bounded-loops 0.7's exact format) and the checks `bl verify` runs over a
-//! run directory. [`chain`] is the pure part (the line format and chain
+//! run directory, with signed checkpoints and Merkle proofs ([`merkle`],
+//! [`checkpoint`], [`provable`]). [`chain`] is the pure part (the line format and chain
 //! verification over bytes); [`log`] is the file adapter (exclusive lock,
 //! verify-once open, O(1) appends, durable group commit, torn-tail
 //! recovery).
@@ -11,11 +12,15 @@
 
 pub mod artifacts;
 pub mod chain;
+pub mod checkpoint;
 pub mod ledger;
 pub mod log;
+pub mod merkle;
+pub mod provable;
 
 pub use artifacts::{ArtifactError, ArtifactMeta, ArtifactStore, verify_artifacts};
 pub use chain::TornTail;
 pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, verify_chain};
+pub use checkpoint::{Checkpoint, NoteError, SigningKey, VerifierKey};
 pub use ledger::{Ledger, LedgerError, Publish, Reconciliation, effect_key};
 pub use log::{Appended, EventLog, StoreError, recover_torn_tail};
