@@ -273,3 +273,39 @@ fn proofs_printed_by_bl_verify_against_the_roots() {
         &b64(&p["root"])
     ));
 }
+
+#[test]
+fn verify_checks_approval_signatures_with_the_key() {
+    let s = setup();
+    let signing = bl_store::SigningKey::parse(&std::fs::read_to_string(&s.key).unwrap()).unwrap();
+    let ledger = bl_store::Approvals::new(&s.run);
+    let rejection = bl_store::approvals::Rejection {
+        node_id: "ship".into(),
+        attempt: 1,
+        approval_id: bl_store::approval_id("org", "proj", "run", "ship"),
+        actor_id: "bo".into(),
+        decided_at: "2026-11-29T00:00:00Z".into(),
+        decided_by: "bo".into(),
+        decided_by_source: "cli".into(),
+        repair_round: 0,
+        signature: None,
+    };
+    ledger.reject(rejection, Some(&signing)).unwrap();
+    let (code, report) = verify(&s.run, Some(&s.public));
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        status(&report, "approvals").starts_with("ok: 1 decisions, 1 signatures hold"),
+        "{report}"
+    );
+    let path = s.run.join("approvals.json");
+    let edited = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("\"attempt\": 1", "\"attempt\": 2");
+    std::fs::write(&path, edited).unwrap();
+    let (code, report) = verify(&s.run, Some(&s.public));
+    assert_eq!(code, 1);
+    assert!(
+        status(&report, "approvals").contains("/rejections/0/signature"),
+        "{report}"
+    );
+}

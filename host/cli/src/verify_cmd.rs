@@ -189,6 +189,23 @@ pub fn verify(path: &Path, expect_head: Option<&str>, pubkey: Option<&str>, as_j
             Err(e),
         )),
     }
+    match bl_store::verify_approvals(&run_dir, key.as_ref()) {
+        Ok(None) => checks.push(not_applicable("approvals", "no approvals.json")),
+        Ok(Some(report)) => checks.push(check(
+            "approvals",
+            Ok(match &key {
+                Some(_) => format!(
+                    "{} decisions, {} signatures hold",
+                    report.decisions, report.signed
+                ),
+                None => format!(
+                    "{} decisions consistent; signatures not checked (no --pubkey)",
+                    report.decisions
+                ),
+            }),
+        )),
+        Err(e) => checks.push(check("approvals", Err(e))),
+    }
     let ok = checks.iter().all(|c| c.status != Status::Fail);
     if as_json {
         let list: Vec<Value> = checks

@@ -16,7 +16,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 use serde_json::{Value, json};
 
 pub const LEDGER_FILE: &str = "published-effects.json";
@@ -88,16 +88,7 @@ impl Ledger {
 
     fn lock(&self) -> Result<Flock<File>, LedgerError> {
         let path = self.dir.join(format!("{LEDGER_FILE}.lock"));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io(&path))?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| LedgerError::Io {
-            path,
-            source: e.into(),
-        })
+        crate::durable::lock_exclusive(&path).map_err(io(&path))
     }
 
     fn read_ledger(&self) -> Result<BTreeMap<String, String>, LedgerError> {
@@ -129,22 +120,9 @@ impl Ledger {
     }
 
     fn write_ledger(&self, ledger: &BTreeMap<String, String>) -> Result<(), LedgerError> {
-        let path = self.dir.join(LEDGER_FILE);
-        let tmp = self
-            .dir
-            .join(format!("{LEDGER_FILE}.tmp.{}", std::process::id()));
-        let mut file = File::create(&tmp).map_err(io(&tmp))?;
-        file.write_all(
-            serde_json::to_string(ledger)
-                .expect("strings serialize")
-                .as_bytes(),
-        )
-        .map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io(&path))?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(&self.dir))
+        let bytes = serde_json::to_string(ledger).expect("strings serialize");
+        crate::durable::replace_durably(&self.dir, LEDGER_FILE, bytes.as_bytes())
+            .map_err(io(&self.dir.join(LEDGER_FILE)))
     }
 
     /// Unresolved intents: key → payload digest.

@@ -10,14 +10,17 @@
 //! It never runs nodes, calls plugins or reaches the network, and it never
 //! rewrites a recorded line: recovery only moves an incomplete tail aside.
 
+pub mod approvals;
 pub mod artifacts;
 pub mod chain;
 pub mod checkpoint;
+mod durable;
 pub mod ledger;
 pub mod log;
 pub mod merkle;
 pub mod provable;
 
+pub use approvals::{ApprovalError, ApprovalRecord, Approvals, approval_id, verify_approvals};
 pub use artifacts::{ArtifactError, ArtifactMeta, ArtifactStore, verify_artifacts};
 pub use chain::TornTail;
 pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, verify_chain};

@@ -16,7 +16,7 @@
 
 use bl_plugin_sdk::{Inputs, Outputs, PluginError, Transform, TransformReport, Visibility};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -229,6 +229,7 @@ bl_plugin_sdk::export_transform!(PanelAnonymize);
 mod tests {
     use super::*;
     use bl_plugin_sdk::testing::{NativeInputs, NativeOutputs};
+    use serde_json::Value;
 
     fn inputs() -> NativeInputs {
         NativeInputs::new()
