@@ -185,3 +185,45 @@ fn run_handles_contracts_grants_and_refusals() {
     assert_eq!(code, 3);
     assert!(stdout.contains("transform plugin"), "{stdout}");
 }
+
+#[test]
+fn the_command_capability_runs_in_the_sandbox_with_a_read_only_workspace() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a.txt"), "a").unwrap();
+    let ws_arg = ws.path().to_str().unwrap();
+    let config = r#"{"argv": ["sh", "-c", "touch written.txt; cat a.txt"]}"#;
+    let (code, stdout, _) = run_bl(&[
+        "plugin",
+        "run",
+        "command",
+        "--workspace",
+        ws_arg,
+        "--grant",
+        "command",
+        "--config",
+        config,
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    if !stdout.contains("Read-only file system") {
+        // Only a machine without a usable bwrap runs it unconfined; say so.
+        eprintln!("SKIPPED: the container_restricted tier is unavailable here: {stdout}");
+        return;
+    }
+    assert!(!ws.path().join("written.txt").exists());
+    // Unconfined, on request, the same command can write.
+    let (code, _, _) = run_bl(&[
+        "plugin",
+        "run",
+        "command",
+        "--workspace",
+        ws_arg,
+        "--grant",
+        "command",
+        "--isolation",
+        "workspace_only",
+        "--config",
+        config,
+    ]);
+    assert_eq!(code, 0);
+    assert!(ws.path().join("written.txt").exists());
+}

@@ -8,6 +8,7 @@ mod keys_cmd;
 mod loop_package;
 mod paths;
 mod plugin_cmd;
+mod sandbox_cmd;
 mod scaffold;
 mod verify_cmd;
 
@@ -53,6 +54,9 @@ enum Command {
     /// Build, inspect and run wasm plugins (gates).
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
+    /// Run a command in an isolation tier, as a node would.
+    #[command(subcommand)]
+    Sandbox(sandbox_cmd::SandboxCommand),
     /// Ed25519 keys that sign checkpoints.
     #[command(subcommand)]
     Keys(keys_cmd::KeysCommand),
@@ -132,6 +136,7 @@ fn main() -> ExitCode {
             size,
         }) => keys_cmd::prove(&path, line, size, from),
         Command::Keys(cmd) => keys_cmd::run(cmd),
+        Command::Sandbox(cmd) => sandbox_cmd::run(cmd),
         Command::Ledger(LedgerCommand::Reconcile {
             run_dir,
             key,

@@ -80,6 +80,9 @@ pub enum PluginCommand {
         /// How instances get memory.
         #[arg(long, value_enum, default_value_t = Allocator::Auto)]
         allocator: Allocator,
+        /// The isolation tier the `command` capability runs commands in.
+        #[arg(long, default_value = "container_restricted")]
+        isolation: String,
         /// Print the outcome as one JSON object.
         #[arg(long)]
         json: bool,
@@ -117,9 +120,11 @@ pub fn run(cmd: PluginCommand) -> u8 {
             dispatched_ms,
             deadline_ms,
             allocator,
+            isolation,
             json,
         } => {
             let request = RunRequest {
+                isolation: &isolation,
                 plugin: &plugin,
                 workspace: &workspace,
                 grants: &grants,
@@ -261,6 +266,7 @@ fn inspect(plugin: &str, as_json: bool) -> u8 {
 }
 
 struct RunRequest<'a> {
+    isolation: &'a str,
     plugin: &'a str,
     workspace: &'a Path,
     grants: &'a [String],
@@ -282,12 +288,16 @@ fn read_config(config: &str) -> Result<String, String> {
     Ok(text)
 }
 
-/// Builds the runtime the CLI uses: the on-disk cache, and commands through
-/// the unconfined subprocess runner until a sandbox tier is granted.
-pub fn runtime(deadline_ms: Option<u64>, allocator: Allocator) -> Result<Runtime, PluginError> {
+/// Builds the runtime the CLI uses: the on-disk cache, and commands run in
+/// the given isolation tier (the workspace read-only to them).
+pub fn runtime(
+    deadline_ms: Option<u64>,
+    allocator: Allocator,
+    tier: bl_sandbox::Tier,
+) -> Result<Runtime, PluginError> {
     let mut config = RuntimeConfig {
         cache_dir: paths::component_cache_dir(),
-        command_runner: Some(Arc::new(bl_sandbox::Subprocess)),
+        command_runner: Some(Arc::new(bl_sandbox::Sandbox::new(tier))),
         allocator: match allocator {
             Allocator::Auto => bl_plugins::AllocatorChoice::Auto,
             Allocator::Pooling => bl_plugins::AllocatorChoice::Pooling,
@@ -337,7 +347,10 @@ fn judge(request: &RunRequest, config: &str) -> GateOutcome {
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_else(|| request.plugin.to_string())
             });
-        let runtime = runtime(request.deadline_ms, request.allocator).map_err(|e| e.to_string())?;
+        let tier =
+            bl_sandbox::Tier::parse(request.isolation).map_err(|e| format!("--isolation: {e}"))?;
+        let runtime =
+            runtime(request.deadline_ms, request.allocator, tier).map_err(|e| e.to_string())?;
         Ok(match world {
             World::Gate => runtime
                 .load_gate(&name, &bytes, &options)

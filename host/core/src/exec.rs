@@ -14,6 +14,10 @@ pub struct CommandSpec {
     /// The working directory, and the only tree the command may see as its
     /// workspace. Adapters that can enforce it keep it read-only.
     pub workspace: PathBuf,
+    /// Whether the command may write its workspace (a node's turn) or only
+    /// read it (a plugin's check). Adapters that cannot enforce read-only
+    /// ignore it; the confining ones do.
+    pub workspace_writable: bool,
     pub stdin: Vec<u8>,
     pub timeout: Duration,
     /// The most bytes kept from the end of stdout and of stderr, each.

@@ -291,6 +291,7 @@ impl command::Host for HostState {
         let spec = CommandSpec {
             argv: request.argv,
             workspace: root.clone(),
+            workspace_writable: false,
             stdin: request.stdin.unwrap_or_default(),
             timeout,
             output_cap: self.limits.command_output_bytes,

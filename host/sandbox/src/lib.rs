@@ -5,11 +5,14 @@
 //! and timeouts. [`Subprocess`] is the unconfined adapter: a cleared
 //! environment, a private HOME and TMPDIR, the workspace as the working
 //! directory, a timeout that kills the whole process group and capped
-//! output. The OS sandbox adapters (bubblewrap, Seatbelt) take its place
-//! behind the same port.
+//! output. [`Sandbox`] runs a command in an isolation [`Tier`], caging it
+//! with bubblewrap on Linux where the tier asks for it, and refusing (with
+//! the fix) where the machine cannot.
 
+mod bubblewrap;
 mod subprocess;
 mod tail;
 
+pub use bubblewrap::{PROTECTED, Sandbox, Tier};
 pub use subprocess::Subprocess;
 pub use tail::TailBuffer;

@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -30,84 +31,117 @@ impl CommandRunner for Subprocess {
         let Some((program, args)) = spec.argv.split_first() else {
             return Err(CommandError::Denied("the argv is empty".into()));
         };
-        let private = tempfile::Builder::new()
+        let private = PrivateDirs::new()?;
+        let mut command = Command::new(program);
+        command.args(args).current_dir(&spec.workspace);
+        scrub_env(&mut command, &private.home, &private.tmp);
+        execute(command, spec)
+    }
+}
+
+/// A private HOME and TMPDIR for one command, removed afterwards.
+pub(crate) struct PrivateDirs {
+    _root: tempfile::TempDir,
+    pub home: PathBuf,
+    pub tmp: PathBuf,
+}
+
+impl PrivateDirs {
+    pub(crate) fn new() -> Result<Self, CommandError> {
+        let root = tempfile::Builder::new()
             .prefix("bl-cmd-")
             .tempdir()
             .map_err(|e| CommandError::Spawn(format!("cannot make a private HOME: {e}")))?;
-        let home = private.path().join("home");
-        let tmp = private.path().join("tmp");
+        let home = root.path().join("home");
+        let tmp = root.path().join("tmp");
         for dir in [&home, &tmp] {
             std::fs::create_dir(dir)
                 .map_err(|e| CommandError::Spawn(format!("{}: {e}", dir.display())))?;
         }
-
-        let started = Instant::now();
-        let mut child = Command::new(program)
-            .args(args)
-            .current_dir(&spec.workspace)
-            .env_clear()
-            .env("PATH", SCRUBBED_PATH)
-            .env("HOME", &home)
-            .env("TMPDIR", &tmp)
-            .env("LANG", "C.UTF-8")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so the timeout kills grandchildren too.
-            .process_group(0)
-            .spawn()
-            .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
-
-        let stdin = child.stdin.take();
-        let input = spec.stdin.clone();
-        let feeder = std::thread::spawn(move || {
-            if let Some(mut stdin) = stdin {
-                // A command that exits without reading its stdin is not an error.
-                let _ = stdin.write_all(&input);
-            }
-        });
-        let cap = spec.output_cap;
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let out_reader = std::thread::spawn(move || TailBuffer::new(cap).drain_from(stdout));
-        let err_reader = std::thread::spawn(move || TailBuffer::new(cap).drain_from(stderr));
-
-        let pgid = Pid::from_raw(child.id() as i32);
-        let (status, timed_out) = match child.wait_timeout(spec.timeout) {
-            Ok(Some(status)) => (Some(status), false),
-            Ok(None) => {
-                let _ = killpg(pgid, Signal::SIGKILL);
-                (child.wait().ok(), true)
-            }
-            Err(e) => {
-                let _ = killpg(pgid, Signal::SIGKILL);
-                let _ = child.wait();
-                return Err(CommandError::Spawn(format!("waiting for {program}: {e}")));
-            }
-        };
-        // Whatever the group left running holds the pipes open; end it.
-        let _ = killpg(pgid, Signal::SIGKILL);
-        let _ = feeder.join();
-        let join = |h: std::thread::JoinHandle<std::io::Result<TailBuffer>>| {
-            h.join()
-                .map_err(|_| CommandError::Spawn("output reader panicked".into()))?
-                .map_err(|e| CommandError::Spawn(format!("reading output: {e}")))
-        };
-        let (out, err) = (join(out_reader)?, join(err_reader)?);
-        let truncated = out.truncated() || err.truncated();
-        Ok(CommandResult {
-            exit_code: if timed_out {
-                None
-            } else {
-                status.and_then(|s| s.code())
-            },
-            stdout_tail: out.into_bytes(),
-            stderr_tail: err.into_bytes(),
-            truncated,
-            timed_out,
-            duration: started.elapsed(),
+        Ok(PrivateDirs {
+            _root: root,
+            home,
+            tmp,
         })
     }
+}
+
+/// Clears the environment down to PATH, HOME, TMPDIR and LANG.
+pub(crate) fn scrub_env(command: &mut Command, home: &Path, tmp: &Path) {
+    command
+        .env_clear()
+        .env("PATH", SCRUBBED_PATH)
+        .env("HOME", home)
+        .env("TMPDIR", tmp)
+        .env("LANG", "C.UTF-8");
+}
+
+/// Spawns `command` in its own process group with piped stdio, feeds stdin,
+/// keeps the output tails, and kills the whole group at the timeout.
+pub(crate) fn execute(
+    mut command: Command,
+    spec: &CommandSpec,
+) -> Result<CommandResult, CommandError> {
+    let program = spec.argv.first().cloned().unwrap_or_default();
+    let started = Instant::now();
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so the timeout kills grandchildren too.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
+
+    let stdin = child.stdin.take();
+    let input = spec.stdin.clone();
+    let feeder = std::thread::spawn(move || {
+        if let Some(mut stdin) = stdin {
+            // A command that exits without reading its stdin is not an error.
+            let _ = stdin.write_all(&input);
+        }
+    });
+    let cap = spec.output_cap;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let out_reader = std::thread::spawn(move || TailBuffer::new(cap).drain_from(stdout));
+    let err_reader = std::thread::spawn(move || TailBuffer::new(cap).drain_from(stderr));
+
+    let pgid = Pid::from_raw(child.id() as i32);
+    let (status, timed_out) = match child.wait_timeout(spec.timeout) {
+        Ok(Some(status)) => (Some(status), false),
+        Ok(None) => {
+            let _ = killpg(pgid, Signal::SIGKILL);
+            (child.wait().ok(), true)
+        }
+        Err(e) => {
+            let _ = killpg(pgid, Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(CommandError::Spawn(format!("waiting for {program}: {e}")));
+        }
+    };
+    // Whatever the group left running holds the pipes open; end it.
+    let _ = killpg(pgid, Signal::SIGKILL);
+    let _ = feeder.join();
+    let join = |h: std::thread::JoinHandle<std::io::Result<TailBuffer>>| {
+        h.join()
+            .map_err(|_| CommandError::Spawn("output reader panicked".into()))?
+            .map_err(|e| CommandError::Spawn(format!("reading output: {e}")))
+    };
+    let (out, err) = (join(out_reader)?, join(err_reader)?);
+    let truncated = out.truncated() || err.truncated();
+    Ok(CommandResult {
+        exit_code: if timed_out {
+            None
+        } else {
+            status.and_then(|s| s.code())
+        },
+        stdout_tail: out.into_bytes(),
+        stderr_tail: err.into_bytes(),
+        truncated,
+        timed_out,
+        duration: started.elapsed(),
+    })
 }
 
 #[cfg(test)]
@@ -119,6 +153,7 @@ mod tests {
         CommandSpec {
             argv: argv.iter().map(|s| s.to_string()).collect(),
             workspace: workspace.to_path_buf(),
+            workspace_writable: true,
             stdin: Vec::new(),
             timeout: Duration::from_secs(10),
             output_cap: 1024,

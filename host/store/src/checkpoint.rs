@@ -188,6 +188,9 @@ impl VerifierKey {
     }
 }
 
+/// One signature line of a note: the key name and `key id || signature`.
+pub type NoteSignature = (String, Vec<u8>);
+
 /// A tree head: the first `size` events hash to `root`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -224,7 +227,7 @@ impl Checkpoint {
     }
 
     /// Parses a note without checking its signatures.
-    pub fn parse(note: &str) -> Result<(Checkpoint, Vec<(String, Vec<u8>)>), NoteError> {
+    pub fn parse(note: &str) -> Result<(Checkpoint, Vec<NoteSignature>), NoteError> {
         let (body, signatures) = note.split_once("\n\n").ok_or_else(|| {
             NoteError::Format("no blank line between the body and the signatures".into())
         })?;

@@ -1,0 +1,303 @@
+//! The isolation tiers, and bubblewrap as the Linux adapter for the ones
+//! that need an OS cage.
+//!
+//! - `workspace_only`: no cage; a scrubbed environment in the workspace.
+//! - `process_restricted`: the same inside its own network namespace (no
+//!   network at all).
+//! - `container_restricted`: the system directories read-only, nothing else
+//!   of the host visible, the workspace the only writable bind (read-only
+//!   when the caller asks), protected paths in it (`.git`) read-only, a
+//!   private /tmp and HOME, its own /proc and /dev, every namespace
+//!   unshared, a new session (no TIOCSTI into the caller's terminal),
+//!   die-with-parent, all capabilities dropped, no new privileges, and
+//!   rlimits on processes and file size.
+//! - `customer_managed_worker`: refused here; such nodes run on the
+//!   customer's own worker.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
+
+use crate::subprocess::{PrivateDirs, execute, scrub_env};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    WorkspaceOnly,
+    ProcessRestricted,
+    ContainerRestricted,
+    CustomerManagedWorker,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 4] = [
+        Tier::WorkspaceOnly,
+        Tier::ProcessRestricted,
+        Tier::ContainerRestricted,
+        Tier::CustomerManagedWorker,
+    ];
+
+    /// The name used in manifests and `--isolation`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::WorkspaceOnly => "workspace_only",
+            Tier::ProcessRestricted => "process_restricted",
+            Tier::ContainerRestricted => "container_restricted",
+            Tier::CustomerManagedWorker => "customer_managed_worker",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Tier, String> {
+        Tier::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<_> = Tier::ALL.iter().map(|t| t.name()).collect();
+                format!(
+                    "unknown isolation tier `{name}`; the tiers are {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Paths inside a workspace that no command may write.
+pub const PROTECTED: &[&str] = &[".git"];
+
+/// System directories a caged command sees, read-only, when they exist.
+const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"];
+
+/// Runs commands in one isolation tier.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    tier: Tier,
+    bwrap: Option<PathBuf>,
+}
+
+impl Sandbox {
+    /// A runner for `tier`, finding bwrap on the usual paths for the tiers
+    /// that need it.
+    pub fn new(tier: Tier) -> Self {
+        let bwrap = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file());
+        Sandbox { tier, bwrap }
+    }
+
+    /// A runner that uses the bwrap at `bwrap` (`None`: this machine has none).
+    pub fn with_bwrap(tier: Tier, bwrap: Option<PathBuf>) -> Self {
+        Sandbox {
+            tier,
+            bwrap: bwrap.filter(|p| p.is_file()),
+        }
+    }
+
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    fn bwrap(&self) -> Result<&Path, CommandError> {
+        self.bwrap.as_deref().ok_or_else(|| {
+            CommandError::Denied(format!(
+                "the {} tier needs bubblewrap, which is not installed: install the `bubblewrap` package \
+                 (or run `scripts/dev setup`), or choose the workspace_only tier",
+                self.tier.name()
+            ))
+        })
+    }
+
+    /// The bwrap argv (up to `--`) for `spec`.
+    fn cage_args(&self, spec: &CommandSpec) -> Result<Vec<String>, CommandError> {
+        let ws = spec.workspace.canonicalize().map_err(|e| {
+            CommandError::Denied(format!("workspace {}: {e}", spec.workspace.display()))
+        })?;
+        let ws_s = ws.display().to_string();
+        let mut args: Vec<String> = Vec::new();
+        let mut push = |items: &[&str]| args.extend(items.iter().map(|s| s.to_string()));
+        match self.tier {
+            Tier::ProcessRestricted => {
+                push(&["--dev-bind", "/", "/", "--unshare-net", "--die-with-parent"]);
+            }
+            Tier::ContainerRestricted => {
+                for dir in SYSTEM_DIRS {
+                    let path = Path::new(dir);
+                    if let Ok(meta) = std::fs::symlink_metadata(path) {
+                        if meta.file_type().is_symlink() {
+                            let target = std::fs::read_link(path)
+                                .map_err(|e| CommandError::Denied(e.to_string()))?;
+                            push(&["--symlink", &target.display().to_string(), dir]);
+                        } else {
+                            push(&["--ro-bind", dir, dir]);
+                        }
+                    }
+                }
+                push(&[
+                    "--proc",
+                    "/proc",
+                    "--dev",
+                    "/dev",
+                    "--tmpfs",
+                    "/tmp",
+                    "--tmpfs",
+                    "/home",
+                    "--dir",
+                    "/home/sandbox",
+                    "--unshare-all",
+                    "--new-session",
+                    "--die-with-parent",
+                    "--cap-drop",
+                    "ALL",
+                ]);
+                let bind = if spec.workspace_writable {
+                    "--bind"
+                } else {
+                    "--ro-bind"
+                };
+                push(&[bind, &ws_s, &ws_s]);
+                for protected in PROTECTED {
+                    let path = ws.join(protected);
+                    if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                        if meta.file_type().is_symlink() {
+                            return Err(CommandError::Denied(format!(
+                                "{} is a symlink; a protected path must be a real directory",
+                                path.display()
+                            )));
+                        }
+                        let p = path.display().to_string();
+                        push(&["--ro-bind", &p, &p]);
+                    }
+                }
+                push(&[
+                    "--setenv",
+                    "HOME",
+                    "/home/sandbox",
+                    "--setenv",
+                    "TMPDIR",
+                    "/tmp",
+                ]);
+            }
+            Tier::WorkspaceOnly | Tier::CustomerManagedWorker => unreachable!("not caged"),
+        }
+        push(&["--chdir", &ws_s, "--"]);
+        Ok(args)
+    }
+}
+
+impl CommandRunner for Sandbox {
+    fn name(&self) -> &str {
+        self.tier.name()
+    }
+
+    fn run(&self, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
+        if spec.argv.is_empty() {
+            return Err(CommandError::Denied("the argv is empty".into()));
+        }
+        match self.tier {
+            Tier::WorkspaceOnly => return crate::Subprocess.run(spec),
+            Tier::CustomerManagedWorker => {
+                return Err(CommandError::Denied(
+                    "customer_managed_worker nodes run on the customer's own worker, never on this host; \
+                     register that worker or choose another tier"
+                        .into(),
+                ));
+            }
+            Tier::ProcessRestricted | Tier::ContainerRestricted => {}
+        }
+        let bwrap = self.bwrap()?;
+        let private = PrivateDirs::new()?;
+        let mut command = Command::new(bwrap);
+        command.args(self.cage_args(spec)?).args(&spec.argv);
+        command.current_dir(&spec.workspace);
+        scrub_env(&mut command, &private.home, &private.tmp);
+        // Kept alive until the command ends: bwrap reads the filter from it.
+        let mut _filter = None;
+        if self.tier == Tier::ContainerRestricted {
+            let filter = seccomp_filter_file()?;
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&filter);
+            // `--seccomp FD` must come before the other options' `--`.
+            let mut args: Vec<std::ffi::OsString> = vec!["--seccomp".into(), fd.to_string().into()];
+            args.extend(command.get_args().map(|a| a.to_os_string()));
+            let mut caged = Command::new(bwrap);
+            caged.args(args).current_dir(&spec.workspace);
+            scrub_env(&mut caged, &private.home, &private.tmp);
+            command = caged;
+            limit_resources(&mut command, fd);
+            _filter = Some(filter);
+        }
+        execute(command, spec)
+    }
+}
+
+/// rlimits inherited by bwrap and everything it starts: a cap on processes
+/// (fork bombs) and on the size of any file written (disk filling). Also
+/// lets the seccomp filter's descriptor survive into bwrap.
+fn limit_resources(command: &mut Command, filter_fd: i32) {
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    use nix::sys::resource::{Resource, setrlimit};
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit and fcntl are async-signal-safe; nothing else runs
+    // between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            setrlimit(Resource::RLIMIT_NPROC, 4096, 4096).map_err(std::io::Error::from)?;
+            setrlimit(Resource::RLIMIT_FSIZE, 1 << 30, 1 << 30).map_err(std::io::Error::from)?;
+            let fd = std::os::fd::BorrowedFd::borrow_raw(filter_fd);
+            fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+}
+
+/// The syscalls no caged command may make, answered with EPERM: tracing
+/// another process, reading or writing its memory, and pushing characters
+/// into a terminal (TIOCSTI).
+fn seccomp_program() -> Result<Vec<u8>, String> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| format!("seccomp: {e}"))?;
+    let tiocsti = SeccompRule::new(vec![
+        SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, libc_tiocsti())
+            .map_err(|e| format!("seccomp: {e}"))?,
+    ])
+    .map_err(|e| format!("seccomp: {e}"))?;
+    let rules = [
+        (nix::libc::SYS_ptrace, vec![]),
+        (nix::libc::SYS_process_vm_readv, vec![]),
+        (nix::libc::SYS_process_vm_writev, vec![]),
+        (nix::libc::SYS_ioctl, vec![tiocsti]),
+    ]
+    .into_iter()
+    .collect();
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(1), arch)
+        .map_err(|e| format!("seccomp: {e}"))?;
+    let program: BpfProgram = filter.try_into().map_err(|e| format!("seccomp: {e}"))?;
+    let mut bytes = Vec::with_capacity(program.len() * 8);
+    for ins in program {
+        bytes.extend_from_slice(&ins.code.to_ne_bytes());
+        bytes.push(ins.jt);
+        bytes.push(ins.jf);
+        bytes.extend_from_slice(&ins.k.to_ne_bytes());
+    }
+    Ok(bytes)
+}
+
+// The ioctl request's type differs between targets (u64 here, c_int on some).
+#[allow(clippy::unnecessary_cast)]
+fn libc_tiocsti() -> u64 {
+    nix::libc::TIOCSTI as u64
+}
+
+/// The compiled filter in an anonymous file, rewound, for `bwrap --seccomp`.
+fn seccomp_filter_file() -> Result<std::fs::File, CommandError> {
+    use std::io::{Seek, Write};
+    let program = seccomp_program().map_err(CommandError::Denied)?;
+    let mut file =
+        tempfile::tempfile().map_err(|e| CommandError::Spawn(format!("seccomp filter: {e}")))?;
+    file.write_all(&program)
+        .and_then(|_| file.rewind())
+        .map_err(|e| CommandError::Spawn(format!("seccomp filter: {e}")))?;
+    Ok(file)
+}
