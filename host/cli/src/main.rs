@@ -3,6 +3,7 @@
 //! pipeline, directories on disk) and wires them together. Everything it
 //! calls is a library crate that knows nothing of the command line.
 
+mod doctor_cmd;
 mod graph_cmd;
 mod keys_cmd;
 mod loop_package;
@@ -54,6 +55,12 @@ enum Command {
     /// Build, inspect and run wasm plugins (gates).
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
+    /// Check what this machine can do (bwrap, seccomp, Landlock, the wasm
+    /// toolchain, the cache), with a fix for each problem.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a command in an isolation tier, as a node would.
     #[command(subcommand)]
     Sandbox(sandbox_cmd::SandboxCommand),
@@ -137,6 +144,7 @@ fn main() -> ExitCode {
         }) => keys_cmd::prove(&path, line, size, from),
         Command::Keys(cmd) => keys_cmd::run(cmd),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd),
+        Command::Doctor { json } => doctor_cmd::doctor(json),
         Command::Ledger(LedgerCommand::Reconcile {
             run_dir,
             key,

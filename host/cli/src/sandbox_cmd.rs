@@ -31,17 +31,89 @@ pub enum SandboxCommand {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Prove the sandbox denies what it must: a process inside tries the
+    /// network and a write outside its workspace, and an independent check
+    /// passes only if the OS denied both. Exit 0 pass, 1 fail, 125 refused.
+    Probe {
+        /// Where the probe's workspace, artifact and result go (default: a
+        /// temporary directory, printed).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value = "container_restricted")]
+        isolation: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(cmd: SandboxCommand) -> u8 {
-    let SandboxCommand::Run {
-        isolation,
-        workspace,
-        read_only,
-        timeout_s,
-        command,
-    } = cmd;
-    let tier = match Tier::parse(&isolation) {
+    match cmd {
+        SandboxCommand::Run {
+            isolation,
+            workspace,
+            read_only,
+            timeout_s,
+            command,
+        } => run_command(&isolation, workspace, read_only, timeout_s, command),
+        SandboxCommand::Probe {
+            out,
+            isolation,
+            json,
+        } => probe(out, &isolation, json),
+    }
+}
+
+fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> u8 {
+    let tier = match Tier::parse(isolation) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: sandbox probe: {e}");
+            return REFUSED;
+        }
+    };
+    let out = match out {
+        Some(dir) => dir,
+        None => match tempfile::Builder::new().prefix("bl-probe-").tempdir() {
+            Ok(dir) => dir.keep(),
+            Err(e) => {
+                eprintln!("error: sandbox probe: {e}");
+                return REFUSED;
+            }
+        },
+    };
+    match bl_sandbox::probe::run_probe(&Sandbox::new(tier), &out) {
+        Ok(outcome) => {
+            if as_json {
+                let text = std::fs::read_to_string(&outcome.result_path).unwrap_or_default();
+                print!("{text}");
+            } else {
+                for (name, ok, detail) in &outcome.checks {
+                    println!("{} {name}: {detail}", if *ok { "ok  " } else { "FAIL" });
+                }
+                println!(
+                    "{} ({}): result in {}",
+                    if outcome.passed { "PASS" } else { "FAIL" },
+                    tier.name(),
+                    outcome.result_path.display()
+                );
+            }
+            if outcome.passed { 0 } else { 1 }
+        }
+        Err(e) => {
+            eprintln!("error: sandbox probe: {e}");
+            REFUSED
+        }
+    }
+}
+
+fn run_command(
+    isolation: &str,
+    workspace: PathBuf,
+    read_only: bool,
+    timeout_s: u64,
+    command: Vec<String>,
+) -> u8 {
+    let tier = match Tier::parse(isolation) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: sandbox: {e}");

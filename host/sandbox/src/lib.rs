@@ -10,6 +10,7 @@
 //! the fix) where the machine cannot.
 
 mod bubblewrap;
+pub mod probe;
 mod subprocess;
 mod tail;
 
