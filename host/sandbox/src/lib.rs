@@ -11,6 +11,7 @@
 
 mod bubblewrap;
 pub mod probe;
+pub mod seatbelt;
 mod subprocess;
 mod tail;
 
