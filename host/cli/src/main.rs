@@ -4,6 +4,7 @@
 //! calls is a library crate that knows nothing of the command line.
 
 mod doctor_cmd;
+mod egress_cmd;
 mod graph_cmd;
 mod keys_cmd;
 mod loop_package;
@@ -61,6 +62,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The egress policy: where a broker request may go.
+    #[command(subcommand)]
+    Egress(egress_cmd::EgressCommand),
     /// Run a command in an isolation tier, as a node would.
     #[command(subcommand)]
     Sandbox(sandbox_cmd::SandboxCommand),
@@ -145,6 +149,7 @@ fn main() -> ExitCode {
         Command::Keys(cmd) => keys_cmd::run(cmd),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd),
         Command::Doctor { json } => doctor_cmd::doctor(json),
+        Command::Egress(cmd) => egress_cmd::run(cmd),
         Command::Ledger(LedgerCommand::Reconcile {
             run_dir,
             key,

@@ -22,7 +22,9 @@ fn start(c: &mut Criterion) {
     group.bench_function("bare exec (std::process)", |b| {
         b.iter(|| std::process::Command::new("/bin/true").status().unwrap())
     });
-    group.bench_function("workspace_only", |b| b.iter(|| Subprocess.run(&spec).unwrap()));
+    group.bench_function("workspace_only", |b| {
+        b.iter(|| Subprocess.run(&spec).unwrap())
+    });
     for tier in [Tier::ProcessRestricted, Tier::ContainerRestricted] {
         let sandbox = Sandbox::new(tier);
         if sandbox.run(&spec).map(|r| r.exit_code) != Ok(Some(0)) {

@@ -311,14 +311,17 @@ fn seccomp_filter_file() -> Result<std::fs::File, CommandError> {
 #[cfg(target_os = "macos")]
 fn run_seatbelt(tier: Tier, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
     let private = PrivateDirs::new()?;
-    let workspace = spec
-        .workspace
-        .canonicalize()
-        .map_err(|e| CommandError::Denied(format!("workspace {}: {e}", spec.workspace.display())))?;
+    let workspace = spec.workspace.canonicalize().map_err(|e| {
+        CommandError::Denied(format!("workspace {}: {e}", spec.workspace.display()))
+    })?;
     let profile = crate::seatbelt::profile(tier, &workspace, spec.workspace_writable, &private.tmp)
         .ok_or_else(|| CommandError::Denied(format!("{} has no Seatbelt profile", tier.name())))?;
     let mut command = Command::new("/usr/bin/sandbox-exec");
-    command.arg("-p").arg(profile).args(&spec.argv).current_dir(&workspace);
+    command
+        .arg("-p")
+        .arg(profile)
+        .args(&spec.argv)
+        .current_dir(&workspace);
     scrub_env(&mut command, &private.home, &private.tmp);
     execute(command, spec)
 }

@@ -64,23 +64,50 @@ mod tests {
 
     #[test]
     fn container_profile_denies_by_default_and_scopes_writes() {
-        let p = profile(Tier::ContainerRestricted, Path::new("/w/s"), true, Path::new("/t")).unwrap();
+        let p = profile(
+            Tier::ContainerRestricted,
+            Path::new("/w/s"),
+            true,
+            Path::new("/t"),
+        )
+        .unwrap();
         assert!(p.starts_with("(version 1)\n(deny default)\n"), "{p}");
         assert!(p.contains("(allow file-write* (subpath \"/w/s\"))"));
         assert!(p.contains("(deny file-write* (subpath \"/w/s/.git\"))"));
         assert!(p.contains("(deny network*)"));
         // A deny after the allow wins in SBPL: .git comes after the workspace.
-        assert!(p.find("(subpath \"/w/s/.git\")").unwrap() > p.find("(allow file-write* (subpath \"/w/s\"))").unwrap());
-        let read_only = profile(Tier::ContainerRestricted, Path::new("/w/s"), false, Path::new("/t")).unwrap();
+        assert!(
+            p.find("(subpath \"/w/s/.git\")").unwrap()
+                > p.find("(allow file-write* (subpath \"/w/s\"))").unwrap()
+        );
+        let read_only = profile(
+            Tier::ContainerRestricted,
+            Path::new("/w/s"),
+            false,
+            Path::new("/t"),
+        )
+        .unwrap();
         assert!(!read_only.contains("(allow file-write* (subpath \"/w/s\"))"));
     }
 
     #[test]
     fn tiers_and_quoting() {
         assert!(profile(Tier::WorkspaceOnly, Path::new("/w"), true, Path::new("/t")).is_none());
-        let p = profile(Tier::ProcessRestricted, Path::new("/w"), true, Path::new("/t")).unwrap();
+        let p = profile(
+            Tier::ProcessRestricted,
+            Path::new("/w"),
+            true,
+            Path::new("/t"),
+        )
+        .unwrap();
         assert_eq!(p, "(version 1)\n(allow default)\n(deny network*)\n");
-        let odd = profile(Tier::ContainerRestricted, Path::new("/w/a\"b\\c"), true, Path::new("/t")).unwrap();
+        let odd = profile(
+            Tier::ContainerRestricted,
+            Path::new("/w/a\"b\\c"),
+            true,
+            Path::new("/t"),
+        )
+        .unwrap();
         assert!(odd.contains("(subpath \"/w/a\\\"b\\\\c\")"), "{odd}");
     }
 }

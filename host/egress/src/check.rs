@@ -1,0 +1,109 @@
+//! `bl egress check`: judge a URL, resolve its name once with the system's
+//! resolver configuration (hickory), and judge every address it resolves
+//! to, without connecting.
+
+use std::net::IpAddr;
+
+use crate::address::classify;
+use crate::destination::{Decision, Denial, Destination, HostKind, judge_url};
+
+/// One resolved (or literal) address and its class.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CheckedAddress {
+    pub address: IpAddr,
+    pub class: String,
+    pub public: bool,
+}
+
+/// The full answer for one URL.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CheckReport {
+    pub url: String,
+    pub allow: bool,
+    pub destination: Option<Destination>,
+    pub addresses: Vec<CheckedAddress>,
+    /// Why it is denied, when it is.
+    pub denial: Option<String>,
+}
+
+fn checked(addr: IpAddr) -> CheckedAddress {
+    let class = classify(addr);
+    CheckedAddress {
+        address: addr,
+        public: class.is_public(),
+        class: class.name(),
+    }
+}
+
+/// Resolves `name` once; every address must be public unicast.
+pub fn resolve(name: &str) -> Result<Vec<IpAddr>, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("resolver runtime: {e}"))?;
+    runtime.block_on(async {
+        let resolver = hickory_resolver::TokioResolver::builder_tokio()
+            .map_err(|e| format!("reading the system's resolver configuration: {e}"))?
+            .build();
+        let lookup = resolver
+            .lookup_ip(name)
+            .await
+            .map_err(|e| format!("{name} does not resolve: {e}"))?;
+        Ok(lookup.iter().collect())
+    })
+}
+
+pub fn check(url: &str) -> CheckReport {
+    let deny = |destination: Option<Destination>, addresses, denial: String| CheckReport {
+        url: url.to_string(),
+        allow: false,
+        destination,
+        addresses,
+        denial: Some(denial),
+    };
+    let destination = match judge_url(url) {
+        Decision::Deny(Denial::Address { address, class }) => {
+            let addresses = address
+                .parse()
+                .map(|a| vec![checked(a)])
+                .unwrap_or_default();
+            return deny(
+                None,
+                addresses,
+                format!("address {address} is {class}, not public unicast"),
+            );
+        }
+        Decision::Deny(denial) => return deny(None, Vec::new(), denial.to_string()),
+        Decision::Allow(d) => d,
+    };
+    let host = destination.host.clone();
+    let addresses: Vec<CheckedAddress> = match &host {
+        HostKind::Ip(addr) => vec![checked(*addr)],
+        HostKind::Name(name) => match resolve(name) {
+            Ok(addrs) if addrs.is_empty() => {
+                return deny(
+                    Some(destination),
+                    Vec::new(),
+                    format!("{name} resolves to no address"),
+                );
+            }
+            Ok(addrs) => addrs.into_iter().map(checked).collect(),
+            // Unknown addresses are not public ones: fail closed.
+            Err(e) => return deny(Some(destination), Vec::new(), e),
+        },
+    };
+    if let Some(bad) = addresses.iter().find(|a| !a.public) {
+        let denial = format!(
+            "resolves to {} ({}), not public unicast",
+            bad.address, bad.class
+        );
+        return deny(Some(destination), addresses, denial);
+    }
+    CheckReport {
+        url: url.to_string(),
+        allow: true,
+        destination: Some(destination),
+        addresses,
+        denial: None,
+    }
+}
