@@ -23,6 +23,34 @@ struct Finding {
     fix: Option<String>,
 }
 
+/// What the kernel says about user namespaces and containers, for the
+/// bubblewrap line.
+fn namespace_facts() -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let mut facts = Vec::new();
+    if let Some(v) = read("/proc/sys/user/max_user_namespaces") {
+        facts.push(format!("max_user_namespaces={v}"));
+    }
+    if let Some(v) = read("/proc/sys/kernel/unprivileged_userns_clone") {
+        facts.push(format!("unprivileged_userns_clone={v}"));
+    }
+    if let Some(v) = read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+        facts.push(format!("apparmor_restrict_unprivileged_userns={v}"));
+    }
+    let in_container = Path::new("/.dockerenv").exists()
+        || Path::new("/run/.containerenv").exists()
+        || read("/proc/1/cgroup")
+            .is_some_and(|c| c.contains("docker") || c.contains("kubepods") || c.contains("lxc"));
+    if in_container {
+        facts.push("inside a container".into());
+    }
+    facts.join(", ")
+}
+
 fn bwrap_check() -> Finding {
     let ws = match tempfile::tempdir() {
         Ok(d) => d,
@@ -47,9 +75,10 @@ fn bwrap_check() -> Finding {
         Ok(r) if r.exit_code == Some(0) => Finding {
             name: "bubblewrap",
             level: Level::Ok,
-            detail:
-                "container_restricted runs (user, pid, net, ipc, uts and mount namespaces, seccomp)"
-                    .into(),
+            detail: format!(
+                "container_restricted runs (user, pid, net, ipc, uts and mount namespaces, seccomp); {}",
+                namespace_facts()
+            ),
             fix: None,
         },
         Ok(r) => {
@@ -67,7 +96,7 @@ fn bwrap_check() -> Finding {
             Finding {
                 name: "bubblewrap",
                 level: Level::Fail,
-                detail: format!("bwrap failed: {stderr}"),
+                detail: format!("bwrap failed: {stderr} ({})", namespace_facts()),
                 fix: Some(fix.into()),
             }
         }
