@@ -90,3 +90,22 @@ pub fn crash_run_identity() -> bl_store::RunIdentity {
         policy_digest: format!("sha256:{}", "a".repeat(64)),
     }
 }
+
+/// Copies a directory tree (skipping any `target/`), for tests that change
+/// a copy of a checked-in fixture.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == "target" {
+            continue;
+        }
+        let (src, dst) = (entry.path(), to.join(&name));
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use bl_e2e::{bl, first_party_plugin_crates, plugin_dir, repo_root};
+use bl_e2e::{bl, copy_tree, first_party_plugin_crates, plugin_dir, repo_root};
 use bl_pluginbuild::{PluginManifest, ProvenanceError, check_provenance};
 use serde_json::Value;
 
@@ -202,23 +202,6 @@ fn cli_reports_version_and_help() {
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == "target" {
-            continue;
-        }
-        let (src, dst) = (entry.path(), to.join(&name));
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            std::fs::copy(&src, &dst).unwrap();
-        }
-    }
 }
 
 #[test]

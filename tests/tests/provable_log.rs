@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use base64::Engine as _;
-use bl_e2e::{bl_binary, repo_root};
+use bl_e2e::{bl_binary, copy_tree, repo_root};
 use bl_store::merkle;
 use serde_json::Value;
 
@@ -15,19 +15,6 @@ fn b64(text: &Value) -> merkle::Hash {
         .unwrap()
         .try_into()
         .unwrap()
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let dst = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &dst);
-        } else {
-            std::fs::copy(entry.path(), &dst).unwrap();
-        }
-    }
 }
 
 fn bl(args: &[&str]) -> (i32, String, String) {

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bl_e2e::{bl_binary, repo_root};
+use bl_e2e::{bl_binary, copy_tree, repo_root};
 use serde_json::Value;
 
 fn copy_run() -> (tempfile::TempDir, PathBuf) {
@@ -11,19 +11,6 @@ fn copy_run() -> (tempfile::TempDir, PathBuf) {
     let run = dir.path().join("run");
     copy_tree(&repo_root().join("tests/corpus/runs/upstream-demo"), &run);
     (dir, run)
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let dst = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &dst);
-        } else {
-            std::fs::copy(entry.path(), &dst).unwrap();
-        }
-    }
 }
 
 fn verify(path: &Path) -> (i32, Value) {
