@@ -211,25 +211,23 @@ impl CommandRunner for Sandbox {
         #[allow(unreachable_code)]
         let bwrap = self.bwrap()?;
         let private = PrivateDirs::new()?;
+        // The filter file stays open until the command ends: bwrap reads it
+        // through `--seccomp FD`, which must precede the other options.
+        let filter = match self.tier {
+            Tier::ContainerRestricted => Some(seccomp_filter_file()?),
+            _ => None,
+        };
         let mut command = Command::new(bwrap);
-        command.args(self.cage_args(spec)?).args(&spec.argv);
-        command.current_dir(&spec.workspace);
-        scrub_env(&mut command, &private.home, &private.tmp);
-        // Kept alive until the command ends: bwrap reads the filter from it.
-        let mut _filter = None;
-        if self.tier == Tier::ContainerRestricted {
-            let filter = seccomp_filter_file()?;
-            let fd = std::os::fd::AsRawFd::as_raw_fd(&filter);
-            // `--seccomp FD` must come before the other options' `--`.
-            let mut args: Vec<std::ffi::OsString> = vec!["--seccomp".into(), fd.to_string().into()];
-            args.extend(command.get_args().map(|a| a.to_os_string()));
-            let mut caged = Command::new(bwrap);
-            caged.args(args).current_dir(&spec.workspace);
-            scrub_env(&mut caged, &private.home, &private.tmp);
-            command = caged;
+        if let Some(filter) = &filter {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(filter);
+            command.arg("--seccomp").arg(fd.to_string());
             limit_resources(&mut command, fd);
-            _filter = Some(filter);
         }
+        command
+            .args(self.cage_args(spec)?)
+            .args(&spec.argv)
+            .current_dir(&spec.workspace);
+        scrub_env(&mut command, &private.home, &private.tmp);
         execute(command, spec)
     }
 }
