@@ -14,6 +14,17 @@ use bl_plugins::{
     RuntimeConfig, Visibility, judge_all, transform_seed,
 };
 
+/// A built component, first-party or fixture, by name.
+fn bytes(name: &str) -> Vec<u8> {
+    let first_party = plugin_dir().join(format!("{name}.wasm"));
+    let dir = if first_party.is_file() {
+        plugin_dir()
+    } else {
+        test_plugin_dir()
+    };
+    component_bytes(&dir, name)
+}
+
 fn runtime_with(limits: Limits, allocator: AllocatorChoice) -> Runtime {
     Runtime::new(RuntimeConfig {
         cache_dir: Some(bl_e2e::repo_root().join("target/test-component-cache")),
@@ -43,11 +54,7 @@ fn workspace() -> tempfile::TempDir {
 
 fn hostile(rt: &Runtime, mode: &str, ws: &Path) -> Result<String, PluginError> {
     let gate = rt
-        .load_gate(
-            "hostile",
-            &component_bytes(&test_plugin_dir(), "hostile"),
-            &LoadOptions::default(),
-        )
+        .load_gate("hostile", &bytes("hostile"), &LoadOptions::default())
         .unwrap();
     rt.check(&gate, ws, &format!(r#"{{"mode": "{mode}"}}"#))
         .map(|i| i.value.summary)
@@ -144,7 +151,7 @@ fn every_escape_is_refused_and_fails_the_call_even_when_the_gate_claims_a_pass()
 #[test]
 fn an_ungranted_capability_fails_at_load_naming_it_and_a_granted_one_works() {
     let rt = runtime();
-    let bytes = component_bytes(&test_plugin_dir(), "wants-command");
+    let bytes = bytes("wants-command");
     let err = rt
         .load_gate("wants-command", &bytes, &LoadOptions::default())
         .err()
@@ -204,7 +211,7 @@ fn an_ungranted_capability_fails_at_load_naming_it_and_a_granted_one_works() {
 fn wasi_imports_load_against_a_deny_all_context() {
     let rt = runtime();
     let ws = workspace();
-    let bytes = component_bytes(&test_plugin_dir(), "wasi-gate");
+    let bytes = bytes("wasi-gate");
     let gate = rt
         .load_gate("wasi-gate", &bytes, &LoadOptions::default())
         .unwrap();
@@ -235,7 +242,7 @@ fn wasi_imports_load_against_a_deny_all_context() {
 fn a_component_built_for_an_older_wit_minor_version_keeps_loading() {
     let rt = runtime();
     let ws = workspace();
-    let bytes = component_bytes(&test_plugin_dir(), "legacy-gate");
+    let bytes = bytes("legacy-gate");
     let summary = bl_pluginbuild::summarize(&bytes).unwrap();
     assert_eq!(summary.wit_package.as_deref(), Some("bl:plugin@1.0.0"));
     assert_ne!(bl_plugins::WIT_PACKAGE, "bl:plugin@1.0.0");
@@ -286,11 +293,7 @@ fn bad_config_is_a_typed_error_never_a_verdict() {
     let rt = runtime();
     let ws = workspace();
     let gate = rt
-        .load_gate(
-            "files",
-            &component_bytes(&plugin_dir(), "files"),
-            &LoadOptions::default(),
-        )
+        .load_gate("files", &bytes("files"), &LoadOptions::default())
         .unwrap();
     let err = rt
         .check(&gate, ws.path(), r#"{"required": 7}"#)
@@ -306,18 +309,10 @@ fn the_composite_gate_passes_only_when_all_pass_and_errs_when_one_errs() {
     let rt = runtime();
     let ws = workspace();
     let files = rt
-        .load_gate(
-            "files",
-            &component_bytes(&plugin_dir(), "files"),
-            &LoadOptions::default(),
-        )
+        .load_gate("files", &bytes("files"), &LoadOptions::default())
         .unwrap();
     let hostile_gate = rt
-        .load_gate(
-            "hostile",
-            &component_bytes(&test_plugin_dir(), "hostile"),
-            &LoadOptions::default(),
-        )
+        .load_gate("hostile", &bytes("hostile"), &LoadOptions::default())
         .unwrap();
     let ok = r#"{"required": ["marker.txt"]}"#;
     let missing = r#"{"required": ["nope.txt"]}"#;
@@ -368,13 +363,7 @@ fn first_party_gates_run_real_commands_and_schemas() {
         grants: Grants::of([Capability::Command]),
     };
 
-    let command = rt
-        .load_gate(
-            "command",
-            &component_bytes(&plugin_dir(), "command"),
-            &grant,
-        )
-        .unwrap();
+    let command = rt.load_gate("command", &bytes("command"), &grant).unwrap();
     let v = rt
         .check(
             &command,
@@ -386,9 +375,7 @@ fn first_party_gates_run_real_commands_and_schemas() {
     assert!(!v.passed && v.summary.contains("exited 4"), "{v:?}");
     assert!(v.findings.iter().any(|f| f.message.contains("test_ok.py")));
 
-    let pytest = rt
-        .load_gate("pytest", &component_bytes(&plugin_dir(), "pytest"), &grant)
-        .unwrap();
+    let pytest = rt.load_gate("pytest", &bytes("pytest"), &grant).unwrap();
     let v = rt
         .check(&pytest, ws.path(), r#"{"python": "/usr/bin/python3"}"#)
         .unwrap()
@@ -406,11 +393,7 @@ fn first_party_gates_run_real_commands_and_schemas() {
     assert!(!v.passed && v.summary.contains("collection"), "{v:?}");
 
     let schema = rt
-        .load_gate(
-            "jsonschema",
-            &component_bytes(&plugin_dir(), "jsonschema"),
-            &LoadOptions::default(),
-        )
+        .load_gate("jsonschema", &bytes("jsonschema"), &LoadOptions::default())
         .unwrap();
     let config = r#"{"schema": {"$schema": "http://json-schema.org/draft-07/schema#", "properties": {"n": {"type": "integer"}}}, "files": ["data.json"]}"#;
     let v = rt.check(&schema, ws.path(), config).unwrap().value;
@@ -433,7 +416,7 @@ fn contracts_dispatch_by_basename_and_report_in_the_seed_shape() {
     .unwrap();
     std::fs::write(ws.path().join("plan.json"), r#"{"steps": [{"do": "x"}]}"#).unwrap();
     std::fs::write(ws.path().join("notes.txt"), "anything").unwrap();
-    let bytes = component_bytes(&plugin_dir(), "contracts");
+    let bytes = bytes("contracts");
     let manifest: bl_pluginbuild::PluginManifest =
         serde_json::from_slice(&std::fs::read(plugin_dir().join("contracts.plugin.json")).unwrap())
             .unwrap();
@@ -507,7 +490,7 @@ fn panel_anonymize_is_deterministic_and_keeps_the_label_map_system_only() {
     let plugin = rt
         .load_transform(
             "panel-anonymize",
-            &component_bytes(&plugin_dir(), "panel-anonymize"),
+            &bytes("panel-anonymize"),
             &LoadOptions::default(),
         )
         .unwrap();
@@ -569,7 +552,7 @@ fn a_transform_that_skips_a_declared_output_fails() {
     let plugin = rt
         .load_transform(
             "panel-anonymize",
-            &component_bytes(&plugin_dir(), "panel-anonymize"),
+            &bytes("panel-anonymize"),
             &LoadOptions::default(),
         )
         .unwrap();
@@ -594,16 +577,12 @@ fn publication_policies_decide_on_approvals_and_targets() {
     let outbox = rt
         .load_policy(
             "outbox-policy",
-            &component_bytes(&plugin_dir(), "outbox-policy"),
+            &bytes("outbox-policy"),
             &LoadOptions::default(),
         )
         .unwrap();
     let deny = rt
-        .load_policy(
-            "deny-all",
-            &component_bytes(&plugin_dir(), "deny-all"),
-            &LoadOptions::default(),
-        )
+        .load_policy("deny-all", &bytes("deny-all"), &LoadOptions::default())
         .unwrap();
     let config = r#"{"outbox": "outbox", "required_approvals": ["release"]}"#;
     let request = |target: &str, approvals: Vec<Approval>| PublishRequest {
@@ -650,7 +629,7 @@ fn publication_policies_decide_on_approvals_and_targets() {
     let err = rt
         .load_policy(
             "panel-anonymize",
-            &component_bytes(&plugin_dir(), "panel-anonymize"),
+            &bytes("panel-anonymize"),
             &LoadOptions::default(),
         )
         .err()
@@ -673,7 +652,7 @@ fn outputs_past_the_cap_end_the_transform_with_an_output_limit_error() {
     let plugin = rt
         .load_transform(
             "panel-anonymize",
-            &component_bytes(&plugin_dir(), "panel-anonymize"),
+            &bytes("panel-anonymize"),
             &LoadOptions::default(),
         )
         .unwrap();
