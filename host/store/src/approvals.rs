@@ -222,6 +222,22 @@ impl Approvals {
         .map_err(self.io(APPROVALS_FILE))
     }
 
+    /// Runs `change` on the ledger under its lock and writes the result
+    /// durably when `change` reports it changed something.
+    fn transact<T>(
+        &self,
+        change: impl FnOnce(&mut ApprovalRecord) -> Result<(T, bool), ApprovalError>,
+    ) -> Result<T, ApprovalError> {
+        let _lock = crate::durable::lock_exclusive(&self.dir.join(APPROVALS_LOCK))
+            .map_err(self.io(APPROVALS_LOCK))?;
+        let mut record = self.read()?;
+        let (out, changed) = change(&mut record)?;
+        if changed {
+            self.write(&record)?;
+        }
+        Ok(out)
+    }
+
     /// Records an approval, if the ledger is at `expected_version`. Replaying
     /// the same idempotency key returns the commit already recorded.
     pub fn commit(
@@ -230,40 +246,43 @@ impl Approvals {
         expected_version: u64,
         key: Option<&SigningKey>,
     ) -> Result<Commit, ApprovalError> {
-        let _lock = crate::durable::lock_exclusive(&self.dir.join(APPROVALS_LOCK))
-            .map_err(self.io(APPROVALS_LOCK))?;
-        let mut record = self.read()?;
-        if record
-            .rejections
-            .iter()
-            .any(|r| r.node_id == commit.node_id)
-        {
-            return Err(ApprovalError::Rejected {
-                node_id: commit.node_id,
+        self.transact(|record| {
+            if record
+                .rejections
+                .iter()
+                .any(|r| r.node_id == commit.node_id)
+            {
+                return Err(ApprovalError::Rejected {
+                    node_id: commit.node_id.clone(),
+                });
+            }
+            if let Some(existing) = record
+                .commits
+                .iter()
+                .find(|c| c.idempotency_key == commit.idempotency_key)
+            {
+                return Ok((existing.clone(), false));
+            }
+            if record.resource_version != expected_version {
+                return Err(ApprovalError::Stale {
+                    expected: expected_version,
+                    actual: record.resource_version,
+                });
+            }
+            record.resource_version += 1;
+            commit.new_resource_version = record.resource_version;
+            commit.signature = key.map(|key| {
+                sign(
+                    &Commit {
+                        signature: None,
+                        ..commit.clone()
+                    },
+                    key,
+                )
             });
-        }
-        if let Some(existing) = record
-            .commits
-            .iter()
-            .find(|c| c.idempotency_key == commit.idempotency_key)
-        {
-            return Ok(existing.clone());
-        }
-        if record.resource_version != expected_version {
-            return Err(ApprovalError::Stale {
-                expected: expected_version,
-                actual: record.resource_version,
-            });
-        }
-        record.resource_version += 1;
-        commit.new_resource_version = record.resource_version;
-        commit.signature = None;
-        if let Some(key) = key {
-            commit.signature = Some(sign(&commit, key));
-        }
-        record.commits.push(commit.clone());
-        self.write(&record)?;
-        Ok(commit)
+            record.commits.push(commit.clone());
+            Ok((commit, true))
+        })
     }
 
     /// Records a rejection. It is terminal: the node can never be approved
@@ -273,32 +292,35 @@ impl Approvals {
         mut rejection: Rejection,
         key: Option<&SigningKey>,
     ) -> Result<Rejection, ApprovalError> {
-        let _lock = crate::durable::lock_exclusive(&self.dir.join(APPROVALS_LOCK))
-            .map_err(self.io(APPROVALS_LOCK))?;
-        let mut record = self.read()?;
-        if record
-            .commits
-            .iter()
-            .any(|c| c.node_id == rejection.node_id)
-        {
-            return Err(ApprovalError::AlreadyApproved {
-                node_id: rejection.node_id,
+        self.transact(|record| {
+            if record
+                .commits
+                .iter()
+                .any(|c| c.node_id == rejection.node_id)
+            {
+                return Err(ApprovalError::AlreadyApproved {
+                    node_id: rejection.node_id.clone(),
+                });
+            }
+            if let Some(existing) = record
+                .rejections
+                .iter()
+                .find(|r| r.node_id == rejection.node_id && r.attempt == rejection.attempt)
+            {
+                return Ok((existing.clone(), false));
+            }
+            rejection.signature = key.map(|key| {
+                sign(
+                    &Rejection {
+                        signature: None,
+                        ..rejection.clone()
+                    },
+                    key,
+                )
             });
-        }
-        if let Some(existing) = record
-            .rejections
-            .iter()
-            .find(|r| r.node_id == rejection.node_id && r.attempt == rejection.attempt)
-        {
-            return Ok(existing.clone());
-        }
-        rejection.signature = None;
-        if let Some(key) = key {
-            rejection.signature = Some(sign(&rejection, key));
-        }
-        record.rejections.push(rejection.clone());
-        self.write(&record)?;
-        Ok(rejection)
+            record.rejections.push(rejection.clone());
+            Ok((rejection, true))
+        })
     }
 }
 
