@@ -248,6 +248,87 @@ fn schema_is_json_schema_and_digest_names_a_package() {
     assert_ne!(stdout.trim(), digest);
 }
 
+/// The digest covers what bounded-loops' covers (observed by probing it):
+/// bytes, the executable bit and empty directories, but not the other mode
+/// bits, the package's own name, caches or VCS metadata.
+#[test]
+fn the_package_digest_covers_content_exec_bits_and_directories_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let digest_of = |name: &str| {
+        let (code, stdout, stderr) = run(&["graph", "digest", name], dir.path());
+        assert_eq!(code, 0, "{stderr}");
+        stdout.trim().to_string()
+    };
+    let make = |name: &str| {
+        let package = dir.path().join(name);
+        std::fs::create_dir_all(&package).unwrap();
+        std::fs::write(package.join("loop.yaml"), "name: x\n").unwrap();
+        std::fs::set_permissions(package.join("loop.yaml"), PermissionsExt::from_mode(0o644))
+            .unwrap();
+        package
+    };
+    make("base");
+    let base = digest_of("base");
+    assert_eq!(digest_of("base"), base, "the digest is stable");
+
+    let renamed = make("another-name");
+    assert_eq!(
+        digest_of("another-name"),
+        base,
+        "the directory's name is not covered"
+    );
+    std::fs::set_permissions(renamed.join("loop.yaml"), PermissionsExt::from_mode(0o600)).unwrap();
+    assert_eq!(
+        digest_of("another-name"),
+        base,
+        "only the executable bit counts"
+    );
+
+    let caches = make("caches");
+    for ignored in [".git", "__pycache__", ".pytest_cache", ".bounded-loops"] {
+        std::fs::create_dir_all(caches.join(ignored)).unwrap();
+        std::fs::write(caches.join(ignored).join("f"), "x").unwrap();
+    }
+    std::fs::write(caches.join("m.pyc"), "x").unwrap();
+    std::fs::write(caches.join(".DS_Store"), "x").unwrap();
+    assert_eq!(
+        digest_of("caches"),
+        base,
+        "caches and VCS metadata are left out"
+    );
+
+    let executable = make("executable");
+    std::fs::set_permissions(
+        executable.join("loop.yaml"),
+        PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    assert_ne!(
+        digest_of("executable"),
+        base,
+        "the executable bit is covered"
+    );
+
+    let empty_dir = make("empty-dir");
+    std::fs::create_dir(empty_dir.join("notes")).unwrap();
+    assert_ne!(
+        digest_of("empty-dir"),
+        base,
+        "an empty directory is covered"
+    );
+
+    let hidden = make("hidden");
+    std::fs::write(hidden.join(".env.example"), "A=1").unwrap();
+    assert_ne!(digest_of("hidden"), base, "other hidden files are covered");
+
+    let linked = make("linked");
+    std::os::unix::fs::symlink("loop.yaml", linked.join("alias")).unwrap();
+    let (code, _, stderr) = run(&["graph", "digest", "linked"], dir.path());
+    assert_eq!(code, 2);
+    assert!(stderr.contains("alias is a symlink"), "{stderr}");
+}
+
 #[test]
 fn unreadable_manifests_are_io_errors_as_upstream_words_them() {
     let dir = tempfile::tempdir().unwrap();
