@@ -10,6 +10,8 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use crate::line::{self, ScannedLine, field};
+
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 pub const EVENT_KEYS: [&str; 15] = [
@@ -90,8 +92,9 @@ pub struct ChainHead {
     pub sequence: u64,
     pub hash: String,
     pub identity: Option<RunIdentity>,
-    /// idempotency_key → (event_type, canonical payload) of every line.
-    pub keys: HashMap<String, (String, String)>,
+    /// idempotency_key → byte offset of its line, so a writer can read the
+    /// recorded line back when a key is appended again.
+    pub keys: HashMap<String, u64, foldhash::fast::RandomState>,
     /// Byte length of the verified, newline-terminated prefix.
     pub verified_len: u64,
 }
@@ -118,6 +121,113 @@ fn is_timestamp(s: &str) -> bool {
 
 /// Checks one complete line against the head so far, and advances the head.
 pub fn verify_line(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<(), ChainError> {
+    match line::scan(line) {
+        Some(scanned) => verify_scanned(head, line_no, line.len(), &scanned),
+        None => verify_parsed(head, line_no, line),
+    }
+}
+
+/// The checks of [`verify_parsed`], on a line [`line::scan`] read in place.
+fn verify_scanned(
+    head: &mut ChainHead,
+    line_no: usize,
+    line_len: usize,
+    scanned: &ScannedLine<'_>,
+) -> Result<(), ChainError> {
+    let text = |index: usize| {
+        // The scanner only returns slices of a UTF-8 line, cut at ASCII quotes.
+        std::str::from_utf8(scanned.fields[index]).expect("scanned fields are UTF-8")
+    };
+    let claimed = text(field::EVENT_HASH);
+    let mut computed_hex = [0u8; 64];
+    hex::encode_to_slice(scanned.computed_hash, &mut computed_hex).expect("64 bytes for 32");
+    let computed = std::str::from_utf8(&computed_hex).expect("hex is ASCII");
+    if claimed != computed {
+        return fail(
+            line_no,
+            "event_hash",
+            format!("is {claimed}, but the line hashes to {computed}"),
+        );
+    }
+    let expected_prev = if head.sequence == 0 {
+        GENESIS_HASH
+    } else {
+        head.hash.as_str()
+    };
+    if text(field::PREVIOUS_HASH) != expected_prev {
+        return fail(
+            line_no,
+            "previous_hash",
+            format!("does not chain to the previous line ({expected_prev})"),
+        );
+    }
+    if text(field::SEQUENCE).parse::<u64>().ok() != Some(head.sequence + 1) {
+        return fail(
+            line_no,
+            "sequence",
+            format!("expected {}", head.sequence + 1),
+        );
+    }
+    let identity_field = |key: &str| match key {
+        "organization_id" => text(field::ORGANIZATION_ID),
+        "project_id" => text(field::PROJECT_ID),
+        "run_id" => text(field::RUN_ID),
+        "graph_digest" => text(field::GRAPH_DIGEST),
+        "plan_digest" => text(field::PLAN_DIGEST),
+        _ => text(field::POLICY_DIGEST),
+    };
+    if let Some(first) = &head.identity {
+        for key in IDENTITY_KEYS {
+            if first.get(key) != identity_field(key) {
+                return fail(
+                    line_no,
+                    field_name(key),
+                    format!("differs from line 1 ({})", first.get(key)),
+                );
+            }
+        }
+    }
+    let run_id = text(field::RUN_ID);
+    let key = text(field::IDEMPOTENCY_KEY);
+    if !(key.len() > run_id.len()
+        && key.starts_with(run_id)
+        && key.as_bytes()[run_id.len()] == b':')
+    {
+        return fail(line_no, "idempotency_key", "must start with <run_id>:");
+    }
+    if text(field::EVENT_ID) != key {
+        return fail(line_no, "event_id", "must equal idempotency_key");
+    }
+    if !is_timestamp(text(field::TIMESTAMP)) {
+        return fail(line_no, "timestamp", "must be %Y-%m-%dT%H:%M:%SZ");
+    }
+    if head
+        .keys
+        .insert(key.to_string(), head.verified_len)
+        .is_some()
+    {
+        return fail(line_no, "idempotency_key", format!("{key} appears twice"));
+    }
+    head.sequence += 1;
+    // Reuse the buffer: one allocation for the whole log, not one per line.
+    head.hash.clear();
+    head.hash.push_str(computed);
+    if head.identity.is_none() {
+        head.identity = Some(RunIdentity {
+            organization_id: identity_field("organization_id").to_string(),
+            project_id: identity_field("project_id").to_string(),
+            run_id: run_id.to_string(),
+            graph_digest: identity_field("graph_digest").to_string(),
+            plan_digest: identity_field("plan_digest").to_string(),
+            policy_digest: identity_field("policy_digest").to_string(),
+        });
+    }
+    head.verified_len += line_len as u64 + 1;
+    Ok(())
+}
+
+/// The full parser: any line, canonical or not, with the first problem named.
+fn verify_parsed(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<(), ChainError> {
     let text = std::str::from_utf8(line).map_err(|_| ChainError {
         line: line_no,
         field: "-",
@@ -205,14 +315,14 @@ pub fn verify_line(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<
     if !event["timestamp"].as_str().is_some_and(is_timestamp) {
         return fail(line_no, "timestamp", "must be %Y-%m-%dT%H:%M:%SZ");
     }
-    let Some(event_type) = event["event_type"].as_str() else {
+    if !event["event_type"].is_string() {
         return fail(line_no, "event_type", "not a string");
-    };
-    let content = (
-        event_type.to_string(),
-        bl_core::canonical_json(&event["payload"]),
-    );
-    if head.keys.insert(key.to_string(), content).is_some() {
+    }
+    if head
+        .keys
+        .insert(key.to_string(), head.verified_len)
+        .is_some()
+    {
         return fail(line_no, "idempotency_key", format!("{key} appears twice"));
     }
     head.sequence += 1;
@@ -239,26 +349,167 @@ pub struct TornTail {
     pub len: usize,
 }
 
+/// Logs at least this long are verified on several threads.
+const PARALLEL_MIN_BYTES: usize = 1 << 20;
+
 /// Verifies a whole log. A final line without its newline is a torn tail,
 /// reported separately so a caller can decide (it is never dropped here).
 pub fn verify_chain(bytes: &[u8]) -> Result<(ChainHead, Option<TornTail>), ChainError> {
+    let whole_len = memchr::memrchr(b'\n', bytes).map_or(0, |at| at + 1);
+    let (whole, tail) = bytes.split_at(whole_len);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let head = match (whole.len() >= PARALLEL_MIN_BYTES && threads > 1)
+        .then(|| verify_in_parallel(whole, threads))
+        .flatten()
+    {
+        Some(head) => head,
+        // One thread, or something is wrong: the sequential pass finds the
+        // first broken line and names it.
+        None => verify_sequentially(whole)?,
+    };
+    let torn = (!tail.is_empty()).then(|| TornTail {
+        line: head.sequence as usize + 1,
+        offset: whole_len as u64,
+        len: tail.len(),
+    });
+    Ok((head, torn))
+}
+
+fn verify_sequentially(whole: &[u8]) -> Result<ChainHead, ChainError> {
     let mut head = ChainHead::default();
-    let mut start = 0usize;
-    let mut line_no = 0usize;
-    while start < bytes.len() {
-        line_no += 1;
-        let Some(len) = bytes[start..].iter().position(|b| *b == b'\n') else {
-            let tail = TornTail {
-                line: line_no,
-                offset: start as u64,
-                len: bytes.len() - start,
-            };
-            return Ok((head, Some(tail)));
-        };
-        verify_line(&mut head, line_no, &bytes[start..start + len])?;
-        start += len + 1;
+    let mut start = 0;
+    for (index, len) in memchr::memchr_iter(b'\n', whole).enumerate() {
+        verify_line(&mut head, index + 1, &whole[start..len])?;
+        start = len + 1;
     }
-    Ok((head, None))
+    Ok(head)
+}
+
+/// Verifies newline-aligned slices of the log on `threads` threads, each
+/// from its own first line, then joins them: each slice must continue the
+/// previous one's hash, sequence and identity, and no key may repeat.
+/// `None` means "not shown valid"; the caller then verifies sequentially.
+fn verify_in_parallel(whole: &[u8], threads: usize) -> Option<ChainHead> {
+    let mut slices = Vec::with_capacity(threads);
+    let mut start = 0;
+    for part in 1..=threads {
+        let target = whole.len() * part / threads;
+        let end = if part == threads {
+            whole.len()
+        } else {
+            match memchr::memchr(b'\n', &whole[target.max(start)..]) {
+                Some(at) => target.max(start) + at + 1,
+                None => whole.len(),
+            }
+        };
+        if end > start {
+            slices.push(&whole[start..end]);
+        }
+        start = end;
+    }
+    let verified: Vec<Option<VerifiedSlice>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = slices
+            .iter()
+            .map(|slice| scope.spawn(move || verify_slice(slice)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().ok().flatten())
+            .collect()
+    });
+    let mut joined = ChainHead::default();
+    for slice in verified {
+        let slice = slice?;
+        let continues = if joined.sequence == 0 {
+            GENESIS_HASH
+        } else {
+            joined.hash.as_str()
+        };
+        if slice.after_sequence != joined.sequence || slice.after_hash != continues {
+            return None;
+        }
+        if let Some(identity) = &joined.identity
+            && *identity != slice.identity
+        {
+            return None;
+        }
+        joined.identity.get_or_insert(slice.identity);
+        joined.sequence = slice.head.sequence;
+        joined.hash = slice.head.hash;
+        let slice_len = slice.head.verified_len;
+        let expected = joined.keys.len() + slice.head.keys.len();
+        if joined.keys.is_empty() {
+            joined.keys = slice.head.keys;
+        } else {
+            // The slice's offsets count from its own start.
+            let base = joined.verified_len;
+            joined.keys.reserve(slice.head.keys.len());
+            joined.keys.extend(
+                slice
+                    .head
+                    .keys
+                    .into_iter()
+                    .map(|(key, at)| (key, base + at)),
+            );
+        }
+        if joined.keys.len() != expected {
+            return None;
+        }
+        joined.verified_len += slice_len;
+    }
+    Some(joined)
+}
+
+struct VerifiedSlice {
+    /// The sequence and hash the slice's first line claims to follow.
+    after_sequence: u64,
+    after_hash: String,
+    /// The identity on the slice's lines.
+    identity: RunIdentity,
+    /// The slice's own head: its last sequence and hash, its keys, its length.
+    head: ChainHead,
+}
+
+/// One slice of a parallel verification: its own lines, starting from
+/// whatever hash and sequence its first line claims to continue. Returns
+/// the slice's head (with only this slice's keys and length) and the
+/// identity of its first line, or `None` if anything in it is wrong.
+fn verify_slice(slice: &[u8]) -> Option<VerifiedSlice> {
+    let first = &slice[..memchr::memchr(b'\n', slice)?];
+    let scanned = line::scan(first)?;
+    let text = |index: usize| std::str::from_utf8(scanned.fields[index]).ok();
+    let sequence: u64 = text(field::SEQUENCE)?.parse().ok()?;
+    let after_hash = text(field::PREVIOUS_HASH)?.to_string();
+    let identity = RunIdentity {
+        organization_id: text(field::ORGANIZATION_ID)?.to_string(),
+        project_id: text(field::PROJECT_ID)?.to_string(),
+        run_id: text(field::RUN_ID)?.to_string(),
+        graph_digest: text(field::GRAPH_DIGEST)?.to_string(),
+        plan_digest: text(field::PLAN_DIGEST)?.to_string(),
+        policy_digest: text(field::POLICY_DIGEST)?.to_string(),
+    };
+    let mut head = ChainHead {
+        sequence: sequence.checked_sub(1)?,
+        hash: after_hash.clone(),
+        identity: Some(identity.clone()),
+        ..ChainHead::default()
+    };
+    // Lines of one log are about the same length; growing the key map line
+    // by line would rehash it again and again.
+    head.keys.reserve(slice.len() / (first.len() + 1) + 1);
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', slice) {
+        // Line numbers are only for messages, and a failure here is
+        // re-checked sequentially, which numbers lines properly.
+        verify_line(&mut head, 0, &slice[start..end]).ok()?;
+        start = end + 1;
+    }
+    Some(VerifiedSlice {
+        after_sequence: sequence - 1,
+        after_hash,
+        identity,
+        head,
+    })
 }
 
 /// Builds one event line (without its newline) that follows `head`.
@@ -310,4 +561,197 @@ pub fn build_line(
     let hash = bl_core::sha256_hex(bl_core::canonical_json(&value).as_bytes());
     value["event_hash"] = Value::from(hash.clone());
     (bl_core::canonical_json(&value), hash)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn identity() -> RunIdentity {
+        RunIdentity {
+            organization_id: "org".into(),
+            project_id: "project".into(),
+            run_id: "run-1".into(),
+            graph_digest: format!("sha256:{}", "1".repeat(64)),
+            plan_digest: format!("sha256:{}", "2".repeat(64)),
+            policy_digest: format!("sha256:{}", "a".repeat(64)),
+        }
+    }
+
+    /// Payloads meant to walk every branch of the in-place reader, and some
+    /// that must send a line to the full parser.
+    fn payloads() -> Vec<Value> {
+        vec![
+            json!({}),
+            json!({"node_id": "a", "tokens": 12, "ok": true, "none": null, "neg": -7}),
+            json!({"text": "quote \" backslash \\ newline \n tab \t cr \r bell \u{7} del \u{7f}"}),
+            json!({"unicode": "é ü \u{2028} \u{10000}", "é": 1, "z": 2}),
+            json!({"nested": [[], {}, [1, [2, {"a": [3]}]], {"b": {"c": "d"}}]}),
+            json!({"big": 123456789012345678u64, "negative": -123456789012345678i64}),
+            json!({"bigger": u64::MAX, "min": i64::MIN}),
+            json!({"float": 1.5, "exp": 1e300}),
+            json!({"key\nwith escape": 1}),
+            json!("a string payload"),
+            json!([1, "two", null]),
+        ]
+    }
+
+    fn sample_log() -> Vec<u8> {
+        let mut head = ChainHead::default();
+        let mut bytes = Vec::new();
+        for (n, payload) in payloads().iter().enumerate() {
+            let (line, _) = build_line(
+                &head,
+                &identity(),
+                &format!("k{n}"),
+                "node.spend",
+                payload,
+                "2026-11-30T01:00:00Z",
+            );
+            verify_line(&mut head, n + 1, line.as_bytes()).unwrap();
+            bytes.extend_from_slice(line.as_bytes());
+            bytes.push(b'\n');
+        }
+        bytes
+    }
+
+    /// Verifies with the full parser only, as the reference.
+    fn verify_parsed_only(bytes: &[u8]) -> Result<ChainHead, ChainError> {
+        let mut head = ChainHead::default();
+        for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            verify_parsed(&mut head, n + 1, line)?;
+        }
+        Ok(head)
+    }
+
+    fn verify_fast(bytes: &[u8]) -> Result<ChainHead, ChainError> {
+        let mut head = ChainHead::default();
+        for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            verify_line(&mut head, n + 1, line)?;
+        }
+        Ok(head)
+    }
+
+    #[test]
+    fn the_in_place_reader_takes_plain_lines_and_defers_the_rest() {
+        let log = sample_log();
+        let scanned: Vec<bool> = log
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| line::scan(l).is_some())
+            .collect();
+        // Integers near the type limits, floats, a key with an escape: the
+        // full parser's job.
+        assert_eq!(
+            scanned,
+            [
+                true, true, true, true, true, true, false, false, false, true, true
+            ]
+        );
+    }
+
+    #[test]
+    fn both_readers_agree_on_every_single_byte_change() {
+        let log = sample_log();
+        assert_eq!(verify_fast(&log), verify_parsed_only(&log));
+        let replacements = [b'"', b'\\', b'0', 0xc3];
+        let mut compared = 0;
+        for at in 0..log.len() {
+            if log[at] == b'\n' {
+                continue;
+            }
+            for with in replacements.iter().copied().chain([log[at] ^ 0x01]) {
+                if with == log[at] || with == b'\n' {
+                    continue;
+                }
+                let mut changed = log.clone();
+                changed[at] = with;
+                let fast = verify_fast(&changed);
+                let reference = verify_parsed_only(&changed);
+                assert_eq!(fast, reference, "byte {at} set to {with:#x}");
+                assert!(fast.is_err(), "byte {at} set to {with:#x} went unnoticed");
+                compared += 1;
+            }
+        }
+        assert!(compared > 10_000);
+    }
+
+    /// A log long enough to be verified on several threads; `key_of` picks
+    /// each line's idempotency key.
+    fn long_log(lines: usize, key_of: impl Fn(usize) -> String) -> Vec<u8> {
+        let mut head = ChainHead::default();
+        let mut bytes = Vec::new();
+        for n in 0..lines {
+            let payload =
+                json!({"node_id": format!("n{}", n % 7), "tokens": n, "note": "x".repeat(300)});
+            let (line, hash) = build_line(
+                &head,
+                &identity(),
+                &key_of(n),
+                "node.spend",
+                &payload,
+                "2026-11-30T01:00:00Z",
+            );
+            head.sequence += 1;
+            head.hash = hash;
+            bytes.extend_from_slice(line.as_bytes());
+            bytes.push(b'\n');
+        }
+        bytes
+    }
+
+    #[test]
+    fn threads_and_one_pass_agree_on_long_logs() {
+        let log = long_log(6000, |n| format!("k{n}"));
+        assert!(log.len() > 2 * PARALLEL_MIN_BYTES);
+        let (head, torn) = verify_chain(&log).unwrap();
+        assert_eq!(torn, None);
+        assert_eq!(head, verify_sequentially(&log).unwrap());
+        assert_eq!(head.sequence, 6000);
+
+        // Damage near every place the log could be cut into slices, and
+        // elsewhere: the first broken line is named as one pass names it.
+        let len = log.len();
+        let mut places: Vec<usize> = (1..=8)
+            .flat_map(|threads| (1..threads).map(move |part| len * part / threads))
+            .flat_map(|at| [at.saturating_sub(700), at, at + 1, at + 500])
+            .collect();
+        places.extend([0, 17, log.len() - 2]);
+        for at in places {
+            let mut changed = log.clone();
+            changed[at] = if changed[at] == b'\n' {
+                b' '
+            } else {
+                changed[at] ^ 0x01
+            };
+            let threaded = verify_chain(&changed).map(|(head, _)| head);
+            assert!(threaded.is_err(), "a change at byte {at} went unnoticed");
+            assert_eq!(threaded, verify_sequentially(&changed), "byte {at}");
+        }
+
+        // A key recorded in one slice and again in another.
+        let repeated = long_log(6000, |n| format!("k{}", if n == 5000 { 10 } else { n }));
+        assert_eq!(
+            verify_chain(&repeated).unwrap_err(),
+            ChainError {
+                line: 5001,
+                field: "idempotency_key",
+                message: "run-1:k10 appears twice".into()
+            }
+        );
+
+        // A torn tail after many lines is still reported with its line.
+        let mut torn_log = log.clone();
+        torn_log.extend_from_slice(b"{\"actor\":");
+        let (head, torn) = verify_chain(&torn_log).unwrap();
+        assert_eq!(head.sequence, 6000);
+        assert_eq!(torn.unwrap().line, 6001);
+    }
 }

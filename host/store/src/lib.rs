@@ -16,6 +16,7 @@ pub mod chain;
 pub mod checkpoint;
 mod durable;
 pub mod ledger;
+mod line;
 pub mod log;
 pub mod merkle;
 pub mod provable;

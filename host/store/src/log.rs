@@ -4,6 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -146,9 +147,9 @@ impl EventLog {
         timestamp: &str,
     ) -> Result<Appended, StoreError> {
         let id = format!("{}:{key}", self.identity.run_id);
-        let canonical_payload = bl_core::canonical_json(payload);
-        if let Some((recorded_type, recorded_payload)) = self.head.keys.get(&id) {
-            if recorded_type == event_type && *recorded_payload == canonical_payload {
+        if let Some(&offset) = self.head.keys.get(&id) {
+            let (recorded_type, recorded_payload) = self.recorded_content(offset)?;
+            if recorded_type == event_type && recorded_payload == bl_core::canonical_json(payload) {
                 return Ok(Appended::AlreadyRecorded);
             }
             return Err(StoreError::Conflict {
@@ -172,15 +173,42 @@ impl EventLog {
         self.head
             .identity
             .get_or_insert_with(|| self.identity.clone());
-        self.head
-            .keys
-            .insert(id, (event_type.to_string(), canonical_payload));
+        self.head.keys.insert(id, self.head.verified_len);
         self.head.verified_len += bytes.len() as u64;
         self.unsynced += 1;
         Ok(Appended::Written {
             sequence: self.head.sequence,
             hash,
         })
+    }
+
+    /// The event type and canonical payload of the line recorded at `offset`
+    /// (read back from the file: the head keeps offsets, not contents).
+    fn recorded_content(&self, offset: u64) -> Result<(String, String), StoreError> {
+        let mut line = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let read = self
+                .file
+                .read_at(&mut chunk, offset + line.len() as u64)
+                .map_err(io(&self.path))?;
+            match chunk[..read].iter().position(|b| *b == b'\n') {
+                Some(end) => {
+                    line.extend_from_slice(&chunk[..end]);
+                    break;
+                }
+                None if read == 0 => break,
+                None => line.extend_from_slice(&chunk[..read]),
+            }
+        }
+        let event: Value = serde_json::from_slice(&line).map_err(|e| StoreError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })?;
+        Ok((
+            event["event_type"].as_str().unwrap_or_default().to_string(),
+            bl_core::canonical_json(&event["payload"]),
+        ))
     }
 
     /// Makes every append so far durable (one fsync for the whole group).

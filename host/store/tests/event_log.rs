@@ -104,6 +104,60 @@ fn a_replayed_key_is_a_no_op_and_a_changed_one_an_error() {
     assert_eq!(log.head().sequence, 1);
 }
 
+/// The writer keeps offsets, not contents: after a reopen (and a log long
+/// enough to be verified on several threads), a replay is still compared
+/// with the line actually recorded, wherever it is.
+#[test]
+fn replays_are_compared_with_the_recorded_line_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("controller-events.jsonl");
+    let payload_of = |n: u64| json!({"n": n, "filler": "y".repeat(400)});
+    let mut log = EventLog::open(&path, identity()).unwrap();
+    for n in 0..4000 {
+        log.append(
+            &format!("k{n}"),
+            "node.spend",
+            &payload_of(n),
+            "2026-11-29T21:00:00Z",
+        )
+        .unwrap();
+    }
+    drop(log);
+    assert!(std::fs::metadata(&path).unwrap().len() > 2 << 20);
+    let mut log = EventLog::open(&path, identity()).unwrap();
+    for n in [0, 1999, 2000, 2001, 3999] {
+        assert_eq!(
+            log.append(
+                &format!("k{n}"),
+                "node.spend",
+                &payload_of(n),
+                "2026-11-30T00:00:00Z"
+            )
+            .unwrap(),
+            Appended::AlreadyRecorded,
+            "k{n}"
+        );
+        let other = log.append(
+            &format!("k{n}"),
+            "node.spend",
+            &payload_of(n + 1),
+            "2026-11-30T00:00:00Z",
+        );
+        assert!(matches!(other, Err(StoreError::Conflict { .. })), "k{n}");
+        let other_type = log.append(
+            &format!("k{n}"),
+            "node.ready",
+            &payload_of(n),
+            "2026-11-30T00:00:00Z",
+        );
+        assert!(
+            matches!(other_type, Err(StoreError::Conflict { .. })),
+            "k{n}"
+        );
+    }
+    assert_eq!(log.head().sequence, 4000);
+}
+
 #[test]
 fn a_second_writer_is_refused() {
     let dir = tempfile::tempdir().unwrap();
