@@ -138,14 +138,19 @@ fn run_dir_of(path: &Path) -> PathBuf {
     }
 }
 
-pub fn checkpoint(path: &Path, key: &Path) -> u8 {
-    let result = read_signing_key(key).and_then(|key| write_checkpoint(&run_dir_of(path), &key));
+pub fn checkpoint(path: &Path, key: Option<&Path>) -> u8 {
+    let result = key
+        .map(read_signing_key)
+        .transpose()
+        .and_then(|key| write_checkpoint(&run_dir_of(path), key.as_ref()));
     match result {
         Ok((file, cp)) => {
             println!(
-                "checkpoint of {} events, root {}\n  {}",
+                "checkpoint of {} events and {} files, root {}{}\n  {}",
                 cp.size,
+                cp.files.len(),
                 hex::encode(cp.root),
+                if key.is_some() { "" } else { " (unsigned)" },
                 file.display()
             );
             0

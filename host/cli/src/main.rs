@@ -102,13 +102,15 @@ enum LogCommand {
         /// A run directory or a controller-events.jsonl file.
         path: std::path::PathBuf,
     },
-    /// Sign the log's current Merkle tree head into <run>/checkpoints/.
+    /// Write the log's current Merkle tree head, and the digest of every
+    /// file of the run directory, into <run>/checkpoints/ (signed with --key).
     Checkpoint {
         /// A run directory or its controller-events.jsonl.
         path: std::path::PathBuf,
-        /// The private key (from `bl keys generate`).
+        /// The private key (from `bl keys generate`); without it the
+        /// checkpoint is written unsigned.
         #[arg(long)]
-        key: std::path::PathBuf,
+        key: Option<std::path::PathBuf>,
     },
     /// Print an RFC 6962 inclusion proof (--line N) or consistency proof
     /// (--from M) as JSON.
@@ -139,7 +141,9 @@ fn main() -> ExitCode {
             json,
         } => verify_cmd::verify(&path, expect_head.as_deref(), pubkey.as_deref(), json),
         Command::Log(LogCommand::Recover { path }) => verify_cmd::recover(path),
-        Command::Log(LogCommand::Checkpoint { path, key }) => keys_cmd::checkpoint(&path, &key),
+        Command::Log(LogCommand::Checkpoint { path, key }) => {
+            keys_cmd::checkpoint(&path, key.as_deref())
+        }
         Command::Log(LogCommand::Prove {
             path,
             line,

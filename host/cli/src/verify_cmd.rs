@@ -155,6 +155,10 @@ pub fn verify(path: &Path, expect_head: Option<&str>, pubkey: Option<&str>, as_j
     match bl_store::provable::verify_checkpoints(&run_dir, key.as_ref()) {
         Ok(None) => {
             checks.push(not_applicable("merkle", "no checkpoints/ beside the log"));
+            checks.push(not_applicable(
+                "files",
+                "no checkpoint seals the run directory's files",
+            ));
             checks.push(not_applicable("signatures", "no checkpoints to check"));
         }
         Ok(Some(report)) => {
@@ -165,6 +169,18 @@ pub fn verify(path: &Path, expect_head: Option<&str>, pubkey: Option<&str>, as_j
                     report.checked
                 )),
             ));
+            checks.push(match report.files {
+                bl_store::provable::FilesSeal::Intact(n) => check(
+                    "files",
+                    Ok(format!("{n} files are exactly as the last checkpoint seals them")),
+                ),
+                bl_store::provable::FilesSeal::Open { events_after } => not_applicable(
+                    "files",
+                    &format!(
+                        "{events_after} events after the last checkpoint: files are sealed again at the next one"
+                    ),
+                ),
+            });
             checks.push(if report.signatures_checked {
                 check(
                     "signatures",
@@ -181,12 +197,12 @@ pub fn verify(path: &Path, expect_head: Option<&str>, pubkey: Option<&str>, as_j
             });
         }
         Err(e) => checks.push(check(
-            if e.contains("signature") || e.contains("no signature") {
-                "signatures"
-            } else {
-                "merkle"
+            match e {
+                bl_store::provable::CheckpointError::Merkle(_) => "merkle",
+                bl_store::provable::CheckpointError::Signature(_) => "signatures",
+                bl_store::provable::CheckpointError::Files(_) => "files",
             },
-            Err(e),
+            Err(e.to_string()),
         )),
     }
     match bl_store::verify_approvals(&run_dir, key.as_ref()) {

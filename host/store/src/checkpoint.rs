@@ -2,8 +2,10 @@
 //! tlog-checkpoint format, and the Ed25519 keys that sign them.
 //!
 //! A checkpoint body is three lines: the origin (`bl.run/<run_id>`), the
-//! tree size, and the base64 RFC 6962 root of the first `size` events. The
-//! note adds a blank line and one signature line per key:
+//! tree size, and the base64 RFC 6962 root of the first `size` events, then
+//! one extension line per file of the run directory the checkpoint seals:
+//! `file sha256:<hex> <path>` (sorted by path). The note adds a blank line
+//! and one signature line per key (none when the run has no key):
 //! `— <name> <base64(key id || signature)>`, where the key id is the first
 //! four bytes of `SHA-256(name || "\n" || 0x01 || public key)`.
 //!
@@ -191,27 +193,42 @@ impl VerifierKey {
 /// One signature line of a note: the key name and `key id || signature`.
 pub type NoteSignature = (String, Vec<u8>);
 
-/// A tree head: the first `size` events hash to `root`.
+/// A tree head: the first `size` events hash to `root`; and the files of
+/// the run directory as they were when it was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
     pub origin: String,
     pub size: u64,
     pub root: Hash,
+    /// (path relative to the run directory, `sha256:<hex>`), sorted by path.
+    pub files: Vec<(String, String)>,
 }
+
+const FILE_LINE: &str = "file ";
 
 impl Checkpoint {
     pub fn origin_for(run_id: &str) -> String {
         format!("bl.run/{run_id}")
     }
 
-    /// The signed text: origin, size and base64 root, one per line.
+    /// The signed text: origin, size, base64 root and the file lines.
     pub fn body(&self) -> String {
-        format!(
+        let mut body = format!(
             "{}\n{}\n{}\n",
             self.origin,
             self.size,
             B64.encode(self.root)
-        )
+        );
+        for (path, digest) in &self.files {
+            body.push_str(&format!("{FILE_LINE}{digest} {path}\n"));
+        }
+        body
+    }
+
+    /// The note with no signature, for a run without a signing key. It
+    /// still seals: every byte of it is checked against the log and files.
+    pub fn unsigned(&self) -> String {
+        format!("{}\n", self.body())
     }
 
     /// The whole note, signed by `key`.
@@ -245,6 +262,43 @@ impl Checkpoint {
             .and_then(|l| B64.decode(l).ok())
             .and_then(|b| b.try_into().ok())
             .ok_or_else(|| NoteError::Format("line 3 is not a base64 SHA-256 root".into()))?;
+        let mut files = Vec::new();
+        for (index, line) in lines.enumerate() {
+            let sealed = line
+                .strip_prefix(FILE_LINE)
+                .and_then(|rest| rest.split_once(' '))
+                .filter(|(digest, path)| {
+                    digest.strip_prefix("sha256:").is_some_and(|hex| {
+                        hex.len() == 64
+                            && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+                    }) && !path.is_empty()
+                });
+            let Some((digest, path)) = sealed else {
+                return Err(NoteError::Format(format!(
+                    "line {} is not `file sha256:<hex> <path>`",
+                    index + 4
+                )));
+            };
+            files.push((path.to_string(), digest.to_string()));
+        }
+        if files.windows(2).any(|pair| pair[0].0 >= pair[1].0) {
+            return Err(NoteError::Format(
+                "file lines must be sorted by path, each path once".into(),
+            ));
+        }
+        let checkpoint = Checkpoint {
+            origin: origin.to_string(),
+            size,
+            root,
+            files,
+        };
+        // Only the exact text this type writes is a checkpoint, so no byte
+        // of a note can change without the parse or a later check noticing.
+        if checkpoint.body() != format!("{body}\n") {
+            return Err(NoteError::Format(
+                "the body is not in canonical form (order, spacing or encoding changed)".into(),
+            ));
+        }
         let mut sigs = Vec::new();
         for line in signatures.lines() {
             let rest = line
@@ -253,19 +307,22 @@ impl Checkpoint {
             let (name, blob) = rest
                 .split_once(' ')
                 .ok_or_else(|| NoteError::Format(format!("not a signature line: {line:?}")))?;
-            let blob = B64
+            let decoded = B64
                 .decode(blob)
                 .map_err(|e| NoteError::Format(e.to_string()))?;
-            sigs.push((name.to_string(), blob));
+            if decoded.len() != 68 || B64.encode(&decoded) != blob {
+                return Err(NoteError::Format(format!(
+                    "not an Ed25519 signature line: {line:?}"
+                )));
+            }
+            sigs.push((name.to_string(), decoded));
         }
-        Ok((
-            Checkpoint {
-                origin: origin.to_string(),
-                size,
-                root,
-            },
-            sigs,
-        ))
+        if !note.ends_with('\n') || note.ends_with("\n\n\n") {
+            return Err(NoteError::Format(
+                "the note must end with one newline".into(),
+            ));
+        }
+        Ok((checkpoint, sigs))
     }
 
     /// Parses a note and checks the signature by `key`.
@@ -305,6 +362,7 @@ mod tests {
             origin: Checkpoint::origin_for("r1"),
             size: 3,
             root: [7; 32],
+            files: vec![("plan.json".into(), format!("sha256:{}", "0".repeat(64)))],
         };
         let note = cp.sign(&key);
         assert!(note.contains("\n\n\u{2014} ops "));

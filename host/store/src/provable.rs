@@ -1,12 +1,18 @@
-//! The provable log on disk: signed checkpoints in `<run>/checkpoints/`,
-//! inclusion and consistency proofs over `controller-events.jsonl`, and
-//! their verification against the log as it is now.
+//! The provable log on disk: checkpoints in `<run>/checkpoints/` (signed
+//! when the run has a key), inclusion and consistency proofs over
+//! `controller-events.jsonl`, and their verification against the log and
+//! the run directory as they are now.
+//!
+//! A checkpoint also seals the run directory: it lists the sha256 of every
+//! file in it except the log itself (covered by the root), the checkpoints
+//! and lock files. So after the checkpoint written at run end, no byte of
+//! the run directory can change unnoticed.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::chain::verify_chain;
-use crate::checkpoint::{Checkpoint, SigningKey, VerifierKey};
+use crate::checkpoint::{Checkpoint, NoteError, SigningKey, VerifierKey};
 use crate::merkle::{self, Hash};
 
 pub const CHECKPOINT_DIR: &str = "checkpoints";
@@ -33,10 +39,64 @@ fn checkpoint_path(run_dir: &Path, size: u64) -> PathBuf {
         .join(format!("{size:012}.checkpoint"))
 }
 
-/// Signs the tree head of the log as it is now and writes it to
-/// `<run>/checkpoints/<size>.checkpoint` (atomically; an identical note
-/// already there is fine, a different one is refused).
-pub fn write_checkpoint(run_dir: &Path, key: &SigningKey) -> Result<(PathBuf, Checkpoint), String> {
+/// Files a checkpoint does not list: the log (its root covers it), the
+/// checkpoints themselves, and lock files (empty; only their locks matter).
+fn is_sealed(relative: &str) -> bool {
+    relative != EVENTS_FILE
+        && relative != CHECKPOINT_DIR
+        && !relative.starts_with(&format!("{CHECKPOINT_DIR}/"))
+        && !relative.ends_with(".lock")
+}
+
+/// Every sealed file of the run directory with its `sha256:` digest,
+/// sorted by path. A symlink, or a path that cannot be one line of a note,
+/// is an error: a run directory holds neither.
+pub fn seal_files(run_dir: &Path) -> Result<Vec<(String, String)>, String> {
+    fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, String)>) -> Result<(), String> {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let name = entry.file_name();
+            let name = name
+                .to_str()
+                .filter(|n| !n.contains('\n'))
+                .ok_or_else(|| format!("{}: not a sealable file name", entry.path().display()))?;
+            let relative = if prefix.is_empty() {
+                name.to_string()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            if !is_sealed(&relative) {
+                continue;
+            }
+            let kind = entry.file_type().map_err(|e| format!("{relative}: {e}"))?;
+            if kind.is_dir() {
+                walk(&entry.path(), &relative, out)?;
+            } else if kind.is_file() {
+                let bytes = std::fs::read(entry.path()).map_err(|e| format!("{relative}: {e}"))?;
+                out.push((relative, format!("sha256:{}", bl_core::sha256_hex(&bytes))));
+            } else {
+                return Err(format!(
+                    "{relative} is not a regular file or directory; a run directory holds no symlinks"
+                ));
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    walk(run_dir, "", &mut files)?;
+    files.sort();
+    Ok(files)
+}
+
+/// Writes the tree head of the log as it is now, with the seal of the run
+/// directory, to `<run>/checkpoints/<size>.checkpoint`, signed by `key` if
+/// there is one (atomically; an identical note already there is fine, a
+/// different one is refused: append an event first).
+pub fn write_checkpoint(
+    run_dir: &Path,
+    key: Option<&SigningKey>,
+) -> Result<(PathBuf, Checkpoint), String> {
     let (leaves, run_id) = log_leaves(&run_dir.join(EVENTS_FILE))?;
     if leaves.is_empty() {
         return Err("the log is empty: there is nothing to checkpoint".into());
@@ -45,18 +105,23 @@ pub fn write_checkpoint(run_dir: &Path, key: &SigningKey) -> Result<(PathBuf, Ch
         origin: Checkpoint::origin_for(&run_id),
         size: leaves.len() as u64,
         root: merkle::root(&leaves),
+        files: seal_files(run_dir)?,
     };
-    let note = checkpoint.sign(key);
+    let note = match key {
+        Some(key) => checkpoint.sign(key),
+        None => checkpoint.unsigned(),
+    };
     let path = checkpoint_path(run_dir, checkpoint.size);
     let dir = path.parent().expect("under checkpoints/");
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if let Ok(existing) = std::fs::read_to_string(&path) {
-        // Ed25519 is deterministic: the same key over the same head gives the same note.
+        // Ed25519 is deterministic: the same key over the same head and
+        // files gives the same note.
         return if existing == note {
             Ok((path, checkpoint))
         } else {
             Err(format!(
-                "{} exists with another signature; it is never rewritten",
+                "{} exists and differs (other files or another key); it is never rewritten: append an event, then checkpoint",
                 path.display()
             ))
         };
@@ -77,12 +142,39 @@ pub fn write_checkpoint(run_dir: &Path, key: &SigningKey) -> Result<(PathBuf, Ch
     Ok((path, checkpoint))
 }
 
+/// Which check a checkpoint failed, and how (naming the file).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    /// A checkpoint is unreadable, malformed, for another run, or its root
+    /// does not match the log.
+    #[error("{0}")]
+    Merkle(String),
+    /// A checkpoint is not signed by the given key, or the signature fails.
+    #[error("{0}")]
+    Signature(String),
+    /// The run directory's files differ from the latest checkpoint's seal.
+    #[error("{0}")]
+    Files(String),
+}
+
 /// The outcome of checking every checkpoint of a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointReport {
     pub checked: usize,
     /// Whether signatures were checked (a verifier key was given).
     pub signatures_checked: bool,
+    /// How the run directory compares with the latest checkpoint's seal.
+    pub files: FilesSeal,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilesSeal {
+    /// The latest checkpoint covers the whole log, and every sealed file is
+    /// exactly as it lists (this many files).
+    Intact(usize),
+    /// Events were appended after the latest checkpoint, so files may have
+    /// changed legitimately since; they are sealed again at the next one.
+    Open { events_after: usize },
 }
 
 /// Checks every checkpoint in `<run>/checkpoints/`: its signature (when a
@@ -92,7 +184,8 @@ pub struct CheckpointReport {
 pub fn verify_checkpoints(
     run_dir: &Path,
     key: Option<&VerifierKey>,
-) -> Result<Option<CheckpointReport>, String> {
+) -> Result<Option<CheckpointReport>, CheckpointError> {
+    use CheckpointError::{Files, Merkle, Signature};
     let dir = run_dir.join(CHECKPOINT_DIR);
     let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
         Ok(entries) => entries
@@ -100,45 +193,102 @@ pub fn verify_checkpoints(
             .filter(|p| p.extension().is_some_and(|x| x == "checkpoint"))
             .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", dir.display())),
+        Err(e) => return Err(Merkle(format!("{}: {e}", dir.display()))),
     };
     if files.is_empty() {
         return Ok(None);
     }
     files.sort();
-    let (leaves, run_id) = log_leaves(&run_dir.join(EVENTS_FILE))?;
+    let (leaves, run_id) = log_leaves(&run_dir.join(EVENTS_FILE)).map_err(Merkle)?;
+    let mut latest: Option<Checkpoint> = None;
     for file in &files {
-        let note = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let note = std::fs::read_to_string(file)
+            .map_err(|e| Merkle(format!("{}: {e}", file.display())))?;
         let checkpoint = match key {
             Some(key) => Checkpoint::verify(&note, key),
             None => Checkpoint::parse(&note).map(|(c, _)| c),
         }
-        .map_err(|e| format!("{}: {e}", file.display()))?;
+        .map_err(|e| {
+            let message = format!("{}: {e}", file.display());
+            match e {
+                NoteError::Unsigned { .. } | NoteError::BadSignature(_) => Signature(message),
+                _ => Merkle(message),
+            }
+        })?;
         if checkpoint.origin != Checkpoint::origin_for(&run_id) {
-            return Err(format!(
+            return Err(Merkle(format!(
                 "{}: origin {} is not this run's ({})",
                 file.display(),
                 checkpoint.origin,
                 Checkpoint::origin_for(&run_id)
-            ));
+            )));
         }
         let size = checkpoint.size as usize;
         if size > leaves.len() {
-            return Err(format!(
-                "{}: signs {size} events but the log has {}: events were removed",
+            return Err(Merkle(format!(
+                "{}: covers {size} events but the log has {}: events were removed",
                 file.display(),
                 leaves.len()
-            ));
+            )));
         }
         if merkle::root(&leaves[..size]) != checkpoint.root {
-            return Err(format!(
-                "{}: the first {size} events no longer hash to the signed root: the log was rewritten",
+            return Err(Merkle(format!(
+                "{}: the first {size} events no longer hash to its root: the log was rewritten",
                 file.display()
-            ));
+            )));
+        }
+        if latest.as_ref().is_none_or(|l| l.size <= checkpoint.size) {
+            latest = Some(checkpoint);
         }
     }
+    let latest = latest.expect("at least one checkpoint was read");
+    let files_seal = if (latest.size as usize) < leaves.len() {
+        FilesSeal::Open {
+            events_after: leaves.len() - latest.size as usize,
+        }
+    } else {
+        compare_seal(run_dir, &latest.files, files.last().expect("one file")).map_err(Files)?;
+        FilesSeal::Intact(latest.files.len())
+    };
     Ok(Some(CheckpointReport {
         checked: files.len(),
         signatures_checked: key.is_some(),
+        files: files_seal,
     }))
+}
+
+/// The run directory's files against a checkpoint's list: same paths, same
+/// bytes. The first difference is the error, naming the file.
+fn compare_seal(
+    run_dir: &Path,
+    sealed: &[(String, String)],
+    checkpoint_file: &Path,
+) -> Result<(), String> {
+    let now = seal_files(run_dir)?;
+    let sealed_map: std::collections::BTreeMap<_, _> = sealed.iter().cloned().collect();
+    let now_map: std::collections::BTreeMap<_, _> = now.iter().cloned().collect();
+    for (path, digest) in &sealed_map {
+        match now_map.get(path) {
+            None => {
+                return Err(format!(
+                    "{path} is missing; {} seals it",
+                    checkpoint_file.display()
+                ));
+            }
+            Some(found) if found != digest => {
+                return Err(format!(
+                    "{path} changed: it hashes to {found}, {} seals {digest}",
+                    checkpoint_file.display()
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(extra) = now_map.keys().find(|p| !sealed_map.contains_key(*p)) {
+        return Err(format!(
+            "{extra} was added after the run's last checkpoint ({})",
+            checkpoint_file.display()
+        ));
+    }
+    Ok(())
 }
