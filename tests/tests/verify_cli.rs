@@ -123,3 +123,52 @@ fn a_torn_tail_is_reported_and_recovered_only_on_request() {
     assert_eq!(std::fs::read(&log).unwrap(), whole);
     assert_eq!(verify(&run).0, 0);
 }
+
+/// Every loop ledger case (bounded-loops' own run, and tampered, torn,
+/// truncated, unchained ones) gets bounded-loops' exact `--json` report,
+/// human report and exit code.
+#[test]
+fn loop_ledgers_are_verified_as_bounded_loops_verifies_them() {
+    let corpus = repo_root().join("tests/corpus/loop-ledgers");
+    let mut cases: Vec<String> = std::fs::read_dir(&corpus)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 20, "{cases:?}");
+    let run = |args: &[&str]| {
+        let out = Command::new(bl_binary())
+            .arg("verify")
+            .args(args)
+            .current_dir(&corpus)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8(out.stdout).unwrap(),
+        )
+    };
+    let expected = |name: &str| std::fs::read_to_string(corpus.join(name)).unwrap();
+    for case in &cases {
+        let (code, json) = run(&[case, "--json"]);
+        assert_eq!(json, expected(&format!("{case}.expected.json")), "{case}");
+        assert_eq!(
+            code.to_string(),
+            expected(&format!("{case}.expected.rc")).trim(),
+            "{case}"
+        );
+        let (_, text) = run(&[case]);
+        assert_eq!(text, expected(&format!("{case}.expected.txt")), "{case}");
+    }
+    let head = "43d000ab82728d6bbd445355bfefe73d94562b3ce612e113f9dae728c482984f";
+    let (code, json) = run(&["ok", "--expect-head", head, "--json"]);
+    assert_eq!((code, json), (0, expected("ok.expect-head.expected.json")));
+    let (_, text) = run(&["ok", "--expect-head", head]);
+    assert_eq!(text, expected("ok.expect-head.expected.txt"));
+    // A ledger file named directly is read the same way.
+    let (code, json) = run(&["ok/ledger.jsonl", "--json"]);
+    assert_eq!(code, 0);
+    assert!(json.contains("\"ledger_path\": \"ok/ledger.jsonl\""), "{json}");
+}

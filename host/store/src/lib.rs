@@ -5,7 +5,7 @@
 //! [`checkpoint`], [`provable`]). [`chain`] is the pure part (the line format and chain
 //! verification over bytes); [`log`] is the file adapter (exclusive lock,
 //! verify-once open, O(1) appends, durable group commit, torn-tail
-//! recovery).
+//! recovery). [`loop_ledger`] checks a bounded loop's lap ledger.
 //!
 //! It never runs nodes, calls plugins or reaches the network, and it never
 //! rewrites a recorded line: recovery only moves an incomplete tail aside.
@@ -18,6 +18,7 @@ mod durable;
 pub mod ledger;
 mod line;
 pub mod log;
+pub mod loop_ledger;
 pub mod merkle;
 pub mod provable;
 

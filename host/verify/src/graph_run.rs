@@ -1,0 +1,194 @@
+//! Graph run directories and controller event logs: the chain, the plan,
+//! the artifacts, the checkpoints (Merkle roots, signatures, the files they
+//! seal) and the approvals.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::{Check, EVENT_LOG, GraphReport, Options};
+
+/// A run directory, or (when `path` is a file) its event log alone plus the
+/// checkpoints and approvals beside it.
+pub fn verify(path: &Path, options: &Options) -> GraphReport {
+    let expect_head = options.expect_head.as_deref();
+    let key = options.verifier.as_ref();
+    let mut checks = Vec::new();
+    if path.is_dir() {
+        let log = path.join(EVENT_LOG);
+        if log.is_file() {
+            checks.push(Check::from_result("chain", verify_log(&log, expect_head)));
+        } else {
+            checks.push(Check::not_applicable("chain", "no controller-events.jsonl"));
+        }
+        if path.join("plan.json").is_file() {
+            checks.push(Check::from_result("plan", verify_plan(path)));
+        } else {
+            checks.push(Check::not_applicable("plan", "no plan.json"));
+        }
+        checks.push(Check::from_result(
+            "artifacts",
+            bl_store::verify_artifacts(&path.join("artifacts"))
+                .map(|n| format!("{n} objects match their digests")),
+        ));
+    } else {
+        checks.push(Check::from_result("chain", verify_log(path, expect_head)));
+    }
+    let run_dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    match bl_store::provable::verify_checkpoints(&run_dir, key) {
+        Ok(None) => {
+            checks.push(Check::not_applicable(
+                "merkle",
+                "no checkpoints/ beside the log",
+            ));
+            checks.push(Check::not_applicable(
+                "files",
+                "no checkpoint seals the run directory's files",
+            ));
+            checks.push(Check::not_applicable(
+                "signatures",
+                "no checkpoints to check",
+            ));
+        }
+        Ok(Some(report)) => {
+            checks.push(Check::from_result(
+                "merkle",
+                Ok(format!(
+                    "{} checkpoint(s) match the Merkle roots of the log",
+                    report.checked
+                )),
+            ));
+            checks.push(match report.files {
+                bl_store::provable::FilesSeal::Intact(n) => Check::from_result(
+                    "files",
+                    Ok(format!("{n} files are exactly as the last checkpoint seals them")),
+                ),
+                bl_store::provable::FilesSeal::Open { events_after } => Check::not_applicable(
+                    "files",
+                    &format!(
+                        "{events_after} events after the last checkpoint: files are sealed again at the next one"
+                    ),
+                ),
+            });
+            checks.push(if report.signatures_checked {
+                Check::from_result(
+                    "signatures",
+                    Ok(format!(
+                        "{} checkpoint(s) signed by the given key",
+                        report.checked
+                    )),
+                )
+            } else {
+                Check::not_applicable(
+                    "signatures",
+                    "no --pubkey given: the roots were checked, not who signed them",
+                )
+            });
+        }
+        Err(e) => checks.push(Check::from_result(
+            match e {
+                bl_store::provable::CheckpointError::Merkle(_) => "merkle",
+                bl_store::provable::CheckpointError::Signature(_) => "signatures",
+                bl_store::provable::CheckpointError::Files(_) => "files",
+            },
+            Err(e.to_string()),
+        )),
+    }
+    match bl_store::verify_approvals(&run_dir, key) {
+        Ok(None) => checks.push(Check::not_applicable("approvals", "no approvals.json")),
+        Ok(Some(report)) => checks.push(Check::from_result(
+            "approvals",
+            Ok(match &key {
+                Some(_) => format!(
+                    "{} decisions, {} signatures hold",
+                    report.decisions, report.signed
+                ),
+                None => format!(
+                    "{} decisions consistent; signatures not checked (no --pubkey)",
+                    report.decisions
+                ),
+            }),
+        )),
+        Err(e) => checks.push(Check::from_result("approvals", Err(e))),
+    }
+    GraphReport {
+        path: path.to_path_buf(),
+        checks,
+    }
+}
+
+fn verify_log(path: &Path, expect_head: Option<&str>) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (head, torn) =
+        bl_store::verify_chain(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(tail) = torn {
+        return Err(format!(
+            "{}: line {} is torn ({} bytes with no newline); `bl log recover {}` moves them aside",
+            path.display(),
+            tail.line,
+            tail.len,
+            path.display()
+        ));
+    }
+    if let Some(expected) = expect_head
+        && expected != head.hash
+    {
+        return Err(format!("head is {}, expected {expected}", head.hash));
+    }
+    Ok(format!("{} events, head {}", head.sequence, head.hash))
+}
+
+/// plan.json hashes to run-meta's plan_id, and the manifest and
+/// connections recompile to exactly those bytes.
+fn verify_plan(dir: &Path) -> Result<String, String> {
+    let plan = std::fs::read(dir.join("plan.json")).map_err(|e| format!("plan.json: {e}"))?;
+    let meta: Value = serde_json::from_slice(
+        &std::fs::read(dir.join("run-meta.json")).map_err(|e| format!("run-meta.json: {e}"))?,
+    )
+    .map_err(|e| format!("run-meta.json: {e}"))?;
+    let plan_id = format!("sha256:{}", bl_core::sha256_hex(&plan));
+    if meta["plan_id"].as_str() != Some(plan_id.as_str()) {
+        return Err(format!(
+            "plan.json hashes to {plan_id}, but run-meta.json field plan_id is {}",
+            meta["plan_id"]
+        ));
+    }
+    let manifest = std::fs::read_to_string(dir.join("manifest.yaml"))
+        .map_err(|e| format!("manifest.yaml: {e}"))?;
+    let graph = bl_graph::lint(&manifest, bl_graph::Format::Yaml)
+        .map_err(|r| format!("manifest.yaml: [{}] {} — {}", r.code, r.pointer, r.message))?;
+    let connections = match std::fs::read_to_string(dir.join("connections.json")) {
+        Ok(text) => {
+            let value: Value =
+                serde_json::from_str(&text).map_err(|e| format!("connections.json: {e}"))?;
+            Some(
+                bl_graph::parse_connections(&value)
+                    .map_err(|e| format!("connections.json: {e:?}"))?,
+            )
+        }
+        Err(_) => None,
+    };
+    let policy = meta["policy_digest"]
+        .as_str()
+        .unwrap_or(bl_graph::plan::DEFAULT_POLICY_DIGEST);
+    let input = bl_graph::CompileInput {
+        connections: connections.as_deref(),
+        available_packages: None,
+        policy_digest: policy,
+    };
+    let compiled = bl_graph::compile(&graph, &input)
+        .map_err(|e| format!("recompiling: [{}] {} — {}", e.code, e.pointer, e.message))?;
+    if compiled.bytes.as_bytes() != plan.as_slice() {
+        return Err(format!(
+            "manifest.yaml and connections.json compile to {}, not to plan.json",
+            compiled.plan_id
+        ));
+    }
+    Ok(format!(
+        "plan_id {plan_id} matches the manifest and connections"
+    ))
+}

@@ -1,0 +1,128 @@
+//! Offline verification of what a run left behind. This crate owns the
+//! decision of what `bl verify PATH` checks and what each check concluded;
+//! it reads files and never writes, runs or reaches the network.
+//!
+//! PATH may be a graph run directory, its `controller-events.jsonl`, a loop
+//! run directory (`ledger.jsonl` and `metadata.json`), a loop package (its
+//! `.ledger.jsonl`), or a loop ledger file. Every check that applies runs;
+//! the ones that cannot apply say why. The formats themselves live in
+//! `bl-store` (event chain, checkpoints, artifacts, approvals, loop
+//! ledgers) and `bl-graph` (recompiling the plan).
+
+mod graph_run;
+mod loop_run;
+
+use std::path::{Path, PathBuf};
+
+use bl_store::VerifierKey;
+
+pub use loop_run::{Anchor, LoopReport};
+
+/// What a check concluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    Fail,
+    NotApplicable,
+}
+
+/// One named check of a graph run and its finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+}
+
+impl Check {
+    fn from_result(name: &'static str, result: Result<String, String>) -> Check {
+        match result {
+            Ok(detail) => Check {
+                name,
+                status: Status::Ok,
+                detail,
+            },
+            Err(detail) => Check {
+                name,
+                status: Status::Fail,
+                detail,
+            },
+        }
+    }
+
+    fn not_applicable(name: &'static str, why: impl Into<String>) -> Check {
+        Check {
+            name,
+            status: Status::NotApplicable,
+            detail: why.into(),
+        }
+    }
+}
+
+/// The checks of a graph run directory or event log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphReport {
+    pub path: PathBuf,
+    pub checks: Vec<Check>,
+}
+
+impl GraphReport {
+    /// Every applicable check holds.
+    pub fn ok(&self) -> bool {
+        self.checks.iter().all(|c| c.status != Status::Fail)
+    }
+}
+
+/// What was verified, by kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    Graph(GraphReport),
+    Loop(LoopReport),
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        match self {
+            Report::Graph(report) => report.ok(),
+            Report::Loop(report) => report.verified(),
+        }
+    }
+}
+
+/// What the caller knows from outside the run directory.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The head hash recorded when the run ended (event or ledger head).
+    pub expect_head: Option<String>,
+    /// The key that must have signed the checkpoints and approvals.
+    pub verifier: Option<VerifierKey>,
+}
+
+pub const EVENT_LOG: &str = bl_store::provable::EVENTS_FILE;
+
+/// Verifies whatever `path` is (see the crate documentation).
+pub fn verify(path: &Path, options: &Options) -> Report {
+    if path.is_dir() {
+        if path.join(EVENT_LOG).is_file() || path.join("plan.json").is_file() {
+            return Report::Graph(graph_run::verify(path, options));
+        }
+        return Report::Loop(loop_run::verify(path, options));
+    }
+    if path.is_file() && is_event_log(path) {
+        return Report::Graph(graph_run::verify(path, options));
+    }
+    Report::Loop(loop_run::verify(path, options))
+}
+
+/// A controller event log by name, or by its first line's shape.
+fn is_event_log(path: &Path) -> bool {
+    if path.file_name().is_some_and(|n| n == EVENT_LOG) {
+        return true;
+    }
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    let first = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+    serde_json::from_slice::<serde_json::Value>(first)
+        .is_ok_and(|v| v.get("event_hash").is_some() && v.get("previous_hash").is_some())
+}
