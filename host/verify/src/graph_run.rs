@@ -69,7 +69,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
                 ),
                 bl_store::provable::FilesSeal::Open { events_after } => Check::not_applicable(
                     "files",
-                    &format!(
+                    format!(
                         "{events_after} events after the last checkpoint: files are sealed again at the next one"
                     ),
                 ),
