@@ -170,5 +170,8 @@ fn loop_ledgers_are_verified_as_bounded_loops_verifies_them() {
     // A ledger file named directly is read the same way.
     let (code, json) = run(&["ok/ledger.jsonl", "--json"]);
     assert_eq!(code, 0);
-    assert!(json.contains("\"ledger_path\": \"ok/ledger.jsonl\""), "{json}");
+    assert!(
+        json.contains("\"ledger_path\": \"ok/ledger.jsonl\""),
+        "{json}"
+    );
 }

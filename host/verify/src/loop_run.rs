@@ -75,7 +75,11 @@ impl LoopReport {
     /// `json.dumps` of dicts in insertion order, so the key order is fixed.
     pub fn to_json_text(&self) -> String {
         let text = |v: &str| bl_core::python_json(&Value::from(v));
-        let check = |name: &str, passed: bool, status: &str, witness: Option<&str>, detail: &str| {
+        let check = |name: &str,
+                     passed: bool,
+                     status: &str,
+                     witness: Option<&str>,
+                     detail: &str| {
             let witness = witness
                 .map(|w| format!(", \"witness\": {}", text(w)))
                 .unwrap_or_default();
