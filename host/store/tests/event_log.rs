@@ -210,3 +210,28 @@ fn a_torn_tail_is_reported_then_moved_aside_on_request() {
         9
     );
 }
+
+/// bl's writer, given the events bounded-loops recorded (same identity,
+/// keys, payloads and times), writes its log byte for byte: so what bl
+/// writes reads in bounded-loops' own tools exactly as their logs do.
+#[test]
+fn bl_writes_the_same_bytes_bounded_loops_wrote_for_the_same_events() {
+    let upstream = std::fs::read(upstream_log()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("controller-events.jsonl");
+    let mut log = EventLog::open(&path, identity()).unwrap();
+    let prefix = format!("{}:", identity().run_id);
+    for line in upstream.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let event: serde_json::Value = serde_json::from_slice(line).unwrap();
+        let key = event["idempotency_key"].as_str().unwrap();
+        log.append(
+            key.strip_prefix(&prefix).unwrap(),
+            event["event_type"].as_str().unwrap(),
+            &event["payload"],
+            event["timestamp"].as_str().unwrap(),
+        )
+        .unwrap();
+    }
+    drop(log);
+    assert_eq!(std::fs::read(&path).unwrap(), upstream);
+}
