@@ -8,12 +8,29 @@
 //! judged), host names are judged by name (`localhost`, `*.localhost`,
 //! `*.internal`), and every address is classified against the IANA IPv4 and
 //! IPv6 special-purpose registries, unwrapping IPv6 forms that carry an
-//! IPv4 address. Resolution, pinning and the forwarder build on it.
+//! IPv4 address ([`judge_url`], [`classify`]).
+//!
+//! On top of it: [`admitted`] reads admitted-connection records (the
+//! `--admitted` file), [`resolve`] resolves a host once (hickory) and pins
+//! its addresses, [`lease`] issues single-use, time- and effect-bound
+//! leases, and [`broker`] forwards one request per lease to the pinned
+//! addresses with the credential added on the broker's side.
 
 mod address;
+pub mod admitted;
+pub mod broker;
 mod check;
 mod destination;
+pub mod lease;
+pub mod resolve;
 
 pub use address::{AddressClass, classify};
+pub use admitted::{AdmittedConnection, AdmittedError, parse_admitted};
+pub use broker::{
+    Broker, BrokerLimits, Credential, CredentialSource, EgressAudit, EgressError, EgressEvent,
+    EnvCredentials, ForwardedResponse, MemoryAudit, OutboundRequest,
+};
 pub use check::{CheckReport, CheckedAddress, check, resolve};
 pub use destination::{Decision, Denial, Destination, HostKind, judge_address, judge_url};
+pub use lease::{Lease, LeaseBook, LeaseDenial};
+pub use resolve::{AddressPolicy, Pinned, Resolver, pin};
