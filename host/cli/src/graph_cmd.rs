@@ -44,6 +44,25 @@ pub enum GraphCommand {
     },
     /// Print a JSON Schema of the graph/v1 manifest, for editors.
     Schema,
+    /// Write the egress posture config (open, allowlist or broker) that
+    /// graph runs read: ~/.bounded-loops/egress.json, or --config, or
+    /// $BOUNDED_LOOPS_EGRESS_CONFIG. Written atomically with mode 0600.
+    Init {
+        /// open (the default): no cage; allowlist: only --allowlist hosts,
+        /// through a CONNECT proxy; broker: no network but the broker.
+        #[arg(long, value_parser = ["open", "allowlist", "broker"], default_value = "open")]
+        posture: String,
+        /// host[:port] to allow (repeatable, or comma-separated); port 443
+        /// when left out. Only with --posture allowlist.
+        #[arg(long)]
+        allowlist: Vec<String>,
+        /// Replace an existing config without asking.
+        #[arg(long)]
+        yes: bool,
+        /// Write here instead of the default path.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 pub fn run(cmd: GraphCommand) -> u8 {
@@ -63,6 +82,12 @@ pub fn run(cmd: GraphCommand) -> u8 {
             json,
         ),
         GraphCommand::Digest { loop_dir, json } => digest(&loop_dir, json),
+        GraphCommand::Init {
+            posture,
+            allowlist,
+            yes,
+            config,
+        } => init(&posture, &allowlist, yes, config),
         GraphCommand::Schema => {
             println!(
                 "{}",
@@ -421,6 +446,50 @@ fn digest(dir: &Path, as_json: bool) -> u8 {
         }
         Err(e) => {
             eprintln!("error: graph digest: {}: {e}", dir.display());
+            2
+        }
+    }
+}
+
+fn init(posture: &str, allowlist: &[String], yes: bool, config: Option<PathBuf>) -> u8 {
+    use bl_egress::posture::{EgressConfig, Posture, default_config_path, write_config};
+    let result = Posture::parse(posture)
+        .and_then(|posture| EgressConfig::new(posture, allowlist))
+        .and_then(|egress| {
+            let env = |name: &str| std::env::var(name).ok();
+            let default = default_config_path(env);
+            let path = config
+                .clone()
+                .or(default.clone())
+                .ok_or("no HOME and no --config: say where the egress config goes".to_string())?;
+            write_config(&path, &egress, yes)?;
+            Ok((egress, path, default))
+        });
+    match result {
+        Ok((egress, path, default)) => {
+            println!("Wrote {}", path.display());
+            let allowed: Vec<String> = egress.allowed().iter().map(|h| h.to_string()).collect();
+            if allowed.is_empty() {
+                println!("Posture: {}.", egress.posture.as_str());
+            } else {
+                println!(
+                    "Posture: {}, allowing {}.",
+                    egress.posture.as_str(),
+                    allowed.join(", ")
+                );
+            }
+            if default.as_deref() != Some(path.as_path()) {
+                println!(
+                    "NOTE: {} is not the default path; runs read it only with {}={}",
+                    path.display(),
+                    bl_egress::posture::CONFIG_VAR,
+                    path.display()
+                );
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("error: graph init: {e}");
             2
         }
     }

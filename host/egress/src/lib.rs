@@ -22,6 +22,7 @@ pub mod broker;
 mod check;
 mod destination;
 pub mod lease;
+pub mod posture;
 pub mod resolve;
 
 pub use address::{AddressClass, classify};
