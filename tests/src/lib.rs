@@ -109,3 +109,28 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Whether bubblewrap can cage a command on this machine (it cannot in
+/// some containers). Says so on stderr when it cannot, so a skip is loud.
+pub fn cage_works() -> bool {
+    let ws = tempfile::tempdir().expect("a temporary directory");
+    let out = std::process::Command::new(bl_binary())
+        .args([
+            "sandbox",
+            "run",
+            "--isolation",
+            "container_restricted",
+            "--workspace",
+        ])
+        .arg(ws.path())
+        .args(["--", "true"])
+        .output()
+        .expect("bl runs");
+    if !out.status.success() {
+        eprintln!(
+            "SKIPPED: bubblewrap cannot run on this machine: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out.status.success()
+}

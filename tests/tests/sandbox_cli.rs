@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use bl_e2e::bl_binary;
+use bl_e2e::{bl_binary, cage_works};
 use serde_json::Value;
 
 fn bl(args: &[&str]) -> (i32, String, String) {
@@ -13,24 +13,6 @@ fn bl(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn cage_works() -> bool {
-    let ws = tempfile::tempdir().unwrap();
-    let (code, _, err) = bl(&[
-        "sandbox",
-        "run",
-        "--isolation",
-        "container_restricted",
-        "--workspace",
-        ws.path().to_str().unwrap(),
-        "--",
-        "true",
-    ]);
-    if code != 0 {
-        eprintln!("SKIPPED: bubblewrap cannot run on this machine: {err}");
-    }
-    code == 0
 }
 
 #[test]

@@ -31,6 +31,18 @@ pub enum SandboxCommand {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Inside a sandbox with the allowlist posture: relay TCP connections on
+    /// --listen to the egress proxy's unix socket, and run CMD with
+    /// HTTPS_PROXY (and friends) pointing at --listen. Used by bl itself.
+    #[command(hide = true)]
+    Bridge {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        listen: String,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Prove the sandbox denies what it must: a process inside tries the
     /// network and a write outside its workspace, and an independent check
     /// passes only if the OS denied both. Exit 0 pass, 1 fail, 125 refused.
@@ -60,7 +72,104 @@ pub fn run(cmd: SandboxCommand) -> u8 {
             isolation,
             json,
         } => probe(out, &isolation, json),
+        SandboxCommand::Bridge {
+            socket,
+            listen,
+            command,
+        } => bridge(socket, &listen, command),
     }
+}
+
+fn bridge(socket: PathBuf, listen: &str, command: Vec<String>) -> u8 {
+    let listener = match std::net::TcpListener::bind(listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: sandbox bridge: listening on {listen}: {e}");
+            return REFUSED;
+        }
+    };
+    std::thread::spawn(move || bl_egress::proxy::bridge(listener, socket));
+    let proxy = format!("http://{listen}");
+    let mut child = std::process::Command::new(&command[0]);
+    child.args(&command[1..]);
+    for name in [
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "ALL_PROXY",
+        "https_proxy",
+        "http_proxy",
+        "all_proxy",
+    ] {
+        child.env(name, &proxy);
+    }
+    child.env_remove("NO_PROXY").env_remove("no_proxy");
+    match child.status() {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            match (status.code(), status.signal()) {
+                (Some(code), _) => code.clamp(0, 255) as u8,
+                (None, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
+                _ => 1,
+            }
+        }
+        Err(e) => {
+            eprintln!("error: sandbox bridge: {}: {e}", command[0]);
+            127
+        }
+    }
+}
+
+/// The egress posture for `bl sandbox run`: with `allowlist`, a CONNECT
+/// proxy (production address policy) on a private unix socket, served from
+/// a background thread for as long as the returned guard lives.
+struct ProxyGuard {
+    _dir: tempfile::TempDir,
+    bridge: bl_sandbox::EgressBridge,
+}
+
+fn start_allowlist_proxy(tier: Tier) -> Result<Option<ProxyGuard>, String> {
+    use bl_egress::posture::{Posture, resolve_posture};
+    let config = resolve_posture(|name| std::env::var(name).ok())?;
+    match config.posture {
+        Posture::Open => return Ok(None),
+        Posture::Broker if tier == Tier::ContainerRestricted => return Ok(None),
+        Posture::Broker => {
+            return Err(format!(
+                "the broker posture gives a node no network of its own: run it container_restricted, not {}",
+                tier.name()
+            ));
+        }
+        Posture::Allowlist => {}
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("bl-egress-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let socket = dir.path().join("egress.sock");
+    let resolver = bl_egress::Resolver::system()?;
+    let proxy = std::sync::Arc::new(bl_egress::proxy::ConnectProxy::new(
+        config.allowed(),
+        bl_egress::AddressPolicy::production(),
+        resolver,
+    ));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let listener = {
+        let _entered = runtime.enter();
+        bl_egress::proxy::ConnectProxy::bind(&socket)
+            .map_err(|e| format!("{}: {e}", socket.display()))?
+    };
+    std::thread::spawn(move || runtime.block_on(proxy.serve(listener, None)));
+    let bridge_binary = std::env::current_exe().map_err(|e| e.to_string())?;
+    Ok(Some(ProxyGuard {
+        _dir: dir,
+        bridge: bl_sandbox::EgressBridge {
+            proxy_socket: socket,
+            bridge_binary,
+        },
+    }))
 }
 
 fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> u8 {
@@ -128,7 +237,18 @@ fn run_command(
         timeout: Duration::from_secs(timeout_s),
         output_cap: 4 << 20,
     };
-    match Sandbox::new(tier).run(&spec) {
+    let proxy = match start_allowlist_proxy(tier) {
+        Ok(proxy) => proxy,
+        Err(e) => {
+            eprintln!("error: sandbox refused: egress posture: {e}");
+            return REFUSED;
+        }
+    };
+    let mut sandbox = Sandbox::new(tier);
+    if let Some(guard) = &proxy {
+        sandbox = sandbox.with_egress(guard.bridge.clone());
+    }
+    match sandbox.run(&spec) {
         Ok(result) => {
             let _ = std::io::stdout().write_all(&result.stdout_tail);
             let _ = std::io::stderr().write_all(&result.stderr_tail);

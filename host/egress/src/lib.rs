@@ -23,6 +23,7 @@ mod check;
 mod destination;
 pub mod lease;
 pub mod posture;
+pub mod proxy;
 pub mod resolve;
 
 pub use address::{AddressClass, classify};

@@ -72,7 +72,22 @@ const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib6
 pub struct Sandbox {
     tier: Tier,
     bwrap: Option<PathBuf>,
+    egress: Option<EgressBridge>,
 }
+
+/// The allowlist posture's way out of a caged network: the host's CONNECT
+/// proxy socket, bind-mounted into the sandbox, and the `bl` binary that
+/// bridges a loopback port inside the sandbox to it (`bl sandbox bridge`).
+#[derive(Debug, Clone)]
+pub struct EgressBridge {
+    pub proxy_socket: PathBuf,
+    pub bridge_binary: PathBuf,
+}
+
+/// Where the bridge sits inside the sandbox.
+pub const PROXY_SOCKET_INSIDE: &str = "/run/bl/egress.sock";
+pub const BRIDGE_BINARY_INSIDE: &str = "/run/bl/bl";
+pub const PROXY_LISTEN_INSIDE: &str = "127.0.0.1:3128";
 
 impl Sandbox {
     /// A runner for `tier`, finding bwrap on the usual paths for the tiers
@@ -82,7 +97,19 @@ impl Sandbox {
             .iter()
             .map(PathBuf::from)
             .find(|p| p.is_file());
-        Sandbox { tier, bwrap }
+        Sandbox {
+            tier,
+            bwrap,
+            egress: None,
+        }
+    }
+
+    /// The same runner, with the sandbox's only network being `bridge`'s
+    /// proxy (container_restricted only: the other tiers share too much of
+    /// the host to give a guarantee).
+    pub fn with_egress(mut self, bridge: EgressBridge) -> Self {
+        self.egress = Some(bridge);
+        self
     }
 
     /// A runner that uses the bwrap at `bwrap` (`None`: this machine has none).
@@ -90,6 +117,7 @@ impl Sandbox {
         Sandbox {
             tier,
             bwrap: bwrap.filter(|p| p.is_file()),
+            egress: None,
         }
     }
 
@@ -179,7 +207,39 @@ impl Sandbox {
             }
             Tier::WorkspaceOnly | Tier::CustomerManagedWorker => unreachable!("not caged"),
         }
+        if let Some(bridge) = &self.egress {
+            if self.tier != Tier::ContainerRestricted {
+                return Err(CommandError::Denied(format!(
+                    "the allowlist egress posture needs the container_restricted tier, not {}",
+                    self.tier.name()
+                )));
+            }
+            let socket = bridge.proxy_socket.display().to_string();
+            let binary = bridge.bridge_binary.display().to_string();
+            push(&[
+                "--dir",
+                "/run/bl",
+                "--bind",
+                &socket,
+                PROXY_SOCKET_INSIDE,
+                "--ro-bind",
+                &binary,
+                BRIDGE_BINARY_INSIDE,
+            ]);
+        }
         push(&["--chdir", &ws_s, "--"]);
+        if self.egress.is_some() {
+            push(&[
+                BRIDGE_BINARY_INSIDE,
+                "sandbox",
+                "bridge",
+                "--socket",
+                PROXY_SOCKET_INSIDE,
+                "--listen",
+                PROXY_LISTEN_INSIDE,
+                "--",
+            ]);
+        }
         Ok(args)
     }
 }

@@ -15,6 +15,9 @@ pub mod seatbelt;
 mod subprocess;
 mod tail;
 
-pub use bubblewrap::{PROTECTED, Sandbox, Tier};
+pub use bubblewrap::{
+    BRIDGE_BINARY_INSIDE, EgressBridge, PROTECTED, PROXY_LISTEN_INSIDE, PROXY_SOCKET_INSIDE,
+    Sandbox, Tier,
+};
 pub use subprocess::Subprocess;
 pub use tail::TailBuffer;
