@@ -107,3 +107,65 @@ fn graph_init_writes_the_posture_config_privately() {
     assert!(err.contains("symlink"), "{err}");
     assert!(std::fs::read_to_string(&path).unwrap().contains("open"));
 }
+
+/// `bl egress send` in production: records are checked as bounded-loops
+/// checks them, loopback and private endpoints and plain http are refused
+/// before anything connects, and the credential never appears in output.
+#[test]
+fn egress_send_refuses_before_connecting_and_never_prints_the_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = |host: &str, scheme: &str| {
+        serde_json::json!({"c1": {
+            "allowed_effect": "read_only", "connection_id": "c1",
+            "credential_env_var_name": "BL_TEST_SEND_KEY", "endpoint_host": host,
+            "endpoint_path": "/v1/chat", "endpoint_scheme": scheme,
+            "expires_at": "2099-01-01T00:00:00Z", "request_style": "openai_chat",
+            "route_policy": {"policy_digest": "d", "data_class_max": "public",
+                "allowed_providers": ["p"], "allowed_models": ["m"], "allowed_regions": ["r"]}
+        }})
+    };
+    let send = |admitted: &serde_json::Value| {
+        let path = dir.path().join("admitted.json");
+        std::fs::write(&path, admitted.to_string()).unwrap();
+        let out = Command::new(bl_binary())
+            .args(["egress", "send", "--connection", "c1", "--admitted"])
+            .arg(&path)
+            .env("BL_TEST_SEND_KEY", "sk-live-do-not-print")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!text.contains("sk-live-do-not-print"), "{text}");
+        (out.status.code().unwrap(), text)
+    };
+    for (host, scheme, expected) in [
+        ("127.0.0.1:8080", "https", "loopback"),
+        ("10.1.2.3", "https", "private"),
+        ("169.254.169.254", "https", "link_local"),
+        ("api.example.com", "http", "only ever sent over https"),
+        ("metadata.internal", "https", "internal network"),
+    ] {
+        let (code, text) = send(&record(host, scheme));
+        assert_eq!(code, 2, "{host}: {text}");
+        assert!(text.contains(expected), "{host}: {text}");
+        assert!(
+            text.contains("BL_EGRESS {\"kind\":\"lease.issued\""),
+            "{text}"
+        );
+        assert!(text.contains("\"kind\":\"egress.denied\""), "{text}");
+    }
+    let mut bad = record("api.example.com", "https");
+    bad["c1"]["credential_env_var_name"] = serde_json::json!("sk-abc");
+    let (code, text) = send(&bad);
+    assert_eq!(code, 2);
+    assert!(
+        text.contains("error: egress send: invalid --admitted record \u{2014} [secret_value] /admitted_connection/credential_env_var_name"),
+        "{text}"
+    );
+    let (code, text) = send(&serde_json::json!([]));
+    assert_eq!(code, 2);
+    assert!(text.contains("--admitted must be a JSON object"), "{text}");
+}

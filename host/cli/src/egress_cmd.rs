@@ -1,4 +1,10 @@
 //! `bl egress check URL`: would the broker let a request go there?
+//! `bl egress send`: one request through the broker, as an https connector
+//! node's would go.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Subcommand;
 
@@ -11,11 +17,44 @@ pub enum EgressCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Send one request to an admitted connection's endpoint through the
+    /// broker: a single-use lease, the destination resolved once and pinned,
+    /// the credential read from the environment variable the record names
+    /// and added here, redirects re-checked, the response capped. Prints the
+    /// response body; the broker's decisions go to stderr as `BL_EGRESS`
+    /// lines. Exit 0 on a 2xx answer, 1 on another answer, 2 when refused.
+    Send {
+        /// The admitted-connection records (`{connection_id: record}`).
+        #[arg(long)]
+        admitted: PathBuf,
+        #[arg(long)]
+        connection: String,
+        /// The request body: JSON text, or @FILE.
+        #[arg(long, default_value = "{}")]
+        body: String,
+        #[arg(long, default_value_t = 120)]
+        timeout_s: u64,
+        /// The largest response accepted, in bytes.
+        #[arg(long, default_value_t = 8 << 20)]
+        max_bytes: usize,
+    },
 }
 
 pub fn run(cmd: EgressCommand) -> u8 {
-    let EgressCommand::Check { url, json } = cmd;
-    let report = bl_egress::check(&url);
+    match cmd {
+        EgressCommand::Check { url, json } => check(&url, json),
+        EgressCommand::Send {
+            admitted,
+            connection,
+            body,
+            timeout_s,
+            max_bytes,
+        } => send(&admitted, &connection, &body, timeout_s, max_bytes),
+    }
+}
+
+fn check(url: &str, json: bool) -> u8 {
+    let report = bl_egress::check(url);
     if json {
         println!(
             "{}",
@@ -31,4 +70,107 @@ pub fn run(cmd: EgressCommand) -> u8 {
         }
     }
     if report.allow { 0 } else { 1 }
+}
+
+/// Prints each broker decision as it happens.
+struct StderrAudit;
+
+impl bl_egress::EgressAudit for StderrAudit {
+    fn record(&self, event: bl_egress::EgressEvent) {
+        eprintln!(
+            "BL_EGRESS {}",
+            serde_json::to_string(&event).expect("events serialize")
+        );
+    }
+}
+
+fn send(
+    admitted: &std::path::Path,
+    connection: &str,
+    body: &str,
+    timeout_s: u64,
+    max_bytes: usize,
+) -> u8 {
+    let records = std::fs::read_to_string(admitted)
+        .map_err(|e| format!("{}: {e}", admitted.display()))
+        .and_then(|text| {
+            serde_json::from_str(&text)
+                .map_err(|e| format!("{}: not JSON: {e}", admitted.display()))
+        })
+        .and_then(|value| {
+            bl_egress::parse_admitted(&value)
+                .map_err(|e| format!("invalid --admitted record \u{2014} {e}"))
+        });
+    let records = match records {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: egress send: {e}");
+            return 2;
+        }
+    };
+    let body = match body.strip_prefix('@') {
+        Some(path) => match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                eprintln!("error: egress send: {path}: {e}");
+                return 2;
+            }
+        },
+        None => body.as_bytes().to_vec(),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: egress send: {e}");
+            return 2;
+        }
+    };
+    let result = runtime.block_on(async {
+        let resolver = bl_egress::Resolver::system()?;
+        let broker = bl_egress::Broker::new(
+            records,
+            resolver,
+            bl_egress::AddressPolicy::production(),
+            bl_egress::BrokerLimits {
+                response_bytes: max_bytes,
+                timeout: Duration::from_secs(timeout_s),
+                ..bl_egress::BrokerLimits::default()
+            },
+            Box::new(bl_egress::EnvCredentials),
+            Arc::new(StderrAudit),
+        );
+        let lease = broker
+            .issue_lease(connection, Duration::from_secs(timeout_s + 5))
+            .map_err(|e| e.to_string())?;
+        broker
+            .forward(
+                &lease.id,
+                &lease.effect,
+                bl_egress::OutboundRequest {
+                    method: "POST".into(),
+                    content_type: Some("application/json".into()),
+                    body,
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(response) => {
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(&response.body);
+            if (200..300).contains(&response.status) {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("error: egress send: {e}");
+            2
+        }
+    }
 }

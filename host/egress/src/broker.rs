@@ -328,17 +328,31 @@ impl Broker {
         effect: &str,
         request: OutboundRequest,
     ) -> Result<ForwardedResponse, EgressError> {
-        let (lease, pinned) = self.authorize(lease_id, effect).await?;
-        let connection = self.connection(&lease.connection_id)?;
+        // The credential must exist before the lease is used: a request
+        // refused for want of it leaves the lease usable.
+        let open = self
+            .leases
+            .check(lease_id, effect, SystemTime::now())
+            .map_err(|denial| {
+                self.record(
+                    "egress.denied",
+                    "-",
+                    Some(lease_id),
+                    json!({"reason": denial.to_string()}),
+                );
+                EgressError::Lease(denial)
+            })?;
+        let connection = self.connection(&open.connection_id)?;
         let credential = self
             .credentials
             .credential(&connection.credential_env_var_name)
             .ok_or_else(|| {
                 self.deny(
-                    &lease,
+                    &open,
                     EgressError::NoCredential(connection.credential_env_var_name.clone()),
                 )
             })?;
+        let (lease, pinned) = self.authorize(lease_id, effect).await?;
         let timeout = self.limits.timeout;
         let result =
             tokio::time::timeout(timeout, self.follow(&lease, pinned, credential, request))

@@ -530,3 +530,36 @@ fn unknown_and_expired_connections_get_no_lease() {
         Err(EgressError::ConnectionExpired { .. })
     ));
 }
+
+/// A request refused because the credential's variable is empty leaves the
+/// lease usable, and says which variable to set.
+#[tokio::test]
+async fn a_missing_credential_is_named_and_does_not_use_the_lease() {
+    let dns = dns_server(vec![LOOPBACK]).await;
+    let (port, seen) = http_server().await;
+    let admitted = parse_admitted(&json!({"c1": {
+        "allowed_effect": "read_only", "connection_id": "c1",
+        "credential_env_var_name": "UNSET_KEY", "endpoint_host": format!("api.test:{port}"),
+        "endpoint_path": "/v1/chat", "endpoint_scheme": "http",
+        "expires_at": "2099-01-01T00:00:00Z", "request_style": "openai_chat",
+        "route_policy": {"policy_digest": "d", "data_class_max": "public",
+            "allowed_providers": ["p"], "allowed_models": ["m"], "allowed_regions": ["r"]}
+    }}))
+    .unwrap();
+    let broker = Broker::new(
+        admitted,
+        Resolver::with_name_server(dns.addr),
+        loopback(),
+        BrokerLimits::default(),
+        Box::new(FixedCredentials),
+        Arc::new(MemoryAudit::default()),
+    );
+    let lease = broker.issue_lease("c1", Duration::from_secs(60)).unwrap();
+    let refused = broker.forward(&lease.id, "read_only", post("{}")).await;
+    assert_eq!(refused, Err(EgressError::NoCredential("UNSET_KEY".into())));
+    assert!(seen.lock().unwrap().is_empty());
+    assert!(
+        broker.authorize(&lease.id, "read_only").await.is_ok(),
+        "the lease was used"
+    );
+}
