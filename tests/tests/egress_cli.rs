@@ -169,3 +169,96 @@ fn egress_send_refuses_before_connecting_and_never_prints_the_credential() {
     assert_eq!(code, 2);
     assert!(text.contains("--admitted must be a JSON object"), "{text}");
 }
+
+/// With `--run-dir`, every broker decision lands in the run's
+/// `egress-events.jsonl` (the run's identity, hash-chained), which
+/// `bl verify` checks with the rest of the run.
+#[test]
+fn egress_send_records_its_decisions_in_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    bl_e2e::copy_tree(
+        &bl_e2e::repo_root().join("tests/corpus/runs/upstream-demo"),
+        &run,
+    );
+    let admitted = dir.path().join("admitted.json");
+    std::fs::write(
+        &admitted,
+        serde_json::json!({"c1": {
+            "allowed_effect": "read_only", "connection_id": "c1",
+            "credential_env_var_name": "BL_TEST_SEND_KEY", "endpoint_host": "10.9.8.7",
+            "endpoint_path": "/v1/chat", "endpoint_scheme": "https",
+            "expires_at": "2099-01-01T00:00:00Z", "request_style": "openai_chat",
+            "route_policy": {"policy_digest": "d", "data_class_max": "public",
+                "allowed_providers": ["p"], "allowed_models": ["m"], "allowed_regions": ["r"]}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let out = Command::new(bl_binary())
+            .args(["egress", "send", "--connection", "c1", "--admitted"])
+            .arg(&admitted)
+            .arg("--run-dir")
+            .arg(&run)
+            .env("BL_TEST_SEND_KEY", "sk-live-do-not-print")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+    }
+    let log = std::fs::read_to_string(run.join("egress-events.jsonl")).unwrap();
+    let kinds: Vec<String> = log
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["event_type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "lease.issued",
+            "egress.denied",
+            "lease.issued",
+            "egress.denied"
+        ]
+    );
+    assert!(!log.contains("sk-live-do-not-print"));
+    assert!(log.contains("\"run_id\":\"demo-run-1\""));
+
+    let verify = |run: &std::path::Path| {
+        let out = Command::new(bl_binary())
+            .args(["verify", "--json"])
+            .arg(run)
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let egress = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "egress")
+            .unwrap()
+            .clone();
+        (out.status.code().unwrap(), egress)
+    };
+    let (code, egress) = verify(&run);
+    assert_eq!(code, 0, "{egress}");
+    assert!(
+        egress["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("4 broker decisions"),
+        "{egress}"
+    );
+    let tampered = log.replacen("egress.denied", "egress.dEnied", 1);
+    std::fs::write(run.join("egress-events.jsonl"), tampered).unwrap();
+    let (code, egress) = verify(&run);
+    assert_eq!(
+        (code, egress["status"].as_str()),
+        (1, Some("fail")),
+        "{egress}"
+    );
+}

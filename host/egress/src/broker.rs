@@ -59,10 +59,11 @@ pub struct EgressEvent {
     pub detail: Value,
 }
 
-/// Where the broker's decisions go (the executor appends them to the run's
-/// event record).
+/// Where the broker's decisions go (a run's `egress-events.jsonl`). A
+/// decision that lets a request out must be recorded first: if recording
+/// `egress.authorized` or `egress.redirect` fails, the request is not sent.
 pub trait EgressAudit: Send + Sync {
-    fn record(&self, event: EgressEvent);
+    fn record(&self, event: EgressEvent) -> Result<(), String>;
 }
 
 /// Keeps events in memory (tests, and callers that copy them elsewhere).
@@ -78,8 +79,9 @@ impl MemoryAudit {
 }
 
 impl EgressAudit for MemoryAudit {
-    fn record(&self, event: EgressEvent) {
+    fn record(&self, event: EgressEvent) -> Result<(), String> {
         self.events.lock().expect("audit lock").push(event);
+        Ok(())
     }
 }
 
@@ -127,6 +129,8 @@ pub enum EgressError {
     Timeout(Duration),
     #[error("request failed: {0}")]
     Http(String),
+    #[error("the decision could not be recorded, so the request was not sent: {0}")]
+    Unrecorded(String),
 }
 
 /// What the node asks to send: a body, to its connection's endpoint.
@@ -156,37 +160,9 @@ pub struct Broker {
     audit: Arc<dyn EgressAudit>,
 }
 
-/// RFC 3339 `YYYY-MM-DDTHH:MM:SSZ` as seconds since the epoch.
+/// An RFC 3339 time (`2027-01-01T00:00:00Z`), as admitted records write it.
 fn parse_utc(text: &str) -> Option<SystemTime> {
-    let b = text.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || b[10] != b'T'
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !text[19..].starts_with(['Z', '.', '+']) || !(1..=12).contains(&mo) || !(1..=31).contains(&d)
-    {
-        return None;
-    }
-    // Days from the civil date (proleptic Gregorian), Howard Hinnant's method.
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + h * 3600 + mi * 60 + s;
-    u64::try_from(secs)
-        .ok()
-        .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
+    humantime::parse_rfc3339_weak(text).ok()
 }
 
 impl Broker {
@@ -215,13 +191,15 @@ impl Broker {
         connection_id: &str,
         lease_id: Option<&str>,
         detail: Value,
-    ) {
-        self.audit.record(EgressEvent {
-            kind,
-            connection_id: connection_id.to_string(),
-            lease_id: lease_id.map(str::to_string),
-            detail,
-        });
+    ) -> Result<(), EgressError> {
+        self.audit
+            .record(EgressEvent {
+                kind,
+                connection_id: connection_id.to_string(),
+                lease_id: lease_id.map(str::to_string),
+                detail,
+            })
+            .map_err(EgressError::Unrecorded)
     }
 
     fn connection(&self, id: &str) -> Result<&AdmittedConnection, EgressError> {
@@ -242,7 +220,7 @@ impl Broker {
                 connection_id: connection_id.to_string(),
                 expires_at: connection.expires_at.clone(),
             };
-            self.record(
+            let _ = self.record(
                 "egress.denied",
                 connection_id,
                 None,
@@ -263,12 +241,12 @@ impl Broker {
             connection_id,
             Some(&lease.id),
             json!({"effect": lease.effect, "ttl_ms": ttl.as_millis() as u64}),
-        );
+        )?;
         Ok(lease)
     }
 
     fn deny(&self, lease: &Lease, error: EgressError) -> EgressError {
-        self.record(
+        let _ = self.record(
             "egress.denied",
             &lease.connection_id,
             Some(&lease.id),
@@ -287,7 +265,7 @@ impl Broker {
     ) -> Result<(Lease, Pinned), EgressError> {
         let now = SystemTime::now();
         let lease = self.leases.check(lease_id, effect, now).map_err(|denial| {
-            self.record(
+            let _ = self.record(
                 "egress.denied",
                 "-",
                 Some(lease_id),
@@ -316,7 +294,7 @@ impl Broker {
             &lease.connection_id,
             Some(&lease.id),
             json!({"url": pinned.destination.url, "pinned": addresses, "effect": effect}),
-        );
+        )?;
         Ok((lease, pinned))
     }
 
@@ -334,7 +312,7 @@ impl Broker {
             .leases
             .check(lease_id, effect, SystemTime::now())
             .map_err(|denial| {
-                self.record(
+                let _ = self.record(
                     "egress.denied",
                     "-",
                     Some(lease_id),
@@ -358,18 +336,21 @@ impl Broker {
             tokio::time::timeout(timeout, self.follow(&lease, pinned, credential, request))
                 .await
                 .unwrap_or(Err(EgressError::Timeout(timeout)));
-        match &result {
-            Ok(response) => self.record(
-                "egress.completed",
-                &lease.connection_id,
-                Some(&lease.id),
-                json!({"status": response.status, "bytes": response.body.len(), "url": response.url}),
-            ),
-            Err(error) => {
-                self.deny(&lease, error.clone());
+        match result {
+            Ok(response) => {
+                // The run must know the effect happened; if that cannot be
+                // recorded, the caller gets an error rather than a silent
+                // success.
+                self.record(
+                    "egress.completed",
+                    &lease.connection_id,
+                    Some(&lease.id),
+                    json!({"status": response.status, "bytes": response.body.len(), "url": response.url}),
+                )?;
+                Ok(response)
             }
+            Err(error) => Err(self.deny(&lease, error)),
         }
-        result
     }
 
     async fn follow(
@@ -433,7 +414,7 @@ impl Broker {
                     &lease.connection_id,
                     Some(&lease.id),
                     json!({"status": status.as_u16(), "url": pinned.destination.url, "pinned": addresses}),
-                );
+                )?;
                 if !matches!(status.as_u16(), 307 | 308) {
                     method = "GET".to_string();
                     body = None;

@@ -563,3 +563,41 @@ async fn a_missing_credential_is_named_and_does_not_use_the_lease() {
         "the lease was used"
     );
 }
+
+/// A decision that cannot be recorded lets nothing out: the request is not
+/// sent when `egress.authorized` fails to reach the run's record.
+#[tokio::test]
+async fn an_authorization_that_cannot_be_recorded_sends_nothing() {
+    struct RefusingAudit;
+    impl bl_egress::EgressAudit for RefusingAudit {
+        fn record(&self, event: bl_egress::EgressEvent) -> Result<(), String> {
+            match event.kind {
+                "egress.authorized" => Err("disk full".into()),
+                _ => Ok(()),
+            }
+        }
+    }
+    let dns = dns_server(vec![LOOPBACK]).await;
+    let (port, seen) = http_server().await;
+    let admitted = parse_admitted(&json!({"c1": {
+        "allowed_effect": "read_only", "connection_id": "c1",
+        "credential_env_var_name": "TEST_API_KEY", "endpoint_host": format!("api.test:{port}"),
+        "endpoint_path": "/v1/chat", "endpoint_scheme": "http",
+        "expires_at": "2099-01-01T00:00:00Z", "request_style": "openai_chat",
+        "route_policy": {"policy_digest": "d", "data_class_max": "public",
+            "allowed_providers": ["p"], "allowed_models": ["m"], "allowed_regions": ["r"]}
+    }}))
+    .unwrap();
+    let broker = Broker::new(
+        admitted,
+        Resolver::with_name_server(dns.addr),
+        loopback(),
+        BrokerLimits::default(),
+        Box::new(FixedCredentials),
+        Arc::new(RefusingAudit),
+    );
+    let lease = broker.issue_lease("c1", Duration::from_secs(60)).unwrap();
+    let result = broker.forward(&lease.id, "read_only", post("{}")).await;
+    assert_eq!(result, Err(EgressError::Unrecorded("disk full".into())));
+    assert!(seen.lock().unwrap().is_empty(), "a request left unrecorded");
+}

@@ -8,6 +8,40 @@ use serde_json::Value;
 
 use crate::{Check, EVENT_LOG, GraphReport, Options};
 
+/// The broker's decisions for a run, in the event log's format.
+pub const EGRESS_EVENTS: &str = "egress-events.jsonl";
+
+/// The egress record's own chain, and that it belongs to this run.
+fn verify_egress_log(controller: &Path, egress: &Path) -> Result<String, String> {
+    let read = |path: &Path| {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let (head, torn) =
+            bl_store::verify_chain(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        match torn {
+            Some(tail) => Err(format!("{}: line {} is torn", path.display(), tail.line)),
+            None => Ok(head),
+        }
+    };
+    let head = read(egress)?;
+    if head.sequence == 0 {
+        return Ok("no broker decisions recorded".into());
+    }
+    let run = read(controller)
+        .ok()
+        .and_then(|h| h.identity)
+        .ok_or_else(|| "the controller log has no identity to compare with".to_string())?;
+    if head.identity.as_ref() != Some(&run) {
+        return Err(format!(
+            "{} belongs to another run than controller-events.jsonl",
+            egress.display()
+        ));
+    }
+    Ok(format!(
+        "{} broker decisions, head {}",
+        head.sequence, head.hash
+    ))
+}
+
 /// A run directory, or (when `path` is a file) its event log alone plus the
 /// checkpoints and approvals beside it.
 pub fn verify(path: &Path, options: &Options) -> GraphReport {
@@ -20,6 +54,18 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
             checks.push(Check::from_result("chain", verify_log(&log, expect_head)));
         } else {
             checks.push(Check::not_applicable("chain", "no controller-events.jsonl"));
+        }
+        let egress = path.join(EGRESS_EVENTS);
+        if egress.is_file() {
+            checks.push(Check::from_result(
+                "egress",
+                verify_egress_log(&log, &egress),
+            ));
+        } else {
+            checks.push(Check::not_applicable(
+                "egress",
+                "no egress-events.jsonl (no broker request)",
+            ));
         }
         if path.join("plan.json").is_file() {
             checks.push(Check::from_result("plan", verify_plan(path)));
