@@ -6,12 +6,39 @@ use serde_json::{Value, json};
 
 use crate::model::*;
 
+/// A pattern matching any of `words` in any letter case, with blanks
+/// around (JSON Schema patterns have no case-insensitive flag).
+fn any_case_word(words: &[&str]) -> String {
+    let alternatives: Vec<String> = words
+        .iter()
+        .map(|w| {
+            w.chars()
+                .map(|c| format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase()))
+                .collect()
+        })
+        .collect();
+    format!("^\\s*({})\\s*$", alternatives.join("|"))
+}
+
 pub fn manifest_schema() -> Value {
     let identifier = json!({"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,62}$"});
     let digest = json!({"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"});
     let text = json!({"type": "string", "minLength": 1});
-    let ports =
-        json!({"type": "object", "propertyNames": identifier, "additionalProperties": text});
+    // A port is a type name, or (bl's `artifact-ports` extension) a long form.
+    let long_port = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["type"],
+        "properties": {
+            "type": text, "path": text, "visibility": {"enum": ["consumer", "system_only"]},
+            "contract": text, "required": {"type": "boolean"},
+        },
+    });
+    let ports = json!({
+        "type": "object",
+        "propertyNames": identifier,
+        "additionalProperties": {"anyOf": [text, long_port]},
+    });
     let mut kind_variants = Vec::new();
     for kind in NODE_KINDS {
         let mut properties = serde_json::Map::new();
@@ -44,6 +71,10 @@ pub fn manifest_schema() -> Value {
             "graph_id": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
             "version": {"type": "string", "pattern": "^[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9A-Za-z.-]+)?$"},
             "presentation": {"type": "object"},
+            "extensions": {
+                "description": "bl's own additions (bounded-loops refuses this key)",
+                "type": "array", "uniqueItems": true, "items": {"enum": ["artifact-ports"]},
+            },
             "nodes": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/node"}},
             "edges": {"type": "array", "items": {"$ref": "#/$defs/edge"}},
             "connection_slots": {"type": "array", "items": {"$ref": "#/$defs/slot"}},
@@ -82,6 +113,13 @@ pub fn manifest_schema() -> Value {
                     "effects": {"type": "array", "uniqueItems": true, "items": {"enum": EFFECTS}},
                     "isolation": {"enum": ISOLATIONS},
                     "connection_slot": text,
+                    "gate": {
+                        "description": "bl's artifact-ports extension: the gate plugin that decides this node",
+                        "type": "object",
+                        "additionalProperties": false,
+                        "required": ["plugin"],
+                        "properties": {"plugin": text, "config": {"type": "object"}},
+                    },
                     "on_failure": {
                         "oneOf": [
                             {"type": "null"},
@@ -96,6 +134,9 @@ pub fn manifest_schema() -> Value {
                     },
                 },
                 "allOf": kind_variants,
+                // Closed: a key is allowed only if the node's own kind (or
+                // every kind) declares it.
+                "unevaluatedProperties": false,
             },
             "edge": {
                 "type": "object",
@@ -103,7 +144,8 @@ pub fn manifest_schema() -> Value {
                 "required": ["from_node", "from_port", "to_node", "to_port"],
                 "properties": {
                     "from_node": text, "from_port": text, "to_node": text, "to_port": text,
-                    "when": {"enum": [null, "succeeded", "failed", "skipped", "terminal"]},
+                    // bounded-loops trims and lower-cases `when` first.
+                    "when": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": any_case_word(&["succeeded", "failed", "skipped", "terminal"])}]},
                 },
             },
             "slot": {
