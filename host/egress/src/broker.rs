@@ -255,6 +255,22 @@ impl Broker {
         error
     }
 
+    /// The lease, if it would let a request with `effect` through now
+    /// (without using it); a refusal is recorded.
+    fn open_lease(&self, lease_id: &str, effect: &str) -> Result<Lease, EgressError> {
+        self.leases
+            .check(lease_id, effect, SystemTime::now())
+            .map_err(|denial| {
+                let _ = self.record(
+                    "egress.denied",
+                    "-",
+                    Some(lease_id),
+                    json!({"reason": denial.to_string()}),
+                );
+                EgressError::Lease(denial)
+            })
+    }
+
     /// Checks the lease, judges and pins the destination, then uses the
     /// lease. A refused destination leaves the lease usable; of concurrent
     /// callers on one lease, exactly one gets the authorization.
@@ -263,16 +279,7 @@ impl Broker {
         lease_id: &str,
         effect: &str,
     ) -> Result<(Lease, Pinned), EgressError> {
-        let now = SystemTime::now();
-        let lease = self.leases.check(lease_id, effect, now).map_err(|denial| {
-            let _ = self.record(
-                "egress.denied",
-                "-",
-                Some(lease_id),
-                json!({"reason": denial.to_string()}),
-            );
-            EgressError::Lease(denial)
-        })?;
+        let lease = self.open_lease(lease_id, effect)?;
         let connection = self.connection(&lease.connection_id)?;
         if connection.endpoint_scheme != "https" && !self.policy.allows_plain_http() {
             return Err(self.deny(
@@ -308,18 +315,7 @@ impl Broker {
     ) -> Result<ForwardedResponse, EgressError> {
         // The credential must exist before the lease is used: a request
         // refused for want of it leaves the lease usable.
-        let open = self
-            .leases
-            .check(lease_id, effect, SystemTime::now())
-            .map_err(|denial| {
-                let _ = self.record(
-                    "egress.denied",
-                    "-",
-                    Some(lease_id),
-                    json!({"reason": denial.to_string()}),
-                );
-                EgressError::Lease(denial)
-            })?;
+        let open = self.open_lease(lease_id, effect)?;
         let connection = self.connection(&open.connection_id)?;
         let credential = self
             .credentials

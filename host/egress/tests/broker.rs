@@ -150,6 +150,44 @@ impl CredentialSource for FixedCredentials {
     }
 }
 
+/// One admitted connection `id`: a plain-http test endpoint with the
+/// `external_write` effect, the credential in TEST_API_KEY, valid until
+/// 2099, with `changes` applied.
+fn admitted(
+    id: &str,
+    changes: serde_json::Value,
+) -> BTreeMap<String, bl_egress::AdmittedConnection> {
+    let mut record = json!({
+        "allowed_effect": "external_write", "connection_id": id,
+        "credential_env_var_name": "TEST_API_KEY", "endpoint_host": "api.test",
+        "endpoint_path": "/v1/chat", "endpoint_scheme": "http",
+        "expires_at": "2099-01-01T00:00:00Z", "request_style": "openai_chat",
+        "route_policy": {"policy_digest": "sha256:22", "data_class_max": "internal",
+            "allowed_providers": ["p"], "allowed_models": ["m"], "allowed_regions": ["r"]}
+    });
+    for (key, value) in changes.as_object().unwrap() {
+        record[key] = value.clone();
+    }
+    parse_admitted(&json!({ id: record })).unwrap()
+}
+
+fn broker_over(
+    admitted: BTreeMap<String, bl_egress::AdmittedConnection>,
+    dns: SocketAddr,
+    policy: AddressPolicy,
+    limits: BrokerLimits,
+    audit: Arc<dyn bl_egress::EgressAudit>,
+) -> Broker {
+    Broker::new(
+        admitted,
+        Resolver::with_name_server(dns),
+        policy,
+        limits,
+        Box::new(FixedCredentials),
+        audit,
+    )
+}
+
 fn make_broker(
     host: &str,
     port: u16,
@@ -158,24 +196,12 @@ fn make_broker(
     policy: AddressPolicy,
     limits: BrokerLimits,
 ) -> (Broker, Arc<MemoryAudit>) {
-    let admitted = parse_admitted(&json!({"c1": {
-        "allowed_effect": "external_write", "connection_id": "c1",
-        "credential_env_var_name": "TEST_API_KEY", "endpoint_host": format!("{host}:{port}"),
-        "endpoint_path": path, "endpoint_scheme": "http",
-        "expires_at": "2099-01-01T00:00:00Z", "request_style": "openai_chat",
-        "route_policy": {"policy_digest": "sha256:22", "data_class_max": "internal",
-            "allowed_providers": ["p"], "allowed_models": ["m"], "allowed_regions": ["r"]}
-    }}))
-    .unwrap();
-    let audit = Arc::new(MemoryAudit::default());
-    let broker = Broker::new(
-        admitted,
-        Resolver::with_name_server(dns),
-        policy,
-        limits,
-        Box::new(FixedCredentials),
-        audit.clone(),
+    let connection = admitted(
+        "c1",
+        json!({"endpoint_host": format!("{host}:{port}"), "endpoint_path": path}),
     );
+    let audit = Arc::new(MemoryAudit::default());
+    let broker = broker_over(connection, dns, policy, limits, audit.clone());
     (broker, audit)
 }
 
@@ -502,23 +528,11 @@ async fn of_a_hundred_concurrent_requests_on_one_lease_exactly_one_goes_through(
 
 #[test]
 fn unknown_and_expired_connections_get_no_lease() {
-    let mut records = BTreeMap::new();
-    let parsed = parse_admitted(&json!({"old": {
-        "allowed_effect": "read_only", "connection_id": "old",
-        "credential_env_var_name": "K", "endpoint_host": "api.example.com",
-        "endpoint_path": "/", "endpoint_scheme": "https",
-        "expires_at": "2020-01-01T00:00:00Z", "request_style": "openai_chat",
-        "route_policy": {"policy_digest": "d", "data_class_max": "public",
-            "allowed_providers": ["p"], "allowed_models": ["m"], "allowed_regions": ["r"]}
-    }}))
-    .unwrap();
-    records.extend(parsed);
-    let broker = Broker::new(
-        records,
-        Resolver::with_name_server("127.0.0.1:9".parse().unwrap()),
+    let broker = broker_over(
+        admitted("old", json!({"expires_at": "2020-01-01T00:00:00Z"})),
+        "127.0.0.1:9".parse().unwrap(),
         AddressPolicy::production(),
         BrokerLimits::default(),
-        Box::new(FixedCredentials),
         Arc::new(MemoryAudit::default()),
     );
     assert!(matches!(
@@ -537,21 +551,15 @@ fn unknown_and_expired_connections_get_no_lease() {
 async fn a_missing_credential_is_named_and_does_not_use_the_lease() {
     let dns = dns_server(vec![LOOPBACK]).await;
     let (port, seen) = http_server().await;
-    let admitted = parse_admitted(&json!({"c1": {
-        "allowed_effect": "read_only", "connection_id": "c1",
-        "credential_env_var_name": "UNSET_KEY", "endpoint_host": format!("api.test:{port}"),
-        "endpoint_path": "/v1/chat", "endpoint_scheme": "http",
-        "expires_at": "2099-01-01T00:00:00Z", "request_style": "openai_chat",
-        "route_policy": {"policy_digest": "d", "data_class_max": "public",
-            "allowed_providers": ["p"], "allowed_models": ["m"], "allowed_regions": ["r"]}
-    }}))
-    .unwrap();
-    let broker = Broker::new(
-        admitted,
-        Resolver::with_name_server(dns.addr),
+    let broker = broker_over(
+        admitted(
+            "c1",
+            json!({"credential_env_var_name": "UNSET_KEY", "endpoint_host": format!("api.test:{port}"),
+                   "allowed_effect": "read_only"}),
+        ),
+        dns.addr,
         loopback(),
         BrokerLimits::default(),
-        Box::new(FixedCredentials),
         Arc::new(MemoryAudit::default()),
     );
     let lease = broker.issue_lease("c1", Duration::from_secs(60)).unwrap();
@@ -579,21 +587,14 @@ async fn an_authorization_that_cannot_be_recorded_sends_nothing() {
     }
     let dns = dns_server(vec![LOOPBACK]).await;
     let (port, seen) = http_server().await;
-    let admitted = parse_admitted(&json!({"c1": {
-        "allowed_effect": "read_only", "connection_id": "c1",
-        "credential_env_var_name": "TEST_API_KEY", "endpoint_host": format!("api.test:{port}"),
-        "endpoint_path": "/v1/chat", "endpoint_scheme": "http",
-        "expires_at": "2099-01-01T00:00:00Z", "request_style": "openai_chat",
-        "route_policy": {"policy_digest": "d", "data_class_max": "public",
-            "allowed_providers": ["p"], "allowed_models": ["m"], "allowed_regions": ["r"]}
-    }}))
-    .unwrap();
-    let broker = Broker::new(
-        admitted,
-        Resolver::with_name_server(dns.addr),
+    let broker = broker_over(
+        admitted(
+            "c1",
+            json!({"endpoint_host": format!("api.test:{port}"), "allowed_effect": "read_only"}),
+        ),
+        dns.addr,
         loopback(),
         BrokerLimits::default(),
-        Box::new(FixedCredentials),
         Arc::new(RefusingAudit),
     );
     let lease = broker.issue_lease("c1", Duration::from_secs(60)).unwrap();

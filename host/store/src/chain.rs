@@ -63,18 +63,6 @@ impl RunIdentity {
             _ => &self.policy_digest,
         }
     }
-
-    fn from_event(event: &Map<String, Value>) -> Option<Self> {
-        let s = |k: &str| event.get(k).and_then(Value::as_str).map(str::to_string);
-        Some(RunIdentity {
-            organization_id: s("organization_id")?,
-            project_id: s("project_id")?,
-            run_id: s("run_id")?,
-            graph_digest: s("graph_digest")?,
-            plan_digest: s("plan_digest")?,
-            policy_digest: s("policy_digest")?,
-        })
-    }
 }
 
 /// The first thing wrong with a log: 1-based line, the field, and why.
@@ -127,7 +115,113 @@ pub fn verify_line(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<
     }
 }
 
-/// The checks of [`verify_parsed`], on a line [`line::scan`] read in place.
+/// What both readers hand to [`check_and_advance`] once the hash holds:
+/// each field as text, `None` where the line does not have it in the right
+/// type.
+struct Fields<'a> {
+    previous_hash: Option<&'a str>,
+    sequence: Option<u64>,
+    /// In [`IDENTITY_KEYS`] order; `None` unless all six are strings.
+    identity: Option<[&'a str; 6]>,
+    idempotency_key: Option<&'a str>,
+    event_id: Option<&'a str>,
+    timestamp: Option<&'a str>,
+    event_type_is_text: bool,
+}
+
+/// The chain rules after the hash: the line follows the head, carries the
+/// run's identity and a new key. Advances the head when they hold.
+fn check_and_advance(
+    head: &mut ChainHead,
+    line_no: usize,
+    line_len: usize,
+    hash: &str,
+    fields: Fields<'_>,
+) -> Result<(), ChainError> {
+    let expected_prev = if head.sequence == 0 {
+        GENESIS_HASH
+    } else {
+        head.hash.as_str()
+    };
+    if fields.previous_hash != Some(expected_prev) {
+        return fail(
+            line_no,
+            "previous_hash",
+            format!("does not chain to the previous line ({expected_prev})"),
+        );
+    }
+    if fields.sequence != Some(head.sequence + 1) {
+        return fail(
+            line_no,
+            "sequence",
+            format!("expected {}", head.sequence + 1),
+        );
+    }
+    let Some(identity) = fields.identity else {
+        return fail(line_no, "run_id", "identity fields must be strings");
+    };
+    if let Some(first) = &head.identity {
+        for (key, value) in IDENTITY_KEYS.iter().zip(identity) {
+            if first.get(key) != value {
+                return fail(
+                    line_no,
+                    field_name(key),
+                    format!("differs from line 1 ({})", first.get(key)),
+                );
+            }
+        }
+    }
+    let run_id = identity[2];
+    let Some(key) = fields.idempotency_key else {
+        return fail(line_no, "idempotency_key", "not a string");
+    };
+    if !key
+        .strip_prefix(run_id)
+        .is_some_and(|rest| rest.starts_with(':'))
+    {
+        return fail(line_no, "idempotency_key", "must start with <run_id>:");
+    }
+    if fields.event_id != Some(key) {
+        return fail(line_no, "event_id", "must equal idempotency_key");
+    }
+    if !fields.timestamp.is_some_and(is_timestamp) {
+        return fail(line_no, "timestamp", "must be %Y-%m-%dT%H:%M:%SZ");
+    }
+    if !fields.event_type_is_text {
+        return fail(line_no, "event_type", "not a string");
+    }
+    if head
+        .keys
+        .insert(key.to_string(), head.verified_len)
+        .is_some()
+    {
+        return fail(line_no, "idempotency_key", format!("{key} appears twice"));
+    }
+    head.sequence += 1;
+    // Reuse the buffer: one allocation for the whole log, not one per line.
+    head.hash.clear();
+    head.hash.push_str(hash);
+    head.identity.get_or_insert_with(|| RunIdentity {
+        organization_id: identity[0].to_string(),
+        project_id: identity[1].to_string(),
+        run_id: identity[2].to_string(),
+        graph_digest: identity[3].to_string(),
+        plan_digest: identity[4].to_string(),
+        policy_digest: identity[5].to_string(),
+    });
+    head.verified_len += line_len as u64 + 1;
+    Ok(())
+}
+
+fn hash_mismatch(line_no: usize, claimed: &str, computed: &str) -> Result<(), ChainError> {
+    fail(
+        line_no,
+        "event_hash",
+        format!("is {claimed}, but the line hashes to {computed}"),
+    )
+}
+
+/// A line [`line::scan`] read in place.
 fn verify_scanned(
     head: &mut ChainHead,
     line_no: usize,
@@ -143,87 +237,25 @@ fn verify_scanned(
     hex::encode_to_slice(scanned.computed_hash, &mut computed_hex).expect("64 bytes for 32");
     let computed = std::str::from_utf8(&computed_hex).expect("hex is ASCII");
     if claimed != computed {
-        return fail(
-            line_no,
-            "event_hash",
-            format!("is {claimed}, but the line hashes to {computed}"),
-        );
+        return hash_mismatch(line_no, claimed, computed);
     }
-    let expected_prev = if head.sequence == 0 {
-        GENESIS_HASH
-    } else {
-        head.hash.as_str()
+    let fields = Fields {
+        previous_hash: Some(text(field::PREVIOUS_HASH)),
+        sequence: text(field::SEQUENCE).parse().ok(),
+        identity: Some([
+            text(field::ORGANIZATION_ID),
+            text(field::PROJECT_ID),
+            text(field::RUN_ID),
+            text(field::GRAPH_DIGEST),
+            text(field::PLAN_DIGEST),
+            text(field::POLICY_DIGEST),
+        ]),
+        idempotency_key: Some(text(field::IDEMPOTENCY_KEY)),
+        event_id: Some(text(field::EVENT_ID)),
+        timestamp: Some(text(field::TIMESTAMP)),
+        event_type_is_text: true,
     };
-    if text(field::PREVIOUS_HASH) != expected_prev {
-        return fail(
-            line_no,
-            "previous_hash",
-            format!("does not chain to the previous line ({expected_prev})"),
-        );
-    }
-    if text(field::SEQUENCE).parse::<u64>().ok() != Some(head.sequence + 1) {
-        return fail(
-            line_no,
-            "sequence",
-            format!("expected {}", head.sequence + 1),
-        );
-    }
-    let identity_field = |key: &str| match key {
-        "organization_id" => text(field::ORGANIZATION_ID),
-        "project_id" => text(field::PROJECT_ID),
-        "run_id" => text(field::RUN_ID),
-        "graph_digest" => text(field::GRAPH_DIGEST),
-        "plan_digest" => text(field::PLAN_DIGEST),
-        _ => text(field::POLICY_DIGEST),
-    };
-    if let Some(first) = &head.identity {
-        for key in IDENTITY_KEYS {
-            if first.get(key) != identity_field(key) {
-                return fail(
-                    line_no,
-                    field_name(key),
-                    format!("differs from line 1 ({})", first.get(key)),
-                );
-            }
-        }
-    }
-    let run_id = text(field::RUN_ID);
-    let key = text(field::IDEMPOTENCY_KEY);
-    if !(key.len() > run_id.len()
-        && key.starts_with(run_id)
-        && key.as_bytes()[run_id.len()] == b':')
-    {
-        return fail(line_no, "idempotency_key", "must start with <run_id>:");
-    }
-    if text(field::EVENT_ID) != key {
-        return fail(line_no, "event_id", "must equal idempotency_key");
-    }
-    if !is_timestamp(text(field::TIMESTAMP)) {
-        return fail(line_no, "timestamp", "must be %Y-%m-%dT%H:%M:%SZ");
-    }
-    if head
-        .keys
-        .insert(key.to_string(), head.verified_len)
-        .is_some()
-    {
-        return fail(line_no, "idempotency_key", format!("{key} appears twice"));
-    }
-    head.sequence += 1;
-    // Reuse the buffer: one allocation for the whole log, not one per line.
-    head.hash.clear();
-    head.hash.push_str(computed);
-    if head.identity.is_none() {
-        head.identity = Some(RunIdentity {
-            organization_id: identity_field("organization_id").to_string(),
-            project_id: identity_field("project_id").to_string(),
-            run_id: run_id.to_string(),
-            graph_digest: identity_field("graph_digest").to_string(),
-            plan_digest: identity_field("plan_digest").to_string(),
-            policy_digest: identity_field("policy_digest").to_string(),
-        });
-    }
-    head.verified_len += line_len as u64 + 1;
-    Ok(())
+    check_and_advance(head, line_no, line_len, computed, fields)
 }
 
 /// The full parser: any line, canonical or not, with the first problem named.
@@ -262,74 +294,23 @@ fn verify_parsed(head: &mut ChainHead, line_no: usize, line: &[u8]) -> Result<()
     let computed =
         bl_core::sha256_hex(bl_core::canonical_json(&Value::Object(event.clone())).as_bytes());
     if claimed != computed {
-        return fail(
-            line_no,
-            "event_hash",
-            format!("is {claimed}, but the line hashes to {computed}"),
-        );
+        return hash_mismatch(line_no, &claimed, &computed);
     }
-    let expected_prev = if head.sequence == 0 {
-        GENESIS_HASH
-    } else {
-        head.hash.as_str()
+    let text_of = |key: &str| event[key].as_str();
+    let identity = IDENTITY_KEYS.map(text_of);
+    let fields = Fields {
+        previous_hash: text_of("previous_hash"),
+        sequence: event["sequence"].as_u64(),
+        identity: identity
+            .iter()
+            .all(Option::is_some)
+            .then(|| identity.map(Option::unwrap_or_default)),
+        idempotency_key: text_of("idempotency_key"),
+        event_id: text_of("event_id"),
+        timestamp: text_of("timestamp"),
+        event_type_is_text: event["event_type"].is_string(),
     };
-    if event["previous_hash"].as_str() != Some(expected_prev) {
-        return fail(
-            line_no,
-            "previous_hash",
-            format!("does not chain to the previous line ({expected_prev})"),
-        );
-    }
-    if event["sequence"].as_u64() != Some(head.sequence + 1) {
-        return fail(
-            line_no,
-            "sequence",
-            format!("expected {}", head.sequence + 1),
-        );
-    }
-    let identity = RunIdentity::from_event(&event).ok_or(ChainError {
-        line: line_no,
-        field: "run_id",
-        message: "identity fields must be strings".into(),
-    })?;
-    if let Some(first) = &head.identity {
-        for key in IDENTITY_KEYS {
-            if first.get(key) != identity.get(key) {
-                return fail(
-                    line_no,
-                    field_name(key),
-                    format!("differs from line 1 ({})", first.get(key)),
-                );
-            }
-        }
-    }
-    let Some(key) = event["idempotency_key"].as_str() else {
-        return fail(line_no, "idempotency_key", "not a string");
-    };
-    if !key.starts_with(&format!("{}:", identity.run_id)) {
-        return fail(line_no, "idempotency_key", "must start with <run_id>:");
-    }
-    if event["event_id"].as_str() != Some(key) {
-        return fail(line_no, "event_id", "must equal idempotency_key");
-    }
-    if !event["timestamp"].as_str().is_some_and(is_timestamp) {
-        return fail(line_no, "timestamp", "must be %Y-%m-%dT%H:%M:%SZ");
-    }
-    if !event["event_type"].is_string() {
-        return fail(line_no, "event_type", "not a string");
-    }
-    if head
-        .keys
-        .insert(key.to_string(), head.verified_len)
-        .is_some()
-    {
-        return fail(line_no, "idempotency_key", format!("{key} appears twice"));
-    }
-    head.sequence += 1;
-    head.hash = claimed;
-    head.identity.get_or_insert(identity);
-    head.verified_len += line.len() as u64 + 1;
-    Ok(())
+    check_and_advance(head, line_no, line.len(), &computed, fields)
 }
 
 fn field_name(key: &str) -> &'static str {
