@@ -190,13 +190,16 @@ pub fn default_config_path(env: impl Fn(&str) -> Option<String>) -> Option<PathB
 /// The posture in force: the variable, else the file, else `open`. A bad
 /// variable or a bad file is an error, never a silent `open`.
 pub fn resolve_posture(env: impl Fn(&str) -> Option<String>) -> Result<EgressConfig, String> {
-    if let Some(value) = env(POSTURE_VAR).filter(|v| !v.is_empty()) {
-        let posture = Posture::parse(&value).map_err(|e| format!("{POSTURE_VAR}: {e}"))?;
-        if posture != Posture::Allowlist {
-            return EgressConfig::new(posture, &[]);
-        }
+    let from_var = env(POSTURE_VAR)
+        .filter(|v| !v.is_empty())
+        .map(|value| Posture::parse(&value).map_err(|e| format!("{POSTURE_VAR}: {e}")))
+        .transpose()?;
+    // Only the allowlist posture needs the file: it holds the hosts.
+    if let Some(posture) = from_var
+        && posture != Posture::Allowlist
+    {
+        return EgressConfig::new(posture, &[]);
     }
-    let from_var = env(POSTURE_VAR).filter(|v| !v.is_empty());
     let Some(path) = default_config_path(&env) else {
         return EgressConfig::new(Posture::Open, &[]);
     };
