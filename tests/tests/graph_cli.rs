@@ -114,13 +114,24 @@ fn plan_output_matches_the_reference() {
         )
         .unwrap();
         let connections = name.replace(".json", ".connections.json");
+        let roots: Vec<&str> = expected["loop_roots"]
+            .as_array()
+            .map(|roots| roots.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        // Catalogue errors name resolved package paths; the reference's were
+        // recorded relative to this directory.
+        let absolute = format!("{}/", dir.canonicalize().unwrap().display());
         for (mode, flag) in [("json", Some("--json")), ("human", None)] {
             let mut args = vec!["graph", "plan", name.as_str()];
             if dir.join(&connections).is_file() {
                 args.extend(["--connections", connections.as_str()]);
             }
+            for root in &roots {
+                args.extend(["--loop-roots", root]);
+            }
             args.extend(flag);
             let (code, stdout, stderr) = run(&args, &dir);
+            let stderr = stderr.replace(&absolute, "");
             let want = &expected[mode];
             let want_stderr = want["stderr"].as_str().unwrap();
             if code as i64 != want["exit"].as_i64().unwrap()
@@ -248,85 +259,121 @@ fn schema_is_json_schema_and_digest_names_a_package() {
     assert_ne!(stdout.trim(), digest);
 }
 
-/// The digest covers what bounded-loops' covers (observed by probing it):
-/// bytes, the executable bit and empty directories, but not the other mode
-/// bits, the package's own name, caches or VCS metadata.
+/// `bl graph digest` prints what bounded-loops 0.7.6 prints for the same
+/// package, in both forms, and refuses what it refuses with its words. (The
+/// digest's rules are tested tree by tree in `host/packages/tests`.)
 #[test]
-fn the_package_digest_covers_content_exec_bits_and_directories_only() {
+fn the_package_digest_is_bounded_loops_digest() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let digest_of = |name: &str| {
-        let (code, stdout, stderr) = run(&["graph", "digest", name], dir.path());
-        assert_eq!(code, 0, "{stderr}");
-        stdout.trim().to_string()
-    };
-    let make = |name: &str| {
-        let package = dir.path().join(name);
-        std::fs::create_dir_all(&package).unwrap();
-        std::fs::write(package.join("loop.yaml"), "name: x\n").unwrap();
-        std::fs::set_permissions(package.join("loop.yaml"), PermissionsExt::from_mode(0o644))
-            .unwrap();
-        package
-    };
-    make("base");
-    let base = digest_of("base");
-    assert_eq!(digest_of("base"), base, "the digest is stable");
-
-    let renamed = make("another-name");
-    assert_eq!(
-        digest_of("another-name"),
-        base,
-        "the directory's name is not covered"
-    );
-    std::fs::set_permissions(renamed.join("loop.yaml"), PermissionsExt::from_mode(0o600)).unwrap();
-    assert_eq!(
-        digest_of("another-name"),
-        base,
-        "only the executable bit counts"
-    );
-
-    let caches = make("caches");
-    for ignored in [".git", "__pycache__", ".pytest_cache", ".bounded-loops"] {
-        std::fs::create_dir_all(caches.join(ignored)).unwrap();
-        std::fs::write(caches.join(ignored).join("f"), "x").unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("p1/inner")).unwrap();
+    std::fs::write(root.join("p1/loop.yaml"), "x").unwrap();
+    std::fs::write(root.join("p1/inner/loop.yaml"), "y").unwrap();
+    for file in ["p1/loop.yaml", "p1/inner/loop.yaml"] {
+        std::fs::set_permissions(root.join(file), PermissionsExt::from_mode(0o644)).unwrap();
     }
-    std::fs::write(caches.join("m.pyc"), "x").unwrap();
-    std::fs::write(caches.join(".DS_Store"), "x").unwrap();
+    const P1: &str = "sha256:13791bf7286d519802104fb153843557b6921c203f36ee39587c1b2884f42ebb";
+
+    let (code, stdout, stderr) = run(&["graph", "digest", "root/p1"], dir.path());
     assert_eq!(
-        digest_of("caches"),
-        base,
-        "caches and VCS metadata are left out"
+        (code, stdout.as_str()),
+        (0, format!("{P1}\n").as_str()),
+        "{stderr}"
+    );
+    let (code, stdout, _) = run(&["graph", "digest", "--json", "./root/p1/"], dir.path());
+    assert_eq!(
+        (code, stdout.trim()),
+        (
+            0,
+            format!(r#"{{"loop_package": "{P1}", "package": "root/p1"}}"#).as_str()
+        )
     );
 
-    let executable = make("executable");
-    std::fs::set_permissions(
-        executable.join("loop.yaml"),
-        PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    assert_ne!(
-        digest_of("executable"),
-        base,
-        "the executable bit is covered"
+    let (code, _, stderr) = run(&["graph", "digest", "root"], dir.path());
+    assert_eq!(
+        (code, stderr.trim()),
+        (
+            2,
+            "error: graph digest: no loop.yaml in 'root' — a loop package is a directory containing loop.yaml. Point this at the package, not at its parent."
+        )
     );
-
-    let empty_dir = make("empty-dir");
-    std::fs::create_dir(empty_dir.join("notes")).unwrap();
-    assert_ne!(
-        digest_of("empty-dir"),
-        base,
-        "an empty directory is covered"
+    let (code, _, stderr) = run(&["graph", "digest", "missing"], dir.path());
+    assert_eq!(
+        (code, stderr.trim()),
+        (2, "error: graph digest: 'missing' is not a directory")
     );
-
-    let hidden = make("hidden");
-    std::fs::write(hidden.join(".env.example"), "A=1").unwrap();
-    assert_ne!(digest_of("hidden"), base, "other hidden files are covered");
-
-    let linked = make("linked");
-    std::os::unix::fs::symlink("loop.yaml", linked.join("alias")).unwrap();
-    let (code, _, stderr) = run(&["graph", "digest", "linked"], dir.path());
-    assert_eq!(code, 2);
-    assert!(stderr.contains("alias is a symlink"), "{stderr}");
+    std::os::unix::fs::symlink("/nowhere", root.join("p1/inner/dangling")).unwrap();
+    let (code, _, stderr) = run(&["graph", "digest", "root/p1"], dir.path());
+    assert_eq!(
+        (code, stderr.trim()),
+        (
+            2,
+            "error: graph digest: loop package root/p1 contains a symlink (inner/dangling); a package must be self-contained to be content-addressed"
+        )
+    );
+    // In a catalogue, such a package makes every plan refuse: a digest must
+    // say which directory runs.
+    let graph = serde_json::json!({
+        "api_version": "bounded-loops.dev/graph/v1", "graph_id": "g", "version": "1.0.0",
+        "nodes": [{"id": "l", "kind": "loop", "loop_package": P1, "inputs": {}, "outputs": {},
+                   "budget": {"max_attempts": 1, "max_wallclock_s": 5}, "effects": [], "isolation": "workspace_only"}],
+        "edges": [], "connection_slots": [], "policies": {"data_class": "internal", "fail_mode": "fail_closed"}});
+    std::fs::write(dir.path().join("g.json"), graph.to_string()).unwrap();
+    let resolved = root.canonicalize().unwrap();
+    let (code, _, stderr) = run(
+        &["graph", "plan", "g.json", "--loop-roots", "root"],
+        dir.path(),
+    );
+    assert_eq!(
+        (code, stderr.trim().to_string()),
+        (
+            2,
+            format!(
+                "error: graph plan: the loop-package catalogue on this host is unusable — loop package {} contains a symlink (inner/dangling); a package must be self-contained to be content-addressed",
+                resolved.join("p1").display()
+            )
+        )
+    );
+    std::fs::remove_file(root.join("p1/inner/dangling")).unwrap();
+    let copy = dir.path().join("copy");
+    std::fs::create_dir_all(copy.join("same")).unwrap();
+    std::fs::write(copy.join("same/loop.yaml"), "x").unwrap();
+    std::fs::create_dir_all(copy.join("same/inner")).unwrap();
+    std::fs::write(copy.join("same/inner/loop.yaml"), "y").unwrap();
+    let (code, _, stderr) = run(
+        &[
+            "graph",
+            "plan",
+            "g.json",
+            "--loop-roots",
+            "copy",
+            "--loop-roots",
+            "root",
+        ],
+        dir.path(),
+    );
+    assert_eq!(
+        (code, stderr.trim().to_string()),
+        (
+            2,
+            format!(
+                "error: graph plan: the loop-package catalogue on this host is unusable — two loop packages share digest {}: {} and {}",
+                P1.trim_start_matches("sha256:"),
+                copy.canonicalize().unwrap().join("same").display(),
+                resolved.join("p1").display()
+            )
+        )
+    );
+    let (code, stdout, stderr) = run(
+        &["graph", "plan", "g.json", "--loop-roots", "./root/"],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("pkgroots: root (1 loop packages admitted)"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -233,29 +233,6 @@ fn python_type_name(value: &Value) -> &'static str {
     }
 }
 
-/// Every package in the roots: a root that holds loop.yaml, and each
-/// immediate subdirectory that does.
-fn available_packages(roots: &[PathBuf]) -> Result<BTreeSet<String>, String> {
-    let mut out = BTreeSet::new();
-    for root in roots {
-        let mut dirs = vec![root.clone()];
-        if let Ok(entries) = std::fs::read_dir(root) {
-            let mut subdirs: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_dir())
-                .collect();
-            subdirs.sort();
-            dirs.extend(subdirs);
-        }
-        for dir in dirs.into_iter().filter(|d| d.join("loop.yaml").is_file()) {
-            out.insert(
-                crate::loop_package::digest(&dir).map_err(|e| format!("{}: {e}", dir.display()))?,
-            );
-        }
-    }
-    Ok(out)
-}
-
 fn plan(
     path: &Path,
     connections: Option<&Path>,
@@ -328,10 +305,12 @@ fn plan(
         eprintln!("error: graph plan: compile requires --connections for connection-bound nodes");
         return 2;
     }
-    let packages = match available_packages(loop_roots) {
-        Ok(p) => p,
+    let packages: BTreeSet<String> = match bl_packages::Catalogue::discover(loop_roots) {
+        Ok(catalogue) => catalogue.digests().map(str::to_owned).collect(),
         Err(e) => {
-            eprintln!("error: graph plan: {e}");
+            eprintln!(
+                "error: graph plan: the loop-package catalogue on this host is unusable — {e}"
+            );
             return 2;
         }
     };
@@ -356,7 +335,10 @@ fn plan(
         eprintln!("error: graph plan: cannot write {} — {e}", out.display());
         return 2;
     }
-    let roots: Vec<String> = loop_roots.iter().map(|r| r.display().to_string()).collect();
+    let roots: Vec<String> = loop_roots
+        .iter()
+        .map(|r| pathlib_normal(r).display().to_string())
+        .collect();
     let ExecutionBound {
         attempts_per_round,
         repair_rounds,
@@ -421,23 +403,16 @@ fn plan(
 }
 
 fn digest(dir: &Path, as_json: bool) -> u8 {
-    if !dir.join("loop.yaml").is_file() {
-        eprintln!(
-            "error: graph digest: {} has no loop.yaml; point at a loop package directory",
-            dir.display()
-        );
-        return 2;
-    }
-    match crate::loop_package::digest(dir) {
+    // Paths are shown the way bounded-loops shows them (Python's pathlib):
+    // `./pkg/` is `pkg`.
+    let shown = pathlib_normal(dir);
+    match bl_packages::digest(&shown) {
         Ok(d) => {
             if as_json {
-                let name = dir
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
+                let package = shown.display().to_string();
                 println!(
                     "{}",
-                    python_json(&json!({"loop_package": d, "package": name}))
+                    python_json(&json!({"loop_package": d, "package": package}))
                 );
             } else {
                 println!("{d}");
@@ -445,9 +420,23 @@ fn digest(dir: &Path, as_json: bool) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("error: graph digest: {}: {e}", dir.display());
+            eprintln!("error: graph digest: {e}");
             2
         }
+    }
+}
+
+/// A path as Python's `pathlib.Path` normalises it: `.` components, empty
+/// components and trailing slashes dropped; `..` kept.
+fn pathlib_normal(path: &Path) -> PathBuf {
+    let normal: PathBuf = path
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .collect();
+    if normal.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        normal
     }
 }
 

@@ -7,7 +7,6 @@ mod doctor_cmd;
 mod egress_cmd;
 mod graph_cmd;
 mod keys_cmd;
-mod loop_package;
 mod paths;
 mod plugin_cmd;
 mod sandbox_cmd;

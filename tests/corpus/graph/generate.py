@@ -256,6 +256,52 @@ CANDIDATE = {"binding_id": "b1", "slot_id": "s", "connector_id": "local_cli", "c
 def cand(**kw):
     return dict(CANDIDATE, **kw)
 
+# Loop packages for the plan cases (our own content): name -> {path: (text, mode)}.
+PACKAGES = {
+    "packages/review": {
+        "loop.yaml": ("name: review\ngoal: leave a review note in review.md\n", 0o644),
+        "gate.sh": ("#!/bin/sh\ntest -s review.md\n", 0o755),
+        "prompts/task.md": ("Write review.md for the change in this workspace.\n", 0o644),
+    },
+    "packages/lint": {
+        "loop.yaml": ("name: lint\ngoal: make the linter pass\n", 0o644),
+        "bounds.yaml": ("max_laps: 3\n", 0o644),
+    },
+    # A second root holding a copy of review: with both roots, one digest
+    # names two directories.
+    "packages-copy/review-again": {
+        "loop.yaml": ("name: review\ngoal: leave a review note in review.md\n", 0o644),
+        "gate.sh": ("#!/bin/sh\ntest -s review.md\n", 0o755),
+        "prompts/task.md": ("Write review.md for the change in this workspace.\n", 0o644),
+    },
+}
+
+def write_packages(plans):
+    for package, files in PACKAGES.items():
+        for rel, (text, mode) in files.items():
+            path = os.path.join(plans, package, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(path, mode)
+
+def loop_cases(reference, plans):
+    """Plan cases naming loop packages by the digest the reference prints."""
+    digest = lambda package: subprocess.run(
+        [reference, "graph", "digest", os.path.join(plans, package)],
+        capture_output=True, text=True, check=True).stdout.strip()
+    review, lint = digest("packages/review"), digest("packages/lint")
+    two = graph([node("r", "loop", loop_package=review, outputs={"doc": "text"}),
+                 node("l", "loop", loop_package=lint, inputs={"doc": "text"})],
+                [edge("r", "doc", "l", "doc")])
+    return {
+        "plan_loop_packages": (two, None, ["packages"]),
+        "plan_loop_packages_dot_root": (two, None, ["./packages/", "missing-root"]),
+        "plan_loop_package_no_roots": (two, None, []),
+        "plan_loop_package_changed": (graph([node("r", "loop", loop_package=DIGEST)]), None, ["packages"]),
+        "plan_loop_package_shared_digest": (two, None, ["packages", "packages-copy"]),
+    }
+
 def plan_cases():
     """(manifest case, connections or None) pairs for `bl graph plan`."""
     SLOTTED = graph([node("a", connection_slot="s", outputs={"x": "t"}),
@@ -323,7 +369,10 @@ def main():
     plans = os.path.join(HERE, "plans")
     os.makedirs(plans, exist_ok=True)
     all_cases = cases()
-    for name, (manifest, connections) in sorted(plan_cases().items()):
+    write_packages(plans)
+    all_plans = {name: (m, c, []) for name, (m, c) in plan_cases().items()}
+    all_plans.update(loop_cases(args.reference, plans))
+    for name, (manifest, connections, roots) in sorted(all_plans.items()):
         doc = all_cases[manifest] if isinstance(manifest, str) else manifest
         mpath = os.path.join(plans, name + ".json")
         with open(mpath, "w", encoding="utf-8") as f:
@@ -334,14 +383,17 @@ def main():
             with open(cpath, "w", encoding="utf-8") as f:
                 f.write(json.dumps(connections, indent=2) + "\n")
             args_c = ["--connections", cpath]
-        out = {}
+        for root in roots:
+            args_c += ["--loop-roots", root]
+        out = {"loop_roots": roots} if roots else {}
         for mode in ("json", "human"):
             flag = ["--json"] if mode == "json" else []
-            r = subprocess.run([args.reference, "graph", "plan", mpath] + args_c + flag, capture_output=True, text=True)
+            r = subprocess.run([args.reference, "graph", "plan", mpath] + args_c + flag,
+                               capture_output=True, text=True, cwd=plans)
             out[mode] = {"exit": r.returncode, "stdout": r.stdout, "stderr": r.stderr.replace(plans + "/", "")}
         with open(mpath + ".expected", "w", encoding="utf-8") as f:
             f.write(json.dumps(out, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    print(f"{len(plan_cases())} plan cases written to {plans}")
+    print(f"{len(all_plans)} plan cases written to {plans}")
 
 if __name__ == "__main__":
     main()
