@@ -17,6 +17,7 @@ pub mod plan;
 pub mod records;
 pub mod schema;
 pub mod validate;
+pub mod yaml;
 
 pub use doc::{Node, Pos};
 pub use model::Graph;
@@ -58,7 +59,7 @@ pub struct Refusal {
 pub fn lint(text: &str, format: Format) -> Result<Graph, Refusal> {
     let doc = match format {
         Format::Json => parse::parse_json(text),
-        Format::Yaml => parse::parse_yaml(text),
+        Format::Yaml => yaml::parse_yaml(text),
     }
     .map_err(|e| Refusal {
         code: e.code,

@@ -76,7 +76,7 @@ fn the_schema_describes_the_artifact_ports_extension() {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/graphs/refactor-audit.yaml");
     let text = std::fs::read_to_string(path).unwrap();
-    let manifest = bl_graph::parse::parse_yaml(&text).unwrap().to_json();
+    let manifest = bl_graph::yaml::parse_yaml(&text).unwrap().to_json();
     let errors: Vec<String> = validator
         .iter_errors(&manifest)
         .map(|e| format!("{} at {}", e, e.instance_path))

@@ -354,6 +354,47 @@ def main():
         "x-budget: &b {max_attempts: 1, max_wallclock_s: 60, max_tokens: 1, max_cost_microunits: 0}\n"
         "nodes:\n- {id: a, kind: research_claim, inputs: {}, outputs: {}, budget: *b, effects: [read_only], isolation: workspace_only}\n"
         "edges: []\nconnection_slots: []\npolicies: {data_class: internal, fail_mode: fail_closed}\n")
+    # How PyYAML reads text yaml-rust2 reads differently: tabs, control
+    # characters, line breaks, tags, merge keys, block scalars in flow.
+    base = yaml_text(cases()["valid_chain"])
+    one = lambda old, new: base.replace(old, new, 1)
+    raw.update({
+        "yaml_tab_trailing.yaml": one("graph_id: g\n", "graph_id: g\t\n"),
+        "yaml_tab_inside_plain.yaml": one("graph_id: g\n", "graph_id: g\tx\n"),
+        "yaml_tab_indent.yaml": one("  kind: research_claim", "\tkind: research_claim"),
+        "yaml_tab_after_colon.yaml": one("graph_id: g", "graph_id:\tg"),
+        "yaml_tab_in_flow.yaml": one("  inputs: {}", "  inputs: {\t}"),
+        "yaml_tab_in_comment.yaml": one("graph_id: g\n", "graph_id: g # a\tcomment\n"),
+        "yaml_tab_in_quotes.yaml": one("graph_id: g\n", "graph_id: \"g\tx\"\n"),
+        "yaml_tab_in_block_scalar.yaml": one("graph_id: g\n", "graph_id: |\n  g\tx\n"),
+        "yaml_control_char.yaml": one("graph_id: g", "graph_id: g\x07"),
+        "yaml_nul.yaml": base + "\x00",
+        "yaml_bom.yaml": "\ufeff" + base,
+        "yaml_nel_break.yaml": one("graph_id: g", "graph_id: g\u0085x"),
+        "yaml_line_separator.yaml": one("graph_id: g", "graph_id: g\u2028x"),
+        "yaml_lone_cr.yaml": base.replace("\n", "\r"),
+        "yaml_crlf.yaml": base.replace("\n", "\r\n"),
+        "yaml_merge_key.yaml": one("  budget:\n", "  budget:\n    <<: {max_attempts: 1}\n"),
+        "yaml_value_key.yaml": one("max_attempts: 1", "max_attempts: ="),
+        "yaml_explicit_float.yaml": one("max_attempts: 1", "max_attempts: !!float 1"),
+        "yaml_explicit_int.yaml": one("max_attempts: 1", "max_attempts: !!int '0x1'"),
+        "yaml_explicit_str.yaml": one("max_attempts: 1", "max_attempts: !!str 1"),
+        "yaml_binary.yaml": one("max_attempts: 1", "max_attempts: !!binary aGk="),
+        "yaml_python_tag.yaml": one("max_attempts: 1", "max_attempts: !!python/int 1"),
+        "yaml_local_tag.yaml": one("max_attempts: 1", "max_attempts: !custom 1"),
+        "yaml_local_tag_mapping.yaml": one("  inputs: {}", "  inputs: !custom {}"),
+        "yaml_seq_tag_on_scalar.yaml": one("max_attempts: 1", "max_attempts: !!seq a"),
+        "yaml_block_scalar_in_flow.yaml": one("  inputs: {}", "  inputs: {a: |\n    x}"),
+        "yaml_undefined_alias.yaml": one("max_attempts: 1", "max_attempts: *nowhere"),
+        "yaml_second_document.yaml": base + "---\n",
+        "yaml_comment_then_second_document.yaml": "# leading comment\n\n" + base + "---\nx: 1\n",
+        "yaml_mapping_value_here.yaml": one("graph_id: g", "graph_id: g: h"),
+        "yaml_reserved_character.yaml": one("graph_id: g", "graph_id: @g"),
+        "yaml_dash_in_flow.yaml": one("  inputs: {}", "  inputs: [- a]"),
+        "yaml_sequence_entry_here.yaml": one("graph_id: g", "graph_id: - g"),
+        "yaml_missing_colon.yaml": one("graph_id: g\n", "graph_id: g\nstray\n"),
+        "yaml_long_line_error.yaml": one("graph_id: g", "graph_id: " + "g" * 90 + ": x"),
+    })
     files.update(raw)
     for fname, text in sorted(files.items()):
         path = os.path.join(CASES, fname)
