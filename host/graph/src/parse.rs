@@ -43,6 +43,14 @@ impl<'a> Lines<'a> {
 // ---------------------------------------------------------------- JSON
 
 pub fn parse_json(text: &str) -> Result<Node, ParseError> {
+    if text.starts_with('\u{feff}') {
+        // Python's json refuses a byte-order mark rather than skipping it.
+        return Err(ParseError {
+            code: "invalid_json",
+            message: "Unexpected UTF-8 BOM (decode using utf-8-sig)".into(),
+            pos: Some(Pos { line: 1, col: 1 }),
+        });
+    }
     let lines = Lines::new(text);
     let mut p = JsonParser {
         s: text.as_bytes(),

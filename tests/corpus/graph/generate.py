@@ -370,6 +370,7 @@ def main():
         "yaml_control_char.yaml": one("graph_id: g", "graph_id: g\x07"),
         "yaml_nul.yaml": base + "\x00",
         "yaml_bom.yaml": "\ufeff" + base,
+        "json_bom.json": "\ufeff" + json.dumps(cases()["valid_chain"]),
         "yaml_nel_break.yaml": one("graph_id: g", "graph_id: g\u0085x"),
         "yaml_line_separator.yaml": one("graph_id: g", "graph_id: g\u2028x"),
         "yaml_lone_cr.yaml": base.replace("\n", "\r"),
