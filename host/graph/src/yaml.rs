@@ -70,8 +70,10 @@ pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
         let limit = match &earliest {
             // yaml-rust2 may notice a tab only on the line after it.
             Some(_) if about_a_tab => text.len(),
+            // Up to and including the character the error is at.
             Some((_, error)) => error.pos.map_or(text.len(), |p| {
-                source.byte_of(p.line as usize, p.col as usize - 1) + 1
+                let at = source.byte_of(p.line as usize, p.col as usize - 1);
+                at + text[at..].chars().next().map_or(0, char::len_utf8)
             }),
             None => text.len(),
         };
@@ -1051,5 +1053,18 @@ mod tests {
             "{}",
             err.message
         );
+    }
+
+    #[test]
+    fn errors_next_to_multibyte_characters_do_not_panic() {
+        for text in [
+            "a: [1]\u{e9}\t\n",
+            "a: \u{e9}: b\n\tc: 1\n",
+            "\u{e9}: [1,\t\u{e9}]\n",
+            "\u{e9}\u{e9}: {\u{e9}",
+            "a: [\u{e9}\n",
+        ] {
+            assert!(parse_yaml(text).is_err(), "{text:?}");
+        }
     }
 }
