@@ -549,6 +549,42 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
         Some((self.source.index_of(end_line, end_col), error))
     }
 
+    /// In a flow collection, YAML 1.1 ends a plain scalar at `?` (yaml-rust2,
+    /// reading YAML 1.2, keeps `a?b` whole); PyYAML then finds a `?` where a
+    /// `,` or the closing bracket was due.
+    fn question_mark_in_flow(&self, value: &str, mark: &Marker) -> Option<(usize, ParseError)> {
+        let (kind, closer, start) = self.stack.iter().rev().find_map(|frame| match frame {
+            Frame::Seq {
+                node, flow: true, ..
+            } => Some(("sequence", ']', node.pos)),
+            Frame::Map {
+                node, flow: true, ..
+            } => Some(("mapping", '}', node.pos)),
+            _ => None,
+        })?;
+        let offset = value.chars().skip(1).position(|c| c == '?')? + 1;
+        let first_line = value.chars().take(offset).all(|c| c != '\n');
+        let (line, col) = (
+            mark.line(),
+            mark.col() + if first_line { offset } else { 0 },
+        );
+        let message = format!(
+            "while parsing a flow {kind}\n{}\nexpected ',' or '{closer}', but got '?'\n{}",
+            self.source
+                .mark_at(start.line as usize, start.col as usize - 1),
+            self.source.mark_at(line, col)
+        );
+        let error = ParseError {
+            code: "invalid_yaml",
+            message,
+            pos: Some(Pos {
+                line: line as u32,
+                col: col as u32 + 1,
+            }),
+        };
+        Some((self.source.index_of(line, col), error))
+    }
+
     fn in_flow(&self) -> bool {
         self.stack.iter().any(Frame::flow)
     }
@@ -621,6 +657,12 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                             pos: Some(pos),
                         },
                     ));
+                    return;
+                }
+                if style == TScalarStyle::Plain
+                    && let Some(error) = self.question_mark_in_flow(&value, &mark)
+                {
+                    self.compose_error = Some(error);
                     return;
                 }
                 let kind = match construct_scalar(&value, style, tag.as_ref()) {

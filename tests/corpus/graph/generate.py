@@ -392,6 +392,7 @@ def main():
         "yaml_mapping_value_here.yaml": one("graph_id: g", "graph_id: g: h"),
         "yaml_reserved_character.yaml": one("graph_id: g", "graph_id: @g"),
         "yaml_dash_in_flow.yaml": one("  inputs: {}", "  inputs: [- a]"),
+        "yaml_question_mark_in_flow.yaml": one("  inputs: {}", "  inputs: {a?b: c}"),
         "yaml_sequence_entry_here.yaml": one("graph_id: g", "graph_id: - g"),
         "yaml_missing_colon.yaml": one("graph_id: g\n", "graph_id: g\nstray\n"),
         "yaml_long_line_error.yaml": one("graph_id: g", "graph_id: " + "g" * 90 + ": x"),
