@@ -28,6 +28,9 @@ pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
     }
     let text = normalize(text);
     let source = Source::new(&text);
+    if let Some(error) = yaml_directive_error(&source) {
+        return Err(error);
+    }
     let mut builder = YamlBuilder::new(&source);
     let mut parser = Parser::new_from_str(&text);
     // Reading stops at the first problem in the text (a syntax error, or a
@@ -107,6 +110,36 @@ pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
     Ok(builder
         .document
         .unwrap_or_else(|| Node::new(Kind::Null, Pos { line: 1, col: 1 })))
+}
+
+/// PyYAML reads only YAML 1.x and one `%YAML` directive per document. A
+/// line starting with `%` at column 0 is a directive wherever it stands (it
+/// ends the document before it), and a bad version is refused as soon as the
+/// directives are read, before anything else is checked.
+fn yaml_directive_error(source: &Source) -> Option<ParseError> {
+    let mut seen = false;
+    for (index, line) in source.text.split('\n').enumerate() {
+        let Some(directive) = line.strip_prefix('%') else {
+            if !(line.trim().is_empty() || line.trim_start().starts_with('#')) {
+                seen = false;
+            }
+            continue;
+        };
+        let mut words = directive.split_whitespace();
+        if words.next() != Some("YAML") {
+            continue;
+        }
+        let problem = if seen {
+            "found duplicate YAML directive"
+        } else if words.next().and_then(|v| v.split('.').next()) != Some("1") {
+            "found incompatible YAML document (version 1.* is required)"
+        } else {
+            seen = true;
+            continue;
+        };
+        return Some(source.node_error(problem.into(), (index + 1, 0)));
+    }
+    None
 }
 
 /// Keeps whichever problem comes first in the text (the earlier on a tie).
