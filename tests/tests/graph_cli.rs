@@ -396,6 +396,50 @@ fn unreadable_manifests_are_io_errors_as_upstream_words_them() {
         stdout.contains("[Errno 21] Is a directory: 'dir.json'"),
         "{stdout}"
     );
+    // Text that is not UTF-8, in the words of Python's decoder (recorded
+    // from bounded-loops 0.7.6).
+    for (bytes, message) in [
+        (
+            &b"{\"a\": \"\xff\"}"[..],
+            "'utf-8' codec can't decode byte 0xff in position 7: invalid start byte",
+        ),
+        (
+            b"{\"a\": \"\xe2\x28\xa1\"}",
+            "'utf-8' codec can't decode byte 0xe2 in position 7: invalid continuation byte",
+        ),
+        (
+            b"{\"a\": \"\xf0\x9f\x98\x28\"}",
+            "'utf-8' codec can't decode bytes in position 7-9: invalid continuation byte",
+        ),
+        (
+            b"\xf0\x9f",
+            "'utf-8' codec can't decode bytes in position 0-1: unexpected end of data",
+        ),
+    ] {
+        std::fs::write(dir.path().join("bytes.json"), bytes).unwrap();
+        let (code, stdout, _) = run(&["graph", "lint", "bytes.json", "--json"], dir.path());
+        assert_eq!(code, 2);
+        assert_eq!(
+            stdout,
+            format!(
+                "{{\"code\": \"io_error\", \"message\": \"{message}\", \"pointer\": \"/\", \"valid\": false}}\n"
+            )
+        );
+    }
+    // Nesting deeper than any manifest needs is refused, not a crash.
+    std::fs::write(
+        dir.path().join("deep.json"),
+        format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)),
+    )
+    .unwrap();
+    let (code, _, stderr) = run(&["graph", "lint", "deep.json"], dir.path());
+    assert_eq!(
+        (code, first_line(&stderr)),
+        (
+            2,
+            "error: graph lint: [invalid_json] / — nesting is deeper than 1000 levels"
+        )
+    );
 }
 
 #[test]

@@ -156,7 +156,7 @@ fn load(path: &Path, verb: &str) -> Loaded {
     };
     let text = match std::fs::read(path).map(String::from_utf8) {
         Ok(Ok(text)) => text,
-        Ok(Err(e)) => return unreadable(format!("{}: not UTF-8 text ({e})", path.display())),
+        Ok(Err(e)) => return unreadable(python_utf8_error(e.as_bytes(), e.utf8_error())),
         Err(e) => return unreadable(errno_message(&e, path)),
     };
     match bl_graph::lint(&text, format) {
@@ -423,6 +423,29 @@ fn digest(dir: &Path, as_json: bool) -> u8 {
             eprintln!("error: graph digest: {e}");
             2
         }
+    }
+}
+
+/// A UTF-8 decoding error in Python's words (bounded-loops reports the
+/// `UnicodeDecodeError` as the `io_error` message): the offending byte or
+/// bytes, their position, and why.
+fn python_utf8_error(bytes: &[u8], error: std::str::Utf8Error) -> String {
+    let at = error.valid_up_to();
+    let (len, reason) = match error.error_len() {
+        None => (bytes.len() - at, "unexpected end of data"),
+        Some(1) if !(0xc2..=0xf4).contains(&bytes[at]) => (1, "invalid start byte"),
+        Some(len) => (len, "invalid continuation byte"),
+    };
+    if len == 1 {
+        format!(
+            "'utf-8' codec can't decode byte 0x{:02x} in position {at}: {reason}",
+            bytes[at]
+        )
+    } else {
+        format!(
+            "'utf-8' codec can't decode bytes in position {at}-{}: {reason}",
+            at + len - 1
+        )
     }
 }
 

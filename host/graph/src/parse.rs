@@ -56,6 +56,7 @@ pub fn parse_json(text: &str) -> Result<Node, ParseError> {
         s: text.as_bytes(),
         i: 0,
         lines: &lines,
+        depth: 0,
     };
     p.ws();
     let node = p.value()?;
@@ -70,7 +71,14 @@ struct JsonParser<'a> {
     s: &'a [u8],
     i: usize,
     lines: &'a Lines<'a>,
+    /// Arrays and objects open around the current value.
+    depth: usize,
 }
+
+/// Deeper nesting is refused rather than read: Python's `json` gives up near
+/// this depth too (bounded-loops crashes with a RecursionError), and no
+/// manifest needs it.
+const MAX_JSON_DEPTH: usize = 1000;
 
 impl JsonParser<'_> {
     fn err(&self, message: &str, at: usize) -> ParseError {
@@ -99,8 +107,24 @@ impl JsonParser<'_> {
         let start = self.i;
         let pos = self.lines.pos(start);
         let kind = match self.peek() {
-            Some(b'{') => return self.object(),
-            Some(b'[') => return self.array(),
+            Some(b'{' | b'[') if self.depth >= MAX_JSON_DEPTH => {
+                return Err(self.err(
+                    &format!("nesting is deeper than {MAX_JSON_DEPTH} levels"),
+                    start,
+                ));
+            }
+            Some(b'{') => {
+                self.depth += 1;
+                let node = self.object();
+                self.depth -= 1;
+                return node;
+            }
+            Some(b'[') => {
+                self.depth += 1;
+                let node = self.array();
+                self.depth -= 1;
+                return node;
+            }
             Some(b'"') => Kind::Str(self.string()?),
             Some(b'n') if self.starts_with("null") => {
                 self.i += 4;
@@ -361,6 +385,12 @@ mod tests {
         assert_eq!(
             parse_json(r#"{"a": 1} x"#).unwrap_err().message,
             "Extra data"
+        );
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(parse_json(&deep(MAX_JSON_DEPTH)).is_ok());
+        assert_eq!(
+            parse_json(&deep(100_000)).unwrap_err().message,
+            "nesting is deeper than 1000 levels"
         );
         assert_eq!(
             parse_json("[NaN, -Infinity, 123456789012345678901234]")
