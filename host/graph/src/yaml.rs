@@ -36,12 +36,15 @@ pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
     // Reading stops at the first problem in the text (a syntax error, or a
     // second document: PyYAML checks for the end of the stream right after
     // composing the first one).
+    let mut stopped_by_tab = false;
     let stopped: Option<(usize, ParseError)> = match parser.load(&mut builder, false) {
-        Err(scan) => Some(
+        Err(scan) => Some({
+            // yaml-rust2 may notice a tab only on the line after it.
+            stopped_by_tab = scan.info().contains("tab");
             builder
                 .unclosed_flow(&scan)
-                .unwrap_or_else(|| source.scan_failure(&scan)),
-        ),
+                .unwrap_or_else(|| source.scan_failure(&scan))
+        }),
         Ok(()) => match parser.peek() {
             Err(scan) => Some(source.scan_failure(&scan.clone())),
             Ok((Event::StreamEnd, _)) => None,
@@ -67,12 +70,8 @@ pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
     let mut earliest = stopped;
     earlier(&mut earliest, builder.compose_error.take());
     if let Some(tabs) = &builder.tabs {
-        let about_a_tab = earliest
-            .as_ref()
-            .is_some_and(|(_, error)| error.message.contains("tab"));
         let limit = match &earliest {
-            // yaml-rust2 may notice a tab only on the line after it.
-            Some(_) if about_a_tab => text.len(),
+            Some(_) if stopped_by_tab => text.len(),
             // Up to and including the character the error is at.
             Some((_, error)) => error.pos.map_or(text.len(), |p| {
                 let at = source.byte_of(p.line as usize, p.col as usize - 1);
@@ -91,7 +90,7 @@ pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
             };
             // When yaml-rust2 stopped because of a tab, that tab is the one.
             (
-                if about_a_tab {
+                if stopped_by_tab {
                     0
                 } else {
                     source.index_of(line, col)
@@ -1141,5 +1140,16 @@ mod tests {
         ] {
             assert!(parse_yaml(text).is_err(), "{text:?}");
         }
+    }
+
+    #[test]
+    fn a_later_tab_does_not_replace_an_earlier_error_that_mentions_a_table() {
+        let err = parse_yaml("stable: x: y\nb: 1\t\n").unwrap_err();
+        assert!(
+            err.message
+                .starts_with("mapping values are not allowed here"),
+            "{}",
+            err.message
+        );
     }
 }
