@@ -26,18 +26,97 @@ pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
     if let Some(error) = unprintable_character(text) {
         return Err(error);
     }
-    let text = normalize(text);
-    let source = Source::new(&text);
+    let mut text = normalize(text);
+    // yaml-rust2 wants a quoted scalar's continuation lines indented past
+    // the enclosing block; PyYAML does not care (and drops their leading
+    // spaces anyway). Indent them and read again, at most once per line.
+    for _ in 0..=text.matches('\n').count() {
+        match parse_normalized(&text) {
+            Err(Reread::Indent { line, col }) => match indent_quoted(&text, line, col) {
+                Some(patched) => text = Cow::Owned(patched),
+                None => break,
+            },
+            Err(Reread::Done(error)) => return Err(error),
+            Ok(node) => return Ok(node),
+        }
+    }
+    parse_normalized(&text).map_err(|reread| match reread {
+        Reread::Done(error) => error,
+        Reread::Indent { line, col } => ParseError {
+            code: "invalid_yaml",
+            message: "invalid indentation in quoted scalar".into(),
+            pos: Some(Pos {
+                line: line as u32,
+                col: col as u32 + 1,
+            }),
+        },
+    })
+}
+
+enum Reread {
+    /// The quoted scalar starting here needs its continuation lines indented.
+    Indent {
+        line: usize,
+        col: usize,
+    },
+    Done(ParseError),
+}
+
+/// The text with the continuation lines of the quoted scalar that starts at
+/// (line, col) indented past its first line's column, or `None` if there is
+/// no quoted scalar there.
+fn indent_quoted(text: &str, line: usize, col: usize) -> Option<String> {
+    let source = Source::new(text);
+    let start = source.byte_of(line, col);
+    if !matches!(text.as_bytes().get(start), Some(b'"' | b'\'')) {
+        return None;
+    }
+    let end = quoted_end(text, start);
+    // A document marker inside stays where it is: PyYAML refuses it there.
+    let marker = |line: &str| {
+        (line.starts_with("---") || line.starts_with("..."))
+            && line[3..].chars().next().is_none_or(char::is_whitespace)
+    };
+    if text[start..end].split('\n').skip(1).any(marker) {
+        return None;
+    }
+    let pad = " ".repeat(col + 1);
+    let mut out = String::with_capacity(text.len() + 64);
+    out.push_str(&text[..start]);
+    for (i, piece) in text[start..end].split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+            // Blank lines need no indent (and the end of the stream stays
+            // where PyYAML reports it).
+            if !piece.is_empty() {
+                out.push_str(&pad);
+            }
+        }
+        out.push_str(piece);
+    }
+    out.push_str(&text[end..]);
+    Some(out)
+}
+
+fn parse_normalized(text: &str) -> Result<Node, Reread> {
+    let source = Source::new(text);
     if let Some(error) = yaml_directive_error(&source) {
-        return Err(error);
+        return Err(Reread::Done(error));
     }
     let mut builder = YamlBuilder::new(&source);
-    let mut parser = Parser::new_from_str(&text);
+    let mut parser = Parser::new_from_str(text);
     // Reading stops at the first problem in the text (a syntax error, or a
     // second document: PyYAML checks for the end of the stream right after
     // composing the first one).
     let mut stopped_by_tab = false;
     let stopped: Option<(usize, ParseError)> = match parser.load(&mut builder, false) {
+        Err(scan) if scan.info() == "invalid indentation in quoted scalar" => {
+            let mark = scan.marker();
+            return Err(Reread::Indent {
+                line: mark.line(),
+                col: mark.col(),
+            });
+        }
         Err(scan) => Some({
             // yaml-rust2 may notice a tab only on the line after it.
             stopped_by_tab = scan.info().contains("tab");
@@ -101,10 +180,10 @@ pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
         earlier(&mut earliest, tab);
     }
     if let Some((_, error)) = earliest {
-        return Err(error);
+        return Err(Reread::Done(error));
     }
     if let Some(error) = builder.construct_error {
-        return Err(error);
+        return Err(Reread::Done(error));
     }
     Ok(builder
         .document
@@ -221,6 +300,12 @@ impl<'a> Source<'a> {
         &rest[..end]
     }
 
+    /// Where the stream ends: (1-based line, 0-based char column).
+    fn end(&self) -> (usize, usize) {
+        let last = self.lines.last().copied().unwrap_or(0);
+        (self.lines.len(), self.text[last..].chars().count())
+    }
+
     /// Char index of (1-based line, 0-based char column).
     fn index_of(&self, line: usize, col: usize) -> usize {
         let start = self.lines.get(line.saturating_sub(1)).copied().unwrap_or(0);
@@ -333,6 +418,28 @@ impl<'a> Source<'a> {
                     "found undefined alias {}\n{}",
                     py_repr(&name),
                     self.mark(&mark)
+                )
+            }
+            ("while scanning a quoted scalar, found unexpected end of stream", _) => {
+                let (end_line, end_col) = self.end();
+                format!(
+                    "while scanning a quoted scalar\n{}\nfound unexpected end of stream\n{}",
+                    self.mark(&mark),
+                    self.mark_at(end_line, end_col)
+                )
+            }
+            ("while scanning a quoted scalar, found unexpected document indicator", _) => {
+                let separator = (mark.line() + 1..=self.lines.len())
+                    .find(|&l| {
+                        let t = self.line(l);
+                        (t.starts_with("---") || t.starts_with("..."))
+                            && t[3..].chars().next().is_none_or(|c| c == ' ' || c == '\t')
+                    })
+                    .unwrap_or(mark.line());
+                format!(
+                    "while scanning a quoted scalar\n{}\nfound unexpected document separator\n{}",
+                    self.mark(&mark),
+                    self.mark_at(separator, 0)
                 )
             }
             ("mapping values are not allowed in this context", _) => {
@@ -543,10 +650,7 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
         if !text[at.min(text.len())..].trim().is_empty() {
             return None;
         }
-        let end_line = text.matches('\n').count() + 1;
-        let end_col = text[text.rfind('\n').map_or(0, |i| i + 1)..]
-            .chars()
-            .count();
+        let (end_line, end_col) = self.source.end();
         // Right after `[`, `{`, `,` or `:` a node was due; otherwise a separator.
         let last = text
             .lines()
@@ -1150,6 +1254,28 @@ mod tests {
                 .starts_with("mapping values are not allowed here"),
             "{}",
             err.message
+        );
+    }
+
+    #[test]
+    fn quoted_scalars_may_continue_at_any_indentation() {
+        let node = parse_yaml("a:\n  b: \"one\n  two\"\n  c: 'x\ny'\n").unwrap();
+        let a = node.get("a").unwrap();
+        assert_eq!(a.get("b").unwrap().kind, Kind::Str("one two".into()));
+        assert_eq!(a.get("c").unwrap().kind, Kind::Str("x y".into()));
+        let unclosed = parse_yaml("a: \"abc\nb: 3\n").unwrap_err();
+        assert!(
+            unclosed.message.ends_with("found unexpected end of stream\n  in \"<unicode string>\", line 3, column 1:\n    \n    ^"),
+            "{}",
+            unclosed.message
+        );
+        let separator = parse_yaml("a: \"x\n---\ny\"\n").unwrap_err();
+        assert!(
+            separator
+                .message
+                .contains("found unexpected document separator"),
+            "{}",
+            separator.message
         );
     }
 }
