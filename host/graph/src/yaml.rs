@@ -122,6 +122,7 @@ fn parse_normalized(text: &str) -> Result<Node, Reread> {
             stopped_by_tab = scan.info().contains("tab");
             builder
                 .unclosed_flow(&scan)
+                .or_else(|| builder.block_end_error(&scan))
                 .unwrap_or_else(|| source.scan_failure(&scan))
         }),
         Ok(()) => match parser.peek() {
@@ -534,11 +535,15 @@ enum Frame {
         node: Node,
         anchor: usize,
         flow: bool,
+        /// Where PyYAML says the collection starts (a block sequence at its
+        /// first `-`, a block mapping at its first key): (line, column).
+        start: Option<(usize, usize)>,
     },
     Map {
         node: Node,
         anchor: usize,
         flow: bool,
+        start: Option<(usize, usize)>,
         pending_key: Option<(String, Pos)>,
     },
 }
@@ -547,6 +552,12 @@ impl Frame {
     fn flow(&self) -> bool {
         match self {
             Frame::Seq { flow, .. } | Frame::Map { flow, .. } => *flow,
+        }
+    }
+
+    fn start(&self) -> Option<(usize, usize)> {
+        match self {
+            Frame::Seq { start, .. } | Frame::Map { start, .. } => *start,
         }
     }
 }
@@ -721,6 +732,132 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
         Some((self.source.index_of(line, col), error))
     }
 
+    /// The first child of a block collection fixes where PyYAML says the
+    /// collection starts (yaml-rust2's own mark for a block collection is
+    /// elsewhere): a mapping at its first key, a sequence at the `-` before
+    /// its first entry.
+    fn note_block_start(&mut self, child: &Event, mark: &Marker) {
+        let source = self.source;
+        let (sequence, start) = match self.stack.last_mut() {
+            Some(Frame::Seq {
+                flow: false, start, ..
+            }) if start.is_none() => (true, start),
+            Some(Frame::Map {
+                flow: false, start, ..
+            }) if start.is_none() => (false, start),
+            _ => return,
+        };
+        let (line, col) = if matches!(child, Event::Scalar(..)) {
+            source.node_start(mark)
+        } else {
+            (mark.line(), mark.col())
+        };
+        *start = Some(if sequence {
+            let chars: Vec<char> = source.line(line).chars().collect();
+            let dash = (0..=col.min(chars.len().saturating_sub(1)))
+                .rev()
+                .find(|&i| {
+                    chars.get(i) == Some(&'-') && chars.get(i + 1).is_none_or(|c| *c == ' ')
+                });
+            (line, dash.unwrap_or(col))
+        } else if matches!(child, Event::MappingStart(..) | Event::SequenceStart(..)) {
+            // A complex key: the first non-space of its line.
+            let text = source.line(line);
+            (line, text.len() - text.trim_start_matches(' ').len())
+        } else {
+            (line, col)
+        });
+    }
+
+    /// yaml-rust2 found no key (or no `-`) where a block collection
+    /// continues: PyYAML names the collection and the token it found instead
+    /// of the block's end.
+    fn block_end_error(&self, scan: &ScanError) -> Option<(usize, ParseError)> {
+        let kind = match scan.info() {
+            "while parsing a block mapping, did not find expected key" => "mapping",
+            "while parsing a block collection, did not find expected '-' indicator" => "collection",
+            _ => return None,
+        };
+        let source = self.source;
+        let mark = scan.marker();
+        let line = mark.line();
+        let chars: Vec<char> = source.line(line).chars().collect();
+        // PyYAML stops at the start of the token it did not expect.
+        // yaml-rust2 points at that token when it follows others on the line
+        // (`a: [1]]`), and a little past it when it opens the line (the `:`
+        // after a key, the entry after a `- `).
+        let first = chars.iter().position(|c| *c != ' ').unwrap_or(0);
+        let end = mark.col().min(chars.len());
+        let before: String = chars[first.min(end)..end].iter().collect();
+        let opens_line = !before.trim_start_matches("- ").contains([' ', '\t']);
+        let col = match chars.get(mark.col()) {
+            Some(']' | '}' | ',' | '[' | '{') => mark.col(),
+            _ if opens_line => first,
+            _ => mark.col(),
+        };
+        // The innermost block collection PyYAML still has open at that
+        // column; an indentless sequence (a `-` at its parent key's column)
+        // is not one of them.
+        let mut open: Option<(bool, (usize, usize))> = None;
+        let mut parent_col: Option<usize> = None;
+        for frame in &self.stack {
+            if frame.flow() {
+                return None;
+            }
+            let Some(start) = frame.start() else { continue };
+            let sequence = matches!(frame, Frame::Seq { .. });
+            let indentless = sequence && parent_col == Some(start.1);
+            if start.1 <= col && !indentless {
+                open = Some((sequence, start));
+            }
+            parent_col = Some(start.1);
+        }
+        let (sequence, start) = open?;
+        if (kind == "collection") != sequence {
+            return None;
+        }
+        let deeper = col > start.1;
+        let rest: String = chars[col.min(chars.len())..].iter().collect();
+        let simple_key = rest
+            .char_indices()
+            .any(|(i, c)| c == ':' && rest[i + 1..].chars().next().is_none_or(|n| n == ' '));
+        let found = match rest.chars().next() {
+            Some(c @ (']' | '}' | ',' | '[' | '{')) => format!("'{c}'"),
+            Some('-') if rest[1..].chars().next().is_none_or(|n| n == ' ') => {
+                if deeper {
+                    "'<block sequence start>'".into()
+                } else {
+                    "'-'".into()
+                }
+            }
+            Some('&') => "'<anchor>'".into(),
+            Some('!') => "'<tag>'".into(),
+            Some('*') => "'<alias>'".into(),
+            _ if simple_key => {
+                if deeper {
+                    "'<block mapping start>'".into()
+                } else {
+                    "'?'".into()
+                }
+            }
+            _ => "'<scalar>'".into(),
+        };
+        let message = format!(
+            "while parsing a block {kind}\n{}\nexpected <block end>, but found {found}\n{}",
+            source.mark_at(start.0, start.1),
+            source.mark_at(line, col)
+        );
+        let error = ParseError {
+            code: "invalid_yaml",
+            message,
+            pos: Some(Pos {
+                line: line as u32,
+                col: col as u32 + 1,
+            }),
+        };
+        Some((source.index_of(line, col), error))
+    }
+
     fn in_flow(&self) -> bool {
         self.stack.iter().any(Frame::flow)
     }
@@ -773,6 +910,15 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
             let at = self.source.byte_of(mark.line(), mark.col());
             tabs.on_event(self.source.text, &event, at);
         }
+        if matches!(
+            event,
+            Event::Scalar(..)
+                | Event::SequenceStart(..)
+                | Event::MappingStart(..)
+                | Event::Alias(_)
+        ) {
+            self.note_block_start(&event, &mark);
+        }
         let pos = pos_of(&mark);
         match event {
             Event::Scalar(value, style, anchor, tag) => {
@@ -819,6 +965,7 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                     node: Node::new(Kind::Seq(Vec::new()), pos),
                     anchor,
                     flow,
+                    start: flow.then(|| (mark.line(), mark.col())),
                 })
             }
             Event::MappingStart(anchor, tag) => {
@@ -828,6 +975,7 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                     node: Node::new(Kind::Map(Vec::new()), pos),
                     anchor,
                     flow,
+                    start: flow.then(|| (mark.line(), mark.col())),
                     pending_key: None,
                 })
             }

@@ -402,6 +402,13 @@ def main():
         "yaml_question_mark_in_flow.yaml": one("  inputs: {}", "  inputs: {a?b: c}"),
         "yaml_sequence_entry_here.yaml": one("graph_id: g", "graph_id: - g"),
         "yaml_missing_colon.yaml": one("graph_id: g\n", "graph_id: g\nstray\n"),
+        "yaml_key_indented_less.yaml": one("    max_wallclock_s: 60", "   max_wallclock_s: 60"),
+        "yaml_key_indented_more.yaml": one("  kind: research_claim", "   kind: research_claim"),
+        "yaml_entry_in_mapping.yaml": one("graph_id: g\n", "graph_id: g\n- x\n"),
+        "yaml_key_after_sequence.yaml": "- a\n" + base,
+        "yaml_extra_bracket.yaml": one("  inputs: {}", "  inputs: {}}"),
+        "yaml_block_scalar_dedent.yaml": one("graph_id: g\n", "graph_id: |\n    g\n  x\n"),
+        "yaml_node_key_dedent.yaml": one("  isolation: workspace_only", " isolation: workspace_only"),
         "yaml_long_line_error.yaml": one("graph_id: g", "graph_id: " + "g" * 90 + ": x"),
     })
     files.update(raw)
