@@ -4,13 +4,15 @@
 //! timestamps), one document only, string keys only, duplicate keys refused,
 //! and no merge keys (`<<` has no constructor there).
 //!
-//! yaml-rust2 does the scanning. Where it is more lenient than PyYAML (control
-//! characters, NEL and the Unicode line separators as line breaks, block
-//! scalars inside flow collections) the difference is closed here, so a
-//! manifest is refused exactly when bounded-loops refuses it. Errors that
-//! PyYAML reports with a position carry PyYAML's own rendering of it (`in
-//! "<unicode string>", line L, column C:` and the source excerpt with a
-//! caret), since that text is part of bounded-loops' `invalid_yaml` message.
+//! yaml-rust2 does the scanning. Where it reads differently from PyYAML
+//! (control characters, NEL and the Unicode line separators as line breaks,
+//! tabs, block scalars and `?` inside flow collections, quoted scalars
+//! continued at a low indentation, `%YAML` versions) the difference is closed
+//! here, so a manifest is refused exactly when bounded-loops refuses it.
+//! Errors that PyYAML reports with a position carry PyYAML's own rendering of
+//! it (`in "<unicode string>", line L, column C:` and the source excerpt with
+//! a caret) and, where the two parsers agree on what went wrong, PyYAML's
+//! words, since that text is bounded-loops' `invalid_yaml` message.
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
