@@ -698,10 +698,11 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
         Some((self.source.index_of(end_line, end_col), error))
     }
 
-    /// In a flow collection, YAML 1.1 ends a plain scalar at `?` (yaml-rust2,
-    /// reading YAML 1.2, keeps `a?b` whole); PyYAML then finds a `?` where a
-    /// `,` or the closing bracket was due.
-    fn question_mark_in_flow(&self, value: &str, mark: &Marker) -> Option<(usize, ParseError)> {
+    /// A plain scalar in a flow collection that PyYAML reads differently
+    /// from yaml-rust2 (YAML 1.2): YAML 1.1 ends it at `?`, and a key that
+    /// runs over a line break cannot be a key. PyYAML then finds the `?` or
+    /// the `:` where a `,` or the closing bracket was due.
+    fn plain_in_flow_error(&self, mark: &Marker) -> Option<(usize, ParseError)> {
         let (kind, closer, start) = self.stack.iter().rev().find_map(|frame| match frame {
             Frame::Seq {
                 node, flow: true, ..
@@ -711,14 +712,42 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
             } => Some(("mapping", '}', node.pos)),
             _ => None,
         })?;
-        let offset = value.chars().skip(1).position(|c| c == '?')? + 1;
-        let first_line = value.chars().take(offset).all(|c| c != '\n');
-        let (line, col) = (
-            mark.line(),
-            mark.col() + if first_line { offset } else { 0 },
-        );
+        let text = self.source.text;
+        let from = self.source.byte_of(mark.line(), mark.col());
+        let (mut line, mut col) = (mark.line(), mark.col());
+        let mut crossed_line = false;
+        let mut previous = ' ';
+        let mut chars = text[from..].chars().peekable();
+        let mut first = true;
+        let found = loop {
+            let c = chars.next()?;
+            let next = chars.peek().copied();
+            match c {
+                '?' if !first => break '?',
+                ':' if next.is_none_or(|n| n.is_whitespace() || ",[]{}".contains(n)) => {
+                    if crossed_line {
+                        break ':';
+                    }
+                    return None;
+                }
+                ',' | '[' | ']' | '{' | '}' => return None,
+                '#' if previous.is_whitespace() => return None,
+                '\n' => {
+                    crossed_line = true;
+                    line += 1;
+                    col = 0;
+                    previous = c;
+                    first = false;
+                    continue;
+                }
+                _ => {}
+            }
+            previous = c;
+            first = false;
+            col += 1;
+        };
         let message = format!(
-            "while parsing a flow {kind}\n{}\nexpected ',' or '{closer}', but got '?'\n{}",
+            "while parsing a flow {kind}\n{}\nexpected ',' or '{closer}', but got '{found}'\n{}",
             self.source
                 .mark_at(start.line as usize, start.col as usize - 1),
             self.source.mark_at(line, col)
@@ -944,7 +973,7 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                     return;
                 }
                 if style == TScalarStyle::Plain
-                    && let Some(error) = self.question_mark_in_flow(&value, &mark)
+                    && let Some(error) = self.plain_in_flow_error(&mark)
                 {
                     self.compose_error = Some(error);
                     return;

@@ -400,6 +400,7 @@ def main():
         "yaml_reserved_character.yaml": one("graph_id: g", "graph_id: @g"),
         "yaml_dash_in_flow.yaml": one("  inputs: {}", "  inputs: [- a]"),
         "yaml_question_mark_in_flow.yaml": one("  inputs: {}", "  inputs: {a?b: c}"),
+        "yaml_multiline_key_in_flow.yaml": one("  inputs: {}", "  inputs: {a\n    b: c}"),
         "yaml_sequence_entry_here.yaml": one("graph_id: g", "graph_id: - g"),
         "yaml_missing_colon.yaml": one("graph_id: g\n", "graph_id: g\nstray\n"),
         "yaml_key_indented_less.yaml": one("    max_wallclock_s: 60", "   max_wallclock_s: 60"),
