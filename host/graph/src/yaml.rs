@@ -162,23 +162,10 @@ fn parse_normalized(text: &str) -> Result<Node, Reread> {
             None => text.len(),
         };
         let tab = tabs.first_illegal(&source, limit).map(|(line, col)| {
-            let error = ParseError {
-                code: "invalid_yaml",
-                message: cannot_start_token('\t', &source.mark_at(line, col)),
-                pos: Some(Pos {
-                    line: line as u32,
-                    col: col as u32 + 1,
-                }),
-            };
+            let message = cannot_start_token('\t', &source.mark_at(line, col));
+            let (at, error) = source.failure_at(message, line, col);
             // When yaml-rust2 stopped because of a tab, that tab is the one.
-            (
-                if stopped_by_tab {
-                    0
-                } else {
-                    source.index_of(line, col)
-                },
-                error,
-            )
+            (if stopped_by_tab { 0 } else { at }, error)
         });
         earlier(&mut earliest, tab);
     }
@@ -379,6 +366,20 @@ impl<'a> Source<'a> {
             message: parts.into_iter().flatten().collect::<Vec<_>>().join("\n"),
             pos: Some(pos_of(&at)),
         }
+    }
+
+    /// An `invalid_yaml` error reported at (1-based line, 0-based column),
+    /// with the char index that orders it against other problems.
+    fn failure_at(&self, message: String, line: usize, col: usize) -> (usize, ParseError) {
+        let error = ParseError {
+            code: "invalid_yaml",
+            message,
+            pos: Some(Pos {
+                line: line as u32,
+                col: col as u32 + 1,
+            }),
+        };
+        (self.index_of(line, col), error)
     }
 
     /// A construction error as PyYAML words it: the problem, then where the
@@ -647,15 +648,7 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
     /// The text ended inside a flow collection: PyYAML names the
     /// collection and the end of the stream.
     fn unclosed_flow(&self, scan: &ScanError) -> Option<(usize, ParseError)> {
-        let (kind, closer, start) = match self.stack.last()? {
-            Frame::Seq {
-                node, flow: true, ..
-            } => ("sequence", ']', node.pos),
-            Frame::Map {
-                node, flow: true, ..
-            } => ("mapping", '}', node.pos),
-            _ => return None,
-        };
+        let (kind, closer, start) = self.innermost_flow()?;
         let text = self.source.text;
         let at = self
             .source
@@ -687,15 +680,7 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
                 self.source.mark_at(end_line, end_col)
             )
         };
-        let error = ParseError {
-            code: "invalid_yaml",
-            message,
-            pos: Some(Pos {
-                line: end_line as u32,
-                col: end_col as u32 + 1,
-            }),
-        };
-        Some((self.source.index_of(end_line, end_col), error))
+        Some(self.source.failure_at(message, end_line, end_col))
     }
 
     /// A plain scalar in a flow collection that PyYAML reads differently
@@ -703,15 +688,7 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
     /// runs over a line break cannot be a key. PyYAML then finds the `?` or
     /// the `:` where a `,` or the closing bracket was due.
     fn plain_in_flow_error(&self, mark: &Marker) -> Option<(usize, ParseError)> {
-        let (kind, closer, start) = self.stack.iter().rev().find_map(|frame| match frame {
-            Frame::Seq {
-                node, flow: true, ..
-            } => Some(("sequence", ']', node.pos)),
-            Frame::Map {
-                node, flow: true, ..
-            } => Some(("mapping", '}', node.pos)),
-            _ => None,
-        })?;
+        let (kind, closer, start) = self.innermost_flow()?;
         let text = self.source.text;
         let from = self.source.byte_of(mark.line(), mark.col());
         let (mut line, mut col) = (mark.line(), mark.col());
@@ -752,15 +729,7 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
                 .mark_at(start.line as usize, start.col as usize - 1),
             self.source.mark_at(line, col)
         );
-        let error = ParseError {
-            code: "invalid_yaml",
-            message,
-            pos: Some(Pos {
-                line: line as u32,
-                col: col as u32 + 1,
-            }),
-        };
-        Some((self.source.index_of(line, col), error))
+        Some(self.source.failure_at(message, line, col))
     }
 
     /// The first child of a block collection fixes where PyYAML says the
@@ -878,15 +847,22 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
             source.mark_at(start.0, start.1),
             source.mark_at(line, col)
         );
-        let error = ParseError {
-            code: "invalid_yaml",
-            message,
-            pos: Some(Pos {
-                line: line as u32,
-                col: col as u32 + 1,
-            }),
-        };
-        Some((source.index_of(line, col), error))
+        Some(source.failure_at(message, line, col))
+    }
+
+    /// The innermost flow collection being read: its name in PyYAML's
+    /// messages, its closing bracket and where it starts. (Block collections
+    /// cannot sit inside a flow one, so it is the innermost collection.)
+    fn innermost_flow(&self) -> Option<(&'static str, char, Pos)> {
+        self.stack.iter().rev().find_map(|frame| match frame {
+            Frame::Seq {
+                node, flow: true, ..
+            } => Some(("sequence", ']', node.pos)),
+            Frame::Map {
+                node, flow: true, ..
+            } => Some(("mapping", '}', node.pos)),
+            _ => None,
+        })
     }
 
     fn in_flow(&self) -> bool {
@@ -960,16 +936,9 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                     || (style == TScalarStyle::Plain && value.starts_with(['|', '>']));
                 if block && self.in_flow() {
                     let found = self.source.char_at(&mark).unwrap_or('|');
-                    let index = self.source.index_of(mark.line(), mark.col());
                     let message = cannot_start_token(found, &self.source.mark(&mark));
-                    self.compose_error = Some((
-                        index,
-                        ParseError {
-                            code: "invalid_yaml",
-                            message,
-                            pos: Some(pos),
-                        },
-                    ));
+                    self.compose_error =
+                        Some(self.source.failure_at(message, mark.line(), mark.col()));
                     return;
                 }
                 if style == TScalarStyle::Plain
