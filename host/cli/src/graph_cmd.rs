@@ -337,7 +337,7 @@ fn plan(
     }
     let roots: Vec<String> = loop_roots
         .iter()
-        .map(|r| pathlib_normal(r).display().to_string())
+        .map(|r| bl_core::pypath::pathlib_normal(r).display().to_string())
         .collect();
     let ExecutionBound {
         attempts_per_round,
@@ -405,7 +405,7 @@ fn plan(
 fn digest(dir: &Path, as_json: bool) -> u8 {
     // Paths are shown the way bounded-loops shows them (Python's pathlib):
     // `./pkg/` is `pkg`.
-    let shown = pathlib_normal(dir);
+    let shown = bl_core::pypath::pathlib_normal(dir);
     match bl_packages::digest(&shown) {
         Ok(d) => {
             if as_json {
@@ -446,20 +446,6 @@ fn python_utf8_error(bytes: &[u8], error: std::str::Utf8Error) -> String {
             "'utf-8' codec can't decode bytes in position {at}-{}: {reason}",
             at + len - 1
         )
-    }
-}
-
-/// A path as Python's `pathlib.Path` normalises it: `.` components, empty
-/// components and trailing slashes dropped; `..` kept.
-fn pathlib_normal(path: &Path) -> PathBuf {
-    let normal: PathBuf = path
-        .components()
-        .filter(|c| !matches!(c, std::path::Component::CurDir))
-        .collect();
-    if normal.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        normal
     }
 }
 

@@ -10,6 +10,7 @@ pub mod canonical;
 pub mod exec;
 pub mod package;
 pub mod plugin;
+pub mod pypath;
 pub mod verdict;
 
 pub use canonical::{canonical_json, digest, python_json, sha256_hex};

@@ -132,10 +132,10 @@ impl LoopReport {
 /// The ledger a path names: the file itself, or `ledger.jsonl` (a loop run
 /// directory) or else `.ledger.jsonl` (a loop package) inside a directory.
 fn ledger_of(path: &Path) -> PathBuf {
-    let path = &without_current_dir(path);
+    let path = &bl_core::pypath::pathlib_normal(path);
     if path.is_dir() {
-        let run_ledger = without_current_dir(&path.join("ledger.jsonl"));
-        let package_ledger = without_current_dir(&path.join(".ledger.jsonl"));
+        let run_ledger = bl_core::pypath::pathlib_normal(&path.join("ledger.jsonl"));
+        let package_ledger = bl_core::pypath::pathlib_normal(&path.join(".ledger.jsonl"));
         if !run_ledger.exists() && package_ledger.exists() {
             return package_ledger;
         }
@@ -208,19 +208,5 @@ pub fn verify(path: &Path, options: &Options) -> LoopReport {
         anchor_detail,
         recorded_rows,
         completeness_detail,
-    }
-}
-
-/// The path as Python's pathlib spells it: `.` components dropped, so
-/// `./ledger.jsonl` reads `ledger.jsonl` as bounded-loops prints it.
-fn without_current_dir(path: &Path) -> PathBuf {
-    let cleaned: PathBuf = path
-        .components()
-        .filter(|c| !matches!(c, std::path::Component::CurDir))
-        .collect();
-    if cleaned.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        cleaned
     }
 }
