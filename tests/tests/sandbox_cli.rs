@@ -117,6 +117,23 @@ fn the_probe_passes_caged_and_fails_uncaged_and_records_its_artifact() {
     assert_eq!(code, 0, "{stdout}{err}");
     let result: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(result["passed"], true);
+    let names: Vec<&str> = result["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "probe ran",
+            "network denied",
+            "write outside denied",
+            "not host root",
+            "sysctl write denied",
+            "keyctl denied"
+        ]
+    );
     let artifact = std::fs::read(out.path().join("workspace/probe-report.json")).unwrap();
     assert_eq!(
         result["artifact_digest"],
@@ -140,6 +157,48 @@ fn the_probe_passes_caged_and_fails_uncaged_and_records_its_artifact() {
         stdout.contains("FAIL network denied") && stdout.contains("WAS REACHED"),
         "{stdout}"
     );
+    assert!(stdout.contains("FAIL keyctl denied"), "{stdout}");
+    if nix::unistd::geteuid().is_root() {
+        assert!(stdout.contains("FAIL not host root"), "{stdout}");
+        assert!(stdout.contains("FAIL sysctl write denied"), "{stdout}");
+    }
+}
+
+/// The report that opened this hole: as root, a caged command rewrote the
+/// host's `kernel.core_pattern`. Rewriting the value already there (so the
+/// test changes nothing even if the cage failed) must be refused, and the
+/// host's value stays as it was.
+#[test]
+fn a_caged_command_cannot_rewrite_a_host_sysctl() {
+    if !cage_works() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let before = std::fs::read("/proc/sys/kernel/core_pattern").unwrap();
+    for tier in ["container_restricted", "process_restricted"] {
+        let (code, out, err) = bl(&[
+            "sandbox",
+            "run",
+            "--isolation",
+            tier,
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            "p='/proc/sys/kernel/core_pattern'; v=open(p,'rb').read(); open(p,'wb').write(v); print('REWROTE')",
+        ]);
+        assert_ne!(code, 0, "{tier}: {out}");
+        assert!(!out.contains("REWROTE"), "{tier}: {out}");
+        assert!(
+            err.contains("Read-only file system") || err.contains("Permission denied"),
+            "{tier}: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read("/proc/sys/kernel/core_pattern").unwrap(),
+        before
+    );
 }
 
 #[test]
@@ -152,16 +211,23 @@ fn doctor_reports_each_check_with_a_status() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "bubblewrap",
-            "seccomp",
-            "landlock",
-            "wasm toolchain",
-            "cache"
-        ]
-    );
+    let caged = ["bubblewrap", "cage identity", "probe"];
+    let tail = ["seccomp", "landlock", "wasm toolchain", "cache"];
+    if cage_works() {
+        assert_eq!(names, [&caged[..], &tail[..]].concat());
+        let checks = report["checks"].as_array().unwrap();
+        assert_eq!(checks[2]["status"], "ok", "{}", checks[2]);
+        let identity = checks[1]["detail"].as_str().unwrap();
+        if nix::unistd::geteuid().is_root() {
+            assert!(
+                identity.contains("caged commands run as host uid 65534 gid 65534, never root"),
+                "{identity}"
+            );
+        }
+        assert!(identity.contains("seccomp refuses"), "{identity}");
+    } else {
+        assert_eq!(names, [&caged[..1], &tail[..]].concat());
+    }
     assert_eq!(code == 0, report["ok"] == true);
     for check in report["checks"].as_array().unwrap() {
         if check["status"] != "ok" {

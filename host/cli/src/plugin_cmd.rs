@@ -289,15 +289,15 @@ fn read_config(config: &str) -> Result<String, String> {
 }
 
 /// Builds the runtime the CLI uses: the on-disk cache, and commands run in
-/// the given isolation tier (the workspace read-only to them).
+/// `sandbox` (the workspace read-only to them).
 pub fn runtime(
     deadline_ms: Option<u64>,
     allocator: Allocator,
-    tier: bl_sandbox::Tier,
+    sandbox: bl_sandbox::Sandbox,
 ) -> Result<Runtime, PluginError> {
     let mut config = RuntimeConfig {
         cache_dir: paths::component_cache_dir(),
-        command_runner: Some(Arc::new(bl_sandbox::Sandbox::new(tier))),
+        command_runner: Some(Arc::new(sandbox)),
         allocator: match allocator {
             Allocator::Auto => bl_plugins::AllocatorChoice::Auto,
             Allocator::Pooling => bl_plugins::AllocatorChoice::Pooling,
@@ -349,8 +349,9 @@ fn judge(request: &RunRequest, config: &str) -> GateOutcome {
             });
         let tier =
             bl_sandbox::Tier::parse(request.isolation).map_err(|e| format!("--isolation: {e}"))?;
+        let sandbox = crate::sandbox_cmd::sandbox(tier)?;
         let runtime =
-            runtime(request.deadline_ms, request.allocator, tier).map_err(|e| e.to_string())?;
+            runtime(request.deadline_ms, request.allocator, sandbox).map_err(|e| e.to_string())?;
         Ok(match world {
             World::Gate => runtime
                 .load_gate(&name, &bytes, &options)

@@ -6,11 +6,26 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bl_core::{CommandError, CommandRunner, CommandSpec};
-use bl_sandbox::{Sandbox, Tier};
+use bl_sandbox::{CagedUser, Sandbox, Tier};
 use clap::Subcommand;
 
 /// The exit code when the sandbox refuses to run the command at all.
 pub const REFUSED: u8 = 125;
+
+/// The runner for `tier`, with the caged user (when bl runs as root) from
+/// `BL_SANDBOX_UID`, `BL_SANDBOX_GID` and `BL_SANDBOX_OWNERSHIP`.
+pub fn sandbox(tier: Tier) -> Result<Sandbox, String> {
+    let user = CagedUser::from_env(|name| std::env::var(name).ok())?;
+    Ok(Sandbox::new(tier).with_caged_user(user))
+}
+
+/// The host uid a command in `sandbox` runs as.
+pub fn host_uid(sandbox: &Sandbox) -> u32 {
+    match sandbox.caged_user() {
+        Some(user) if sandbox.tier().is_caged() => user.uid,
+        _ => nix::unistd::getuid().as_raw(),
+    }
+}
 
 #[derive(Subcommand)]
 pub enum SandboxCommand {
@@ -190,7 +205,14 @@ fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> u8 {
             }
         },
     };
-    match bl_sandbox::probe::run_probe(&Sandbox::new(tier), &out) {
+    let sandbox = match sandbox(tier) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: sandbox probe: {e}");
+            return REFUSED;
+        }
+    };
+    match bl_sandbox::probe::run_probe(&sandbox, host_uid(&sandbox), &out) {
         Ok(outcome) => {
             if as_json {
                 let text = std::fs::read_to_string(&outcome.result_path).unwrap_or_default();
@@ -244,7 +266,13 @@ fn run_command(
             return REFUSED;
         }
     };
-    let mut sandbox = Sandbox::new(tier);
+    let mut sandbox = match sandbox(tier) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: sandbox refused: {e}");
+            return REFUSED;
+        }
+    };
     if let Some(guard) = &proxy {
         sandbox = sandbox.with_egress(guard.bridge.clone());
     }

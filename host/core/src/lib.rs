@@ -8,6 +8,7 @@
 
 pub mod canonical;
 pub mod exec;
+pub mod health;
 pub mod package;
 pub mod plugin;
 pub mod pypath;

@@ -22,7 +22,7 @@ pub use component::{
     ComponentSummary, SOURCE_DIGEST_SECTION, imports, read_source_digest, summarize,
 };
 pub use source::{SourceSet, source_digest};
-pub use toolchain::{ToolchainError, WasmToolchain};
+pub use toolchain::{ToolchainError, WasmToolchain, doctor_check};
 
 /// The WIT package version this build of bl speaks.
 pub const WIT_PACKAGE: &str = "bl:plugin@1.1.0";

@@ -185,3 +185,16 @@ impl WasmToolchain {
         cmd
     }
 }
+
+/// The doctor's line for this machine's wasm toolchain.
+pub fn doctor_check() -> bl_core::health::Check {
+    use bl_core::health::Check;
+    match WasmToolchain::detect() {
+        Ok(t) => Check::ok("wasm toolchain", format!("{} can build plugins", t.name())),
+        Err(e) => Check::warn(
+            "wasm toolchain",
+            e.to_string(),
+            "run `scripts/dev setup`; only building plugins needs it, running them does not",
+        ),
+    }
+}

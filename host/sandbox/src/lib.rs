@@ -2,22 +2,34 @@
 //! behalf, behind the [`bl_core::CommandRunner`] port.
 //!
 //! This crate owns process spawning, environment scrubbing, output capping
-//! and timeouts. [`Subprocess`] is the unconfined adapter: a cleared
-//! environment, a private HOME and TMPDIR, the workspace as the working
-//! directory, a timeout that kills the whole process group and capped
-//! output. [`Sandbox`] runs a command in an isolation [`Tier`], caging it
-//! with bubblewrap on Linux where the tier asks for it, and refusing (with
-//! the fix) where the machine cannot.
+//! and timeouts, and the OS cages. [`Subprocess`] is the unconfined
+//! adapter: a cleared environment, a private HOME and TMPDIR, the workspace
+//! as the working directory, a timeout that kills the whole process group
+//! and capped output. [`Sandbox`] runs a command in an isolation [`Tier`],
+//! caging it with bubblewrap on Linux where the tier asks for it (masked
+//! /proc, the [`seccomp`] table, never host root: see [`caged_user`]) and
+//! refusing (with the fix) where the machine cannot. [`probe`] proves the
+//! cage from outside it; [`inspect`] reads a caged process from the host.
+//! It knows nothing of graphs, plugins or runs.
 
 mod bubblewrap;
+pub mod caged_user;
+pub mod doctor;
+pub mod inspect;
 pub mod probe;
+mod sandbox;
 pub mod seatbelt;
+pub mod seccomp;
 mod subprocess;
 mod tail;
+mod tier;
 
 pub use bubblewrap::{
-    BRIDGE_BINARY_INSIDE, EgressBridge, PROTECTED, PROXY_LISTEN_INSIDE, PROXY_SOCKET_INSIDE,
-    Sandbox, Tier,
+    BRIDGE_BINARY_INSIDE, HIDDEN, PROTECTED, PROXY_LISTEN_INSIDE, PROXY_SOCKET_INSIDE,
+    READ_ONLY_PROC,
 };
+pub use caged_user::{CagedUser, Lending};
+pub use sandbox::{EgressBridge, Sandbox, find_bwrap};
 pub use subprocess::Subprocess;
 pub use tail::TailBuffer;
+pub use tier::Tier;

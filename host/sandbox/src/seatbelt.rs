@@ -111,3 +111,27 @@ mod tests {
         assert!(odd.contains("(subpath \"/w/a\\\"b\\\\c\")"), "{odd}");
     }
 }
+
+/// Runs `spec` under the generated profile with `sandbox-exec`.
+#[cfg(target_os = "macos")]
+pub(crate) fn run(
+    tier: Tier,
+    spec: &bl_core::CommandSpec,
+) -> Result<bl_core::CommandResult, bl_core::CommandError> {
+    use crate::subprocess::{PrivateDirs, execute, scrub_env};
+    use bl_core::CommandError;
+    let private = PrivateDirs::new()?;
+    let workspace = spec.workspace.canonicalize().map_err(|e| {
+        CommandError::Denied(format!("workspace {}: {e}", spec.workspace.display()))
+    })?;
+    let profile = profile(tier, &workspace, spec.workspace_writable, &private.tmp)
+        .ok_or_else(|| CommandError::Denied(format!("{} has no Seatbelt profile", tier.name())))?;
+    let mut command = std::process::Command::new("/usr/bin/sandbox-exec");
+    command
+        .arg("-p")
+        .arg(profile)
+        .args(&spec.argv)
+        .current_dir(&workspace);
+    scrub_env(&mut command, &private.home, &private.tmp);
+    execute(command, spec)
+}

@@ -41,7 +41,7 @@ impl CommandRunner for Subprocess {
 
 /// A private HOME and TMPDIR for one command, removed afterwards.
 pub(crate) struct PrivateDirs {
-    _root: tempfile::TempDir,
+    dir: tempfile::TempDir,
     pub home: PathBuf,
     pub tmp: PathBuf,
 }
@@ -59,10 +59,15 @@ impl PrivateDirs {
                 .map_err(|e| CommandError::Spawn(format!("{}: {e}", dir.display())))?;
         }
         Ok(PrivateDirs {
-            _root: root,
+            dir: root,
             home,
             tmp,
         })
+    }
+
+    /// The directory holding both.
+    pub(crate) fn root(&self) -> &Path {
+        self.dir.path()
     }
 }
 

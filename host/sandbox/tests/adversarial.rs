@@ -1,14 +1,20 @@
-//! Escape attempts against the container_restricted tier, with real
-//! bubblewrap and real processes. Every one must be denied by the OS; a
-//! write inside the workspace must persist. On a machine where bwrap cannot
-//! run at all these tests say so loudly and skip.
+//! Escape attempts against the caged tiers, with real bubblewrap and real
+//! processes. Every one must be denied by the OS; a write inside the
+//! workspace must persist, owned as before. Run as root (as in CI), the
+//! suite also runs its denials again as an ordinary user. Where bwrap is
+//! not installed the tests say so and skip, except under `CI=true`, where
+//! setup must have installed it; a bwrap that is installed but fails is a
+//! failure, never a skip.
 
 use std::net::{TcpListener, UdpSocket};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
 use bl_core::{CommandError, CommandRunner, CommandSpec};
-use bl_sandbox::{Sandbox, Tier};
+use bl_sandbox::inspect::{HostView, wait_for_process};
+use bl_sandbox::{CagedUser, Sandbox, Tier};
+use nix::libc;
 
 fn spec(ws: &Path, script: &str) -> CommandSpec {
     CommandSpec {
@@ -21,19 +27,50 @@ fn spec(ws: &Path, script: &str) -> CommandSpec {
     }
 }
 
-/// The cage, or `None` (after saying why) when this machine cannot run bwrap.
-fn cage() -> Option<Sandbox> {
-    let sandbox = Sandbox::new(Tier::ContainerRestricted);
-    let ws = tempfile::tempdir().unwrap();
-    match sandbox.run(&spec(ws.path(), "true")) {
-        Ok(r) if r.exit_code == Some(0) => Some(sandbox),
-        other => {
-            eprintln!(
-                "SKIPPED: bubblewrap cannot run on this machine ({other:?}); the sandbox tests did not run"
-            );
-            None
-        }
+/// Whether bwrap is missing on a machine where that is allowed.
+fn bwrap_absent() -> bool {
+    if bl_sandbox::find_bwrap().is_some() {
+        return false;
     }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but bubblewrap is not installed: scripts/dev setup should have installed it"
+    );
+    eprintln!(
+        "SKIPPED: bubblewrap is not installed on this machine; the sandbox tests did not run"
+    );
+    true
+}
+
+/// The cage for `tier`, or `None` (after saying why) when this machine has
+/// no bwrap. A bwrap that cannot run is a failure: it would otherwise hide
+/// a regression in bl's own arguments.
+fn cage_of(tier: Tier) -> Option<Sandbox> {
+    if bwrap_absent() {
+        return None;
+    }
+    let sandbox = Sandbox::new(tier);
+    let ws = tempfile::tempdir().unwrap();
+    let r = sandbox.run(&spec(ws.path(), "true"));
+    match r {
+        Ok(r) if r.exit_code == Some(0) => Some(sandbox),
+        other => panic!(
+            "bubblewrap is installed but {} cannot run `true`: {}",
+            tier.name(),
+            match other {
+                Ok(r) => String::from_utf8_lossy(&r.stderr_tail).into_owned(),
+                Err(e) => e.to_string(),
+            }
+        ),
+    }
+}
+
+fn cage() -> Option<Sandbox> {
+    cage_of(Tier::ContainerRestricted)
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
 }
 
 /// Runs `script` caged; returns (exit code, stdout, stderr).
@@ -257,4 +294,586 @@ fn process_restricted_has_no_network() {
         ))
         .unwrap();
     assert_ne!(r.exit_code, Some(0));
+}
+
+/// Runs Python `code` with `args` caged in `sandbox`; (exit, stdout, stderr).
+fn caged_python(
+    sandbox: &Sandbox,
+    ws: &Path,
+    code: &str,
+    args: &[String],
+) -> (Option<i32>, String, String) {
+    let mut argv = vec!["/usr/bin/python3".to_string(), "-c".into(), code.into()];
+    argv.extend(args.iter().cloned());
+    let r = sandbox
+        .run(&CommandSpec {
+            argv,
+            ..spec(ws, "")
+        })
+        .unwrap();
+    (
+        r.exit_code,
+        String::from_utf8_lossy(&r.stdout_tail).into_owned(),
+        String::from_utf8_lossy(&r.stderr_tail).into_owned(),
+    )
+}
+
+/// Global sysctls; each is only ever rewritten with the value it has (and
+/// the write-only ones are never written), so a failed cage changes nothing.
+const SYSCTLS: &[&str] = &[
+    "/proc/sys/kernel/core_pattern",
+    "/proc/sys/kernel/panic",
+    "/proc/sys/kernel/sysrq",
+    "/proc/sys/vm/overcommit_memory",
+    "/proc/sys/vm/drop_caches",
+    "/proc/sys/fs/file-max",
+    "/proc/sys/net/ipv4/ip_forward",
+];
+
+const REWRITE_SYSCTLS: &str = r#"
+import json, os, sys
+results = {}
+for path in sys.argv[1:]:
+    try:
+        with open(path, "rb") as f:
+            current = f.read()
+    except OSError:
+        current = None  # write-only, or hidden: never written below
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError as e:
+        results[path] = "denied: " + e.strerror
+        continue
+    try:
+        if current is not None:
+            os.write(fd, current)
+        results[path] = "OPENED for writing"
+    except OSError as e:
+        results[path] = "OPENED, then the write failed: " + e.strerror
+    finally:
+        os.close(fd)
+try:
+    os.close(os.open("/proc/sysrq-trigger", os.O_WRONLY))
+    results["/proc/sysrq-trigger"] = "OPENED for writing"
+except OSError as e:
+    results["/proc/sysrq-trigger"] = "denied: " + e.strerror
+print(json.dumps(results))
+"#;
+
+fn host_sysctls() -> Vec<Option<Vec<u8>>> {
+    SYSCTLS.iter().map(|p| std::fs::read(p).ok()).collect()
+}
+
+fn assert_proc_sys_is_read_only(sandbox: &Sandbox) {
+    let ws = tempfile::tempdir().unwrap();
+    let before = host_sysctls();
+    let args: Vec<String> = SYSCTLS.iter().map(|s| s.to_string()).collect();
+    let (code, out, err) = caged_python(sandbox, ws.path(), REWRITE_SYSCTLS, &args);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let results: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for (path, outcome) in results.as_object().unwrap() {
+        assert!(
+            outcome.as_str().unwrap().starts_with("denied"),
+            "{} ({}): {path}: {outcome}",
+            sandbox.tier().name(),
+            if is_root() { "as root" } else { "as a user" }
+        );
+    }
+    assert_eq!(results.as_object().unwrap().len(), SYSCTLS.len() + 1);
+    assert_eq!(host_sysctls(), before, "a host sysctl changed");
+}
+
+#[test]
+fn proc_sys_and_sysrq_trigger_cannot_be_written_even_with_their_own_values() {
+    for tier in [Tier::ContainerRestricted, Tier::ProcessRestricted] {
+        let Some(sandbox) = cage_of(tier) else { return };
+        assert_proc_sys_is_read_only(&sandbox);
+    }
+}
+
+const READ_HIDDEN: &str = r#"
+import json, os, sys
+seen = {}
+for path in sys.argv[1:]:
+    try:
+        if os.path.isdir(path):
+            seen[path] = os.listdir(path)
+        else:
+            with open(path, "rb") as f:
+                seen[path] = len(f.read(4096))
+    except OSError as e:
+        seen[path] = "error: " + e.strerror
+print(json.dumps(seen))
+"#;
+
+#[test]
+fn kernel_memory_keys_timers_and_firmware_are_hidden() {
+    for tier in [Tier::ContainerRestricted, Tier::ProcessRestricted] {
+        let Some(sandbox) = cage_of(tier) else { return };
+        let ws = tempfile::tempdir().unwrap();
+        let present: Vec<String> = bl_sandbox::HIDDEN
+            .iter()
+            .filter(|p| Path::new(p).exists())
+            .map(|p| p.to_string())
+            .collect();
+        let (code, out, err) = caged_python(&sandbox, ws.path(), READ_HIDDEN, &present);
+        assert_eq!(code, Some(0), "{out}{err}");
+        let seen: serde_json::Value = serde_json::from_str(&out).unwrap();
+        for (path, what) in seen.as_object().unwrap() {
+            let hidden = what == &serde_json::json!(0)
+                || what == &serde_json::json!([])
+                || what.as_str().is_some_and(|s| s.starts_with("error"));
+            assert!(hidden, "{}: {path} shows {what}", tier.name());
+        }
+        if tier == Tier::ContainerRestricted {
+            let (_, out, _) = caged(&sandbox, ws.path(), "test -e /sys && echo SYS; true");
+            assert!(!out.contains("SYS"), "/sys is mounted in the container");
+        }
+    }
+}
+
+const SYSCALLS: &str = r#"
+import ctypes, json, os, sys, threading, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+calls = json.loads(sys.argv[1])
+out = {}
+for name, (nr, args) in calls.items():
+    cargs = []
+    for a in args:
+        if isinstance(a, int):
+            cargs.append(ctypes.c_long(a))
+        elif a.startswith("fd:"):
+            cargs.append(ctypes.c_long(os.open(a[3:], os.O_RDONLY)))
+        else:
+            cargs.append(ctypes.c_char_p(a.encode()))
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *cargs)
+    errno = ctypes.get_errno()
+    if name.startswith("clone") and r == 0:
+        os._exit(0)
+    if name.startswith("clone") and r > 0:
+        os.waitpid(r, 0)
+    out[name] = [r, errno]
+# What an agent does need still works: threads (clone3 falls back to
+# clone), processes, ordinary files.
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+out["subprocess"] = subprocess.run(["true"]).returncode
+print(json.dumps(out))
+"#;
+
+/// Each refused call with its arguments (harmless ones: had the cage
+/// failed, none would change the host) and the errno the filter gives.
+fn refused_calls(ws: &Path) -> Vec<(&'static str, i64, serde_json::Value, i32)> {
+    use serde_json::json;
+    let dir = ws.join("mnt").display().to_string();
+    let eperm = libc::EPERM;
+    let clone_flags = |ns: i64| ns | libc::SIGCHLD as i64;
+    vec![
+        ("keyctl", libc::SYS_keyctl, json!([1, "bl-test"]), eperm),
+        (
+            "add_key",
+            libc::SYS_add_key,
+            json!(["user", "bl-test", "x", 1, -2]),
+            eperm,
+        ),
+        (
+            "request_key",
+            libc::SYS_request_key,
+            json!(["user", "bl-test", 0, 0]),
+            eperm,
+        ),
+        (
+            "mount",
+            libc::SYS_mount,
+            json!(["none", dir, "tmpfs", 0, 0]),
+            eperm,
+        ),
+        ("umount2", libc::SYS_umount2, json!([dir, 0]), eperm),
+        (
+            "setns",
+            libc::SYS_setns,
+            json!(["fd:/proc/self/ns/net", 0]),
+            eperm,
+        ),
+        (
+            "unshare(user)",
+            libc::SYS_unshare,
+            json!([libc::CLONE_NEWUSER]),
+            eperm,
+        ),
+        (
+            "unshare(files)",
+            libc::SYS_unshare,
+            json!([libc::CLONE_FILES]),
+            eperm,
+        ),
+        (
+            "clone(user)",
+            libc::SYS_clone,
+            json!([clone_flags(libc::CLONE_NEWUSER as i64), 0, 0, 0, 0]),
+            eperm,
+        ),
+        (
+            "clone(net)",
+            libc::SYS_clone,
+            json!([clone_flags(libc::CLONE_NEWNET as i64), 0, 0, 0, 0]),
+            eperm,
+        ),
+        ("clone3", libc::SYS_clone3, json!([0, 0]), libc::ENOSYS),
+        ("bpf", libc::SYS_bpf, json!([0, 0, 0]), eperm),
+        (
+            "perf_event_open",
+            libc::SYS_perf_event_open,
+            json!([0, 0, -1, -1, 0]),
+            eperm,
+        ),
+        ("userfaultfd", libc::SYS_userfaultfd, json!([0]), eperm),
+        (
+            "open_by_handle_at",
+            libc::SYS_open_by_handle_at,
+            json!([-100, 0, 0]),
+            eperm,
+        ),
+        (
+            "name_to_handle_at",
+            libc::SYS_name_to_handle_at,
+            json!([-100, "/etc/hostname", 0, 0, 0]),
+            eperm,
+        ),
+        ("pivot_root", libc::SYS_pivot_root, json!([dir, dir]), eperm),
+        ("chroot", libc::SYS_chroot, json!([dir]), eperm),
+        (
+            "swapon",
+            libc::SYS_swapon,
+            json!(["/nonexistent/bl-swap", 0]),
+            eperm,
+        ),
+        (
+            "init_module",
+            libc::SYS_init_module,
+            json!([0, 0, ""]),
+            eperm,
+        ),
+        (
+            "finit_module",
+            libc::SYS_finit_module,
+            json!([-1, "", 0]),
+            eperm,
+        ),
+        (
+            "delete_module",
+            libc::SYS_delete_module,
+            json!(["bl_no_such_module", 0]),
+            eperm,
+        ),
+        (
+            "kexec_load",
+            libc::SYS_kexec_load,
+            json!([0, 0, 0, 0]),
+            eperm,
+        ),
+        (
+            "acct",
+            libc::SYS_acct,
+            json!(["/nonexistent/bl-acct"]),
+            eperm,
+        ),
+        ("settimeofday", libc::SYS_settimeofday, json!([0, 0]), eperm),
+        (
+            "clock_settime",
+            libc::SYS_clock_settime,
+            json!([0, 0]),
+            eperm,
+        ),
+        ("ptrace", libc::SYS_ptrace, json!([16, 1, 0, 0]), eperm),
+        (
+            "personality",
+            libc::SYS_personality,
+            json!([0x0040000]),
+            eperm,
+        ),
+        ("socket(vsock)", libc::SYS_socket, json!([40, 1, 0]), eperm),
+        (
+            "io_uring_setup",
+            libc::SYS_io_uring_setup,
+            json!([1, 0]),
+            eperm,
+        ),
+    ]
+}
+
+fn assert_kernel_facing_calls_are_refused(sandbox: &Sandbox) {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ws.path().join("mnt")).unwrap();
+    let calls = refused_calls(ws.path());
+    let table: serde_json::Map<String, serde_json::Value> = calls
+        .iter()
+        .map(|(name, nr, args, _)| (name.to_string(), serde_json::json!([nr, args])))
+        .collect();
+    let (code, out, err) = caged_python(
+        sandbox,
+        ws.path(),
+        SYSCALLS,
+        &[serde_json::Value::Object(table).to_string()],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let seen: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for (name, _, _, errno) in calls {
+        assert_eq!(
+            seen[name],
+            serde_json::json!([-1, errno]),
+            "{}: {name} was not refused with errno {errno}",
+            sandbox.tier().name()
+        );
+    }
+    assert_eq!(seen["subprocess"], 0, "ordinary processes must still run");
+}
+
+#[test]
+fn keyrings_mounts_namespaces_bpf_perf_and_userfaultfd_are_refused() {
+    for tier in [Tier::ContainerRestricted, Tier::ProcessRestricted] {
+        let Some(sandbox) = cage_of(tier) else { return };
+        assert_kernel_facing_calls_are_refused(&sandbox);
+    }
+}
+
+const WAIT_FOR_GO: &str = r#"
+import os, sys, time
+deadline = time.time() + 15
+while not os.path.exists("go") and time.time() < deadline:
+    time.sleep(0.01)
+"#;
+
+/// Runs a waiting process in `sandbox`, reads it from the host (outside
+/// the cage), then lets it go.
+fn seen_from_outside(sandbox: &Sandbox) -> HostView {
+    let ws = tempfile::tempdir().unwrap();
+    let marker = format!("bl-adversarial-{}", std::process::id());
+    std::thread::scope(|scope| {
+        let run = scope.spawn(|| {
+            caged_python(
+                sandbox,
+                ws.path(),
+                WAIT_FOR_GO,
+                std::slice::from_ref(&marker),
+            )
+        });
+        let pid = wait_for_process("/usr/bin/python3", &marker, Duration::from_secs(10))
+            .expect("the caged process is visible from the host");
+        let view = HostView::read(pid).unwrap();
+        std::fs::write(ws.path().join("go"), b"").unwrap();
+        let (code, out, err) = run.join().unwrap();
+        assert_eq!(code, Some(0), "{out}{err}");
+        view
+    })
+}
+
+fn assert_not_host_root_from_outside(sandbox: &Sandbox) {
+    let view = seen_from_outside(sandbox);
+    let expected = match sandbox.caged_user() {
+        Some(user) => user.uid,
+        None => nix::unistd::getuid().as_raw(),
+    };
+    assert!(
+        !view.is_host_root(),
+        "the caged process is host root: {view:?}"
+    );
+    assert_eq!(view.uids, [expected; 4], "{view:?}");
+    assert_eq!(view.cap_eff, 0, "capabilities: {view:?}");
+    assert_eq!(view.seccomp_mode, 2, "no seccomp filter: {view:?}");
+    assert!(view.no_new_privs);
+    for path in bl_sandbox::READ_ONLY_PROC {
+        if Path::new(path).exists() {
+            assert!(
+                view.read_only(path),
+                "{path} is writable: {:?}",
+                view.mount_of(path)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_caged_process_is_not_host_root_as_seen_from_outside() {
+    for tier in [Tier::ContainerRestricted, Tier::ProcessRestricted] {
+        let Some(sandbox) = cage_of(tier) else { return };
+        assert_not_host_root_from_outside(&sandbox);
+        if is_root() {
+            let other = sandbox.with_caged_user(CagedUser {
+                uid: 4242,
+                gid: 4343,
+                idmap: true,
+            });
+            let view = seen_from_outside(&other);
+            assert_eq!((view.uids, view.gids), ([4242; 4], [4343; 4]));
+        }
+    }
+}
+
+/// The ways a workspace can be lent to the caged user on this machine.
+fn lendings() -> Vec<CagedUser> {
+    if is_root() {
+        vec![
+            CagedUser::NOBODY,
+            CagedUser {
+                idmap: false,
+                ..CagedUser::NOBODY
+            },
+        ]
+    } else {
+        vec![CagedUser::NOBODY]
+    }
+}
+
+fn assert_workspace_writes_land_owned_as_before(tier: Tier, user: CagedUser) {
+    let Some(sandbox) = cage_of(tier) else { return };
+    let sandbox = sandbox.with_caged_user(user);
+    let ws = tempfile::tempdir().unwrap();
+    let me = (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    );
+    std::fs::write(ws.path().join("existing.txt"), "old\n").unwrap();
+    std::fs::create_dir(ws.path().join("sub")).unwrap();
+    std::fs::write(ws.path().join("sub/old.txt"), "old\n").unwrap();
+    let (code, out, err) = caged(
+        &sandbox,
+        ws.path(),
+        "echo more >> existing.txt && echo new > new.txt && mkdir -p newdir/deeper && echo x > newdir/deeper/f \
+         && echo y > sub/old.txt && ln -s existing.txt link && echo ok",
+    );
+    assert_eq!(
+        (code, out.trim()),
+        (Some(0), "ok"),
+        "{} with {user:?}: {err}",
+        tier.name()
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("existing.txt")).unwrap(),
+        "old\nmore\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("newdir/deeper/f")).unwrap(),
+        "x\n"
+    );
+    for entry in [
+        "",
+        "existing.txt",
+        "new.txt",
+        "newdir",
+        "newdir/deeper",
+        "newdir/deeper/f",
+        "sub",
+        "sub/old.txt",
+        "link",
+    ] {
+        let meta = std::fs::symlink_metadata(ws.path().join(entry)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            me,
+            "{} with {user:?}: {entry:?} is owned by someone else",
+            tier.name()
+        );
+    }
+}
+
+#[test]
+fn a_workspace_write_lands_and_is_owned_as_before() {
+    for user in lendings() {
+        for tier in [Tier::ContainerRestricted, Tier::ProcessRestricted] {
+            assert_workspace_writes_land_owned_as_before(tier, user);
+        }
+    }
+}
+
+#[test]
+fn a_lent_workspace_keeps_hard_links_and_set_id_files_out_of_reach() {
+    if !is_root() {
+        return; // only root lends by chown
+    }
+    let Some(sandbox) = cage() else { return };
+    let sandbox = sandbox.with_caged_user(CagedUser {
+        idmap: false,
+        ..CagedUser::NOBODY
+    });
+    let ws = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir_in(ws.path().parent().unwrap()).unwrap();
+    std::fs::write(elsewhere.path().join("shared"), "host\n").unwrap();
+    std::fs::hard_link(elsewhere.path().join("shared"), ws.path().join("linked")).unwrap();
+    std::fs::write(ws.path().join("setuid"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        ws.path().join("setuid"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o4755),
+    )
+    .unwrap();
+    let (_, out, _) = caged(
+        &sandbox,
+        ws.path(),
+        "echo changed > linked && echo LINK-WRITTEN; echo x >> setuid && echo SETUID-WRITTEN; true",
+    );
+    assert!(!out.contains("WRITTEN"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(elsewhere.path().join("shared")).unwrap(),
+        "host\n"
+    );
+    let meta = std::fs::metadata(ws.path().join("setuid")).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o4755));
+}
+
+/// Run as root, the test binary runs this again as an ordinary user.
+#[test]
+#[ignore = "run by as_an_ordinary_user_too"]
+fn the_denials_as_an_ordinary_user() {
+    assert!(!is_root(), "this test is for an ordinary user");
+    for tier in [Tier::ContainerRestricted, Tier::ProcessRestricted] {
+        let Some(sandbox) = cage_of(tier) else { return };
+        assert_proc_sys_is_read_only(&sandbox);
+        assert_kernel_facing_calls_are_refused(&sandbox);
+        assert_not_host_root_from_outside(&sandbox);
+        assert_workspace_writes_land_owned_as_before(tier, CagedUser::NOBODY);
+    }
+}
+
+#[test]
+fn as_an_ordinary_user_too() {
+    if !is_root() || bwrap_absent() {
+        return; // an ordinary user runs the denials directly
+    }
+    // A copy of this test binary that the ordinary user can read, run as
+    // that user with nothing of root's around it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let copy = dir.path().join("adversarial");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    let mut command = std::process::Command::new(&copy);
+    command
+        .args([
+            "--ignored",
+            "--exact",
+            "the_denials_as_an_ordinary_user",
+            "--nocapture",
+        ])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/tmp")
+        .env("TMPDIR", "/tmp")
+        .current_dir("/tmp");
+    if let Ok(ci) = std::env::var("CI") {
+        command.env("CI", ci);
+    }
+    use std::os::unix::process::CommandExt;
+    command.uid(4040).gid(4040);
+    let out = command.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "as uid 4040:\n{text}");
+    assert!(text.contains("1 passed"), "{text}");
 }

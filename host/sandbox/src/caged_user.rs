@@ -1,0 +1,575 @@
+//! Who a caged command is on the host, and how its workspace stays its own.
+//!
+//! Run by root, bubblewrap maps root inside its user namespace to root
+//! outside, so a caged command could write `/proc/sys` or anything else host
+//! root may write. bl never lets that happen: when it runs as root, the caged
+//! command runs as an unprivileged host user ([`CagedUser`], 65534 `nobody`
+//! unless configured). Before it starts bubblewrap, bl (still root, in the
+//! child it forks) enters a private mount namespace and attaches there a
+//! clone of the workspace mount at a staging path any user can reach. Where
+//! the file system supports it, that clone is an *idmapped mount*: files the
+//! workspace's owner owns appear owned by the caged user, and what the caged
+//! user writes lands on disk owned by the workspace's owner, with nothing
+//! chowned. Elsewhere the workspace is *lent*: chowned to the caged user
+//! and given back afterwards ([`LentTree`]). Then the child drops to the
+//! caged user and runs bubblewrap unprivileged, as bubblewrap is meant to run.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use bl_core::CommandError;
+use nix::libc;
+
+use crate::EgressBridge;
+
+/// The host user and group a caged command runs as when bl runs as root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CagedUser {
+    pub uid: u32,
+    pub gid: u32,
+    /// Lend the workspace with an idmapped mount where the file system has
+    /// them (`false`: always chown it and give it back).
+    pub idmap: bool,
+}
+
+impl Default for CagedUser {
+    fn default() -> Self {
+        CagedUser::NOBODY
+    }
+}
+
+/// The variables that choose the caged user.
+pub const UID_VAR: &str = "BL_SANDBOX_UID";
+pub const GID_VAR: &str = "BL_SANDBOX_GID";
+/// `chown` forces lending by chown even where idmapped mounts work.
+pub const OWNERSHIP_VAR: &str = "BL_SANDBOX_OWNERSHIP";
+
+impl CagedUser {
+    /// The kernel's overflow user, `nobody:nogroup`.
+    pub const NOBODY: CagedUser = CagedUser {
+        uid: 65534,
+        gid: 65534,
+        idmap: true,
+    };
+
+    /// The caged user from `BL_SANDBOX_UID`, `BL_SANDBOX_GID` and
+    /// `BL_SANDBOX_OWNERSHIP` (read through `lookup`), else nobody. Root
+    /// (0) is refused: it is exactly what the cage must not be.
+    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<CagedUser, String> {
+        let id = |var: &str, default: u32| -> Result<u32, String> {
+            let Some(text) = lookup(var) else {
+                return Ok(default);
+            };
+            match text.trim().parse::<u32>() {
+                Ok(0) => Err(format!(
+                    "{var}=0: a caged command never runs as host root; choose an unprivileged id such as 65534"
+                )),
+                Ok(u32::MAX) => Err(format!("{var}={text}: -1 is not an id")),
+                Ok(id) => Ok(id),
+                Err(_) => Err(format!("{var}={text:?} is not a numeric id")),
+            }
+        };
+        let idmap = match lookup(OWNERSHIP_VAR).as_deref().map(str::trim) {
+            None | Some("") | Some("auto") | Some("idmap") => true,
+            Some("chown") => false,
+            Some(other) => {
+                return Err(format!(
+                    "{OWNERSHIP_VAR}={other:?}: use `auto` (an idmapped mount where possible) or `chown`"
+                ));
+            }
+        };
+        Ok(CagedUser {
+            uid: id(UID_VAR, CagedUser::NOBODY.uid)?,
+            gid: id(GID_VAR, CagedUser::NOBODY.gid)?,
+            idmap,
+        })
+    }
+}
+
+/// Whether bl itself runs as root, and so must not hand that on.
+pub fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// How a workspace was made the caged user's for one command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lending {
+    IdmappedMount,
+    Chown,
+}
+
+impl Lending {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Lending::IdmappedMount => "an idmapped mount",
+            Lending::Chown => "chown, given back afterwards",
+        }
+    }
+}
+
+/// Everything one caged command run by root needs prepared: the staging
+/// directory, the mount clones to attach there, and the lent tree.
+pub(crate) struct Staging {
+    dir: tempfile::TempDir,
+    pub user: CagedUser,
+    /// Where the workspace appears in the private mount namespace.
+    pub workspace: PathBuf,
+    pub bridge_binary: Option<PathBuf>,
+    pub proxy_socket: Option<PathBuf>,
+    attach: Vec<(OwnedFd, CString)>,
+    lent: Option<LentTree>,
+}
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn c_path(path: &Path) -> Result<CString, CommandError> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| CommandError::Denied(format!("{} holds a NUL byte", path.display())))
+}
+
+fn denied(what: impl std::fmt::Display, e: impl std::fmt::Display) -> CommandError {
+    CommandError::Denied(format!("{what}: {e}"))
+}
+
+/// A detached copy of the mount at `path` (open_tree with OPEN_TREE_CLONE).
+fn clone_mount(path: &Path) -> Result<OwnedFd, CommandError> {
+    let c = c_path(path)?;
+    // SAFETY: a plain syscall on a NUL-terminated path; the returned fd is
+    // owned by us.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(denied(
+            format!(
+                "cannot clone the mount of {} for the cage (open_tree)",
+                path.display()
+            ),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: the kernel just returned this descriptor to us alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn set_mount_attr(tree: &OwnedFd, attr: &MountAttr) -> std::io::Result<()> {
+    let empty = c"";
+    // SAFETY: `attr` is a valid mount_attr of the size passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// User namespaces that only carry an idmapping, one per mapping, kept for
+/// the life of the process (making one costs a fork).
+static IDMAP_NAMESPACES: Mutex<Vec<(IdMapping, OwnedFd)>> = Mutex::new(Vec::new());
+
+/// (owner uid, owner gid, caged uid, caged gid).
+type IdMapping = (u32, u32, u32, u32);
+
+/// Idmaps `tree` so that `owner`'s files appear as `user`'s.
+fn idmap(tree: &OwnedFd, owner: (u32, u32), user: CagedUser) -> std::io::Result<()> {
+    let key = (owner.0, owner.1, user.uid, user.gid);
+    let mut cache = IDMAP_NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
+    if !cache.iter().any(|(k, _)| *k == key) {
+        let ns = mapping_namespace(
+            &format!("{} {} 1\n", owner.0, user.uid),
+            &format!("{} {} 1\n", owner.1, user.gid),
+        )?;
+        cache.push((key, ns));
+    }
+    let ns = &cache.iter().find(|(k, _)| *k == key).expect("just added").1;
+    set_mount_attr(
+        tree,
+        &MountAttr {
+            attr_set: MOUNT_ATTR_IDMAP,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: ns.as_raw_fd() as u64,
+        },
+    )
+}
+
+/// A new user namespace with the given uid and gid maps, as a descriptor.
+/// A forked child makes it and waits; we write its maps, open it, let the
+/// child go.
+fn mapping_namespace(uid_map: &str, gid_map: &str) -> std::io::Result<OwnedFd> {
+    use nix::unistd::{ForkResult, fork, pipe2};
+    let (ready_r, ready_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (done_r, done_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // SAFETY: the child makes only async-signal-safe calls (unshare, write,
+    // read, _exit) before it exits.
+    match unsafe { fork() }? {
+        ForkResult::Child => unsafe {
+            let ok: u8 = (libc::unshare(libc::CLONE_NEWUSER) == 0) as u8;
+            libc::write(ready_w.as_raw_fd(), (&ok as *const u8).cast(), 1);
+            // Our own copy of the write end would keep the read below from
+            // ever seeing the parent close its copy.
+            libc::close(done_w.as_raw_fd());
+            let mut byte = 0u8;
+            libc::read(done_r.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+            libc::_exit(0);
+        },
+        ForkResult::Parent { child } => {
+            drop(ready_w);
+            drop(done_r);
+            let mut ok = [0u8; 1];
+            let outcome = (|| {
+                nix::unistd::read(&ready_r, &mut ok)?;
+                if ok[0] != 1 {
+                    return Err(std::io::Error::other(
+                        "could not make a user namespace for the idmapping",
+                    ));
+                }
+                std::fs::write(format!("/proc/{child}/uid_map"), uid_map)?;
+                std::fs::write(format!("/proc/{child}/gid_map"), gid_map)?;
+                let ns = std::fs::File::open(format!("/proc/{child}/ns/user"))?;
+                Ok(OwnedFd::from(ns))
+            })();
+            drop(done_w);
+            let _ = nix::sys::wait::waitpid(child, None);
+            outcome
+        }
+    }
+}
+
+/// How a workspace at `dir` would be lent to `user` (tries an idmapped
+/// clone of its mount, which is dropped again). Needs root.
+pub fn lending_for(dir: &Path, user: CagedUser) -> Lending {
+    let idmapped = user.idmap
+        && std::fs::metadata(dir).is_ok_and(|meta| {
+            clone_mount(dir).is_ok_and(|tree| idmap(&tree, (meta.uid(), meta.gid()), user).is_ok())
+        });
+    if idmapped {
+        Lending::IdmappedMount
+    } else {
+        Lending::Chown
+    }
+}
+
+impl Staging {
+    /// Prepares the workspace (and the egress bridge's socket and binary)
+    /// for a command that runs as `user`.
+    pub(crate) fn prepare(
+        user: CagedUser,
+        workspace: &Path,
+        writable: bool,
+        egress: Option<&EgressBridge>,
+    ) -> Result<Staging, CommandError> {
+        let dir = tempfile::Builder::new()
+            .prefix("bl-cage-")
+            .tempdir()
+            .map_err(|e| denied("cannot make the cage's staging directory", e))?;
+        // The caged user (running bwrap) must reach the mount points in it.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| denied(dir.path().display(), e))?;
+        let meta = std::fs::metadata(workspace).map_err(|e| denied(workspace.display(), e))?;
+        let owner = (meta.uid(), meta.gid());
+        let staged_workspace = dir.path().join("workspace");
+        std::fs::create_dir(&staged_workspace)
+            .map_err(|e| denied(staged_workspace.display(), e))?;
+
+        let tree = clone_mount(workspace)?;
+        if !writable {
+            set_mount_attr(
+                &tree,
+                &MountAttr {
+                    attr_set: MOUNT_ATTR_RDONLY,
+                    attr_clr: 0,
+                    propagation: 0,
+                    userns_fd: 0,
+                },
+            )
+            .map_err(|e| denied("cannot make the workspace mount read-only", e))?;
+        }
+        let mapped = user.idmap && idmap(&tree, owner, user).is_ok();
+        let lent = if mapped {
+            None
+        } else {
+            Some(LentTree::lend(workspace, user)?)
+        };
+        let mut attach = vec![(tree, c_path(&staged_workspace)?)];
+
+        let mut bridge_binary = None;
+        let mut proxy_socket = None;
+        if let Some(bridge) = egress {
+            // The proxy socket is bl's own: the caged user must be able to
+            // connect to it, which takes write permission.
+            lchown(&bridge.proxy_socket, user.uid, user.gid)
+                .map_err(|e| denied(bridge.proxy_socket.display(), e))?;
+            for (source, name, slot) in [
+                (&bridge.proxy_socket, "egress.sock", &mut proxy_socket),
+                (&bridge.bridge_binary, "bl", &mut bridge_binary),
+            ] {
+                let target = dir.path().join(name);
+                std::fs::File::create(&target).map_err(|e| denied(target.display(), e))?;
+                attach.push((clone_mount(source)?, c_path(&target)?));
+                *slot = Some(target);
+            }
+        }
+        Ok(Staging {
+            dir,
+            user,
+            workspace: staged_workspace,
+            bridge_binary,
+            proxy_socket,
+            attach,
+            lent,
+        })
+    }
+
+    /// The steps the forked child takes before it execs bubblewrap: a
+    /// private mount namespace with the clones attached, then the caged
+    /// user. Everything is allocated here, in the parent.
+    pub(crate) fn child_steps(&self) -> ChildSteps {
+        ChildSteps {
+            attach: self
+                .attach
+                .iter()
+                .map(|(fd, target)| (fd.as_raw_fd(), target.clone()))
+                .collect(),
+            uid: self.user.uid,
+            gid: self.user.gid,
+        }
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Gives a lent workspace back to its owner (idmapped: nothing to do).
+    pub(crate) fn finish(mut self) -> Result<(), CommandError> {
+        match self.lent.take() {
+            Some(lent) => lent.give_back(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What the child does between fork and exec, with nothing left to allocate.
+pub(crate) struct ChildSteps {
+    attach: Vec<(RawFd, CString)>,
+    uid: u32,
+    gid: u32,
+}
+
+impl ChildSteps {
+    /// Runs in the forked child: async-signal-safe system calls only.
+    pub(crate) fn run(&self) -> std::io::Result<()> {
+        let check = |rc: libc::c_long| {
+            if rc < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        // SAFETY: plain system calls on descriptors and C strings that live
+        // as long as `self`.
+        unsafe {
+            check(libc::unshare(libc::CLONE_NEWNS) as libc::c_long)?;
+            check(libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) as libc::c_long)?;
+            for (fd, target) in &self.attach {
+                check(libc::syscall(
+                    libc::SYS_move_mount,
+                    *fd,
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    target.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                ))?;
+            }
+            let groups = [self.gid as libc::gid_t];
+            check(libc::setgroups(1, groups.as_ptr()) as libc::c_long)?;
+            check(libc::setresgid(self.gid, self.gid, self.gid) as libc::c_long)?;
+            check(libc::setresuid(self.uid, self.uid, self.uid) as libc::c_long)?;
+        }
+        Ok(())
+    }
+}
+
+/// A workspace chowned to the caged user, with every entry's owner recorded
+/// so that it can be given back. Nothing is followed through a symlink, no
+/// other file system is entered, and two kinds of regular file are left
+/// alone, so they stay unwritable to the command: one with more than one
+/// link (it may also live outside the workspace), and a set-uid or set-gid
+/// one (chown clears the bit; restoring it on what the command wrote would
+/// mint a set-id binary).
+pub(crate) struct LentTree {
+    root: PathBuf,
+    device: u64,
+    owner: (u32, u32),
+    user: CagedUser,
+    owners: Vec<(PathBuf, u32, u32)>,
+}
+
+fn lchown(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    nix::unistd::fchownat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        Some(uid.into()),
+        Some(gid.into()),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(std::io::Error::from)
+}
+
+impl LentTree {
+    /// Every entry under `root` (itself included), depth first, never
+    /// through a symlink or into another file system.
+    fn walk(root: &Path, device: u64) -> std::io::Result<Vec<(PathBuf, std::fs::Metadata)>> {
+        let mut out = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(path) = stack.pop() {
+            let meta = std::fs::symlink_metadata(&path)?;
+            if meta.dev() != device {
+                continue;
+            }
+            if meta.is_dir() {
+                for entry in std::fs::read_dir(&path)? {
+                    stack.push(entry?.path());
+                }
+            }
+            out.push((path, meta));
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn lend(root: &Path, user: CagedUser) -> Result<LentTree, CommandError> {
+        let meta = std::fs::symlink_metadata(root).map_err(|e| denied(root.display(), e))?;
+        let mut lent = LentTree {
+            root: root.to_path_buf(),
+            device: meta.dev(),
+            owner: (meta.uid(), meta.gid()),
+            user,
+            owners: Vec::new(),
+        };
+        let entries = Self::walk(root, meta.dev()).map_err(|e| denied(root.display(), e))?;
+        for (path, meta) in entries {
+            // Another link may live outside the workspace; chown would
+            // clear a set-id bit that must not come back on new content.
+            if meta.is_file() && (meta.nlink() > 1 || meta.mode() & 0o6000 != 0) {
+                continue;
+            }
+            lent.owners.push((path.clone(), meta.uid(), meta.gid()));
+            if let Err(e) = lchown(&path, user.uid, user.gid) {
+                let _ = lent.give_back_inner();
+                return Err(denied(
+                    format!("cannot lend {} to the caged user", path.display()),
+                    e,
+                ));
+            }
+        }
+        Ok(lent)
+    }
+
+    fn give_back_inner(&mut self) -> std::io::Result<()> {
+        let recorded: std::collections::HashMap<&Path, (u32, u32)> = self
+            .owners
+            .iter()
+            .map(|(p, u, g)| (p.as_path(), (*u, *g)))
+            .collect();
+        let mut first_error = None;
+        for (path, meta) in Self::walk(&self.root, self.device)? {
+            let wanted = match recorded.get(path.as_path()) {
+                Some(owner) => *owner,
+                // Written by the command: it belongs to the workspace's owner.
+                None if meta.uid() == self.user.uid => self.owner,
+                None => continue,
+            };
+            if (meta.uid(), meta.gid()) != wanted
+                && let Err(e) = lchown(&path, wanted.0, wanted.1)
+            {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.owners.clear();
+        first_error.map_or(Ok(()), Err)
+    }
+
+    pub(crate) fn give_back(mut self) -> Result<(), CommandError> {
+        let root = self.root.clone();
+        self.give_back_inner().map_err(|e| {
+            CommandError::Spawn(format!(
+                "could not give {} back to its owner: {e}",
+                root.display()
+            ))
+        })
+    }
+}
+
+impl Drop for LentTree {
+    fn drop(&mut self) {
+        if !self.owners.is_empty() {
+            let _ = self.give_back_inner();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_caged_user_comes_from_the_environment_and_is_never_root() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(CagedUser::from_env(env(&[])).unwrap(), CagedUser::NOBODY);
+        let user = CagedUser::from_env(env(&[
+            (UID_VAR, "4242"),
+            (GID_VAR, "4343"),
+            (OWNERSHIP_VAR, "chown"),
+        ]))
+        .unwrap();
+        assert_eq!((user.uid, user.gid, user.idmap), (4242, 4343, false));
+        let err = CagedUser::from_env(env(&[(UID_VAR, "0")])).unwrap_err();
+        assert!(err.contains("never runs as host root"), "{err}");
+        assert!(CagedUser::from_env(env(&[(GID_VAR, "0")])).is_err());
+        assert!(CagedUser::from_env(env(&[(UID_VAR, "nobody")])).is_err());
+        assert!(CagedUser::from_env(env(&[(OWNERSHIP_VAR, "maybe")])).is_err());
+    }
+}

@@ -1,0 +1,227 @@
+//! [`Sandbox`]: runs a command in one isolation tier, behind the
+//! [`bl_core::CommandRunner`] port.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
+
+use crate::bubblewrap::{self, Cage};
+use crate::caged_user::{CagedUser, ChildSteps, Staging, running_as_root};
+use crate::subprocess::{PrivateDirs, execute, scrub_env};
+use crate::{Tier, seccomp};
+
+/// Runs commands in one isolation tier.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    tier: Tier,
+    bwrap: Option<PathBuf>,
+    egress: Option<EgressBridge>,
+    user: CagedUser,
+}
+
+/// The allowlist posture's way out of a caged network: the host's CONNECT
+/// proxy socket, bind-mounted into the sandbox, and the `bl` binary that
+/// bridges a loopback port inside the sandbox to it (`bl sandbox bridge`).
+#[derive(Debug, Clone)]
+pub struct EgressBridge {
+    pub proxy_socket: PathBuf,
+    pub bridge_binary: PathBuf,
+}
+
+/// Where bubblewrap is found, on the usual paths.
+pub fn find_bwrap() -> Option<PathBuf> {
+    ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+impl Sandbox {
+    /// A runner for `tier`, finding bwrap on the usual paths for the tiers
+    /// that need it. Run by root, caged commands run as nobody (65534).
+    pub fn new(tier: Tier) -> Self {
+        Sandbox::with_bwrap(tier, find_bwrap())
+    }
+
+    /// A runner that uses the bwrap at `bwrap` (`None`: this machine has none).
+    pub fn with_bwrap(tier: Tier, bwrap: Option<PathBuf>) -> Self {
+        Sandbox {
+            tier,
+            bwrap: bwrap.filter(|p| p.is_file()),
+            egress: None,
+            user: CagedUser::NOBODY,
+        }
+    }
+
+    /// The same runner, with the sandbox's only network being `bridge`'s
+    /// proxy (container_restricted only: the other tiers share too much of
+    /// the host to give a guarantee).
+    pub fn with_egress(mut self, bridge: EgressBridge) -> Self {
+        self.egress = Some(bridge);
+        self
+    }
+
+    /// The same runner, with caged commands running as `user` when bl runs
+    /// as root.
+    pub fn with_caged_user(mut self, user: CagedUser) -> Self {
+        self.user = user;
+        self
+    }
+
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// Who a caged command runs as on the host: `None` when bl is not root
+    /// (the command is then bl's own user, mapped by bwrap).
+    pub fn caged_user(&self) -> Option<CagedUser> {
+        running_as_root().then_some(self.user)
+    }
+
+    fn bwrap(&self) -> Result<&Path, CommandError> {
+        self.bwrap.as_deref().ok_or_else(|| {
+            CommandError::Denied(format!(
+                "the {} tier needs bubblewrap, which is not installed: install the `bubblewrap` package \
+                 (or run `scripts/dev setup`), or choose the workspace_only tier",
+                self.tier.name()
+            ))
+        })
+    }
+
+    fn run_caged(&self, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
+        let bwrap = self.bwrap()?;
+        let workspace = spec.workspace.canonicalize().map_err(|e| {
+            CommandError::Denied(format!("workspace {}: {e}", spec.workspace.display()))
+        })?;
+        let private = PrivateDirs::new()?;
+        let staging = match self.caged_user() {
+            Some(user) => Some(Staging::prepare(
+                user,
+                &workspace,
+                spec.workspace_writable,
+                self.egress.as_ref(),
+            )?),
+            None => None,
+        };
+        let egress = match (&staging, &self.egress) {
+            (_, None) => None,
+            (Some(s), Some(_)) => s.proxy_socket.as_deref().zip(s.bridge_binary.as_deref()),
+            (None, Some(b)) => Some((b.proxy_socket.as_path(), b.bridge_binary.as_path())),
+        };
+        let cage = Cage {
+            tier: self.tier,
+            workspace: &workspace,
+            workspace_source: staging.as_ref().map_or(&workspace, |s| &s.workspace),
+            writable: spec.workspace_writable,
+            private_root: private.root(),
+            egress,
+            caged_ids: staging.as_ref().map(|s| (s.user.uid, s.user.gid)),
+        };
+        let cage_args = bubblewrap::args(&cage)?;
+        // The filter files stay open until the command ends: bwrap reads
+        // them through `--add-seccomp-fd FD`.
+        let filters = seccomp_filter_files()?;
+        let filter_fds: Vec<i32> = filters
+            .iter()
+            .map(std::os::fd::AsRawFd::as_raw_fd)
+            .collect();
+        let mut command = Command::new(bwrap);
+        for fd in &filter_fds {
+            command.arg("--add-seccomp-fd").arg(fd.to_string());
+        }
+        command.args(cage_args).args(&spec.argv);
+        match &staging {
+            // Dropped to the caged user, bwrap may not be able to enter the
+            // workspace's parents; it starts from the staging directory.
+            Some(s) => command.current_dir(s.dir()),
+            None => command.current_dir(&workspace),
+        };
+        prepare_child(
+            &mut command,
+            filter_fds,
+            staging.as_ref().map(Staging::child_steps),
+        );
+        scrub_env(&mut command, &private.home, &private.tmp);
+        let result = execute(command, spec);
+        match staging {
+            Some(staging) => {
+                let given_back = staging.finish();
+                let result = result?;
+                given_back?;
+                Ok(result)
+            }
+            None => result,
+        }
+    }
+}
+
+impl CommandRunner for Sandbox {
+    fn name(&self) -> &str {
+        self.tier.name()
+    }
+
+    fn run(&self, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
+        if spec.argv.is_empty() {
+            return Err(CommandError::Denied("the argv is empty".into()));
+        }
+        match self.tier {
+            Tier::WorkspaceOnly => crate::Subprocess.run(spec),
+            Tier::CustomerManagedWorker => Err(CommandError::Denied(
+                "customer_managed_worker nodes run on the customer's own worker, never on this host; \
+                 register that worker or choose another tier"
+                    .into(),
+            )),
+            #[cfg(target_os = "macos")]
+            Tier::ProcessRestricted | Tier::ContainerRestricted => {
+                crate::seatbelt::run(self.tier, spec)
+            }
+            #[cfg(not(target_os = "macos"))]
+            Tier::ProcessRestricted | Tier::ContainerRestricted => self.run_caged(spec),
+        }
+    }
+}
+
+/// What the child does between fork and exec: rlimits inherited by bwrap
+/// and everything it starts (a cap on processes against fork bombs, and on
+/// the size of any file written against disk filling), the seccomp
+/// filters' descriptors kept open across exec, then (run by root) the
+/// private mount namespace and the drop to the caged user.
+fn prepare_child(command: &mut Command, filter_fds: Vec<i32>, steps: Option<ChildSteps>) {
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    use nix::sys::resource::{Resource, setrlimit};
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit, fcntl and the child steps are async-signal-safe
+    // system calls on memory allocated before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            setrlimit(Resource::RLIMIT_NPROC, 4096, 4096).map_err(std::io::Error::from)?;
+            setrlimit(Resource::RLIMIT_FSIZE, 1 << 30, 1 << 30).map_err(std::io::Error::from)?;
+            for fd in &filter_fds {
+                let fd = std::os::fd::BorrowedFd::borrow_raw(*fd);
+                fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map_err(std::io::Error::from)?;
+            }
+            if let Some(steps) = &steps {
+                steps.run()?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The compiled filters, each in an anonymous file, rewound.
+fn seccomp_filter_files() -> Result<Vec<std::fs::File>, CommandError> {
+    use std::io::{Seek, Write};
+    let programs = seccomp::programs().map_err(CommandError::Denied)?;
+    programs
+        .into_iter()
+        .map(|program| {
+            let mut file = tempfile::tempfile()
+                .map_err(|e| CommandError::Spawn(format!("seccomp filter: {e}")))?;
+            file.write_all(&program)
+                .and_then(|_| file.rewind())
+                .map_err(|e| CommandError::Spawn(format!("seccomp filter: {e}")))?;
+            Ok(file)
+        })
+        .collect()
+}

@@ -1,0 +1,552 @@
+//! The seccomp filter every caged command runs under: one table of the
+//! syscalls an agent never needs, each with the reason it is refused.
+//!
+//! The list is Docker's default profile read as a deny list (everything
+//! that profile refuses a container without added capabilities), plus the
+//! process-inspection calls Docker allows and bl does not (`ptrace`,
+//! `process_vm_*`) and the `TIOCSTI` ioctl. A refused call fails with EPERM;
+//! `clone3` fails with ENOSYS, as in Docker, so that C libraries fall back to
+//! `clone`, whose namespace flags a filter can see.
+
+use std::collections::BTreeMap;
+
+use nix::libc;
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// When a syscall in the table is refused.
+#[derive(Debug, Clone, Copy)]
+pub enum When {
+    /// Every call.
+    Always,
+    /// When argument `arg` has any of the bits in `mask` set.
+    AnyBit { arg: u8, mask: u64 },
+    /// When argument `arg` equals `value`.
+    Equals { arg: u8, value: u64 },
+    /// When argument `arg` is at least `value`.
+    AtLeast { arg: u8, value: u64 },
+    /// When argument `arg` is none of `values`.
+    NoneOf { arg: u8, values: &'static [u64] },
+}
+
+/// How a refused call fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// EPERM: not allowed.
+    Denied,
+    /// ENOSYS: as if the kernel did not have it, so callers fall back.
+    Missing,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct DeniedSyscall {
+    pub name: &'static str,
+    pub number: libc::c_long,
+    pub when: When,
+    pub refusal: Refusal,
+    pub why: &'static str,
+}
+
+const fn always(name: &'static str, number: libc::c_long, why: &'static str) -> DeniedSyscall {
+    DeniedSyscall {
+        name,
+        number,
+        when: When::Always,
+        refusal: Refusal::Denied,
+        why,
+    }
+}
+
+const fn only(
+    name: &'static str,
+    number: libc::c_long,
+    when: When,
+    why: &'static str,
+) -> DeniedSyscall {
+    DeniedSyscall {
+        name,
+        number,
+        when,
+        refusal: Refusal::Denied,
+        why,
+    }
+}
+
+/// CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET:
+/// the flags that make a new namespace (Docker's mask, 0x7E020000).
+pub const NAMESPACE_FLAGS: u64 = 0x7E02_0000;
+
+/// personality(2) values Docker allows: PER_LINUX, UNAME26, PER_LINUX32,
+/// both, and the query.
+const PERSONALITIES: &[u64] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
+
+// The address families an agent never needs: DECnet, Econet, ATM SVC,
+// IrDA, WAN pipe, ISDN, CAIF, AF_ALG, vsock; and everything from 46 up.
+const AF_DENIED: [u64; 9] = [12, 19, 20, 23, 25, 34, 37, 38, 40];
+
+// ioctl request numbers are typed differently between targets.
+#[allow(clippy::unnecessary_cast)]
+const TIOCSTI: u64 = libc::TIOCSTI as u64;
+
+/// The syscalls no caged command may make, on every architecture.
+pub const DENIED: &[DeniedSyscall] = &[
+    // Reading or steering other processes.
+    always(
+        "ptrace",
+        libc::SYS_ptrace,
+        "tracing a process reads and rewrites it",
+    ),
+    always(
+        "process_vm_readv",
+        libc::SYS_process_vm_readv,
+        "reads another process's memory",
+    ),
+    always(
+        "process_vm_writev",
+        libc::SYS_process_vm_writev,
+        "writes another process's memory",
+    ),
+    always(
+        "kcmp",
+        libc::SYS_kcmp,
+        "compares other processes' kernel objects",
+    ),
+    always(
+        "pidfd_getfd",
+        libc::SYS_pidfd_getfd,
+        "steals a file descriptor from another process",
+    ),
+    always(
+        "process_madvise",
+        libc::SYS_process_madvise,
+        "acts on another process's memory",
+    ),
+    only(
+        "ioctl(TIOCSTI)",
+        libc::SYS_ioctl,
+        When::Equals {
+            arg: 1,
+            value: TIOCSTI,
+        },
+        "pushes keystrokes into a terminal someone else reads",
+    ),
+    // The kernel keyring is not namespaced.
+    always(
+        "keyctl",
+        libc::SYS_keyctl,
+        "the kernel keyring is shared with the host",
+    ),
+    always(
+        "add_key",
+        libc::SYS_add_key,
+        "the kernel keyring is shared with the host",
+    ),
+    always(
+        "request_key",
+        libc::SYS_request_key,
+        "the kernel keyring is shared with the host",
+    ),
+    // Mounts and namespaces.
+    always(
+        "mount",
+        libc::SYS_mount,
+        "mounting changes what the cage shows",
+    ),
+    always(
+        "umount2",
+        libc::SYS_umount2,
+        "unmounting uncovers what the cage hides",
+    ),
+    always(
+        "pivot_root",
+        libc::SYS_pivot_root,
+        "switches the root file system",
+    ),
+    always("fsopen", libc::SYS_fsopen, "the new mount API"),
+    always("fsconfig", libc::SYS_fsconfig, "the new mount API"),
+    always("fsmount", libc::SYS_fsmount, "the new mount API"),
+    always("fspick", libc::SYS_fspick, "the new mount API"),
+    always("move_mount", libc::SYS_move_mount, "the new mount API"),
+    always("open_tree", libc::SYS_open_tree, "the new mount API"),
+    always(
+        "mount_setattr",
+        libc::SYS_mount_setattr,
+        "the new mount API",
+    ),
+    always("setns", libc::SYS_setns, "joins another namespace"),
+    always(
+        "unshare",
+        libc::SYS_unshare,
+        "makes new namespaces, where a process holds every capability",
+    ),
+    only(
+        "clone(namespace flags)",
+        libc::SYS_clone,
+        When::AnyBit {
+            arg: 0,
+            mask: NAMESPACE_FLAGS,
+        },
+        "makes new namespaces, where a process holds every capability",
+    ),
+    DeniedSyscall {
+        name: "clone3",
+        number: libc::SYS_clone3,
+        when: When::Always,
+        refusal: Refusal::Missing,
+        why: "its flags sit behind a pointer no filter can read; ENOSYS makes callers use clone",
+    },
+    always("chroot", libc::SYS_chroot, "changes the root directory"),
+    always(
+        "sethostname",
+        libc::SYS_sethostname,
+        "changes the host's name",
+    ),
+    always(
+        "setdomainname",
+        libc::SYS_setdomainname,
+        "changes the host's domain name",
+    ),
+    // The kernel itself.
+    always("init_module", libc::SYS_init_module, "loads kernel code"),
+    always("finit_module", libc::SYS_finit_module, "loads kernel code"),
+    always(
+        "delete_module",
+        libc::SYS_delete_module,
+        "unloads kernel code",
+    ),
+    always("kexec_load", libc::SYS_kexec_load, "boots another kernel"),
+    always(
+        "kexec_file_load",
+        libc::SYS_kexec_file_load,
+        "boots another kernel",
+    ),
+    always("reboot", libc::SYS_reboot, "reboots the host"),
+    always("swapon", libc::SYS_swapon, "host-wide swap"),
+    always("swapoff", libc::SYS_swapoff, "host-wide swap"),
+    always("bpf", libc::SYS_bpf, "loads programs into the kernel"),
+    always(
+        "perf_event_open",
+        libc::SYS_perf_event_open,
+        "kernel and host performance data; a frequent exploit path",
+    ),
+    always(
+        "userfaultfd",
+        libc::SYS_userfaultfd,
+        "stalls the kernel mid-copy; a frequent exploit aid",
+    ),
+    always(
+        "io_uring_setup",
+        libc::SYS_io_uring_setup,
+        "a large kernel surface that seccomp cannot see into",
+    ),
+    always(
+        "io_uring_enter",
+        libc::SYS_io_uring_enter,
+        "a large kernel surface that seccomp cannot see into",
+    ),
+    always(
+        "io_uring_register",
+        libc::SYS_io_uring_register,
+        "a large kernel surface that seccomp cannot see into",
+    ),
+    always(
+        "syslog",
+        libc::SYS_syslog,
+        "the kernel log leaks host details",
+    ),
+    always(
+        "lookup_dcookie",
+        libc::SYS_lookup_dcookie,
+        "kernel profiling data",
+    ),
+    always(
+        "fanotify_init",
+        libc::SYS_fanotify_init,
+        "watches file events system-wide",
+    ),
+    always("quotactl", libc::SYS_quotactl, "changes disk quotas"),
+    always("quotactl_fd", libc::SYS_quotactl_fd, "changes disk quotas"),
+    always("acct", libc::SYS_acct, "host-wide process accounting"),
+    always("vhangup", libc::SYS_vhangup, "hangs up terminals"),
+    always("nfsservctl", libc::SYS_nfsservctl, "the kernel NFS server"),
+    // Files by handle skip every path check (the "shocker" breakout).
+    always(
+        "open_by_handle_at",
+        libc::SYS_open_by_handle_at,
+        "opens files by handle, around every path check",
+    ),
+    always(
+        "name_to_handle_at",
+        libc::SYS_name_to_handle_at,
+        "makes the handles open_by_handle_at uses",
+    ),
+    // The clock is not namespaced.
+    always(
+        "settimeofday",
+        libc::SYS_settimeofday,
+        "sets the host's clock",
+    ),
+    always(
+        "clock_settime",
+        libc::SYS_clock_settime,
+        "sets the host's clock",
+    ),
+    // NUMA placement of memory.
+    always("mbind", libc::SYS_mbind, "NUMA memory policy"),
+    always(
+        "set_mempolicy",
+        libc::SYS_set_mempolicy,
+        "NUMA memory policy",
+    ),
+    always(
+        "get_mempolicy",
+        libc::SYS_get_mempolicy,
+        "NUMA memory policy",
+    ),
+    always(
+        "set_mempolicy_home_node",
+        libc::SYS_set_mempolicy_home_node,
+        "NUMA memory policy",
+    ),
+    always(
+        "move_pages",
+        libc::SYS_move_pages,
+        "moves other processes' pages between NUMA nodes",
+    ),
+    always(
+        "migrate_pages",
+        libc::SYS_migrate_pages,
+        "moves other processes' pages between NUMA nodes",
+    ),
+    // Newer than the libc crate's tables; numbered alike on every arch.
+    always("lsm_get_self_attr", 459, "security-module attributes"),
+    always("lsm_set_self_attr", 460, "security-module attributes"),
+    always("lsm_list_modules", 461, "security-module attributes"),
+    always("open_tree_attr", 467, "the new mount API"),
+    // Execution domains other than Linux's.
+    only(
+        "personality",
+        libc::SYS_personality,
+        When::NoneOf {
+            arg: 0,
+            values: PERSONALITIES,
+        },
+        "other execution domains change how the kernel reads a program",
+    ),
+    // Sockets of families an agent never needs (vsock reaches the hypervisor).
+    only(
+        "socket(family ≥ 46)",
+        libc::SYS_socket,
+        When::AtLeast { arg: 0, value: 46 },
+        "address families no agent needs",
+    ),
+];
+
+/// The syscalls refused on x86_64 only (they do not exist elsewhere).
+#[cfg(target_arch = "x86_64")]
+pub const DENIED_ARCH: &[DeniedSyscall] = &[
+    always("iopl", libc::SYS_iopl, "raw hardware I/O ports"),
+    always("ioperm", libc::SYS_ioperm, "raw hardware I/O ports"),
+    always("_sysctl", libc::SYS__sysctl, "the old sysctl interface"),
+    always("uselib", libc::SYS_uselib, "an obsolete loader"),
+    always("ustat", libc::SYS_ustat, "obsolete"),
+    always("sysfs", libc::SYS_sysfs, "obsolete"),
+    always("create_module", 174, "obsolete module loading"),
+    always("get_kernel_syms", 177, "obsolete module loading"),
+    always("query_module", 178, "obsolete module loading"),
+    always("afs_syscall", libc::SYS_afs_syscall, "unimplemented slot"),
+    always("getpmsg", libc::SYS_getpmsg, "unimplemented slot"),
+    always("putpmsg", libc::SYS_putpmsg, "unimplemented slot"),
+    always("tuxcall", libc::SYS_tuxcall, "unimplemented slot"),
+    always("security", libc::SYS_security, "unimplemented slot"),
+    always("vserver", libc::SYS_vserver, "unimplemented slot"),
+];
+
+#[cfg(not(target_arch = "x86_64"))]
+pub const DENIED_ARCH: &[DeniedSyscall] = &[];
+
+/// Every row that applies on this machine's architecture.
+pub fn table() -> impl Iterator<Item = &'static DeniedSyscall> {
+    DENIED
+        .iter()
+        .chain(DENIED_ARCH)
+        .chain(SOCKET_FAMILIES.iter())
+}
+
+const fn socket_family(family: u64) -> DeniedSyscall {
+    only(
+        "socket(family)",
+        libc::SYS_socket,
+        When::Equals {
+            arg: 0,
+            value: family,
+        },
+        "address families no agent needs",
+    )
+}
+
+const SOCKET_FAMILIES: [DeniedSyscall; 9] = [
+    socket_family(AF_DENIED[0]),
+    socket_family(AF_DENIED[1]),
+    socket_family(AF_DENIED[2]),
+    socket_family(AF_DENIED[3]),
+    socket_family(AF_DENIED[4]),
+    socket_family(AF_DENIED[5]),
+    socket_family(AF_DENIED[6]),
+    socket_family(AF_DENIED[7]),
+    socket_family(AF_DENIED[8]),
+];
+
+fn err(e: impl std::fmt::Display) -> String {
+    format!("seccomp: {e}")
+}
+
+fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value).map_err(err)
+}
+
+/// The rules (ORed) under which `row` refuses its call; empty means always.
+fn rules(row: &DeniedSyscall) -> Result<Vec<SeccompRule>, String> {
+    let conditions = match row.when {
+        When::Always => return Ok(Vec::new()),
+        When::AnyBit { arg, mask } => {
+            // One rule per bit: any bit set matches.
+            let mut out = Vec::new();
+            for bit in (0..64).map(|i| 1u64 << i).filter(|b| mask & b != 0) {
+                out.push(
+                    SeccompRule::new(vec![condition(arg, SeccompCmpOp::MaskedEq(bit), bit)?])
+                        .map_err(err)?,
+                );
+            }
+            return Ok(out);
+        }
+        // The ioctl request and the socket family are ints: compare the low
+        // 32 bits only, as the kernel reads them.
+        When::Equals { arg, value } => vec![
+            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
+                .map_err(err)?,
+        ],
+        When::AtLeast { arg, value } => vec![
+            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ge, value)
+                .map_err(err)?,
+        ],
+        When::NoneOf { arg, values } => values
+            .iter()
+            .map(|v| SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *v))
+            .collect::<Result<_, _>>()
+            .map_err(err)?,
+    };
+    Ok(vec![SeccompRule::new(conditions).map_err(err)?])
+}
+
+// c_long is i64 on the 64-bit targets seccompiler supports.
+#[allow(clippy::unnecessary_cast)]
+fn syscall_number(row: &DeniedSyscall) -> i64 {
+    row.number as i64
+}
+
+fn compile(refusal: Refusal, errno: u32) -> Result<Vec<u8>, String> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(err)?;
+    let mut by_number: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let mut unconditional = Vec::new();
+    for row in table().filter(|r| r.refusal == refusal) {
+        let rules = rules(row)?;
+        if rules.is_empty() {
+            unconditional.push(row);
+        }
+        by_number
+            .entry(syscall_number(row))
+            .or_default()
+            .extend(rules);
+    }
+    // An empty rule list refuses every call; rules next to it would narrow it.
+    if let Some(row) = unconditional
+        .iter()
+        .find(|r| !by_number[&syscall_number(r)].is_empty())
+    {
+        return Err(format!(
+            "seccomp table: {} is refused both always and conditionally",
+            row.name
+        ));
+    }
+    let filter = SeccompFilter::new(
+        by_number,
+        SeccompAction::Allow,
+        SeccompAction::Errno(errno),
+        arch,
+    )
+    .map_err(err)?;
+    let program: BpfProgram = filter.try_into().map_err(err)?;
+    let mut bytes = Vec::with_capacity(program.len() * 8);
+    for ins in program {
+        bytes.extend_from_slice(&ins.code.to_ne_bytes());
+        bytes.push(ins.jt);
+        bytes.push(ins.jf);
+        bytes.extend_from_slice(&ins.k.to_ne_bytes());
+    }
+    Ok(bytes)
+}
+
+/// The compiled filters, one per way of refusing, as raw cBPF programs for
+/// `bwrap --add-seccomp-fd`. The kernel runs both; a call either refuses
+/// is refused.
+pub fn programs() -> Result<Vec<Vec<u8>>, String> {
+    Ok(vec![
+        compile(Refusal::Denied, libc::EPERM as u32)?,
+        compile(Refusal::Missing, libc::ENOSYS as u32)?,
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_names_every_syscall_the_issue_lists_and_each_has_a_reason() {
+        let names: Vec<&str> = table().map(|r| r.name).collect();
+        for required in [
+            "keyctl",
+            "add_key",
+            "request_key",
+            "mount",
+            "umount2",
+            "pivot_root",
+            "swapon",
+            "swapoff",
+            "reboot",
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "kexec_load",
+            "bpf",
+            "perf_event_open",
+            "userfaultfd",
+            "open_by_handle_at",
+            "name_to_handle_at",
+            "setns",
+            "unshare",
+            "clone(namespace flags)",
+            "clone3",
+            "acct",
+            "settimeofday",
+            "clock_settime",
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+            "ioctl(TIOCSTI)",
+        ] {
+            assert!(names.contains(&required), "{required} is not in the table");
+        }
+        assert!(table().all(|r| !r.why.is_empty()));
+    }
+
+    #[test]
+    fn both_programs_compile() {
+        let programs = programs().unwrap();
+        assert_eq!(programs.len(), 2);
+        assert!(programs.iter().all(|p| !p.is_empty() && p.len() % 8 == 0));
+    }
+}
