@@ -19,14 +19,6 @@ pub fn sandbox(tier: Tier) -> Result<Sandbox, String> {
     Ok(Sandbox::new(tier).with_caged_user(user))
 }
 
-/// The host uid a command in `sandbox` runs as.
-pub fn host_uid(sandbox: &Sandbox) -> u32 {
-    match sandbox.caged_user() {
-        Some(user) if sandbox.tier().is_caged() => user.uid,
-        _ => nix::unistd::getuid().as_raw(),
-    }
-}
-
 #[derive(Subcommand)]
 pub enum SandboxCommand {
     /// Run CMD in an isolation tier with DIR as its workspace. Exits with the
@@ -212,7 +204,7 @@ fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> u8 {
             return REFUSED;
         }
     };
-    match bl_sandbox::probe::run_probe(&sandbox, host_uid(&sandbox), &out) {
+    match bl_sandbox::probe::run_probe(&sandbox, sandbox.host_ids(), &out) {
         Ok(outcome) => {
             if as_json {
                 let text = std::fs::read_to_string(&outcome.result_path).unwrap_or_default();

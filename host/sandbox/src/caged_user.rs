@@ -315,8 +315,21 @@ impl Staging {
             )
             .map_err(|e| denied("cannot make the workspace mount read-only", e))?;
         }
-        let mapped = user.idmap && idmap(&tree, owner, user).is_ok();
-        let lent = if mapped {
+        let lent = if user.idmap {
+            idmap(&tree, owner, user).map_err(|e| {
+                denied(
+                    format!(
+                        "cannot lend {} to the caged user (uid {}) through an idmapped mount; this needs Linux 5.12+ \
+                         and a file system that supports them (ext4, xfs, btrfs; tmpfs from 6.3)",
+                        workspace.display(),
+                        user.uid
+                    ),
+                    format!(
+                        "{e}. Move the workspace to such a file system, or set {OWNERSHIP_VAR}=chown to lend it by chown \
+                         (every entry's owner is recorded and given back after the command)"
+                    ),
+                )
+            })?;
             None
         } else {
             Some(LentTree::lend(workspace, user)?)
@@ -427,18 +440,120 @@ impl ChildSteps {
 }
 
 /// A workspace chowned to the caged user, with every entry's owner recorded
-/// so that it can be given back. Nothing is followed through a symlink, no
-/// other file system is entered, and two kinds of regular file are left
-/// alone, so they stay unwritable to the command: one with more than one
-/// link (it may also live outside the workspace), and a set-uid or set-gid
-/// one (chown clears the bit; restoring it on what the command wrote would
-/// mint a set-id binary).
+/// (by inode) so that it can be given back. The walk goes by directory
+/// descriptor, never by path: nothing is followed through a symlink even if
+/// one is swapped in while it runs, no other file system is entered, and
+/// paths longer than PATH_MAX do not stop it. Two kinds of regular file are
+/// left alone, so they stay unwritable to the command: one with more than
+/// one link (it may also live outside the workspace), and a set-uid or
+/// set-gid one (chown clears the bit; restoring it on what the command
+/// wrote would mint a set-id binary).
 pub(crate) struct LentTree {
     root: PathBuf,
     device: u64,
     owner: (u32, u32),
     user: CagedUser,
-    owners: Vec<(PathBuf, u32, u32)>,
+    owners: std::collections::HashMap<u64, (u32, u32)>,
+    lent: bool,
+}
+
+/// How deep the walk goes; deeper directories are reported, not visited.
+const MAX_DEPTH: usize = 512;
+
+type Visit<'a> = dyn FnMut(
+        std::os::fd::BorrowedFd<'_>,
+        &std::ffi::CStr,
+        &nix::sys::stat::FileStat,
+    ) -> nix::Result<()>
+    + 'a;
+
+/// Calls `visit(parent, name, stat)` for every entry below the open
+/// directory `dir`, depth first, and returns the first error met (the walk
+/// goes on past errors).
+fn visit_below(
+    dir: std::os::fd::OwnedFd,
+    device: u64,
+    depth: usize,
+    visit: &mut Visit<'_>,
+) -> Option<std::io::Error> {
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::{Mode, SFlag, fstatat};
+    let mut first_error: Option<std::io::Error> = None;
+    fn keep(first: &mut Option<std::io::Error>, e: impl Into<std::io::Error>) {
+        first.get_or_insert(e.into());
+    }
+    let mut dir = match nix::dir::Dir::from_fd(dir) {
+        Ok(d) => d,
+        Err(e) => return Some(e.into()),
+    };
+    let mut names: Vec<CString> = Vec::new();
+    for entry in dir.iter() {
+        match entry {
+            Ok(entry) if ![&b"."[..], b".."].contains(&entry.file_name().to_bytes()) => {
+                names.push(entry.file_name().to_owned())
+            }
+            Ok(_) => {}
+            Err(e) => keep(&mut first_error, e),
+        }
+    }
+    let parent = std::os::fd::AsFd::as_fd(&dir);
+    for name in names {
+        let stat = match fstatat(
+            parent,
+            name.as_c_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(stat) => stat,
+            Err(e) => {
+                keep(&mut first_error, e);
+                continue;
+            }
+        };
+        if stat.st_dev != device {
+            continue;
+        }
+        if let Err(e) = visit(parent, &name, &stat) {
+            keep(&mut first_error, e);
+        }
+        if SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFDIR {
+            continue;
+        }
+        if depth >= MAX_DEPTH {
+            first_error.get_or_insert(std::io::Error::other(format!(
+                "directories nest deeper than {MAX_DEPTH} levels"
+            )));
+            continue;
+        }
+        let child = openat(
+            parent,
+            name.as_c_str(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        );
+        match child {
+            Ok(child) => {
+                if let Some(e) = visit_below(child, device, depth + 1, visit) {
+                    first_error.get_or_insert(e);
+                }
+            }
+            Err(e) => keep(&mut first_error, e),
+        }
+    }
+    first_error
+}
+
+fn chown_at(
+    parent: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    (uid, gid): (u32, u32),
+) -> nix::Result<()> {
+    nix::unistd::fchownat(
+        parent,
+        name,
+        Some(uid.into()),
+        Some(gid.into()),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
 }
 
 fn lchown(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
@@ -452,84 +567,103 @@ fn lchown(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     .map_err(std::io::Error::from)
 }
 
-impl LentTree {
-    /// Every entry under `root` (itself included), depth first, never
-    /// through a symlink or into another file system.
-    fn walk(root: &Path, device: u64) -> std::io::Result<Vec<(PathBuf, std::fs::Metadata)>> {
-        let mut out = Vec::new();
-        let mut stack = vec![root.to_path_buf()];
-        while let Some(path) = stack.pop() {
-            let meta = std::fs::symlink_metadata(&path)?;
-            if meta.dev() != device {
-                continue;
-            }
-            if meta.is_dir() {
-                for entry in std::fs::read_dir(&path)? {
-                    stack.push(entry?.path());
-                }
-            }
-            out.push((path, meta));
-        }
-        Ok(out)
-    }
+fn open_root(root: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{OFlag, open};
+    open(
+        root,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(std::io::Error::from)
+}
 
+impl LentTree {
     pub(crate) fn lend(root: &Path, user: CagedUser) -> Result<LentTree, CommandError> {
-        let meta = std::fs::symlink_metadata(root).map_err(|e| denied(root.display(), e))?;
+        let fail = |e: std::io::Error| {
+            denied(
+                format!("cannot lend {} to the caged user", root.display()),
+                e,
+            )
+        };
+        let root_fd = open_root(root).map_err(fail)?;
+        let stat = nix::sys::stat::fstat(&root_fd).map_err(|e| fail(e.into()))?;
         let mut lent = LentTree {
             root: root.to_path_buf(),
-            device: meta.dev(),
-            owner: (meta.uid(), meta.gid()),
+            device: stat.st_dev,
+            owner: (stat.st_uid, stat.st_gid),
             user,
-            owners: Vec::new(),
+            owners: std::collections::HashMap::new(),
+            lent: true,
         };
-        let entries = Self::walk(root, meta.dev()).map_err(|e| denied(root.display(), e))?;
-        for (path, meta) in entries {
-            // Another link may live outside the workspace; chown would
-            // clear a set-id bit that must not come back on new content.
-            if meta.is_file() && (meta.nlink() > 1 || meta.mode() & 0o6000 != 0) {
-                continue;
-            }
-            lent.owners.push((path.clone(), meta.uid(), meta.gid()));
-            if let Err(e) = lchown(&path, user.uid, user.gid) {
+        lent.owners.insert(stat.st_ino, (stat.st_uid, stat.st_gid));
+        let mut result =
+            nix::unistd::fchown(&root_fd, Some(user.uid.into()), Some(user.gid.into()))
+                .map_err(std::io::Error::from)
+                .err();
+        let owners = &mut lent.owners;
+        let error = visit_below(
+            nix::unistd::dup(&root_fd).map_err(|e| fail(e.into()))?,
+            stat.st_dev,
+            1,
+            &mut |parent, name, stat| {
+                let is_file = stat.st_mode & libc::S_IFMT == libc::S_IFREG;
+                // Another link may live outside the workspace; chown would
+                // clear a set-id bit that must not come back on new content.
+                if is_file && (stat.st_nlink > 1 || stat.st_mode & 0o6000 != 0) {
+                    return Ok(());
+                }
+                owners.insert(stat.st_ino, (stat.st_uid, stat.st_gid));
+                chown_at(parent, name, (user.uid, user.gid))
+            },
+        );
+        result = result.or(error);
+        match result {
+            None => Ok(lent),
+            Some(e) => {
                 let _ = lent.give_back_inner();
-                return Err(denied(
-                    format!("cannot lend {} to the caged user", path.display()),
-                    e,
-                ));
+                Err(fail(e))
             }
         }
-        Ok(lent)
     }
 
-    fn give_back_inner(&mut self) -> std::io::Result<()> {
-        let recorded: std::collections::HashMap<&Path, (u32, u32)> = self
-            .owners
-            .iter()
-            .map(|(p, u, g)| (p.as_path(), (*u, *g)))
-            .collect();
+    fn give_back_inner(&mut self) -> Result<(), std::io::Error> {
+        self.lent = false;
+        let root_fd = open_root(&self.root)?;
+        let (owners, owner, user) = (&self.owners, self.owner, self.user);
+        let wanted = |stat: &nix::sys::stat::FileStat| match owners.get(&stat.st_ino) {
+            Some(recorded) => Some(*recorded),
+            // Written by the command: it belongs to the workspace's owner.
+            None if stat.st_uid == user.uid => Some(owner),
+            None => None,
+        };
+        let root_stat = nix::sys::stat::fstat(&root_fd)?;
         let mut first_error = None;
-        for (path, meta) in Self::walk(&self.root, self.device)? {
-            let wanted = match recorded.get(path.as_path()) {
-                Some(owner) => *owner,
-                // Written by the command: it belongs to the workspace's owner.
-                None if meta.uid() == self.user.uid => self.owner,
-                None => continue,
-            };
-            if (meta.uid(), meta.gid()) != wanted
-                && let Err(e) = lchown(&path, wanted.0, wanted.1)
-            {
-                first_error.get_or_insert(e);
-            }
+        if let Some(want) = wanted(&root_stat)
+            && (root_stat.st_uid, root_stat.st_gid) != want
+            && let Err(e) = nix::unistd::fchown(&root_fd, Some(want.0.into()), Some(want.1.into()))
+        {
+            first_error = Some(std::io::Error::from(e));
         }
-        self.owners.clear();
-        first_error.map_or(Ok(()), Err)
+        let error = visit_below(
+            nix::unistd::dup(&root_fd)?,
+            self.device,
+            1,
+            &mut |parent, name, stat| match wanted(stat) {
+                Some(want) if (stat.st_uid, stat.st_gid) != want => chown_at(parent, name, want),
+                _ => Ok(()),
+            },
+        );
+        match first_error.or(error) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn give_back(mut self) -> Result<(), CommandError> {
         let root = self.root.clone();
         self.give_back_inner().map_err(|e| {
             CommandError::Spawn(format!(
-                "could not give {} back to its owner: {e}",
+                "could not give all of {} back to its owner: {e}",
                 root.display()
             ))
         })
@@ -538,7 +672,7 @@ impl LentTree {
 
 impl Drop for LentTree {
     fn drop(&mut self) {
-        if !self.owners.is_empty() {
+        if self.lent {
             let _ = self.give_back_inner();
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bl_core::health::Check;
 use bl_core::{CommandRunner, CommandSpec};
 
-use crate::caged_user::{CagedUser, lending_for};
+use crate::caged_user::{CagedUser, Lending, lending_for};
 use crate::{HIDDEN, READ_ONLY_PROC, Sandbox, Tier, seccomp};
 
 /// Every check, with caged commands run as `user` when bl is root.
@@ -118,16 +118,33 @@ fn identity_check(sandbox: &Sandbox) -> Check {
     );
     match sandbox.caged_user() {
         Some(user) => {
-            let lending = tempfile::tempdir()
-                .map(|d| lending_for(d.path(), user).describe())
-                .unwrap_or("unknown");
-            Check::ok(
-                "cage identity",
-                format!(
-                    "bl runs as root; caged commands run as host uid {} gid {}, never root; workspaces are lent by {lending} (in the temporary directory); {masked}",
-                    user.uid, user.gid
+            let lending = tempfile::tempdir().map(|d| lending_for(d.path(), user));
+            let who = format!(
+                "bl runs as root; caged commands run as host uid {} gid {}, never root",
+                user.uid, user.gid
+            );
+            match lending {
+                Ok(Lending::Chown) if user.idmap => Check::warn(
+                    "cage identity",
+                    format!(
+                        "{who}; but the temporary directory's file system has no idmapped mounts, so a workspace there \
+                         is refused; {masked}"
+                    ),
+                    format!(
+                        "keep workspaces on a file system with idmapped mounts (Linux 5.12+: ext4, xfs, btrfs; tmpfs from 6.3), \
+                         or set {}=chown to lend them by chown",
+                        crate::caged_user::OWNERSHIP_VAR
+                    ),
                 ),
-            )
+                Ok(lending) => Check::ok(
+                    "cage identity",
+                    format!(
+                        "{who}; workspaces are lent by {} (checked in the temporary directory); {masked}",
+                        lending.describe()
+                    ),
+                ),
+                Err(e) => Check::fail("cage identity", format!("{who}; {e}"), None),
+            }
         }
         None => Check::ok(
             "cage identity",
@@ -152,11 +169,7 @@ fn probe_check(sandbox: &Sandbox) -> Check {
         Ok(d) => d,
         Err(e) => return Check::fail("probe", e.to_string(), None),
     };
-    let uid = match sandbox.caged_user() {
-        Some(user) => user.uid,
-        None => nix::unistd::getuid().as_raw(),
-    };
-    match crate::probe::run_probe(sandbox, uid, out.path()) {
+    match crate::probe::run_probe(sandbox, sandbox.host_ids(), out.path()) {
         Ok(outcome) if outcome.passed => Check::ok(
             "probe",
             format!(

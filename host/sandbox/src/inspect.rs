@@ -23,6 +23,8 @@ pub struct HostView {
     /// Real, effective, saved and file-system uid, as host ids.
     pub uids: [u32; 4],
     pub gids: [u32; 4],
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
     /// The effective capability set.
     pub cap_eff: u64,
     /// 0 none, 1 strict, 2 filter.
@@ -57,6 +59,10 @@ impl HostView {
             pid,
             uids: ids("Uid:")?,
             gids: ids("Gid:")?,
+            groups: field("Groups:")
+                .split_whitespace()
+                .filter_map(|s| s.parse().ok())
+                .collect(),
             cap_eff: u64::from_str_radix(&field("CapEff:"), 16).unwrap_or(u64::MAX),
             seccomp_mode: field("Seccomp:").parse().unwrap_or(0),
             no_new_privs: field("NoNewPrivs:") == "1",
@@ -64,9 +70,17 @@ impl HostView {
         })
     }
 
-    /// Whether any of its uids is host root.
+    /// Whether any of its uids, gids or groups is host root's.
     pub fn is_host_root(&self) -> bool {
-        self.uids.contains(&0)
+        self.uids.contains(&0) || self.gids.contains(&0) || self.groups.contains(&0)
+    }
+
+    /// Whether it is exactly `uid`:`gid`, with no group beyond `gid` and
+    /// `also` (an ordinary user's cage keeps that user's own groups).
+    pub fn is_only(&self, uid: u32, gid: u32, also: &[u32]) -> bool {
+        self.uids == [uid; 4]
+            && self.gids == [gid; 4]
+            && self.groups.iter().all(|g| *g == gid || also.contains(g))
     }
 
     /// The mount that `path` is on for this process (the top one when

@@ -125,10 +125,10 @@ fn observe(
 
 /// Runs the probe with `runner` and writes the artifact's digest and the
 /// result into `out_dir` (which also holds the probe's workspace).
-/// `caged_uid` is the host uid the runner promises its commands run as.
+/// `caged` is the host uid and gid the runner promises its commands run as.
 pub fn run_probe(
     runner: &dyn CommandRunner,
-    caged_uid: u32,
+    caged: (u32, u32),
     out_dir: &Path,
 ) -> Result<ProbeOutcome, String> {
     let workspace = out_dir.join("workspace");
@@ -190,6 +190,15 @@ pub fn run_probe(
         .and_then(|b| serde_json::from_slice(b).ok());
     let claimed = |key: &str| claims.as_ref().and_then(|c| c[key]["denied"].as_bool());
     let view = observation.view.as_ref();
+    // Run by root, bl leaves the caged user no other group; an ordinary
+    // user's cage keeps that user's own.
+    let own_groups: Vec<u32> = if nix::unistd::geteuid().is_root() {
+        Vec::new()
+    } else {
+        nix::unistd::getgroups()
+            .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_default()
+    };
     let sysctl_unchanged = std::fs::read(PROBE_SYSCTL).ok() == sysctl_before;
 
     let mut checks = vec![
@@ -237,11 +246,11 @@ pub fn run_probe(
         ),
         (
             "not host root".to_string(),
-            view.is_some_and(|v| !v.is_host_root() && v.uids.iter().all(|u| *u == caged_uid)),
+            view.is_some_and(|v| !v.is_host_root() && v.is_only(caged.0, caged.1, &own_groups)),
             match view {
                 Some(v) => format!(
-                    "the host sees uids {:?} and gids {:?} (expected uid {caged_uid})",
-                    v.uids, v.gids
+                    "the host sees uids {:?}, gids {:?} and groups {:?} (expected {}:{})",
+                    v.uids, v.gids, v.groups, caged.0, caged.1
                 ),
                 None => "not seen".into(),
             },

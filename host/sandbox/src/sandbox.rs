@@ -79,6 +79,17 @@ impl Sandbox {
         running_as_root().then_some(self.user)
     }
 
+    /// The host uid and gid a command in this runner runs as.
+    pub fn host_ids(&self) -> (u32, u32) {
+        match self.caged_user() {
+            Some(user) if self.tier.is_caged() => (user.uid, user.gid),
+            _ => (
+                nix::unistd::getuid().as_raw(),
+                nix::unistd::getgid().as_raw(),
+            ),
+        }
+    }
+
     fn bwrap(&self) -> Result<&Path, CommandError> {
         self.bwrap.as_deref().ok_or_else(|| {
             CommandError::Denied(format!(

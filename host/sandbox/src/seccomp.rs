@@ -79,6 +79,18 @@ const fn only(
 /// the flags that make a new namespace (Docker's mask, 0x7E020000).
 pub const NAMESPACE_FLAGS: u64 = 0x7E02_0000;
 
+/// S_ISUID | S_ISGID.
+const SET_ID_BITS: u64 = 0o6000;
+const SET_ID: &str = "a set-id bit on a file that lands owned by the workspace's owner";
+const SET_ID_MODE_ARG1: When = When::AnyBit {
+    arg: 1,
+    mask: SET_ID_BITS,
+};
+const SET_ID_MODE_ARG2: When = When::AnyBit {
+    arg: 2,
+    mask: SET_ID_BITS,
+};
+
 /// personality(2) values Docker allows: PER_LINUX, UNAME26, PER_LINUX32,
 /// both, and the query.
 const PERSONALITIES: &[u64] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
@@ -321,6 +333,44 @@ pub const DENIED: &[DeniedSyscall] = &[
         libc::SYS_migrate_pages,
         "moves other processes' pages between NUMA nodes",
     ),
+    // Set-uid and set-gid bits. Files a caged command writes land on disk
+    // owned by the workspace's owner (often root); a set-id bit on one
+    // would hand that owner's rights to whoever runs it later.
+    only("fchmod(set-id)", libc::SYS_fchmod, SET_ID_MODE_ARG1, SET_ID),
+    only(
+        "fchmodat(set-id)",
+        libc::SYS_fchmodat,
+        SET_ID_MODE_ARG2,
+        SET_ID,
+    ),
+    only(
+        "fchmodat2(set-id)",
+        libc::SYS_fchmodat2,
+        SET_ID_MODE_ARG2,
+        SET_ID,
+    ),
+    only(
+        "openat(set-id)",
+        libc::SYS_openat,
+        When::AnyBit {
+            arg: 3,
+            mask: SET_ID_BITS,
+        },
+        SET_ID,
+    ),
+    only(
+        "mknodat(set-id)",
+        libc::SYS_mknodat,
+        SET_ID_MODE_ARG2,
+        SET_ID,
+    ),
+    DeniedSyscall {
+        name: "openat2",
+        number: libc::SYS_openat2,
+        when: When::Always,
+        refusal: Refusal::Missing,
+        why: "its mode sits behind a pointer no filter can read; ENOSYS makes callers use openat",
+    },
     // Newer than the libc crate's tables; numbered alike on every arch.
     always("lsm_get_self_attr", 459, "security-module attributes"),
     always("lsm_set_self_attr", 460, "security-module attributes"),
@@ -357,6 +407,10 @@ pub const DENIED_ARCH: &[DeniedSyscall] = &[
     always("create_module", 174, "obsolete module loading"),
     always("get_kernel_syms", 177, "obsolete module loading"),
     always("query_module", 178, "obsolete module loading"),
+    only("chmod(set-id)", libc::SYS_chmod, SET_ID_MODE_ARG1, SET_ID),
+    only("open(set-id)", libc::SYS_open, SET_ID_MODE_ARG2, SET_ID),
+    only("creat(set-id)", libc::SYS_creat, SET_ID_MODE_ARG1, SET_ID),
+    only("mknod(set-id)", libc::SYS_mknod, SET_ID_MODE_ARG1, SET_ID),
     always("afs_syscall", libc::SYS_afs_syscall, "unimplemented slot"),
     always("getpmsg", libc::SYS_getpmsg, "unimplemented slot"),
     always("putpmsg", libc::SYS_putpmsg, "unimplemented slot"),
@@ -490,14 +544,50 @@ fn compile(refusal: Refusal, errno: u32) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// The compiled filters, one per way of refusing, as raw cBPF programs for
-/// `bwrap --add-seccomp-fd`. The kernel runs both; a call either refuses
-/// is refused.
+/// The x32 ABI reaches the same kernel with syscall numbers that have bit
+/// 30 set and the x86_64 architecture tag, so no row above would match
+/// them: this program refuses every such call (as libseccomp and Docker
+/// do). On other architectures there is no such ABI.
+#[cfg(target_arch = "x86_64")]
+fn x32_guard() -> Vec<u8> {
+    const LOAD_WORD: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JUMP_IF_EQUAL: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JUMP_IF_AT_LEAST: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RETURN: u16 = 0x06; // BPF_RET | BPF_K
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    // seccomp_data: nr at offset 0, arch at offset 4.
+    let program: [(u16, u8, u8, u32); 6] = [
+        (LOAD_WORD, 0, 0, 4),
+        (JUMP_IF_EQUAL, 0, 3, AUDIT_ARCH_X86_64),
+        (LOAD_WORD, 0, 0, 0),
+        (JUMP_IF_AT_LEAST, 0, 1, X32_SYSCALL_BIT),
+        (RETURN, 0, 0, RET_ERRNO | libc::EPERM as u32),
+        (RETURN, 0, 0, RET_ALLOW),
+    ];
+    let mut bytes = Vec::with_capacity(program.len() * 8);
+    for (code, jt, jf, k) in program {
+        bytes.extend_from_slice(&code.to_ne_bytes());
+        bytes.push(jt);
+        bytes.push(jf);
+        bytes.extend_from_slice(&k.to_ne_bytes());
+    }
+    bytes
+}
+
+/// The compiled filters, one per way of refusing (and, on x86_64, the x32
+/// guard), as raw cBPF programs for `bwrap --add-seccomp-fd`. The kernel
+/// runs them all; a call any of them refuses is refused.
 pub fn programs() -> Result<Vec<Vec<u8>>, String> {
-    Ok(vec![
+    let mut programs = vec![
         compile(Refusal::Denied, libc::EPERM as u32)?,
         compile(Refusal::Missing, libc::ENOSYS as u32)?,
-    ])
+    ];
+    #[cfg(target_arch = "x86_64")]
+    programs.push(x32_guard());
+    Ok(programs)
 }
 
 #[cfg(test)]
@@ -546,7 +636,10 @@ mod tests {
     #[test]
     fn both_programs_compile() {
         let programs = programs().unwrap();
-        assert_eq!(programs.len(), 2);
+        assert_eq!(
+            programs.len(),
+            if cfg!(target_arch = "x86_64") { 3 } else { 2 }
+        );
         assert!(programs.iter().all(|p| !p.is_empty() && p.len() % 8 == 0));
     }
 }
