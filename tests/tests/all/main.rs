@@ -1,0 +1,16 @@
+//! bl's end-to-end tests, one test binary (so the suite links wasmtime
+//! once): each module drives the real `bl` binary, real components, real
+//! processes and real bubblewrap for one area. Run one area with
+//! `cargo test -p bl-e2e --test all graph_cli::`.
+
+mod egress_cli;
+mod egress_sandbox;
+mod graph_cli;
+mod plugin_cli;
+mod plugin_pipeline;
+mod plugin_runtime;
+mod provable_log;
+mod run_dir_tamper;
+mod sandbox_cli;
+mod store_processes;
+mod verify_cli;
