@@ -1,15 +1,12 @@
-//! `bl keys …` and the provable-log commands `bl log checkpoint | prove`.
+//! `bl keys …`: the Ed25519 keys that sign checkpoints.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-use bl_store::merkle;
-use bl_store::provable::{EVENTS_FILE, log_leaves, write_checkpoint};
+use bl_store::provable::EVENTS_FILE;
 use bl_store::{SigningKey, VerifierKey};
 use clap::Subcommand;
-use serde_json::json;
 
 #[derive(Subcommand)]
 pub enum KeysCommand {
@@ -128,93 +125,4 @@ pub fn read_verifier_key(arg: &str) -> Result<VerifierKey, String> {
         arg.to_string()
     };
     VerifierKey::parse(&text).map_err(|e| format!("--pubkey: {e}"))
-}
-
-fn run_dir_of(path: &Path) -> PathBuf {
-    if path.is_file() {
-        path.parent().map(Path::to_path_buf).unwrap_or_default()
-    } else {
-        path.to_path_buf()
-    }
-}
-
-pub fn checkpoint(path: &Path, key: Option<&Path>) -> u8 {
-    let result = key
-        .map(read_signing_key)
-        .transpose()
-        .and_then(|key| write_checkpoint(&run_dir_of(path), key.as_ref()));
-    match result {
-        Ok((file, cp)) => {
-            println!(
-                "checkpoint of {} events and {} files, root {}{}\n  {}",
-                cp.size,
-                cp.files.len(),
-                hex::encode(cp.root),
-                if key.is_some() { "" } else { " (unsigned)" },
-                file.display()
-            );
-            0
-        }
-        Err(e) => {
-            eprintln!("error: log checkpoint: {e}");
-            2
-        }
-    }
-}
-
-fn b64(hash: &merkle::Hash) -> String {
-    base64::engine::general_purpose::STANDARD.encode(hash)
-}
-
-/// `bl log prove`: an inclusion proof for one event (1-based line number)
-/// in the tree of the first `size` events, or a consistency proof between
-/// two sizes.
-pub fn prove(path: &Path, line: Option<usize>, size: Option<usize>, from: Option<usize>) -> u8 {
-    let result = (|| {
-        let (leaves, _) = log_leaves(&run_dir_of(path).join(EVENTS_FILE))?;
-        let size = size.unwrap_or(leaves.len());
-        if size == 0 || size > leaves.len() {
-            return Err(format!(
-                "--size {size}: the log has {} events",
-                leaves.len()
-            ));
-        }
-        let tree = &leaves[..size];
-        let root = merkle::root(tree);
-        Ok(match (line, from) {
-            (Some(line), None) => {
-                let index = line
-                    .checked_sub(1)
-                    .filter(|i| *i < size)
-                    .ok_or(format!("--line {line} is not in 1..={size}"))?;
-                let proof = merkle::inclusion_proof(tree, index).expect("index checked");
-                debug_assert!(merkle::verify_inclusion(
-                    &tree[index],
-                    index,
-                    size,
-                    &proof,
-                    &root
-                ));
-                json!({"kind": "inclusion", "line": line, "tree_size": size, "leaf_hash": b64(&tree[index]),
-                       "root": b64(&root), "proof": proof.iter().map(b64).collect::<Vec<_>>()})
-            }
-            (None, Some(from)) => {
-                let proof = merkle::consistency_proof(tree, from)
-                    .ok_or(format!("--from {from} is not in 1..={size}"))?;
-                json!({"kind": "consistency", "old_size": from, "old_root": b64(&merkle::root(&leaves[..from])),
-                       "tree_size": size, "root": b64(&root), "proof": proof.iter().map(b64).collect::<Vec<_>>()})
-            }
-            _ => return Err("give --line N (inclusion) or --from M (consistency)".into()),
-        })
-    })();
-    match result {
-        Ok(value) => {
-            println!("{}", serde_json::to_string_pretty(&value).expect("json"));
-            0
-        }
-        Err(e) => {
-            eprintln!("error: log prove: {e}");
-            2
-        }
-    }
 }

@@ -7,6 +7,8 @@ mod doctor_cmd;
 mod egress_cmd;
 mod graph_cmd;
 mod keys_cmd;
+mod ledger_cmd;
+mod log_cmd;
 mod paths;
 mod plugin_cmd;
 mod sandbox_cmd;
@@ -48,10 +50,10 @@ enum Command {
     },
     /// Maintain event logs.
     #[command(subcommand)]
-    Log(LogCommand),
+    Log(log_cmd::LogCommand),
     /// The publication ledger of a run.
     #[command(subcommand)]
-    Ledger(LedgerCommand),
+    Ledger(ledger_cmd::LedgerCommand),
     /// Build, inspect and run wasm plugins (gates).
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
@@ -72,62 +74,6 @@ enum Command {
     Keys(keys_cmd::KeysCommand),
 }
 
-#[derive(Subcommand)]
-enum LedgerCommand {
-    /// Record what an operator found out about an effect whose outcome is
-    /// ambiguous (an intent with no outcome, after a crash).
-    Reconcile {
-        /// The run directory holding published-effects.json.
-        run_dir: std::path::PathBuf,
-        /// The effect key, `<run_id>/<plan_id>/<node_id>`.
-        key: String,
-        /// The effect did happen: record it as published.
-        #[arg(
-            long,
-            conflicts_with = "not_published",
-            required_unless_present = "not_published"
-        )]
-        published: bool,
-        /// The effect did not happen: clear the intent so it may fire again.
-        #[arg(long)]
-        not_published: bool,
-    },
-}
-
-#[derive(Subcommand)]
-enum LogCommand {
-    /// Move a torn final line (left by a crash) aside into <log>.torn-<offset>.
-    Recover {
-        /// A run directory or a controller-events.jsonl file.
-        path: std::path::PathBuf,
-    },
-    /// Write the log's current Merkle tree head, and the digest of every
-    /// file of the run directory, into <run>/checkpoints/ (signed with --key).
-    Checkpoint {
-        /// A run directory or its controller-events.jsonl.
-        path: std::path::PathBuf,
-        /// The private key (from `bl keys generate`); without it the
-        /// checkpoint is written unsigned.
-        #[arg(long)]
-        key: Option<std::path::PathBuf>,
-    },
-    /// Print an RFC 6962 inclusion proof (--line N) or consistency proof
-    /// (--from M) as JSON.
-    Prove {
-        /// A run directory or its controller-events.jsonl.
-        path: std::path::PathBuf,
-        /// The event's line number (1-based).
-        #[arg(long, conflicts_with = "from")]
-        line: Option<usize>,
-        /// The older tree size for a consistency proof.
-        #[arg(long)]
-        from: Option<usize>,
-        /// The tree size to prove against (default: the whole log).
-        #[arg(long)]
-        size: Option<usize>,
-    },
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
@@ -139,26 +85,12 @@ fn main() -> ExitCode {
             pubkey,
             json,
         } => verify_cmd::verify(&path, expect_head.as_deref(), pubkey.as_deref(), json),
-        Command::Log(LogCommand::Recover { path }) => verify_cmd::recover(path),
-        Command::Log(LogCommand::Checkpoint { path, key }) => {
-            keys_cmd::checkpoint(&path, key.as_deref())
-        }
-        Command::Log(LogCommand::Prove {
-            path,
-            line,
-            from,
-            size,
-        }) => keys_cmd::prove(&path, line, size, from),
+        Command::Log(cmd) => log_cmd::run(cmd),
         Command::Keys(cmd) => keys_cmd::run(cmd),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd),
         Command::Doctor { json } => doctor_cmd::doctor(json),
         Command::Egress(cmd) => egress_cmd::run(cmd),
-        Command::Ledger(LedgerCommand::Reconcile {
-            run_dir,
-            key,
-            published,
-            ..
-        }) => verify_cmd::reconcile(&run_dir, &key, published),
+        Command::Ledger(cmd) => ledger_cmd::run(cmd),
     };
     ExitCode::from(code)
 }

@@ -1,11 +1,9 @@
-//! `bl verify PATH`, `bl log recover PATH` and `bl ledger reconcile`.
+//! `bl verify PATH`: printing what bl-verify found.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bl_core::python_json;
 use serde_json::{Value, json};
-
-const EVENT_LOG: &str = bl_verify::EVENT_LOG;
 
 pub fn verify(path: &Path, expect_head: Option<&str>, pubkey: Option<&str>, as_json: bool) -> u8 {
     let verifier = match pubkey.map(crate::keys_cmd::read_verifier_key).transpose() {
@@ -129,57 +127,5 @@ fn print_loop(report: &bl_verify::LoopReport, as_json: bool) {
         println!("NOT VERIFIED in full: an unchained prefix predates chaining.");
     } else {
         println!("NOT VERIFIED: {verdict}");
-    }
-}
-
-pub fn recover(path: PathBuf) -> u8 {
-    let log = if path.is_dir() {
-        path.join(EVENT_LOG)
-    } else {
-        path
-    };
-    match bl_store::recover_torn_tail(&log) {
-        Ok(None) => {
-            println!("{}: no torn tail; nothing changed", log.display());
-            0
-        }
-        Ok(Some(tail)) => {
-            println!(
-                "{}: moved {} torn bytes (line {}) to {}.torn-{}",
-                log.display(),
-                tail.len,
-                tail.line,
-                log.display(),
-                tail.offset
-            );
-            0
-        }
-        Err(e) => {
-            eprintln!("error: log recover: {e}");
-            2
-        }
-    }
-}
-
-pub fn reconcile(run_dir: &Path, key: &str, published: bool) -> u8 {
-    let decision = if published {
-        bl_store::Reconciliation::Published
-    } else {
-        bl_store::Reconciliation::NotPublished
-    };
-    match bl_store::Ledger::new(run_dir).reconcile(key, decision) {
-        Ok(()) => {
-            let what = if published {
-                "recorded as published"
-            } else {
-                "cleared; it may fire again"
-            };
-            println!("{key}: {what}");
-            0
-        }
-        Err(e) => {
-            eprintln!("error: ledger reconcile: {e}");
-            2
-        }
     }
 }

@@ -233,6 +233,7 @@ fn mapping_namespace(uid_map: &str, gid_map: &str) -> std::io::Result<OwnedFd> {
     // SAFETY: the child makes only async-signal-safe calls (unshare, write,
     // read, _exit) before it exits.
     match unsafe { fork() }? {
+        // SAFETY: system calls on descriptors this process owns.
         ForkResult::Child => unsafe {
             let ok: u8 = (libc::unshare(libc::CLONE_NEWUSER) == 0) as u8;
             libc::write(ready_w.as_raw_fd(), (&ok as *const u8).cast(), 1);

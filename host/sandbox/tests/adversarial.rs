@@ -1090,6 +1090,7 @@ fn filter_trial(programs: Option<&Vec<Vec<u8>>>, target: &Path, file: &Path) -> 
     // SAFETY: the child makes only system calls on memory allocated above,
     // writes its results to the pipe and exits.
     match unsafe { nix::unistd::fork() }.unwrap() {
+        // SAFETY: system calls on memory and descriptors allocated above.
         nix::unistd::ForkResult::Child => unsafe {
             let errno = |rc: libc::c_long| {
                 if rc < 0 { *libc::__errno_location() } else { 0 }

@@ -1,0 +1,177 @@
+//! `bl log recover | checkpoint | prove`: maintaining a run's event log and
+//! proving what is in it.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use bl_store::merkle;
+use bl_store::provable::{EVENTS_FILE, log_leaves, write_checkpoint};
+use clap::Subcommand;
+use serde_json::json;
+
+use crate::keys_cmd::read_signing_key;
+
+#[derive(Subcommand)]
+pub enum LogCommand {
+    /// Move a torn final line (left by a crash) aside into <log>.torn-<offset>.
+    Recover {
+        /// A run directory or a controller-events.jsonl file.
+        path: std::path::PathBuf,
+    },
+    /// Write the log's current Merkle tree head, and the digest of every
+    /// file of the run directory, into <run>/checkpoints/ (signed with --key).
+    Checkpoint {
+        /// A run directory or its controller-events.jsonl.
+        path: std::path::PathBuf,
+        /// The private key (from `bl keys generate`); without it the
+        /// checkpoint is written unsigned.
+        #[arg(long)]
+        key: Option<std::path::PathBuf>,
+    },
+    /// Print an RFC 6962 inclusion proof (--line N) or consistency proof
+    /// (--from M) as JSON.
+    Prove {
+        /// A run directory or its controller-events.jsonl.
+        path: std::path::PathBuf,
+        /// The event's line number (1-based).
+        #[arg(long, conflicts_with = "from")]
+        line: Option<usize>,
+        /// The older tree size for a consistency proof.
+        #[arg(long)]
+        from: Option<usize>,
+        /// The tree size to prove against (default: the whole log).
+        #[arg(long)]
+        size: Option<usize>,
+    },
+}
+
+pub fn run(cmd: LogCommand) -> u8 {
+    match cmd {
+        LogCommand::Recover { path } => recover(path),
+        LogCommand::Checkpoint { path, key } => checkpoint(&path, key.as_deref()),
+        LogCommand::Prove {
+            path,
+            line,
+            from,
+            size,
+        } => prove(&path, line, size, from),
+    }
+}
+
+fn run_dir_of(path: &Path) -> PathBuf {
+    if path.is_file() {
+        path.parent().map(Path::to_path_buf).unwrap_or_default()
+    } else {
+        path.to_path_buf()
+    }
+}
+
+fn recover(path: PathBuf) -> u8 {
+    let log = if path.is_dir() {
+        path.join(EVENTS_FILE)
+    } else {
+        path
+    };
+    match bl_store::recover_torn_tail(&log) {
+        Ok(None) => {
+            println!("{}: no torn tail; nothing changed", log.display());
+            0
+        }
+        Ok(Some(tail)) => {
+            println!(
+                "{}: moved {} torn bytes (line {}) to {}.torn-{}",
+                log.display(),
+                tail.len,
+                tail.line,
+                log.display(),
+                tail.offset
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("error: log recover: {e}");
+            2
+        }
+    }
+}
+
+fn checkpoint(path: &Path, key: Option<&Path>) -> u8 {
+    let result = key
+        .map(read_signing_key)
+        .transpose()
+        .and_then(|key| write_checkpoint(&run_dir_of(path), key.as_ref()));
+    match result {
+        Ok((file, cp)) => {
+            println!(
+                "checkpoint of {} events and {} files, root {}{}\n  {}",
+                cp.size,
+                cp.files.len(),
+                hex::encode(cp.root),
+                if key.is_some() { "" } else { " (unsigned)" },
+                file.display()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("error: log checkpoint: {e}");
+            2
+        }
+    }
+}
+
+fn b64(hash: &merkle::Hash) -> String {
+    base64::engine::general_purpose::STANDARD.encode(hash)
+}
+
+/// `bl log prove`: an inclusion proof for one event (1-based line number)
+/// in the tree of the first `size` events, or a consistency proof between
+/// two sizes.
+fn prove(path: &Path, line: Option<usize>, size: Option<usize>, from: Option<usize>) -> u8 {
+    let result = (|| {
+        let (leaves, _) = log_leaves(&run_dir_of(path).join(EVENTS_FILE))?;
+        let size = size.unwrap_or(leaves.len());
+        if size == 0 || size > leaves.len() {
+            return Err(format!(
+                "--size {size}: the log has {} events",
+                leaves.len()
+            ));
+        }
+        let tree = &leaves[..size];
+        let root = merkle::root(tree);
+        Ok(match (line, from) {
+            (Some(line), None) => {
+                let index = line
+                    .checked_sub(1)
+                    .filter(|i| *i < size)
+                    .ok_or(format!("--line {line} is not in 1..={size}"))?;
+                let proof = merkle::inclusion_proof(tree, index).expect("index checked");
+                debug_assert!(merkle::verify_inclusion(
+                    &tree[index],
+                    index,
+                    size,
+                    &proof,
+                    &root
+                ));
+                json!({"kind": "inclusion", "line": line, "tree_size": size, "leaf_hash": b64(&tree[index]),
+                       "root": b64(&root), "proof": proof.iter().map(b64).collect::<Vec<_>>()})
+            }
+            (None, Some(from)) => {
+                let proof = merkle::consistency_proof(tree, from)
+                    .ok_or(format!("--from {from} is not in 1..={size}"))?;
+                json!({"kind": "consistency", "old_size": from, "old_root": b64(&merkle::root(&leaves[..from])),
+                       "tree_size": size, "root": b64(&root), "proof": proof.iter().map(b64).collect::<Vec<_>>()})
+            }
+            _ => return Err("give --line N (inclusion) or --from M (consistency)".into()),
+        })
+    })();
+    match result {
+        Ok(value) => {
+            println!("{}", serde_json::to_string_pretty(&value).expect("json"));
+            0
+        }
+        Err(e) => {
+            eprintln!("error: log prove: {e}");
+            2
+        }
+    }
+}
