@@ -84,8 +84,9 @@ fn check(url: &str, json: bool) -> u8 {
     if report.allow { 0 } else { 1 }
 }
 
-/// Prints each broker decision as it happens.
-struct StderrAudit;
+/// Prints each broker decision as it happens, after recording it in the
+/// run's egress log when there is one.
+struct StderrAudit(Option<bl_store::EgressLog>);
 
 impl bl_egress::EgressAudit for StderrAudit {
     fn record(&self, event: bl_egress::EgressEvent) -> Result<(), String> {
@@ -93,70 +94,15 @@ impl bl_egress::EgressAudit for StderrAudit {
             "BL_EGRESS {}",
             serde_json::to_string(&event).expect("events serialize")
         );
-        Ok(())
+        match &self.0 {
+            Some(log) => log.record(event),
+            None => Ok(()),
+        }
     }
 }
 
-/// The run's egress record: `<run>/egress-events.jsonl`, in the event log's
-/// hash-chained format with the run's identity, each decision durable
-/// before the broker goes on (an authorization is on disk before the
-/// request leaves). Kept apart from `controller-events.jsonl`, whose
-/// readers accept only the controller's own event types.
-struct RunLogAudit {
-    log: std::sync::Mutex<bl_store::EventLog>,
-    /// Distinguishes this process's keys (decisions without a lease).
-    nonce: String,
-    count: std::sync::atomic::AtomicU64,
-}
-
-impl RunLogAudit {
-    fn open(run_dir: &std::path::Path) -> Result<Self, String> {
-        let controller = run_dir.join(bl_verify::EVENT_LOG);
-        let bytes = std::fs::read(&controller).map_err(|e| {
-            format!(
-                "{}: {e}; --run-dir must be a run directory with an event log",
-                controller.display()
-            )
-        })?;
-        let (head, _) =
-            bl_store::verify_chain(&bytes).map_err(|e| format!("{}: {e}", controller.display()))?;
-        let identity = head.identity.ok_or_else(|| {
-            format!(
-                "{} is empty: the run has no identity yet",
-                controller.display()
-            )
-        })?;
-        let log = bl_store::EventLog::open(&run_dir.join(bl_verify::EGRESS_EVENTS), identity)
-            .map_err(|e| e.to_string())?;
-        let mut nonce = [0u8; 6];
-        getrandom::fill(&mut nonce).map_err(|e| e.to_string())?;
-        Ok(RunLogAudit {
-            log: std::sync::Mutex::new(log),
-            nonce: hex::encode(nonce),
-            count: std::sync::atomic::AtomicU64::new(0),
-        })
-    }
-}
-
-impl bl_egress::EgressAudit for RunLogAudit {
-    fn record(&self, event: bl_egress::EgressEvent) -> Result<(), String> {
-        let n = self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let key = format!(
-            "egress:{}:{n}",
-            event.lease_id.as_deref().unwrap_or(&self.nonce)
-        );
-        let payload = serde_json::json!({
-            "connection_id": event.connection_id, "lease_id": event.lease_id, "detail": event.detail,
-        });
-        let timestamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-        StderrAudit.record(event.clone())?;
-        self.log
-            .lock()
-            .map_err(|_| "the egress log's lock is poisoned".to_string())?
-            .append_durable(&key, event.kind, &payload, &timestamp)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
 fn send(
@@ -167,9 +113,12 @@ fn send(
     max_bytes: usize,
     run_dir: Option<&std::path::Path>,
 ) -> u8 {
-    let audit: Arc<dyn bl_egress::EgressAudit> = match run_dir.map(RunLogAudit::open).transpose() {
-        Ok(Some(log)) => Arc::new(log),
-        Ok(None) => Arc::new(StderrAudit),
+    let opened = run_dir
+        .map(|dir| bl_store::EgressLog::open(dir, now_rfc3339))
+        .transpose()
+        .map_err(|e| format!("--run-dir: {e}"));
+    let audit: Arc<dyn bl_egress::EgressAudit> = match opened {
+        Ok(log) => Arc::new(StderrAudit(log)),
         Err(e) => {
             eprintln!("error: egress send: {e}");
             return 2;

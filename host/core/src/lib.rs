@@ -7,6 +7,7 @@
 //! it depends on none of them.
 
 pub mod canonical;
+pub mod egress_audit;
 pub mod exec;
 pub mod health;
 pub mod package;

@@ -5,7 +5,8 @@
 //! [`checkpoint`], [`provable`]). [`chain`] is the pure part (the line format and chain
 //! verification over bytes); [`log`] is the file adapter (exclusive lock,
 //! verify-once open, O(1) appends, durable group commit, torn-tail
-//! recovery). [`loop_ledger`] checks a bounded loop's lap ledger.
+//! recovery). [`egress_log`] is the run's record of the egress broker's
+//! decisions, in the same format. [`loop_ledger`] checks a bounded loop's lap ledger.
 //!
 //! It never runs nodes, calls plugins or reaches the network, and it never
 //! rewrites a recorded line: recovery only moves an incomplete tail aside.
@@ -15,6 +16,7 @@ pub mod artifacts;
 pub mod chain;
 pub mod checkpoint;
 mod durable;
+pub mod egress_log;
 pub mod ledger;
 mod line;
 pub mod log;
@@ -27,5 +29,6 @@ pub use artifacts::{ArtifactError, ArtifactMeta, ArtifactStore, verify_artifacts
 pub use chain::TornTail;
 pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, verify_chain};
 pub use checkpoint::{Checkpoint, NoteError, SigningKey, VerifierKey};
+pub use egress_log::{EGRESS_EVENTS, EgressLog};
 pub use ledger::{Ledger, LedgerError, Publish, Reconciliation, effect_key};
 pub use log::{Appended, EventLog, StoreError, recover_torn_tail};

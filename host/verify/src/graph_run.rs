@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::{Check, EVENT_LOG, GraphReport, Options};
 
 /// The broker's decisions for a run, in the event log's format.
-pub const EGRESS_EVENTS: &str = "egress-events.jsonl";
+pub use bl_store::EGRESS_EVENTS;
 
 /// The egress record's own chain, and that it belongs to this run.
 fn verify_egress_log(controller: &Path, egress: &Path) -> Result<String, String> {

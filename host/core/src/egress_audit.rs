@@ -1,0 +1,25 @@
+//! The egress audit port: every decision of the egress broker, and where
+//! it goes. The broker (bl-egress) produces [`EgressEvent`]s; adapters
+//! (the run's `egress-events.jsonl` in bl-store, stderr in the CLI, memory
+//! in tests) record them.
+
+use serde_json::Value;
+
+/// One decision of the broker, for the run's record. Never carries a
+/// credential or request/response bytes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EgressEvent {
+    /// `lease.issued`, `egress.denied`, `egress.authorized`,
+    /// `egress.redirect` or `egress.completed`.
+    pub kind: &'static str,
+    pub connection_id: String,
+    pub lease_id: Option<String>,
+    pub detail: Value,
+}
+
+/// Where the broker's decisions go (a run's `egress-events.jsonl`). A
+/// decision that lets a request out must be recorded first: if recording
+/// `egress.authorized` or `egress.redirect` fails, the request is not sent.
+pub trait EgressAudit: Send + Sync {
+    fn record(&self, event: EgressEvent) -> Result<(), String>;
+}
