@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use bl_core::python_json;
-use bl_graph::plan::{DEFAULT_POLICY_DIGEST, ExecutionBound};
+use bl_graph::plan::DEFAULT_POLICY_DIGEST;
+use bl_graph::report;
 use bl_graph::{CompileInput, Format, Graph, Refusal};
 use clap::Subcommand;
 use serde_json::{Value, json};
@@ -177,34 +178,16 @@ fn print_location(path: &Path, refusal: &Refusal) {
 fn lint(path: &Path, as_json: bool) -> u8 {
     match load(path, "lint") {
         Loaded::Graph(graph) => {
-            let digest = bl_graph::graph_digest(&graph);
-            let node_ids: Vec<&str> = graph.nodes.iter().map(|n| n.id.as_str()).collect();
-            let slot_ids: Vec<&str> = graph.slots.iter().map(|s| s.id.as_str()).collect();
             if as_json {
-                println!(
-                    "{}",
-                    python_json(&json!({
-                        "digest": digest, "edge_count": graph.edges.len(), "node_ids": node_ids,
-                        "schema_version": 1, "slot_ids": slot_ids, "valid": true,
-                    }))
-                );
+                println!("{}", python_json(&report::lint_json(&graph)));
             } else {
-                println!("digest  : {digest}");
-                println!("nodes   : {} ({})", node_ids.len(), node_ids.join(", "));
-                println!("edges   : {}", graph.edges.len());
-                println!("slots   : {} ({})", slot_ids.len(), slot_ids.join(", "));
-                println!("OK");
+                print!("{}", report::lint_text(&graph));
             }
             0
         }
         Loaded::Refused { refusal, early } => {
             if as_json {
-                println!(
-                    "{}",
-                    python_json(
-                        &json!({"code": refusal.code, "message": refusal.message, "pointer": refusal.pointer, "valid": false})
-                    )
-                );
+                println!("{}", python_json(&report::refusal_json(&refusal)));
             }
             match early {
                 Some(line) => eprintln!("error: {line}"),
@@ -339,65 +322,17 @@ fn plan(
         .iter()
         .map(|r| bl_core::pypath::pathlib_normal(r).display().to_string())
         .collect();
-    let ExecutionBound {
-        attempts_per_round,
-        repair_rounds,
-    } = plan.bound;
+    let admission = report::Admission {
+        loop_package_roots: &roots,
+        loop_packages_admitted: packages.len(),
+    };
     if as_json {
-        let bindings: Vec<Value> = plan
-            .bindings
-            .iter()
-            .map(|c| json!({"binding_id": c.binding_id, "provider_id": c.provider_id, "transport": c.transport}))
-            .collect();
-        let nodes: Vec<Value> = graph
-            .nodes
-            .iter()
-            .map(|n| {
-                json!({
-                    "binding_id": plan.node_bindings.get(&n.id).map(|c| c.binding_id.clone()),
-                    "effects": n.effects, "isolation": n.isolation, "kind": n.kind, "node_id": n.id,
-                })
-            })
-            .collect();
         println!(
             "{}",
-            python_json(&json!({
-                "admission": {"loop_package_roots": roots, "loop_packages_admitted": packages.len()},
-                "bindings": bindings,
-                "execution_bound": {
-                    "attempts_per_round": attempts_per_round, "repair_rounds": repair_rounds,
-                    "total_attempt_slots": plan.bound.total(),
-                },
-                "levels": plan.levels, "nodes": nodes, "plan_id": plan.plan_id,
-                "policy_digest": plan.policy_digest, "schema_version": 1,
-                "source_graph_digest": plan.graph_digest,
-            }))
+            python_json(&report::plan_json(&graph, &plan, &admission))
         );
     } else {
-        println!("plan_id : {}", plan.plan_id);
-        println!("graph   : {}", plan.graph_digest);
-        println!("policy  : {}", plan.policy_digest);
-        println!(
-            "bound   : {} attempt slots max = (1 + {repair_rounds} repair rounds) x {attempts_per_round} attempts/round",
-            plan.bound.total()
-        );
-        println!(
-            "pkgroots: {} ({} loop packages admitted)",
-            roots.join(", "),
-            packages.len()
-        );
-        for (i, wave) in plan.levels.iter().enumerate() {
-            println!("wave {i:<3}: [{}]", wave.join(", "));
-        }
-        for n in &graph.nodes {
-            println!(
-                "  node '{}': kind={}  effects=[{}]  isolation={}",
-                n.id,
-                n.kind,
-                n.effects.join(", "),
-                n.isolation
-            );
-        }
+        print!("{}", report::plan_text(&graph, &plan, &admission));
     }
     0
 }

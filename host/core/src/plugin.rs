@@ -272,6 +272,36 @@ impl fmt::Display for World {
     }
 }
 
+/// The WIT package this build of bl speaks (plugins build against it; the
+/// host loads it and any older minor version).
+pub const WIT_PACKAGE: &str = "bl:plugin@1.1.0";
+
+/// What sits beside every built component as `<name>.plugin.json`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PluginManifest {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    /// The world the component targets, e.g. `gate`.
+    pub world: String,
+    /// The WIT package the world comes from, e.g. `bl:plugin@1.1.0`.
+    pub wit_package: String,
+    /// The capabilities the component imports and so requests, e.g.
+    /// `["command"]`. The operator grants them; the default is deny.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// A JSON Schema for the plugin's config, when the crate names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_schema: Option<serde_json::Value>,
+    /// For completion contracts: the output basenames it checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contract_patterns: Vec<String>,
+    /// `sha256:` over the plugin's source files.
+    pub source_digest: String,
+    /// `sha256:` over the component's bytes.
+    pub component_digest: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@ pub mod model;
 pub mod parse;
 pub mod plan;
 pub mod records;
+pub mod report;
 pub mod schema;
 pub mod validate;
 pub mod yaml;

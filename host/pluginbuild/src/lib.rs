@@ -16,42 +16,13 @@ pub mod toolchain;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::{Deserialize, Serialize};
-
 pub use component::{
     ComponentSummary, SOURCE_DIGEST_SECTION, imports, read_source_digest, summarize,
 };
 pub use source::{SourceSet, source_digest};
 pub use toolchain::{ToolchainError, WasmToolchain, doctor_check};
 
-/// The WIT package version this build of bl speaks.
-pub const WIT_PACKAGE: &str = "bl:plugin@1.1.0";
-
-/// What sits beside every built component as `<name>.plugin.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PluginManifest {
-    pub name: String,
-    pub version: String,
-    pub description: String,
-    /// The world the component targets, e.g. `gate`.
-    pub world: String,
-    /// The WIT package the world comes from, e.g. `bl:plugin@1.1.0`.
-    pub wit_package: String,
-    /// The capabilities the component imports and so requests, e.g.
-    /// `["command"]`. The operator grants them; the default is deny.
-    #[serde(default)]
-    pub capabilities: Vec<String>,
-    /// A JSON Schema for the plugin's config, when the crate names one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_schema: Option<serde_json::Value>,
-    /// For completion contracts: the output basenames it checks.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub contract_patterns: Vec<String>,
-    /// `sha256:` over the plugin's source files (see [`source`]).
-    pub source_digest: String,
-    /// `sha256:` over the component's bytes.
-    pub component_digest: String,
-}
+pub use bl_core::plugin::{PluginManifest, WIT_PACKAGE};
 
 /// The result of [`build`].
 #[derive(Debug, Clone)]

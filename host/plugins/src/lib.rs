@@ -38,6 +38,4 @@ pub use worlds::{
 
 pub use bl_core::{GateOutcome, Verdict};
 
-/// The WIT package this host speaks. Components built against an older
-/// minor version of it keep loading.
-pub const WIT_PACKAGE: &str = "bl:plugin@1.1.0";
+pub use bl_core::plugin::{PluginManifest, WIT_PACKAGE};
