@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use bl_core::python_json;
 use bl_graph::plan::DEFAULT_POLICY_DIGEST;
 use bl_graph::report;
-use bl_graph::{CompileInput, Format, Graph, Refusal};
+use bl_graph::{CompileInput, Format, Graph, Refusal, RefusalCode};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
@@ -135,7 +135,7 @@ fn load(path: &Path, verb: &str) -> Loaded {
         );
         return Loaded::Refused {
             refusal: Refusal {
-                code: "unsupported_extension",
+                code: RefusalCode::UnsupportedExtension,
                 message: message.clone(),
                 pointer: "/".into(),
                 pos: None,
@@ -149,7 +149,7 @@ fn load(path: &Path, verb: &str) -> Loaded {
             bl_graph::doc::py_repr(&path.display().to_string())
         )),
         refusal: Refusal {
-            code: "io_error",
+            code: RefusalCode::IoError,
             message,
             pointer: "/".into(),
             pos: None,

@@ -8,23 +8,19 @@ use std::collections::HashMap;
 use std::path::{Component, Path};
 
 use crate::doc::py_repr;
+use crate::error::{Refusal, RefusalCode};
 use crate::model::{Direction, Graph, Visibility};
-use crate::validate::LintError;
 
 /// Paths the run's artifact ledger owns; no node may publish into them.
 pub const RESERVED_PREFIXES: &[&str] = &["workspace/manifests/", "workspace/inputs/"];
 /// Where only `system_only` receipts may be published.
 pub const SYSTEM_PREFIX: &str = "workspace/system/";
 
-fn refuse(code: &'static str, pointer: String, message: String) -> Result<(), LintError> {
-    Err(LintError {
-        code,
-        message,
-        pointer,
-    })
+fn refuse(code: RefusalCode, pointer: String, message: String) -> Result<(), Refusal> {
+    Refusal::err(code, pointer, message)
 }
 
-pub fn check(graph: &Graph) -> Result<(), LintError> {
+pub fn check(graph: &Graph) -> Result<(), Refusal> {
     if !graph.extensions.iter().any(|e| e == "artifact-ports") {
         return Ok(());
     }
@@ -36,7 +32,7 @@ pub fn check(graph: &Graph) -> Result<(), LintError> {
             .find(|(name, _)| node.input_type(name).is_some())
         {
             return refuse(
-                "port_duplicate",
+                RefusalCode::PortDuplicate,
                 format!("/nodes/{i}/outputs/{name}"),
                 format!(
                     "port {} is declared as both an input and an output of node {}",
@@ -63,7 +59,7 @@ pub fn check(graph: &Graph) -> Result<(), LintError> {
                 .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
             if escapes {
                 return refuse(
-                    "reserved_path",
+                    RefusalCode::ReservedPath,
                     at,
                     format!(
                         "{} must be a relative path inside the run workspace, without '..'",
@@ -73,7 +69,7 @@ pub fn check(graph: &Graph) -> Result<(), LintError> {
             }
             if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| path.starts_with(**p)) {
                 return refuse(
-                    "reserved_path",
+                    RefusalCode::ReservedPath,
                     at,
                     format!(
                         "{} is under {prefix}, which the artifact ledger owns",
@@ -83,7 +79,7 @@ pub fn check(graph: &Graph) -> Result<(), LintError> {
             }
             if path.starts_with(SYSTEM_PREFIX) && port.visibility != Visibility::SystemOnly {
                 return refuse(
-                    "reserved_path",
+                    RefusalCode::ReservedPath,
                     at,
                     format!(
                         "{} is under {SYSTEM_PREFIX}, which only system_only outputs may use",
@@ -93,7 +89,7 @@ pub fn check(graph: &Graph) -> Result<(), LintError> {
             }
             if let Some(owner) = owners.insert(path, node.id.as_str()) {
                 return refuse(
-                    "output_path_conflict",
+                    RefusalCode::OutputPathConflict,
                     at,
                     format!(
                         "{} is already published by node {}; an output path has one owner",
@@ -114,7 +110,7 @@ pub fn check(graph: &Graph) -> Result<(), LintError> {
             && produced.is_none_or(|p| p.path.is_none())
         {
             return refuse(
-                "artifact_handoff",
+                RefusalCode::ArtifactHandoff,
                 format!("/edges/{i}"),
                 format!(
                     "input {}.{} is an artifact port, but {}.{} publishes no file (declare it in long form with a path)",
@@ -126,7 +122,7 @@ pub fn check(graph: &Graph) -> Result<(), LintError> {
             && !target.is_transform()
         {
             return refuse(
-                "visibility",
+                RefusalCode::Visibility,
                 format!("/edges/{i}"),
                 format!(
                     "{}.{} is system_only: only a transform node (a tool whose tool_ref is transform:<plugin>) may consume it, and {} is not one",
@@ -150,7 +146,7 @@ pub fn check(graph: &Graph) -> Result<(), LintError> {
                 .any(|e| e.to_node == node.id && e.to_port == port.name);
             if !bound {
                 return refuse(
-                    "input_unbound",
+                    RefusalCode::InputUnbound,
                     format!("/nodes/{i}/inputs/{}", port.name),
                     format!(
                         "required input {}.{} has no producer; bind it with an edge or declare required: false",

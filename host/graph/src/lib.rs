@@ -10,7 +10,9 @@
 //! reading and the graph executor (later) does the running.
 
 pub mod artifacts;
+pub mod dag;
 pub mod doc;
+pub mod error;
 pub mod model;
 pub mod parse;
 pub mod plan;
@@ -21,12 +23,16 @@ pub mod validate;
 pub mod yaml;
 
 pub use doc::{Node, Pos};
+pub use error::{Refusal, RefusalCode};
 pub use model::Graph;
 pub use parse::ParseError;
 pub use plan::{
     CompileError, CompileInput, Connection, Plan, compile, graph_digest, parse_connections,
 };
-pub use validate::{LintError, validate};
+pub use validate::validate;
+
+/// A refusal from validation (the one refusal type of the crate).
+pub type LintError = Refusal;
 
 /// The manifest formats, chosen by file extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,35 +52,14 @@ impl Format {
     }
 }
 
-/// Why a manifest was refused, wherever in the pipeline it was.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub code: &'static str,
-    pub message: String,
-    pub pointer: String,
-    /// Where the offending value was written, when known.
-    pub pos: Option<Pos>,
-}
-
 /// Parses and validates manifest text.
 pub fn lint(text: &str, format: Format) -> Result<Graph, Refusal> {
     let doc = match format {
         Format::Json => parse::parse_json(text),
         Format::Yaml => yaml::parse_yaml(text),
-    }
-    .map_err(|e| Refusal {
-        code: e.code,
-        message: e.message,
-        pointer: "/".into(),
-        pos: e.pos,
-    })?;
-    validate(&doc).map_err(|e| {
-        let pos = doc.locate(e.pointer.trim_start_matches('/'));
-        Refusal {
-            code: e.code,
-            message: e.message,
-            pointer: e.pointer,
-            pos,
-        }
+    }?;
+    validate(&doc).map_err(|mut refusal| {
+        refusal.pos = doc.locate(refusal.pointer.trim_start_matches('/'));
+        refusal
     })
 }

@@ -2,18 +2,14 @@
 //!
 //! JSON follows Python's `json` module (what bounded-loops 0.7 reads with):
 //! the same error names, `NaN`/`Infinity` accepted, integers unbounded, and
-//! duplicate keys refused. YAML is read in [`crate::yaml`].
+//! duplicate keys refused. YAML is read in the `yaml` module.
 
 use crate::doc::{Kind, Node, Pos, py_repr};
+use crate::error::{Refusal, RefusalCode};
 
-/// Why a manifest's text could not be read. `code` is upstream's refusal
-/// code: `invalid_json`, `duplicate_key` or `invalid_yaml`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ParseError {
-    pub code: &'static str,
-    pub message: String,
-    pub pos: Option<Pos>,
-}
+/// Why a manifest's text could not be read: a [`Refusal`] with code
+/// `invalid_json`, `duplicate_key` or `invalid_yaml`, at pointer `/`.
+pub type ParseError = Refusal;
 
 /// Maps byte offsets to 1-based line and (byte) column.
 struct Lines<'a> {
@@ -46,7 +42,8 @@ pub fn parse_json(text: &str) -> Result<Node, ParseError> {
     if text.starts_with('\u{feff}') {
         // Python's json refuses a byte-order mark rather than skipping it.
         return Err(ParseError {
-            code: "invalid_json",
+            pointer: "/".into(),
+            code: RefusalCode::InvalidJson,
             message: "Unexpected UTF-8 BOM (decode using utf-8-sig)".into(),
             pos: Some(Pos { line: 1, col: 1 }),
         });
@@ -83,7 +80,8 @@ const MAX_JSON_DEPTH: usize = 1000;
 impl JsonParser<'_> {
     fn err(&self, message: &str, at: usize) -> ParseError {
         ParseError {
-            code: "invalid_json",
+            pointer: "/".into(),
+            code: RefusalCode::InvalidJson,
             message: message.to_string(),
             pos: Some(self.lines.pos(at)),
         }
@@ -318,7 +316,8 @@ impl JsonParser<'_> {
             let value = self.value()?;
             if entries.iter().any(|(k, _)| *k == key) {
                 return Err(ParseError {
-                    code: "duplicate_key",
+                    pointer: "/".into(),
+                    code: RefusalCode::DuplicateKey,
                     message: format!("duplicate key {}", py_repr(&key)),
                     pos: Some(self.lines.pos(key_at)),
                 });
@@ -372,7 +371,7 @@ mod tests {
         let err = parse_json(r#"{"a": 1, "a": 2}"#).unwrap_err();
         assert_eq!(
             (err.code, err.message.as_str()),
-            ("duplicate_key", "duplicate key 'a'")
+            (RefusalCode::DuplicateKey, "duplicate key 'a'")
         );
         assert_eq!(
             parse_json(r#"{"a": }"#).unwrap_err().message,

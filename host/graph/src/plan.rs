@@ -2,11 +2,13 @@
 //! connections, Kahn waves, and the canonical plan whose sha256 is the
 //! plan_id. All byte-compatible with bounded-loops 0.7.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
+pub use crate::dag::{is_strict_ancestor, kahn_levels};
 use crate::doc::py_repr;
+use crate::error::{Refusal, RefusalCode};
 use crate::model::*;
 use crate::records;
 
@@ -15,77 +17,6 @@ pub const COMPILER_VERSION: &str = "bounded-loops.graph-compiler/v1";
 /// The policy digest the CLI uses when no policy is given.
 pub const DEFAULT_POLICY_DIGEST: &str =
     "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-
-/// Kahn's waves, each sorted; `None` when the edges hold a cycle.
-///
-/// For plain graph/v1, in-degrees count every edge while successors are a
-/// set, as upstream counts them: two edges between the same pair of nodes
-/// never drain and read as a cycle. Manifests that opt into bl's extensions
-/// (where several ports between two nodes are normal) count each edge once
-/// on both sides.
-pub fn kahn_levels(graph: &Graph) -> Option<Vec<Vec<String>>> {
-    let index: HashMap<&str, usize> = graph
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.id.as_str(), i))
-        .collect();
-    let mut indegree = vec![0usize; graph.nodes.len()];
-    let mut successors: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); graph.nodes.len()];
-    for edge in &graph.edges {
-        let (from, to) = (index[edge.from_node.as_str()], index[edge.to_node.as_str()]);
-        let first_edge_of_pair = successors[from].insert(to);
-        if first_edge_of_pair || graph.extensions.is_empty() {
-            indegree[to] += 1;
-        }
-    }
-    let mut wave: Vec<usize> = (0..graph.nodes.len())
-        .filter(|&i| indegree[i] == 0)
-        .collect();
-    let mut levels = Vec::new();
-    let mut done = 0;
-    while !wave.is_empty() {
-        done += wave.len();
-        let mut next = Vec::new();
-        for &u in &wave {
-            for &v in &successors[u] {
-                indegree[v] -= 1;
-                if indegree[v] == 0 {
-                    next.push(v);
-                }
-            }
-        }
-        let mut ids: Vec<String> = wave.iter().map(|&i| graph.nodes[i].id.clone()).collect();
-        ids.sort();
-        levels.push(ids);
-        wave = next;
-    }
-    (done == graph.nodes.len()).then_some(levels)
-}
-
-/// Whether `ancestor` reaches `node` through one or more edges.
-pub fn is_strict_ancestor(graph: &Graph, ancestor: &str, node: &str) -> bool {
-    let mut successors: HashMap<&str, Vec<&str>> = HashMap::new();
-    for e in &graph.edges {
-        successors
-            .entry(e.from_node.as_str())
-            .or_default()
-            .push(e.to_node.as_str());
-    }
-    let mut stack = vec![ancestor];
-    let mut seen = HashSet::new();
-    while let Some(u) = stack.pop() {
-        for &v in successors.get(u).map(Vec::as_slice).unwrap_or_default() {
-            if v == node {
-                return true;
-            }
-            if seen.insert(v) {
-                stack.push(v);
-            }
-        }
-    }
-    false
-}
 
 fn sorted(items: &[String]) -> Vec<String> {
     let mut out = items.to_vec();
@@ -122,27 +53,7 @@ impl ExecutionBound {
 
 // ------------------------------------------------------------ connections
 
-/// One candidate from connections.json (exactly these 17 keys).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Connection {
-    pub binding_id: String,
-    pub slot_id: String,
-    pub connector_id: String,
-    pub connector_version: String,
-    pub connection_id: String,
-    pub admission_digest: String,
-    pub route_policy_digest: String,
-    pub provider_id: String,
-    pub model_target: String,
-    pub region: String,
-    pub fallback: bool,
-    pub capabilities: Vec<String>,
-    pub data_class_max: String,
-    pub allowed_effects: Vec<String>,
-    pub isolation: String,
-    pub transport: String,
-    pub admitted: bool,
-}
+pub use crate::model::Connection;
 
 const CONNECTION_KEYS: [&str; 17] = [
     "admission_digest",
@@ -164,24 +75,15 @@ const CONNECTION_KEYS: [&str; 17] = [
     "transport",
 ];
 
-/// A refusal while compiling: upstream's code, message and pointer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompileError {
-    pub code: &'static str,
-    pub message: String,
-    pub pointer: String,
-}
+/// A refusal while compiling (the one refusal type of the crate).
+pub type CompileError = Refusal;
 
 fn compile_err<T>(
-    code: &'static str,
+    code: RefusalCode,
     pointer: impl Into<String>,
     message: impl Into<String>,
 ) -> Result<T, CompileError> {
-    Err(CompileError {
-        code,
-        message: message.into(),
-        pointer: pointer.into(),
-    })
+    Refusal::err(code, pointer, message)
 }
 
 /// Reads connections.json. A document that is not an array is refused
@@ -191,11 +93,11 @@ pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, Option<Compil
         return Err(None);
     };
     let shape = || {
-        Some(CompileError {
-            code: "connection_snapshot",
-            message: "connection snapshot has an invalid shape".into(),
-            pointer: "/connections".into(),
-        })
+        Some(Refusal::new(
+            RefusalCode::ConnectionSnapshot,
+            "/connections",
+            "connection snapshot has an invalid shape",
+        ))
     };
     let mut out = Vec::with_capacity(items.len());
     for item in items {
@@ -208,11 +110,11 @@ pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, Option<Compil
         }
         for key in ["admitted", "fallback"] {
             if !map[key].is_boolean() {
-                return Err(Some(CompileError {
-                    code: "connection_snapshot",
-                    message: "must be boolean".into(),
-                    pointer: format!("/connections/{key}"),
-                }));
+                return Err(Some(Refusal::new(
+                    RefusalCode::ConnectionSnapshot,
+                    format!("/connections/{key}"),
+                    "must be boolean",
+                )));
             }
         }
         let admitted = map["admitted"].as_bool().unwrap_or(false);
@@ -248,6 +150,10 @@ pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, Option<Compil
     Ok(out)
 }
 
+fn names<T: Named>(values: &[T]) -> Vec<String> {
+    values.iter().map(|v| v.name().to_string()).collect()
+}
+
 fn py_list(items: &[String]) -> String {
     let inner: Vec<String> = items.iter().map(|s| py_repr(s)).collect();
     format!("[{}]", inner.join(", "))
@@ -265,7 +171,7 @@ fn admit<'c>(
     let at = format!("/nodes/{}/connection_slot", node.id);
     if connections.is_empty() {
         return compile_err(
-            "no_admitted_connection",
+            RefusalCode::NoAdmittedConnection,
             at,
             "no connections were provided — pass a connections.json via --connections or supply connections programmatically",
         );
@@ -278,7 +184,7 @@ fn admit<'c>(
         let available: BTreeSet<String> = connections.iter().map(|c| c.slot_id.clone()).collect();
         let available: Vec<String> = available.into_iter().collect();
         return compile_err(
-            "no_admitted_connection",
+            RefusalCode::NoAdmittedConnection,
             at,
             format!(
                 "no connection targets slot {}; available slot_ids in connections.json: {}",
@@ -288,8 +194,8 @@ fn admit<'c>(
         );
     }
     candidates.sort_by(|a, b| a.binding_id.cmp(&b.binding_id));
-    let node_isolation = rank(ISOLATIONS, &node.isolation).unwrap_or(0);
-    let graph_class = rank(DATA_CLASSES, &graph.policies.data_class).unwrap_or(0);
+    let node_isolation = node.isolation.rank();
+    let graph_class = graph.policies.data_class.rank();
     type Filter<'f> = (
         Box<dyn Fn(&Connection) -> bool + 'f>,
         Box<dyn Fn(&Connection) -> String + 'f>,
@@ -315,34 +221,42 @@ fn admit<'c>(
             }),
         ),
         (
-            Box::new(|c| rank(DATA_CLASSES, &c.data_class_max).is_some_and(|r| r >= graph_class)),
+            Box::new(|c| {
+                DataClass::parse(&c.data_class_max).is_some_and(|d| d.rank() >= graph_class)
+            }),
             Box::new(|c| {
                 format!(
                     "graph data_class {} exceeds the data_class_max {} of the admitted connection for slot {}",
-                    py_repr(&graph.policies.data_class),
+                    py_repr(graph.policies.data_class.name()),
                     py_repr(&c.data_class_max),
                     py_repr(&slot.id)
                 )
             }),
         ),
         (
-            Box::new(|c| node.effects.iter().all(|e| c.allowed_effects.contains(e))),
+            Box::new(|c| {
+                node.effects
+                    .iter()
+                    .all(|e| c.allowed_effects.iter().any(|a| a == e.name()))
+            }),
             Box::new(|_| {
                 format!(
                     "node {} declares effects {} that the admitted connection for slot {} does not permit",
                     py_repr(&node.id),
-                    py_list(&sorted(&node.effects)),
+                    py_list(&sorted(&names(&node.effects))),
                     py_repr(&slot.id)
                 )
             }),
         ),
         (
-            Box::new(|c| rank(ISOLATIONS, &c.isolation).is_some_and(|r| r >= node_isolation)),
+            Box::new(|c| {
+                Isolation::parse(&c.isolation).is_some_and(|i| i.rank() >= node_isolation)
+            }),
             Box::new(|c| {
                 format!(
                     "node {} requires isolation {} but the admitted connection for slot {} only provides {}",
                     py_repr(&node.id),
-                    py_repr(&node.isolation),
+                    py_repr(node.isolation.name()),
                     py_repr(&slot.id),
                     py_repr(&c.isolation)
                 )
@@ -352,7 +266,7 @@ fn admit<'c>(
     for (keep, reason) in &filters {
         let survivors: Vec<&Connection> = candidates.iter().copied().filter(|c| keep(c)).collect();
         if survivors.is_empty() {
-            return compile_err("no_admitted_connection", at, reason(candidates[0]));
+            return compile_err(RefusalCode::NoAdmittedConnection, at, reason(candidates[0]));
         }
         candidates = survivors;
     }
@@ -394,7 +308,7 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
     if !graph.slots.is_empty() || graph.nodes.iter().any(|n| n.connection_slot.is_some()) {
         let Some(connections) = input.connections else {
             return compile_err(
-                "no_admitted_connection",
+                RefusalCode::NoAdmittedConnection,
                 "/connections",
                 "compile requires --connections for connection-bound nodes",
             );
@@ -418,7 +332,7 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
     let package_digests: BTreeSet<String> = graph
         .nodes
         .iter()
-        .filter(|n| n.kind == "loop")
+        .filter(|n| n.kind == NodeKind::Loop)
         .filter_map(|n| {
             n.detail("loop_package")
                 .and_then(Value::as_str)
@@ -426,14 +340,14 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
         })
         .collect();
     if let Some(available) = input.available_packages {
-        for node in graph.nodes.iter().filter(|n| n.kind == "loop") {
+        for node in graph.nodes.iter().filter(|n| n.kind == NodeKind::Loop) {
             let digest = node
                 .detail("loop_package")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             if !available.contains(digest) {
                 return compile_err(
-                    "package_unavailable",
+                    RefusalCode::PackageUnavailable,
                     format!("/nodes/{}/loop_package", node.id),
                     "package digest is not admitted",
                 );

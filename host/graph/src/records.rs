@@ -9,13 +9,20 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::model::API_VERSION;
 use crate::model::*;
-use crate::validate::API_VERSION;
 
 static NULL: Value = Value::Null;
 
 fn sorted_strs(items: &[String]) -> Vec<&str> {
     let mut out: Vec<&str> = items.iter().map(String::as_str).collect();
+    out.sort_unstable();
+    out
+}
+
+/// Names sorted as strings (Python's `sorted`), not in table order.
+fn sorted_names<T: Named>(items: &[T]) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = items.iter().map(|v| v.name()).collect();
     out.sort_unstable();
     out
 }
@@ -43,7 +50,7 @@ impl<'a> EdgeRecord<'a> {
             from_port: &e.from_port,
             to_node: &e.to_node,
             to_port: &e.to_port,
-            when: e.when.as_deref(),
+            when: e.when.map(Named::name),
         }
     }
 }
@@ -161,12 +168,12 @@ impl<'a> GraphRecord<'a> {
                 },
                 connection_slot: n.connection_slot.as_deref(),
                 details: n.details.iter().map(|(k, v)| (k.as_str(), v)).collect(),
-                effects: sorted_strs(&n.effects),
+                effects: sorted_names(&n.effects),
                 gate: extended.then(|| n.gate.as_ref().unwrap_or(&NULL)),
                 id: &n.id,
                 inputs: port_map(&n.inputs),
-                isolation: &n.isolation,
-                kind: &n.kind,
+                isolation: n.isolation.name(),
+                kind: n.kind.name(),
                 on_failure: match &n.on_failure {
                     OnFailure::Unset => OnFailureRecord::Unset(()),
                     OnFailure::FailGraph => OnFailureRecord::Named("fail_graph"),
@@ -184,7 +191,7 @@ impl<'a> GraphRecord<'a> {
                 .slots
                 .iter()
                 .map(|s| SlotRecord {
-                    data_class_max: &s.data_class_max,
+                    data_class_max: s.data_class_max.name(),
                     id: &s.id,
                     preferred_modalities: s
                         .preferred_modalities
@@ -201,8 +208,8 @@ impl<'a> GraphRecord<'a> {
             graph_id: &graph.graph_id,
             nodes,
             policies: PoliciesRecord {
-                data_class: &graph.policies.data_class,
-                fail_mode: &graph.policies.fail_mode,
+                data_class: graph.policies.data_class.name(),
+                fail_mode: graph.policies.fail_mode.name(),
                 repair_budget: (graph.policies.repair_budget > 0)
                     .then_some(graph.policies.repair_budget),
                 required_audit_profile: graph.policies.required_audit_profile.as_deref(),
@@ -230,7 +237,7 @@ pub struct BindingRecord<'a> {
 }
 
 impl<'a> BindingRecord<'a> {
-    pub fn of(c: &'a crate::plan::Connection) -> Self {
+    pub fn of(c: &'a crate::model::Connection) -> Self {
         BindingRecord {
             admission_digest: &c.admission_digest,
             binding_id: &c.binding_id,
@@ -289,7 +296,7 @@ impl<'a> PlanNodeRecord<'a> {
                     OnFailure::Repair { target } => Some(target),
                     _ => None,
                 },
-                required: n.kind == "approval",
+                required: n.kind == NodeKind::Approval,
                 required_role: n.detail("required_role").unwrap_or(&NULL),
             },
             binding_id,
@@ -299,11 +306,11 @@ impl<'a> PlanNodeRecord<'a> {
                 max_tokens: n.budget.max_tokens,
             },
             hard_deadline_ms: n.budget.max_wallclock_s * 1000,
-            isolation: &n.isolation,
-            kind: &n.kind,
+            isolation: n.isolation.name(),
+            kind: n.kind.name(),
             node_id: &n.id,
             package_digest: n.detail("loop_package").unwrap_or(&NULL),
-            required_effects: sorted_strs(&n.effects),
+            required_effects: sorted_names(&n.effects),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 
+use crate::model::Named;
 use crate::plan::{ExecutionBound, Plan};
 use crate::{Graph, Refusal, graph_digest};
 
@@ -107,7 +108,11 @@ pub fn plan_text(graph: &Graph, plan: &Plan, admission: &Admission) -> String {
             "  node '{}': kind={}  effects=[{}]  isolation={}\n",
             n.id,
             n.kind,
-            n.effects.join(", "),
+            n.effects
+                .iter()
+                .map(|e| e.name())
+                .collect::<Vec<_>>()
+                .join(", "),
             n.isolation
         ));
     }

@@ -67,7 +67,7 @@ pub fn manifest_schema() -> Value {
         "additionalProperties": false,
         "required": ["api_version", "graph_id", "version", "nodes", "edges", "connection_slots", "policies"],
         "properties": {
-            "api_version": {"const": crate::validate::API_VERSION},
+            "api_version": {"const": crate::model::API_VERSION},
             "graph_id": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,62}$"},
             "version": {"type": "string", "pattern": "^[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9A-Za-z.-]+)?$"},
             "presentation": {"type": "object"},

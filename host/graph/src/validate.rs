@@ -10,26 +10,15 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::doc::{Kind, Node, py_repr};
+use crate::error::{Refusal, RefusalCode};
 use crate::model::*;
 
-pub const API_VERSION: &str = "bounded-loops.dev/graph/v1";
+pub use crate::model::API_VERSION;
 
-/// A refusal: upstream's code, a message, and a JSON pointer to the value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LintError {
-    pub code: &'static str,
-    pub message: String,
-    pub pointer: String,
-}
+type Result<T> = std::result::Result<T, Refusal>;
 
-type Result<T> = std::result::Result<T, LintError>;
-
-fn err<T>(code: &'static str, pointer: impl Into<String>, message: impl Into<String>) -> Result<T> {
-    Err(LintError {
-        code,
-        message: message.into(),
-        pointer: pointer.into(),
-    })
+fn err<T>(code: RefusalCode, pointer: impl Into<String>, message: impl Into<String>) -> Result<T> {
+    Refusal::err(code, pointer, message)
 }
 
 static IDENTIFIER: LazyLock<Regex> =
@@ -79,7 +68,7 @@ pub fn validate(doc: &Node) -> Result<Graph> {
 
     if doc.get("api_version").and_then(Node::as_str) != Some(API_VERSION) {
         return err(
-            "api_version",
+            RefusalCode::ApiVersion,
             "/api_version",
             format!("must be {API_VERSION}"),
         );
@@ -87,14 +76,18 @@ pub fn validate(doc: &Node) -> Result<Graph> {
     let graph_id = string(field(doc, "graph_id"), "/graph_id")?;
     if !GRAPH_ID.is_match(&graph_id) {
         return err(
-            "identifier",
+            RefusalCode::Identifier,
             "/graph_id",
             "is not a stable portable identifier",
         );
     }
     let version = string(field(doc, "version"), "/version")?;
     if !SEMVER.is_match(&version) {
-        return err("version", "/version", "must be a pinned semantic version");
+        return err(
+            RefusalCode::Version,
+            "/version",
+            "must be a pinned semantic version",
+        );
     }
 
     let node_docs = array(field(doc, "nodes"), "/nodes", 1)?;
@@ -104,7 +97,11 @@ pub fn validate(doc: &Node) -> Result<Graph> {
     }
     let mut seen = HashSet::with_capacity(nodes.len());
     if !nodes.iter().all(|n| seen.insert(n.id.as_str())) {
-        return err("duplicate_node_id", "/nodes", "node IDs must be unique");
+        return err(
+            RefusalCode::DuplicateNodeId,
+            "/nodes",
+            "node IDs must be unique",
+        );
     }
     let by_id: HashMap<&str, &GraphNode> = nodes.iter().map(|n| (n.id.as_str(), n)).collect();
 
@@ -122,7 +119,7 @@ pub fn validate(doc: &Node) -> Result<Graph> {
     let mut slot_ids: HashSet<String> = HashSet::new();
     if !slots.iter().all(|s| slot_ids.insert(s.id.clone())) {
         return err(
-            "duplicate_slot_id",
+            RefusalCode::DuplicateSlotId,
             "/connection_slots",
             "slot IDs must be unique",
         );
@@ -164,7 +161,7 @@ fn scan_document(node: &Node, pointer: &mut String) -> Result<()> {
                     && matches!(value.kind, Kind::Int(_));
                 if !exempt && is_secret_shaped(key) {
                     return err(
-                        "secret_field",
+                        RefusalCode::SecretField,
                         format!("/{pointer}"),
                         "authoring graphs cannot contain secret-shaped fields",
                     );
@@ -187,7 +184,7 @@ fn scan_document(node: &Node, pointer: &mut String) -> Result<()> {
         }
         Kind::Str(s) if is_absolute_path(s) => {
             return err(
-                "absolute_path",
+                RefusalCode::AbsolutePath,
                 format!("/{pointer}"),
                 "authoring graphs cannot contain absolute local paths",
             );
@@ -230,7 +227,13 @@ fn field<'a>(node: &'a Node, key: &str) -> &'a Node {
 
 fn object<'a>(node: &'a Node, pointer: &str) -> Result<&'a [(String, Node)]> {
     node.as_map().map_or_else(
-        || err("type", shown(pointer), "must be an object with string keys"),
+        || {
+            err(
+                RefusalCode::Type,
+                shown(pointer),
+                "must be an object with string keys",
+            )
+        },
         Ok,
     )
 }
@@ -239,7 +242,7 @@ fn array<'a>(node: &'a Node, pointer: &str, min: usize) -> Result<&'a [Node]> {
     match node.as_seq() {
         Some(items) if items.len() >= min => Ok(items),
         _ => err(
-            "type",
+            RefusalCode::Type,
             pointer,
             format!("must be an array with at least {min} item(s)"),
         ),
@@ -249,7 +252,7 @@ fn array<'a>(node: &'a Node, pointer: &str, min: usize) -> Result<&'a [Node]> {
 fn string(node: &Node, pointer: &str) -> Result<String> {
     match node.as_nonempty_str() {
         Some(s) => Ok(s.to_string()),
-        None => err("type", pointer, "must be a non-empty string"),
+        None => err(RefusalCode::Type, pointer, "must be a non-empty string"),
     }
 }
 
@@ -258,7 +261,7 @@ fn identifier_in(doc: &Node, p: &str, key: &str) -> Result<String> {
     let id = string_in(doc, p, key)?;
     if !IDENTIFIER.is_match(&id) {
         return err(
-            "identifier",
+            RefusalCode::Identifier,
             format!("{p}/{key}"),
             "is not a stable portable identifier",
         );
@@ -270,7 +273,11 @@ fn identifier_in(doc: &Node, p: &str, key: &str) -> Result<String> {
 fn string_in(doc: &Node, p: &str, key: &str) -> Result<String> {
     match field(doc, key).as_nonempty_str() {
         Some(s) => Ok(s.to_string()),
-        None => err("type", format!("{p}/{key}"), "must be a non-empty string"),
+        None => err(
+            RefusalCode::Type,
+            format!("{p}/{key}"),
+            "must be a non-empty string",
+        ),
     }
 }
 
@@ -296,7 +303,7 @@ fn closed_keys(
     if !unknown.is_empty() {
         let list: Vec<&str> = unknown.into_iter().collect();
         return err(
-            "unknown_field",
+            RefusalCode::UnknownField,
             shown(pointer),
             format!("unknown field(s): {}", list.join(", ")),
         );
@@ -309,7 +316,7 @@ fn closed_keys(
     if !missing.is_empty() {
         let list: Vec<&str> = missing.into_iter().collect();
         return err(
-            "missing_field",
+            RefusalCode::MissingField,
             shown(pointer),
             format!("missing field(s): {}", list.join(", ")),
         );
@@ -323,10 +330,9 @@ fn int_in(node: &Node, lo: i128, hi: Option<i128>) -> Option<i64> {
         .and_then(|v| i64::try_from(v).ok())
 }
 
-fn one_of(node: &Node, table: &[&str]) -> Option<String> {
-    node.as_str()
-        .filter(|s| table.contains(s))
-        .map(str::to_string)
+/// The named value `node` holds, if it is a string naming one.
+fn one_of<T: Named>(node: &Node) -> Option<T> {
+    node.as_str().and_then(T::parse)
 }
 
 // ------------------------------------------------------------ nodes
@@ -339,7 +345,7 @@ fn extensions(doc: Option<&Node>) -> Result<Vec<String>> {
     for (i, name) in names.iter().enumerate() {
         if !EXTENSIONS.contains(&name.as_str()) {
             return err(
-                "extension",
+                RefusalCode::Extension,
                 format!("/extensions/{i}"),
                 format!(
                     "unknown bl extension {}; known: {}",
@@ -354,15 +360,15 @@ fn extensions(doc: Option<&Node>) -> Result<Vec<String>> {
 
 fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
     let entries = object(doc, p)?;
-    let kind = string_in(doc, p, "kind")?;
-    if !NODE_KINDS.contains(&kind.as_str()) {
+    let kind_name = string_in(doc, p, "kind")?;
+    let Some(kind) = NodeKind::parse(&kind_name) else {
         return err(
-            "unknown_node_kind",
+            RefusalCode::UnknownNodeKind,
             format!("{p}/kind"),
             "node kind is not supported",
         );
-    }
-    let kind_fields = kind_fields(&kind);
+    };
+    let kind_fields = kind.fields();
     let required: Vec<&str> = NODE_KEYS.iter().chain(kind_fields).copied().collect();
     let optional: &[&str] = if ports_ext {
         &["connection_slot", "on_failure", "gate"]
@@ -384,21 +390,17 @@ fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
     )?;
     let budget = budget(field(doc, "budget"), &format!("{p}/budget"))?;
     let effects = effects(field(doc, "effects"), &format!("{p}/effects"))?;
-    if budget.max_attempts > 1
-        && effects
-            .iter()
-            .any(|e| NETWORK_EFFECTS.contains(&e.as_str()))
-    {
+    if budget.max_attempts > 1 && effects.iter().any(|e| e.reaches_network()) {
         return err(
-            "retry_of_effectful_node",
+            RefusalCode::RetryOfEffectfulNode,
             format!("{p}/budget/max_attempts"),
             "a node carrying an external / irreversible effect cannot retry without a per-effect idempotency key (D7); declare max_attempts: 1",
         );
     }
-    let isolation = one_of(field(doc, "isolation"), ISOLATIONS).map_or_else(
+    let isolation = one_of::<Isolation>(field(doc, "isolation")).map_or_else(
         || {
             err(
-                "enum",
+                RefusalCode::Enum,
                 format!("{p}/isolation"),
                 "must be a supported isolation",
             )
@@ -410,7 +412,7 @@ fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
         Some(slot) => Some(string(slot, &format!("{p}/connection_slot"))?),
     };
     let on_failure = on_failure(doc.get("on_failure"), &format!("{p}/on_failure"))?;
-    let details = node_details(doc, p, &kind)?;
+    let details = node_details(doc, p, kind)?;
 
     let id = identifier_in(doc, p, "id")?;
     let gate = match doc.get("gate") {
@@ -457,7 +459,11 @@ fn ports(
     for (name, value) in entries {
         let at = || format!("{p}/{name}");
         if !IDENTIFIER.is_match(name) {
-            return err("identifier", at(), "is not a stable portable identifier");
+            return err(
+                RefusalCode::Identifier,
+                at(),
+                "is not a stable portable identifier",
+            );
         }
         let ty = match (&value.kind, long_form.as_mut()) {
             (Kind::Map(fields), Some((direction, artifacts))) => {
@@ -478,7 +484,7 @@ fn ports(
                     Some(Some("system_only")) => Visibility::SystemOnly,
                     Some(_) => {
                         return err(
-                            "enum",
+                            RefusalCode::Enum,
                             format!("{at}/visibility"),
                             "must be consumer or system_only",
                         );
@@ -491,7 +497,13 @@ fn ports(
                 let required = match value.get("required").map(|r| &r.kind) {
                     None => true,
                     Some(Kind::Bool(b)) => *b,
-                    Some(_) => return err("type", format!("{at}/required"), "must be a boolean"),
+                    Some(_) => {
+                        return err(
+                            RefusalCode::Type,
+                            format!("{at}/required"),
+                            "must be a boolean",
+                        );
+                    }
                 };
                 artifacts.push(ArtifactPort {
                     name: name.clone(),
@@ -505,7 +517,7 @@ fn ports(
             }
             _ => match value.as_nonempty_str() {
                 Some(ty) => ty.to_string(),
-                None => return err("type", at(), "must be a non-empty string"),
+                None => return err(RefusalCode::Type, at(), "must be a non-empty string"),
             },
         };
         out.push((name.clone(), ty));
@@ -519,7 +531,7 @@ fn budget(doc: &Node, p: &str) -> Result<Budget> {
     let max_attempts = int_in(field(doc, "max_attempts"), 1, Some(100)).map_or_else(
         || {
             err(
-                "range",
+                RefusalCode::Range,
                 format!("{p}/max_attempts"),
                 "must be an integer from 1 to 100",
             )
@@ -529,7 +541,7 @@ fn budget(doc: &Node, p: &str) -> Result<Budget> {
     let max_wallclock_s = int_in(field(doc, "max_wallclock_s"), 1, Some(86_400)).map_or_else(
         || {
             err(
-                "range",
+                RefusalCode::Range,
                 format!("{p}/max_wallclock_s"),
                 "must be an integer from 1 to 86400",
             )
@@ -544,7 +556,7 @@ fn budget(doc: &Node, p: &str) -> Result<Budget> {
         int_in(value, lo, None).map(Some).map_or_else(
             || {
                 err(
-                    "range",
+                    RefusalCode::Range,
                     format!("{p}/{key}"),
                     format!("must be null or an integer >= {lo}"),
                 )
@@ -562,21 +574,31 @@ fn budget(doc: &Node, p: &str) -> Result<Budget> {
     })
 }
 
-fn effects(doc: &Node, p: &str) -> Result<Vec<String>> {
+fn effects(doc: &Node, p: &str) -> Result<Vec<Effect>> {
     let items = array(doc, p, 0)?;
-    let mut out = Vec::with_capacity(items.len());
+    let mut names = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         match item.as_nonempty_str() {
-            Some(e) => out.push(e.to_string()),
-            None => return err("type", format!("{p}/{i}"), "must be a non-empty string"),
+            Some(e) => names.push(e),
+            None => {
+                return err(
+                    RefusalCode::Type,
+                    format!("{p}/{i}"),
+                    "must be a non-empty string",
+                );
+            }
         }
     }
-    if !out.iter().all(|e| EFFECTS.contains(&e.as_str())) {
-        return err("enum", p, "must be a supported effect");
-    }
+    let Some(out) = names
+        .iter()
+        .map(|e| Effect::parse(e))
+        .collect::<Option<Vec<Effect>>>()
+    else {
+        return err(RefusalCode::Enum, p, "must be a supported effect");
+    };
     let mut seen = HashSet::new();
-    if !out.iter().all(|e| seen.insert(e.as_str())) {
-        return err("duplicate_effect", p, "effects must be unique");
+    if !out.iter().all(|e| seen.insert(*e)) {
+        return err(RefusalCode::DuplicateEffect, p, "effects must be unique");
     }
     Ok(out)
 }
@@ -590,24 +612,28 @@ fn on_failure(doc: Option<&Node>, p: &str) -> Result<OnFailure> {
         Kind::Str(s) => match s.as_str() {
             "fail_graph" => Ok(OnFailure::FailGraph),
             "continue" | "await_human" => err(
-                "on_failure_unimplemented",
+                RefusalCode::OnFailureUnimplemented,
                 p,
                 format!(
                     "on_failure='{s}' is declared but not yet routed by the runtime; only 'fail_graph' (the default) is honoured today"
                 ),
             ),
             "repair" => err(
-                "on_failure",
+                RefusalCode::OnFailure,
                 p,
                 "repair must name the ancestor to re-execute: use {mode: repair, target: <node_id>}. The bare string cannot express which node to repair, and a repair relation that is not written down cannot be bounded or checked.",
             ),
-            _ => err("on_failure", p, "must be a declared failure policy"),
+            _ => err(
+                RefusalCode::OnFailure,
+                p,
+                "must be a declared failure policy",
+            ),
         },
         Kind::Map(entries) => {
             closed_keys(entries, p, &["mode", "target"], &[])?;
             if doc.get("mode").and_then(Node::as_str) != Some("repair") {
                 return err(
-                    "on_failure",
+                    RefusalCode::OnFailure,
                     p,
                     "only 'repair' uses the object form; write the others as a bare string",
                 );
@@ -615,43 +641,61 @@ fn on_failure(doc: Option<&Node>, p: &str) -> Result<OnFailure> {
             let target = string_in(doc, p, "target")?;
             Ok(OnFailure::Repair { target })
         }
-        _ => err("on_failure", p, "must be a policy name or a repair object"),
+        _ => err(
+            RefusalCode::OnFailure,
+            p,
+            "must be a policy name or a repair object",
+        ),
     }
 }
 
-fn node_details(doc: &Node, p: &str, kind: &str) -> Result<Vec<(String, Value)>> {
+fn node_details(doc: &Node, p: &str, kind: NodeKind) -> Result<Vec<(String, Value)>> {
     let mut details = Vec::new();
-    for key in kind_fields(kind) {
+    for key in kind.fields() {
         let value = field(doc, key);
         let at = format!("{p}/{key}");
         match *key {
             "loop_package" | "graph_package" => {
                 let s = string(value, &at)?;
                 if !DIGEST.is_match(&s) {
-                    return err("mutable_package_reference", at, "must be a sha256 digest");
+                    return err(
+                        RefusalCode::MutablePackageReference,
+                        at,
+                        "must be a sha256 digest",
+                    );
                 }
             }
             "mode" => {
-                if one_of(value, JOIN_MODES).is_none() {
-                    return err("join_mode", at, "join mode is not supported");
+                if one_of::<JoinMode>(value).is_none() {
+                    return err(RefusalCode::JoinMode, at, "join mode is not supported");
                 }
             }
             "routes" => {
                 let routes = object(value, &at)?;
                 if routes.is_empty() {
-                    return err("incomplete_branches", at, "router must declare routes");
+                    return err(
+                        RefusalCode::IncompleteBranches,
+                        at,
+                        "router must declare routes",
+                    );
                 }
             }
             "default_route" => match &value.kind {
                 Kind::Null => {
                     return err(
-                        "incomplete_branches",
+                        RefusalCode::IncompleteBranches,
                         format!("{p}/routes"),
                         "router requires an explicit default",
                     );
                 }
                 Kind::Str(_) => {}
-                _ => return err("incomplete_branches", at, "must be a string or null"),
+                _ => {
+                    return err(
+                        RefusalCode::IncompleteBranches,
+                        at,
+                        "must be a string or null",
+                    );
+                }
             },
             _ => {
                 string(value, &at)?;
@@ -673,24 +717,32 @@ fn edge(doc: &Node, p: &str, nodes: &HashMap<&str, &GraphNode>) -> Result<Edge> 
     let to_port = string_in(doc, p, "to_port")?;
     let (Some(source), Some(target)) = (nodes.get(from_node.as_str()), nodes.get(to_node.as_str()))
     else {
-        return err("unknown_edge_node", p, "edge references an unknown node");
+        return err(
+            RefusalCode::UnknownEdgeNode,
+            p,
+            "edge references an unknown node",
+        );
     };
     let Some(out_type) = source.output_type(&from_port) else {
         return err(
-            "missing_output_port",
+            RefusalCode::MissingOutputPort,
             format!("{p}/from_port"),
             "source output does not exist",
         );
     };
     let Some(in_type) = target.input_type(&to_port) else {
         return err(
-            "missing_input_port",
+            RefusalCode::MissingInputPort,
             format!("{p}/to_port"),
             "target input does not exist",
         );
     };
     if out_type != in_type {
-        return err("port_type_mismatch", p, "edge port types must match");
+        return err(
+            RefusalCode::PortTypeMismatch,
+            p,
+            "edge port types must match",
+        );
     }
     let when = match doc.get("when").map(|w| &w.kind) {
         None | Some(Kind::Null) => None,
@@ -698,26 +750,26 @@ fn edge(doc: &Node, p: &str, nodes: &HashMap<&str, &GraphNode>) -> Result<Edge> 
             let guard = raw.trim().to_lowercase();
             if guard.is_empty() {
                 return err(
-                    "edge_condition",
+                    RefusalCode::EdgeCondition,
                     format!("{p}/when"),
                     "must not be blank; use null for the default or one of: succeeded, failed, skipped, terminal",
                 );
             }
-            if !EDGE_GUARDS.contains(&guard.as_str()) {
+            let Some(guard) = EdgeGuard::parse(&guard) else {
                 return err(
-                    "edge_condition",
+                    RefusalCode::EdgeCondition,
                     format!("{p}/when"),
                     format!(
                         "unknown edge guard {}; edge guards are limited to the source node's outcome and must be one of: succeeded, failed, skipped, terminal. Data-dependent conditions (for example \"result.status == 'failed'\") are not supported — earlier versions accepted and then IGNORED them, so such an edge never actually applied its condition.",
                         py_repr(raw)
                     ),
                 );
-            }
+            };
             Some(guard)
         }
         Some(_) => {
             return err(
-                "edge_condition",
+                RefusalCode::EdgeCondition,
                 format!("{p}/when"),
                 "must be a string or null",
             );
@@ -748,14 +800,18 @@ fn slot(doc: &Node, p: &str) -> Result<Slot> {
     let requires = string_list(field(doc, "requires"), &at)?;
     let unique: HashSet<&str> = requires.iter().map(String::as_str).collect();
     if requires.is_empty() || unique.len() != requires.len() {
-        return err("duplicate_value", at, "must contain unique declared values");
+        return err(
+            RefusalCode::DuplicateValue,
+            at,
+            "must contain unique declared values",
+        );
     }
     if requires
         .iter()
         .any(|r| PROVIDERS.contains(&r.to_lowercase().as_str()))
     {
         return err(
-            "provider_in_slot",
+            RefusalCode::ProviderInSlot,
             at,
             "slots declare capabilities, never providers",
         );
@@ -765,10 +821,10 @@ fn slot(doc: &Node, p: &str) -> Result<Slot> {
         Some(m) => Some(string_list(m, &format!("{p}/preferred_modalities"))?),
     };
     let id = identifier_in(doc, p, "id")?;
-    let data_class_max = one_of(field(doc, "data_class_max"), DATA_CLASSES).map_or_else(
+    let data_class_max = one_of::<DataClass>(field(doc, "data_class_max")).map_or_else(
         || {
             err(
-                "enum",
+                RefusalCode::Enum,
                 format!("{p}/data_class_max"),
                 "must be a supported data class",
             )
@@ -792,20 +848,20 @@ fn policies(doc: &Node) -> Result<Policies> {
         POLICY_KEYS,
         &["required_audit_profile", "repair_budget"],
     )?;
-    let fail_mode = one_of(field(doc, "fail_mode"), FAIL_MODES).map_or_else(
+    let fail_mode = one_of::<FailMode>(field(doc, "fail_mode")).map_or_else(
         || {
             err(
-                "fail_mode",
+                RefusalCode::FailMode,
                 "/policies/fail_mode",
                 "must be a declared graph failure mode",
             )
         },
         Ok,
     )?;
-    let data_class = one_of(field(doc, "data_class"), DATA_CLASSES).map_or_else(
+    let data_class = one_of::<DataClass>(field(doc, "data_class")).map_or_else(
         || {
             err(
-                "enum",
+                RefusalCode::Enum,
                 "/policies/data_class",
                 "must be a supported data class",
             )
@@ -817,7 +873,7 @@ fn policies(doc: &Node) -> Result<Policies> {
         Some(Kind::Str(s)) => Some(s.clone()),
         Some(_) => {
             return err(
-                "audit_profile",
+                RefusalCode::AuditProfile,
                 "/policies/required_audit_profile",
                 "must be a string or null",
             );
@@ -828,14 +884,14 @@ fn policies(doc: &Node) -> Result<Policies> {
         Some(v) => {
             let Some(n) = v.as_int() else {
                 return err(
-                    "repair_budget",
+                    RefusalCode::RepairBudget,
                     "/policies/repair_budget",
                     "must be an integer",
                 );
             };
             if !(0..=100).contains(&n) {
                 return err(
-                    "repair_budget",
+                    RefusalCode::RepairBudget,
                     "/policies/repair_budget",
                     "must be between 0 and 100",
                 );
@@ -859,36 +915,42 @@ fn check_references(graph: &Graph, slot_ids: &HashSet<String>) -> Result<()> {
             && !slot_ids.contains(slot)
         {
             return err(
-                "unknown_connection_slot",
+                RefusalCode::UnknownConnectionSlot,
                 format!("/nodes/{}/connection_slot", node.id),
                 "slot does not exist",
             );
         }
     }
     let has_incoming: HashSet<&str> = graph.edges.iter().map(|e| e.to_node.as_str()).collect();
-    for node in graph.nodes.iter().filter(|n| n.kind == "join") {
+    for node in graph.nodes.iter().filter(|n| n.kind == NodeKind::Join) {
         if !has_incoming.contains(node.id.as_str()) {
             return err(
-                "impossible_join",
+                RefusalCode::ImpossibleJoin,
                 format!("/nodes/{}", node.id),
                 "join requires an incoming edge",
             );
         }
     }
-    if crate::plan::kahn_levels(graph).is_none() {
-        return err("cycle", "/edges", "authoring graph must be acyclic");
+    if crate::dag::kahn_levels(graph).is_none() {
+        return err(
+            RefusalCode::Cycle,
+            "/edges",
+            "authoring graph must be acyclic",
+        );
     }
     Ok(())
 }
 
 fn check_guards(graph: &Graph) -> Result<()> {
-    if graph.policies.fail_mode != "fail_closed" {
+    if graph.policies.fail_mode != FailMode::FailClosed {
         return Ok(());
     }
     for (i, edge) in graph.edges.iter().enumerate() {
-        if let Some(guard @ ("failed" | "skipped" | "terminal")) = edge.when.as_deref() {
+        if let Some(guard @ (EdgeGuard::Failed | EdgeGuard::Skipped | EdgeGuard::Terminal)) =
+            edge.when
+        {
             return err(
-                "edge_condition",
+                RefusalCode::EdgeCondition,
                 format!("/edges/{i}/when"),
                 format!(
                     "a '{guard}' condition can never be reached under 'fail_mode: fail_closed', because the run stops at the first node failure. Set 'fail_mode: continue_declared' to keep driving the graph past a node failure. Refused rather than accepted-and-ignored."
@@ -907,14 +969,14 @@ fn check_repairs(graph: &Graph) -> Result<()> {
         let at = format!("/nodes/{i}/on_failure/target");
         if graph.node(target).is_none() {
             return err(
-                "repair_target",
+                RefusalCode::RepairTarget,
                 at,
                 format!("names no node in this graph: {}", py_repr(target)),
             );
         }
-        if !crate::plan::is_strict_ancestor(graph, target, &node.id) {
+        if !crate::dag::is_strict_ancestor(graph, target, &node.id) {
             return err(
-                "repair_target",
+                RefusalCode::RepairTarget,
                 at,
                 format!(
                     "{} is not an ancestor of {}; a repair re-executes an upstream node and everything reachable from it, so an unrelated target has no bounded suffix",
@@ -925,14 +987,14 @@ fn check_repairs(graph: &Graph) -> Result<()> {
         }
         if graph.policies.repair_budget == 0 {
             return err(
-                "repair_budget",
+                RefusalCode::RepairBudget,
                 "/policies/repair_budget",
                 "a graph declaring on_failure: repair needs a repair_budget above 0 — it is the GLOBAL bound on repair rounds and the only thing that makes termination provable",
             );
         }
         if graph.policies.fail_mode == "fail_closed" {
             return err(
-                "on_failure",
+                RefusalCode::OnFailure,
                 "/policies/fail_mode",
                 "on_failure: repair can never be reached under 'fail_mode: fail_closed', because the run stops at the first node failure. Set 'fail_mode: continue_declared'.",
             );

@@ -22,7 +22,8 @@ use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
 use yaml_rust2::scanner::{Marker, ScanError, TScalarStyle};
 
 use crate::doc::{Kind, Node, Pos, py_repr};
-use crate::parse::ParseError;
+use crate::error::Refusal as ParseError;
+use crate::error::RefusalCode;
 
 pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
     if let Some(error) = unprintable_character(text) {
@@ -45,7 +46,8 @@ pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
     parse_normalized(&text).map_err(|reread| match reread {
         Reread::Done(error) => error,
         Reread::Indent { line, col } => ParseError {
-            code: "invalid_yaml",
+            pointer: "/".into(),
+            code: RefusalCode::InvalidYaml,
             message: "invalid indentation in quoted scalar".into(),
             pos: Some(Pos {
                 line: line as u32,
@@ -225,7 +227,8 @@ fn unprintable_character(text: &str) -> Option<ParseError> {
     let printable = |c: char| matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{7e}' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..);
     let (index, c) = text.chars().enumerate().find(|&(_, c)| !printable(c))?;
     Some(ParseError {
-        code: "invalid_yaml",
+        pointer: "/".into(),
+        code: RefusalCode::InvalidYaml,
         message: format!(
             "unacceptable character #x{:04x}: special characters are not allowed\n  in \"<unicode string>\", position {index}",
             c as u32
@@ -362,7 +365,8 @@ impl<'a> Source<'a> {
 
     fn error<const N: usize>(&self, parts: [Option<String>; N], at: Marker) -> ParseError {
         ParseError {
-            code: "invalid_yaml",
+            pointer: "/".into(),
+            code: RefusalCode::InvalidYaml,
             message: parts.into_iter().flatten().collect::<Vec<_>>().join("\n"),
             pos: Some(pos_of(&at)),
         }
@@ -372,7 +376,8 @@ impl<'a> Source<'a> {
     /// with the char index that orders it against other problems.
     fn failure_at(&self, message: String, line: usize, col: usize) -> (usize, ParseError) {
         let error = ParseError {
-            code: "invalid_yaml",
+            pointer: "/".into(),
+            code: RefusalCode::InvalidYaml,
             message,
             pos: Some(Pos {
                 line: line as u32,
@@ -386,7 +391,8 @@ impl<'a> Source<'a> {
     /// node starts.
     fn node_error(&self, problem: String, start: (usize, usize)) -> ParseError {
         ParseError {
-            code: "invalid_yaml",
+            pointer: "/".into(),
+            code: RefusalCode::InvalidYaml,
             message: format!("{problem}\n{}", self.mark_at(start.0, start.1)),
             pos: Some(Pos {
                 line: start.0 as u32,
@@ -482,7 +488,8 @@ impl<'a> Source<'a> {
             _ => info.to_string(),
         };
         ParseError {
-            code: "invalid_yaml",
+            pointer: "/".into(),
+            code: RefusalCode::InvalidYaml,
             message,
             pos: Some(pos_of(&mark)),
         }
@@ -621,7 +628,8 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
                         // Keep the tree well-formed; the error wins anyway.
                         *pending_key = Some((String::new(), pos));
                         self.construct_failed(ParseError {
-                            code: "invalid_yaml",
+                            pointer: "/".into(),
+                            code: RefusalCode::InvalidYaml,
                             message: "graph mapping keys must be strings".into(),
                             pos: Some(pos),
                         });
@@ -632,7 +640,8 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
                         if entries.iter().any(|(k, _)| *k == key) {
                             let message = format!("duplicate key {}", py_repr(&key));
                             self.construct_failed(ParseError {
-                                code: "invalid_yaml",
+                                pointer: "/".into(),
+                                code: RefusalCode::InvalidYaml,
                                 message,
                                 pos: Some(key_pos),
                             });

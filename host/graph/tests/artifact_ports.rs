@@ -7,7 +7,7 @@ const EXAMPLE: &str = include_str!("../../../examples/graphs/refactor-audit.yaml
 
 fn refusal(text: &str) -> (&'static str, String) {
     let r = lint(text, Format::Yaml).expect_err("must be refused");
-    (r.code, r.pointer)
+    (r.code.as_str(), r.pointer)
 }
 
 #[test]
