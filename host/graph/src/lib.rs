@@ -5,6 +5,12 @@
 //! the plan_id. A manifest bounded-loops 0.7 accepts gets the same digest
 //! and plan_id here.
 //!
+//! Every refusal is one [`Refusal`] with a typed [`RefusalCode`]. The
+//! modules depend on each other in one direction only: `doc` and `model`
+//! (the typed graph and its enums) at the bottom, then `error`, `dag` (the
+//! graph algorithms), `parse`/`yaml`, `artifacts`, `validate` (the only
+//! way to make a [`Graph`]), `records`, `plan` and `report`.
+//!
 //! This crate is pure: it takes text and values and returns results. It
 //! never reads files, runs anything or looks at the clock; the CLI does the
 //! reading and the graph executor (later) does the running.
