@@ -9,6 +9,8 @@ use serde_json::json;
 
 use crate::paths;
 
+use crate::exit::{CliResult, Exit};
+
 fn cache_check() -> Check {
     let Some(dir) = paths::component_cache_dir() else {
         return Check::warn(
@@ -40,7 +42,7 @@ fn display_parent(p: &Path) -> String {
     p.parent().unwrap_or(p).display().to_string()
 }
 
-pub fn doctor(as_json: bool) -> u8 {
+pub fn doctor(as_json: bool) -> CliResult {
     let mut checks = match bl_sandbox::CagedUser::from_env(|name| std::env::var(name).ok()) {
         Ok(user) => bl_sandbox::doctor::checks(user),
         Err(e) => vec![Check::fail(
@@ -67,5 +69,5 @@ pub fn doctor(as_json: bool) -> u8 {
             }
         }
     }
-    if failed { 1 } else { 0 }
+    Ok(if failed { Exit::No } else { Exit::Success })
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::Subcommand;
 
+use crate::exit::{CliError, CliResult, Exit};
+
 #[derive(Subcommand)]
 pub enum EgressCommand {
     /// Resolve (where the name resolves) and classify a URL's destination
@@ -44,7 +46,7 @@ pub enum EgressCommand {
     },
 }
 
-pub fn run(cmd: EgressCommand) -> u8 {
+pub fn run(cmd: EgressCommand) -> CliResult {
     match cmd {
         EgressCommand::Check { url, json } => check(&url, json),
         EgressCommand::Send {
@@ -65,7 +67,7 @@ pub fn run(cmd: EgressCommand) -> u8 {
     }
 }
 
-fn check(url: &str, json: bool) -> u8 {
+fn check(url: &str, json: bool) -> CliResult {
     let report = bl_egress::check(url);
     if json {
         println!(
@@ -81,7 +83,11 @@ fn check(url: &str, json: bool) -> u8 {
             println!("  {denial}");
         }
     }
-    if report.allow { 0 } else { 1 }
+    Ok(if report.allow {
+        Exit::Success
+    } else {
+        Exit::No
+    })
 }
 
 /// Prints each broker decision as it happens, after recording it in the
@@ -112,7 +118,7 @@ fn send(
     timeout_s: u64,
     max_bytes: usize,
     run_dir: Option<&std::path::Path>,
-) -> u8 {
+) -> CliResult {
     let opened = run_dir
         .map(|dir| bl_store::EgressLog::open(dir, now_rfc3339))
         .transpose()
@@ -120,8 +126,7 @@ fn send(
     let audit: Arc<dyn bl_egress::EgressAudit> = match opened {
         Ok(log) => Arc::new(StderrAudit(log)),
         Err(e) => {
-            eprintln!("error: egress send: {e}");
-            return 2;
+            return Err(CliError::refused(format!("egress send: {e}")));
         }
     };
     let records = std::fs::read_to_string(admitted)
@@ -137,16 +142,14 @@ fn send(
     let records = match records {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: egress send: {e}");
-            return 2;
+            return Err(CliError::refused(format!("egress send: {e}")));
         }
     };
     let body = match body.strip_prefix('@') {
         Some(path) => match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) => {
-                eprintln!("error: egress send: {path}: {e}");
-                return 2;
+                return Err(CliError::refused(format!("egress send: {path}: {e}")));
             }
         },
         None => body.as_bytes().to_vec(),
@@ -157,8 +160,7 @@ fn send(
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: egress send: {e}");
-            return 2;
+            return Err(CliError::refused(format!("egress send: {e}")));
         }
     };
     let result = runtime.block_on(async {
@@ -196,14 +198,11 @@ fn send(
             use std::io::Write;
             let _ = std::io::stdout().write_all(&response.body);
             if (200..300).contains(&response.status) {
-                0
+                Ok(Exit::Success)
             } else {
-                1
+                Ok(Exit::No)
             }
         }
-        Err(e) => {
-            eprintln!("error: egress send: {e}");
-            2
-        }
+        Err(e) => Err(CliError::refused(format!("egress send: {e}"))),
     }
 }

@@ -11,6 +11,8 @@ use bl_graph::{CompileInput, Format, Graph, Refusal, RefusalCode};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
+use crate::exit::{CliError, CliResult, Exit};
+
 #[derive(Subcommand)]
 pub enum GraphCommand {
     /// Parse and validate a graph manifest (.yaml or .json). Exit 0 valid, 2 invalid.
@@ -66,7 +68,7 @@ pub enum GraphCommand {
     },
 }
 
-pub fn run(cmd: GraphCommand) -> u8 {
+pub fn run(cmd: GraphCommand) -> CliResult {
     match cmd {
         GraphCommand::Lint { manifest, json } => lint(&manifest, json),
         GraphCommand::Plan {
@@ -95,7 +97,7 @@ pub fn run(cmd: GraphCommand) -> u8 {
                 serde_json::to_string_pretty(&bl_graph::schema::manifest_schema())
                     .expect("schema serializes")
             );
-            0
+            Ok(Exit::Success)
         }
     }
 }
@@ -169,13 +171,27 @@ fn load(path: &Path, verb: &str) -> Loaded {
     }
 }
 
-fn print_location(path: &Path, refusal: &Refusal) {
+/// The error for a refused manifest: bounded-loops' line (`early` when the
+/// file could not even be read), then bl's own line with the place.
+fn refused(path: &Path, what: &str, refusal: &Refusal, early: Option<String>) -> CliError {
+    let mut message = early.unwrap_or_else(|| {
+        format!(
+            "{what} [{}] {} — {}",
+            refusal.code, refusal.pointer, refusal.message
+        )
+    });
     if let Some(pos) = refusal.pos.filter(|p| p.line > 0) {
-        eprintln!("  at {}:{}:{}", path.display(), pos.line, pos.col);
+        message.push_str(&format!(
+            "\n  at {}:{}:{}",
+            path.display(),
+            pos.line,
+            pos.col
+        ));
     }
+    CliError::refused(message)
 }
 
-fn lint(path: &Path, as_json: bool) -> u8 {
+fn lint(path: &Path, as_json: bool) -> CliResult {
     match load(path, "lint") {
         Loaded::Graph(graph) => {
             if as_json {
@@ -183,23 +199,13 @@ fn lint(path: &Path, as_json: bool) -> u8 {
             } else {
                 print!("{}", report::lint_text(&graph));
             }
-            0
+            Ok(Exit::Success)
         }
         Loaded::Refused { refusal, early } => {
             if as_json {
                 println!("{}", python_json(&report::refusal_json(&refusal)));
             }
-            match early {
-                Some(line) => eprintln!("error: {line}"),
-                None => {
-                    eprintln!(
-                        "error: graph lint: [{}] {} — {}",
-                        refusal.code, refusal.pointer, refusal.message
-                    );
-                    print_location(path, &refusal);
-                }
-            }
-            2
+            Err(refused(path, "graph lint:", &refusal, early))
         }
     }
 }
@@ -222,21 +228,16 @@ fn plan(
     loop_roots: &[PathBuf],
     out: Option<&Path>,
     as_json: bool,
-) -> u8 {
+) -> CliResult {
     let graph = match load(path, "plan") {
         Loaded::Graph(graph) => graph,
         Loaded::Refused { refusal, early } => {
-            match early {
-                Some(line) => eprintln!("error: {line}"),
-                None => {
-                    eprintln!(
-                        "error: graph plan: validation failed [{}] {} — {}",
-                        refusal.code, refusal.pointer, refusal.message
-                    );
-                    print_location(path, &refusal);
-                }
-            }
-            return 2;
+            return Err(refused(
+                path,
+                "graph plan: validation failed",
+                &refusal,
+                early,
+            ));
         }
     };
     let connections = match connections {
@@ -245,39 +246,35 @@ fn plan(
             let text = match std::fs::read_to_string(file) {
                 Ok(t) => t,
                 Err(e) => {
-                    eprintln!(
-                        "error: graph plan: cannot read connections {} — {}",
+                    return Err(CliError::refused(format!(
+                        "graph plan: cannot read connections {} — {}",
                         file.display(),
                         errno_message(&e, file)
-                    );
-                    return 2;
+                    )));
                 }
             };
             let value: Value = match serde_json::from_str(&text) {
                 Ok(v) => v,
                 Err(e) => {
-                    eprintln!(
-                        "error: graph plan: {}: connections are not valid JSON: {e}",
+                    return Err(CliError::refused(format!(
+                        "graph plan: {}: connections are not valid JSON: {e}",
                         file.display()
-                    );
-                    return 2;
+                    )));
                 }
             };
             match bl_graph::parse_connections(&value) {
                 Ok(c) => Some(c),
                 Err(None) => {
-                    eprintln!(
-                        "error: graph plan: connections must be a JSON array of connection objects, got {}",
+                    return Err(CliError::refused(format!(
+                        "graph plan: connections must be a JSON array of connection objects, got {}",
                         python_type_name(&value)
-                    );
-                    return 2;
+                    )));
                 }
                 Err(Some(e)) => {
-                    eprintln!(
-                        "error: graph plan: compile failed [{}] {} — {}",
+                    return Err(CliError::refused(format!(
+                        "graph plan: compile failed [{}] {} — {}",
                         e.code, e.pointer, e.message
-                    );
-                    return 2;
+                    )));
                 }
             }
         }
@@ -285,16 +282,16 @@ fn plan(
     let needs_connections =
         !graph.slots.is_empty() || graph.nodes.iter().any(|n| n.connection_slot.is_some());
     if needs_connections && connections.is_none() {
-        eprintln!("error: graph plan: compile requires --connections for connection-bound nodes");
-        return 2;
+        return Err(CliError::refused(
+            "graph plan: compile requires --connections for connection-bound nodes",
+        ));
     }
     let packages: BTreeSet<String> = match bl_packages::Catalogue::discover(loop_roots) {
         Ok(catalogue) => catalogue.digests().map(str::to_owned).collect(),
         Err(e) => {
-            eprintln!(
-                "error: graph plan: the loop-package catalogue on this host is unusable — {e}"
-            );
-            return 2;
+            return Err(CliError::refused(format!(
+                "graph plan: the loop-package catalogue on this host is unusable — {e}"
+            )));
         }
     };
     let input = CompileInput {
@@ -305,18 +302,19 @@ fn plan(
     let plan = match bl_graph::compile(&graph, &input) {
         Ok(plan) => plan,
         Err(e) => {
-            eprintln!(
-                "error: graph plan: compile failed [{}] {} — {}",
+            return Err(CliError::refused(format!(
+                "graph plan: compile failed [{}] {} — {}",
                 e.code, e.pointer, e.message
-            );
-            return 2;
+            )));
         }
     };
     if let Some(out) = out
         && let Err(e) = std::fs::write(out, &plan.bytes)
     {
-        eprintln!("error: graph plan: cannot write {} — {e}", out.display());
-        return 2;
+        return Err(CliError::refused(format!(
+            "graph plan: cannot write {} — {e}",
+            out.display()
+        )));
     }
     let roots: Vec<String> = loop_roots
         .iter()
@@ -334,10 +332,10 @@ fn plan(
     } else {
         print!("{}", report::plan_text(&graph, &plan, &admission));
     }
-    0
+    Ok(Exit::Success)
 }
 
-fn digest(dir: &Path, as_json: bool) -> u8 {
+fn digest(dir: &Path, as_json: bool) -> CliResult {
     // Paths are shown the way bounded-loops shows them (Python's pathlib):
     // `./pkg/` is `pkg`.
     let shown = bl_core::pypath::pathlib_normal(dir);
@@ -352,12 +350,9 @@ fn digest(dir: &Path, as_json: bool) -> u8 {
             } else {
                 println!("{d}");
             }
-            0
+            Ok(Exit::Success)
         }
-        Err(e) => {
-            eprintln!("error: graph digest: {e}");
-            2
-        }
+        Err(e) => Err(CliError::refused(format!("graph digest: {e}"))),
     }
 }
 
@@ -384,7 +379,7 @@ fn python_utf8_error(bytes: &[u8], error: std::str::Utf8Error) -> String {
     }
 }
 
-fn init(posture: &str, allowlist: &[String], yes: bool, config: Option<PathBuf>) -> u8 {
+fn init(posture: &str, allowlist: &[String], yes: bool, config: Option<PathBuf>) -> CliResult {
     use bl_egress::posture::{EgressConfig, Posture, default_config_path, write_config};
     let result = Posture::parse(posture)
         .and_then(|posture| EgressConfig::new(posture, allowlist))
@@ -419,11 +414,8 @@ fn init(posture: &str, allowlist: &[String], yes: bool, config: Option<PathBuf>)
                     path.display()
                 );
             }
-            0
+            Ok(Exit::Success)
         }
-        Err(e) => {
-            eprintln!("error: graph init: {e}");
-            2
-        }
+        Err(e) => Err(CliError::refused(format!("graph init: {e}"))),
     }
 }

@@ -8,6 +8,8 @@ use bl_store::provable::EVENTS_FILE;
 use bl_store::{SigningKey, VerifierKey};
 use clap::Subcommand;
 
+use crate::exit::{CliError, CliResult, Exit};
+
 #[derive(Subcommand)]
 pub enum KeysCommand {
     /// Make an Ed25519 signing key (mode 0600) and print its verifier key.
@@ -46,7 +48,7 @@ fn inside_run_dir(path: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-pub fn run(cmd: KeysCommand) -> u8 {
+pub fn run(cmd: KeysCommand) -> CliResult {
     let result = match cmd {
         KeysCommand::Generate { name, out } => generate(&name, out),
         KeysCommand::Public { key } => {
@@ -54,11 +56,8 @@ pub fn run(cmd: KeysCommand) -> u8 {
         }
     };
     match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("error: keys: {e}");
-            2
-        }
+        Ok(()) => Ok(Exit::Success),
+        Err(e) => Err(CliError::refused(format!("keys: {e}"))),
     }
 }
 

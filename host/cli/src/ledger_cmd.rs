@@ -5,6 +5,8 @@ use std::path::Path;
 
 use clap::Subcommand;
 
+use crate::exit::{CliError, CliResult, Exit};
+
 #[derive(Subcommand)]
 pub enum LedgerCommand {
     /// Record what an operator found out about an effect whose outcome is
@@ -27,7 +29,7 @@ pub enum LedgerCommand {
     },
 }
 
-pub fn run(cmd: LedgerCommand) -> u8 {
+pub fn run(cmd: LedgerCommand) -> CliResult {
     match cmd {
         LedgerCommand::Reconcile {
             run_dir,
@@ -38,7 +40,7 @@ pub fn run(cmd: LedgerCommand) -> u8 {
     }
 }
 
-fn reconcile(run_dir: &Path, key: &str, published: bool) -> u8 {
+fn reconcile(run_dir: &Path, key: &str, published: bool) -> CliResult {
     let decision = if published {
         bl_store::Reconciliation::Published
     } else {
@@ -52,11 +54,8 @@ fn reconcile(run_dir: &Path, key: &str, published: bool) -> u8 {
                 "cleared; it may fire again"
             };
             println!("{key}: {what}");
-            0
+            Ok(Exit::Success)
         }
-        Err(e) => {
-            eprintln!("error: ledger reconcile: {e}");
-            2
-        }
+        Err(e) => Err(CliError::refused(format!("ledger reconcile: {e}"))),
     }
 }

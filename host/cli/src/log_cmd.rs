@@ -11,6 +11,8 @@ use serde_json::json;
 
 use crate::keys_cmd::read_signing_key;
 
+use crate::exit::{CliError, CliResult, Exit};
+
 #[derive(Subcommand)]
 pub enum LogCommand {
     /// Move a torn final line (left by a crash) aside into <log>.torn-<offset>.
@@ -45,7 +47,7 @@ pub enum LogCommand {
     },
 }
 
-pub fn run(cmd: LogCommand) -> u8 {
+pub fn run(cmd: LogCommand) -> CliResult {
     match cmd {
         LogCommand::Recover { path } => recover(path),
         LogCommand::Checkpoint { path, key } => checkpoint(&path, key.as_deref()),
@@ -66,7 +68,7 @@ fn run_dir_of(path: &Path) -> PathBuf {
     }
 }
 
-fn recover(path: PathBuf) -> u8 {
+fn recover(path: PathBuf) -> CliResult {
     let log = if path.is_dir() {
         path.join(EVENTS_FILE)
     } else {
@@ -75,7 +77,7 @@ fn recover(path: PathBuf) -> u8 {
     match bl_store::recover_torn_tail(&log) {
         Ok(None) => {
             println!("{}: no torn tail; nothing changed", log.display());
-            0
+            Ok(Exit::Success)
         }
         Ok(Some(tail)) => {
             println!(
@@ -86,16 +88,13 @@ fn recover(path: PathBuf) -> u8 {
                 log.display(),
                 tail.offset
             );
-            0
+            Ok(Exit::Success)
         }
-        Err(e) => {
-            eprintln!("error: log recover: {e}");
-            2
-        }
+        Err(e) => Err(CliError::refused(format!("log recover: {e}"))),
     }
 }
 
-fn checkpoint(path: &Path, key: Option<&Path>) -> u8 {
+fn checkpoint(path: &Path, key: Option<&Path>) -> CliResult {
     let result = key
         .map(read_signing_key)
         .transpose()
@@ -110,12 +109,9 @@ fn checkpoint(path: &Path, key: Option<&Path>) -> u8 {
                 if key.is_some() { "" } else { " (unsigned)" },
                 file.display()
             );
-            0
+            Ok(Exit::Success)
         }
-        Err(e) => {
-            eprintln!("error: log checkpoint: {e}");
-            2
-        }
+        Err(e) => Err(CliError::refused(format!("log checkpoint: {e}"))),
     }
 }
 
@@ -126,7 +122,7 @@ fn b64(hash: &merkle::Hash) -> String {
 /// `bl log prove`: an inclusion proof for one event (1-based line number)
 /// in the tree of the first `size` events, or a consistency proof between
 /// two sizes.
-fn prove(path: &Path, line: Option<usize>, size: Option<usize>, from: Option<usize>) -> u8 {
+fn prove(path: &Path, line: Option<usize>, size: Option<usize>, from: Option<usize>) -> CliResult {
     let result = (|| {
         let (leaves, _) = log_leaves(&run_dir_of(path).join(EVENTS_FILE))?;
         let size = size.unwrap_or(leaves.len());
@@ -167,11 +163,8 @@ fn prove(path: &Path, line: Option<usize>, size: Option<usize>, from: Option<usi
     match result {
         Ok(value) => {
             println!("{}", serde_json::to_string_pretty(&value).expect("json"));
-            0
+            Ok(Exit::Success)
         }
-        Err(e) => {
-            eprintln!("error: log prove: {e}");
-            2
-        }
+        Err(e) => Err(CliError::refused(format!("log prove: {e}"))),
     }
 }

@@ -5,6 +5,7 @@
 
 mod doctor_cmd;
 mod egress_cmd;
+mod exit;
 mod graph_cmd;
 mod keys_cmd;
 mod ledger_cmd;
@@ -76,7 +77,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let code = match cli.command {
+    let outcome = match cli.command {
         Command::Graph(cmd) => graph_cmd::run(cmd),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
         Command::Verify {
@@ -92,5 +93,11 @@ fn main() -> ExitCode {
         Command::Egress(cmd) => egress_cmd::run(cmd),
         Command::Ledger(cmd) => ledger_cmd::run(cmd),
     };
-    ExitCode::from(code)
+    // The one reporter: a command prints its own results, and its error
+    // comes back here to be said once, in one form.
+    let exit = outcome.unwrap_or_else(|error| {
+        eprintln!("error: {error}");
+        error.exit
+    });
+    ExitCode::from(exit.code())
 }

@@ -15,6 +15,8 @@ use serde_json::json;
 use crate::paths;
 use crate::scaffold;
 
+use crate::exit::{CliError, CliResult, Exit};
+
 #[derive(Subcommand)]
 pub enum PluginCommand {
     /// Write a new plugin crate that builds as it is.
@@ -96,7 +98,7 @@ pub enum Allocator {
     OnDemand,
 }
 
-pub fn run(cmd: PluginCommand) -> u8 {
+pub fn run(cmd: PluginCommand) -> CliResult {
     match cmd {
         PluginCommand::New {
             name,
@@ -142,17 +144,20 @@ pub fn run(cmd: PluginCommand) -> u8 {
             } else {
                 print_outcome(&plugin, &workspace, &outcome);
             }
-            outcome.exit_code() as u8
+            Ok(match outcome {
+                GateOutcome::Passed(_) => Exit::Success,
+                GateOutcome::Failed(_) => Exit::No,
+                GateOutcome::Error(_) => Exit::Undecided,
+            })
         }
     }
 }
 
-fn build(dir: PathBuf, out: PathBuf, target_dir: PathBuf, force: bool) -> u8 {
+fn build(dir: PathBuf, out: PathBuf, target_dir: PathBuf, force: bool) -> CliResult {
     let toolchain = match WasmToolchain::detect() {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: {e}");
-            return 2;
+            return Err(CliError::refused(format!("{e}")));
         }
     };
     match bl_pluginbuild::build(
@@ -178,12 +183,12 @@ fn build(dir: PathBuf, out: PathBuf, target_dir: PathBuf, force: bool) -> u8 {
                 m.component_digest,
                 m.source_digest
             );
-            0
+            Ok(Exit::Success)
         }
-        Err(e) => {
-            eprintln!("error: plugin build {}: {e}", dir.display());
-            2
-        }
+        Err(e) => Err(CliError::refused(format!(
+            "plugin build {}: {e}",
+            dir.display()
+        ))),
     }
 }
 
@@ -199,7 +204,7 @@ fn manifest_beside(component: &Path) -> Result<Option<PluginManifest>, String> {
     }
 }
 
-fn inspect(plugin: &str, as_json: bool) -> u8 {
+fn inspect(plugin: &str, as_json: bool) -> CliResult {
     let result = (|| {
         let path = paths::resolve_plugin(plugin)?;
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -211,8 +216,7 @@ fn inspect(plugin: &str, as_json: bool) -> u8 {
     let (path, summary, manifest) = match result {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
-            return 2;
+            return Err(CliError::refused(e.to_string()));
         }
     };
     let manifest_matches = manifest
@@ -228,7 +232,7 @@ fn inspect(plugin: &str, as_json: bool) -> u8 {
                 "manifest_matches": manifest_matches,
             })
         );
-        return 0;
+        return Ok(Exit::Success);
     }
     let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
     println!("{}", path.display());
@@ -262,7 +266,7 @@ fn inspect(plugin: &str, as_json: bool) -> u8 {
         (Some(_), _) => println!("  manifest      DOES NOT MATCH these bytes (rebuild the plugin)"),
         (None, _) => println!("  manifest      (none beside it)"),
     }
-    0
+    Ok(Exit::Success)
 }
 
 struct RunRequest<'a> {

@@ -9,8 +9,7 @@ use bl_core::{CommandError, CommandRunner, CommandSpec};
 use bl_sandbox::{CagedUser, Sandbox, Tier};
 use clap::Subcommand;
 
-/// The exit code when the sandbox refuses to run the command at all.
-pub const REFUSED: u8 = 125;
+use crate::exit::{CliError, CliResult, Exit};
 
 /// The runner for `tier`, with the caged user (when bl runs as root) from
 /// `BL_SANDBOX_UID`, `BL_SANDBOX_GID` and `BL_SANDBOX_OWNERSHIP`.
@@ -65,7 +64,7 @@ pub enum SandboxCommand {
     },
 }
 
-pub fn run(cmd: SandboxCommand) -> u8 {
+pub fn run(cmd: SandboxCommand) -> CliResult {
     match cmd {
         SandboxCommand::Run {
             isolation,
@@ -87,12 +86,13 @@ pub fn run(cmd: SandboxCommand) -> u8 {
     }
 }
 
-fn bridge(socket: PathBuf, listen: &str, command: Vec<String>) -> u8 {
+fn bridge(socket: PathBuf, listen: &str, command: Vec<String>) -> CliResult {
     let listener = match std::net::TcpListener::bind(listen) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("error: sandbox bridge: listening on {listen}: {e}");
-            return REFUSED;
+            return Err(CliError::sandbox(format!(
+                "sandbox bridge: listening on {listen}: {e}"
+            )));
         }
     };
     std::thread::spawn(move || bl_egress::proxy::bridge(listener, socket));
@@ -113,16 +113,16 @@ fn bridge(socket: PathBuf, listen: &str, command: Vec<String>) -> u8 {
     match child.status() {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
-            match (status.code(), status.signal()) {
-                (Some(code), _) => code.clamp(0, 255) as u8,
-                (None, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
-                _ => 1,
-            }
+            Ok(match (status.code(), status.signal()) {
+                (Some(code), _) => Exit::Code(code.clamp(0, 255) as u8),
+                (None, Some(signal)) => Exit::Code((128 + signal).clamp(0, 255) as u8),
+                _ => Exit::No,
+            })
         }
-        Err(e) => {
-            eprintln!("error: sandbox bridge: {}: {e}", command[0]);
-            127
-        }
+        Err(e) => Err(CliError::with_exit(
+            Exit::NotFound,
+            format!("sandbox bridge: {}: {e}", command[0]),
+        )),
     }
 }
 
@@ -179,12 +179,11 @@ fn start_allowlist_proxy(tier: Tier) -> Result<Option<ProxyGuard>, String> {
     }))
 }
 
-fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> u8 {
+fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> CliResult {
     let tier = match Tier::parse(isolation) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: sandbox probe: {e}");
-            return REFUSED;
+            return Err(CliError::sandbox(format!("sandbox probe: {e}")));
         }
     };
     let out = match out {
@@ -192,16 +191,14 @@ fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> u8 {
         None => match tempfile::Builder::new().prefix("bl-probe-").tempdir() {
             Ok(dir) => dir.keep(),
             Err(e) => {
-                eprintln!("error: sandbox probe: {e}");
-                return REFUSED;
+                return Err(CliError::sandbox(format!("sandbox probe: {e}")));
             }
         },
     };
     let sandbox = match sandbox(tier) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: sandbox probe: {e}");
-            return REFUSED;
+            return Err(CliError::sandbox(format!("sandbox probe: {e}")));
         }
     };
     match bl_sandbox::probe::run_probe(&sandbox, sandbox.host_ids(), &out) {
@@ -220,12 +217,13 @@ fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> u8 {
                     outcome.result_path.display()
                 );
             }
-            if outcome.passed { 0 } else { 1 }
+            Ok(if outcome.passed {
+                Exit::Success
+            } else {
+                Exit::No
+            })
         }
-        Err(e) => {
-            eprintln!("error: sandbox probe: {e}");
-            REFUSED
-        }
+        Err(e) => Err(CliError::sandbox(format!("sandbox probe: {e}"))),
     }
 }
 
@@ -235,12 +233,11 @@ fn run_command(
     read_only: bool,
     timeout_s: u64,
     command: Vec<String>,
-) -> u8 {
+) -> CliResult {
     let tier = match Tier::parse(isolation) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: sandbox: {e}");
-            return REFUSED;
+            return Err(CliError::sandbox(format!("sandbox: {e}")));
         }
     };
     let spec = CommandSpec {
@@ -254,15 +251,15 @@ fn run_command(
     let proxy = match start_allowlist_proxy(tier) {
         Ok(proxy) => proxy,
         Err(e) => {
-            eprintln!("error: sandbox refused: egress posture: {e}");
-            return REFUSED;
+            return Err(CliError::sandbox(format!(
+                "sandbox refused: egress posture: {e}"
+            )));
         }
     };
     let mut sandbox = match sandbox(tier) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: sandbox refused: {e}");
-            return REFUSED;
+            return Err(CliError::sandbox(format!("sandbox refused: {e}")));
         }
     };
     if let Some(guard) = &proxy {
@@ -275,19 +272,15 @@ fn run_command(
             if result.truncated {
                 eprintln!("bl: output was longer than 4 MiB; only its end is shown");
             }
-            match (result.timed_out, result.exit_code) {
-                (true, _) => 124,
-                (false, Some(code)) => code.clamp(0, 255) as u8,
-                (false, None) => 137,
-            }
+            Ok(match (result.timed_out, result.exit_code) {
+                (true, _) => Exit::TimedOut,
+                (false, Some(code)) => Exit::Code(code.clamp(0, 255) as u8),
+                (false, None) => Exit::Code(137),
+            })
         }
-        Err(CommandError::Denied(m)) => {
-            eprintln!("error: sandbox refused: {m}");
-            REFUSED
-        }
-        Err(CommandError::Spawn(m)) => {
-            eprintln!("error: sandbox could not start the command: {m}");
-            REFUSED
-        }
+        Err(CommandError::Denied(m)) => Err(CliError::sandbox(format!("sandbox refused: {m}"))),
+        Err(CommandError::Spawn(m)) => Err(CliError::sandbox(format!(
+            "sandbox could not start the command: {m}"
+        ))),
     }
 }

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
 
+use crate::exit::{CliError, CliResult, Exit};
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Kind {
     Gate,
@@ -48,7 +50,7 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
-pub fn new_plugin(name: &str, kind: Kind, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> u8 {
+pub fn new_plugin(name: &str, kind: Kind, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> CliResult {
     match write_scaffold(name, kind, dir, sdk) {
         Ok(dir) => {
             println!(
@@ -57,12 +59,9 @@ pub fn new_plugin(name: &str, kind: Kind, dir: Option<PathBuf>, sdk: Option<Path
                 dir.display(),
                 dir.display()
             );
-            0
+            Ok(Exit::Success)
         }
-        Err(e) => {
-            eprintln!("error: plugin new {name}: {e}");
-            2
-        }
+        Err(e) => Err(CliError::refused(format!("plugin new {name}: {e}"))),
     }
 }
 

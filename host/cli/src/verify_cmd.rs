@@ -5,14 +5,18 @@ use std::path::Path;
 use bl_core::python_json;
 use serde_json::{Value, json};
 
-pub fn verify(path: &Path, expect_head: Option<&str>, pubkey: Option<&str>, as_json: bool) -> u8 {
-    let verifier = match pubkey.map(crate::keys_cmd::read_verifier_key).transpose() {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("error: verify: {e}");
-            return 2;
-        }
-    };
+use crate::exit::{CliError, CliResult, Exit};
+
+pub fn verify(
+    path: &Path,
+    expect_head: Option<&str>,
+    pubkey: Option<&str>,
+    as_json: bool,
+) -> CliResult {
+    let verifier = pubkey
+        .map(crate::keys_cmd::read_verifier_key)
+        .transpose()
+        .map_err(|e| CliError::refused(format!("verify: {e}")))?;
     let options = bl_verify::Options {
         expect_head: expect_head.map(str::to_string),
         verifier,
@@ -22,7 +26,7 @@ pub fn verify(path: &Path, expect_head: Option<&str>, pubkey: Option<&str>, as_j
         bl_verify::Report::Graph(graph) => print_graph(graph, as_json),
         bl_verify::Report::Loop(ledger) => print_loop(ledger, as_json),
     }
-    if report.ok() { 0 } else { 1 }
+    Ok(if report.ok() { Exit::Success } else { Exit::No })
 }
 
 fn print_graph(report: &bl_verify::GraphReport, as_json: bool) {
