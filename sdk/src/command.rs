@@ -8,6 +8,7 @@ pub use crate::bindings::gate::bl::plugin::command::{CommandError, CommandOutput
 use crate::{Finding, PluginError, Severity, Verdict};
 
 impl CommandRequest {
+    /// A request to run `argv`, with no stdin and the host's default timeout.
     pub fn new<S: AsRef<str>>(argv: &[S]) -> Self {
         CommandRequest {
             argv: argv.iter().map(|s| s.as_ref().to_string()).collect(),
@@ -80,6 +81,7 @@ fn tail(bytes: &[u8], max: usize) -> String {
         .to_string()
 }
 
+/// How a command ended, in words: "exited 2", "timed out after 500 ms".
 pub fn describe_exit(output: &CommandOutput) -> String {
     match (output.timed_out, output.exit_code) {
         (true, _) => format!("timed out after {} ms", output.duration_ms),

@@ -31,11 +31,14 @@
 //! bl_plugin_sdk::export_gate!(AlwaysPass);
 //! ```
 
+#![warn(missing_docs)]
+
 // The generated bindings name this crate by its absolute path, so the export
 // macros work from inside plugin crates.
 extern crate self as bl_plugin_sdk;
 
 #[doc(hidden)]
+#[allow(missing_docs)]
 pub mod bindings;
 pub mod command;
 pub mod log;
@@ -55,6 +58,7 @@ pub use serde_json;
 pub use worlds::*;
 
 impl Verdict {
+    /// A passing verdict.
     pub fn pass(summary: impl Into<String>) -> Self {
         Verdict {
             passed: true,
@@ -64,6 +68,7 @@ impl Verdict {
         }
     }
 
+    /// A failing verdict; say why in the summary or in findings.
     pub fn fail(summary: impl Into<String>) -> Self {
         Verdict {
             passed: false,
@@ -73,6 +78,7 @@ impl Verdict {
         }
     }
 
+    /// The same verdict, with these findings.
     pub fn with_findings(mut self, findings: Vec<Finding>) -> Self {
         self.findings = findings;
         self
@@ -94,6 +100,7 @@ impl Verdict {
 }
 
 impl Finding {
+    /// A finding with no rule and no location.
     pub fn new(severity: Severity, message: impl Into<String>) -> Self {
         Finding {
             severity,
@@ -103,11 +110,13 @@ impl Finding {
         }
     }
 
+    /// The same finding, naming the rule it breaks.
     pub fn rule(mut self, rule: &str) -> Self {
         self.rule = Some(rule.to_string());
         self
     }
 
+    /// The same finding, at a file of the workspace.
     pub fn at(mut self, path: &str) -> Self {
         self.location = Some(Location {
             path: path.to_string(),
@@ -117,6 +126,7 @@ impl Finding {
         self
     }
 
+    /// The same finding, at a line (1-based) of a file.
     pub fn at_line(mut self, path: &str, line: u32) -> Self {
         self.location = Some(Location {
             path: path.to_string(),
@@ -128,6 +138,7 @@ impl Finding {
 }
 
 impl PublishDecision {
+    /// Lets the effect fire.
     pub fn allow(reason: impl Into<String>) -> Self {
         PublishDecision {
             allow: true,
@@ -135,6 +146,7 @@ impl PublishDecision {
         }
     }
 
+    /// Stops the effect, saying why.
     pub fn deny(reason: impl Into<String>) -> Self {
         PublishDecision {
             allow: false,
@@ -156,6 +168,44 @@ unsafe extern "Rust" fn __getrandom_v03_custom(
     // SAFETY: getrandom hands us a writable buffer of exactly `len` bytes.
     unsafe { core::ptr::write_bytes(dest, 0x5a, len) };
     Ok(())
+}
+
+/// A workspace refusal in words (the generated `Display` shows the Rust
+/// form, which is no message for a person).
+pub fn describe_fs_error(error: &FsError) -> String {
+    match error {
+        FsError::NotFound(p) => format!("not found in the workspace: {p}"),
+        FsError::Escape(p) => format!("outside the workspace: {p}"),
+        FsError::WrongKind(p) => format!("not a file of the kind asked for: {p}"),
+        FsError::TooLarge(p) => format!("too large to read: {p}"),
+        FsError::Io(m) => format!("workspace: {m}"),
+    }
+}
+
+/// An artifact refusal in words.
+pub fn describe_artifact_error(error: &ArtifactError) -> String {
+    match error {
+        ArtifactError::NotDeclared(n) => format!("no declared input or output is named {n}"),
+        ArtifactError::AlreadyWritten(n) => format!("output {n} was already written"),
+        ArtifactError::TooLarge(n) => format!("over the host's size limit: {n}"),
+        ArtifactError::Io(m) => format!("artifacts: {m}"),
+    }
+}
+
+/// A refused workspace call ends the plugin's work with a capability error,
+/// so `?` works on workspace calls inside `check`.
+impl From<FsError> for PluginError {
+    fn from(error: FsError) -> Self {
+        PluginError::Capability(describe_fs_error(&error))
+    }
+}
+
+/// A refused artifact call ends the plugin's work with a capability error,
+/// so `?` works on input and output calls inside `run`.
+impl From<ArtifactError> for PluginError {
+    fn from(error: ArtifactError) -> Self {
+        PluginError::Capability(describe_artifact_error(&error))
+    }
 }
 
 /// `sha256:<hex>` of `bytes`, the form evidence and artifact digests take.

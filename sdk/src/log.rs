@@ -3,6 +3,8 @@
 
 use crate::bindings::gate::bl::plugin::log::Level;
 
+/// One structured line at `level`, with `fields` as key-value pairs.
+/// Natively it goes to stderr.
 pub fn emit(level: Level, message: &str, fields: &[(&str, &str)]) {
     let fields: Vec<(String, String)> = fields
         .iter()
@@ -14,10 +16,12 @@ pub fn emit(level: Level, message: &str, fields: &[(&str, &str)]) {
     eprintln!("[{level:?}] {message} {fields:?}");
 }
 
+/// [`emit`] at level info.
 pub fn info(message: &str, fields: &[(&str, &str)]) {
     emit(Level::Info, message, fields);
 }
 
+/// [`emit`] at level warn.
 pub fn warn(message: &str, fields: &[(&str, &str)]) {
     emit(Level::Warn, message, fields);
 }

@@ -14,15 +14,36 @@ use crate::{
     Workspace,
 };
 
+/// The largest file one read returns, as in the host (16 MiB).
+pub const MAX_READ_BYTES: u64 = 16 << 20;
+
 /// A [`Workspace`] over a directory on the local file system.
 pub struct NativeWorkspace {
     root: PathBuf,
+    max_read_bytes: u64,
 }
 
 impl NativeWorkspace {
+    /// A view of the directory `root`. A symlink as the root is refused, as
+    /// the host refuses it: the view is the directory named, not wherever a
+    /// link points.
     pub fn new(root: impl Into<PathBuf>) -> std::io::Result<Self> {
-        let root = root.into().canonicalize()?;
-        Ok(NativeWorkspace { root })
+        let root = root.into();
+        if std::fs::symlink_metadata(&root)?.file_type().is_symlink() {
+            return Err(std::io::Error::other(
+                "the workspace is a symlink; pass the directory it points to",
+            ));
+        }
+        Ok(NativeWorkspace {
+            root: root.canonicalize()?,
+            max_read_bytes: MAX_READ_BYTES,
+        })
+    }
+
+    /// The same view with another read cap (the host's is configurable too).
+    pub fn with_max_read_bytes(mut self, max: u64) -> Self {
+        self.max_read_bytes = max;
+        self
     }
 
     fn resolve(&self, path: &str) -> Result<PathBuf, FsError> {
@@ -68,11 +89,34 @@ fn entry(name: String, meta: &std::fs::Metadata) -> Entry {
 
 impl Workspace for NativeWorkspace {
     fn read(&self, path: &str) -> Result<Vec<u8>, FsError> {
+        use std::io::Read;
         let full = self.resolve(path)?;
-        if full.is_dir() {
+        let meta = std::fs::metadata(&full).map_err(|e| FsError::Io(format!("{path}: {e}")))?;
+        if meta.is_dir() {
             return Err(FsError::WrongKind(path.to_string()));
         }
-        std::fs::read(&full).map_err(|e| FsError::Io(format!("{path}: {e}")))
+        if !meta.is_file() {
+            // FIFOs, sockets and devices are never opened for reading.
+            return Err(FsError::WrongKind(path.to_string()));
+        }
+        if meta.len() > self.max_read_bytes {
+            return Err(FsError::TooLarge(format!(
+                "{path}: {} bytes, the limit is {}",
+                meta.len(),
+                self.max_read_bytes
+            )));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        std::fs::File::open(&full)
+            .and_then(|f| f.take(self.max_read_bytes + 1).read_to_end(&mut bytes))
+            .map_err(|e| FsError::Io(format!("{path}: {e}")))?;
+        if bytes.len() as u64 > self.max_read_bytes {
+            return Err(FsError::TooLarge(format!(
+                "{path}: grew past the limit of {}",
+                self.max_read_bytes
+            )));
+        }
+        Ok(bytes)
     }
 
     fn list(&self, path: &str) -> Result<Vec<Entry>, FsError> {
@@ -117,6 +161,7 @@ pub struct NativeInputs {
 }
 
 impl NativeInputs {
+    /// No inputs yet.
     pub fn new() -> Self {
         NativeInputs::default()
     }
@@ -152,14 +197,17 @@ impl Inputs for NativeInputs {
 #[derive(Default)]
 pub struct NativeOutputs {
     declared: Vec<OutputDecl>,
+    /// What was written, by output name.
     pub written: BTreeMap<String, Vec<u8>>,
 }
 
 impl NativeOutputs {
+    /// No outputs declared yet.
     pub fn new() -> Self {
         NativeOutputs::default()
     }
 
+    /// Declares an output the transform may write once.
     pub fn declare(mut self, name: &str, media_type: &str, visibility: Visibility) -> Self {
         self.declared.push(OutputDecl {
             name: name.to_string(),
@@ -237,4 +285,78 @@ pub fn run_command_natively(request: &CommandRequest) -> Result<CommandOutput, C
         timed_out: false,
         duration_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PluginError;
+
+    /// A fresh directory under the system's temporary directory.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("bl-sdk-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_symlinked_root_is_refused_as_the_host_refuses_it() {
+        let dir = scratch("symlink-root");
+        std::fs::create_dir(dir.join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
+        let err = NativeWorkspace::new(dir.join("link"))
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("is a symlink"), "{err}");
+        assert!(NativeWorkspace::new(dir.join("real")).is_ok());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn reads_over_the_cap_and_special_files_are_refused_without_blocking() {
+        let dir = scratch("caps");
+        std::fs::write(dir.join("big"), vec![b'x'; 2048]).unwrap();
+        std::fs::write(dir.join("small"), b"ok").unwrap();
+        let status = std::process::Command::new("mkfifo")
+            .arg(dir.join("pipe"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let ws = NativeWorkspace::new(&dir)
+            .unwrap()
+            .with_max_read_bytes(1024);
+        assert!(matches!(ws.read("big"), Err(FsError::TooLarge(_))));
+        assert_eq!(ws.read("small").unwrap(), b"ok");
+        // Opening a FIFO for reading would block until a writer came.
+        assert!(matches!(ws.read("pipe"), Err(FsError::WrongKind(_))));
+        assert_eq!(
+            NativeWorkspace::new(&dir).unwrap().max_read_bytes,
+            MAX_READ_BYTES
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn workspace_and_artifact_refusals_convert_with_question_mark_into_words() {
+        let dir = scratch("question-mark");
+        let ws = NativeWorkspace::new(&dir).unwrap();
+        let read = || -> Result<Vec<u8>, PluginError> { Ok(ws.read("missing.txt")?) };
+        match read() {
+            Err(PluginError::Capability(m)) => {
+                assert_eq!(m, "not found in the workspace: missing.txt")
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut outputs = NativeOutputs::new();
+        let write =
+            |o: &mut NativeOutputs| -> Result<(), PluginError> { Ok(o.write("undeclared", b"x")?) };
+        match write(&mut outputs) {
+            Err(PluginError::Capability(m)) => {
+                assert!(m.contains("no declared input or output"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

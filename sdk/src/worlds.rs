@@ -14,8 +14,11 @@ use crate::{
 /// paths, `..` and symlinks that leave the root are refused by the host, and
 /// the attempt fails the whole call.
 pub trait Workspace {
+    /// A file's bytes (at most the host's read cap, 16 MiB by default).
     fn read(&self, path: &str) -> Result<Vec<u8>, FsError>;
+    /// A directory's entries, sorted by name (`""` is the root).
     fn list(&self, path: &str) -> Result<Vec<Entry>, FsError>;
+    /// What is at `path`, or `None` when nothing is.
     fn stat(&self, path: &str) -> Result<Option<Entry>, FsError>;
 
     /// A file's contents as UTF-8 text.
@@ -39,13 +42,17 @@ impl Workspace for Dir {
 
 /// A transform's declared inputs.
 pub trait Inputs {
+    /// Every declared input: name, media type, size and digest.
     fn entries(&self) -> Vec<InputInfo>;
+    /// An input's bytes, verified against its digest by the host.
     fn read(&self, name: &str) -> Result<Vec<u8>, ArtifactError>;
 }
 
 /// A transform's declared outputs; each may be written once.
 pub trait Outputs {
+    /// Every declared output: name, media type and visibility.
     fn declared(&self) -> Vec<OutputDecl>;
+    /// Writes a declared output, once.
     fn write(&mut self, name: &str, bytes: &[u8]) -> Result<(), ArtifactError>;
 }
 
@@ -76,11 +83,14 @@ pub trait Gate {
     /// `bad-config` error before `check` runs.
     type Config: serde::de::DeserializeOwned;
 
+    /// Decides from the workspace alone. An `Err` is an ERROR, never a
+    /// failed verdict and never a pass.
     fn check(workspace: &dyn Workspace, config: Self::Config) -> Result<Verdict, PluginError>;
 }
 
 /// A completion contract: the shape one declared output must have.
 pub trait Contract {
+    /// The operator's config, parsed from JSON.
     type Config: serde::de::DeserializeOwned;
 
     /// Fail with a verdict whose summary says why; it becomes
@@ -94,6 +104,7 @@ pub trait Contract {
 
 /// A transform: declared inputs in, declared outputs out, deterministically.
 pub trait Transform {
+    /// The operator's config, parsed from JSON.
     type Config: serde::de::DeserializeOwned;
 
     /// `seed` is the host's, derived from the run id and the input digests;
@@ -108,8 +119,11 @@ pub trait Transform {
 
 /// A publication policy: may this effect fire?
 pub trait Policy {
+    /// The operator's config, parsed from JSON.
     type Config: serde::de::DeserializeOwned;
 
+    /// Allows or denies the effect. An `Err` denies it too: a policy that
+    /// cannot decide never lets an effect fire.
     fn decide(
         request: &PublishRequest,
         config: Self::Config,
@@ -121,6 +135,7 @@ pub fn run_gate<G: Gate>(workspace: &dyn Workspace, config: &str) -> Result<Verd
     G::check(workspace, parse_config(config)?)
 }
 
+/// Parses the config and runs the contract: what the exported `check` does.
 pub fn run_contract<C: Contract>(
     workspace: &dyn Workspace,
     request: &ContractRequest,
@@ -129,6 +144,7 @@ pub fn run_contract<C: Contract>(
     C::check(workspace, request, parse_config(config)?)
 }
 
+/// Parses the config and runs the transform: what the exported `run` does.
 pub fn run_transform<T: Transform>(
     inputs: &dyn Inputs,
     outputs: &mut dyn Outputs,
@@ -138,6 +154,7 @@ pub fn run_transform<T: Transform>(
     T::run(inputs, outputs, seed, parse_config(config)?)
 }
 
+/// Parses the config and runs the policy: what the exported `decide` does.
 pub fn run_policy<P: Policy>(
     request: &PublishRequest,
     config: &str,

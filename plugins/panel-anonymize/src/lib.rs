@@ -134,10 +134,6 @@ fn sort_key(seed: &[u8], digest: &str, name: &str) -> String {
     bl_plugin_sdk::digest(&material)
 }
 
-fn capability(e: impl std::fmt::Display) -> PluginError {
-    PluginError::Capability(e.to_string())
-}
-
 pub struct PanelAnonymize;
 
 impl Transform for PanelAnonymize {
@@ -186,7 +182,7 @@ impl Transform for PanelAnonymize {
                     info.name
                 )));
             };
-            let bytes = inputs.read(&info.name).map_err(capability)?;
+            let bytes = inputs.read(&info.name)?;
             let text = String::from_utf8(bytes).map_err(|_| {
                 PluginError::Internal(format!("input `{}` is not UTF-8", info.name))
             })?;
@@ -211,12 +207,8 @@ impl Transform for PanelAnonymize {
         }
         let map = json!({ "schema": "bl.panel-label-map/v1", "labels": labels });
         let map_text = serde_json::to_string_pretty(&map).expect("a map serializes") + "\n";
-        outputs
-            .write(&config.responses, bundle.as_bytes())
-            .map_err(capability)?;
-        outputs
-            .write(&config.label_map, map_text.as_bytes())
-            .map_err(capability)?;
+        outputs.write(&config.responses, bundle.as_bytes())?;
+        outputs.write(&config.label_map, map_text.as_bytes())?;
         Ok(TransformReport {
             summary: format!("anonymized {} reports", reports.len()),
         })

@@ -226,3 +226,20 @@ fn the_command_capability_runs_in_the_sandbox_with_a_read_only_workspace() {
     assert_eq!(code, 0);
     assert!(ws.path().join("written.txt").exists());
 }
+
+/// The plugin guide's gate sample is the third-party example's code, word
+/// for word, so the guide never drifts from what builds.
+#[test]
+fn the_plugin_guide_shows_the_example_as_it_is() {
+    let guide = std::fs::read_to_string(repo_root().join("docs/plugins.md")).unwrap();
+    let source =
+        std::fs::read_to_string(repo_root().join("examples/plugins/word-count/src/lib.rs"))
+            .unwrap();
+    let heading = "## A gate, line by line\n\n```rust\n";
+    let start = guide.find(heading).expect("the guide has the gate sample") + heading.len();
+    let sample = &guide[start..start + guide[start..].find("```").unwrap()];
+    let from = source.find("use bl_plugin_sdk::").unwrap();
+    let end = "bl_plugin_sdk::export_gate!(WordCount);";
+    let to = source.find(end).unwrap() + end.len();
+    assert_eq!(sample.trim_end(), &source[from..to]);
+}

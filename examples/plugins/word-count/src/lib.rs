@@ -22,7 +22,9 @@ impl Gate for WordCount {
             Err(FsError::NotFound(_)) => {
                 return Ok(Verdict::fail(format!("{} is missing", config.file)));
             }
-            Err(e) => return Err(PluginError::Capability(e.to_string())),
+            // Any other refusal is an error (never a failed verdict); `into`
+            // words it for the run's record.
+            Err(e) => return Err(e.into()),
         };
         let words = text.split_whitespace().count();
         if words >= config.min_words {
