@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bl_core::GateOutcome;
-use bl_pluginbuild::{BuildOptions, PluginManifest, WasmToolchain};
+use bl_pluginbuild::{BuildOptions, WasmToolchain};
 use bl_plugins::{
-    Capability, ContractRequest, Grants, Invocation, LoadOptions, PluginError, Runtime,
+    ContractRequest, Grants, Invocation, LoadOptions, PluginError, PluginPackage, Runtime,
     RuntimeConfig, Verdict, World, outcome,
 };
 use clap::{Subcommand, ValueEnum};
@@ -192,25 +192,13 @@ fn build(dir: PathBuf, out: PathBuf, target_dir: PathBuf, force: bool) -> CliRes
     }
 }
 
-/// The manifest beside a component (`x.wasm` → `x.plugin.json`), if any.
-fn manifest_beside(component: &Path) -> Result<Option<PluginManifest>, String> {
-    let path = component.with_extension("plugin.json");
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| format!("{}: not a plugin manifest: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
-    }
-}
-
 fn inspect(plugin: &str, as_json: bool) -> CliResult {
     let result = (|| {
         let path = paths::resolve_plugin(plugin)?;
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let summary =
-            bl_pluginbuild::summarize(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        let manifest = manifest_beside(&path)?;
+        let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
+        let summary = bl_pluginbuild::summarize(&package.bytes)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let manifest = package.manifest;
         Ok::<_, String>((path, summary, manifest))
     })();
     let (path, summary, manifest) = match result {
@@ -318,47 +306,23 @@ pub fn runtime(
 fn judge(request: &RunRequest, config: &str) -> GateOutcome {
     let result = (|| -> Result<Result<Invocation<Verdict>, PluginError>, String> {
         let path = paths::resolve_plugin(request.plugin)?;
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let manifest = manifest_beside(&path)?;
-        let world = match &manifest {
-            Some(m) => World::from_wit_name(&m.world)
-                .ok_or_else(|| format!("{}: unknown world `{}`", path.display(), m.world))?,
-            None => bl_pluginbuild::summarize(&bytes)
-                .map_err(|e| format!("{}: {e}", path.display()))?
-                .world
-                .and_then(|w| World::from_wit_name(&w))
-                .ok_or_else(|| format!("{}: not a bl plugin component", path.display()))?,
-        };
-        let declared: Option<Vec<Capability>> = match &manifest {
-            Some(m) => Some(
-                m.capabilities
-                    .iter()
-                    .map(|c| Capability::parse(c))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| format!("{}: {e}", path.display()))?,
-            ),
-            None => None,
-        };
+        let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
+        let declared = package.declared().map_err(|e| e.to_string())?;
         let options = LoadOptions {
             declared: declared.as_deref(),
             grants: Grants::parse(request.grants).map_err(|e| format!("--grant: {e}"))?,
         };
-        let name = manifest
-            .as_ref()
-            .map(|m| m.name.clone())
-            .unwrap_or_else(|| {
-                path.file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| request.plugin.to_string())
-            });
+        let name = package.name();
+        let bytes = &package.bytes;
         let tier =
             bl_sandbox::Tier::parse(request.isolation).map_err(|e| format!("--isolation: {e}"))?;
         let sandbox = crate::sandbox_cmd::sandbox(tier)?;
         let runtime =
             runtime(request.deadline_ms, request.allocator, sandbox).map_err(|e| e.to_string())?;
+        let world = package.world(&runtime).map_err(|e| e.to_string())?;
         Ok(match world {
             World::Gate => runtime
-                .load_gate(&name, &bytes, &options)
+                .load_gate(&name, bytes, &options)
                 .and_then(|gate| runtime.check(&gate, request.workspace, config)),
             World::CompletionContract => {
                 let artifact = request.artifact.clone().ok_or_else(|| {
@@ -369,7 +333,7 @@ fn judge(request: &RunRequest, config: &str) -> GateOutcome {
                     dispatch_started_ms: request.dispatched_ms,
                 };
                 runtime
-                    .load_contract(&name, &bytes, &options)
+                    .load_contract(&name, bytes, &options)
                     .and_then(|contract| {
                         runtime.check_contract(
                             &contract,

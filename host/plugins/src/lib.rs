@@ -17,6 +17,7 @@ mod cache;
 mod compose;
 mod error;
 mod host;
+mod package;
 mod runtime;
 mod workspace;
 mod worlds;
@@ -30,6 +31,7 @@ pub use bl_core::plugin::{
 pub use compose::{ContractRegistry, ContractReport, judge_all};
 pub use error::PluginError;
 pub use host::LogEntry;
+pub use package::{PackageError, PluginPackage};
 pub use runtime::{AllocatorChoice, Invocation, Limits, Runtime, RuntimeConfig};
 pub use worlds::{
     Approval, ContractPlugin, ContractRequest, GatePlugin, LoadOptions, PolicyPlugin,

@@ -215,6 +215,23 @@ impl Runtime {
         })
     }
 
+    /// A component's top-level function exports, each with its number of
+    /// parameters (how a component without a manifest shows its world).
+    pub fn exports(&self, name: &str, bytes: &[u8]) -> Result<Vec<(String, usize)>, PluginError> {
+        use wasmtime::component::types::ComponentItem;
+        let component = self.compile(name, bytes)?;
+        Ok(component
+            .component_type()
+            .exports(&self.engine)
+            .filter_map(|(export, item)| match item.ty {
+                ComponentItem::ComponentFunc(func) => {
+                    Some((export.to_string(), func.params().len()))
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
     /// A component's top-level imports, each with whether it brings any
     /// function (only those can be capabilities).
     pub(crate) fn imports(&self, component: &Component) -> Vec<Import> {

@@ -243,3 +243,42 @@ fn the_plugin_guide_shows_the_example_as_it_is() {
     let to = source.find(end).unwrap() + end.len();
     assert_eq!(sample.trim_end(), &source[from..to]);
 }
+
+/// A component copied without its manifest is still recognised: its world
+/// comes from what it exports (`bl_plugins::PluginPackage`).
+#[test]
+fn a_component_without_its_manifest_is_known_by_its_exports() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["files", "contracts", "deny-all"] {
+        std::fs::copy(
+            bl_e2e::plugin_dir().join(format!("{name}.wasm")),
+            dir.path().join(format!("{name}.wasm")),
+        )
+        .unwrap();
+    }
+    let at = |name: &str| {
+        dir.path()
+            .join(format!("{name}.wasm"))
+            .display()
+            .to_string()
+    };
+    let config = std::fs::read_to_string(repo_root().join("examples/gates/report.json")).unwrap();
+    let workspace = repo_root().join("examples/workspaces/report-done");
+    let ws = workspace.to_str().unwrap();
+    let (code, out, _) = run_bl(&[
+        "plugin",
+        "run",
+        &at("files"),
+        "--workspace",
+        ws,
+        "--config",
+        &config,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = run_bl(&["plugin", "run", &at("contracts"), "--workspace", ws]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("is a completion contract"), "{out}");
+    let (code, out, _) = run_bl(&["plugin", "run", &at("deny-all"), "--workspace", ws]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("is a publication-policy plugin"), "{out}");
+}
