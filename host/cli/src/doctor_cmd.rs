@@ -47,7 +47,7 @@ pub fn doctor(as_json: bool) -> CliResult {
         Ok(user) => bl_sandbox::doctor::checks(user),
         Err(e) => vec![Check::fail(
             "cage identity",
-            e,
+            e.to_string(),
             Some("fix or unset the variable".into()),
         )],
     };

@@ -14,7 +14,7 @@ use crate::exit::{CliError, CliResult, Exit};
 /// The runner for `tier`, with the caged user (when bl runs as root) from
 /// `BL_SANDBOX_UID`, `BL_SANDBOX_GID` and `BL_SANDBOX_OWNERSHIP`.
 pub fn sandbox(tier: Tier) -> Result<Sandbox, String> {
-    let user = CagedUser::from_env(|name| std::env::var(name).ok())?;
+    let user = CagedUser::from_env(|name| std::env::var(name).ok()).map_err(|e| e.to_string())?;
     Ok(Sandbox::new(tier).with_caged_user(user))
 }
 

@@ -9,6 +9,15 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+/// A capability name an operator or a manifest wrote that cannot be granted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrantError {
+    #[error("unknown capability `{0}`; the capabilities are {names}", names = Capability::ALL.map(Capability::name).join(", "))]
+    Unknown(String),
+    #[error("`{0}` is not granted: it comes with the plugin's world")]
+    ComesWithWorld(Capability),
+}
+
 /// One capability a plugin can be handed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
@@ -48,17 +57,11 @@ impl Capability {
         }
     }
 
-    pub fn parse(name: &str) -> Result<Capability, String> {
+    pub fn parse(name: &str) -> Result<Capability, GrantError> {
         Capability::ALL
             .into_iter()
             .find(|c| c.name() == name)
-            .ok_or_else(|| {
-                let known: Vec<_> = Capability::ALL.iter().map(|c| c.name()).collect();
-                format!(
-                    "unknown capability `{name}`; the capabilities are {}",
-                    known.join(", ")
-                )
-            })
+            .ok_or_else(|| GrantError::Unknown(name.to_string()))
     }
 
     /// Whether every plugin of `world` is handed this with each call.
@@ -156,14 +159,12 @@ impl Grants {
 
     /// Parses operator-written names, refusing unknown ones and the ones that
     /// come with a world rather than a grant.
-    pub fn parse<S: AsRef<str>>(names: &[S]) -> Result<Self, String> {
+    pub fn parse<S: AsRef<str>>(names: &[S]) -> Result<Self, GrantError> {
         let mut set = BTreeSet::new();
         for name in names {
             let capability = Capability::parse(name.as_ref())?;
             if !capability.grantable() {
-                return Err(format!(
-                    "`{capability}` is not granted: it comes with the plugin's world"
-                ));
+                return Err(GrantError::ComesWithWorld(capability));
             }
             set.insert(capability);
         }
@@ -406,11 +407,13 @@ mod tests {
         assert!(
             Grants::parse(&["network"])
                 .unwrap_err()
+                .to_string()
                 .contains("unknown capability")
         );
         assert!(
             Grants::parse(&["workspace"])
                 .unwrap_err()
+                .to_string()
                 .contains("comes with")
         );
     }

@@ -21,8 +21,11 @@ pub enum PackageError {
     Manifest { path: PathBuf, message: String },
     #[error("{}: unknown world `{world}`", path.display())]
     UnknownWorld { path: PathBuf, world: String },
-    #[error("{}: {message}", path.display())]
-    Capability { path: PathBuf, message: String },
+    #[error("{}: {source}", path.display())]
+    Capability {
+        path: PathBuf,
+        source: bl_core::plugin::GrantError,
+    },
     #[error(
         "{}: not a bl plugin component: it exports {exports:?}, which matches no bl world \
          (gate and completion-contract export `check`, transform `run`, publication-policy `decide`)",
@@ -98,9 +101,9 @@ impl PluginPackage {
             .map(|c| Capability::parse(c))
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
-            .map_err(|message| PackageError::Capability {
+            .map_err(|source| PackageError::Capability {
                 path: self.path.clone(),
-                message,
+                source,
             })
     }
 

@@ -59,28 +59,21 @@ impl CagedUser {
     /// The caged user from `BL_SANDBOX_UID`, `BL_SANDBOX_GID` and
     /// `BL_SANDBOX_OWNERSHIP` (read through `lookup`), else nobody. Root
     /// (0) is refused: it is exactly what the cage must not be.
-    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<CagedUser, String> {
-        let id = |var: &str, default: u32| -> Result<u32, String> {
+    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<CagedUser, CagedUserError> {
+        let id = |var: &'static str, default: u32| -> Result<u32, CagedUserError> {
             let Some(text) = lookup(var) else {
                 return Ok(default);
             };
             match text.trim().parse::<u32>() {
-                Ok(0) => Err(format!(
-                    "{var}=0: a caged command never runs as host root; choose an unprivileged id such as 65534"
-                )),
-                Ok(u32::MAX) => Err(format!("{var}={text}: -1 is not an id")),
+                Ok(0) => Err(CagedUserError::Root(var)),
+                Ok(u32::MAX) | Err(_) => Err(CagedUserError::NotAnId(var, text)),
                 Ok(id) => Ok(id),
-                Err(_) => Err(format!("{var}={text:?} is not a numeric id")),
             }
         };
         let idmap = match lookup(OWNERSHIP_VAR).as_deref().map(str::trim) {
             None | Some("") | Some("auto") | Some("idmap") => true,
             Some("chown") => false,
-            Some(other) => {
-                return Err(format!(
-                    "{OWNERSHIP_VAR}={other:?}: use `auto` (an idmapped mount where possible) or `chown`"
-                ));
-            }
+            Some(other) => return Err(CagedUserError::Ownership(other.to_string())),
         };
         Ok(CagedUser {
             uid: id(UID_VAR, CagedUser::NOBODY.uid)?,
@@ -88,6 +81,19 @@ impl CagedUser {
             idmap,
         })
     }
+}
+
+/// A caged user the environment names that bl will not use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CagedUserError {
+    #[error(
+        "{0}=0: a caged command never runs as host root; choose an unprivileged id such as 65534"
+    )]
+    Root(&'static str),
+    #[error("{0}={1:?} is not a numeric id")]
+    NotAnId(&'static str, String),
+    #[error("{OWNERSHIP_VAR}={0:?}: use `auto` (an idmapped mount where possible) or `chown`")]
+    Ownership(String),
 }
 
 /// Whether bl itself runs as root, and so must not hand that on.
@@ -702,7 +708,7 @@ mod tests {
         .unwrap();
         assert_eq!((user.uid, user.gid, user.idmap), (4242, 4343, false));
         let err = CagedUser::from_env(env(&[(UID_VAR, "0")])).unwrap_err();
-        assert!(err.contains("never runs as host root"), "{err}");
+        assert!(err.to_string().contains("never runs as host root"), "{err}");
         assert!(CagedUser::from_env(env(&[(GID_VAR, "0")])).is_err());
         assert!(CagedUser::from_env(env(&[(UID_VAR, "nobody")])).is_err());
         assert!(CagedUser::from_env(env(&[(OWNERSHIP_VAR, "maybe")])).is_err());

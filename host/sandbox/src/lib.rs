@@ -28,8 +28,8 @@ pub use bubblewrap::{
     BRIDGE_BINARY_INSIDE, HIDDEN, PROTECTED, PROXY_LISTEN_INSIDE, PROXY_SOCKET_INSIDE,
     READ_ONLY_PROC,
 };
-pub use caged_user::{CagedUser, Lending};
+pub use caged_user::{CagedUser, CagedUserError, Lending};
 pub use sandbox::{EgressBridge, Sandbox, find_bwrap};
 pub use subprocess::Subprocess;
 pub use tail::TailBuffer;
-pub use tier::Tier;
+pub use tier::{Tier, UnknownTier};

@@ -1,5 +1,10 @@
 //! The isolation tiers a manifest can ask for, by their bounded-loops names.
 
+/// A tier name that is none of [`Tier::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown isolation tier `{0}`; the tiers are {names}", names = Tier::ALL.map(Tier::name).join(", "))]
+pub struct UnknownTier(pub String);
+
 /// How much of the host a command may touch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
@@ -32,17 +37,11 @@ impl Tier {
         }
     }
 
-    pub fn parse(name: &str) -> Result<Tier, String> {
+    pub fn parse(name: &str) -> Result<Tier, UnknownTier> {
         Tier::ALL
             .into_iter()
             .find(|t| t.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<_> = Tier::ALL.iter().map(|t| t.name()).collect();
-                format!(
-                    "unknown isolation tier `{name}`; the tiers are {}",
-                    names.join(", ")
-                )
-            })
+            .ok_or_else(|| UnknownTier(name.to_string()))
     }
 
     /// Whether commands in this tier run under bubblewrap (or Seatbelt).

@@ -696,7 +696,9 @@ while not os.path.exists("go") and time.time() < deadline:
 /// the cage), then lets it go.
 fn seen_from_outside(sandbox: &Sandbox) -> HostView {
     let ws = tempfile::tempdir().unwrap();
-    let marker = format!("bl-adversarial-{}", std::process::id());
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let marker = format!("bl-adversarial-{}-{call}", std::process::id());
     std::thread::scope(|scope| {
         let run = scope.spawn(|| {
             caged_python(
