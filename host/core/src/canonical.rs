@@ -32,7 +32,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// `sha256:` + hex(sha256(canonical(v))).
 pub fn digest(value: &Value) -> String {
-    format!("sha256:{}", sha256_hex(canonical_json(value).as_bytes()))
+    crate::Sha256Digest::of(canonical_json(value).as_bytes()).to_string()
 }
 
 #[cfg(test)]

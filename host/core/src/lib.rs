@@ -13,8 +13,10 @@ pub mod health;
 pub mod package;
 pub mod plugin;
 pub mod pypath;
+pub mod sha256;
 pub mod verdict;
 
 pub use canonical::{canonical_json, digest, python_json, sha256_hex};
 pub use exec::{CommandError, CommandResult, CommandRunner, CommandSpec};
+pub use sha256::Sha256Digest;
 pub use verdict::{Finding, GateOutcome, Location, Severity, Verdict};

@@ -138,7 +138,7 @@ impl PackageDigest {
     /// `sha256:<hex>` over everything fed.
     pub fn finish(mut self) -> Result<String, SizeMismatch> {
         self.close_file()?;
-        Ok(format!("sha256:{}", hex::encode(self.sha.finalize())))
+        Ok(crate::Sha256Digest::finish(self.sha).to_string())
     }
 
     fn close_file(&mut self) -> Result<(), SizeMismatch> {
@@ -195,7 +195,7 @@ mod tests {
         sha.update("f:1:é:0:0:");
         assert_eq!(
             a.finish().unwrap(),
-            format!("sha256:{}", hex::encode(sha.finalize()))
+            crate::Sha256Digest::finish(sha).to_string()
         );
     }
 

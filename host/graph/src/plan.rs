@@ -28,7 +28,7 @@ fn sorted(items: &[String]) -> Vec<String> {
 /// in YAML or JSON, in any key order, digests the same.
 pub fn graph_digest(graph: &Graph) -> String {
     let bytes = records::canonical_bytes(&records::GraphRecord::of(graph));
-    format!("sha256:{}", bl_core::sha256_hex(bytes.as_bytes()))
+    bl_core::Sha256Digest::of(bytes.as_bytes()).to_string()
 }
 
 /// The execution bound: (1 + repair_budget) × Σ max_attempts.
@@ -383,7 +383,7 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
         source_graph_digest: &graph_digest,
     };
     let bytes = records::canonical_bytes(&record);
-    let plan_id = format!("sha256:{}", bl_core::sha256_hex(bytes.as_bytes()));
+    let plan_id = bl_core::Sha256Digest::of(bytes.as_bytes()).to_string();
     Ok(Plan {
         bytes,
         plan_id,

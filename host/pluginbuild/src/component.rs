@@ -194,6 +194,6 @@ pub fn summarize(component: &[u8]) -> Result<ComponentSummary, BuildError> {
         imports,
         exports,
         source_digest: read_source_digest(component)?,
-        component_digest: format!("sha256:{}", bl_core::sha256_hex(component)),
+        component_digest: bl_core::Sha256Digest::of(component).to_string(),
     })
 }

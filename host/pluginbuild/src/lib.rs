@@ -146,7 +146,7 @@ pub fn build(
         world: encoded.world,
         wit_package: encoded.package,
         source_digest: sources.digest.clone(),
-        component_digest: format!("sha256:{}", hex::encode(sha2_digest(&encoded.bytes))),
+        component_digest: bl_core::Sha256Digest::of(&encoded.bytes).to_string(),
     };
     std::fs::create_dir_all(&options.out_dir).map_err(io_error(&options.out_dir))?;
     write_atomically(&component_path, &encoded.bytes)?;
@@ -180,16 +180,11 @@ fn up_to_date(component: &Path, manifest: &Path, digest: &str) -> Option<PluginM
     let bytes = std::fs::read(component).ok()?;
     let manifest: PluginManifest = serde_json::from_slice(&std::fs::read(manifest).ok()?).ok()?;
     let stamped = read_source_digest(&bytes).ok()??;
-    let component_digest = format!("sha256:{}", hex::encode(sha2_digest(&bytes)));
+    let component_digest = bl_core::Sha256Digest::of(&bytes).to_string();
     (stamped == digest
         && manifest.source_digest == digest
         && manifest.component_digest == component_digest)
         .then_some(manifest)
-}
-
-fn sha2_digest(bytes: &[u8]) -> [u8; 32] {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes).into()
 }
 
 /// Writes through a temp file in the same directory and renames it over the

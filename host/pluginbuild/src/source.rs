@@ -285,7 +285,7 @@ pub fn source_digest(crate_dir: &Path) -> Result<SourceSet, BuildError> {
     }
     Ok(SourceSet {
         package,
-        digest: format!("sha256:{}", hex::encode(hasher.finalize())),
+        digest: bl_core::Sha256Digest::finish(hasher).to_string(),
         files: relative.into_keys().collect(),
         root,
     })

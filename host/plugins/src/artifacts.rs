@@ -29,7 +29,7 @@ pub struct InputArtifact {
 
 impl InputArtifact {
     pub fn digest(&self) -> String {
-        format!("sha256:{}", sha256_hex(&self.bytes))
+        bl_core::Sha256Digest::of(&self.bytes).to_string()
     }
 }
 
@@ -151,7 +151,7 @@ impl OutputSink {
                 .remove(&decl.name)
                 .ok_or_else(|| decl.name.clone())?;
             out.push(PublishedOutput {
-                digest: format!("sha256:{}", sha256_hex(&bytes)),
+                digest: bl_core::Sha256Digest::of(&bytes).to_string(),
                 name: decl.name,
                 media_type: decl.media_type,
                 visibility: decl.visibility,

@@ -297,7 +297,7 @@ pub fn run_probe(
         let _ = std::fs::remove_file(&system);
     }
     let passed = checks.iter().all(|(_, ok, _)| *ok);
-    let artifact_digest = artifact.map(|b| format!("sha256:{}", bl_core::sha256_hex(&b)));
+    let artifact_digest = artifact.map(|b| bl_core::Sha256Digest::of(&b).to_string());
     checks.shrink_to_fit();
     let result = json!({
         "tier": runner.name(),

@@ -165,8 +165,8 @@ impl ArtifactStore {
                 limit: self.max_bytes,
             });
         }
-        let hex = bl_core::sha256_hex(bytes);
-        let digest = format!("sha256:{hex}");
+        let sum = bl_core::Sha256Digest::of(bytes);
+        let (hex, digest) = (sum.hex(), sum.to_string());
         let objects = self.root.join("objects");
         if self.get(&digest).is_err() {
             self.write_atomically(&objects, &hex, bytes)?;

@@ -74,7 +74,7 @@ pub fn seal_files(run_dir: &Path) -> Result<Vec<(String, String)>, String> {
                 walk(&entry.path(), &relative, out)?;
             } else if kind.is_file() {
                 let bytes = std::fs::read(entry.path()).map_err(|e| format!("{relative}: {e}"))?;
-                out.push((relative, format!("sha256:{}", bl_core::sha256_hex(&bytes))));
+                out.push((relative, bl_core::Sha256Digest::of(&bytes).to_string()));
             } else {
                 return Err(format!(
                     "{relative} is not a regular file or directory; a run directory holds no symlinks"

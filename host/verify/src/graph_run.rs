@@ -196,7 +196,7 @@ fn verify_plan(dir: &Path) -> Result<String, String> {
         &std::fs::read(dir.join("run-meta.json")).map_err(|e| format!("run-meta.json: {e}"))?,
     )
     .map_err(|e| format!("run-meta.json: {e}"))?;
-    let plan_id = format!("sha256:{}", bl_core::sha256_hex(&plan));
+    let plan_id = bl_core::Sha256Digest::of(&plan).to_string();
     if meta["plan_id"].as_str() != Some(plan_id.as_str()) {
         return Err(format!(
             "plan.json hashes to {plan_id}, but run-meta.json field plan_id is {}",
