@@ -102,19 +102,6 @@ pub fn run(cmd: GraphCommand) -> CliResult {
     }
 }
 
-/// Python's rendering of an OS error, as upstream prints it.
-fn errno_message(error: &std::io::Error, path: &Path) -> String {
-    let text = error.to_string();
-    let text = text.split(" (os error").next().unwrap_or(&text).to_string();
-    match error.raw_os_error() {
-        Some(code) => format!(
-            "[Errno {code}] {text}: {}",
-            bl_graph::doc::py_repr(&path.display().to_string())
-        ),
-        None => text,
-    }
-}
-
 /// Reads and lints a manifest. `Err` carries the refusal and whether it
 /// came before validation (extension and I/O errors print differently).
 enum Loaded {
@@ -159,8 +146,8 @@ fn load(path: &Path, verb: &str) -> Loaded {
     };
     let text = match std::fs::read(path).map(String::from_utf8) {
         Ok(Ok(text)) => text,
-        Ok(Err(e)) => return unreadable(python_utf8_error(e.as_bytes(), e.utf8_error())),
-        Err(e) => return unreadable(errno_message(&e, path)),
+        Ok(Err(e)) => return unreadable(bl_core::python::utf8_error(e.as_bytes(), e.utf8_error())),
+        Err(e) => return unreadable(bl_core::python::os_error(&e, path)),
     };
     match bl_graph::lint(&text, format) {
         Ok(graph) => Loaded::Graph(graph),
@@ -210,18 +197,6 @@ fn lint(path: &Path, as_json: bool) -> CliResult {
     }
 }
 
-fn python_type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
-
 fn plan(
     path: &Path,
     connections: Option<&Path>,
@@ -249,7 +224,7 @@ fn plan(
                     return Err(CliError::refused(format!(
                         "graph plan: cannot read connections {} — {}",
                         file.display(),
-                        errno_message(&e, file)
+                        bl_core::python::os_error(&e, file)
                     )));
                 }
             };
@@ -267,7 +242,7 @@ fn plan(
                 Err(None) => {
                     return Err(CliError::refused(format!(
                         "graph plan: connections must be a JSON array of connection objects, got {}",
-                        python_type_name(&value)
+                        bl_core::python::type_name(&value)
                     )));
                 }
                 Err(Some(e)) => {
@@ -318,7 +293,7 @@ fn plan(
     }
     let roots: Vec<String> = loop_roots
         .iter()
-        .map(|r| bl_core::pypath::pathlib_normal(r).display().to_string())
+        .map(|r| bl_core::python::pathlib_normal(r).display().to_string())
         .collect();
     let admission = report::Admission {
         loop_package_roots: &roots,
@@ -338,7 +313,7 @@ fn plan(
 fn digest(dir: &Path, as_json: bool) -> CliResult {
     // Paths are shown the way bounded-loops shows them (Python's pathlib):
     // `./pkg/` is `pkg`.
-    let shown = bl_core::pypath::pathlib_normal(dir);
+    let shown = bl_core::python::pathlib_normal(dir);
     match bl_packages::digest(&shown) {
         Ok(d) => {
             if as_json {
@@ -353,29 +328,6 @@ fn digest(dir: &Path, as_json: bool) -> CliResult {
             Ok(Exit::Success)
         }
         Err(e) => Err(CliError::refused(format!("graph digest: {e}"))),
-    }
-}
-
-/// A UTF-8 decoding error in Python's words (bounded-loops reports the
-/// `UnicodeDecodeError` as the `io_error` message): the offending byte or
-/// bytes, their position, and why.
-fn python_utf8_error(bytes: &[u8], error: std::str::Utf8Error) -> String {
-    let at = error.valid_up_to();
-    let (len, reason) = match error.error_len() {
-        None => (bytes.len() - at, "unexpected end of data"),
-        Some(1) if !(0xc2..=0xf4).contains(&bytes[at]) => (1, "invalid start byte"),
-        Some(len) => (len, "invalid continuation byte"),
-    };
-    if len == 1 {
-        format!(
-            "'utf-8' codec can't decode byte 0x{:02x} in position {at}: {reason}",
-            bytes[at]
-        )
-    } else {
-        format!(
-            "'utf-8' codec can't decode bytes in position {at}-{}: {reason}",
-            at + len - 1
-        )
     }
 }
 

@@ -12,7 +12,7 @@ pub mod exec;
 pub mod health;
 pub mod package;
 pub mod plugin;
-pub mod pypath;
+pub mod python;
 pub mod sha256;
 pub mod verdict;
 

@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 pub use crate::dag::{is_strict_ancestor, kahn_levels};
+use bl_core::python::list_repr as py_list;
+
 use crate::doc::py_repr;
 use crate::error::{Refusal, RefusalCode};
 use crate::model::*;
@@ -152,11 +154,6 @@ pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, Option<Compil
 
 fn names<T: Named>(values: &[T]) -> Vec<String> {
     values.iter().map(|v| v.name().to_string()).collect()
-}
-
-fn py_list(items: &[String]) -> String {
-    let inner: Vec<String> = items.iter().map(|s| py_repr(s)).collect();
-    format!("[{}]", inner.join(", "))
 }
 
 /// Picks the connection for a node's slot: the first candidate by
