@@ -335,6 +335,7 @@ fn init(posture: &str, allowlist: &[String], yes: bool, config: Option<PathBuf>)
     use bl_egress::posture::{EgressConfig, Posture, default_config_path, write_config};
     let result = Posture::parse(posture)
         .and_then(|posture| EgressConfig::new(posture, allowlist))
+        .map_err(|e| e.to_string())
         .and_then(|egress| {
             let env = |name: &str| std::env::var(name).ok();
             let default = default_config_path(env);
@@ -342,7 +343,7 @@ fn init(posture: &str, allowlist: &[String], yes: bool, config: Option<PathBuf>)
                 .clone()
                 .or(default.clone())
                 .ok_or("no HOME and no --config: say where the egress config goes".to_string())?;
-            write_config(&path, &egress, yes)?;
+            write_config(&path, &egress, yes).map_err(|e| e.to_string())?;
             Ok((egress, path, default))
         });
     match result {

@@ -136,7 +136,7 @@ struct ProxyGuard {
 
 fn start_allowlist_proxy(tier: Tier) -> Result<Option<ProxyGuard>, String> {
     use bl_egress::posture::{Posture, resolve_posture};
-    let config = resolve_posture(|name| std::env::var(name).ok())?;
+    let config = resolve_posture(|name| std::env::var(name).ok()).map_err(|e| e.to_string())?;
     match config.posture {
         Posture::Open => return Ok(None),
         Posture::Broker if tier == Tier::ContainerRestricted => return Ok(None),

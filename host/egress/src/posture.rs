@@ -17,6 +17,57 @@ use serde_json::{Value, json};
 pub const POSTURE_VAR: &str = "BOUNDED_LOOPS_EGRESS_POSTURE";
 pub const CONFIG_VAR: &str = "BOUNDED_LOOPS_EGRESS_CONFIG";
 
+/// Why a posture, an allowlist or the egress config file was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PostureError {
+    #[error("posture {0:?} is not one of open, allowlist, broker")]
+    UnknownPosture(String),
+    #[error("{0:?}: the port must be 1-65535")]
+    BadPort(String),
+    #[error("{0:?} is not a host name or host:port")]
+    BadHost(String),
+    #[error(
+        "--allowlist was given but the posture is '{0}' — allowlist hosts only apply with --posture allowlist"
+    )]
+    AllowlistWithoutPosture(&'static str),
+    #[error("the allowlist posture needs at least one --allowlist host")]
+    EmptyAllowlist,
+    /// The config file's JSON is malformed or has the wrong shape.
+    #[error("{0}")]
+    Shape(String),
+    #[error("{var}: {source}")]
+    Variable {
+        var: &'static str,
+        source: Box<PostureError>,
+    },
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        source: Box<PostureError>,
+    },
+    #[error("{POSTURE_VAR}=allowlist, but {} lists no hosts; run `bl graph init --posture allowlist --allowlist HOST`", .0.display())]
+    FileListsNoHosts(PathBuf),
+    #[error("{POSTURE_VAR}=allowlist, but there is no {} to list the hosts", .0.display())]
+    NoFile(PathBuf),
+    #[error("{} is a symlink; refusing to write through or replace it — remove it and re-run", .0.display())]
+    Symlink(PathBuf),
+    #[error("{} exists; pass --yes to replace it", .0.display())]
+    Exists(PathBuf),
+    #[error("{}: the written config does not read back the same; nothing was replaced", .0.display())]
+    ReadBack(PathBuf),
+    #[error("{}: {message}", path.display())]
+    Io { path: PathBuf, message: String },
+    #[error("{0}")]
+    Random(String),
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> PostureError + '_ {
+    move |e| PostureError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Posture {
     Open,
@@ -25,14 +76,12 @@ pub enum Posture {
 }
 
 impl Posture {
-    pub fn parse(text: &str) -> Result<Posture, String> {
+    pub fn parse(text: &str) -> Result<Posture, PostureError> {
         match text {
             "open" => Ok(Posture::Open),
             "allowlist" => Ok(Posture::Allowlist),
             "broker" => Ok(Posture::Broker),
-            other => Err(format!(
-                "posture {other:?} is not one of open, allowlist, broker"
-            )),
+            other => Err(PostureError::UnknownPosture(other.to_string())),
         }
     }
 
@@ -53,7 +102,7 @@ pub struct AllowedHost {
 }
 
 impl AllowedHost {
-    pub fn parse(text: &str) -> Result<AllowedHost, String> {
+    pub fn parse(text: &str) -> Result<AllowedHost, PostureError> {
         let text = text.trim();
         let (host, port) = match text.rsplit_once(':') {
             Some((host, port)) if !host.contains(':') => (
@@ -61,7 +110,7 @@ impl AllowedHost {
                 port.parse::<u16>()
                     .ok()
                     .filter(|p| *p > 0)
-                    .ok_or_else(|| format!("{text:?}: the port must be 1-65535"))?,
+                    .ok_or_else(|| PostureError::BadPort(text.to_string()))?,
             ),
             _ => (text, 443),
         };
@@ -74,7 +123,7 @@ impl AllowedHost {
                     && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
             });
         if !valid {
-            return Err(format!("{text:?} is not a host name or host:port"));
+            return Err(PostureError::BadHost(text.to_string()));
         }
         Ok(AllowedHost { host, port })
     }
@@ -97,7 +146,7 @@ pub struct EgressConfig {
 impl EgressConfig {
     /// Builds a config from `--posture` and `--allowlist` values (each may
     /// be comma-separated). An allowlist needs the allowlist posture.
-    pub fn new(posture: Posture, allowlist: &[String]) -> Result<EgressConfig, String> {
+    pub fn new(posture: Posture, allowlist: &[String]) -> Result<EgressConfig, PostureError> {
         let entries: Vec<String> = allowlist
             .iter()
             .flat_map(|v| v.split(','))
@@ -117,13 +166,10 @@ impl EgressConfig {
             })
             .collect::<Result<_, _>>()?;
         if posture != Posture::Allowlist && !entries.is_empty() {
-            return Err(format!(
-                "--allowlist was given but the posture is '{}' \u{2014} allowlist hosts only apply with --posture allowlist",
-                posture.as_str()
-            ));
+            return Err(PostureError::AllowlistWithoutPosture(posture.as_str()));
         }
         if posture == Posture::Allowlist && entries.is_empty() {
-            return Err("the allowlist posture needs at least one --allowlist host".into());
+            return Err(PostureError::EmptyAllowlist);
         }
         Ok(EgressConfig {
             posture,
@@ -150,17 +196,21 @@ impl EgressConfig {
         out
     }
 
-    pub fn parse(text: &str) -> Result<EgressConfig, String> {
-        let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let object = value.as_object().ok_or("not a JSON object")?;
+    pub fn parse(text: &str) -> Result<EgressConfig, PostureError> {
+        let shape = |m: &str| PostureError::Shape(m.to_string());
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| PostureError::Shape(e.to_string()))?;
+        let object = value
+            .as_object()
+            .ok_or_else(|| shape("not a JSON object"))?;
         if let Some(unknown) = object.keys().find(|k| *k != "posture" && *k != "allowlist") {
-            return Err(format!("unknown key {unknown:?}"));
+            return Err(PostureError::Shape(format!("unknown key {unknown:?}")));
         }
         let posture = Posture::parse(
             object
                 .get("posture")
                 .and_then(Value::as_str)
-                .ok_or("no \"posture\"")?,
+                .ok_or_else(|| shape("no \"posture\""))?,
         )?;
         let allowlist: Vec<String> = match object.get("allowlist") {
             None => Vec::new(),
@@ -169,10 +219,10 @@ impl EgressConfig {
                 .map(|i| {
                     i.as_str()
                         .map(str::to_string)
-                        .ok_or("allowlist entries are strings")
+                        .ok_or_else(|| shape("allowlist entries are strings"))
                 })
                 .collect::<Result<_, _>>()?,
-            Some(_) => return Err("\"allowlist\" must be a list".into()),
+            Some(_) => return Err(shape("\"allowlist\" must be a list")),
         };
         EgressConfig::new(posture, &allowlist)
     }
@@ -189,10 +239,15 @@ pub fn default_config_path(env: impl Fn(&str) -> Option<String>) -> Option<PathB
 
 /// The posture in force: the variable, else the file, else `open`. A bad
 /// variable or a bad file is an error, never a silent `open`.
-pub fn resolve_posture(env: impl Fn(&str) -> Option<String>) -> Result<EgressConfig, String> {
+pub fn resolve_posture(env: impl Fn(&str) -> Option<String>) -> Result<EgressConfig, PostureError> {
     let from_var = env(POSTURE_VAR)
         .filter(|v| !v.is_empty())
-        .map(|value| Posture::parse(&value).map_err(|e| format!("{POSTURE_VAR}: {e}")))
+        .map(|value| {
+            Posture::parse(&value).map_err(|e| PostureError::Variable {
+                var: POSTURE_VAR,
+                source: Box::new(e),
+            })
+        })
         .transpose()?;
     // Only the allowlist posture needs the file: it holds the hosts.
     if let Some(posture) = from_var
@@ -205,24 +260,20 @@ pub fn resolve_posture(env: impl Fn(&str) -> Option<String>) -> Result<EgressCon
     };
     match std::fs::read_to_string(&path) {
         Ok(text) => {
-            let config =
-                EgressConfig::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let config = EgressConfig::parse(&text).map_err(|e| PostureError::File {
+                path: path.clone(),
+                source: Box::new(e),
+            })?;
             if from_var.is_some() && config.posture != Posture::Allowlist {
-                return Err(format!(
-                    "{POSTURE_VAR}=allowlist, but {} lists no hosts; run `bl graph init --posture allowlist --allowlist HOST`",
-                    path.display()
-                ));
+                return Err(PostureError::FileListsNoHosts(path));
             }
             Ok(config)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match from_var {
-            Some(_) => Err(format!(
-                "{POSTURE_VAR}=allowlist, but there is no {} to list the hosts",
-                path.display()
-            )),
+            Some(_) => Err(PostureError::NoFile(path)),
             None => EgressConfig::new(Posture::Open, &[]),
         },
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(e) => Err(io(&path)(e)),
     }
 }
 
@@ -230,19 +281,17 @@ pub fn resolve_posture(env: impl Fn(&str) -> Option<String>) -> Result<EgressCon
 /// (O_EXCL, O_NOFOLLOW, mode 0600), fsync, read back and parsed to the same
 /// config, then renamed over `path`, and the directory synced. A symlink at
 /// `path` is refused; an existing file is replaced only with `overwrite`.
-pub fn write_config(path: &Path, config: &EgressConfig, overwrite: bool) -> Result<(), String> {
+pub fn write_config(
+    path: &Path,
+    config: &EgressConfig,
+    overwrite: bool,
+) -> Result<(), PostureError> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => {
-            return Err(format!(
-                "{} is a symlink; refusing to write through or replace it \u{2014} remove it and re-run",
-                path.display()
-            ));
+            return Err(PostureError::Symlink(path.to_path_buf()));
         }
         Ok(_) if !overwrite => {
-            return Err(format!(
-                "{} exists; pass --yes to replace it",
-                path.display()
-            ));
+            return Err(PostureError::Exists(path.to_path_buf()));
         }
         _ => {}
     }
@@ -251,38 +300,34 @@ pub fn write_config(path: &Path, config: &EgressConfig, overwrite: bool) -> Resu
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     if !dir.exists() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io(dir))?;
     }
     let mut suffix = [0u8; 8];
-    getrandom::fill(&mut suffix).map_err(|e| e.to_string())?;
+    getrandom::fill(&mut suffix).map_err(|e| PostureError::Random(e.to_string()))?;
     let tmp = dir.join(format!(".egress.{}.tmp", hex::encode(suffix)));
     let text = config.to_text();
-    let write = || -> Result<(), String> {
+    let write = || -> Result<(), PostureError> {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+            .map_err(io(&tmp))?;
         // The mode passed to open is masked by the umask; set it exactly.
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .and_then(|_| file.write_all(text.as_bytes()))
             .and_then(|_| file.sync_all())
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
-        let back = std::fs::read_to_string(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+            .map_err(io(&tmp))?;
+        let back = std::fs::read_to_string(&tmp).map_err(io(&tmp))?;
         if EgressConfig::parse(&back).as_ref() != Ok(config) {
-            return Err(format!(
-                "{}: the written config does not read back the same; nothing was replaced",
-                tmp.display()
-            ));
+            return Err(PostureError::ReadBack(tmp.clone()));
         }
-        std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::rename(&tmp, path).map_err(io(path))?;
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| format!("{}: {e}", dir.display()))
+            .map_err(io(dir))
     };
     let result = write();
     if result.is_err() {
@@ -377,6 +422,7 @@ mod tests {
         assert!(
             write_config(&path, &config, false)
                 .unwrap_err()
+                .to_string()
                 .contains("--yes")
         );
         write_config(&path, &EgressConfig::new(Posture::Open, &[]).unwrap(), true).unwrap();
@@ -389,6 +435,7 @@ mod tests {
         assert!(
             write_config(&link, &config, true)
                 .unwrap_err()
+                .to_string()
                 .contains("symlink")
         );
         assert_eq!(
