@@ -180,6 +180,27 @@ impl Grants {
     }
 }
 
+/// Why a component was not admitted, as the sentence after "the plugin
+/// cannot load:".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitError {
+    #[error("it imports `{0}`, which bl does not provide to plugins")]
+    Unprovided(String),
+    #[error("it imports `{import}` ({capability}), which a {world} plugin is never handed")]
+    NotForWorld {
+        import: String,
+        capability: Capability,
+        world: World,
+    },
+    #[error("it imports the `{0}` capability, but its manifest does not request it")]
+    Undeclared(Capability),
+    #[error(
+        "it imports the `{0}` capability, which was not granted; grant it with `--grant {0}` \
+         or in the manifest's `grants`, or use a plugin that does not need it"
+    )]
+    NotGranted(Capability),
+}
+
 /// Checks a component's imports against its world, its manifest's requests
 /// (when there is a manifest) and the operator's grants. Returns the
 /// capabilities the component requests.
@@ -188,22 +209,22 @@ pub fn admit(
     world: World,
     declared: Option<&[Capability]>,
     grants: &Grants,
-) -> Result<BTreeSet<Capability>, String> {
+) -> Result<BTreeSet<Capability>, AdmitError> {
     let mut requested = BTreeSet::new();
     for import in imports {
         let name = &import.name;
         match classify(import) {
             ImportClass::TypesOnly | ImportClass::DenyAllWasi => {}
             ImportClass::Unknown => {
-                return Err(format!(
-                    "it imports `{name}`, which bl does not provide to plugins"
-                ));
+                return Err(AdmitError::Unprovided(name.clone()));
             }
             ImportClass::Capability(c) => {
                 if !c.grantable() && !c.intrinsic_to(world) {
-                    return Err(format!(
-                        "it imports `{name}` ({c}), which a {world} plugin is never handed"
-                    ));
+                    return Err(AdmitError::NotForWorld {
+                        import: name.clone(),
+                        capability: c,
+                        world,
+                    });
                 }
                 requested.insert(c);
             }
@@ -212,9 +233,7 @@ pub fn admit(
     if let Some(declared) = declared {
         for c in &requested {
             if c.grantable() && !declared.contains(c) {
-                return Err(format!(
-                    "it imports the `{c}` capability, but its manifest does not request it"
-                ));
+                return Err(AdmitError::Undeclared(*c));
             }
         }
     }
@@ -225,10 +244,7 @@ pub fn admit(
             && !matches!(c, Capability::Clock | Capability::Random)
             && !grants.allows(*c)
         {
-            return Err(format!(
-                "it imports the `{c}` capability, which was not granted; grant it with `--grant {c}` \
-                 or in the manifest's `grants`, or use a plugin that does not need it"
-            ));
+            return Err(AdmitError::NotGranted(*c));
         }
     }
     Ok(requested)
@@ -334,7 +350,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            err.contains("`command` capability, which was not granted"),
+            err.to_string().contains("`command` capability, which was not granted"),
             "{err}"
         );
         let ok = admit(
@@ -366,7 +382,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            err.contains("publication-policy plugin is never handed"),
+            err.to_string().contains("publication-policy plugin is never handed"),
             "{err}"
         );
     }
@@ -380,7 +396,7 @@ mod tests {
             &Grants::of([Capability::Log]),
         )
         .unwrap_err();
-        assert!(err.contains("manifest does not request it"), "{err}");
+        assert!(err.to_string().contains("manifest does not request it"), "{err}");
     }
 
     #[test]
@@ -398,7 +414,7 @@ mod tests {
             &Grants::none(),
         )
         .unwrap_err();
-        assert!(err.contains("acme:evil/net"), "{err}");
+        assert!(err.to_string().contains("acme:evil/net"), "{err}");
     }
 
     #[test]

@@ -268,8 +268,8 @@ impl Runtime {
             message,
         };
         let component = self.compile(name, bytes)?;
-        let requested =
-            admit(&self.imports(&component), world, declared, grants).map_err(load_error)?;
+        let requested = admit(&self.imports(&component), world, declared, grants)
+            .map_err(|e| load_error(e.to_string()))?;
         let instance_pre = self
             .linker
             .instantiate_pre(&component)
