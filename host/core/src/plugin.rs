@@ -350,7 +350,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            err.to_string().contains("`command` capability, which was not granted"),
+            err.to_string()
+                .contains("`command` capability, which was not granted"),
             "{err}"
         );
         let ok = admit(
@@ -382,7 +383,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            err.to_string().contains("publication-policy plugin is never handed"),
+            err.to_string()
+                .contains("publication-policy plugin is never handed"),
             "{err}"
         );
     }
@@ -396,7 +398,10 @@ mod tests {
             &Grants::of([Capability::Log]),
         )
         .unwrap_err();
-        assert!(err.to_string().contains("manifest does not request it"), "{err}");
+        assert!(
+            err.to_string().contains("manifest does not request it"),
+            "{err}"
+        );
     }
 
     #[test]

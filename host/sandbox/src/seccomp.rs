@@ -544,27 +544,45 @@ fn compile(refusal: Refusal, errno: u32) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// The x32 ABI reaches the same kernel with syscall numbers that have bit
-/// 30 set and the x86_64 architecture tag, so no row above would match
-/// them: this program refuses every such call (as libseccomp and Docker
-/// do). On other architectures there is no such ABI.
-#[cfg(target_arch = "x86_64")]
-fn x32_guard() -> Vec<u8> {
+/// The first syscall number newer than this table: Docker's profile is an
+/// allow list, so a syscall added to Linux after it is refused there; here
+/// every number from this one up answers ENOSYS (as runc answers syscalls
+/// newer than its profile), so callers fall back to older calls.
+pub const FIRST_UNREVIEWED_SYSCALL: u32 = 468;
+
+/// A hand-written program for what no row can say: numbers newer than the
+/// table get ENOSYS, and on x86_64 every call through the x32 ABI (numbers
+/// with bit 30 set and the x86_64 architecture tag, which no row would
+/// match) gets EPERM, as libseccomp and Docker refuse them.
+fn range_guard() -> Vec<u8> {
     const LOAD_WORD: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-    const JUMP_IF_EQUAL: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
     const JUMP_IF_AT_LEAST: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
     const RETURN: u16 = 0x06; // BPF_RET | BPF_K
-    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
     const RET_ERRNO: u32 = 0x0005_0000;
     const RET_ALLOW: u32 = 0x7fff_0000;
+    let enosys = RET_ERRNO | libc::ENOSYS as u32;
     // seccomp_data: nr at offset 0, arch at offset 4.
-    let program: [(u16, u8, u8, u32); 6] = [
-        (LOAD_WORD, 0, 0, 4),
-        (JUMP_IF_EQUAL, 0, 3, AUDIT_ARCH_X86_64),
+    #[cfg(target_arch = "x86_64")]
+    let program: Vec<(u16, u8, u8, u32)> = {
+        const JUMP_IF_EQUAL: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+        const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+        const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+        vec![
+            (LOAD_WORD, 0, 0, 4),
+            (JUMP_IF_EQUAL, 0, 5, AUDIT_ARCH_X86_64),
+            (LOAD_WORD, 0, 0, 0),
+            (JUMP_IF_AT_LEAST, 0, 1, X32_SYSCALL_BIT),
+            (RETURN, 0, 0, RET_ERRNO | libc::EPERM as u32),
+            (JUMP_IF_AT_LEAST, 0, 1, FIRST_UNREVIEWED_SYSCALL),
+            (RETURN, 0, 0, enosys),
+            (RETURN, 0, 0, RET_ALLOW),
+        ]
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let program: Vec<(u16, u8, u8, u32)> = vec![
         (LOAD_WORD, 0, 0, 0),
-        (JUMP_IF_AT_LEAST, 0, 1, X32_SYSCALL_BIT),
-        (RETURN, 0, 0, RET_ERRNO | libc::EPERM as u32),
+        (JUMP_IF_AT_LEAST, 0, 1, FIRST_UNREVIEWED_SYSCALL),
+        (RETURN, 0, 0, enosys),
         (RETURN, 0, 0, RET_ALLOW),
     ];
     let mut bytes = Vec::with_capacity(program.len() * 8);
@@ -577,17 +595,15 @@ fn x32_guard() -> Vec<u8> {
     bytes
 }
 
-/// The compiled filters, one per way of refusing (and, on x86_64, the x32
-/// guard), as raw cBPF programs for `bwrap --add-seccomp-fd`. The kernel
+/// The compiled filters, one per way of refusing, and the range guard, as
+/// raw cBPF programs for `bwrap --add-seccomp-fd`. The kernel
 /// runs them all; a call any of them refuses is refused.
 pub fn programs() -> Result<Vec<Vec<u8>>, String> {
-    let mut programs = vec![
+    Ok(vec![
         compile(Refusal::Denied, libc::EPERM as u32)?,
         compile(Refusal::Missing, libc::ENOSYS as u32)?,
-    ];
-    #[cfg(target_arch = "x86_64")]
-    programs.push(x32_guard());
-    Ok(programs)
+        range_guard(),
+    ])
 }
 
 #[cfg(test)]
