@@ -342,6 +342,27 @@ impl Staging {
             Some(LentTree::lend(workspace, user)?)
         };
         let mut attach = vec![(tree, c_path(&staged_workspace)?)];
+        if user.idmap && writable {
+            // Through the idmapped mount, every file of the owner's looks
+            // like the caged user's. Two kinds must stay out of its reach:
+            // a file with more than one link (another may live outside the
+            // workspace) and a set-id file (rewritten, it would run with the
+            // owner's rights). Each gets a read-only mount of itself.
+            for rel in pinned_files(workspace)? {
+                let tree = clone_mount(&workspace.join(&rel))?;
+                set_mount_attr(
+                    &tree,
+                    &MountAttr {
+                        attr_set: MOUNT_ATTR_RDONLY,
+                        attr_clr: 0,
+                        propagation: 0,
+                        userns_fd: 0,
+                    },
+                )
+                .map_err(|e| denied(format!("cannot pin {} read-only", rel.display()), e))?;
+                attach.push((tree, c_path(&staged_workspace.join(&rel))?));
+            }
+        }
 
         let mut bridge_binary = None;
         let mut proxy_socket = None;
@@ -396,6 +417,34 @@ impl Staging {
             Some(lent) => lent.give_back(),
             None => Ok(()),
         }
+    }
+}
+
+/// The regular files under `root` that a caged command must not write
+/// through an idmapped mount: more than one link, or a set-id bit.
+fn pinned_files(root: &Path) -> Result<Vec<PathBuf>, CommandError> {
+    let fail = |e: std::io::Error| denied(format!("cannot walk {}", root.display()), e);
+    let root_fd = open_root(root).map_err(fail)?;
+    let device = nix::sys::stat::fstat(&root_fd)
+        .map_err(|e| fail(e.into()))?
+        .st_dev;
+    let mut pinned = Vec::new();
+    let error = visit_below(
+        root_fd,
+        Path::new(""),
+        device,
+        1,
+        &mut |_, _, path, stat| {
+            let is_file = stat.st_mode & libc::S_IFMT == libc::S_IFREG;
+            if is_file && (stat.st_nlink > 1 || stat.st_mode & 0o6000 != 0) {
+                pinned.push(path.to_path_buf());
+            }
+            Ok(())
+        },
+    );
+    match error {
+        None => Ok(pinned),
+        Some(e) => Err(fail(e)),
     }
 }
 
@@ -470,15 +519,17 @@ const MAX_DEPTH: usize = 512;
 type Visit<'a> = dyn FnMut(
         std::os::fd::BorrowedFd<'_>,
         &std::ffi::CStr,
+        &Path,
         &nix::sys::stat::FileStat,
     ) -> nix::Result<()>
     + 'a;
 
-/// Calls `visit(parent, name, stat)` for every entry below the open
-/// directory `dir`, depth first, and returns the first error met (the walk
-/// goes on past errors).
+/// Calls `visit(parent, name, path, stat)` for every entry below the open
+/// directory `dir` (`path` relative to where the walk began), depth first,
+/// and returns the first error met (the walk goes on past errors).
 fn visit_below(
     dir: std::os::fd::OwnedFd,
+    prefix: &Path,
     device: u64,
     depth: usize,
     visit: &mut Visit<'_>,
@@ -519,7 +570,8 @@ fn visit_below(
         if stat.st_dev != device {
             continue;
         }
-        if let Err(e) = visit(parent, &name, &stat) {
+        let path = prefix.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        if let Err(e) = visit(parent, &name, &path, &stat) {
             keep(&mut first_error, e);
         }
         if SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFDIR {
@@ -539,7 +591,7 @@ fn visit_below(
         );
         match child {
             Ok(child) => {
-                if let Some(e) = visit_below(child, device, depth + 1, visit) {
+                if let Some(e) = visit_below(child, &path, device, depth + 1, visit) {
                     first_error.get_or_insert(e);
                 }
             }
@@ -610,9 +662,10 @@ impl LentTree {
         let owners = &mut lent.owners;
         let error = visit_below(
             nix::unistd::dup(&root_fd).map_err(|e| fail(e.into()))?,
+            Path::new(""),
             stat.st_dev,
             1,
-            &mut |parent, name, stat| {
+            &mut |parent, name, _, stat| {
                 let is_file = stat.st_mode & libc::S_IFMT == libc::S_IFREG;
                 // Another link may live outside the workspace; chown would
                 // clear a set-id bit that must not come back on new content.
@@ -653,9 +706,10 @@ impl LentTree {
         }
         let error = visit_below(
             nix::unistd::dup(&root_fd)?,
+            Path::new(""),
             self.device,
             1,
-            &mut |parent, name, stat| match wanted(stat) {
+            &mut |parent, name, _, stat| match wanted(stat) {
                 Some(want) if (stat.st_uid, stat.st_gid) != want => chown_at(parent, name, want),
                 _ => Ok(()),
             },

@@ -860,35 +860,51 @@ fn a_workspace_write_lands_and_is_owned_as_before() {
 #[test]
 fn a_lent_workspace_keeps_hard_links_and_set_id_files_out_of_reach() {
     if !is_root() {
-        return; // only root lends by chown
+        return; // only root lends (an ordinary user's cage is that user)
     }
-    let Some(sandbox) = cage() else { return };
-    let sandbox = sandbox.with_caged_user(CagedUser {
-        idmap: false,
-        ..CagedUser::NOBODY
-    });
-    let ws = tempfile::tempdir().unwrap();
-    let elsewhere = tempfile::tempdir_in(ws.path().parent().unwrap()).unwrap();
-    std::fs::write(elsewhere.path().join("shared"), "host\n").unwrap();
-    std::fs::hard_link(elsewhere.path().join("shared"), ws.path().join("linked")).unwrap();
-    std::fs::write(ws.path().join("setuid"), "#!/bin/sh\n").unwrap();
-    std::fs::set_permissions(
-        ws.path().join("setuid"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o4755),
-    )
-    .unwrap();
-    let (_, out, _) = caged(
-        &sandbox,
-        ws.path(),
-        "echo changed > linked && echo LINK-WRITTEN; echo x >> setuid && echo SETUID-WRITTEN; true",
-    );
-    assert!(!out.contains("WRITTEN"), "{out}");
-    assert_eq!(
-        std::fs::read_to_string(elsewhere.path().join("shared")).unwrap(),
-        "host\n"
-    );
-    let meta = std::fs::metadata(ws.path().join("setuid")).unwrap();
-    assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o4755));
+    // Under both lendings: by chown such files are not lent; through the
+    // idmapped mount each gets a read-only mount of itself.
+    for user in lendings() {
+        for tier in [Tier::ContainerRestricted, Tier::ProcessRestricted] {
+            let Some(sandbox) = cage_of(tier) else { return };
+            let sandbox = sandbox.with_caged_user(user);
+            let ws = tempfile::tempdir().unwrap();
+            std::fs::create_dir(ws.path().join("sub")).unwrap();
+            let elsewhere = tempfile::tempdir_in(ws.path().parent().unwrap()).unwrap();
+            std::fs::write(elsewhere.path().join("shared"), "host\n").unwrap();
+            std::fs::hard_link(
+                elsewhere.path().join("shared"),
+                ws.path().join("sub/linked"),
+            )
+            .unwrap();
+            std::fs::write(ws.path().join("setuid"), "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(
+                ws.path().join("setuid"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o4755),
+            )
+            .unwrap();
+            let (code, out, err) = caged(
+                &sandbox,
+                ws.path(),
+                "echo changed > sub/linked && echo LINK-WRITTEN; echo x >> setuid && echo SETUID-WRITTEN; \
+                 echo fine > other && echo ok",
+            );
+            let what = format!("{} with {user:?}: {out}{err}", tier.name());
+            assert_eq!(code, Some(0), "{what}");
+            assert!(!out.contains("WRITTEN") && out.contains("ok"), "{what}");
+            assert_eq!(
+                std::fs::read_to_string(elsewhere.path().join("shared")).unwrap(),
+                "host\n",
+                "{what}"
+            );
+            let meta = std::fs::metadata(ws.path().join("setuid")).unwrap();
+            assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o4755), "{what}");
+            assert_eq!(
+                std::fs::read_to_string(ws.path().join("setuid")).unwrap(),
+                "#!/bin/sh\n"
+            );
+        }
+    }
 }
 
 /// Run as root, the test binary runs this again as an ordinary user.
