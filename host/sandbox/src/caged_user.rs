@@ -75,9 +75,13 @@ impl CagedUser {
             Some("chown") => false,
             Some(other) => return Err(CagedUserError::Ownership(other.to_string())),
         };
+        let gid = id(GID_VAR, CagedUser::NOBODY.gid)?;
+        if let Some(name) = privileged_group_name(gid) {
+            return Err(CagedUserError::PrivilegedGroup(gid, name));
+        }
         Ok(CagedUser {
             uid: id(UID_VAR, CagedUser::NOBODY.uid)?,
-            gid: id(GID_VAR, CagedUser::NOBODY.gid)?,
+            gid,
             idmap,
         })
     }
@@ -94,6 +98,37 @@ pub enum CagedUserError {
     NotAnId(&'static str, String),
     #[error("{OWNERSHIP_VAR}={0:?}: use `auto` (an idmapped mount where possible) or `chown`")]
     Ownership(String),
+    #[error(
+        "{GID_VAR}={0} is the group `{1}`, which grants host privileges (disks, the Docker socket, sudo, logs); choose an unprivileged group such as 65534"
+    )]
+    PrivilegedGroup(u32, String),
+}
+
+/// Groups whose members hold host privileges, by their usual names.
+const PRIVILEGED_GROUPS: &[&str] = &[
+    "root",
+    "wheel",
+    "sudo",
+    "admin",
+    "adm",
+    "disk",
+    "kmem",
+    "shadow",
+    "docker",
+    "lxd",
+    "libvirt",
+    "systemd-journal",
+];
+
+/// The name `/etc/group` gives `gid`, when it is one of the privileged groups.
+fn privileged_group_name(gid: u32) -> Option<String> {
+    let groups = std::fs::read_to_string("/etc/group").ok()?;
+    groups.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let id: u32 = fields.nth(1)?.parse().ok()?;
+        (id == gid && PRIVILEGED_GROUPS.contains(&name)).then(|| name.to_string())
+    })
 }
 
 /// Whether bl itself runs as root, and so must not hand that on.
@@ -766,5 +801,17 @@ mod tests {
         assert!(CagedUser::from_env(env(&[(GID_VAR, "0")])).is_err());
         assert!(CagedUser::from_env(env(&[(UID_VAR, "nobody")])).is_err());
         assert!(CagedUser::from_env(env(&[(OWNERSHIP_VAR, "maybe")])).is_err());
+        // The disk group (6 on Debian) would hand the cage the host's disks.
+        if let Some(disk) = std::fs::read_to_string("/etc/group")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("disk:x:"))
+            .and_then(|rest| rest.split(':').next())
+        {
+            let disk = disk.to_string();
+            let err =
+                CagedUser::from_env(move |k| (k == GID_VAR).then(|| disk.clone())).unwrap_err();
+            assert!(err.to_string().contains("`disk`"), "{err}");
+        }
     }
 }
