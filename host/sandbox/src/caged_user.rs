@@ -234,6 +234,28 @@ fn set_mount_attr(tree: &OwnedFd, attr: &MountAttr) -> std::io::Result<()> {
     }
 }
 
+fn make_read_only(tree: &OwnedFd) -> std::io::Result<()> {
+    set_mount_attr(
+        tree,
+        &MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        },
+    )
+}
+
+/// Whether a caged command must never write this entry, whoever lends it:
+/// a regular file with more than one link (another may live outside the
+/// workspace) or with a set-id bit (rewritten, it would run with its
+/// owner's rights; chown would clear the bit, which must not come back on
+/// new content).
+fn out_of_reach(stat: &nix::sys::stat::FileStat) -> bool {
+    stat.st_mode & libc::S_IFMT == libc::S_IFREG
+        && (stat.st_nlink > 1 || stat.st_mode & 0o6000 != 0)
+}
+
 /// User namespaces that only carry an idmapping, one per mapping, kept for
 /// the life of the process (making one costs a fork).
 static IDMAP_NAMESPACES: Mutex<Vec<(IdMapping, OwnedFd)>> = Mutex::new(Vec::new());
@@ -346,16 +368,8 @@ impl Staging {
 
         let tree = clone_mount(workspace)?;
         if !writable {
-            set_mount_attr(
-                &tree,
-                &MountAttr {
-                    attr_set: MOUNT_ATTR_RDONLY,
-                    attr_clr: 0,
-                    propagation: 0,
-                    userns_fd: 0,
-                },
-            )
-            .map_err(|e| denied("cannot make the workspace mount read-only", e))?;
+            make_read_only(&tree)
+                .map_err(|e| denied("cannot make the workspace mount read-only", e))?;
         }
         let lent = if user.idmap {
             idmap(&tree, owner, user).map_err(|e| {
@@ -385,16 +399,8 @@ impl Staging {
             // owner's rights). Each gets a read-only mount of itself.
             for rel in pinned_files(workspace)? {
                 let tree = clone_mount(&workspace.join(&rel))?;
-                set_mount_attr(
-                    &tree,
-                    &MountAttr {
-                        attr_set: MOUNT_ATTR_RDONLY,
-                        attr_clr: 0,
-                        propagation: 0,
-                        userns_fd: 0,
-                    },
-                )
-                .map_err(|e| denied(format!("cannot pin {} read-only", rel.display()), e))?;
+                make_read_only(&tree)
+                    .map_err(|e| denied(format!("cannot pin {} read-only", rel.display()), e))?;
                 attach.push((tree, c_path(&staged_workspace.join(&rel))?));
             }
         }
@@ -470,8 +476,7 @@ fn pinned_files(root: &Path) -> Result<Vec<PathBuf>, CommandError> {
         device,
         1,
         &mut |_, _, path, stat| {
-            let is_file = stat.st_mode & libc::S_IFMT == libc::S_IFREG;
-            if is_file && (stat.st_nlink > 1 || stat.st_mode & 0o6000 != 0) {
+            if out_of_reach(stat) {
                 pinned.push(path.to_path_buf());
             }
             Ok(())
@@ -701,10 +706,7 @@ impl LentTree {
             stat.st_dev,
             1,
             &mut |parent, name, _, stat| {
-                let is_file = stat.st_mode & libc::S_IFMT == libc::S_IFREG;
-                // Another link may live outside the workspace; chown would
-                // clear a set-id bit that must not come back on new content.
-                if is_file && (stat.st_nlink > 1 || stat.st_mode & 0o6000 != 0) {
+                if out_of_reach(stat) {
                     return Ok(());
                 }
                 owners.insert(stat.st_ino, (stat.st_uid, stat.st_gid));

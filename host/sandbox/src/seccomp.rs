@@ -534,14 +534,22 @@ fn compile(refusal: Refusal, errno: u32) -> Result<Vec<u8>, String> {
     )
     .map_err(err)?;
     let program: BpfProgram = filter.try_into().map_err(err)?;
-    let mut bytes = Vec::with_capacity(program.len() * 8);
-    for ins in program {
-        bytes.extend_from_slice(&ins.code.to_ne_bytes());
-        bytes.push(ins.jt);
-        bytes.push(ins.jf);
-        bytes.extend_from_slice(&ins.k.to_ne_bytes());
+    Ok(encode(
+        program.into_iter().map(|i| (i.code, i.jt, i.jf, i.k)),
+    ))
+}
+
+/// cBPF instructions (code, jump-if-true, jump-if-false, constant) as the
+/// raw `struct sock_filter` array bwrap reads.
+fn encode(program: impl IntoIterator<Item = (u16, u8, u8, u32)>) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for (code, jt, jf, k) in program {
+        bytes.extend_from_slice(&code.to_ne_bytes());
+        bytes.push(jt);
+        bytes.push(jf);
+        bytes.extend_from_slice(&k.to_ne_bytes());
     }
-    Ok(bytes)
+    bytes
 }
 
 /// The first syscall number newer than this table: Docker's profile is an
@@ -585,14 +593,7 @@ fn range_guard() -> Vec<u8> {
         (RETURN, 0, 0, enosys),
         (RETURN, 0, 0, RET_ALLOW),
     ];
-    let mut bytes = Vec::with_capacity(program.len() * 8);
-    for (code, jt, jf, k) in program {
-        bytes.extend_from_slice(&code.to_ne_bytes());
-        bytes.push(jt);
-        bytes.push(jf);
-        bytes.extend_from_slice(&k.to_ne_bytes());
-    }
-    bytes
+    encode(program)
 }
 
 /// The compiled filters, one per way of refusing, and the range guard, as
