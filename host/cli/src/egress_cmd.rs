@@ -95,7 +95,7 @@ fn check(url: &str, json: bool) -> CliResult {
 struct StderrAudit(Option<bl_store::EgressLog>);
 
 impl bl_egress::EgressAudit for StderrAudit {
-    fn record(&self, event: bl_egress::EgressEvent) -> Result<(), String> {
+    fn record(&self, event: bl_egress::EgressEvent) -> Result<(), bl_egress::AuditError> {
         eprintln!(
             "BL_EGRESS {}",
             serde_json::to_string(&event).expect("events serialize")
@@ -164,7 +164,7 @@ fn send(
         }
     };
     let result = runtime.block_on(async {
-        let resolver = bl_egress::Resolver::system()?;
+        let resolver = bl_egress::Resolver::system().map_err(|e| e.to_string())?;
         let broker = bl_egress::Broker::new(
             records,
             resolver,

@@ -239,13 +239,10 @@ fn plan(
             };
             match bl_graph::parse_connections(&value) {
                 Ok(c) => Some(c),
-                Err(None) => {
-                    return Err(CliError::refused(format!(
-                        "graph plan: connections must be a JSON array of connection objects, got {}",
-                        bl_core::python::type_name(&value)
-                    )));
+                Err(e @ bl_graph::ConnectionsError::NotAnArray(_)) => {
+                    return Err(CliError::refused(format!("graph plan: {e}")));
                 }
-                Err(Some(e)) => {
+                Err(bl_graph::ConnectionsError::Refused(e)) => {
                     return Err(CliError::refused(format!(
                         "graph plan: compile failed [{}] {} — {}",
                         e.code, e.pointer, e.message

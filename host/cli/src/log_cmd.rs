@@ -95,10 +95,9 @@ fn recover(path: PathBuf) -> CliResult {
 }
 
 fn checkpoint(path: &Path, key: Option<&Path>) -> CliResult {
-    let result = key
-        .map(read_signing_key)
-        .transpose()
-        .and_then(|key| write_checkpoint(&run_dir_of(path), key.as_ref()));
+    let result = key.map(read_signing_key).transpose().and_then(|key| {
+        write_checkpoint(&run_dir_of(path), key.as_ref()).map_err(|e| e.to_string())
+    });
     match result {
         Ok((file, cp)) => {
             println!(
@@ -124,7 +123,8 @@ fn b64(hash: &merkle::Hash) -> String {
 /// two sizes.
 fn prove(path: &Path, line: Option<usize>, size: Option<usize>, from: Option<usize>) -> CliResult {
     let result = (|| {
-        let (leaves, _) = log_leaves(&run_dir_of(path).join(EVENTS_FILE))?;
+        let (leaves, _) =
+            log_leaves(&run_dir_of(path).join(EVENTS_FILE)).map_err(|e| e.to_string())?;
         let size = size.unwrap_or(leaves.len());
         if size == 0 || size > leaves.len() {
             return Err(format!(

@@ -153,7 +153,7 @@ fn start_allowlist_proxy(tier: Tier) -> Result<Option<ProxyGuard>, String> {
         .tempdir()
         .map_err(|e| e.to_string())?;
     let socket = dir.path().join("egress.sock");
-    let resolver = bl_egress::Resolver::system()?;
+    let resolver = bl_egress::Resolver::system().map_err(|e| e.to_string())?;
     let proxy = std::sync::Arc::new(bl_egress::proxy::ConnectProxy::new(
         config.allowed(),
         bl_egress::AddressPolicy::production(),

@@ -21,5 +21,18 @@ pub struct EgressEvent {
 /// decision that lets a request out must be recorded first: if recording
 /// `egress.authorized` or `egress.redirect` fails, the request is not sent.
 pub trait EgressAudit: Send + Sync {
-    fn record(&self, event: EgressEvent) -> Result<(), String>;
+    fn record(&self, event: EgressEvent) -> Result<(), AuditError>;
+}
+
+/// Why a decision could not be recorded. Either way the request it would
+/// have let out is not sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuditError {
+    /// The record could not be written; the store's reason, which names
+    /// the file.
+    #[error("{0}")]
+    Unwritable(String),
+    /// A writer panicked while holding the shared record.
+    #[error("the egress log's lock is poisoned")]
+    Poisoned,
 }

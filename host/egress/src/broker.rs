@@ -47,7 +47,7 @@ impl CredentialSource for EnvCredentials {
     }
 }
 
-pub use bl_core::egress_audit::{EgressAudit, EgressEvent};
+pub use bl_core::egress_audit::{AuditError, EgressAudit, EgressEvent};
 
 /// Keeps events in memory (tests, and callers that copy them elsewhere).
 #[derive(Default)]
@@ -62,7 +62,7 @@ impl MemoryAudit {
 }
 
 impl EgressAudit for MemoryAudit {
-    fn record(&self, event: EgressEvent) -> Result<(), String> {
+    fn record(&self, event: EgressEvent) -> Result<(), AuditError> {
         self.events.lock().expect("audit lock").push(event);
         Ok(())
     }
@@ -113,7 +113,7 @@ pub enum EgressError {
     #[error("request failed: {0}")]
     Http(String),
     #[error("the decision could not be recorded, so the request was not sent: {0}")]
-    Unrecorded(String),
+    Unrecorded(AuditError),
 }
 
 /// What the node asks to send: a body, to its connection's endpoint.

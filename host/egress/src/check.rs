@@ -6,6 +6,7 @@ use std::net::IpAddr;
 
 use crate::address::classify;
 use crate::destination::{Decision, Denial, Destination, HostKind, judge_url};
+use crate::resolve::{ResolveError, Resolver};
 
 /// One resolved (or literal) address and its class.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -36,21 +37,12 @@ fn checked(addr: IpAddr) -> CheckedAddress {
 }
 
 /// Resolves `name` once; every address must be public unicast.
-pub fn resolve(name: &str) -> Result<Vec<IpAddr>, String> {
+pub fn resolve(name: &str) -> Result<Vec<IpAddr>, ResolveError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("resolver runtime: {e}"))?;
-    runtime.block_on(async {
-        let resolver = hickory_resolver::TokioResolver::builder_tokio()
-            .map_err(|e| format!("reading the system's resolver configuration: {e}"))?
-            .build();
-        let lookup = resolver
-            .lookup_ip(name)
-            .await
-            .map_err(|e| format!("{name} does not resolve: {e}"))?;
-        Ok(lookup.iter().collect())
-    })
+        .map_err(|e| ResolveError::Runtime(e.to_string()))?;
+    runtime.block_on(async { Resolver::system()?.lookup(name).await })
 }
 
 pub fn check(url: &str) -> CheckReport {
@@ -80,16 +72,9 @@ pub fn check(url: &str) -> CheckReport {
     let addresses: Vec<CheckedAddress> = match &host {
         HostKind::Ip(addr) => vec![checked(*addr)],
         HostKind::Name(name) => match resolve(name) {
-            Ok(addrs) if addrs.is_empty() => {
-                return deny(
-                    Some(destination),
-                    Vec::new(),
-                    format!("{name} resolves to no address"),
-                );
-            }
             Ok(addrs) => addrs.into_iter().map(checked).collect(),
             // Unknown addresses are not public ones: fail closed.
-            Err(e) => return deny(Some(destination), Vec::new(), e),
+            Err(e) => return deny(Some(destination), Vec::new(), e.to_string()),
         },
     };
     if let Some(bad) = addresses.iter().find(|a| !a.public) {

@@ -29,10 +29,10 @@ pub mod resolve;
 pub use address::{AddressClass, classify};
 pub use admitted::{AdmittedConnection, AdmittedError, parse_admitted};
 pub use broker::{
-    Broker, BrokerLimits, Credential, CredentialSource, EgressAudit, EgressError, EgressEvent,
-    EnvCredentials, ForwardedResponse, MemoryAudit, OutboundRequest,
+    AuditError, Broker, BrokerLimits, Credential, CredentialSource, EgressAudit, EgressError,
+    EgressEvent, EnvCredentials, ForwardedResponse, MemoryAudit, OutboundRequest,
 };
 pub use check::{CheckReport, CheckedAddress, check, resolve};
 pub use destination::{Decision, Denial, Destination, HostKind, judge_address, judge_url};
 pub use lease::{Lease, LeaseBook, LeaseDenial};
-pub use resolve::{AddressPolicy, Pinned, Resolver, pin};
+pub use resolve::{AddressPolicy, PinError, Pinned, ResolveError, Resolver, pin};

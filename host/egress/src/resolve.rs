@@ -78,9 +78,9 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    pub fn system() -> Result<Self, String> {
+    pub fn system() -> Result<Self, ResolveError> {
         let inner = TokioResolver::builder_tokio()
-            .map_err(|e| format!("reading the system's resolver configuration: {e}"))?
+            .map_err(|e| ResolveError::SystemConfig(e.to_string()))?
             .build();
         Ok(Resolver { inner })
     }
@@ -99,15 +99,39 @@ impl Resolver {
         Resolver { inner }
     }
 
-    /// Resolves `name` once.
-    pub async fn lookup(&self, name: &str) -> Result<Vec<IpAddr>, String> {
+    /// Resolves `name` once. An answer with no address is an error too:
+    /// callers judge every address, and there must be one to connect to.
+    pub async fn lookup(&self, name: &str) -> Result<Vec<IpAddr>, ResolveError> {
         let lookup = self
             .inner
             .lookup_ip(name)
             .await
-            .map_err(|e| format!("{name} does not resolve: {e}"))?;
-        Ok(lookup.iter().collect())
+            .map_err(|e| ResolveError::Lookup {
+                name: name.to_string(),
+                detail: e.to_string(),
+            })?;
+        let addresses: Vec<IpAddr> = lookup.iter().collect();
+        if addresses.is_empty() {
+            return Err(ResolveError::NoAddress {
+                name: name.to_string(),
+            });
+        }
+        Ok(addresses)
     }
+}
+
+/// Why a name has no addresses to judge. Each denies: an unknown address is
+/// not a public one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error("reading the system's resolver configuration: {0}")]
+    SystemConfig(String),
+    #[error("resolver runtime: {0}")]
+    Runtime(String),
+    #[error("{name} does not resolve: {detail}")]
+    Lookup { name: String, detail: String },
+    #[error("{name} resolves to no address")]
+    NoAddress { name: String },
 }
 
 /// A destination judged, resolved once and pinned: the only addresses a
@@ -132,11 +156,6 @@ pub async fn pin(
         HostKind::Ip(addr) => (addr.to_string(), vec![*addr]),
         HostKind::Name(name) => {
             let addresses = resolver.lookup(name).await.map_err(PinError::Resolution)?;
-            if addresses.is_empty() {
-                return Err(PinError::Resolution(format!(
-                    "{name} resolves to no address"
-                )));
-            }
             (name.clone(), addresses)
         }
     };
@@ -159,5 +178,5 @@ pub enum PinError {
     #[error("{0}")]
     Denied(Denial),
     #[error("{0}")]
-    Resolution(String),
+    Resolution(ResolveError),
 }

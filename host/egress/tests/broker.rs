@@ -578,9 +578,9 @@ async fn a_missing_credential_is_named_and_does_not_use_the_lease() {
 async fn an_authorization_that_cannot_be_recorded_sends_nothing() {
     struct RefusingAudit;
     impl bl_egress::EgressAudit for RefusingAudit {
-        fn record(&self, event: bl_egress::EgressEvent) -> Result<(), String> {
+        fn record(&self, event: bl_egress::EgressEvent) -> Result<(), bl_egress::AuditError> {
             match event.kind {
-                "egress.authorized" => Err("disk full".into()),
+                "egress.authorized" => Err(bl_egress::AuditError::Unwritable("disk full".into())),
                 _ => Ok(()),
             }
         }
@@ -599,6 +599,11 @@ async fn an_authorization_that_cannot_be_recorded_sends_nothing() {
     );
     let lease = broker.issue_lease("c1", Duration::from_secs(60)).unwrap();
     let result = broker.forward(&lease.id, "read_only", post("{}")).await;
-    assert_eq!(result, Err(EgressError::Unrecorded("disk full".into())));
+    assert_eq!(
+        result,
+        Err(EgressError::Unrecorded(bl_egress::AuditError::Unwritable(
+            "disk full".into()
+        )))
+    );
     assert!(seen.lock().unwrap().is_empty(), "a request left unrecorded");
 }

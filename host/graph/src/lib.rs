@@ -33,7 +33,8 @@ pub use error::{Refusal, RefusalCode};
 pub use model::Graph;
 pub use parse::ParseError;
 pub use plan::{
-    CompileError, CompileInput, Connection, Plan, compile, graph_digest, parse_connections,
+    CompileError, CompileInput, Connection, ConnectionsError, Plan, compile, graph_digest,
+    parse_connections,
 };
 pub use validate::validate;
 

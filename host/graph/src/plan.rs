@@ -88,14 +88,27 @@ fn compile_err<T>(
     Refusal::err(code, pointer, message)
 }
 
-/// Reads connections.json. A document that is not an array is refused
-/// with no code (`Err(None)`), as upstream's CLI refuses it before compiling.
-pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, Option<CompileError>> {
+/// Why connections.json cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionsError {
+    /// Not an array: refused with no code, as upstream's CLI refuses it
+    /// before compiling. Holds the JSON type found, in Python's words.
+    #[error("connections must be a JSON array of connection objects, got {0}")]
+    NotAnArray(&'static str),
+    /// An entry of the wrong shape: a `connection_snapshot` refusal.
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+}
+
+/// Reads connections.json.
+pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, ConnectionsError> {
     let Value::Array(items) = value else {
-        return Err(None);
+        return Err(ConnectionsError::NotAnArray(bl_core::python::type_name(
+            value,
+        )));
     };
     let shape = || {
-        Some(Refusal::new(
+        ConnectionsError::Refused(Refusal::new(
             RefusalCode::ConnectionSnapshot,
             "/connections",
             "connection snapshot has an invalid shape",
@@ -112,7 +125,7 @@ pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, Option<Compil
         }
         for key in ["admitted", "fallback"] {
             if !map[key].is_boolean() {
-                return Err(Some(Refusal::new(
+                return Err(ConnectionsError::Refused(Refusal::new(
                     RefusalCode::ConnectionSnapshot,
                     format!("/connections/{key}"),
                     "must be boolean",
@@ -121,7 +134,7 @@ pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, Option<Compil
         }
         let admitted = map["admitted"].as_bool().unwrap_or(false);
         let text = |key: &str| map[key].as_str().map(str::to_string).ok_or_else(shape);
-        let list = |key: &str| -> Result<Vec<String>, Option<CompileError>> {
+        let list = |key: &str| -> Result<Vec<String>, ConnectionsError> {
             map[key]
                 .as_array()
                 .ok_or_else(shape)?

@@ -61,10 +61,31 @@ fn sysroot(rustc: &Path) -> Option<PathBuf> {
         .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
-fn detect_rustup() -> Result<WasmToolchain, String> {
-    let rustc = on_path("rustc").ok_or("rustc is not on PATH")?;
-    let cargo = on_path("cargo").ok_or("cargo is not on PATH")?;
-    let sysroot = sysroot(&rustc).ok_or("`rustc --print sysroot` failed")?;
+/// The part of a toolchain path this machine lacks, and the package that
+/// brings it.
+#[derive(Debug, thiserror::Error)]
+enum MissingPart {
+    #[error("{0} is not on PATH")]
+    NotOnPath(&'static str),
+    #[error("`{0} --print sysroot` failed")]
+    NoSysroot(&'static str),
+    #[error("the rust toolchain at {} has no {TARGET} target", .0.display())]
+    NoTarget(PathBuf),
+    #[error("{path} is missing (package {package})")]
+    File {
+        path: &'static str,
+        package: &'static str,
+    },
+    #[error("the standard library source is missing under {} (package rust-web-src)", .0.display())]
+    NoStdSource(PathBuf),
+    #[error("no wasm linker (wasm-ld-19) on PATH (package lld-19)")]
+    NoLinker,
+}
+
+fn detect_rustup() -> Result<WasmToolchain, MissingPart> {
+    let rustc = on_path("rustc").ok_or(MissingPart::NotOnPath("rustc"))?;
+    let cargo = on_path("cargo").ok_or(MissingPart::NotOnPath("cargo"))?;
+    let sysroot = sysroot(&rustc).ok_or(MissingPart::NoSysroot("rustc"))?;
     if sysroot
         .join("lib/rustlib")
         .join(TARGET)
@@ -73,34 +94,33 @@ fn detect_rustup() -> Result<WasmToolchain, String> {
     {
         Ok(WasmToolchain::Rustup { cargo })
     } else {
-        Err(format!(
-            "the rust toolchain at {} has no {TARGET} target",
-            sysroot.display()
-        ))
+        Err(MissingPart::NoTarget(sysroot))
     }
 }
 
-fn detect_debian() -> Result<WasmToolchain, String> {
+fn detect_debian() -> Result<WasmToolchain, MissingPart> {
     let rustc = PathBuf::from(DEBIAN_RUSTC);
     let cargo = PathBuf::from(DEBIAN_CARGO);
     if !rustc.is_file() {
-        return Err(format!("{DEBIAN_RUSTC} is missing (package rustc-web)"));
+        return Err(MissingPart::File {
+            path: DEBIAN_RUSTC,
+            package: "rustc-web",
+        });
     }
     if !cargo.is_file() {
-        return Err(format!("{DEBIAN_CARGO} is missing (package cargo-web)"));
+        return Err(MissingPart::File {
+            path: DEBIAN_CARGO,
+            package: "cargo-web",
+        });
     }
-    let sysroot =
-        sysroot(&rustc).ok_or_else(|| format!("`{DEBIAN_RUSTC} --print sysroot` failed"))?;
+    let sysroot = sysroot(&rustc).ok_or(MissingPart::NoSysroot(DEBIAN_RUSTC))?;
     if !sysroot.join("lib/rustlib/src/rust/library/std").is_dir() {
-        return Err(format!(
-            "the standard library source is missing under {} (package rust-web-src)",
-            sysroot.display()
-        ));
+        return Err(MissingPart::NoStdSource(sysroot));
     }
     let linker = DEBIAN_LINKERS
         .iter()
         .find(|l| on_path(l).is_some())
-        .ok_or("no wasm linker (wasm-ld-19) on PATH (package lld-19)")?;
+        .ok_or(MissingPart::NoLinker)?;
     Ok(WasmToolchain::Debian {
         cargo,
         rustc,
@@ -112,12 +132,12 @@ impl WasmToolchain {
     /// Finds a working toolchain, honouring `BL_WASM_TOOLCHAIN`.
     pub fn detect() -> Result<Self, ToolchainError> {
         match std::env::var("BL_WASM_TOOLCHAIN").ok().as_deref() {
-            Some("rustup") => {
-                detect_rustup().map_err(|missing| ToolchainError::Missing { missing })
-            }
-            Some("debian") => {
-                detect_debian().map_err(|missing| ToolchainError::Missing { missing })
-            }
+            Some("rustup") => detect_rustup().map_err(|part| ToolchainError::Missing {
+                missing: part.to_string(),
+            }),
+            Some("debian") => detect_debian().map_err(|part| ToolchainError::Missing {
+                missing: part.to_string(),
+            }),
             None | Some("") | Some("auto") => detect_rustup().or_else(|rustup| {
                 detect_debian().map_err(|debian| ToolchainError::Missing {
                     missing: format!("rustup path: {rustup}; Debian path: {debian}"),

@@ -143,13 +143,13 @@ impl OutputSink {
 
     /// The published outputs in declaration order, or the first declared
     /// output that was never written.
-    pub(crate) fn finish(mut self) -> Result<Vec<PublishedOutput>, String> {
+    pub(crate) fn finish(mut self) -> Result<Vec<PublishedOutput>, Unwritten> {
         let mut out = Vec::new();
         for decl in self.declared {
             let bytes = self
                 .written
                 .remove(&decl.name)
-                .ok_or_else(|| decl.name.clone())?;
+                .ok_or_else(|| Unwritten(decl.name.clone()))?;
             out.push(PublishedOutput {
                 digest: bl_core::Sha256Digest::of(&bytes).to_string(),
                 name: decl.name,
@@ -161,6 +161,10 @@ impl OutputSink {
         Ok(out)
     }
 }
+
+/// A declared output the transform never wrote (its name).
+#[derive(Debug)]
+pub(crate) struct Unwritten(pub(crate) String);
 
 /// The seed a transform is handed: derived from the run id and the input
 /// digests only, so a re-run of the same inputs gets the same seed and the

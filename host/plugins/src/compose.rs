@@ -79,6 +79,15 @@ pub struct ContractReport {
     pub failure: Option<String>,
 }
 
+/// Why a contract's pattern cannot be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    #[error("contract pattern `{0}` must match a basename, without `/`")]
+    NotABasename(String),
+    #[error("contract pattern `{pattern}`: {detail}")]
+    Glob { pattern: String, detail: String },
+}
+
 impl ContractRegistry {
     pub fn new() -> Self {
         ContractRegistry::default()
@@ -90,14 +99,15 @@ impl ContractRegistry {
         pattern: &str,
         plugin: ContractPlugin,
         config: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), PatternError> {
         if pattern.contains('/') {
-            return Err(format!(
-                "contract pattern `{pattern}` must match a basename, without `/`"
-            ));
+            return Err(PatternError::NotABasename(pattern.to_string()));
         }
         let matcher = Glob::new(pattern)
-            .map_err(|e| format!("contract pattern `{pattern}`: {e}"))?
+            .map_err(|e| PatternError::Glob {
+                pattern: pattern.to_string(),
+                detail: e.to_string(),
+            })?
             .compile_matcher();
         self.contracts.push(Registered {
             pattern: pattern.to_string(),

@@ -268,10 +268,12 @@ impl Runtime {
             Ok(result.map(|report| (report.summary, sink)))
         })?;
         let (summary, sink) = invocation.value;
-        let outputs = sink.finish().map_err(|output| PluginError::MissingOutput {
-            plugin: name,
-            output,
-        })?;
+        let outputs = sink
+            .finish()
+            .map_err(|unwritten| PluginError::MissingOutput {
+                plugin: name,
+                output: unwritten.0,
+            })?;
         Ok(Invocation {
             value: TransformOutput { summary, outputs },
             log: invocation.log,

@@ -196,7 +196,7 @@ fn probe_check(sandbox: &Sandbox) -> Check {
         ),
         Err(e) => Check::fail(
             "probe",
-            e,
+            e.to_string(),
             Some("run `bl sandbox probe` for the whole report".into()),
         ),
     }

@@ -123,6 +123,35 @@ fn observe(
     })
 }
 
+/// Why the probe could not run at all (as opposed to running and finding
+/// the cage open, which is a failed [`ProbeOutcome`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("probe listener: {0}")]
+    Listener(std::io::Error),
+    #[error("the probe's observer panicked")]
+    ObserverPanicked,
+    #[error("the sandbox ({tier}) {source}")]
+    Sandbox {
+        tier: String,
+        source: bl_core::CommandError,
+    },
+}
+
+impl ProbeError {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ProbeError + '_ {
+        move |source| ProbeError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
 /// Runs the probe with `runner` and writes the artifact's digest and the
 /// result into `out_dir` (which also holds the probe's workspace).
 /// `caged` is the host uid and gid the runner promises its commands run as.
@@ -130,9 +159,9 @@ pub fn run_probe(
     runner: &dyn CommandRunner,
     caged: (u32, u32),
     out_dir: &Path,
-) -> Result<ProbeOutcome, String> {
+) -> Result<ProbeOutcome, ProbeError> {
     let workspace = out_dir.join("workspace");
-    std::fs::create_dir_all(&workspace).map_err(|e| format!("{}: {e}", workspace.display()))?;
+    std::fs::create_dir_all(&workspace).map_err(ProbeError::io(&workspace))?;
     for stale in [PROBE_ARTIFACT, PROBE_CONTINUE] {
         let _ = std::fs::remove_file(workspace.join(stale));
     }
@@ -142,9 +171,11 @@ pub fn run_probe(
     let outside = out_dir.join("outside-the-workspace.txt");
     let system = PathBuf::from(format!("/etc/bl-probe-{}", std::process::id()));
     let _ = std::fs::remove_file(&outside);
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("probe listener: {e}"))?;
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(ProbeError::Listener)?;
+    listener
+        .set_nonblocking(true)
+        .map_err(ProbeError::Listener)?;
+    let port = listener.local_addr().map_err(ProbeError::Listener)?.port();
     let sysctl_before = std::fs::read(PROBE_SYSCTL).ok();
     let marker = format!("bl-probe-{}-{}", std::process::id(), port);
 
@@ -170,10 +201,11 @@ pub fn run_probe(
     let watcher = observe(workspace.clone(), marker, finished.clone());
     let run = runner.run(&spec);
     finished.store(true, Ordering::Release);
-    let observation = watcher
-        .join()
-        .map_err(|_| "the probe's observer panicked".to_string())?;
-    let run = run.map_err(|e| format!("the sandbox ({}) {e}", runner.name()))?;
+    let observation = watcher.join().map_err(|_| ProbeError::ObserverPanicked)?;
+    let run = run.map_err(|source| ProbeError::Sandbox {
+        tier: runner.name().to_string(),
+        source,
+    })?;
 
     // The independent part: what the host saw, not what the probe says.
     let mut connected = false;
@@ -311,7 +343,7 @@ pub fn run_probe(
         &result_path,
         serde_json::to_string_pretty(&result).expect("json") + "\n",
     )
-    .map_err(|e| format!("{}: {e}", result_path.display()))?;
+    .map_err(ProbeError::io(&result_path))?;
     Ok(ProbeOutcome {
         passed,
         checks,

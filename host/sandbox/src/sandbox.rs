@@ -223,7 +223,7 @@ fn prepare_child(command: &mut Command, filter_fds: Vec<i32>, steps: Option<Chil
 /// The compiled filters, each in an anonymous file, rewound.
 fn seccomp_filter_files() -> Result<Vec<std::fs::File>, CommandError> {
     use std::io::{Seek, Write};
-    let programs = seccomp::programs().map_err(CommandError::Denied)?;
+    let programs = seccomp::programs().map_err(|e| CommandError::Denied(e.to_string()))?;
     programs
         .into_iter()
         .map(|program| {

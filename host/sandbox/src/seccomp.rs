@@ -454,16 +454,25 @@ const SOCKET_FAMILIES: [DeniedSyscall; 9] = [
     socket_family(AF_DENIED[8]),
 ];
 
-fn err(e: impl std::fmt::Display) -> String {
-    format!("seccomp: {e}")
+/// Why the filters could not be compiled: a fault in the table or in this
+/// build, never in the caller's input; a sandbox that meets it refuses to
+/// run anything.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("seccomp: {0}")]
+    Backend(#[from] seccompiler::BackendError),
+    #[error("seccomp: {0}")]
+    Target(String),
+    #[error("seccomp table: {0} is refused both always and conditionally")]
+    Contradiction(&'static str),
 }
 
-fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
-    SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value).map_err(err)
+fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value).map_err(SeccompError::from)
 }
 
 /// The rules (ORed) under which `row` refuses its call; empty means always.
-fn rules(row: &DeniedSyscall) -> Result<Vec<SeccompRule>, String> {
+fn rules(row: &DeniedSyscall) -> Result<Vec<SeccompRule>, SeccompError> {
     let conditions = match row.when {
         When::Always => return Ok(Vec::new()),
         When::AnyBit { arg, mask } => {
@@ -472,7 +481,7 @@ fn rules(row: &DeniedSyscall) -> Result<Vec<SeccompRule>, String> {
             for bit in (0..64).map(|i| 1u64 << i).filter(|b| mask & b != 0) {
                 out.push(
                     SeccompRule::new(vec![condition(arg, SeccompCmpOp::MaskedEq(bit), bit)?])
-                        .map_err(err)?,
+                        .map_err(SeccompError::from)?,
                 );
             }
             return Ok(out);
@@ -481,19 +490,21 @@ fn rules(row: &DeniedSyscall) -> Result<Vec<SeccompRule>, String> {
         // 32 bits only, as the kernel reads them.
         When::Equals { arg, value } => vec![
             SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
-                .map_err(err)?,
+                .map_err(SeccompError::from)?,
         ],
         When::AtLeast { arg, value } => vec![
             SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ge, value)
-                .map_err(err)?,
+                .map_err(SeccompError::from)?,
         ],
         When::NoneOf { arg, values } => values
             .iter()
             .map(|v| SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *v))
             .collect::<Result<_, _>>()
-            .map_err(err)?,
+            .map_err(SeccompError::from)?,
     };
-    Ok(vec![SeccompRule::new(conditions).map_err(err)?])
+    Ok(vec![
+        SeccompRule::new(conditions).map_err(SeccompError::from)?,
+    ])
 }
 
 // c_long is i64 on the 64-bit targets seccompiler supports.
@@ -502,8 +513,9 @@ fn syscall_number(row: &DeniedSyscall) -> i64 {
     row.number as i64
 }
 
-fn compile(refusal: Refusal, errno: u32) -> Result<Vec<u8>, String> {
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(err)?;
+fn compile(refusal: Refusal, errno: u32) -> Result<Vec<u8>, SeccompError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|e| SeccompError::Target(e.to_string()))?;
     let mut by_number: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     let mut unconditional = Vec::new();
     for row in table().filter(|r| r.refusal == refusal) {
@@ -521,10 +533,7 @@ fn compile(refusal: Refusal, errno: u32) -> Result<Vec<u8>, String> {
         .iter()
         .find(|r| !by_number[&syscall_number(r)].is_empty())
     {
-        return Err(format!(
-            "seccomp table: {} is refused both always and conditionally",
-            row.name
-        ));
+        return Err(SeccompError::Contradiction(row.name));
     }
     let filter = SeccompFilter::new(
         by_number,
@@ -532,8 +541,8 @@ fn compile(refusal: Refusal, errno: u32) -> Result<Vec<u8>, String> {
         SeccompAction::Errno(errno),
         arch,
     )
-    .map_err(err)?;
-    let program: BpfProgram = filter.try_into().map_err(err)?;
+    .map_err(SeccompError::from)?;
+    let program: BpfProgram = filter.try_into().map_err(SeccompError::from)?;
     Ok(encode(
         program.into_iter().map(|i| (i.code, i.jt, i.jf, i.k)),
     ))
@@ -599,7 +608,7 @@ fn range_guard() -> Vec<u8> {
 /// The compiled filters, one per way of refusing, and the range guard, as
 /// raw cBPF programs for `bwrap --add-seccomp-fd`. The kernel
 /// runs them all; a call any of them refuses is refused.
-pub fn programs() -> Result<Vec<Vec<u8>>, String> {
+pub fn programs() -> Result<Vec<Vec<u8>>, SeccompError> {
     Ok(vec![
         compile(Refusal::Denied, libc::EPERM as u32)?,
         compile(Refusal::Missing, libc::ENOSYS as u32)?,

@@ -26,7 +26,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::checkpoint::{SigningKey, VerifierKey};
+use crate::checkpoint::{NoteError, SigningKey, VerifierKey};
 
 pub const APPROVALS_FILE: &str = "approvals.json";
 pub const APPROVALS_LOCK: &str = "approvals.lock";
@@ -48,8 +48,40 @@ pub enum ApprovalError {
     Rejected { node_id: String },
     #[error("node {node_id} was already approved; it cannot be rejected now")]
     AlreadyApproved { node_id: String },
-    #[error("{0}")]
-    Signature(String),
+    #[error("{path}: /commits/{index}/new_resource_version is {found}, expected {expected}")]
+    VersionGap {
+        path: PathBuf,
+        index: usize,
+        found: u64,
+        expected: u64,
+    },
+    #[error("{path}: node {node_id} is both approved and rejected")]
+    BothDecided { path: PathBuf, node_id: String },
+    #[error("{path}: /resource_version is {found}, but there are {commits} commits")]
+    VersionCount {
+        path: PathBuf,
+        found: u64,
+        commits: usize,
+    },
+    #[error("{path}: {pointer}: {source}")]
+    Signature {
+        path: PathBuf,
+        pointer: String,
+        source: SignatureError,
+    },
+}
+
+/// Why a decision's signature does not hold.
+#[derive(Debug, thiserror::Error)]
+pub enum SignatureError {
+    #[error(transparent)]
+    Key(#[from] NoteError),
+    #[error("signed by {signer}, not by the trusted key {trusted}")]
+    Untrusted { signer: String, trusted: String },
+    #[error("the signature is not base64 Ed25519")]
+    Malformed,
+    #[error("the signature does not match the decision: it was altered")]
+    Altered,
 }
 
 /// Who decided, and what they decided on.
@@ -141,24 +173,23 @@ fn check_signature<T: Serialize>(
     decision: &T,
     signature: &Signature,
     trusted: &VerifierKey,
-) -> Result<(), String> {
-    let key = VerifierKey::parse(&signature.key).map_err(|e| e.to_string())?;
+) -> Result<(), SignatureError> {
+    let key = VerifierKey::parse(&signature.key)?;
     if key != *trusted {
-        return Err(format!(
-            "signed by {}, not by the trusted key {}",
-            key.name(),
-            trusted.name()
-        ));
+        return Err(SignatureError::Untrusted {
+            signer: key.name().to_string(),
+            trusted: trusted.name().to_string(),
+        });
     }
     let sig: [u8; 64] = B64
         .decode(&signature.sig)
         .ok()
         .and_then(|b| b.try_into().ok())
-        .ok_or("the signature is not base64 Ed25519")?;
+        .ok_or(SignatureError::Malformed)?;
     if key.verify(&signed_bytes(decision), &sig) {
         Ok(())
     } else {
-        Err("the signature does not match the decision: it was altered".into())
+        Err(SignatureError::Altered)
     }
 }
 
@@ -337,55 +368,61 @@ pub struct ApprovalReport {
 pub fn verify_approvals(
     run_dir: &Path,
     trusted: Option<&VerifierKey>,
-) -> Result<Option<ApprovalReport>, String> {
+) -> Result<Option<ApprovalReport>, ApprovalError> {
     let path = run_dir.join(APPROVALS_FILE);
     if !path.exists() {
         return Ok(None);
     }
-    let record = Approvals::new(run_dir).read().map_err(|e| e.to_string())?;
+    let record = Approvals::new(run_dir).read()?;
     for (i, commit) in record.commits.iter().enumerate() {
         if commit.new_resource_version != i as u64 + 2 {
-            return Err(format!(
-                "{}: /commits/{i}/new_resource_version is {}, expected {}",
-                path.display(),
-                commit.new_resource_version,
-                i + 2
-            ));
+            return Err(ApprovalError::VersionGap {
+                path,
+                index: i,
+                found: commit.new_resource_version,
+                expected: i as u64 + 2,
+            });
         }
         if record
             .rejections
             .iter()
             .any(|r| r.node_id == commit.node_id)
         {
-            return Err(format!(
-                "{}: node {} is both approved and rejected",
-                path.display(),
-                commit.node_id
-            ));
+            return Err(ApprovalError::BothDecided {
+                path,
+                node_id: commit.node_id.clone(),
+            });
         }
     }
     if record.resource_version != record.commits.len() as u64 + 1 {
-        return Err(format!(
-            "{}: /resource_version is {}, but there are {} commits",
-            path.display(),
-            record.resource_version,
-            record.commits.len()
-        ));
+        return Err(ApprovalError::VersionCount {
+            path,
+            found: record.resource_version,
+            commits: record.commits.len(),
+        });
     }
+    let signature_error = |pointer: String| {
+        let path = path.clone();
+        move |source| ApprovalError::Signature {
+            path,
+            pointer,
+            source,
+        }
+    };
     let mut signed = 0;
     let decisions = record.commits.len() + record.rejections.len();
     if let Some(trusted) = trusted {
         for (i, c) in record.commits.iter().enumerate() {
             if let Some(sig) = &c.signature {
                 check_signature(c, sig, trusted)
-                    .map_err(|e| format!("{}: /commits/{i}/signature: {e}", path.display()))?;
+                    .map_err(signature_error(format!("/commits/{i}/signature")))?;
                 signed += 1;
             }
         }
         for (i, r) in record.rejections.iter().enumerate() {
             if let Some(sig) = &r.signature {
                 check_signature(r, sig, trusted)
-                    .map_err(|e| format!("{}: /rejections/{i}/signature: {e}", path.display()))?;
+                    .map_err(signature_error(format!("/rejections/{i}/signature")))?;
                 signed += 1;
             }
         }
@@ -479,7 +516,9 @@ mod tests {
             .unwrap()
             .replace("\"bo\"", "\"mallory\"");
         std::fs::write(&path, edited).unwrap();
-        let err = verify_approvals(dir.path(), Some(&key.verifier())).unwrap_err();
+        let err = verify_approvals(dir.path(), Some(&key.verifier()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("/rejections/0/signature"), "{err}");
     }
 

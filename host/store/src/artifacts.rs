@@ -13,54 +13,45 @@ use serde_json::Value;
 
 /// Verifies every artifact under `dir` (a run's `artifacts/`). Returns how
 /// many objects were checked, or the first problem.
-pub fn verify_artifacts(dir: &Path) -> Result<usize, String> {
+pub fn verify_artifacts(dir: &Path) -> Result<usize, ArtifactError> {
     let objects = dir.join("objects");
     let entries = match std::fs::read_dir(&objects) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(format!("{}: {e}", objects.display())),
+        Err(e) => return Err(artifact_io(&objects)(e)),
     };
     let mut names: Vec<_> = entries.filter_map(|e| e.ok()).collect();
     names.sort_by_key(|e| e.file_name());
     for entry in &names {
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
-        let kind = entry
-            .file_type()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let kind = entry.file_type().map_err(artifact_io(&path))?;
         if !kind.is_file() {
-            return Err(format!(
-                "{}: not a regular file (symlinks are not trusted)",
-                path.display()
-            ));
+            return Err(ArtifactError::NotRegular { path });
         }
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes = std::fs::read(&path).map_err(artifact_io(&path))?;
         let actual = bl_core::sha256_hex(&bytes);
         if actual != name {
-            return Err(format!(
-                "{}: content hashes to {actual}, not to its name",
-                path.display()
-            ));
+            return Err(ArtifactError::Misnamed { path, actual });
         }
         let meta_path = dir.join("metadata").join(format!("{name}.json"));
         if let Ok(text) = std::fs::read_to_string(&meta_path) {
-            let meta: Value = serde_json::from_str(&text)
-                .map_err(|e| format!("{}: not JSON: {e}", meta_path.display()))?;
+            let meta: Value =
+                serde_json::from_str(&text).map_err(|source| ArtifactError::MetadataNotJson {
+                    path: meta_path.clone(),
+                    source,
+                })?;
             if meta["digest"].as_str() != Some(&format!("sha256:{name}")) {
-                return Err(format!(
-                    "{}: field digest does not name its object",
-                    meta_path.display()
-                ));
+                return Err(ArtifactError::MetadataDigest { path: meta_path });
             }
             if meta
                 .get("size")
                 .is_some_and(|s| s.as_u64() != Some(bytes.len() as u64))
             {
-                return Err(format!(
-                    "{}: field size is not the object's {} bytes",
-                    meta_path.display(),
-                    bytes.len()
-                ));
+                return Err(ArtifactError::MetadataSize {
+                    path: meta_path,
+                    size: bytes.len() as u64,
+                });
             }
         }
     }
@@ -81,6 +72,19 @@ pub enum ArtifactError {
     BadDigest { digest: String },
     #[error("{digest}: no such artifact")]
     Missing { digest: String },
+    #[error("{}: not a regular file (symlinks are not trusted)", path.display())]
+    NotRegular { path: PathBuf },
+    #[error("{}: content hashes to {actual}, not to its name", path.display())]
+    Misnamed { path: PathBuf, actual: String },
+    #[error("{}: not JSON: {source}", path.display())]
+    MetadataNotJson {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: field digest does not name its object", path.display())]
+    MetadataDigest { path: PathBuf },
+    #[error("{}: field size is not the object's {size} bytes", path.display())]
+    MetadataSize { path: PathBuf, size: u64 },
     #[error(
         "{path}: the stored bytes hash to sha256:{actual}, not to {expected}; the artifact is not trusted"
     )]

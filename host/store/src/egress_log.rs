@@ -5,17 +5,39 @@
 //! and is kept apart from it, whose readers (bounded-loops' among them)
 //! accept only the controller's own event types.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bl_core::egress_audit::{EgressAudit, EgressEvent};
+use bl_core::egress_audit::{AuditError, EgressAudit, EgressEvent};
 
-use crate::log::EventLog;
+use crate::chain::ChainError;
+use crate::log::{EventLog, StoreError};
 use crate::provable::EVENTS_FILE;
 
 /// The file name, in the run directory.
 pub const EGRESS_EVENTS: &str = "egress-events.jsonl";
+
+/// Why the egress record could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum EgressLogError {
+    #[error(
+        "{}: {source}; the egress record belongs in a run directory with an event log",
+        path.display()
+    )]
+    NoRun {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Chain { path: PathBuf, source: ChainError },
+    #[error("{} is empty: the run has no identity yet", path.display())]
+    NoIdentity { path: PathBuf },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("no randomness for the record's nonce: {0}")]
+    Random(String),
+}
 
 /// An open egress record, as an [`EgressAudit`] adapter.
 pub struct EgressLog {
@@ -30,26 +52,22 @@ impl EgressLog {
     /// Opens (or continues) the egress record of the run in `run_dir`,
     /// under the identity its event log carries. `clock` gives each
     /// record's RFC 3339 time.
-    pub fn open(run_dir: &Path, clock: fn() -> String) -> Result<EgressLog, String> {
+    pub fn open(run_dir: &Path, clock: fn() -> String) -> Result<EgressLog, EgressLogError> {
         let controller = run_dir.join(EVENTS_FILE);
-        let bytes = std::fs::read(&controller).map_err(|e| {
-            format!(
-                "{}: {e}; the egress record belongs in a run directory with an event log",
-                controller.display()
-            )
+        let bytes = std::fs::read(&controller).map_err(|source| EgressLogError::NoRun {
+            path: controller.clone(),
+            source,
         })?;
-        let (head, _) =
-            crate::verify_chain(&bytes).map_err(|e| format!("{}: {e}", controller.display()))?;
-        let identity = head.identity.ok_or_else(|| {
-            format!(
-                "{} is empty: the run has no identity yet",
-                controller.display()
-            )
+        let (head, _) = crate::verify_chain(&bytes).map_err(|source| EgressLogError::Chain {
+            path: controller.clone(),
+            source,
         })?;
-        let log =
-            EventLog::open(&run_dir.join(EGRESS_EVENTS), identity).map_err(|e| e.to_string())?;
+        let identity = head
+            .identity
+            .ok_or(EgressLogError::NoIdentity { path: controller })?;
+        let log = EventLog::open(&run_dir.join(EGRESS_EVENTS), identity)?;
         let mut nonce = [0u8; 6];
-        getrandom::fill(&mut nonce).map_err(|e| e.to_string())?;
+        getrandom::fill(&mut nonce).map_err(|e| EgressLogError::Random(e.to_string()))?;
         Ok(EgressLog {
             log: Mutex::new(log),
             nonce: hex::encode(nonce),
@@ -60,7 +78,7 @@ impl EgressLog {
 }
 
 impl EgressAudit for EgressLog {
-    fn record(&self, event: EgressEvent) -> Result<(), String> {
+    fn record(&self, event: EgressEvent) -> Result<(), AuditError> {
         let n = self.count.fetch_add(1, Ordering::SeqCst);
         let key = format!(
             "egress:{}:{n}",
@@ -71,9 +89,9 @@ impl EgressAudit for EgressLog {
         });
         self.log
             .lock()
-            .map_err(|_| "the egress log's lock is poisoned".to_string())?
+            .map_err(|_| AuditError::Poisoned)?
             .append_durable(&key, event.kind, &payload, &(self.clock)())
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| AuditError::Unwritable(e.to_string()))
     }
 }

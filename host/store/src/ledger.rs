@@ -177,12 +177,13 @@ impl Ledger {
 
     /// Publishes `key` with `payload_digest`, running `effect` at most once
     /// across every process that shares this run directory. `effect`
-    /// returning `Err` means the effect did not happen.
+    /// returning `Err` means the effect did not happen; its message is
+    /// recorded as the reason.
     pub fn publish(
         &self,
         key: &str,
         payload_digest: &str,
-        effect: impl FnOnce() -> Result<(), String>,
+        effect: impl FnOnce() -> Result<(), Box<dyn std::error::Error + Send + Sync>>,
     ) -> Result<Publish, LedgerError> {
         let _lock = self.lock()?;
         let mut ledger = self.read_ledger()?;
@@ -200,7 +201,8 @@ impl Ledger {
         }
         // Durable before the effect: a crash from here on is visible.
         self.record(json!({"key": key, "digest": payload_digest, "state": "intent"}))?;
-        if let Err(message) = effect() {
+        if let Err(failure) = effect() {
+            let message = failure.to_string();
             self.record(json!({"key": key, "state": "not_published", "reason": message}))?;
             return Err(LedgerError::EffectFailed {
                 key: key.to_string(),

@@ -24,11 +24,13 @@ pub mod loop_ledger;
 pub mod merkle;
 pub mod provable;
 
-pub use approvals::{ApprovalError, ApprovalRecord, Approvals, approval_id, verify_approvals};
+pub use approvals::{
+    ApprovalError, ApprovalRecord, Approvals, SignatureError, approval_id, verify_approvals,
+};
 pub use artifacts::{ArtifactError, ArtifactMeta, ArtifactStore, verify_artifacts};
 pub use chain::TornTail;
 pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, verify_chain};
 pub use checkpoint::{Checkpoint, NoteError, SigningKey, VerifierKey};
-pub use egress_log::{EGRESS_EVENTS, EgressLog};
+pub use egress_log::{EGRESS_EVENTS, EgressLog, EgressLogError};
 pub use ledger::{Ledger, LedgerError, Publish, Reconciliation, effect_key};
 pub use log::{Appended, EventLog, StoreError, recover_torn_tail};

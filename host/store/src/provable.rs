@@ -11,7 +11,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::chain::verify_chain;
+use crate::chain::{ChainError, verify_chain};
 use crate::checkpoint::{Checkpoint, NoteError, SigningKey, VerifierKey};
 use crate::merkle::{self, Hash};
 
@@ -20,9 +20,12 @@ pub const EVENTS_FILE: &str = "controller-events.jsonl";
 
 /// The leaf hashes of every complete line of the log, after verifying its
 /// chain, and the run id the lines carry.
-pub fn log_leaves(log: &Path) -> Result<(Vec<Hash>, String), String> {
-    let bytes = std::fs::read(log).map_err(|e| format!("{}: {e}", log.display()))?;
-    let (head, _) = verify_chain(&bytes).map_err(|e| format!("{}: {e}", log.display()))?;
+pub fn log_leaves(log: &Path) -> Result<(Vec<Hash>, String), SealError> {
+    let bytes = std::fs::read(log).map_err(SealError::io(log))?;
+    let (head, _) = verify_chain(&bytes).map_err(|source| SealError::Chain {
+        path: log.to_path_buf(),
+        source,
+    })?;
     let prefix = &bytes[..head.verified_len as usize];
     let leaves = prefix
         .split(|b| *b == b'\n')
@@ -51,16 +54,16 @@ fn is_sealed(relative: &str) -> bool {
 /// Every sealed file of the run directory with its `sha256:` digest,
 /// sorted by path. A symlink, or a path that cannot be one line of a note,
 /// is an error: a run directory holds neither.
-pub fn seal_files(run_dir: &Path) -> Result<Vec<(String, String)>, String> {
-    fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, String)>) -> Result<(), String> {
-        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+pub fn seal_files(run_dir: &Path) -> Result<Vec<(String, String)>, SealError> {
+    fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, String)>) -> Result<(), SealError> {
+        let entries = std::fs::read_dir(dir).map_err(SealError::io(dir))?;
         for entry in entries {
-            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let entry = entry.map_err(SealError::io(dir))?;
             let name = entry.file_name();
             let name = name
                 .to_str()
                 .filter(|n| !n.contains('\n'))
-                .ok_or_else(|| format!("{}: not a sealable file name", entry.path().display()))?;
+                .ok_or_else(|| SealError::UnsealableName { path: entry.path() })?;
             let relative = if prefix.is_empty() {
                 name.to_string()
             } else {
@@ -69,16 +72,17 @@ pub fn seal_files(run_dir: &Path) -> Result<Vec<(String, String)>, String> {
             if !is_sealed(&relative) {
                 continue;
             }
-            let kind = entry.file_type().map_err(|e| format!("{relative}: {e}"))?;
+            let kind = entry
+                .file_type()
+                .map_err(SealError::io(Path::new(&relative)))?;
             if kind.is_dir() {
                 walk(&entry.path(), &relative, out)?;
             } else if kind.is_file() {
-                let bytes = std::fs::read(entry.path()).map_err(|e| format!("{relative}: {e}"))?;
+                let bytes =
+                    std::fs::read(entry.path()).map_err(SealError::io(Path::new(&relative)))?;
                 out.push((relative, bl_core::Sha256Digest::of(&bytes).to_string()));
             } else {
-                return Err(format!(
-                    "{relative} is not a regular file or directory; a run directory holds no symlinks"
-                ));
+                return Err(SealError::NotAFile { relative });
             }
         }
         Ok(())
@@ -96,10 +100,10 @@ pub fn seal_files(run_dir: &Path) -> Result<Vec<(String, String)>, String> {
 pub fn write_checkpoint(
     run_dir: &Path,
     key: Option<&SigningKey>,
-) -> Result<(PathBuf, Checkpoint), String> {
+) -> Result<(PathBuf, Checkpoint), SealError> {
     let (leaves, run_id) = log_leaves(&run_dir.join(EVENTS_FILE))?;
     if leaves.is_empty() {
-        return Err("the log is empty: there is nothing to checkpoint".into());
+        return Err(SealError::EmptyLog);
     }
     let checkpoint = Checkpoint {
         origin: Checkpoint::origin_for(&run_id),
@@ -113,17 +117,14 @@ pub fn write_checkpoint(
     };
     let path = checkpoint_path(run_dir, checkpoint.size);
     let dir = path.parent().expect("under checkpoints/");
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(SealError::io(dir))?;
     if let Ok(existing) = std::fs::read_to_string(&path) {
         // Ed25519 is deterministic: the same key over the same head and
         // files gives the same note.
         return if existing == note {
             Ok((path, checkpoint))
         } else {
-            Err(format!(
-                "{} exists and differs (other files or another key); it is never rewritten: append an event, then checkpoint",
-                path.display()
-            ))
+            Err(SealError::CheckpointDiffers { path })
         };
     }
     let tmp = dir.join(format!(".{}.tmp.{}", checkpoint.size, std::process::id()));
@@ -131,15 +132,67 @@ pub fn write_checkpoint(
         .write(true)
         .create_new(true)
         .open(&tmp)
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        .map_err(SealError::io(&tmp))?;
     file.write_all(note.as_bytes())
         .and_then(|_| file.sync_all())
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(SealError::io(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(SealError::io(&path))?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        .map_err(SealError::io(dir))?;
     Ok((path, checkpoint))
+}
+
+/// Why the log's leaves, the run directory's seal or a checkpoint could not
+/// be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SealError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Chain { path: PathBuf, source: ChainError },
+    #[error("{}: not a sealable file name", path.display())]
+    UnsealableName { path: PathBuf },
+    #[error("{relative} is not a regular file or directory; a run directory holds no symlinks")]
+    NotAFile { relative: String },
+    #[error("the log is empty: there is nothing to checkpoint")]
+    EmptyLog,
+    #[error(
+        "{} exists and differs (other files or another key); it is never rewritten: append an event, then checkpoint",
+        path.display()
+    )]
+    CheckpointDiffers { path: PathBuf },
+}
+
+impl SealError {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SealError + '_ {
+        move |source| SealError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// How the run directory differs from the latest checkpoint's seal: the
+/// first difference, naming the file and the checkpoint.
+#[derive(Debug, thiserror::Error)]
+enum SealMismatch {
+    #[error(transparent)]
+    Unreadable(#[from] SealError),
+    #[error("{path} is missing; {} seals it", checkpoint.display())]
+    Missing { path: String, checkpoint: PathBuf },
+    #[error("{path} changed: it hashes to {found}, {} seals {sealed}", checkpoint.display())]
+    Changed {
+        path: String,
+        found: String,
+        sealed: String,
+        checkpoint: PathBuf,
+    },
+    #[error("{path} was added after the run's last checkpoint ({})", checkpoint.display())]
+    Added { path: String, checkpoint: PathBuf },
 }
 
 /// Which check a checkpoint failed, and how (naming the file).
@@ -199,7 +252,8 @@ pub fn verify_checkpoints(
         return Ok(None);
     }
     files.sort();
-    let (leaves, run_id) = log_leaves(&run_dir.join(EVENTS_FILE)).map_err(Merkle)?;
+    let (leaves, run_id) =
+        log_leaves(&run_dir.join(EVENTS_FILE)).map_err(|e| Merkle(e.to_string()))?;
     let mut latest: Option<Checkpoint> = None;
     for file in &files {
         let note = std::fs::read_to_string(file)
@@ -247,7 +301,8 @@ pub fn verify_checkpoints(
             events_after: leaves.len() - latest.size as usize,
         }
     } else {
-        compare_seal(run_dir, &latest.files, files.last().expect("one file")).map_err(Files)?;
+        compare_seal(run_dir, &latest.files, files.last().expect("one file"))
+            .map_err(|e| Files(e.to_string()))?;
         FilesSeal::Intact(latest.files.len())
     };
     Ok(Some(CheckpointReport {
@@ -263,32 +318,34 @@ fn compare_seal(
     run_dir: &Path,
     sealed: &[(String, String)],
     checkpoint_file: &Path,
-) -> Result<(), String> {
+) -> Result<(), SealMismatch> {
     let now = seal_files(run_dir)?;
     let sealed_map: std::collections::BTreeMap<_, _> = sealed.iter().cloned().collect();
     let now_map: std::collections::BTreeMap<_, _> = now.iter().cloned().collect();
     for (path, digest) in &sealed_map {
         match now_map.get(path) {
             None => {
-                return Err(format!(
-                    "{path} is missing; {} seals it",
-                    checkpoint_file.display()
-                ));
+                return Err(SealMismatch::Missing {
+                    path: path.clone(),
+                    checkpoint: checkpoint_file.to_path_buf(),
+                });
             }
             Some(found) if found != digest => {
-                return Err(format!(
-                    "{path} changed: it hashes to {found}, {} seals {digest}",
-                    checkpoint_file.display()
-                ));
+                return Err(SealMismatch::Changed {
+                    path: path.clone(),
+                    found: found.clone(),
+                    sealed: digest.clone(),
+                    checkpoint: checkpoint_file.to_path_buf(),
+                });
             }
             Some(_) => {}
         }
     }
     if let Some(extra) = now_map.keys().find(|p| !sealed_map.contains_key(*p)) {
-        return Err(format!(
-            "{extra} was added after the run's last checkpoint ({})",
-            checkpoint_file.display()
-        ));
+        return Err(SealMismatch::Added {
+            path: extra.clone(),
+            checkpoint: checkpoint_file.to_path_buf(),
+        });
     }
     Ok(())
 }

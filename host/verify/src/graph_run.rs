@@ -2,7 +2,7 @@
 //! the artifacts, the checkpoints (Merkle roots, signatures, the files they
 //! seal) and the approvals.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -11,30 +11,90 @@ use crate::{Check, EVENT_LOG, GraphReport, Options};
 /// The broker's decisions for a run, in the event log's format.
 pub use bl_store::EGRESS_EVENTS;
 
+/// What a failed check of a graph run found, naming the file.
+#[derive(Debug, thiserror::Error)]
+enum Finding {
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Chain {
+        path: PathBuf,
+        source: bl_store::ChainError,
+    },
+    #[error(
+        "{}: line {line} is torn ({len} bytes with no newline); `bl log recover {}` moves them aside",
+        path.display(),
+        path.display()
+    )]
+    Torn {
+        path: PathBuf,
+        line: usize,
+        len: usize,
+    },
+    #[error("head is {found}, expected {expected}")]
+    Head { found: String, expected: String },
+    #[error("the controller log has no identity to compare with")]
+    NoIdentity,
+    #[error("{} belongs to another run than controller-events.jsonl", path.display())]
+    OtherRun { path: PathBuf },
+    #[error("{file}: {source}")]
+    NotJson {
+        file: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("plan.json hashes to {plan_id}, but run-meta.json field plan_id is {recorded}")]
+    PlanId { plan_id: String, recorded: Value },
+    #[error("manifest.yaml: [{}] {} — {}", .0.code, .0.pointer, .0.message)]
+    Manifest(bl_graph::Refusal),
+    #[error("connections.json: {0}")]
+    Connections(bl_graph::ConnectionsError),
+    #[error("recompiling: [{}] {} — {}", .0.code, .0.pointer, .0.message)]
+    Recompile(bl_graph::Refusal),
+    #[error("manifest.yaml and connections.json compile to {0}, not to plan.json")]
+    PlanDiffers(String),
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, Finding> {
+    std::fs::read(path).map_err(|source| Finding::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// An event log's verified head; a torn tail is a finding.
+fn chain_head(path: &Path) -> Result<bl_store::ChainHead, Finding> {
+    let bytes = read(path)?;
+    let (head, torn) = bl_store::verify_chain(&bytes).map_err(|source| Finding::Chain {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    match torn {
+        Some(tail) => Err(Finding::Torn {
+            path: path.to_path_buf(),
+            line: tail.line,
+            len: tail.len,
+        }),
+        None => Ok(head),
+    }
+}
+
 /// The egress record's own chain, and that it belongs to this run.
-fn verify_egress_log(controller: &Path, egress: &Path) -> Result<String, String> {
-    let read = |path: &Path| {
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let (head, torn) =
-            bl_store::verify_chain(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        match torn {
-            Some(tail) => Err(format!("{}: line {} is torn", path.display(), tail.line)),
-            None => Ok(head),
-        }
-    };
-    let head = read(egress)?;
+fn verify_egress_log(controller: &Path, egress: &Path) -> Result<String, Finding> {
+    let head = chain_head(egress)?;
     if head.sequence == 0 {
         return Ok("no broker decisions recorded".into());
     }
-    let run = read(controller)
+    let run = chain_head(controller)
         .ok()
         .and_then(|h| h.identity)
-        .ok_or_else(|| "the controller log has no identity to compare with".to_string())?;
+        .ok_or(Finding::NoIdentity)?;
     if head.identity.as_ref() != Some(&run) {
-        return Err(format!(
-            "{} belongs to another run than controller-events.jsonl",
-            egress.display()
-        ));
+        return Err(Finding::OtherRun {
+            path: egress.to_path_buf(),
+        });
     }
     Ok(format!(
         "{} broker decisions, head {}",
@@ -103,7 +163,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
         Ok(Some(report)) => {
             checks.push(Check::from_result(
                 "merkle",
-                Ok(format!(
+                Ok::<_, Finding>(format!(
                     "{} checkpoint(s) match the Merkle roots of the log",
                     report.checked
                 )),
@@ -111,7 +171,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
             checks.push(match report.files {
                 bl_store::provable::FilesSeal::Intact(n) => Check::from_result(
                     "files",
-                    Ok(format!("{n} files are exactly as the last checkpoint seals them")),
+                    Ok::<_, Finding>(format!("{n} files are exactly as the last checkpoint seals them")),
                 ),
                 bl_store::provable::FilesSeal::Open { events_after } => Check::not_applicable(
                     "files",
@@ -123,7 +183,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
             checks.push(if report.signatures_checked {
                 Check::from_result(
                     "signatures",
-                    Ok(format!(
+                    Ok::<_, Finding>(format!(
                         "{} checkpoint(s) signed by the given key",
                         report.checked
                     )),
@@ -141,14 +201,14 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
                 bl_store::provable::CheckpointError::Signature(_) => "signatures",
                 bl_store::provable::CheckpointError::Files(_) => "files",
             },
-            Err(e.to_string()),
+            Err(e),
         )),
     }
     match bl_store::verify_approvals(&run_dir, key) {
         Ok(None) => checks.push(Check::not_applicable("approvals", "no approvals.json")),
         Ok(Some(report)) => checks.push(Check::from_result(
             "approvals",
-            Ok(match &key {
+            Ok::<_, Finding>(match &key {
                 Some(_) => format!(
                     "{} decisions, {} signatures hold",
                     report.decisions, report.signed
@@ -167,54 +227,51 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
     }
 }
 
-fn verify_log(path: &Path, expect_head: Option<&str>) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (head, torn) =
-        bl_store::verify_chain(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    if let Some(tail) = torn {
-        return Err(format!(
-            "{}: line {} is torn ({} bytes with no newline); `bl log recover {}` moves them aside",
-            path.display(),
-            tail.line,
-            tail.len,
-            path.display()
-        ));
-    }
+fn verify_log(path: &Path, expect_head: Option<&str>) -> Result<String, Finding> {
+    let head = chain_head(path)?;
     if let Some(expected) = expect_head
         && expected != head.hash
     {
-        return Err(format!("head is {}, expected {expected}", head.hash));
+        return Err(Finding::Head {
+            found: head.hash,
+            expected: expected.to_string(),
+        });
     }
     Ok(format!("{} events, head {}", head.sequence, head.hash))
 }
 
 /// plan.json hashes to run-meta's plan_id, and the manifest and
 /// connections recompile to exactly those bytes.
-fn verify_plan(dir: &Path) -> Result<String, String> {
-    let plan = std::fs::read(dir.join("plan.json")).map_err(|e| format!("plan.json: {e}"))?;
-    let meta: Value = serde_json::from_slice(
-        &std::fs::read(dir.join("run-meta.json")).map_err(|e| format!("run-meta.json: {e}"))?,
-    )
-    .map_err(|e| format!("run-meta.json: {e}"))?;
+fn verify_plan(dir: &Path) -> Result<String, Finding> {
+    let plan = read(&dir.join("plan.json"))?;
+    let meta: Value =
+        serde_json::from_slice(&read(&dir.join("run-meta.json"))?).map_err(|source| {
+            Finding::NotJson {
+                file: "run-meta.json",
+                source,
+            }
+        })?;
     let plan_id = bl_core::Sha256Digest::of(&plan).to_string();
     if meta["plan_id"].as_str() != Some(plan_id.as_str()) {
-        return Err(format!(
-            "plan.json hashes to {plan_id}, but run-meta.json field plan_id is {}",
-            meta["plan_id"]
-        ));
+        return Err(Finding::PlanId {
+            plan_id,
+            recorded: meta["plan_id"].clone(),
+        });
     }
-    let manifest = std::fs::read_to_string(dir.join("manifest.yaml"))
-        .map_err(|e| format!("manifest.yaml: {e}"))?;
-    let graph = bl_graph::lint(&manifest, bl_graph::Format::Yaml)
-        .map_err(|r| format!("manifest.yaml: [{}] {} — {}", r.code, r.pointer, r.message))?;
+    let manifest_path = dir.join("manifest.yaml");
+    let manifest =
+        std::fs::read_to_string(&manifest_path).map_err(|source| Finding::Unreadable {
+            path: manifest_path,
+            source,
+        })?;
+    let graph = bl_graph::lint(&manifest, bl_graph::Format::Yaml).map_err(Finding::Manifest)?;
     let connections = match std::fs::read_to_string(dir.join("connections.json")) {
         Ok(text) => {
-            let value: Value =
-                serde_json::from_str(&text).map_err(|e| format!("connections.json: {e}"))?;
-            Some(
-                bl_graph::parse_connections(&value)
-                    .map_err(|e| format!("connections.json: {e:?}"))?,
-            )
+            let value: Value = serde_json::from_str(&text).map_err(|source| Finding::NotJson {
+                file: "connections.json",
+                source,
+            })?;
+            Some(bl_graph::parse_connections(&value).map_err(Finding::Connections)?)
         }
         Err(_) => None,
     };
@@ -226,13 +283,9 @@ fn verify_plan(dir: &Path) -> Result<String, String> {
         available_packages: None,
         policy_digest: policy,
     };
-    let compiled = bl_graph::compile(&graph, &input)
-        .map_err(|e| format!("recompiling: [{}] {} — {}", e.code, e.pointer, e.message))?;
+    let compiled = bl_graph::compile(&graph, &input).map_err(Finding::Recompile)?;
     if compiled.bytes.as_bytes() != plan.as_slice() {
-        return Err(format!(
-            "manifest.yaml and connections.json compile to {}, not to plan.json",
-            compiled.plan_id
-        ));
+        return Err(Finding::PlanDiffers(compiled.plan_id));
     }
     Ok(format!(
         "plan_id {plan_id} matches the manifest and connections"

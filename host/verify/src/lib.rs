@@ -36,17 +36,19 @@ pub struct Check {
 }
 
 impl Check {
-    fn from_result(name: &'static str, result: Result<String, String>) -> Check {
+    /// A check that passed with `Ok(detail)`, or failed with the error's
+    /// message as its detail.
+    fn from_result<E: std::fmt::Display>(name: &'static str, result: Result<String, E>) -> Check {
         match result {
             Ok(detail) => Check {
                 name,
                 status: Status::Ok,
                 detail,
             },
-            Err(detail) => Check {
+            Err(e) => Check {
                 name,
                 status: Status::Fail,
-                detail,
+                detail: e.to_string(),
             },
         }
     }

@@ -22,9 +22,9 @@ fn main() {
         let mut log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(effects_log)
-            .map_err(|e| e.to_string())?;
-        writeln!(log, "fired by {}", std::process::id()).map_err(|e| e.to_string())
+            .open(effects_log)?;
+        writeln!(log, "fired by {}", std::process::id())?;
+        Ok(())
     });
     match outcome {
         Ok(outcome) => println!("{outcome:?}"),

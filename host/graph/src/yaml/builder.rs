@@ -431,7 +431,7 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                     Ok(kind) => kind,
                     Err(problem) => {
                         let start = self.source.node_start(&mark);
-                        let error = self.source.node_error(problem, start);
+                        let error = self.source.node_error(problem.to_string(), start);
                         self.construct_failed(error);
                         Kind::Null
                     }

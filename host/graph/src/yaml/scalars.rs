@@ -30,6 +30,19 @@ pub(super) static TIMESTAMP: LazyLock<Regex> = LazyLock::new(|| {
 pub(super) static BASE64: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[A-Za-z0-9+/=\s]*$").expect("valid regex"));
 
+/// Why a scalar has no value, in PyYAML's words.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ConstructError {
+    #[error("invalid {what} value: {}", py_repr(value))]
+    Invalid { what: &'static str, value: String },
+    #[error("expected a {0} node, but found scalar")]
+    NotAScalar(&'static str),
+    #[error("could not determine a constructor for the tag {}", py_repr(tag))]
+    NoConstructor { tag: String },
+    #[error("integer out of range: {0}")]
+    IntOutOfRange(String),
+}
+
 /// A scalar's value: its explicit tag's constructor, else PyYAML's implicit
 /// resolution of a plain scalar (YAML 1.1). `Err` is the construction
 /// problem in PyYAML's words.
@@ -37,7 +50,7 @@ pub(super) fn construct_scalar(
     value: &str,
     style: TScalarStyle,
     tag: Option<&Tag>,
-) -> Result<Kind, String> {
+) -> Result<Kind, ConstructError> {
     let Some(tag) = tag else {
         return if style == TScalarStyle::Plain {
             resolve_plain(value)
@@ -46,7 +59,10 @@ pub(super) fn construct_scalar(
         };
     };
     let full = full_tag(tag);
-    let invalid = |what: &str| format!("invalid {what} value: {}", py_repr(value));
+    let invalid = |what: &'static str| ConstructError::Invalid {
+        what,
+        value: value.to_string(),
+    };
     match full.strip_prefix(YAML_TAG) {
         Some("str") => Ok(Kind::Str(value.to_string())),
         Some("null") => Ok(Kind::Null),
@@ -65,16 +81,13 @@ pub(super) fn construct_scalar(
         Some("binary") => Err(invalid("base64")),
         Some("timestamp") if TIMESTAMP.is_match(value) => Ok(Kind::Other("timestamp")),
         Some("timestamp") => Err(invalid("timestamp")),
-        Some("seq" | "omap" | "pairs") => Err("expected a sequence node, but found scalar".into()),
-        Some("map" | "set") => Err("expected a mapping node, but found scalar".into()),
-        _ => Err(format!(
-            "could not determine a constructor for the tag {}",
-            py_repr(&full)
-        )),
+        Some("seq" | "omap" | "pairs") => Err(ConstructError::NotAScalar("sequence")),
+        Some("map" | "set") => Err(ConstructError::NotAScalar("mapping")),
+        _ => Err(ConstructError::NoConstructor { tag: full }),
     }
 }
 
-pub(super) fn resolve_plain(value: &str) -> Result<Kind, String> {
+pub(super) fn resolve_plain(value: &str) -> Result<Kind, ConstructError> {
     Ok(match value {
         "" | "~" | "null" | "Null" | "NULL" => Kind::Null,
         "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => Kind::Bool(true),
@@ -83,17 +96,17 @@ pub(super) fn resolve_plain(value: &str) -> Result<Kind, String> {
         }
         // Implicitly tagged, with no constructor in the safe loader.
         "<<" => {
-            return Err(format!(
-                "could not determine a constructor for the tag '{YAML_TAG}merge'"
-            ));
+            return Err(ConstructError::NoConstructor {
+                tag: format!("{YAML_TAG}merge"),
+            });
         }
         "=" => {
-            return Err(format!(
-                "could not determine a constructor for the tag '{YAML_TAG}value'"
-            ));
+            return Err(ConstructError::NoConstructor {
+                tag: format!("{YAML_TAG}value"),
+            });
         }
         v if INT.is_match(v) => {
-            Kind::Int(yaml_int(v).ok_or_else(|| format!("integer out of range: {v}"))?)
+            Kind::Int(yaml_int(v).ok_or_else(|| ConstructError::IntOutOfRange(v.to_string()))?)
         }
         v if FLOAT.is_match(v) => Kind::Float(yaml_float(v).unwrap_or(f64::NAN)),
         v if TIMESTAMP.is_match(v) => Kind::Other("timestamp"),
