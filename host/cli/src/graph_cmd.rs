@@ -144,10 +144,19 @@ fn load(path: &Path, verb: &str) -> Loaded {
             pos: None,
         },
     };
-    let text = match std::fs::read(path).map(String::from_utf8) {
-        Ok(Ok(text)) => text,
-        Ok(Err(e)) => return unreadable(bl_core::python::utf8_error(e.as_bytes(), e.utf8_error())),
+    let bytes = match crate::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES) {
+        Ok(bytes) => bytes,
         Err(e) => return unreadable(bl_core::python::os_error(&e, path)),
+    };
+    if let Err(refusal) = bl_graph::check_size(bytes.len(), format) {
+        return Loaded::Refused {
+            refusal,
+            early: None,
+        };
+    }
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => return unreadable(bl_core::python::utf8_error(e.as_bytes(), e.utf8_error())),
     };
     match bl_graph::lint(&text, format) {
         Ok(graph) => Loaded::Graph(graph),
@@ -218,7 +227,7 @@ fn plan(
     let connections = match connections {
         None => None,
         Some(file) => {
-            let text = match std::fs::read_to_string(file) {
+            let bytes = match crate::paths::read_capped(file, bl_graph::MAX_DOCUMENT_BYTES) {
                 Ok(t) => t,
                 Err(e) => {
                     return Err(CliError::refused(format!(
@@ -228,7 +237,13 @@ fn plan(
                     )));
                 }
             };
-            let value: Value = match serde_json::from_str(&text) {
+            if let Err(refusal) = bl_graph::check_size(bytes.len(), bl_graph::Format::Json) {
+                return Err(CliError::refused(format!(
+                    "graph plan: {}: connections refused: {refusal}",
+                    file.display()
+                )));
+            }
+            let value: Value = match serde_json::from_slice(&bytes) {
                 Ok(v) => v,
                 Err(e) => {
                     return Err(CliError::refused(format!(

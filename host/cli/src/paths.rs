@@ -52,3 +52,15 @@ pub fn component_cache_dir() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/bl")))?;
     Some(base.join("components"))
 }
+
+/// Reads at most `limit + 1` bytes of `path`, so a caller can refuse a file
+/// over `limit` without holding more of it than that. Reading from a FIFO
+/// or a device stops there too.
+pub fn read_capped(path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(limit as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}

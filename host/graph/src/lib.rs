@@ -59,8 +59,35 @@ impl Format {
     }
 }
 
+/// The largest manifest or connections document read, in bytes. Real ones
+/// are a few KiB; the cap keeps reading bounded in time and memory.
+pub const MAX_DOCUMENT_BYTES: usize = 4 << 20;
+
+/// Refuses a document longer than [`MAX_DOCUMENT_BYTES`] with the format's
+/// parse code (`invalid_yaml` or `invalid_json`), naming the limit. Readers
+/// call it on the byte count before decoding, so they never read more than
+/// one byte past the limit.
+pub fn check_size(len: usize, format: Format) -> Result<(), Refusal> {
+    if len <= MAX_DOCUMENT_BYTES {
+        return Ok(());
+    }
+    let code = match format {
+        Format::Json => RefusalCode::InvalidJson,
+        Format::Yaml => RefusalCode::InvalidYaml,
+    };
+    Refusal::err(
+        code,
+        "/",
+        format!(
+            "the document is larger than bl's limit of {MAX_DOCUMENT_BYTES} bytes ({} MiB); split it, or move large values into files it names",
+            MAX_DOCUMENT_BYTES >> 20
+        ),
+    )
+}
+
 /// Parses and validates manifest text.
 pub fn lint(text: &str, format: Format) -> Result<Graph, Refusal> {
+    check_size(text.len(), format)?;
     let doc = match format {
         Format::Json => parse::parse_json(text),
         Format::Yaml => yaml::parse_yaml(text),

@@ -239,3 +239,70 @@ proptest! {
         let _ = lint(&text, Format::Yaml);
     }
 }
+
+/// A YAML document of nested anchors: level k+1 is a sequence of
+/// `widths[k]` aliases of level k. Returns the text and how many nodes it
+/// holds once every alias is expanded (keys, values and the top mapping).
+fn alias_document(widths: &[usize]) -> (String, u128) {
+    let mut text = String::from("a0: &a0 [x]\n");
+    let mut size: u128 = 2;
+    let mut total: u128 = 1 + 1 + size;
+    for (level, width) in widths.iter().enumerate() {
+        let items = vec![format!("*a{level}"); *width].join(", ");
+        text.push_str(&format!("a{}: &a{} [{items}]\n", level + 1, level + 1));
+        size = 1 + *width as u128 * size;
+        total += 1 + size;
+    }
+    (text, total)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// However aliases nest, lint answers: documents that expand past the
+    /// limit are refused as invalid_yaml naming the limit; smaller ones get
+    /// past parsing (here, to validation's refusal of the unknown keys).
+    #[test]
+    fn alias_structures_are_bounded(widths in prop::collection::vec(1usize..12, 0..12)) {
+        let (text, total) = alias_document(&widths);
+        let limit = bl_graph::yaml::MAX_EXPANDED_NODES as u128;
+        let refusal = lint(&text, Format::Yaml).expect_err("a0.. are not manifest keys");
+        // The check runs at each alias; the two closing nodes after the last
+        // one may take a document at most two past the limit.
+        if total > limit + 2 {
+            prop_assert_eq!(refusal.code.as_str(), "invalid_yaml");
+            prop_assert!(refusal.message.contains(&limit.to_string()), "{}", refusal.message);
+        } else if total <= limit {
+            prop_assert_ne!(refusal.code.as_str(), "invalid_yaml", "{}", refusal.message);
+        }
+    }
+}
+
+/// The 450-byte manifest that made `bl graph lint` grow to 22 GB: nine
+/// levels of nine aliases (9^9 copies of the leaf).
+#[test]
+fn the_billion_laughs_manifest_is_refused_with_the_limit() {
+    let (text, total) = alias_document(&[9; 9]);
+    assert!(text.len() < 600 && total > 300_000_000);
+    let refusal = lint(&text, Format::Yaml).unwrap_err();
+    assert_eq!(refusal.code.as_str(), "invalid_yaml");
+    assert!(
+        refusal.message.contains("200000 nodes"),
+        "{}",
+        refusal.message
+    );
+    assert!(refusal.pos.is_some(), "the refusal points at the alias");
+}
+
+#[test]
+fn documents_over_the_size_limit_are_refused_with_their_format_code() {
+    let big = format!("# {}\n", "x".repeat(bl_graph::MAX_DOCUMENT_BYTES));
+    let yaml = lint(&big, Format::Yaml).unwrap_err();
+    assert_eq!(yaml.code.as_str(), "invalid_yaml");
+    assert!(
+        yaml.message
+            .contains(&bl_graph::MAX_DOCUMENT_BYTES.to_string())
+    );
+    let json = lint(&big, Format::Json).unwrap_err();
+    assert_eq!(json.code.as_str(), "invalid_json");
+}

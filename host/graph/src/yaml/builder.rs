@@ -15,6 +15,8 @@ pub(super) enum Frame {
     Seq {
         node: Node,
         anchor: usize,
+        /// [`YamlBuilder::expanded`] when the collection started.
+        expanded_at: usize,
         flow: bool,
         /// Where PyYAML says the collection starts (a block sequence at its
         /// first `-`, a block mapping at its first key): (line, column).
@@ -23,6 +25,7 @@ pub(super) enum Frame {
     Map {
         node: Node,
         anchor: usize,
+        expanded_at: usize,
         flow: bool,
         start: Option<(usize, usize)>,
         pending_key: Option<(String, Pos)>,
@@ -43,11 +46,20 @@ impl Frame {
     }
 }
 
+/// The most nodes a document may hold with every alias expanded. Real
+/// manifests hold a few thousand; an alias bomb of a few hundred bytes
+/// would hold billions.
+pub const MAX_EXPANDED_NODES: usize = 200_000;
+
 pub(super) struct YamlBuilder<'s, 'a> {
     pub(super) source: &'s Source<'a>,
     pub(super) stack: Vec<Frame>,
     pub(super) document: Option<Node>,
-    pub(super) anchors: std::collections::HashMap<usize, Node>,
+    /// Each anchor's node, and how many nodes it expands to.
+    pub(super) anchors: std::collections::HashMap<usize, (Node, usize)>,
+    /// Nodes in the document so far, every alias counted as a copy of its
+    /// anchor (what the tree holds), bounded by [`MAX_EXPANDED_NODES`].
+    pub(super) expanded: usize,
     /// The first composition error (undefined alias, block scalar in a flow
     /// collection), with its char index.
     pub(super) compose_error: Option<(usize, ParseError)>,
@@ -64,6 +76,7 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
             stack: Vec::new(),
             document: None,
             anchors: Default::default(),
+            expanded: 0,
             compose_error: None,
             construct_error: None,
             tabs: source.text.contains('\t').then(TabSpans::default),
@@ -76,9 +89,10 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
         }
     }
 
-    pub(super) fn push_value(&mut self, node: Node, anchor: usize) {
+    /// Adds a finished node of `size` nodes to its parent.
+    pub(super) fn push_value(&mut self, node: Node, anchor: usize, size: usize) {
         if anchor > 0 {
-            self.anchors.insert(anchor, node.clone());
+            self.anchors.insert(anchor, (node.clone(), size));
         }
         match self.stack.last_mut() {
             None => self.document = Some(node),
@@ -436,7 +450,8 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                         Kind::Null
                     }
                 };
-                self.push_value(Node::new(kind, pos), anchor);
+                self.expanded += 1;
+                self.push_value(Node::new(kind, pos), anchor, 1);
             }
             Event::SequenceStart(anchor, tag) => {
                 self.collection_tag(tag.as_ref(), &mark, true);
@@ -444,6 +459,7 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                 self.stack.push(Frame::Seq {
                     node: Node::new(Kind::Seq(Vec::new()), pos),
                     anchor,
+                    expanded_at: self.expanded,
                     flow,
                     start: flow.then(|| (mark.line(), mark.col())),
                 })
@@ -454,21 +470,49 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                 self.stack.push(Frame::Map {
                     node: Node::new(Kind::Map(Vec::new()), pos),
                     anchor,
+                    expanded_at: self.expanded,
                     flow,
                     start: flow.then(|| (mark.line(), mark.col())),
                     pending_key: None,
                 })
             }
             Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
-                Some(Frame::Seq { node, anchor, .. }) | Some(Frame::Map { node, anchor, .. }) => {
-                    self.push_value(node, anchor)
+                Some(
+                    Frame::Seq {
+                        node,
+                        anchor,
+                        expanded_at,
+                        ..
+                    }
+                    | Frame::Map {
+                        node,
+                        anchor,
+                        expanded_at,
+                        ..
+                    },
+                ) => {
+                    self.expanded += 1;
+                    let size = self.expanded - expanded_at;
+                    self.push_value(node, anchor, size)
                 }
                 None => {}
             },
-            Event::Alias(id) => match self.anchors.get(&id).cloned() {
-                Some(mut node) => {
+            Event::Alias(id) => match self.anchors.get(&id) {
+                // Checked before the copy is made: a few lines of nested
+                // aliases can name more nodes than memory holds.
+                Some((_, size)) if self.expanded + size > MAX_EXPANDED_NODES => {
+                    let index = self.source.index_of(mark.line(), mark.col());
+                    let message = format!(
+                        "the document expands to more than {MAX_EXPANDED_NODES} nodes once its aliases are resolved; bl refuses it so that reading stays bounded. Write the repeated parts out, or share less through anchors"
+                    );
+                    let error = self.source.error([Some(message)], mark);
+                    self.compose_error = Some((index, error));
+                }
+                Some((node, size)) => {
+                    let (mut node, size) = (node.clone(), *size);
                     node.pos = pos;
-                    self.push_value(node, 0)
+                    self.expanded += size;
+                    self.push_value(node, 0, size)
                 }
                 None => {
                     let index = self.source.index_of(mark.line(), mark.col());

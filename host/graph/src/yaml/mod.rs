@@ -2,7 +2,10 @@
 //! loader over the text, YAML 1.1 scalars (`yes`/`no`/`on`/`off` are
 //! booleans, `0x10`, `0o7`, `1_000` and `1:30` are integers, dates are
 //! timestamps), one document only, string keys only, duplicate keys refused,
-//! and no merge keys (`<<` has no constructor there).
+//! and no merge keys (`<<` has no constructor there). Unlike PyYAML, which
+//! shares an anchored node among its aliases, the tree here copies it, so a
+//! document may hold at most [`MAX_EXPANDED_NODES`] nodes with its aliases
+//! expanded: a few hundred bytes of nested aliases are refused, not grown.
 //!
 //! yaml-rust2 does the scanning. Where it reads differently from PyYAML
 //! (control characters, NEL and the Unicode line separators as line breaks,
@@ -21,6 +24,8 @@
 
 mod builder;
 mod prescan;
+
+pub use builder::MAX_EXPANDED_NODES;
 mod scalars;
 mod source;
 
