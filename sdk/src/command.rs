@@ -33,8 +33,9 @@ pub fn run(request: &CommandRequest) -> Result<CommandOutput, CommandError> {
 
 /// Runs `request` and turns the result into a verdict with `judge`, adding
 /// the tails of stdout and stderr as findings and their digest as evidence.
-/// A refused command is a capability error; one that cannot start is an
-/// internal error: either way the gate could not decide.
+/// A refused command is a capability error; one that cannot start, or that
+/// ran into its timeout, is an internal error: either way the gate could
+/// not decide, so `judge` never sees it.
 pub fn run_to_verdict(
     request: &CommandRequest,
     tail_bytes: usize,
@@ -44,6 +45,13 @@ pub fn run_to_verdict(
         CommandError::Denied(m) => PluginError::Capability(format!("command refused: {m}")),
         CommandError::Spawn(m) => PluginError::Internal(format!("command could not start: {m}")),
     })?;
+    if output.timed_out {
+        return Err(PluginError::Internal(format!(
+            "`{}` {}: a command that does not finish decides nothing",
+            request.argv.join(" "),
+            describe_exit(&output)
+        )));
+    }
     let (passed, summary) = judge(&output)?;
     let stdout = tail(&output.stdout_tail, tail_bytes);
     let stderr = tail(&output.stderr_tail, tail_bytes);

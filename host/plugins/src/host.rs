@@ -41,6 +41,32 @@ impl std::fmt::Display for LimitExceeded {
 
 impl std::error::Error for LimitExceeded {}
 
+/// A host call that returned after the call's deadline: the guest is not
+/// resumed, so nothing it would decide afterwards can count.
+#[derive(Debug)]
+pub(crate) struct DeadlinePassed;
+
+impl std::fmt::Display for DeadlinePassed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the deadline passed during a host call")
+    }
+}
+
+impl std::error::Error for DeadlinePassed {}
+
+/// A refused `memory.grow`: the guest traps instead of carrying on with
+/// the allocation it asked for missing.
+#[derive(Debug)]
+pub(crate) struct MemoryRefused;
+
+impl std::fmt::Display for MemoryRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("memory.grow past the limit")
+    }
+}
+
+impl std::error::Error for MemoryRefused {}
+
 pub(crate) struct HostState {
     pub table: ResourceTable,
     wasi: WasiCtx,
@@ -147,7 +173,9 @@ impl ResourceLimiter for MemoryLimiter {
     ) -> wasmtime::Result<bool> {
         if desired > self.limit {
             self.hit = true;
-            return Ok(false);
+            // An error (not `Ok(false)`, which makes memory.grow return -1)
+            // traps: a guest that ignored the -1 could still return a verdict.
+            return Err(wasmtime::Error::new(MemoryRefused));
         }
         Ok(true)
     }
@@ -167,6 +195,15 @@ impl workspace::Host for HostState {}
 impl artifacts::Host for HostState {}
 
 impl HostState {
+    /// Every host call ends with this: past the deadline, the call traps
+    /// rather than hand control back to the guest.
+    fn in_time<T>(&self, value: T) -> wasmtime::Result<T> {
+        if self.started.elapsed() >= self.limits.deadline {
+            return Err(wasmtime::Error::new(DeadlinePassed));
+        }
+        Ok(value)
+    }
+
     fn note_escape<T>(&mut self, result: &Result<T, workspace::FsError>) {
         if let Err(workspace::FsError::Escape(path)) = result {
             self.escapes.push(path.clone());
@@ -182,7 +219,7 @@ impl workspace::HostDir for HostState {
     ) -> wasmtime::Result<Result<Vec<u8>, workspace::FsError>> {
         let result = self.table.get(&dir)?.read(&path);
         self.note_escape(&result);
-        Ok(result)
+        self.in_time(result)
     }
 
     fn list_dir(
@@ -192,7 +229,7 @@ impl workspace::HostDir for HostState {
     ) -> wasmtime::Result<Result<Vec<workspace::Entry>, workspace::FsError>> {
         let result = self.table.get(&dir)?.list(&path);
         self.note_escape(&result);
-        Ok(result)
+        self.in_time(result)
     }
 
     fn stat(
@@ -202,7 +239,7 @@ impl workspace::HostDir for HostState {
     ) -> wasmtime::Result<Result<Option<workspace::Entry>, workspace::FsError>> {
         let result = self.table.get(&dir)?.stat(&path);
         self.note_escape(&result);
-        Ok(result)
+        self.in_time(result)
     }
 
     fn drop(&mut self, dir: Resource<WorkspaceDir>) -> wasmtime::Result<()> {
@@ -221,7 +258,8 @@ impl artifacts::HostInputSet for HostState {
         set: Resource<InputSet>,
         name: String,
     ) -> wasmtime::Result<Result<Vec<u8>, artifacts::ArtifactError>> {
-        Ok(self.table.get(&set)?.read(&name))
+        let result = self.table.get(&set)?.read(&name);
+        self.in_time(result)
     }
 
     fn drop(&mut self, set: Resource<InputSet>) -> wasmtime::Result<()> {
@@ -254,7 +292,7 @@ impl artifacts::HostOutputSink for HostState {
                     limit_bytes: sink.limit_bytes(),
                 }))
             }
-            result => Ok(result),
+            result => self.in_time(result),
         }
     }
 
@@ -296,7 +334,7 @@ impl command::Host for HostState {
             timeout,
             output_cap: self.limits.command_output_bytes,
         };
-        Ok(match runner.run(&spec) {
+        let result = match runner.run(&spec) {
             Ok(result) => Ok(command::CommandOutput {
                 exit_code: result.exit_code,
                 stdout_tail: result.stdout_tail,
@@ -307,7 +345,8 @@ impl command::Host for HostState {
             }),
             Err(bl_core::CommandError::Denied(m)) => Err(E::Denied(m)),
             Err(bl_core::CommandError::Spawn(m)) => Err(E::Spawn(m)),
-        })
+        };
+        self.in_time(result)
     }
 }
 

@@ -319,6 +319,14 @@ impl Runtime {
                 path: path.clone(),
             });
         }
+        // A call that ended after its deadline counts for nothing, whatever
+        // it returned: the epoch check may lag the deadline by a tick.
+        if result.is_ok() && started.elapsed() > self.limits.deadline {
+            return Err(PluginError::Timeout {
+                plugin: name,
+                deadline: self.limits.deadline,
+            });
+        }
         match result {
             Ok(Ok(value)) => Ok(Invocation {
                 value,
@@ -341,6 +349,15 @@ impl Runtime {
                 plugin,
                 what: limit.what.to_string(),
                 limit_bytes: limit.limit_bytes,
+            };
+        }
+        if error
+            .downcast_ref::<crate::host::DeadlinePassed>()
+            .is_some()
+        {
+            return PluginError::Timeout {
+                plugin,
+                deadline: self.limits.deadline,
             };
         }
         match error.downcast_ref::<Trap>() {

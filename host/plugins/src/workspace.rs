@@ -7,7 +7,7 @@
 use std::io::Read;
 use std::path::{Component, Path};
 
-use cap_std::fs::Dir;
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
 use crate::bindings::workspace::{Entry, EntryKind, FsError};
 
@@ -44,11 +44,26 @@ impl WorkspaceDir {
         Ok(if path.is_empty() { Path::new(".") } else { rel })
     }
 
+    /// A regular file's bytes. A FIFO, socket or device (kind `other`) is
+    /// never opened for reading: its type is checked first, and the open is
+    /// non-blocking and checked again on the descriptor, so a FIFO swapped
+    /// in between can neither block the call nor be read.
     pub(crate) fn read(&self, path: &str) -> Result<Vec<u8>, FsError> {
         let rel = Self::checked(path)?;
-        let mut file = self.dir.open(rel).map_err(|e| fs_error(path, e))?;
+        let meta = self.dir.metadata(rel).map_err(|e| fs_error(path, e))?;
+        if !meta.is_file() {
+            return Err(FsError::WrongKind(path.to_string()));
+        }
+        let mut options = OpenOptions::new();
+        options
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+        let mut file = self
+            .dir
+            .open_with(rel, &options)
+            .map_err(|e| fs_error(path, e))?;
         let meta = file.metadata().map_err(|e| fs_error(path, e))?;
-        if meta.is_dir() {
+        if !meta.is_file() {
             return Err(FsError::WrongKind(path.to_string()));
         }
         if meta.len() > self.max_read_bytes {

@@ -38,7 +38,7 @@ impl bl_plugin_sdk::Gate for CommandGate {
         let shown = config.argv.join(" ");
         run_to_verdict(&request, config.tail_bytes, |out| {
             Ok((
-                out.exit_code == Some(0) && !out.timed_out,
+                out.exit_code == Some(0),
                 format!("`{shown}` {}", describe_exit(out)),
             ))
         })

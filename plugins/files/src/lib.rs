@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use bl_plugin_sdk::{Finding, FsError, Gate, PluginError, Severity, Verdict, Workspace};
+use bl_plugin_sdk::{EntryKind, Finding, FsError, Gate, PluginError, Severity, Verdict, Workspace};
 use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
@@ -42,6 +42,16 @@ impl Gate for FilesGate {
             checked += 1;
             match ws.stat(path) {
                 Ok(None) => findings.push(missing(path)),
+                Ok(Some(entry)) if entry.kind != EntryKind::File => findings.push(
+                    Finding::new(
+                        Severity::High,
+                        format!(
+                            "{path} is not a regular file (a directory, FIFO, socket or device)"
+                        ),
+                    )
+                    .rule("files/regular")
+                    .at(path),
+                ),
                 Ok(Some(entry)) if entry.size == 0 => findings.push(
                     Finding::new(Severity::High, format!("{path} is empty"))
                         .rule("files/non-empty")
@@ -63,6 +73,18 @@ impl Gate for FilesGate {
                 Ok(text) => text,
                 Err(FsError::NotFound(_)) => {
                     findings.push(missing(path));
+                    continue;
+                }
+                // Never opened: its text cannot hold or lack anything.
+                Err(FsError::WrongKind(_)) => {
+                    findings.push(
+                        Finding::new(
+                            Severity::High,
+                            format!("{path} is not a regular file, so its text cannot be checked"),
+                        )
+                        .rule("files/regular")
+                        .at(path),
+                    );
                     continue;
                 }
                 Err(e) => return Err(capability_error(path, e)),
@@ -114,7 +136,10 @@ fn missing(path: &str) -> Finding {
 /// A path the host refused (an escape, say) is the operator's config asking
 /// for something the gate may not see: the gate cannot decide, so it errs.
 fn capability_error(path: &str, error: FsError) -> PluginError {
-    PluginError::Capability(format!("{path}: {error:?}"))
+    PluginError::Capability(format!(
+        "{path}: {}",
+        bl_plugin_sdk::describe_fs_error(&error)
+    ))
 }
 
 #[cfg(target_arch = "wasm32")]

@@ -670,3 +670,51 @@ fn outputs_past_the_cap_end_the_transform_with_an_output_limit_error() {
         "{err}"
     );
 }
+
+/// A guest that ignores a refused `memory.grow` (-1) and claims a pass is
+/// trapped at the grow: the refusal is final.
+#[test]
+fn a_refused_memory_grow_traps_even_when_the_guest_would_carry_on() {
+    let rt = runtime();
+    let ws = workspace();
+    let err = hostile(&rt, "grow-and-carry-on", ws.path()).unwrap_err();
+    assert!(
+        matches!(err, PluginError::MemoryLimit { limit_bytes, .. } if limit_bytes == 64 << 20),
+        "{err}"
+    );
+    still_serves(&rt, ws.path());
+}
+
+/// A FIFO in the workspace (with no writer) is kind `other`: reading it
+/// is refused at once, never opened, and the call returns well within its
+/// deadline.
+#[test]
+fn a_fifo_in_the_workspace_is_never_opened() {
+    let rt = runtime();
+    let ws = workspace();
+    nix::unistd::mkfifo(&ws.path().join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let summary = hostile(&rt, "read-fifo", ws.path()).unwrap();
+    assert!(summary.contains("not a file of the kind"), "{summary}");
+}
+
+/// A command that runs into the call's deadline ends the call as a
+/// timeout: the guest never resumes to turn it into a verdict.
+#[test]
+fn a_deadline_that_passes_during_a_host_call_never_resumes_the_guest() {
+    let rt = runtime();
+    let granted = LoadOptions {
+        declared: None,
+        grants: Grants::of([Capability::Command, Capability::Log]),
+    };
+    let gate = rt
+        .load_gate("wants-command", &bytes("wants-command"), &granted)
+        .unwrap();
+    let ws = workspace();
+    let err = rt
+        .check(&gate, ws.path(), r#"{"argv": ["sleep", "5"]}"#)
+        .unwrap_err();
+    assert!(
+        matches!(err, PluginError::Timeout { deadline, .. } if deadline == Duration::from_millis(500)),
+        "{err}"
+    );
+}

@@ -31,6 +31,18 @@ impl bl_plugin_sdk::Gate for Hostile {
                 }
             }
             "output" => Ok(Verdict::pass("x".repeat(64 << 20))),
+            // Asks for 2 GiB with memory.grow directly, ignores the refusal
+            // (-1) and claims a pass: the host must trap it instead.
+            #[cfg(target_arch = "wasm32")]
+            "grow-and-carry-on" => {
+                let grown = core::arch::wasm32::memory_grow(0, 32768);
+                Ok(Verdict::pass(format!("survived memory.grow ({grown})")))
+            }
+            // Reads a FIFO the workspace holds (no writer ever comes).
+            "read-fifo" => match ws.read("fifo") {
+                Ok(bytes) => Ok(Verdict::pass(format!("read {} bytes", bytes.len()))),
+                Err(e) => Ok(Verdict::pass(bl_plugin_sdk::describe_fs_error(&e))),
+            },
             "panic" => panic!("hostile gate panics"),
             // Each escape is refused by the host; the gate then claims a
             // pass anyway, which the host must not accept.
