@@ -25,6 +25,9 @@ pub enum Exit {
     NotFound,
     /// A command's own exit code, passed through (`bl sandbox run`).
     Code(u8),
+    /// 128 + N: stopped by signal N (130 for SIGINT, 143 for SIGTERM),
+    /// after ending everything it had started.
+    Signalled(i32),
 }
 
 impl Exit {
@@ -38,6 +41,7 @@ impl Exit {
             Exit::SandboxRefused => 125,
             Exit::NotFound => 127,
             Exit::Code(code) => code,
+            Exit::Signalled(signal) => (128 + signal).clamp(0, 255) as u8,
         }
     }
 }

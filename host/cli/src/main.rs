@@ -7,6 +7,7 @@ mod doctor_cmd;
 mod egress_cmd;
 mod exit;
 mod graph_cmd;
+mod interrupt;
 mod keys_cmd;
 mod ledger_cmd;
 mod log_cmd;
@@ -77,6 +78,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    interrupt::install();
     let outcome = match cli.command {
         Command::Graph(cmd) => graph_cmd::run(cmd),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
@@ -99,5 +101,7 @@ fn main() -> ExitCode {
         eprintln!("error: {error}");
         error.exit
     });
+    // Asked to stop: whatever the command made of it, bl says so by its code.
+    let exit = bl_core::interrupt::requested().map_or(exit, exit::Exit::Signalled);
     ExitCode::from(exit.code())
 }

@@ -282,5 +282,6 @@ fn run_command(
         Err(CommandError::Spawn(m)) => Err(CliError::sandbox(format!(
             "sandbox could not start the command: {m}"
         ))),
+        Err(CommandError::Interrupted(signal)) => Ok(Exit::Signalled(signal)),
     }
 }

@@ -45,6 +45,9 @@ pub enum CommandError {
     Denied(String),
     /// The program could not be started.
     Spawn(String),
+    /// `bl` was asked to stop (by this signal number); the command's whole
+    /// process group was killed and waited for.
+    Interrupted(i32),
 }
 
 impl std::fmt::Display for CommandError {
@@ -52,6 +55,9 @@ impl std::fmt::Display for CommandError {
         match self {
             CommandError::Denied(m) => write!(f, "refused: {m}"),
             CommandError::Spawn(m) => write!(f, "could not start: {m}"),
+            CommandError::Interrupted(signal) => {
+                write!(f, "was stopped: bl received signal {signal}")
+            }
         }
     }
 }

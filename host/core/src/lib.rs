@@ -10,6 +10,7 @@ pub mod canonical;
 pub mod egress_audit;
 pub mod exec;
 pub mod health;
+pub mod interrupt;
 pub mod package;
 pub mod plugin;
 pub mod python;

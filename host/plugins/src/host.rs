@@ -345,6 +345,7 @@ impl command::Host for HostState {
             }),
             Err(bl_core::CommandError::Denied(m)) => Err(E::Denied(m)),
             Err(bl_core::CommandError::Spawn(m)) => Err(E::Spawn(m)),
+            Err(e @ bl_core::CommandError::Interrupted(_)) => Err(E::Spawn(e.to_string())),
         };
         self.in_time(result)
     }

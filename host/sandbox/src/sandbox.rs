@@ -101,6 +101,8 @@ impl Sandbox {
     }
 
     fn run_caged(&self, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
+        // Declared first, dropped last: after the staging and private dirs.
+        let _running = bl_core::interrupt::Running::start();
         let bwrap = self.bwrap()?;
         let workspace = spec.workspace.canonicalize().map_err(|e| {
             CommandError::Denied(format!("workspace {}: {e}", spec.workspace.display()))

@@ -15,6 +15,9 @@ use wait_timeout::ChildExt;
 
 use crate::TailBuffer;
 
+/// How often a running command's supervisor looks for an interruption.
+const INTERRUPT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The only PATH a command sees: the system's binaries, nothing the
 /// operator's shell added.
 pub const SCRUBBED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -31,6 +34,8 @@ impl CommandRunner for Subprocess {
         let Some((program, args)) = spec.argv.split_first() else {
             return Err(CommandError::Denied("the argv is empty".into()));
         };
+        // Declared first, dropped last: after the private dirs.
+        let _running = bl_core::interrupt::Running::start();
         let private = PrivateDirs::new()?;
         let mut command = Command::new(program);
         command.args(args).current_dir(&spec.workspace);
@@ -113,16 +118,28 @@ pub(crate) fn execute(
     let err_reader = std::thread::spawn(move || TailBuffer::new(cap).drain_from(stderr));
 
     let pgid = Pid::from_raw(child.id() as i32);
-    let (status, timed_out) = match child.wait_timeout(spec.timeout) {
-        Ok(Some(status)) => (Some(status), false),
-        Ok(None) => {
-            let _ = killpg(pgid, Signal::SIGKILL);
-            (child.wait().ok(), true)
-        }
-        Err(e) => {
-            let _ = killpg(pgid, Signal::SIGKILL);
-            let _ = child.wait();
-            return Err(CommandError::Spawn(format!("waiting for {program}: {e}")));
+    let mut interrupted = None;
+    let (status, timed_out) = loop {
+        // Short waits, so an interruption is noticed within one of them.
+        let left = spec.timeout.saturating_sub(started.elapsed());
+        match child.wait_timeout(left.min(INTERRUPT_POLL)) {
+            Ok(Some(status)) => break (Some(status), false),
+            Ok(None) if left <= INTERRUPT_POLL => {
+                let _ = killpg(pgid, Signal::SIGKILL);
+                break (child.wait().ok(), true);
+            }
+            Ok(None) => {
+                if let Some(signal) = bl_core::interrupt::requested() {
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                    interrupted = Some(signal);
+                    break (child.wait().ok(), false);
+                }
+            }
+            Err(e) => {
+                let _ = killpg(pgid, Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(CommandError::Spawn(format!("waiting for {program}: {e}")));
+            }
         }
     };
     // Whatever the group left running holds the pipes open; end it.
@@ -134,6 +151,9 @@ pub(crate) fn execute(
             .map_err(|e| CommandError::Spawn(format!("reading output: {e}")))
     };
     let (out, err) = (join(out_reader)?, join(err_reader)?);
+    if let Some(signal) = interrupted {
+        return Err(CommandError::Interrupted(signal));
+    }
     let truncated = out.truncated() || err.truncated();
     Ok(CommandResult {
         exit_code: if timed_out {

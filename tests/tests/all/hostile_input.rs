@@ -168,3 +168,126 @@ fn a_command_gate_whose_command_times_out_is_an_error_not_a_fail() {
     assert!(all.contains("timed out after"), "{all}");
     assert!(!all.contains("FAIL"), "{all}");
 }
+
+/// A command that starts a grandchild sleeping for a number of seconds no
+/// other test uses, so the test can look for exactly that process.
+fn sleeper() -> (String, String) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let seconds = 7000 + NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    (
+        format!("sleep {seconds} & echo started > started; wait"),
+        format!("sleep\0{seconds}\0"),
+    )
+}
+
+/// Starts bl with `args` (after which come the workspace and the command),
+/// running a command that starts a grandchild and sleeps; sends `signal`
+/// once the grandchild runs, and checks that bl exits with 128 + signal
+/// having killed the group and removed its temporary directories (bl's
+/// TMPDIR is private to the test).
+fn signal_ends_everything(
+    isolation: &str,
+    signal: nix::sys::signal::Signal,
+    with_workspace: impl Fn(&Path, &str) -> Vec<String>,
+) {
+    let (command, cmdline) = sleeper();
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    // The caged user must pass through it to reach its staging directory.
+    for d in [dir.path(), &ws, &tmp] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let child = Command::new(bl_binary())
+        .args(with_workspace(&ws, &command))
+        .env("TMPDIR", &tmp)
+        .env("BL_PLUGIN_PATH", bl_e2e::plugin_dir())
+        .env("BL_CACHE_DIR", dir.path().join("cache"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !ws.join("started").exists() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{isolation}: the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, signal).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + signal as i32),
+        "{isolation}: {}",
+        text(&out.stderr)
+    );
+    let sleepers = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("cmdline")).ok())
+        .filter(|c| *c == cmdline)
+        .count();
+    assert_eq!(sleepers, 0, "{isolation}: the command's group still runs");
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "{isolation}: left behind {left:?}");
+}
+
+#[test]
+fn sigint_and_sigterm_end_the_command_and_its_temp_dirs_in_every_tier() {
+    use nix::sys::signal::Signal::{SIGINT, SIGTERM};
+    let sandbox_run = |tier: &'static str| {
+        move |ws: &Path, command: &str| -> Vec<String> {
+            let mut args: Vec<String> = ["sandbox", "run", "--isolation", tier, "--workspace"]
+                .map(String::from)
+                .to_vec();
+            args.push(ws.display().to_string());
+            args.extend(["--", "sh", "-c", command].map(String::from));
+            args
+        }
+    };
+    let mut tiers = vec!["workspace_only"];
+    if bl_e2e::cage_works() {
+        tiers.extend(["process_restricted", "container_restricted"]);
+    }
+    for tier in tiers {
+        signal_ends_everything(tier, SIGINT, sandbox_run(tier));
+        signal_ends_everything(tier, SIGTERM, sandbox_run(tier));
+    }
+}
+
+/// The same through a plugin's granted command: the gate's command is
+/// killed with its group, and bl exits by the signal, not with a verdict.
+#[test]
+fn a_signal_during_a_plugins_granted_command_ends_it() {
+    use nix::sys::signal::Signal::{SIGINT, SIGTERM};
+    for (tier, signal) in [("workspace_only", SIGTERM), ("workspace_only", SIGINT)] {
+        signal_ends_everything(tier, signal, |ws: &Path, command: &str| {
+            let config = serde_json::json!({"argv": ["sh", "-c", command]}).to_string();
+            [
+                "plugin",
+                "run",
+                "command",
+                "--grant",
+                "command",
+                "--isolation",
+                tier,
+                "--config",
+                &config,
+                "--workspace",
+                &ws.display().to_string(),
+            ]
+            .map(String::from)
+            .to_vec()
+        });
+    }
+}

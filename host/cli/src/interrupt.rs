@@ -1,0 +1,36 @@
+//! SIGINT and SIGTERM: recorded for whatever is running
+//! ([`bl_core::interrupt`]), which kills its children's process groups,
+//! waits for them and removes its temporary directories; `main` then exits
+//! with 128 + the signal. With nothing running, bl exits at once.
+
+use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// How long the work in progress gets to clean up before bl exits anyway.
+const CLEANUP_GRACE: Duration = Duration::from_secs(10);
+
+pub fn install() {
+    let Ok(mut signals) = Signals::new([SIGINT, SIGTERM]) else {
+        // Without handlers the default action still stops bl; only the
+        // cleanup is lost, so this is no reason to refuse to run.
+        return;
+    };
+    std::thread::Builder::new()
+        .name("bl-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                bl_core::interrupt::request(signal);
+                let asked = Instant::now();
+                while bl_core::interrupt::running() > 0 && asked.elapsed() < CLEANUP_GRACE {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                // Give the command a moment to return and report through
+                // `main`, which exits with the same code.
+                std::thread::sleep(Duration::from_millis(200));
+                std::process::exit(128 + signal);
+            }
+        })
+        .ok();
+}
