@@ -2,6 +2,7 @@
 //! fix. The sandbox and the plugin toolchain say what they can; this file
 //! adds the cache and prints.
 
+use crate::output::outln;
 use std::path::Path;
 
 use bl_core::health::{Check, Health};
@@ -60,12 +61,12 @@ pub fn doctor(as_json: bool) -> CliResult {
         Health::Fail => "fail",
     };
     if as_json {
-        println!("{}", json!({"ok": !failed, "checks": checks}));
+        outln!("{}", json!({"ok": !failed, "checks": checks}));
     } else {
         for c in &checks {
-            println!("{:<5} {:<15} {}", label(c.health), c.name, c.detail);
+            outln!("{:<5} {:<15} {}", label(c.health), c.name, c.detail);
             if let Some(fix) = &c.fix {
-                println!("      {:<15} fix: {fix}", "");
+                outln!("      {:<15} fix: {fix}", "");
             }
         }
     }

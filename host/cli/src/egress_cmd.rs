@@ -2,6 +2,7 @@
 //! `bl egress send`: one request through the broker, as an https connector
 //! node's would go.
 
+use crate::output::{errln, outln};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,17 +71,17 @@ pub fn run(cmd: EgressCommand) -> CliResult {
 fn check(url: &str, json: bool) -> CliResult {
     let report = bl_egress::check(url);
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&report).expect("reports serialize")
         );
     } else {
-        println!("{}  {url}", if report.allow { "ALLOW" } else { "DENY " });
+        outln!("{}  {url}", if report.allow { "ALLOW" } else { "DENY " });
         for a in &report.addresses {
-            println!("  {:<40} {}", a.address, a.class);
+            outln!("  {:<40} {}", a.address, a.class);
         }
         if let Some(denial) = &report.denial {
-            println!("  {denial}");
+            outln!("  {denial}");
         }
     }
     Ok(if report.allow {
@@ -96,7 +97,7 @@ struct StderrAudit(Option<bl_store::EgressLog>);
 
 impl bl_egress::EgressAudit for StderrAudit {
     fn record(&self, event: bl_egress::EgressEvent) -> Result<(), bl_egress::AuditError> {
-        eprintln!(
+        errln!(
             "BL_EGRESS {}",
             serde_json::to_string(&event).expect("events serialize")
         );
@@ -195,8 +196,7 @@ fn send(
     });
     match result {
         Ok(response) => {
-            use std::io::Write;
-            let _ = std::io::stdout().write_all(&response.body);
+            crate::output::stdout_bytes(&response.body);
             if (200..300).contains(&response.status) {
                 Ok(Exit::Success)
             } else {

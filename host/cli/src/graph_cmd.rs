@@ -1,6 +1,7 @@
 //! `bl graph …`: lint, plan, digest and schema for graph/v1 manifests.
 //! Output, exit codes and messages follow bounded-loops 0.7's `bl graph`.
 
+use crate::output::{out, outln};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -92,7 +93,7 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             config,
         } => init(&posture, &allowlist, yes, config),
         GraphCommand::Schema => {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&bl_graph::schema::manifest_schema())
                     .expect("schema serializes")
@@ -191,15 +192,15 @@ fn lint(path: &Path, as_json: bool) -> CliResult {
     match load(path, "lint") {
         Loaded::Graph(graph) => {
             if as_json {
-                println!("{}", python_json(&report::lint_json(&graph)));
+                outln!("{}", python_json(&report::lint_json(&graph)));
             } else {
-                print!("{}", report::lint_text(&graph));
+                out!("{}", report::lint_text(&graph));
             }
             Ok(Exit::Success)
         }
         Loaded::Refused { refusal, early } => {
             if as_json {
-                println!("{}", python_json(&report::refusal_json(&refusal)));
+                outln!("{}", python_json(&report::refusal_json(&refusal)));
             }
             Err(refused(path, "graph lint:", &refusal, early))
         }
@@ -312,12 +313,12 @@ fn plan(
         loop_packages_admitted: packages.len(),
     };
     if as_json {
-        println!(
+        outln!(
             "{}",
             python_json(&report::plan_json(&graph, &plan, &admission))
         );
     } else {
-        print!("{}", report::plan_text(&graph, &plan, &admission));
+        out!("{}", report::plan_text(&graph, &plan, &admission));
     }
     Ok(Exit::Success)
 }
@@ -330,12 +331,12 @@ fn digest(dir: &Path, as_json: bool) -> CliResult {
         Ok(d) => {
             if as_json {
                 let package = shown.display().to_string();
-                println!(
+                outln!(
                     "{}",
                     python_json(&json!({"loop_package": d, "package": package}))
                 );
             } else {
-                println!("{d}");
+                outln!("{d}");
             }
             Ok(Exit::Success)
         }
@@ -360,19 +361,19 @@ fn init(posture: &str, allowlist: &[String], yes: bool, config: Option<PathBuf>)
         });
     match result {
         Ok((egress, path, default)) => {
-            println!("Wrote {}", path.display());
+            outln!("Wrote {}", path.display());
             let allowed: Vec<String> = egress.allowed().iter().map(|h| h.to_string()).collect();
             if allowed.is_empty() {
-                println!("Posture: {}.", egress.posture.as_str());
+                outln!("Posture: {}.", egress.posture.as_str());
             } else {
-                println!(
+                outln!(
                     "Posture: {}, allowing {}.",
                     egress.posture.as_str(),
                     allowed.join(", ")
                 );
             }
             if default.as_deref() != Some(path.as_path()) {
-                println!(
+                outln!(
                     "NOTE: {} is not the default path; runs read it only with {}={}",
                     path.display(),
                     bl_egress::posture::CONFIG_VAR,

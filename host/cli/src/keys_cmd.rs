@@ -1,5 +1,6 @@
 //! `bl keys …`: the Ed25519 keys that sign checkpoints.
 
+use crate::output::outln;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -52,7 +53,7 @@ pub fn run(cmd: KeysCommand) -> CliResult {
     let result = match cmd {
         KeysCommand::Generate { name, out } => generate(&name, out),
         KeysCommand::Public { key } => {
-            read_signing_key(&key).map(|k| println!("{}", k.verifier().to_text()))
+            read_signing_key(&key).map(|k| outln!("{}", k.verifier().to_text()))
         }
     };
     match result {
@@ -95,7 +96,7 @@ fn generate(name: &str, out: Option<PathBuf>) -> Result<(), String> {
     let pub_path = path.with_extension("pub");
     std::fs::write(&pub_path, format!("{public}\n"))
         .map_err(|e| format!("{}: {e}", pub_path.display()))?;
-    println!(
+    outln!(
         "private key: {} (mode 0600)\nverifier key: {} \n{public}",
         path.display(),
         pub_path.display()

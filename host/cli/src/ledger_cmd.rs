@@ -1,6 +1,7 @@
 //! `bl ledger reconcile`: what an operator found out about an effect whose
 //! outcome the publication ledger could not know.
 
+use crate::output::outln;
 use std::path::Path;
 
 use clap::Subcommand;
@@ -53,7 +54,7 @@ fn reconcile(run_dir: &Path, key: &str, published: bool) -> CliResult {
             } else {
                 "cleared; it may fire again"
             };
-            println!("{key}: {what}");
+            outln!("{key}: {what}");
             Ok(Exit::Success)
         }
         Err(e) => Err(CliError::refused(format!("ledger reconcile: {e}"))),

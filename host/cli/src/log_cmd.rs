@@ -1,6 +1,7 @@
 //! `bl log recover | checkpoint | prove`: maintaining a run's event log and
 //! proving what is in it.
 
+use crate::output::outln;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -76,11 +77,11 @@ fn recover(path: PathBuf) -> CliResult {
     };
     match bl_store::recover_torn_tail(&log) {
         Ok(None) => {
-            println!("{}: no torn tail; nothing changed", log.display());
+            outln!("{}: no torn tail; nothing changed", log.display());
             Ok(Exit::Success)
         }
         Ok(Some(tail)) => {
-            println!(
+            outln!(
                 "{}: moved {} torn bytes (line {}) to {}.torn-{}",
                 log.display(),
                 tail.len,
@@ -100,7 +101,7 @@ fn checkpoint(path: &Path, key: Option<&Path>) -> CliResult {
     });
     match result {
         Ok((file, cp)) => {
-            println!(
+            outln!(
                 "checkpoint of {} events and {} files, root {}{}\n  {}",
                 cp.size,
                 cp.files.len(),
@@ -162,7 +163,7 @@ fn prove(path: &Path, line: Option<usize>, size: Option<usize>, from: Option<usi
     })();
     match result {
         Ok(value) => {
-            println!("{}", serde_json::to_string_pretty(&value).expect("json"));
+            outln!("{}", serde_json::to_string_pretty(&value).expect("json"));
             Ok(Exit::Success)
         }
         Err(e) => Err(CliError::refused(format!("log prove: {e}"))),

@@ -11,6 +11,7 @@ mod interrupt;
 mod keys_cmd;
 mod ledger_cmd;
 mod log_cmd;
+mod output;
 mod paths;
 mod plugin_cmd;
 mod sandbox_cmd;
@@ -20,6 +21,8 @@ mod verify_cmd;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use crate::output::errln;
 
 /// bl runs AI-agent work so that the agent never grades itself: a worker
 /// takes a turn, and an independent gate decides from the workspace alone.
@@ -98,10 +101,11 @@ fn main() -> ExitCode {
     // The one reporter: a command prints its own results, and its error
     // comes back here to be said once, in one form.
     let exit = outcome.unwrap_or_else(|error| {
-        eprintln!("error: {error}");
+        errln!("error: {error}");
         error.exit
     });
     // Asked to stop: whatever the command made of it, bl says so by its code.
     let exit = bl_core::interrupt::requested().map_or(exit, exit::Exit::Signalled);
+    output::flush();
     ExitCode::from(exit.code())
 }

@@ -1,5 +1,6 @@
 //! `bl plugin …`
 
+use crate::output::outln;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -140,7 +141,7 @@ pub fn run(cmd: PluginCommand) -> CliResult {
                 Err(e) => GateOutcome::Error(e),
             };
             if json {
-                println!("{}", outcome_json(&plugin, &workspace, &outcome));
+                outln!("{}", outcome_json(&plugin, &workspace, &outcome));
             } else {
                 print_outcome(&plugin, &workspace, &outcome);
             }
@@ -172,7 +173,7 @@ fn build(dir: PathBuf, out: PathBuf, target_dir: PathBuf, force: bool) -> CliRes
         Ok(built) => {
             let m = &built.manifest;
             let state = if built.rebuilt { "built" } else { "up to date" };
-            println!(
+            outln!(
                 "{state}: {} {} ({} world of {}, {} toolchain)\n  component {}  {}\n  source    {}",
                 m.name,
                 m.version,
@@ -211,7 +212,7 @@ fn inspect(plugin: &str, as_json: bool) -> CliResult {
         .as_ref()
         .map(|m| m.component_digest == summary.component_digest);
     if as_json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "path": path.display().to_string(),
@@ -223,12 +224,12 @@ fn inspect(plugin: &str, as_json: bool) -> CliResult {
         return Ok(Exit::Success);
     }
     let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
-    println!("{}", path.display());
-    println!("  world         {}", or_unknown(&summary.world));
-    println!("  wit           {}", or_unknown(&summary.wit_package));
-    println!("  exports       {}", summary.exports.join(", "));
-    println!("  imports       {}", summary.imports.join(", "));
-    println!(
+    outln!("{}", path.display());
+    outln!("  world         {}", or_unknown(&summary.world));
+    outln!("  wit           {}", or_unknown(&summary.wit_package));
+    outln!("  exports       {}", summary.exports.join(", "));
+    outln!("  imports       {}", summary.imports.join(", "));
+    outln!(
         "  capabilities  {}",
         if summary.capabilities.is_empty() {
             "(none requested)".to_string()
@@ -236,23 +237,25 @@ fn inspect(plugin: &str, as_json: bool) -> CliResult {
             summary.capabilities.join(", ")
         }
     );
-    println!("  digest        {}", summary.component_digest);
-    println!("  source        {}", or_unknown(&summary.source_digest));
+    outln!("  digest        {}", summary.component_digest);
+    outln!("  source        {}", or_unknown(&summary.source_digest));
     match (&manifest, manifest_matches) {
         (Some(m), Some(true)) => {
-            println!(
+            outln!(
                 "  manifest      {} {}: {}",
-                m.name, m.version, m.description
+                m.name,
+                m.version,
+                m.description
             );
             if !m.contract_patterns.is_empty() {
-                println!("  contracts     {}", m.contract_patterns.join(", "));
+                outln!("  contracts     {}", m.contract_patterns.join(", "));
             }
             if m.config_schema.is_some() {
-                println!("  config        has a JSON Schema (see --json)");
+                outln!("  config        has a JSON Schema (see --json)");
             }
         }
-        (Some(_), _) => println!("  manifest      DOES NOT MATCH these bytes (rebuild the plugin)"),
-        (None, _) => println!("  manifest      (none beside it)"),
+        (Some(_), _) => outln!("  manifest      DOES NOT MATCH these bytes (rebuild the plugin)"),
+        (None, _) => outln!("  manifest      (none beside it)"),
     }
     Ok(Exit::Success)
 }
@@ -370,10 +373,10 @@ fn outcome_json(plugin: &str, workspace: &Path, outcome: &GateOutcome) -> serde_
 }
 
 fn print_outcome(plugin: &str, workspace: &Path, outcome: &GateOutcome) {
-    println!("{}  {plugin}  {}", outcome.label(), workspace.display());
+    outln!("{}  {plugin}  {}", outcome.label(), workspace.display());
     match outcome {
         GateOutcome::Passed(v) | GateOutcome::Failed(v) => {
-            println!("  {}", v.summary);
+            outln!("  {}", v.summary);
             for f in &v.findings {
                 let place = f
                     .location
@@ -388,9 +391,9 @@ fn print_outcome(plugin: &str, workspace: &Path, outcome: &GateOutcome) {
                     .as_deref()
                     .map(|r| format!(" [{r}]"))
                     .unwrap_or_default();
-                println!("  - {:?}: {}{place}{rule}", f.severity, f.message);
+                outln!("  - {:?}: {}{place}{rule}", f.severity, f.message);
             }
         }
-        GateOutcome::Error(e) => println!("  could not decide: {e}"),
+        GateOutcome::Error(e) => outln!("  could not decide: {e}"),
     }
 }

@@ -1,6 +1,7 @@
 //! `bl sandbox run`: run a command exactly as a node would, to see what an
 //! agent sees.
 
+use crate::output::{errln, out, outln};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -205,12 +206,12 @@ fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> CliResult {
         Ok(outcome) => {
             if as_json {
                 let text = std::fs::read_to_string(&outcome.result_path).unwrap_or_default();
-                print!("{text}");
+                out!("{text}");
             } else {
                 for (name, ok, detail) in &outcome.checks {
-                    println!("{} {name}: {detail}", if *ok { "ok  " } else { "FAIL" });
+                    outln!("{} {name}: {detail}", if *ok { "ok  " } else { "FAIL" });
                 }
-                println!(
+                outln!(
                     "{} ({}): result in {}",
                     if outcome.passed { "PASS" } else { "FAIL" },
                     tier.name(),
@@ -267,10 +268,10 @@ fn run_command(
     }
     match sandbox.run(&spec) {
         Ok(result) => {
-            let _ = std::io::stdout().write_all(&result.stdout_tail);
+            crate::output::stdout_bytes(&result.stdout_tail);
             let _ = std::io::stderr().write_all(&result.stderr_tail);
             if result.truncated {
-                eprintln!("bl: output was longer than 4 MiB; only its end is shown");
+                errln!("bl: output was longer than 4 MiB; only its end is shown");
             }
             Ok(match (result.timed_out, result.exit_code) {
                 (true, _) => Exit::TimedOut,

@@ -1,5 +1,6 @@
 //! `bl plugin new`: a plugin crate that builds and runs as it is.
 
+use crate::output::outln;
 use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
@@ -53,7 +54,7 @@ fn valid_name(name: &str) -> bool {
 pub fn new_plugin(name: &str, kind: Kind, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> CliResult {
     match write_scaffold(name, kind, dir, sdk) {
         Ok(dir) => {
-            println!(
+            outln!(
                 "created {} ({kind:?})\n  build it:  bl plugin build {}\n  test it:   cargo test --manifest-path {}/Cargo.toml",
                 dir.display(),
                 dir.display(),

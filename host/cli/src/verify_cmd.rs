@@ -1,5 +1,6 @@
 //! `bl verify PATH`: printing what bl-verify found.
 
+use crate::output::outln;
 use std::path::Path;
 
 use bl_core::python_json;
@@ -45,7 +46,7 @@ fn print_graph(report: &bl_verify::GraphReport, as_json: bool) {
             })
             .collect();
         let path = report.path.display().to_string();
-        println!(
+        outln!(
             "{}",
             python_json(&json!({"ok": report.ok(), "path": path, "checks": list}))
         );
@@ -57,9 +58,9 @@ fn print_graph(report: &bl_verify::GraphReport, as_json: bool) {
             Status::Fail => "FAIL",
             Status::NotApplicable => "n/a ",
         };
-        println!("{label} {:<10} {}", c.name, c.detail);
+        outln!("{label} {:<10} {}", c.name, c.detail);
     }
-    println!(
+    outln!(
         "{}",
         if report.ok() {
             "VERIFIED"
@@ -72,15 +73,16 @@ fn print_graph(report: &bl_verify::GraphReport, as_json: bool) {
 /// bounded-loops' report for a loop ledger, in its words.
 fn print_loop(report: &bl_verify::LoopReport, as_json: bool) {
     if as_json {
-        println!("{}", report.to_json_text());
+        outln!("{}", report.to_json_text());
         return;
     }
     let chain = &report.chain;
-    println!("Ledger: {}", report.ledger_path.display());
-    println!("Head:   {}", chain.head);
-    println!(
+    outln!("Ledger: {}", report.ledger_path.display());
+    outln!("Head:   {}", chain.head);
+    outln!(
         "Rows:   {} ({} covered by the chain)\n",
-        chain.lines, chain.verified_lines
+        chain.lines,
+        chain.verified_lines
     );
     let rows = [
         (
@@ -104,17 +106,17 @@ fn print_loop(report: &bl_verify::LoopReport, as_json: bool) {
     ];
     for (name, passed, status, detail) in rows {
         let mark = if passed { "\u{2713}" } else { "\u{2717}" };
-        println!("{mark} {name:<13} {status}\n  {detail}");
+        outln!("{mark} {name:<13} {status}\n  {detail}");
     }
-    println!();
+    outln!();
     use bl_store::loop_ledger::ChainStatus;
     if report.verified() {
         if report.anchor == bl_verify::Anchor::External {
-            println!(
+            outln!(
                 "Verified: this run's LEDGER is intact and accounts for every lap it claims, and its head matches the digest you supplied.\n  Not checked: receipt.md / receipt.json, which are renderings of the ledger and are not covered by its hash chain.\n  Established only if that digest was kept outside this run directory. A digest read out of the directory cannot show it was not rewritten wholesale."
             );
         } else {
-            println!(
+            outln!(
                 "Verified: this run's LEDGER is internally consistent and accounts for every lap it claims.\n  Not established: that the run directory was not rewritten wholesale. Only --expect-head with a digest kept elsewhere can show that."
             );
         }
@@ -128,8 +130,8 @@ fn print_loop(report: &bl_verify::LoopReport, as_json: bool) {
         ChainStatus::Verified => "one check could not be satisfied. See above.",
     };
     if chain.status == ChainStatus::Mixed {
-        println!("NOT VERIFIED in full: an unchained prefix predates chaining.");
+        outln!("NOT VERIFIED in full: an unchained prefix predates chaining.");
     } else {
-        println!("NOT VERIFIED: {verdict}");
+        outln!("NOT VERIFIED: {verdict}");
     }
 }

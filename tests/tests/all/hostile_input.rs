@@ -291,3 +291,42 @@ fn a_signal_during_a_plugins_granted_command_ends_it() {
         });
     }
 }
+
+/// Runs bl with stdout (or stderr) a pipe nobody reads: its read end is
+/// closed before bl starts, so every write fails with EPIPE.
+fn with_closed(stream: &str, args: &[&str]) -> Output {
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let mut command = Command::new(bl_binary());
+    command
+        .args(args)
+        .current_dir(bl_e2e::repo_root())
+        .env("BL_PLUGIN_PATH", bl_e2e::plugin_dir());
+    match stream {
+        "stdout" => command.stdout(std::process::Stdio::from(write)),
+        _ => command.stderr(std::process::Stdio::from(write)),
+    };
+    command.output().unwrap()
+}
+
+#[test]
+fn a_closed_stdout_or_stderr_never_panics() {
+    for args in [
+        &["graph", "schema"][..],
+        &[
+            "graph",
+            "lint",
+            "tests/corpus/graph/plans/plan_all_kinds.json",
+        ],
+        &["plugin", "inspect", "files"],
+        &["verify", "tests/corpus/runs/upstream-demo"],
+    ] {
+        let out = with_closed("stdout", args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // A refusal said to a closed stderr still exits with its own code.
+    let out = with_closed("stderr", &["graph", "lint", "no-such-manifest.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+}
