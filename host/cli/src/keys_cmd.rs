@@ -35,17 +35,24 @@ fn default_key_path(name: &str) -> Result<PathBuf, String> {
     Ok(base.join("bl/keys").join(format!("{name}.key")))
 }
 
+/// The files only a run directory holds: its records. (A `plan.json` alone
+/// is not one: any project may have a file of that name.)
+const RUN_RECORDS: [&str; 6] = [
+    EVENTS_FILE,
+    "run-meta.json",
+    "published-effects.json",
+    "approvals.json",
+    "egress-events.jsonl",
+    "ledger.jsonl",
+];
+
 /// A directory that holds a run's records, or lies inside one.
 fn inside_run_dir(path: &Path) -> Option<PathBuf> {
     let absolute = std::path::absolute(path).ok()?;
     absolute
         .ancestors()
         .skip(1)
-        .find(|dir| {
-            dir.join(EVENTS_FILE).exists()
-                || dir.join("published-effects.json").exists()
-                || dir.join("plan.json").exists()
-        })
+        .find(|dir| RUN_RECORDS.iter().any(|record| dir.join(record).is_file()))
         .map(Path::to_path_buf)
 }
 
@@ -117,12 +124,15 @@ pub fn read_signing_key(path: &Path) -> Result<SigningKey, String> {
     SigningKey::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// A verifier key given as text or as a file holding it.
+/// A verifier key given as text or as a file holding it. An argument that
+/// is neither is reported as a missing file first: most often it is a
+/// mistyped path.
 pub fn read_verifier_key(arg: &str) -> Result<VerifierKey, String> {
-    let text = if Path::new(arg).is_file() {
-        std::fs::read_to_string(arg).map_err(|e| format!("{arg}: {e}"))?
-    } else {
-        arg.to_string()
-    };
-    VerifierKey::parse(&text).map_err(|e| format!("--pubkey: {e}"))
+    if Path::new(arg).is_file() {
+        let text = std::fs::read_to_string(arg).map_err(|e| format!("{arg}: {e}"))?;
+        return VerifierKey::parse(&text).map_err(|e| format!("--pubkey {arg}: {e}"));
+    }
+    VerifierKey::parse(arg).map_err(|e| {
+        format!("--pubkey {arg}: no such file, and not a verifier key (name+id+key) either: {e}")
+    })
 }

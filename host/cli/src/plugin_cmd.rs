@@ -391,7 +391,7 @@ fn print_outcome(plugin: &str, workspace: &Path, outcome: &GateOutcome) {
                     .as_deref()
                     .map(|r| format!(" [{r}]"))
                     .unwrap_or_default();
-                outln!("  - {:?}: {}{place}{rule}", f.severity, f.message);
+                outln!("  - {}: {}{place}{rule}", f.severity.as_str(), f.message);
             }
         }
         GateOutcome::Error(e) => outln!("  could not decide: {e}"),

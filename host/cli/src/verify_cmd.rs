@@ -22,7 +22,8 @@ pub fn verify(
         expect_head: expect_head.map(str::to_string),
         verifier,
     };
-    let report = bl_verify::verify(path, &options);
+    let report =
+        bl_verify::verify(path, &options).map_err(|e| CliError::refused(format!("verify: {e}")))?;
     match &report {
         bl_verify::Report::Graph(graph) => print_graph(graph, as_json),
         bl_verify::Report::Loop(ledger) => print_loop(ledger, as_json),

@@ -221,6 +221,8 @@ pub fn run_probe(
         .as_ref()
         .and_then(|b| serde_json::from_slice(b).ok());
     let claimed = |key: &str| claims.as_ref().and_then(|c| c[key]["denied"].as_bool());
+    // What the probe said, as a user reads it.
+    let said = |key: &str| claimed(key).map_or("nothing".to_string(), |d| d.to_string());
     let view = observation.view.as_ref();
     // Run by root, bl leaves the caged user no other group; an ordinary
     // user's cage keeps that user's own.
@@ -238,8 +240,9 @@ pub fn run_probe(
             "probe ran".to_string(),
             run.exit_code == Some(0) && claims.is_some() && view.is_some(),
             format!(
-                "exit {:?}; {}; {}",
-                run.exit_code,
+                "exit {}; {}; {}",
+                run.exit_code
+                    .map_or("by a signal".to_string(), |c| c.to_string()),
                 if claims.is_some() {
                     "artifact written"
                 } else {
@@ -255,24 +258,24 @@ pub fn run_probe(
             "network denied".to_string(),
             !connected && claimed("network") == Some(true),
             format!(
-                "host listener {}; the probe reported denied={:?}",
+                "host listener {}; the probe reported denied={}",
                 if connected {
                     "WAS REACHED"
                 } else {
                     "saw nothing"
                 },
-                claimed("network")
+                said("network")
             ),
         ),
         (
             "write outside denied".to_string(),
             !wrote && claimed("write_outside") == Some(true),
             format!(
-                "{} and {} {} on the host; the probe reported denied={:?} for {}",
+                "{} and {} {} on the host; the probe reported denied={} for {}",
                 outside.display(),
                 system.display(),
                 if wrote { "one EXISTS" } else { "are absent" },
-                claimed("write_outside"),
+                said("write_outside"),
                 system.display()
             ),
         ),
@@ -293,7 +296,7 @@ pub fn run_probe(
                 && claimed("sysctl") == Some(true)
                 && sysctl_unchanged,
             format!(
-                "/proc/sys {} for the probe, as the host reads its mounts; {PROBE_SYSCTL} {}; the probe reported denied={:?}",
+                "/proc/sys {} for the probe, as the host reads its mounts; {PROBE_SYSCTL} {}; the probe reported denied={}",
                 match view {
                     Some(v) if v.read_only("/proc/sys/kernel") => "is read-only",
                     Some(_) => "IS WRITABLE",
@@ -304,7 +307,7 @@ pub fn run_probe(
                 } else {
                     "CHANGED"
                 },
-                claimed("sysctl")
+                said("sysctl")
             ),
         ),
         (
@@ -313,14 +316,14 @@ pub fn run_probe(
                 && observation.keys_gained == Some(false)
                 && claimed("keyctl") == Some(true),
             format!(
-                "seccomp mode {} for the probe; its user {} kernel keys; the probe reported denied={:?}",
+                "seccomp mode {} for the probe; its user {} kernel keys; the probe reported denied={}",
                 view.map_or("unseen".to_string(), |v| v.seccomp_mode.to_string()),
                 match observation.keys_gained {
                     Some(true) => "GAINED",
                     Some(false) => "gained no",
                     None => "could not be checked for",
                 },
-                claimed("keyctl")
+                said("keyctl")
             ),
         ),
     ];

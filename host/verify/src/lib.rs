@@ -104,17 +104,60 @@ pub struct Options {
 pub const EVENT_LOG: &str = bl_store::provable::EVENTS_FILE;
 
 /// Verifies whatever `path` is (see the crate documentation).
-pub fn verify(path: &Path, options: &Options) -> Report {
+pub fn verify(path: &Path, options: &Options) -> Result<Report, NothingToVerify> {
     if path.is_dir() {
         if path.join(EVENT_LOG).is_file() || path.join("plan.json").is_file() {
-            return Report::Graph(graph_run::verify(path, options));
+            return Ok(Report::Graph(graph_run::verify(path, options)));
         }
-        return Report::Loop(loop_run::verify(path, options));
+        let ledger = loop_run::ledger_of(path);
+        if !ledger.is_file() {
+            return Err(NothingToVerify::EmptyDirectory {
+                path: path.to_path_buf(),
+            });
+        }
+        readable(&ledger)?;
+        return Ok(Report::Loop(loop_run::verify(path, options)));
     }
-    if path.is_file() && is_event_log(path) {
-        return Report::Graph(graph_run::verify(path, options));
+    if !path.exists() {
+        return Err(NothingToVerify::Missing {
+            path: path.to_path_buf(),
+        });
     }
-    Report::Loop(loop_run::verify(path, options))
+    readable(path)?;
+    if is_event_log(path) {
+        return Ok(Report::Graph(graph_run::verify(path, options)));
+    }
+    Ok(Report::Loop(loop_run::verify(path, options)))
+}
+
+/// A path that holds nothing to verify. Never a verdict: a typo is not
+/// tampering.
+#[derive(Debug, thiserror::Error)]
+pub enum NothingToVerify {
+    #[error(
+        "{} does not exist: nothing to verify. Pass a graph run directory, its controller-events.jsonl, a loop run directory or a ledger.jsonl",
+        path.display()
+    )]
+    Missing { path: PathBuf },
+    #[error(
+        "{} holds no run to verify: no controller-events.jsonl or plan.json (a graph run), and no ledger.jsonl or .ledger.jsonl (a loop run or package)",
+        path.display()
+    )]
+    EmptyDirectory { path: PathBuf },
+    #[error("cannot read {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn readable(path: &Path) -> Result<(), NothingToVerify> {
+    std::fs::File::open(path)
+        .map(drop)
+        .map_err(|source| NothingToVerify::Unreadable {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// A controller event log by name, or by its first line's shape.

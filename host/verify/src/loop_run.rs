@@ -131,7 +131,7 @@ impl LoopReport {
 
 /// The ledger a path names: the file itself, or `ledger.jsonl` (a loop run
 /// directory) or else `.ledger.jsonl` (a loop package) inside a directory.
-fn ledger_of(path: &Path) -> PathBuf {
+pub(crate) fn ledger_of(path: &Path) -> PathBuf {
     let path = &bl_core::python::pathlib_normal(path);
     if path.is_dir() {
         let run_ledger = bl_core::python::pathlib_normal(&path.join("ledger.jsonl"));

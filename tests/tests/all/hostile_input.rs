@@ -330,3 +330,55 @@ fn a_closed_stdout_or_stderr_never_panics() {
     let out = with_closed("stderr", &["graph", "lint", "no-such-manifest.yaml"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `bl verify` of a path holding nothing to verify says so with exit 2:
+/// a typo is never reported as tampering.
+#[test]
+fn verify_of_a_path_with_nothing_to_verify_is_exit_2_not_a_tampering_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    for (target, expected) in [
+        ("no-such-run", "does not exist: nothing to verify"),
+        ("empty", "holds no run to verify"),
+    ] {
+        let out = bl_in(dir.path(), &["verify", target]);
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(2), "{target}: {all}");
+        assert!(all.contains(expected), "{target}: {all}");
+        assert!(!all.contains("edited"), "{target}: {all}");
+    }
+    // A verifier key that is a mistyped path is a missing file.
+    let out = bl_in(dir.path(), &["verify", "empty", "--pubkey", "ops.pub"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("ops.pub: no such file"), "{stderr}");
+}
+
+/// Only a run's record files make a directory a run directory: a project
+/// that happens to hold a `plan.json` may hold keys beneath it.
+#[test]
+fn keys_generate_recognises_run_directories_by_their_records_only() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("plan.json"), "{}").unwrap();
+    let out = bl_in(
+        dir.path(),
+        &["keys", "generate", "--name", "ops", "--out", "keys/ops.key"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    std::fs::write(dir.path().join("run-meta.json"), "{}").unwrap();
+    let out = bl_in(
+        dir.path(),
+        &[
+            "keys",
+            "generate",
+            "--name",
+            "ops2",
+            "--out",
+            "keys/ops2.key",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("inside the run directory"), "{stderr}");
+}

@@ -163,7 +163,7 @@ fn every_single_byte_flip_in_a_generated_run_directory_is_detected() {
         expect_head: None,
         verifier: Some(key.verifier()),
     };
-    let report = bl_verify::verify(&run, &options);
+    let report = bl_verify::verify(&run, &options).unwrap();
     assert!(report.ok(), "{report:#?}");
     let bl_verify::Report::Graph(graph) = &report else {
         panic!("a graph run: {report:?}")
@@ -205,7 +205,7 @@ fn every_single_byte_flip_in_a_generated_run_directory_is_detected() {
             changed[at] ^= 0x01;
             std::fs::write(&path, &changed).unwrap();
             assert!(
-                !bl_verify::verify(&run, &options).ok(),
+                !bl_verify::verify(&run, &options).unwrap().ok(),
                 "{}: a change at byte {at} went unnoticed",
                 file.display()
             );
@@ -214,7 +214,7 @@ fn every_single_byte_flip_in_a_generated_run_directory_is_detected() {
         std::fs::write(&path, &original).unwrap();
     }
     assert!(flipped > 5_000, "{flipped}");
-    assert!(bl_verify::verify(&run, &options).ok());
+    assert!(bl_verify::verify(&run, &options).unwrap().ok());
 }
 
 /// Without a key the checkpoint is unsigned, and it still seals every file.
@@ -227,12 +227,12 @@ fn an_unsigned_checkpoint_still_seals_the_run_directory() {
     std::fs::remove_dir_all(run.join("checkpoints")).unwrap();
     bl_store::provable::write_checkpoint(&run, None).unwrap();
     let options = bl_verify::Options::default();
-    assert!(bl_verify::verify(&run, &options).ok());
+    assert!(bl_verify::verify(&run, &options).unwrap().ok());
     // A byte changed in a file nothing else cross-checks.
     let meta = run.join("run-meta.json");
     let text = std::fs::read_to_string(&meta).unwrap();
     std::fs::write(&meta, text.replace("demo-project", "demo-projeKt")).unwrap();
-    let bl_verify::Report::Graph(report) = bl_verify::verify(&run, &options) else {
+    let bl_verify::Report::Graph(report) = bl_verify::verify(&run, &options).unwrap() else {
         panic!()
     };
     let files = report.checks.iter().find(|c| c.name == "files").unwrap();
@@ -244,7 +244,7 @@ fn an_unsigned_checkpoint_still_seals_the_run_directory() {
     // A file added after the seal is named too.
     std::fs::write(&meta, text).unwrap();
     std::fs::write(run.join("extra.txt"), "x").unwrap();
-    let bl_verify::Report::Graph(report) = bl_verify::verify(&run, &options) else {
+    let bl_verify::Report::Graph(report) = bl_verify::verify(&run, &options).unwrap() else {
         panic!()
     };
     let files = report.checks.iter().find(|c| c.name == "files").unwrap();
