@@ -37,12 +37,14 @@ pub enum PluginCommand {
     Build {
         /// The plugin's crate directory (it holds Cargo.toml).
         dir: PathBuf,
-        /// Where `<name>.wasm` and `<name>.plugin.json` go.
-        #[arg(long, default_value = "target/plugins")]
-        out: PathBuf,
-        /// Cargo's target directory for the wasm build.
-        #[arg(long, default_value = "target/wasm")]
-        target_dir: PathBuf,
+        /// Where `<name>.wasm` and `<name>.plugin.json` go (default:
+        /// target/plugins under the plugin's cargo workspace root).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Cargo's target directory for the wasm build (default:
+        /// target/wasm under the plugin's cargo workspace root).
+        #[arg(long)]
+        target_dir: Option<PathBuf>,
         /// Rebuild even when the component is up to date.
         #[arg(long)]
         force: bool,
@@ -154,22 +156,28 @@ pub fn run(cmd: PluginCommand) -> CliResult {
     }
 }
 
-fn build(dir: PathBuf, out: PathBuf, target_dir: PathBuf, force: bool) -> CliResult {
+fn build(
+    dir: PathBuf,
+    out: Option<PathBuf>,
+    target_dir: Option<PathBuf>,
+    force: bool,
+) -> CliResult {
     let toolchain = match WasmToolchain::detect() {
         Ok(t) => t,
         Err(e) => {
             return Err(CliError::refused(format!("{e}")));
         }
     };
-    match bl_pluginbuild::build(
-        &dir,
-        &toolchain,
-        &BuildOptions {
-            out_dir: out,
-            target_dir,
-            force,
-        },
-    ) {
+    let refused = |e: bl_pluginbuild::BuildError| {
+        CliError::refused(format!("plugin build {}: {e}", dir.display()))
+    };
+    let defaults = BuildOptions::beside(&dir).map_err(refused)?;
+    let options = BuildOptions {
+        out_dir: out.unwrap_or(defaults.out_dir),
+        target_dir: target_dir.unwrap_or(defaults.target_dir),
+        force,
+    };
+    match bl_pluginbuild::build(&dir, &toolchain, &options) {
         Ok(built) => {
             let m = &built.manifest;
             let state = if built.rebuilt { "built" } else { "up to date" };
@@ -186,10 +194,7 @@ fn build(dir: PathBuf, out: PathBuf, target_dir: PathBuf, force: bool) -> CliRes
             );
             Ok(Exit::Success)
         }
-        Err(e) => Err(CliError::refused(format!(
-            "plugin build {}: {e}",
-            dir.display()
-        ))),
+        Err(e) => Err(refused(e)),
     }
 }
 

@@ -71,6 +71,20 @@ pub struct BuildOptions {
     pub force: bool,
 }
 
+impl BuildOptions {
+    /// The defaults, which depend on the plugin and never on the current
+    /// directory: `target/plugins` and `target/wasm` under the plugin's
+    /// cargo workspace root (the crate itself when it stands alone).
+    pub fn beside(crate_dir: &Path) -> Result<BuildOptions, BuildError> {
+        let root = source_digest(crate_dir)?.root;
+        Ok(BuildOptions {
+            out_dir: root.join("target/plugins"),
+            target_dir: root.join("target/wasm"),
+            force: false,
+        })
+    }
+}
+
 /// Builds the plugin crate at `crate_dir` into a component under `out_dir`.
 ///
 /// When a component stamped with the current source digest is already there,
@@ -80,7 +94,17 @@ pub fn build(
     toolchain: &WasmToolchain,
     options: &BuildOptions,
 ) -> Result<BuiltPlugin, BuildError> {
-    let sources = source_digest(crate_dir)?;
+    let mut sources = source_digest(crate_dir)?;
+    if !sources.root.join("Cargo.lock").is_file() {
+        // The lock is a build input: write it now, so the build writes
+        // nothing its own digest covers.
+        run_cargo(
+            toolchain,
+            toolchain.cargo_generate_lockfile(&crate_dir.join("Cargo.toml")),
+            &sources.package.name,
+        )?;
+        sources = source_digest(crate_dir)?;
+    }
     let package = &sources.package;
     let component_path = options.out_dir.join(format!("{}.wasm", package.name));
     let manifest_path = options
@@ -99,19 +123,11 @@ pub fn build(
     }
 
     let target_dir = options.target_dir.join(toolchain.target_subdir());
-    let mut cargo: Command = toolchain.cargo_build(&crate_dir.join("Cargo.toml"), &target_dir);
-    let status = cargo.status().map_err(|e| {
-        BuildError::Toolchain(ToolchainError::Spawn {
-            program: toolchain.cargo_path().display().to_string(),
-            message: e.to_string(),
-        })
-    })?;
-    if !status.success() {
-        return Err(BuildError::Cargo {
-            crate_name: package.name.clone(),
-            status: status.to_string(),
-        });
-    }
+    run_cargo(
+        toolchain,
+        toolchain.cargo_build(&crate_dir.join("Cargo.toml"), &target_dir),
+        &package.name,
+    )?;
     let core_path = target_dir
         .join("wasm32-unknown-unknown/release")
         .join(format!("{}.wasm", package.lib_name));
@@ -158,6 +174,26 @@ pub fn build(
         manifest,
         rebuilt: true,
     })
+}
+
+fn run_cargo(
+    toolchain: &WasmToolchain,
+    mut cargo: Command,
+    crate_name: &str,
+) -> Result<(), BuildError> {
+    let status = cargo.status().map_err(|e| {
+        BuildError::Toolchain(ToolchainError::Spawn {
+            program: toolchain.cargo_path().display().to_string(),
+            message: e.to_string(),
+        })
+    })?;
+    if !status.success() {
+        return Err(BuildError::Cargo {
+            crate_name: crate_name.to_string(),
+            status: status.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// The grantable capabilities among a component's imports, by name.

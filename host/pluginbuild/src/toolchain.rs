@@ -166,14 +166,39 @@ impl WasmToolchain {
         }
     }
 
+    /// `cargo generate-lockfile` for one crate's workspace: run before the
+    /// source digest is taken when there is no lock yet, so the first build
+    /// does not change the digest by writing one.
+    pub fn cargo_generate_lockfile(&self, manifest: &Path) -> Command {
+        let mut cmd = self.cargo();
+        cmd.args(["generate-lockfile", "--manifest-path"])
+            .arg(manifest);
+        cmd
+    }
+
     /// `cargo build --release --target wasm32-unknown-unknown` for one crate,
     /// with an environment cleaned of whatever an outer cargo set.
     pub fn cargo_build(&self, manifest: &Path, target_dir: &Path) -> Command {
-        let mut cmd = Command::new(self.cargo_path());
+        let mut cmd = self.cargo();
         cmd.args(["build", "--release", "--target", TARGET, "--manifest-path"])
             .arg(manifest)
             .arg("--target-dir")
             .arg(target_dir);
+        if let WasmToolchain::Debian { rustc, linker, .. } = self {
+            cmd.arg("-Zbuild-std=std,panic_abort")
+                .env("RUSTC", rustc)
+                // Lets Debian's stable compiler accept -Zbuild-std.
+                .env("RUSTC_BOOTSTRAP", "1")
+                .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", linker)
+                .env_remove("RUSTUP_TOOLCHAIN");
+        }
+        cmd
+    }
+
+    /// This toolchain's cargo, in an environment cleaned of what an outer
+    /// cargo set.
+    fn cargo(&self) -> Command {
+        let mut cmd = Command::new(self.cargo_path());
         // An outer `cargo test` or `cargo run` exports these for its own
         // toolchain; they must not leak into the wasm build.
         for var in [
@@ -194,14 +219,6 @@ impl WasmToolchain {
             "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS",
             "--cfg getrandom_backend=\"custom\"",
         );
-        if let WasmToolchain::Debian { rustc, linker, .. } = self {
-            cmd.arg("-Zbuild-std=std,panic_abort")
-                .env("RUSTC", rustc)
-                // Lets Debian's stable compiler accept -Zbuild-std.
-                .env("RUSTC_BOOTSTRAP", "1")
-                .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", linker)
-                .env_remove("RUSTUP_TOOLCHAIN");
-        }
         cmd
     }
 }

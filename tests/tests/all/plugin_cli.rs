@@ -282,3 +282,57 @@ fn a_component_without_its_manifest_is_known_by_its_exports() {
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("is a publication-policy plugin"), "{out}");
 }
+
+/// A build writes nothing its own source digest covers (the first one
+/// writes the Cargo.lock before taking the digest), so a second build with
+/// no edits is up to date, from any directory; and with no `--out`, the
+/// component lands under the plugin's own target/, not the caller's.
+#[test]
+fn a_second_build_with_no_edits_is_up_to_date_from_any_directory() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("fresh-gate");
+    let (code, _, err) = run_bl(&[
+        "plugin",
+        "new",
+        "fresh-gate",
+        "--kind",
+        "gate",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!dir.join("Cargo.lock").exists());
+    let target = repo_root().join("target/wasm");
+    let build_from = |cwd: &Path| {
+        let out = std::process::Command::new(bl_e2e::bl_binary())
+            .args(["plugin", "build"])
+            .arg(&dir)
+            .arg("--target-dir")
+            .arg(&target)
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = build_from(scratch.path());
+    assert!(first.starts_with("built: fresh-gate"), "{first}");
+    assert!(dir.join("Cargo.lock").is_file());
+    let component = dir.join("target/plugins/fresh-gate.wasm");
+    assert!(component.is_file(), "{first}");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let second = build_from(elsewhere.path());
+    assert!(second.starts_with("up to date: fresh-gate"), "{second}");
+    let digest = |text: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with("source"))
+            .map(str::to_string)
+    };
+    assert_eq!(digest(&first), digest(&second));
+    assert!(!elsewhere.path().join("target").exists());
+}
