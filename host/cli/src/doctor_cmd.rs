@@ -53,6 +53,9 @@ pub fn doctor(as_json: bool) -> CliResult {
         )],
     };
     checks.push(bl_pluginbuild::doctor_check());
+    checks.push(bl_egress::posture::doctor_check(|name| {
+        std::env::var(name).ok()
+    }));
     checks.push(cache_check());
     let failed = checks.iter().any(|c| c.health == Health::Fail);
     let label = |h: Health| match h {

@@ -66,6 +66,10 @@ pub enum GraphCommand {
         /// Write here instead of the default path.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Make the config's directory when it is missing (the default
+        /// directory, ~/.bounded-loops, is always made).
+        #[arg(long)]
+        parents: bool,
     },
 }
 
@@ -91,7 +95,8 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             allowlist,
             yes,
             config,
-        } => init(&posture, &allowlist, yes, config),
+            parents,
+        } => init(&posture, &allowlist, yes, config, parents),
         GraphCommand::Schema => {
             outln!(
                 "{}",
@@ -344,7 +349,13 @@ fn digest(dir: &Path, as_json: bool) -> CliResult {
     }
 }
 
-fn init(posture: &str, allowlist: &[String], yes: bool, config: Option<PathBuf>) -> CliResult {
+fn init(
+    posture: &str,
+    allowlist: &[String],
+    yes: bool,
+    config: Option<PathBuf>,
+    parents: bool,
+) -> CliResult {
     use bl_egress::posture::{EgressConfig, Posture, default_config_path, write_config};
     let result = Posture::parse(posture)
         .and_then(|posture| EgressConfig::new(posture, allowlist))
@@ -356,7 +367,8 @@ fn init(posture: &str, allowlist: &[String], yes: bool, config: Option<PathBuf>)
                 .clone()
                 .or(default.clone())
                 .ok_or("no HOME and no --config: say where the egress config goes".to_string())?;
-            write_config(&path, &egress, yes).map_err(|e| e.to_string())?;
+            let create_parent = parents || default.as_deref() == Some(path.as_path());
+            write_config(&path, &egress, yes, create_parent).map_err(|e| e.to_string())?;
             Ok((egress, path, default))
         });
     match result {

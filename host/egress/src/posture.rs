@@ -26,6 +26,8 @@ pub enum PostureError {
     BadPort(String),
     #[error("{0:?} is not a host name or host:port")]
     BadHost(String),
+    #[error("{entry:?} is refused: {reason}; an allowlist names public hosts only")]
+    NotPublic { entry: String, reason: String },
     #[error(
         "--allowlist was given but the posture is '{0}' — allowlist hosts only apply with --posture allowlist"
     )]
@@ -40,7 +42,10 @@ pub enum PostureError {
         var: &'static str,
         source: Box<PostureError>,
     },
-    #[error("{}: {source}", path.display())]
+    #[error(
+        "{}: {source}. Fix the file, or write it anew with `bl graph init --yes`",
+        path.display()
+    )]
     File {
         path: PathBuf,
         source: Box<PostureError>,
@@ -53,6 +58,8 @@ pub enum PostureError {
     Symlink(PathBuf),
     #[error("{} exists; pass --yes to replace it", .0.display())]
     Exists(PathBuf),
+    #[error("{} does not exist; create it, or pass --parents to have it made", .0.display())]
+    NoParent(PathBuf),
     #[error("{}: the written config does not read back the same; nothing was replaced", .0.display())]
     ReadBack(PathBuf),
     #[error("{}: {message}", path.display())]
@@ -127,6 +134,21 @@ impl AllowedHost {
         }
         Ok(AllowedHost { host, port })
     }
+
+    /// [`AllowedHost::parse`], then the same judge as every request: an
+    /// allowlist in a config can only narrow what egress allows, never open
+    /// loopback, private or internal destinations.
+    pub fn parse_public(text: &str) -> Result<AllowedHost, PostureError> {
+        let allowed = AllowedHost::parse(text)?;
+        let url = format!("https://{}:{}/", allowed.host, allowed.port);
+        if let crate::Decision::Deny(denial) = crate::judge_url(&url) {
+            return Err(PostureError::NotPublic {
+                entry: text.trim().to_string(),
+                reason: denial.to_string(),
+            });
+        }
+        Ok(allowed)
+    }
 }
 
 impl std::fmt::Display for AllowedHost {
@@ -159,7 +181,7 @@ impl EgressConfig {
         let entries: Vec<String> = entries
             .iter()
             .map(|entry| {
-                AllowedHost::parse(entry).map(|h| match h.port {
+                AllowedHost::parse_public(entry).map(|h| match h.port {
                     443 => h.host,
                     port => format!("{}:{port}", h.host),
                 })
@@ -277,14 +299,37 @@ pub fn resolve_posture(env: impl Fn(&str) -> Option<String>) -> Result<EgressCon
     }
 }
 
+/// The doctor's line for the egress posture: the one in force, or why the
+/// config that every sandboxed run reads is broken (which fails them all).
+pub fn doctor_check(env: impl Fn(&str) -> Option<String>) -> bl_core::health::Check {
+    use bl_core::health::Check;
+    match resolve_posture(env) {
+        Ok(config) if config.posture == Posture::Allowlist => Check::ok(
+            "egress config",
+            format!("posture allowlist: {}", config.allowlist.join(", ")),
+        ),
+        Ok(config) => Check::ok("egress config", format!("posture {}", config.posture.as_str())),
+        Err(e) => Check::fail(
+            "egress config",
+            e.to_string(),
+            Some(
+                "fix or rewrite the file (`bl graph init --yes`); until then every sandboxed run refuses to start"
+                    .into(),
+            ),
+        ),
+    }
+}
+
 /// Writes `config` to `path` atomically: a new temp file beside it
 /// (O_EXCL, O_NOFOLLOW, mode 0600), fsync, read back and parsed to the same
 /// config, then renamed over `path`, and the directory synced. A symlink at
-/// `path` is refused; an existing file is replaced only with `overwrite`.
+/// `path` is refused; an existing file is replaced only with `overwrite`; a
+/// missing directory is made (mode 0700) only with `create_parent`.
 pub fn write_config(
     path: &Path,
     config: &EgressConfig,
     overwrite: bool,
+    create_parent: bool,
 ) -> Result<(), PostureError> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => {
@@ -300,6 +345,9 @@ pub fn write_config(
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     if !dir.exists() {
+        if !create_parent {
+            return Err(PostureError::NoParent(dir.to_path_buf()));
+        }
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io(dir))?;
     }
@@ -389,7 +437,7 @@ mod tests {
             Posture::Open
         );
         let config = EgressConfig::new(Posture::Allowlist, &["example.org".into()]).unwrap();
-        write_config(&file, &config, false).unwrap();
+        write_config(&file, &config, false, true).unwrap();
         assert_eq!(resolve_posture(env(&[], file.clone())).unwrap(), config);
         assert_eq!(
             resolve_posture(env(&[(POSTURE_VAR, "broker")], file.clone()))
@@ -410,7 +458,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new/egress.json");
         let config = EgressConfig::new(Posture::Broker, &[]).unwrap();
-        write_config(&path, &config, false).unwrap();
+        write_config(&path, &config, false, true).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let dir_mode = std::fs::metadata(path.parent().unwrap())
@@ -420,12 +468,18 @@ mod tests {
             & 0o777;
         assert_eq!(dir_mode, 0o700);
         assert!(
-            write_config(&path, &config, false)
+            write_config(&path, &config, false, true)
                 .unwrap_err()
                 .to_string()
                 .contains("--yes")
         );
-        write_config(&path, &EgressConfig::new(Posture::Open, &[]).unwrap(), true).unwrap();
+        write_config(
+            &path,
+            &EgressConfig::new(Posture::Open, &[]).unwrap(),
+            true,
+            true,
+        )
+        .unwrap();
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "{\n  \"posture\": \"open\"\n}\n"
@@ -433,7 +487,7 @@ mod tests {
         let link = dir.path().join("link.json");
         std::os::unix::fs::symlink(&path, &link).unwrap();
         assert!(
-            write_config(&link, &config, true)
+            write_config(&link, &config, true, true)
                 .unwrap_err()
                 .to_string()
                 .contains("symlink")

@@ -382,3 +382,79 @@ fn keys_generate_recognises_run_directories_by_their_records_only() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("inside the run directory"), "{stderr}");
 }
+
+/// `bl graph init` judges every allowlist entry as the egress broker
+/// judges a destination, refuses a missing folder unless asked to make it,
+/// and `bl doctor` fails on a broken config, naming the file and the fix.
+#[test]
+fn egress_config_is_validated_where_it_is_written_and_where_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("egress.json");
+    let config_arg = config.to_str().unwrap();
+    for (entry, reason) in [
+        ("localhost", "names this machine or an internal network"),
+        ("10.1.2.3", "is private"),
+        ("127.0.0.1:8080", "loopback"),
+        ("exa mple.com", "is not a host name"),
+    ] {
+        let out = bl_in(
+            dir.path(),
+            &[
+                "graph",
+                "init",
+                "--posture",
+                "allowlist",
+                "--allowlist",
+                entry,
+                "--config",
+                config_arg,
+            ],
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{entry}: {stderr}");
+        assert!(stderr.contains(reason), "{entry}: {stderr}");
+        assert!(!config.exists(), "{entry}: nothing is written");
+    }
+
+    let nested = dir.path().join("missing/egress.json");
+    let nested_arg = nested.to_str().unwrap();
+    let out = bl_in(dir.path(), &["graph", "init", "--config", nested_arg]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--parents"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!nested.parent().unwrap().exists());
+    let out = bl_in(
+        dir.path(),
+        &["graph", "init", "--config", nested_arg, "--parents"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    std::fs::write(
+        &config,
+        r#"{"posture": "allowlist", "allowlist": ["localhost"]}"#,
+    )
+    .unwrap();
+    let out = Command::new(bl_binary())
+        .args(["doctor", "--json"])
+        .env("BOUNDED_LOOPS_EGRESS_CONFIG", &config)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "egress config")
+        .expect("doctor checks the egress config")
+        .clone();
+    assert_eq!(check["status"], "fail", "{check}");
+    let detail = check.to_string();
+    assert!(
+        detail.contains(config_arg) && detail.contains("bl graph init"),
+        "{detail}"
+    );
+    assert_ne!(out.status.code(), Some(0));
+}

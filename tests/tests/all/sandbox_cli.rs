@@ -212,7 +212,13 @@ fn doctor_reports_each_check_with_a_status() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     let caged = ["bubblewrap", "cage identity", "probe"];
-    let tail = ["seccomp", "landlock", "wasm toolchain", "cache"];
+    let tail = [
+        "seccomp",
+        "landlock",
+        "wasm toolchain",
+        "egress config",
+        "cache",
+    ];
     if cage_works() {
         assert_eq!(names, [&caged[..], &tail[..]].concat());
         let checks = report["checks"].as_array().unwrap();
