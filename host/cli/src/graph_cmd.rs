@@ -118,8 +118,24 @@ enum Loaded {
     },
 }
 
+/// `-` reads the manifest from stdin: JSON when it starts with `{`, else
+/// YAML (a JSON document is YAML too, but errors read better as JSON's).
 fn load(path: &Path, verb: &str) -> Loaded {
-    let Some(format) = Format::from_path(path) else {
+    let stdin = path == Path::new("-");
+    let sniffed = || {
+        let mut bytes = Vec::new();
+        use std::io::Read;
+        let read = std::io::stdin()
+            .lock()
+            .take(bl_graph::MAX_DOCUMENT_BYTES as u64 + 1)
+            .read_to_end(&mut bytes);
+        let format = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') => Format::Json,
+            _ => Format::Yaml,
+        };
+        read.map(|_| (bytes, format))
+    };
+    let Some(format) = Format::from_path(path).or(stdin.then_some(Format::Yaml)) else {
         let ext = path
             .extension()
             .map(|e| format!(".{}", e.to_string_lossy()))
@@ -129,12 +145,7 @@ fn load(path: &Path, verb: &str) -> Loaded {
             bl_graph::doc::py_repr(&ext)
         );
         return Loaded::Refused {
-            refusal: Refusal {
-                code: RefusalCode::UnsupportedExtension,
-                message: message.clone(),
-                pointer: "/".into(),
-                pos: None,
-            },
+            refusal: Refusal::new(RefusalCode::UnsupportedExtension, "/", message.clone()),
             early: Some(message),
         };
     };
@@ -143,15 +154,15 @@ fn load(path: &Path, verb: &str) -> Loaded {
             "graph {verb}: cannot read {} — {message}",
             bl_graph::doc::py_repr(&path.display().to_string())
         )),
-        refusal: Refusal {
-            code: RefusalCode::IoError,
-            message,
-            pointer: "/".into(),
-            pos: None,
-        },
+        refusal: Refusal::new(RefusalCode::IoError, "/", message),
     };
-    let bytes = match crate::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES) {
-        Ok(bytes) => bytes,
+    let read = if stdin {
+        sniffed()
+    } else {
+        crate::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES).map(|b| (b, format))
+    };
+    let (bytes, format) = match read {
+        Ok(read) => read,
         Err(e) => return unreadable(bl_core::python::os_error(&e, path)),
     };
     if let Err(refusal) = bl_graph::check_size(bytes.len(), format) {
@@ -183,12 +194,15 @@ fn refused(path: &Path, what: &str, refusal: &Refusal, early: Option<String>) ->
         )
     });
     if let Some(pos) = refusal.pos.filter(|p| p.line > 0) {
-        message.push_str(&format!(
-            "\n  at {}:{}:{}",
-            path.display(),
-            pos.line,
-            pos.col
-        ));
+        let shown = if path == Path::new("-") {
+            "<stdin>".to_string()
+        } else {
+            path.display().to_string()
+        };
+        message.push_str(&format!("\n  at {shown}:{}:{}", pos.line, pos.col));
+    }
+    for hint in &refusal.hints {
+        message.push_str(&format!("\n  {hint}"));
     }
     CliError::refused(message)
 }
@@ -264,10 +278,7 @@ fn plan(
                     return Err(CliError::refused(format!("graph plan: {e}")));
                 }
                 Err(bl_graph::ConnectionsError::Refused(e)) => {
-                    return Err(CliError::refused(format!(
-                        "graph plan: compile failed [{}] {} — {}",
-                        e.code, e.pointer, e.message
-                    )));
+                    return Err(refused(file, "graph plan: compile failed", &e, None));
                 }
             }
         }
@@ -294,12 +305,7 @@ fn plan(
     };
     let plan = match bl_graph::compile(&graph, &input) {
         Ok(plan) => plan,
-        Err(e) => {
-            return Err(CliError::refused(format!(
-                "graph plan: compile failed [{}] {} — {}",
-                e.code, e.pointer, e.message
-            )));
-        }
+        Err(e) => return Err(refused(path, "graph plan: compile failed", &e, None)),
     };
     if let Some(out) = out
         && let Err(e) = std::fs::write(out, &plan.bytes)

@@ -77,3 +77,54 @@ pub fn is_strict_ancestor(graph: &Graph, ancestor: &str, node: &str) -> bool {
     }
     false
 }
+
+/// One cycle in the edges, as node ids from a node back to itself (the
+/// first node repeated at the end), for a refusal to name; `None` when the
+/// edges are acyclic.
+pub fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
+    let mut successors: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for e in &graph.edges {
+        successors
+            .entry(e.from_node.as_str())
+            .or_default()
+            .insert(e.to_node.as_str());
+    }
+    // Depth-first, with the path on a stack: a successor already on the
+    // path closes a cycle.
+    let mut done: HashSet<&str> = HashSet::new();
+    for start in graph.nodes.iter().map(|n| n.id.as_str()) {
+        if done.contains(start) {
+            continue;
+        }
+        let mut path: Vec<&str> = vec![start];
+        let mut stack = vec![
+            successors
+                .get(start)
+                .into_iter()
+                .flatten()
+                .copied()
+                .collect::<Vec<_>>(),
+        ];
+        while let Some(next) = stack.last_mut() {
+            match next.pop() {
+                Some(v) if path.contains(&v) => {
+                    let from = path.iter().position(|n| *n == v).expect("on the path");
+                    let mut cycle: Vec<String> =
+                        path[from..].iter().map(|s| s.to_string()).collect();
+                    cycle.push(v.to_string());
+                    return Some(cycle);
+                }
+                Some(v) if !done.contains(v) => {
+                    path.push(v);
+                    stack.push(successors.get(v).into_iter().flatten().copied().collect());
+                }
+                Some(_) => {}
+                None => {
+                    stack.pop();
+                    done.insert(path.pop().expect("one per frame"));
+                }
+            }
+        }
+    }
+    None
+}

@@ -121,6 +121,13 @@ pub struct Refusal {
     pub pointer: String,
     /// Where the offending value was written, when known.
     pub pos: Option<Pos>,
+    /// A pointer to the exact key or value at fault when it is more precise
+    /// than `pointer` (which is bounded-loops', and stays as it is): an
+    /// unknown field's own key. Used only to find `pos`.
+    pub focus: Option<String>,
+    /// bl's own lines beneath bounded-loops' one: the bad value and what
+    /// was expected, "did you mean", the members of a cycle, the fix.
+    pub hints: Vec<String>,
 }
 
 impl Refusal {
@@ -135,7 +142,21 @@ impl Refusal {
             message: message.into(),
             pointer: pointer.into(),
             pos: None,
+            focus: None,
+            hints: Vec::new(),
         }
+    }
+
+    /// Adds one of bl's own lines beneath bounded-loops' message.
+    pub fn hint(mut self, line: impl Into<String>) -> Refusal {
+        self.hints.push(line.into());
+        self
+    }
+
+    /// Locates the refusal at `pointer` rather than at its own pointer.
+    pub fn focused(mut self, pointer: impl Into<String>) -> Refusal {
+        self.focus = Some(pointer.into());
+        self
     }
 
     /// The same refusal, `Err`.
@@ -155,6 +176,22 @@ impl fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+/// The closest of `known` to `word`, if it is close enough to be what was
+/// meant: "did you mean …?" for unknown keys, kinds and node ids.
+pub fn closest<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    known
+        .into_iter()
+        .map(|k| (strsim::damerau_levenshtein(word, k), k))
+        .filter(|(distance, k)| *distance <= (k.len().max(word.len()) / 3).max(1))
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// A "did you mean" line, when one of `known` is close to `word`.
+pub fn did_you_mean<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    closest(word, known).map(|k| format!("did you mean `{k}` (not `{word}`)?"))
+}
 
 #[cfg(test)]
 mod tests {

@@ -93,7 +93,10 @@ pub fn lint(text: &str, format: Format) -> Result<Graph, Refusal> {
         Format::Yaml => yaml::parse_yaml(text),
     }?;
     validate(&doc).map_err(|mut refusal| {
-        refusal.pos = doc.locate(refusal.pointer.trim_start_matches('/'));
+        let at = refusal.focus.as_deref().unwrap_or(&refusal.pointer);
+        refusal.pos = doc
+            .locate(at.trim_start_matches('/'))
+            .or_else(|| doc.locate(refusal.pointer.trim_start_matches('/')));
         refusal
     })
 }

@@ -46,6 +46,8 @@ pub fn parse_json(text: &str) -> Result<Node, ParseError> {
             code: RefusalCode::InvalidJson,
             message: "Unexpected UTF-8 BOM (decode using utf-8-sig)".into(),
             pos: Some(Pos { line: 1, col: 1 }),
+            focus: None,
+            hints: Vec::new(),
         });
     }
     let lines = Lines::new(text);
@@ -84,6 +86,8 @@ impl JsonParser<'_> {
             code: RefusalCode::InvalidJson,
             message: message.to_string(),
             pos: Some(self.lines.pos(at)),
+            focus: None,
+            hints: Vec::new(),
         }
     }
 
@@ -320,6 +324,8 @@ impl JsonParser<'_> {
                     code: RefusalCode::DuplicateKey,
                     message: format!("duplicate key {}", py_repr(&key)),
                     pos: Some(self.lines.pos(key_at)),
+                    focus: None,
+                    hints: Vec::new(),
                 });
             }
             entries.push((key, value));

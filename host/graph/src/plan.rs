@@ -107,21 +107,38 @@ pub fn parse_connections(value: &Value) -> Result<Vec<Connection>, ConnectionsEr
             value,
         )));
     };
-    let shape = || {
-        ConnectionsError::Refused(Refusal::new(
+    let shape_refusal = || {
+        Refusal::new(
             RefusalCode::ConnectionSnapshot,
             "/connections",
             "connection snapshot has an invalid shape",
-        ))
+        )
     };
+    let shape = || ConnectionsError::Refused(shape_refusal());
     let mut out = Vec::with_capacity(items.len());
-    for item in items {
+    for (i, item) in items.iter().enumerate() {
         let Value::Object(map) = item else {
             return Err(shape());
         };
         let keys: BTreeSet<&str> = map.keys().map(String::as_str).collect();
-        if keys != CONNECTION_KEYS.iter().copied().collect() {
-            return Err(shape());
+        let expected: BTreeSet<&str> = CONNECTION_KEYS.iter().copied().collect();
+        if keys != expected {
+            let mut refusal = shape_refusal();
+            let missing: Vec<&str> = expected.difference(&keys).copied().collect();
+            let unknown: Vec<&str> = keys.difference(&expected).copied().collect();
+            if !missing.is_empty() {
+                refusal = refusal.hint(format!(
+                    "connection {i} lacks field(s): {}",
+                    missing.join(", ")
+                ));
+            }
+            if !unknown.is_empty() {
+                refusal = refusal.hint(format!(
+                    "connection {i} has unknown field(s): {}",
+                    unknown.join(", ")
+                ));
+            }
+            return Err(ConnectionsError::Refused(refusal));
         }
         for key in ["admitted", "fallback"] {
             if !map[key].is_boolean() {
@@ -356,11 +373,15 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             if !available.contains(digest) {
-                return compile_err(
+                return Err(Refusal::new(
                     RefusalCode::PackageUnavailable,
                     format!("/nodes/{}/loop_package", node.id),
                     "package digest is not admitted",
-                );
+                )
+                .hint(format!(
+                    "no loop package under --loop-roots has digest {digest}; pass --loop-roots DIR for the directory holding it ({} admitted now)",
+                    available.len()
+                )));
             }
         }
     }

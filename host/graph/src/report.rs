@@ -34,9 +34,19 @@ pub fn lint_text(graph: &Graph) -> String {
     )
 }
 
-/// `lint --json` for a refused manifest.
+/// `lint --json` for a refused manifest: bounded-loops' keys, and bl's own
+/// `line` and `column` (1-based) when the place is known, and `hints` when
+/// bl has more to say.
 pub fn refusal_json(refusal: &Refusal) -> Value {
-    json!({"code": refusal.code, "message": refusal.message, "pointer": refusal.pointer, "valid": false})
+    let mut value = json!({"code": refusal.code, "message": refusal.message, "pointer": refusal.pointer, "valid": false});
+    if let Some(pos) = refusal.pos.filter(|p| p.line > 0) {
+        value["line"] = json!(pos.line);
+        value["column"] = json!(pos.col);
+    }
+    if !refusal.hints.is_empty() {
+        value["hints"] = json!(refusal.hints);
+    }
+    value
 }
 
 /// What a plan was admitted against, for its report.

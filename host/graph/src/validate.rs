@@ -221,38 +221,60 @@ static NULL: Node = Node {
     pos: crate::doc::Pos { line: 0, col: 0 },
 };
 
+/// bl's line naming the value a check refused: `found "x" (a string)`.
+fn found(node: &Node) -> String {
+    let what = match &node.kind {
+        Kind::Null if node.pos.line == 0 => return "the field is missing".to_string(),
+        Kind::Null => "null",
+        Kind::Bool(_) => "a boolean",
+        Kind::Int(_) => "an integer",
+        Kind::Float(_) => "a number with a fraction",
+        Kind::Str(s) if s.is_empty() => "an empty string",
+        Kind::Str(_) => "a string",
+        Kind::Other(name) => name,
+        Kind::Seq(_) => "a list",
+        Kind::Map(_) => "a mapping",
+    };
+    match &node.kind {
+        Kind::Seq(_) | Kind::Map(_) | Kind::Null => format!("found {what}"),
+        _ => format!("found {} ({what})", node.to_json()),
+    }
+}
+
 fn field<'a>(node: &'a Node, key: &str) -> &'a Node {
     node.get(key).unwrap_or(&NULL)
 }
 
 fn object<'a>(node: &'a Node, pointer: &str) -> Result<&'a [(String, Node)]> {
-    node.as_map().map_or_else(
-        || {
-            err(
-                RefusalCode::Type,
-                shown(pointer),
-                "must be an object with string keys",
-            )
-        },
-        Ok,
-    )
+    node.as_map().ok_or_else(|| {
+        Refusal::new(
+            RefusalCode::Type,
+            shown(pointer),
+            "must be an object with string keys",
+        )
+        .hint(format!("{}; expected a mapping", found(node)))
+    })
 }
 
 fn array<'a>(node: &'a Node, pointer: &str, min: usize) -> Result<&'a [Node]> {
     match node.as_seq() {
         Some(items) if items.len() >= min => Ok(items),
-        _ => err(
+        _ => Err(Refusal::new(
             RefusalCode::Type,
             pointer,
             format!("must be an array with at least {min} item(s)"),
-        ),
+        )
+        .hint(format!("{}; expected a list", found(node)))),
     }
 }
 
 fn string(node: &Node, pointer: &str) -> Result<String> {
     match node.as_nonempty_str() {
         Some(s) => Ok(s.to_string()),
-        None => err(RefusalCode::Type, pointer, "must be a non-empty string"),
+        None => Err(
+            Refusal::new(RefusalCode::Type, pointer, "must be a non-empty string")
+                .hint(format!("{}; expected a non-empty string", found(node))),
+        ),
     }
 }
 
@@ -271,14 +293,7 @@ fn identifier_in(doc: &Node, p: &str, key: &str) -> Result<String> {
 
 /// `doc[key]` as a non-empty string; the pointer is built only on failure.
 fn string_in(doc: &Node, p: &str, key: &str) -> Result<String> {
-    match field(doc, key).as_nonempty_str() {
-        Some(s) => Ok(s.to_string()),
-        None => err(
-            RefusalCode::Type,
-            format!("{p}/{key}"),
-            "must be a non-empty string",
-        ),
-    }
+    string(field(doc, key), &format!("{p}/{key}"))
 }
 
 fn closed_keys(
@@ -302,11 +317,29 @@ fn closed_keys(
         .collect();
     if !unknown.is_empty() {
         let list: Vec<&str> = unknown.into_iter().collect();
-        return err(
+        let mut refusal = Refusal::new(
             RefusalCode::UnknownField,
             shown(pointer),
             format!("unknown field(s): {}", list.join(", ")),
-        );
+        )
+        // The line of the first unknown key as written, not of the object.
+        .focused(format!(
+            "{pointer}/{}",
+            entries
+                .iter()
+                .map(|(k, _)| k.as_str())
+                .find(|k| list.contains(k))
+                .unwrap_or(list[0])
+        ));
+        let known = || required.iter().chain(optional).copied();
+        for key in &list {
+            if let Some(line) = crate::error::did_you_mean(key, known()) {
+                refusal = refusal.hint(line);
+            }
+        }
+        let mut allowed: Vec<&str> = known().collect();
+        allowed.sort();
+        return Err(refusal.hint(format!("the fields allowed here: {}", allowed.join(", "))));
     }
     let missing: BTreeSet<&str> = required
         .iter()
@@ -315,11 +348,12 @@ fn closed_keys(
         .collect();
     if !missing.is_empty() {
         let list: Vec<&str> = missing.into_iter().collect();
-        return err(
+        return Err(Refusal::new(
             RefusalCode::MissingField,
             shown(pointer),
             format!("missing field(s): {}", list.join(", ")),
-        );
+        )
+        .hint(format!("add {}", list.join(", "))));
     }
     Ok(())
 }
@@ -362,11 +396,16 @@ fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
     let entries = object(doc, p)?;
     let kind_name = string_in(doc, p, "kind")?;
     let Some(kind) = NodeKind::parse(&kind_name) else {
-        return err(
+        let mut refusal = Refusal::new(
             RefusalCode::UnknownNodeKind,
             format!("{p}/kind"),
             "node kind is not supported",
         );
+        if let Some(line) = crate::error::did_you_mean(&kind_name, NodeKind::NAMES.iter().copied())
+        {
+            refusal = refusal.hint(line);
+        }
+        return Err(refusal.hint(format!("the kinds: {}", NodeKind::NAMES.join(", "))));
     };
     let kind_fields = kind.fields();
     let required: Vec<&str> = NODE_KEYS.iter().chain(kind_fields).copied().collect();
@@ -528,41 +567,32 @@ fn ports(
 fn budget(doc: &Node, p: &str) -> Result<Budget> {
     let entries = object(doc, p)?;
     closed_keys(entries, p, BUDGET_REQUIRED, BUDGET_OPTIONAL)?;
-    let max_attempts = int_in(field(doc, "max_attempts"), 1, Some(100)).map_or_else(
-        || {
-            err(
+    let bounded = |key: &str, hi: i128| -> Result<i64> {
+        let value = field(doc, key);
+        int_in(value, 1, Some(hi)).ok_or_else(|| {
+            Refusal::new(
                 RefusalCode::Range,
-                format!("{p}/max_attempts"),
-                "must be an integer from 1 to 100",
+                format!("{p}/{key}"),
+                format!("must be an integer from 1 to {hi}"),
             )
-        },
-        Ok,
-    )?;
-    let max_wallclock_s = int_in(field(doc, "max_wallclock_s"), 1, Some(86_400)).map_or_else(
-        || {
-            err(
-                RefusalCode::Range,
-                format!("{p}/max_wallclock_s"),
-                "must be an integer from 1 to 86400",
-            )
-        },
-        Ok,
-    )?;
+            .hint(found(value))
+        })
+    };
+    let max_attempts = bounded("max_attempts", 100)?;
+    let max_wallclock_s = bounded("max_wallclock_s", 86_400)?;
     let nullable = |key: &str, lo: i128| -> Result<Option<i64>> {
         let value = field(doc, key);
         if value.is_null() {
             return Ok(None);
         }
-        int_in(value, lo, None).map(Some).map_or_else(
-            || {
-                err(
-                    RefusalCode::Range,
-                    format!("{p}/{key}"),
-                    format!("must be null or an integer >= {lo}"),
-                )
-            },
-            Ok,
-        )
+        int_in(value, lo, None).map(Some).ok_or_else(|| {
+            Refusal::new(
+                RefusalCode::Range,
+                format!("{p}/{key}"),
+                format!("must be null or an integer >= {lo}"),
+            )
+            .hint(found(value))
+        })
     };
     let max_tokens = nullable("max_tokens", 1)?;
     let max_cost_microunits = nullable("max_cost_microunits", 0)?;
@@ -717,11 +747,24 @@ fn edge(doc: &Node, p: &str, nodes: &HashMap<&str, &GraphNode>) -> Result<Edge> 
     let to_port = string_in(doc, p, "to_port")?;
     let (Some(source), Some(target)) = (nodes.get(from_node.as_str()), nodes.get(to_node.as_str()))
     else {
-        return err(
+        let (key, unknown) = if nodes.contains_key(from_node.as_str()) {
+            ("to_node", &to_node)
+        } else {
+            ("from_node", &from_node)
+        };
+        let mut refusal = Refusal::new(
             RefusalCode::UnknownEdgeNode,
             p,
             "edge references an unknown node",
-        );
+        )
+        .focused(format!("{p}/{key}"))
+        .hint(format!("{key} {} names no node", py_repr(unknown)));
+        let mut ids: Vec<&str> = nodes.keys().copied().collect();
+        ids.sort();
+        if let Some(line) = crate::error::did_you_mean(unknown, ids.iter().copied()) {
+            refusal = refusal.hint(line);
+        }
+        return Err(refusal);
     };
     let Some(out_type) = source.output_type(&from_port) else {
         return err(
@@ -932,11 +975,15 @@ fn check_references(graph: &Graph, slot_ids: &HashSet<String>) -> Result<()> {
         }
     }
     if crate::dag::kahn_levels(graph).is_none() {
-        return err(
+        let mut refusal = Refusal::new(
             RefusalCode::Cycle,
             "/edges",
             "authoring graph must be acyclic",
         );
+        if let Some(cycle) = crate::dag::find_cycle(graph) {
+            refusal = refusal.hint(format!("the cycle: {}", cycle.join(" → ")));
+        }
+        return Err(refusal);
     }
     Ok(())
 }

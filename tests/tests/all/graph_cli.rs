@@ -49,6 +49,27 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
+/// bl's `--json` refusal adds `line`, `column` and `hints` beside
+/// bounded-loops' keys; the rest must be bounded-loops' bytes. Returns
+/// stdout as bounded-loops would print it.
+fn without_bl_keys(stdout: &str) -> String {
+    let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(stdout) else {
+        return stdout.to_string();
+    };
+    if object.get("valid") != Some(&Value::Bool(false)) {
+        return stdout.to_string();
+    }
+    for key in ["line", "column"] {
+        if let Some(n) = object.remove(key) {
+            assert!(n.as_u64().is_some_and(|n| n >= 1), "{key}: {stdout}");
+        }
+    }
+    if let Some(hints) = object.remove("hints") {
+        assert!(hints.as_array().is_some_and(|h| !h.is_empty()), "{stdout}");
+    }
+    format!("{}\n", bl_core::python_json(&Value::Object(object)))
+}
+
 #[test]
 fn lint_output_matches_the_reference() {
     let dir = corpus("cases");
@@ -60,6 +81,7 @@ fn lint_output_matches_the_reference() {
         )
         .unwrap();
         let (code, stdout, stderr) = run(&["graph", "lint", name, "--json"], &dir);
+        let stdout = without_bl_keys(&stdout);
         // The expected files store the parsed JSON; re-render it as Python's
         // json.dumps(sort_keys=True) printed it.
         let want_stdout = format!("{}\n", bl_core::python_json(&expected["json"]));

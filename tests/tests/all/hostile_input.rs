@@ -458,3 +458,110 @@ fn egress_config_is_validated_where_it_is_written_and_where_it_is_read() {
     );
     assert_ne!(out.status.code(), Some(0));
 }
+
+/// Lint keeps bounded-loops' first line and adds bl's own beneath it: the
+/// exact place, the bad value, "did you mean", the cycle's members.
+#[test]
+fn lint_points_at_the_mistake_and_says_what_was_meant() {
+    let base = std::fs::read_to_string(
+        bl_e2e::repo_root().join("tests/corpus/graph/cases/cycle_yaml.yaml"),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let lint = |name: &str, manifest: &str| {
+        std::fs::write(dir.path().join(name), manifest).unwrap();
+        let out = bl_in(dir.path(), &["graph", "lint", name]);
+        assert_eq!(out.status.code(), Some(2));
+        text(&out.stderr)
+    };
+    let line_of =
+        |body: &str, needle: &str| body.lines().position(|l| l.contains(needle)).unwrap() + 1;
+
+    let stderr = lint("cycle.yaml", &base);
+    assert!(stderr.contains("the cycle: a → b → a"), "{stderr}");
+
+    let typo = base.replace("connection_slots: []", "connection_slots: []\nedgez: 1");
+    let stderr = lint("top.yaml", &typo);
+    let first = stderr.lines().next().unwrap();
+    assert_eq!(
+        first,
+        "error: graph lint: [unknown_field] / — unknown field(s): edgez"
+    );
+    let at = format!("at top.yaml:{}:", line_of(&typo, "edgez"));
+    assert!(stderr.contains(&at), "points at the key: {stderr}");
+    assert!(stderr.contains("did you mean `edges`"), "{stderr}");
+
+    let kind = base.replacen("kind: research_claim", "kind: researh_claim", 1);
+    let stderr = lint("kind.yaml", &kind);
+    assert!(stderr.contains("did you mean `research_claim`"), "{stderr}");
+
+    let value = base.replacen("max_attempts: 1", "max_attempts: \"x\"", 1);
+    let stderr = lint("value.yaml", &value);
+    assert!(stderr.contains(r#"found "x" (a string)"#), "{stderr}");
+
+    let id = base.replacen("to_node: b", "to_node: bb", 1);
+    let stderr = lint("id.yaml", &id);
+    assert!(stderr.contains("did you mean `b`"), "{stderr}");
+
+    // --json: bounded-loops' keys plus line and column; `-` reads stdin.
+    let mut child = Command::new(bl_binary())
+        .args(["graph", "lint", "-", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(typo.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["code"], "unknown_field");
+    assert_eq!(json["line"], line_of(&typo, "edgez") as u64, "{json}");
+    assert!(json["column"].as_u64().is_some(), "{json}");
+    assert!(text(&out.stderr).contains("at <stdin>:"));
+}
+
+/// Plan names what is missing: a loop package's --loop-roots, and the
+/// fields a connection snapshot lacks.
+#[test]
+fn plan_names_the_loop_roots_and_the_missing_connection_field() {
+    let plans = bl_e2e::repo_root().join("tests/corpus/graph/plans");
+    let out = bl_in(
+        &plans,
+        &["graph", "plan", "plan_loop_package_no_roots.json"],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--loop-roots"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut snapshot: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(plans.join("plan_bad_shape.connections.json")).unwrap(),
+    )
+    .unwrap();
+    let first = snapshot[0].as_object_mut().unwrap();
+    first.remove("extra");
+    first.remove("region");
+    std::fs::write(dir.path().join("c.json"), snapshot.to_string()).unwrap();
+    let out = bl_in(
+        dir.path(),
+        &[
+            "graph",
+            "plan",
+            plans.join("plan_bad_shape.json").to_str().unwrap(),
+            "--connections",
+            "c.json",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("connection 0 lacks field(s): region"),
+        "{stderr}"
+    );
+}

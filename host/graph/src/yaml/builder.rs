@@ -117,6 +117,8 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
                             code: RefusalCode::InvalidYaml,
                             message: "graph mapping keys must be strings".into(),
                             pos: Some(pos),
+                            focus: None,
+                            hints: Vec::new(),
                         });
                     }
                 },
@@ -129,6 +131,8 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
                                 code: RefusalCode::InvalidYaml,
                                 message,
                                 pos: Some(key_pos),
+                                focus: None,
+                                hints: Vec::new(),
                             });
                             return;
                         }

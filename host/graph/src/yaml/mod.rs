@@ -70,6 +70,8 @@ pub fn parse_yaml(text: &str) -> Result<Node, ParseError> {
                 line: line as u32,
                 col: col as u32 + 1,
             }),
+            focus: None,
+            hints: Vec::new(),
         },
     })
 }

@@ -62,6 +62,8 @@ pub(super) fn unprintable_character(text: &str) -> Option<ParseError> {
             c as u32
         ),
         pos: None,
+        focus: None,
+        hints: Vec::new(),
     })
 }
 

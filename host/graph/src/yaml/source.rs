@@ -117,6 +117,8 @@ impl<'a> Source<'a> {
             code: RefusalCode::InvalidYaml,
             message: parts.into_iter().flatten().collect::<Vec<_>>().join("\n"),
             pos: Some(pos_of(&at)),
+            focus: None,
+            hints: Vec::new(),
         }
     }
 
@@ -136,6 +138,8 @@ impl<'a> Source<'a> {
                 line: line as u32,
                 col: col as u32 + 1,
             }),
+            focus: None,
+            hints: Vec::new(),
         };
         (self.index_of(line, col), error)
     }
@@ -151,6 +155,8 @@ impl<'a> Source<'a> {
                 line: start.0 as u32,
                 col: start.1 as u32 + 1,
             }),
+            focus: None,
+            hints: Vec::new(),
         }
     }
 
@@ -245,6 +251,8 @@ impl<'a> Source<'a> {
             code: RefusalCode::InvalidYaml,
             message,
             pos: Some(pos_of(&mark)),
+            focus: None,
+            hints: Vec::new(),
         }
     }
 
