@@ -15,11 +15,7 @@ use crate::exit::{CliError, CliResult, Exit};
 pub enum EgressCommand {
     /// Resolve (where the name resolves) and classify a URL's destination
     /// without connecting. Exit 0 allow, 1 deny.
-    Check {
-        url: String,
-        #[arg(long)]
-        json: bool,
-    },
+    Check { url: String },
     /// Send one request to an admitted connection's endpoint through the
     /// broker: a single-use lease, the destination resolved once and pinned,
     /// the credential read from the environment variable the record names
@@ -49,7 +45,7 @@ pub enum EgressCommand {
 
 pub fn run(cmd: EgressCommand) -> CliResult {
     match cmd {
-        EgressCommand::Check { url, json } => check(&url, json),
+        EgressCommand::Check { url } => check(&url, crate::output::json()),
         EgressCommand::Send {
             admitted,
             connection,
@@ -196,7 +192,17 @@ fn send(
     });
     match result {
         Ok(response) => {
-            crate::output::stdout_bytes(&response.body);
+            if crate::output::json() {
+                crate::output::outln!(
+                    "{}",
+                    serde_json::json!({
+                        "status": response.status,
+                        "body": String::from_utf8_lossy(&response.body),
+                    })
+                );
+            } else {
+                crate::output::stdout_bytes(&response.body);
+            }
             if (200..300).contains(&response.status) {
                 Ok(Exit::Success)
             } else {

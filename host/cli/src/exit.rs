@@ -44,6 +44,21 @@ impl Exit {
             Exit::Signalled(signal) => (128 + signal).clamp(0, 255) as u8,
         }
     }
+
+    /// The `code` of a `--json` error object that says no more than this.
+    pub fn name(self) -> String {
+        match self {
+            Exit::Success => "ok".into(),
+            Exit::No => "failed".into(),
+            Exit::Refused => "refused".into(),
+            Exit::Undecided => "undecided".into(),
+            Exit::TimedOut => "timed_out".into(),
+            Exit::SandboxRefused => "sandbox_refused".into(),
+            Exit::NotFound => "not_found".into(),
+            Exit::Code(code) => format!("exit_{code}"),
+            Exit::Signalled(_) => "interrupted".into(),
+        }
+    }
 }
 
 /// Why a command stopped: what to tell the user (printed by `main` after
@@ -52,30 +67,74 @@ impl Exit {
 pub struct CliError {
     pub exit: Exit,
     pub message: String,
+    /// What a `--json` error object says beyond the message (boxed: most
+    /// errors carry none, and `Result<Exit, CliError>` stays small).
+    pub detail: Box<ErrorDetail>,
+}
+
+/// The fields of a `--json` error object: `code` (a refusal code, or the
+/// exit's name), and where they apply `path`, `pointer`, `line`, `column`.
+#[derive(Debug, Default)]
+pub struct ErrorDetail {
+    pub code: Option<String>,
+    pub path: Option<String>,
+    pub pointer: Option<String>,
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+    /// The command already printed its JSON answer for this failure (as
+    /// bounded-loops defines it): `main` adds nothing to stdout.
+    pub reported: bool,
 }
 
 impl CliError {
     /// Exit 2, with `message`.
     pub fn refused(message: impl Into<String>) -> CliError {
-        CliError {
-            exit: Exit::Refused,
-            message: message.into(),
-        }
+        CliError::with_exit(Exit::Refused, message)
     }
 
     /// Exit 125: the sandbox would not run the command.
     pub fn sandbox(message: impl Into<String>) -> CliError {
-        CliError {
-            exit: Exit::SandboxRefused,
-            message: message.into(),
-        }
+        CliError::with_exit(Exit::SandboxRefused, message)
     }
 
     pub fn with_exit(exit: Exit, message: impl Into<String>) -> CliError {
         CliError {
             exit,
             message: message.into(),
+            detail: Box::default(),
         }
+    }
+
+    /// Marks the failure as already answered on stdout the way
+    /// bounded-loops answers it (see [`ErrorDetail::reported`]).
+    pub fn reported(mut self) -> CliError {
+        self.detail.reported = true;
+        self
+    }
+
+    pub fn with_detail(mut self, detail: ErrorDetail) -> CliError {
+        self.detail = Box::new(detail);
+        self
+    }
+
+    /// The `--json` error object: `{"error": {"code", "message", …}}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let d = &self.detail;
+        let mut error = serde_json::json!({
+            "code": d.code.clone().unwrap_or_else(|| self.exit.name()),
+            "message": self.message,
+        });
+        for (key, value) in [
+            ("path", d.path.clone().map(serde_json::Value::from)),
+            ("pointer", d.pointer.clone().map(serde_json::Value::from)),
+            ("line", d.line.map(serde_json::Value::from)),
+            ("column", d.column.map(serde_json::Value::from)),
+        ] {
+            if let Some(value) = value {
+                error[key] = value;
+            }
+        }
+        serde_json::json!({ "error": error })
     }
 }
 

@@ -17,12 +17,7 @@ use crate::exit::{CliError, CliResult, Exit};
 #[derive(Subcommand)]
 pub enum GraphCommand {
     /// Parse and validate a graph manifest (.yaml or .json). Exit 0 valid, 2 invalid.
-    Lint {
-        manifest: PathBuf,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Lint { manifest: PathBuf },
     /// Validate, then compile a graph to an execution plan.
     Plan {
         manifest: PathBuf,
@@ -35,16 +30,11 @@ pub enum GraphCommand {
         /// Write the canonical plan bytes (plan.json) to this file.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Print the content digest of a loop package, for a loop node's loop_package.
     Digest {
         /// The directory holding the package's loop.yaml.
         loop_dir: PathBuf,
-        #[arg(long)]
-        json: bool,
     },
     /// Print a JSON Schema of the graph/v1 manifest, for editors.
     Schema,
@@ -75,21 +65,24 @@ pub enum GraphCommand {
 
 pub fn run(cmd: GraphCommand) -> CliResult {
     match cmd {
-        GraphCommand::Lint { manifest, json } => lint(&manifest, json),
+        // bounded-loops defines lint's and plan's output, failures included.
+        GraphCommand::Lint { manifest } => {
+            lint(&manifest, crate::output::json()).map_err(CliError::reported)
+        }
         GraphCommand::Plan {
             manifest,
             connections,
             loop_roots,
             out,
-            json,
         } => plan(
             &manifest,
             connections.as_deref(),
             &loop_roots,
             out.as_deref(),
-            json,
-        ),
-        GraphCommand::Digest { loop_dir, json } => digest(&loop_dir, json),
+            crate::output::json(),
+        )
+        .map_err(CliError::reported),
+        GraphCommand::Digest { loop_dir } => digest(&loop_dir, crate::output::json()),
         GraphCommand::Init {
             posture,
             allowlist,
@@ -204,7 +197,16 @@ fn refused(path: &Path, what: &str, refusal: &Refusal, early: Option<String>) ->
     for hint in &refusal.hints {
         message.push_str(&format!("\n  {hint}"));
     }
-    CliError::refused(message)
+    // bounded-loops defines what lint and plan print on stdout for a
+    // refusal (lint --json its own object, plan nothing): nothing is added.
+    CliError::refused(message).with_detail(crate::exit::ErrorDetail {
+        code: Some(refusal.code.to_string()),
+        path: Some(path.display().to_string()),
+        pointer: Some(refusal.pointer.clone()),
+        line: refusal.pos.map(|p| p.line),
+        column: refusal.pos.map(|p| p.col),
+        reported: true,
+    })
 }
 
 fn lint(path: &Path, as_json: bool) -> CliResult {
@@ -379,8 +381,18 @@ fn init(
         });
     match result {
         Ok((egress, path, default)) => {
-            outln!("Wrote {}", path.display());
             let allowed: Vec<String> = egress.allowed().iter().map(|h| h.to_string()).collect();
+            if crate::output::json() {
+                outln!(
+                    "{}",
+                    serde_json::json!({
+                        "path": path, "posture": egress.posture.as_str(), "allowlist": allowed,
+                        "default_path": default.as_deref() == Some(path.as_path()),
+                    })
+                );
+                return Ok(Exit::Success);
+            }
+            outln!("Wrote {}", path.display());
             if allowed.is_empty() {
                 outln!("Posture: {}.", egress.posture.as_str());
             } else {

@@ -1,6 +1,5 @@
 //! `bl keys …`: the Ed25519 keys that sign checkpoints.
 
-use crate::output::outln;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -59,9 +58,13 @@ fn inside_run_dir(path: &Path) -> Option<PathBuf> {
 pub fn run(cmd: KeysCommand) -> CliResult {
     let result = match cmd {
         KeysCommand::Generate { name, out } => generate(&name, out),
-        KeysCommand::Public { key } => {
-            read_signing_key(&key).map(|k| outln!("{}", k.verifier().to_text()))
-        }
+        KeysCommand::Public { key } => read_signing_key(&key).map(|k| {
+            let text = k.verifier().to_text();
+            crate::output::answer(
+                || serde_json::json!({"verifier_key": text}),
+                || text.clone(),
+            )
+        }),
     };
     match result {
         Ok(()) => Ok(Exit::Success),
@@ -103,10 +106,19 @@ fn generate(name: &str, out: Option<PathBuf>) -> Result<(), String> {
     let pub_path = path.with_extension("pub");
     std::fs::write(&pub_path, format!("{public}\n"))
         .map_err(|e| format!("{}: {e}", pub_path.display()))?;
-    outln!(
-        "private key: {} (mode 0600)\nverifier key: {} \n{public}",
-        path.display(),
-        pub_path.display()
+    crate::output::answer(
+        || {
+            serde_json::json!({
+                "private_key": path, "verifier_key_file": pub_path, "verifier_key": public,
+            })
+        },
+        || {
+            format!(
+                "private key: {} (mode 0600)\nverifier key: {} \n{public}",
+                path.display(),
+                pub_path.display()
+            )
+        },
     );
     Ok(())
 }

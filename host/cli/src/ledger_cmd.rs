@@ -1,7 +1,6 @@
 //! `bl ledger reconcile`: what an operator found out about an effect whose
 //! outcome the publication ledger could not know.
 
-use crate::output::outln;
 use std::path::Path;
 
 use clap::Subcommand;
@@ -54,7 +53,10 @@ fn reconcile(run_dir: &Path, key: &str, published: bool) -> CliResult {
             } else {
                 "cleared; it may fire again"
             };
-            outln!("{key}: {what}");
+            crate::output::answer(
+                || serde_json::json!({"key": key, "published": published}),
+                || format!("{key}: {what}"),
+            );
             Ok(Exit::Success)
         }
         Err(e) => Err(CliError::refused(format!("ledger reconcile: {e}"))),

@@ -77,17 +77,28 @@ fn recover(path: PathBuf) -> CliResult {
     };
     match bl_store::recover_torn_tail(&log) {
         Ok(None) => {
-            outln!("{}: no torn tail; nothing changed", log.display());
+            crate::output::answer(
+                || serde_json::json!({"log": log, "torn": null}),
+                || format!("{}: no torn tail; nothing changed", log.display()),
+            );
             Ok(Exit::Success)
         }
         Ok(Some(tail)) => {
-            outln!(
-                "{}: moved {} torn bytes (line {}) to {}.torn-{}",
-                log.display(),
-                tail.len,
-                tail.line,
-                log.display(),
-                tail.offset
+            let moved_to = format!("{}.torn-{}", log.display(), tail.offset);
+            crate::output::answer(
+                || {
+                    serde_json::json!({"log": log, "torn": {
+                        "bytes": tail.len, "line": tail.line, "moved_to": moved_to,
+                    }})
+                },
+                || {
+                    format!(
+                        "{}: moved {} torn bytes (line {}) to {moved_to}",
+                        log.display(),
+                        tail.len,
+                        tail.line,
+                    )
+                },
             );
             Ok(Exit::Success)
         }
@@ -101,13 +112,23 @@ fn checkpoint(path: &Path, key: Option<&Path>) -> CliResult {
     });
     match result {
         Ok((file, cp)) => {
-            outln!(
-                "checkpoint of {} events and {} files, root {}{}\n  {}",
-                cp.size,
-                cp.files.len(),
-                hex::encode(cp.root),
-                if key.is_some() { "" } else { " (unsigned)" },
-                file.display()
+            crate::output::answer(
+                || {
+                    serde_json::json!({
+                        "checkpoint": file, "events": cp.size, "files": cp.files.len(),
+                        "root": hex::encode(cp.root), "signed": key.is_some(),
+                    })
+                },
+                || {
+                    format!(
+                        "checkpoint of {} events and {} files, root {}{}\n  {}",
+                        cp.size,
+                        cp.files.len(),
+                        hex::encode(cp.root),
+                        if key.is_some() { "" } else { " (unsigned)" },
+                        file.display()
+                    )
+                },
             );
             Ok(Exit::Success)
         }

@@ -31,6 +31,11 @@ use crate::output::errln;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Print the result as one JSON object on stdout, and a failure as
+    /// {"error": {...}} (see docs/json.md). Where bounded-loops defines a
+    /// command's JSON, it is printed exactly as bounded-loops prints it.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -50,8 +55,6 @@ enum Command {
         /// must carry.
         #[arg(long)]
         pubkey: Option<String>,
-        #[arg(long)]
-        json: bool,
     },
     /// Maintain event logs.
     #[command(subcommand)]
@@ -64,10 +67,7 @@ enum Command {
     Plugin(plugin_cmd::PluginCommand),
     /// Check what this machine can do (bwrap, seccomp, Landlock, the wasm
     /// toolchain, the cache), with a fix for each problem.
-    Doctor {
-        #[arg(long)]
-        json: bool,
-    },
+    Doctor,
     /// The egress policy: where a broker request may go.
     #[command(subcommand)]
     Egress(egress_cmd::EgressCommand),
@@ -80,7 +80,32 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and --version are not failures; a usage error under --json
+        // is answered as one, in the error object's form.
+        Err(e) if e.use_stderr() && std::env::args().any(|a| a == "--json") => {
+            // clap's first paragraph, without its usage lines.
+            let rendered = e.render().to_string();
+            let message = rendered
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ")
+                .trim_start_matches("error: ")
+                .to_string();
+            let error = exit::CliError::refused(message).with_detail(exit::ErrorDetail {
+                code: Some("usage".into()),
+                ..Default::default()
+            });
+            errln!("error: {error}");
+            output::outln!("{}", error.to_json());
+            return ExitCode::from(exit::Exit::Refused.code());
+        }
+        Err(e) => e.exit(),
+    };
+    output::set_json(cli.json);
     interrupt::install();
     let outcome = match cli.command {
         Command::Graph(cmd) => graph_cmd::run(cmd),
@@ -89,12 +114,16 @@ fn main() -> ExitCode {
             path,
             expect_head,
             pubkey,
-            json,
-        } => verify_cmd::verify(&path, expect_head.as_deref(), pubkey.as_deref(), json),
+        } => verify_cmd::verify(
+            &path,
+            expect_head.as_deref(),
+            pubkey.as_deref(),
+            output::json(),
+        ),
         Command::Log(cmd) => log_cmd::run(cmd),
         Command::Keys(cmd) => keys_cmd::run(cmd),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd),
-        Command::Doctor { json } => doctor_cmd::doctor(json),
+        Command::Doctor => doctor_cmd::doctor(output::json()),
         Command::Egress(cmd) => egress_cmd::run(cmd),
         Command::Ledger(cmd) => ledger_cmd::run(cmd),
     };
@@ -102,6 +131,9 @@ fn main() -> ExitCode {
     // comes back here to be said once, in one form.
     let exit = outcome.unwrap_or_else(|error| {
         errln!("error: {error}");
+        if output::json() && !error.detail.reported {
+            output::outln!("{}", error.to_json());
+        }
         error.exit
     });
     // Asked to stop: whatever the command made of it, bl says so by its code.

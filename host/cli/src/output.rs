@@ -5,6 +5,19 @@
 //! stderr, exit 74), and a closed stderr is ignored.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// Sets whether this run answers in JSON (`--json`, a global flag).
+pub fn set_json(on: bool) {
+    JSON.store(on, Ordering::Relaxed);
+}
+
+/// Whether this run answers in JSON.
+pub fn json() -> bool {
+    JSON.load(Ordering::Relaxed)
+}
 
 /// Exit code of a command that wrote to a closed pipe (128 + SIGPIPE).
 const CLOSED_PIPE: i32 = 141;
@@ -71,5 +84,15 @@ fn stop_on_write_error(error: std::io::Error) -> ! {
 pub fn flush() {
     if let Err(e) = std::io::stdout().lock().flush() {
         stop_on_write_error(e);
+    }
+}
+
+/// A command's answer: `json` as one line under `--json`, else `text`
+/// (a newline is added to either).
+pub fn answer(json: impl FnOnce() -> serde_json::Value, text: impl FnOnce() -> String) {
+    if self::json() {
+        outln!("{}", json());
+    } else {
+        outln!("{}", text());
     }
 }

@@ -54,8 +54,6 @@ pub enum PluginCommand {
     Inspect {
         /// A path to a component, or the name of one on the plugin path.
         plugin: String,
-        #[arg(long)]
-        json: bool,
     },
     /// Run a gate or a completion contract on a workspace directory and
     /// print its verdict. Exit 0 pass, 1 fail, 3 error (it could not decide).
@@ -88,9 +86,6 @@ pub enum PluginCommand {
         /// The isolation tier the `command` capability runs commands in.
         #[arg(long, default_value = "container_restricted")]
         isolation: String,
-        /// Print the outcome as one JSON object.
-        #[arg(long)]
-        json: bool,
     },
 }
 
@@ -115,7 +110,7 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             target_dir,
             force,
         } => build(dir, out, target_dir, force),
-        PluginCommand::Inspect { plugin, json } => inspect(&plugin, json),
+        PluginCommand::Inspect { plugin } => inspect(&plugin, crate::output::json()),
         PluginCommand::Run {
             plugin,
             workspace,
@@ -126,8 +121,8 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             deadline_ms,
             allocator,
             isolation,
-            json,
         } => {
+            let json = crate::output::json();
             let request = RunRequest {
                 isolation: &isolation,
                 plugin: &plugin,
@@ -181,6 +176,17 @@ fn build(
         Ok(built) => {
             let m = &built.manifest;
             let state = if built.rebuilt { "built" } else { "up to date" };
+            if crate::output::json() {
+                outln!(
+                    "{}",
+                    json!({
+                        "rebuilt": built.rebuilt, "component": built.component_path,
+                        "manifest_path": built.manifest_path, "manifest": m,
+                        "toolchain": toolchain.name(),
+                    })
+                );
+                return Ok(Exit::Success);
+            }
             outln!(
                 "{state}: {} {} ({} world of {}, {} toolchain)\n  component {}  {}\n  source    {}",
                 m.name,

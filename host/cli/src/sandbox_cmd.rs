@@ -60,8 +60,6 @@ pub enum SandboxCommand {
         out: Option<PathBuf>,
         #[arg(long, default_value = "container_restricted")]
         isolation: String,
-        #[arg(long)]
-        json: bool,
     },
 }
 
@@ -74,11 +72,7 @@ pub fn run(cmd: SandboxCommand) -> CliResult {
             timeout_s,
             command,
         } => run_command(&isolation, workspace, read_only, timeout_s, command),
-        SandboxCommand::Probe {
-            out,
-            isolation,
-            json,
-        } => probe(out, &isolation, json),
+        SandboxCommand::Probe { out, isolation } => probe(out, &isolation, crate::output::json()),
         SandboxCommand::Bridge {
             socket,
             listen,
@@ -268,10 +262,29 @@ fn run_command(
     }
     match sandbox.run(&spec) {
         Ok(result) => {
-            crate::output::stdout_bytes(&result.stdout_tail);
-            let _ = std::io::stderr().write_all(&result.stderr_tail);
-            if result.truncated {
-                errln!("bl: output was longer than 4 MiB; only its end is shown");
+            if crate::output::json() {
+                outln!(
+                    "{}",
+                    serde_json::json!({
+                        "exit_code": result.exit_code, "timed_out": result.timed_out,
+                        "truncated": result.truncated,
+                        "duration_ms": result.duration.as_millis() as u64,
+                        "stdout": String::from_utf8_lossy(&result.stdout_tail),
+                        "stderr": String::from_utf8_lossy(&result.stderr_tail),
+                    })
+                );
+            } else {
+                crate::output::stdout_bytes(&result.stdout_tail);
+                let _ = std::io::stderr().write_all(&result.stderr_tail);
+                if result.truncated {
+                    errln!("bl: output was longer than 4 MiB; only its end is shown");
+                }
+            }
+            if result.timed_out {
+                errln!(
+                    "bl: the command timed out after {} s and was killed with its process group",
+                    spec.timeout.as_secs()
+                );
             }
             Ok(match (result.timed_out, result.exit_code) {
                 (true, _) => Exit::TimedOut,

@@ -1,6 +1,5 @@
 //! `bl plugin new`: a plugin crate that builds and runs as it is.
 
-use crate::output::outln;
 use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
@@ -13,6 +12,18 @@ pub enum Kind {
     Transform,
     Contract,
     Policy,
+}
+
+impl Kind {
+    /// As `--kind` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Gate => "gate",
+            Kind::Transform => "transform",
+            Kind::Contract => "contract",
+            Kind::Policy => "policy",
+        }
+    }
 }
 
 /// The SDK a new plugin depends on: `--sdk`, `BL_SDK_PATH`, or the `sdk/`
@@ -54,11 +65,17 @@ fn valid_name(name: &str) -> bool {
 pub fn new_plugin(name: &str, kind: Kind, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> CliResult {
     match write_scaffold(name, kind, dir, sdk) {
         Ok(dir) => {
-            outln!(
-                "created {} ({kind:?})\n  build it:  bl plugin build {}\n  test it:   cargo test --manifest-path {}/Cargo.toml",
-                dir.display(),
-                dir.display(),
-                dir.display()
+            crate::output::answer(
+                || serde_json::json!({"created": dir, "kind": kind.name()}),
+                || {
+                    format!(
+                        "created {} ({})\n  build it:  bl plugin build {}\n  test it:   cargo test --manifest-path {}/Cargo.toml",
+                        dir.display(),
+                        kind.name(),
+                        dir.display(),
+                        dir.display()
+                    )
+                },
             );
             Ok(Exit::Success)
         }

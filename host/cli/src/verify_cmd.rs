@@ -22,8 +22,13 @@ pub fn verify(
         expect_head: expect_head.map(str::to_string),
         verifier,
     };
-    let report =
-        bl_verify::verify(path, &options).map_err(|e| CliError::refused(format!("verify: {e}")))?;
+    let report = bl_verify::verify(path, &options).map_err(|e| {
+        CliError::refused(format!("verify: {e}")).with_detail(crate::exit::ErrorDetail {
+            code: Some("nothing_to_verify".into()),
+            path: Some(path.display().to_string()),
+            ..Default::default()
+        })
+    })?;
     match &report {
         bl_verify::Report::Graph(graph) => print_graph(graph, as_json),
         bl_verify::Report::Loop(ledger) => print_loop(ledger, as_json),

@@ -565,3 +565,94 @@ fn plan_names_the_loop_roots_and_the_missing_connection_field() {
         "{stderr}"
     );
 }
+
+/// Every command of bl's own answers `--json` with one JSON object on
+/// stdout, and a failure with `{"error": {"code", "message", …}}`.
+#[test]
+fn every_bl_command_answers_json_with_one_object_and_fails_with_an_error_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |p: &str| dir.path().join(p).display().to_string();
+    std::fs::create_dir(dir.path().join("ws")).unwrap();
+    let one_object = |args: &[&str]| {
+        let out = bl_in(dir.path(), args);
+        let stdout = text(&out.stdout);
+        assert_eq!(stdout.lines().count(), 1, "{args:?}: {stdout}");
+        let value: serde_json::Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"));
+        assert!(value.is_object(), "{args:?}: {stdout}");
+        (out.status.code(), value)
+    };
+    let key = d("keys/ops.key");
+    for args in [
+        vec!["--json", "keys", "generate", "--name", "ops", "--out", &key],
+        vec!["keys", "public", &key, "--json"],
+        vec!["graph", "init", "--config", &d("egress.json"), "--json"],
+        vec![
+            "plugin",
+            "new",
+            "json-gate",
+            "--kind",
+            "gate",
+            "--dir",
+            &d("json-gate"),
+            "--json",
+        ],
+        vec![
+            "sandbox",
+            "run",
+            "--isolation",
+            "workspace_only",
+            "--workspace",
+            &d("ws"),
+            "--json",
+            "--",
+            "echo",
+            "hi",
+        ],
+        vec!["doctor", "--json"],
+    ] {
+        let (code, value) = one_object(&args);
+        assert_eq!(code, Some(0), "{args:?}: {value}");
+        assert!(value.get("error").is_none(), "{args:?}: {value}");
+    }
+    let (_, value) = one_object(&[
+        "sandbox",
+        "run",
+        "--isolation",
+        "workspace_only",
+        "--workspace",
+        &d("ws"),
+        "--json",
+        "--",
+        "echo",
+        "hi",
+    ]);
+    assert_eq!(value["stdout"], "hi\n");
+
+    for (args, code) in [
+        (vec!["verify", "nowhere", "--json"], "nothing_to_verify"),
+        (vec!["keys", "public", "missing.key", "--json"], "refused"),
+        (vec!["plugin", "new", "x", "--json"], "usage"),
+        (
+            vec![
+                "graph",
+                "init",
+                "--config",
+                &d("no/such/egress.json"),
+                "--json",
+            ],
+            "refused",
+        ),
+    ] {
+        let (exit, value) = one_object(&args);
+        assert_eq!(exit, Some(2), "{args:?}: {value}");
+        assert_eq!(value["error"]["code"], code, "{args:?}: {value}");
+        assert!(
+            value["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+    let (_, value) = one_object(&["verify", "nowhere", "--json"]);
+    assert_eq!(value["error"]["path"], "nowhere");
+}
