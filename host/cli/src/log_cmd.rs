@@ -46,6 +46,25 @@ pub enum LogCommand {
         #[arg(long)]
         size: Option<usize>,
     },
+    /// Check a proof that `prove` printed, without the log: its arithmetic,
+    /// and that its root is a trusted one (--checkpoint, signed by --pubkey
+    /// when given, or --root). Exit 0 when it holds, 1 when it does not.
+    CheckProof {
+        /// The proof's JSON file (`-` for stdin).
+        proof: std::path::PathBuf,
+        /// A checkpoint of the same tree size whose root the proof must end at.
+        #[arg(long)]
+        checkpoint: Option<std::path::PathBuf>,
+        /// The verifier key (text or file) that must have signed the checkpoint.
+        #[arg(long, requires = "checkpoint")]
+        pubkey: Option<String>,
+        /// A root (base64, as `prove` prints it) known from elsewhere.
+        #[arg(long)]
+        root: Option<String>,
+        /// A file holding the event line the inclusion proof is for.
+        #[arg(long)]
+        event: Option<std::path::PathBuf>,
+    },
 }
 
 pub fn run(cmd: LogCommand) -> CliResult {
@@ -58,6 +77,86 @@ pub fn run(cmd: LogCommand) -> CliResult {
             from,
             size,
         } => prove(&path, line, size, from),
+        LogCommand::CheckProof {
+            proof,
+            checkpoint,
+            pubkey,
+            root,
+            event,
+        } => check_proof(
+            &proof,
+            checkpoint.as_deref(),
+            pubkey.as_deref(),
+            root,
+            event,
+        ),
+    }
+}
+
+fn check_proof(
+    proof: &Path,
+    checkpoint: Option<&Path>,
+    pubkey: Option<&str>,
+    root: Option<String>,
+    event: Option<PathBuf>,
+) -> CliResult {
+    let refused = |e: String| CliError::refused(format!("log check-proof: {e}"));
+    let read = |path: &Path| -> Result<Vec<u8>, CliError> {
+        if path == Path::new("-") {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
+                .map_err(|e| refused(format!("stdin: {e}")))?;
+            return Ok(bytes);
+        }
+        crate::paths::read_capped(path, 16 << 20)
+            .map_err(|e| refused(format!("{}: {e}", path.display())))
+    };
+    let proof_value: serde_json::Value = serde_json::from_slice(&read(proof)?)
+        .map_err(|e| refused(format!("{}: not JSON: {e}", proof.display())))?;
+    let key = pubkey
+        .map(crate::keys_cmd::read_verifier_key)
+        .transpose()
+        .map_err(refused)?;
+    let note = checkpoint
+        .map(|p| read(p).map(|b| String::from_utf8_lossy(&b).into_owned()))
+        .transpose()?;
+    let event = event.map(|p| read(&p)).transpose()?;
+    let trust = bl_store::proof_check::Trust {
+        checkpoint: note.as_deref().map(|n| (n, key.as_ref())),
+        root: root.as_deref(),
+        // The line as the log holds it, whatever newline the file ends with.
+        event: event.as_deref().map(|e| e.strip_suffix(b"\n").unwrap_or(e)),
+    };
+    match bl_store::proof_check::check_proof(&proof_value, &trust) {
+        Ok(report) => {
+            crate::output::answer(
+                || json!({"holds": true, "kind": report.kind, "tree_size": report.tree_size, "anchored": report.anchored}),
+                || {
+                    format!(
+                        "HOLDS: the {} proof for a tree of {} events{}",
+                        report.kind,
+                        report.tree_size,
+                        if report.anchored {
+                            " ends at the trusted root"
+                        } else {
+                            "; its root was not checked against a trusted one (give --checkpoint or --root)"
+                        }
+                    )
+                },
+            );
+            Ok(Exit::Success)
+        }
+        Err(bl_store::proof_check::ProofError::Shape(m)) => Err(refused(format!(
+            "{}: not a proof from `bl log prove`: {m}",
+            proof.display()
+        ))),
+        Err(e) => {
+            crate::output::answer(
+                || json!({"holds": false, "reason": e.to_string()}),
+                || format!("DOES NOT HOLD: {e}"),
+            );
+            Ok(Exit::No)
+        }
     }
 }
 

@@ -22,6 +22,7 @@ mod line;
 pub mod log;
 pub mod loop_ledger;
 pub mod merkle;
+pub mod proof_check;
 pub mod provable;
 
 pub use approvals::{

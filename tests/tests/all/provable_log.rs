@@ -296,3 +296,80 @@ fn verify_checks_approval_signatures_with_the_key() {
         "{report}"
     );
 }
+
+/// `bl log check-proof` checks what `prove` printed without the log: it
+/// holds against a signed checkpoint of the same size and the event's own
+/// line, and fails (exit 1) for another event, a forged path, another
+/// root or another signer.
+#[test]
+fn check_proof_checks_a_printed_proof_against_a_signed_checkpoint() {
+    let s = setup();
+    let run = s.run.to_str().unwrap();
+    let (code, _, err) = bl(&["log", "checkpoint", run, "--key", s.key.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let checkpoint = std::fs::read_dir(s.run.join("checkpoints"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let (code, proof, err) = bl(&["log", "prove", run, "--line", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let proof_file = dir.path().join("proof.json");
+    std::fs::write(&proof_file, &proof).unwrap();
+    let log = std::fs::read_to_string(s.run.join("controller-events.jsonl")).unwrap();
+    let event = dir.path().join("event.jsonl");
+    std::fs::write(&event, format!("{}\n", log.lines().nth(1).unwrap())).unwrap();
+    let check = |extra: &[&str]| {
+        let mut args = vec!["log", "check-proof", proof_file.to_str().unwrap()];
+        args.extend(extra);
+        bl(&args)
+    };
+    let anchored = [
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--pubkey",
+        s.public.to_str().unwrap(),
+        "--event",
+        event.to_str().unwrap(),
+    ];
+    let (code, out, err) = check(&anchored);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.starts_with("HOLDS") && out.contains("trusted root"),
+        "{out}"
+    );
+
+    // Another event's line.
+    std::fs::write(&event, format!("{}\n", log.lines().next().unwrap())).unwrap();
+    let (code, out, _) = check(&anchored);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("another leaf"), "{out}");
+
+    // Another signer.
+    let other = dir.path().join("other.key");
+    bl(&[
+        "keys",
+        "generate",
+        "--name",
+        "eve",
+        "--out",
+        other.to_str().unwrap(),
+    ]);
+    let (code, out, _) = check(&[
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--pubkey",
+        other.with_extension("pub").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}");
+
+    // A forged path: one hash of the proof changed.
+    let mut forged: Value = serde_json::from_str(&proof).unwrap();
+    forged["proof"][0] = Value::from(base64::engine::general_purpose::STANDARD.encode([7u8; 32]));
+    std::fs::write(&proof_file, forged.to_string()).unwrap();
+    let (code, out, _) = check(&["--checkpoint", checkpoint.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("does not lead to its root"), "{out}");
+}
