@@ -20,14 +20,20 @@ mod verify_cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::output::errln;
 
 /// bl runs AI-agent work so that the agent never grades itself: a worker
 /// takes a turn, and an independent gate decides from the workspace alone.
 #[derive(Parser)]
-#[command(name = "bl", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "bl",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BL_COMMIT"), ")"),
+    about,
+    long_about = None,
+    propagate_version = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -77,6 +83,10 @@ enum Command {
     /// Ed25519 keys that sign checkpoints.
     #[command(subcommand)]
     Keys(keys_cmd::KeysCommand),
+    /// Print a shell completion script: `bl completions bash > /etc/bash_completion.d/bl`.
+    Completions { shell: clap_complete::Shell },
+    /// Write man pages (bl.1, bl-graph.1, bl-graph-lint.1, …) into DIR.
+    Man { dir: std::path::PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -124,6 +134,13 @@ fn main() -> ExitCode {
         Command::Keys(cmd) => keys_cmd::run(cmd),
         Command::Sandbox(cmd) => sandbox_cmd::run(cmd),
         Command::Doctor => doctor_cmd::doctor(output::json()),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "bl", &mut out);
+            output::stdout_bytes(&out);
+            Ok(exit::Exit::Success)
+        }
+        Command::Man { dir } => man_pages(&dir),
         Command::Egress(cmd) => egress_cmd::run(cmd),
         Command::Ledger(cmd) => ledger_cmd::run(cmd),
     };
@@ -140,4 +157,29 @@ fn main() -> ExitCode {
     let exit = bl_core::interrupt::requested().map_or(exit, exit::Exit::Signalled);
     output::flush();
     ExitCode::from(exit.code())
+}
+
+/// One page per command, named as man names them (`bl-graph-lint.1`).
+fn man_pages(dir: &std::path::Path) -> exit::CliResult {
+    fn write(dir: &std::path::Path, cmd: clap::Command, name: String) -> std::io::Result<usize> {
+        let cmd = cmd.name(name.clone());
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+        std::fs::write(dir.join(format!("{name}.1")), page)?;
+        let mut written = 1;
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            written += write(dir, sub.clone(), format!("{name}-{}", sub.get_name()))?;
+        }
+        Ok(written)
+    }
+    std::fs::create_dir_all(dir)
+        .and_then(|_| write(dir, Cli::command(), "bl".into()))
+        .map(|n| {
+            output::answer(
+                || serde_json::json!({"dir": dir, "pages": n}),
+                || format!("wrote {n} man pages into {}", dir.display()),
+            );
+            exit::Exit::Success
+        })
+        .map_err(|e| exit::CliError::refused(format!("man: {}: {e}", dir.display())))
 }

@@ -656,3 +656,38 @@ fn every_bl_command_answers_json_with_one_object_and_fails_with_an_error_object(
     let (_, value) = one_object(&["verify", "nowhere", "--json"]);
     assert_eq!(value["error"]["path"], "nowhere");
 }
+
+/// `--version` names the commit; completions and man pages come from
+/// clap's own generators, for every subcommand.
+#[test]
+fn version_names_the_commit_and_completions_and_man_pages_are_generated() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bl_in(dir.path(), &["--version"]);
+    let version = text(&out.stdout);
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(bl_e2e::repo_root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| text(&o.stdout).trim().to_string());
+    match head {
+        Some(head) => assert!(version.contains(&format!("(commit {head})")), "{version}"),
+        None => assert!(version.contains("(commit "), "{version}"),
+    }
+    for shell in ["bash", "zsh", "fish"] {
+        let out = bl_in(dir.path(), &["completions", shell]);
+        assert_eq!(out.status.code(), Some(0));
+        let script = text(&out.stdout);
+        assert!(
+            script.contains("graph") && script.contains("sandbox"),
+            "{shell}"
+        );
+    }
+    let man = dir.path().join("man");
+    let out = bl_in(dir.path(), &["man", man.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let page = std::fs::read_to_string(man.join("bl-graph-lint.1")).unwrap();
+    assert!(page.starts_with(".ie") || page.contains(".TH"), "{page}");
+    assert!(man.join("bl-sandbox-run.1").is_file());
+}
