@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 /// Directories searched for `<name>.wasm` when a plugin is named rather than
 /// given as a path: each entry of `BL_PLUGIN_PATH`, then the directories
 /// shipped beside the `bl` executable (`<exe dir>/plugins`,
-/// `<exe dir>/../plugins`, `<exe dir>/../lib/bl/plugins`).
+/// `<exe dir>/../plugins`, `<exe dir>/../lib/bl/plugins`), then the
+/// `target/plugins` of the checkout this `bl` was built from, so a copy of
+/// the binary elsewhere still finds the plugins `scripts/dev setup` built.
 pub fn plugin_search_path() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("BL_PLUGIN_PATH")
         .map(|v| std::env::split_paths(&v).collect())
@@ -17,6 +19,14 @@ pub fn plugin_search_path() -> Vec<PathBuf> {
         dirs.push(exe_dir.join("plugins"));
         dirs.push(exe_dir.join("../plugins"));
         dirs.push(exe_dir.join("../lib/bl/plugins"));
+    }
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins");
+    if let Ok(checkout) = checkout.canonicalize()
+        && !dirs
+            .iter()
+            .any(|d| d.canonicalize().ok().as_ref() == Some(&checkout))
+    {
+        dirs.push(checkout);
     }
     dirs
 }

@@ -691,3 +691,29 @@ fn version_names_the_commit_and_completions_and_man_pages_are_generated() {
     assert!(page.starts_with(".ie") || page.contains(".TH"), "{page}");
     assert!(man.join("bl-sandbox-run.1").is_file());
 }
+
+/// A `bl` copied elsewhere still finds the plugins its checkout built, and
+/// a plugin it cannot find is reported with every place it looked.
+#[test]
+fn a_copied_bl_finds_its_plugins_or_says_where_it_looked() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("bin/bl");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::copy(bl_binary(), &copy).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&copy)
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("BL_PLUGIN_PATH")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["plugin", "inspect", "files"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = run(&["plugin", "inspect", "no-such-plugin"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let beside = dir.path().join("bin/plugins");
+    assert!(stderr.contains(&beside.display().to_string()), "{stderr}");
+    assert!(stderr.contains("BL_PLUGIN_PATH"), "{stderr}");
+}
