@@ -14,6 +14,7 @@ mod log_cmd;
 mod output;
 mod paths;
 mod plugin_cmd;
+mod plugin_worlds;
 mod sandbox_cmd;
 mod scaffold;
 mod verify_cmd;

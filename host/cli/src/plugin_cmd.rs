@@ -55,14 +55,18 @@ pub enum PluginCommand {
         /// A path to a component, or the name of one on the plugin path.
         plugin: String,
     },
-    /// Run a gate or a completion contract on a workspace directory and
-    /// print its verdict. Exit 0 pass, 1 fail, 3 error (it could not decide).
+    /// Run a plugin of any world. A gate or a completion contract judges
+    /// --workspace and prints its verdict: exit 0 pass, 1 fail, 3 error (it
+    /// could not decide). A transform turns --input files into its --output
+    /// artifacts (written into --out): exit 0, or 3. A publication policy
+    /// decides on one effect: exit 0 allow, 1 deny, 3 error.
     Run {
         /// A path to a component, or the name of one on the plugin path.
         plugin: String,
-        /// The directory it judges; it sees nothing else.
+        /// For a gate or a contract: the directory it judges; it sees
+        /// nothing else.
         #[arg(long)]
-        workspace: PathBuf,
+        workspace: Option<PathBuf>,
         /// Its config, as JSON, or `@FILE` to read it from a file.
         #[arg(long, default_value = "{}")]
         config: String,
@@ -86,6 +90,10 @@ pub enum PluginCommand {
         /// The isolation tier the `command` capability runs commands in.
         #[arg(long, default_value = "container_restricted")]
         isolation: String,
+        #[command(flatten)]
+        transform: crate::plugin_worlds::TransformArgs,
+        #[command(flatten)]
+        policy: crate::plugin_worlds::PolicyArgs,
     },
 }
 
@@ -121,22 +129,41 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             deadline_ms,
             allocator,
             isolation,
+            transform,
+            policy,
         } => {
             let json = crate::output::json();
             let request = RunRequest {
                 isolation: &isolation,
                 plugin: &plugin,
-                workspace: &workspace,
                 grants: &grants,
                 artifact,
                 dispatched_ms,
                 deadline_ms,
                 allocator,
             };
-            let outcome = match read_config(&config) {
-                Ok(config) => judge(&request, &config),
-                Err(e) => GateOutcome::Error(e),
+            let opened = read_config(&config)
+                .and_then(|config| open(&request).map(|opened| (opened, config)));
+            let (opened, config) = match opened {
+                Ok(ok) => ok,
+                Err(e) => return Err(CliError::with_exit(Exit::Undecided, e)),
             };
+            match opened.world {
+                World::Transform => {
+                    return crate::plugin_worlds::run_transform(&opened, &config, &transform);
+                }
+                World::PublicationPolicy => {
+                    return crate::plugin_worlds::run_policy(&opened, &config, &policy);
+                }
+                World::Gate | World::CompletionContract => {}
+            }
+            let Some(workspace) = workspace else {
+                return Err(CliError::refused(format!(
+                    "{plugin} is a {} plugin: name the directory it judges with --workspace DIR",
+                    opened.world
+                )));
+            };
+            let outcome = judge(&request, &opened, &workspace, &config);
             if json {
                 outln!("{}", outcome_json(&plugin, &workspace, &outcome));
             } else {
@@ -274,7 +301,6 @@ fn inspect(plugin: &str, as_json: bool) -> CliResult {
 struct RunRequest<'a> {
     isolation: &'a str,
     plugin: &'a str,
-    workspace: &'a Path,
     grants: &'a [String],
     artifact: Option<String>,
     dispatched_ms: u64,
@@ -317,27 +343,54 @@ pub fn runtime(
     Runtime::new(config)
 }
 
-fn judge(request: &RunRequest, config: &str) -> GateOutcome {
+/// A plugin found, read, and ready to load into its runtime.
+pub struct Opened {
+    pub package: PluginPackage,
+    pub declared: Option<Vec<bl_plugins::Capability>>,
+    pub grants: Grants,
+    pub runtime: Runtime,
+    pub world: World,
+}
+
+impl Opened {
+    pub fn options(&self) -> LoadOptions<'_> {
+        LoadOptions {
+            declared: self.declared.as_deref(),
+            grants: self.grants.clone(),
+        }
+    }
+}
+
+fn open(request: &RunRequest) -> Result<Opened, String> {
+    let path = paths::resolve_plugin(request.plugin)?;
+    let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
+    let declared = package.declared().map_err(|e| e.to_string())?;
+    let grants = Grants::parse(request.grants).map_err(|e| format!("--grant: {e}"))?;
+    let tier =
+        bl_sandbox::Tier::parse(request.isolation).map_err(|e| format!("--isolation: {e}"))?;
+    let sandbox = crate::sandbox_cmd::sandbox(tier)?;
+    let runtime =
+        runtime(request.deadline_ms, request.allocator, sandbox).map_err(|e| e.to_string())?;
+    let world = package.world(&runtime).map_err(|e| e.to_string())?;
+    Ok(Opened {
+        package,
+        declared,
+        grants,
+        runtime,
+        world,
+    })
+}
+
+fn judge(request: &RunRequest, opened: &Opened, workspace: &Path, config: &str) -> GateOutcome {
     let result = (|| -> Result<Result<Invocation<Verdict>, PluginError>, String> {
-        let path = paths::resolve_plugin(request.plugin)?;
-        let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
-        let declared = package.declared().map_err(|e| e.to_string())?;
-        let options = LoadOptions {
-            declared: declared.as_deref(),
-            grants: Grants::parse(request.grants).map_err(|e| format!("--grant: {e}"))?,
-        };
-        let name = package.name();
-        let bytes = &package.bytes;
-        let tier =
-            bl_sandbox::Tier::parse(request.isolation).map_err(|e| format!("--isolation: {e}"))?;
-        let sandbox = crate::sandbox_cmd::sandbox(tier)?;
-        let runtime =
-            runtime(request.deadline_ms, request.allocator, sandbox).map_err(|e| e.to_string())?;
-        let world = package.world(&runtime).map_err(|e| e.to_string())?;
-        Ok(match world {
+        let options = opened.options();
+        let name = opened.package.name();
+        let bytes = &opened.package.bytes;
+        let runtime = &opened.runtime;
+        Ok(match opened.world {
             World::Gate => runtime
                 .load_gate(&name, bytes, &options)
-                .and_then(|gate| runtime.check(&gate, request.workspace, config)),
+                .and_then(|gate| runtime.check(&gate, workspace, config)),
             World::CompletionContract => {
                 let artifact = request.artifact.clone().ok_or_else(|| {
                     format!("{name} is a completion contract: name the output to check with --artifact PATH")
@@ -349,12 +402,7 @@ fn judge(request: &RunRequest, config: &str) -> GateOutcome {
                 runtime
                     .load_contract(&name, bytes, &options)
                     .and_then(|contract| {
-                        runtime.check_contract(
-                            &contract,
-                            request.workspace,
-                            &contract_request,
-                            config,
-                        )
+                        runtime.check_contract(&contract, workspace, &contract_request, config)
                     })
             }
             other => {

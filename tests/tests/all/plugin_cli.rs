@@ -83,6 +83,54 @@ fn every_scaffold_kind_builds_as_it_is_and_inspects_as_its_world() {
         ws.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stdout}");
+    // So do the transform and the policy scaffolds, through the same command.
+    std::fs::write(scratch.path().join("one.txt"), "1").unwrap();
+    std::fs::write(scratch.path().join("two.txt"), "2").unwrap();
+    let published = scratch.path().join("published");
+    let transform = scratch.path().join("out/my-transform.wasm");
+    let (code, stdout, err) = run_bl(&[
+        "plugin",
+        "run",
+        transform.to_str().unwrap(),
+        "--input",
+        scratch.path().join("two.txt").to_str().unwrap(),
+        "--input",
+        scratch.path().join("one.txt").to_str().unwrap(),
+        "--output",
+        "joined.txt",
+        "--out",
+        published.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert_eq!(
+        std::fs::read_to_string(published.join("joined.txt")).unwrap(),
+        "12"
+    );
+    let policy = scratch.path().join("out/my-policy.wasm");
+    let payload = scratch.path().join("one.txt");
+    let decide = |approvals: &[&str]| {
+        let mut args = vec![
+            "plugin",
+            "run",
+            policy.to_str().unwrap(),
+            "--effect-key",
+            "k1",
+            "--effect-kind",
+            "outbox",
+            "--target",
+            "local",
+            "--payload",
+            payload.to_str().unwrap(),
+        ];
+        args.extend_from_slice(approvals);
+        run_bl(&args)
+    };
+    let (code, stdout, err) = decide(&[]);
+    assert_eq!(code, 1, "no approval, no effect: {stdout}{err}");
+    assert!(stdout.starts_with("DENY"), "{stdout}");
+    let (code, stdout, err) = decide(&["--approval", "lead=alice"]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(stdout.starts_with("ALLOW"), "{stdout}");
     // An existing directory is never overwritten.
     let (code, _, err) = run_bl(&[
         "plugin",
@@ -169,7 +217,7 @@ fn run_handles_contracts_grants_and_refusals() {
         "log",
     ]);
     assert_eq!(code, 0, "{stdout}");
-    let (code, stdout, _) = run_bl(&[
+    let (code, _, err) = run_bl(&[
         "plugin",
         "run",
         wants,
@@ -179,11 +227,15 @@ fn run_handles_contracts_grants_and_refusals() {
         "network",
     ]);
     assert_eq!(code, 3);
-    assert!(stdout.contains("unknown capability `network`"), "{stdout}");
+    assert!(err.contains("unknown capability `network`"), "{err}");
 
-    let (code, stdout, _) = run_bl(&["plugin", "run", "panel-anonymize", "--workspace", ws_arg]);
-    assert_eq!(code, 3);
-    assert!(stdout.contains("transform plugin"), "{stdout}");
+    // A transform run as if it were a gate says what it needs instead.
+    let (code, _, err) = run_bl(&["plugin", "run", "panel-anonymize", "--workspace", ws_arg]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("is a transform: declare what it must publish"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -278,9 +330,12 @@ fn a_component_without_its_manifest_is_known_by_its_exports() {
     let (code, out, _) = run_bl(&["plugin", "run", &at("contracts"), "--workspace", ws]);
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("is a completion contract"), "{out}");
-    let (code, out, _) = run_bl(&["plugin", "run", &at("deny-all"), "--workspace", ws]);
-    assert_eq!(code, 3, "{out}");
-    assert!(out.contains("is a publication-policy plugin"), "{out}");
+    let (code, _, err) = run_bl(&["plugin", "run", &at("deny-all"), "--workspace", ws]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("is a publication policy: give the effect's"),
+        "{err}"
+    );
 }
 
 /// A build writes nothing its own source digest covers (the first one
