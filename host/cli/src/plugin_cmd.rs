@@ -90,10 +90,11 @@ pub enum PluginCommand {
         /// The isolation tier the `command` capability runs commands in.
         #[arg(long, default_value = "container_restricted")]
         isolation: String,
+        // Boxed: they make the variant large and are used only by two worlds.
         #[command(flatten)]
-        transform: crate::plugin_worlds::TransformArgs,
+        transform: Box<crate::plugin_worlds::TransformArgs>,
         #[command(flatten)]
-        policy: crate::plugin_worlds::PolicyArgs,
+        policy: Box<crate::plugin_worlds::PolicyArgs>,
     },
 }
 
