@@ -2,7 +2,6 @@
 //! agent sees.
 
 use crate::output::{errln, out, outln};
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -242,6 +241,9 @@ fn run_command(
         stdin: Vec::new(),
         timeout: Duration::from_secs(timeout_s),
         output_cap: 4 << 20,
+        // The terminal's stdin goes in and the output comes out as it is
+        // written; under --json it is captured into the answer instead.
+        stream: !crate::output::json(),
     };
     let proxy = match start_allowlist_proxy(tier) {
         Ok(proxy) => proxy,
@@ -273,12 +275,6 @@ fn run_command(
                         "stderr": String::from_utf8_lossy(&result.stderr_tail),
                     })
                 );
-            } else {
-                crate::output::stdout_bytes(&result.stdout_tail);
-                let _ = std::io::stderr().write_all(&result.stderr_tail);
-                if result.truncated {
-                    errln!("bl: output was longer than 4 MiB; only its end is shown");
-                }
             }
             if result.timed_out {
                 errln!(

@@ -22,6 +22,11 @@ pub struct CommandSpec {
     pub timeout: Duration,
     /// The most bytes kept from the end of stdout and of stderr, each.
     pub output_cap: usize,
+    /// Connect the command to the caller's terminal: the caller's stdin is
+    /// passed through (`stdin` is ignored), and stdout and stderr are
+    /// copied to the caller's as they are written (the tails are still
+    /// kept). Off for plugins, whose commands' output is theirs to read.
+    pub stream: bool,
 }
 
 /// What a finished (or killed) command left behind.

@@ -333,6 +333,7 @@ impl command::Host for HostState {
             stdin: request.stdin.unwrap_or_default(),
             timeout,
             output_cap: self.limits.command_output_bytes,
+            stream: false,
         };
         let result = match runner.run(&spec) {
             Ok(result) => Ok(command::CommandOutput {

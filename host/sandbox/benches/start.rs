@@ -16,6 +16,7 @@ fn start(c: &mut Criterion) {
         stdin: Vec::new(),
         timeout: Duration::from_secs(10),
         output_cap: 4096,
+        stream: false,
     };
     let mut group = c.benchmark_group("start");
     group.sample_size(30);

@@ -66,6 +66,7 @@ fn bwrap_check(sandbox: &Sandbox) -> Check {
         stdin: Vec::new(),
         timeout: Duration::from_secs(10),
         output_cap: 4096,
+        stream: false,
     };
     match sandbox.run(&spec) {
         Ok(r) if r.exit_code == Some(0) => Check::ok(

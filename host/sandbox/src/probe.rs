@@ -196,6 +196,7 @@ pub fn run_probe(
         stdin: Vec::new(),
         timeout: Duration::from_secs(60),
         output_cap: 16 << 10,
+        stream: false,
     };
     let finished = Arc::new(AtomicBool::new(false));
     let watcher = observe(workspace.clone(), marker, finished.clone());

@@ -105,17 +105,37 @@ pub(crate) fn execute(
 
     let stdin = child.stdin.take();
     let input = spec.stdin.clone();
+    let stream = spec.stream;
     let feeder = std::thread::spawn(move || {
-        if let Some(mut stdin) = stdin {
-            // A command that exits without reading its stdin is not an error.
+        let Some(mut stdin) = stdin else { return };
+        // A command that exits without reading its stdin is not an error.
+        if stream {
+            // Through a pipe, not inherited: the command runs in its own
+            // process group, which may not read the terminal.
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut stdin);
+        } else {
             let _ = stdin.write_all(&input);
         }
     });
     let cap = spec.output_cap;
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
-    let out_reader = std::thread::spawn(move || TailBuffer::new(cap).drain_from(stdout));
-    let err_reader = std::thread::spawn(move || TailBuffer::new(cap).drain_from(stderr));
+    let out_reader = std::thread::spawn(move || {
+        let tail = TailBuffer::new(cap);
+        if stream {
+            tail.drain_teeing(stdout, std::io::stdout())
+        } else {
+            tail.drain_from(stdout)
+        }
+    });
+    let err_reader = std::thread::spawn(move || {
+        let tail = TailBuffer::new(cap);
+        if stream {
+            tail.drain_teeing(stderr, std::io::stderr())
+        } else {
+            tail.drain_from(stderr)
+        }
+    });
 
     let pgid = Pid::from_raw(child.id() as i32);
     let mut interrupted = None;
@@ -144,7 +164,11 @@ pub(crate) fn execute(
     };
     // Whatever the group left running holds the pipes open; end it.
     let _ = killpg(pgid, Signal::SIGKILL);
-    let _ = feeder.join();
+    // A streaming feeder may wait on the caller's stdin forever; it ends
+    // with the process. A fixed input is written by now, or refused.
+    if !stream {
+        let _ = feeder.join();
+    }
     let join = |h: std::thread::JoinHandle<std::io::Result<TailBuffer>>| {
         h.join()
             .map_err(|_| CommandError::Spawn("output reader panicked".into()))?
@@ -182,6 +206,7 @@ mod tests {
             stdin: Vec::new(),
             timeout: Duration::from_secs(10),
             output_cap: 1024,
+            stream: false,
         }
     }
 

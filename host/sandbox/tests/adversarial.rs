@@ -24,6 +24,7 @@ fn spec(ws: &Path, script: &str) -> CommandSpec {
         stdin: Vec::new(),
         timeout: Duration::from_secs(20),
         output_cap: 64 << 10,
+        stream: false,
     }
 }
 

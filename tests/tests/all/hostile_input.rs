@@ -717,3 +717,73 @@ fn a_copied_bl_finds_its_plugins_or_says_where_it_looked() {
     assert!(stderr.contains(&beside.display().to_string()), "{stderr}");
     assert!(stderr.contains("BL_PLUGIN_PATH"), "{stderr}");
 }
+
+/// `bl sandbox run` is connected to the terminal: stdin goes in, output
+/// comes out as it is written (not when the command ends), and a timeout
+/// is said.
+#[test]
+fn sandbox_run_streams_output_passes_stdin_and_says_it_timed_out() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().to_str().unwrap();
+    let mut child = Command::new(bl_binary())
+        .args([
+            "sandbox",
+            "run",
+            "--isolation",
+            "workspace_only",
+            "--workspace",
+            ws,
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got $line\"; while [ ! -f go ]; do sleep 0.05; done; echo second",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = lines.send(line.unwrap());
+        }
+    });
+    let first = received
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the first line arrives while the command still runs");
+    assert_eq!(first, "got hello");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let second = received
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(second, "second");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+
+    let out = bl_in(
+        dir.path(),
+        &[
+            "sandbox",
+            "run",
+            "--isolation",
+            "workspace_only",
+            "--workspace",
+            ws,
+            "--timeout-s",
+            "1",
+            "--",
+            "sleep",
+            "30",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(124));
+    assert!(
+        text(&out.stderr).contains("timed out after 1 s"),
+        "{}",
+        text(&out.stderr)
+    );
+}
