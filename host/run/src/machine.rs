@@ -1,0 +1,602 @@
+//! The scheduling core: seed 000's rules as a state machine with no I/O.
+//!
+//! The driver asks [`Machine::ready`] what may start, tells the machine
+//! when an attempt starts ([`Machine::start`]) and how it ended
+//! ([`Machine::finish`]), and records every [`Transition`] the machine
+//! returns. The machine never waits, reads a clock or touches a file, so it
+//! is property-tested with random graphs and random outcomes.
+
+use std::collections::BTreeSet;
+
+/// The source outcome an edge waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// No `when`: the source must succeed, and a source that failed or was
+    /// skipped blocks (an unconditional dependency never turns green).
+    Default,
+    Succeeded,
+    Failed,
+    Skipped,
+    Terminal,
+}
+
+/// How a join node waits for its parents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    AllSelected,
+    AllSuccessful,
+    AnySuccessful,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailMode {
+    FailClosed,
+    ContinueDeclared,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub id: String,
+    /// Attempts per round (at least 1).
+    pub max_attempts: u32,
+    /// `Some` for a join node.
+    pub join: Option<Join>,
+    /// An approval node: it waits for a human decision, not a worker.
+    pub approval: bool,
+    /// `on_failure: {mode: repair, target}`, as an index into the nodes.
+    pub repair_target: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct EdgeSpec {
+    pub from: usize,
+    pub to: usize,
+    pub guard: Guard,
+}
+
+/// What the machine runs: the plan's nodes and edges, and its policies.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub nodes: Vec<NodeSpec>,
+    /// Edges between earlier and later nodes of a DAG (validation made sure).
+    pub edges: Vec<EdgeSpec>,
+    pub fail_mode: FailMode,
+    pub repair_budget: u32,
+}
+
+impl Spec {
+    /// (1 + repair_budget) × Σ max_attempts: no run executes more attempts.
+    pub fn execution_bound(&self) -> u64 {
+        (1 + u64::from(self.repair_budget))
+            * self
+                .nodes
+                .iter()
+                .map(|n| u64::from(n.max_attempts))
+                .sum::<u64>()
+    }
+}
+
+/// Why a node failed, as far as the run is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The node's own bounded outcome (a gate rejection, a worker fault, an
+    /// unverified artifact, spent retries): `continue_declared` goes on.
+    Outcome,
+    /// A control said no (a broken gate, a denied policy, a missing worker,
+    /// a rejected approval, a spent cap): the run stops in every mode.
+    Stop,
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptEnd {
+    Succeeded,
+    /// A retryable failure: another attempt if the budget allows.
+    Rejected,
+    /// A failure no retry can fix.
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeState {
+    Pending,
+    Running { attempt: u32 },
+    AwaitingApproval,
+    Succeeded,
+    Failed(Failure),
+    Skipped,
+}
+
+impl NodeState {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            NodeState::Succeeded | NodeState::Failed(_) | NodeState::Skipped
+        )
+    }
+}
+
+/// What an incoming edge says about its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EdgeState {
+    /// The source has not ended.
+    Waiting,
+    /// The source's outcome is the one the edge waits for.
+    Selected,
+    /// The edge no longer counts: its guard missed, or its source was skipped.
+    Excluded,
+    /// An unconditional edge whose source failed.
+    Blocking,
+}
+
+/// What happened, for the event log. Every transition carries the round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    Started {
+        node: usize,
+        attempt: u32,
+        round: u32,
+    },
+    Succeeded {
+        node: usize,
+        attempt: u32,
+        round: u32,
+    },
+    /// A failed attempt with attempts left: the node will start again.
+    Retrying {
+        node: usize,
+        attempt: u32,
+        round: u32,
+    },
+    Failed {
+        node: usize,
+        attempt: u32,
+        round: u32,
+        failure: Failure,
+    },
+    Skipped {
+        node: usize,
+        round: u32,
+    },
+    AwaitingApproval {
+        node: usize,
+        round: u32,
+    },
+    Approved {
+        node: usize,
+        round: u32,
+    },
+    Rejected {
+        node: usize,
+        round: u32,
+    },
+    /// A new repair round begins because `trigger` failed.
+    RepairRound {
+        round: u32,
+        trigger: usize,
+        target: usize,
+    },
+    /// A node reset for the new round, and the state it left.
+    Repaired {
+        node: usize,
+        round: u32,
+        left: NodeState,
+    },
+    /// The run stops starting nodes: a failure under fail_closed, or a stop.
+    Halted {
+        node: usize,
+        round: u32,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    /// Something is running or ready.
+    Running,
+    /// Waiting for approvals and nothing else.
+    Paused,
+    Succeeded,
+    Failed,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MachineError {
+    #[error("node {0} is not ready to start")]
+    NotReady(String),
+    #[error("node {0} is not running")]
+    NotRunning(String),
+    #[error("node {0} is not an approval node waiting for a decision")]
+    NotAwaiting(String),
+}
+
+/// The run's state: every node's, the round, and whether it halted.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    spec: Spec,
+    parents: Vec<Vec<usize>>,
+    children: Vec<Vec<usize>>,
+    states: Vec<NodeState>,
+    /// Attempts made this round, per node.
+    attempts: Vec<u32>,
+    /// The round each node's latest attempt started in: a repair that
+    /// resets a running node abandons that attempt, and its end, when it
+    /// comes, is ignored.
+    started_in: Vec<u32>,
+    round: u32,
+    halted: bool,
+    executions: u64,
+    /// Decisions recorded ahead of the node asking, by (node, round).
+    early_decisions: Vec<(usize, u32, bool)>,
+}
+
+impl Machine {
+    pub fn new(spec: Spec) -> Machine {
+        let n = spec.nodes.len();
+        let mut parents = vec![Vec::new(); n];
+        let mut children = vec![Vec::new(); n];
+        for (i, e) in spec.edges.iter().enumerate() {
+            parents[e.to].push(i);
+            children[e.from].push(e.to);
+        }
+        Machine {
+            parents,
+            children,
+            states: vec![NodeState::Pending; n],
+            attempts: vec![0; n],
+            started_in: vec![0; n],
+            round: 0,
+            halted: false,
+            executions: 0,
+            early_decisions: Vec::new(),
+            spec,
+        }
+    }
+
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    pub fn state(&self, node: usize) -> NodeState {
+        self.states[node]
+    }
+
+    pub fn states(&self) -> &[NodeState] {
+        &self.states
+    }
+
+    pub fn round(&self) -> u32 {
+        self.round
+    }
+
+    /// Attempts started over the whole run, every round counted.
+    pub fn executions(&self) -> u64 {
+        self.executions
+    }
+
+    /// What an edge says about its target now.
+    fn edge(&self, edge: usize) -> EdgeState {
+        let e = &self.spec.edges[edge];
+        let source = self.states[e.from];
+        if !source.is_terminal() {
+            return EdgeState::Waiting;
+        }
+        match (e.guard, source) {
+            (Guard::Terminal, _)
+            | (Guard::Default | Guard::Succeeded, NodeState::Succeeded)
+            | (Guard::Failed, NodeState::Failed(_))
+            | (Guard::Skipped, NodeState::Skipped) => EdgeState::Selected,
+            // An unconditional dependency that failed never turns green: the
+            // target waits for good (bounded-loops leaves it PENDING).
+            (Guard::Default, NodeState::Failed(_)) => EdgeState::Blocking,
+            // A skipped source cascades; a guard the outcome misses excludes.
+            _ => EdgeState::Excluded,
+        }
+    }
+
+    /// Whether a pending node may start (`Some(true)`), is skipped
+    /// (`Some(false)`), or waits (`None`, for good when a dependency
+    /// blocks it). The rules, and bounded-loops 0.7.6's behaviour where the
+    /// seed is silent, are in tests/corpus/graph-runs/SEMANTICS.md.
+    fn admission(&self, node: usize) -> Option<bool> {
+        let edges: Vec<(usize, EdgeState)> = self.parents[node]
+            .iter()
+            .map(|&e| (self.spec.edges[e].from, self.edge(e)))
+            .collect();
+        if edges.is_empty() {
+            return Some(true);
+        }
+        let any = |s: EdgeState| edges.iter().any(|(_, e)| *e == s);
+        let succeeded_parent = edges.iter().any(|(from, e)| {
+            *e == EdgeState::Selected && self.states[*from] == NodeState::Succeeded
+        });
+        let cascaded = edges
+            .iter()
+            .any(|(from, e)| *e == EdgeState::Excluded && self.states[*from] == NodeState::Skipped);
+        match self.spec.nodes[node].join {
+            // As soon as one parent succeeded; a failed one leaves it waiting.
+            Some(Join::AnySuccessful) => {
+                if succeeded_parent {
+                    Some(true)
+                } else if any(EdgeState::Waiting) || any(EdgeState::Blocking) {
+                    None
+                } else {
+                    Some(false)
+                }
+            }
+            _ if any(EdgeState::Waiting) => None,
+            // Tolerates failed parents; skipped when every edge is excluded.
+            Some(Join::AllSelected) => Some(any(EdgeState::Selected) || any(EdgeState::Blocking)),
+            Some(Join::AllSuccessful) | None => {
+                if any(EdgeState::Blocking) {
+                    None
+                } else if cascaded {
+                    Some(false)
+                } else {
+                    Some(any(EdgeState::Selected))
+                }
+            }
+        }
+    }
+
+    /// Settles every pending node whose parents decide it: skips (which
+    /// cascade) and approvals that now wait. Returns the transitions.
+    fn settle(&mut self) -> Vec<Transition> {
+        let mut out = Vec::new();
+        // A halted run leaves what it did not reach PENDING.
+        if self.halted {
+            return out;
+        }
+        loop {
+            let mut changed = false;
+            for node in 0..self.states.len() {
+                if self.states[node] != NodeState::Pending {
+                    continue;
+                }
+                match self.admission(node) {
+                    Some(false) => {
+                        self.states[node] = NodeState::Skipped;
+                        out.push(Transition::Skipped {
+                            node,
+                            round: self.round,
+                        });
+                        changed = true;
+                    }
+                    Some(true) if self.spec.nodes[node].approval && !self.halted => {
+                        out.extend(self.ask_approval(node));
+                        changed = true;
+                    }
+                    _ => {}
+                }
+            }
+            if !changed {
+                return out;
+            }
+        }
+    }
+
+    fn ask_approval(&mut self, node: usize) -> Vec<Transition> {
+        let round = self.round;
+        let early = self
+            .early_decisions
+            .iter()
+            .position(|&(n, r, _)| n == node && r == round);
+        match early {
+            Some(i) => {
+                let (_, _, approved) = self.early_decisions.remove(i);
+                self.states[node] = NodeState::AwaitingApproval;
+                let mut out = vec![Transition::AwaitingApproval { node, round }];
+                out.extend(self.apply_decision(node, approved));
+                out
+            }
+            None => {
+                self.states[node] = NodeState::AwaitingApproval;
+                vec![Transition::AwaitingApproval { node, round }]
+            }
+        }
+    }
+
+    /// The nodes that may start now, in plan order. Empty once halted.
+    pub fn ready(&self) -> Vec<usize> {
+        if self.halted {
+            return Vec::new();
+        }
+        (0..self.states.len())
+            .filter(|&n| {
+                self.states[n] == NodeState::Pending
+                    && !self.spec.nodes[n].approval
+                    && self.admission(n) == Some(true)
+            })
+            .collect()
+    }
+
+    /// Records that `node` starts its next attempt.
+    pub fn start(&mut self, node: usize) -> Result<Transition, MachineError> {
+        if !self.ready().contains(&node) {
+            return Err(MachineError::NotReady(self.spec.nodes[node].id.clone()));
+        }
+        self.attempts[node] += 1;
+        self.started_in[node] = self.round;
+        self.executions += 1;
+        let attempt = self.attempts[node];
+        self.states[node] = NodeState::Running { attempt };
+        Ok(Transition::Started {
+            node,
+            attempt,
+            round: self.round,
+        })
+    }
+
+    /// Records how `node`'s running attempt, started in `round`, ended. An
+    /// attempt a repair abandoned (its node was reset while it ran) changes
+    /// nothing.
+    pub fn finish(
+        &mut self,
+        node: usize,
+        round: u32,
+        end: AttemptEnd,
+    ) -> Result<Vec<Transition>, MachineError> {
+        let running = match self.states[node] {
+            NodeState::Running { attempt } if self.started_in[node] == round => Some(attempt),
+            _ => None,
+        };
+        let Some(attempt) = running else {
+            if round < self.round {
+                return Ok(Vec::new());
+            }
+            return Err(MachineError::NotRunning(self.spec.nodes[node].id.clone()));
+        };
+        let round = self.round;
+        let mut out = Vec::new();
+        match end {
+            AttemptEnd::Succeeded => {
+                self.states[node] = NodeState::Succeeded;
+                out.push(Transition::Succeeded {
+                    node,
+                    attempt,
+                    round,
+                });
+            }
+            AttemptEnd::Rejected
+                if attempt < self.spec.nodes[node].max_attempts && !self.halted =>
+            {
+                self.states[node] = NodeState::Pending;
+                out.push(Transition::Retrying {
+                    node,
+                    attempt,
+                    round,
+                });
+            }
+            AttemptEnd::Rejected => out.extend(self.fail(node, attempt, Failure::Outcome)),
+            AttemptEnd::Stopped => out.extend(self.fail(node, attempt, Failure::Stop)),
+        }
+        out.extend(self.settle());
+        Ok(out)
+    }
+
+    fn fail(&mut self, node: usize, attempt: u32, failure: Failure) -> Vec<Transition> {
+        let round = self.round;
+        self.states[node] = NodeState::Failed(failure);
+        let mut out = vec![Transition::Failed {
+            node,
+            attempt,
+            round,
+            failure,
+        }];
+        // A repair begins only from the node's own bounded outcome, under
+        // continue_declared, with budget left.
+        if failure == Failure::Outcome
+            && self.spec.fail_mode == FailMode::ContinueDeclared
+            && round < self.spec.repair_budget
+            && !self.halted
+            && let Some(target) = self.spec.nodes[node].repair_target
+        {
+            out.extend(self.repair(node, target));
+            return out;
+        }
+        if failure == Failure::Stop || self.spec.fail_mode == FailMode::FailClosed {
+            self.halted = true;
+            out.push(Transition::Halted { node, round });
+        }
+        out
+    }
+
+    /// Starts the next round: the target and everything reachable from it
+    /// are reset to pending, each with a receipt of the state it left.
+    fn repair(&mut self, trigger: usize, target: usize) -> Vec<Transition> {
+        self.round += 1;
+        let round = self.round;
+        let mut out = vec![Transition::RepairRound {
+            round,
+            trigger,
+            target,
+        }];
+        let mut reach = BTreeSet::from([target]);
+        let mut stack = vec![target];
+        while let Some(n) = stack.pop() {
+            for &c in &self.children[n] {
+                if reach.insert(c) {
+                    stack.push(c);
+                }
+            }
+        }
+        // In node-id order, as bounded-loops writes the receipts.
+        let mut reach: Vec<usize> = reach.into_iter().collect();
+        reach.sort_by(|a, b| self.spec.nodes[*a].id.cmp(&self.spec.nodes[*b].id));
+        for node in reach {
+            let left = self.states[node];
+            self.states[node] = NodeState::Pending;
+            self.attempts[node] = 0;
+            out.push(Transition::Repaired { node, round, left });
+        }
+        out
+    }
+
+    /// Records a human decision. One that arrives before the node asks is
+    /// kept for the current round and honoured when the node gets there.
+    pub fn decide(&mut self, node: usize, approved: bool) -> Result<Vec<Transition>, MachineError> {
+        if !self.spec.nodes[node].approval {
+            return Err(MachineError::NotAwaiting(self.spec.nodes[node].id.clone()));
+        }
+        match self.states[node] {
+            NodeState::AwaitingApproval => {
+                let mut out = self.apply_decision(node, approved);
+                out.extend(self.settle());
+                Ok(out)
+            }
+            NodeState::Pending => {
+                self.early_decisions.push((node, self.round, approved));
+                Ok(Vec::new())
+            }
+            _ => Err(MachineError::NotAwaiting(self.spec.nodes[node].id.clone())),
+        }
+    }
+
+    fn apply_decision(&mut self, node: usize, approved: bool) -> Vec<Transition> {
+        let round = self.round;
+        if approved {
+            self.states[node] = NodeState::Succeeded;
+            vec![Transition::Approved { node, round }]
+        } else {
+            // A rejected approval stops the run in every mode.
+            let mut out = vec![Transition::Rejected { node, round }];
+            out.extend(self.fail(node, 0, Failure::Stop));
+            out
+        }
+    }
+
+    /// Settles what the start of the run decides (roots that are approval
+    /// nodes, edges that exclude); call once before the first `ready`.
+    pub fn begin(&mut self) -> Vec<Transition> {
+        self.settle()
+    }
+
+    pub fn status(&self) -> RunStatus {
+        let running = self
+            .states
+            .iter()
+            .any(|s| matches!(s, NodeState::Running { .. }));
+        if running || !self.ready().is_empty() {
+            return RunStatus::Running;
+        }
+        if self
+            .states
+            .iter()
+            .any(|s| matches!(s, NodeState::Failed(_)))
+        {
+            return RunStatus::Failed;
+        }
+        if self.states.contains(&NodeState::AwaitingApproval) {
+            return RunStatus::Paused;
+        }
+        if self
+            .states
+            .iter()
+            .all(|s| matches!(s, NodeState::Succeeded | NodeState::Skipped))
+        {
+            RunStatus::Succeeded
+        } else {
+            // Halted with nodes never reached.
+            RunStatus::Failed
+        }
+    }
+}
