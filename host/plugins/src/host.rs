@@ -25,47 +25,25 @@ pub struct LogEntry {
     pub fields: Vec<(String, String)>,
 }
 
-/// A host call that ends the invocation because the plugin went over a
-/// limit; the runtime turns it into the matching [`crate::PluginError`].
-#[derive(Debug)]
-pub(crate) struct LimitExceeded {
-    pub what: &'static str,
-    pub limit_bytes: usize,
+/// Why a host call ends the invocation instead of returning to the guest;
+/// the runtime turns each into the matching [`crate::PluginError`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostStop {
+    /// The plugin went over a byte limit (its log, its outputs).
+    #[error("{what} went past {limit_bytes} bytes")]
+    LimitExceeded {
+        what: &'static str,
+        limit_bytes: usize,
+    },
+    /// The call returned after the deadline: the guest is not resumed, so
+    /// nothing it would decide afterwards can count.
+    #[error("the deadline passed during a host call")]
+    DeadlinePassed,
+    /// A refused `memory.grow`: the guest traps instead of carrying on with
+    /// the allocation it asked for missing.
+    #[error("memory.grow past the limit")]
+    MemoryRefused,
 }
-
-impl std::fmt::Display for LimitExceeded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} went past {} bytes", self.what, self.limit_bytes)
-    }
-}
-
-impl std::error::Error for LimitExceeded {}
-
-/// A host call that returned after the call's deadline: the guest is not
-/// resumed, so nothing it would decide afterwards can count.
-#[derive(Debug)]
-pub(crate) struct DeadlinePassed;
-
-impl std::fmt::Display for DeadlinePassed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the deadline passed during a host call")
-    }
-}
-
-impl std::error::Error for DeadlinePassed {}
-
-/// A refused `memory.grow`: the guest traps instead of carrying on with
-/// the allocation it asked for missing.
-#[derive(Debug)]
-pub(crate) struct MemoryRefused;
-
-impl std::fmt::Display for MemoryRefused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("memory.grow past the limit")
-    }
-}
-
-impl std::error::Error for MemoryRefused {}
 
 pub(crate) struct HostState {
     pub table: ResourceTable,
@@ -175,7 +153,7 @@ impl ResourceLimiter for MemoryLimiter {
             self.hit = true;
             // An error (not `Ok(false)`, which makes memory.grow return -1)
             // traps: a guest that ignored the -1 could still return a verdict.
-            return Err(wasmtime::Error::new(MemoryRefused));
+            return Err(wasmtime::Error::new(HostStop::MemoryRefused));
         }
         Ok(true)
     }
@@ -199,7 +177,7 @@ impl HostState {
     /// rather than hand control back to the guest.
     fn in_time<T>(&self, value: T) -> wasmtime::Result<T> {
         if self.started.elapsed() >= self.limits.deadline {
-            return Err(wasmtime::Error::new(DeadlinePassed));
+            return Err(wasmtime::Error::new(HostStop::DeadlinePassed));
         }
         Ok(value)
     }
@@ -287,7 +265,7 @@ impl artifacts::HostOutputSink for HostState {
             // Past the cap the call ends: a transform does not get to decide
             // whether to publish a truncated set of outputs.
             Err(artifacts::ArtifactError::TooLarge(_)) => {
-                Err(wasmtime::Error::new(LimitExceeded {
+                Err(wasmtime::Error::new(HostStop::LimitExceeded {
                     what: "its outputs",
                     limit_bytes: sink.limit_bytes(),
                 }))
@@ -366,7 +344,7 @@ impl log::Host for HostState {
         self.log_bytes +=
             message.len() + fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         if self.log_bytes > self.limits.max_log_bytes {
-            return Err(wasmtime::Error::new(LimitExceeded {
+            return Err(wasmtime::Error::new(HostStop::LimitExceeded {
                 what: "its log",
                 limit_bytes: self.limits.max_log_bytes,
             }));

@@ -13,7 +13,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use crate::bindings;
 use crate::cache::ComponentCache;
 use crate::error::PluginError;
-use crate::host::{HostState, LimitExceeded, LogEntry};
+use crate::host::{HostState, HostStop, LogEntry};
 use bl_core::plugin::World;
 use bl_core::plugin::{Capability, Grants, Import, admit};
 
@@ -344,21 +344,22 @@ impl Runtime {
         error: wasmtime::Error,
         memory_hit: bool,
     ) -> PluginError {
-        if let Some(limit) = error.downcast_ref::<LimitExceeded>() {
-            return PluginError::OutputLimit {
-                plugin,
-                what: limit.what.to_string(),
-                limit_bytes: limit.limit_bytes,
-            };
-        }
-        if error
-            .downcast_ref::<crate::host::DeadlinePassed>()
-            .is_some()
-        {
-            return PluginError::Timeout {
-                plugin,
-                deadline: self.limits.deadline,
-            };
+        match error.downcast_ref::<HostStop>() {
+            Some(HostStop::LimitExceeded { what, limit_bytes }) => {
+                return PluginError::OutputLimit {
+                    plugin,
+                    what: what.to_string(),
+                    limit_bytes: *limit_bytes,
+                };
+            }
+            Some(HostStop::DeadlinePassed) => {
+                return PluginError::Timeout {
+                    plugin,
+                    deadline: self.limits.deadline,
+                };
+            }
+            // Classified by the limiter's record below.
+            Some(HostStop::MemoryRefused) | None => {}
         }
         match error.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => {
