@@ -290,17 +290,21 @@ proptest! {
     }
 }
 
-#[test]
-fn a_failed_unconditional_dependency_blocks_and_a_failed_guard_routes_around_it() {
-    let node = |id: &str| NodeSpec {
+/// A plain node with one attempt.
+fn worker(id: &str) -> NodeSpec {
+    NodeSpec {
         id: id.into(),
         max_attempts: 1,
         join: None,
         approval: false,
         repair_target: None,
-    };
+    }
+}
+
+#[test]
+fn a_failed_unconditional_dependency_blocks_and_a_failed_guard_routes_around_it() {
     let spec = Spec {
-        nodes: vec![node("a"), node("b"), node("recover")],
+        nodes: vec![worker("a"), worker("b"), worker("recover")],
         edges: vec![
             EdgeSpec {
                 from: 0,
@@ -332,15 +336,14 @@ fn a_failed_unconditional_dependency_blocks_and_a_failed_guard_routes_around_it(
 
 #[test]
 fn a_repair_round_resets_the_target_and_everything_after_it_within_the_budget() {
-    let node = |id: &str, repair_target| NodeSpec {
-        id: id.into(),
-        max_attempts: 1,
-        join: None,
-        approval: false,
-        repair_target,
-    };
     let spec = Spec {
-        nodes: vec![node("fetch", None), node("verify", Some(0))],
+        nodes: vec![
+            worker("fetch"),
+            NodeSpec {
+                repair_target: Some(0),
+                ..worker("verify")
+            },
+        ],
         edges: vec![EdgeSpec {
             from: 0,
             to: 1,
@@ -383,11 +386,8 @@ fn a_repair_round_resets_the_target_and_everything_after_it_within_the_budget() 
 #[test]
 fn an_approval_pauses_the_run_and_an_early_decision_is_honoured() {
     let node = |id: &str, approval| NodeSpec {
-        id: id.into(),
-        max_attempts: 1,
-        join: None,
         approval,
-        repair_target: None,
+        ..worker(id)
     };
     let spec = Spec {
         nodes: vec![
@@ -439,11 +439,8 @@ fn run_to_end(
         nodes: nodes
             .iter()
             .map(|(id, join)| NodeSpec {
-                id: id.to_string(),
-                max_attempts: 1,
                 join: *join,
-                approval: false,
-                repair_target: None,
+                ..worker(id)
             })
             .collect(),
         edges: edges
