@@ -11,6 +11,14 @@ use signal_hook::iterator::Signals;
 /// How long the work in progress gets to clean up before bl exits anyway.
 const CLEANUP_GRACE: Duration = Duration::from_secs(10);
 
+/// The error a run stopped by `signal` answers with.
+pub fn stopped(signal: i32) -> crate::exit::CliError {
+    crate::exit::CliError::with_exit(
+        crate::exit::Exit::Signalled(signal),
+        format!("stopped by signal {signal}; everything bl started was ended"),
+    )
+}
+
 pub fn install() {
     let Ok(mut signals) = Signals::new([SIGINT, SIGTERM]) else {
         // Without handlers the default action still stops bl; only the
@@ -29,6 +37,9 @@ pub fn install() {
                 // Give the command a moment to return and report through
                 // `main`, which exits with the same code.
                 std::thread::sleep(Duration::from_millis(200));
+                if crate::output::json() {
+                    crate::output::outln!("{}", stopped(signal).to_json());
+                }
                 std::process::exit(128 + signal);
             }
         })

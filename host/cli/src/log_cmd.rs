@@ -130,22 +130,20 @@ fn check_proof(
     match bl_store::proof_check::check_proof(&proof_value, &trust) {
         Ok(report) => {
             crate::output::answer(
-                || json!({"holds": true, "kind": report.kind, "tree_size": report.tree_size, "anchored": report.anchored}),
+                || json!({"holds": true, "kind": report.kind, "tree_size": report.tree_size}),
                 || {
                     format!(
-                        "HOLDS: the {} proof for a tree of {} events{}",
-                        report.kind,
-                        report.tree_size,
-                        if report.anchored {
-                            " ends at the trusted root"
-                        } else {
-                            "; its root was not checked against a trusted one (give --checkpoint or --root)"
-                        }
+                        "HOLDS: the {} proof for a tree of {} events ends at the trusted root",
+                        report.kind, report.tree_size,
                     )
                 },
             );
             Ok(Exit::Success)
         }
+        Err(bl_store::proof_check::ProofError::Unanchored) => Err(refused(
+            "give the root the proof must end at: --checkpoint FILE (with --pubkey KEY) or --root B64"
+                .into(),
+        )),
         Err(bl_store::proof_check::ProofError::Shape(m)) => Err(refused(format!(
             "{}: not a proof from `bl log prove`: {m}",
             proof.display()

@@ -147,15 +147,25 @@ fn main() -> ExitCode {
     };
     // The one reporter: a command prints its own results, and its error
     // comes back here to be said once, in one form.
+    let mut answered = false;
     let exit = outcome.unwrap_or_else(|error| {
         errln!("error: {error}");
         if output::json() && !error.detail.reported {
             output::outln!("{}", error.to_json());
+            answered = true;
         }
         error.exit
     });
     // Asked to stop: whatever the command made of it, bl says so by its code.
-    let exit = bl_core::interrupt::requested().map_or(exit, exit::Exit::Signalled);
+    let exit = match bl_core::interrupt::requested() {
+        Some(signal) => {
+            if output::json() && !answered {
+                output::outln!("{}", interrupt::stopped(signal).to_json());
+            }
+            exit::Exit::Signalled(signal)
+        }
+        None => exit,
+    };
     output::flush();
     ExitCode::from(exit.code())
 }

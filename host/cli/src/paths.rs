@@ -64,13 +64,24 @@ pub fn component_cache_dir() -> Option<PathBuf> {
 }
 
 /// Reads at most `limit + 1` bytes of `path`, so a caller can refuse a file
-/// over `limit` without holding more of it than that. Reading from a FIFO
-/// or a device stops there too.
+/// over `limit` without holding more of it than that. A FIFO, socket or
+/// device is refused without being read: the open does not block, and the
+/// type is checked on what was opened.
 pub fn read_capped(path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_fifo() || kind.is_socket() || kind.is_char_device() || kind.is_block_device() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, socket or device is never read)",
+        ));
+    }
     let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(limit as u64 + 1)
-        .read_to_end(&mut bytes)?;
+    file.take(limit as u64 + 1).read_to_end(&mut bytes)?;
     Ok(bytes)
 }

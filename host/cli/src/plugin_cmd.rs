@@ -427,7 +427,9 @@ fn outcome_json(plugin: &str, workspace: &Path, outcome: &GateOutcome) -> serde_
     });
     match outcome {
         GateOutcome::Passed(v) | GateOutcome::Failed(v) => value["verdict"] = json!(v),
-        GateOutcome::Error(e) => value["error"] = json!(e),
+        GateOutcome::Error(e) => {
+            value["error"] = json!({"code": Exit::Undecided.name(), "message": e});
+        }
     }
     value
 }

@@ -54,6 +54,12 @@ pub enum PostureError {
     FileListsNoHosts(PathBuf),
     #[error("{POSTURE_VAR}=allowlist, but there is no {} to list the hosts", .0.display())]
     NoFile(PathBuf),
+    #[error(
+        "{CONFIG_VAR} names {}, which does not exist; write it with `bl graph init --config {}`, or unset {CONFIG_VAR}",
+        .0.display(),
+        .0.display()
+    )]
+    NamedFileMissing(PathBuf),
     #[error("{} is a symlink; refusing to write through or replace it — remove it and re-run", .0.display())]
     Symlink(PathBuf),
     #[error("{} exists; pass --yes to replace it", .0.display())]
@@ -291,10 +297,16 @@ pub fn resolve_posture(env: impl Fn(&str) -> Option<String>) -> Result<EgressCon
             }
             Ok(config)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match from_var {
-            Some(_) => Err(PostureError::NoFile(path)),
-            None => EgressConfig::new(Posture::Open, &[]),
-        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let named = env(CONFIG_VAR).is_some_and(|p| !p.is_empty());
+            match from_var {
+                Some(_) => Err(PostureError::NoFile(path)),
+                // A file named on purpose and missing is a mistake, never
+                // a silent open posture.
+                None if named => Err(PostureError::NamedFileMissing(path)),
+                None => EgressConfig::new(Posture::Open, &[]),
+            }
+        }
         Err(e) => Err(io(&path)(e)),
     }
 }
@@ -432,8 +444,17 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
+        // Named on purpose but missing: a mistake, not an open posture.
+        assert!(matches!(
+            resolve_posture(env(&[], file.clone())),
+            Err(PostureError::NamedFileMissing(_))
+        ));
+        // The default file missing: open.
+        let home = dir.path().display().to_string();
         assert_eq!(
-            resolve_posture(env(&[], file.clone())).unwrap().posture,
+            resolve_posture(|name: &str| (name == "HOME").then(|| home.clone()))
+                .unwrap()
+                .posture,
             Posture::Open
         );
         let config = EgressConfig::new(Posture::Allowlist, &["example.org".into()]).unwrap();

@@ -108,7 +108,14 @@ impl Resolver {
             .await
             .map_err(|e| ResolveError::Lookup {
                 name: name.to_string(),
-                detail: e.to_string(),
+                // hickory's own text for these two prints its query's Debug form.
+                detail: if e.is_nx_domain() {
+                    "no such name".into()
+                } else if e.is_no_records_found() {
+                    "the name has no address records".into()
+                } else {
+                    e.to_string()
+                },
             })?;
         let addresses: Vec<IpAddr> = lookup.iter().collect();
         if addresses.is_empty() {

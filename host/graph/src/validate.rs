@@ -95,13 +95,22 @@ pub fn validate(doc: &Node) -> Result<Graph> {
     for (i, n) in node_docs.iter().enumerate() {
         nodes.push(node(n, &format!("/nodes/{i}"), ports_ext)?);
     }
-    let mut seen = HashSet::with_capacity(nodes.len());
-    if !nodes.iter().all(|n| seen.insert(n.id.as_str())) {
-        return err(
+    let mut seen = HashMap::with_capacity(nodes.len());
+    if let Some((second, first)) = nodes
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| seen.insert(n.id.as_str(), i).map(|first| (i, first)))
+    {
+        return Err(Refusal::new(
             RefusalCode::DuplicateNodeId,
             "/nodes",
             "node IDs must be unique",
-        );
+        )
+        .focused(format!("/nodes/{second}/id"))
+        .hint(format!(
+            "{} is the id of /nodes/{first} and of /nodes/{second}",
+            py_repr(&nodes[second].id)
+        )));
     }
     let by_id: HashMap<&str, &GraphNode> = nodes.iter().map(|n| (n.id.as_str(), n)).collect();
 
@@ -369,6 +378,26 @@ fn one_of<T: Named>(node: &Node) -> Option<T> {
     node.as_str().and_then(T::parse)
 }
 
+/// The named value `node` holds, or the refusal with bl's hints: the value
+/// found, "did you mean", and the names allowed.
+fn named<T: Named>(
+    node: &Node,
+    code: RefusalCode,
+    pointer: impl Into<String>,
+    message: &str,
+) -> Result<T> {
+    one_of::<T>(node).ok_or_else(|| {
+        let mut refusal = Refusal::new(code, pointer, message).hint(found(node));
+        if let Some(line) = node
+            .as_str()
+            .and_then(|s| crate::error::did_you_mean(s, T::NAMES.iter().copied()))
+        {
+            refusal = refusal.hint(line);
+        }
+        refusal.hint(format!("allowed: {}", T::NAMES.join(", ")))
+    })
+}
+
 // ------------------------------------------------------------ nodes
 
 fn extensions(doc: Option<&Node>) -> Result<Vec<String>> {
@@ -436,15 +465,11 @@ fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
             "a node carrying an external / irreversible effect cannot retry without a per-effect idempotency key (D7); declare max_attempts: 1",
         );
     }
-    let isolation = one_of::<Isolation>(field(doc, "isolation")).map_or_else(
-        || {
-            err(
-                RefusalCode::Enum,
-                format!("{p}/isolation"),
-                "must be a supported isolation",
-            )
-        },
-        Ok,
+    let isolation = named::<Isolation>(
+        field(doc, "isolation"),
+        RefusalCode::Enum,
+        format!("{p}/isolation"),
+        "must be a supported isolation",
     )?;
     let connection_slot = match doc.get("connection_slot") {
         None => None,
@@ -624,7 +649,14 @@ fn effects(doc: &Node, p: &str) -> Result<Vec<Effect>> {
         .map(|e| Effect::parse(e))
         .collect::<Option<Vec<Effect>>>()
     else {
-        return err(RefusalCode::Enum, p, "must be a supported effect");
+        let mut refusal = Refusal::new(RefusalCode::Enum, p, "must be a supported effect");
+        for name in names.iter().filter(|e| Effect::parse(e).is_none()) {
+            refusal = refusal.hint(format!("found {}", py_repr(name)));
+            if let Some(line) = crate::error::did_you_mean(name, Effect::NAMES.iter().copied()) {
+                refusal = refusal.hint(line);
+            }
+        }
+        return Err(refusal.hint(format!("allowed: {}", Effect::NAMES.join(", "))));
     };
     let mut seen = HashSet::new();
     if !out.iter().all(|e| seen.insert(*e)) {
@@ -864,15 +896,11 @@ fn slot(doc: &Node, p: &str) -> Result<Slot> {
         Some(m) => Some(string_list(m, &format!("{p}/preferred_modalities"))?),
     };
     let id = identifier_in(doc, p, "id")?;
-    let data_class_max = one_of::<DataClass>(field(doc, "data_class_max")).map_or_else(
-        || {
-            err(
-                RefusalCode::Enum,
-                format!("{p}/data_class_max"),
-                "must be a supported data class",
-            )
-        },
-        Ok,
+    let data_class_max = named::<DataClass>(
+        field(doc, "data_class_max"),
+        RefusalCode::Enum,
+        format!("{p}/data_class_max"),
+        "must be a supported data class",
     )?;
     Ok(Slot {
         id,
@@ -891,25 +919,17 @@ fn policies(doc: &Node) -> Result<Policies> {
         POLICY_KEYS,
         &["required_audit_profile", "repair_budget"],
     )?;
-    let fail_mode = one_of::<FailMode>(field(doc, "fail_mode")).map_or_else(
-        || {
-            err(
-                RefusalCode::FailMode,
-                "/policies/fail_mode",
-                "must be a declared graph failure mode",
-            )
-        },
-        Ok,
+    let fail_mode = named::<FailMode>(
+        field(doc, "fail_mode"),
+        RefusalCode::FailMode,
+        "/policies/fail_mode",
+        "must be a declared graph failure mode",
     )?;
-    let data_class = one_of::<DataClass>(field(doc, "data_class")).map_or_else(
-        || {
-            err(
-                RefusalCode::Enum,
-                "/policies/data_class",
-                "must be a supported data class",
-            )
-        },
-        Ok,
+    let data_class = named::<DataClass>(
+        field(doc, "data_class"),
+        RefusalCode::Enum,
+        "/policies/data_class",
+        "must be a supported data class",
     )?;
     let required_audit_profile = match doc.get("required_audit_profile").map(|v| &v.kind) {
         None | Some(Kind::Null) => None,

@@ -306,3 +306,22 @@ fn documents_over_the_size_limit_are_refused_with_their_format_code() {
     let json = lint(&big, Format::Json).unwrap_err();
     assert_eq!(json.code.as_str(), "invalid_json");
 }
+
+/// A long string aliased many times holds few nodes but much text: it is
+/// refused by the text bound, before the copies are made.
+#[test]
+fn a_long_string_aliased_many_times_is_refused_by_its_text() {
+    let long = "x".repeat(1 << 20);
+    let aliases = vec!["*s"; 1000].join(", ");
+    let text = format!("s: &s {long}\nmany: [{aliases}]\n");
+    assert!(text.len() < bl_graph::MAX_DOCUMENT_BYTES);
+    let refusal = lint(&text, Format::Yaml).unwrap_err();
+    assert_eq!(refusal.code.as_str(), "invalid_yaml");
+    assert!(
+        refusal
+            .message
+            .contains(&bl_graph::yaml::MAX_EXPANDED_BYTES.to_string()),
+        "{}",
+        refusal.message
+    );
+}

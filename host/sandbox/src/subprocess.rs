@@ -15,6 +15,49 @@ use wait_timeout::ChildExt;
 
 use crate::TailBuffer;
 
+/// How long a finished command's output may keep arriving, from processes
+/// that left its group, before its end stands without the rest.
+const OUTPUT_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Where a streamed command's output is copied as it comes.
+type Tee = Box<dyn Write + Send>;
+
+/// Reads `reader` to its end on its own thread into a shared tail (copying
+/// each chunk to `tee`), and says so on `done`. The tail can be taken at
+/// any time, so a reader blocked on a pipe someone else holds open never
+/// holds up the command's end.
+fn pump(
+    mut reader: impl std::io::Read + Send + 'static,
+    cap: usize,
+    mut tee: Option<Tee>,
+    done: std::sync::mpsc::Sender<()>,
+) -> std::sync::Arc<std::sync::Mutex<TailBuffer>> {
+    let tail = std::sync::Arc::new(std::sync::Mutex::new(TailBuffer::new(cap)));
+    let shared = tail.clone();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 16 << 10];
+        loop {
+            match reader.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if let Some(tee) = tee.as_mut() {
+                        // A closed tee is ignored: the tail is what matters.
+                        let _ = tee.write_all(&chunk[..n]).and_then(|_| tee.flush());
+                    }
+                    shared
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .push(&chunk[..n]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let _ = done.send(());
+    });
+    tail
+}
+
 /// How often a running command's supervisor looks for an interruption.
 const INTERRUPT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
@@ -120,22 +163,19 @@ pub(crate) fn execute(
     let cap = spec.output_cap;
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
-    let out_reader = std::thread::spawn(move || {
-        let tail = TailBuffer::new(cap);
-        if stream {
-            tail.drain_teeing(stdout, std::io::stdout())
-        } else {
-            tail.drain_from(stdout)
-        }
-    });
-    let err_reader = std::thread::spawn(move || {
-        let tail = TailBuffer::new(cap);
-        if stream {
-            tail.drain_teeing(stderr, std::io::stderr())
-        } else {
-            tail.drain_from(stderr)
-        }
-    });
+    let (drained, readers_done) = std::sync::mpsc::channel();
+    let out_tail = pump(
+        stdout,
+        cap,
+        stream.then(|| Box::new(std::io::stdout()) as Tee),
+        drained.clone(),
+    );
+    let err_tail = pump(
+        stderr,
+        cap,
+        stream.then(|| Box::new(std::io::stderr()) as Tee),
+        drained,
+    );
 
     let pgid = Pid::from_raw(child.id() as i32);
     let mut interrupted = None;
@@ -164,17 +204,25 @@ pub(crate) fn execute(
     };
     // Whatever the group left running holds the pipes open; end it.
     let _ = killpg(pgid, Signal::SIGKILL);
-    // A streaming feeder may wait on the caller's stdin forever; it ends
-    // with the process. A fixed input is written by now, or refused.
-    if !stream {
-        let _ = feeder.join();
+    // The pipes close when the last writer is gone. A process that left
+    // the group (setsid) may keep them open for as long as it likes: the
+    // rest of the output gets a short grace, then the command's end stands
+    // and the readers and the feeder are left to end with that process.
+    let grace = Instant::now() + OUTPUT_GRACE;
+    for _ in 0..2 {
+        if readers_done
+            .recv_timeout(grace.saturating_duration_since(Instant::now()))
+            .is_err()
+        {
+            break;
+        }
     }
-    let join = |h: std::thread::JoinHandle<std::io::Result<TailBuffer>>| {
-        h.join()
-            .map_err(|_| CommandError::Spawn("output reader panicked".into()))?
-            .map_err(|e| CommandError::Spawn(format!("reading output: {e}")))
+    drop(feeder);
+    let take = |tail: &std::sync::Arc<std::sync::Mutex<TailBuffer>>| {
+        let mut tail = tail.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        std::mem::replace(&mut *tail, TailBuffer::new(0))
     };
-    let (out, err) = (join(out_reader)?, join(err_reader)?);
+    let (out, err) = (take(&out_tail), take(&err_tail));
     if let Some(signal) = interrupted {
         return Err(CommandError::Interrupted(signal));
     }

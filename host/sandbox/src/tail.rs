@@ -1,7 +1,6 @@
 //! Keeping only the end of a stream that may be arbitrarily long.
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
 
 /// The last `cap` bytes of everything pushed into it.
 #[derive(Debug)]
@@ -31,33 +30,6 @@ impl TailBuffer {
         self.bytes.drain(..overflow);
         self.dropped += overflow as u64;
         self.bytes.extend(chunk);
-    }
-
-    /// Reads `reader` to its end, keeping the tail.
-    pub fn drain_from(self, reader: impl Read) -> std::io::Result<Self> {
-        self.drain_teeing(reader, std::io::sink())
-    }
-
-    /// Reads `reader` to its end, keeping the tail and copying each chunk
-    /// to `tee` as it comes (a closed `tee` is ignored: the tail is what
-    /// matters).
-    pub fn drain_teeing(
-        mut self,
-        mut reader: impl Read,
-        mut tee: impl Write,
-    ) -> std::io::Result<Self> {
-        let mut chunk = [0u8; 16 << 10];
-        loop {
-            match reader.read(&mut chunk) {
-                Ok(0) => return Ok(self),
-                Ok(n) => {
-                    let _ = tee.write_all(&chunk[..n]).and_then(|_| tee.flush());
-                    self.push(&chunk[..n]);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
     }
 
     pub fn truncated(&self) -> bool {

@@ -27,15 +27,16 @@ pub struct Trust<'a> {
 pub struct ProofReport {
     pub kind: &'static str,
     pub tree_size: u64,
-    /// Whether the root was matched against a trusted one (a checkpoint or
-    /// a given root), rather than only the proof's own.
-    pub anchored: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProofError {
     #[error("not a proof from `bl log prove`: {0}")]
     Shape(String),
+    /// Any list of hashes leads to some root: without a trusted one to end
+    /// at, a proof shows nothing.
+    #[error("no trusted root to end at: give a checkpoint (and the key that signed it) or a root")]
+    Unanchored,
     #[error("the proof does not hold: its path does not lead to its root")]
     Broken,
     #[error("the event's bytes hash to another leaf than the proof's")]
@@ -69,8 +70,12 @@ fn number(value: &Value, key: &str) -> Result<u64, ProofError> {
         .ok_or_else(|| ProofError::Shape(format!("no {key}")))
 }
 
-/// Checks `proof` (the JSON `bl log prove` prints) against `trust`.
+/// Checks `proof` (the JSON `bl log prove` prints) against `trust`, which
+/// must name a trusted root (a checkpoint, or a root).
 pub fn check_proof(proof: &Value, trust: &Trust) -> Result<ProofReport, ProofError> {
+    if trust.checkpoint.is_none() && trust.root.is_none() {
+        return Err(ProofError::Unanchored);
+    }
     let path: Vec<Hash> = proof["proof"]
         .as_array()
         .ok_or_else(|| ProofError::Shape("no proof".into()))?
@@ -118,14 +123,12 @@ pub fn check_proof(proof: &Value, trust: &Trust) -> Result<ProofReport, ProofErr
         }
     };
     let b64 = |h: &Hash| base64::engine::general_purpose::STANDARD.encode(h);
-    let mut anchored = false;
-    if let Some(trusted) = trust.root {
-        if trusted.trim() != b64(&root) {
-            return Err(ProofError::OtherRoot {
-                trusted: trusted.trim().to_string(),
-            });
-        }
-        anchored = true;
+    if let Some(trusted) = trust.root
+        && trusted.trim() != b64(&root)
+    {
+        return Err(ProofError::OtherRoot {
+            trusted: trusted.trim().to_string(),
+        });
     }
     if let Some((note, key)) = trust.checkpoint {
         let checkpoint = match key {
@@ -143,11 +146,9 @@ pub fn check_proof(proof: &Value, trust: &Trust) -> Result<ProofReport, ProofErr
                 trusted: b64(&checkpoint.root),
             });
         }
-        anchored = true;
     }
     Ok(ProofReport {
         kind,
         tree_size: size,
-        anchored,
     })
 }

@@ -123,11 +123,31 @@ pub fn verify(path: &Path, options: &Options) -> Result<Report, NothingToVerify>
             path: path.to_path_buf(),
         });
     }
+    // Checked before anything opens it: a FIFO or a device is never read.
+    if !path.is_file() {
+        return Err(NothingToVerify::NotARecord {
+            path: path.to_path_buf(),
+        });
+    }
     readable(path)?;
     if is_event_log(path) {
         return Ok(Report::Graph(graph_run::verify(path, options)));
     }
+    if !looks_like_ledger(path) {
+        return Err(NothingToVerify::NotARecord {
+            path: path.to_path_buf(),
+        });
+    }
     Ok(Report::Loop(loop_run::verify(path, options)))
+}
+
+/// A loop ledger by its name (`*.jsonl`), or by a first line that is a
+/// JSON object (a ledger row, whatever has become of the rest). Any other
+/// file is not a record at all, and verifying it is not a verdict on
+/// tampering.
+fn looks_like_ledger(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "jsonl")
+        || first_line_json(path).is_some_and(|v| v.is_object())
 }
 
 /// A path that holds nothing to verify. Never a verdict: a typo is not
@@ -144,6 +164,11 @@ pub enum NothingToVerify {
         path.display()
     )]
     EmptyDirectory { path: PathBuf },
+    #[error(
+        "{} is not a run directory, an event log or a ledger: nothing to verify. Pass a graph run directory, its controller-events.jsonl, a loop run directory or a ledger.jsonl",
+        path.display()
+    )]
+    NotARecord { path: PathBuf },
     #[error("cannot read {}: {source}", path.display())]
     Unreadable {
         path: PathBuf,
@@ -165,10 +190,17 @@ fn is_event_log(path: &Path) -> bool {
     if path.file_name().is_some_and(|n| n == EVENT_LOG) {
         return true;
     }
-    let Ok(bytes) = std::fs::read(path) else {
-        return false;
-    };
-    let first = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-    serde_json::from_slice::<serde_json::Value>(first)
-        .is_ok_and(|v| v.get("event_hash").is_some() && v.get("previous_hash").is_some())
+    first_line_json(path)
+        .is_some_and(|v| v.get("event_hash").is_some() && v.get("previous_hash").is_some())
+}
+
+/// The file's first line as JSON, reading no more than 64 KiB of it.
+fn first_line_json(path: &Path) -> Option<serde_json::Value> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(64 << 10).read_to_end(&mut head))
+        .ok()?;
+    let first = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    serde_json::from_slice(first).ok()
 }

@@ -21,7 +21,10 @@ fn read(ws: &dyn Workspace, path: &str) -> Result<Option<String>, PluginError> {
     match ws.read_to_string(path) {
         Ok(text) => Ok(Some(text)),
         Err(FsError::NotFound(_)) => Ok(None),
-        Err(e) => Err(PluginError::Capability(format!("{path}: {e}"))),
+        Err(e) => Err(PluginError::Capability(format!(
+            "{path}: {}",
+            bl_plugin_sdk::describe_fs_error(&e)
+        ))),
     }
 }
 
@@ -67,10 +70,9 @@ pub fn implementer_summary(
                 "claimed file {path} is not a relative path under the root"
             )));
         }
-        match ws
-            .stat(path)
-            .map_err(|e| PluginError::Capability(format!("{path}: {e}")))?
-        {
+        match ws.stat(path).map_err(|e| {
+            PluginError::Capability(format!("{path}: {}", bl_plugin_sdk::describe_fs_error(&e)))
+        })? {
             None => return Ok(Err(format!("claimed file {path} does not exist"))),
             Some(entry) if entry.modified_ms < since_ms => {
                 return Ok(Err(format!(

@@ -25,7 +25,7 @@ pub struct Config {
 pub struct JsonSchemaGate;
 
 fn capability(path: &str, e: FsError) -> PluginError {
-    PluginError::Capability(format!("{path}: {e}"))
+    PluginError::Capability(format!("{path}: {}", bl_plugin_sdk::describe_fs_error(&e)))
 }
 
 impl Gate for JsonSchemaGate {

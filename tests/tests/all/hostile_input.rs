@@ -787,3 +787,204 @@ fn sandbox_run_streams_output_passes_stdin_and_says_it_timed_out() {
         text(&out.stderr)
     );
 }
+
+/// A file that is no record at all (a README, a FIFO) is nothing to
+/// verify, not a ledger "edited after it was written".
+#[test]
+fn verify_of_a_file_that_is_no_record_is_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.md"), "# notes\n").unwrap();
+    nix::unistd::mkfifo(&dir.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for target in ["README.md", "pipe"] {
+        let out = bl_within(
+            dir.path(),
+            &["verify", target],
+            std::time::Duration::from_secs(30),
+        );
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(2), "{target}: {all}");
+        assert!(
+            all.contains("is not a run directory, an event log or a ledger"),
+            "{all}"
+        );
+        assert!(!all.contains("edited"), "{all}");
+    }
+}
+
+/// Paths named on the command line that are FIFOs are refused, never
+/// read: nothing blocks.
+#[test]
+fn a_fifo_named_on_the_command_line_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    nix::unistd::mkfifo(&dir.path().join("m.yaml"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let out = bl_within(
+        dir.path(),
+        &["graph", "lint", "m.yaml"],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not a regular file"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bl_within(
+        dir.path(),
+        &[
+            "plugin",
+            "run",
+            "deny-all",
+            "--effect-key",
+            "k",
+            "--effect-kind",
+            "outbox",
+            "--target",
+            "t",
+            "--payload",
+            "m.yaml",
+        ],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+/// A command that leaves its process group (setsid) and keeps the output
+/// pipes open cannot hold bl past the timeout.
+#[test]
+fn a_process_that_leaves_the_group_cannot_outlast_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("{}", 9000 + std::process::id() % 1000);
+    let started = std::time::Instant::now();
+    let out = bl_within(
+        dir.path(),
+        &[
+            "sandbox",
+            "run",
+            "--isolation",
+            "workspace_only",
+            "--workspace",
+            dir.path().to_str().unwrap(),
+            "--timeout-s",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            &format!("setsid sleep {marker} & sleep 30"),
+        ],
+        std::time::Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // workspace_only is no cage: the escaped process is the test's to end.
+    let _ = Command::new("pkill")
+        .args(["-f", &format!("sleep {marker}")])
+        .status();
+}
+
+/// An egress config named on purpose but missing is an error wherever it
+/// is read, never a silent open posture.
+#[test]
+fn a_named_egress_config_that_is_missing_is_an_error_not_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nowhere/egress.json");
+    let out = Command::new(bl_binary())
+        .args(["doctor", "--json"])
+        .env("BOUNDED_LOOPS_EGRESS_CONFIG", &missing)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "egress config")
+        .unwrap()
+        .clone();
+    assert_eq!(check["status"], "fail", "{check}");
+    assert!(
+        check["detail"].as_str().unwrap().contains("does not exist"),
+        "{check}"
+    );
+}
+
+/// Enum mistakes name the value and what is allowed; a duplicate id points
+/// at the duplicate.
+#[test]
+fn enum_mistakes_and_duplicate_ids_are_explained() {
+    let base = std::fs::read_to_string(
+        bl_e2e::repo_root().join("tests/corpus/graph/cases/cycle_yaml.yaml"),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let lint = |name: &str, manifest: &str| {
+        std::fs::write(dir.path().join(name), manifest).unwrap();
+        let out = bl_in(dir.path(), &["graph", "lint", name]);
+        assert_eq!(out.status.code(), Some(2));
+        text(&out.stderr)
+    };
+    let stderr = lint(
+        "iso.yaml",
+        &base.replacen("isolation: workspace_only", "isolation: workspace-only", 1),
+    );
+    assert!(
+        stderr.contains(r#"found "workspace-only" (a string)"#),
+        "{stderr}"
+    );
+    assert!(stderr.contains("did you mean `workspace_only`"), "{stderr}");
+    assert!(
+        stderr.contains("allowed: workspace_only, process_restricted"),
+        "{stderr}"
+    );
+
+    let dup = base.replacen("- id: b", "- id: a", 1);
+    let second = dup.lines().position(|l| l.trim() == "- id: a").unwrap();
+    let second = second
+        + 1
+        + dup
+            .lines()
+            .skip(second + 1)
+            .position(|l| l.trim() == "- id: a")
+            .unwrap()
+        + 1;
+    let stderr = lint("dup.yaml", &dup);
+    assert!(
+        stderr.contains(&format!("at dup.yaml:{second}:")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("is the id of /nodes/0 and of /nodes/1"),
+        "{stderr}"
+    );
+}
+
+/// Under --json, a run stopped by a signal answers with the error object.
+#[test]
+fn a_signal_under_json_answers_with_an_error_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(bl_binary())
+        .args([
+            "--json",
+            "sandbox",
+            "run",
+            "--isolation",
+            "workspace_only",
+            "--workspace",
+        ])
+        .arg(dir.path())
+        .args(["--", "sh", "-c", "echo started > started; sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !dir.path().join("started").exists() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["error"]["code"], "interrupted", "{value}");
+}

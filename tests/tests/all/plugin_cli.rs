@@ -199,7 +199,7 @@ fn run_handles_contracts_grants_and_refusals() {
     assert_eq!(code, 3);
     let value: Value = serde_json::from_str(&stdout).unwrap();
     assert!(
-        value["error"]
+        value["error"]["message"]
             .as_str()
             .unwrap()
             .contains("`command` capability, which was not granted"),

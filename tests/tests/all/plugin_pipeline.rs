@@ -138,7 +138,7 @@ fn a_gate_that_cannot_decide_is_an_error_never_a_verdict() {
         "{json}"
     );
     assert!(
-        json["error"]
+        json["error"]["message"]
             .as_str()
             .unwrap()
             .contains("tried to reach `../report-unfinished/report.md` outside its workspace"),
@@ -153,7 +153,7 @@ fn a_gate_that_cannot_decide_is_an_error_never_a_verdict() {
     );
     assert_eq!(code, 3, "{json}");
     assert!(
-        json["error"].as_str().unwrap().contains("bad config"),
+        json["error"]["message"].as_str().unwrap().contains("bad config"),
         "{json}"
     );
 
@@ -178,7 +178,7 @@ fn a_symlink_out_of_the_workspace_is_refused() {
     );
     assert_eq!(code, 3, "{json}");
     assert!(
-        json["error"]
+        json["error"]["message"]
             .as_str()
             .unwrap()
             .contains("tried to reach `link.txt` outside its workspace"),

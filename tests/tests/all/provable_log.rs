@@ -372,4 +372,9 @@ fn check_proof_checks_a_printed_proof_against_a_signed_checkpoint() {
     let (code, out, _) = check(&["--checkpoint", checkpoint.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("does not lead to its root"), "{out}");
+
+    // Any path leads to some root: with no trusted one, nothing is shown.
+    let (code, out, err) = check(&[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("--checkpoint FILE"), "{err}");
 }

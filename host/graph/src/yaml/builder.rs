@@ -15,8 +15,9 @@ pub(super) enum Frame {
     Seq {
         node: Node,
         anchor: usize,
-        /// [`YamlBuilder::expanded`] when the collection started.
-        expanded_at: usize,
+        /// [`YamlBuilder::expanded`] and `expanded_bytes` when the
+        /// collection started.
+        expanded_at: (usize, usize),
         flow: bool,
         /// Where PyYAML says the collection starts (a block sequence at its
         /// first `-`, a block mapping at its first key): (line, column).
@@ -25,7 +26,7 @@ pub(super) enum Frame {
     Map {
         node: Node,
         anchor: usize,
-        expanded_at: usize,
+        expanded_at: (usize, usize),
         flow: bool,
         start: Option<(usize, usize)>,
         pending_key: Option<(String, Pos)>,
@@ -51,15 +52,22 @@ impl Frame {
 /// would hold billions.
 pub const MAX_EXPANDED_NODES: usize = 200_000;
 
+/// The most scalar text a document may hold with every alias expanded:
+/// eight times the largest document bl reads.
+pub const MAX_EXPANDED_BYTES: usize = 32 << 20;
+
 pub(super) struct YamlBuilder<'s, 'a> {
     pub(super) source: &'s Source<'a>,
     pub(super) stack: Vec<Frame>,
     pub(super) document: Option<Node>,
-    /// Each anchor's node, and how many nodes it expands to.
-    pub(super) anchors: std::collections::HashMap<usize, (Node, usize)>,
+    /// Each anchor's node, and how many nodes and scalar bytes it expands to.
+    pub(super) anchors: std::collections::HashMap<usize, (Node, usize, usize)>,
     /// Nodes in the document so far, every alias counted as a copy of its
     /// anchor (what the tree holds), bounded by [`MAX_EXPANDED_NODES`].
     pub(super) expanded: usize,
+    /// Scalar bytes in the document so far, counted the same way, bounded
+    /// by [`MAX_EXPANDED_BYTES`] (a few long strings aliased many times).
+    pub(super) expanded_bytes: usize,
     /// The first composition error (undefined alias, block scalar in a flow
     /// collection), with its char index.
     pub(super) compose_error: Option<(usize, ParseError)>,
@@ -77,6 +85,7 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
             document: None,
             anchors: Default::default(),
             expanded: 0,
+            expanded_bytes: 0,
             compose_error: None,
             construct_error: None,
             tabs: source.text.contains('\t').then(TabSpans::default),
@@ -89,10 +98,11 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
         }
     }
 
-    /// Adds a finished node of `size` nodes to its parent.
-    pub(super) fn push_value(&mut self, node: Node, anchor: usize, size: usize) {
+    /// Adds a finished node of `size` nodes and `bytes` scalar bytes to its
+    /// parent.
+    pub(super) fn push_value(&mut self, node: Node, anchor: usize, size: usize, bytes: usize) {
         if anchor > 0 {
-            self.anchors.insert(anchor, (node.clone(), size));
+            self.anchors.insert(anchor, (node.clone(), size, bytes));
         }
         match self.stack.last_mut() {
             None => self.document = Some(node),
@@ -455,7 +465,8 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                     }
                 };
                 self.expanded += 1;
-                self.push_value(Node::new(kind, pos), anchor, 1);
+                self.expanded_bytes += value.len();
+                self.push_value(Node::new(kind, pos), anchor, 1, value.len());
             }
             Event::SequenceStart(anchor, tag) => {
                 self.collection_tag(tag.as_ref(), &mark, true);
@@ -463,7 +474,7 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                 self.stack.push(Frame::Seq {
                     node: Node::new(Kind::Seq(Vec::new()), pos),
                     anchor,
-                    expanded_at: self.expanded,
+                    expanded_at: (self.expanded, self.expanded_bytes),
                     flow,
                     start: flow.then(|| (mark.line(), mark.col())),
                 })
@@ -474,7 +485,7 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                 self.stack.push(Frame::Map {
                     node: Node::new(Kind::Map(Vec::new()), pos),
                     anchor,
-                    expanded_at: self.expanded,
+                    expanded_at: (self.expanded, self.expanded_bytes),
                     flow,
                     start: flow.then(|| (mark.line(), mark.col())),
                     pending_key: None,
@@ -496,27 +507,32 @@ impl MarkedEventReceiver for YamlBuilder<'_, '_> {
                     },
                 ) => {
                     self.expanded += 1;
-                    let size = self.expanded - expanded_at;
-                    self.push_value(node, anchor, size)
+                    let size = self.expanded - expanded_at.0;
+                    let bytes = self.expanded_bytes - expanded_at.1;
+                    self.push_value(node, anchor, size, bytes)
                 }
                 None => {}
             },
             Event::Alias(id) => match self.anchors.get(&id) {
                 // Checked before the copy is made: a few lines of nested
                 // aliases can name more nodes than memory holds.
-                Some((_, size)) if self.expanded + size > MAX_EXPANDED_NODES => {
+                Some((_, size, bytes))
+                    if self.expanded + size > MAX_EXPANDED_NODES
+                        || self.expanded_bytes + bytes > MAX_EXPANDED_BYTES =>
+                {
                     let index = self.source.index_of(mark.line(), mark.col());
                     let message = format!(
-                        "the document expands to more than {MAX_EXPANDED_NODES} nodes once its aliases are resolved; bl refuses it so that reading stays bounded. Write the repeated parts out, or share less through anchors"
+                        "the document expands to more than {MAX_EXPANDED_NODES} nodes or {MAX_EXPANDED_BYTES} bytes of text once its aliases are resolved; bl refuses it so that reading stays bounded. Write the repeated parts out, or share less through anchors"
                     );
                     let error = self.source.error([Some(message)], mark);
                     self.compose_error = Some((index, error));
                 }
-                Some((node, size)) => {
-                    let (mut node, size) = (node.clone(), *size);
+                Some((node, size, bytes)) => {
+                    let (mut node, size, bytes) = (node.clone(), *size, *bytes);
                     node.pos = pos;
                     self.expanded += size;
-                    self.push_value(node, 0, size)
+                    self.expanded_bytes += bytes;
+                    self.push_value(node, 0, size, bytes)
                 }
                 None => {
                     let index = self.source.index_of(mark.line(), mark.col());

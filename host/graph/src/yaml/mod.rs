@@ -4,8 +4,10 @@
 //! timestamps), one document only, string keys only, duplicate keys refused,
 //! and no merge keys (`<<` has no constructor there). Unlike PyYAML, which
 //! shares an anchored node among its aliases, the tree here copies it, so a
-//! document may hold at most [`MAX_EXPANDED_NODES`] nodes with its aliases
-//! expanded: a few hundred bytes of nested aliases are refused, not grown.
+//! document may hold at most [`MAX_EXPANDED_NODES`] nodes and
+//! [`MAX_EXPANDED_BYTES`] bytes of text with its aliases expanded: a few
+//! hundred bytes of nested aliases, or a long string aliased many times,
+//! are refused, not grown.
 //!
 //! yaml-rust2 does the scanning. Where it reads differently from PyYAML
 //! (control characters, NEL and the Unicode line separators as line breaks,
@@ -25,7 +27,7 @@
 mod builder;
 mod prescan;
 
-pub use builder::MAX_EXPANDED_NODES;
+pub use builder::{MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
 mod scalars;
 mod source;
 
