@@ -153,7 +153,10 @@ fn a_gate_that_cannot_decide_is_an_error_never_a_verdict() {
     );
     assert_eq!(code, 3, "{json}");
     assert!(
-        json["error"]["message"].as_str().unwrap().contains("bad config"),
+        json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("bad config"),
         "{json}"
     );
 
