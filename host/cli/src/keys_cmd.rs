@@ -126,6 +126,15 @@ fn generate(name: &str, out: Option<PathBuf>) -> Result<(), String> {
 pub fn read_signing_key(path: &Path) -> Result<SigningKey, String> {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // A verifier key is public: say what it is rather than how to hide it.
+    if let Ok(text) = std::fs::read_to_string(path)
+        && VerifierKey::parse(&text).is_ok()
+    {
+        return Err(format!(
+            "{} holds a verifier (public) key; give the private key beside it (NAME.key)",
+            path.display()
+        ));
+    }
     if meta.permissions().mode() & 0o077 != 0 {
         return Err(format!(
             "{}: a private key must not be readable by others; chmod 600 it",

@@ -94,16 +94,24 @@ pub fn build(
     toolchain: &WasmToolchain,
     options: &BuildOptions,
 ) -> Result<BuiltPlugin, BuildError> {
-    let mut sources = source_digest(crate_dir)?;
-    if !sources.root.join("Cargo.lock").is_file() {
-        // The lock is a build input: write it now, so the build writes
-        // nothing its own digest covers.
-        run_cargo(
-            toolchain,
-            toolchain.cargo_generate_lockfile(&crate_dir.join("Cargo.toml")),
-            &sources.package.name,
-        )?;
-        sources = source_digest(crate_dir)?;
+    // The lock is a build input: written or brought up to date now, so the
+    // build writes nothing its own digest covers.
+    let manifest = crate_dir.join("Cargo.toml");
+    let name = source_digest(crate_dir)?.package.name;
+    run_cargo(toolchain, toolchain.cargo_resolve(&manifest), &name)?;
+    let sources = source_digest(crate_dir)?;
+    for (flag, dir) in [
+        ("--out", &options.out_dir),
+        ("--target-dir", &options.target_dir),
+    ] {
+        if sources.covers(dir) {
+            return Err(BuildError::Source {
+                path: dir.clone(),
+                message: format!(
+                    "{flag} is inside the plugin's sources, so every build would change their digest; choose a folder under target/ or outside the crate"
+                ),
+            });
+        }
     }
     let package = &sources.package;
     let component_path = options.out_dir.join(format!("{}.wasm", package.name));

@@ -40,6 +40,27 @@ pub struct SourceSet {
     pub files: Vec<String>,
     /// The plugin's cargo workspace root (the crate itself when standalone).
     pub root: PathBuf,
+    /// The directories walked for sources (each local crate, each extra
+    /// source path), absolute.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl SourceSet {
+    /// Whether a file written under `dir` would enter this digest: `dir`
+    /// lies in a walked directory, not under a `target/` or hidden folder.
+    pub fn covers(&self, dir: &Path) -> bool {
+        let Ok(dir) = std::path::absolute(dir).map(|d| normalize(&d)) else {
+            return false;
+        };
+        self.dirs.iter().any(|walked| {
+            dir.strip_prefix(walked).is_ok_and(|rest| {
+                !rest.components().any(|c| {
+                    let name = c.as_os_str().to_string_lossy();
+                    name == "target" || name.starts_with('.')
+                })
+            })
+        })
+    }
 }
 
 fn source_error(path: &Path, message: impl Into<String>) -> BuildError {
@@ -288,6 +309,7 @@ pub fn source_digest(crate_dir: &Path) -> Result<SourceSet, BuildError> {
         digest: bl_core::Sha256Digest::finish(hasher).to_string(),
         files: relative.into_keys().collect(),
         root,
+        dirs: crates.into_iter().chain(extra).collect(),
     })
 }
 

@@ -166,13 +166,14 @@ impl WasmToolchain {
         }
     }
 
-    /// `cargo generate-lockfile` for one crate's workspace: run before the
-    /// source digest is taken when there is no lock yet, so the first build
-    /// does not change the digest by writing one.
-    pub fn cargo_generate_lockfile(&self, manifest: &Path) -> Command {
+    /// `cargo metadata` for one crate's workspace, which writes or brings
+    /// up to date its Cargo.lock: run before the source digest is taken, so
+    /// the build that follows never changes the digest by rewriting it.
+    pub fn cargo_resolve(&self, manifest: &Path) -> Command {
         let mut cmd = self.cargo();
-        cmd.args(["generate-lockfile", "--manifest-path"])
-            .arg(manifest);
+        cmd.args(["metadata", "--format-version", "1", "--manifest-path"])
+            .arg(manifest)
+            .stdout(std::process::Stdio::null());
         cmd
     }
 

@@ -77,6 +77,12 @@ impl CommandRunner for Subprocess {
         let Some((program, args)) = spec.argv.split_first() else {
             return Err(CommandError::Denied("the argv is empty".into()));
         };
+        if !spec.workspace.is_dir() {
+            return Err(CommandError::Denied(format!(
+                "workspace {} is not a directory",
+                spec.workspace.display()
+            )));
+        }
         // Declared first, dropped last: after the private dirs.
         let _running = bl_core::interrupt::Running::start();
         let private = PrivateDirs::new()?;

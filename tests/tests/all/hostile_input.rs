@@ -988,3 +988,48 @@ fn a_signal_under_json_answers_with_an_error_object() {
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(value["error"]["code"], "interrupted", "{value}");
 }
+
+/// Careless arguments get the truth: a public key where the private one
+/// belongs, a workspace that does not exist.
+#[test]
+fn careless_arguments_are_named_for_what_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("ops.key");
+    let out = bl_in(
+        dir.path(),
+        &[
+            "keys",
+            "generate",
+            "--name",
+            "ops",
+            "--out",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = bl_in(dir.path(), &["keys", "public", "ops.pub"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("holds a verifier (public) key"), "{stderr}");
+    assert!(!stderr.contains("chmod"), "{stderr}");
+
+    let out = bl_in(
+        dir.path(),
+        &[
+            "sandbox",
+            "run",
+            "--isolation",
+            "workspace_only",
+            "--workspace",
+            "nope",
+            "--",
+            "true",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("workspace nope is not a directory"),
+        "{stderr}"
+    );
+}

@@ -390,4 +390,38 @@ fn a_second_build_with_no_edits_is_up_to_date_from_any_directory() {
     };
     assert_eq!(digest(&first), digest(&second));
     assert!(!elsewhere.path().join("target").exists());
+
+    // A stale lock (a dependency added) is brought up to date before the
+    // digest is taken: one build, then up to date again.
+    let manifest = dir.join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replacen(
+            "[dependencies]\n",
+            "[dependencies]\nserde_json = \"1\"\n",
+            1,
+        ),
+    )
+    .unwrap();
+    assert!(build_from(scratch.path()).starts_with("built: fresh-gate"));
+    let again = build_from(scratch.path());
+    assert!(again.starts_with("up to date: fresh-gate"), "{again}");
+
+    // An output folder inside the sources would change them at every build.
+    let out = std::process::Command::new(bl_e2e::bl_binary())
+        .args(["plugin", "build"])
+        .arg(&dir)
+        .arg("--out")
+        .arg(dir.join("dist"))
+        .arg("--target-dir")
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--out is inside the plugin's sources"),
+        "{stderr}"
+    );
 }
