@@ -397,21 +397,23 @@ impl Machine {
 
     /// The nodes that may start now, in plan order. Empty once halted.
     pub fn ready(&self) -> Vec<usize> {
-        if self.halted {
-            return Vec::new();
-        }
         (0..self.states.len())
-            .filter(|&n| {
-                self.states[n] == NodeState::Pending
-                    && !self.spec.nodes[n].approval
-                    && self.admission(n) == Some(true)
-            })
+            .filter(|&n| self.is_ready(n))
             .collect()
+    }
+
+    /// Whether `node` may start now (what [`Machine::ready`] lists).
+    fn is_ready(&self, node: usize) -> bool {
+        !self.halted
+            && self.states[node] == NodeState::Pending
+            && !self.spec.nodes[node].approval
+            && self.admission(node) == Some(true)
     }
 
     /// Records that `node` starts its next attempt.
     pub fn start(&mut self, node: usize) -> Result<Transition, MachineError> {
-        if !self.ready().contains(&node) {
+        // One node's check, not the whole ready list: a start is per node.
+        if !self.is_ready(node) {
             return Err(MachineError::NotReady(self.spec.nodes[node].id.clone()));
         }
         self.attempts[node] += 1;
@@ -575,7 +577,7 @@ impl Machine {
             .states
             .iter()
             .any(|s| matches!(s, NodeState::Running { .. }));
-        if running || !self.ready().is_empty() {
+        if running || (0..self.states.len()).any(|n| self.is_ready(n)) {
             return RunStatus::Running;
         }
         if self

@@ -459,21 +459,28 @@ fn egress_config_is_validated_where_it_is_written_and_where_it_is_read() {
     assert_ne!(out.status.code(), Some(0));
 }
 
+/// A small manifest the lint tests break in one place at a time.
+fn cycle_manifest() -> String {
+    std::fs::read_to_string(bl_e2e::repo_root().join("tests/corpus/graph/cases/cycle_yaml.yaml"))
+        .unwrap()
+}
+
+/// Writes `manifest` as `name` in `dir` and lints it: refused (exit 2),
+/// with this stderr.
+fn refused_lint(dir: &Path, name: &str, manifest: &str) -> String {
+    std::fs::write(dir.join(name), manifest).unwrap();
+    let out = bl_in(dir, &["graph", "lint", name]);
+    assert_eq!(out.status.code(), Some(2));
+    text(&out.stderr)
+}
+
 /// Lint keeps bounded-loops' first line and adds bl's own beneath it: the
 /// exact place, the bad value, "did you mean", the cycle's members.
 #[test]
 fn lint_points_at_the_mistake_and_says_what_was_meant() {
-    let base = std::fs::read_to_string(
-        bl_e2e::repo_root().join("tests/corpus/graph/cases/cycle_yaml.yaml"),
-    )
-    .unwrap();
+    let base = cycle_manifest();
     let dir = tempfile::tempdir().unwrap();
-    let lint = |name: &str, manifest: &str| {
-        std::fs::write(dir.path().join(name), manifest).unwrap();
-        let out = bl_in(dir.path(), &["graph", "lint", name]);
-        assert_eq!(out.status.code(), Some(2));
-        text(&out.stderr)
-    };
+    let lint = |name: &str, manifest: &str| refused_lint(dir.path(), name, manifest);
     let line_of =
         |body: &str, needle: &str| body.lines().position(|l| l.contains(needle)).unwrap() + 1;
 
@@ -911,17 +918,9 @@ fn a_named_egress_config_that_is_missing_is_an_error_not_open() {
 /// at the duplicate.
 #[test]
 fn enum_mistakes_and_duplicate_ids_are_explained() {
-    let base = std::fs::read_to_string(
-        bl_e2e::repo_root().join("tests/corpus/graph/cases/cycle_yaml.yaml"),
-    )
-    .unwrap();
+    let base = cycle_manifest();
     let dir = tempfile::tempdir().unwrap();
-    let lint = |name: &str, manifest: &str| {
-        std::fs::write(dir.path().join(name), manifest).unwrap();
-        let out = bl_in(dir.path(), &["graph", "lint", name]);
-        assert_eq!(out.status.code(), Some(2));
-        text(&out.stderr)
-    };
+    let lint = |name: &str, manifest: &str| refused_lint(dir.path(), name, manifest);
     let stderr = lint(
         "iso.yaml",
         &base.replacen("isolation: workspace_only", "isolation: workspace-only", 1),
