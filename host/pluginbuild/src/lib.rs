@@ -97,8 +97,10 @@ pub fn build(
     // The lock is a build input: written or brought up to date now, so the
     // build writes nothing its own digest covers.
     let manifest = crate_dir.join("Cargo.toml");
-    let name = source_digest(crate_dir)?.package.name;
-    run_cargo(toolchain, toolchain.cargo_resolve(&manifest), &name)?;
+    // Named by its directory here: the digest (and the package name in it)
+    // is taken once, after the lock settles.
+    let crate_name = crate_dir.display().to_string();
+    run_cargo(toolchain, toolchain.cargo_resolve(&manifest), &crate_name)?;
     let sources = source_digest(crate_dir)?;
     for (flag, dir) in [
         ("--out", &options.out_dir),
