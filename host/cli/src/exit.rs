@@ -17,6 +17,8 @@ pub enum Exit {
     Refused,
     /// 3: a plugin could not decide (an error, never a pass or a fail).
     Undecided,
+    /// 3: a graph run is paused, waiting for a human decision.
+    Paused,
     /// 124: the command ran out of time.
     TimedOut,
     /// 125: the sandbox refused to run the command at all.
@@ -36,7 +38,7 @@ impl Exit {
             Exit::Success => 0,
             Exit::No => 1,
             Exit::Refused => 2,
-            Exit::Undecided => 3,
+            Exit::Undecided | Exit::Paused => 3,
             Exit::TimedOut => 124,
             Exit::SandboxRefused => 125,
             Exit::NotFound => 127,
@@ -52,6 +54,7 @@ impl Exit {
             Exit::No => "failed".into(),
             Exit::Refused => "refused".into(),
             Exit::Undecided => "undecided".into(),
+            Exit::Paused => "paused".into(),
             Exit::TimedOut => "timed_out".into(),
             Exit::SandboxRefused => "sandbox_refused".into(),
             Exit::NotFound => "not_found".into(),

@@ -31,6 +31,50 @@ pub enum GraphCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Execute a graph: its nodes run in parallel (bounded), each decided by
+    /// an independent gate, and everything goes into the run directory's
+    /// hash-chained event log. Exit 0 SUCCEEDED, 2 failed or refused, 3 paused.
+    Run {
+        /// The graph manifest (.yaml or .json).
+        manifest: Option<PathBuf>,
+        /// Actually execute (without it, the plan is printed).
+        #[arg(long)]
+        execute: bool,
+        /// A JSON file of connection candidates.
+        #[arg(long)]
+        connections: Option<PathBuf>,
+        /// The run directory to write.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        flags: crate::graph_exec_cmd::DriveFlags,
+    },
+    /// Show a run's state, projected from its verified event log.
+    Status {
+        #[arg(long)]
+        run: PathBuf,
+    },
+    /// Record a human decision on an approval node, and resume the run.
+    Approve {
+        #[arg(long)]
+        run: PathBuf,
+        #[arg(long)]
+        node: String,
+        #[arg(long, value_parser = ["approved", "rejected"])]
+        decision: String,
+        /// Sign the decision with this private key (from `bl keys generate`).
+        #[arg(long)]
+        key: Option<PathBuf>,
+        #[command(flatten)]
+        flags: crate::graph_exec_cmd::DriveFlags,
+    },
+    /// Continue a paused or interrupted run. SUCCEEDED nodes are never run again.
+    Resume {
+        #[arg(long)]
+        run: PathBuf,
+        #[command(flatten)]
+        flags: crate::graph_exec_cmd::DriveFlags,
+    },
     /// Print the content digest of a loop package, for a loop node's loop_package.
     Digest {
         /// The directory holding the package's loop.yaml.
@@ -82,6 +126,38 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             crate::output::json(),
         )
         .map_err(CliError::reported),
+        GraphCommand::Run {
+            manifest,
+            execute,
+            connections,
+            out,
+            flags,
+        } => match (manifest, execute) {
+            (Some(manifest), true) => {
+                let out = out.unwrap_or_else(|| PathBuf::from(".bounded-loops/runs/graph-run"));
+                crate::graph_exec_cmd::run(&manifest, connections.as_deref(), &out, &flags)
+            }
+            (Some(manifest), false) => plan(
+                &manifest,
+                connections.as_deref(),
+                &[],
+                None,
+                crate::output::json(),
+            )
+            .map_err(CliError::reported),
+            (None, _) => Err(CliError::refused(
+                "graph run: give a manifest (the built-in sandbox probe graph is not available yet)",
+            )),
+        },
+        GraphCommand::Status { run } => crate::graph_exec_cmd::status(&run),
+        GraphCommand::Approve {
+            run,
+            node,
+            decision,
+            key,
+            flags,
+        } => crate::graph_exec_cmd::approve(&run, &node, decision == "approved", key.as_deref(), &flags),
+        GraphCommand::Resume { run, flags } => crate::graph_exec_cmd::resume(&run, &flags),
         GraphCommand::Digest { loop_dir } => digest(&loop_dir, crate::output::json()),
         GraphCommand::Init {
             posture,

@@ -244,6 +244,7 @@ fn run_command(
         // The terminal's stdin goes in and the output comes out as it is
         // written; under --json it is captured into the answer instead.
         stream: !crate::output::json(),
+        env: Vec::new(),
     };
     let proxy = match start_allowlist_proxy(tier) {
         Ok(proxy) => proxy,

@@ -27,6 +27,9 @@ pub struct CommandSpec {
     /// copied to the caller's as they are written (the tails are still
     /// kept). Off for plugins, whose commands' output is theirs to read.
     pub stream: bool,
+    /// Variables set on top of the scrubbed environment (the names a
+    /// provider profile was granted, with the operator's values).
+    pub env: Vec<(String, String)>,
 }
 
 /// What a finished (or killed) command left behind.

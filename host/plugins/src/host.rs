@@ -312,6 +312,7 @@ impl command::Host for HostState {
             timeout,
             output_cap: self.limits.command_output_bytes,
             stream: false,
+            env: Vec::new(),
         };
         let result = match runner.run(&spec) {
             Ok(result) => Ok(command::CommandOutput {

@@ -268,6 +268,11 @@ impl Machine {
         self.round
     }
 
+    /// Attempts `node` has started in the current round.
+    pub fn attempts(&self, node: usize) -> u32 {
+        self.attempts[node]
+    }
+
     /// Attempts started over the whole run, every round counted.
     pub fn executions(&self) -> u64 {
         self.executions

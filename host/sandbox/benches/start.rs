@@ -17,6 +17,7 @@ fn start(c: &mut Criterion) {
         timeout: Duration::from_secs(10),
         output_cap: 4096,
         stream: false,
+        env: Vec::new(),
     };
     let mut group = c.benchmark_group("start");
     group.sample_size(30);

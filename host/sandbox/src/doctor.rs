@@ -67,6 +67,7 @@ fn bwrap_check(sandbox: &Sandbox) -> Check {
         timeout: Duration::from_secs(10),
         output_cap: 4096,
         stream: false,
+        env: Vec::new(),
     };
     match sandbox.run(&spec) {
         Ok(r) if r.exit_code == Some(0) => Check::ok(

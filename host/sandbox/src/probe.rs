@@ -197,6 +197,7 @@ pub fn run_probe(
         timeout: Duration::from_secs(60),
         output_cap: 16 << 10,
         stream: false,
+        env: Vec::new(),
     };
     let finished = Arc::new(AtomicBool::new(false));
     let watcher = observe(workspace.clone(), marker, finished.clone());

@@ -155,7 +155,7 @@ impl Sandbox {
             filter_fds,
             staging.as_ref().map(Staging::child_steps),
         );
-        scrub_env(&mut command, &private.home, &private.tmp);
+        scrub_env(&mut command, &private.home, &private.tmp, &spec.env);
         let result = execute(command, spec);
         match staging {
             Some(staging) => {

@@ -132,6 +132,6 @@ pub(crate) fn run(
         .arg(profile)
         .args(&spec.argv)
         .current_dir(&workspace);
-    scrub_env(&mut command, &private.home, &private.tmp);
+    scrub_env(&mut command, &private.home, &private.tmp, &spec.env);
     execute(command, spec)
 }

@@ -88,7 +88,7 @@ impl CommandRunner for Subprocess {
         let private = PrivateDirs::new()?;
         let mut command = Command::new(program);
         command.args(args).current_dir(&spec.workspace);
-        scrub_env(&mut command, &private.home, &private.tmp);
+        scrub_env(&mut command, &private.home, &private.tmp, &spec.env);
         execute(command, spec)
     }
 }
@@ -126,9 +126,9 @@ impl PrivateDirs {
 }
 
 /// Clears the environment down to PATH, HOME, TMPDIR and LANG.
-pub(crate) fn scrub_env(command: &mut Command, home: &Path, tmp: &Path) {
+pub(crate) fn scrub_env(command: &mut Command, home: &Path, tmp: &Path, granted: &[(String, String)]) {
+    command.env_clear().envs(granted.iter().map(|(k, v)| (k, v)));
     command
-        .env_clear()
         .env("PATH", SCRUBBED_PATH)
         .env("HOME", home)
         .env("TMPDIR", tmp)
@@ -261,6 +261,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             output_cap: 1024,
             stream: false,
+            env: Vec::new(),
         }
     }
 

@@ -25,6 +25,7 @@ fn spec(ws: &Path, script: &str) -> CommandSpec {
         timeout: Duration::from_secs(20),
         output_cap: 64 << 10,
         stream: false,
+        env: Vec::new(),
     }
 }
 

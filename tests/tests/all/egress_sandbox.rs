@@ -108,6 +108,7 @@ fn a_caged_command_reaches_only_allowlisted_hosts_through_the_proxy() {
         timeout: Duration::from_secs(60),
         output_cap: 1 << 20,
         stream: false,
+        env: Vec::new(),
     };
     let result = sandbox.run(&spec).unwrap();
     let stdout = String::from_utf8_lossy(&result.stdout_tail);

@@ -1,0 +1,762 @@
+//! `bl graph run --execute`, `status`, `approve` and `resume`: the
+//! composition root of the graph executor. It compiles the plan, lays out
+//! the run directory as bounded-loops 0.7 does (manifest.yaml,
+//! connections.json, plan.json, run-meta.json, controller-events.jsonl,
+//! artifacts/, approvals.json, published-effects.json), wires the
+//! executor's ports to bl-store and bl-workers, and prints the outcome.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bl_core::python_json;
+use bl_graph::model::{Named, NodeKind};
+use bl_graph::plan::DEFAULT_POLICY_DIGEST;
+use bl_graph::{CompileInput, Graph, Plan};
+use bl_run::executor::{self, Caps, Ports, RunEnd, RunSettings};
+use bl_run::projection::{self, RunView};
+use bl_run::schedule::{Driver, Schedule};
+use bl_store::RunIdentity;
+use bl_workers::{Catalog, LocalCli};
+use serde_json::{Value, json};
+
+use crate::exit::{CliError, CliResult, Exit};
+use crate::output::outln;
+use crate::run_adapters::{
+    FileDecisions, LogJournal, Recorded, RunArtifacts, RunLedger, read_events,
+};
+
+pub const RUN_ID: &str = "graph-run";
+pub const ORGANIZATION: &str = "local-org";
+pub const PROJECT: &str = "local-project";
+
+/// The flags `run`, `approve` and `resume` share.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DriveFlags {
+    /// JSON object mapping node_id -> prompt (never recorded).
+    #[arg(long)]
+    pub inputs: Option<PathBuf>,
+    /// Ceiling on the tokens the whole run may spend; reaching it pauses the run.
+    #[arg(long = "max-tokens")]
+    pub max_tokens: Option<u64>,
+    /// Ceiling on the run's cost in USD (needs prices from --budget-file).
+    #[arg(long = "max-cost-usd")]
+    pub max_cost_usd: Option<String>,
+    /// A JSON budget file: {"max_tokens": N, "max_cost_usd": "2.50", "prices": {...}}.
+    #[arg(long = "budget-file")]
+    pub budget_file: Option<PathBuf>,
+    /// A provider catalog (TOML) adding or overriding agent CLIs.
+    #[arg(long)]
+    pub providers: Option<PathBuf>,
+    /// How many nodes run at once (default: the number of cores).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+}
+
+/// A run directory, loaded and its plan recompiled.
+struct LoadedRun {
+    dir: PathBuf,
+    graph: Graph,
+    plan: Plan,
+    meta: Value,
+}
+
+fn refused(message: impl Into<String>) -> CliError {
+    CliError::refused(message.into())
+}
+
+fn read_json(path: &Path, what: &str) -> Result<Value, CliError> {
+    let bytes = crate::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES)
+        .map_err(|e| refused(format!("cannot read {what} {} — {e}", path.display())))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        refused(format!(
+            "{}: {what} is not valid JSON (line {}, column {}): {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })
+}
+
+fn read_prompts(flags: &DriveFlags) -> Result<HashMap<String, String>, CliError> {
+    let Some(path) = &flags.inputs else {
+        return Ok(HashMap::new());
+    };
+    let value = read_json(path, "inputs")?;
+    let Value::Object(map) = value else {
+        return Err(refused(format!(
+            "{}: inputs must be a JSON object mapping node_id to a prompt",
+            path.display()
+        )));
+    };
+    let mut prompts = HashMap::new();
+    for (node, prompt) in map {
+        let Value::String(p) = prompt else {
+            return Err(refused(format!(
+                "{}: /{node}: a prompt must be a string",
+                path.display()
+            )));
+        };
+        prompts.insert(node, p);
+    }
+    Ok(prompts)
+}
+
+fn catalog(flags: &DriveFlags) -> Result<Catalog, CliError> {
+    let mut catalog = Catalog::shipped();
+    let path = flags
+        .providers
+        .clone()
+        .or_else(|| std::env::var_os("BOUNDED_LOOPS_PROVIDERS").map(PathBuf::from));
+    if let Some(path) = path {
+        let bytes = crate::paths::read_capped(&path, bl_graph::MAX_DOCUMENT_BYTES)
+            .map_err(|e| refused(format!("cannot read providers {} — {e}", path.display())))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| refused(format!("{}: not UTF-8", path.display())))?;
+        catalog
+            .merge_toml(&path.display().to_string(), &text)
+            .map_err(|e| refused(format!("graph run: catalog rejected — {e}")))?;
+    }
+    Ok(catalog)
+}
+
+fn caps(flags: &DriveFlags) -> Result<Caps, CliError> {
+    let mut caps = Caps::default();
+    if let Some(path) = &flags.budget_file {
+        let v = read_json(path, "budget file")?;
+        caps.max_tokens = v["max_tokens"].as_u64();
+        if let Some(usd) = v["max_cost_usd"].as_str() {
+            caps.max_cost_microunits = Some(usd_to_micro(usd)?);
+        }
+    }
+    if let Some(t) = flags.max_tokens {
+        caps.max_tokens = Some(t);
+    }
+    if let Some(usd) = &flags.max_cost_usd {
+        caps.max_cost_microunits = Some(usd_to_micro(usd)?);
+    }
+    Ok(caps)
+}
+
+fn usd_to_micro(text: &str) -> Result<u64, CliError> {
+    let v: f64 = text
+        .parse()
+        .map_err(|_| refused(format!("--max-cost-usd: '{text}' is not an amount")))?;
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(refused(format!("--max-cost-usd: '{text}' is not an amount")));
+    }
+    Ok((v * 1_000_000.0).round() as u64)
+}
+
+fn compile(graph: &Graph, connections: Option<&[bl_graph::Connection]>) -> Result<Plan, String> {
+    let packages = BTreeSet::new();
+    bl_graph::compile(
+        graph,
+        &CompileInput {
+            connections,
+            available_packages: if graph.nodes.iter().any(|n| n.kind == NodeKind::Loop) {
+                Some(&packages)
+            } else {
+                None
+            },
+            policy_digest: DEFAULT_POLICY_DIGEST,
+        },
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn parse_graph(path: &Path, bytes: &[u8]) -> Result<Graph, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8", path.display()))?;
+    // run directories keep the manifest as manifest.yaml whatever it was.
+    let format = if text.trim_start().starts_with('{') {
+        bl_graph::Format::Json
+    } else {
+        bl_graph::Format::Yaml
+    };
+    bl_graph::lint(text, format).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn identity(plan: &Plan) -> RunIdentity {
+    RunIdentity {
+        organization_id: ORGANIZATION.into(),
+        project_id: PROJECT.into(),
+        run_id: RUN_ID.into(),
+        graph_digest: plan.graph_digest.clone(),
+        plan_digest: plan.plan_id.clone(),
+        policy_digest: plan.policy_digest.clone(),
+    }
+}
+
+/// Preflight, fail-closed, before anything is written: every worker node's
+/// provider has a profile, and every binding's transport can run here.
+fn preflight(schedule: &Schedule, catalog: &Catalog) -> Result<(), CliError> {
+    for node in &schedule.nodes {
+        let Some(binding) = &node.binding else {
+            continue;
+        };
+        if binding.transport != "local_cli" {
+            return Err(refused(format!(
+                "error: node '{}' binds transport '{}', which this version cannot execute yet (only local_cli). Refused before any attempt starts.",
+                node.id, binding.transport
+            )));
+        }
+        if catalog.get(&binding.provider_id).is_none() {
+            let known: Vec<&str> = catalog.names().collect();
+            return Err(refused(format!(
+                "error: node '{}' binds local-CLI provider '{}', which this deployment has no profile for (known: {}). Add a provider catalog entry for it (--providers / BOUNDED_LOOPS_PROVIDERS), or bind the node to a provider that is installed. Refused before any attempt starts: reaching this node would fail every attempt identically, having already paid for every node upstream of it.",
+                node.id,
+                binding.provider_id,
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `bl graph run --execute MANIFEST --out D ...`
+pub fn run(
+    manifest: &Path,
+    connections: Option<&Path>,
+    out: &Path,
+    flags: &DriveFlags,
+) -> CliResult {
+    let bytes = crate::paths::read_capped(manifest, bl_graph::MAX_DOCUMENT_BYTES)
+        .map_err(|e| refused(format!("graph run: cannot read {} — {e}", manifest.display())))?;
+    let graph = parse_graph(manifest, &bytes).map_err(|e| refused(format!("graph run: {e}")))?;
+    let (conn_value, conns) = match connections {
+        Some(p) => {
+            let v = read_json(p, "connections")?;
+            let c = bl_graph::parse_connections(&v)
+                .map_err(|e| refused(format!("graph run: {}: {e}", p.display())))?;
+            (Some(v), Some(c))
+        }
+        None => (None, None),
+    };
+    let plan = compile(&graph, conns.as_deref())
+        .map_err(|e| refused(format!("graph run: compile failed: {e}")))?;
+    let schedule = Schedule::of(&graph, &plan);
+    let catalog = catalog(flags)?;
+    preflight(&schedule, &catalog)?;
+    let prompts = read_prompts(flags)?;
+    let caps = caps(flags)?;
+    if out.join(crate::run_adapters::EVENTS_FILE).exists() {
+        return Err(refused(format!(
+            "graph run: {} already holds a run; continue it with `bl graph resume --run {}`",
+            out.display(),
+            out.display()
+        )));
+    }
+    std::fs::create_dir_all(out)
+        .map_err(|e| refused(format!("graph run: cannot make {} — {e}", out.display())))?;
+    let write = |name: &str, bytes: &[u8]| {
+        std::fs::write(out.join(name), bytes)
+            .map_err(|e| refused(format!("graph run: cannot write {name} — {e}")))
+    };
+    write("manifest.yaml", &bytes)?;
+    if let Some(v) = &conn_value {
+        write("connections.json", python_json(v).as_bytes())?;
+    }
+    write("plan.json", plan.bytes.as_bytes())?;
+    let meta = json!({
+        "compiler_version": "bounded-loops.graph-compiler/v1", "execution": true,
+        "fail_mode": graph.policies.fail_mode.name(), "mode": "local_cli",
+        "organization_id": ORGANIZATION, "plan_id": plan.plan_id, "platform": std::env::consts::OS,
+        "policy_digest": plan.policy_digest, "project_id": PROJECT, "run_id": RUN_ID,
+    });
+    write("run-meta.json", python_json(&meta).as_bytes())?;
+    let loaded = LoadedRun {
+        dir: out.to_path_buf(),
+        graph,
+        plan,
+        meta,
+    };
+    let end = drive(&loaded, &schedule, catalog, prompts, caps, None, flags)?;
+    report_drive(&loaded, &end, "Local-CLI graph run — REAL execution")
+}
+
+/// Loads a run directory and recompiles its plan; refuses when the plan
+/// differs from the one recorded.
+fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, CliError> {
+    let meta_path = dir.join("run-meta.json");
+    if !meta_path.exists() {
+        return Err(refused(format!(
+            "error: graph {verb}: cannot reconstruct plan — run-meta.json not found in {}",
+            dir.display()
+        )));
+    }
+    let meta = read_json(&meta_path, "run-meta.json")?;
+    let manifest = dir.join("manifest.yaml");
+    let bytes = std::fs::read(&manifest).map_err(|e| {
+        refused(format!(
+            "error: graph {verb}: cannot reconstruct plan — {}: {e}",
+            manifest.display()
+        ))
+    })?;
+    let graph = parse_graph(&manifest, &bytes)
+        .map_err(|e| refused(format!("error: graph {verb}: cannot reconstruct plan — {e}")))?;
+    let conn_path = dir.join("connections.json");
+    let conns = if conn_path.exists() {
+        let v = read_json(&conn_path, "connections")?;
+        Some(bl_graph::parse_connections(&v).map_err(|e| {
+            refused(format!("error: graph {verb}: {}: {e}", conn_path.display()))
+        })?)
+    } else {
+        None
+    };
+    let plan = compile(&graph, conns.as_deref())
+        .map_err(|e| refused(format!("error: graph {verb}: cannot reconstruct plan — {e}")))?;
+    let recorded = meta["plan_id"].as_str().unwrap_or_default();
+    if recorded != plan.plan_id {
+        return Err(refused(format!(
+            "error: graph {verb}: the plan recompiled from {} is {}, but the run recorded {recorded}; the run directory was changed after the run began",
+            dir.display(),
+            plan.plan_id
+        )));
+    }
+    Ok(LoadedRun {
+        dir: dir.to_path_buf(),
+        graph,
+        plan,
+        meta,
+    })
+}
+
+fn view_of(dir: &Path) -> Result<(RunView, Vec<Recorded>, bl_store::ChainHead), CliError> {
+    let (events, head) =
+        read_events(dir).map_err(|e| refused(format!("error: the event log is unusable: {e}")))?;
+    let view = projection::project(events.iter().map(|r| (r.kind.as_str(), &r.payload)));
+    Ok((view, events, head))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    run: &LoadedRun,
+    schedule: &Schedule,
+    catalog: Catalog,
+    prompts: HashMap<String, String>,
+    caps: Caps,
+    resume_ordinal: Option<u32>,
+    flags: &DriveFlags,
+) -> Result<RunEnd, CliError> {
+    let mut journal = LogJournal::open(&run.dir, identity(&run.plan))
+        .map_err(|e| refused(format!("error: {e}")))?;
+    let artifacts = RunArtifacts {
+        store: bl_store::ArtifactStore::new(run.dir.join("artifacts"), 64 << 20),
+        organization_id: ORGANIZATION.into(),
+        project_id: PROJECT.into(),
+        sensitivity: schedule.data_class.clone(),
+    };
+    let decisions = FileDecisions::read(&run.dir).map_err(|e| refused(format!("error: {e}")))?;
+    let ledger = RunLedger {
+        dir: run.dir.clone(),
+        run_id: RUN_ID.into(),
+        plan_id: run.plan.plan_id.clone(),
+    };
+    let worker = Arc::new(LocalCli::new(catalog, run.dir.join("work").join(RUN_ID)));
+    let mut progress = crate::graph_progress::Progress::new(schedule);
+    let mut observer = |e: &bl_run::events::Event| progress.event(e);
+    let mut ports = Ports {
+        journal: &mut journal,
+        artifacts: &artifacts,
+        decisions: &decisions,
+        ledger: &ledger,
+        worker,
+        observer: &mut observer,
+    };
+    let settings = RunSettings {
+        run_id: RUN_ID.into(),
+        plan_id: run.plan.plan_id.clone(),
+        concurrency: flags
+            .concurrency
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        caps,
+        prompts,
+        resume_ordinal,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| refused(format!("error: cannot start the runtime: {e}")))?;
+    let end = runtime
+        .block_on(executor::drive(schedule, &settings, &mut ports))
+        .map_err(|e| refused(format!("error: graph run: {e}")))?;
+    drop(ports);
+    progress.finish();
+    Ok(end)
+}
+
+fn exit_of(end: &RunEnd) -> Exit {
+    match end {
+        RunEnd::Succeeded => Exit::Success,
+        RunEnd::AwaitingApproval(_) => Exit::Paused,
+        RunEnd::Failed | RunEnd::BudgetPaused(_) => Exit::Refused,
+    }
+}
+
+fn report_drive(run: &LoadedRun, end: &RunEnd, title: &str) -> CliResult {
+    let (view, _, _) = view_of(&run.dir)?;
+    let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
+    let awaiting = view.awaiting(order.iter().copied());
+    if crate::output::json() {
+        let nodes: Vec<Value> = order
+            .iter()
+            .map(|id| {
+                let n = view.node(id);
+                json!({"node_id": id, "state": n.state, "artifact_digests": n.artifact_digests})
+            })
+            .collect();
+        outln!(
+            "{}",
+            python_json(&json!({
+                "out": run.dir.display().to_string(), "run_id": RUN_ID,
+                "run_state": view.run_state, "awaiting_approval": awaiting,
+                "paused": matches!(end, RunEnd::AwaitingApproval(_)),
+                "budget_pause": view.budget_pause, "nodes": nodes,
+                "spend_tokens": view.tokens, "spend_cost_microunits": view.cost_microunits,
+            }))
+        );
+        return Ok(exit_of(end));
+    }
+    outln!("{title}");
+    outln!("==============================================================");
+    outln!("run_state : {}", view.run_state);
+    if !awaiting.is_empty() {
+        outln!(
+            "pause_status : PAUSED — awaiting human decision on {} node(s): {}",
+            awaiting.len(),
+            awaiting.join(", ")
+        );
+    }
+    for id in &order {
+        let n = view.node(id);
+        let mark = match n.state.as_str() {
+            "SUCCEEDED" => "OK",
+            "AWAITING_APPROVAL" => "~~",
+            _ => "!!",
+        };
+        let artifact = n
+            .artifact_digests
+            .first()
+            .map_or("-".to_string(), |d| format!("{}...", &d[..d.len().min(24)]));
+        outln!("  {mark} node '{id}': {}  artifact={artifact}", n.state);
+    }
+    outln!("out       : {}", run.dir.display());
+    outln!();
+    match end {
+        RunEnd::AwaitingApproval(nodes) => {
+            outln!("To continue:");
+            for n in nodes {
+                outln!(
+                    "  bl graph approve --run {} --node {n} --decision approved|rejected",
+                    run.dir.display()
+                );
+            }
+        }
+        RunEnd::BudgetPaused(p) => {
+            outln!("Paused: {}", p.reason);
+            outln!(
+                "Continue with a higher ceiling:  bl graph resume --run {} --max-tokens N",
+                run.dir.display()
+            );
+        }
+        RunEnd::Failed => outln!("Run did not succeed; inspect the event log in the run directory."),
+        RunEnd::Succeeded => outln!("Verify it:  bl verify {}", run.dir.display()),
+    }
+    Ok(exit_of(end))
+}
+
+/// `bl graph status --run D [--json]`
+pub fn status(dir: &Path) -> CliResult {
+    let run = load_run(dir, "status")?;
+    let (view, _, head) = view_of(dir)?;
+    let edges: Vec<Value> = run
+        .graph
+        .edges
+        .iter()
+        .map(|e| json!([e.from_node, e.to_node]))
+        .collect();
+    let nodes: Vec<Value> = run
+        .graph
+        .nodes
+        .iter()
+        .map(|node| {
+            let n = view.node(&node.id);
+            json!({
+                "artifact_digests": n.artifact_digests, "attempt": n.attempt,
+                "gate_passed": n.gate_passed, "gate_reason": n.gate_reason,
+                "hard_deadline_ms": node.budget.max_wallclock_s * 1000,
+                "isolation": node.isolation.name(), "kind": node.kind.name(),
+                "node_id": node.id,
+                "required_effects": node.effects.iter().map(|e| e.name()).collect::<Vec<_>>(),
+                "route": n.route, "spend_complete": n.spend_complete,
+                "spend_cost_microunits": n.spend_cost_microunits, "spend_tokens": n.spend_tokens,
+                "state": n.state, "transport": n.transport,
+            })
+        })
+        .collect();
+    let status = json!({
+        "budget_pause": view.budget_pause, "demonstration": false, "edges": edges,
+        "gate_passed": null, "gate_reason": null, "graph_digest": run.plan.graph_digest,
+        "levels": run.plan.levels, "nodes": nodes,
+        "notice": "LOCAL/UNVERIFIED — status is read from a local event log; not verified by an Arena server.",
+        "organization_id": run.meta["organization_id"], "plan_digest": run.plan.plan_id,
+        "policy_digest": run.plan.policy_digest, "project_id": run.meta["project_id"],
+        "receipt_head_hash": head.hash, "receipt_sequence": head.sequence,
+        "run_id": run.meta["run_id"], "run_state": view.run_state,
+        "spend_complete": view.spend_complete, "spend_cost_microunits": view.cost_microunits,
+        "spend_tokens": view.tokens, "verified": false,
+    });
+    if crate::output::json() {
+        outln!("{}", python_json(&status));
+        return Ok(Exit::Success);
+    }
+    outln!("notice    : LOCAL/UNVERIFIED — status is read from a local event log; not verified by an Arena server.");
+    outln!("demonstration: False");
+    outln!("run_state : {}", view.run_state);
+    outln!("run_id    : {}", RUN_ID);
+    outln!();
+    outln!(
+        "{:<20} {:<20} {:<12} {:<22} {:<20} ARTIFACTS",
+        "NODE",
+        "KIND",
+        "STATE",
+        "ISOLATION",
+        "EFFECTS"
+    );
+    outln!("{}", "-".repeat(108));
+    for node in &run.graph.nodes {
+        let n = view.node(&node.id);
+        let effects: Vec<&str> = node.effects.iter().map(|e| e.name()).collect();
+        let artifact = n
+            .artifact_digests
+            .first()
+            .map_or("-".to_string(), |d| format!("{}...", &d[..d.len().min(20)]));
+        outln!(
+            "{:<20} {:<20} {:<12} {:<22} {:<20} {artifact}",
+            node.id,
+            node.kind.name(),
+            n.state,
+            node.isolation.name(),
+            effects.join(",")
+        );
+    }
+    Ok(Exit::Success)
+}
+
+/// Refuses to drive on while a connector node that has not run has no prompt.
+fn check_prompts(
+    run: &LoadedRun,
+    schedule: &Schedule,
+    view: &RunView,
+    prompts: &HashMap<String, String>,
+) -> Result<(), CliError> {
+    let _ = run;
+    for node in &schedule.nodes {
+        if node.driver == Driver::Worker
+            && view.node(&node.id).state == "PENDING"
+            && !prompts.contains_key(&node.id)
+        {
+            return Err(refused(format!(
+                "error: cannot resume: connector node '{}' is PENDING but no prompt was re-supplied (pass --inputs)",
+                node.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `bl graph resume --run D [--inputs J] [caps]`
+pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
+    let run = load_run(dir, "resume")?;
+    let (view, _, _) = view_of(dir)?;
+    if view.is_terminal() {
+        outln!("run_state : {}", view.run_state);
+        outln!("The run has ended; nothing to resume.");
+        return Ok(Exit::Success);
+    }
+    let schedule = Schedule::of(&run.graph, &run.plan);
+    let catalog = catalog(flags)?;
+    preflight(&schedule, &catalog)?;
+    let prompts = read_prompts(flags)?;
+    check_prompts(&run, &schedule, &view, &prompts)?;
+    let caps = caps(flags)?;
+    let end = drive(
+        &run,
+        &schedule,
+        catalog,
+        prompts,
+        caps,
+        Some(view.resumes + 1),
+        flags,
+    )?;
+    report_drive(&run, &end, "Local-CLI graph resume — REAL execution")
+}
+
+/// `bl graph approve --run D --node N --decision approved|rejected`
+pub fn approve(
+    dir: &Path,
+    node_id: &str,
+    approved: bool,
+    key: Option<&Path>,
+    flags: &DriveFlags,
+) -> CliResult {
+    let run = load_run(dir, "approve")?;
+    let Some(node) = run.graph.node(node_id) else {
+        return Err(refused(format!(
+            "error: approval_node at /node_id: node '{node_id}' is not in the graph"
+        )));
+    };
+    if node.kind != NodeKind::Approval {
+        return Err(refused(format!(
+            "error: approval_node at /node_id: node '{node_id}' is not an approval node"
+        )));
+    }
+    let (view, events, _) = view_of(dir)?;
+    let schedule = Schedule::of(&run.graph, &run.plan);
+    let prompts = read_prompts(flags)?;
+    let round = events
+        .iter()
+        .filter(|e| e.kind == "run.repair.round")
+        .count() as u64;
+    let state = view.node(node_id).state;
+    let decided = matches!(state.as_str(), "SUCCEEDED" | "FAILED");
+    if !decided {
+        check_prompts(&run, &schedule, &view, &prompts)?;
+        record_decision(&run, node_id, approved, round, key)?;
+    }
+    let decision = if approved { "approved" } else { "rejected" };
+    let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
+    if decided || state != "AWAITING_APPROVAL" {
+        // Idempotent, or early: recorded for when the run gets there.
+        let awaiting = view.awaiting(order.iter().copied());
+        let paused = !awaiting.is_empty();
+        let next: Vec<String> = awaiting
+            .iter()
+            .map(|n| {
+                format!(
+                    "bl graph approve --run {} --node {n} --decision approved|rejected",
+                    dir.display()
+                )
+            })
+            .collect();
+        let answer = json!({
+            "awaiting_approval": awaiting, "decision": decision, "idempotent": decided,
+            "next_commands": next, "node_id": node_id, "out": dir.display().to_string(),
+            "paused": paused, "run_id": RUN_ID, "run_state": view.run_state,
+        });
+        if crate::output::json() {
+            outln!("{}", python_json(&answer));
+        } else {
+            outln!("node '{node_id}' decision : {decision}");
+            outln!("run_state : {}", view.run_state);
+        }
+        return Ok(if paused { Exit::Paused } else if view.run_state == "FAILED" { Exit::Refused } else { Exit::Success });
+    }
+    let catalog = catalog(flags)?;
+    let caps = caps(flags)?;
+    let end = drive(
+        &run,
+        &schedule,
+        catalog,
+        prompts,
+        caps,
+        Some(view.resumes + 1),
+        flags,
+    )?;
+    let (after, _, _) = view_of(dir)?;
+    let awaiting = after.awaiting(order.iter().copied());
+    if crate::output::json() {
+        let next: Vec<String> = awaiting
+            .iter()
+            .map(|n| {
+                format!(
+                    "bl graph approve --run {} --node {n} --decision approved|rejected",
+                    dir.display()
+                )
+            })
+            .collect();
+        outln!(
+            "{}",
+            python_json(&json!({
+                "awaiting_approval": awaiting, "decision": decision, "idempotent": false,
+                "next_commands": next, "node_id": node_id, "out": dir.display().to_string(),
+                "paused": !awaiting.is_empty(), "run_id": RUN_ID, "run_state": after.run_state,
+            }))
+        );
+    } else {
+        outln!("node '{node_id}' decision : {decision}");
+        outln!("run_state : {}", after.run_state);
+        for id in &order {
+            outln!("  node '{id}': {}", after.node(id).state);
+        }
+    }
+    Ok(exit_of(&end))
+}
+
+fn record_decision(
+    run: &LoadedRun,
+    node: &str,
+    approved: bool,
+    round: u64,
+    key: Option<&Path>,
+) -> Result<(), CliError> {
+    let approvals = bl_store::Approvals::new(&run.dir);
+    let record = approvals.read().map_err(|e| refused(format!("error: {e}")))?;
+    let id = bl_store::approval_id(ORGANIZATION, PROJECT, RUN_ID, node);
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let actor = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    let mut nonce = [0u8; 32];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
+        use std::io::Read;
+        f.read_exact(&mut nonce)
+    });
+    let key = match key {
+        Some(path) => Some(crate::keys_cmd::read_signing_key(path).map_err(|e| refused(format!("error: graph approve: {e}")))?),
+        None => None,
+    };
+    let result = if approved {
+        let request = json!({"node_id": node, "plan_id": run.plan.plan_id, "repair_round": round});
+        approvals
+            .commit(
+                bl_store::approvals::Commit {
+                    approval_id: id.clone(),
+                    new_resource_version: 0,
+                    idempotency_key: if round == 0 { id.clone() } else { format!("{id}:r{round}") },
+                    node_id: node.into(),
+                    actor_id: ORGANIZATION.into(),
+                    decided_by: actor,
+                    decided_by_source: "os_user".into(),
+                    decided_at: now,
+                    nonce: hex::encode(nonce),
+                    request_digest: bl_core::Sha256Digest::of(
+                        bl_core::canonical_json(&request).as_bytes(),
+                    )
+                    .to_string(),
+                    repair_round: round,
+                    signature: None,
+                },
+                record.resource_version,
+                key.as_ref(),
+            )
+            .map(|_| ())
+    } else {
+        approvals
+            .reject(
+                bl_store::approvals::Rejection {
+                    node_id: node.into(),
+                    attempt: 1,
+                    approval_id: id,
+                    actor_id: ORGANIZATION.into(),
+                    decided_at: now,
+                    decided_by: actor,
+                    decided_by_source: "os_user".into(),
+                    repair_round: round,
+                    signature: None,
+                },
+                key.as_ref(),
+            )
+            .map(|_| ())
+    };
+    result.map_err(|e| refused(format!("error: graph approve: {e}")))
+}

@@ -1,0 +1,244 @@
+//! bl's worker adapters: how a graph node's turn is taken. Today that is
+//! [`LocalCli`], an agent CLI run on this machine (claude, codex, grok,
+//! muse, agy and dsh as bounded-loops 0.7 ships them, plus any a
+//! `--providers` TOML catalog adds), in the isolation tier the node asks
+//! for, through bl-sandbox. It implements bl-run's [`Worker`] port: it
+//! returns the reply and the usage the CLI reported, never a verdict.
+
+pub mod catalog;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bl_core::{CommandRunner, CommandSpec};
+use bl_run::events::Usage;
+use bl_run::executor::{WorkFuture, WorkReply, WorkRequest, Worker};
+use bl_sandbox::{Sandbox, Subprocess, Tier};
+use serde_json::Value;
+
+pub use catalog::{Catalog, CatalogError, Envelope, Profile, PromptVia};
+
+/// The most bytes of a reply kept; a longer one is a worker fault.
+pub const REPLY_CAP: usize = 8 << 20;
+
+/// Runs agent CLIs on this machine.
+pub struct LocalCli {
+    catalog: Catalog,
+    /// Where per-node work directories are made (`<run>/work/<run_id>`).
+    work_root: PathBuf,
+    /// The PATH the CLIs are looked up in (the operator's).
+    search_path: Option<std::ffi::OsString>,
+    /// The operator's environment, for the names a profile is granted.
+    lookup: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+}
+
+impl LocalCli {
+    pub fn new(catalog: Catalog, work_root: PathBuf) -> Self {
+        LocalCli {
+            catalog,
+            work_root,
+            search_path: std::env::var_os("PATH"),
+            lookup: Arc::new(|name| std::env::var(name).ok()),
+        }
+    }
+
+    /// The binary for `provider`, found on the operator's PATH.
+    pub fn resolve(&self, binary: &str) -> Option<PathBuf> {
+        find_on_path(binary, self.search_path.as_deref())
+    }
+}
+
+fn find_on_path(binary: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if binary.contains('/') {
+        return Some(PathBuf::from(binary));
+    }
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(binary))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+fn work_dir(root: &Path, node: &str) -> std::io::Result<PathBuf> {
+    let mut nonce = [0u8; 16];
+    getrandom_fill(&mut nonce);
+    let dir = root.join(format!("{node}-{}", hex_of(&nonce)));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn getrandom_fill(buf: &mut [u8]) {
+    use std::io::Read;
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(buf);
+    }
+}
+
+impl Worker for LocalCli {
+    fn work(&self, request: WorkRequest) -> WorkFuture {
+        let provider = request.binding.provider_id.clone();
+        let Some(profile) = self.catalog.get(&provider).cloned() else {
+            return Box::pin(std::future::ready(WorkReply::Fault(format!(
+                "no local-CLI profile for provider '{provider}'"
+            ))));
+        };
+        let Some(binary) = self.resolve(&profile.binary) else {
+            return Box::pin(std::future::ready(WorkReply::Fault(format!(
+                "'{}' is not on PATH",
+                profile.binary
+            ))));
+        };
+        let env: Vec<(String, String)> = profile
+            .env_grant
+            .iter()
+            .filter(|name| !profile.unset_env.contains(name))
+            .filter_map(|name| (self.lookup)(name).map(|v| (name.clone(), v)))
+            .collect();
+        let root = self.work_root.clone();
+        Box::pin(async move {
+            let handle = tokio::task::spawn_blocking(move || {
+                run_cli(&profile, &binary, &root, &request, env)
+            });
+            handle
+                .await
+                .unwrap_or_else(|e| WorkReply::Fault(format!("worker task failed: {e}")))
+        })
+    }
+}
+
+fn run_cli(
+    profile: &Profile,
+    binary: &Path,
+    root: &Path,
+    request: &WorkRequest,
+    env: Vec<(String, String)>,
+) -> WorkReply {
+    let workspace = match work_dir(root, &request.node_id) {
+        Ok(d) => d,
+        Err(e) => return WorkReply::Fault(format!("cannot make the work directory: {e}")),
+    };
+    let (argv, stdin) = profile.argv(binary, &request.prompt, &workspace);
+    let spec = CommandSpec {
+        argv,
+        workspace,
+        workspace_writable: true,
+        stdin,
+        timeout: request.deadline.max(Duration::from_secs(1)),
+        output_cap: REPLY_CAP,
+        stream: false,
+        env,
+    };
+    let result = match Tier::parse(&request.isolation) {
+        Ok(Tier::WorkspaceOnly) => Subprocess.run(&spec),
+        Ok(tier) => Sandbox::new(tier).run(&spec),
+        Err(e) => return WorkReply::Fault(e.to_string()),
+    };
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => return WorkReply::Fault(e.to_string()),
+    };
+    if result.timed_out || result.exit_code != Some(0) {
+        return WorkReply::Fault(format!(
+            "'{}' exited with {:?}{}",
+            profile.binary,
+            result.exit_code,
+            if result.timed_out { " (timed out)" } else { "" }
+        ));
+    }
+    if result.truncated {
+        return WorkReply::Fault(format!(
+            "'{}' wrote more than {REPLY_CAP} bytes",
+            profile.binary
+        ));
+    }
+    read_reply(profile, result.stdout_tail)
+}
+
+/// Turns a CLI's stdout into the reply and its usage, by the profile's envelope.
+pub fn read_reply(profile: &Profile, stdout: Vec<u8>) -> WorkReply {
+    let reported_by = format!("cli:{}", profile.name);
+    let refused = || {
+        WorkReply::Contract(format!(
+            "'{0}' was asked for a '{1}' JSON envelope but returned something this version cannot read; refusing to store the raw output as the node's reply",
+            profile.name,
+            profile.envelope.name()
+        ))
+    };
+    match profile.envelope {
+        Envelope::Plain => WorkReply::Reply {
+            bytes: stdout,
+            usage: None,
+            reported_by,
+        },
+        Envelope::Claude => {
+            let Ok(Value::Object(env)) = serde_json::from_slice::<Value>(trim(&stdout)) else {
+                return refused();
+            };
+            let Some(text) = env.get("result").and_then(Value::as_str) else {
+                return refused();
+            };
+            if env.get("type").and_then(Value::as_str) != Some("result") {
+                return refused();
+            }
+            // Tokens count as reported only with the full usage block.
+            let usage = env.get("usage").and_then(|u| {
+                let n = |k: &str| u.get(k).and_then(Value::as_u64);
+                Some(Usage {
+                    input_tokens: n("input_tokens")?,
+                    output_tokens: n("output_tokens")?,
+                    cost_microunits: {
+                        n("cache_creation_input_tokens")?;
+                        n("cache_read_input_tokens")?;
+                        0
+                    },
+                })
+            });
+            WorkReply::Reply {
+                bytes: text.as_bytes().to_vec(),
+                usage,
+                reported_by,
+            }
+        }
+        Envelope::Grok | Envelope::Agy => {
+            // bl's reading of these CLIs' JSON output: `response` is the
+            // reply; `stats.input_tokens`/`stats.output_tokens` the usage.
+            let Ok(Value::Object(env)) = serde_json::from_slice::<Value>(trim(&stdout)) else {
+                return refused();
+            };
+            let Some(text) = env.get("response").and_then(Value::as_str) else {
+                return refused();
+            };
+            let usage = env.get("stats").and_then(|s| {
+                Some(Usage {
+                    input_tokens: s.get("input_tokens")?.as_u64()?,
+                    output_tokens: s.get("output_tokens")?.as_u64()?,
+                    cost_microunits: 0,
+                })
+            });
+            WorkReply::Reply {
+                bytes: text.as_bytes().to_vec(),
+                usage,
+                reported_by,
+            }
+        }
+    }
+}
+
+fn trim(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &bytes[start..end]
+}
