@@ -384,12 +384,14 @@ impl Controller<'_, '_> {
         if info.driver == Driver::Worker && self.over_budget(node, next_attempt)? {
             return Ok(None);
         }
-        let Transition::Started { attempt, round, .. } = self
+        let started = self
             .machine
             .start(node)
-            .map_err(|e| RunError::Diverged(e.to_string()))?
-        else {
-            unreachable!("start returns Started");
+            .map_err(|e| RunError::Diverged(e.to_string()))?;
+        let Some(&Transition::Started { attempt, round, .. }) = started.first() else {
+            // An approval node: it waits (or takes a decision on record).
+            self.apply(started)?;
+            return Ok(None);
         };
         let at = At {
             node: &info.id,
@@ -837,7 +839,13 @@ pub fn gate_reply(info: &NodeInfo, bytes: &[u8]) -> Verdict {
         match serde_json::from_slice::<Value>(bytes) {
             Ok(Value::Object(_)) => (true, format!("publish receipt verified for node '{id}'")),
             Ok(_) => (false, format!("publish node '{id}' receipt is not a JSON object")),
-            Err(e) => (false, format!("publish node '{id}' receipt is not valid JSON: {e}")),
+            Err(e) => (
+                false,
+                format!(
+                    "publish node '{id}' receipt is not valid JSON: {}",
+                    python_json_error(bytes, &e)
+                ),
+            ),
         }
     } else {
         (
@@ -849,5 +857,25 @@ pub fn gate_reply(info: &NodeInfo, bytes: &[u8]) -> Verdict {
         passed,
         reason,
         evidence_digest: None,
+    }
+}
+
+/// A JSON error as Python's `json` module words the common one ("Expecting
+/// value: line 1 column 1 (char 0)"), since bounded-loops records that text.
+fn python_json_error(bytes: &[u8], e: &serde_json::Error) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let (line, column) = (e.line().max(1), e.column().max(1));
+    let before: usize = text
+        .split('\n')
+        .take(line - 1)
+        .map(|l| l.chars().count() + 1)
+        .sum();
+    if e.to_string().starts_with("expected value") || e.is_eof() {
+        format!(
+            "Expecting value: line {line} column {column} (char {})",
+            before + column - 1
+        )
+    } else {
+        e.to_string()
     }
 }

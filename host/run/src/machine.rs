@@ -366,10 +366,6 @@ impl Machine {
                         });
                         changed = true;
                     }
-                    Some(true) if self.spec.nodes[node].approval && !self.halted => {
-                        out.extend(self.ask_approval(node));
-                        changed = true;
-                    }
                     _ => {}
                 }
             }
@@ -411,26 +407,32 @@ impl Machine {
     fn is_ready(&self, node: usize) -> bool {
         !self.halted
             && self.states[node] == NodeState::Pending
-            && !self.spec.nodes[node].approval
             && self.admission(node) == Some(true)
     }
 
-    /// Records that `node` starts its next attempt.
-    pub fn start(&mut self, node: usize) -> Result<Transition, MachineError> {
+    /// Records that `node` starts its next attempt. An approval node does
+    /// not run: it starts waiting for its decision (in plan order, like
+    /// any other node), and a decision recorded early is applied at once.
+    pub fn start(&mut self, node: usize) -> Result<Vec<Transition>, MachineError> {
         // One node's check, not the whole ready list: a start is per node.
         if !self.is_ready(node) {
             return Err(MachineError::NotReady(self.spec.nodes[node].id.clone()));
+        }
+        if self.spec.nodes[node].approval {
+            let mut out = self.ask_approval(node);
+            out.extend(self.settle());
+            return Ok(out);
         }
         self.attempts[node] += 1;
         self.started_in[node] = self.round;
         self.executions += 1;
         let attempt = self.attempts[node];
         self.states[node] = NodeState::Running { attempt };
-        Ok(Transition::Started {
+        Ok(vec![Transition::Started {
             node,
             attempt,
             round: self.round,
-        })
+        }])
     }
 
     /// Records how `node`'s running attempt, started in `round`, ended. An

@@ -175,11 +175,11 @@ fn drive(case: &Case, concurrency: usize, order: &[prop::sample::Index]) -> Driv
                 break;
             };
             assert_admitted(&machine, node);
-            let t = machine.start(node).unwrap();
-            let Transition::Started { round, attempt, .. } = t else {
-                unreachable!()
-            };
-            running.push((node, round, attempt));
+            let ts = machine.start(node).unwrap();
+            note(&ts);
+            if let Some(&Transition::Started { round, attempt, .. }) = ts.first() {
+                running.push((node, round, attempt));
+            }
         }
         if running.is_empty() {
             // Nothing runs: answer the approvals waiting, or stop.
@@ -414,6 +414,8 @@ fn an_approval_pauses_the_run_and_an_early_decision_is_honoured() {
     m.begin();
     m.start(0).unwrap();
     m.finish(0, 0, AttemptEnd::Succeeded).unwrap();
+    assert_eq!(m.ready(), vec![1]);
+    m.start(1).unwrap();
     assert_eq!(m.status(), RunStatus::Paused);
     m.decide(1, true).unwrap();
     assert_eq!(m.ready(), vec![2]);
@@ -422,7 +424,8 @@ fn an_approval_pauses_the_run_and_an_early_decision_is_honoured() {
     early.decide(1, false).unwrap();
     early.begin();
     early.start(0).unwrap();
-    let ts = early.finish(0, 0, AttemptEnd::Succeeded).unwrap();
+    early.finish(0, 0, AttemptEnd::Succeeded).unwrap();
+    let ts = early.start(1).unwrap();
     assert!(ts.contains(&Transition::Rejected { node: 1, round: 0 }));
     assert_eq!(early.status(), RunStatus::Failed);
 }

@@ -1,0 +1,176 @@
+//! The graph executor against bounded-loops 0.7.6's recorded runs
+//! (tests/corpus/graph-runs): each case's commands run through the real
+//! `bl`, with the same scripted fake agent CLIs first on PATH, and bl's
+//! exit codes, event log (type, idempotency key and payload of every
+//! event, in order) and final node states must equal what bounded-loops
+//! recorded. Commands run at `--concurrency 1`, where the order of events
+//! is defined; other tests check parallel runs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bl_e2e::{bl_binary, copy_tree, repo_root};
+use serde_json::Value;
+
+fn corpus() -> PathBuf {
+    repo_root().join("tests/corpus/graph-runs")
+}
+
+/// The one payload bl does not reproduce byte for byte: a publish
+/// receipt's `payload_digest` is bl's own (bounded-loops' formula is not
+/// observable from outside), so the receipt's digest differs too.
+const RECEIPT_DIGEST_CASES: &[&str] = &["publish_fires"];
+
+struct Replayed {
+    problems: Vec<String>,
+}
+
+/// A directory holding `bl`, for the commands' PATH.
+fn bin_dir() -> PathBuf {
+    bl_binary().parent().unwrap().to_path_buf()
+}
+
+fn events_of(run_dir: &Path) -> Vec<(String, String, Value)> {
+    let Ok(text) = std::fs::read_to_string(run_dir.join("controller-events.jsonl")) else {
+        return Vec::new();
+    };
+    text.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let key = v["idempotency_key"].as_str().unwrap();
+            (
+                v["event_type"].as_str().unwrap().to_string(),
+                key.split_once(':').unwrap().1.to_string(),
+                v["payload"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn mask_receipt(payload: &mut Value) {
+    if payload.get("artifact_digests").is_some() && payload["verdict"]["evidence_digest"].is_string() {
+        if payload["node_id"] == "pub" {
+            payload["artifact_digests"] = Value::from("<receipt>");
+            payload["verdict"]["evidence_digest"] = Value::from("<receipt>");
+        }
+    }
+}
+
+fn replay(case: &str) -> Replayed {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join(case);
+    copy_tree(&corpus().join(case), &dir);
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    let path = format!(
+        "{}:{}:{}",
+        dir.join("fake-bin").display(),
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut problems = Vec::new();
+    for command in expected["commands"].as_array().unwrap() {
+        let line = command["command"].as_str().unwrap();
+        let line = ["run --execute", "resume", "approve"]
+            .iter()
+            .fold(line.to_string(), |l, verb| {
+                l.replace(&format!("bl graph {verb}"), &format!("bl graph {verb} --concurrency 1"))
+            });
+        let out = Command::new("sh")
+            .args(["-c", &line])
+            .current_dir(&dir)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let code = match out.status.code() {
+            Some(137) | None => -9,
+            Some(c) => c,
+        };
+        if i64::from(code) != command["exit_code"].as_i64().unwrap() {
+            problems.push(format!(
+                "`{line}` exited {code}, bounded-loops {}\nstdout: {}\nstderr: {}",
+                command["exit_code"],
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    let mut got = events_of(&dir.join("run-dir"));
+    let mut want: Vec<(String, String, Value)> = expected["events"]
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .map(|e| {
+                    (
+                        e["type"].as_str().unwrap().to_string(),
+                        e["key"].as_str().unwrap().to_string(),
+                        e["payload"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if RECEIPT_DIGEST_CASES.contains(&case) {
+        for (_, _, p) in got.iter_mut().chain(want.iter_mut()) {
+            mask_receipt(p);
+        }
+    }
+    if let Some(i) = (0..got.len().max(want.len())).find(|&i| got.get(i) != want.get(i)) {
+        problems.push(format!(
+            "event {} differs\n  bl:             {:?}\n  bounded-loops:  {:?}",
+            i + 1,
+            got.get(i),
+            want.get(i)
+        ));
+    }
+    if let Some(final_) = expected.get("final") {
+        let out = Command::new(bl_binary())
+            .args(["graph", "status", "--run", "run-dir", "--json"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let status: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let mut nodes = serde_json::Map::new();
+        for n in status["nodes"].as_array().into_iter().flatten() {
+            nodes.insert(
+                n["node_id"].as_str().unwrap().to_string(),
+                serde_json::json!({"state": n["state"], "attempt": n["attempt"], "gate_passed": n["gate_passed"]}),
+            );
+        }
+        let got = serde_json::json!({"run_state": status["run_state"], "nodes": nodes});
+        if &got != final_ {
+            problems.push(format!("final states: bl {got}, bounded-loops {final_}"));
+        }
+    }
+    Replayed { problems }
+}
+
+#[test]
+fn every_recorded_case_ends_as_bounded_loops_ended_it() {
+    let mut cases: Vec<String> = std::fs::read_dir(corpus())
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            (e.file_type().unwrap().is_dir() && !name.starts_with('_')).then_some(name)
+        })
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 47, "the corpus has {} cases", cases.len());
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|case| {
+            let r = replay(case);
+            (!r.problems.is_empty()).then(|| format!("{case}:\n{}", r.problems.join("\n")))
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ from bounded-loops:\n\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n\n")
+    );
+}
