@@ -156,7 +156,13 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             decision,
             key,
             flags,
-        } => crate::graph_exec_cmd::approve(&run, &node, decision == "approved", key.as_deref(), &flags),
+        } => crate::graph_exec_cmd::approve(
+            &run,
+            &node,
+            decision == "approved",
+            key.as_deref(),
+            &flags,
+        ),
         GraphCommand::Resume { run, flags } => crate::graph_exec_cmd::resume(&run, &flags),
         GraphCommand::Digest { loop_dir } => digest(&loop_dir, crate::output::json()),
         GraphCommand::Init {

@@ -143,7 +143,9 @@ fn usd_to_micro(text: &str) -> Result<u64, CliError> {
         .parse()
         .map_err(|_| refused(format!("--max-cost-usd: '{text}' is not an amount")))?;
     if !(v.is_finite() && v >= 0.0) {
-        return Err(refused(format!("--max-cost-usd: '{text}' is not an amount")));
+        return Err(refused(format!(
+            "--max-cost-usd: '{text}' is not an amount"
+        )));
     }
     Ok((v * 1_000_000.0).round() as u64)
 }
@@ -220,8 +222,12 @@ pub fn run(
     out: &Path,
     flags: &DriveFlags,
 ) -> CliResult {
-    let bytes = crate::paths::read_capped(manifest, bl_graph::MAX_DOCUMENT_BYTES)
-        .map_err(|e| refused(format!("graph run: cannot read {} — {e}", manifest.display())))?;
+    let bytes = crate::paths::read_capped(manifest, bl_graph::MAX_DOCUMENT_BYTES).map_err(|e| {
+        refused(format!(
+            "graph run: cannot read {} — {e}",
+            manifest.display()
+        ))
+    })?;
     let graph = parse_graph(manifest, &bytes).map_err(|e| refused(format!("graph run: {e}")))?;
     let (conn_value, conns) = match connections {
         Some(p) => {
@@ -292,19 +298,26 @@ fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, CliError> {
             manifest.display()
         ))
     })?;
-    let graph = parse_graph(&manifest, &bytes)
-        .map_err(|e| refused(format!("error: graph {verb}: cannot reconstruct plan — {e}")))?;
+    let graph = parse_graph(&manifest, &bytes).map_err(|e| {
+        refused(format!(
+            "error: graph {verb}: cannot reconstruct plan — {e}"
+        ))
+    })?;
     let conn_path = dir.join("connections.json");
-    let conns = if conn_path.exists() {
-        let v = read_json(&conn_path, "connections")?;
-        Some(bl_graph::parse_connections(&v).map_err(|e| {
-            refused(format!("error: graph {verb}: {}: {e}", conn_path.display()))
-        })?)
-    } else {
-        None
-    };
-    let plan = compile(&graph, conns.as_deref())
-        .map_err(|e| refused(format!("error: graph {verb}: cannot reconstruct plan — {e}")))?;
+    let conns =
+        if conn_path.exists() {
+            let v = read_json(&conn_path, "connections")?;
+            Some(bl_graph::parse_connections(&v).map_err(|e| {
+                refused(format!("error: graph {verb}: {}: {e}", conn_path.display()))
+            })?)
+        } else {
+            None
+        };
+    let plan = compile(&graph, conns.as_deref()).map_err(|e| {
+        refused(format!(
+            "error: graph {verb}: cannot reconstruct plan — {e}"
+        ))
+    })?;
     let recorded = meta["plan_id"].as_str().unwrap_or_default();
     if recorded != plan.plan_id {
         return Err(refused(format!(
@@ -319,6 +332,28 @@ fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, CliError> {
         plan,
         meta,
     })
+}
+
+/// A controller killed mid-write leaves a torn last line: it was never a
+/// record, so it is moved aside (kept beside the log), and said so.
+fn recover_torn_tail(dir: &Path) -> Result<(), CliError> {
+    let log = dir.join(crate::run_adapters::EVENTS_FILE);
+    if !log.exists() {
+        return Ok(());
+    }
+    match bl_store::recover_torn_tail(&log) {
+        Ok(Some(tail)) => {
+            crate::output::errln!(
+                "note: the log's last line was torn ({} bytes, as after a crash); it was moved aside to {}.torn-{}",
+                tail.len,
+                log.display(),
+                tail.offset
+            );
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(e) => Err(refused(format!("error: {e}"))),
+    }
 }
 
 fn view_of(dir: &Path) -> Result<(RunView, Vec<Recorded>, bl_store::ChainHead), CliError> {
@@ -460,7 +495,9 @@ fn report_drive(run: &LoadedRun, end: &RunEnd, title: &str) -> CliResult {
                 run.dir.display()
             );
         }
-        RunEnd::Failed => outln!("Run did not succeed; inspect the event log in the run directory."),
+        RunEnd::Failed => {
+            outln!("Run did not succeed; inspect the event log in the run directory.")
+        }
         RunEnd::Succeeded => outln!("Verify it:  bl verify {}", run.dir.display()),
     }
     Ok(exit_of(end))
@@ -511,7 +548,9 @@ pub fn status(dir: &Path) -> CliResult {
         outln!("{}", python_json(&status));
         return Ok(Exit::Success);
     }
-    outln!("notice    : LOCAL/UNVERIFIED — status is read from a local event log; not verified by an Arena server.");
+    outln!(
+        "notice    : LOCAL/UNVERIFIED — status is read from a local event log; not verified by an Arena server."
+    );
     outln!("demonstration: False");
     outln!("run_state : {}", view.run_state);
     outln!("run_id    : {}", RUN_ID);
@@ -569,6 +608,7 @@ fn check_prompts(
 /// `bl graph resume --run D [--inputs J] [caps]`
 pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
     let run = load_run(dir, "resume")?;
+    recover_torn_tail(dir)?;
     let (view, _, _) = view_of(dir)?;
     if view.is_terminal() {
         outln!("run_state : {}", view.run_state);
@@ -651,7 +691,13 @@ pub fn approve(
             outln!("node '{node_id}' decision : {decision}");
             outln!("run_state : {}", view.run_state);
         }
-        return Ok(if paused { Exit::Paused } else if view.run_state == "FAILED" { Exit::Refused } else { Exit::Success });
+        return Ok(if paused {
+            Exit::Paused
+        } else if view.run_state == "FAILED" {
+            Exit::Refused
+        } else {
+            Exit::Success
+        });
     }
     let catalog = catalog(flags)?;
     let caps = caps(flags)?;
@@ -702,7 +748,9 @@ fn record_decision(
     key: Option<&Path>,
 ) -> Result<(), CliError> {
     let approvals = bl_store::Approvals::new(&run.dir);
-    let record = approvals.read().map_err(|e| refused(format!("error: {e}")))?;
+    let record = approvals
+        .read()
+        .map_err(|e| refused(format!("error: {e}")))?;
     let id = bl_store::approval_id(ORGANIZATION, PROJECT, RUN_ID, node);
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let actor = std::env::var("USER").unwrap_or_else(|_| "operator".into());
@@ -712,7 +760,10 @@ fn record_decision(
         f.read_exact(&mut nonce)
     });
     let key = match key {
-        Some(path) => Some(crate::keys_cmd::read_signing_key(path).map_err(|e| refused(format!("error: graph approve: {e}")))?),
+        Some(path) => Some(
+            crate::keys_cmd::read_signing_key(path)
+                .map_err(|e| refused(format!("error: graph approve: {e}")))?,
+        ),
         None => None,
     };
     let result = if approved {
@@ -722,7 +773,11 @@ fn record_decision(
                 bl_store::approvals::Commit {
                     approval_id: id.clone(),
                     new_resource_version: 0,
-                    idempotency_key: if round == 0 { id.clone() } else { format!("{id}:r{round}") },
+                    idempotency_key: if round == 0 {
+                        id.clone()
+                    } else {
+                        format!("{id}:r{round}")
+                    },
                     node_id: node.into(),
                     actor_id: ORGANIZATION.into(),
                     decided_by: actor,

@@ -37,7 +37,9 @@ impl Progress {
         }
         let node = event.payload["node_id"].as_str().unwrap_or_default();
         let line = match event.kind {
-            "node.running" if self.terminal => format!("  … {node} running (attempt {})", event.payload["attempt"]),
+            "node.running" if self.terminal => {
+                format!("  … {node} running (attempt {})", event.payload["attempt"])
+            }
             "node.succeeded" => {
                 self.done += 1;
                 format!("  ✓ {node}")
@@ -45,7 +47,10 @@ impl Progress {
             "node.failed" => {
                 self.done += 1;
                 self.failed += 1;
-                format!("  ✗ {node} ({})", event.payload["cause"].as_str().unwrap_or_default())
+                format!(
+                    "  ✗ {node} ({})",
+                    event.payload["cause"].as_str().unwrap_or_default()
+                )
             }
             "node.skipped" => {
                 self.done += 1;

@@ -18,9 +18,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use crate::events::{
-    self, At, AttemptFailure, BudgetPause, Cause, Event, Route, Usage, Verdict,
-};
+use crate::events::{self, At, AttemptFailure, BudgetPause, Cause, Event, Route, Usage, Verdict};
 use crate::machine::{AttemptEnd, Machine, NodeState, RunStatus, Transition};
 use crate::schedule::{Driver, NodeInfo, Schedule};
 
@@ -417,7 +415,11 @@ impl Controller<'_, '_> {
             } else {
                 "execution policy denied worker".to_string()
             };
-            self.end(node, Ended::Failed(stop(Cause::PolicyDenied, reason)), round)?;
+            self.end(
+                node,
+                Ended::Failed(stop(Cause::PolicyDenied, reason)),
+                round,
+            )?;
             return Ok(None);
         }
         let started_before = self.ports.journal.recorded(&at.running().key).is_some();
@@ -465,16 +467,20 @@ impl Controller<'_, '_> {
             self.record(&at.redrive(prior + 1))?;
             execution = execution.max(prior + 2);
         }
-        let request = self.settings.prompts.get(&info.id).map(|prompt| WorkRequest {
-            node_id: info.id.clone(),
-            attempt,
-            execution,
-            round,
-            prompt: prompt.clone(),
-            binding: info.binding.clone().expect("a worker node has a binding"),
-            isolation: info.isolation.clone(),
-            deadline: info.deadline,
-        });
+        let request = self
+            .settings
+            .prompts
+            .get(&info.id)
+            .map(|prompt| WorkRequest {
+                node_id: info.id.clone(),
+                attempt,
+                execution,
+                round,
+                prompt: prompt.clone(),
+                binding: info.binding.clone().expect("a worker node has a binding"),
+                isolation: info.isolation.clone(),
+                deadline: info.deadline,
+            });
         Ok(Some((
             InFlight {
                 node,
@@ -499,7 +505,11 @@ impl Controller<'_, '_> {
             attempt,
             round,
         };
-        if let Some(p) = self.ports.journal.recorded(&at.succeeded(&[], None, None).key) {
+        if let Some(p) = self
+            .ports
+            .journal
+            .recorded(&at.succeeded(&[], None, None).key)
+        {
             return Some(Ended::Succeeded {
                 digests: digests_of(&p),
                 verdict: p.get("verdict").map(|v| Verdict {
@@ -546,9 +556,10 @@ impl Controller<'_, '_> {
                 verdict: None,
                 artifact_digests: Vec::new(),
             }),
-            WorkReply::Contract(reason) => {
-                Ended::Failed(stop(Cause::WorkerContract, format!("local-CLI node '{}': {reason}", info.id)))
-            }
+            WorkReply::Contract(reason) => Ended::Failed(stop(
+                Cause::WorkerContract,
+                format!("local-CLI node '{}': {reason}", info.id),
+            )),
             WorkReply::Reply { .. } if info.max_tokens.is_some() && usage.is_none() => {
                 Ended::Failed(stop(
                     Cause::BudgetUnmeasurable,
@@ -560,7 +571,10 @@ impl Controller<'_, '_> {
             }
             WorkReply::Reply { bytes, .. } => {
                 self.record(&at.gating())?;
-                let digest = self.ports.artifacts.put(&bytes, "text/plain", flight.attempt)?;
+                let digest = self
+                    .ports
+                    .artifacts
+                    .put(&bytes, "text/plain", flight.attempt)?;
                 let verdict = gate_reply(&info, &bytes);
                 if verdict.passed {
                     Ended::Succeeded {
@@ -610,12 +624,26 @@ impl Controller<'_, '_> {
         let mut queue: std::collections::VecDeque<Transition> = transitions.into();
         while let Some(t) = queue.pop_front() {
             match t {
-                Transition::Started { .. } | Transition::Retrying { .. } | Transition::Halted { .. } => {}
-                Transition::Succeeded { node, attempt, round } => {
+                Transition::Started { .. }
+                | Transition::Retrying { .. }
+                | Transition::Halted { .. } => {}
+                Transition::Succeeded {
+                    node,
+                    attempt,
+                    round,
+                } => {
                     let id = self.info(node).id.clone();
-                    let at = At { node: &id, attempt, round };
+                    let at = At {
+                        node: &id,
+                        attempt,
+                        round,
+                    };
                     let event = match self.ended[node].take() {
-                        Some(Ended::Succeeded { digests, verdict, route }) => {
+                        Some(Ended::Succeeded {
+                            digests,
+                            verdict,
+                            route,
+                        }) => {
                             let e = at.succeeded(&digests, route.as_ref(), verdict.as_ref());
                             self.produced[node] = digests;
                             e
@@ -624,7 +652,12 @@ impl Controller<'_, '_> {
                     };
                     self.record(&event)?;
                 }
-                Transition::Failed { node, attempt, round, .. } => {
+                Transition::Failed {
+                    node,
+                    attempt,
+                    round,
+                    ..
+                } => {
                     let id = self.info(node).id.clone();
                     let max = self.info(node).max_attempts;
                     let failure = match self.ended[node].take() {
@@ -633,7 +666,11 @@ impl Controller<'_, '_> {
                     };
                     let attempt = attempt.max(1);
                     let exhausted = max > 1 && attempt >= max && failure.cause.retryable();
-                    let at = At { node: &id, attempt, round };
+                    let at = At {
+                        node: &id,
+                        attempt,
+                        round,
+                    };
                     let event = at.failed(&failure, exhausted);
                     self.record(&event)?;
                 }
@@ -644,7 +681,11 @@ impl Controller<'_, '_> {
                 }
                 Transition::AwaitingApproval { node, round } => {
                     let id = self.info(node).id.clone();
-                    let at = At { node: &id, attempt: 1, round };
+                    let at = At {
+                        node: &id,
+                        attempt: 1,
+                        round,
+                    };
                     self.record(&at.ready())?;
                     self.record(&at.awaiting_approval())?;
                     if let Some(approved) = self.ports.decisions.decision(&id, round) {
@@ -663,11 +704,19 @@ impl Controller<'_, '_> {
                 }
                 Transition::Approved { node, round } => {
                     let id = self.info(node).id.clone();
-                    let at = At { node: &id, attempt: 1, round };
+                    let at = At {
+                        node: &id,
+                        attempt: 1,
+                        round,
+                    };
                     self.record(&at.succeeded(&[], None, None))?;
                 }
                 Transition::Rejected { .. } => {}
-                Transition::RepairRound { round, trigger, target } => {
+                Transition::RepairRound {
+                    round,
+                    trigger,
+                    target,
+                } => {
                     let e = events::repair_round(
                         round,
                         &self.info(trigger).id.clone(),
@@ -719,17 +768,29 @@ impl Controller<'_, '_> {
         let Driver::Join(mode) = info.driver else {
             unreachable!("a join node")
         };
-        let at = At { node: &info.id, attempt, round };
+        let at = At {
+            node: &info.id,
+            attempt,
+            round,
+        };
         self.record(&at.spend(1, None))?;
         self.record(&at.gating())?;
         let parents: Vec<Value> = info
             .incoming
             .iter()
             .map(|&(from, guard)| {
-                json!([self.info(from).id, state_name(self.machine.state(from)), guard])
+                json!([
+                    self.info(from).id,
+                    state_name(self.machine.state(from)),
+                    guard
+                ])
             })
             .collect();
-        let ids: Vec<&str> = info.incoming.iter().map(|&(from, _)| self.info(from).id.as_str()).collect();
+        let ids: Vec<&str> = info
+            .incoming
+            .iter()
+            .map(|&(from, _)| self.info(from).id.as_str())
+            .collect();
         let evidence = json!({
             "join_mode": bl_graph::model::Named::name(mode),
             "node_id": info.id,
@@ -770,7 +831,11 @@ impl Controller<'_, '_> {
         policy: &str,
     ) -> Result<(), RunError> {
         let info = self.info(node).clone();
-        let at = At { node: &info.id, attempt, round };
+        let at = At {
+            node: &info.id,
+            attempt,
+            round,
+        };
         self.record(&at.spend(1, None))?;
         self.record(&at.gating())?;
         let mut upstream: Vec<String> = info
@@ -781,8 +846,10 @@ impl Controller<'_, '_> {
         upstream.sort();
         upstream.dedup();
         let payload_digest = bl_core::sha256_hex(
-            bl_core::canonical_json(&json!({"node_id": info.id, "upstream_artifact_digests": upstream}))
-                .as_bytes(),
+            bl_core::canonical_json(
+                &json!({"node_id": info.id, "upstream_artifact_digests": upstream}),
+            )
+            .as_bytes(),
         );
         // Durable before the effect: what led here is on disk first.
         self.ports.journal.sync()?;
@@ -795,10 +862,10 @@ impl Controller<'_, '_> {
                     "publication_policy": policy, "upstream_artifact_count": upstream.len(),
                 });
                 let bytes = bl_core::python_json(&receipt);
-                let digest = self
-                    .ports
-                    .artifacts
-                    .put(bytes.as_bytes(), "application/json", attempt)?;
+                let digest =
+                    self.ports
+                        .artifacts
+                        .put(bytes.as_bytes(), "application/json", attempt)?;
                 Ended::Succeeded {
                     digests: vec![digest.clone()],
                     verdict: Some(Verdict {
@@ -834,11 +901,17 @@ pub fn gate_reply(info: &NodeInfo, bytes: &[u8]) -> Verdict {
     let (passed, reason) = if bytes.is_empty() {
         (false, format!("node '{id}' produced an empty reply"))
     } else if std::str::from_utf8(bytes).is_err() {
-        (false, format!("node '{id}' produced a reply that is not UTF-8"))
+        (
+            false,
+            format!("node '{id}' produced a reply that is not UTF-8"),
+        )
     } else if info.kind == bl_graph::model::NodeKind::Publish {
         match serde_json::from_slice::<Value>(bytes) {
             Ok(Value::Object(_)) => (true, format!("publish receipt verified for node '{id}'")),
-            Ok(_) => (false, format!("publish node '{id}' receipt is not a JSON object")),
+            Ok(_) => (
+                false,
+                format!("publish node '{id}' receipt is not a JSON object"),
+            ),
             Err(e) => (
                 false,
                 format!(

@@ -357,16 +357,13 @@ impl Machine {
                 if self.states[node] != NodeState::Pending {
                     continue;
                 }
-                match self.admission(node) {
-                    Some(false) => {
-                        self.states[node] = NodeState::Skipped;
-                        out.push(Transition::Skipped {
-                            node,
-                            round: self.round,
-                        });
-                        changed = true;
-                    }
-                    _ => {}
+                if self.admission(node) == Some(false) {
+                    self.states[node] = NodeState::Skipped;
+                    out.push(Transition::Skipped {
+                        node,
+                        round: self.round,
+                    });
+                    changed = true;
                 }
             }
             if !changed {

@@ -109,7 +109,10 @@ pub fn project<'a>(events: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Ru
 fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
     let attempt = p["attempt"].as_u64();
     match kind {
-        "node.ready" | "node.starting" | "node.running" | "node.gating"
+        "node.ready"
+        | "node.starting"
+        | "node.running"
+        | "node.gating"
         | "node.awaiting_approval" => {
             node.state = p["state"].as_str().unwrap_or_default().to_string();
             node.attempt = attempt.unwrap_or(node.attempt);

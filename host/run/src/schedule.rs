@@ -108,7 +108,9 @@ impl Schedule {
                 _ => Driver::Unsupported,
             };
             let repair_target = match &node.on_failure {
-                bl_graph::model::OnFailure::Repair { target } => index.get(target.as_str()).copied(),
+                bl_graph::model::OnFailure::Repair { target } => {
+                    index.get(target.as_str()).copied()
+                }
                 _ => None,
             };
             let join = match node.kind {

@@ -126,8 +126,15 @@ impl PrivateDirs {
 }
 
 /// Clears the environment down to PATH, HOME, TMPDIR and LANG.
-pub(crate) fn scrub_env(command: &mut Command, home: &Path, tmp: &Path, granted: &[(String, String)]) {
-    command.env_clear().envs(granted.iter().map(|(k, v)| (k, v)));
+pub(crate) fn scrub_env(
+    command: &mut Command,
+    home: &Path,
+    tmp: &Path,
+    granted: &[(String, String)],
+) {
+    command
+        .env_clear()
+        .envs(granted.iter().map(|(k, v)| (k, v)));
     command
         .env("PATH", SCRUBBED_PATH)
         .env("HOME", home)

@@ -35,9 +35,14 @@ impl Envelope {
     }
 
     fn parse(name: &str) -> Option<Envelope> {
-        [Envelope::Plain, Envelope::Claude, Envelope::Grok, Envelope::Agy]
-            .into_iter()
-            .find(|e| e.name() == name)
+        [
+            Envelope::Plain,
+            Envelope::Claude,
+            Envelope::Grok,
+            Envelope::Agy,
+        ]
+        .into_iter()
+        .find(|e| e.name() == name)
     }
 
     /// Whether spend on this CLI can be metered.
@@ -157,7 +162,14 @@ impl Catalog {
         use PromptVia::*;
         let profiles = [
             shipped("claude", &["-p"], Stdin, &[], None, Claude),
-            shipped("codex", &["exec", "--skip-git-repo-check"], Arg, &[], None, Plain),
+            shipped(
+                "codex",
+                &["exec", "--skip-git-repo-check"],
+                Arg,
+                &[],
+                None,
+                Plain,
+            ),
             shipped("muse", &["exec"], Arg, &[], None, Plain),
             shipped("dsh", &[], Arg, &[], None, Plain),
             shipped("grok", &["-p"], Arg, &[], None, Grok),
@@ -200,7 +212,10 @@ impl Catalog {
         })?;
         for (name, table) in parsed.providers {
             let at = format!("/providers/{name}");
-            let unknown: Vec<&String> = table.keys().filter(|k| !KEYS.contains(&k.as_str())).collect();
+            let unknown: Vec<&String> = table
+                .keys()
+                .filter(|k| !KEYS.contains(&k.as_str()))
+                .collect();
             if !unknown.is_empty() {
                 return Err(err(
                     at,
@@ -227,17 +242,23 @@ impl Catalog {
                             })
                         })
                         .collect(),
-                    Some(_) => Err(err(format!("{at}/{key}"), "must be a list of strings".into())),
+                    Some(_) => Err(err(
+                        format!("{at}/{key}"),
+                        "must be a list of strings".into(),
+                    )),
                 }
             };
             let env_grant = list_of("env_grant")?;
-            if let Some(bad) = env_grant
-                .iter()
-                .find(|n| n.contains('=') || n.is_empty() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
-            {
+            if let Some(bad) = env_grant.iter().find(|n| {
+                n.contains('=')
+                    || n.is_empty()
+                    || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            }) {
                 return Err(err(
                     format!("{at}/env_grant"),
-                    format!("'{bad}' is not an environment variable NAME; a catalog names variables and never carries their values"),
+                    format!(
+                        "'{bad}' is not an environment variable NAME; a catalog names variables and never carries their values"
+                    ),
                 ));
             }
             let prompt_via = match text_of("prompt_via")?.as_deref() {
@@ -290,8 +311,14 @@ mod tests {
         assert_eq!(
             argv,
             [
-                "agy", "-p", "hi", "--dangerously-skip-permissions", "--add-dir", "/w",
-                "--output-format", "json"
+                "agy",
+                "-p",
+                "hi",
+                "--dangerously-skip-permissions",
+                "--add-dir",
+                "/w",
+                "--output-format",
+                "json"
             ]
         );
         let (argv, _) = c.get("codex").unwrap().argv(Path::new("codex"), "hi", ws);
@@ -304,7 +331,9 @@ mod tests {
         c.merge_toml("p.toml", "[providers.foo]\nbinary = \"foo-cli\"\nprompt_via = \"arg\"\nenv_grant = [\"FOO_KEY\"]\n")
             .unwrap();
         assert_eq!(c.get("foo").unwrap().binary, "foo-cli");
-        let e = c.merge_toml("p.toml", "[providers.foo]\nbogus = 1\n").unwrap_err();
+        let e = c
+            .merge_toml("p.toml", "[providers.foo]\nbogus = 1\n")
+            .unwrap_err();
         assert!(e.to_string().contains("/providers/foo"), "{e}");
         let e = c
             .merge_toml("p.toml", "[providers.foo]\nenv_grant = [\"KEY=sk-123\"]\n")

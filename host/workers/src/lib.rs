@@ -22,6 +22,9 @@ pub use catalog::{Catalog, CatalogError, Envelope, Profile, PromptVia};
 /// The most bytes of a reply kept; a longer one is a worker fault.
 pub const REPLY_CAP: usize = 8 << 20;
 
+/// Reads one variable of the operator's environment.
+type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Runs agent CLIs on this machine.
 pub struct LocalCli {
     catalog: Catalog,
@@ -30,7 +33,7 @@ pub struct LocalCli {
     /// The PATH the CLIs are looked up in (the operator's).
     search_path: Option<std::ffi::OsString>,
     /// The operator's environment, for the names a profile is granted.
-    lookup: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    lookup: EnvLookup,
 }
 
 impl LocalCli {

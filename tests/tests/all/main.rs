@@ -6,6 +6,7 @@
 mod egress_cli;
 mod egress_sandbox;
 mod graph_cli;
+mod graph_exec;
 mod graph_runs;
 mod hostile_input;
 mod plugin_cli;

@@ -1,0 +1,337 @@
+//! The graph executor beyond the recorded corpus: parallel nodes, a
+//! controller killed with SIGKILL at random points and resumed, and a
+//! local_cli node caged by bubblewrap (process_restricted: no network).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use bl_e2e::{bl_binary, copy_tree, repo_root};
+use serde_json::{Value, json};
+
+/// A fan-out graph: `a`, then `b1..bN` in parallel, a join `j`, and a
+/// publish node `pub` that fires once.
+fn fan_out(n: usize, isolation: &str) -> (Value, Value) {
+    let node = |id: &str, inputs: Value| {
+        json!({"id": id, "kind": "research_claim", "inputs": inputs, "outputs": {"out": "text"},
+               "budget": {"max_attempts": 1, "max_wallclock_s": 60}, "effects": ["read_only"],
+               "isolation": isolation, "connection_slot": format!("slot-{id}")})
+    };
+    let mut nodes = vec![node("a", json!({}))];
+    let mut edges = Vec::new();
+    let mut join_inputs = serde_json::Map::new();
+    for i in 1..=n {
+        let id = format!("b{i}");
+        nodes.push(node(&id, json!({"in_a": "text"})));
+        edges.push(json!({"from_node": "a", "from_port": "out", "to_node": id, "to_port": "in_a"}));
+        edges.push(json!({"from_node": id, "from_port": "out", "to_node": "j", "to_port": format!("in_{id}")}));
+        join_inputs.insert(format!("in_{id}"), json!("text"));
+    }
+    nodes.push(
+        json!({"id": "j", "kind": "join", "inputs": join_inputs, "outputs": {"out": "text"},
+        "budget": {"max_attempts": 1, "max_wallclock_s": 60}, "effects": ["read_only"],
+        "isolation": "workspace_only", "mode": "all_successful"}),
+    );
+    nodes.push(json!({"id": "pub", "kind": "publish", "inputs": {"in_j": "text"}, "outputs": {"out": "text"},
+        "budget": {"max_attempts": 1, "max_wallclock_s": 60}, "effects": ["workspace_write"],
+        "isolation": "workspace_only", "publication_policy": "local-ledger"}));
+    edges.push(json!({"from_node": "j", "from_port": "out", "to_node": "pub", "to_port": "in_j"}));
+    let slots: Vec<Value> = nodes
+        .iter()
+        .filter_map(|n| n["connection_slot"].as_str())
+        .map(|s| json!({"id": s, "requires": ["chat"], "data_class_max": "internal"}))
+        .collect();
+    let connections: Vec<Value> = slots
+        .iter()
+        .map(|s| {
+            let slot = s["id"].as_str().unwrap();
+            json!({"binding_id": format!("bind-{slot}"), "slot_id": slot, "connector_id": "local_cli",
+                "connector_version": "1.0.0", "connection_id": format!("conn-{slot}"),
+                "admission_digest": format!("sha256:{}", "1".repeat(64)),
+                "route_policy_digest": format!("sha256:{}", "2".repeat(64)),
+                "provider_id": "claude", "model_target": "fake-model", "region": "local",
+                "fallback": false, "capabilities": ["chat"], "data_class_max": "internal",
+                "allowed_effects": ["read_only", "workspace_write"], "isolation": isolation,
+                "transport": "local_cli", "admitted": true})
+        })
+        .collect();
+    let manifest = json!({"api_version": "bounded-loops.dev/graph/v1", "graph_id": "fan-out",
+        "version": "1.0.0", "nodes": nodes, "edges": edges, "connection_slots": slots,
+        "policies": {"data_class": "internal", "fail_mode": "fail_closed"}});
+    (manifest, Value::Array(connections))
+}
+
+/// A case directory with the manifest, connections, inputs and the fake
+/// agent CLIs of the recorded corpus.
+fn case_dir(root: &Path, n: usize, isolation: &str, prompt: &str) -> PathBuf {
+    let dir = root.to_path_buf();
+    copy_tree(
+        &repo_root().join("tests/corpus/graph-runs/chain_succeeds/fake-bin"),
+        &dir.join("fake-bin"),
+    );
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    let (manifest, connections) = fan_out(n, isolation);
+    let mut inputs = serde_json::Map::new();
+    inputs.insert("a".into(), json!("ok"));
+    for i in 1..=n {
+        inputs.insert(format!("b{i}"), json!(prompt));
+    }
+    let write = |name: &str, v: &Value| {
+        std::fs::write(dir.join(name), serde_json::to_vec_pretty(v).unwrap()).unwrap()
+    };
+    write("manifest.json", &manifest);
+    write("connections.json", &connections);
+    write("inputs.json", &Value::Object(inputs));
+    dir
+}
+
+fn path_with_fakes(dir: &Path) -> String {
+    format!(
+        "{}:{}",
+        dir.join("fake-bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+fn bl_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(bl_binary())
+        .args(args)
+        .current_dir(dir)
+        .env("PATH", path_with_fakes(dir))
+        .output()
+        .unwrap()
+}
+
+fn run_args<'a>(out: &'a str, concurrency: &'a str) -> Vec<&'a str> {
+    vec![
+        "graph",
+        "run",
+        "--execute",
+        "manifest.json",
+        "--connections",
+        "connections.json",
+        "--inputs",
+        "inputs.json",
+        "--out",
+        out,
+        "--concurrency",
+        concurrency,
+    ]
+}
+
+fn events(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("controller-events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn final_states(dir: &Path, run: &str) -> Value {
+    let out = bl_in(dir, &["graph", "status", "--run", run, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes: serde_json::Map<String, Value> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node_id"].as_str().unwrap().to_string(),
+                n["state"].clone(),
+            )
+        })
+        .collect();
+    json!({"run_state": status["run_state"], "nodes": nodes})
+}
+
+#[test]
+fn ready_nodes_run_in_parallel_and_end_as_a_sequential_run_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 6, "workspace_only", "sleep:0.5");
+    let one = bl_in(&dir, &run_args("one", "1"));
+    assert_eq!(
+        one.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+    let eight = bl_in(&dir, &run_args("eight", "8"));
+    assert_eq!(
+        eight.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&eight.stderr)
+    );
+    assert_eq!(final_states(&dir, "one"), final_states(&dir, "eight"));
+
+    // The same events, in another order: keys and payloads are per node.
+    let set = |run: &str| {
+        let mut v: Vec<String> = events(&dir.join(run))
+            .iter()
+            .map(|e| format!("{} {}", e["idempotency_key"], e["payload"]))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(set("one"), set("eight"));
+
+    // Parallel: at concurrency 8 every b-node is running before any
+    // returns; at 1, each returns before the next runs.
+    let running_before_first_spend = |run: &str| {
+        let all = events(&dir.join(run));
+        let a_done = all
+            .iter()
+            .position(|e| e["event_type"] == "node.succeeded" && e["payload"]["node_id"] == "a")
+            .unwrap();
+        all[a_done + 1..]
+            .iter()
+            .take_while(|e| e["event_type"] != "node.spend")
+            .filter(|e| e["event_type"] == "node.running")
+            .count()
+    };
+    assert_eq!(running_before_first_spend("eight"), 6);
+    assert_eq!(running_before_first_spend("one"), 1);
+
+    // The publish fired once, through the ledger.
+    let ledger: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("eight/published-effects.json")).unwrap())
+            .unwrap();
+    assert_eq!(ledger.as_object().unwrap().len(), 1);
+    let verify = bl_in(&dir, &["verify", "eight"]);
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
+
+/// A small deterministic generator, so a failure names a reproducible delay.
+fn delays(count: usize) -> Vec<u64> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..count)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % 1_400
+        })
+        .collect()
+}
+
+#[test]
+fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 4, "workspace_only", "sleep:0.2");
+    let reference = bl_in(&dir, &run_args("reference", "2"));
+    assert_eq!(reference.status.code(), Some(0));
+    let want = final_states(&dir, "reference");
+    for (i, delay) in delays(50).into_iter().enumerate() {
+        let run = format!("killed-{i}");
+        let mut child = Command::new(bl_binary())
+            .args(run_args(&run, "2"))
+            .current_dir(&dir)
+            .env("PATH", path_with_fakes(&dir))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+        let run_dir = dir.join(&run);
+        if !run_dir.join("run-meta.json").exists()
+            || !run_dir.join("controller-events.jsonl").exists()
+        {
+            // Killed before the run began: nothing to resume, start again.
+            let _ = std::fs::remove_dir_all(&run_dir);
+            let again = bl_in(&dir, &run_args(&run, "2"));
+            assert_eq!(
+                again.status.code(),
+                Some(0),
+                "run {i}: {}",
+                String::from_utf8_lossy(&again.stderr)
+            );
+        }
+        let mut resumes = 0;
+        loop {
+            let out = bl_in(
+                &dir,
+                &[
+                    "graph",
+                    "resume",
+                    "--run",
+                    &run,
+                    "--inputs",
+                    "inputs.json",
+                    "--concurrency",
+                    "2",
+                ],
+            );
+            if out.status.code() == Some(0) {
+                break;
+            }
+            resumes += 1;
+            assert!(
+                resumes < 3,
+                "run {i} (killed after {delay} ms) does not resume: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert_eq!(
+            final_states(&dir, &run),
+            want,
+            "run {i}, killed after {delay} ms"
+        );
+        let verify = bl_in(&dir, &["verify", &run]);
+        assert!(
+            verify.status.success(),
+            "run {i}: {}",
+            String::from_utf8_lossy(&verify.stdout)
+        );
+        // No effect fired twice, and no node succeeded twice.
+        let ledger: Value =
+            serde_json::from_slice(&std::fs::read(run_dir.join("published-effects.json")).unwrap())
+                .unwrap();
+        assert_eq!(ledger.as_object().unwrap().len(), 1, "run {i}");
+        let intents =
+            std::fs::read_to_string(run_dir.join("published-effects.intents.jsonl")).unwrap();
+        assert_eq!(
+            intents.matches("\"published\"").count(),
+            1,
+            "run {i}: {intents}"
+        );
+        let succeeded: Vec<String> = events(&run_dir)
+            .iter()
+            .filter(|e| e["event_type"] == "node.succeeded")
+            .map(|e| e["payload"]["node_id"].as_str().unwrap().to_string())
+            .collect();
+        let mut unique = succeeded.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), succeeded.len(), "run {i}: {succeeded:?}");
+    }
+}
+
+#[test]
+fn a_process_restricted_node_runs_caged_by_bubblewrap() {
+    if !bl_e2e::cage_works() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 1, "process_restricted", "ok");
+    let out = bl_in(&dir, &run_args("caged", "2"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(final_states(&dir, "caged")["run_state"], "SUCCEEDED");
+}
