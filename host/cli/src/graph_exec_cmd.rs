@@ -68,6 +68,8 @@ fn refused(message: impl Into<String>) -> CliError {
 fn read_json(path: &Path, what: &str) -> Result<Value, CliError> {
     let bytes = crate::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES)
         .map_err(|e| refused(format!("cannot read {what} {} — {e}", path.display())))?;
+    bl_graph::check_size(bytes.len(), bl_graph::Format::Json)
+        .map_err(|e| refused(format!("{}: {what} refused: {e}", path.display())))?;
     serde_json::from_slice(&bytes).map_err(|e| {
         refused(format!(
             "{}: {what} is not valid JSON (line {}, column {}): {e}",
@@ -228,6 +230,8 @@ pub fn run(
             manifest.display()
         ))
     })?;
+    bl_graph::check_size(bytes.len(), bl_graph::Format::Yaml)
+        .map_err(|e| refused(format!("graph run: {}: {e}", manifest.display())))?;
     let graph = parse_graph(manifest, &bytes).map_err(|e| refused(format!("graph run: {e}")))?;
     let (conn_value, conns) = match connections {
         Some(p) => {
@@ -376,7 +380,7 @@ fn drive(
     let mut journal = LogJournal::open(&run.dir, identity(&run.plan))
         .map_err(|e| refused(format!("error: {e}")))?;
     let artifacts = RunArtifacts {
-        store: bl_store::ArtifactStore::new(run.dir.join("artifacts"), 64 << 20),
+        store: bl_store::ArtifactStore::with_group_commit(run.dir.join("artifacts"), 64 << 20),
         organization_id: ORGANIZATION.into(),
         project_id: PROJECT.into(),
         sensitivity: schedule.data_class.clone(),

@@ -123,6 +123,12 @@ impl Artifacts for RunArtifacts {
             )
             .map_err(|e| RunError::Artifacts(e.to_string()))
     }
+
+    fn sync(&self) -> Result<(), RunError> {
+        self.store
+            .sync()
+            .map_err(|e| RunError::Artifacts(e.to_string()))
+    }
 }
 
 /// Decisions from the run's approvals.json.

@@ -245,6 +245,7 @@ fn run_command(
         // written; under --json it is captured into the answer instead.
         stream: !crate::output::json(),
         env: Vec::new(),
+        private_dir: None,
     };
     let proxy = match start_allowlist_proxy(tier) {
         Ok(proxy) => proxy,

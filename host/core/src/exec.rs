@@ -30,6 +30,12 @@ pub struct CommandSpec {
     /// Variables set on top of the scrubbed environment (the names a
     /// provider profile was granted, with the operator's values).
     pub env: Vec<(String, String)>,
+    /// A directory the caller made for this command alone, used as its
+    /// HOME and TMPDIR. `None`: the adapter makes a private one and
+    /// removes it afterwards. (A graph run keeps one per node attempt in
+    /// the run directory, and so avoids creating and deleting directories
+    /// for every node.)
+    pub private_dir: Option<PathBuf>,
 }
 
 /// What a finished (or killed) command left behind.

@@ -61,7 +61,7 @@ impl Format {
 
 /// The largest manifest or connections document read, in bytes. Real ones
 /// are a few KiB; the cap keeps reading bounded in time and memory.
-pub const MAX_DOCUMENT_BYTES: usize = 4 << 20;
+pub const MAX_DOCUMENT_BYTES: usize = 16 << 20;
 
 /// Refuses a document longer than [`MAX_DOCUMENT_BYTES`] with the format's
 /// parse code (`invalid_yaml` or `invalid_json`), naming the limit. Readers

@@ -194,6 +194,7 @@ fn admit<'c>(
     node: &GraphNode,
     slot: &Slot,
     connections: &'c [Connection],
+    by_slot: &std::collections::HashMap<&str, Vec<&'c Connection>>,
 ) -> Result<&'c Connection, CompileError> {
     let at = format!("/nodes/{}/connection_slot", node.id);
     if connections.is_empty() {
@@ -203,10 +204,8 @@ fn admit<'c>(
             "no connections were provided — pass a connections.json via --connections or supply connections programmatically",
         );
     }
-    let mut candidates: Vec<&Connection> = connections
-        .iter()
-        .filter(|c| c.slot_id == slot.id)
-        .collect();
+    let mut candidates: Vec<&Connection> =
+        by_slot.get(slot.id.as_str()).cloned().unwrap_or_default();
     if candidates.is_empty() {
         let available: BTreeSet<String> = connections.iter().map(|c| c.slot_id.clone()).collect();
         let available: Vec<String> = available.into_iter().collect();
@@ -340,18 +339,23 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
                 "compile requires --connections for connection-bound nodes",
             );
         };
+        // Indexed once: a graph of n slots and n candidates compiles in
+        // O(n log n), not O(n²).
+        let slots: std::collections::HashMap<&str, &Slot> =
+            graph.slots.iter().map(|s| (s.id.as_str(), s)).collect();
+        let mut by_slot: std::collections::HashMap<&str, Vec<&Connection>> =
+            std::collections::HashMap::new();
+        for c in connections {
+            by_slot.entry(c.slot_id.as_str()).or_default().push(c);
+        }
         for node in &graph.nodes {
             let Some(slot_id) = &node.connection_slot else {
                 continue;
             };
-            let slot = graph
-                .slots
-                .iter()
-                .find(|s| &s.id == slot_id)
-                .expect("validated slot reference");
+            let slot = slots[slot_id.as_str()];
             node_bindings.insert(
                 node.id.clone(),
-                admit(graph, node, slot, connections)?.clone(),
+                admit(graph, node, slot, connections, &by_slot)?.clone(),
             );
         }
     }

@@ -313,6 +313,7 @@ impl command::Host for HostState {
             output_cap: self.limits.command_output_bytes,
             stream: false,
             env: Vec::new(),
+            private_dir: None,
         };
         let result = match runner.run(&spec) {
             Ok(result) => Ok(command::CommandOutput {

@@ -90,6 +90,9 @@ pub trait Journal {
 /// The run's content-addressed artifact store.
 pub trait Artifacts {
     fn put(&self, bytes: &[u8], media_type: &str, attempt: u32) -> Result<String, RunError>;
+    /// Makes every artifact put so far durable (one group commit); called
+    /// before the log is synced, so a durable event never names a lost file.
+    fn sync(&self) -> Result<(), RunError>;
 }
 
 /// Human decisions, by node and repair round.
@@ -215,7 +218,7 @@ pub async fn drive(
     loop {
         // Start what may start, lowest plan position first.
         while c.pause.is_none() && running.len() < concurrency {
-            let Some(node) = c.machine.ready().into_iter().find(|n| !busy.contains(n)) else {
+            let Some(node) = c.machine.first_ready().filter(|n| !busy.contains(n)) else {
                 break;
             };
             if let Some(work) = c.dispatch(node)? {
@@ -237,7 +240,7 @@ pub async fn drive(
         busy.remove(&flight.node);
         c.complete(flight, reply)?;
     }
-    c.ports.journal.sync()?;
+    c.sync()?;
     if let Some(pause) = c.pause.take() {
         return Ok(RunEnd::BudgetPaused(pause));
     }
@@ -260,7 +263,7 @@ pub async fn drive(
             RunEnd::Failed
         }
     };
-    c.ports.journal.sync()?;
+    c.sync()?;
     Ok(end)
 }
 
@@ -311,6 +314,12 @@ fn digests_of(payload: &Value) -> Vec<String> {
 }
 
 impl Controller<'_, '_> {
+    /// Group commit: artifacts first, then the events that name them.
+    fn sync(&mut self) -> Result<(), RunError> {
+        self.ports.artifacts.sync()?;
+        self.ports.journal.sync()
+    }
+
     fn record(&mut self, event: &Event) -> Result<(), RunError> {
         self.ports.journal.append(event)?;
         (self.ports.observer)(event);
@@ -852,7 +861,7 @@ impl Controller<'_, '_> {
             .as_bytes(),
         );
         // Durable before the effect: what led here is on disk first.
-        self.ports.journal.sync()?;
+        self.sync()?;
         let (published, effect_key) = self.ports.ledger.publish(&info.id, &payload_digest)?;
         let ended = match published {
             Published::Fired | Published::AlreadyPublished => {

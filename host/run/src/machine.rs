@@ -227,6 +227,14 @@ pub struct Machine {
     executions: u64,
     /// Decisions recorded ahead of the node asking, by (node, round).
     early_decisions: Vec<(usize, u32, bool)>,
+    /// Pending nodes whose parents changed since they were last looked at:
+    /// settling visits only these (a worklist), so a run of n nodes costs
+    /// O(n + edges), not O(n²).
+    dirty: BTreeSet<usize>,
+    /// Pending nodes whose parents admit them, in plan order.
+    ready_set: BTreeSet<usize>,
+    /// What settling at construction decided, for [`Machine::begin`].
+    initial: Vec<Transition>,
 }
 
 impl Machine {
@@ -238,7 +246,7 @@ impl Machine {
             parents[e.to].push(i);
             children[e.from].push(e.to);
         }
-        Machine {
+        let mut machine = Machine {
             parents,
             children,
             states: vec![NodeState::Pending; n],
@@ -248,7 +256,23 @@ impl Machine {
             halted: false,
             executions: 0,
             early_decisions: Vec::new(),
+            dirty: (0..n).collect(),
+            ready_set: BTreeSet::new(),
+            initial: Vec::new(),
             spec,
+        };
+        machine.initial = machine.settle();
+        machine
+    }
+
+    /// Sets a node's state and marks what must be looked at again.
+    fn set(&mut self, node: usize, state: NodeState) {
+        self.states[node] = state;
+        self.ready_set.remove(&node);
+        if state == NodeState::Pending {
+            self.dirty.insert(node);
+        } else if state.is_terminal() {
+            self.dirty.extend(self.children[node].iter().copied());
         }
     }
 
@@ -349,27 +373,32 @@ impl Machine {
         let mut out = Vec::new();
         // A halted run leaves what it did not reach PENDING.
         if self.halted {
+            self.dirty.clear();
             return out;
         }
-        loop {
-            let mut changed = false;
-            for node in 0..self.states.len() {
-                if self.states[node] != NodeState::Pending {
-                    continue;
-                }
-                if self.admission(node) == Some(false) {
-                    self.states[node] = NodeState::Skipped;
+        // Children come after their parents in plan order, so taking the
+        // lowest first visits a skip's cascade in the same pass.
+        while let Some(node) = self.dirty.pop_first() {
+            if self.states[node] != NodeState::Pending {
+                continue;
+            }
+            match self.admission(node) {
+                Some(false) => {
+                    self.set(node, NodeState::Skipped);
                     out.push(Transition::Skipped {
                         node,
                         round: self.round,
                     });
-                    changed = true;
+                }
+                Some(true) => {
+                    self.ready_set.insert(node);
+                }
+                None => {
+                    self.ready_set.remove(&node);
                 }
             }
-            if !changed {
-                return out;
-            }
         }
+        out
     }
 
     fn ask_approval(&mut self, node: usize) -> Vec<Transition> {
@@ -381,13 +410,13 @@ impl Machine {
         match early {
             Some(i) => {
                 let (_, _, approved) = self.early_decisions.remove(i);
-                self.states[node] = NodeState::AwaitingApproval;
+                self.set(node, NodeState::AwaitingApproval);
                 let mut out = vec![Transition::AwaitingApproval { node, round }];
                 out.extend(self.apply_decision(node, approved));
                 out
             }
             None => {
-                self.states[node] = NodeState::AwaitingApproval;
+                self.set(node, NodeState::AwaitingApproval);
                 vec![Transition::AwaitingApproval { node, round }]
             }
         }
@@ -395,16 +424,23 @@ impl Machine {
 
     /// The nodes that may start now, in plan order. Empty once halted.
     pub fn ready(&self) -> Vec<usize> {
-        (0..self.states.len())
-            .filter(|&n| self.is_ready(n))
-            .collect()
+        if self.halted {
+            return Vec::new();
+        }
+        self.ready_set.iter().copied().collect()
+    }
+
+    /// The first node that may start now, in plan order.
+    pub fn first_ready(&self) -> Option<usize> {
+        if self.halted {
+            return None;
+        }
+        self.ready_set.first().copied()
     }
 
     /// Whether `node` may start now (what [`Machine::ready`] lists).
     fn is_ready(&self, node: usize) -> bool {
-        !self.halted
-            && self.states[node] == NodeState::Pending
-            && self.admission(node) == Some(true)
+        !self.halted && self.ready_set.contains(&node)
     }
 
     /// Records that `node` starts its next attempt. An approval node does
@@ -424,7 +460,7 @@ impl Machine {
         self.started_in[node] = self.round;
         self.executions += 1;
         let attempt = self.attempts[node];
-        self.states[node] = NodeState::Running { attempt };
+        self.set(node, NodeState::Running { attempt });
         Ok(vec![Transition::Started {
             node,
             attempt,
@@ -455,7 +491,7 @@ impl Machine {
         let mut out = Vec::new();
         match end {
             AttemptEnd::Succeeded => {
-                self.states[node] = NodeState::Succeeded;
+                self.set(node, NodeState::Succeeded);
                 out.push(Transition::Succeeded {
                     node,
                     attempt,
@@ -465,7 +501,7 @@ impl Machine {
             AttemptEnd::Rejected
                 if attempt < self.spec.nodes[node].max_attempts && !self.halted =>
             {
-                self.states[node] = NodeState::Pending;
+                self.set(node, NodeState::Pending);
                 out.push(Transition::Retrying {
                     node,
                     attempt,
@@ -481,7 +517,7 @@ impl Machine {
 
     fn fail(&mut self, node: usize, attempt: u32, failure: Failure) -> Vec<Transition> {
         let round = self.round;
-        self.states[node] = NodeState::Failed(failure);
+        self.set(node, NodeState::Failed(failure));
         let mut out = vec![Transition::Failed {
             node,
             attempt,
@@ -530,7 +566,7 @@ impl Machine {
         reach.sort_by(|a, b| self.spec.nodes[*a].id.cmp(&self.spec.nodes[*b].id));
         for node in reach {
             let left = self.states[node];
-            self.states[node] = NodeState::Pending;
+            self.set(node, NodeState::Pending);
             self.attempts[node] = 0;
             out.push(Transition::Repaired { node, round, left });
         }
@@ -560,7 +596,7 @@ impl Machine {
     fn apply_decision(&mut self, node: usize, approved: bool) -> Vec<Transition> {
         let round = self.round;
         if approved {
-            self.states[node] = NodeState::Succeeded;
+            self.set(node, NodeState::Succeeded);
             vec![Transition::Approved { node, round }]
         } else {
             // A rejected approval stops the run in every mode.
@@ -573,7 +609,9 @@ impl Machine {
     /// Settles what the start of the run decides (roots that are approval
     /// nodes, edges that exclude); call once before the first `ready`.
     pub fn begin(&mut self) -> Vec<Transition> {
-        self.settle()
+        let mut out = std::mem::take(&mut self.initial);
+        out.extend(self.settle());
+        out
     }
 
     pub fn status(&self) -> RunStatus {
@@ -581,7 +619,7 @@ impl Machine {
             .states
             .iter()
             .any(|s| matches!(s, NodeState::Running { .. }));
-        if running || (0..self.states.len()).any(|n| self.is_ready(n)) {
+        if running || self.first_ready().is_some() {
             return RunStatus::Running;
         }
         if self

@@ -89,10 +89,12 @@ impl Schedule {
         for c in plan.node_bindings.values() {
             *binding_uses.entry(&c.binding_id).or_default() += 1;
         }
+        let by_id: HashMap<&str, &bl_graph::model::GraphNode> =
+            graph.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
         let mut nodes = Vec::with_capacity(order.len());
         let mut specs = Vec::with_capacity(order.len());
         for (_, id) in &order {
-            let node = graph.node(id).expect("plan levels name graph nodes");
+            let node = by_id[*id];
             let binding = plan.node_bindings.get(*id).cloned();
             let driver = match node.kind {
                 NodeKind::Join => Driver::Join(node.join_mode().unwrap_or(JoinMode::AllSuccessful)),

@@ -18,6 +18,7 @@ fn start(c: &mut Criterion) {
         output_cap: 4096,
         stream: false,
         env: Vec::new(),
+        private_dir: None,
     };
     let mut group = c.benchmark_group("start");
     group.sample_size(30);

@@ -68,6 +68,7 @@ fn bwrap_check(sandbox: &Sandbox) -> Check {
         output_cap: 4096,
         stream: false,
         env: Vec::new(),
+        private_dir: None,
     };
     match sandbox.run(&spec) {
         Ok(r) if r.exit_code == Some(0) => Check::ok(

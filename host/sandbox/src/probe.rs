@@ -198,6 +198,7 @@ pub fn run_probe(
         output_cap: 16 << 10,
         stream: false,
         env: Vec::new(),
+        private_dir: None,
     };
     let finished = Arc::new(AtomicBool::new(false));
     let watcher = observe(workspace.clone(), marker, finished.clone());

@@ -107,7 +107,7 @@ impl Sandbox {
         let workspace = spec.workspace.canonicalize().map_err(|e| {
             CommandError::Denied(format!("workspace {}: {e}", spec.workspace.display()))
         })?;
-        let private = PrivateDirs::new()?;
+        let private = PrivateDirs::for_spec(spec)?;
         let staging = match self.caged_user() {
             Some(user) => Some(Staging::prepare(
                 user,

@@ -120,7 +120,7 @@ pub(crate) fn run(
 ) -> Result<bl_core::CommandResult, bl_core::CommandError> {
     use crate::subprocess::{PrivateDirs, execute, scrub_env};
     use bl_core::CommandError;
-    let private = PrivateDirs::new()?;
+    let private = PrivateDirs::for_spec(spec)?;
     let workspace = spec.workspace.canonicalize().map_err(|e| {
         CommandError::Denied(format!("workspace {}: {e}", spec.workspace.display()))
     })?;

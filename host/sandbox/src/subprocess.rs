@@ -85,7 +85,7 @@ impl CommandRunner for Subprocess {
         }
         // Declared first, dropped last: after the private dirs.
         let _running = bl_core::interrupt::Running::start();
-        let private = PrivateDirs::new()?;
+        let private = PrivateDirs::for_spec(spec)?;
         let mut command = Command::new(program);
         command.args(args).current_dir(&spec.workspace);
         scrub_env(&mut command, &private.home, &private.tmp, &spec.env);
@@ -93,14 +93,32 @@ impl CommandRunner for Subprocess {
     }
 }
 
-/// A private HOME and TMPDIR for one command, removed afterwards.
+/// A private HOME and TMPDIR for one command: the caller's
+/// [`CommandSpec::private_dir`], or a temporary one removed afterwards.
 pub(crate) struct PrivateDirs {
-    dir: tempfile::TempDir,
+    _made: Option<tempfile::TempDir>,
+    root: PathBuf,
     pub home: PathBuf,
     pub tmp: PathBuf,
 }
 
 impl PrivateDirs {
+    pub(crate) fn for_spec(spec: &CommandSpec) -> Result<Self, CommandError> {
+        match &spec.private_dir {
+            Some(dir) if dir.is_dir() => Ok(PrivateDirs {
+                _made: None,
+                root: dir.clone(),
+                home: dir.clone(),
+                tmp: dir.clone(),
+            }),
+            Some(dir) => Err(CommandError::Denied(format!(
+                "private directory {} is not a directory",
+                dir.display()
+            ))),
+            None => Self::new(),
+        }
+    }
+
     pub(crate) fn new() -> Result<Self, CommandError> {
         let root = tempfile::Builder::new()
             .prefix("bl-cmd-")
@@ -113,7 +131,8 @@ impl PrivateDirs {
                 .map_err(|e| CommandError::Spawn(format!("{}: {e}", dir.display())))?;
         }
         Ok(PrivateDirs {
-            dir: root,
+            root: root.path().to_path_buf(),
+            _made: Some(root),
             home,
             tmp,
         })
@@ -121,7 +140,7 @@ impl PrivateDirs {
 
     /// The directory holding both.
     pub(crate) fn root(&self) -> &Path {
-        self.dir.path()
+        &self.root
     }
 }
 
@@ -269,6 +288,7 @@ mod tests {
             output_cap: 1024,
             stream: false,
             env: Vec::new(),
+            private_dir: None,
         }
     }
 

@@ -26,6 +26,7 @@ fn spec(ws: &Path, script: &str) -> CommandSpec {
         output_cap: 64 << 10,
         stream: false,
         env: Vec::new(),
+        private_dir: None,
     }
 }
 

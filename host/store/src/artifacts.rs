@@ -112,6 +112,10 @@ pub struct ArtifactMeta<'a> {
 pub struct ArtifactStore {
     root: PathBuf,
     max_bytes: u64,
+    /// Group commit: files written but not yet fsynced (with their
+    /// directories), made durable together by [`ArtifactStore::sync`].
+    /// `None` when every write is durable on its own.
+    unsynced: Option<std::sync::Mutex<Vec<PathBuf>>>,
 }
 
 fn hex_of(digest: &str) -> Result<&str, ArtifactError> {
@@ -139,7 +143,41 @@ impl ArtifactStore {
         ArtifactStore {
             root: root.into(),
             max_bytes,
+            unsynced: None,
         }
+    }
+
+    /// A store whose writes are made durable in groups, by
+    /// [`ArtifactStore::sync`]: a writer calls it before it records
+    /// anything that names what it wrote as durable.
+    pub fn with_group_commit(root: impl Into<PathBuf>, max_bytes: u64) -> Self {
+        ArtifactStore {
+            unsynced: Some(std::sync::Mutex::new(Vec::new())),
+            ..ArtifactStore::new(root, max_bytes)
+        }
+    }
+
+    /// Makes every write so far durable: each file, then each directory once.
+    pub fn sync(&self) -> Result<(), ArtifactError> {
+        let Some(unsynced) = &self.unsynced else {
+            return Ok(());
+        };
+        let files = std::mem::take(&mut *unsynced.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut dirs = std::collections::BTreeSet::new();
+        for file in &files {
+            File::open(file)
+                .and_then(|f| f.sync_all())
+                .map_err(artifact_io(file))?;
+            if let Some(dir) = file.parent() {
+                dirs.insert(dir.to_path_buf());
+            }
+        }
+        for dir in dirs {
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(artifact_io(&dir))?;
+        }
+        Ok(())
     }
 
     fn write_atomically(&self, dir: &Path, name: &str, bytes: &[u8]) -> Result<(), ArtifactError> {
@@ -153,6 +191,14 @@ impl ArtifactStore {
             .open(&tmp)
             .map_err(artifact_io(&tmp))?;
         file.write_all(bytes).map_err(artifact_io(&tmp))?;
+        if let Some(unsynced) = &self.unsynced {
+            std::fs::rename(&tmp, &target).map_err(artifact_io(&target))?;
+            unsynced
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(target);
+            return Ok(());
+        }
         file.sync_all().map_err(artifact_io(&tmp))?;
         std::fs::rename(&tmp, &target).map_err(artifact_io(&target))?;
         File::open(dir)
@@ -184,6 +230,11 @@ impl ArtifactStore {
         });
         // Canonical JSON and a newline, byte for byte as bounded-loops writes it.
         let json = format!("{}\n", bl_core::canonical_json(&metadata));
+        let meta_dir = self.root.join("metadata");
+        // The same object stored again with the same facts: nothing to write.
+        if std::fs::read(meta_dir.join(format!("{hex}.json"))).is_ok_and(|b| b == json.as_bytes()) {
+            return Ok(digest);
+        }
         self.write_atomically(
             &self.root.join("metadata"),
             &format!("{hex}.json"),

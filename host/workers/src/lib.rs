@@ -65,12 +65,22 @@ fn find_on_path(binary: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf>
         })
 }
 
-fn work_dir(root: &Path, node: &str) -> std::io::Result<PathBuf> {
+/// The attempt's workspace (`<node>-<32 hex>`, as bounded-loops names it)
+/// and beside it its private HOME and TMPDIR, kept with the run.
+fn work_dir(root: &Path, node: &str) -> std::io::Result<(PathBuf, PathBuf)> {
     let mut nonce = [0u8; 16];
     getrandom_fill(&mut nonce);
     let dir = root.join(format!("{node}-{}", hex_of(&nonce)));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+    let private = root.join(format!(".{node}-{}.home", hex_of(&nonce)));
+    match std::fs::create_dir(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(root)?;
+            std::fs::create_dir(&dir)?;
+        }
+        other => other?,
+    }
+    std::fs::create_dir(&private)?;
+    Ok((dir, private))
 }
 
 fn hex_of(bytes: &[u8]) -> String {
@@ -123,7 +133,7 @@ fn run_cli(
     request: &WorkRequest,
     env: Vec<(String, String)>,
 ) -> WorkReply {
-    let workspace = match work_dir(root, &request.node_id) {
+    let (workspace, private) = match work_dir(root, &request.node_id) {
         Ok(d) => d,
         Err(e) => return WorkReply::Fault(format!("cannot make the work directory: {e}")),
     };
@@ -137,6 +147,7 @@ fn run_cli(
         output_cap: REPLY_CAP,
         stream: false,
         env,
+        private_dir: Some(private),
     };
     let result = match Tier::parse(&request.isolation) {
         Ok(Tier::WorkspaceOnly) => Subprocess.run(&spec),

@@ -109,6 +109,7 @@ fn a_caged_command_reaches_only_allowlisted_hosts_through_the_proxy() {
         output_cap: 1 << 20,
         stream: false,
         env: Vec::new(),
+        private_dir: None,
     };
     let result = sandbox.run(&spec).unwrap();
     let stdout = String::from_utf8_lossy(&result.stdout_tail);

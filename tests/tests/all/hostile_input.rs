@@ -44,19 +44,19 @@ fn an_alias_bomb_manifest_is_refused_as_invalid_yaml_naming_the_limit() {
 #[test]
 fn oversized_manifests_and_connections_are_refused_with_the_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let big = format!("# {}\n", "x".repeat(5 << 20));
+    let big = format!("# {}\n", "x".repeat(17 << 20));
     std::fs::write(dir.path().join("big.yaml"), &big).unwrap();
     let out = bl_in(dir.path(), &["graph", "lint", "big.yaml"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("[invalid_yaml]") && stderr.contains("4194304 bytes"),
+        stderr.contains("[invalid_yaml]") && stderr.contains("16777216 bytes"),
         "{stderr}"
     );
 
     std::fs::write(
         dir.path().join("big.json"),
-        format!("[{}]", " ".repeat(5 << 20)),
+        format!("[{}]", " ".repeat(17 << 20)),
     )
     .unwrap();
     let some_manifest = bl_e2e::repo_root().join("tests/corpus/graph/plans/plan_bad_shape.json");
@@ -73,7 +73,7 @@ fn oversized_manifests_and_connections_are_refused_with_the_limit() {
     let stderr = text(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{stderr}");
     assert!(
-        stderr.contains("[invalid_json]") && stderr.contains("4194304 bytes"),
+        stderr.contains("[invalid_json]") && stderr.contains("16777216 bytes"),
         "{stderr}"
     );
 }
