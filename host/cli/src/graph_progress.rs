@@ -57,6 +57,10 @@ impl Progress {
                 format!("  - {node} skipped")
             }
             "node.awaiting_approval" => format!("  ? {node} awaits approval"),
+            bl_run::executor::NOTE => format!(
+                "  ! {node}: {}",
+                event.payload["detail"].as_str().unwrap_or_default()
+            ),
             _ => return,
         };
         errln!("{line}");

@@ -22,6 +22,10 @@ use crate::events::{self, At, AttemptFailure, BudgetPause, Cause, Event, Route, 
 use crate::machine::{AttemptEnd, Machine, NodeState, RunStatus, Transition};
 use crate::schedule::{Driver, NodeInfo, Schedule};
 
+/// The kind of an event the observer is shown but the log never records:
+/// why a worker failed, in the worker's own words.
+pub const NOTE: &str = "note";
+
 /// An incomplete attempt is re-driven at most this many times.
 pub const MAX_REDRIVES: u32 = 3;
 
@@ -557,6 +561,16 @@ impl Controller<'_, '_> {
         if let Some(u) = usage {
             self.tokens += u.input_tokens + u.output_tokens;
             self.cost += u.cost_microunits;
+        }
+        if let WorkReply::Fault(detail) | WorkReply::Contract(detail) = &reply {
+            // Not recorded (the record keeps bounded-loops' wording), but
+            // shown: the operator needs to know why a worker failed.
+            let note = Event {
+                key: String::new(),
+                kind: NOTE,
+                payload: json!({"node_id": info.id, "detail": detail}),
+            };
+            (self.ports.observer)(&note);
         }
         let ended = match reply {
             WorkReply::Fault(_) => Ended::Failed(AttemptFailure {

@@ -40,7 +40,9 @@ impl LocalCli {
     pub fn new(catalog: Catalog, work_root: PathBuf) -> Self {
         LocalCli {
             catalog,
-            work_root,
+            // Absolute: cages bind these paths, and a relative one means
+            // something else inside.
+            work_root: std::path::absolute(&work_root).unwrap_or(work_root),
             search_path: std::env::var_os("PATH"),
             lookup: Arc::new(|name| std::env::var(name).ok()),
         }
@@ -147,11 +149,19 @@ fn run_cli(
         output_cap: REPLY_CAP,
         stream: false,
         env,
-        private_dir: Some(private),
+        private_dir: None,
     };
     let result = match Tier::parse(&request.isolation) {
-        Ok(Tier::WorkspaceOnly) => Subprocess.run(&spec),
-        Ok(tier) => Sandbox::new(tier).run(&spec),
+        Ok(Tier::WorkspaceOnly) => Subprocess.run(&CommandSpec {
+            private_dir: Some(private),
+            ..spec
+        }),
+        // A cage lends its private HOME to the caged user itself; one in the
+        // run directory may lie where that user cannot reach.
+        Ok(tier) => {
+            let _ = std::fs::remove_dir(&private);
+            Sandbox::new(tier).run(&spec)
+        }
         Err(e) => return WorkReply::Fault(e.to_string()),
     };
     let result = match result {
@@ -159,12 +169,20 @@ fn run_cli(
         Err(e) => return WorkReply::Fault(e.to_string()),
     };
     if result.timed_out || result.exit_code != Some(0) {
-        return WorkReply::Fault(format!(
-            "'{}' exited with {:?}{}",
-            profile.binary,
-            result.exit_code,
-            if result.timed_out { " (timed out)" } else { "" }
-        ));
+        let stderr = String::from_utf8_lossy(&result.stderr_tail);
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        return WorkReply::Fault(match (result.timed_out, result.exit_code) {
+            (true, _) => format!(
+                "'{}' timed out after {:?}",
+                profile.binary, request.deadline
+            ),
+            (_, Some(code)) => format!("'{}' exited with code {code}: {last}", profile.binary),
+            (_, None) => format!("'{}' was killed by a signal: {last}", profile.binary),
+        });
     }
     if result.truncated {
         return WorkReply::Fault(format!(
