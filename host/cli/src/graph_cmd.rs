@@ -145,8 +145,12 @@ pub fn run(cmd: GraphCommand) -> CliResult {
                 crate::output::json(),
             )
             .map_err(CliError::reported),
-            (None, _) => Err(CliError::refused(
-                "graph run: give a manifest (the built-in sandbox probe graph is not available yet)",
+            (None, true) => {
+                let out = out.unwrap_or_else(|| PathBuf::from(".bounded-loops/runs/sandbox-probe"));
+                crate::graph_exec_cmd::run_probe(&out, &flags)
+            }
+            (None, false) => Err(CliError::refused(
+                "graph run: give a manifest, or --execute to run the built-in sandbox probe",
             )),
         },
         GraphCommand::Status { run } => crate::graph_exec_cmd::status(&run),

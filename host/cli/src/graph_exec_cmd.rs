@@ -17,7 +17,7 @@ use bl_run::executor::{self, Caps, Ports, RunEnd, RunSettings};
 use bl_run::projection::{self, RunView};
 use bl_run::schedule::{Driver, Schedule};
 use bl_store::RunIdentity;
-use bl_workers::{Catalog, LocalCli};
+use bl_workers::{Catalog, LocalCli, SandboxProbe, Workers};
 use serde_json::{Value, json};
 
 use crate::exit::{CliError, CliResult, Exit};
@@ -120,6 +120,66 @@ fn catalog(flags: &DriveFlags) -> Result<Catalog, CliError> {
             .map_err(|e| refused(format!("graph run: catalog rejected — {e}")))?;
     }
     Ok(catalog)
+}
+
+/// Prices from `--budget-file`'s `prices`: `{"provider/model":
+/// {"input_microunits_per_mtok": N, "output_microunits_per_mtok": N}}`.
+fn prices(flags: &DriveFlags) -> Result<HashMap<String, executor::Price>, CliError> {
+    let Some(path) = &flags.budget_file else {
+        return Ok(HashMap::new());
+    };
+    let v = read_json(path, "budget file")?;
+    let mut prices = HashMap::new();
+    if let Some(table) = v.get("prices") {
+        let Some(table) = table.as_object() else {
+            return Err(refused(format!(
+                "{}: /prices must be an object of \"provider/model\": {{input_microunits_per_mtok, output_microunits_per_mtok}}",
+                path.display()
+            )));
+        };
+        for (route, p) in table {
+            let rate = |k: &str| {
+                p[k].as_u64().ok_or_else(|| {
+                    refused(format!(
+                        "{}: /prices/{route}/{k} must be a whole number of microunits per million tokens",
+                        path.display()
+                    ))
+                })
+            };
+            prices.insert(
+                route.clone(),
+                executor::Price {
+                    input_microunits_per_mtok: rate("input_microunits_per_mtok")?,
+                    output_microunits_per_mtok: rate("output_microunits_per_mtok")?,
+                },
+            );
+        }
+    }
+    Ok(prices)
+}
+
+/// A cost cap is only as good as the prices: every route a worker node
+/// takes must have one, or the run is refused before it starts.
+fn check_priced(
+    schedule: &Schedule,
+    caps: &Caps,
+    prices: &HashMap<String, executor::Price>,
+) -> Result<(), CliError> {
+    if caps.max_cost_microunits.is_none() {
+        return Ok(());
+    }
+    for node in &schedule.nodes {
+        if let Some(b) = &node.binding {
+            let route = format!("{}/{}", b.provider_id, b.model_target);
+            if !prices.contains_key(&route) {
+                return Err(refused(format!(
+                    "error: a cost cap is set, but node '{}' takes route '{route}', which has no price; a provider reports tokens, not money, so add \"{route}\" to the prices of --budget-file, or drop the cost cap",
+                    node.id
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn caps(flags: &DriveFlags) -> Result<Caps, CliError> {
@@ -232,6 +292,46 @@ pub fn run(
     })?;
     bl_graph::check_size(bytes.len(), bl_graph::Format::Yaml)
         .map_err(|e| refused(format!("graph run: {}: {e}", manifest.display())))?;
+    run_manifest(manifest, bytes, connections, out, flags)
+}
+
+/// The built-in graph `bl graph run --execute` runs without a manifest: one
+/// node that probes its own sandbox (network, writes outside the workspace,
+/// a sysctl, the keyring); its gate passes only if the OS denied them all.
+fn probe_manifest() -> Value {
+    json!({
+        "api_version": "bounded-loops.dev/graph/v1", "graph_id": "bl-sandbox-probe", "version": "1.0.0",
+        "nodes": [{
+            "id": "sandbox-probe", "kind": "tool", "tool_ref": bl_run::schedule::PROBE_TOOL,
+            "inputs": {}, "outputs": {"report": "text"},
+            "budget": {"max_attempts": 1, "max_wallclock_s": 120},
+            "effects": ["read_only"], "isolation": "container_restricted",
+        }],
+        "edges": [],
+        "connection_slots": [],
+        "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
+    })
+}
+
+/// `bl graph run --execute --out D` with no manifest: the sandbox probe.
+pub fn run_probe(out: &Path, flags: &DriveFlags) -> CliResult {
+    if cfg!(target_os = "linux") && bl_sandbox::find_bwrap().is_none() {
+        return Err(refused(
+            "graph run: the built-in sandbox probe runs in the container_restricted tier, which needs bubblewrap, and it is not installed: install the `bubblewrap` package (or run `scripts/dev setup`), then run this again",
+        ));
+    }
+    let bytes =
+        serde_json::to_vec_pretty(&probe_manifest()).expect("the probe manifest serializes");
+    run_manifest(Path::new("built-in sandbox probe"), bytes, None, out, flags)
+}
+
+fn run_manifest(
+    manifest: &Path,
+    bytes: Vec<u8>,
+    connections: Option<&Path>,
+    out: &Path,
+    flags: &DriveFlags,
+) -> CliResult {
     let graph = parse_graph(manifest, &bytes).map_err(|e| refused(format!("graph run: {e}")))?;
     let (conn_value, conns) = match connections {
         Some(p) => {
@@ -249,6 +349,7 @@ pub fn run(
     preflight(&schedule, &catalog)?;
     let prompts = read_prompts(flags)?;
     let caps = caps(flags)?;
+    check_priced(&schedule, &caps, &prices(flags)?)?;
     if out.join(crate::run_adapters::EVENTS_FILE).exists() {
         return Err(refused(format!(
             "graph run: {} already holds a run; continue it with `bl graph resume --run {}`",
@@ -280,8 +381,8 @@ pub fn run(
         plan,
         meta,
     };
-    let end = drive(&loaded, &schedule, catalog, prompts, caps, None, flags)?;
-    report_drive(&loaded, &end, "Local-CLI graph run — REAL execution")
+    let (end, view) = drive(&loaded, &schedule, catalog, prompts, caps, None, flags)?;
+    report_drive(&loaded, &end, &view, "Local-CLI graph run — REAL execution")
 }
 
 /// Loads a run directory and recompiles its plan; refuses when the plan
@@ -376,7 +477,7 @@ fn drive(
     caps: Caps,
     resume_ordinal: Option<u32>,
     flags: &DriveFlags,
-) -> Result<RunEnd, CliError> {
+) -> Result<(RunEnd, RunView), CliError> {
     let mut journal = LogJournal::open(&run.dir, identity(&run.plan))
         .map_err(|e| refused(format!("error: {e}")))?;
     let artifacts = RunArtifacts {
@@ -391,7 +492,11 @@ fn drive(
         run_id: RUN_ID.into(),
         plan_id: run.plan.plan_id.clone(),
     };
-    let worker = Arc::new(LocalCli::new(catalog, run.dir.join("work").join(RUN_ID)));
+    let work_root = run.dir.join("work").join(RUN_ID);
+    let worker = Arc::new(Workers {
+        local_cli: LocalCli::new(catalog, work_root.clone()),
+        probe: SandboxProbe { work_root },
+    });
     let mut progress = crate::graph_progress::Progress::new(schedule);
     let mut observer = |e: &bl_run::events::Event| progress.event(e);
     let mut ports = Ports {
@@ -402,6 +507,8 @@ fn drive(
         worker,
         observer: &mut observer,
     };
+    let prices = prices(flags)?;
+    check_priced(schedule, &caps, &prices)?;
     let settings = RunSettings {
         run_id: RUN_ID.into(),
         plan_id: run.plan.plan_id.clone(),
@@ -411,6 +518,7 @@ fn drive(
         caps,
         prompts,
         resume_ordinal,
+        prices,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -422,7 +530,7 @@ fn drive(
         .map_err(|e| refused(format!("error: graph run: {e}")))?;
     drop(ports);
     progress.finish();
-    Ok(end)
+    Ok((end, journal.view()))
 }
 
 fn exit_of(end: &RunEnd) -> Exit {
@@ -433,8 +541,7 @@ fn exit_of(end: &RunEnd) -> Exit {
     }
 }
 
-fn report_drive(run: &LoadedRun, end: &RunEnd, title: &str) -> CliResult {
-    let (view, _, _) = view_of(&run.dir)?;
+fn report_drive(run: &LoadedRun, end: &RunEnd, view: &RunView, title: &str) -> CliResult {
     let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
     let awaiting = view.awaiting(order.iter().copied());
     if crate::output::json() {
@@ -625,7 +732,7 @@ pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
     let prompts = read_prompts(flags)?;
     check_prompts(&run, &schedule, &view, &prompts)?;
     let caps = caps(flags)?;
-    let end = drive(
+    let (end, after) = drive(
         &run,
         &schedule,
         catalog,
@@ -634,7 +741,12 @@ pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
         Some(view.resumes + 1),
         flags,
     )?;
-    report_drive(&run, &end, "Local-CLI graph resume — REAL execution")
+    report_drive(
+        &run,
+        &end,
+        &after,
+        "Local-CLI graph resume — REAL execution",
+    )
 }
 
 /// `bl graph approve --run D --node N --decision approved|rejected`
@@ -705,7 +817,7 @@ pub fn approve(
     }
     let catalog = catalog(flags)?;
     let caps = caps(flags)?;
-    let end = drive(
+    let (end, after) = drive(
         &run,
         &schedule,
         catalog,
@@ -714,7 +826,6 @@ pub fn approve(
         Some(view.resumes + 1),
         flags,
     )?;
-    let (after, _, _) = view_of(dir)?;
     let awaiting = after.awaiting(order.iter().copied());
     if crate::output::json() {
         let next: Vec<String> = awaiting
@@ -771,7 +882,19 @@ fn record_decision(
         None => None,
     };
     let result = if approved {
-        let request = json!({"node_id": node, "plan_id": run.plan.plan_id, "repair_round": round});
+        // Bound to what is approved: the artifacts its parents produced.
+        let view = view_of(&run.dir)?.0;
+        let evidence: Vec<String> = run
+            .graph
+            .edges
+            .iter()
+            .filter(|e| e.to_node == node)
+            .flat_map(|e| view.node(&e.from_node).artifact_digests)
+            .collect();
+        let request = json!({
+            "evidence_digests": evidence, "node_id": node,
+            "plan_id": run.plan.plan_id, "repair_round": round,
+        });
         approvals
             .commit(
                 bl_store::approvals::Commit {

@@ -58,39 +58,54 @@ fn now() -> String {
 /// The event log of one run, with what it already holds by key.
 pub struct LogJournal {
     log: EventLog,
-    recorded: HashMap<String, Value>,
+    /// Every event in the log, in order: what the run's view is folded
+    /// from, without reading the log back.
+    events: Vec<(String, Value)>,
+    /// Idempotency key → position in `events`.
+    by_key: HashMap<String, usize>,
 }
 
 impl LogJournal {
     pub fn open(run_dir: &Path, identity: RunIdentity) -> Result<Self, String> {
         let path = run_dir.join(EVENTS_FILE);
         let log = EventLog::open(&path, identity).map_err(|e| e.to_string())?;
-        let recorded = if log.head().sequence > 0 {
-            read_events(run_dir)?
-                .0
-                .into_iter()
-                .map(|r| (r.key, r.payload))
-                .collect()
-        } else {
-            HashMap::new()
-        };
-        Ok(LogJournal { log, recorded })
+        let mut by_key = HashMap::new();
+        let mut events = Vec::new();
+        if log.head().sequence > 0 {
+            for r in read_events(run_dir)?.0 {
+                by_key.insert(r.key, events.len());
+                events.push((r.kind, r.payload));
+            }
+        }
+        Ok(LogJournal {
+            log,
+            events,
+            by_key,
+        })
+    }
+
+    /// The run's state, folded from the log as it now stands.
+    pub fn view(&self) -> bl_run::projection::RunView {
+        bl_run::projection::project(self.events.iter().map(|(k, p)| (k.as_str(), p)))
     }
 }
 
 impl Journal for LogJournal {
     fn append(&mut self, event: &Event) -> Result<(), RunError> {
-        self.log
+        let appended = self
+            .log
             .append(&event.key, event.kind, &event.payload, &now())
             .map_err(|e| RunError::Journal(e.to_string()))?;
-        self.recorded
-            .entry(event.key.clone())
-            .or_insert_with(|| event.payload.clone());
+        if let bl_store::Appended::Written { .. } = appended {
+            self.by_key.insert(event.key.clone(), self.events.len());
+            self.events
+                .push((event.kind.to_string(), event.payload.clone()));
+        }
         Ok(())
     }
 
     fn recorded(&self, key: &str) -> Option<Value> {
-        self.recorded.get(key).cloned()
+        self.by_key.get(key).map(|&i| self.events[i].1.clone())
     }
 
     fn sync(&mut self) -> Result<(), RunError> {

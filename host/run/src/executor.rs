@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 
 use crate::events::{self, At, AttemptFailure, BudgetPause, Cause, Event, Route, Usage, Verdict};
 use crate::machine::{AttemptEnd, Machine, NodeState, RunStatus, Transition};
-use crate::schedule::{Driver, NodeInfo, Schedule};
+use crate::schedule::{Driver, NodeInfo, PROBE_TOOL, Schedule};
 
 /// The kind of an event the observer is shown but the log never records:
 /// why a worker failed, in the worker's own words.
@@ -37,7 +37,10 @@ pub struct WorkRequest {
     pub execution: u32,
     pub round: u32,
     pub prompt: String,
-    pub binding: bl_graph::Connection,
+    /// A connector node's binding; `None` for a built-in tool.
+    pub binding: Option<bl_graph::Connection>,
+    /// A tool node's `tool_ref` (the built-in sandbox probe).
+    pub tool_ref: Option<String>,
     pub isolation: String,
     pub deadline: Duration,
 }
@@ -119,6 +122,22 @@ pub trait Ledger {
     fn publish(&self, node: &str, payload_digest: &str) -> Result<(Published, String), RunError>;
 }
 
+/// What one million tokens cost on a route, in microunits (millionths of a USD).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Price {
+    pub input_microunits_per_mtok: u64,
+    pub output_microunits_per_mtok: u64,
+}
+
+impl Price {
+    /// The cost of `usage`, rounded up: a cap must never under-charge.
+    pub fn cost(&self, usage: &Usage) -> u64 {
+        let micro = u128::from(usage.input_tokens) * u128::from(self.input_microunits_per_mtok)
+            + u128::from(usage.output_tokens) * u128::from(self.output_microunits_per_mtok);
+        micro.div_ceil(1_000_000).min(u128::from(u64::MAX)) as u64
+    }
+}
+
 /// Run-wide caps, checked before every attempt starts.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Caps {
@@ -147,6 +166,8 @@ pub struct RunSettings {
     pub prompts: std::collections::HashMap<String, String>,
     /// `Some(ordinal)` when this drive resumes the run.
     pub resume_ordinal: Option<u32>,
+    /// Prices by `provider/model`; a route without one costs 0.
+    pub prices: std::collections::HashMap<String, Price>,
 }
 
 /// The ports, borrowed for one drive.
@@ -392,7 +413,9 @@ impl Controller<'_, '_> {
     ) -> Result<Option<(InFlight, Option<WorkRequest>)>, RunError> {
         let info = self.info(node).clone();
         let next_attempt = self.machine.attempts(node) + 1;
-        if info.driver == Driver::Worker && self.over_budget(node, next_attempt)? {
+        if matches!(info.driver, Driver::Worker | Driver::Probe)
+            && self.over_budget(node, next_attempt)?
+        {
             return Ok(None);
         }
         let started = self
@@ -438,7 +461,7 @@ impl Controller<'_, '_> {
         let started_before = self.ports.journal.recorded(&at.running().key).is_some();
         self.record(&at.running())?;
         match &info.driver {
-            Driver::Worker => {}
+            Driver::Worker | Driver::Probe => {}
             Driver::Join(_) => {
                 self.run_join(node, attempt, round)?;
                 return Ok(None);
@@ -480,20 +503,22 @@ impl Controller<'_, '_> {
             self.record(&at.redrive(prior + 1))?;
             execution = execution.max(prior + 2);
         }
-        let request = self
-            .settings
-            .prompts
-            .get(&info.id)
-            .map(|prompt| WorkRequest {
-                node_id: info.id.clone(),
-                attempt,
-                execution,
-                round,
-                prompt: prompt.clone(),
-                binding: info.binding.clone().expect("a worker node has a binding"),
-                isolation: info.isolation.clone(),
-                deadline: info.deadline,
-            });
+        // The probe takes no prompt; an agent never runs without one.
+        let prompt = match info.driver {
+            Driver::Probe => Some(String::new()),
+            _ => self.settings.prompts.get(&info.id).cloned(),
+        };
+        let request = prompt.map(|prompt| WorkRequest {
+            node_id: info.id.clone(),
+            attempt,
+            execution,
+            round,
+            prompt,
+            binding: info.binding.clone(),
+            tool_ref: (info.driver == Driver::Probe).then(|| PROBE_TOOL.to_string()),
+            isolation: info.isolation.clone(),
+            deadline: info.deadline,
+        });
         Ok(Some((
             InFlight {
                 node,
@@ -550,7 +575,16 @@ impl Controller<'_, '_> {
             round: flight.round,
         };
         let usage = match &reply {
-            WorkReply::Reply { usage, .. } => *usage,
+            WorkReply::Reply { usage, .. } => usage.map(|mut u| {
+                if let Some(price) = info.binding.as_ref().and_then(|b| {
+                    self.settings
+                        .prices
+                        .get(&format!("{}/{}", b.provider_id, b.model_target))
+                }) {
+                    u.cost_microunits = price.cost(&u);
+                }
+                u
+            }),
             _ => None,
         };
         let mut spend = at.spend(flight.execution, usage);
@@ -921,6 +955,9 @@ fn stop(cause: Cause, reason: String) -> AttemptFailure {
 /// JSON receipt.
 pub fn gate_reply(info: &NodeInfo, bytes: &[u8]) -> Verdict {
     let id = &info.id;
+    if info.driver == Driver::Probe {
+        return gate_probe(id, bytes);
+    }
     let (passed, reason) = if bytes.is_empty() {
         (false, format!("node '{id}' produced an empty reply"))
     } else if std::str::from_utf8(bytes).is_err() {
@@ -974,4 +1011,51 @@ fn python_json_error(bytes: &[u8], e: &serde_json::Error) -> String {
     } else {
         e.to_string()
     }
+}
+
+/// The sandbox probe's gate: the host's own observations (recorded by the
+/// probe worker from outside the probed process) must show that the OS
+/// denied everything the probe tried.
+fn gate_probe(id: &str, bytes: &[u8]) -> Verdict {
+    let verdict = |passed, reason| Verdict {
+        passed,
+        reason,
+        evidence_digest: None,
+    };
+    let Ok(result) = serde_json::from_slice::<Value>(bytes) else {
+        return verdict(false, format!("node '{id}': the probe result is not JSON"));
+    };
+    let Some(checks) = result["checks"].as_array() else {
+        return verdict(
+            false,
+            format!("node '{id}': the probe result has no checks"),
+        );
+    };
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| c["ok"] != Value::Bool(true))
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c["name"].as_str().unwrap_or("?"),
+                c["detail"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if checks.is_empty() || !failed.is_empty() || result["passed"] != Value::Bool(true) {
+        return verdict(
+            false,
+            format!(
+                "sandbox probe: the OS did not deny everything: {}",
+                failed.join("; ")
+            ),
+        );
+    }
+    verdict(
+        true,
+        format!(
+            "sandbox probe: the OS denied all {} attempts (network, writes outside the workspace, sysctl, keyring)",
+            checks.len()
+        ),
+    )
 }

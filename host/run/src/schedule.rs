@@ -12,6 +12,9 @@ use bl_graph::{Connection, Graph, Plan};
 use crate::events::Route;
 use crate::machine::{EdgeSpec, FailMode, Guard, Join, NodeSpec, Spec};
 
+/// The `tool_ref` of bl's built-in sandbox probe.
+pub const PROBE_TOOL: &str = "bl:sandbox-probe";
+
 /// How a node is driven.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Driver {
@@ -23,6 +26,10 @@ pub enum Driver {
     Approval,
     /// A publish node with no worker: it fires through the ledger.
     Publish { policy: String },
+    /// bl's built-in sandbox probe (a tool node with `tool_ref:
+    /// bl:sandbox-probe`): a worker runs the probe in the node's tier and
+    /// the gate passes only if the OS denied what it tried.
+    Probe,
     /// A node kind this version cannot run without a worker.
     Unsupported,
 }
@@ -100,6 +107,11 @@ impl Schedule {
                 NodeKind::Join => Driver::Join(node.join_mode().unwrap_or(JoinMode::AllSuccessful)),
                 NodeKind::Approval => Driver::Approval,
                 _ if binding.is_some() => Driver::Worker,
+                NodeKind::Tool
+                    if node.detail("tool_ref").and_then(|v| v.as_str()) == Some(PROBE_TOOL) =>
+                {
+                    Driver::Probe
+                }
                 NodeKind::Publish => Driver::Publish {
                     policy: node
                         .detail("publication_policy")

@@ -18,6 +18,25 @@ use bl_sandbox::{Sandbox, Subprocess, Tier};
 use serde_json::Value;
 
 pub use catalog::{Catalog, CatalogError, Envelope, Profile, PromptVia};
+pub use probe::SandboxProbe;
+
+mod probe;
+
+/// Routes each request to the worker for it: bl's built-in tools by
+/// `tool_ref`, everything else to the local CLIs.
+pub struct Workers {
+    pub local_cli: LocalCli,
+    pub probe: SandboxProbe,
+}
+
+impl Worker for Workers {
+    fn work(&self, request: WorkRequest) -> WorkFuture {
+        match request.tool_ref.as_deref() {
+            Some(bl_run::schedule::PROBE_TOOL) => self.probe.work(request),
+            _ => self.local_cli.work(request),
+        }
+    }
+}
 
 /// The most bytes of a reply kept; a longer one is a worker fault.
 pub const REPLY_CAP: usize = 8 << 20;
@@ -98,7 +117,13 @@ fn getrandom_fill(buf: &mut [u8]) {
 
 impl Worker for LocalCli {
     fn work(&self, request: WorkRequest) -> WorkFuture {
-        let provider = request.binding.provider_id.clone();
+        let Some(binding) = &request.binding else {
+            return Box::pin(std::future::ready(WorkReply::Fault(format!(
+                "node '{}' has no binding for a local CLI",
+                request.node_id
+            ))));
+        };
+        let provider = binding.provider_id.clone();
         let Some(profile) = self.catalog.get(&provider).cloned() else {
             return Box::pin(std::future::ready(WorkReply::Fault(format!(
                 "no local-CLI profile for provider '{provider}'"

@@ -324,7 +324,28 @@ fn a_process_restricted_node_runs_caged_by_bubblewrap() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
+    // The caged user must reach the fake CLI.
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let dir = case_dir(tmp.path(), 1, "process_restricted", "ok");
+    // A fake claude that tries to write outside its workspace and says
+    // whether the OS let it.
+    let outside = tmp.path().join("escaped");
+    let claude = dir.join("fake-bin/claude");
+    std::fs::remove_file(&claude).unwrap();
+    std::fs::write(
+        &claude,
+        format!(
+            "#!/bin/sh\ncat >/dev/null\nif touch {} 2>/dev/null; then r=escaped; else r=caged; fi\n\
+             printf '{{\"type\":\"result\",\"result\":\"%s\",\"usage\":{{\"input_tokens\":1,\"output_tokens\":1,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0}}}}\\n' \"$r\"\n",
+            outside.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let out = bl_in(&dir, &run_args("caged", "2"));
     assert_eq!(
         out.status.code(),
@@ -334,4 +355,226 @@ fn a_process_restricted_node_runs_caged_by_bubblewrap() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(final_states(&dir, "caged")["run_state"], "SUCCEEDED");
+    assert!(
+        !outside.exists(),
+        "the caged node wrote outside its workspace"
+    );
+    let replies: Vec<String> = std::fs::read_dir(dir.join("caged/artifacts/objects"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert!(replies.iter().any(|r| r == "caged"), "{replies:?}");
+}
+
+#[test]
+fn without_a_manifest_the_sandbox_probe_passes_only_because_the_os_denied_it() {
+    if !bl_e2e::cage_works() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(bl_binary())
+        .args(["graph", "run", "--execute", "--out", "probe"])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let succeeded = events(&tmp.path().join("probe"))
+        .into_iter()
+        .find(|e| e["event_type"] == "node.succeeded")
+        .expect("the probe node succeeded");
+    let reason = succeeded["payload"]["verdict"]["reason"].as_str().unwrap();
+    assert!(reason.contains("denied"), "{reason}");
+    let verify = Command::new(bl_binary())
+        .args(["verify", "probe"])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
+
+#[test]
+fn a_cost_cap_needs_prices_and_pauses_the_run_when_spent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 1, "workspace_only", "ok");
+    let mut args = run_args("capped", "1");
+    args.extend(["--max-cost-usd", "0.0001"]);
+    let refused = bl_in(&dir, &args);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("has no price"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!dir.join("capped").exists(), "a refused run writes nothing");
+
+    // The fake claude reports 10 input and 5 output tokens: 10×3 + 5×15 = 105
+    // microunits per node, over the cap of 100 after the first node.
+    std::fs::write(
+        dir.join("budget.json"),
+        r#"{"prices": {"claude/fake-model": {"input_microunits_per_mtok": 3000000, "output_microunits_per_mtok": 15000000}}}"#,
+    )
+    .unwrap();
+    args.extend(["--budget-file", "budget.json"]);
+    let paused = bl_in(&dir, &args);
+    assert_eq!(
+        paused.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&paused.stderr)
+    );
+    let log = events(&dir.join("capped"));
+    let spend = log
+        .iter()
+        .find(|e| e["event_type"] == "node.spend")
+        .unwrap();
+    assert_eq!(spend["payload"]["usage"]["cost_microunits"], 105);
+    assert!(log.iter().any(|e| e["event_type"] == "run.budget.paused"));
+    assert_eq!(final_states(&dir, "capped")["run_state"], "RUNNING");
+
+    let resumed = bl_in(
+        &dir,
+        &[
+            "graph",
+            "resume",
+            "--run",
+            "capped",
+            "--inputs",
+            "inputs.json",
+            "--budget-file",
+            "budget.json",
+            "--max-cost-usd",
+            "1",
+        ],
+    );
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(final_states(&dir, "capped")["run_state"], "SUCCEEDED");
+}
+
+#[test]
+fn status_refuses_a_run_directory_whose_plan_no_longer_matches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 1, "workspace_only", "ok");
+    assert_eq!(bl_in(&dir, &run_args("run", "2")).status.code(), Some(0));
+    let manifest = dir.join("run/manifest.yaml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("\"1.0.0\"", "\"1.0.1\"")).unwrap();
+    let out = bl_in(&dir, &["graph", "status", "--run", "run"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("plan") && stderr.contains("changed"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("case");
+    copy_tree(
+        &repo_root().join("tests/corpus/graph-runs/approval_approved"),
+        &dir,
+    );
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    let keygen = bl_in(
+        &dir,
+        &[
+            "keys",
+            "generate",
+            "--name",
+            "reviewer",
+            "--out",
+            "reviewer.key",
+        ],
+    );
+    assert!(
+        keygen.status.success(),
+        "{}",
+        String::from_utf8_lossy(&keygen.stderr)
+    );
+    let run = bl_in(
+        &dir,
+        &[
+            "graph",
+            "run",
+            "--execute",
+            "manifest.json",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--out",
+            "signed",
+        ],
+    );
+    assert_eq!(
+        run.status.code(),
+        Some(3),
+        "paused for the approval: {}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let approve = bl_in(
+        &dir,
+        &[
+            "graph",
+            "approve",
+            "--run",
+            "signed",
+            "--node",
+            "gate",
+            "--decision",
+            "approved",
+            "--inputs",
+            "inputs.json",
+            "--key",
+            "reviewer.key",
+        ],
+    );
+    assert_eq!(
+        approve.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&approve.stderr)
+    );
+    let approvals: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("signed/approvals.json")).unwrap()).unwrap();
+    let commit = &approvals["commits"][0];
+    assert!(commit["signature"]["sig"].is_string(), "{approvals}");
+    // The request digest covers the artifact the approval is about.
+    let draft = events(&dir.join("signed"))
+        .into_iter()
+        .find(|e| e["event_type"] == "node.succeeded" && e["payload"]["node_id"] == "draft")
+        .unwrap();
+    let evidence = draft["payload"]["artifact_digests"].clone();
+    let plan_id =
+        serde_json::from_slice::<Value>(&std::fs::read(dir.join("signed/run-meta.json")).unwrap())
+            .unwrap()["plan_id"]
+            .clone();
+    let request = json!({"evidence_digests": evidence, "node_id": "gate", "plan_id": plan_id, "repair_round": 0});
+    let canonical = serde_json::to_string(&request).unwrap();
+    let digest = format!("sha256:{}", bl_core::sha256_hex(canonical.as_bytes()));
+    assert_eq!(commit["request_digest"], Value::from(digest));
+    let public = std::fs::read_to_string(dir.join("reviewer.pub")).unwrap();
+    let verify = bl_in(&dir, &["verify", "signed", "--pubkey", public.trim()]);
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
 }
