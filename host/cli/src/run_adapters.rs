@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bl_run::events::Event;
-use bl_run::executor::{Artifacts, Decisions, Journal, Ledger, Published, RunError};
+use bl_run::executor::{Artifacts, Decisions, Journal, Ledger, PublishOrder, Published, RunError};
 use bl_store::{ArtifactMeta, ArtifactStore, EventLog, RunIdentity};
 use serde_json::Value;
 
@@ -185,12 +185,119 @@ pub struct RunLedger {
     pub plan_id: String,
 }
 
+/// bounded-loops' built-in policy: the receipt in the ledger is the whole
+/// effect.
+pub const LOCAL_LEDGER: &str = "local-ledger";
+/// bl's first-party local effect: the published artifacts are written to
+/// `<run>/outbox/<node>/`, if the `outbox-policy` plugin allows it.
+pub const OUTBOX: &str = "outbox";
+
+impl RunLedger {
+    /// Asks the node's publication policy (a wasm plugin) whether the
+    /// effect may fire. `Err` is the refusal: an unknown policy, a plugin
+    /// that cannot decide and a denial all fail closed.
+    fn allowed(&self, order: &PublishOrder, key: &str) -> Result<(), String> {
+        if order.policy == LOCAL_LEDGER {
+            return Ok(());
+        }
+        let plugin = if order.policy == OUTBOX {
+            "outbox-policy"
+        } else {
+            order.policy
+        };
+        let path = crate::paths::resolve_plugin(plugin).map_err(|e| {
+            format!(
+                "publication policy '{}' is not installed ({e}); nothing was published",
+                order.policy
+            )
+        })?;
+        let package = bl_plugins::PluginPackage::open(&path).map_err(|e| e.to_string())?;
+        let declared = package.declared().map_err(|e| e.to_string())?;
+        let runtime = crate::plugin_cmd::runtime(
+            None,
+            crate::plugin_cmd::Allocator::OnDemand,
+            bl_sandbox::Sandbox::new(bl_sandbox::Tier::WorkspaceOnly),
+        )
+        .map_err(|e| e.to_string())?;
+        let options = bl_plugins::LoadOptions {
+            declared: declared.as_deref(),
+            grants: bl_plugins::Grants::none(),
+        };
+        let approvals: Vec<bl_plugins::Approval> = order
+            .approvals
+            .iter()
+            .map(|(name, approved)| bl_plugins::Approval {
+                name: name.clone(),
+                approver: "operator".into(),
+                approved: *approved,
+            })
+            .collect();
+        let (kind, target, config) = if order.policy == OUTBOX {
+            let names: Vec<&String> = order.approvals.iter().map(|(n, _)| n).collect();
+            (
+                "local-outbox".to_string(),
+                format!("outbox/{}", order.node),
+                serde_json::json!({"outbox": "outbox", "required_approvals": names}).to_string(),
+            )
+        } else {
+            ("publish".to_string(), key.to_string(), "{}".to_string())
+        };
+        let request = bl_plugins::PublishRequest {
+            effect_key: key.to_string(),
+            kind,
+            target,
+            payload_digest: format!("sha256:{}", order.payload_digest),
+            approvals,
+        };
+        let decision = runtime
+            .load_policy(&package.name(), &package.bytes, &options)
+            .and_then(|policy| runtime.decide(&policy, &request, &config))
+            .map_err(|e| {
+                format!(
+                    "publication policy '{}' could not decide: {e}",
+                    order.policy
+                )
+            })?
+            .value;
+        if decision.allow {
+            Ok(())
+        } else {
+            Err(format!(
+                "publication policy '{}' denied the effect: {}",
+                order.policy, decision.reason
+            ))
+        }
+    }
+
+    /// The outbox effect: each published artifact, verified, into
+    /// `<run>/outbox/<node>/<hex>`.
+    fn write_outbox(&self, order: &PublishOrder) -> Result<(), String> {
+        let store = ArtifactStore::new(self.dir.join("artifacts"), 64 << 20);
+        let dir = self.dir.join("outbox").join(order.node);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for digest in order.upstream {
+            let bytes = store.get(digest).map_err(|e| e.to_string())?;
+            let name = digest.trim_start_matches("sha256:");
+            std::fs::write(dir.join(name), bytes).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        Ok(())
+    }
+}
+
 impl Ledger for RunLedger {
-    fn publish(&self, node: &str, payload_digest: &str) -> Result<(Published, String), RunError> {
-        let key = bl_store::effect_key(&self.run_id, &self.plan_id, node);
+    fn publish(&self, order: &PublishOrder) -> Result<(Published, String), RunError> {
+        let key = bl_store::effect_key(&self.run_id, &self.plan_id, order.node);
+        if let Err(why) = self.allowed(order, &key) {
+            return Ok((Published::Refused(why), key));
+        }
         let ledger = bl_store::Ledger::new(&self.dir);
         let outcome = ledger
-            .publish(&key, payload_digest, || Ok(()))
+            .publish(&key, order.payload_digest, || {
+                if order.policy == OUTBOX {
+                    self.write_outbox(order)?;
+                }
+                Ok(())
+            })
             .map_err(|e| RunError::Ledger(e.to_string()))?;
         let published = match outcome {
             bl_store::Publish::Fired => Published::Fired,

@@ -117,9 +117,24 @@ pub enum Published {
     Refused(String),
 }
 
-/// The exactly-once publication ledger.
+/// One publish, as the ledger and its publication policy see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishOrder<'a> {
+    pub node: &'a str,
+    /// The node's `publication_policy`.
+    pub policy: &'a str,
+    pub payload_digest: &'a str,
+    /// What is published: the artifacts of the node's parents.
+    pub upstream: &'a [String],
+    /// Every approval node that decided before this publish: (id, approved).
+    pub approvals: Vec<(String, bool)>,
+}
+
+/// The exactly-once publication ledger, with the publication policy that
+/// must allow each effect before it fires. Returns what happened and the
+/// effect key.
 pub trait Ledger {
-    fn publish(&self, node: &str, payload_digest: &str) -> Result<(Published, String), RunError>;
+    fn publish(&self, order: &PublishOrder) -> Result<(Published, String), RunError>;
 }
 
 /// What one million tokens cost on a route, in microunits (millionths of a USD).
@@ -878,6 +893,25 @@ impl Controller<'_, '_> {
         self.end(node, ended, round)
     }
 
+    /// What a publish node publishes: its parents' artifacts, looking
+    /// through approvals (which pass on what they approved).
+    fn published_inputs(&self, node: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack: Vec<usize> = self.info(node).incoming.iter().map(|&(f, _)| f).collect();
+        let mut seen = HashSet::new();
+        while let Some(parent) = stack.pop() {
+            if !seen.insert(parent) {
+                continue;
+            }
+            if self.info(parent).driver == Driver::Approval {
+                stack.extend(self.info(parent).incoming.iter().map(|&(f, _)| f));
+            } else {
+                out.extend(self.produced[parent].iter().cloned());
+            }
+        }
+        out
+    }
+
     /// A publish node with no worker: its receipt fires through the ledger,
     /// exactly once per run, plan and node.
     fn run_publish(
@@ -895,11 +929,7 @@ impl Controller<'_, '_> {
         };
         self.record(&at.spend(1, None))?;
         self.record(&at.gating())?;
-        let mut upstream: Vec<String> = info
-            .incoming
-            .iter()
-            .flat_map(|&(from, _)| self.produced[from].iter().cloned())
-            .collect();
+        let mut upstream = self.published_inputs(node);
         upstream.sort();
         upstream.dedup();
         let payload_digest = bl_core::sha256_hex(
@@ -910,7 +940,25 @@ impl Controller<'_, '_> {
         );
         // Durable before the effect: what led here is on disk first.
         self.sync()?;
-        let (published, effect_key) = self.ports.ledger.publish(&info.id, &payload_digest)?;
+        let approvals: Vec<(String, bool)> = self
+            .schedule
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.driver == Driver::Approval)
+            .filter_map(|(i, n)| match self.machine.state(i) {
+                NodeState::Succeeded => Some((n.id.clone(), true)),
+                NodeState::Failed(_) => Some((n.id.clone(), false)),
+                _ => None,
+            })
+            .collect();
+        let (published, effect_key) = self.ports.ledger.publish(&PublishOrder {
+            node: &info.id,
+            policy,
+            payload_digest: &payload_digest,
+            upstream: &upstream,
+            approvals,
+        })?;
         let ended = match published {
             Published::Fired | Published::AlreadyPublished => {
                 let receipt = json!({

@@ -578,3 +578,136 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
         String::from_utf8_lossy(&verify.stdout)
     );
 }
+
+/// draft (an agent) → review (an approval) → pub (a publish node under
+/// `policy`), with `draft`'s reply the artifact published.
+fn publish_case(root: &Path, policy: &str) -> PathBuf {
+    let dir = case_dir(root, 0, "workspace_only", "ok");
+    let (mut manifest, connections) = fan_out(0, "workspace_only");
+    manifest["nodes"] = json!([
+        manifest["nodes"][0].clone(),
+        {"id": "review", "kind": "approval", "inputs": {"in_a": "text"}, "outputs": {"out": "text"},
+         "budget": {"max_attempts": 1, "max_wallclock_s": 60}, "effects": ["read_only"],
+         "isolation": "workspace_only", "required_role": "editor"},
+        {"id": "pub", "kind": "publish", "inputs": {"in_review": "text"}, "outputs": {"out": "text"},
+         "budget": {"max_attempts": 1, "max_wallclock_s": 60}, "effects": ["workspace_write"],
+         "isolation": "workspace_only", "publication_policy": policy},
+    ]);
+    manifest["edges"] = json!([
+        {"from_node": "a", "from_port": "out", "to_node": "review", "to_port": "in_a"},
+        {"from_node": "review", "from_port": "out", "to_node": "pub", "to_port": "in_review"},
+    ]);
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+    let only_a: Vec<Value> = connections
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(1)
+        .cloned()
+        .collect();
+    std::fs::write(
+        dir.join("connections.json"),
+        serde_json::to_vec(&only_a).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail_closed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = publish_case(&tmp.path().join("outbox"), "outbox");
+    assert_eq!(bl_in(&dir, &run_args("run", "2")).status.code(), Some(3));
+    let approve = bl_in(
+        &dir,
+        &[
+            "graph",
+            "approve",
+            "--run",
+            "run",
+            "--node",
+            "review",
+            "--decision",
+            "approved",
+            "--inputs",
+            "inputs.json",
+        ],
+    );
+    assert_eq!(
+        approve.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&approve.stderr)
+    );
+    let published: Vec<String> = std::fs::read_dir(dir.join("run/outbox/pub"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(published, ["reply to: ok"]);
+    let intents = std::fs::read_to_string(dir.join("run/published-effects.intents.jsonl")).unwrap();
+    assert_eq!(intents.matches("\"published\"").count(), 1);
+
+    // A rejected approval: nothing reaches the outbox.
+    let rejected = publish_case(&tmp.path().join("rejected"), "outbox");
+    assert_eq!(
+        bl_in(&rejected, &run_args("run", "2")).status.code(),
+        Some(3)
+    );
+    let reject = bl_in(
+        &rejected,
+        &[
+            "graph",
+            "approve",
+            "--run",
+            "run",
+            "--node",
+            "review",
+            "--decision",
+            "rejected",
+            "--inputs",
+            "inputs.json",
+        ],
+    );
+    assert_eq!(reject.status.code(), Some(2));
+    assert!(!rejected.join("run/outbox").exists());
+
+    // A policy nobody installed fails the node closed, by policy.
+    let unknown = publish_case(&tmp.path().join("unknown"), "no-such-policy");
+    assert_eq!(
+        bl_in(&unknown, &run_args("run", "2")).status.code(),
+        Some(3)
+    );
+    let out = bl_in(
+        &unknown,
+        &[
+            "graph",
+            "approve",
+            "--run",
+            "run",
+            "--node",
+            "review",
+            "--decision",
+            "approved",
+            "--inputs",
+            "inputs.json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let failed = events(&unknown.join("run"))
+        .into_iter()
+        .find(|e| e["event_type"] == "node.failed")
+        .unwrap();
+    assert_eq!(failed["payload"]["cause"], "policy_denied");
+    assert!(
+        failed["payload"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not installed"),
+        "{failed}"
+    );
+    assert!(!unknown.join("run/published-effects.json").exists());
+}
