@@ -51,6 +51,10 @@ pub struct DriveFlags {
     /// How many nodes run at once (default: the number of cores).
     #[arg(long)]
     pub concurrency: Option<usize>,
+    /// Sign the checkpoint written at every pause and at the end with this
+    /// private key (from `bl keys generate`); unsigned without it.
+    #[arg(long = "checkpoint-key")]
+    pub checkpoint_key: Option<PathBuf>,
 }
 
 /// A run directory, loaded and its plan recompiled.
@@ -530,7 +534,29 @@ fn drive(
         .map_err(|e| refused(format!("error: graph run: {e}")))?;
     drop(ports);
     progress.finish();
-    Ok((end, journal.view()))
+    let view = journal.view();
+    drop(journal);
+    checkpoint(&run.dir, flags)?;
+    Ok((end, view))
+}
+
+/// Seals the run as it stands (log head, Merkle root, the records' digests)
+/// into `checkpoints/`, at every pause and at the end.
+fn checkpoint(dir: &Path, flags: &DriveFlags) -> Result<(), CliError> {
+    let key = match &flags.checkpoint_key {
+        Some(path) => Some(
+            crate::keys_cmd::read_signing_key(path)
+                .map_err(|e| refused(format!("error: --checkpoint-key: {e}")))?,
+        ),
+        None => None,
+    };
+    bl_store::provable::write_checkpoint(dir, key.as_ref())
+        .map(|_| ())
+        .map_err(|e| {
+            refused(format!(
+                "error: the run's checkpoint could not be written: {e}"
+            ))
+        })
 }
 
 fn exit_of(end: &RunEnd) -> Exit {

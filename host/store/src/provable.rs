@@ -44,8 +44,15 @@ fn checkpoint_path(run_dir: &Path, size: u64) -> PathBuf {
 
 /// Files a checkpoint does not list: the log (its root covers it), the
 /// checkpoints themselves, and lock files (empty; only their locks matter).
+/// The attempts' work directories in a graph run directory.
+pub const WORK_DIR: &str = "work";
+
 fn is_sealed(relative: &str) -> bool {
+    // `work/` holds the attempts' scratch directories: what a worker left
+    // there is not a record (and may hold anything, symlinks included).
     relative != EVENTS_FILE
+        && relative != WORK_DIR
+        && !relative.starts_with(&format!("{WORK_DIR}/"))
         && relative != CHECKPOINT_DIR
         && !relative.starts_with(&format!("{CHECKPOINT_DIR}/"))
         && !relative.ends_with(".lock")

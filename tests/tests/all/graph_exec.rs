@@ -520,6 +520,8 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
             "inputs.json",
             "--out",
             "signed",
+            "--checkpoint-key",
+            "reviewer.key",
         ],
     );
     assert_eq!(
@@ -543,6 +545,8 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
             "--inputs",
             "inputs.json",
             "--key",
+            "reviewer.key",
+            "--checkpoint-key",
             "reviewer.key",
         ],
     );
