@@ -17,7 +17,7 @@ use bl_run::executor::{self, Caps, Ports, RunEnd, RunSettings};
 use bl_run::projection::{self, RunView};
 use bl_run::schedule::{Driver, Schedule};
 use bl_store::RunIdentity;
-use bl_workers::{Catalog, LocalCli, SandboxProbe, Workers};
+use bl_workers::{Catalog, LocalCli, Network, SandboxProbe, Workers};
 use serde_json::{Value, json};
 
 use crate::exit::{CliError, CliResult, Exit};
@@ -354,6 +354,7 @@ fn run_manifest(
     let prompts = read_prompts(flags)?;
     let caps = caps(flags)?;
     check_priced(&schedule, &caps, &prices(flags)?)?;
+    caging_posture(&schedule)?;
     if out.join(crate::run_adapters::EVENTS_FILE).exists() {
         return Err(refused(format!(
             "graph run: {} already holds a run; continue it with `bl graph resume --run {}`",
@@ -497,8 +498,9 @@ fn drive(
         plan_id: run.plan.plan_id.clone(),
     };
     let work_root = run.dir.join("work").join(RUN_ID);
+    let (network, _proxy) = egress_network(schedule)?;
     let worker = Arc::new(Workers {
-        local_cli: LocalCli::new(catalog, work_root.clone()),
+        local_cli: LocalCli::new(catalog, work_root.clone()).with_network(network),
         probe: SandboxProbe { work_root },
     });
     let mut progress = crate::graph_progress::Progress::new(schedule);
@@ -538,6 +540,45 @@ fn drive(
     drop(journal);
     checkpoint(&run.dir, flags)?;
     Ok((end, view))
+}
+
+/// The egress posture (BOUNDED_LOOPS_EGRESS_POSTURE, else the config `bl
+/// graph init` writes, else open) when it cages the run's local CLIs;
+/// `None` for open. It fails closed: a posture that needs a cage where
+/// none can run is refused, before anything runs.
+fn caging_posture(
+    schedule: &Schedule,
+) -> Result<Option<bl_egress::posture::EgressConfig>, CliError> {
+    use bl_egress::posture::{Posture, resolve_posture};
+    let config = resolve_posture(|name| std::env::var(name).ok())
+        .map_err(|e| refused(format!("error: egress posture: {e}")))?;
+    if config.posture == Posture::Open || schedule.nodes.iter().all(|n| n.driver != Driver::Worker)
+    {
+        return Ok(None);
+    }
+    if cfg!(target_os = "linux") && bl_sandbox::find_bwrap().is_none() {
+        return Err(refused(format!(
+            "error: the egress posture is '{}', which cages every local CLI, and bubblewrap is not installed: install the `bubblewrap` package (or run `scripts/dev setup`), or choose the open posture; nothing was run",
+            config.posture.as_str()
+        )));
+    }
+    Ok(Some(config))
+}
+
+/// The network local CLIs get under the posture, with the allowlist
+/// proxy's guard (it serves until dropped).
+fn egress_network(
+    schedule: &Schedule,
+) -> Result<(Network, Option<crate::sandbox_cmd::ProxyGuard>), CliError> {
+    let Some(config) = caging_posture(schedule)? else {
+        return Ok((Network::Open, None));
+    };
+    if config.posture == bl_egress::posture::Posture::Allowlist {
+        let guard = crate::sandbox_cmd::start_proxy(&config)
+            .map_err(|e| refused(format!("error: the allowlist proxy could not start: {e}")))?;
+        return Ok((Network::Allowlist(guard.bridge.clone()), Some(guard)));
+    }
+    Ok((Network::Closed, None))
 }
 
 /// Seals the run as it stands (log head, Merkle root, the records' digests)

@@ -123,9 +123,9 @@ fn bridge(socket: PathBuf, listen: &str, command: Vec<String>) -> CliResult {
 /// The egress posture for `bl sandbox run`: with `allowlist`, a CONNECT
 /// proxy (production address policy) on a private unix socket, served from
 /// a background thread for as long as the returned guard lives.
-struct ProxyGuard {
+pub(crate) struct ProxyGuard {
     _dir: tempfile::TempDir,
-    bridge: bl_sandbox::EgressBridge,
+    pub bridge: bl_sandbox::EgressBridge,
 }
 
 fn start_allowlist_proxy(tier: Tier) -> Result<Option<ProxyGuard>, String> {
@@ -142,6 +142,13 @@ fn start_allowlist_proxy(tier: Tier) -> Result<Option<ProxyGuard>, String> {
         }
         Posture::Allowlist => {}
     }
+    start_proxy(&config).map(Some)
+}
+
+/// Serves a CONNECT proxy for `config`'s allowlist (production address
+/// policy: public addresses only) on a private unix socket, from a
+/// background thread, for as long as the returned guard lives.
+pub(crate) fn start_proxy(config: &bl_egress::posture::EgressConfig) -> Result<ProxyGuard, String> {
     let dir = tempfile::Builder::new()
         .prefix("bl-egress-")
         .tempdir()
@@ -164,13 +171,13 @@ fn start_allowlist_proxy(tier: Tier) -> Result<Option<ProxyGuard>, String> {
     };
     std::thread::spawn(move || runtime.block_on(proxy.serve(listener, None)));
     let bridge_binary = std::env::current_exe().map_err(|e| e.to_string())?;
-    Ok(Some(ProxyGuard {
+    Ok(ProxyGuard {
         _dir: dir,
         bridge: bl_sandbox::EgressBridge {
             proxy_socket: socket,
             bridge_binary,
         },
-    }))
+    })
 }
 
 fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> CliResult {

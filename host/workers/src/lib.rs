@@ -44,6 +44,20 @@ pub const REPLY_CAP: usize = 8 << 20;
 /// Reads one variable of the operator's environment.
 type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
+/// The network the egress posture leaves a local CLI (seed 000: `open` by
+/// default; `allowlist` and `broker` are opt-in and fail closed).
+#[derive(Debug, Clone, Default)]
+pub enum Network {
+    /// The posture `open`: the node's own tier decides.
+    #[default]
+    Open,
+    /// `allowlist`: a container cage whose only way out is the CONNECT
+    /// proxy behind this bridge.
+    Allowlist(bl_sandbox::EgressBridge),
+    /// `broker`: no network at all (a cage with its own network namespace).
+    Closed,
+}
+
 /// Runs agent CLIs on this machine.
 pub struct LocalCli {
     catalog: Catalog,
@@ -53,6 +67,7 @@ pub struct LocalCli {
     search_path: Option<std::ffi::OsString>,
     /// The operator's environment, for the names a profile is granted.
     lookup: EnvLookup,
+    network: Network,
 }
 
 impl LocalCli {
@@ -64,7 +79,14 @@ impl LocalCli {
             work_root: std::path::absolute(&work_root).unwrap_or(work_root),
             search_path: std::env::var_os("PATH"),
             lookup: Arc::new(|name| std::env::var(name).ok()),
+            network: Network::Open,
         }
+    }
+
+    /// Applies an egress posture to every CLI this worker runs.
+    pub fn with_network(mut self, network: Network) -> Self {
+        self.network = network;
+        self
     }
 
     /// The binary for `provider`, found on the operator's PATH.
@@ -142,9 +164,10 @@ impl Worker for LocalCli {
             .filter_map(|name| (self.lookup)(name).map(|v| (name.clone(), v)))
             .collect();
         let root = self.work_root.clone();
+        let network = self.network.clone();
         Box::pin(async move {
             let handle = tokio::task::spawn_blocking(move || {
-                run_cli(&profile, &binary, &root, &request, env)
+                run_cli(&profile, &binary, &root, &request, env, &network)
             });
             handle
                 .await
@@ -159,6 +182,7 @@ fn run_cli(
     root: &Path,
     request: &WorkRequest,
     env: Vec<(String, String)>,
+    network: &Network,
 ) -> WorkReply {
     let (workspace, private) = match work_dir(root, &request.node_id) {
         Ok(d) => d,
@@ -176,18 +200,35 @@ fn run_cli(
         env,
         private_dir: None,
     };
-    let result = match Tier::parse(&request.isolation) {
-        Ok(Tier::WorkspaceOnly) => Subprocess.run(&CommandSpec {
+    let tier = match Tier::parse(&request.isolation) {
+        Ok(t) => t,
+        Err(e) => return WorkReply::Fault(e.to_string()),
+    };
+    // A posture other than open lifts the node into a cage that can hold
+    // it: only the container tier carries the proxy bridge, and any cage
+    // has a network namespace of its own.
+    let (tier, bridge) = match (network, tier) {
+        (_, Tier::CustomerManagedWorker) => (tier, None),
+        (Network::Open, tier) => (tier, None),
+        (Network::Allowlist(bridge), _) => (Tier::ContainerRestricted, Some(bridge.clone())),
+        (Network::Closed, Tier::WorkspaceOnly) => (Tier::ProcessRestricted, None),
+        (Network::Closed, tier) => (tier, None),
+    };
+    let result = match (tier, bridge) {
+        (Tier::WorkspaceOnly, _) => Subprocess.run(&CommandSpec {
             private_dir: Some(private),
             ..spec
         }),
         // A cage lends its private HOME to the caged user itself; one in the
         // run directory may lie where that user cannot reach.
-        Ok(tier) => {
+        (tier, bridge) => {
             let _ = std::fs::remove_dir(&private);
-            Sandbox::new(tier).run(&spec)
+            let sandbox = Sandbox::new(tier);
+            match bridge {
+                Some(bridge) => sandbox.with_egress(bridge).run(&spec),
+                None => sandbox.run(&spec),
+            }
         }
-        Err(e) => return WorkReply::Fault(e.to_string()),
     };
     let result = match result {
         Ok(r) => r,

@@ -715,3 +715,96 @@ fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail
     );
     assert!(!unknown.join("run/published-effects.json").exists());
 }
+
+#[test]
+fn the_egress_posture_decides_whether_a_local_cli_reaches_the_network() {
+    if !bl_e2e::cage_works() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let dir = case_dir(tmp.path(), 0, "workspace_only", "ok");
+    // A "CLI" that tries the host's listener and says what happened: the
+    // system python, so that it is there inside any cage.
+    std::fs::write(
+        dir.join("providers.toml"),
+        r#"[providers.netcheck]
+binary = "/usr/bin/python3"
+args = ["-c", "import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2).close()\n    print('connected', end='')\nexcept OSError:\n    print('denied', end='')\n"]
+prompt_via = "arg"
+"#,
+    )
+    .unwrap();
+    let (mut manifest, connections) = fan_out(0, "workspace_only");
+    manifest["nodes"] = json!([manifest["nodes"][0].clone()]);
+    manifest["edges"] = json!([]);
+    let mut connection = connections[0].clone();
+    connection["provider_id"] = json!("netcheck");
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_vec(&manifest).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("connections.json"),
+        serde_json::to_vec(&json!([connection])).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("inputs.json"),
+        json!({"a": port.to_string()}).to_string(),
+    )
+    .unwrap();
+    let init = bl_in(
+        &dir,
+        &[
+            "graph",
+            "init",
+            "--posture",
+            "allowlist",
+            "--allowlist",
+            "example.com",
+            "--config",
+            "egress.json",
+            "--yes",
+        ],
+    );
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let reply = |posture: &str, out: &str| {
+        let mut args = run_args(out, "1");
+        args.extend(["--providers", "providers.toml"]);
+        let run = Command::new(bl_binary())
+            .args(&args)
+            .current_dir(&dir)
+            .env("BOUNDED_LOOPS_EGRESS_POSTURE", posture)
+            .env("BOUNDED_LOOPS_EGRESS_CONFIG", dir.join("egress.json"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "{posture}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let objects = dir.join(out).join("artifacts/objects");
+        let replies: Vec<String> = std::fs::read_dir(objects)
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect();
+        replies.join(",")
+    };
+    assert_eq!(reply("open", "open"), "connected");
+    assert_eq!(reply("broker", "broker"), "denied");
+    // Allowlist: a container cage whose only way out is the proxy.
+    assert_eq!(reply("allowlist", "allowlist"), "denied");
+}
