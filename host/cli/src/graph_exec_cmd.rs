@@ -805,7 +805,7 @@ pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
         catalog,
         prompts,
         caps,
-        Some(view.resumes + 1),
+        Some(view.resume_ordinal()),
         flags,
     )?;
     report_drive(
@@ -850,8 +850,8 @@ pub fn approve(
     }
     let decision = if approved { "approved" } else { "rejected" };
     let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
-    if decided || state != "AWAITING_APPROVAL" {
-        // Idempotent, or early: recorded for when the run gets there.
+    if decided {
+        // Idempotent: the decision is already in the record.
         let awaiting = view.awaiting(order.iter().copied());
         let paused = !awaiting.is_empty();
         let next: Vec<String> = awaiting
@@ -890,7 +890,7 @@ pub fn approve(
         catalog,
         prompts,
         caps,
-        Some(view.resumes + 1),
+        Some(view.resume_ordinal()),
         flags,
     )?;
     let awaiting = after.awaiting(order.iter().copied());

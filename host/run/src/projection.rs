@@ -45,6 +45,8 @@ pub struct RunView {
     pub nodes: BTreeMap<String, NodeView>,
     pub budget_pause: Option<Value>,
     pub resumes: u32,
+    /// Pauses recorded: approvals reached and budget pauses.
+    pub pauses: u32,
     pub tokens: u64,
     pub cost_microunits: u64,
     pub spend_complete: bool,
@@ -53,6 +55,13 @@ pub struct RunView {
 impl RunView {
     pub fn node(&self, id: &str) -> NodeView {
         self.nodes.get(id).cloned().unwrap_or_default()
+    }
+
+    /// The ordinal of the next `run.resumed`: bounded-loops numbers a
+    /// resume by the pauses recorded before it (at least 1), so resuming
+    /// the same pause twice records it once.
+    pub fn resume_ordinal(&self) -> u32 {
+        self.pauses.max(1)
     }
 
     pub fn is_terminal(&self) -> bool {
@@ -84,8 +93,14 @@ pub fn project<'a>(events: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Ru
             ("run.succeeded", _) => run.run_state = "SUCCEEDED".into(),
             ("run.failed", _) => run.run_state = "FAILED".into(),
             ("run.resumed", _) => run.resumes += 1,
-            ("run.budget.paused", _) => run.budget_pause = Some(payload.clone()),
+            ("run.budget.paused", _) => {
+                run.pauses += 1;
+                run.budget_pause = Some(payload.clone());
+            }
             (_, Some(id)) => {
+                if kind == "node.awaiting_approval" {
+                    run.pauses += 1;
+                }
                 let node = run.nodes.entry(id.to_string()).or_default();
                 fold_node(node, kind, payload);
                 if kind == "node.spend" {

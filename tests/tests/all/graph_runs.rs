@@ -2,8 +2,8 @@
 //! (tests/corpus/graph-runs): each case's commands run through the real
 //! `bl`, with the same scripted fake agent CLIs first on PATH, and bl's
 //! exit codes, event log (type, idempotency key and payload of every
-//! event, in order) and final node states must equal what bounded-loops
-//! recorded. Commands run at `--concurrency 1`, where the order of events
+//! event, in order), `status --json` projections and final node states
+//! must equal what bounded-loops recorded. Commands run at `--concurrency 1`, where the order of events
 //! is defined; other tests check parallel runs.
 
 use std::path::{Path, PathBuf};
@@ -85,6 +85,31 @@ fn replay(case: &str) -> Replayed {
             .env("PATH", &path)
             .output()
             .unwrap();
+        // `status --json` is the projection bounded-loops' users read: the
+        // whole object must match (the head hash covers timestamps).
+        if line.contains("graph status") && line.contains("--json") {
+            if let Some(want) = command.get("stdout_json") {
+                let mut want = want.clone();
+                let mut got: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+                for v in [&mut want, &mut got] {
+                    if let Some(m) = v.as_object_mut() {
+                        m.remove("receipt_head_hash");
+                    }
+                    if RECEIPT_DIGEST_CASES.contains(&case) {
+                        for n in v["nodes"].as_array_mut().into_iter().flatten() {
+                            if n["node_id"] == "pub" {
+                                n["artifact_digests"] = Value::from("<receipt>");
+                            }
+                        }
+                    }
+                }
+                if got != want {
+                    problems.push(format!(
+                        "`{line}` printed\n  {got}\nbounded-loops printed\n  {want}"
+                    ));
+                }
+            }
+        }
         let code = match out.status.code() {
             Some(137) | None => -9,
             Some(c) => c,
