@@ -87,8 +87,11 @@ fn replay(case: &str) -> Replayed {
             .unwrap();
         // `status --json` is the projection bounded-loops' users read: the
         // whole object must match (the head hash covers timestamps).
-        if line.contains("graph status") && line.contains("--json") {
-            if let Some(want) = command.get("stdout_json") {
+        if line.contains("graph status")
+            && line.contains("--json")
+            && let Some(want) = command.get("stdout_json")
+        {
+            {
                 let mut want = want.clone();
                 let mut got: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
                 for v in [&mut want, &mut got] {
