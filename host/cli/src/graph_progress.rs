@@ -1,18 +1,28 @@
-//! Progress of a graph run on stderr: one line per node as it starts and
-//! ends, and a summary line. Nothing with `--json`, where stdout carries
-//! only the result.
+//! Progress of a graph run on stderr. On a terminal: one live line per
+//! running node and a summary bar (indicatif). Otherwise: one plain line
+//! per node as it ends, and a summary. Nothing with `--json`, where stdout
+//! carries only the result.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bl_run::events::Event;
 use bl_run::schedule::Schedule;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::output::errln;
 
+/// The live view on a terminal.
+struct Live {
+    bars: MultiProgress,
+    summary: ProgressBar,
+    running: HashMap<String, ProgressBar>,
+}
+
 pub struct Progress {
     enabled: bool,
-    terminal: bool,
+    live: Option<Live>,
     total: usize,
     done: usize,
     failed: usize,
@@ -21,13 +31,48 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(schedule: &Schedule) -> Self {
+        let enabled = !crate::output::json();
+        let total = schedule.nodes.len();
+        let live = (enabled && std::io::stderr().is_terminal()).then(|| {
+            let bars = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+            let summary = bars.add(ProgressBar::new(total as u64));
+            summary.set_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} nodes ended  {msg}  {elapsed}")
+                    .expect("a valid template"),
+            );
+            Live {
+                bars,
+                summary,
+                running: HashMap::new(),
+            }
+        });
         Progress {
-            enabled: !crate::output::json(),
-            terminal: std::io::stderr().is_terminal(),
-            total: schedule.nodes.len(),
+            enabled,
+            live,
+            total,
             done: 0,
             failed: 0,
             started: Instant::now(),
+        }
+    }
+
+    /// A line for the record of what happened, above the live lines.
+    fn line(&self, text: String) {
+        match &self.live {
+            Some(live) => live.bars.suspend(|| errln!("{text}")),
+            None => errln!("{text}"),
+        }
+    }
+
+    fn ended(&mut self, node: &str) {
+        self.done += 1;
+        if let Some(live) = &mut self.live {
+            if let Some(bar) = live.running.remove(node) {
+                bar.finish_and_clear();
+                live.bars.remove(&bar);
+            }
+            live.summary.set_position(self.done as u64);
+            live.summary.set_message(format!("{} failed", self.failed));
         }
     }
 
@@ -35,46 +80,72 @@ impl Progress {
         if !self.enabled {
             return;
         }
-        let node = event.payload["node_id"].as_str().unwrap_or_default();
-        let line = match event.kind {
-            "node.running" if self.terminal => {
-                format!("  … {node} running (attempt {})", event.payload["attempt"])
+        let node = event.payload["node_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        match event.kind {
+            "node.running" => {
+                if let Some(live) = &mut self.live {
+                    let bar = live.running.entry(node.clone()).or_insert_with(|| {
+                        let bar = live
+                            .bars
+                            .insert_before(&live.summary, ProgressBar::new_spinner());
+                        bar.enable_steady_tick(Duration::from_millis(120));
+                        bar
+                    });
+                    bar.set_message(format!(
+                        "{node}: running (attempt {})",
+                        event.payload["attempt"]
+                    ));
+                }
+            }
+            "node.gating" => {
+                if let Some(bar) = self.live.as_ref().and_then(|l| l.running.get(&node)) {
+                    bar.set_message(format!("{node}: gating"));
+                }
             }
             "node.succeeded" => {
-                self.done += 1;
-                format!("  ✓ {node}")
+                self.ended(&node);
+                self.line(format!("  ✓ {node}"));
             }
             "node.failed" => {
-                self.done += 1;
                 self.failed += 1;
-                format!(
+                self.ended(&node);
+                self.line(format!(
                     "  ✗ {node} ({})",
                     event.payload["cause"].as_str().unwrap_or_default()
-                )
+                ));
             }
             "node.skipped" => {
-                self.done += 1;
-                format!("  - {node} skipped")
+                self.ended(&node);
+                self.line(format!("  - {node} skipped"));
             }
-            "node.awaiting_approval" => format!("  ? {node} awaits approval"),
-            bl_run::executor::NOTE => format!(
+            "node.awaiting_approval" => self.line(format!("  ? {node} awaits approval")),
+            bl_run::executor::NOTE => self.line(format!(
                 "  ! {node}: {}",
                 event.payload["detail"].as_str().unwrap_or_default()
-            ),
-            _ => return,
-        };
-        errln!("{line}");
+            )),
+            _ => {}
+        }
     }
 
     pub fn finish(&self) {
-        if self.enabled {
-            errln!(
-                "{}/{} nodes ended ({} failed) in {:.1?}",
-                self.done,
-                self.total,
-                self.failed,
-                self.started.elapsed()
-            );
+        if !self.enabled {
+            return;
         }
+        if let Some(live) = &self.live {
+            for bar in live.running.values() {
+                bar.finish_and_clear();
+            }
+            live.summary.finish_and_clear();
+        }
+        errln!(
+            "{}/{} nodes ended ({} failed) in {:.1?}",
+            self.done,
+            self.total,
+            self.failed,
+            self.started.elapsed()
+        );
     }
 }

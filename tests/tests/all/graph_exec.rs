@@ -808,3 +808,43 @@ prompt_via = "arg"
     // Allowlist: a container cage whose only way out is the proxy.
     assert_eq!(reply("allowlist", "allowlist"), "denied");
 }
+
+#[test]
+fn progress_is_live_on_a_terminal_plain_in_a_pipe_and_absent_with_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 3, "workspace_only", "ok");
+    // A pipe: one plain line per node that ended, and the summary.
+    let piped = bl_in(&dir, &run_args("piped", "2"));
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(
+        stderr.contains("  ✓ b2") && stderr.contains("6/6 nodes ended (0 failed)"),
+        "{stderr}"
+    );
+    // --json: stdout is the result alone, stderr is silent.
+    let mut args = run_args("json", "2");
+    args.push("--json");
+    let json = bl_in(&dir, &args);
+    assert!(
+        json.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let result: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(result["run_state"], "SUCCEEDED");
+    // A terminal (a pty from util-linux `script`): the live view draws and
+    // clears, and the run ends as in a pipe.
+    let command = format!(
+        "{} graph run --execute manifest.json --connections connections.json --inputs inputs.json --out tty",
+        bl_binary().display()
+    );
+    let tty = Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .current_dir(&dir)
+        .env("PATH", path_with_fakes(&dir))
+        .output()
+        .expect("util-linux `script` runs a command on a pseudo-terminal");
+    let screen = String::from_utf8_lossy(&tty.stdout);
+    assert_eq!(tty.status.code(), Some(0), "{screen}");
+    assert!(screen.contains("6/6 nodes ended (0 failed)"), "{screen}");
+    assert_eq!(final_states(&dir, "tty")["run_state"], "SUCCEEDED");
+}
