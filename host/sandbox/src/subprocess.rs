@@ -164,6 +164,197 @@ pub(crate) fn scrub_env(
 /// Spawns `command` in its own process group with piped stdio, feeds stdin,
 /// keeps the output tails, and kills the whole group at the timeout.
 pub(crate) fn execute(
+    command: Command,
+    spec: &CommandSpec,
+) -> Result<CommandResult, CommandError> {
+    if spec.stream {
+        execute_streamed(command, spec)
+    } else {
+        execute_polled(command, spec)
+    }
+}
+
+/// Makes a pipe end non-blocking, for the poll loop.
+fn set_nonblocking(fd: &impl std::os::fd::AsFd) -> Result<(), CommandError> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = fcntl(fd, FcntlArg::F_GETFL)
+        .map_err(|e| CommandError::Spawn(format!("pipe flags: {e}")))?;
+    fcntl(
+        fd,
+        FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
+    )
+    .map_err(|e| CommandError::Spawn(format!("pipe flags: {e}")))?;
+    Ok(())
+}
+
+/// Reads what `pipe` has now into `tail`; `false` once it is closed.
+fn drain(pipe: &mut impl std::io::Read, tail: &mut TailBuffer, chunk: &mut [u8]) -> bool {
+    loop {
+        match pipe.read(chunk) {
+            Ok(0) => return false,
+            Ok(n) => tail.push(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// [`execute`] for a command whose output is kept, not streamed: one
+/// thread polls the three pipes, so a command costs no reader or feeder
+/// threads (a graph of thousands of nodes runs thousands of commands).
+fn execute_polled(
+    mut command: Command,
+    spec: &CommandSpec,
+) -> Result<CommandResult, CommandError> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let program = spec.argv.first().cloned().unwrap_or_default();
+    let started = Instant::now();
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so the timeout kills grandchildren too.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
+    let pgid = Pid::from_raw(child.id() as i32);
+    let mut stdin = child.stdin.take().filter(|_| !spec.stdin.is_empty());
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    for fd in [stdin.as_ref().map(|p| p.as_fd()), stdout.as_ref().map(|p| p.as_fd()), stderr.as_ref().map(|p| p.as_fd())]
+        .into_iter()
+        .flatten()
+    {
+        if let Err(e) = set_nonblocking(&fd) {
+            let _ = killpg(pgid, Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(e);
+        }
+    }
+    let (mut out, mut err) = (TailBuffer::new(spec.output_cap), TailBuffer::new(spec.output_cap));
+    let mut chunk = vec![0u8; 16 << 10];
+    let mut written = 0;
+    let mut exited = None;
+    let mut grace_until: Option<Instant> = None;
+    let mut timed_out = false;
+    let mut interrupted = None;
+    while stdout.is_some() || stderr.is_some() {
+        let now = Instant::now();
+        if grace_until.is_some_and(|until| now >= until) {
+            // The command ended; whoever left its group keeps the pipes.
+            break;
+        }
+        if exited.is_none() {
+            if now.duration_since(started) >= spec.timeout {
+                let _ = killpg(pgid, Signal::SIGKILL);
+                timed_out = true;
+                break;
+            }
+            if let Some(signal) = bl_core::interrupt::requested() {
+                let _ = killpg(pgid, Signal::SIGKILL);
+                interrupted = Some(signal);
+                break;
+            }
+        }
+        let left = spec.timeout.saturating_sub(now.duration_since(started));
+        let wait = left.min(INTERRUPT_POLL).as_millis().max(1) as u16;
+        let (out_ready, err_ready, in_ready) = {
+            let mut fds = Vec::with_capacity(3);
+            let mut slots = [None; 3];
+            if let Some(p) = &stdout {
+                slots[0] = Some(fds.len());
+                fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+            }
+            if let Some(p) = &stderr {
+                slots[1] = Some(fds.len());
+                fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+            }
+            if let Some(p) = &stdin {
+                slots[2] = Some(fds.len());
+                fds.push(PollFd::new(p.as_fd(), PollFlags::POLLOUT));
+            }
+            match poll(&mut fds, PollTimeout::from(wait)) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                    let _ = child.wait();
+                    return Err(CommandError::Spawn(format!("polling {program}: {e}")));
+                }
+            }
+            let ready = |slot: Option<usize>| {
+                slot.is_some_and(|i| fds[i].revents().is_some_and(|r| !r.is_empty()))
+            };
+            (ready(slots[0]), ready(slots[1]), ready(slots[2]))
+        };
+        if out_ready && !stdout.as_mut().is_some_and(|p| drain(p, &mut out, &mut chunk)) {
+            stdout = None;
+        }
+        if err_ready && !stderr.as_mut().is_some_and(|p| drain(p, &mut err, &mut chunk)) {
+            stderr = None;
+        }
+        if in_ready && let Some(pipe) = stdin.as_mut() {
+            match pipe.write(&spec.stdin[written..]) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // A command that exits without reading its stdin is not an error.
+                Err(_) => written = spec.stdin.len(),
+            }
+            if written >= spec.stdin.len() {
+                stdin = None;
+            }
+        }
+        if exited.is_none()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            exited = Some(status);
+            let _ = killpg(pgid, Signal::SIGKILL);
+            grace_until = Some(Instant::now() + OUTPUT_GRACE);
+        }
+    }
+    drop(stdin);
+    let status = match exited {
+        Some(status) => Some(status),
+        None if timed_out || interrupted.is_some() => child.wait().ok(),
+        None => {
+            // The pipes closed first: the command is ending; wait for it
+            // within what is left of its time.
+            let left = spec.timeout.saturating_sub(started.elapsed());
+            match child.wait_timeout(left) {
+                Ok(Some(status)) => Some(status),
+                _ => {
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                    timed_out = true;
+                    child.wait().ok()
+                }
+            }
+        }
+    };
+    // Whatever the group left running holds nothing we wait for; end it.
+    let _ = killpg(pgid, Signal::SIGKILL);
+    if let Some(signal) = interrupted {
+        return Err(CommandError::Interrupted(signal));
+    }
+    let truncated = out.truncated() || err.truncated();
+    Ok(CommandResult {
+        exit_code: if timed_out {
+            None
+        } else {
+            status.and_then(|s| s.code())
+        },
+        stdout_tail: out.into_bytes(),
+        stderr_tail: err.into_bytes(),
+        truncated,
+        timed_out,
+        duration: started.elapsed(),
+    })
+}
+
+/// [`execute`] for a streamed command: reader threads copy its output to
+/// the caller's terminal as it comes, and its stdin is the caller's.
+fn execute_streamed(
     mut command: Command,
     spec: &CommandSpec,
 ) -> Result<CommandResult, CommandError> {
