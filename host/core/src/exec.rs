@@ -27,8 +27,9 @@ pub struct CommandSpec {
     /// copied to the caller's as they are written (the tails are still
     /// kept). Off for plugins, whose commands' output is theirs to read.
     pub stream: bool,
-    /// Variables set on top of the scrubbed environment (the names a
-    /// provider profile was granted, with the operator's values).
+    /// Variables set on top of the scrubbed environment, after its
+    /// defaults (an agent CLI gets the operator's PATH and HOME, and the
+    /// names its provider profile was granted, with the operator's values).
     pub env: Vec<(String, String)>,
     /// A directory the caller made for this command alone, used as its
     /// HOME and TMPDIR. `None`: the adapter makes a private one and

@@ -144,7 +144,9 @@ impl PrivateDirs {
     }
 }
 
-/// Clears the environment down to PATH, HOME, TMPDIR and LANG.
+/// Clears the environment down to PATH, HOME, TMPDIR and LANG, then sets
+/// what the caller granted (which may name the operator's own PATH or HOME:
+/// an agent CLI logs in with the operator's session).
 pub(crate) fn scrub_env(
     command: &mut Command,
     home: &Path,
@@ -153,20 +155,16 @@ pub(crate) fn scrub_env(
 ) {
     command
         .env_clear()
-        .envs(granted.iter().map(|(k, v)| (k, v)));
-    command
         .env("PATH", SCRUBBED_PATH)
         .env("HOME", home)
         .env("TMPDIR", tmp)
-        .env("LANG", "C.UTF-8");
+        .env("LANG", "C.UTF-8")
+        .envs(granted.iter().map(|(k, v)| (k, v)));
 }
 
 /// Spawns `command` in its own process group with piped stdio, feeds stdin,
 /// keeps the output tails, and kills the whole group at the timeout.
-pub(crate) fn execute(
-    command: Command,
-    spec: &CommandSpec,
-) -> Result<CommandResult, CommandError> {
+pub(crate) fn execute(command: Command, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
     if spec.stream {
         execute_streamed(command, spec)
     } else {
@@ -203,10 +201,7 @@ fn drain(pipe: &mut impl std::io::Read, tail: &mut TailBuffer, chunk: &mut [u8])
 /// [`execute`] for a command whose output is kept, not streamed: one
 /// thread polls the three pipes, so a command costs no reader or feeder
 /// threads (a graph of thousands of nodes runs thousands of commands).
-fn execute_polled(
-    mut command: Command,
-    spec: &CommandSpec,
-) -> Result<CommandResult, CommandError> {
+fn execute_polled(mut command: Command, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     use std::os::fd::AsFd;
     let program = spec.argv.first().cloned().unwrap_or_default();
@@ -223,9 +218,13 @@ fn execute_polled(
     let mut stdin = child.stdin.take().filter(|_| !spec.stdin.is_empty());
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
-    for fd in [stdin.as_ref().map(|p| p.as_fd()), stdout.as_ref().map(|p| p.as_fd()), stderr.as_ref().map(|p| p.as_fd())]
-        .into_iter()
-        .flatten()
+    for fd in [
+        stdin.as_ref().map(|p| p.as_fd()),
+        stdout.as_ref().map(|p| p.as_fd()),
+        stderr.as_ref().map(|p| p.as_fd()),
+    ]
+    .into_iter()
+    .flatten()
     {
         if let Err(e) = set_nonblocking(&fd) {
             let _ = killpg(pgid, Signal::SIGKILL);
@@ -233,7 +232,10 @@ fn execute_polled(
             return Err(e);
         }
     }
-    let (mut out, mut err) = (TailBuffer::new(spec.output_cap), TailBuffer::new(spec.output_cap));
+    let (mut out, mut err) = (
+        TailBuffer::new(spec.output_cap),
+        TailBuffer::new(spec.output_cap),
+    );
     let mut chunk = vec![0u8; 16 << 10];
     let mut written = 0;
     let mut exited = None;
@@ -288,10 +290,18 @@ fn execute_polled(
             };
             (ready(slots[0]), ready(slots[1]), ready(slots[2]))
         };
-        if out_ready && !stdout.as_mut().is_some_and(|p| drain(p, &mut out, &mut chunk)) {
+        if out_ready
+            && !stdout
+                .as_mut()
+                .is_some_and(|p| drain(p, &mut out, &mut chunk))
+        {
             stdout = None;
         }
-        if err_ready && !stderr.as_mut().is_some_and(|p| drain(p, &mut err, &mut chunk)) {
+        if err_ready
+            && !stderr
+                .as_mut()
+                .is_some_and(|p| drain(p, &mut err, &mut chunk))
+        {
             stderr = None;
         }
         if in_ready && let Some(pipe) = stdin.as_mut() {

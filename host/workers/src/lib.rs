@@ -38,6 +38,10 @@ impl Worker for Workers {
     }
 }
 
+/// The operator's variables every agent CLI gets, as bounded-loops passes
+/// them; nothing else of the operator's environment reaches it.
+pub const BASE_ENV: &[&str] = &["PATH", "HOME", "SHELL", "LANG", "TERM"];
+
 /// The most bytes of a reply kept; a longer one is a worker fault.
 pub const REPLY_CAP: usize = 8 << 20;
 
@@ -157,11 +161,14 @@ impl Worker for LocalCli {
                 profile.binary
             ))));
         };
-        let env: Vec<(String, String)> = profile
-            .env_grant
+        // What bounded-loops passes an agent CLI (its login session lives
+        // in the operator's HOME), then what the profile is granted.
+        let env: Vec<(String, String)> = BASE_ENV
             .iter()
+            .map(|name| name.to_string())
+            .chain(profile.env_grant.iter().cloned())
             .filter(|name| !profile.unset_env.contains(name))
-            .filter_map(|name| (self.lookup)(name).map(|v| (name.clone(), v)))
+            .filter_map(|name| (self.lookup)(&name).map(|v| (name, v)))
             .collect();
         let root = self.work_root.clone();
         let network = self.network.clone();

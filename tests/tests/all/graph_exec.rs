@@ -848,3 +848,57 @@ fn progress_is_live_on_a_terminal_plain_in_a_pipe_and_absent_with_json() {
     assert!(screen.contains("6/6 nodes ended (0 failed)"), "{screen}");
     assert_eq!(final_states(&dir, "tty")["run_state"], "SUCCEEDED");
 }
+
+#[test]
+fn an_agent_cli_gets_the_operators_path_and_home_and_nothing_else_of_the_environment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 0, "workspace_only", "ok");
+    std::fs::write(
+        dir.join("providers.toml"),
+        r#"[providers.envcheck]
+binary = "/usr/bin/python3"
+args = ["-c", "import json, os\nprint(json.dumps({k: os.environ.get(k) for k in ['HOME', 'PATH', 'BL_TEST_SECRET', 'GRANTED_NAME']}), end='')\n"]
+prompt_via = "arg"
+env_grant = ["GRANTED_NAME"]
+"#,
+    )
+    .unwrap();
+    let (mut manifest, connections) = fan_out(0, "workspace_only");
+    manifest["nodes"] = json!([manifest["nodes"][0].clone()]);
+    manifest["edges"] = json!([]);
+    let mut connection = connections[0].clone();
+    connection["provider_id"] = json!("envcheck");
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_vec(&manifest).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("connections.json"),
+        serde_json::to_vec(&json!([connection])).unwrap(),
+    )
+    .unwrap();
+    let mut args = run_args("run", "1");
+    args.extend(["--providers", "providers.toml"]);
+    let run = Command::new(bl_binary())
+        .args(&args)
+        .current_dir(&dir)
+        .env("HOME", "/home/operator-test")
+        .env("BL_TEST_SECRET", "must-not-leak")
+        .env("GRANTED_NAME", "granted-value")
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let objects = dir.join("run/artifacts/objects");
+    let entry = std::fs::read_dir(objects).unwrap().next().unwrap().unwrap();
+    let seen: Value = serde_json::from_slice(&std::fs::read(entry.path()).unwrap()).unwrap();
+    assert_eq!(seen["HOME"], "/home/operator-test");
+    assert_eq!(seen["PATH"], Value::from(std::env::var("PATH").unwrap()));
+    assert_eq!(seen["BL_TEST_SECRET"], Value::Null);
+    assert_eq!(seen["GRANTED_NAME"], "granted-value");
+}
