@@ -840,13 +840,7 @@ impl Controller<'_, '_> {
         let Driver::Join(mode) = info.driver else {
             unreachable!("a join node")
         };
-        let at = At {
-            node: &info.id,
-            attempt,
-            round,
-        };
-        self.record(&at.spend(1, None))?;
-        self.record(&at.gating())?;
+        self.record_inline_turn(&info.id, attempt, round)?;
         let parents: Vec<Value> = info
             .incoming
             .iter()
@@ -893,6 +887,18 @@ impl Controller<'_, '_> {
         self.end(node, ended, round)
     }
 
+    /// A node the controller decides itself (a join, a publish) records
+    /// a spend of nothing and its gating, as bounded-loops does.
+    fn record_inline_turn(&mut self, id: &str, attempt: u32, round: u32) -> Result<(), RunError> {
+        let at = At {
+            node: id,
+            attempt,
+            round,
+        };
+        self.record(&at.spend(1, None))?;
+        self.record(&at.gating())
+    }
+
     /// What a publish node publishes: its parents' artifacts, looking
     /// through approvals (which pass on what they approved).
     fn published_inputs(&self, node: usize) -> Vec<String> {
@@ -922,13 +928,7 @@ impl Controller<'_, '_> {
         policy: &str,
     ) -> Result<(), RunError> {
         let info = self.info(node).clone();
-        let at = At {
-            node: &info.id,
-            attempt,
-            round,
-        };
-        self.record(&at.spend(1, None))?;
-        self.record(&at.gating())?;
+        self.record_inline_turn(&info.id, attempt, round)?;
         let mut upstream = self.published_inputs(node);
         upstream.sort();
         upstream.dedup();

@@ -172,6 +172,29 @@ pub(crate) fn execute(command: Command, spec: &CommandSpec) -> Result<CommandRes
     }
 }
 
+/// What a command left: its exit code (none when the timeout ended it) and
+/// its output tails.
+fn result_of(
+    out: TailBuffer,
+    err: TailBuffer,
+    status: Option<std::process::ExitStatus>,
+    timed_out: bool,
+    started: Instant,
+) -> CommandResult {
+    CommandResult {
+        exit_code: if timed_out {
+            None
+        } else {
+            status.and_then(|s| s.code())
+        },
+        truncated: out.truncated() || err.truncated(),
+        stdout_tail: out.into_bytes(),
+        stderr_tail: err.into_bytes(),
+        timed_out,
+        duration: started.elapsed(),
+    }
+}
+
 /// Makes a pipe end non-blocking, for the poll loop.
 fn set_nonblocking(fd: &impl std::os::fd::AsFd) -> Result<(), CommandError> {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -347,19 +370,7 @@ fn execute_polled(mut command: Command, spec: &CommandSpec) -> Result<CommandRes
     if let Some(signal) = interrupted {
         return Err(CommandError::Interrupted(signal));
     }
-    let truncated = out.truncated() || err.truncated();
-    Ok(CommandResult {
-        exit_code: if timed_out {
-            None
-        } else {
-            status.and_then(|s| s.code())
-        },
-        stdout_tail: out.into_bytes(),
-        stderr_tail: err.into_bytes(),
-        truncated,
-        timed_out,
-        duration: started.elapsed(),
-    })
+    Ok(result_of(out, err, status, timed_out, started))
 }
 
 /// [`execute`] for a streamed command: reader threads copy its output to
@@ -459,19 +470,7 @@ fn execute_streamed(
     if let Some(signal) = interrupted {
         return Err(CommandError::Interrupted(signal));
     }
-    let truncated = out.truncated() || err.truncated();
-    Ok(CommandResult {
-        exit_code: if timed_out {
-            None
-        } else {
-            status.and_then(|s| s.code())
-        },
-        stdout_tail: out.into_bytes(),
-        stderr_tail: err.into_bytes(),
-        truncated,
-        timed_out,
-        duration: started.elapsed(),
-    })
+    Ok(result_of(out, err, status, timed_out, started))
 }
 
 #[cfg(test)]

@@ -716,6 +716,27 @@ fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail
     assert!(!unknown.join("run/published-effects.json").exists());
 }
 
+/// Rewrites a case into one node `a` bound to `provider`, which the
+/// catalog `providers.toml` (written from `catalog`) defines.
+fn one_node_with_provider(dir: &Path, provider: &str, catalog: &str) {
+    std::fs::write(dir.join("providers.toml"), catalog).unwrap();
+    let (mut manifest, connections) = fan_out(0, "workspace_only");
+    manifest["nodes"] = json!([manifest["nodes"][0].clone()]);
+    manifest["edges"] = json!([]);
+    let mut connection = connections[0].clone();
+    connection["provider_id"] = json!(provider);
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_vec(&manifest).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("connections.json"),
+        serde_json::to_vec(&json!([connection])).unwrap(),
+    )
+    .unwrap();
+}
+
 #[test]
 fn the_egress_posture_decides_whether_a_local_cli_reaches_the_network() {
     if !bl_e2e::cage_works() {
@@ -732,30 +753,15 @@ fn the_egress_posture_decides_whether_a_local_cli_reaches_the_network() {
     let dir = case_dir(tmp.path(), 0, "workspace_only", "ok");
     // A "CLI" that tries the host's listener and says what happened: the
     // system python, so that it is there inside any cage.
-    std::fs::write(
-        dir.join("providers.toml"),
+    one_node_with_provider(
+        &dir,
+        "netcheck",
         r#"[providers.netcheck]
 binary = "/usr/bin/python3"
 args = ["-c", "import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2).close()\n    print('connected', end='')\nexcept OSError:\n    print('denied', end='')\n"]
 prompt_via = "arg"
 "#,
-    )
-    .unwrap();
-    let (mut manifest, connections) = fan_out(0, "workspace_only");
-    manifest["nodes"] = json!([manifest["nodes"][0].clone()]);
-    manifest["edges"] = json!([]);
-    let mut connection = connections[0].clone();
-    connection["provider_id"] = json!("netcheck");
-    std::fs::write(
-        dir.join("manifest.json"),
-        serde_json::to_vec(&manifest).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("connections.json"),
-        serde_json::to_vec(&json!([connection])).unwrap(),
-    )
-    .unwrap();
+    );
     std::fs::write(
         dir.join("inputs.json"),
         json!({"a": port.to_string()}).to_string(),
@@ -853,31 +859,16 @@ fn progress_is_live_on_a_terminal_plain_in_a_pipe_and_absent_with_json() {
 fn an_agent_cli_gets_the_operators_path_and_home_and_nothing_else_of_the_environment() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = case_dir(tmp.path(), 0, "workspace_only", "ok");
-    std::fs::write(
-        dir.join("providers.toml"),
+    one_node_with_provider(
+        &dir,
+        "envcheck",
         r#"[providers.envcheck]
 binary = "/usr/bin/python3"
 args = ["-c", "import json, os\nprint(json.dumps({k: os.environ.get(k) for k in ['HOME', 'PATH', 'BL_TEST_SECRET', 'GRANTED_NAME']}), end='')\n"]
 prompt_via = "arg"
 env_grant = ["GRANTED_NAME"]
 "#,
-    )
-    .unwrap();
-    let (mut manifest, connections) = fan_out(0, "workspace_only");
-    manifest["nodes"] = json!([manifest["nodes"][0].clone()]);
-    manifest["edges"] = json!([]);
-    let mut connection = connections[0].clone();
-    connection["provider_id"] = json!("envcheck");
-    std::fs::write(
-        dir.join("manifest.json"),
-        serde_json::to_vec(&manifest).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("connections.json"),
-        serde_json::to_vec(&json!([connection])).unwrap(),
-    )
-    .unwrap();
+    );
     let mut args = run_args("run", "1");
     args.extend(["--providers", "providers.toml"]);
     let run = Command::new(bl_binary())
