@@ -43,9 +43,22 @@ pub enum GraphCommand {
         /// A JSON file of connection candidates.
         #[arg(long)]
         connections: Option<PathBuf>,
-        /// The run directory to write.
+        /// The run directory to write (default:
+        /// .bounded-loops/runs/<stamp>-<rand>/ in the workspace).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// The directory whose .bounded-loops/ holds runs when --out is
+        /// left out (also $BOUNDED_LOOPS_WORKSPACE; default: here).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// A JSON file mapping connection_id -> admitted-connection record,
+        /// for https-transport connector nodes (checked, then refused at
+        /// preflight: this version runs local_cli nodes only).
+        #[arg(long)]
+        admitted: Option<PathBuf>,
+        /// A loop-package root (repeatable); loop nodes' packages must be found here.
+        #[arg(long = "loop-roots")]
+        loop_roots: Vec<PathBuf>,
         #[command(flatten)]
         flags: crate::graph_exec_cmd::DriveFlags,
     },
@@ -131,22 +144,30 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             execute,
             connections,
             out,
+            workspace,
+            admitted,
+            loop_roots,
             flags,
         } => match (manifest, execute) {
             (Some(manifest), true) => {
-                let out = out.unwrap_or_else(|| PathBuf::from(".bounded-loops/runs/graph-run"));
-                crate::graph_exec_cmd::run(&manifest, connections.as_deref(), &out, &flags)
+                let out = out.unwrap_or_else(|| crate::graph_exec_cmd::default_out(workspace));
+                let inputs = crate::graph_exec_cmd::RunInputs {
+                    connections: connections.as_deref(),
+                    admitted: admitted.as_deref(),
+                    loop_roots: &loop_roots,
+                };
+                crate::graph_exec_cmd::run(&manifest, &inputs, &out, &flags)
             }
             (Some(manifest), false) => plan(
                 &manifest,
                 connections.as_deref(),
-                &[],
+                &loop_roots,
                 None,
                 crate::output::json(),
             )
             .map_err(CliError::reported),
             (None, true) => {
-                let out = out.unwrap_or_else(|| PathBuf::from(".bounded-loops/runs/sandbox-probe"));
+                let out = out.unwrap_or_else(|| crate::graph_exec_cmd::default_out(workspace));
                 crate::graph_exec_cmd::run_probe(&out, &flags)
             }
             (None, false) => Err(CliError::refused(

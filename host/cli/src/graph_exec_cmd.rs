@@ -216,17 +216,19 @@ fn usd_to_micro(text: &str) -> Result<u64, CliError> {
     Ok((v * 1_000_000.0).round() as u64)
 }
 
-fn compile(graph: &Graph, connections: Option<&[bl_graph::Connection]>) -> Result<Plan, String> {
-    let packages = BTreeSet::new();
+/// Compiles the plan. `packages`: the loop packages admitted (a run
+/// checks its loop nodes against them); `None` when a recorded run's plan
+/// is recompiled, where the recorded plan_id is the check.
+fn compile(
+    graph: &Graph,
+    connections: Option<&[bl_graph::Connection]>,
+    packages: Option<&BTreeSet<String>>,
+) -> Result<Plan, String> {
     bl_graph::compile(
         graph,
         &CompileInput {
             connections,
-            available_packages: if graph.nodes.iter().any(|n| n.kind == NodeKind::Loop) {
-                Some(&packages)
-            } else {
-                None
-            },
+            available_packages: packages,
             policy_digest: DEFAULT_POLICY_DIGEST,
         },
     )
@@ -281,13 +283,34 @@ fn preflight(schedule: &Schedule, catalog: &Catalog) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Where a run goes when --out is left out:
+/// `<workspace>/.bounded-loops/runs/<UTC stamp>-<8 hex>/`, the workspace
+/// being --workspace, else $BOUNDED_LOOPS_WORKSPACE, else here.
+pub fn default_out(workspace: Option<PathBuf>) -> PathBuf {
+    let root = workspace
+        .or_else(|| std::env::var_os("BOUNDED_LOOPS_WORKSPACE").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("."));
+    let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "");
+    let mut nonce = [0u8; 4];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
+        use std::io::Read;
+        f.read_exact(&mut nonce)
+    });
+    root.join(".bounded-loops/runs")
+        .join(format!("{stamp}-{}", hex::encode(nonce)))
+}
+
+/// What `graph run` reads besides the manifest.
+pub struct RunInputs<'a> {
+    pub connections: Option<&'a Path>,
+    pub admitted: Option<&'a Path>,
+    pub loop_roots: &'a [PathBuf],
+}
+
 /// `bl graph run --execute MANIFEST --out D ...`
-pub fn run(
-    manifest: &Path,
-    connections: Option<&Path>,
-    out: &Path,
-    flags: &DriveFlags,
-) -> CliResult {
+pub fn run(manifest: &Path, inputs: &RunInputs, out: &Path, flags: &DriveFlags) -> CliResult {
     let bytes = crate::paths::read_capped(manifest, bl_graph::MAX_DOCUMENT_BYTES).map_err(|e| {
         refused(format!(
             "graph run: cannot read {} — {e}",
@@ -296,7 +319,7 @@ pub fn run(
     })?;
     bl_graph::check_size(bytes.len(), bl_graph::Format::Yaml)
         .map_err(|e| refused(format!("graph run: {}: {e}", manifest.display())))?;
-    run_manifest(manifest, bytes, connections, out, flags)
+    run_manifest(manifest, bytes, inputs, out, flags)
 }
 
 /// The built-in graph `bl graph run --execute` runs without a manifest: one
@@ -326,16 +349,28 @@ pub fn run_probe(out: &Path, flags: &DriveFlags) -> CliResult {
     }
     let bytes =
         serde_json::to_vec_pretty(&probe_manifest()).expect("the probe manifest serializes");
-    run_manifest(Path::new("built-in sandbox probe"), bytes, None, out, flags)
+    let inputs = RunInputs {
+        connections: None,
+        admitted: None,
+        loop_roots: &[],
+    };
+    run_manifest(
+        Path::new("built-in sandbox probe"),
+        bytes,
+        &inputs,
+        out,
+        flags,
+    )
 }
 
 fn run_manifest(
     manifest: &Path,
     bytes: Vec<u8>,
-    connections: Option<&Path>,
+    inputs: &RunInputs,
     out: &Path,
     flags: &DriveFlags,
 ) -> CliResult {
+    let connections = inputs.connections;
     let graph = parse_graph(manifest, &bytes).map_err(|e| refused(format!("graph run: {e}")))?;
     let (conn_value, conns) = match connections {
         Some(p) => {
@@ -346,8 +381,22 @@ fn run_manifest(
         }
         None => (None, None),
     };
-    let plan = compile(&graph, conns.as_deref())
+    let packages: BTreeSet<String> = bl_packages::Catalogue::discover(inputs.loop_roots)
+        .map_err(|e| {
+            refused(format!(
+                "graph run: the loop-package catalogue on this host is unusable — {e}"
+            ))
+        })?
+        .digests()
+        .map(str::to_owned)
+        .collect();
+    let plan = compile(&graph, conns.as_deref(), Some(&packages))
         .map_err(|e| refused(format!("graph run: compile failed: {e}")))?;
+    if let Some(path) = inputs.admitted {
+        let value = read_json(path, "admitted connections")?;
+        bl_egress::admitted::parse_admitted(&value)
+            .map_err(|e| refused(format!("graph run: {}: {e}", path.display())))?;
+    }
     let schedule = Schedule::of(&graph, &plan);
     let catalog = catalog(flags)?;
     preflight(&schedule, &catalog)?;
@@ -423,7 +472,7 @@ fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, CliError> {
         } else {
             None
         };
-    let plan = compile(&graph, conns.as_deref()).map_err(|e| {
+    let plan = compile(&graph, conns.as_deref(), None).map_err(|e| {
         refused(format!(
             "error: graph {verb}: cannot reconstruct plan — {e}"
         ))

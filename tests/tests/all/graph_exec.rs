@@ -440,6 +440,11 @@ fn a_cost_cap_needs_prices_and_pauses_the_run_when_spent() {
     assert_eq!(spend["payload"]["usage"]["cost_microunits"], 105);
     assert!(log.iter().any(|e| e["event_type"] == "run.budget.paused"));
     assert_eq!(final_states(&dir, "capped")["run_state"], "RUNNING");
+    // The pause sealed the run.
+    let sealed = std::fs::read_dir(dir.join("capped/checkpoints"))
+        .unwrap()
+        .count();
+    assert_eq!(sealed, 1);
 
     let resumed = bl_in(
         &dir,
@@ -892,4 +897,187 @@ env_grant = ["GRANTED_NAME"]
     assert_eq!(seen["PATH"], Value::from(std::env::var("PATH").unwrap()));
     assert_eq!(seen["BL_TEST_SECRET"], Value::Null);
     assert_eq!(seen["GRANTED_NAME"], "granted-value");
+}
+
+#[test]
+fn without_out_a_run_goes_under_the_workspace_and_admitted_records_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 1, "workspace_only", "ok");
+    let run = bl_in(
+        &dir,
+        &[
+            "graph",
+            "run",
+            "--execute",
+            "manifest.json",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--workspace",
+            "ws",
+        ],
+    );
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let runs: Vec<PathBuf> = std::fs::read_dir(dir.join("ws/.bounded-loops/runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0].join("controller-events.jsonl").is_file());
+
+    std::fs::write(dir.join("admitted.json"), "[1, 2]").unwrap();
+    let refused = bl_in(
+        &dir,
+        &[
+            "graph",
+            "run",
+            "--execute",
+            "manifest.json",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--out",
+            "never",
+            "--admitted",
+            "admitted.json",
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("admitted.json"), "{stderr}");
+    assert!(!dir.join("never").exists(), "a refused run writes nothing");
+}
+
+/// Starts `args` and kills the controller with SIGKILL as soon as the
+/// run's log holds an event whose key ends with `marker`.
+fn kill_when_logged(dir: &Path, args: &[&str], run: &str, marker: &str) {
+    let mut child = Command::new(bl_binary())
+        .args(args)
+        .current_dir(dir)
+        .env("PATH", path_with_fakes(dir))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = dir.join(run).join("controller-events.jsonl");
+    let started = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().any(|l| l.contains(&format!("{marker}\""))) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{marker} never logged"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn an_attempt_interrupted_again_and_again_is_redriven_three_times_then_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 1, "workspace_only", "sleep:8");
+    kill_when_logged(&dir, &run_args("run", "1"), "run", "b1:node.running");
+    let resume = [
+        "graph",
+        "resume",
+        "--run",
+        "run",
+        "--inputs",
+        "inputs.json",
+        "--concurrency",
+        "1",
+    ];
+    for redrive in 1..=3 {
+        kill_when_logged(
+            &dir,
+            &resume,
+            "run",
+            &format!("b1:node.redrive:1:{redrive}"),
+        );
+    }
+    let last = bl_in(&dir, &resume);
+    assert_eq!(
+        last.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&last.stderr)
+    );
+    let log = events(&dir.join("run"));
+    let redrives = log
+        .iter()
+        .filter(|e| e["event_type"] == "node.redrive")
+        .count();
+    assert_eq!(redrives, 3);
+    let failed = log
+        .iter()
+        .find(|e| e["event_type"] == "node.failed")
+        .unwrap();
+    assert_eq!(failed["payload"]["node_id"], "b1");
+    assert!(
+        failed["payload"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted 4 times"),
+        "{failed}"
+    );
+    let verify = bl_in(&dir, &["verify", "run"]);
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
+
+#[test]
+fn a_prompt_is_never_written_into_the_run_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 0, "workspace_only", "ok");
+    one_node_with_provider(
+        &dir,
+        "quiet",
+        "[providers.quiet]\nbinary = \"/usr/bin/python3\"\nargs = [\"-c\", \"print('done', end='')\"]\nprompt_via = \"arg\"\n",
+    );
+    let secret = "prompt-with-a-secret-7f3a9c";
+    std::fs::write(dir.join("inputs.json"), json!({"a": secret}).to_string()).unwrap();
+    let mut args = run_args("run", "1");
+    args.extend(["--providers", "providers.toml"]);
+    let run = bl_in(&dir, &args);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, out)
+            } else {
+                out.push(p)
+            }
+        }
+    }
+    let mut all = Vec::new();
+    files(&dir.join("run"), &mut all);
+    assert!(all.len() > 5);
+    for f in all {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(secret),
+            "{} holds the prompt",
+            f.display()
+        );
+    }
 }

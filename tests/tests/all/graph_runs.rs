@@ -155,6 +155,27 @@ fn replay(case: &str) -> Replayed {
             want.get(i)
         ));
     }
+    // With bounded-loops itself at hand (BL_UPSTREAM_BL names its `bl`; it
+    // is a throwaway-venv tool, never installed by setup), its own `graph
+    // status` must read bl's run directory as bl does.
+    if let Some(upstream) = std::env::var_os("BL_UPSTREAM_BL")
+        && dir.join("run-dir/run-meta.json").exists()
+    {
+        let status = |program: &std::ffi::OsStr| -> Value {
+            let out = Command::new(program)
+                .args(["graph", "status", "--run", "run-dir", "--json"])
+                .current_dir(&dir)
+                .output()
+                .unwrap();
+            serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+        };
+        let (theirs, ours) = (status(&upstream), status(bl_binary().as_os_str()));
+        if theirs != ours {
+            problems.push(format!(
+                "bounded-loops' status reads bl's run directory as\n  {theirs}\nbl reads it as\n  {ours}"
+            ));
+        }
+    }
     if let Some(final_) = expected.get("final") {
         let out = Command::new(bl_binary())
             .args(["graph", "status", "--run", "run-dir", "--json"])
