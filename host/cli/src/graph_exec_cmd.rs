@@ -832,6 +832,29 @@ fn check_prompts(
     Ok(())
 }
 
+/// Drives a recorded run on (after `resume` or a decision), with the same
+/// preflight as a new run.
+fn continue_run(
+    run: &LoadedRun,
+    schedule: &Schedule,
+    view: &RunView,
+    prompts: HashMap<String, String>,
+    flags: &DriveFlags,
+) -> Result<(RunEnd, RunView), CliError> {
+    let catalog = catalog(flags)?;
+    preflight(schedule, &catalog)?;
+    let caps = caps(flags)?;
+    drive(
+        run,
+        schedule,
+        catalog,
+        prompts,
+        caps,
+        Some(view.resume_ordinal()),
+        flags,
+    )
+}
+
 /// `bl graph resume --run D [--inputs J] [caps]`
 pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
     let run = load_run(dir, "resume")?;
@@ -843,20 +866,9 @@ pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
         return Ok(Exit::Success);
     }
     let schedule = Schedule::of(&run.graph, &run.plan);
-    let catalog = catalog(flags)?;
-    preflight(&schedule, &catalog)?;
     let prompts = read_prompts(flags)?;
     check_prompts(&run, &schedule, &view, &prompts)?;
-    let caps = caps(flags)?;
-    let (end, after) = drive(
-        &run,
-        &schedule,
-        catalog,
-        prompts,
-        caps,
-        Some(view.resume_ordinal()),
-        flags,
-    )?;
+    let (end, after) = continue_run(&run, &schedule, &view, prompts, flags)?;
     report_drive(
         &run,
         &end,
@@ -931,17 +943,7 @@ pub fn approve(
             Exit::Success
         });
     }
-    let catalog = catalog(flags)?;
-    let caps = caps(flags)?;
-    let (end, after) = drive(
-        &run,
-        &schedule,
-        catalog,
-        prompts,
-        caps,
-        Some(view.resume_ordinal()),
-        flags,
-    )?;
+    let (end, after) = continue_run(&run, &schedule, &view, prompts, flags)?;
     let awaiting = after.awaiting(order.iter().copied());
     if crate::output::json() {
         let next: Vec<String> = awaiting

@@ -626,13 +626,10 @@ fn publish_case(root: &Path, policy: &str) -> PathBuf {
     dir
 }
 
-#[test]
-fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail_closed() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = publish_case(&tmp.path().join("outbox"), "outbox");
-    assert_eq!(bl_in(&dir, &run_args("run", "2")).status.code(), Some(3));
-    let approve = bl_in(
-        &dir,
+/// `bl graph approve` on the `review` node of a [`publish_case`] run.
+fn decide(dir: &Path, decision: &str) -> Output {
+    bl_in(
+        dir,
         &[
             "graph",
             "approve",
@@ -641,11 +638,19 @@ fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail
             "--node",
             "review",
             "--decision",
-            "approved",
+            decision,
             "--inputs",
             "inputs.json",
         ],
-    );
+    )
+}
+
+#[test]
+fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail_closed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = publish_case(&tmp.path().join("outbox"), "outbox");
+    assert_eq!(bl_in(&dir, &run_args("run", "2")).status.code(), Some(3));
+    let approve = decide(&dir, "approved");
     assert_eq!(
         approve.status.code(),
         Some(0),
@@ -666,21 +671,7 @@ fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail
         bl_in(&rejected, &run_args("run", "2")).status.code(),
         Some(3)
     );
-    let reject = bl_in(
-        &rejected,
-        &[
-            "graph",
-            "approve",
-            "--run",
-            "run",
-            "--node",
-            "review",
-            "--decision",
-            "rejected",
-            "--inputs",
-            "inputs.json",
-        ],
-    );
+    let reject = decide(&rejected, "rejected");
     assert_eq!(reject.status.code(), Some(2));
     assert!(!rejected.join("run/outbox").exists());
 
@@ -690,21 +681,7 @@ fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail
         bl_in(&unknown, &run_args("run", "2")).status.code(),
         Some(3)
     );
-    let out = bl_in(
-        &unknown,
-        &[
-            "graph",
-            "approve",
-            "--run",
-            "run",
-            "--node",
-            "review",
-            "--decision",
-            "approved",
-            "--inputs",
-            "inputs.json",
-        ],
-    );
+    let out = decide(&unknown, "approved");
     assert_eq!(out.status.code(), Some(2));
     let failed = events(&unknown.join("run"))
         .into_iter()
