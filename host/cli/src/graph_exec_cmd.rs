@@ -913,22 +913,8 @@ pub fn approve(
     let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
     if decided {
         // Idempotent: the decision is already in the record.
-        let awaiting = view.awaiting(order.iter().copied());
-        let paused = !awaiting.is_empty();
-        let next: Vec<String> = awaiting
-            .iter()
-            .map(|n| {
-                format!(
-                    "bl graph approve --run {} --node {n} --decision approved|rejected",
-                    dir.display()
-                )
-            })
-            .collect();
-        let answer = json!({
-            "awaiting_approval": awaiting, "decision": decision, "idempotent": decided,
-            "next_commands": next, "node_id": node_id, "out": dir.display().to_string(),
-            "paused": paused, "run_id": RUN_ID, "run_state": view.run_state,
-        });
+        let answer = approve_answer(dir, node_id, decision, true, &view, &order);
+        let paused = answer["paused"] == json!(true);
         if crate::output::json() {
             outln!("{}", python_json(&answer));
         } else {
@@ -944,25 +930,9 @@ pub fn approve(
         });
     }
     let (end, after) = continue_run(&run, &schedule, &view, prompts, flags)?;
-    let awaiting = after.awaiting(order.iter().copied());
     if crate::output::json() {
-        let next: Vec<String> = awaiting
-            .iter()
-            .map(|n| {
-                format!(
-                    "bl graph approve --run {} --node {n} --decision approved|rejected",
-                    dir.display()
-                )
-            })
-            .collect();
-        outln!(
-            "{}",
-            python_json(&json!({
-                "awaiting_approval": awaiting, "decision": decision, "idempotent": false,
-                "next_commands": next, "node_id": node_id, "out": dir.display().to_string(),
-                "paused": !awaiting.is_empty(), "run_id": RUN_ID, "run_state": after.run_state,
-            }))
-        );
+        let answer = approve_answer(dir, node_id, decision, false, &after, &order);
+        outln!("{}", python_json(&answer));
     } else {
         outln!("node '{node_id}' decision : {decision}");
         outln!("run_state : {}", after.run_state);
@@ -971,6 +941,32 @@ pub fn approve(
         }
     }
     Ok(exit_of(&end))
+}
+
+/// What `approve --json` prints, as bounded-loops prints it.
+fn approve_answer(
+    dir: &Path,
+    node_id: &str,
+    decision: &str,
+    idempotent: bool,
+    view: &RunView,
+    order: &[&str],
+) -> Value {
+    let awaiting = view.awaiting(order.iter().copied());
+    let next: Vec<String> = awaiting
+        .iter()
+        .map(|n| {
+            format!(
+                "bl graph approve --run {} --node {n} --decision approved|rejected",
+                dir.display()
+            )
+        })
+        .collect();
+    json!({
+        "awaiting_approval": awaiting, "decision": decision, "idempotent": idempotent,
+        "next_commands": next, "node_id": node_id, "out": dir.display().to_string(),
+        "paused": !awaiting.is_empty(), "run_id": RUN_ID, "run_state": view.run_state,
+    })
 }
 
 fn record_decision(

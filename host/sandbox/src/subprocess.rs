@@ -195,6 +195,21 @@ fn result_of(
     }
 }
 
+/// Spawns `command` with piped stdio in its own process group, so the
+/// timeout kills its grandchildren too.
+fn spawn_in_group(
+    command: &mut Command,
+    program: &str,
+) -> Result<std::process::Child, CommandError> {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))
+}
+
 /// Makes a pipe end non-blocking, for the poll loop.
 fn set_nonblocking(fd: &impl std::os::fd::AsFd) -> Result<(), CommandError> {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -229,14 +244,7 @@ fn execute_polled(mut command: Command, spec: &CommandSpec) -> Result<CommandRes
     use std::os::fd::AsFd;
     let program = spec.argv.first().cloned().unwrap_or_default();
     let started = Instant::now();
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group, so the timeout kills grandchildren too.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
+    let mut child = spawn_in_group(&mut command, &program)?;
     let pgid = Pid::from_raw(child.id() as i32);
     let mut stdin = child.stdin.take().filter(|_| !spec.stdin.is_empty());
     let mut stdout = child.stdout.take();
@@ -381,14 +389,7 @@ fn execute_streamed(
 ) -> Result<CommandResult, CommandError> {
     let program = spec.argv.first().cloned().unwrap_or_default();
     let started = Instant::now();
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group, so the timeout kills grandchildren too.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
+    let mut child = spawn_in_group(&mut command, &program)?;
 
     let stdin = child.stdin.take();
     let input = spec.stdin.clone();
