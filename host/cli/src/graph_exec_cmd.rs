@@ -575,8 +575,10 @@ fn drive(
         resume_ordinal,
         prices,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread drives the controller and polls the node tasks; workers
+    // run on the blocking pool. A node then costs two thread hand-offs
+    // (to its worker and back), not four.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| refused(format!("error: cannot start the runtime: {e}")))?;

@@ -68,7 +68,9 @@ pub struct LogJournal {
 impl LogJournal {
     pub fn open(run_dir: &Path, identity: RunIdentity) -> Result<Self, String> {
         let path = run_dir.join(EVENTS_FILE);
-        let log = EventLog::open(&path, identity).map_err(|e| e.to_string())?;
+        let log = EventLog::open(&path, identity)
+            .map_err(|e| e.to_string())?
+            .buffered();
         let mut by_key = HashMap::new();
         let mut events = Vec::new();
         if log.head().sequence > 0 {
@@ -111,6 +113,12 @@ impl Journal for LogJournal {
     fn sync(&mut self) -> Result<(), RunError> {
         self.log
             .sync()
+            .map_err(|e| RunError::Journal(e.to_string()))
+    }
+
+    fn flush(&mut self) -> Result<(), RunError> {
+        self.log
+            .flush()
             .map_err(|e| RunError::Journal(e.to_string()))
     }
 }

@@ -92,6 +92,13 @@ pub trait Journal {
     fn recorded(&self, key: &str) -> Option<Value>;
     /// Makes every append so far durable (one group commit).
     fn sync(&mut self) -> Result<(), RunError>;
+    /// Hands every append so far to the operating system (no fsync): the
+    /// controller calls it before work starts and before it waits, so a
+    /// killed controller never leaves work running that its log does not
+    /// show started.
+    fn flush(&mut self) -> Result<(), RunError> {
+        Ok(())
+    }
 }
 
 /// The run's content-addressed artifact store.
@@ -262,6 +269,7 @@ pub async fn drive(
                 break;
             };
             if let Some(work) = c.dispatch(node)? {
+                c.ports.journal.flush()?;
                 busy.insert(node);
                 let worker = c.ports.worker.clone();
                 running.spawn(async move {
@@ -273,6 +281,7 @@ pub async fn drive(
                 });
             }
         }
+        c.ports.journal.flush()?;
         let Some(joined) = running.join_next().await else {
             break;
         };

@@ -155,7 +155,7 @@ impl Lending {
 /// Everything one caged command run by root needs prepared: the staging
 /// directory, the mount clones to attach there, and the lent tree.
 pub(crate) struct Staging {
-    dir: tempfile::TempDir,
+    dir: PathBuf,
     pub user: CagedUser,
     /// Where the workspace appears in the private mount namespace.
     pub workspace: PathBuf,
@@ -344,27 +344,43 @@ pub fn lending_for(dir: &Path, user: CagedUser) -> Lending {
     }
 }
 
+/// The shared staging directory, made on first use: 0711, so the caged
+/// user (running bwrap) reaches the mount points in it.
+fn staging_root(root: &std::sync::OnceLock<tempfile::TempDir>) -> Result<&Path, CommandError> {
+    if let Some(dir) = root.get() {
+        return Ok(dir.path());
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("bl-cage-")
+        .tempdir()
+        .map_err(|e| denied("cannot make the cage's staging directory", e))?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| denied(dir.path().display(), e))?;
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir(&workspace).map_err(|e| denied(workspace.display(), e))?;
+    // A race lost to another thread leaves its directory in place.
+    Ok(root.get_or_init(|| dir).path())
+}
+
 impl Staging {
     /// Prepares the workspace (and the egress bridge's socket and binary)
     /// for a command that runs as `user`.
+    ///
+    /// `root` is the staging directory, made once and shared by every cage
+    /// of one runner: it holds only mount points (`workspace`, and for the
+    /// egress bridge `egress.sock` and `bl`), and each cage attaches its
+    /// own mounts to them inside its own private mount namespace.
     pub(crate) fn prepare(
         user: CagedUser,
         workspace: &Path,
         writable: bool,
         egress: Option<&EgressBridge>,
+        root: &std::sync::OnceLock<tempfile::TempDir>,
     ) -> Result<Staging, CommandError> {
-        let dir = tempfile::Builder::new()
-            .prefix("bl-cage-")
-            .tempdir()
-            .map_err(|e| denied("cannot make the cage's staging directory", e))?;
-        // The caged user (running bwrap) must reach the mount points in it.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
-            .map_err(|e| denied(dir.path().display(), e))?;
+        let dir = staging_root(root)?.to_path_buf();
         let meta = std::fs::metadata(workspace).map_err(|e| denied(workspace.display(), e))?;
         let owner = (meta.uid(), meta.gid());
-        let staged_workspace = dir.path().join("workspace");
-        std::fs::create_dir(&staged_workspace)
-            .map_err(|e| denied(staged_workspace.display(), e))?;
+        let staged_workspace = dir.join("workspace");
 
         let tree = clone_mount(workspace)?;
         if !writable {
@@ -416,8 +432,10 @@ impl Staging {
                 (&bridge.proxy_socket, "egress.sock", &mut proxy_socket),
                 (&bridge.bridge_binary, "bl", &mut bridge_binary),
             ] {
-                let target = dir.path().join(name);
-                std::fs::File::create(&target).map_err(|e| denied(target.display(), e))?;
+                let target = dir.join(name);
+                if !target.exists() {
+                    std::fs::File::create(&target).map_err(|e| denied(target.display(), e))?;
+                }
                 attach.push((clone_mount(source)?, c_path(&target)?));
                 *slot = Some(target);
             }
@@ -449,7 +467,7 @@ impl Staging {
     }
 
     pub(crate) fn dir(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
 
     /// Gives a lent workspace back to its owner (idmapped: nothing to do).

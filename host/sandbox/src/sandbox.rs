@@ -18,6 +18,13 @@ pub struct Sandbox {
     bwrap: Option<PathBuf>,
     egress: Option<EgressBridge>,
     user: CagedUser,
+    /// An empty directory, made on first use and shared by every command
+    /// this runner (and its clones) cages: each cage mounts its own private
+    /// tmpfs over it, inside its own mount namespace, so nothing is ever
+    /// written there and one directory serves them all.
+    mount_point: std::sync::Arc<std::sync::OnceLock<tempfile::TempDir>>,
+    /// The staging directory when bl runs as root (see [`Staging::prepare`]).
+    staging_root: std::sync::Arc<std::sync::OnceLock<tempfile::TempDir>>,
 }
 
 /// The allowlist posture's way out of a caged network: the host's CONNECT
@@ -51,6 +58,8 @@ impl Sandbox {
             bwrap: bwrap.filter(|p| p.is_file()),
             egress: None,
             user: CagedUser::NOBODY,
+            mount_point: Default::default(),
+            staging_root: Default::default(),
         }
     }
 
@@ -59,6 +68,8 @@ impl Sandbox {
     /// the host to give a guarantee).
     pub fn with_egress(mut self, bridge: EgressBridge) -> Self {
         self.egress = Some(bridge);
+        // The staging directory holds the bridge's mount points: a fresh one.
+        self.staging_root = Default::default();
         self
     }
 
@@ -90,6 +101,19 @@ impl Sandbox {
         }
     }
 
+    /// The directory a cage's private HOME and TMPDIR are mounted on.
+    fn mount_point(&self) -> Result<&Path, CommandError> {
+        if let Some(dir) = self.mount_point.get() {
+            return Ok(dir.path());
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("bl-cmd-")
+            .tempdir()
+            .map_err(|e| CommandError::Spawn(format!("cannot make a private HOME: {e}")))?;
+        // A race lost to another thread leaves its directory in place.
+        Ok(self.mount_point.get_or_init(|| dir).path())
+    }
+
     fn bwrap(&self) -> Result<&Path, CommandError> {
         self.bwrap.as_deref().ok_or_else(|| {
             CommandError::Denied(format!(
@@ -107,13 +131,17 @@ impl Sandbox {
         let workspace = spec.workspace.canonicalize().map_err(|e| {
             CommandError::Denied(format!("workspace {}: {e}", spec.workspace.display()))
         })?;
-        let private = PrivateDirs::for_spec(spec)?;
+        let private = match &spec.private_dir {
+            Some(_) => PrivateDirs::for_spec(spec)?,
+            None => PrivateDirs::mount_point(self.mount_point()?),
+        };
         let staging = match self.caged_user() {
             Some(user) => Some(Staging::prepare(
                 user,
                 &workspace,
                 spec.workspace_writable,
                 self.egress.as_ref(),
+                &self.staging_root,
             )?),
             None => None,
         };
@@ -222,18 +250,28 @@ fn prepare_child(command: &mut Command, filter_fds: Vec<i32>, steps: Option<Chil
     }
 }
 
-/// The compiled filters, each in an anonymous file, rewound.
+/// The compiled filters, each in an anonymous in-memory file, rewound.
+/// They are compiled once per process; every cage reads its own copies.
 fn seccomp_filter_files() -> Result<Vec<std::fs::File>, CommandError> {
     use std::io::{Seek, Write};
-    let programs = seccomp::programs().map_err(|e| CommandError::Denied(e.to_string()))?;
+    static PROGRAMS: std::sync::OnceLock<Result<Vec<Vec<u8>>, String>> = std::sync::OnceLock::new();
+    let programs = PROGRAMS
+        .get_or_init(|| seccomp::programs().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| CommandError::Denied(e.clone()))?;
     programs
-        .into_iter()
+        .iter()
         .map(|program| {
-            let mut file = tempfile::tempfile()
-                .map_err(|e| CommandError::Spawn(format!("seccomp filter: {e}")))?;
-            file.write_all(&program)
+            let fail = |e: std::io::Error| CommandError::Spawn(format!("seccomp filter: {e}"));
+            let fd = nix::sys::memfd::memfd_create(
+                c"bl-seccomp",
+                nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+            )
+            .map_err(|e| fail(e.into()))?;
+            let mut file = std::fs::File::from(fd);
+            file.write_all(program)
                 .and_then(|_| file.rewind())
-                .map_err(|e| CommandError::Spawn(format!("seccomp filter: {e}")))?;
+                .map_err(fail)?;
             Ok(file)
         })
         .collect()

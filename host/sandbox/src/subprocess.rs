@@ -119,6 +119,17 @@ impl PrivateDirs {
         }
     }
 
+    /// A private HOME and TMPDIR that exist only inside a cage: `root` is
+    /// the empty directory its private tmpfs is mounted on.
+    pub(crate) fn mount_point(root: &Path) -> Self {
+        PrivateDirs {
+            _made: None,
+            root: root.to_path_buf(),
+            home: root.join("home"),
+            tmp: root.join("tmp"),
+        }
+    }
+
     pub(crate) fn new() -> Result<Self, CommandError> {
         let root = tempfile::Builder::new()
             .prefix("bl-cmd-")

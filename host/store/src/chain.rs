@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::line::{self, ScannedLine, field};
 
@@ -494,6 +494,11 @@ fn verify_slice(slice: &[u8]) -> Option<VerifiedSlice> {
 }
 
 /// Builds one event line (without its newline) that follows `head`.
+///
+/// The line is written directly in canonical form: its keys are fixed and
+/// their sorted order is known, so only the payload goes through the
+/// generic serializer, and the hash (over the line without `event_hash`)
+/// and the line share every byte after the `event_hash` slot.
 pub fn build_line(
     head: &ChainHead,
     identity: &RunIdentity,
@@ -502,52 +507,146 @@ pub fn build_line(
     payload: &Value,
     timestamp: &str,
 ) -> (String, String) {
+    use sha2::Digest;
+    const PREFIX: &str = r#"{"actor":"graph-controller","#;
     let id = format!("{}:{key}", identity.run_id);
     let previous = if head.sequence == 0 {
-        GENESIS_HASH.to_string()
+        GENESIS_HASH
     } else {
-        head.hash.clone()
+        head.hash.as_str()
     };
-    let mut event = Map::new();
-    event.insert("actor".into(), Value::from("graph-controller"));
-    event.insert("event_id".into(), Value::from(id.clone()));
-    event.insert("event_type".into(), Value::from(event_type));
-    event.insert(
-        "graph_digest".into(),
-        Value::from(identity.graph_digest.clone()),
+    let mut tail = Vec::with_capacity(768);
+    let mut field = |name: &str, value: &dyn erased::Json| {
+        if !tail.is_empty() {
+            tail.push(b',');
+        }
+        tail.push(b'"');
+        tail.extend_from_slice(name.as_bytes());
+        tail.extend_from_slice(b"\":");
+        value.write(&mut tail);
+    };
+    // In canonical (sorted) key order; `actor` and `event_hash` come first.
+    field("event_id", &id.as_str());
+    field("event_type", &event_type);
+    field("graph_digest", &identity.graph_digest.as_str());
+    field("idempotency_key", &id.as_str());
+    field("organization_id", &identity.organization_id.as_str());
+    field("payload", payload);
+    field("plan_digest", &identity.plan_digest.as_str());
+    field("policy_digest", &identity.policy_digest.as_str());
+    field("previous_hash", &previous);
+    field("project_id", &identity.project_id.as_str());
+    field("run_id", &identity.run_id.as_str());
+    field("sequence", &(head.sequence + 1));
+    field("timestamp", &timestamp);
+    tail.push(b'}');
+    let hash = hex::encode(
+        sha2::Sha256::new()
+            .chain_update(PREFIX.as_bytes())
+            .chain_update(&tail)
+            .finalize(),
     );
-    event.insert("idempotency_key".into(), Value::from(id));
-    event.insert(
-        "organization_id".into(),
-        Value::from(identity.organization_id.clone()),
-    );
-    event.insert("payload".into(), payload.clone());
-    event.insert(
-        "plan_digest".into(),
-        Value::from(identity.plan_digest.clone()),
-    );
-    event.insert(
-        "policy_digest".into(),
-        Value::from(identity.policy_digest.clone()),
-    );
-    event.insert("previous_hash".into(), Value::from(previous));
-    event.insert(
-        "project_id".into(),
-        Value::from(identity.project_id.clone()),
-    );
-    event.insert("run_id".into(), Value::from(identity.run_id.clone()));
-    event.insert("sequence".into(), Value::from(head.sequence + 1));
-    event.insert("timestamp".into(), Value::from(timestamp));
-    let mut value = Value::Object(event);
-    let hash = bl_core::sha256_hex(bl_core::canonical_json(&value).as_bytes());
-    value["event_hash"] = Value::from(hash.clone());
-    (bl_core::canonical_json(&value), hash)
+    let mut line = String::with_capacity(PREFIX.len() + 80 + tail.len());
+    line.push_str(PREFIX);
+    line.push_str(r#""event_hash":""#);
+    line.push_str(&hash);
+    line.push_str("\",");
+    // The tail is serde_json output of strings, numbers and a Value: UTF-8.
+    line.push_str(std::str::from_utf8(&tail).expect("serde_json writes UTF-8"));
+    (line, hash)
+}
+
+/// The values an event line holds, each written as canonical JSON.
+mod erased {
+    pub trait Json {
+        fn write(&self, out: &mut Vec<u8>);
+    }
+
+    impl Json for &str {
+        fn write(&self, out: &mut Vec<u8>) {
+            serde_json::to_writer(out, self).expect("a string always serializes");
+        }
+    }
+
+    impl Json for u64 {
+        fn write(&self, out: &mut Vec<u8>) {
+            serde_json::to_writer(out, self).expect("a number always serializes");
+        }
+    }
+
+    impl Json for serde_json::Value {
+        fn write(&self, out: &mut Vec<u8>) {
+            serde_json::to_writer(out, self).expect("a serde_json::Value always serializes");
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The line as the generic canonical serializer writes it: the
+    /// reference `build_line`'s direct writing must equal, byte for byte.
+    fn generic_line(
+        head: &ChainHead,
+        id: &RunIdentity,
+        key: &str,
+        kind: &str,
+        payload: &Value,
+        ts: &str,
+    ) -> (String, String) {
+        let event_id = format!("{}:{key}", id.run_id);
+        let previous = if head.sequence == 0 {
+            GENESIS_HASH.to_string()
+        } else {
+            head.hash.clone()
+        };
+        let mut event = json!({
+            "actor": "graph-controller", "event_id": event_id, "event_type": kind,
+            "graph_digest": id.graph_digest, "idempotency_key": event_id,
+            "organization_id": id.organization_id, "payload": payload,
+            "plan_digest": id.plan_digest, "policy_digest": id.policy_digest,
+            "previous_hash": previous, "project_id": id.project_id, "run_id": id.run_id,
+            "sequence": head.sequence + 1, "timestamp": ts,
+        });
+        let hash = bl_core::sha256_hex(bl_core::canonical_json(&event).as_bytes());
+        event["event_hash"] = Value::from(hash.clone());
+        (bl_core::canonical_json(&event), hash)
+    }
+
+    #[test]
+    fn built_lines_equal_the_generic_canonical_form() {
+        let id = identity();
+        let mut head = ChainHead::default();
+        let payloads = [
+            json!({}),
+            json!({"node_id": "n\u{e9}\"q\\", "attempt": 2, "nested": {"b": [1, null, true], "a": 1.5}}),
+            json!({"reason": "line\nbreak \u{1} \u{10000}"}),
+        ];
+        for (i, payload) in payloads.iter().enumerate() {
+            let key = format!("n{i}:node.ready");
+            let built = build_line(
+                &head,
+                &id,
+                &key,
+                "node.ready",
+                payload,
+                "2026-12-01T00:00:00Z",
+            );
+            let generic = generic_line(
+                &head,
+                &id,
+                &key,
+                "node.ready",
+                payload,
+                "2026-12-01T00:00:00Z",
+            );
+            assert_eq!(built, generic);
+            head.sequence += 1;
+            head.hash = built.1;
+        }
+    }
 
     fn identity() -> RunIdentity {
         RunIdentity {

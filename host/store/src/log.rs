@@ -60,6 +60,9 @@ pub struct EventLog {
     identity: RunIdentity,
     /// Lines written since the last fsync.
     unsynced: usize,
+    /// Whole lines appended but not yet written, in buffered mode.
+    pending: Vec<u8>,
+    buffered: bool,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -129,7 +132,28 @@ impl EventLog {
             head,
             identity,
             unsynced: 0,
+            pending: Vec::new(),
+            buffered: false,
         })
+    }
+
+    /// The same log, with appends kept in memory until [`Self::flush`] or
+    /// [`Self::sync`] writes them in one system call. Only whole lines are
+    /// ever written, in order; a writer that dies loses the unflushed tail,
+    /// exactly as if it had died before appending it. Flush before acting
+    /// on what was appended.
+    pub fn buffered(mut self) -> Self {
+        self.buffered = true;
+        self
+    }
+
+    /// Writes the buffered lines (no fsync).
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        if !self.pending.is_empty() {
+            self.file.write_all(&self.pending).map_err(io(&self.path))?;
+            self.pending.clear();
+        }
+        Ok(())
     }
 
     pub fn head(&self) -> &ChainHead {
@@ -148,6 +172,7 @@ impl EventLog {
     ) -> Result<Appended, StoreError> {
         let id = format!("{}:{key}", self.identity.run_id);
         if let Some(&offset) = self.head.keys.get(&id) {
+            self.flush()?;
             let (recorded_type, recorded_payload) = self.recorded_content(offset)?;
             if recorded_type == event_type && recorded_payload == bl_core::canonical_json(payload) {
                 return Ok(Appended::AlreadyRecorded);
@@ -167,14 +192,19 @@ impl EventLog {
         );
         let mut bytes = line.into_bytes();
         bytes.push(b'\n');
-        self.file.write_all(&bytes).map_err(io(&self.path))?;
+        let written = bytes.len() as u64;
+        if self.buffered {
+            self.pending.extend_from_slice(&bytes);
+        } else {
+            self.file.write_all(&bytes).map_err(io(&self.path))?;
+        }
         self.head.sequence += 1;
         self.head.hash = hash.clone();
         self.head
             .identity
             .get_or_insert_with(|| self.identity.clone());
         self.head.keys.insert(id, self.head.verified_len);
-        self.head.verified_len += bytes.len() as u64;
+        self.head.verified_len += written;
         self.unsynced += 1;
         Ok(Appended::Written {
             sequence: self.head.sequence,
@@ -213,6 +243,7 @@ impl EventLog {
 
     /// Makes every append so far durable (one fsync for the whole group).
     pub fn sync(&mut self) -> Result<(), StoreError> {
+        self.flush()?;
         if self.unsynced > 0 {
             self.file.sync_data().map_err(io(&self.path))?;
             self.unsynced = 0;

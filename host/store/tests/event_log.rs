@@ -235,3 +235,40 @@ fn bl_writes_the_same_bytes_bounded_loops_wrote_for_the_same_events() {
     drop(log);
     assert_eq!(std::fs::read(&path).unwrap(), upstream);
 }
+
+#[test]
+fn a_buffered_log_writes_whole_lines_only_when_flushed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("controller-events.jsonl");
+    let mut log = EventLog::open(&path, identity()).unwrap().buffered();
+    let ts = "2026-12-01T00:00:00Z";
+    for n in 0..3 {
+        log.append(&format!("k{n}"), "node.ready", &json!({"n": n}), ts)
+            .unwrap();
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap().len(),
+        0,
+        "nothing written yet"
+    );
+    // A replay is compared with the buffered line, and a change refused.
+    assert_eq!(
+        log.append("k1", "node.ready", &json!({"n": 1}), ts)
+            .unwrap(),
+        Appended::AlreadyRecorded
+    );
+    assert!(matches!(
+        log.append("k1", "node.ready", &json!({"n": 9}), ts),
+        Err(StoreError::Conflict { .. })
+    ));
+    log.flush().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), 3);
+    log.append("k3", "node.ready", &json!({"n": 3}), ts)
+        .unwrap();
+    drop(log);
+    // Dropping the writer flushes what was pending; the chain holds.
+    let (head, torn) = verify_chain(&std::fs::read(&path).unwrap()).unwrap();
+    assert!(torn.is_none());
+    assert_eq!(head.sequence, 4);
+}

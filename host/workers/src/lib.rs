@@ -72,6 +72,18 @@ pub struct LocalCli {
     /// The operator's environment, for the names a profile is granted.
     lookup: EnvLookup,
     network: Network,
+    /// One runner per caged tier for the whole run, so the cages share
+    /// what they can (bwrap's path, the private mount point).
+    cages: Arc<Cages>,
+    /// Each profile's binary, looked up on PATH once per run.
+    resolved: Arc<std::sync::Mutex<std::collections::HashMap<String, Option<PathBuf>>>>,
+    /// The TMPDIR every workspace_only attempt shares, made on first use.
+    shared_tmp: Arc<std::sync::OnceLock<PathBuf>>,
+}
+
+struct Cages {
+    process: Sandbox,
+    container: Sandbox,
 }
 
 impl LocalCli {
@@ -84,18 +96,38 @@ impl LocalCli {
             search_path: std::env::var_os("PATH"),
             lookup: Arc::new(|name| std::env::var(name).ok()),
             network: Network::Open,
+            cages: Arc::new(Cages {
+                process: Sandbox::new(Tier::ProcessRestricted),
+                container: Sandbox::new(Tier::ContainerRestricted),
+            }),
+            resolved: Default::default(),
+            shared_tmp: Default::default(),
         }
     }
 
     /// Applies an egress posture to every CLI this worker runs.
     pub fn with_network(mut self, network: Network) -> Self {
+        let container = match &network {
+            Network::Allowlist(bridge) => {
+                Sandbox::new(Tier::ContainerRestricted).with_egress(bridge.clone())
+            }
+            _ => Sandbox::new(Tier::ContainerRestricted),
+        };
+        self.cages = Arc::new(Cages {
+            process: Sandbox::new(Tier::ProcessRestricted),
+            container,
+        });
         self.network = network;
         self
     }
 
-    /// The binary for `provider`, found on the operator's PATH.
+    /// The binary for `provider`, found on the operator's PATH (once).
     pub fn resolve(&self, binary: &str) -> Option<PathBuf> {
-        find_on_path(binary, self.search_path.as_deref())
+        let mut resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
+        resolved
+            .entry(binary.to_string())
+            .or_insert_with(|| find_on_path(binary, self.search_path.as_deref()))
+            .clone()
     }
 }
 
@@ -112,13 +144,11 @@ fn find_on_path(binary: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf>
         })
 }
 
-/// The attempt's workspace (`<node>-<32 hex>`, as bounded-loops names it)
-/// and beside it its private HOME and TMPDIR, kept with the run.
-fn work_dir(root: &Path, node: &str) -> std::io::Result<(PathBuf, PathBuf)> {
+/// The attempt's workspace (`<node>-<32 hex>`, as bounded-loops names it).
+fn work_dir(root: &Path, node: &str) -> std::io::Result<PathBuf> {
     let mut nonce = [0u8; 16];
-    getrandom_fill(&mut nonce);
+    getrandom::fill(&mut nonce).map_err(|e| std::io::Error::other(e.to_string()))?;
     let dir = root.join(format!("{node}-{}", hex_of(&nonce)));
-    let private = root.join(format!(".{node}-{}.home", hex_of(&nonce)));
     match std::fs::create_dir(&dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir_all(root)?;
@@ -126,19 +156,29 @@ fn work_dir(root: &Path, node: &str) -> std::io::Result<(PathBuf, PathBuf)> {
         }
         other => other?,
     }
-    std::fs::create_dir(&private)?;
-    Ok((dir, private))
+    Ok(dir)
+}
+
+/// The TMPDIR workspace_only attempts share, kept with the run
+/// (`<root>/.tmp`). That tier is no cage: its commands can reach each
+/// other's files anyway, and a directory per attempt costs a mkdir each.
+fn shared_tmp(root: &Path, made: &std::sync::OnceLock<PathBuf>) -> std::io::Result<PathBuf> {
+    if let Some(dir) = made.get() {
+        return Ok(dir.clone());
+    }
+    let dir = root.join(".tmp");
+    std::fs::create_dir_all(&dir)?;
+    Ok(made.get_or_init(|| dir).clone())
 }
 
 fn hex_of(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn getrandom_fill(buf: &mut [u8]) {
-    use std::io::Read;
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = f.read_exact(buf);
-    }
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut hex, b| {
+            let _ = write!(hex, "{b:02x}");
+            hex
+        })
 }
 
 impl Worker for LocalCli {
@@ -170,11 +210,15 @@ impl Worker for LocalCli {
             .filter(|name| !profile.unset_env.contains(name))
             .filter_map(|name| (self.lookup)(&name).map(|v| (name, v)))
             .collect();
-        let root = self.work_root.clone();
-        let network = self.network.clone();
+        let place = Place {
+            root: self.work_root.clone(),
+            network: self.network.clone(),
+            cages: self.cages.clone(),
+            shared_tmp: self.shared_tmp.clone(),
+        };
         Box::pin(async move {
             let handle = tokio::task::spawn_blocking(move || {
-                run_cli(&profile, &binary, &root, &request, env, &network)
+                run_cli(&profile, &binary, &place, &request, env)
             });
             handle
                 .await
@@ -183,15 +227,22 @@ impl Worker for LocalCli {
     }
 }
 
+/// Where and how an attempt's CLI runs.
+struct Place {
+    root: PathBuf,
+    network: Network,
+    cages: Arc<Cages>,
+    shared_tmp: Arc<std::sync::OnceLock<PathBuf>>,
+}
+
 fn run_cli(
     profile: &Profile,
     binary: &Path,
-    root: &Path,
+    place: &Place,
     request: &WorkRequest,
     env: Vec<(String, String)>,
-    network: &Network,
 ) -> WorkReply {
-    let (workspace, private) = match work_dir(root, &request.node_id) {
+    let workspace = match work_dir(&place.root, &request.node_id) {
         Ok(d) => d,
         Err(e) => return WorkReply::Fault(format!("cannot make the work directory: {e}")),
     };
@@ -214,28 +265,26 @@ fn run_cli(
     // A posture other than open lifts the node into a cage that can hold
     // it: only the container tier carries the proxy bridge, and any cage
     // has a network namespace of its own.
-    let (tier, bridge) = match (network, tier) {
-        (_, Tier::CustomerManagedWorker) => (tier, None),
-        (Network::Open, tier) => (tier, None),
-        (Network::Allowlist(bridge), _) => (Tier::ContainerRestricted, Some(bridge.clone())),
-        (Network::Closed, Tier::WorkspaceOnly) => (Tier::ProcessRestricted, None),
-        (Network::Closed, tier) => (tier, None),
+    let tier = match (&place.network, tier) {
+        (_, Tier::CustomerManagedWorker) => tier,
+        (Network::Open, tier) => tier,
+        (Network::Allowlist(_), _) => Tier::ContainerRestricted,
+        (Network::Closed, Tier::WorkspaceOnly) => Tier::ProcessRestricted,
+        (Network::Closed, tier) => tier,
     };
-    let result = match (tier, bridge) {
-        (Tier::WorkspaceOnly, _) => Subprocess.run(&CommandSpec {
-            private_dir: Some(private),
-            ..spec
-        }),
-        // A cage lends its private HOME to the caged user itself; one in the
-        // run directory may lie where that user cannot reach.
-        (tier, bridge) => {
-            let _ = std::fs::remove_dir(&private);
-            let sandbox = Sandbox::new(tier);
-            match bridge {
-                Some(bridge) => sandbox.with_egress(bridge).run(&spec),
-                None => sandbox.run(&spec),
-            }
-        }
+    let result = match tier {
+        Tier::WorkspaceOnly => match shared_tmp(&place.root, &place.shared_tmp) {
+            Ok(tmp) => Subprocess.run(&CommandSpec {
+                private_dir: Some(tmp),
+                ..spec
+            }),
+            Err(e) => return WorkReply::Fault(format!("cannot make the work directory: {e}")),
+        },
+        // A cage mounts a private HOME of its own; one in the run directory
+        // may lie where the caged user cannot reach.
+        Tier::ContainerRestricted => place.cages.container.run(&spec),
+        Tier::ProcessRestricted => place.cages.process.run(&spec),
+        Tier::CustomerManagedWorker => Sandbox::new(tier).run(&spec),
     };
     let result = match result {
         Ok(r) => r,
