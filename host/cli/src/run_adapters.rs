@@ -160,7 +160,10 @@ pub struct FileDecisions {
 }
 
 impl FileDecisions {
+    /// The run's decisions, once the ledger's invariants and every signed
+    /// decision's signature hold: a run never acts on an altered decision.
     pub fn read(run_dir: &Path) -> Result<Self, String> {
+        bl_store::verify_approvals(run_dir, None).map_err(|e| e.to_string())?;
         let record = bl_store::Approvals::new(run_dir)
             .read()
             .map_err(|e| e.to_string())?;

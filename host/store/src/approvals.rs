@@ -169,8 +169,8 @@ fn sign<T: Serialize>(decision: &T, key: &SigningKey) -> Signature {
     }
 }
 
-fn check_signature<T: Serialize>(
-    decision: &T,
+fn check_signed_bytes(
+    bytes: &[u8],
     signature: &Signature,
     trusted: &VerifierKey,
 ) -> Result<(), SignatureError> {
@@ -186,7 +186,7 @@ fn check_signature<T: Serialize>(
         .ok()
         .and_then(|b| b.try_into().ok())
         .ok_or(SignatureError::Malformed)?;
-    if key.verify(&signed_bytes(decision), &sig) {
+    if key.verify(bytes, &sig) {
         Ok(())
     } else {
         Err(SignatureError::Altered)
@@ -362,7 +362,8 @@ pub struct ApprovalReport {
     pub signed: usize,
 }
 
-/// Checks every signed decision against `trusted` (when given), and the
+/// Checks every signed decision (against `trusted` when given, else against
+/// the key it names, so an altered decision never passes), and the
 /// ledger's own invariants: versions count up by one per commit, and no
 /// node is both rejected and approved.
 pub fn verify_approvals(
@@ -411,20 +412,26 @@ pub fn verify_approvals(
     };
     let mut signed = 0;
     let decisions = record.commits.len() + record.rejections.len();
-    if let Some(trusted) = trusted {
-        for (i, c) in record.commits.iter().enumerate() {
-            if let Some(sig) = &c.signature {
-                check_signature(c, sig, trusted)
-                    .map_err(signature_error(format!("/commits/{i}/signature")))?;
-                signed += 1;
-            }
+    // Without a trusted key, a signed decision must still hold under the
+    // key it names: an altered one fails closed either way.
+    let check = |bytes: Vec<u8>, sig: &Signature| -> Result<(), SignatureError> {
+        match trusted {
+            Some(trusted) => check_signed_bytes(&bytes, sig, trusted),
+            None => check_signed_bytes(&bytes, sig, &VerifierKey::parse(&sig.key)?),
         }
-        for (i, r) in record.rejections.iter().enumerate() {
-            if let Some(sig) = &r.signature {
-                check_signature(r, sig, trusted)
-                    .map_err(signature_error(format!("/rejections/{i}/signature")))?;
-                signed += 1;
-            }
+    };
+    for (i, c) in record.commits.iter().enumerate() {
+        if let Some(sig) = &c.signature {
+            check(signed_bytes(c), sig)
+                .map_err(signature_error(format!("/commits/{i}/signature")))?;
+            signed += 1;
+        }
+    }
+    for (i, r) in record.rejections.iter().enumerate() {
+        if let Some(sig) = &r.signature {
+            check(signed_bytes(r), sig)
+                .map_err(signature_error(format!("/rejections/{i}/signature")))?;
+            signed += 1;
         }
     }
     Ok(Some(ApprovalReport { decisions, signed }))

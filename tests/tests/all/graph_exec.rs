@@ -402,6 +402,41 @@ fn without_a_manifest_the_sandbox_probe_passes_only_because_the_os_denied_it() {
     );
 }
 
+/// Where no sandbox can run, the probe is refused with the fix, before
+/// anything is written. bubblewrap is hidden from bl in a private mount
+/// namespace (needs root and util-linux's `unshare`, as CI has).
+#[test]
+fn without_a_sandbox_the_probe_is_refused_with_the_fix() {
+    let root = nix::unistd::geteuid().is_root();
+    let unshare = Path::new("/usr/bin/unshare").is_file();
+    if !root || !unshare {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root with unshare; this test must run there"
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = format!(
+        "for b in /usr/bin/bwrap /usr/local/bin/bwrap /bin/bwrap; do \
+           [ -e \"$b\" ] && {{ mount --bind /dev/null \"$b\" || exit 99; }}; done; \
+         exec {} graph run --execute --out probe",
+        bl_binary().display()
+    );
+    let out = Command::new("/usr/bin/unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("needs bubblewrap") && stderr.contains("scripts/dev setup"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("probe").exists(), "nothing is written");
+}
+
 #[test]
 fn a_cost_cap_needs_prices_and_pauses_the_run_when_spent() {
     let tmp = tempfile::tempdir().unwrap();
@@ -586,6 +621,62 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
         "{}",
         String::from_utf8_lossy(&verify.stdout)
     );
+    // An altered signed decision is never acted on: a second run of the
+    // same graph, paused at the same approval, is handed the decision with
+    // one field changed, and resume refuses it; `bl verify` refuses it too,
+    // with or without the trusted key.
+    let mut altered = approvals.clone();
+    altered["commits"][0]["decided_by"] = Value::from("someone-else");
+    let again = bl_in(
+        &dir,
+        &[
+            "graph",
+            "run",
+            "--execute",
+            "manifest.json",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--out",
+            "again",
+        ],
+    );
+    assert_eq!(again.status.code(), Some(3));
+    for run in ["signed", "again"] {
+        std::fs::write(
+            dir.join(run).join("approvals.json"),
+            serde_json::to_vec_pretty(&altered).unwrap(),
+        )
+        .unwrap();
+    }
+    let resume = bl_in(
+        &dir,
+        &[
+            "graph",
+            "resume",
+            "--run",
+            "again",
+            "--inputs",
+            "inputs.json",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&resume.stderr);
+    assert_eq!(resume.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("/commits/0/signature") && stderr.contains("altered"),
+        "{stderr}"
+    );
+    for args in [
+        vec!["verify", "signed"],
+        vec!["verify", "signed", "--pubkey", public.trim()],
+    ] {
+        let verify = bl_in(&dir, &args);
+        assert!(
+            !verify.status.success(),
+            "{args:?} passed an altered decision"
+        );
+    }
 }
 
 /// draft (an agent) → review (an approval) → pub (a publish node under
