@@ -941,10 +941,14 @@ impl Controller<'_, '_> {
         let mut upstream = self.published_inputs(node);
         upstream.sort();
         upstream.dedup();
+        // bounded-loops' formula: hex sha256 of Python's json.dumps (sorted
+        // keys, default separators) of what is published, under what plan
+        // and policy.
         let payload_digest = bl_core::sha256_hex(
-            bl_core::canonical_json(
-                &json!({"node_id": info.id, "upstream_artifact_digests": upstream}),
-            )
+            bl_core::python_json(&json!({
+                "node_id": info.id, "plan_id": self.settings.plan_id,
+                "publication_policy": policy, "upstream_artifact_digests": upstream,
+            }))
             .as_bytes(),
         );
         // Durable before the effect: what led here is on disk first.
