@@ -20,6 +20,8 @@ pub mod probe;
 mod sandbox;
 pub mod seatbelt;
 pub mod seccomp;
+#[cfg(target_os = "linux")]
+mod spawn;
 mod subprocess;
 mod tail;
 mod tier;

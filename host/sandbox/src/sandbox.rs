@@ -8,7 +8,7 @@ use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
 
 use crate::bubblewrap::{self, Cage};
 use crate::caged_user::{CagedUser, ChildSteps, Staging, running_as_root};
-use crate::subprocess::{PrivateDirs, execute, scrub_env};
+use crate::subprocess::{PrivateDirs, execute, scrubbed_env, supervise};
 use crate::{Tier, seccomp};
 
 /// Runs commands in one isolation tier.
@@ -167,24 +167,36 @@ impl Sandbox {
             .iter()
             .map(std::os::fd::AsRawFd::as_raw_fd)
             .collect();
-        let mut command = Command::new(bwrap);
-        for fd in &filter_fds {
-            command.arg("--add-seccomp-fd").arg(fd.to_string());
-        }
-        command.args(cage_args).args(&spec.argv);
-        match &staging {
-            // Dropped to the caged user, bwrap may not be able to enter the
-            // workspace's parents; it starts from the staging directory.
-            Some(s) => command.current_dir(s.dir()),
-            None => command.current_dir(&workspace),
+        let mut args: Vec<String> = filter_fds
+            .iter()
+            .flat_map(|fd| ["--add-seccomp-fd".to_string(), fd.to_string()])
+            .collect();
+        args.extend(cage_args);
+        args.extend(spec.argv.iter().cloned());
+        // Dropped to the caged user, bwrap may not be able to enter the
+        // workspace's parents; it starts from the staging directory.
+        let cwd = staging.as_ref().map_or(workspace.as_path(), Staging::dir);
+        let env = scrubbed_env(&private.home, &private.tmp, &spec.env);
+        let steps = staging.as_ref().map(Staging::child_steps);
+        let result = if spec.stream {
+            let mut command = Command::new(bwrap);
+            command.args(&args).current_dir(cwd).env_clear().envs(env);
+            prepare_child(&mut command, filter_fds, steps);
+            execute(command, spec)
+        } else {
+            // Kept output: started without copying this process (see spawn).
+            let started = std::time::Instant::now();
+            let launch = crate::spawn::Launch {
+                program: bwrap,
+                args,
+                env,
+                cwd,
+                keep_fds: &filter_fds,
+                steps: steps.as_ref(),
+            };
+            crate::spawn::spawn(&launch)
+                .and_then(|child| supervise(child, spec, &bwrap.display().to_string(), started))
         };
-        prepare_child(
-            &mut command,
-            filter_fds,
-            staging.as_ref().map(Staging::child_steps),
-        );
-        scrub_env(&mut command, &private.home, &private.tmp, &spec.env);
-        let result = execute(command, spec);
         match staging {
             Some(staging) => {
                 let given_back = staging.finish();
@@ -223,6 +235,13 @@ impl CommandRunner for Sandbox {
     }
 }
 
+/// The rlimits every cage starts under: a cap on processes against fork
+/// bombs, and on the size of any file written against disk filling.
+pub(crate) const CAGE_RLIMITS: [(nix::sys::resource::Resource, u64); 2] = [
+    (nix::sys::resource::Resource::RLIMIT_NPROC, 4096),
+    (nix::sys::resource::Resource::RLIMIT_FSIZE, 1 << 30),
+];
+
 /// What the child does between fork and exec: rlimits inherited by bwrap
 /// and everything it starts (a cap on processes against fork bombs, and on
 /// the size of any file written against disk filling), the seccomp
@@ -230,14 +249,15 @@ impl CommandRunner for Sandbox {
 /// private mount namespace and the drop to the caged user.
 fn prepare_child(command: &mut Command, filter_fds: Vec<i32>, steps: Option<ChildSteps>) {
     use nix::fcntl::{FcntlArg, FdFlag, fcntl};
-    use nix::sys::resource::{Resource, setrlimit};
+    use nix::sys::resource::setrlimit;
     use std::os::unix::process::CommandExt;
     // SAFETY: setrlimit, fcntl and the child steps are async-signal-safe
     // system calls on memory allocated before the fork.
     unsafe {
         command.pre_exec(move || {
-            setrlimit(Resource::RLIMIT_NPROC, 4096, 4096).map_err(std::io::Error::from)?;
-            setrlimit(Resource::RLIMIT_FSIZE, 1 << 30, 1 << 30).map_err(std::io::Error::from)?;
+            for (resource, limit) in CAGE_RLIMITS {
+                setrlimit(resource, limit, limit).map_err(std::io::Error::from)?;
+            }
             for fd in &filter_fds {
                 let fd = std::os::fd::BorrowedFd::borrow_raw(*fd);
                 fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map_err(std::io::Error::from)?;

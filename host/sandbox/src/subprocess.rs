@@ -164,13 +164,27 @@ pub(crate) fn scrub_env(
     tmp: &Path,
     granted: &[(String, String)],
 ) {
-    command
-        .env_clear()
-        .env("PATH", SCRUBBED_PATH)
-        .env("HOME", home)
-        .env("TMPDIR", tmp)
-        .env("LANG", "C.UTF-8")
-        .envs(granted.iter().map(|(k, v)| (k, v)));
+    command.env_clear().envs(scrubbed_env(home, tmp, granted));
+}
+
+/// The whole environment [`scrub_env`] leaves, a later grant of a name
+/// replacing an earlier value.
+pub(crate) fn scrubbed_env(
+    home: &Path,
+    tmp: &Path,
+    granted: &[(String, String)],
+) -> Vec<(String, std::ffi::OsString)> {
+    let mut env: std::collections::BTreeMap<String, std::ffi::OsString> = [
+        ("PATH", SCRUBBED_PATH.into()),
+        ("HOME", home.as_os_str().to_owned()),
+        ("TMPDIR", tmp.as_os_str().to_owned()),
+        ("LANG", "C.UTF-8".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    env.extend(granted.iter().map(|(k, v)| (k.clone(), v.into())));
+    env.into_iter().collect()
 }
 
 /// Spawns `command` in its own process group with piped stdio, feeds stdin,
@@ -251,15 +265,95 @@ fn drain(pipe: &mut impl std::io::Read, tail: &mut TailBuffer, chunk: &mut [u8])
 /// thread polls the three pipes, so a command costs no reader or feeder
 /// threads (a graph of thousands of nodes runs thousands of commands).
 fn execute_polled(mut command: Command, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use std::os::fd::AsFd;
     let program = spec.argv.first().cloned().unwrap_or_default();
     let started = Instant::now();
-    let mut child = spawn_in_group(&mut command, &program)?;
+    let child = spawn_in_group(&mut command, &program)?;
+    supervise(child, spec, &program, started)
+}
+
+/// A started child with piped stdio, in its own process group: the
+/// standard library's, or one started by [`crate::spawn`].
+pub(crate) trait Running {
+    fn id(&self) -> u32;
+    /// Its stdin, stdout and stderr, taken once.
+    fn pipes(&mut self) -> [Option<std::fs::File>; 3];
+    fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>>;
+    fn wait(&mut self) -> std::io::Result<std::process::ExitStatus>;
+    fn wait_timeout(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> std::io::Result<Option<std::process::ExitStatus>>;
+}
+
+impl Running for std::process::Child {
+    fn id(&self) -> u32 {
+        std::process::Child::id(self)
+    }
+
+    fn pipes(&mut self) -> [Option<std::fs::File>; 3] {
+        use std::os::fd::OwnedFd;
+        [
+            self.stdin.take().map(|p| OwnedFd::from(p).into()),
+            self.stdout.take().map(|p| OwnedFd::from(p).into()),
+            self.stderr.take().map(|p| OwnedFd::from(p).into()),
+        ]
+    }
+
+    fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        std::process::Child::try_wait(self)
+    }
+
+    fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        std::process::Child::wait(self)
+    }
+
+    fn wait_timeout(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> std::io::Result<Option<std::process::ExitStatus>> {
+        ChildExt::wait_timeout(self, limit)
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Running for crate::spawn::Spawned {
+    fn id(&self) -> u32 {
+        crate::spawn::Spawned::id(self)
+    }
+
+    fn pipes(&mut self) -> [Option<std::fs::File>; 3] {
+        [self.stdin.take(), self.stdout.take(), self.stderr.take()]
+    }
+
+    fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        crate::spawn::Spawned::try_wait(self)
+    }
+
+    fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        crate::spawn::Spawned::wait(self)
+    }
+
+    fn wait_timeout(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> std::io::Result<Option<std::process::ExitStatus>> {
+        crate::spawn::Spawned::wait_timeout(self, limit)
+    }
+}
+
+/// Feeds a started child its stdin, keeps its output tails, and kills its
+/// whole group at the timeout, on this one thread.
+pub(crate) fn supervise(
+    mut child: impl Running,
+    spec: &CommandSpec,
+    program: &str,
+    started: Instant,
+) -> Result<CommandResult, CommandError> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
     let pgid = Pid::from_raw(child.id() as i32);
-    let mut stdin = child.stdin.take().filter(|_| !spec.stdin.is_empty());
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
+    let [stdin, mut stdout, mut stderr] = child.pipes();
+    let mut stdin = stdin.filter(|_| !spec.stdin.is_empty());
     for fd in [
         stdin.as_ref().map(|p| p.as_fd()),
         stdout.as_ref().map(|p| p.as_fd()),
@@ -438,7 +532,7 @@ fn execute_streamed(
     let (status, timed_out) = loop {
         // Short waits, so an interruption is noticed within one of them.
         let left = spec.timeout.saturating_sub(started.elapsed());
-        match child.wait_timeout(left.min(INTERRUPT_POLL)) {
+        match ChildExt::wait_timeout(&mut child, left.min(INTERRUPT_POLL)) {
             Ok(Some(status)) => break (Some(status), false),
             Ok(None) if left <= INTERRUPT_POLL => {
                 let _ = killpg(pgid, Signal::SIGKILL);

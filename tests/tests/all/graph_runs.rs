@@ -107,8 +107,8 @@ fn replay(case: &str) -> Replayed {
             ));
         }
     }
-    let mut got = events_of(&dir.join("run-dir"));
-    let mut want: Vec<(String, String, Value)> = expected["events"]
+    let got = events_of(&dir.join("run-dir"));
+    let want: Vec<(String, String, Value)> = expected["events"]
         .as_array()
         .map(|events| {
             events

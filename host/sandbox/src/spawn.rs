@@ -1,0 +1,360 @@
+//! Starting a caged command without copying bl's address space.
+//!
+//! A cage needs steps between fork and exec (rlimits, the seccomp
+//! descriptors kept across exec, and, run by root, the private mount
+//! namespace and the drop to the caged user). With a `pre_exec` hook the
+//! standard library forks, which copies the page tables of a process that
+//! may hold a whole graph run in memory, and then makes every page the
+//! parent writes fault once more. Here the child shares bl's memory until
+//! it execs (`clone(CLONE_VM | CLONE_VFORK)`, as `posix_spawn` does), on a
+//! stack of its own, running only async-signal-safe system calls on data
+//! prepared beforehand.
+
+use std::ffi::{CString, OsStr};
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use bl_core::CommandError;
+use nix::libc;
+
+use crate::caged_user::ChildSteps;
+
+/// What the child runs, all of it allocated before the clone.
+pub(crate) struct Launch<'a> {
+    pub program: &'a Path,
+    pub args: Vec<String>,
+    pub env: Vec<(String, std::ffi::OsString)>,
+    pub cwd: &'a Path,
+    /// Descriptors the command must inherit (their close-on-exec flag is
+    /// cleared in the child only).
+    pub keep_fds: &'a [RawFd],
+    pub steps: Option<&'a ChildSteps>,
+}
+
+/// A running child with piped stdio, in its own process group.
+pub(crate) struct Spawned {
+    pid: libc::pid_t,
+    pub stdin: Option<File>,
+    pub stdout: Option<File>,
+    pub stderr: Option<File>,
+    status: Option<ExitStatus>,
+}
+
+fn c_string(bytes: &[u8], what: &str) -> Result<CString, CommandError> {
+    CString::new(bytes).map_err(|_| CommandError::Spawn(format!("{what} holds a NUL byte")))
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), CommandError> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| CommandError::Spawn(format!("pipe: {e}")))
+}
+
+/// The child's side: every pointer it follows was made by the parent.
+struct ChildPlan {
+    program: CString,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    cwd: CString,
+    stdio: [RawFd; 3],
+    keep_fds: Vec<RawFd>,
+    steps: Option<*const ChildSteps>,
+    error_fd: RawFd,
+}
+
+/// The signal handlers bl installed (not ignored, not default): a signal
+/// arriving between clone and exec must not run them in the child.
+fn caught_signals() -> Vec<libc::c_int> {
+    (1..=libc::SIGRTMAX())
+        .filter(|&sig| {
+            // SAFETY: a zeroed sigaction is a valid out-parameter.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: only reads the disposition of `sig` into `old`.
+            let rc = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) };
+            rc == 0 && old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN
+        })
+        .chain([libc::SIGPIPE])
+        .collect()
+}
+
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the plan the parent keeps alive until this child
+    // has exec'd or exited (CLONE_VFORK); only async-signal-safe calls.
+    unsafe {
+        let plan = &*(arg as *const (ChildPlan, Vec<libc::c_int>));
+        let (plan, caught) = (&plan.0, &plan.1);
+        let fail = |errno: libc::c_int| -> ! {
+            let bytes = errno.to_ne_bytes();
+            libc::write(plan.error_fd, bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(127)
+        };
+        let errno = || *libc::__errno_location();
+        for &sig in caught {
+            let mut default: libc::sigaction = std::mem::zeroed();
+            default.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &default, std::ptr::null_mut());
+        }
+        for (target, &fd) in plan.stdio.iter().enumerate() {
+            let target = target as RawFd;
+            let rc = if fd == target {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, target)
+            };
+            if rc < 0 {
+                fail(errno());
+            }
+        }
+        if libc::setpgid(0, 0) < 0 {
+            fail(errno());
+        }
+        for (resource, limit) in crate::sandbox::CAGE_RLIMITS {
+            let limit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(resource as _, &limit) < 0 {
+                fail(errno());
+            }
+        }
+        for &fd in &plan.keep_fds {
+            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                fail(errno());
+            }
+        }
+        if let Some(steps) = plan.steps
+            && let Err(e) = (*steps).run()
+        {
+            fail(e.raw_os_error().unwrap_or(libc::EPERM));
+        }
+        if libc::chdir(plan.cwd.as_ptr()) < 0 {
+            fail(errno());
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::execve(
+            plan.program.as_ptr(),
+            plan.argv.as_ptr(),
+            plan.envp.as_ptr(),
+        );
+        fail(errno())
+    }
+}
+
+/// The child's stack: its own mapping, with a guard page below it.
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    const LEN: usize = 256 << 10;
+
+    fn new() -> Result<Self, CommandError> {
+        // SAFETY: a fresh anonymous mapping, released in Drop.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(CommandError::Spawn(format!(
+                "child stack: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let stack = Stack {
+            base,
+            len: Self::LEN,
+        };
+        // SAFETY: the lowest page of the mapping just made.
+        if unsafe { libc::mprotect(base, 4096, libc::PROT_NONE) } < 0 {
+            return Err(CommandError::Spawn(format!(
+                "child stack guard: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(stack)
+    }
+
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping; the stack grows down and
+        // the length keeps it 16-byte aligned.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer in use once the
+        // vforked child has exec'd or exited.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Starts `launch` with piped stdio in a new process group.
+pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
+    let program_name = launch.program.display().to_string();
+    let program = c_string(launch.program.as_os_str().as_bytes(), "the program path")?;
+    let args: Vec<CString> = std::iter::once(Ok(program.clone()))
+        .chain(
+            launch
+                .args
+                .iter()
+                .map(|a| c_string(a.as_bytes(), "an argument")),
+        )
+        .collect::<Result<_, _>>()?;
+    let env: Vec<CString> = launch
+        .env
+        .iter()
+        .map(|(k, v)| {
+            let mut pair = k.as_bytes().to_vec();
+            pair.push(b'=');
+            pair.extend_from_slice(OsStr::as_bytes(v));
+            c_string(&pair, "an environment variable")
+        })
+        .collect::<Result<_, _>>()?;
+    let (stdin_r, stdin_w) = pipe()?;
+    let (stdout_r, stdout_w) = pipe()?;
+    let (stderr_r, stderr_w) = pipe()?;
+    let (error_r, error_w) = pipe()?;
+    let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
+        strings
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain([std::ptr::null()])
+            .collect()
+    };
+    let plan = (
+        ChildPlan {
+            program,
+            argv: pointers(&args),
+            envp: pointers(&env),
+            cwd: c_string(launch.cwd.as_os_str().as_bytes(), "the working directory")?,
+            stdio: [
+                stdin_r.as_raw_fd(),
+                stdout_w.as_raw_fd(),
+                stderr_w.as_raw_fd(),
+            ],
+            keep_fds: launch.keep_fds.to_vec(),
+            steps: launch.steps.map(|s| s as *const ChildSteps),
+            error_fd: error_w.as_raw_fd(),
+        },
+        caught_signals(),
+    );
+    let stack = Stack::new()?;
+    // Every signal stays blocked in this thread (and so in the child)
+    // until the child has reset its handlers.
+    // SAFETY: zeroed sigsets are valid values, filled in below.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: plain signal-mask calls on sets owned here.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: the child runs `child_main` on its own stack with the plan,
+    // both alive until clone returns (CLONE_VFORK: after exec or exit).
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&plan as *const (ChildPlan, Vec<libc::c_int>)) as *mut libc::c_void,
+        )
+    };
+    let clone_error = std::io::Error::last_os_error();
+    // SAFETY: restoring the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(stack);
+    if pid < 0 {
+        return Err(CommandError::Spawn(format!(
+            "{program_name}: {clone_error}"
+        )));
+    }
+    drop((stdin_r, stdout_w, stderr_w, error_w));
+    let mut errno = [0u8; 4];
+    let mut error = File::from(error_r);
+    if let Ok(4) = std::io::Read::read(&mut error, &mut errno) {
+        let mut status = 0;
+        // SAFETY: reaping the child that just failed before exec.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(CommandError::Spawn(format!(
+            "{program_name}: {}",
+            std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno))
+        )));
+    }
+    Ok(Spawned {
+        pid,
+        stdin: Some(File::from(stdin_w)),
+        stdout: Some(File::from(stdout_r)),
+        stderr: Some(File::from(stderr_r)),
+        status: None,
+    })
+}
+
+impl Spawned {
+    pub(crate) fn id(&self) -> u32 {
+        self.pid as u32
+    }
+
+    fn reap(&mut self, flags: libc::c_int) -> std::io::Result<Option<ExitStatus>> {
+        if let Some(status) = self.status {
+            return Ok(Some(status));
+        }
+        let mut raw = 0;
+        // SAFETY: waiting for our own child.
+        let rc = unsafe { libc::waitpid(self.pid, &mut raw, flags) };
+        match rc {
+            0 => Ok(None),
+            rc if rc < 0 => Err(std::io::Error::last_os_error()),
+            _ => {
+                self.status = Some(ExitStatus::from_raw(raw));
+                Ok(self.status)
+            }
+        }
+    }
+
+    pub(crate) fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        self.reap(libc::WNOHANG)
+    }
+
+    pub(crate) fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        loop {
+            match self.reap(0) {
+                Ok(Some(status)) => return Ok(status),
+                Ok(None) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Waits at most `limit`: the child has closed its pipes and is ending.
+    pub(crate) fn wait_timeout(&mut self, limit: Duration) -> std::io::Result<Option<ExitStatus>> {
+        let until = Instant::now() + limit;
+        let mut pause = Duration::from_micros(100);
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(Some(status));
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Ok(None);
+            }
+            std::thread::sleep(pause.min(until - now));
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+}
