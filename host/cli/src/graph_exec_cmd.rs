@@ -547,7 +547,7 @@ fn drive(
         plan_id: run.plan.plan_id.clone(),
     };
     let work_root = run.dir.join("work").join(RUN_ID);
-    let (network, _proxy) = egress_network(schedule)?;
+    let (network, _proxy) = egress_network(schedule, &run.dir)?;
     let worker = Arc::new(Workers {
         local_cli: LocalCli::new(catalog, work_root.clone()).with_network(network),
         probe: SandboxProbe { work_root },
@@ -620,17 +620,22 @@ fn caging_posture(
 /// proxy's guard (it serves until dropped).
 fn egress_network(
     schedule: &Schedule,
+    run_dir: &Path,
 ) -> Result<(Network, Option<crate::sandbox_cmd::ProxyGuard>), CliError> {
     let Some(config) = caging_posture(schedule)? else {
         return Ok((Network::Open, None));
     };
     if config.posture == bl_egress::posture::Posture::Allowlist {
-        let guard = crate::sandbox_cmd::start_proxy(&config)
+        let record = run_dir.join(EGRESS_DECISIONS);
+        let guard = crate::sandbox_cmd::start_proxy(&config, Some(&record))
             .map_err(|e| refused(format!("error: the allowlist proxy could not start: {e}")))?;
         return Ok((Network::Allowlist(guard.bridge.clone()), Some(guard)));
     }
     Ok((Network::Closed, None))
 }
+
+/// Where the allowlist proxy's decisions for a run's local CLIs are kept.
+const EGRESS_DECISIONS: &str = "egress-decisions.jsonl";
 
 /// Seals the run as it stands (log head, Merkle root, the records' digests)
 /// into `checkpoints/`, at every pause and at the end.

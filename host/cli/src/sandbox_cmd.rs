@@ -142,13 +142,18 @@ fn start_allowlist_proxy(tier: Tier) -> Result<Option<ProxyGuard>, String> {
         }
         Posture::Allowlist => {}
     }
-    start_proxy(&config).map(Some)
+    start_proxy(&config, None).map(Some)
 }
 
 /// Serves a CONNECT proxy for `config`'s allowlist (production address
 /// policy: public addresses only) on a private unix socket, from a
-/// background thread, for as long as the returned guard lives.
-pub(crate) fn start_proxy(config: &bl_egress::posture::EgressConfig) -> Result<ProxyGuard, String> {
+/// background thread, for as long as the returned guard lives. With
+/// `record`, every decision is appended there as a JSON line (when, the
+/// `host:port` asked for, and what was decided; never any traffic).
+pub(crate) fn start_proxy(
+    config: &bl_egress::posture::EgressConfig,
+    record: Option<&std::path::Path>,
+) -> Result<ProxyGuard, String> {
     let dir = tempfile::Builder::new()
         .prefix("bl-egress-")
         .tempdir()
@@ -169,7 +174,31 @@ pub(crate) fn start_proxy(config: &bl_egress::posture::EgressConfig) -> Result<P
         bl_egress::proxy::ConnectProxy::bind(&socket)
             .map_err(|e| format!("{}: {e}", socket.display()))?
     };
-    std::thread::spawn(move || runtime.block_on(proxy.serve(listener, None)));
+    let record = match record {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    std::thread::spawn(move || {
+        let Some(mut file) = record else {
+            return runtime.block_on(proxy.serve(listener, None));
+        };
+        let (sender, mut decisions) = tokio::sync::mpsc::unbounded_channel();
+        runtime.block_on(async move {
+            let writer = async move {
+                use std::io::Write;
+                while let Some(decision) = decisions.recv().await {
+                    let _ = writeln!(file, "{}", decision_line(&decision));
+                }
+            };
+            tokio::join!(proxy.serve(listener, Some(sender)), writer);
+        });
+    });
     let bridge_binary = std::env::current_exe().map_err(|e| e.to_string())?;
     Ok(ProxyGuard {
         _dir: dir,
@@ -178,6 +207,20 @@ pub(crate) fn start_proxy(config: &bl_egress::posture::EgressConfig) -> Result<P
             bridge_binary,
         },
     })
+}
+
+/// One recorded proxy decision.
+fn decision_line(decision: &bl_egress::proxy::ProxyDecision) -> serde_json::Value {
+    use bl_egress::proxy::ProxyDecision;
+    let at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    match decision {
+        ProxyDecision::Tunnel { target, pinned } => serde_json::json!({
+            "at": at, "decision": "tunnel", "target": target, "pinned": pinned,
+        }),
+        ProxyDecision::Refused { target, reason } => serde_json::json!({
+            "at": at, "decision": "refused", "target": target, "reason": reason,
+        }),
+    }
 }
 
 fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> CliResult {

@@ -888,6 +888,108 @@ prompt_via = "arg"
     assert_eq!(reply("allowlist", "allowlist"), "denied");
 }
 
+/// Under the allowlist posture a CLI's only way out is the CONNECT proxy,
+/// and every decision it makes is kept with the run: here it refuses a
+/// host off the allowlist and the host's own loopback (no DNS, no
+/// traffic leaves the machine).
+#[test]
+fn the_allowlist_proxy_decisions_are_recorded_with_the_run() {
+    if !bl_e2e::cage_works() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let dir = case_dir(tmp.path(), 0, "workspace_only", "ok");
+    one_node_with_provider(
+        &dir,
+        "proxycheck",
+        r#"[providers.proxycheck]
+binary = "/usr/bin/python3"
+args = ["-c", "import socket, sys\nout = []\nfor target in ('blocked.invalid:443', '127.0.0.1:' + sys.argv[1]):\n    s = socket.create_connection(('127.0.0.1', 3128), 5)\n    s.sendall(('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' % (target, target)).encode())\n    out.append(s.recv(200).split(b'\\r\\n')[0].decode())\n    s.close()\nprint('|'.join(out), end='')\n"]
+prompt_via = "arg"
+"#,
+    );
+    std::fs::write(
+        dir.join("inputs.json"),
+        json!({"a": port.to_string()}).to_string(),
+    )
+    .unwrap();
+    let init = bl_in(
+        &dir,
+        &[
+            "graph",
+            "init",
+            "--posture",
+            "allowlist",
+            "--allowlist",
+            "example.com",
+            "--config",
+            "egress.json",
+            "--yes",
+        ],
+    );
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let mut args = run_args("run", "1");
+    args.extend(["--providers", "providers.toml"]);
+    let run = Command::new(bl_binary())
+        .args(&args)
+        .current_dir(&dir)
+        .env("BOUNDED_LOOPS_EGRESS_POSTURE", "allowlist")
+        .env("BOUNDED_LOOPS_EGRESS_CONFIG", dir.join("egress.json"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let reply: Vec<String> = std::fs::read_dir(dir.join("run/artifacts/objects"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert!(
+        reply
+            .iter()
+            .any(|r| r.contains("HTTP/1.1") && !r.contains(" 200")),
+        "the proxy refused both: {reply:?}"
+    );
+    let recorded = std::fs::read_to_string(dir.join("run/egress-decisions.jsonl")).unwrap();
+    let decisions: Vec<Value> = recorded
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let targets: Vec<&str> = decisions
+        .iter()
+        .map(|d| d["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            "blocked.invalid:443".to_string(),
+            format!("127.0.0.1:{port}")
+        ],
+        "{recorded}"
+    );
+    assert!(
+        decisions
+            .iter()
+            .all(|d| d["decision"] == "refused" && d["reason"].is_string()),
+        "{recorded}"
+    );
+    drop(listener);
+}
+
 #[test]
 fn progress_is_live_on_a_terminal_plain_in_a_pipe_and_absent_with_json() {
     let tmp = tempfile::tempdir().unwrap();
