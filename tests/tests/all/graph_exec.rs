@@ -810,31 +810,13 @@ fn one_node_with_provider(dir: &Path, provider: &str, catalog: &str) {
     .unwrap();
 }
 
-#[test]
-fn the_egress_posture_decides_whether_a_local_cli_reaches_the_network() {
-    if !bl_e2e::cage_works() {
-        return;
-    }
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let dir = case_dir(tmp.path(), 0, "workspace_only", "ok");
-    // A "CLI" that tries the host's listener and says what happened: the
-    // system python, so that it is there inside any cage.
-    one_node_with_provider(
-        &dir,
-        "netcheck",
-        r#"[providers.netcheck]
-binary = "/usr/bin/python3"
-args = ["-c", "import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2).close()\n    print('connected', end='')\nexcept OSError:\n    print('denied', end='')\n"]
-prompt_via = "arg"
-"#,
-    );
+/// A one-node case whose CLI (`provider` in `catalog`, the system python,
+/// so that it is there inside any cage) is handed `port` as its prompt,
+/// with an allowlist config (example.com only) written by `bl graph init`.
+fn egress_case(root: &Path, provider: &str, catalog: &str, port: u16) -> PathBuf {
+    std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = case_dir(root, 0, "workspace_only", "ok");
+    one_node_with_provider(&dir, provider, catalog);
     std::fs::write(
         dir.join("inputs.json"),
         json!({"a": port.to_string()}).to_string(),
@@ -859,33 +841,57 @@ prompt_via = "arg"
         "{}",
         String::from_utf8_lossy(&init.stderr)
     );
-    let reply = |posture: &str, out: &str| {
-        let mut args = run_args(out, "1");
-        args.extend(["--providers", "providers.toml"]);
-        let run = Command::new(bl_binary())
-            .args(&args)
-            .current_dir(&dir)
-            .env("BOUNDED_LOOPS_EGRESS_POSTURE", posture)
-            .env("BOUNDED_LOOPS_EGRESS_CONFIG", dir.join("egress.json"))
-            .output()
-            .unwrap();
-        assert_eq!(
-            run.status.code(),
-            Some(0),
-            "{posture}: {}",
-            String::from_utf8_lossy(&run.stderr)
-        );
-        let objects = dir.join(out).join("artifacts/objects");
-        let replies: Vec<String> = std::fs::read_dir(objects)
-            .unwrap()
-            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
-            .collect();
-        replies.join(",")
-    };
-    assert_eq!(reply("open", "open"), "connected");
-    assert_eq!(reply("broker", "broker"), "denied");
+    dir
+}
+
+/// Runs the case under `posture` into `out`; it must succeed. Returns the
+/// CLI's reply.
+fn reply_under(dir: &Path, posture: &str, out: &str) -> String {
+    let mut args = run_args(out, "1");
+    args.extend(["--providers", "providers.toml"]);
+    let run = Command::new(bl_binary())
+        .args(&args)
+        .current_dir(dir)
+        .env("BOUNDED_LOOPS_EGRESS_POSTURE", posture)
+        .env("BOUNDED_LOOPS_EGRESS_CONFIG", dir.join("egress.json"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{posture}: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let replies: Vec<String> = std::fs::read_dir(dir.join(out).join("artifacts/objects"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    replies.join(",")
+}
+
+#[test]
+fn the_egress_posture_decides_whether_a_local_cli_reaches_the_network() {
+    if !bl_e2e::cage_works() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tmp = tempfile::tempdir().unwrap();
+    // A "CLI" that tries the host's listener and says what happened.
+    let dir = egress_case(
+        tmp.path(),
+        "netcheck",
+        r#"[providers.netcheck]
+binary = "/usr/bin/python3"
+args = ["-c", "import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2).close()\n    print('connected', end='')\nexcept OSError:\n    print('denied', end='')\n"]
+prompt_via = "arg"
+"#,
+        port,
+    );
+    assert_eq!(reply_under(&dir, "open", "open"), "connected");
+    assert_eq!(reply_under(&dir, "broker", "broker"), "denied");
     // Allowlist: a container cage whose only way out is the proxy.
-    assert_eq!(reply("allowlist", "allowlist"), "denied");
+    assert_eq!(reply_under(&dir, "allowlist", "allowlist"), "denied");
 }
 
 /// Under the allowlist posture a CLI's only way out is the CONNECT proxy,
@@ -900,69 +906,20 @@ fn the_allowlist_proxy_decisions_are_recorded_with_the_run() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
+    let dir = egress_case(
         tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let dir = case_dir(tmp.path(), 0, "workspace_only", "ok");
-    one_node_with_provider(
-        &dir,
         "proxycheck",
         r#"[providers.proxycheck]
 binary = "/usr/bin/python3"
 args = ["-c", "import socket, sys\nout = []\nfor target in ('blocked.invalid:443', '127.0.0.1:' + sys.argv[1]):\n    s = socket.create_connection(('127.0.0.1', 3128), 5)\n    s.sendall(('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' % (target, target)).encode())\n    out.append(s.recv(200).split(b'\\r\\n')[0].decode())\n    s.close()\nprint('|'.join(out), end='')\n"]
 prompt_via = "arg"
 "#,
+        port,
     );
-    std::fs::write(
-        dir.join("inputs.json"),
-        json!({"a": port.to_string()}).to_string(),
-    )
-    .unwrap();
-    let init = bl_in(
-        &dir,
-        &[
-            "graph",
-            "init",
-            "--posture",
-            "allowlist",
-            "--allowlist",
-            "example.com",
-            "--config",
-            "egress.json",
-            "--yes",
-        ],
-    );
+    let reply = reply_under(&dir, "allowlist", "run");
     assert!(
-        init.status.success(),
-        "{}",
-        String::from_utf8_lossy(&init.stderr)
-    );
-    let mut args = run_args("run", "1");
-    args.extend(["--providers", "providers.toml"]);
-    let run = Command::new(bl_binary())
-        .args(&args)
-        .current_dir(&dir)
-        .env("BOUNDED_LOOPS_EGRESS_POSTURE", "allowlist")
-        .env("BOUNDED_LOOPS_EGRESS_CONFIG", dir.join("egress.json"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let reply: Vec<String> = std::fs::read_dir(dir.join("run/artifacts/objects"))
-        .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
-        .collect();
-    assert!(
-        reply
-            .iter()
-            .any(|r| r.contains("HTTP/1.1") && !r.contains(" 200")),
-        "the proxy refused both: {reply:?}"
+        reply.contains("HTTP/1.1") && !reply.contains(" 200"),
+        "the proxy refused both: {reply}"
     );
     let recorded = std::fs::read_to_string(dir.join("run/egress-decisions.jsonl")).unwrap();
     let decisions: Vec<Value> = recorded
@@ -987,7 +944,6 @@ prompt_via = "arg"
             .all(|d| d["decision"] == "refused" && d["reason"].is_string()),
         "{recorded}"
     );
-    drop(listener);
 }
 
 #[test]
