@@ -177,7 +177,7 @@ fn check_priced(
             let route = format!("{}/{}", b.provider_id, b.model_target);
             if !prices.contains_key(&route) {
                 return Err(refused(format!(
-                    "error: a cost cap is set, but node '{}' takes route '{route}', which has no price; a provider reports tokens, not money, so add \"{route}\" to the prices of --budget-file, or drop the cost cap",
+                    "a cost cap is set, but node '{}' takes route '{route}', which has no price; a provider reports tokens, not money, so add \"{route}\" to the prices of --budget-file, or drop the cost cap",
                     node.id
                 )));
             }
@@ -235,15 +235,31 @@ fn compile(
     .map_err(|e| e.to_string())
 }
 
-fn parse_graph(path: &Path, bytes: &[u8]) -> Result<Graph, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8", path.display()))?;
+/// Why a manifest could not be read as a graph.
+enum GraphFailure {
+    NotUtf8,
+    Refused(bl_graph::Refusal),
+}
+
+impl GraphFailure {
+    /// `<path>: <why>`, with the place the refusal points at.
+    fn at(&self, path: &Path) -> String {
+        match self {
+            GraphFailure::NotUtf8 => format!("{}: not UTF-8", path.display()),
+            GraphFailure::Refused(r) => format!("{}: {r}", path.display()),
+        }
+    }
+}
+
+fn parse_graph(bytes: &[u8]) -> Result<Graph, GraphFailure> {
+    let text = std::str::from_utf8(bytes).map_err(|_| GraphFailure::NotUtf8)?;
     // run directories keep the manifest as manifest.yaml whatever it was.
     let format = if text.trim_start().starts_with('{') {
         bl_graph::Format::Json
     } else {
         bl_graph::Format::Yaml
     };
-    bl_graph::lint(text, format).map_err(|e| format!("{}: {e}", path.display()))
+    bl_graph::lint(text, format).map_err(GraphFailure::Refused)
 }
 
 fn identity(plan: &Plan) -> RunIdentity {
@@ -266,14 +282,14 @@ fn preflight(schedule: &Schedule, catalog: &Catalog) -> Result<(), CliError> {
         };
         if binding.transport != "local_cli" {
             return Err(refused(format!(
-                "error: node '{}' binds transport '{}', which this version cannot execute yet (only local_cli). Refused before any attempt starts.",
+                "node '{}' binds transport '{}', which this version cannot execute yet (only local_cli). Refused before any attempt starts.",
                 node.id, binding.transport
             )));
         }
         if catalog.get(&binding.provider_id).is_none() {
             let known: Vec<&str> = catalog.names().collect();
             return Err(refused(format!(
-                "error: node '{}' binds local-CLI provider '{}', which this deployment has no profile for (known: {}). Add a provider catalog entry for it (--providers / BOUNDED_LOOPS_PROVIDERS), or bind the node to a provider that is installed. Refused before any attempt starts: reaching this node would fail every attempt identically, having already paid for every node upstream of it.",
+                "node '{}' binds local-CLI provider '{}', which this deployment has no profile for (known: {}). Add a provider catalog entry for it (--providers / BOUNDED_LOOPS_PROVIDERS), or bind the node to a provider that is installed. Refused before any attempt starts: reaching this node would fail every attempt identically, having already paid for every node upstream of it.",
                 node.id,
                 binding.provider_id,
                 known.join(", ")
@@ -371,7 +387,12 @@ fn run_manifest(
     flags: &DriveFlags,
 ) -> CliResult {
     let connections = inputs.connections;
-    let graph = parse_graph(manifest, &bytes).map_err(|e| refused(format!("graph run: {e}")))?;
+    // bounded-loops' words for a manifest it will not run (the pointer is
+    // the place; `bl graph lint` adds the line and column).
+    let graph = parse_graph(&bytes).map_err(|e| match e {
+        GraphFailure::Refused(r) => refused(format!("compile failed {r}")),
+        other => refused(format!("graph run: {}", other.at(manifest))),
+    })?;
     let (conn_value, conns) = match connections {
         Some(p) => {
             let v = read_json(p, "connections")?;
@@ -391,7 +412,7 @@ fn run_manifest(
         .map(str::to_owned)
         .collect();
     let plan = compile(&graph, conns.as_deref(), Some(&packages))
-        .map_err(|e| refused(format!("graph run: compile failed: {e}")))?;
+        .map_err(|e| refused(format!("compile failed {e}")))?;
     if let Some(path) = inputs.admitted {
         let value = read_json(path, "admitted connections")?;
         bl_egress::admitted::parse_admitted(&value)
@@ -445,7 +466,7 @@ fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, CliError> {
     let meta_path = dir.join("run-meta.json");
     if !meta_path.exists() {
         return Err(refused(format!(
-            "error: graph {verb}: cannot reconstruct plan — run-meta.json not found in {}",
+            "graph {verb}: cannot reconstruct plan — run-meta.json not found in {}",
             dir.display()
         )));
     }
@@ -453,34 +474,32 @@ fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, CliError> {
     let manifest = dir.join("manifest.yaml");
     let bytes = std::fs::read(&manifest).map_err(|e| {
         refused(format!(
-            "error: graph {verb}: cannot reconstruct plan — {}: {e}",
+            "graph {verb}: cannot reconstruct plan — {}: {e}",
             manifest.display()
         ))
     })?;
-    let graph = parse_graph(&manifest, &bytes).map_err(|e| {
+    let graph = parse_graph(&bytes).map_err(|e| {
         refused(format!(
-            "error: graph {verb}: cannot reconstruct plan — {e}"
+            "graph {verb}: cannot reconstruct plan — {}",
+            e.at(&manifest)
         ))
     })?;
     let conn_path = dir.join("connections.json");
-    let conns =
-        if conn_path.exists() {
-            let v = read_json(&conn_path, "connections")?;
-            Some(bl_graph::parse_connections(&v).map_err(|e| {
-                refused(format!("error: graph {verb}: {}: {e}", conn_path.display()))
-            })?)
-        } else {
-            None
-        };
-    let plan = compile(&graph, conns.as_deref(), None).map_err(|e| {
-        refused(format!(
-            "error: graph {verb}: cannot reconstruct plan — {e}"
-        ))
-    })?;
+    let conns = if conn_path.exists() {
+        let v = read_json(&conn_path, "connections")?;
+        Some(
+            bl_graph::parse_connections(&v)
+                .map_err(|e| refused(format!("graph {verb}: {}: {e}", conn_path.display())))?,
+        )
+    } else {
+        None
+    };
+    let plan = compile(&graph, conns.as_deref(), None)
+        .map_err(|e| refused(format!("graph {verb}: cannot reconstruct plan — {e}")))?;
     let recorded = meta["plan_id"].as_str().unwrap_or_default();
     if recorded != plan.plan_id {
         return Err(refused(format!(
-            "error: graph {verb}: the plan recompiled from {} is {}, but the run recorded {recorded}; the run directory was changed after the run began",
+            "graph {verb}: the plan recompiled from {} is {}, but the run recorded {recorded}; the run directory was changed after the run began",
             dir.display(),
             plan.plan_id
         )));
@@ -511,13 +530,13 @@ fn recover_torn_tail(dir: &Path) -> Result<(), CliError> {
             Ok(())
         }
         Ok(None) => Ok(()),
-        Err(e) => Err(refused(format!("error: {e}"))),
+        Err(e) => Err(refused(e.to_string())),
     }
 }
 
 fn view_of(dir: &Path) -> Result<(RunView, Vec<Recorded>, bl_store::ChainHead), CliError> {
     let (events, head) =
-        read_events(dir).map_err(|e| refused(format!("error: the event log is unusable: {e}")))?;
+        read_events(dir).map_err(|e| refused(format!("the event log is unusable: {e}")))?;
     let view = projection::project(events.iter().map(|r| (r.kind.as_str(), &r.payload)));
     Ok((view, events, head))
 }
@@ -532,15 +551,15 @@ fn drive(
     resume_ordinal: Option<u32>,
     flags: &DriveFlags,
 ) -> Result<(RunEnd, RunView), CliError> {
-    let mut journal = LogJournal::open(&run.dir, identity(&run.plan))
-        .map_err(|e| refused(format!("error: {e}")))?;
+    let mut journal =
+        LogJournal::open(&run.dir, identity(&run.plan)).map_err(|e| refused(e.to_string()))?;
     let artifacts = RunArtifacts {
         store: bl_store::ArtifactStore::with_group_commit(run.dir.join("artifacts"), 64 << 20),
         organization_id: ORGANIZATION.into(),
         project_id: PROJECT.into(),
         sensitivity: schedule.data_class.clone(),
     };
-    let decisions = FileDecisions::read(&run.dir).map_err(|e| refused(format!("error: {e}")))?;
+    let decisions = FileDecisions::read(&run.dir).map_err(|e| refused(e.to_string()))?;
     let ledger = RunLedger {
         dir: run.dir.clone(),
         run_id: RUN_ID.into(),
@@ -581,10 +600,10 @@ fn drive(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| refused(format!("error: cannot start the runtime: {e}")))?;
+        .map_err(|e| refused(format!("cannot start the runtime: {e}")))?;
     let end = runtime
         .block_on(executor::drive(schedule, &settings, &mut ports))
-        .map_err(|e| refused(format!("error: graph run: {e}")))?;
+        .map_err(|e| refused(format!("graph run: {e}")))?;
     drop(ports);
     progress.finish();
     let view = journal.view();
@@ -602,14 +621,14 @@ fn caging_posture(
 ) -> Result<Option<bl_egress::posture::EgressConfig>, CliError> {
     use bl_egress::posture::{Posture, resolve_posture};
     let config = resolve_posture(|name| std::env::var(name).ok())
-        .map_err(|e| refused(format!("error: egress posture: {e}")))?;
+        .map_err(|e| refused(format!("egress posture: {e}")))?;
     if config.posture == Posture::Open || schedule.nodes.iter().all(|n| n.driver != Driver::Worker)
     {
         return Ok(None);
     }
     if cfg!(target_os = "linux") && bl_sandbox::find_bwrap().is_none() {
         return Err(refused(format!(
-            "error: the egress posture is '{}', which cages every local CLI, and bubblewrap is not installed: install the `bubblewrap` package (or run `scripts/dev setup`), or choose the open posture; nothing was run",
+            "the egress posture is '{}', which cages every local CLI, and bubblewrap is not installed: install the `bubblewrap` package (or run `scripts/dev setup`), or choose the open posture; nothing was run",
             config.posture.as_str()
         )));
     }
@@ -628,7 +647,7 @@ fn egress_network(
     if config.posture == bl_egress::posture::Posture::Allowlist {
         let record = run_dir.join(EGRESS_DECISIONS);
         let guard = crate::sandbox_cmd::start_proxy(&config, Some(&record))
-            .map_err(|e| refused(format!("error: the allowlist proxy could not start: {e}")))?;
+            .map_err(|e| refused(format!("the allowlist proxy could not start: {e}")))?;
         return Ok((Network::Allowlist(guard.bridge.clone()), Some(guard)));
     }
     Ok((Network::Closed, None))
@@ -643,17 +662,13 @@ fn checkpoint(dir: &Path, flags: &DriveFlags) -> Result<(), CliError> {
     let key = match &flags.checkpoint_key {
         Some(path) => Some(
             crate::keys_cmd::read_signing_key(path)
-                .map_err(|e| refused(format!("error: --checkpoint-key: {e}")))?,
+                .map_err(|e| refused(format!("--checkpoint-key: {e}")))?,
         ),
         None => None,
     };
     bl_store::provable::write_checkpoint(dir, key.as_ref())
         .map(|_| ())
-        .map_err(|e| {
-            refused(format!(
-                "error: the run's checkpoint could not be written: {e}"
-            ))
-        })
+        .map_err(|e| refused(format!("the run's checkpoint could not be written: {e}")))
 }
 
 fn exit_of(end: &RunEnd) -> Exit {
@@ -817,21 +832,21 @@ pub fn status(dir: &Path) -> CliResult {
     Ok(Exit::Success)
 }
 
-/// Refuses to drive on while a connector node that has not run has no prompt.
+/// Refuses to drive on while a connector node that has not run has no
+/// prompt (bounded-loops' words: its `node_prompts` are `--inputs`).
 fn check_prompts(
-    run: &LoadedRun,
+    verb: &str,
     schedule: &Schedule,
     view: &RunView,
     prompts: &HashMap<String, String>,
 ) -> Result<(), CliError> {
-    let _ = run;
     for node in &schedule.nodes {
         if node.driver == Driver::Worker
             && view.node(&node.id).state == "PENDING"
             && !prompts.contains_key(&node.id)
         {
             return Err(refused(format!(
-                "error: cannot resume: connector node '{}' is PENDING but no prompt was re-supplied (pass --inputs)",
+                "graph {verb}: cannot resume: connector node '{}' is PENDING but no prompt was re-supplied; add it to node_prompts and retry",
                 node.id
             )));
         }
@@ -874,7 +889,7 @@ pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
     }
     let schedule = Schedule::of(&run.graph, &run.plan);
     let prompts = read_prompts(flags)?;
-    check_prompts(&run, &schedule, &view, &prompts)?;
+    check_prompts("resume", &schedule, &view, &prompts)?;
     let (end, after) = continue_run(&run, &schedule, &view, prompts, flags)?;
     report_drive(
         &run,
@@ -895,12 +910,12 @@ pub fn approve(
     let run = load_run(dir, "approve")?;
     let Some(node) = run.graph.node(node_id) else {
         return Err(refused(format!(
-            "error: approval_node at /node_id: node '{node_id}' is not in the graph"
+            "graph approve: approval_node at /node_id: node '{node_id}' is not in the graph"
         )));
     };
     if node.kind != NodeKind::Approval {
         return Err(refused(format!(
-            "error: approval_node at /node_id: node '{node_id}' is not an approval node"
+            "graph approve: approval_node at /node_id: node '{node_id}' is not an approval node"
         )));
     }
     let (view, events, _) = view_of(dir)?;
@@ -913,7 +928,7 @@ pub fn approve(
     let state = view.node(node_id).state;
     let decided = matches!(state.as_str(), "SUCCEEDED" | "FAILED");
     if !decided {
-        check_prompts(&run, &schedule, &view, &prompts)?;
+        check_prompts("approve", &schedule, &view, &prompts)?;
         record_decision(&run, node_id, approved, round, key)?;
     }
     let decision = if approved { "approved" } else { "rejected" };
@@ -984,9 +999,7 @@ fn record_decision(
     key: Option<&Path>,
 ) -> Result<(), CliError> {
     let approvals = bl_store::Approvals::new(&run.dir);
-    let record = approvals
-        .read()
-        .map_err(|e| refused(format!("error: {e}")))?;
+    let record = approvals.read().map_err(|e| refused(e.to_string()))?;
     let id = bl_store::approval_id(ORGANIZATION, PROJECT, RUN_ID, node);
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let actor = std::env::var("USER").unwrap_or_else(|_| "operator".into());
@@ -998,7 +1011,7 @@ fn record_decision(
     let key = match key {
         Some(path) => Some(
             crate::keys_cmd::read_signing_key(path)
-                .map_err(|e| refused(format!("error: graph approve: {e}")))?,
+                .map_err(|e| refused(format!("graph approve: {e}")))?,
         ),
         None => None,
     };
@@ -1061,5 +1074,5 @@ fn record_decision(
             )
             .map(|_| ())
     };
-    result.map_err(|e| refused(format!("error: graph approve: {e}")))
+    result.map_err(|e| refused(format!("graph approve: {e}")))
 }

@@ -211,14 +211,45 @@ fn ready_nodes_run_in_parallel_and_end_as_a_sequential_run_does() {
 }
 
 /// A small deterministic generator, so a failure names a reproducible delay.
-fn delays(count: usize) -> Vec<u64> {
+/// Without `--concurrency`, as many nodes run at once as the machine has
+/// cores: read from the log, where a node is in flight from its
+/// `node.running` to its end.
+#[test]
+fn by_default_as_many_nodes_run_at_once_as_there_are_cores() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 6, "workspace_only", "sleep:0.3");
+    let mut args = run_args("run", "1");
+    args.truncate(args.len() - 2);
+    let out = bl_in(&dir, &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut in_flight = 0i32;
+    let mut most = 0;
+    for e in events(&dir.join("run")) {
+        match e["event_type"].as_str().unwrap() {
+            "node.running" => in_flight += 1,
+            "node.succeeded" | "node.failed" => in_flight -= 1,
+            _ => {}
+        }
+        most = most.max(in_flight);
+    }
+    let cores = std::thread::available_parallelism().unwrap().get() as i32;
+    assert_eq!(most, cores.min(6), "six ready nodes, {cores} cores");
+}
+
+/// `count` pseudo-random delays below `limit_ms`.
+fn delays(count: usize, limit_ms: u64) -> Vec<u64> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     (0..count)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            x % 1_400
+            x % limit_ms.max(1)
         })
         .collect()
 }
@@ -227,11 +258,19 @@ fn delays(count: usize) -> Vec<u64> {
 fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = case_dir(tmp.path(), 4, "workspace_only", "sleep:0.2");
+    let began = std::time::Instant::now();
     let reference = bl_in(&dir, &run_args("reference", "2"));
+    let took = began.elapsed().as_millis() as u64;
     assert_eq!(reference.status.code(), Some(0));
     let want = final_states(&dir, "reference");
-    for (i, delay) in delays(50).into_iter().enumerate() {
+    // a, b1..b4 call the agent CLI; the join and the publish node do not.
+    let worker_nodes = 5;
+    let calls = dir.join("state/calls.jsonl");
+    let mut interrupted = 0;
+    // Every kill lands while a run like the reference would still be going.
+    for (i, delay) in delays(50, took * 9 / 10).into_iter().enumerate() {
         let run = format!("killed-{i}");
+        std::fs::write(&calls, "").unwrap();
         let mut child = Command::new(bl_binary())
             .args(run_args(&run, "2"))
             .current_dir(&dir)
@@ -248,6 +287,7 @@ fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
             || !run_dir.join("controller-events.jsonl").exists()
         {
             // Killed before the run began: nothing to resume, start again.
+            interrupted += 1;
             let _ = std::fs::remove_dir_all(&run_dir);
             let again = bl_in(&dir, &run_args(&run, "2"));
             assert_eq!(
@@ -256,33 +296,32 @@ fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
                 "run {i}: {}",
                 String::from_utf8_lossy(&again.stderr)
             );
+        } else if !std::fs::read_to_string(run_dir.join("controller-events.jsonl"))
+            .unwrap()
+            .contains("\"run.succeeded\"")
+        {
+            interrupted += 1;
         }
-        let mut resumes = 0;
-        loop {
-            let out = bl_in(
-                &dir,
-                &[
-                    "graph",
-                    "resume",
-                    "--run",
-                    &run,
-                    "--inputs",
-                    "inputs.json",
-                    "--concurrency",
-                    "2",
-                ],
-            );
-            if out.status.code() == Some(0) {
-                break;
-            }
-            resumes += 1;
-            assert!(
-                resumes < 3,
-                "run {i} (killed after {delay} ms) does not resume: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        let out = bl_in(
+            &dir,
+            &[
+                "graph",
+                "resume",
+                "--run",
+                &run,
+                "--inputs",
+                "inputs.json",
+                "--concurrency",
+                "2",
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "run {i} (killed after {delay} ms) does not resume: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(
             final_states(&dir, &run),
             want,
@@ -306,7 +345,8 @@ fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
             1,
             "run {i}: {intents}"
         );
-        let succeeded: Vec<String> = events(&run_dir)
+        let log = events(&run_dir);
+        let succeeded: Vec<String> = log
             .iter()
             .filter(|e| e["event_type"] == "node.succeeded")
             .map(|e| e["payload"]["node_id"].as_str().unwrap().to_string())
@@ -315,7 +355,22 @@ fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), succeeded.len(), "run {i}: {succeeded:?}");
+        // The agent was called once per node, plus once per re-driven
+        // attempt: a node whose outcome was recorded never ran again.
+        let redriven = log
+            .iter()
+            .filter(|e| e["event_type"] == "node.redrive")
+            .count();
+        let made = std::fs::read_to_string(&calls).unwrap().lines().count();
+        assert!(
+            (worker_nodes..=worker_nodes + redriven).contains(&made),
+            "run {i}: {made} agent calls for {worker_nodes} nodes and {redriven} re-drives"
+        );
     }
+    assert!(
+        interrupted >= 40,
+        "only {interrupted} of 50 kills interrupted a run; the delays do not fit the run"
+    );
 }
 
 #[test]
@@ -435,6 +490,100 @@ fn without_a_sandbox_the_probe_is_refused_with_the_fix() {
         "{stderr}"
     );
     assert!(!tmp.path().join("probe").exists(), "nothing is written");
+}
+
+/// Resume verifies the whole log before it acts: one altered byte in an
+/// event already recorded, and the run is refused, the log untouched.
+#[test]
+fn resume_refuses_a_log_altered_after_it_was_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("case");
+    copy_tree(
+        &repo_root().join("tests/corpus/graph-runs/approval_approved"),
+        &dir,
+    );
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    let mut args = vec!["graph", "run", "--execute", "manifest.json"];
+    args.extend([
+        "--connections",
+        "connections.json",
+        "--inputs",
+        "inputs.json",
+        "--out",
+        "mine",
+    ]);
+    assert_eq!(bl_in(&dir, &args).status.code(), Some(3));
+    let log = dir.join("mine/controller-events.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let altered = text.replacen("\"state\":\"READY\"", "\"state\":\"READZ\"", 1);
+    assert_ne!(altered, text);
+    std::fs::write(&log, &altered).unwrap();
+    for verb in [
+        vec![
+            "graph",
+            "resume",
+            "--run",
+            "mine",
+            "--inputs",
+            "inputs.json",
+        ],
+        vec![
+            "graph",
+            "approve",
+            "--run",
+            "mine",
+            "--node",
+            "gate",
+            "--decision",
+            "approved",
+            "--inputs",
+            "inputs.json",
+        ],
+    ] {
+        let out = bl_in(&dir, &verb);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{verb:?}: {stderr}");
+        assert!(stderr.contains("controller-events.jsonl"), "{stderr}");
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            altered,
+            "nothing rewritten"
+        );
+    }
+    assert!(
+        !dir.join("mine/approvals.json").exists(),
+        "no decision was recorded"
+    );
+}
+
+/// A CLI that writes more than the reply cap (8 MiB) fails its attempt as
+/// a worker fault; nothing of it is stored as a reply.
+#[test]
+fn a_reply_over_the_cap_is_a_worker_fault_never_a_reply() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 0, "workspace_only", "ok");
+    one_node_with_provider(
+        &dir,
+        "flood",
+        r#"[providers.flood]
+binary = "/usr/bin/python3"
+args = ["-c", "import sys\nsys.stdout.write('x' * (9 << 20))\n"]
+prompt_via = "arg"
+"#,
+    );
+    let mut args = run_args("run", "1");
+    args.extend(["--providers", "providers.toml"]);
+    let out = bl_in(&dir, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("wrote more than 8388608 bytes"), "{stderr}");
+    let log = events(&dir.join("run"));
+    assert!(log.iter().any(|e| e["event_type"] == "node.failed"));
+    assert!(!log.iter().any(|e| e["event_type"] == "node.succeeded"));
+    let stored: u64 = std::fs::read_dir(dir.join("run/artifacts/objects"))
+        .map(|d| d.map(|e| e.unwrap().metadata().unwrap().len()).sum())
+        .unwrap_or(0);
+    assert!(stored < 1 << 20, "no reply was stored ({stored} bytes)");
 }
 
 #[test]
@@ -571,6 +720,12 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
+    let sealed = |run: &str| {
+        std::fs::read_dir(dir.join(run).join("checkpoints"))
+            .unwrap()
+            .count()
+    };
+    assert_eq!(sealed("signed"), 1, "the pause sealed the run");
     let approve = bl_in(
         &dir,
         &[
@@ -596,6 +751,7 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
         "{}",
         String::from_utf8_lossy(&approve.stderr)
     );
+    assert_eq!(sealed("signed"), 2, "so did its end");
     let approvals: Value =
         serde_json::from_slice(&std::fs::read(dir.join("signed/approvals.json")).unwrap()).unwrap();
     let commit = &approvals["commits"][0];
@@ -677,6 +833,105 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
             "{args:?} passed an altered decision"
         );
     }
+}
+
+/// An approval inside a repaired part of the graph is asked again in the
+/// new round: the decision of round 0 never approves round 1.
+#[test]
+fn a_decision_is_bound_to_its_repair_round() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("case");
+    copy_tree(
+        &repo_root().join("tests/corpus/graph-runs/repair_succeeds"),
+        &dir,
+    );
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    // fetch → gate (an approval) → verify (fails once, repairs from fetch).
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    manifest["nodes"].as_array_mut().unwrap().push(json!({
+        "id": "gate", "kind": "approval", "inputs": {"in_fetch": "text"}, "outputs": {"out": "text"},
+        "budget": {"max_attempts": 1, "max_wallclock_s": 60}, "effects": ["read_only"],
+        "isolation": "workspace_only", "required_role": "editor"}));
+    for edge in manifest["edges"].as_array_mut().unwrap() {
+        if edge["from_node"] == "fetch" {
+            edge["from_node"] = json!("gate");
+        }
+    }
+    manifest["edges"].as_array_mut().unwrap().push(
+        json!({"from_node": "fetch", "from_port": "out", "to_node": "gate", "to_port": "in_fetch"}),
+    );
+    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+    let mut args = vec!["graph", "run", "--execute", "manifest.json"];
+    args.extend([
+        "--connections",
+        "connections.json",
+        "--inputs",
+        "inputs.json",
+        "--out",
+        "mine",
+    ]);
+    let first = bl_in(&dir, &args);
+    assert_eq!(
+        first.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let approve = || {
+        bl_in(
+            &dir,
+            &[
+                "graph",
+                "approve",
+                "--run",
+                "mine",
+                "--node",
+                "gate",
+                "--decision",
+                "approved",
+                "--inputs",
+                "inputs.json",
+            ],
+        )
+    };
+    let rounds = || -> Vec<u64> {
+        let record: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("mine/approvals.json")).unwrap())
+                .unwrap();
+        record["commits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["repair_round"].as_u64().unwrap())
+            .collect()
+    };
+    // Approved in round 0; verify fails, the repair resets fetch, gate and
+    // verify, and the run waits for gate again.
+    let second = approve();
+    assert_eq!(
+        second.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(rounds(), [0]);
+    let log = events(&dir.join("mine"));
+    assert!(log.iter().any(|e| e["event_type"] == "run.repair.round"));
+    assert_eq!(
+        final_states(&dir, "mine")["nodes"]["gate"],
+        "AWAITING_APPROVAL"
+    );
+    // Approved in round 1, the run ends.
+    let third = approve();
+    assert_eq!(
+        third.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&third.stderr)
+    );
+    assert_eq!(rounds(), [0, 1]);
+    assert_eq!(final_states(&dir, "mine")["run_state"], "SUCCEEDED");
 }
 
 /// draft (an agent) → review (an approval) → pub (a publish node under
@@ -968,22 +1223,27 @@ fn progress_is_live_on_a_terminal_plain_in_a_pipe_and_absent_with_json() {
     );
     let result: Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(result["run_state"], "SUCCEEDED");
-    // A terminal (a pty from util-linux `script`): the live view draws and
-    // clears, and the run ends as in a pipe.
+    // A terminal (a pty from util-linux `script`), with nodes slow enough to
+    // be seen running: a live line per running node and the live summary
+    // bar (neither is ever printed in a pipe), then the run ends as there.
+    let slow = case_dir(&tmp.path().join("slow"), 3, "workspace_only", "sleep:0.6");
     let command = format!(
         "{} graph run --execute manifest.json --connections connections.json --inputs inputs.json --out tty",
         bl_binary().display()
     );
     let tty = Command::new("script")
         .args(["-q", "-e", "-c", &command, "/dev/null"])
-        .current_dir(&dir)
-        .env("PATH", path_with_fakes(&dir))
+        .current_dir(&slow)
+        .env("PATH", path_with_fakes(&slow))
         .output()
         .expect("util-linux `script` runs a command on a pseudo-terminal");
     let screen = String::from_utf8_lossy(&tty.stdout);
     assert_eq!(tty.status.code(), Some(0), "{screen}");
+    assert!(screen.contains("b1: running (attempt 1)"), "{screen}");
+    assert!(screen.contains("/6 nodes ended  0 failed"), "{screen}");
+    assert!(!stderr.contains(": running (attempt"), "{stderr}");
     assert!(screen.contains("6/6 nodes ended (0 failed)"), "{screen}");
-    assert_eq!(final_states(&dir, "tty")["run_state"], "SUCCEEDED");
+    assert_eq!(final_states(&slow, "tty")["run_state"], "SUCCEEDED");
 }
 
 #[test]

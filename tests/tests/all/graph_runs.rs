@@ -16,6 +16,9 @@ fn corpus() -> PathBuf {
     repo_root().join("tests/corpus/graph-runs")
 }
 
+/// Cases whose agent calls depend on when a timer killed the controller.
+const TIMED_CASES: &[&str] = &["resume_after_kill"];
+
 struct Replayed {
     problems: Vec<String>,
 }
@@ -98,6 +101,17 @@ fn replay(case: &str) -> Replayed {
             Some(137) | None => -9,
             Some(c) => c,
         };
+        // A refusal is said in bounded-loops' words, to the byte.
+        let want_stderr = command["stderr"].as_str().unwrap_or_default();
+        if command["exit_code"].as_i64().unwrap() > 0
+            && command["stdout"].as_str() == Some("")
+            && String::from_utf8_lossy(&out.stderr) != want_stderr
+        {
+            problems.push(format!(
+                "`{line}` said\n  {}bounded-loops said\n  {want_stderr}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
         if i64::from(code) != command["exit_code"].as_i64().unwrap() {
             problems.push(format!(
                 "`{line}` exited {code}, bounded-loops {}\nstdout: {}\nstderr: {}",
@@ -130,6 +144,38 @@ fn replay(case: &str) -> Replayed {
             got.get(i),
             want.get(i)
         ));
+    }
+    // The agent CLIs were called as bounded-loops called them: no node run
+    // or gated again, no call more or fewer, the same argv and prompts.
+    if let Some(want) = expected.get("agent_calls") {
+        // bl hands a CLI its workspace as an absolute path (it runs there);
+        // bounded-loops' recorder kept it relative, its nonce as <RAND>.
+        let workspace_arg = |arg: &mut Value| {
+            if let Some(text) = arg.as_str()
+                && let Some(at) = text.find("run-dir/work/")
+                && let Some((node, _nonce)) = text[at..].rsplit_once('-')
+            {
+                *arg = Value::from(format!("{node}-<RAND>"));
+            }
+        };
+        let got: Vec<Value> = std::fs::read_to_string(dir.join("state/calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let mut call: Value = serde_json::from_str(l).unwrap();
+                call["args"]
+                    .as_array_mut()
+                    .into_iter()
+                    .flatten()
+                    .for_each(workspace_arg);
+                call
+            })
+            .collect();
+        if Value::from(got.clone()) != *want && !TIMED_CASES.contains(&case) {
+            problems.push(format!(
+                "agent calls differ\n  bl:             {got:?}\n  bounded-loops:  {want}"
+            ));
+        }
     }
     // The exactly-once ledger holds what bounded-loops' holds: the same
     // effect keys with the same payload digests.
