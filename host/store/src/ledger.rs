@@ -188,13 +188,18 @@ impl Ledger {
         let _lock = self.lock()?;
         let mut ledger = self.read_ledger()?;
         if let Some(recorded) = ledger.get(key) {
-            return Ok(if recorded == payload_digest {
-                Publish::AlreadyPublished
-            } else {
-                Publish::Halt {
+            if recorded != payload_digest {
+                return Ok(Publish::Halt {
                     recorded_digest: recorded.clone(),
-                }
-            });
+                });
+            }
+            // A writer that died between the ledger's write and its intent's
+            // close: the ledger is written only after the effect, so it
+            // proves the effect happened; the intent is closed as published.
+            if self.open_intents()?.contains_key(key) {
+                self.record(json!({"key": key, "state": "published", "recovered": true}))?;
+            }
+            return Ok(Publish::AlreadyPublished);
         }
         if let Some(intent_digest) = self.open_intents()?.remove(key) {
             return Ok(Publish::ReconciliationRequired { intent_digest });

@@ -89,6 +89,42 @@ fn another_payload_for_a_burned_key_halts() {
     assert_eq!(fired(&effects), 0);
 }
 
+/// A writer that died after the ledger's write but before it closed its
+/// intent left the effect done: the next publish says so without firing,
+/// and closes the intent as published.
+#[test]
+fn a_crash_after_the_ledger_write_closes_the_intent_without_firing_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::new(dir.path());
+    assert_eq!(
+        ledger.publish("k", "sha256:aa", || Ok(())).unwrap(),
+        Publish::Fired
+    );
+    // Take the run back to the moment before the intent was closed.
+    let intents = dir.path().join("published-effects.intents.jsonl");
+    let text = std::fs::read_to_string(&intents).unwrap();
+    let open: String = text.lines().take(1).map(|l| format!("{l}\n")).collect();
+    assert!(open.contains("\"intent\""), "{text}");
+    std::fs::write(&intents, &open).unwrap();
+    assert_eq!(
+        ledger
+            .publish("k", "sha256:aa", || panic!("must not fire again"))
+            .unwrap(),
+        Publish::AlreadyPublished
+    );
+    let closed = std::fs::read_to_string(&intents).unwrap();
+    assert_eq!(closed.lines().count(), 2, "{closed}");
+    assert!(
+        closed.lines().nth(1).unwrap().contains("\"published\""),
+        "{closed}"
+    );
+    // And only once: a further publish adds nothing.
+    ledger
+        .publish("k", "sha256:aa", || panic!("must not fire"))
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&intents).unwrap(), closed);
+}
+
 #[test]
 fn a_crash_inside_the_effect_needs_reconciliation_and_never_replays() {
     let dir = tempfile::tempdir().unwrap();
