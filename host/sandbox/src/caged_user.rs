@@ -358,7 +358,7 @@ fn staging_root(root: &std::sync::OnceLock<tempfile::TempDir>) -> Result<&Path, 
         .map_err(|e| denied(dir.path().display(), e))?;
     let workspace = dir.path().join("workspace");
     std::fs::create_dir(&workspace).map_err(|e| denied(workspace.display(), e))?;
-    // A race lost to another thread leaves its directory in place.
+    // A thread that loses the race drops (removes) the directory it made.
     Ok(root.get_or_init(|| dir).path())
 }
 

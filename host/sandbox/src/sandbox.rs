@@ -110,7 +110,7 @@ impl Sandbox {
             .prefix("bl-cmd-")
             .tempdir()
             .map_err(|e| CommandError::Spawn(format!("cannot make a private HOME: {e}")))?;
-        // A race lost to another thread leaves its directory in place.
+        // A thread that loses the race drops (removes) the directory it made.
         Ok(self.mount_point.get_or_init(|| dir).path())
     }
 
