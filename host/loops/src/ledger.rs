@@ -1,0 +1,184 @@
+//! One line of a loop's ledger, as bounded-loops 0.7 writes it: a compact
+//! JSON object with its keys in bounded-loops' order (not sorted), every
+//! non-ASCII character escaped as Python's `json.dumps` does, and `prev`
+//! the hex sha256 of the previous line's exact bytes (64 zeros first). The
+//! chain check lives in bl-store (`loop_ledger`); this module only builds
+//! lines.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// `prev` of a ledger's first line.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// What the engine decided at the end of a lap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Done,
+    Continue,
+    Halt,
+    Pause,
+    Killed,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VerdictRecord {
+    pub passed: bool,
+    pub detail: String,
+    /// The gate's evidence (keys sorted).
+    pub evidence: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetSpent {
+    pub laps: u32,
+    pub tokens: u64,
+    /// Seconds since the run started, rounded to hundredths.
+    pub wallclock_s: f64,
+}
+
+/// Which gate judged, as the ledger names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GateRecord {
+    pub kind: String,
+    /// `shipped` for the loop's own gate, `override` for `--gate-override`.
+    pub source: String,
+    pub implementation: String,
+    /// The wasm component that judged (`sha256:…`): bl's addition, so a
+    /// ledger names the exact gate code, not only its kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetDeclared {
+    pub attempts: u32,
+    pub tokens: Option<u64>,
+    pub wallclock_s: u64,
+    /// `wallclock_s` less the handoff reserve: the time work turns may use.
+    pub wallclock_work_s: f64,
+}
+
+/// One lap's record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LedgerLine {
+    pub prev: String,
+    pub lap: u32,
+    pub ts: String,
+    pub verdict: VerdictRecord,
+    pub decision: Decision,
+    /// `None` is written `{}` (a killed lap spends nothing).
+    #[serde(serialize_with = "spent_or_empty")]
+    pub budget_spent: Option<BudgetSpent>,
+    /// Whether a work turn ran in this lap (a lap stopped by a bound before
+    /// its turn records `false`).
+    pub attempted: bool,
+    /// `HANDOFF.md` when this lap ended the run on a bound and one was written.
+    pub handoff: String,
+    pub gate: GateRecord,
+    pub budget_declared: BudgetDeclared,
+}
+
+fn spent_or_empty<S: serde::Serializer>(
+    spent: &Option<BudgetSpent>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    match spent {
+        Some(spent) => spent.serialize(serializer),
+        None => serializer.serialize_map(Some(0))?.end(),
+    }
+}
+
+impl LedgerLine {
+    /// The line's bytes, without the newline.
+    pub fn to_line(&self) -> String {
+        let compact = serde_json::to_string(self).expect("a ledger line always serializes");
+        ascii_escaped(&compact)
+    }
+}
+
+/// Escapes every character outside printable ASCII as `\uXXXX` (surrogate
+/// pairs above the BMP), as Python's `json.dumps` does by default. JSON's
+/// structure is ASCII, so such characters only ever occur inside strings,
+/// where the escape means the same character.
+pub fn ascii_escaped(json: &str) -> String {
+    if json.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return json.to_string();
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if (' '..='~').contains(&c) {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
+}
+
+/// Rounds seconds to hundredths, as the ledger records them.
+pub fn hundredths(seconds: f64) -> f64 {
+    (seconds * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn line() -> LedgerLine {
+        LedgerLine {
+            prev: GENESIS.into(),
+            lap: 1,
+            ts: "2026-11-30T02:08:04.367348Z".into(),
+            verdict: VerdictRecord {
+                passed: true,
+                detail: "gate passed (exit 0)".into(),
+                evidence: json!({"cmd": "python3 seed/a11y_lint.py seed/index.html", "code": 0, "tail": "a11y_lint: no static accessibility violations in seed/index.html\n"}),
+            },
+            decision: Decision::Done,
+            budget_spent: Some(BudgetSpent {
+                laps: 1,
+                tokens: 214,
+                wallclock_s: 0.15,
+            }),
+            attempted: true,
+            handoff: String::new(),
+            gate: GateRecord {
+                kind: "command".into(),
+                source: "shipped".into(),
+                implementation: "CommandGate".into(),
+                component: None,
+            },
+            budget_declared: BudgetDeclared {
+                attempts: 10,
+                tokens: None,
+                wallclock_s: 990,
+                wallclock_work_s: 900.0,
+            },
+        }
+    }
+
+    #[test]
+    fn a_line_is_byte_for_byte_the_one_bounded_loops_wrote() {
+        // tests/corpus/loop-ledgers/upstream-run/ledger.jsonl, written by
+        // bounded-loops 0.7.6's own `bl run --run-id`.
+        let recorded = include_str!("../../../tests/corpus/loop-ledgers/upstream-run/ledger.jsonl");
+        assert_eq!(format!("{}\n", line().to_line()), recorded);
+    }
+
+    #[test]
+    fn non_ascii_is_escaped_as_python_does() {
+        assert_eq!(
+            ascii_escaped(r#"{"a":"é😀\u007f"}"#),
+            r#"{"a":"\u00e9\ud83d\ude00\u007f"}"#
+        );
+        assert_eq!(ascii_escaped("{\"a\":\"\u{7f}\"}"), r#"{"a":"\u007f"}"#);
+    }
+}
