@@ -8,5 +8,6 @@
 //! in bl-workers, bl-store and the CLI.
 
 pub mod bounds;
+pub mod manifest;
 pub mod engine;
 pub mod ledger;
