@@ -64,6 +64,10 @@ pub fn run_to_verdict(
         Severity::High
     };
     let mut findings = Vec::new();
+    // The exit code as data, so a host can record it without parsing prose.
+    if let Some(code) = output.exit_code {
+        findings.push(Finding::new(Severity::Info, code.to_string()).rule("command/exit"));
+    }
     if !stdout.is_empty() {
         findings.push(
             Finding::new(severity, format!("stdout (tail):\n{stdout}")).rule("command/stdout"),

@@ -8,6 +8,7 @@
 //! in bl-workers, bl-store and the CLI.
 
 pub mod bounds;
-pub mod manifest;
+pub mod cassette;
 pub mod engine;
 pub mod ledger;
+pub mod manifest;

@@ -17,28 +17,85 @@ use crate::bounds::{Bounds, DEFAULT_WALLCLOCK_S};
 pub const MAX_ITERATIONS_CEILING: i128 = 1000;
 
 const LOOP_KEYS: &[&str] = &[
-    "bounds", "description", "forbid", "gate", "inputs", "memory", "name", "outputs", "pattern",
-    "role", "rung", "runner", "spec",
+    "bounds",
+    "description",
+    "forbid",
+    "gate",
+    "inputs",
+    "memory",
+    "name",
+    "outputs",
+    "pattern",
+    "role",
+    "rung",
+    "runner",
+    "spec",
 ];
-const LOOP_REQUIRED: &[&str] = &["name", "description", "pattern", "role", "rung", "runner", "gate"];
+const LOOP_REQUIRED: &[&str] = &[
+    "name",
+    "description",
+    "pattern",
+    "role",
+    "rung",
+    "runner",
+    "gate",
+];
 const RUNNER_KEYS: &[&str] = &[
-    "agent_cmd", "approve_policy", "cassette", "default", "env_passthrough", "function_name",
-    "image", "module_path",
+    "agent_cmd",
+    "approve_policy",
+    "cassette",
+    "default",
+    "env_passthrough",
+    "function_name",
+    "image",
+    "module_path",
 ];
-const GATE_KEYS: &[&str] = &["checkpoint", "config", "gates", "kind", "mode", "run", "schema", "severity"];
+const GATE_KEYS: &[&str] = &[
+    "checkpoint",
+    "config",
+    "gates",
+    "kind",
+    "mode",
+    "run",
+    "schema",
+    "severity",
+];
 const BOUNDS_KEYS: &[&str] = &[
-    "handoff_reserve_s", "max_iterations", "max_tokens", "max_wallclock_s", "no_progress_window",
-    "quarantine_inputs", "require_approval", "sandbox", "schema", "trace",
+    "handoff_reserve_s",
+    "max_iterations",
+    "max_tokens",
+    "max_wallclock_s",
+    "no_progress_window",
+    "quarantine_inputs",
+    "require_approval",
+    "sandbox",
+    "schema",
+    "trace",
 ];
 /// Anthropic's seven agentic patterns, which `pattern` must name.
 pub const PATTERNS: &[&str] = &[
-    "agents", "augmented-llm", "evaluator-optimizer", "orchestrator-workers", "parallelization",
-    "prompt-chaining", "routing",
+    "agents",
+    "augmented-llm",
+    "evaluator-optimizer",
+    "orchestrator-workers",
+    "parallelization",
+    "prompt-chaining",
+    "routing",
 ];
 /// Gate kinds a loop may declare.
 pub const GATE_KINDS: &[&str] = &[
-    "axe", "checkov", "command", "composite", "gitleaks", "great_expectations", "jsonschema",
-    "osv", "promptfoo", "pytest", "semgrep", "trivy",
+    "axe",
+    "checkov",
+    "command",
+    "composite",
+    "gitleaks",
+    "great_expectations",
+    "jsonschema",
+    "osv",
+    "promptfoo",
+    "pytest",
+    "semgrep",
+    "trivy",
 ];
 /// Runners a manifest may default to (keyless ones); the agent CLIs are
 /// chosen on the command line.
@@ -145,7 +202,12 @@ fn parse(file: File, text: &str) -> Result<Node, ManifestError> {
     })
 }
 
-fn closed(file: File, section: &str, map: &[(String, Node)], keys: &[&str]) -> Result<(), ManifestError> {
+fn closed(
+    file: File,
+    section: &str,
+    map: &[(String, Node)],
+    keys: &[&str],
+) -> Result<(), ManifestError> {
     for (key, node) in map {
         if !keys.contains(&key.as_str()) {
             return Err(err(
@@ -174,7 +236,11 @@ fn string(file: File, node: &Node, what: &str) -> Result<String, ManifestError> 
     }
 }
 
-fn opt_string(file: File, node: Option<&Node>, what: &str) -> Result<Option<String>, ManifestError> {
+fn opt_string(
+    file: File,
+    node: Option<&Node>,
+    what: &str,
+) -> Result<Option<String>, ManifestError> {
     match node {
         None => Ok(None),
         Some(n) if n.is_null() => Ok(None),
@@ -197,12 +263,20 @@ impl LoopManifest {
         let file = File::Loop;
         let root = parse(file, text)?;
         let Some(map) = root.as_map() else {
-            return Err(err(file, Some(&root), "loop.yaml must contain a mapping at the document root"));
+            return Err(err(
+                file,
+                Some(&root),
+                "loop.yaml must contain a mapping at the document root",
+            ));
         };
         closed(file, "loop", map, LOOP_KEYS)?;
         for key in LOOP_REQUIRED {
             if root.get(key).is_none() {
-                return Err(err(file, None, format!("loop.yaml missing required key '{key}'")));
+                return Err(err(
+                    file,
+                    None,
+                    format!("loop.yaml missing required key '{key}'"),
+                ));
             }
         }
         let get = |k: &str| root.get(k);
@@ -211,10 +285,14 @@ impl LoopManifest {
         let pattern_node = get("pattern").unwrap();
         let pattern = string(file, pattern_node, "pattern")?;
         if !PATTERNS.contains(&pattern.as_str()) {
-            return Err(err(file, Some(pattern_node), format!(
-                "loop.yaml: pattern '{pattern}' is not one of Anthropic's seven agentic patterns. Valid values: {}. See https://www.anthropic.com/engineering/building-effective-agents for definitions.",
-                py_list(PATTERNS)
-            )));
+            return Err(err(
+                file,
+                Some(pattern_node),
+                format!(
+                    "loop.yaml: pattern '{pattern}' is not one of Anthropic's seven agentic patterns. Valid values: {}. See https://www.anthropic.com/engineering/building-effective-agents for definitions.",
+                    py_list(PATTERNS)
+                ),
+            ));
         }
         let role = strings(file, get("role"), "role")?;
         let rung_node = get("rung").unwrap();
@@ -223,8 +301,15 @@ impl LoopManifest {
             Some("L2") => Rung::L2,
             Some("L3") => Rung::L3,
             _ => {
-                let got = rung_node.as_str().map(String::from).unwrap_or_else(|| render(rung_node));
-                return Err(err(file, Some(rung_node), format!("rung must be L1|L2|L3, got '{got}'")));
+                let got = rung_node
+                    .as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| render(rung_node));
+                return Err(err(
+                    file,
+                    Some(rung_node),
+                    format!("rung must be L1|L2|L3, got '{got}'"),
+                ));
             }
         };
         let runner = runner(get("runner").unwrap())?;
@@ -238,7 +323,8 @@ impl LoopManifest {
             spec: opt_string(file, get("spec"), "spec")?,
             runner,
             gate,
-            bounds: opt_string(file, get("bounds"), "bounds")?.unwrap_or_else(|| "bounds.yaml".into()),
+            bounds: opt_string(file, get("bounds"), "bounds")?
+                .unwrap_or_else(|| "bounds.yaml".into()),
             memory: opt_string(file, get("memory"), "memory")?,
             forbid: strings(file, get("forbid"), "forbid")?,
             inputs: strings(file, get("inputs"), "inputs")?,
@@ -261,11 +347,16 @@ fn runner(node: &Node) -> Result<RunnerSpec, ManifestError> {
     };
     closed(file, "runner", map, RUNNER_KEYS)?;
     let default_node = node.get("default");
-    let default = opt_string(file, default_node, "runner.default")?.unwrap_or_else(|| "stub".into());
+    let default =
+        opt_string(file, default_node, "runner.default")?.unwrap_or_else(|| "stub".into());
     if !DEFAULT_RUNNERS.contains(&default.as_str()) {
-        return Err(err(file, default_node, format!(
-            "runner.default must be stub|shell|python_callable (keyless) for a default manifest; got '{default}'. Use --runner on the CLI to override at runtime."
-        )));
+        return Err(err(
+            file,
+            default_node,
+            format!(
+                "runner.default must be stub|shell|python_callable (keyless) for a default manifest; got '{default}'. Use --runner on the CLI to override at runtime."
+            ),
+        ));
     }
     Ok(RunnerSpec {
         default,
@@ -286,27 +377,47 @@ fn gate(node: &Node, top: bool) -> Result<GateSpec, ManifestError> {
     let kind_node = node.get("kind");
     let kind = opt_string(file, kind_node, "gate.kind")?.unwrap_or_else(|| "command".into());
     if !GATE_KINDS.contains(&kind.as_str()) {
-        return Err(err(file, kind_node, format!(
-            "loop.yaml: gate.kind '{kind}' is not a recognized kind. Valid kinds: {}. Check for a typo. Use --gate-override on the CLI for a gate that is not one of these.",
-            py_list(GATE_KINDS)
-        )));
+        return Err(err(
+            file,
+            kind_node,
+            format!(
+                "loop.yaml: gate.kind '{kind}' is not a recognized kind. Valid kinds: {}. Check for a typo. Use --gate-override on the CLI for a gate that is not one of these.",
+                py_list(GATE_KINDS)
+            ),
+        ));
     }
     let run = opt_string(file, node.get("run"), "gate.run")?;
     if kind == "command" && run.as_deref().is_none_or(|r| r.trim().is_empty()) {
-        return Err(err(file, Some(node), "loop.yaml: gate.run is required when gate.kind=command. Add gate.run: \"<your-check-command>\" — for example: gate.run: \"python3 seed/check.py\" or gate.run: \"pytest -q\"."));
+        return Err(err(
+            file,
+            Some(node),
+            "loop.yaml: gate.run is required when gate.kind=command. Add gate.run: \"<your-check-command>\" — for example: gate.run: \"python3 seed/check.py\" or gate.run: \"pytest -q\".",
+        ));
     }
     let mut gates = Vec::new();
     if kind == "composite" {
         if !top {
-            return Err(err(file, Some(node), "loop.yaml: a composite gate may not contain another composite gate"));
+            return Err(err(
+                file,
+                Some(node),
+                "loop.yaml: a composite gate may not contain another composite gate",
+            ));
         }
         let mode = opt_string(file, node.get("mode"), "gate.mode")?.unwrap_or_else(|| "all".into());
         if mode != "all" {
-            return Err(err(file, node.get("mode"), format!("loop.yaml: composite gate mode must be 'all', got '{mode}'")));
+            return Err(err(
+                file,
+                node.get("mode"),
+                format!("loop.yaml: composite gate mode must be 'all', got '{mode}'"),
+            ));
         }
         let children = node.get("gates").and_then(Node::as_seq).unwrap_or_default();
         if children.is_empty() {
-            return Err(err(file, Some(node), "loop.yaml: a composite gate needs a non-empty gates list"));
+            return Err(err(
+                file,
+                Some(node),
+                "loop.yaml: a composite gate needs a non-empty gates list",
+            ));
         }
         for child in children {
             gates.push(gate(child, false)?);
@@ -327,8 +438,16 @@ fn int(node: &Node, what: &str, nullable: bool) -> Result<Option<i128>, Manifest
     match &node.kind {
         Kind::Int(i) => Ok(Some(*i)),
         Kind::Null if nullable => Ok(None),
-        _ if nullable => Err(err(File::Bounds, Some(node), format!("{what} must be an integer or null"))),
-        _ => Err(err(File::Bounds, Some(node), format!("{what} must be an integer"))),
+        _ if nullable => Err(err(
+            File::Bounds,
+            Some(node),
+            format!("{what} must be an integer or null"),
+        )),
+        _ => Err(err(
+            File::Bounds,
+            Some(node),
+            format!("{what} must be an integer"),
+        )),
     }
 }
 
@@ -342,7 +461,11 @@ fn boolean(node: Option<&Node>, what: &str, default: bool) -> Result<bool, Manif
 
 fn at_least_one(node: &Node, value: i128, what: &str) -> Result<(), ManifestError> {
     if value < 1 {
-        return Err(err(File::Bounds, Some(node), format!("{what} must be at least 1")));
+        return Err(err(
+            File::Bounds,
+            Some(node),
+            format!("{what} must be at least 1"),
+        ));
     }
     Ok(())
 }
@@ -353,7 +476,11 @@ impl Bounds {
         let file = File::Bounds;
         let root = parse(file, text)?;
         let Some(map) = root.as_map() else {
-            return Err(err(file, Some(&root), "bounds.yaml must contain a mapping at the document root"));
+            return Err(err(
+                file,
+                Some(&root),
+                "bounds.yaml must contain a mapping at the document root",
+            ));
         };
         closed(file, "bounds", map, BOUNDS_KEYS)?;
         let Some(max_node) = root.get("max_iterations") else {
@@ -362,9 +489,13 @@ impl Bounds {
         let max_iterations = int(max_node, "max_iterations", false)?.unwrap_or_default();
         at_least_one(max_node, max_iterations, "max_iterations")?;
         if max_iterations > MAX_ITERATIONS_CEILING {
-            return Err(err(file, Some(max_node), format!(
-                "max_iterations={max_iterations} exceeds the {MAX_ITERATIONS_CEILING} ceiling, which is hard and non-overridable in v1 — no CLI flag exists to raise it. Split the loop or lower max_iterations."
-            )));
+            return Err(err(
+                file,
+                Some(max_node),
+                format!(
+                    "max_iterations={max_iterations} exceeds the {MAX_ITERATIONS_CEILING} ceiling, which is hard and non-overridable in v1 — no CLI flag exists to raise it. Split the loop or lower max_iterations."
+                ),
+            ));
         }
         let no_progress_window = match root.get("no_progress_window") {
             None => 3,
@@ -402,10 +533,14 @@ impl Bounds {
                     return Err(err(file, Some(n), "handoff_reserve_s must be at least 0"));
                 }
                 Some(v) if v * 2 >= max_wallclock_s as i128 => {
-                    return Err(err(file, Some(n), format!(
-                        "handoff_reserve_s={v} is at least half of max_wallclock_s={max_wallclock_s}, leaving {}s for the work itself. The reserve is taken OUT of the ceiling, not added to it — raise max_wallclock_s or lower the reserve.",
-                        max_wallclock_s as i128 - v
-                    )));
+                    return Err(err(
+                        file,
+                        Some(n),
+                        format!(
+                            "handoff_reserve_s={v} is at least half of max_wallclock_s={max_wallclock_s}, leaving {}s for the work itself. The reserve is taken OUT of the ceiling, not added to it — raise max_wallclock_s or lower the reserve.",
+                            max_wallclock_s as i128 - v
+                        ),
+                    ));
                 }
                 Some(v) => v as u64,
             },
@@ -449,9 +584,15 @@ mod tests {
     #[test]
     fn a_catalog_shaped_loop_reads_with_its_derived_defaults() {
         let m = LoopManifest::parse(LOOP).unwrap();
-        assert_eq!((m.name.as_str(), m.bounds.as_str(), m.rung.clone()), ("a", "bounds.yaml", Rung::L2));
+        assert_eq!(
+            (m.name.as_str(), m.bounds.as_str(), m.rung.clone()),
+            ("a", "bounds.yaml", Rung::L2)
+        );
         let b = Bounds::parse(BOUNDS, &m.rung).unwrap();
-        assert_eq!((b.max_iterations, b.max_wallclock_s, b.handoff_reserve_s), (10, 990, 90));
+        assert_eq!(
+            (b.max_iterations, b.max_wallclock_s, b.handoff_reserve_s),
+            (10, 990, 90)
+        );
         assert!(b.require_approval, "null require_approval is true at L2");
         assert!(!Bounds::parse(BOUNDS, &Rung::L1).unwrap().require_approval);
         let b = Bounds::parse("max_iterations: 2\nmax_wallclock_s: null\n", &Rung::L1).unwrap();
@@ -463,13 +604,36 @@ mod tests {
         let e = bounds_err("max_iterations: \"5\"\n");
         assert_eq!(e.message, "max_iterations must be an integer");
         assert_eq!(e.pos, Some(Pos { line: 1, col: 17 }));
-        assert_eq!(bounds_err("max_iterations: true\n").message, "max_iterations must be an integer");
-        assert!(bounds_err("max_iterations: 1001\n").message.starts_with("max_iterations=1001 exceeds the 1000 ceiling"));
-        assert_eq!(bounds_err("max_iterations: 2\nsandbox: \"yes\"\n").message, "sandbox must be a boolean");
-        assert_eq!(bounds_err("max_iterations: 2\nmax_tokens: 1.5\n").message, "max_tokens must be an integer or null");
-        assert_eq!(bounds_err("max_iterations: 2\nno_progress_window: 0\n").message, "no_progress_window must be at least 1");
-        assert!(bounds_err("max_iterations: 2\nbogus: 1\n").message.starts_with("bounds.yaml [bounds]: unknown key 'bogus'. Valid keys"));
-        assert_eq!(bounds_err("- a\n").message, "bounds.yaml must contain a mapping at the document root");
+        assert_eq!(
+            bounds_err("max_iterations: true\n").message,
+            "max_iterations must be an integer"
+        );
+        assert!(
+            bounds_err("max_iterations: 1001\n")
+                .message
+                .starts_with("max_iterations=1001 exceeds the 1000 ceiling")
+        );
+        assert_eq!(
+            bounds_err("max_iterations: 2\nsandbox: \"yes\"\n").message,
+            "sandbox must be a boolean"
+        );
+        assert_eq!(
+            bounds_err("max_iterations: 2\nmax_tokens: 1.5\n").message,
+            "max_tokens must be an integer or null"
+        );
+        assert_eq!(
+            bounds_err("max_iterations: 2\nno_progress_window: 0\n").message,
+            "no_progress_window must be at least 1"
+        );
+        assert!(
+            bounds_err("max_iterations: 2\nbogus: 1\n")
+                .message
+                .starts_with("bounds.yaml [bounds]: unknown key 'bogus'. Valid keys")
+        );
+        assert_eq!(
+            bounds_err("- a\n").message,
+            "bounds.yaml must contain a mapping at the document root"
+        );
         let e = LoopManifest::parse(&format!("{LOOP}name: b\n")).unwrap_err();
         assert_eq!(e.message, "loop.yaml: duplicate key 'name'");
         let e = LoopManifest::parse(&LOOP.replace("rung: L2", "rung: L4")).unwrap_err();
@@ -477,8 +641,15 @@ mod tests {
         let e = LoopManifest::parse(&LOOP.replace("pattern: routing\n", "")).unwrap_err();
         assert_eq!(e.message, "loop.yaml missing required key 'pattern'");
         let e = LoopManifest::parse(&LOOP.replace("  run: python3 check.py\n", "")).unwrap_err();
-        assert!(e.message.starts_with("loop.yaml: gate.run is required when gate.kind=command."));
-        let e = LoopManifest::parse(&LOOP.replace("default: stub", "default: claude-code")).unwrap_err();
-        assert!(e.message.starts_with("runner.default must be stub|shell|python_callable"));
+        assert!(
+            e.message
+                .starts_with("loop.yaml: gate.run is required when gate.kind=command.")
+        );
+        let e = LoopManifest::parse(&LOOP.replace("default: stub", "default: claude-code"))
+            .unwrap_err();
+        assert!(
+            e.message
+                .starts_with("runner.default must be stub|shell|python_callable")
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! returns the reply and the usage the CLI reported, never a verdict.
 
 pub mod catalog;
+pub mod loops;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -65,7 +65,8 @@ mod tests {
     fn passes_on_exit_zero_and_fails_otherwise_with_tails_as_evidence() {
         let v = run(r#"{"argv": ["cat", "x"]}"#).unwrap();
         assert!(v.passed, "{v:?}");
-        assert!(v.findings[0].message.contains("hi"));
+        assert_eq!(v.findings[0].rule.as_deref(), Some("command/exit"));
+        assert!(v.findings[1].message.contains("hi"));
         let v = run(r#"{"argv": ["sh", "-c", "echo boom >&2; exit 3"]}"#).unwrap();
         assert!(!v.passed);
         assert!(v.summary.contains("exited 3"), "{}", v.summary);

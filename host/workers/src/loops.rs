@@ -1,0 +1,589 @@
+//! The loop engine's adapters for a turn: the scratch workspace (a copy of
+//! the package's `seed/`, its content digest for the no-progress bound,
+//! and the guard over the paths in `forbid`), and the runners that take
+//! turns in it: the stub (a cassette), a shell command, a Python callable
+//! and the agent CLIs, each through a [`CommandRunner`] (bwrap when the
+//! bounds ask for the sandbox).
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use bl_core::{CommandRunner, CommandSpec};
+use bl_loops::cassette::{Action, Cassette};
+use bl_loops::engine::{Runner, RunnerError, Turn, TurnRequest, Workspace};
+use sha2::{Digest, Sha256};
+
+use crate::catalog::Profile;
+
+/// Marks a directory as a scratch workspace bl made (and may remove).
+pub const SCRATCH_MARKER: &str = ".bounded-loops-scratch";
+/// Where a runner's last account of its turn is left for the gate to read.
+pub const AGENT_OUTPUT: &str = "agent_output.txt";
+
+/// Names never part of the workspace's content: bl's own files, and
+/// caches a tool may write while it runs.
+fn is_bookkeeping(name: &str) -> bool {
+    matches!(
+        name,
+        SCRATCH_MARKER | AGENT_OUTPUT | ".git" | "__pycache__" | ".pytest_cache"
+    )
+}
+
+/// A scratch copy of a package's `seed/` in which the turns are taken.
+pub struct ScratchWorkspace {
+    root: PathBuf,
+    forbid: Vec<String>,
+    /// The forbidden paths' content when the run started.
+    anchors: BTreeMap<String, Option<[u8; 32]>>,
+}
+
+impl ScratchWorkspace {
+    /// Copies `package/seed` into `root/seed` (a fresh directory), or opens
+    /// the workspace a resumed run left there.
+    pub fn prepare(
+        package: &Path,
+        root: &Path,
+        forbid: &[String],
+        resume: bool,
+    ) -> std::io::Result<ScratchWorkspace> {
+        if !resume {
+            std::fs::create_dir_all(root)?;
+            let seed = package.join("seed");
+            if seed.is_dir() {
+                copy_tree(&seed, &root.join("seed"))?;
+            }
+            std::fs::write(
+                root.join(SCRATCH_MARKER),
+                "bounded-loops scratch workspace\n",
+            )?;
+        }
+        let mut workspace = ScratchWorkspace {
+            root: root.to_path_buf(),
+            forbid: forbid.to_vec(),
+            anchors: BTreeMap::new(),
+        };
+        workspace.anchors = workspace.anchor_hashes();
+        Ok(workspace)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn anchor_hashes(&self) -> BTreeMap<String, Option<[u8; 32]>> {
+        let mut hashes = BTreeMap::new();
+        for path in &self.forbid {
+            let full = self.root.join(path);
+            if full.is_dir() {
+                for (rel, hash) in content_hashes(&full) {
+                    hashes.insert(format!("{path}/{rel}"), Some(hash));
+                }
+            } else {
+                hashes.insert(path.clone(), std::fs::read(&full).ok().map(sha256));
+            }
+        }
+        hashes
+    }
+}
+
+impl Workspace for ScratchWorkspace {
+    fn digest(&mut self) -> Result<String, String> {
+        let mut hasher = Sha256::new();
+        for (path, hash) in content_hashes(&self.root) {
+            hasher.update(path.as_bytes());
+            hasher.update([0]);
+            hasher.update(hash);
+        }
+        Ok(hex::encode(hasher.finalize()))
+    }
+
+    fn forbidden_changes(&mut self) -> Result<Vec<String>, String> {
+        let now = self.anchor_hashes();
+        let mut changed: Vec<String> = now
+            .iter()
+            .filter(|(path, hash)| self.anchors.get(*path) != Some(hash))
+            .map(|(path, _)| path.clone())
+            .collect();
+        changed.extend(
+            self.anchors
+                .keys()
+                .filter(|p| !now.contains_key(*p))
+                .cloned(),
+        );
+        changed.sort();
+        changed.dedup();
+        Ok(changed)
+    }
+}
+
+fn sha256(bytes: Vec<u8>) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// Every regular file under `dir` (bookkeeping excluded), by relative
+/// path, with its content hash. A symlink counts by its target text.
+fn content_hashes(dir: &Path) -> BTreeMap<String, [u8; 32]> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(dir.to_path_buf(), String::new())];
+    while let Some((path, rel)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if is_bookkeeping(&name) {
+                continue;
+            }
+            let child_rel = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                stack.push((entry.path(), child_rel));
+            } else if kind.is_symlink() {
+                let target = std::fs::read_link(entry.path()).unwrap_or_default();
+                out.insert(
+                    child_rel,
+                    sha256(target.as_os_str().as_encoded_bytes().to_vec()),
+                );
+            } else if let Ok(bytes) = std::fs::read(entry.path()) {
+                out.insert(child_rel, sha256(bytes));
+            }
+        }
+    }
+    out
+}
+
+/// Copies a directory tree (files, directories and symlinks as links).
+pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// A path a cassette or a runner names, kept inside the workspace.
+fn inside(root: &Path, path: &str) -> Option<PathBuf> {
+    let rel = Path::new(path);
+    let mut clean = PathBuf::new();
+    for part in rel.components() {
+        match part {
+            Component::Normal(p) => clean.push(p),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    (!clean.as_os_str().is_empty()).then(|| root.join(clean))
+}
+
+fn runner_error(runner: &str, message: String) -> RunnerError {
+    RunnerError {
+        kind: "RunnerError".into(),
+        message: format!("{runner}: {message}"),
+    }
+}
+
+/// Replays a cassette: each lap's recorded output, tokens and file writes.
+/// A write to a path under `forbid` or outside the workspace is refused
+/// before anything is written.
+pub struct StubRunner {
+    cassette: Cassette,
+    root: PathBuf,
+    forbid: Vec<String>,
+}
+
+impl StubRunner {
+    pub fn new(cassette: Cassette, root: &Path, forbid: &[String]) -> StubRunner {
+        StubRunner {
+            cassette,
+            root: root.to_path_buf(),
+            forbid: forbid.to_vec(),
+        }
+    }
+
+    fn forbidden(&self, path: &str) -> bool {
+        let path = path.trim_start_matches("./");
+        self.forbid.iter().any(|f| {
+            let f = f.trim_end_matches('/');
+            path == f || path.starts_with(&format!("{f}/"))
+        })
+    }
+}
+
+impl Runner for StubRunner {
+    fn turn(&mut self, request: &TurnRequest) -> Result<Turn, RunnerError> {
+        let Some(turn) = self.cassette.for_lap(request.lap) else {
+            return Err(runner_error(
+                "StubRunner",
+                format!(
+                    "the cassette has no interaction for lap {} and no \"*\" fallback",
+                    request.lap
+                ),
+            ));
+        };
+        // The wind-down turn is an account, not work: its writes are not made.
+        if !request.wind_down {
+            for action in &turn.actions {
+                let Action::WriteFile { path, .. } = action else {
+                    continue;
+                };
+                if self.forbidden(path) {
+                    return Err(runner_error(
+                        "StubRunner",
+                        format!(
+                            "cassette action writes '{path}', which matches a forbidden path in the loop's spec (forbid={}) — rejected. A cassette may not overwrite the gate's verification anchor.",
+                            python_list(&self.forbid)
+                        ),
+                    ));
+                }
+                if inside(&self.root, path).is_none() {
+                    return Err(runner_error(
+                        "StubRunner",
+                        format!(
+                            "cassette action writes '{path}', which is outside the workspace — rejected"
+                        ),
+                    ));
+                }
+            }
+            for action in &turn.actions {
+                if let Action::WriteFile { path, content } = action {
+                    let target = inside(&self.root, path).expect("checked above");
+                    let write = || -> std::io::Result<()> {
+                        if let Some(parent) = target.parent() {
+                            std::fs::create_dir_all(parent)?;
+                        }
+                        std::fs::write(&target, content)
+                    };
+                    write().map_err(|e| {
+                        runner_error("StubRunner", format!("could not write '{path}': {e}"))
+                    })?;
+                }
+            }
+            std::fs::write(self.root.join(AGENT_OUTPUT), &turn.agent_output).map_err(|e| {
+                runner_error("StubRunner", format!("could not write {AGENT_OUTPUT}: {e}"))
+            })?;
+        }
+        Ok(Turn {
+            output: turn.agent_output.clone(),
+            tokens: turn.tokens,
+            claimed_done: turn.agent_claimed_done,
+        })
+    }
+}
+
+fn python_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("'{s}'")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// The text a command-line runner is given on stdin: the spec, then the
+/// gate's last word when there is one.
+fn prompt_text(request: &TurnRequest) -> String {
+    let mut prompt = request.prompt.to_string();
+    if let Some(feedback) = request.feedback {
+        prompt.push_str("\n\n## The gate's last verdict\n\n");
+        prompt.push_str(feedback);
+        prompt.push('\n');
+    }
+    if request.wind_down {
+        prompt.push_str(
+            "\n\n## Wind-down\n\nA bound stopped this run. Do not change files. Describe what you did, what is left and what you would do next.\n",
+        );
+    }
+    prompt
+}
+
+/// How a command runner's turn is made into a [`Turn`].
+enum Reading {
+    /// stdout is the account; tokens are not reported.
+    Plain,
+    /// An agent CLI's envelope, read with its profile.
+    Profile(Box<Profile>),
+}
+
+/// Runs one command per turn in the workspace, through the sandbox.
+pub struct CommandTurns {
+    name: String,
+    argv: Vec<String>,
+    root: PathBuf,
+    runner: Arc<dyn CommandRunner>,
+    env: Vec<(String, String)>,
+    reading: Reading,
+    /// The prompt goes on stdin (shell) or into argv (agent CLIs).
+    prompt_on_stdin: bool,
+}
+
+impl CommandTurns {
+    /// The shell runner: `agent_cmd` (already checked against the
+    /// allowlist), the prompt on stdin, stdout as the account.
+    pub fn shell(argv: Vec<String>, root: &Path, runner: Arc<dyn CommandRunner>) -> Self {
+        CommandTurns {
+            name: "ShellRunner".into(),
+            argv,
+            root: root.to_path_buf(),
+            runner,
+            env: Vec::new(),
+            reading: Reading::Plain,
+            prompt_on_stdin: true,
+        }
+    }
+
+    /// An agent CLI (claude-code, codex, antigravity) by its profile.
+    pub fn agent(
+        name: &str,
+        profile: Profile,
+        binary: PathBuf,
+        root: &Path,
+        runner: Arc<dyn CommandRunner>,
+        env: Vec<(String, String)>,
+    ) -> Self {
+        CommandTurns {
+            name: name.into(),
+            argv: vec![binary.display().to_string()],
+            root: root.to_path_buf(),
+            runner,
+            env,
+            reading: Reading::Profile(Box::new(profile)),
+            prompt_on_stdin: false,
+        }
+    }
+
+    /// A Python callable `module:function`, called by a small driver with
+    /// the prompt and the workspace, in the sandbox.
+    pub fn python_callable(
+        module: &str,
+        function: &str,
+        import_root: &Path,
+        root: &Path,
+        runner: Arc<dyn CommandRunner>,
+    ) -> Self {
+        let driver = format!(
+            "import importlib, json, sys\n\
+             sys.path.insert(0, {root:?})\n\
+             name, fn = {module:?}, {function:?}\n\
+             try:\n    mod = importlib.import_module(name)\n\
+             except Exception as e:\n    print(f\"could not import '{{name}}': {{e}}\", file=sys.stderr); sys.exit(97)\n\
+             prompt = sys.stdin.read()\n\
+             try:\n    out = getattr(mod, fn)(prompt=prompt, workspace='.')\n\
+             except Exception as e:\n    print(f'{{type(e).__name__}}: {{e}}', file=sys.stderr); sys.exit(98)\n\
+             if not isinstance(out, dict): out = {{'output': '' if out is None else str(out)}}\n\
+             print(json.dumps(out))\n",
+            root = import_root.display().to_string(),
+        );
+        CommandTurns {
+            name: format!("PythonCallableRunner: {module}.{function}"),
+            argv: vec!["python3".into(), "-c".into(), driver],
+            root: root.to_path_buf(),
+            runner,
+            env: Vec::new(),
+            reading: Reading::Plain,
+            prompt_on_stdin: true,
+        }
+    }
+}
+
+impl Runner for CommandTurns {
+    fn turn(&mut self, request: &TurnRequest) -> Result<Turn, RunnerError> {
+        let prompt = prompt_text(request);
+        let (argv, stdin) = match &self.reading {
+            Reading::Profile(profile) => {
+                profile.argv(Path::new(&self.argv[0]), &prompt, &self.root)
+            }
+            Reading::Plain => (self.argv.clone(), prompt.clone().into_bytes()),
+        };
+        let stdin = if self.prompt_on_stdin {
+            prompt.into_bytes()
+        } else {
+            stdin
+        };
+        let spec = CommandSpec {
+            argv,
+            workspace: self.root.clone(),
+            workspace_writable: !request.wind_down,
+            stdin,
+            timeout: request.time_left,
+            output_cap: 8 << 20,
+            stream: false,
+            env: self.env.clone(),
+            private_dir: None,
+        };
+        let result = self
+            .runner
+            .run(&spec)
+            .map_err(|e| runner_error(&self.name, e.to_string()))?;
+        if result.timed_out {
+            return Err(runner_error(
+                &self.name,
+                format!(
+                    "the turn ran past the time left ({:.0}s) and was stopped",
+                    request.time_left.as_secs_f64()
+                ),
+            ));
+        }
+        let stderr = String::from_utf8_lossy(&result.stderr_tail)
+            .trim()
+            .to_string();
+        if result.exit_code != Some(0) {
+            let how = match result.exit_code {
+                Some(code) => format!("exited {code}"),
+                None => "was killed by a signal".into(),
+            };
+            let message = match result.exit_code {
+                Some(97 | 98) if self.name.starts_with("PythonCallableRunner") => {
+                    format!("raised: {stderr}")
+                }
+                _ => format!("{how}: {stderr}"),
+            };
+            return Err(runner_error(&self.name, message));
+        }
+        match &self.reading {
+            Reading::Plain => {
+                let stdout = String::from_utf8_lossy(&result.stdout_tail).into_owned();
+                // A Python callable answers with JSON; a shell runner with text.
+                if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(&stdout)
+                    && self.name.starts_with("PythonCallableRunner")
+                {
+                    return Ok(Turn {
+                        output: map
+                            .get("output")
+                            .and_then(|v| v.as_str())
+                            .unwrap_or_default()
+                            .to_string(),
+                        tokens: map.get("tokens").and_then(|v| v.as_u64()).unwrap_or(0),
+                        claimed_done: map
+                            .get("claimed_done")
+                            .and_then(|v| v.as_bool())
+                            .unwrap_or(false),
+                    });
+                }
+                Ok(Turn {
+                    output: stdout,
+                    tokens: 0,
+                    claimed_done: false,
+                })
+            }
+            Reading::Profile(profile) => match crate::read_reply(profile, result.stdout_tail) {
+                bl_run::executor::WorkReply::Reply { bytes, usage, .. } => Ok(Turn {
+                    output: String::from_utf8_lossy(&bytes).into_owned(),
+                    tokens: usage.map_or(0, |u| u.input_tokens + u.output_tokens),
+                    claimed_done: false,
+                }),
+                bl_run::executor::WorkReply::Fault(m)
+                | bl_run::executor::WorkReply::Contract(m) => Err(runner_error(&self.name, m)),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn request(lap: u32) -> TurnRequest<'static> {
+        TurnRequest {
+            lap,
+            prompt: "fix it",
+            feedback: None,
+            time_left: Duration::from_secs(10),
+            wind_down: false,
+        }
+    }
+
+    fn package() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("seed")).unwrap();
+        std::fs::write(dir.path().join("seed/check.py"), "print('ok')\n").unwrap();
+        std::fs::write(dir.path().join("seed/doc.md"), "draft\n").unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_digest_moves_with_content_and_ignores_bookkeeping() {
+        let pkg = package();
+        let root = pkg.path().join("ws");
+        let mut ws = ScratchWorkspace::prepare(pkg.path(), &root, &[], false).unwrap();
+        let first = ws.digest().unwrap();
+        std::fs::write(root.join(AGENT_OUTPUT), "I did it").unwrap();
+        std::fs::create_dir_all(root.join("seed/__pycache__")).unwrap();
+        std::fs::write(root.join("seed/__pycache__/x.pyc"), "x").unwrap();
+        assert_eq!(ws.digest().unwrap(), first, "bookkeeping is not progress");
+        std::fs::write(root.join("seed/doc.md"), "draft\n").unwrap();
+        assert_eq!(
+            ws.digest().unwrap(),
+            first,
+            "rewriting the same bytes is not progress"
+        );
+        std::fs::write(root.join("seed/doc.md"), "final\n").unwrap();
+        assert_ne!(ws.digest().unwrap(), first);
+    }
+
+    #[test]
+    fn the_guard_sees_a_forbidden_path_change_or_vanish() {
+        let pkg = package();
+        let root = pkg.path().join("ws");
+        let forbid = vec!["seed/check.py".to_string()];
+        let mut ws = ScratchWorkspace::prepare(pkg.path(), &root, &forbid, false).unwrap();
+        assert!(ws.forbidden_changes().unwrap().is_empty());
+        std::fs::write(root.join("seed/check.py"), "raise SystemExit(0)\n").unwrap();
+        assert_eq!(ws.forbidden_changes().unwrap(), forbid);
+        std::fs::remove_file(root.join("seed/check.py")).unwrap();
+        assert_eq!(ws.forbidden_changes().unwrap(), forbid);
+    }
+
+    #[test]
+    fn the_stub_refuses_forbidden_and_escaping_writes_before_writing_anything() {
+        let pkg = package();
+        let root = pkg.path().join("ws");
+        ScratchWorkspace::prepare(pkg.path(), &root, &[], false).unwrap();
+        let cassette = |path: &str| {
+            Cassette::parse(&format!(
+                r#"{{"interactions":[{{"lap":"*","agent_output":"done","tokens":3,"actions":[
+                    {{"type":"write_file","path":"seed/doc.md","content":"new"}},
+                    {{"type":"write_file","path":"{path}","content":"x"}}]}}]}}"#
+            ))
+            .unwrap()
+        };
+        let forbid = vec!["seed/check.py".to_string()];
+        let mut stub = StubRunner::new(cassette("seed/check.py"), &root, &forbid);
+        let e = stub.turn(&request(1)).unwrap_err();
+        assert!(e.message.contains("matches a forbidden path"), "{e:?}");
+        let mut stub = StubRunner::new(cassette("../outside"), &root, &forbid);
+        assert!(
+            stub.turn(&request(1))
+                .unwrap_err()
+                .message
+                .contains("outside the workspace")
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("seed/doc.md")).unwrap(),
+            "draft\n"
+        );
+        let mut stub = StubRunner::new(cassette("seed/new.md"), &root, &forbid);
+        let turn = stub.turn(&request(1)).unwrap();
+        assert_eq!((turn.tokens, turn.output.as_str()), (3, "done"));
+        assert_eq!(
+            std::fs::read_to_string(root.join("seed/doc.md")).unwrap(),
+            "new"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join(AGENT_OUTPUT)).unwrap(),
+            "done"
+        );
+    }
+}
