@@ -13,6 +13,8 @@ mod interrupt;
 mod keys_cmd;
 mod ledger_cmd;
 mod log_cmd;
+mod loop_cmd;
+mod loop_gates;
 mod output;
 mod paths;
 mod plugin_cmd;
@@ -50,6 +52,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a bounded loop: a worker takes turns in a scratch copy of the
+    /// loop's seed until its gate passes or a bound stops it.
+    Run(loop_cmd::RunArgs),
     /// Lint, plan and inspect graph/v1 manifests (DAGs of gated nodes).
     #[command(subcommand)]
     Graph(graph_cmd::GraphCommand),
@@ -122,6 +127,7 @@ fn main() -> ExitCode {
     output::set_json(cli.json);
     interrupt::install();
     let outcome = match cli.command {
+        Command::Run(args) => loop_cmd::run(args, output::json()),
         Command::Graph(cmd) => graph_cmd::run(cmd),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
         Command::Verify {
