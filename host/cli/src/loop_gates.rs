@@ -530,9 +530,14 @@ impl LoopGate {
     }
 }
 
-/// A plugin error's message without the runtime's own prefix.
+/// A plugin error's message without the runtime's layers ("plugin
+/// command: could not decide: command could not start: …").
 fn plain(message: &str) -> String {
-    message.to_string()
+    const LAST_LAYER: &str = "could not start: ";
+    match message.rfind(LAST_LAYER) {
+        Some(at) => message[at + LAST_LAYER.len()..].to_string(),
+        None => message.to_string(),
+    }
 }
 
 /// Counts a scanner's findings from its JSON report, when it is readable.

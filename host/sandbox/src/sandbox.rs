@@ -176,7 +176,15 @@ impl Sandbox {
         // Dropped to the caged user, bwrap may not be able to enter the
         // workspace's parents; it starts from the staging directory.
         let cwd = staging.as_ref().map_or(workspace.as_path(), Staging::dir);
-        let env = scrubbed_env(&private.home, &private.tmp, &spec.env);
+        // Without an egress bridge the cage has no network at all: npm is
+        // told so, and fails at once instead of retrying a network that is
+        // not there for a minute per request. A grant may say otherwise.
+        let mut granted = Vec::with_capacity(spec.env.len() + 1);
+        if self.egress.is_none() {
+            granted.push(("npm_config_offline".to_string(), "true".to_string()));
+        }
+        granted.extend(spec.env.iter().cloned());
+        let env = scrubbed_env(&private.home, &private.tmp, &granted);
         let steps = staging.as_ref().map(Staging::child_steps);
         let result = if spec.stream {
             let mut command = Command::new(bwrap);
@@ -230,9 +238,47 @@ impl CommandRunner for Sandbox {
                 crate::seatbelt::run(self.tier, spec)
             }
             #[cfg(not(target_os = "macos"))]
-            Tier::ProcessRestricted | Tier::ContainerRestricted => self.run_caged(spec),
+            Tier::ProcessRestricted | Tier::ContainerRestricted => {
+                // bwrap reports a program it cannot exec as the command's
+                // own exit 1; say it did not start, as a subprocess would.
+                find_program(spec)?;
+                self.run_caged(spec)
+            }
         }
     }
+}
+
+/// Where the cage will find `argv[0]`: a path (relative to the workspace)
+/// or a name on the PATH the command is given.
+#[cfg(not(target_os = "macos"))]
+fn find_program(spec: &CommandSpec) -> Result<std::path::PathBuf, CommandError> {
+    use std::os::unix::fs::PermissionsExt;
+    let program = &spec.argv[0];
+    let executable = |p: &std::path::Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = spec.workspace.join(program);
+        return if executable(&path) {
+            Ok(path)
+        } else {
+            Err(CommandError::Spawn(format!("No such file or directory: '{program}'")))
+        };
+    }
+    let path = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or(crate::subprocess::SCRUBBED_PATH, |(_, v)| v.as_str());
+    std::env::split_paths(path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| executable(candidate))
+        .ok_or_else(|| {
+            CommandError::Spawn(format!(
+                "No such file or directory: '{program}' (not on PATH {path})"
+            ))
+        })
 }
 
 /// The rlimits every cage starts under: a cap on processes against fork

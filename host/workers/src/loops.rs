@@ -326,6 +326,8 @@ pub struct CommandTurns {
     reading: Reading,
     /// The prompt goes on stdin (shell) or into argv (agent CLIs).
     prompt_on_stdin: bool,
+    /// `module.function` of a Python callable.
+    callable: Option<String>,
 }
 
 impl CommandTurns {
@@ -340,6 +342,7 @@ impl CommandTurns {
             env: Vec::new(),
             reading: Reading::Plain,
             prompt_on_stdin: true,
+            callable: None,
         }
     }
 
@@ -360,6 +363,7 @@ impl CommandTurns {
             env,
             reading: Reading::Profile(Box::new(profile)),
             prompt_on_stdin: false,
+            callable: None,
         }
     }
 
@@ -386,7 +390,8 @@ impl CommandTurns {
             root = import_root.display().to_string(),
         );
         CommandTurns {
-            name: format!("PythonCallableRunner: {module}.{function}"),
+            name: "PythonCallableRunner".into(),
+            callable: Some(format!("{module}.{function}")),
             argv: vec!["python3".into(), "-c".into(), driver],
             root: root.to_path_buf(),
             runner,
@@ -443,10 +448,8 @@ impl Runner for CommandTurns {
                 Some(code) => format!("exited {code}"),
                 None => "was killed by a signal".into(),
             };
-            let message = match result.exit_code {
-                Some(97 | 98) if self.name.starts_with("PythonCallableRunner") => {
-                    format!("raised: {stderr}")
-                }
+            let message = match (result.exit_code, &self.callable) {
+                (Some(97 | 98), Some(callable)) => format!("{callable} raised: {stderr}"),
                 _ => format!("{how}: {stderr}"),
             };
             return Err(runner_error(&self.name, message));
@@ -456,7 +459,7 @@ impl Runner for CommandTurns {
                 let stdout = String::from_utf8_lossy(&result.stdout_tail).into_owned();
                 // A Python callable answers with JSON; a shell runner with text.
                 if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(&stdout)
-                    && self.name.starts_with("PythonCallableRunner")
+                    && self.callable.is_some()
                 {
                     return Ok(Turn {
                         output: map

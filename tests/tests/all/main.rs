@@ -9,6 +9,7 @@ mod graph_cli;
 mod graph_exec;
 mod graph_runs;
 mod hostile_input;
+mod loop_catalog;
 mod plugin_cli;
 mod plugin_pipeline;
 mod plugin_runtime;
