@@ -15,12 +15,13 @@ use bl_core::CommandRunner;
 use bl_loops::bounds::Bounds;
 use bl_loops::cassette::Cassette;
 use bl_loops::engine::{
-    self, Approver, Clock, Handoff, KillSwitch, Ledger, Plan, Ports, RunOutcome, Runner, Status,
+    self, Approver, Clock, Handoff, KillSwitch, Ledger, Memory, Plan, Ports, RunOutcome, Runner,
+    Status,
 };
-use bl_loops::ledger::{LedgerLine, ascii_escaped};
+use bl_loops::ledger::LedgerLine;
 use bl_loops::manifest::{LoopManifest, ManifestError};
 use bl_plugins::{Runtime, RuntimeConfig};
-use bl_workers::loops::{CommandTurns, ScratchWorkspace, StubRunner};
+use bl_workers::loops::{CommandTurns, Prepare, ScratchWorkspace, StubRunner};
 use serde_json::json;
 
 use crate::exit::{CliError, Exit};
@@ -29,10 +30,15 @@ use crate::output::{errln, outln};
 
 /// The environment variable that stops every loop at its next lap.
 pub const KILL_SWITCH: &str = "BOUNDED_LOOPS_KILL";
-/// Commands the shell runner may start (its program's file name).
-pub const SHELL_ALLOWLIST: &[&str] = &[
-    "bash", "sh", "python3", "python", "node", "claude", "codex", "agy", "aider", "gemini", "make",
+/// Programs the shell runner may start (the file name of agent_cmd's
+/// first word), as bounded-loops reviewed them.
+pub const AGENT_CMD_ALLOWLIST: &[&str] = &[
+    "agy", "claude", "codex", "grok", "muse", "python", "python3", "true", "uv",
 ];
+/// The operator's own additions to the allowlist (comma-separated).
+pub const EXTRA_AGENT_CMDS: &str = "BOUNDED_LOOPS_EXTRA_AGENT_CMDS";
+/// The variables `runner.env_passthrough` may name (comma-separated).
+pub const ENV_PASSTHROUGH_ALLOW: &str = "BOUNDED_LOOPS_ENV_PASSTHROUGH_ALLOW";
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -82,6 +88,12 @@ pub struct Package {
 }
 
 pub fn read_package(dir: &Path) -> Result<Package, CliError> {
+    if !dir.is_dir() {
+        return Err(CliError::refused(format!(
+            "bl run: '{}' is not a directory or does not exist.",
+            dir.display()
+        )));
+    }
     let loop_path = dir.join("loop.yaml");
     let text = std::fs::read_to_string(&loop_path).map_err(|e| {
         CliError::refused(format!(
@@ -193,126 +205,133 @@ impl Ledger for FileLedger {
     }
 }
 
-/// `--redact`: what is rewritten before a line is written and hashed.
-#[derive(Clone)]
+/// `--redact`: applied to each line before it is written and hashed.
 struct Redact {
-    mode: String,
-    /// Absolute paths to rewrite, longest first, with their placeholders.
-    paths: Vec<(String, String)>,
+    mode: bl_loops::redact::Mode,
+    loop_dir: String,
 }
 
 impl Redact {
+    fn new(mode: &str, loop_dir: &Path) -> Redact {
+        Redact {
+            mode: bl_loops::redact::Mode::parse(mode).unwrap_or(bl_loops::redact::Mode::Off),
+            loop_dir: loop_dir.display().to_string(),
+        }
+    }
+
     fn line(&self, line: &LedgerLine) -> String {
-        if self.mode == "off" {
-            return line.to_line();
-        }
-        let mut line = line.clone();
-        if self.mode == "strict" {
-            redact_output(&mut line.verdict.evidence);
-        }
-        let mut text = serde_json::to_string(&line).expect("a ledger line serializes");
-        for (path, placeholder) in &self.paths {
-            let escaped = serde_json::to_string(path).expect("a string serializes");
-            text = text.replace(escaped.trim_matches('"'), placeholder);
-        }
-        ascii_escaped(&text)
+        bl_loops::redact::redact_line(line, self.mode, &self.loop_dir).to_line()
     }
 }
 
-/// Replaces captured output (`tail`, at any depth) with its digest.
-fn redact_output(value: &mut serde_json::Value) {
-    match value {
-        serde_json::Value::Object(map) => {
-            for (key, v) in map.iter_mut() {
-                if key == "tail"
-                    && let Some(text) = v.as_str()
-                {
-                    *v = json!(format!("sha256:{}", bl_core::sha256_hex(text.as_bytes())));
-                } else {
-                    redact_output(v);
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(redact_output),
-        _ => {}
-    }
-}
+/// Asks on stdout and reads the answer from stdin, `--yes` or not: `--yes`
+/// skips the confirmation to start, never the approval of a result. No
+/// answer (end of input) is no approval, and the run pauses.
+struct StdinApproval;
 
-struct Prompted {
-    interactive: bool,
-}
-
-impl Approver for Prompted {
-    fn approved(&mut self, lap: u32) -> bool {
-        if !self.interactive {
-            return false;
-        }
-        eprint!("[bl] the gate passed at lap {lap}; this rung requires approval. Approve? [y/N] ");
+impl Approver for StdinApproval {
+    fn approved(&mut self, _lap: u32, detail: &str) -> bool {
+        crate::output::out!(
+            "\n[bounded-loops] Gate passed: {detail}\n[bounded-loops] Approve this result and mark DONE? [y/N] "
+        );
+        crate::output::flush();
         let mut answer = String::new();
         std::io::stdin().read_line(&mut answer).is_ok()
-            && matches!(answer.trim(), "y" | "Y" | "yes")
+            && matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+    }
+}
+
+/// `.STATE.md.runtime` in the loop directory: one note per rejected lap,
+/// appended across runs; `STATE.md` itself is never touched.
+struct RuntimeMemory {
+    path: PathBuf,
+}
+
+impl Memory for RuntimeMemory {
+    fn note(&mut self, lap: u32, timestamp: &str, detail: &str) {
+        let note = format!(
+            "\n<!-- bl:lap:{lap} ts:{timestamp} verdict:FAIL decision:continue -->\nGate failed: {detail}\n---\n"
+        );
+        // Memory is a convenience for the next turn, not a record: a loop
+        // directory that cannot be written does not stop the run.
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .and_then(|mut f| f.write_all(note.as_bytes()));
     }
 }
 
 struct HandoffFile {
     path: PathBuf,
-    name: String,
-    goal: String,
+    manifest: LoopManifest,
     bounds: Bounds,
 }
 
 impl Handoff for HandoffFile {
     fn write(&mut self, outcome: &RunOutcome) -> Result<(), String> {
-        let text = handoff_text(&self.name, &self.goal, &self.bounds, outcome);
+        let text = handoff_text(&self.manifest, &self.bounds, outcome);
         std::fs::write(&self.path, text).map_err(|e| e.to_string())
     }
 }
 
-/// `HANDOFF.md`: why the run stopped, how far it got, and (marked as
-/// unverified) the worker's own account from the wind-down turn.
-pub fn handoff_text(name: &str, goal: &str, bounds: &Bounds, outcome: &RunOutcome) -> String {
+/// `HANDOFF.md`, laid out as bounded-loops lays it out: why the run
+/// stopped, what it was for, how far it got (per attempt), the gate's last
+/// word, the bounds, what to do next, and (marked unverified) the worker's
+/// own account from the wind-down turn.
+pub fn handoff_text(m: &LoopManifest, bounds: &Bounds, outcome: &RunOutcome) -> String {
     let mut s = format!(
-        "# Handoff: {name}\n\nThe run stopped on a bound before its gate passed. This file is not a claim that the work is done; it is where the next run starts.\n\n"
+        "# Handoff — {}\n\nA declared bound stopped this run before its gate passed. Nothing here says the work is\ndone; it is here so that the next run does not start from nothing.\n\n",
+        m.name
     );
     s.push_str(&format!("## Why it stopped\n\n{}\n\n", outcome.reason));
-    s.push_str(&format!("## The goal\n\n{}\n\n", goal.trim()));
+    let stop = match m.gate.kind.as_str() {
+        "command" => "gate command passes".to_string(),
+        kind => format!("the {kind} gate passes"),
+    };
     s.push_str(&format!(
-        "## Progress\n\nLaps recorded: {}. Tokens spent: {}.\n\n",
-        outcome.laps, outcome.tokens
+        "## What it was trying to do\n\n- goal: {}\n- stop condition (the gate proves this, not the agent): {stop}\n",
+        m.description.trim()
     ));
-    for a in &outcome.attempts {
+    if !m.forbid.is_empty() {
+        s.push_str(&format!("- must not touch: {}\n", m.forbid.join(", ")));
+    }
+    let attempted = outcome.attempts.len();
+    s.push_str(&format!(
+        "\n## How far it got\n\n- laps recorded: {}\n- work attempts spent: {attempted} of {} declared\n\nPer attempt:\n",
+        outcome.laps, bounds.max_iterations
+    ));
+    for (i, a) in outcome.attempts.iter().enumerate() {
         let what = if a.changed {
             "changed the workspace"
         } else {
             "changed nothing"
         };
-        s.push_str(&format!(
-            "- lap {}: {what}; the gate said: {}\n",
-            a.lap, a.detail
-        ));
+        s.push_str(&format!("  attempt {}: {what} — {}\n", i + 1, a.detail));
     }
-    let last = outcome
-        .last_verdict
-        .as_ref()
-        .map_or("(the gate never ran)", |v| v.detail.as_str());
-    s.push_str(&format!("\n## The gate's last word\n\n{last}\n\n"));
+    // The gate's last word belongs to the halting lap only if that lap got to the gate.
+    let last = match outcome.attempts.last() {
+        Some(a) if a.lap == outcome.laps => a.detail.as_str(),
+        _ => "(no verdict was reached)",
+    };
+    s.push_str(&format!("\n## What the gate said last\n\n{last}\n\n"));
     s.push_str(&format!(
-        "## Bounds\n\n- max_iterations: {}\n- no_progress_window: {}\n- max_tokens: {}\n- max_wallclock_s: {} ({} s reserved for this handoff)\n\n",
+        "## The bounds it was given\n\n- max_iterations: {}\n- no_progress_window: {}\n- max_wallclock_s: {}\n- max_tokens: {}\n- handoff_reserve_s: {}\n\n",
         bounds.max_iterations,
         bounds.no_progress_window,
-        bounds.max_tokens.map_or("none".into(), |t| t.to_string()),
         bounds.max_wallclock_s,
+        bounds.max_tokens.map_or("None".into(), |t| t.to_string()),
         bounds.handoff_reserve_s
     ));
-    s.push_str("Laps that changed nothing mean the loop was stuck; raising a bound will not help them. Laps that changed the workspace but did not pass mean it ran short: raise the bound or act on the gate's last word.\n\n");
-    s.push_str("## The worker's own account (unverified)\n\nWritten in the reserved wind-down turn. No gate has checked it.\n\n");
-    s.push_str(
-        outcome
-            .wind_down
-            .as_deref()
-            .unwrap_or("(the wind-down turn gave no account)"),
-    );
-    s.push('\n');
+    s.push_str("## What to do next\n\nA re-run starts again from the same seed, so change something first:\n\n1. if the attempts above changed the workspace, the run was converging and ran short: raise\n   the bound it stopped on;\n2. if they changed nothing, the run was stuck: act on what the gate said last.\n\n---\n\n");
+    match &outcome.wind_down {
+        Some(account) => {
+            s.push_str("## The agent's own account (written in the reserved wind-down turn)\n\nUnverified: this is the worker describing its own work, and no gate has checked it.\nEverything above comes from the run's records.\n\n");
+            s.push_str(account);
+            s.push('\n');
+        }
+        None => s.push_str("No wind-down turn was recorded, so this handoff is the engine's account only: either\n`handoff_reserve_s` is 0, or the wind-down turn produced nothing.\n"),
+    }
     s
 }
 
@@ -364,23 +383,35 @@ fn make_runner(
             Ok(Box::new(StubRunner::new(cassette, root, &m.forbid)))
         }
         "shell" => {
-            let cmd = m.runner.agent_cmd.as_deref().ok_or_else(|| {
-                CliError::refused("bl run: the shell runner needs runner.agent_cmd in loop.yaml")
-            })?;
-            let argv = shlex::split(cmd).filter(|a| !a.is_empty()).ok_or_else(|| {
-                CliError::refused(format!(
-                    "bl run: runner.agent_cmd {cmd:?} is not a command line"
-                ))
-            })?;
+            let cmd = m.runner.agent_cmd.as_deref().unwrap_or("true");
+            let argv = shlex::split(cmd)
+                .filter(|a| !a.is_empty())
+                .ok_or_else(|| CliError::refused("bl run: manifest error — runner.agent_cmd must be a non-empty string when given"))?;
             let program = Path::new(&argv[0])
                 .file_name()
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            if !SHELL_ALLOWLIST.contains(&program.as_str()) {
-                return Err(CliError::refused(format!(
-                    "bl run: runner.agent_cmd starts '{program}', which is not on the shell runner's allowlist ({}); wrap it in a script run by one of them",
-                    SHELL_ALLOWLIST.join(", ")
-                )));
+            let extra: Vec<String> = std::env::var(EXTRA_AGENT_CMDS)
+                .unwrap_or_default()
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
+            if !AGENT_CMD_ALLOWLIST.contains(&program.as_str()) {
+                if !extra.contains(&program) {
+                    return Err(CliError::refused(format!(
+                        "bl run: manifest error — runner.agent_cmd first token '{program}' is not in the agent_cmd allowlist ({}). Wrap the command in a script run by one of these, or have the operator allow it for this deployment with {EXTRA_AGENT_CMDS}={program}.",
+                        bl_core::python::list_repr(
+                            &AGENT_CMD_ALLOWLIST
+                                .iter()
+                                .map(|s| s.to_string())
+                                .collect::<Vec<_>>()
+                        )
+                    )));
+                }
+                errln!(
+                    "[bounded-loops] agent_cmd '{program}' is permitted only by the operator extension {EXTRA_AGENT_CMDS}; it is not in the reviewed allowlist shipped with bl."
+                );
             }
             Ok(Box::new(CommandTurns::shell(argv, root, commands)))
         }
@@ -437,6 +468,97 @@ fn python_dumps(value: &serde_json::Value) -> String {
     bl_core::python_json(value)
 }
 
+/// A run id: 1-128 of letters, digits, `.`, `_`, `-`, starting with a
+/// letter or digit (it names a directory).
+fn valid_run_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// What the agent is told each lap: the goal, the spec, what it must not
+/// touch, and the loop's memory as the package ships it.
+fn compose_prompt(dir: &Path, m: &LoopManifest) -> String {
+    let read = |rel: &Option<String>| {
+        rel.as_ref()
+            .and_then(|r| std::fs::read_to_string(dir.join(r)).ok())
+            .unwrap_or_default()
+    };
+    let mut prompt = format!(
+        "# Goal\n{}\n\n# Steps\n1. {}\n",
+        m.description.trim_end(),
+        read(&m.spec).trim_end()
+    );
+    if !m.forbid.is_empty() {
+        prompt.push_str("# Forbidden actions\n");
+        for f in &m.forbid {
+            prompt.push_str(&format!("- {f}\n"));
+        }
+    }
+    prompt.push_str(&format!(
+        "\n# Controller memory snapshot\n{}",
+        read(&m.memory)
+    ));
+    prompt
+}
+
+/// The confirmation before anything runs: the preview, then `Proceed?`
+/// on a terminal. `--gate-override` runs without either, as upstream does.
+fn confirm(args: &RunArgs, m: &LoopManifest, runner: &str) -> Result<(), CliError> {
+    if args.gate_override.is_some() {
+        return Ok(());
+    }
+    let gate = match (&m.gate.run, m.gate.kind.as_str()) {
+        (Some(run), _) => run.clone(),
+        (None, kind) => format!("<{kind} gate>"),
+    };
+    outln!("[bounded-loops] About to run loop '{}':", m.name);
+    outln!("  runner : {runner}");
+    outln!("  gate   : {gate}");
+    if args.yes {
+        return Ok(());
+    }
+    let refused =
+        || CliError::refused("bl run: not confirmed. Pass --yes to skip this prompt (e.g. in CI).");
+    if !std::io::stdin().is_terminal() {
+        return Err(refused());
+    }
+    crate::output::out!("Proceed? [y/N] ");
+    crate::output::flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().read_line(&mut answer);
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        Ok(())
+    } else {
+        Err(refused())
+    }
+}
+
+/// `runner.env_passthrough` names only what the operator allowed.
+fn check_passthrough(m: &LoopManifest) -> Result<(), CliError> {
+    let allowed: Vec<String> = std::env::var(ENV_PASSTHROUGH_ALLOW)
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let refused: Vec<&str> = m
+        .runner
+        .env_passthrough
+        .iter()
+        .filter(|v| !allowed.contains(v))
+        .map(String::as_str)
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::refused(format!(
+        "bl run: loop.yaml requests runner.env_passthrough: {}, but it is not in the operator allowlist ({ENV_PASSTHROUGH_ALLOW}). Refusing to pass through an unauthorized variable.",
+        refused.join(", ")
+    )))
+}
+
 pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
     let package = read_package(&args.loop_dir)?;
     let mut bounds = package.bounds.clone();
@@ -449,75 +571,78 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
         bounds.max_iterations = max;
     }
     let m = &package.manifest;
+    check_passthrough(m)?;
     let runner_name = args
         .runner
         .clone()
         .unwrap_or_else(|| m.runner.default.clone());
-    let gate_text = LoopGate::describe(&m.gate, args.gate_override.as_deref());
-    outln!("[bounded-loops] About to run loop '{}':", m.name);
-    outln!("  runner : {runner_name}");
-    outln!("  gate   : {gate_text}");
-    if !args.yes {
-        if !std::io::stdin().is_terminal() {
-            return Err(CliError::refused(
-                "bl run: stdin is not a terminal, so the run cannot be confirmed; pass --yes to run without the prompt",
-            ));
-        }
-        eprint!("Run it? [y/N] ");
-        let mut answer = String::new();
-        let _ = std::io::stdin().read_line(&mut answer);
-        if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            errln!("not run");
-            return Ok(Exit::No);
-        }
-    }
+    confirm(&args, m, &runner_name)?;
 
     let dir = std::fs::canonicalize(&package.dir).unwrap_or_else(|_| package.dir.clone());
     // Where the records and the workspace go.
-    let (run_dir, ledger_path, workspace_root, scratch) = match &args.run_id {
+    let (run_dir, ledger_path, workspace_root, scratch, how) = match &args.run_id {
         Some(id) => {
-            if id.is_empty() || id.contains('/') || id.starts_with('.') {
-                return Err(CliError::refused(format!(
-                    "bl run: --run-id {id:?} must be a plain name"
-                )));
+            if !valid_run_id(id) {
+                return Err(CliError::refused(
+                    "bl run: run_id must be 1-128 chars: letters, digits, '.', '_', '-' only; must start with a letter or digit",
+                ));
             }
             let run_dir = dir.join(".bounded-loops/runs").join(id);
-            let exists = run_dir.join("ledger.jsonl").exists();
-            if args.resume && !exists {
-                return Err(CliError::refused(format!(
-                    "bl run: --resume: no run '{id}' at {}",
-                    run_dir.display()
-                )));
-            }
-            if !args.resume && exists {
-                return Err(CliError::refused(format!(
-                    "bl run: run '{id}' already exists at {}; pass --resume to continue it, or pick another --run-id",
-                    run_dir.display()
-                )));
-            }
+            let workspace = run_dir.join("workspace");
+            let how = if args.resume {
+                if !workspace.is_dir() {
+                    return Err(CliError::refused(format!(
+                        "bl run: run_id '{id}' has no persistent workspace to resume: {}",
+                        workspace.display()
+                    )));
+                }
+                Prepare::Resume
+            } else {
+                if run_dir.exists() {
+                    return Err(CliError::refused(format!(
+                        "bl run: run_id '{id}' already exists. Use --resume to continue it or choose a new run id."
+                    )));
+                }
+                Prepare::Persistent
+            };
             std::fs::create_dir_all(&run_dir)
                 .map_err(|e| CliError::refused(format!("bl run: {}: {e}", run_dir.display())))?;
             (
                 Some(run_dir.clone()),
                 run_dir.join("ledger.jsonl"),
-                run_dir.join("workspace"),
+                workspace,
                 None,
+                how,
             )
         }
         None => {
             let scratch = tempfile::Builder::new()
-                .prefix("bl-loop-")
+                .prefix("bounded-loops-")
                 .tempdir()
                 .map_err(|e| {
                     CliError::refused(format!("bl run: cannot make a scratch workspace: {e}"))
                 })?;
             let root = scratch.path().to_path_buf();
-            (None, dir.join(".ledger.jsonl"), root, Some(scratch))
+            (
+                None,
+                dir.join(".ledger.jsonl"),
+                root,
+                Some(scratch),
+                Prepare::Scratch,
+            )
         }
     };
-    let resume = args.resume;
-    let mut workspace = ScratchWorkspace::prepare(&dir, &workspace_root, &m.forbid, resume)
-        .map_err(|e| CliError::refused(format!("bl run: cannot prepare the workspace: {e}")))?;
+    let mut workspace = ScratchWorkspace::prepare(
+        &dir,
+        &workspace_root,
+        &m.forbid,
+        how,
+        bounds.quarantine_inputs,
+    )
+    .map_err(|e| CliError::refused(format!("bl run: cannot prepare the workspace: {e}")))?;
+    if !workspace.withheld().is_empty() {
+        errln!("{}", bl_loops::quarantine::warning(workspace.withheld()));
+    }
     let commands = sandbox_runner(bounds.sandbox)?;
     let mut runner = make_runner(&runner_name, &package, &workspace_root, commands.clone())?;
     let runtime = runtime(commands, &bounds)?;
@@ -537,51 +662,29 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
         )
     })?;
 
-    let mut paths = vec![
-        (
-            workspace_root.display().to_string(),
-            "<workspace>".to_string(),
-        ),
-        (dir.display().to_string(), "<loop>".to_string()),
-    ];
-    if let Ok(home) = std::env::var("HOME") {
-        paths.push((home, "<home>".into()));
-    }
-    paths.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
-    let redact = Redact {
-        mode: args.redact.clone(),
-        paths,
-    };
+    let redact = Redact::new(&args.redact, &dir);
     let mut ledger = FileLedger::open(&ledger_path, redact)?;
-    let (laps_done, tokens_spent, before) = if resume {
-        resumed(&ledger_path)
-    } else {
-        (0, 0, Duration::ZERO)
-    };
-    let prompt = m
-        .spec
-        .as_ref()
-        .and_then(|s| std::fs::read_to_string(dir.join(s)).ok())
-        .unwrap_or_default();
+    // A resumed run continues the ledger's chain with fresh laps and
+    // budgets in the workspace it left, as bounded-loops resumes.
     let plan = Plan {
         bounds: bounds.clone(),
-        prompt,
-        laps_done,
-        tokens_spent,
+        prompt: compose_prompt(&dir, m),
+        laps_done: 0,
+        tokens_spent: 0,
     };
     let clock = WallClock {
         started: Instant::now(),
-        before,
+        before: Duration::ZERO,
     };
-    let mut approver = Prompted {
-        interactive: !args.yes && std::io::stdin().is_terminal(),
-    };
+    let mut approver = StdinApproval;
     let handoff_dir = run_dir.clone().unwrap_or_else(|| dir.clone());
     let mut handoff = HandoffFile {
         path: handoff_dir.join(engine::HANDOFF_FILE),
-        name: m.name.clone(),
-        goal: m.description.clone(),
+        manifest: m.clone(),
         bounds: bounds.clone(),
+    };
+    let mut memory = RuntimeMemory {
+        path: dir.join(".STATE.md.runtime"),
     };
     let outcome = engine::run(
         &plan,
@@ -594,6 +697,7 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
             ledger: &mut ledger,
             approver: &mut approver,
             handoff: &mut handoff,
+            memory: &mut memory,
         },
     )
     .map_err(|e| CliError::with_exit(Exit::Undecided, format!("bl run: {e}")))?;
@@ -606,18 +710,26 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
             &ledger_path,
             &outcome,
             args.run_id.as_deref().unwrap_or_default(),
-            m,
-            &runner_name,
-            &gate,
         )?;
     }
-    if let Some(scratch) = scratch {
-        if args.keep_workspace {
-            let kept = scratch.keep();
-            errln!("workspace kept at {}", kept.display());
-        }
+    if let Some(scratch) = scratch
+        && args.keep_workspace
+    {
+        let kept = scratch.keep();
+        errln!("workspace kept at {}", kept.display());
     }
-    report(&outcome, &m.name, &ledger_path, &dir, json_out);
+    let subject = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    report(
+        &outcome,
+        &subject,
+        args.run_id.as_deref(),
+        &ledger_path,
+        run_dir.as_deref().unwrap_or(&dir),
+        json_out,
+    );
     Ok(match outcome.status {
         Status::Done => Exit::Success,
         Status::Halt | Status::Pause | Status::Killed => Exit::No,
@@ -625,22 +737,8 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
     })
 }
 
-/// Laps, tokens and time a resumed run already spent, from its ledger.
-fn resumed(ledger: &Path) -> (u32, u64, Duration) {
-    let text = std::fs::read_to_string(ledger).unwrap_or_default();
-    let last = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .last();
-    let Some(last) = last else {
-        return (0, 0, Duration::ZERO);
-    };
-    let lap = last["lap"].as_u64().unwrap_or(0) as u32;
-    let tokens = last["budget_spent"]["tokens"].as_u64().unwrap_or(0);
-    let secs = last["budget_spent"]["wallclock_s"].as_f64().unwrap_or(0.0);
-    (lap, tokens, Duration::from_secs_f64(secs.max(0.0)))
-}
-
+/// Writes what `--run-id` keeps beside the ledger: `metadata.json`, the
+/// receipts derived from the whole ledger, and a line in the runs index.
 #[allow(clippy::too_many_arguments)]
 fn write_run_records(
     run_dir: &Path,
@@ -649,60 +747,31 @@ fn write_run_records(
     ledger: &Path,
     outcome: &RunOutcome,
     run_id: &str,
-    m: &LoopManifest,
-    runner: &str,
-    gate: &LoopGate,
 ) -> Result<(), CliError> {
-    use bl_loops::engine::Gate as _;
-    let rows = std::fs::read_to_string(ledger)
-        .map(|t| t.lines().count())
-        .unwrap_or(0);
+    let fail = |path: &Path, e: std::io::Error| {
+        CliError::refused(format!("bl run: cannot write {}: {e}", path.display()))
+    };
+    let text = std::fs::read_to_string(ledger).map_err(|e| fail(ledger, e))?;
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
     let metadata = json!({
         "laps": outcome.laps,
         "ledger_head": outcome.ledger_head,
         "ledger_path": ledger.display().to_string(),
-        "ledger_rows": rows,
+        "ledger_rows": rows.len(),
         "loop_dir": loop_dir.display().to_string(),
         "reason": outcome.reason,
         "run_id": run_id,
         "status": outcome.status.as_str(),
         "workspace": workspace.display().to_string(),
     });
-    let gate_record = gate.record();
-    let receipt = json!({
-        "run_id": run_id,
-        "loop": m.name,
-        "status": outcome.status.as_str(),
-        "reason": outcome.reason,
-        "laps": outcome.laps,
-        "tokens": outcome.tokens,
-        "ledger_head": outcome.ledger_head,
-        "ledger_rows": rows,
-        "runner": runner,
-        "gate": {"kind": gate_record.kind, "source": gate_record.source, "components": gate_record.component},
-        "attempts": outcome.attempts.iter().map(|a| json!({"lap": a.lap, "changed": a.changed, "verdict": a.detail})).collect::<Vec<_>>(),
-        "verify": format!("bl verify {} --expect-head {}", run_dir.display(), outcome.ledger_head),
-    });
-    let md = format!(
-        "# Receipt: {} / {run_id}\n\n- status: **{}** ({})\n- laps: {}\n- tokens: {}\n- runner: {runner}\n- gate: {} ({})\n- ledger head: `{}`\n\nThe gate decided; the worker's claims were recorded and not trusted. Check that this receipt was not edited:\n\n    bl verify {} --expect-head {}\n",
-        m.name,
-        outcome.status.as_str(),
-        outcome.reason,
-        outcome.laps,
-        outcome.tokens,
-        gate_record.kind,
-        gate_record.implementation,
-        outcome.ledger_head,
-        run_dir.display(),
-        outcome.ledger_head,
-    );
+    let receipt =
+        bl_loops::receipt::receipt(&rows, &metadata, run_id, &run_dir.display().to_string());
     let write = |name: &str, text: String| {
-        std::fs::write(run_dir.join(name), text).map_err(|e| {
-            CliError::refused(format!(
-                "bl run: cannot write {}: {e}",
-                run_dir.join(name).display()
-            ))
-        })
+        let path = run_dir.join(name);
+        std::fs::write(&path, text).map_err(|e| fail(&path, e))
     };
     write(
         "metadata.json",
@@ -715,19 +784,21 @@ fn write_run_records(
         "receipt.json",
         format!(
             "{}\n",
-            serde_json::to_string_pretty(&receipt).expect("json")
+            bl_loops::ledger::ascii_escaped(&serde_json::to_string_pretty(&receipt).expect("json"))
         ),
     )?;
-    write("receipt.md", md)?;
-    // The runs index: one line per run, newest last.
-    let index = loop_dir.join(".bounded-loops/runs/index.jsonl");
+    write("receipt.md", bl_loops::receipt::receipt_markdown(&receipt))?;
+    // The runs index: one line per invocation, newest last.
+    let index = loop_dir.join(".bounded-loops/runs.jsonl");
     let line = serde_json::to_string(&json!({
         "run_id": run_id,
+        "loop_dir": loop_dir.display().to_string(),
+        "workspace": workspace.display().to_string(),
+        "ledger_path": ledger.display().to_string(),
         "status": outcome.status.as_str(),
         "reason": outcome.reason,
         "laps": outcome.laps,
-        "ledger_head": outcome.ledger_head,
-        "ended": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        "updated_at": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
     }))
     .expect("json");
     std::fs::OpenOptions::new()
@@ -735,12 +806,17 @@ fn write_run_records(
         .append(true)
         .open(&index)
         .and_then(|mut f| writeln!(f, "{line}"))
-        .map_err(|e| {
-            CliError::refused(format!("bl run: cannot append to {}: {e}", index.display()))
-        })
+        .map_err(|e| fail(&index, e))
 }
 
-fn report(outcome: &RunOutcome, name: &str, ledger: &Path, verify_dir: &Path, json_out: bool) {
+fn report(
+    outcome: &RunOutcome,
+    subject: &str,
+    run_id: Option<&str>,
+    ledger: &Path,
+    verify_dir: &Path,
+    json_out: bool,
+) {
     let status = outcome.status.as_str();
     if json_out {
         // bounded-loops' key order, its separators and ASCII escapes.
@@ -788,14 +864,20 @@ fn report(outcome: &RunOutcome, name: &str, ledger: &Path, verify_dir: &Path, js
         );
     }
     // One machine-readable line for supervisors, on stderr.
-    let event = format!(
-        "{{\"event\":\"terminal\",\"status\":{},\"alert\":{},\"reason\":{},\"subject\":{},\"laps\":{},\"ledger_head\":{}}}",
-        serde_json::to_string(status).expect("json"),
+    // Compact, in this key order, UTF-8 raw, as bounded-loops writes it.
+    let quoted = |s: &str| serde_json::to_string(s).expect("a string serializes");
+    let mut event = format!(
+        "{{\"event\":\"terminal\",\"status\":{},\"alert\":{},\"reason\":{},\"subject\":{},\"laps\":{},\"ledger_head\":{}",
+        quoted(status),
         outcome.status != Status::Done,
-        serde_json::to_string(&outcome.reason).expect("json"),
-        serde_json::to_string(name).expect("json"),
+        quoted(&outcome.reason),
+        quoted(subject),
         outcome.laps,
-        serde_json::to_string(&outcome.ledger_head).expect("json"),
+        quoted(&outcome.ledger_head),
     );
-    errln!("BL_EVENT {}", ascii_escaped(&event));
+    if let Some(id) = run_id {
+        event.push_str(&format!(",\"run_id\":{}", quoted(id)));
+    }
+    event.push('}');
+    errln!("BL_EVENT {event}");
 }

@@ -10,11 +10,20 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bl_loops::engine::{Gate, Judgement, Outcome};
-use bl_loops::ledger::GateRecord;
+use bl_loops::engine::{Gate, Judgement, Outcome, error_evidence};
+use bl_loops::ledger::{GateRecord, Ordered};
 use bl_loops::manifest::GateSpec;
 use bl_plugins::{GatePlugin, Grants, LoadOptions, PluginPackage, Runtime, Verdict};
 use serde_json::{Value, json};
+
+/// `{"cmd": …, "code": …, "tail": …}`, a command gate's evidence.
+fn command_evidence(cmd: &str, code: i64, tail: String) -> Ordered {
+    Ordered::object([
+        ("cmd", cmd.into()),
+        ("code", code.into()),
+        ("tail", tail.into()),
+    ])
+}
 
 use crate::paths;
 
@@ -185,29 +194,6 @@ impl LoopGate {
             workspace: workspace.to_path_buf(),
         })
     }
-
-    /// How the preview names this gate.
-    pub fn describe(spec: &GateSpec, override_cmd: Option<&str>) -> String {
-        if let Some(cmd) = override_cmd {
-            return cmd.to_string();
-        }
-        match spec.kind.as_str() {
-            "command" => spec.run.clone().unwrap_or_default(),
-            "composite" => format!(
-                "composite ({})",
-                spec.gates
-                    .iter()
-                    .map(|g| Self::describe(g, None))
-                    .collect::<Vec<_>>()
-                    .join(" AND ")
-            ),
-            "jsonschema" => format!(
-                "jsonschema {}",
-                spec.schema.as_deref().unwrap_or("(bounds.schema)")
-            ),
-            kind => spec.run.clone().unwrap_or_else(|| kind.to_string()),
-        }
-    }
 }
 
 fn command_judge(runtime: &Runtime, cmd: &str, digests: &mut Vec<String>) -> Result<Judge, String> {
@@ -330,8 +316,16 @@ fn gate_error(implementation: &str, message: &str) -> Judgement {
     Judgement {
         outcome: Outcome::Error,
         detail: format!("gate error: GateError: {implementation}: {message}"),
-        evidence: json!({"component": "gate", "error_type": "GateError"}),
+        evidence: error_evidence("gate", "GateError"),
     }
+}
+
+/// The exit code the command gate reported (`-1` when it reported none:
+/// a signal, which is never a pass).
+fn exit_code(verdict: &Verdict) -> i64 {
+    finding(verdict, "command/exit")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(-1)
 }
 
 impl LoopGate {
@@ -348,34 +342,40 @@ impl LoopGate {
                 match self.runtime.check(plugin, ws, &config) {
                     Ok(inv) => {
                         let v = inv.value;
-                        let code: i64 = finding(&v, "command/exit")
-                            .and_then(|c| c.parse().ok())
-                            .unwrap_or(-1);
-                        let evidence = json!({"cmd": cmd, "code": code, "tail": tail(&v)});
+                        let code = exit_code(&v);
                         match code {
                             0 => Judgement {
                                 outcome: Outcome::Pass,
                                 detail: "gate passed (exit 0)".into(),
-                                evidence,
+                                evidence: command_evidence(cmd, code, tail(&v)),
                             },
                             1 => Judgement {
                                 outcome: Outcome::Fail,
                                 detail: "gate failed (exit 1)".into(),
-                                evidence,
+                                evidence: command_evidence(cmd, code, tail(&v)),
                             },
                             // The verdict contract: 2 and above mean the gate itself broke.
-                            code => Judgement {
-                                outcome: Outcome::Error,
-                                detail: format!(
-                                    "gate error: GateError: {implementation}: '{cmd}' exited {code}; a gate exits 0 (pass) or 1 (reject), anything else means it could not decide"
-                                ),
-                                evidence: json!({"component": "gate", "error_type": "GateError", "cmd": cmd, "code": code, "tail": tail(&v)}),
-                            },
+                            code => {
+                                let stderr = finding(&v, "command/stderr")
+                                    .map(|m| m.trim_start_matches("stderr (tail):\n"))
+                                    .unwrap_or("");
+                                gate_error(
+                                    implementation,
+                                    &format!(
+                                        "command exited with unexpected code {code} (a gate exits 0 to pass and 1 to reject). This means the gate could not run, not that it failed. cmd={} stderr={}",
+                                        bl_core::python::repr(cmd),
+                                        bl_core::python::repr(stderr)
+                                    ),
+                                )
+                            }
                         }
                     }
                     Err(e) => gate_error(
                         implementation,
-                        &format!("could not run '{cmd}': {}", plain(&e.to_string())),
+                        &format!(
+                            "OS error launching command '{cmd}': {}",
+                            plain(&e.to_string())
+                        ),
                     ),
                 }
             }
@@ -389,15 +389,19 @@ impl LoopGate {
                 match self.runtime.check(plugin, ws, &config) {
                     Ok(inv) => {
                         let v = inv.value;
-                        let code: i64 = finding(&v, "command/exit")
-                            .and_then(|c| c.parse().ok())
-                            .unwrap_or(-1);
+                        let code = exit_code(&v);
                         let stdout = finding(&v, "command/stdout")
                             .map(|m| m.trim_start_matches("stdout (tail):\n"))
                             .unwrap_or("");
                         let findings = scanner_findings(tool, stdout);
-                        let evidence =
-                            json!({"cmd": argv.join(" "), "code": code, "findings": findings});
+                        let evidence = Ordered::object([
+                            ("cmd", argv.join(" ").into()),
+                            ("code", code.into()),
+                            (
+                                "findings",
+                                findings.map_or(Ordered::Json(Value::Null), Ordered::from),
+                            ),
+                        ]);
                         match (code, findings) {
                             (0, Some(0) | None) => Judgement {
                                 outcome: Outcome::Pass,
@@ -434,14 +438,17 @@ impl LoopGate {
                 match self.runtime.check(plugin, ws, &config) {
                     Ok(inv) => {
                         let v = inv.value;
-                        let code: i64 = finding(&v, "command/exit")
-                            .and_then(|c| c.parse().ok())
-                            .unwrap_or(-1);
+                        let code = exit_code(&v);
                         let cmd = format!(
                             "python3 -B -m pytest -q -p no:cacheprovider{}",
                             args.iter().map(|a| format!(" {a}")).collect::<String>()
                         );
-                        let evidence = json!({"cmd": cmd, "code": code, "invocation": "python3-module", "tail": tail(&v)});
+                        let evidence = Ordered::object([
+                            ("cmd", cmd.into()),
+                            ("code", code.into()),
+                            ("tail", tail(&v).into()),
+                            ("invocation", "python3-module".into()),
+                        ]);
                         let (outcome, word) = if v.passed {
                             (Outcome::Pass, "passed")
                         } else {
@@ -464,26 +471,34 @@ impl LoopGate {
                 schema,
             } => {
                 let config = json!({"schema": schema, "files": [file]}).to_string();
+                let target =
+                    || Ordered::object([("target", ws.join(file).display().to_string().into())]);
                 match self.runtime.check(plugin, ws, &config) {
                     Ok(inv) if inv.value.passed => Judgement {
                         outcome: Outcome::Pass,
                         detail: format!("{file} validates against schema"),
-                        evidence: json!({}),
+                        evidence: Ordered::empty(),
                     },
                     Ok(inv) => {
-                        let problems: Vec<&str> = inv
-                            .value
-                            .findings
-                            .iter()
-                            .map(|f| f.message.as_str())
-                            .collect();
+                        let v = inv.value;
+                        let (detail, evidence) = if finding(&v, "jsonschema/missing").is_some() {
+                            (format!("{file} not found"), target())
+                        } else if let Some(m) = finding(&v, "jsonschema/parse") {
+                            (format!("{file} is not valid JSON: {m}"), target())
+                        } else {
+                            let first = v
+                                .findings
+                                .first()
+                                .map_or(v.summary.as_str(), |f| f.message.as_str());
+                            (
+                                format!("schema validation failed: {first}"),
+                                Ordered::object([("path", Ordered::Array(Vec::new()))]),
+                            )
+                        };
                         Judgement {
                             outcome: Outcome::Fail,
-                            detail: format!(
-                                "{file} does not validate against schema: {}",
-                                inv.value.summary
-                            ),
-                            evidence: json!({"violations": problems}),
+                            detail,
+                            evidence,
                         }
                     }
                     Err(e) => gate_error("JsonSchemaGate", &plain(&e.to_string())),
@@ -491,21 +506,25 @@ impl LoopGate {
             }
             Judge::All(children) => {
                 let results: Vec<Judgement> = children.iter().map(|c| self.run_judge(c)).collect();
-                let evidence = json!({
-                    "children": results.iter().map(|r| json!({"detail": r.detail, "evidence": r.evidence, "passed": r.outcome == Outcome::Pass})).collect::<Vec<_>>(),
-                    "mode": "all",
-                });
-                let n = results.len();
+                // A child that could not decide makes the lap an error, in its words.
                 if let Some(broken) = results.iter().find(|r| r.outcome == Outcome::Error) {
-                    return Judgement {
-                        outcome: Outcome::Error,
-                        detail: format!(
-                            "gate error: GateError: CompositeGate: a child gate could not decide: {}",
-                            broken.detail
-                        ),
-                        evidence: json!({"component": "gate", "error_type": "GateError", "children": evidence["children"]}),
-                    };
+                    return broken.clone();
                 }
+                let children = results
+                    .iter()
+                    .map(|r| {
+                        Ordered::object([
+                            ("passed", (r.outcome == Outcome::Pass).into()),
+                            ("detail", r.detail.clone().into()),
+                            ("evidence", r.evidence.clone()),
+                        ])
+                    })
+                    .collect();
+                let evidence = Ordered::object([
+                    ("mode", "all".into()),
+                    ("children", Ordered::Array(children)),
+                ]);
+                let n = results.len();
                 let failed = results
                     .iter()
                     .filter(|r| r.outcome == Outcome::Fail)
@@ -519,9 +538,7 @@ impl LoopGate {
                 } else {
                     Judgement {
                         outcome: Outcome::Fail,
-                        detail: format!(
-                            "composite gate failed: {failed} of {n} child gate(s) failed"
-                        ),
+                        detail: format!("composite gate failed: {failed} child gate(s) failed"),
                         evidence,
                     }
                 }

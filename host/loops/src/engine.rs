@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use crate::ledger::Ordered;
 
 use crate::bounds::{Bounds, Stop};
 use crate::ledger::{
@@ -58,7 +58,7 @@ pub trait Runner {
 pub struct Judgement {
     pub outcome: Outcome,
     pub detail: String,
-    pub evidence: Value,
+    pub evidence: Ordered,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,9 +106,16 @@ pub trait Handoff {
     fn write(&mut self, outcome: &RunOutcome) -> Result<(), String>;
 }
 
+/// The loop's memory across laps (`.STATE.md.runtime`): a note for every
+/// lap the gate rejected, for the next turn and the next run to read.
+pub trait Memory {
+    fn note(&mut self, lap: u32, timestamp: &str, detail: &str);
+}
+
 /// The operator's go-ahead for rungs that require it.
 pub trait Approver {
-    fn approved(&mut self, lap: u32) -> bool;
+    /// Whether the pass the gate gave at `lap` (`detail`) is approved.
+    fn approved(&mut self, lap: u32, detail: &str) -> bool;
 }
 
 /// How a run ended.
@@ -187,6 +194,7 @@ pub struct Ports<'a> {
     pub ledger: &'a mut dyn Ledger,
     pub approver: &'a mut dyn Approver,
     pub handoff: &'a mut dyn Handoff,
+    pub memory: &'a mut dyn Memory,
 }
 
 /// Why the engine itself stopped: a record could not be written, or the
@@ -256,7 +264,7 @@ impl Laps<'_, '_> {
             lap += 1;
             // The kill switch comes before everything else in a lap.
             if let Some(why) = self.ports.kill.engaged() {
-                let verdict = verdict(false, why.clone(), json!({}));
+                let verdict = verdict(false, why.clone(), Ordered::empty());
                 return self.finish(
                     Status::Killed,
                     why,
@@ -285,7 +293,7 @@ impl Laps<'_, '_> {
                 Ok(turn) => turn,
                 Err(error) => {
                     let detail = format!("runner error: {}: {}", error.kind, error.message);
-                    let evidence = json!({"component": "runner", "error_type": error.kind});
+                    let evidence = error_evidence("runner", &error.kind);
                     return self.error(lap, detail, evidence);
                 }
             };
@@ -296,12 +304,13 @@ impl Laps<'_, '_> {
                 .forbidden_changes()
                 .map_err(EngineError)?;
             if !forbidden.is_empty() {
+                // A tampered anchor is never judged: the gate it feeds
+                // could be made to pass.
                 let detail = format!(
-                    "runner error: ForbiddenWrite: the turn changed {}, which the loop's forbid list protects (the gate's anchors may not change)",
-                    forbidden.join(", ")
+                    "runner error: RunnerError: SECURITY: the gate's verification anchor '{}' was MODIFIED during the run (it is declared in the loop's forbid list). A runner may not neuter the file the gate checks — refusing to report a pass on a tampered anchor.",
+                    forbidden.join("', '")
                 );
-                let evidence = json!({"component": "runner", "error_type": "ForbiddenWrite", "paths": forbidden});
-                return self.error(lap, detail, evidence);
+                return self.error(lap, detail, error_evidence("runner", "RunnerError"));
             }
             let digest = self.ports.workspace.digest().map_err(EngineError)?;
             let changed = digest != last_digest;
@@ -322,7 +331,8 @@ impl Laps<'_, '_> {
             let recorded = verdict(passed, judgement.detail.clone(), judgement.evidence.clone());
             match judgement.outcome {
                 Outcome::Pass => {
-                    let approved = !bounds.require_approval || self.ports.approver.approved(lap);
+                    let approved = !bounds.require_approval
+                        || self.ports.approver.approved(lap, &judgement.detail);
                     let (status, decision, reason) = if approved {
                         (Status::Done, Decision::Done, "gate-passed")
                     } else {
@@ -362,6 +372,8 @@ impl Laps<'_, '_> {
                     return self.halt(stop, lap, true);
                 }
                 Outcome::Fail => {
+                    let now = self.ports.clock.timestamp();
+                    self.ports.memory.note(lap, &now, &judgement.detail);
                     feedback = Some(judgement.detail);
                     self.record(LapRecord {
                         lap,
@@ -415,7 +427,7 @@ impl Laps<'_, '_> {
         Ok(self.outcome)
     }
 
-    fn error(self, lap: u32, detail: String, evidence: Value) -> Result<RunOutcome, EngineError> {
+    fn error(self, lap: u32, detail: String, evidence: Ordered) -> Result<RunOutcome, EngineError> {
         let record = LapRecord {
             lap,
             verdict: verdict(false, detail.clone(), evidence),
@@ -437,12 +449,14 @@ impl Laps<'_, '_> {
             lap,
             prompt: &self.plan.prompt,
             feedback: Some(&reason),
-            time_left: reserve.max(Duration::from_secs(1)),
+            time_left: reserve,
             wind_down: true,
         };
-        // A wind-down turn that fails leaves the handoff without the
-        // worker's account; the halt itself stands.
-        if let Ok(turn) = self.ports.runner.turn(&request) {
+        // No reserve, no wind-down turn. One that fails leaves the handoff
+        // without the worker's account; the halt itself stands.
+        if !reserve.is_zero()
+            && let Ok(turn) = self.ports.runner.turn(&request)
+        {
             self.outcome.tokens += turn.tokens;
             self.outcome.wind_down = Some(turn.output);
         }
@@ -452,7 +466,7 @@ impl Laps<'_, '_> {
         let handoff = self.ports.handoff.write(&self.outcome).is_ok();
         let record = LapRecord {
             lap,
-            verdict: verdict(false, reason.clone(), json!({})),
+            verdict: verdict(false, reason.clone(), Ordered::empty()),
             decision: Decision::Halt,
             attempted,
             handoff,
@@ -462,7 +476,15 @@ impl Laps<'_, '_> {
     }
 }
 
-fn verdict(passed: bool, detail: String, evidence: Value) -> VerdictRecord {
+/// `{"component": …, "error_type": …}`: what could not run.
+pub fn error_evidence(component: &str, error_type: &str) -> Ordered {
+    Ordered::object([
+        ("component", component.into()),
+        ("error_type", error_type.into()),
+    ])
+}
+
+fn verdict(passed: bool, detail: String, evidence: Ordered) -> VerdictRecord {
     VerdictRecord {
         passed,
         detail,
@@ -472,3 +494,446 @@ fn verdict(passed: bool, detail: String, evidence: Value) -> VerdictRecord {
 
 /// The file a halt leaves for the next run.
 pub const HANDOFF_FILE: &str = "HANDOFF.md";
+
+#[cfg(test)]
+mod tests {
+    //! The lap loop against in-memory ports: the bounds, the order of the
+    //! checks in a lap, and what each ending records.
+    use std::cell::Cell;
+
+    use super::*;
+
+    struct Script {
+        /// Per lap: tokens, whether the turn changes the workspace, the verdict.
+        laps: Vec<(u64, bool, Outcome)>,
+        content: u32,
+        wind_downs: u32,
+        fail_runner_at: Option<u32>,
+        tamper_at: Option<u32>,
+        tampered: bool,
+        gate_runs: u32,
+    }
+
+    impl Script {
+        fn new(laps: Vec<(u64, bool, Outcome)>) -> Script {
+            Script {
+                laps,
+                content: 0,
+                wind_downs: 0,
+                fail_runner_at: None,
+                tamper_at: None,
+                tampered: false,
+                gate_runs: 0,
+            }
+        }
+        fn lap(&self, lap: u32) -> (u64, bool, Outcome) {
+            let i = (lap as usize - 1).min(self.laps.len() - 1);
+            self.laps[i]
+        }
+    }
+
+    struct Fake<'a>(&'a std::cell::RefCell<Script>);
+
+    impl Runner for Fake<'_> {
+        fn turn(&mut self, r: &TurnRequest) -> Result<Turn, RunnerError> {
+            let mut s = self.0.borrow_mut();
+            if r.wind_down {
+                s.wind_downs += 1;
+                return Ok(Turn {
+                    output: "my account".into(),
+                    tokens: 20,
+                    claimed_done: true,
+                });
+            }
+            if s.fail_runner_at == Some(r.lap) {
+                return Err(RunnerError {
+                    kind: "RunnerError".into(),
+                    message: "StubRunner: no entry".into(),
+                });
+            }
+            if s.tamper_at == Some(r.lap) {
+                s.tampered = true;
+            }
+            let (tokens, changes, _) = s.lap(r.lap);
+            if changes {
+                s.content += 1;
+            }
+            Ok(Turn {
+                output: format!("lap {}", r.lap),
+                tokens,
+                claimed_done: true,
+            })
+        }
+    }
+
+    impl Workspace for Fake<'_> {
+        fn digest(&mut self) -> Result<String, String> {
+            Ok(self.0.borrow().content.to_string())
+        }
+        fn forbidden_changes(&mut self) -> Result<Vec<String>, String> {
+            Ok(if self.0.borrow().tampered {
+                vec!["seed/check.py".into()]
+            } else {
+                vec![]
+            })
+        }
+    }
+
+    struct FakeGate<'a>(&'a std::cell::RefCell<Script>, Cell<u32>);
+
+    impl Gate for FakeGate<'_> {
+        fn judge(&mut self, _: Duration) -> Judgement {
+            self.1.set(self.1.get() + 1);
+            let mut s = self.0.borrow_mut();
+            s.gate_runs += 1;
+            let lap = self.1.get();
+            let (_, _, outcome) = s.lap(lap);
+            let detail = match outcome {
+                Outcome::Pass => "gate passed (exit 0)",
+                Outcome::Fail => "gate failed (exit 1)",
+                Outcome::Error => "gate error: GateError: CommandGate: boom",
+            };
+            Judgement {
+                outcome,
+                detail: detail.into(),
+                evidence: Ordered::empty(),
+            }
+        }
+        fn record(&self) -> GateRecord {
+            GateRecord {
+                kind: "command".into(),
+                source: "shipped".into(),
+                implementation: "CommandGate".into(),
+                component: None,
+            }
+        }
+    }
+
+    /// Each call to `elapsed` moves time on by `step`.
+    struct Ticking {
+        now: Cell<Duration>,
+        step: Duration,
+    }
+    impl Clock for Ticking {
+        fn elapsed(&self) -> Duration {
+            let t = self.now.get();
+            self.now.set(t + self.step);
+            t
+        }
+        fn timestamp(&self) -> String {
+            "2026-12-01T00:00:00.000000Z".into()
+        }
+    }
+
+    struct Kill(bool);
+    impl KillSwitch for Kill {
+        fn engaged(&self) -> Option<String> {
+            self.0.then(|| "killed".into())
+        }
+    }
+
+    #[derive(Default)]
+    struct Lines(Vec<LedgerLine>, String);
+    impl Ledger for Lines {
+        fn append(&mut self, line: &LedgerLine) -> Result<String, String> {
+            self.1 = bl_core::sha256_hex(line.to_line().as_bytes());
+            self.0.push(line.clone());
+            Ok(self.1.clone())
+        }
+        fn head(&self) -> &str {
+            if self.0.is_empty() {
+                crate::ledger::GENESIS
+            } else {
+                &self.1
+            }
+        }
+    }
+
+    struct Answer(bool);
+    impl Approver for Answer {
+        fn approved(&mut self, _: u32, _: &str) -> bool {
+            self.0
+        }
+    }
+
+    #[derive(Default)]
+    struct Written(Option<RunOutcome>, Vec<u32>);
+    impl Handoff for Written {
+        fn write(&mut self, outcome: &RunOutcome) -> Result<(), String> {
+            self.0 = Some(outcome.clone());
+            Ok(())
+        }
+    }
+    impl Memory for Written {
+        fn note(&mut self, lap: u32, _: &str, _: &str) {
+            self.1.push(lap);
+        }
+    }
+
+    fn bounds() -> Bounds {
+        Bounds {
+            max_iterations: 5,
+            no_progress_window: 3,
+            max_tokens: None,
+            max_wallclock_s: 990,
+            handoff_reserve_s: 90,
+            sandbox: true,
+            quarantine_inputs: true,
+            schema: None,
+            trace: true,
+            require_approval: false,
+        }
+    }
+
+    struct Run {
+        outcome: RunOutcome,
+        lines: Vec<LedgerLine>,
+        handoff: Option<RunOutcome>,
+        notes: Vec<u32>,
+        script: Script,
+    }
+
+    fn run_with(script: Script, bounds: Bounds, kill: bool, approve: bool, step_ms: u64) -> Run {
+        let cell = std::cell::RefCell::new(script);
+        let mut runner = Fake(&cell);
+        let mut workspace = Fake(&cell);
+        let mut gate = FakeGate(&cell, Cell::new(0));
+        let clock = Ticking {
+            now: Cell::new(Duration::ZERO),
+            step: Duration::from_millis(step_ms),
+        };
+        let mut ledger = Lines::default();
+        let mut written = Written::default();
+        let mut memory = Written::default();
+        let plan = Plan {
+            bounds,
+            prompt: "fix".into(),
+            laps_done: 0,
+            tokens_spent: 0,
+        };
+        let outcome = run(
+            &plan,
+            Ports {
+                runner: &mut runner,
+                gate: &mut gate,
+                workspace: &mut workspace,
+                clock: &clock,
+                kill: &Kill(kill),
+                ledger: &mut ledger,
+                approver: &mut Answer(approve),
+                handoff: &mut written,
+                memory: &mut memory,
+            },
+        )
+        .unwrap();
+        Run {
+            outcome,
+            lines: ledger.0,
+            handoff: written.0,
+            notes: memory.1,
+            script: cell.into_inner(),
+        }
+    }
+
+    fn run_script(laps: Vec<(u64, bool, Outcome)>, bounds: Bounds) -> Run {
+        run_with(Script::new(laps), bounds, false, true, 0)
+    }
+
+    use Outcome::{Error as E, Fail as F, Pass as P};
+
+    #[test]
+    fn a_pass_ends_the_run_done_and_a_fail_continues() {
+        let r = run_script(vec![(10, true, F), (5, true, P)], bounds());
+        assert_eq!(
+            (
+                r.outcome.status,
+                r.outcome.reason.as_str(),
+                r.outcome.laps,
+                r.outcome.tokens
+            ),
+            (Status::Done, "gate-passed", 2, 15)
+        );
+        let decisions: Vec<_> = r.lines.iter().map(|l| l.decision).collect();
+        assert_eq!(decisions, [Decision::Continue, Decision::Done]);
+        assert_eq!(r.lines[1].budget_spent.as_ref().unwrap().tokens, 15);
+        assert_eq!(r.notes, [1], "a rejected lap is remembered");
+        assert!(r.handoff.is_none());
+    }
+
+    #[test]
+    fn a_pass_wins_even_when_the_lap_changed_nothing() {
+        let r = run_script(vec![(1, false, F), (1, false, F), (1, false, P)], bounds());
+        assert_eq!((r.outcome.status, r.outcome.laps), (Status::Done, 3));
+    }
+
+    #[test]
+    fn max_iterations_halts_before_the_extra_lap_with_a_wind_down_and_a_handoff() {
+        let r = run_script(
+            vec![(3, true, F)],
+            Bounds {
+                max_iterations: 2,
+                ..bounds()
+            },
+        );
+        assert_eq!(
+            (r.outcome.status, r.outcome.reason.as_str()),
+            (Status::Halt, "max_iterations 2 reached at lap 3")
+        );
+        let last = r.lines.last().unwrap();
+        assert_eq!(
+            (
+                last.lap,
+                last.decision,
+                last.attempted,
+                last.handoff.as_str()
+            ),
+            (3, Decision::Halt, false, "HANDOFF.md")
+        );
+        assert_eq!(
+            last.budget_spent.as_ref().unwrap().tokens,
+            3 + 3 + 20,
+            "the wind-down's tokens count"
+        );
+        assert_eq!(r.script.wind_downs, 1);
+        assert_eq!(r.handoff.unwrap().wind_down.as_deref(), Some("my account"));
+    }
+
+    #[test]
+    fn no_progress_replaces_the_window_s_last_lap_with_the_halt() {
+        // Lap 1 changes, laps 2..4 do not: the halt is written at lap 4.
+        let r = run_script(
+            vec![(1, true, F), (1, false, F)],
+            Bounds {
+                max_iterations: 10,
+                ..bounds()
+            },
+        );
+        assert_eq!(
+            (r.outcome.status, r.outcome.reason.as_str(), r.outcome.laps),
+            (Status::Halt, "no progress in last 3 laps", 4)
+        );
+        let last = r.lines.last().unwrap();
+        assert_eq!(
+            (last.attempted, last.decision, last.handoff.as_str()),
+            (true, Decision::Halt, "HANDOFF.md")
+        );
+        assert_eq!(r.lines.len(), 4);
+    }
+
+    #[test]
+    fn the_token_budget_is_checked_before_a_lap() {
+        let r = run_script(
+            vec![(20, true, F)],
+            Bounds {
+                max_tokens: Some(40),
+                max_iterations: 10,
+                ..bounds()
+            },
+        );
+        assert_eq!(
+            (r.outcome.reason.as_str(), r.outcome.laps),
+            ("token budget 40 exceeded (40 spent)", 3)
+        );
+        assert!(!r.lines[2].attempted);
+        assert_eq!(r.lines[2].budget_spent.as_ref().unwrap().tokens, 60);
+    }
+
+    #[test]
+    fn the_wallclock_stops_work_at_the_reserve_and_no_reserve_means_no_wind_down() {
+        let b = Bounds {
+            max_wallclock_s: 1,
+            handoff_reserve_s: 0,
+            max_iterations: 100,
+            ..bounds()
+        };
+        let r = run_with(Script::new(vec![(1, true, F)]), b, false, true, 150);
+        assert_eq!(r.outcome.status, Status::Halt);
+        assert!(
+            r.outcome
+                .reason
+                .starts_with("wallclock limit 1s exceeded ("),
+            "{}",
+            r.outcome.reason
+        );
+        assert_eq!(r.script.wind_downs, 0);
+        assert!(r.handoff.unwrap().wind_down.is_none());
+    }
+
+    #[test]
+    fn the_kill_switch_comes_first_and_records_no_spend() {
+        let r = run_with(Script::new(vec![(1, true, P)]), bounds(), true, true, 0);
+        assert_eq!(
+            (r.outcome.status, r.outcome.reason.as_str(), r.outcome.laps),
+            (Status::Killed, "killed", 1)
+        );
+        assert_eq!(r.lines[0].budget_spent, None);
+        assert!(r.lines[0].to_line().contains(r#""budget_spent":{}"#));
+        assert_eq!(r.script.gate_runs, 0);
+    }
+
+    #[test]
+    fn runner_and_gate_failures_are_errors_never_verdicts() {
+        let mut s = Script::new(vec![(1, true, F)]);
+        s.fail_runner_at = Some(2);
+        let r = run_with(s, bounds(), false, true, 0);
+        assert_eq!((r.outcome.status, r.outcome.laps), (Status::Error, 2));
+        assert_eq!(
+            r.outcome.reason,
+            "runner error: RunnerError: StubRunner: no entry"
+        );
+        assert_eq!(
+            r.lines[1].verdict.evidence,
+            error_evidence("runner", "RunnerError")
+        );
+        let r = run_script(vec![(1, true, E)], bounds());
+        assert_eq!(
+            (r.outcome.status, r.lines[0].decision),
+            (Status::Error, Decision::Error)
+        );
+        assert_eq!(Status::Error.exit_code(), 3);
+    }
+
+    #[test]
+    fn a_tampered_anchor_is_an_error_and_the_gate_never_sees_it() {
+        let mut s = Script::new(vec![(1, true, P)]);
+        s.tamper_at = Some(1);
+        let r = run_with(s, bounds(), false, true, 0);
+        assert_eq!(r.outcome.status, Status::Error);
+        assert!(
+            r.outcome.reason.contains("'seed/check.py' was MODIFIED"),
+            "{}",
+            r.outcome.reason
+        );
+        assert_eq!(r.script.gate_runs, 0);
+    }
+
+    #[test]
+    fn an_unapproved_pass_pauses() {
+        let b = Bounds {
+            require_approval: true,
+            ..bounds()
+        };
+        let r = run_with(Script::new(vec![(1, true, P)]), b.clone(), false, false, 0);
+        assert_eq!(
+            (
+                r.outcome.status,
+                r.outcome.reason.as_str(),
+                r.lines[0].decision
+            ),
+            (Status::Pause, "awaiting-approval", Decision::Pause)
+        );
+        let r = run_with(Script::new(vec![(1, true, P)]), b, false, true, 0);
+        assert_eq!(r.outcome.status, Status::Done);
+    }
+
+    #[test]
+    fn every_line_chains_to_the_one_before() {
+        let r = run_script(vec![(1, true, F), (1, true, F), (1, true, P)], bounds());
+        let mut prev = crate::ledger::GENESIS.to_string();
+        for line in &r.lines {
+            assert_eq!(line.prev, prev);
+            prev = bl_core::sha256_hex(line.to_line().as_bytes());
+        }
+        assert_eq!(prev, r.outcome.ledger_head);
+    }
+}

@@ -1,9 +1,8 @@
 //! One line of a loop's ledger, as bounded-loops 0.7 writes it: a compact
-//! JSON object with its keys in bounded-loops' order (not sorted), every
-//! non-ASCII character escaped as Python's `json.dumps` does, and `prev`
-//! the hex sha256 of the previous line's exact bytes (64 zeros first). The
-//! chain check lives in bl-store (`loop_ledger`); this module only builds
-//! lines.
+//! JSON object with its keys in bounded-loops' order (not sorted, also
+//! inside the evidence), UTF-8 written raw, and `prev` the hex sha256 of
+//! the previous line's exact bytes (64 zeros first). The chain check lives
+//! in bl-store (`loop_ledger`); this module only builds lines.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -27,8 +26,71 @@ pub enum Decision {
 pub struct VerdictRecord {
     pub passed: bool,
     pub detail: String,
-    /// The gate's evidence (keys sorted).
-    pub evidence: Value,
+    pub evidence: Ordered,
+}
+
+/// JSON whose objects keep their keys in the order they were built, as
+/// the ledger's evidence does (`{"mode": …, "children": […]}`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ordered {
+    Json(Value),
+    Object(Vec<(String, Ordered)>),
+    Array(Vec<Ordered>),
+}
+
+impl Ordered {
+    /// `{}`.
+    pub fn empty() -> Ordered {
+        Ordered::Object(Vec::new())
+    }
+
+    /// An object from `(key, value)` pairs, in order.
+    pub fn object<K: Into<String>>(pairs: impl IntoIterator<Item = (K, Ordered)>) -> Ordered {
+        Ordered::Object(pairs.into_iter().map(|(k, v)| (k.into(), v)).collect())
+    }
+
+    /// The same value as plain (key-sorted) JSON.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Ordered::Json(v) => v.clone(),
+            Ordered::Object(pairs) => Value::Object(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_json()))
+                    .collect(),
+            ),
+            Ordered::Array(items) => Value::Array(items.iter().map(Ordered::to_json).collect()),
+        }
+    }
+}
+
+impl<T: Into<Value>> From<T> for Ordered {
+    fn from(value: T) -> Ordered {
+        Ordered::Json(value.into())
+    }
+}
+
+impl Serialize for Ordered {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self {
+            Ordered::Json(v) => v.serialize(serializer),
+            Ordered::Object(pairs) => {
+                let mut map = serializer.serialize_map(Some(pairs.len()))?;
+                for (k, v) in pairs {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+            Ordered::Array(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -95,8 +157,7 @@ fn spent_or_empty<S: serde::Serializer>(
 impl LedgerLine {
     /// The line's bytes, without the newline.
     pub fn to_line(&self) -> String {
-        let compact = serde_json::to_string(self).expect("a ledger line always serializes");
-        ascii_escaped(&compact)
+        serde_json::to_string(self).expect("a ledger line always serializes")
     }
 }
 
@@ -130,7 +191,6 @@ pub fn hundredths(seconds: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn line() -> LedgerLine {
         LedgerLine {
@@ -140,7 +200,14 @@ mod tests {
             verdict: VerdictRecord {
                 passed: true,
                 detail: "gate passed (exit 0)".into(),
-                evidence: json!({"cmd": "python3 seed/a11y_lint.py seed/index.html", "code": 0, "tail": "a11y_lint: no static accessibility violations in seed/index.html\n"}),
+                evidence: Ordered::object([
+                    ("cmd", "python3 seed/a11y_lint.py seed/index.html".into()),
+                    ("code", 0.into()),
+                    (
+                        "tail",
+                        "a11y_lint: no static accessibility violations in seed/index.html\n".into(),
+                    ),
+                ]),
             },
             decision: Decision::Done,
             budget_spent: Some(BudgetSpent {
@@ -171,6 +238,23 @@ mod tests {
         // bounded-loops 0.7.6's own `bl run --run-id`.
         let recorded = include_str!("../../../tests/corpus/loop-ledgers/upstream-run/ledger.jsonl");
         assert_eq!(format!("{}\n", line().to_line()), recorded);
+    }
+
+    #[test]
+    fn evidence_keeps_its_order_and_utf8_is_raw() {
+        let mut l = line();
+        l.verdict.detail = "rejected — anchor".into();
+        l.verdict.evidence = Ordered::object([
+            ("mode", "all".into()),
+            ("children", Ordered::Array(vec![Ordered::empty()])),
+        ]);
+        let text = l.to_line();
+        assert!(
+            text.contains(
+                r#""detail":"rejected — anchor","evidence":{"mode":"all","children":[{}]}"#
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -12,3 +12,6 @@ pub mod cassette;
 pub mod engine;
 pub mod ledger;
 pub mod manifest;
+pub mod quarantine;
+pub mod receipt;
+pub mod redact;

@@ -263,7 +263,9 @@ fn find_program(spec: &CommandSpec) -> Result<std::path::PathBuf, CommandError> 
         return if executable(&path) {
             Ok(path)
         } else {
-            Err(CommandError::Spawn(format!("No such file or directory: '{program}'")))
+            Err(CommandError::Spawn(format!(
+                "No such file or directory: '{program}'"
+            )))
         };
     }
     let path = spec

@@ -36,32 +36,58 @@ pub struct ScratchWorkspace {
     forbid: Vec<String>,
     /// The forbidden paths' content when the run started.
     anchors: BTreeMap<String, Option<[u8; 32]>>,
+    /// Seed entries quarantine kept out (`seed/...`).
+    withheld: Vec<String>,
+}
+
+/// How a workspace is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepare {
+    /// A fresh copy of the seed, removed with the run.
+    Scratch,
+    /// A fresh copy kept with the run (`--run-id`).
+    Persistent,
+    /// The workspace a resumed run left, as it is.
+    Resume,
 }
 
 impl ScratchWorkspace {
-    /// Copies `package/seed` into `root/seed` (a fresh directory), or opens
-    /// the workspace a resumed run left there.
+    /// Copies `package/seed` into `root/seed` (withholding credential-like
+    /// names when `quarantine` is on), or opens the workspace a resumed run
+    /// left there.
     pub fn prepare(
         package: &Path,
         root: &Path,
         forbid: &[String],
-        resume: bool,
+        how: Prepare,
+        quarantine: bool,
     ) -> std::io::Result<ScratchWorkspace> {
-        if !resume {
+        let mut withheld = Vec::new();
+        if how != Prepare::Resume {
             std::fs::create_dir_all(root)?;
             let seed = package.join("seed");
             if seed.is_dir() {
-                copy_tree(&seed, &root.join("seed"))?;
+                let mut keep = |rel: &str, name: &str| {
+                    let out = quarantine && bl_loops::quarantine::withheld(name);
+                    if out {
+                        withheld.push(format!("seed/{rel}"));
+                    }
+                    !out
+                };
+                copy_filtered(&seed, &root.join("seed"), "", &mut keep)?;
             }
-            std::fs::write(
-                root.join(SCRATCH_MARKER),
-                "bounded-loops scratch workspace\n",
-            )?;
+            let marker = match how {
+                Prepare::Persistent => "bounded-loops persistent run workspace\n",
+                _ => "bounded-loops scratch workspace\n",
+            };
+            std::fs::write(root.join(SCRATCH_MARKER), marker)?;
         }
+        withheld.sort();
         let mut workspace = ScratchWorkspace {
             root: root.to_path_buf(),
             forbid: forbid.to_vec(),
             anchors: BTreeMap::new(),
+            withheld,
         };
         workspace.anchors = workspace.anchor_hashes();
         Ok(workspace)
@@ -69,6 +95,11 @@ impl ScratchWorkspace {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// What quarantine kept out of the workspace.
+    pub fn withheld(&self) -> &[String] {
+        &self.withheld
     }
 
     fn anchor_hashes(&self) -> BTreeMap<String, Option<[u8; 32]>> {
@@ -161,13 +192,32 @@ fn content_hashes(dir: &Path) -> BTreeMap<String, [u8; 32]> {
 
 /// Copies a directory tree (files, directories and symlinks as links).
 pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    copy_filtered(from, to, "", &mut |_, _| true)
+}
+
+/// Copies the entries `keep(relative path, name)` accepts.
+fn copy_filtered(
+    from: &Path,
+    to: &Path,
+    rel: &str,
+    keep: &mut dyn FnMut(&str, &str) -> bool,
+) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let kind = entry.file_type()?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let child_rel = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
+        if !keep(&child_rel, &name) {
+            continue;
+        }
         let target = to.join(entry.file_name());
         if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
+            copy_filtered(&entry.path(), &target, &child_rel, keep)?;
         } else if kind.is_symlink() {
             std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
         } else if kind.is_file() {
@@ -294,16 +344,24 @@ fn python_list(items: &[String]) -> String {
 /// The text a command-line runner is given on stdin: the spec, then the
 /// gate's last word when there is one.
 fn prompt_text(request: &TurnRequest) -> String {
+    if request.wind_down {
+        let why = request.feedback.unwrap_or("a declared bound");
+        return format!(
+            "# Stop: the budget is spent\n\n\
+             This run ended on a declared bound: {why}\n\n\
+             Do not continue the task and do not change any file: nothing you start now can finish.\n\n\
+             Use this one short turn to hand over to whoever runs this next (perhaps a fresh run of you, \
+             with no memory of this one). Write to stdout, under three headings:\n\n\
+             1. **Done**: what you changed, and where.\n\
+             2. **Left**: what remains, as precisely as you can.\n\
+             3. **Next**: what you would do first with more budget, and anything costly to work out again.\n"
+        );
+    }
     let mut prompt = request.prompt.to_string();
     if let Some(feedback) = request.feedback {
-        prompt.push_str("\n\n## The gate's last verdict\n\n");
+        prompt.push_str("\n\n# The gate's last verdict\n\n");
         prompt.push_str(feedback);
         prompt.push('\n');
-    }
-    if request.wind_down {
-        prompt.push_str(
-            "\n\n## Wind-down\n\nA bound stopped this run. Do not change files. Describe what you did, what is left and what you would do next.\n",
-        );
     }
     prompt
 }
@@ -427,10 +485,43 @@ impl Runner for CommandTurns {
             env: self.env.clone(),
             private_dir: None,
         };
-        let result = self
-            .runner
-            .run(&spec)
-            .map_err(|e| runner_error(&self.name, e.to_string()))?;
+        let result = self.runner.run(&spec).map_err(|e| {
+            let why = match e {
+                bl_core::CommandError::Spawn(m) | bl_core::CommandError::Denied(m) => m,
+                other => other.to_string(),
+            };
+            let shown = shlex::try_join(self.argv.iter().map(String::as_str)).unwrap_or_default();
+            runner_error(
+                &self.name,
+                format!("could not launch agent command '{shown}': {why}"),
+            )
+        })?;
+        if self.name == "ShellRunner" && !result.timed_out {
+            // A shell agent's exit status is its own business: the gate
+            // decides. Its account is what it printed.
+            let stdout = String::from_utf8_lossy(&result.stdout_tail).into_owned();
+            let stderr = String::from_utf8_lossy(&result.stderr_tail).into_owned();
+            if !request.wind_down {
+                std::fs::write(self.root.join(AGENT_OUTPUT), &stdout).map_err(|e| {
+                    runner_error(&self.name, format!("could not write {AGENT_OUTPUT}: {e}"))
+                })?;
+            }
+            let shown = shlex::try_join(self.argv.iter().map(String::as_str)).unwrap_or_default();
+            let code = result
+                .exit_code
+                .map_or("signal".to_string(), |c| c.to_string());
+            let mut output = format!("[ShellRunner] cmd='{shown}' exit={code}\n");
+            if !stderr.is_empty() {
+                output.push_str(&format!("[stderr] {}\n", stderr.trim_end()));
+            }
+            output.push('\n');
+            output.push_str(&stdout);
+            return Ok(Turn {
+                output,
+                tokens: 0,
+                claimed_done: false,
+            });
+        }
         if result.timed_out {
             return Err(runner_error(
                 &self.name,
@@ -520,7 +611,8 @@ mod tests {
     fn the_digest_moves_with_content_and_ignores_bookkeeping() {
         let pkg = package();
         let root = pkg.path().join("ws");
-        let mut ws = ScratchWorkspace::prepare(pkg.path(), &root, &[], false).unwrap();
+        let mut ws =
+            ScratchWorkspace::prepare(pkg.path(), &root, &[], Prepare::Scratch, true).unwrap();
         let first = ws.digest().unwrap();
         std::fs::write(root.join(AGENT_OUTPUT), "I did it").unwrap();
         std::fs::create_dir_all(root.join("seed/__pycache__")).unwrap();
@@ -537,11 +629,28 @@ mod tests {
     }
 
     #[test]
+    fn quarantine_withholds_credential_names_and_reports_them() {
+        let pkg = package();
+        std::fs::create_dir_all(pkg.path().join("seed/sub")).unwrap();
+        std::fs::write(pkg.path().join("seed/sub/.env"), "KEY=1").unwrap();
+        std::fs::write(pkg.path().join("seed/key.pem"), "x").unwrap();
+        let root = pkg.path().join("ws");
+        let ws = ScratchWorkspace::prepare(pkg.path(), &root, &[], Prepare::Scratch, true).unwrap();
+        assert_eq!(ws.withheld(), ["seed/key.pem", "seed/sub/.env"]);
+        assert!(!root.join("seed/sub/.env").exists() && root.join("seed/doc.md").exists());
+        let open = pkg.path().join("open");
+        let ws =
+            ScratchWorkspace::prepare(pkg.path(), &open, &[], Prepare::Scratch, false).unwrap();
+        assert!(ws.withheld().is_empty() && open.join("seed/sub/.env").exists());
+    }
+
+    #[test]
     fn the_guard_sees_a_forbidden_path_change_or_vanish() {
         let pkg = package();
         let root = pkg.path().join("ws");
         let forbid = vec!["seed/check.py".to_string()];
-        let mut ws = ScratchWorkspace::prepare(pkg.path(), &root, &forbid, false).unwrap();
+        let mut ws =
+            ScratchWorkspace::prepare(pkg.path(), &root, &forbid, Prepare::Scratch, true).unwrap();
         assert!(ws.forbidden_changes().unwrap().is_empty());
         std::fs::write(root.join("seed/check.py"), "raise SystemExit(0)\n").unwrap();
         assert_eq!(ws.forbidden_changes().unwrap(), forbid);
@@ -553,7 +662,7 @@ mod tests {
     fn the_stub_refuses_forbidden_and_escaping_writes_before_writing_anything() {
         let pkg = package();
         let root = pkg.path().join("ws");
-        ScratchWorkspace::prepare(pkg.path(), &root, &[], false).unwrap();
+        ScratchWorkspace::prepare(pkg.path(), &root, &[], Prepare::Scratch, true).unwrap();
         let cassette = |path: &str| {
             Cassette::parse(&format!(
                 r#"{{"interactions":[{{"lap":"*","agent_output":"done","tokens":3,"actions":[

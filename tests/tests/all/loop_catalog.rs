@@ -25,7 +25,10 @@ fn catalog_dir() -> Option<PathBuf> {
         "CI=true but bounded-loops' catalog is not at {}: scripts/dev test should have unpacked it",
         dir.display()
     );
-    eprintln!("SKIPPED: bounded-loops' catalog is not at {} (run scripts/dev test, or set BL_UPSTREAM_CATALOG)", dir.display());
+    eprintln!(
+        "SKIPPED: bounded-loops' catalog is not at {} (run scripts/dev test, or set BL_UPSTREAM_CATALOG)",
+        dir.display()
+    );
     None
 }
 
@@ -67,7 +70,10 @@ fn comparable(row: &Value, pytest: bool, keep_tails: bool) -> Value {
     if pytest {
         // bounded-loops names its own interpreter; bl runs python3 -m pytest.
         let detail = verdict["detail"].as_str().unwrap().to_string();
-        verdict.insert("detail".into(), Value::String(detail.split(';').next().unwrap().to_string()));
+        verdict.insert(
+            "detail".into(),
+            Value::String(detail.split(';').next().unwrap().to_string()),
+        );
         if let Some(evidence) = verdict.get_mut("evidence").and_then(Value::as_object_mut) {
             evidence.remove("cmd");
             evidence.remove("invocation");
@@ -149,7 +155,11 @@ fn the_upstream_catalog_ends_as_it_ends_under_bounded_loops() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let mut problems = Vec::new();
         if out.status.code() != expected["exit_code"].as_i64().map(|c| c as i32) {
-            problems.push(format!("exit {:?}, upstream {}", out.status.code(), expected["exit_code"]));
+            problems.push(format!(
+                "exit {:?}, upstream {}",
+                out.status.code(),
+                expected["exit_code"]
+            ));
         }
         // The preview lines, then the outcome as JSON.
         let outcome: Value = stdout
@@ -159,7 +169,10 @@ fn the_upstream_catalog_ends_as_it_ends_under_bounded_loops() {
             .unwrap_or(Value::Null);
         for key in ["status", "reason", "laps"] {
             if !same(key, &outcome[key], &expected["outcome"][key]) {
-                problems.push(format!("{key} {} , upstream {}", outcome[key], expected["outcome"][key]));
+                problems.push(format!(
+                    "{key} {} , upstream {}",
+                    outcome[key], expected["outcome"][key]
+                ));
             }
         }
         let event: Value = stderr
@@ -169,16 +182,25 @@ fn the_upstream_catalog_ends_as_it_ends_under_bounded_loops() {
             .unwrap_or(Value::Null);
         for key in ["event", "status", "alert", "reason", "subject", "laps"] {
             if !same(key, &event[key], &expected["event"][key]) {
-                problems.push(format!("BL_EVENT {key} {} , upstream {}", event[key], expected["event"][key]));
+                problems.push(format!(
+                    "BL_EVENT {key} {} , upstream {}",
+                    event[key], expected["event"][key]
+                ));
             }
         }
         if event["ledger_head"] != outcome["ledger_head"] {
             problems.push("BL_EVENT and the outcome name different heads".into());
         }
-        let ledger_bytes = std::fs::read(tmp.path().join(name).join(".ledger.jsonl")).unwrap_or_default();
+        let ledger_bytes =
+            std::fs::read(tmp.path().join(name).join(".ledger.jsonl")).unwrap_or_default();
         let chain = bl_store::loop_ledger::verify_ledger(&ledger_bytes);
-        if chain.status != bl_store::loop_ledger::ChainStatus::Verified || Some(chain.head.as_str()) != outcome["ledger_head"].as_str() {
-            problems.push(format!("the ledger does not verify to the reported head: {:?}", chain.status));
+        if chain.status != bl_store::loop_ledger::ChainStatus::Verified
+            || Some(chain.head.as_str()) != outcome["ledger_head"].as_str()
+        {
+            problems.push(format!(
+                "the ledger does not verify to the reported head: {:?}",
+                chain.status
+            ));
         }
         let pytest = expected["manifest"]["gate_kind"] == "pytest";
         // The output of a gate that did not pass depends on the machine
@@ -198,19 +220,37 @@ fn the_upstream_catalog_ends_as_it_ends_under_bounded_loops() {
         // the failure; its class and the decision must match.
         let errored = expected["outcome"]["status"] == "ERROR";
         if errored {
-            if ours.len() != theirs.len() || ours.iter().zip(&theirs).any(|(a, b)| a["decision"] != b["decision"] || a["verdict"]["evidence"] != b["verdict"]["evidence"]) {
-                problems.push(format!("ledger rows differ:\n  bl:       {ours:?}\n  upstream: {theirs:?}"));
+            if ours.len() != theirs.len()
+                || ours.iter().zip(&theirs).any(|(a, b)| {
+                    a["decision"] != b["decision"]
+                        || a["verdict"]["evidence"] != b["verdict"]["evidence"]
+                })
+            {
+                problems.push(format!(
+                    "ledger rows differ:\n  bl:       {ours:?}\n  upstream: {theirs:?}"
+                ));
             }
         } else if ours != theirs {
-            problems.push(format!("ledger rows differ:\n  bl:       {ours:?}\n  upstream: {theirs:?}"));
+            problems.push(format!(
+                "ledger rows differ:\n  bl:       {ours:?}\n  upstream: {theirs:?}"
+            ));
         }
         if expected["outcome"]["status"] == "DONE" && problems.is_empty() {
             done += 1;
         }
         if !problems.is_empty() {
-            failures.push(format!("{name}:\n  {}\n  stderr: {}", problems.join("\n  "), stderr.trim()));
+            failures.push(format!(
+                "{name}:\n  {}\n  stderr: {}",
+                problems.join("\n  "),
+                stderr.trim()
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} of 69 loops end differently from bounded-loops:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of 69 loops end differently from bounded-loops:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert_eq!(done, 62, "62 loops reach DONE under bounded-loops on Linux");
 }
