@@ -49,6 +49,10 @@ pub struct RunnerError {
     pub message: String,
 }
 
+/// The [`RunnerError::kind`] of a turn stopped because the time it was
+/// given ran out.
+pub const TIMEOUT: &str = "Timeout";
+
 pub trait Runner {
     fn turn(&mut self, request: &TurnRequest) -> Result<Turn, RunnerError>;
 }
@@ -291,6 +295,16 @@ impl Laps<'_, '_> {
             };
             let turn = match self.ports.runner.turn(&request) {
                 Ok(turn) => turn,
+                // The turn ran into the work budget: the wallclock bound,
+                // enforced inside the attempt, stopped it.
+                Err(error) if error.kind == TIMEOUT => {
+                    let stop = Stop::Wallclock {
+                        max: bounds.max_wallclock_s,
+                        elapsed: self.ports.clock.elapsed(),
+                        reserve: bounds.handoff_reserve_s,
+                    };
+                    return self.halt(stop, lap, true);
+                }
                 Err(error) => {
                     let detail = format!("runner error: {}: {}", error.kind, error.message);
                     let evidence = error_evidence("runner", &error.kind);
@@ -510,6 +524,7 @@ mod tests {
         wind_downs: u32,
         fail_runner_at: Option<u32>,
         tamper_at: Option<u32>,
+        time_out_at: Option<u32>,
         tampered: bool,
         gate_runs: u32,
     }
@@ -522,6 +537,7 @@ mod tests {
                 wind_downs: 0,
                 fail_runner_at: None,
                 tamper_at: None,
+                time_out_at: None,
                 tampered: false,
                 gate_runs: 0,
             }
@@ -549,6 +565,12 @@ mod tests {
                 return Err(RunnerError {
                     kind: "RunnerError".into(),
                     message: "StubRunner: no entry".into(),
+                });
+            }
+            if s.time_out_at == Some(r.lap) {
+                return Err(RunnerError {
+                    kind: TIMEOUT.into(),
+                    message: "ran past".into(),
                 });
             }
             if s.tamper_at == Some(r.lap) {
@@ -857,6 +879,23 @@ mod tests {
         );
         assert_eq!(r.script.wind_downs, 0);
         assert!(r.handoff.unwrap().wind_down.is_none());
+    }
+
+    #[test]
+    fn a_turn_that_runs_out_of_time_is_the_wallclock_bound_not_an_error() {
+        let mut s = Script::new(vec![(1, true, F)]);
+        s.time_out_at = Some(2);
+        let r = run_with(s, bounds(), false, true, 0);
+        assert_eq!((r.outcome.status, r.outcome.laps), (Status::Halt, 2));
+        assert!(
+            r.outcome
+                .reason
+                .starts_with("wallclock limit 990s exceeded"),
+            "{}",
+            r.outcome.reason
+        );
+        assert!(r.lines[1].attempted);
+        assert_eq!(r.script.wind_downs, 1);
     }
 
     #[test]

@@ -523,13 +523,14 @@ impl Runner for CommandTurns {
             });
         }
         if result.timed_out {
-            return Err(runner_error(
-                &self.name,
-                format!(
-                    "the turn ran past the time left ({:.0}s) and was stopped",
+            return Err(RunnerError {
+                kind: bl_loops::engine::TIMEOUT.into(),
+                message: format!(
+                    "{}: the turn ran past the time left ({:.1}s) and was stopped",
+                    self.name,
                     request.time_left.as_secs_f64()
                 ),
-            ));
+            });
         }
         let stderr = String::from_utf8_lossy(&result.stderr_tail)
             .trim()
