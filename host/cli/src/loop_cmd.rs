@@ -683,6 +683,7 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
         manifest: m.clone(),
         bounds: bounds.clone(),
     };
+    let mut trace = crate::loop_trace::LapSpans::new(bounds.trace, &m.name);
     let mut memory = RuntimeMemory {
         path: dir.join(".STATE.md.runtime"),
     };
@@ -698,9 +699,11 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
             approver: &mut approver,
             handoff: &mut handoff,
             memory: &mut memory,
+            trace: &mut trace,
         },
     )
     .map_err(|e| CliError::with_exit(Exit::Undecided, format!("bl run: {e}")))?;
+    trace.finish();
 
     if let Some(run_dir) = &run_dir {
         write_run_records(

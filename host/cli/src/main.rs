@@ -15,6 +15,7 @@ mod ledger_cmd;
 mod log_cmd;
 mod loop_cmd;
 mod loop_gates;
+mod loop_trace;
 mod output;
 mod paths;
 mod plugin_cmd;

@@ -116,6 +116,12 @@ pub trait Memory {
     fn note(&mut self, lap: u32, timestamp: &str, detail: &str);
 }
 
+/// The `trace` bound: one span per lap, given each lap's record as it is
+/// written.
+pub trait Trace {
+    fn lap(&mut self, line: &LedgerLine);
+}
+
 /// The operator's go-ahead for rungs that require it.
 pub trait Approver {
     /// Whether the pass the gate gave at `lap` (`detail`) is approved.
@@ -199,6 +205,7 @@ pub struct Ports<'a> {
     pub approver: &'a mut dyn Approver,
     pub handoff: &'a mut dyn Handoff,
     pub memory: &'a mut dyn Memory,
+    pub trace: &'a mut dyn Trace,
 }
 
 /// Why the engine itself stopped: a record could not be written, or the
@@ -425,6 +432,7 @@ impl Laps<'_, '_> {
             budget_declared: self.declared.clone(),
         };
         self.outcome.ledger_head = self.ports.ledger.append(&line).map_err(EngineError)?;
+        self.ports.trace.lap(&line);
         self.outcome.laps = record.lap;
         Ok(())
     }
@@ -679,13 +687,19 @@ mod tests {
     }
 
     #[derive(Default)]
-    struct Written(Option<RunOutcome>, Vec<u32>);
+    struct Written(Option<RunOutcome>, Vec<u32>, Vec<u32>);
     impl Handoff for Written {
         fn write(&mut self, outcome: &RunOutcome) -> Result<(), String> {
             self.0 = Some(outcome.clone());
             Ok(())
         }
     }
+    impl Trace for Written {
+        fn lap(&mut self, line: &LedgerLine) {
+            self.2.push(line.lap);
+        }
+    }
+
     impl Memory for Written {
         fn note(&mut self, lap: u32, _: &str, _: &str) {
             self.1.push(lap);
@@ -727,6 +741,7 @@ mod tests {
         let mut ledger = Lines::default();
         let mut written = Written::default();
         let mut memory = Written::default();
+        let mut trace = Written::default();
         let plan = Plan {
             bounds,
             prompt: "fix".into(),
@@ -745,9 +760,15 @@ mod tests {
                 approver: &mut Answer(approve),
                 handoff: &mut written,
                 memory: &mut memory,
+                trace: &mut trace,
             },
         )
         .unwrap();
+        assert_eq!(
+            trace.2,
+            ledger.0.iter().map(|l| l.lap).collect::<Vec<_>>(),
+            "one span per ledger line"
+        );
         Run {
             outcome,
             lines: ledger.0,
