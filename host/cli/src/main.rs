@@ -15,6 +15,7 @@ mod ledger_cmd;
 mod log_cmd;
 mod loop_cmd;
 mod loop_gates;
+mod loop_tools_cmd;
 mod loop_trace;
 mod output;
 mod paths;
@@ -56,6 +57,37 @@ enum Command {
     /// Run a bounded loop: a worker takes turns in a scratch copy of the
     /// loop's seed until its gate passes or a bound stops it.
     Run(loop_cmd::RunArgs),
+    /// Check loop packages (loop.yaml, bounds.yaml): [PASS] or [FAIL] each.
+    Lint {
+        #[arg(required = true)]
+        dirs: Vec<std::path::PathBuf>,
+    },
+    /// List the loop packages under DIR (./loops/*/ and ./*/).
+    List { dir: Option<std::path::PathBuf> },
+    /// Show a loop's runner, gate, bounds and content hash.
+    Show { dir: std::path::PathBuf },
+    /// The gate kinds, the plugin that runs each, and whether this machine has it.
+    Gates,
+    /// Render a loop run's receipt from its ledger (or --write it).
+    Receipt {
+        run_dir: std::path::PathBuf,
+        #[arg(long)]
+        write: bool,
+    },
+    /// What this engine can actually do here.
+    Capabilities,
+    /// Scaffold a loop that lints and runs: NAME, from a template per gate kind.
+    New {
+        name: String,
+        /// command, pytest or jsonschema.
+        #[arg(long, default_value = "command")]
+        template: String,
+        #[arg(long)]
+        dest: Option<std::path::PathBuf>,
+    },
+    /// bl's own catalog of keyless loops.
+    #[command(subcommand)]
+    Loops(loop_tools_cmd::LoopsCommand),
     /// Lint, plan and inspect graph/v1 manifests (DAGs of gated nodes).
     #[command(subcommand)]
     Graph(graph_cmd::GraphCommand),
@@ -129,6 +161,20 @@ fn main() -> ExitCode {
     interrupt::install();
     let outcome = match cli.command {
         Command::Run(args) => loop_cmd::run(args, output::json()),
+        Command::Lint { dirs } => loop_tools_cmd::lint(&dirs),
+        Command::List { dir } => loop_tools_cmd::list(dir.as_deref(), output::json()),
+        Command::Show { dir } => loop_tools_cmd::show(&dir, output::json()),
+        Command::Gates => loop_tools_cmd::gates(output::json()),
+        Command::Receipt { run_dir, write } => {
+            loop_tools_cmd::receipt(&run_dir, write, output::json())
+        }
+        Command::Capabilities => loop_tools_cmd::capabilities(output::json()),
+        Command::New {
+            name,
+            template,
+            dest,
+        } => loop_tools_cmd::new(&name, &template, dest.as_deref()),
+        Command::Loops(cmd) => loop_tools_cmd::loops(cmd, output::json()),
         Command::Graph(cmd) => graph_cmd::run(cmd),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
         Command::Verify {

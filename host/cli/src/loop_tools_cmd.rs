@@ -1,0 +1,527 @@
+//! The loop commands around `bl run`: `lint`, `list`, `show`, `gates`,
+//! `receipt`, `capabilities`, `new`, and `loops list|install` (bl's own
+//! keyless catalog, embedded in the binary so it works offline and from
+//! any install).
+
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+use include_dir::{Dir, include_dir};
+use serde_json::{Value, json};
+
+use crate::exit::{CliError, Exit};
+use crate::loop_cmd::{Package, read_package};
+use crate::output::{errln, outln};
+
+/// bl's catalog: `examples/loops`, written for bl, keyless and offline.
+static CATALOG: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../examples/loops");
+
+/// Templates `bl new` starts from: a catalog loop for each gate kind.
+const TEMPLATES: &[(&str, &str)] = &[
+    ("command", "readme-sections"),
+    ("pytest", "tests-green"),
+    ("jsonschema", "order-schema"),
+];
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// `bl lint DIR...`: `[PASS]`/`[FAIL]` per package on stdout, the reason
+/// on stderr; exit 1 when any fails.
+pub fn lint(dirs: &[PathBuf]) -> Result<Exit, CliError> {
+    let mut failed = false;
+    for dir in dirs {
+        let shown = absolute(dir);
+        if !dir.is_dir() {
+            outln!("[FAIL] {}", shown.display());
+            errln!("       '{}' is not a directory", shown.display());
+            failed = true;
+            continue;
+        }
+        match read_package(dir) {
+            Ok(_) => outln!("[PASS] {}", shown.display()),
+            Err(e) => {
+                outln!("[FAIL] {}", shown.display());
+                let message = e
+                    .message
+                    .trim_start_matches("bl run: manifest error — ")
+                    .trim_start_matches("bl run: ");
+                for line in message.lines() {
+                    errln!("       {}", line.trim_start());
+                }
+                failed = true;
+            }
+        }
+    }
+    Ok(if failed { Exit::No } else { Exit::Success })
+}
+
+/// Loop packages under `root`: `root/loops/*` and `root/*`.
+fn discover(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for base in [root.join("loops"), root.to_path_buf()] {
+        let Ok(entries) = std::fs::read_dir(&base) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.join("loop.yaml").is_file() && !found.contains(&path) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn gate_name(p: &Package) -> String {
+    p.manifest.gate.kind.clone()
+}
+
+/// `bl list [DIR]`.
+pub fn list(root: Option<&Path>, json_out: bool) -> Result<Exit, CliError> {
+    let root = root
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let mut rows = Vec::new();
+    for dir in discover(&root) {
+        match read_package(&dir) {
+            Ok(p) => rows.push((dir, Ok(p))),
+            Err(e) => rows.push((dir, Err(e.message))),
+        }
+    }
+    if json_out {
+        let loops: Vec<Value> = rows
+            .iter()
+            .map(|(dir, p)| match p {
+                Ok(p) => {
+                    json!({"name": p.manifest.name, "path": absolute(dir), "role": p.manifest.role,
+                                "rung": format!("{:?}", p.manifest.rung), "gate": gate_name(p)})
+                }
+                Err(e) => json!({"path": absolute(dir), "error": e}),
+            })
+            .collect();
+        outln!("{}", json!({"loops": loops}));
+        return Ok(Exit::Success);
+    }
+    outln!("{:<30} {:<20} {:<6} {:<20}", "NAME", "ROLE", "RUNG", "GATE");
+    outln!("{}", "-".repeat(79));
+    for (dir, p) in &rows {
+        match p {
+            Ok(p) => outln!(
+                "{:<30} {:<20} {:<6} {:<20}",
+                p.manifest.name,
+                p.manifest.role.join(","),
+                format!("{:?}", p.manifest.rung),
+                gate_name(p)
+            ),
+            Err(e) => errln!("{}: {e}", dir.display()),
+        }
+    }
+    if rows.is_empty() {
+        outln!(
+            "No loops found under {} (looked in ./loops/*/ and ./*/).",
+            root.display()
+        );
+    }
+    Ok(Exit::Success)
+}
+
+/// Whether `program` is on the operator's PATH.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
+}
+
+/// Every gate kind, what runs it, and whether this machine has it.
+fn gate_table() -> Vec<Value> {
+    let plugin = |name: &str| crate::paths::resolve_plugin(name).is_ok();
+    let pytest = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import pytest"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mut gates = vec![
+        json!({"kind": "command", "available": plugin("command"), "plugin": "command", "dependencies": [], "description": "Runs the loop's command (no shell) in the sandbox; exit 0 passes, 1 rejects, anything else is an error"}),
+        json!({"kind": "pytest", "available": plugin("pytest") && pytest, "plugin": "pytest", "dependencies": ["python3 -m pytest"], "description": "Runs pytest -q in the workspace"}),
+        json!({"kind": "jsonschema", "available": plugin("jsonschema"), "plugin": "jsonschema", "dependencies": [], "description": "Validates output.json against the loop's JSON Schema (drafts 7 and 2020-12), in wasm"}),
+        json!({"kind": "composite", "available": true, "plugin": null, "dependencies": [], "description": "All child gates must pass (mode: all); any child error is an error"}),
+    ];
+    for (kind, tool) in [
+        ("osv", "osv-scanner"),
+        ("checkov", "checkov"),
+        ("gitleaks", "gitleaks"),
+        ("semgrep", "semgrep"),
+        ("trivy", "trivy"),
+        ("promptfoo", "promptfoo"),
+        ("great_expectations", "great_expectations"),
+        ("axe", "axe"),
+    ] {
+        gates.push(json!({"kind": kind, "available": plugin("command") && on_path(tool), "plugin": "command", "dependencies": [tool],
+                          "description": format!("Runs {tool} through the command gate and reads its JSON report; a missing {tool} is an error")}));
+    }
+    gates
+}
+
+/// `bl gates`.
+pub fn gates(json_out: bool) -> Result<Exit, CliError> {
+    let table = gate_table();
+    if json_out {
+        outln!("{}", json!({"gates": table}));
+        return Ok(Exit::Success);
+    }
+    for g in &table {
+        let deps = g["dependencies"]
+            .as_array()
+            .map(|d| {
+                d.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        outln!(
+            "{:<20} {:<10} deps={:<20} {}",
+            g["kind"].as_str().unwrap_or_default(),
+            if g["available"] == true {
+                "available"
+            } else {
+                "missing"
+            },
+            if deps.is_empty() { "none".into() } else { deps },
+            g["description"].as_str().unwrap_or_default()
+        );
+    }
+    Ok(Exit::Success)
+}
+
+/// `bl show DIR`.
+pub fn show(dir: &Path, json_out: bool) -> Result<Exit, CliError> {
+    let p = read_package(dir)?;
+    let m = &p.manifest;
+    let digest = bl_packages::digest(dir).map_err(|e| CliError::refused(e.to_string()))?;
+    let production = dir.join("bounds.production.yaml");
+    let production = production.is_file().then(|| absolute(&production));
+    if json_out {
+        let b = &p.bounds;
+        outln!(
+            "{}",
+            json!({
+                "name": m.name, "path": absolute(dir), "role": m.role, "pattern": m.pattern,
+                "rung": format!("{:?}", m.rung),
+                "runner": {"kind": m.runner.default, "cassette": m.runner.cassette.clone().unwrap_or_else(|| "cassettes/default.json".into()),
+                           "agent_cmd": m.runner.agent_cmd, "env_passthrough": m.runner.env_passthrough},
+                "gate": {"kind": m.gate.kind, "run": m.gate.run, "schema": m.gate.schema.clone().or(b.schema.clone())},
+                "bounds": {"max_iterations": b.max_iterations, "no_progress_window": b.no_progress_window, "max_tokens": b.max_tokens,
+                           "max_wallclock_s": b.max_wallclock_s, "handoff_reserve_s": b.handoff_reserve_s, "sandbox": b.sandbox,
+                           "quarantine_inputs": b.quarantine_inputs, "schema": b.schema, "trace": b.trace, "require_approval": b.require_approval},
+                "approval_required": b.require_approval,
+                "production_bounds": production,
+                "content_hash": digest,
+            })
+        );
+        return Ok(Exit::Success);
+    }
+    outln!("name: {}", m.name);
+    outln!("path: {}", absolute(dir).display());
+    outln!("pattern: {}", m.pattern);
+    outln!("role: {}", m.role.join(", "));
+    outln!("rung: {:?}", m.rung);
+    outln!("runner: {}", m.runner.default);
+    match &m.gate.run {
+        Some(run) => outln!("gate: {} [{run}]", m.gate.kind),
+        None => outln!("gate: {}", m.gate.kind),
+    }
+    outln!(
+        "approval_required: {}",
+        if p.bounds.require_approval {
+            "True"
+        } else {
+            "False"
+        }
+    );
+    if let Some(prod) = production {
+        outln!("production_bounds: {}", prod.display());
+    }
+    outln!("content_hash: {digest}");
+    Ok(Exit::Success)
+}
+
+/// `bl receipt RUN_DIR`: the receipt derived from the run's ledger now.
+pub fn receipt(run_dir: &Path, write: bool, json_out: bool) -> Result<Exit, CliError> {
+    let unreadable = || {
+        CliError::refused(format!(
+            "receipt: {} is not a readable run directory (expected a ledger.jsonl inside it holding UTF-8 JSON lines)",
+            run_dir.display()
+        ))
+    };
+    let text = std::fs::read_to_string(run_dir.join("ledger.jsonl")).map_err(|_| unreadable())?;
+    let rows: Vec<Value> = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .map_err(|_| unreadable())?;
+    let metadata: Value = std::fs::read_to_string(run_dir.join("metadata.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    let run_id = metadata["run_id"]
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| {
+            run_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+    let receipt =
+        bl_loops::receipt::receipt(&rows, &metadata, &run_id, &run_dir.display().to_string());
+    let json_text =
+        bl_loops::ledger::ascii_escaped(&serde_json::to_string_pretty(&receipt).expect("json"));
+    let md = bl_loops::receipt::receipt_markdown(&receipt);
+    if write {
+        for (name, text) in [
+            ("receipt.json", format!("{json_text}\n")),
+            ("receipt.md", md),
+        ] {
+            let path = run_dir.join(name);
+            std::fs::write(&path, text).map_err(|e| {
+                CliError::refused(format!("receipt: cannot write {}: {e}", path.display()))
+            })?;
+            outln!("wrote {}", path.display());
+        }
+    } else if json_out {
+        outln!("{json_text}");
+    } else {
+        crate::output::out!("{md}");
+    }
+    Ok(Exit::Success)
+}
+
+/// `bl capabilities`: what this bl can do here, and what it only declares.
+pub fn capabilities(json_out: bool) -> Result<Exit, CliError> {
+    let bwrap = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
+        .iter()
+        .any(|p| Path::new(p).is_file());
+    let caps = json!({
+        "engine": {"name": "bl", "version": env!("CARGO_PKG_VERSION"), "graph_api_version": "bounded-loops.dev/graph/v1",
+                   "compatible_with": "bounded-loops 0.7 (manifests, loop packages, ledgers, run directories, exit codes)",
+                   "what_it_is": "A bounded loop drives one task to a finish an independent gate verifies; a graph is a DAG of gated nodes. Every run leaves a hash-chained record that bl verify checks."},
+        "loop_statuses": {"all": ["DONE", "HALT", "PAUSE", "KILLED", "ERROR"], "success": ["DONE"],
+                          "not_success": ["ERROR", "HALT", "KILLED", "PAUSE"],
+                          "exit_codes": {"DONE": 0, "HALT": 1, "PAUSE": 1, "KILLED": 1, "ERROR": 3, "manifest or refusal": 2}},
+        "bounds": [
+            {"field": "max_iterations", "enforced": "before every lap; at most 1000"},
+            {"field": "no_progress_window", "enforced": "a content digest of the workspace after every turn; that many unchanged laps in a row halt"},
+            {"field": "max_tokens", "enforced": "before every lap, from the tokens the runner reported"},
+            {"field": "max_wallclock_s", "enforced": "before every lap and inside every turn (the turn is stopped), less the handoff reserve"},
+            {"field": "sandbox", "enforced": if bwrap { "runner and gate commands run in bubblewrap with no network (process_restricted)" } else { "bubblewrap is not installed: a loop asking for the sandbox is refused" }},
+            {"field": "quarantine_inputs", "enforced": "credential-like seed entries are withheld from the workspace and named"},
+            {"field": "schema", "enforced": "the jsonschema gate validates output.json against it"},
+            {"field": "trace", "enforced": "one OpenTelemetry span per lap over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set"},
+            {"field": "require_approval", "enforced": "a passing gate needs a y on stdin, else PAUSE; null means true at L2 and L3"},
+        ],
+        "kill_switch": {"variable": crate::loop_cmd::KILL_SWITCH, "rule": "any non-empty value stops every loop at the start of its next lap"},
+        "runners": ["stub", "shell", "python_callable", "claude-code", "codex", "antigravity"],
+        "gates": gate_table(),
+        "isolation": {"bubblewrap": bwrap, "tiers": ["workspace_only", "process_restricted", "container_restricted"], "never_available": ["customer_managed_worker"],
+                      "fails_closed": "a tier this machine cannot provide is refused, never downgraded"},
+        "plugins": {"wit_package": bl_plugins::WIT_PACKAGE, "worlds": ["gate", "completion-contract", "transform", "publication-policy"]},
+        "reporting_rule": "Report the status bl returned as it is. Only DONE means the gate passed; an ERROR has no verdict at all.",
+    });
+    if json_out {
+        outln!("{}", serde_json::to_string_pretty(&caps).expect("json"));
+    } else {
+        outln!(
+            "bl {} — compatible with bounded-loops 0.7",
+            env!("CARGO_PKG_VERSION")
+        );
+        outln!("loop statuses: DONE (success); HALT, PAUSE, KILLED (exit 1); ERROR (exit 3)");
+        outln!("bounds:");
+        for b in caps["bounds"].as_array().into_iter().flatten() {
+            outln!(
+                "  {:<20} {}",
+                b["field"].as_str().unwrap_or_default(),
+                b["enforced"].as_str().unwrap_or_default()
+            );
+        }
+        outln!(
+            "runners: {}",
+            caps["runners"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        outln!(
+            "bubblewrap: {}",
+            if bwrap { "available" } else { "missing" }
+        );
+        outln!("(--json for everything, including the gates)");
+    }
+    Ok(Exit::Success)
+}
+
+/// Writes an embedded catalog directory to `dest` (which must not exist).
+fn extract(dir: &Dir, dest: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dest)?;
+    for file in dir.files() {
+        let rel = file.path().strip_prefix(dir.path()).unwrap_or(file.path());
+        let target = dest.join(rel);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(target, file.contents())?;
+    }
+    for sub in dir.dirs() {
+        let rel = sub.path().strip_prefix(dir.path()).unwrap_or(sub.path());
+        extract(sub, &dest.join(rel))?;
+    }
+    Ok(())
+}
+
+fn catalog_loop(name: &str) -> Option<&'static Dir<'static>> {
+    CATALOG
+        .get_dir(name)
+        .filter(|d| d.get_file(d.path().join("loop.yaml")).is_some())
+}
+
+#[derive(Subcommand)]
+pub enum LoopsCommand {
+    /// List bl's own catalog of loops (keyless, offline).
+    List,
+    /// Copy a catalog loop into ./loops/NAME (or --dest).
+    Install {
+        name: String,
+        #[arg(long)]
+        dest: Option<PathBuf>,
+    },
+}
+
+pub fn loops(cmd: LoopsCommand, json_out: bool) -> Result<Exit, CliError> {
+    match cmd {
+        LoopsCommand::List => {
+            let mut rows = Vec::new();
+            for dir in CATALOG.dirs() {
+                let Some(file) = dir.get_file(dir.path().join("loop.yaml")) else {
+                    continue;
+                };
+                let text = file.contents_utf8().unwrap_or_default();
+                let Ok(m) = bl_loops::manifest::LoopManifest::parse(text) else {
+                    continue;
+                };
+                rows.push((
+                    m.name,
+                    m.role.join(", "),
+                    m.gate.kind,
+                    m.runner.default,
+                    m.description,
+                ));
+            }
+            rows.sort();
+            if json_out {
+                let loops: Vec<Value> = rows.iter().map(|(n, r, g, run, d)| json!({"name": n, "role": r, "gate": g, "runner": run, "keyless": true, "description": d})).collect();
+                outln!("{}", json!({"loops": loops}));
+                return Ok(Exit::Success);
+            }
+            outln!(
+                "bl's loop catalog — {} loop(s), all keyless and offline\n",
+                rows.len()
+            );
+            outln!(
+                "  {:<18} {:<20} {:<11} {:<7} DESCRIPTION",
+                "NAME",
+                "ROLE(S)",
+                "GATE",
+                "RUNNER"
+            );
+            for (n, r, g, run, d) in &rows {
+                let short: String = d.chars().take(60).collect();
+                outln!("  {n:<18} {r:<20} {g:<11} {run:<7} {short}…");
+            }
+            outln!("\nInstall one with: bl loops install NAME   then: bl run loops/NAME --yes");
+            Ok(Exit::Success)
+        }
+        LoopsCommand::Install { name, dest } => {
+            let dir = catalog_loop(&name).ok_or_else(|| {
+                let names: Vec<String> = CATALOG
+                    .dirs()
+                    .map(|d| d.path().display().to_string())
+                    .collect();
+                CliError::refused(format!(
+                    "bl loops install: no loop '{name}' in bl's catalog ({}); see bl loops list",
+                    names.join(", ")
+                ))
+            })?;
+            let dest = dest.unwrap_or_else(|| PathBuf::from("loops").join(&name));
+            if dest.exists() {
+                return Err(CliError::refused(format!(
+                    "bl loops install: {} already exists — refusing to overwrite",
+                    dest.display()
+                )));
+            }
+            extract(dir, &dest).map_err(|e| {
+                CliError::refused(format!("bl loops install: {}: {e}", dest.display()))
+            })?;
+            outln!("Installed {name} at {}", dest.display());
+            outln!("Next: bl run {} --yes", dest.display());
+            Ok(Exit::Success)
+        }
+    }
+}
+
+/// `bl new NAME`: a loop that lints and runs, from a template per gate kind.
+pub fn new(name: &str, template: &str, dest: Option<&Path>) -> Result<Exit, CliError> {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(CliError::refused(format!(
+            "bl new: '{name}' is not a loop name: use letters, digits, '-' and '_'"
+        )));
+    }
+    let source = TEMPLATES
+        .iter()
+        .find(|(kind, _)| *kind == template)
+        .and_then(|(_, loop_name)| catalog_loop(loop_name))
+        .ok_or_else(|| {
+            let kinds: Vec<&str> = TEMPLATES.iter().map(|(k, _)| *k).collect();
+            CliError::refused(format!(
+                "bl new: no template '{template}'; templates: {}",
+                kinds.join(", ")
+            ))
+        })?;
+    let dest = dest
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(name));
+    if dest.exists() {
+        return Err(CliError::refused(format!(
+            "bl new: destination '{}' already exists — refusing to overwrite.",
+            absolute(&dest).display()
+        )));
+    }
+    extract(source, &dest)
+        .map_err(|e| CliError::refused(format!("bl new: {}: {e}", dest.display())))?;
+    // The template's name becomes the new loop's.
+    let manifest = dest.join("loop.yaml");
+    let text = std::fs::read_to_string(&manifest).map_err(|e| CliError::refused(e.to_string()))?;
+    let renamed: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("name: ") {
+                format!("name: {name}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&manifest, format!("{renamed}\n"))
+        .map_err(|e| CliError::refused(e.to_string()))?;
+    outln!("Created loop at {}", absolute(&dest).display());
+    outln!("Next: bl lint {0} && bl run {0} --yes", dest.display());
+    Ok(Exit::Success)
+}
