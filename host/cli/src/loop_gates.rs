@@ -161,8 +161,8 @@ impl LoopGate {
                 (
                     judge,
                     GateRecord {
-                        kind: "command".into(),
-                        source: "override".into(),
+                        kind: "command-override".into(),
+                        source: "shipped".into(),
                         implementation: "CommandGate".into(),
                         component: None,
                     },

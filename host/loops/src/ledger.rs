@@ -161,17 +161,19 @@ impl LedgerLine {
     }
 }
 
-/// Escapes every character outside printable ASCII as `\uXXXX` (surrogate
-/// pairs above the BMP), as Python's `json.dumps` does by default. JSON's
-/// structure is ASCII, so such characters only ever occur inside strings,
-/// where the escape means the same character.
+/// Escapes every character above `~` (DEL and all of non-ASCII) as
+/// `\uXXXX` (surrogate pairs above the BMP), as Python's `json.dumps` does
+/// by default. JSON's structure is ASCII, so such characters only ever
+/// occur inside strings, where the escape means the same character; the
+/// control characters there are already escaped by the serializer, and
+/// the layout's newlines stay as they are.
 pub fn ascii_escaped(json: &str) -> String {
-    if json.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+    if json.bytes().all(|b| b < 0x7f) {
         return json.to_string();
     }
     let mut out = String::with_capacity(json.len() + 16);
     for c in json.chars() {
-        if (' '..='~').contains(&c) {
+        if c < '\u{7f}' {
             out.push(c);
         } else {
             let mut units = [0u16; 2];
@@ -264,5 +266,9 @@ mod tests {
             r#"{"a":"\u00e9\ud83d\ude00\u007f"}"#
         );
         assert_eq!(ascii_escaped("{\"a\":\"\u{7f}\"}"), r#"{"a":"\u007f"}"#);
+        assert_eq!(
+            ascii_escaped("{\n  \"a\": \"—\"\n}"),
+            "{\n  \"a\": \"\\u2014\"\n}"
+        );
     }
 }

@@ -10,6 +10,7 @@ mod graph_exec;
 mod graph_runs;
 mod hostile_input;
 mod loop_catalog;
+mod loop_run;
 mod plugin_cli;
 mod plugin_pipeline;
 mod plugin_runtime;

@@ -1,0 +1,984 @@
+//! `bl run` end to end: the real binary, real wasm gates, real bubblewrap,
+//! real processes, on loop packages written here or taken from bl's own
+//! catalog (`examples/loops`). Each test checks one bound or record the
+//! way a user would see it: the exit code, the outcome, `BL_EVENT`, the
+//! ledger (which `bl verify` must accept) and the files left behind.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use bl_e2e::{bl_binary, cage_works, plugin_dir, repo_root};
+use serde_json::{Value, json};
+
+struct Loop {
+    dir: tempfile::TempDir,
+    home: tempfile::TempDir,
+    cache: PathBuf,
+}
+
+fn cache() -> PathBuf {
+    // One compiled-component cache for the whole module.
+    let dir = std::env::temp_dir().join("bl-e2e-loop-cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Loop {
+    /// A copy of a catalog loop.
+    fn catalog(name: &str) -> Loop {
+        let l = Loop::empty();
+        bl_e2e::copy_tree(&repo_root().join("examples/loops").join(name), &l.pkg());
+        l
+    }
+
+    fn empty() -> Loop {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("pkg")).unwrap();
+        Loop {
+            dir,
+            home: tempfile::tempdir().unwrap(),
+            cache: cache(),
+        }
+    }
+
+    /// A package with a stub runner, a command gate and these bounds.
+    fn stub(gate: &str, bounds: &str, interactions: Value) -> Loop {
+        let l = Loop::empty();
+        l.write("loop.yaml", &format!(
+            "name: probe\ndescription: a probe loop\npattern: evaluator-optimizer\nrole: [test]\nrung: L1\nspec: PROMPT.md\nforbid: [seed/check.py]\nrunner:\n  default: stub\ngate:\n  kind: command\n  run: {gate}\nbounds: bounds.yaml\n"
+        ));
+        l.write("bounds.yaml", bounds);
+        l.write("PROMPT.md", "Make seed/doc.txt say done.\n");
+        l.write("seed/doc.txt", "draft\n");
+        l.write(
+            "seed/check.py",
+            "import sys\nsys.exit(0 if open('seed/doc.txt').read().strip() == 'done' else 1)\n",
+        );
+        l.write(
+            "cassettes/default.json",
+            &json!({"interactions": interactions}).to_string(),
+        );
+        l
+    }
+
+    fn pkg(&self) -> PathBuf {
+        self.dir.path().join("pkg")
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        let path = self.pkg().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bl_binary());
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", self.home.path())
+            .env("BL_PLUGIN_PATH", plugin_dir())
+            .env("BL_CACHE_DIR", &self.cache)
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn bl(&self, args: &[&str]) -> Run {
+        Run::from(self.command(args).output().unwrap())
+    }
+
+    fn run(&self, extra: &[&str]) -> Run {
+        let mut args = vec!["run", "pkg", "--yes", "--json"];
+        args.extend_from_slice(extra);
+        self.bl(&args)
+    }
+
+    fn ledger(&self, path: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.pkg().join(path))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    /// The `--json` outcome: the last stdout line (after an approval
+    /// prompt, on the prompt's line).
+    fn outcome(&self) -> Value {
+        let last = self.stdout.lines().last().unwrap_or("null");
+        let json = last.find("{\"subcommand\"").map_or(last, |at| &last[at..]);
+        serde_json::from_str(json)
+            .unwrap_or_else(|_| panic!("no JSON outcome:\n{}\n{}", self.stdout, self.stderr))
+    }
+
+    fn event(&self) -> Value {
+        let line = self
+            .stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("BL_EVENT "))
+            .unwrap_or_else(|| panic!("no BL_EVENT:\n{}", self.stderr));
+        serde_json::from_str(line).unwrap()
+    }
+
+    fn status(&self) -> (i32, String, String, u64) {
+        let o = self.outcome();
+        (
+            self.code,
+            o["status"].as_str().unwrap().into(),
+            o["reason"].as_str().unwrap().into(),
+            o["laps"].as_u64().unwrap(),
+        )
+    }
+}
+
+const BOUNDS: &str = "max_iterations: 5\nno_progress_window: 3\nmax_tokens: null\nmax_wallclock_s: 300\nsandbox: true\nquarantine_inputs: true\nschema: null\ntrace: true\nrequire_approval: false\n";
+
+fn write_doc(lap: Value, text: &str, tokens: u64) -> Value {
+    json!({"lap": lap, "agent_output": format!("wrote {text}"), "tokens": tokens,
+           "actions": [{"type": "write_file", "path": "seed/doc.txt", "content": format!("{text}\n")}]})
+}
+
+/// `bl verify` accepts the chain and the head. A package's own ledger
+/// has no run metadata, so its completeness is not checkable (as
+/// bounded-loops says too); a run directory's must verify outright.
+fn verify(l: &Loop, target: &Path, head: &str) {
+    let v = l.bl(&[
+        "verify",
+        &target.display().to_string(),
+        "--expect-head",
+        head,
+        "--json",
+    ]);
+    let report: Value =
+        serde_json::from_str(&v.stdout).unwrap_or_else(|_| panic!("{}\n{}", v.stdout, v.stderr));
+    let check = |name: &str| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap()["passed"]
+            .clone()
+    };
+    assert_eq!(
+        (check("chain"), check("anchor")),
+        (json!(true), json!(true)),
+        "bl verify refused the ledger: {report}"
+    );
+    if target.join("metadata.json").exists() {
+        assert_eq!(
+            (v.code, report["verified"].clone()),
+            (0, json!(true)),
+            "{report}"
+        );
+    }
+}
+
+#[test]
+fn a_catalog_loop_runs_done_and_its_ledger_verifies() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::catalog("readme-sections");
+    let r = l.run(&[]);
+    assert_eq!(
+        r.status(),
+        (0, "DONE".into(), "gate-passed".into(), 2),
+        "{}",
+        r.stderr
+    );
+    let o = r.outcome();
+    let event = r.event();
+    assert_eq!(
+        (
+            event["status"].as_str(),
+            event["alert"].as_bool(),
+            event["subject"].as_str()
+        ),
+        (Some("DONE"), Some(false), Some("pkg"))
+    );
+    assert_eq!(event["ledger_head"], o["ledger_head"]);
+    let rows = l.ledger(".ledger.jsonl");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (rows[0]["decision"].as_str(), rows[1]["decision"].as_str()),
+        (Some("continue"), Some("done"))
+    );
+    assert_eq!(
+        rows[1]["verdict"]["evidence"]["cmd"],
+        "python3 seed/check_readme.py seed/README.md"
+    );
+    assert!(
+        rows[1]["gate"]["component"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"),
+        "the ledger names the gate's component"
+    );
+    verify(&l, &l.pkg(), o["ledger_head"].as_str().unwrap());
+    // The preview comes first, then the outcome.
+    assert!(
+        r.stdout
+            .starts_with("[bounded-loops] About to run loop 'readme-sections':\n  runner : stub\n"),
+        "{}",
+        r.stdout
+    );
+    // A rejected lap left a memory note in the package; STATE.md is untouched.
+    let memory = std::fs::read_to_string(l.pkg().join(".STATE.md.runtime")).unwrap();
+    assert!(
+        memory.contains("<!-- bl:lap:1 ") && memory.contains("verdict:FAIL decision:continue"),
+        "{memory}"
+    );
+    // A second run appends to the same chain.
+    let again = l.run(&[]);
+    assert_eq!(again.code, 0);
+    let rows = l.ledger(".ledger.jsonl");
+    assert_eq!((rows.len(), rows[2]["lap"].as_u64()), (4, Some(1)));
+    verify(
+        &l,
+        &l.pkg(),
+        again.outcome()["ledger_head"].as_str().unwrap(),
+    );
+}
+
+#[test]
+fn every_catalog_loop_is_done_under_bl_and_lints() {
+    if !cage_works() {
+        return;
+    }
+    for (name, laps) in [
+        ("readme-sections", 2),
+        ("order-schema", 2),
+        ("tests-green", 1),
+        ("config-contract", 2),
+        ("records-shell", 3),
+    ] {
+        let l = Loop::catalog(name);
+        assert_eq!(l.bl(&["lint", "pkg"]).code, 0, "{name} lints");
+        let r = l.run(&[]);
+        assert_eq!(
+            (r.code, r.outcome()["laps"].as_u64()),
+            (0, Some(laps)),
+            "{name}: {}\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn max_iterations_halts_with_a_wind_down_turn_and_a_handoff() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::stub(
+        "python3 seed/check.py",
+        &BOUNDS.replace("max_iterations: 5", "max_iterations: 2"),
+        json!([
+            write_doc(json!(1), "one", 10),
+            write_doc(json!("*"), "still drafting", 5)
+        ]),
+    );
+    let r = l.run(&[]);
+    assert_eq!(
+        r.status(),
+        (
+            1,
+            "HALT".into(),
+            "max_iterations 2 reached at lap 3".into(),
+            3
+        )
+    );
+    let rows = l.ledger(".ledger.jsonl");
+    let halt = &rows[2];
+    assert_eq!(
+        (
+            halt["decision"].as_str(),
+            halt["attempted"].as_bool(),
+            halt["handoff"].as_str()
+        ),
+        (Some("halt"), Some(false), Some("HANDOFF.md"))
+    );
+    assert_eq!(
+        halt["budget_spent"]["tokens"],
+        10 + 5 + 5,
+        "the wind-down turn's tokens are counted"
+    );
+    let handoff = std::fs::read_to_string(l.pkg().join("HANDOFF.md")).unwrap();
+    assert!(
+        handoff.contains("max_iterations 2 reached at lap 3"),
+        "{handoff}"
+    );
+    assert!(
+        handoff.contains("attempt 2: changed the workspace — gate failed (exit 1)"),
+        "{handoff}"
+    );
+    assert!(
+        handoff.contains("wrote still drafting"),
+        "the wind-down account is kept: {handoff}"
+    );
+    assert_eq!(r.event()["alert"], true);
+}
+
+#[test]
+fn no_progress_is_measured_by_the_workspace_not_the_worker_s_claim() {
+    if !cage_works() {
+        return;
+    }
+    // Every lap writes the same bytes and claims `changed: true`: the
+    // workspace's content does not move, so the run halts.
+    let mut same = write_doc(json!("*"), "same", 1);
+    same["changed"] = json!(true);
+    let l = Loop::stub(
+        "python3 seed/check.py",
+        &BOUNDS.replace("max_iterations: 5", "max_iterations: 10"),
+        json!([same]),
+    );
+    let r = l.run(&[]);
+    assert_eq!(
+        r.status(),
+        (1, "HALT".into(), "no progress in last 3 laps".into(), 4)
+    );
+    let rows = l.ledger(".ledger.jsonl");
+    assert_eq!(
+        (
+            rows[3]["attempted"].as_bool(),
+            rows[3]["verdict"]["evidence"].clone()
+        ),
+        (Some(true), json!({}))
+    );
+}
+
+#[test]
+fn the_token_budget_and_the_kill_switch_stop_the_loop() {
+    if !cage_works() {
+        return;
+    }
+    let interactions = json!([
+        write_doc(json!(1), "a", 30),
+        write_doc(json!(2), "b", 30),
+        write_doc(json!("*"), "c", 30)
+    ]);
+    let l = Loop::stub(
+        "python3 seed/check.py",
+        &BOUNDS.replace("max_tokens: null", "max_tokens: 50"),
+        interactions.clone(),
+    );
+    let r = l.run(&[]);
+    assert_eq!(
+        r.status(),
+        (
+            1,
+            "HALT".into(),
+            "token budget 50 exceeded (60 spent)".into(),
+            3
+        )
+    );
+
+    let l = Loop::stub("python3 seed/check.py", BOUNDS, interactions);
+    for value in ["1", "0", "false"] {
+        let out = Run::from(
+            l.command(&["run", "pkg", "--yes", "--json"])
+                .env("BOUNDED_LOOPS_KILL", value)
+                .output()
+                .unwrap(),
+        );
+        assert_eq!(
+            out.status(),
+            (1, "KILLED".into(), "killed".into(), 1),
+            "BOUNDED_LOOPS_KILL={value}"
+        );
+    }
+    let rows = l.ledger(".ledger.jsonl");
+    assert!(
+        rows.iter()
+            .all(|r| r["budget_spent"] == json!({}) && r["attempted"] == false)
+    );
+    assert_eq!(
+        std::fs::read_to_string(l.pkg().join("seed/doc.txt")).unwrap(),
+        "draft\n",
+        "no turn ran"
+    );
+    // An empty value is not set.
+    let out = Run::from(
+        l.command(&["run", "pkg", "--yes", "--json"])
+            .env("BOUNDED_LOOPS_KILL", "")
+            .output()
+            .unwrap(),
+    );
+    assert_ne!(out.outcome()["status"], "KILLED");
+}
+
+#[test]
+fn the_wallclock_bound_stops_a_turn_that_runs_too_long() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::empty();
+    l.write("loop.yaml", "name: slow\ndescription: slow agent\npattern: agents\nrole: [test]\nrung: L1\nrunner:\n  default: shell\n  agent_cmd: python3 seed/agent.py\ngate:\n  kind: command\n  run: python3 -c \"raise SystemExit(1)\"\n");
+    l.write(
+        "bounds.yaml",
+        "max_iterations: 10\nmax_wallclock_s: 3\nhandoff_reserve_s: 1\n",
+    );
+    l.write("seed/agent.py", "import time\ntime.sleep(30)\n");
+    let started = std::time::Instant::now();
+    let r = l.run(&[]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "the turn was stopped inside the attempt"
+    );
+    let (code, status, reason, laps) = r.status();
+    assert_eq!((code, status.as_str(), laps), (1, "HALT", 1), "{reason}");
+    assert!(
+        reason.starts_with("wallclock limit 3s exceeded (")
+            && reason.ends_with("1s of it reserved for the handoff)"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_gate_that_cannot_decide_is_an_error_never_a_verdict() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::stub(
+        "no-such-gate-tool seed/doc.txt",
+        BOUNDS,
+        json!([write_doc(json!("*"), "done", 1)]),
+    );
+    let r = l.run(&[]);
+    let (code, status, reason, _) = r.status();
+    assert_eq!((code, status.as_str()), (3, "ERROR"));
+    assert!(reason.starts_with("gate error: GateError: CommandGate: OS error launching command 'no-such-gate-tool seed/doc.txt'"), "{reason}");
+    assert_eq!(
+        l.ledger(".ledger.jsonl")[0]["verdict"]["evidence"],
+        json!({"component": "gate", "error_type": "GateError"})
+    );
+
+    let l = Loop::stub(
+        "python3 -c \"raise SystemExit(2)\"",
+        BOUNDS,
+        json!([write_doc(json!("*"), "done", 1)]),
+    );
+    let r = l.run(&[]);
+    assert_eq!(r.code, 3);
+    assert!(
+        r.outcome()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("command exited with unexpected code 2")
+    );
+}
+
+#[test]
+fn forbidden_paths_are_refused_to_the_stub_and_guarded_against_a_real_process() {
+    if !cage_works() {
+        return;
+    }
+    let cheat = json!({"lap": "*", "agent_output": "made the checker pass", "tokens": 1,
+                       "actions": [{"type": "write_file", "path": "seed/check.py", "content": "pass\n"}]});
+    let l = Loop::stub("python3 seed/check.py", BOUNDS, json!([cheat]));
+    let r = l.run(&[]);
+    assert_eq!(r.code, 3);
+    assert!(
+        r.outcome()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("matches a forbidden path in the loop's spec")
+    );
+
+    // A shell agent that rewrites the gate's anchor: caught after its turn,
+    // before any gate could be fooled.
+    let l = Loop::empty();
+    l.write("loop.yaml", "name: cheat\ndescription: cheat\npattern: agents\nrole: [test]\nrung: L1\nforbid: [seed/check.py]\nrunner:\n  default: shell\n  agent_cmd: python3 seed/agent.py\ngate:\n  kind: command\n  run: python3 seed/check.py\n");
+    l.write("bounds.yaml", BOUNDS);
+    l.write("seed/check.py", "raise SystemExit(1)\n");
+    l.write(
+        "seed/agent.py",
+        "open('seed/check.py', 'w').write('pass\\n')\n",
+    );
+    let r = l.run(&[]);
+    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert!(
+        r.outcome()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("SECURITY: the gate's verification anchor 'seed/check.py' was MODIFIED")
+    );
+}
+
+#[test]
+fn the_sandbox_keeps_the_runner_off_the_network_and_out_of_the_host() {
+    if !cage_works() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let outside = tempfile::tempdir().unwrap();
+    let l = Loop::empty();
+    l.write("loop.yaml", "name: escape\ndescription: escape\npattern: agents\nrole: [test]\nrung: L1\nrunner:\n  default: shell\n  agent_cmd: python3 seed/agent.py\ngate:\n  kind: command\n  run: python3 -c \"raise SystemExit(0 if open('seed/result.txt').read() == 'contained' else 1)\"\n");
+    l.write(
+        "bounds.yaml",
+        &BOUNDS.replace("max_iterations: 5", "max_iterations: 1"),
+    );
+    l.write("seed/agent.py", &format!(
+        "import socket\nresult = 'contained'\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    result = 'reached the host network'\nexcept OSError:\n    pass\ntry:\n    open({:?}, 'w').write('x')\n    result = 'wrote outside the workspace'\nexcept OSError:\n    pass\nopen('seed/result.txt', 'w').write(result)\n",
+        outside.path().join("escaped").display().to_string()
+    ));
+    let r = l.run(&[]);
+    assert_eq!(r.status().1, "DONE", "{}\n{}", r.stdout, r.stderr);
+    assert!(!outside.path().join("escaped").exists());
+    // And with `sandbox: false` the same agent does reach the host: the
+    // bound is what made the difference.
+    l.write(
+        "bounds.yaml",
+        &BOUNDS
+            .replace("max_iterations: 5", "max_iterations: 1")
+            .replace("sandbox: true", "sandbox: false"),
+    );
+    let r = l.run(&[]);
+    assert_eq!(r.status().1, "HALT", "{}", r.stdout);
+    drop(listener);
+}
+
+#[test]
+fn quarantine_withholds_credential_files_and_says_which() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::stub(
+        "python3 -c \"import os; raise SystemExit(1 if os.path.exists('seed/.env') else 0)\"",
+        BOUNDS,
+        json!([write_doc(json!("*"), "done", 1)]),
+    );
+    l.write("seed/.env", "API_KEY=secret\n");
+    let r = l.run(&[]);
+    assert_eq!(r.status().1, "DONE", "{}", r.stderr);
+    assert!(
+        r.stderr.contains(
+            "[bounded-loops] quarantine withheld 1 seed entries from the sandbox: seed/.env."
+        ),
+        "{}",
+        r.stderr
+    );
+    l.write(
+        "bounds.yaml",
+        &BOUNDS.replace("quarantine_inputs: true", "quarantine_inputs: false"),
+    );
+    let r = l.run(&[]);
+    assert_eq!(
+        r.status().1,
+        "ERROR".to_string().replace("ERROR", "HALT"),
+        "with quarantine off the file is there and the gate rejects"
+    );
+}
+
+#[test]
+fn approval_is_read_from_stdin_even_with_yes() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::stub(
+        "python3 seed/check.py",
+        &BOUNDS.replace("require_approval: false", "require_approval: true"),
+        json!([write_doc(json!("*"), "done", 1)]),
+    );
+    let paused = l.run(&[]);
+    assert_eq!(
+        paused.status(),
+        (1, "PAUSE".into(), "awaiting-approval".into(), 1)
+    );
+    assert!(
+        paused
+            .stdout
+            .contains("[bounded-loops] Approve this result and mark DONE? [y/N] ")
+    );
+    let mut child = l
+        .command(&["run", "pkg", "--yes", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    let approved = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(approved.status().1, "DONE");
+    // A null require_approval is true at L2.
+    l.write(
+        "bounds.yaml",
+        &BOUNDS.replace("require_approval: false", "require_approval: null"),
+    );
+    let yaml = std::fs::read_to_string(l.pkg().join("loop.yaml"))
+        .unwrap()
+        .replace("rung: L1", "rung: L2");
+    l.write("loop.yaml", &yaml);
+    assert_eq!(l.run(&[]).status().1, "PAUSE");
+}
+
+#[test]
+fn a_run_id_keeps_its_records_refuses_reuse_and_resumes_in_its_workspace() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::stub(
+        "python3 seed/check.py",
+        &BOUNDS.replace("max_iterations: 5", "max_iterations: 1"),
+        json!([
+            write_doc(json!(1), "halfway", 3),
+            json!({"lap": "*", "agent_output": "finishing", "tokens": 2, "actions": [{"type": "write_file", "path": "seed/doc.txt", "content": "done\n"}]})
+        ]),
+    );
+    let first = l.run(&["--run-id", "r1"]);
+    assert_eq!(first.status().1, "HALT");
+    let run_dir = l.pkg().join(".bounded-loops/runs/r1");
+    for file in [
+        "ledger.jsonl",
+        "metadata.json",
+        "receipt.json",
+        "receipt.md",
+        "HANDOFF.md",
+        "workspace/seed/doc.txt",
+        "workspace/.bounded-loops-scratch",
+    ] {
+        assert!(run_dir.join(file).exists(), "{file}");
+    }
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("metadata.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        (
+            meta["run_id"].as_str(),
+            meta["status"].as_str(),
+            meta["ledger_rows"].as_u64()
+        ),
+        (Some("r1"), Some("HALT"), Some(2))
+    );
+    assert_eq!(first.event()["run_id"], "r1");
+    assert!(
+        l.pkg().join(".bounded-loops/runs.jsonl").is_file(),
+        "the runs index"
+    );
+
+    let reuse = l.run(&["--run-id", "r1"]);
+    assert_eq!(reuse.code, 2);
+    assert!(
+        reuse
+            .stderr
+            .contains("run_id 'r1' already exists. Use --resume"),
+        "{}",
+        reuse.stderr
+    );
+    assert_eq!(l.run(&["--run-id", "../x"]).code, 2);
+    assert_eq!(l.run(&["--run-id", "nope", "--resume"]).code, 2);
+
+    // Resumed: fresh laps and budgets (the cassette replays from lap 1),
+    // the same workspace, the same chain.
+    let resumed = l.run(&["--run-id", "r1", "--resume", "--max-iterations", "2"]);
+    assert_eq!(
+        resumed.status(),
+        (0, "DONE".into(), "gate-passed".into(), 2),
+        "{}",
+        resumed.stderr
+    );
+    let rows = l.ledger(".bounded-loops/runs/r1/ledger.jsonl");
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[2]["lap"], 1);
+    verify(
+        &l,
+        &run_dir,
+        resumed.outcome()["ledger_head"].as_str().unwrap(),
+    );
+    let receipt: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("receipt.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        (
+            receipt["segments"].as_u64(),
+            receipt["run"]["status"].as_str()
+        ),
+        (Some(2), Some("DONE"))
+    );
+    let md = l.bl(&["receipt", &run_dir.display().to_string()]);
+    assert!(
+        md.stdout.starts_with("# Run receipt — r1\n\n**DONE**"),
+        "{}",
+        md.stdout
+    );
+}
+
+#[test]
+fn redaction_is_applied_before_hashing() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::stub(
+        "python3 seed/check.py",
+        BOUNDS,
+        json!([write_doc(json!("*"), "done", 1)]),
+    );
+    let gate = format!("python3 {}", l.pkg().join("seed/check.py").display());
+    let r = l.run(&["--redact", "strict", "--gate-override", &gate]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let row = &l.ledger(".ledger.jsonl")[0];
+    assert_eq!(
+        row["verdict"]["evidence"]["cmd"],
+        "python3 <workspace>/seed/check.py"
+    );
+    assert!(
+        row["verdict"]["evidence"]["tail"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert_eq!(row["gate"]["kind"], "command-override");
+    verify(&l, &l.pkg(), r.outcome()["ledger_head"].as_str().unwrap());
+}
+
+#[test]
+fn bad_manifests_and_unconfirmed_runs_are_refused_with_exit_2() {
+    let l = Loop::stub(
+        "python3 seed/check.py",
+        &BOUNDS.replace("max_iterations: 5", "max_iterations: \"5\""),
+        json!([]),
+    );
+    let r = l.run(&[]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr
+            .contains("error: bl run: manifest error — max_iterations must be an integer"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("pkg/bounds.yaml:1:17"),
+        "the place: {}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("BL_EVENT"), "nothing ran");
+    let lint = l.bl(&["lint", "pkg"]);
+    assert_eq!(lint.code, 1);
+    assert!(lint.stdout.starts_with("[FAIL] "), "{}", lint.stdout);
+    assert!(
+        lint.stderr
+            .contains("       max_iterations must be an integer")
+    );
+
+    let l = Loop::stub("python3 seed/check.py", BOUNDS, json!([]));
+    let r = l.bl(&["run", "pkg"]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr
+            .contains("bl run: not confirmed. Pass --yes to skip this prompt"),
+        "{}",
+        r.stderr
+    );
+    assert!(!l.pkg().join(".ledger.jsonl").exists());
+    let yaml = std::fs::read_to_string(l.pkg().join("loop.yaml")).unwrap();
+    l.write(
+        "loop.yaml",
+        &yaml.replace(
+            "  default: stub\n",
+            "  default: shell\n  agent_cmd: bash seed/agent.sh\n",
+        ),
+    );
+    let r = l.bl(&["run", "pkg", "--yes"]);
+    assert_eq!(r.code, 2, "bash is not on the agent_cmd allowlist");
+    assert!(
+        r.stderr
+            .contains("runner.agent_cmd first token 'bash' is not in the agent_cmd allowlist"),
+        "{}",
+        r.stderr
+    );
+    let r = Run::from(
+        l.command(&["run", "pkg", "--yes", "--json"])
+            .env("BOUNDED_LOOPS_EXTRA_AGENT_CMDS", "bash")
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        r.stderr
+            .contains("is permitted only by the operator extension"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn laps_are_traced_over_otlp_when_a_collector_is_named() {
+    if !cage_works() {
+        return;
+    }
+    // A real HTTP collector on loopback that keeps what it is sent.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let keep = received.clone();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Read};
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut line, mut length, mut path) = (String::new(), 0usize, String::new());
+            reader.read_line(&mut line).unwrap();
+            path.push_str(line.split_whitespace().nth(1).unwrap_or_default());
+            loop {
+                line.clear();
+                reader.read_line(&mut line).unwrap();
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            keep.lock()
+                .unwrap()
+                .push(format!("{path} {}", String::from_utf8_lossy(&body)));
+            let mut s = stream;
+            s.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+            )
+            .unwrap();
+        }
+    });
+    let l = Loop::catalog("readme-sections");
+    let r = Run::from(
+        l.command(&["run", "pkg", "--yes", "--json"])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let bodies = received.lock().unwrap().clone();
+    let spans: Vec<&String> = bodies
+        .iter()
+        .filter(|b| b.starts_with("/v1/traces "))
+        .collect();
+    let all = spans.iter().map(|s| s.as_str()).collect::<String>();
+    assert_eq!(
+        all.matches("\"bl.loop.lap\"").count(),
+        2,
+        "one span per lap: {all}"
+    );
+    assert!(all.contains("gate failed (exit 1)") && all.contains("gate passed (exit 0)"));
+    // With trace: false, nothing is sent.
+    let before = received.lock().unwrap().len();
+    let bounds = std::fs::read_to_string(l.pkg().join("bounds.yaml"))
+        .unwrap()
+        .replace("trace: true", "trace: false");
+    l.write("bounds.yaml", &bounds);
+    let r = Run::from(
+        l.command(&["run", "pkg", "--yes", "--json"])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(r.code, 0);
+    assert_eq!(received.lock().unwrap().len(), before);
+}
+
+#[test]
+fn new_scaffolds_loops_that_lint_and_run_and_the_catalog_installs() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::empty();
+    for template in ["command", "pytest", "jsonschema"] {
+        let name = format!("my-{template}");
+        assert_eq!(l.bl(&["new", &name, "--template", template]).code, 0);
+        assert_eq!(l.bl(&["lint", &name]).code, 0);
+        let r = l.bl(&["run", &name, "--yes", "--json"]);
+        assert_eq!(r.outcome()["status"], "DONE", "{template}: {}", r.stderr);
+    }
+    assert_eq!(l.bl(&["new", "my-command"]).code, 2, "never overwrites");
+    let list = l.bl(&["loops", "list", "--json"]);
+    let names: Vec<String> = serde_json::from_str::<Value>(&list.stdout).unwrap()["loops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "config-contract",
+            "order-schema",
+            "readme-sections",
+            "records-shell",
+            "tests-green"
+        ]
+    );
+    assert_eq!(l.bl(&["loops", "install", "records-shell"]).code, 0);
+    let r = l.bl(&["run", "loops/records-shell", "--yes", "--json"]);
+    assert_eq!(r.outcome()["status"], "DONE");
+    let show = l.bl(&["show", "loops/records-shell", "--json"]);
+    let show: Value = serde_json::from_str(&show.stdout).unwrap();
+    assert!(
+        show["content_hash"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    let caps: Value = serde_json::from_str(&l.bl(&["capabilities", "--json"]).stdout).unwrap();
+    assert_eq!(
+        caps["loop_statuses"]["all"],
+        json!(["DONE", "HALT", "PAUSE", "KILLED", "ERROR"])
+    );
+    let gates: Value = serde_json::from_str(&l.bl(&["gates", "--json"]).stdout).unwrap();
+    assert_eq!(gates["gates"][0]["kind"], "command");
+    assert_eq!(gates["gates"][0]["available"], true);
+}
+
+/// bounded-loops' own `bl verify` accepts the run directories bl writes.
+/// It needs bounded-loops installed (a throwaway venv), so it runs only
+/// when `BL_UPSTREAM_BL` names its `bl`; CI does not install it.
+#[test]
+fn bounded_loops_verify_accepts_bl_s_ledgers() {
+    let Some(upstream) = std::env::var_os("BL_UPSTREAM_BL") else {
+        eprintln!("SKIPPED: set BL_UPSTREAM_BL to bounded-loops' bl to compare");
+        return;
+    };
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::catalog("readme-sections");
+    let r = l.run(&["--run-id", "r1"]);
+    assert_eq!(r.code, 0);
+    let head = r.outcome()["ledger_head"].as_str().unwrap().to_string();
+    let run_dir = l.pkg().join(".bounded-loops/runs/r1");
+    let out = Command::new(&upstream)
+        .args([
+            "verify",
+            &run_dir.display().to_string(),
+            "--expect-head",
+            &head,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
