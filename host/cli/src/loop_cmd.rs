@@ -349,6 +349,9 @@ fn runtime(runner: Arc<dyn CommandRunner>, bounds: &Bounds) -> Result<Runtime, C
     let mut config = RuntimeConfig {
         cache_dir: crate::paths::component_cache_dir(),
         command_runner: Some(runner),
+        // A loop makes one instance per gate per lap: a pool of thousands
+        // costs more to set up than it saves.
+        allocator: bl_plugins::AllocatorChoice::OnDemand,
         ..Default::default()
     };
     // A gate may take what the run may; the engine stops laps at the budget.
@@ -671,6 +674,7 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
         prompt: compose_prompt(&dir, m),
         laps_done: 0,
         tokens_spent: 0,
+        reuse_verdicts: bounds.sandbox,
     };
     let clock = WallClock {
         started: Instant::now(),

@@ -72,10 +72,10 @@ fn load(runtime: &Runtime, name: &str, grants: &[&str]) -> Result<(GatePlugin, S
         declared: declared.as_deref(),
         grants: Grants::parse(grants).map_err(|e| e.to_string())?,
     };
-    let digest = package.component_digest();
     let plugin = runtime
         .load_gate(&package.name(), &package.bytes, &options)
         .map_err(|e| e.to_string())?;
+    let digest = plugin.component_digest().to_string();
     Ok((plugin, digest))
 }
 

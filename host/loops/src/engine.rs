@@ -192,6 +192,11 @@ pub struct Plan {
     /// Laps already recorded for this run (`--resume`); the next lap is one more.
     pub laps_done: u32,
     pub tokens_spent: u64,
+    /// Whether a verdict stands for a workspace whose content has not
+    /// changed since the gate gave it. True only in the cage, where the
+    /// gate's inputs are the workspace and a read-only host, with no
+    /// network: asking again gives the same answer.
+    pub reuse_verdicts: bool,
 }
 
 /// The engine's ports, borrowed for one run.
@@ -269,6 +274,8 @@ impl Laps<'_, '_> {
         let bounds = &self.plan.bounds;
         let mut last_digest = self.ports.workspace.digest().map_err(EngineError)?;
         let mut unchanged = 0u32;
+        // The workspace digest the gate last judged, and what it said.
+        let mut judged: Option<(String, Judgement)> = None;
         let mut feedback: Option<String> = None;
         let mut lap = self.plan.laps_done;
         loop {
@@ -335,13 +342,22 @@ impl Laps<'_, '_> {
             }
             let digest = self.ports.workspace.digest().map_err(EngineError)?;
             let changed = digest != last_digest;
-            last_digest = digest;
+            last_digest = digest.clone();
             unchanged = if changed { 0 } else { unchanged + 1 };
 
             let time_left = bounds
                 .work_budget()
                 .saturating_sub(self.ports.clock.elapsed());
-            let judgement = self.ports.gate.judge(time_left);
+            let judgement = match &judged {
+                Some((seen, verdict)) if self.plan.reuse_verdicts && *seen == digest => {
+                    verdict.clone()
+                }
+                _ => {
+                    let verdict = self.ports.gate.judge(time_left);
+                    judged = Some((digest, verdict.clone()));
+                    verdict
+                }
+            };
             self.outcome.attempts.push(Attempt {
                 lap,
                 changed,
@@ -730,6 +746,17 @@ mod tests {
     }
 
     fn run_with(script: Script, bounds: Bounds, kill: bool, approve: bool, step_ms: u64) -> Run {
+        run_reusing(script, bounds, kill, approve, step_ms, false)
+    }
+
+    fn run_reusing(
+        script: Script,
+        bounds: Bounds,
+        kill: bool,
+        approve: bool,
+        step_ms: u64,
+        reuse_verdicts: bool,
+    ) -> Run {
         let cell = std::cell::RefCell::new(script);
         let mut runner = Fake(&cell);
         let mut workspace = Fake(&cell);
@@ -747,6 +774,7 @@ mod tests {
             prompt: "fix".into(),
             laps_done: 0,
             tokens_spent: 0,
+            reuse_verdicts,
         };
         let outcome = run(
             &plan,
@@ -861,6 +889,55 @@ mod tests {
             (true, Decision::Halt, "HANDOFF.md")
         );
         assert_eq!(r.lines.len(), 4);
+    }
+
+    #[test]
+    fn in_the_cage_an_unchanged_workspace_is_not_judged_twice() {
+        let laps = vec![(1, true, F), (1, false, F)];
+        let cold = run_reusing(
+            Script::new(laps.clone()),
+            Bounds {
+                max_iterations: 10,
+                ..bounds()
+            },
+            false,
+            true,
+            0,
+            false,
+        );
+        let warm = run_reusing(
+            Script::new(laps),
+            Bounds {
+                max_iterations: 10,
+                ..bounds()
+            },
+            false,
+            true,
+            0,
+            true,
+        );
+        assert_eq!((cold.script.gate_runs, warm.script.gate_runs), (4, 1));
+        assert_eq!(cold.outcome.reason, warm.outcome.reason);
+        let detail = |r: &Run| {
+            r.lines
+                .iter()
+                .map(|l| l.verdict.detail.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(detail(&cold), detail(&warm), "the same records either way");
+        // A change in the workspace is always judged afresh.
+        let changing = run_reusing(
+            Script::new(vec![(1, true, F), (1, true, P)]),
+            bounds(),
+            false,
+            true,
+            0,
+            true,
+        );
+        assert_eq!(
+            (changing.script.gate_runs, changing.outcome.status),
+            (2, Status::Done)
+        );
     }
 
     #[test]

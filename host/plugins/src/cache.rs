@@ -28,14 +28,24 @@ impl ComponentCache {
     }
 
     fn path_for(&self, component_bytes: &[u8]) -> PathBuf {
-        let digest = hex::encode(Sha256::digest(component_bytes));
-        self.dir.join(format!("{digest}-{}.cwasm", self.engine_key))
+        self.path_for_digest(&hex::encode(Sha256::digest(component_bytes)))
+    }
+
+    fn path_for_digest(&self, hex_digest: &str) -> PathBuf {
+        self.dir
+            .join(format!("{hex_digest}-{}.cwasm", self.engine_key))
     }
 
     /// The compiled component, from the cache when present, else compiled
     /// and stored. A cache that cannot be written only costs speed.
-    pub(crate) fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
-        let path = self.path_for(bytes);
+    /// `hex_digest` is the sha256 of `bytes`, computed once by the caller.
+    pub(crate) fn load(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+        hex_digest: &str,
+    ) -> wasmtime::Result<Component> {
+        let path = self.path_for_digest(hex_digest);
         if path.is_file() {
             // SAFETY: only this cache writes files under this name, from
             // `Component::serialize` of the same engine configuration (the

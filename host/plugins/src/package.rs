@@ -77,11 +77,6 @@ impl PluginPackage {
         })
     }
 
-    /// `sha256:` and the hex digest of the component's bytes.
-    pub fn component_digest(&self) -> String {
-        format!("sha256:{}", bl_core::sha256_hex(&self.bytes))
-    }
-
     /// The manifest's name, else the file's stem.
     pub fn name(&self) -> String {
         match &self.manifest {

@@ -95,6 +95,8 @@ pub struct Runtime {
 /// A component compiled, admitted and linked, ready to instantiate cheaply.
 pub(crate) struct Loaded<P> {
     pub name: String,
+    /// `sha256:` and the hex digest of the component's bytes.
+    pub digest: String,
     pub grants: Grants,
     pub requested: Vec<Capability>,
     pub pre: P,
@@ -205,8 +207,17 @@ impl Runtime {
     /// Compiles (or loads from the cache) a component and returns its import
     /// names, for admission and for `bl plugin inspect`.
     pub(crate) fn compile(&self, name: &str, bytes: &[u8]) -> Result<Component, PluginError> {
+        self.compile_with_digest(name, bytes, &bl_core::sha256_hex(bytes))
+    }
+
+    fn compile_with_digest(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        hex_digest: &str,
+    ) -> Result<Component, PluginError> {
         match &self.cache {
-            Some(cache) => cache.load(&self.engine, bytes),
+            Some(cache) => cache.load(&self.engine, bytes, hex_digest),
             None => Component::new(&self.engine, bytes),
         }
         .map_err(|e| PluginError::Load {
@@ -267,7 +278,9 @@ impl Runtime {
             plugin: name.to_string(),
             message,
         };
-        let component = self.compile(name, bytes)?;
+        // One hash of the bytes: the cache key and the digest the caller records.
+        let hex_digest = bl_core::sha256_hex(bytes);
+        let component = self.compile_with_digest(name, bytes, &hex_digest)?;
         let requested = admit(&self.imports(&component), world, declared, grants)
             .map_err(|e| load_error(e.to_string()))?;
         let instance_pre = self
@@ -278,6 +291,7 @@ impl Runtime {
             .map_err(|e| load_error(format!("it is not a {world} component: {e:#}")))?;
         Ok(Loaded {
             name: name.to_string(),
+            digest: format!("sha256:{hex_digest}"),
             grants: grants.clone(),
             requested: requested.into_iter().collect(),
             pre,

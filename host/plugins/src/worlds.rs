@@ -24,6 +24,11 @@ macro_rules! plugin_handle {
                 &self.0.name
             }
 
+            /// `sha256:` and the hex digest of the component that was loaded.
+            pub fn component_digest(&self) -> &str {
+                &self.0.digest
+            }
+
             /// The capabilities the component imports.
             pub fn requested(&self) -> &[Capability] {
                 &self.0.requested
