@@ -982,3 +982,88 @@ fn bounded_loops_verify_accepts_bl_s_ledgers() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Opens a directory to the caged user (bl's cage runs commands as nobody
+/// when bl runs as root), as a user's own checkout would be.
+fn open_to_cage(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn an_agent_cli_takes_turns_in_the_cage_and_its_usage_counts() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::stub("python3 seed/check.py", BOUNDS, json!([]));
+    open_to_cage(l.dir.path());
+    let bin = l.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    open_to_cage(&bin);
+    // A stand-in `claude`: reads the task on stdin, edits the workspace,
+    // answers in Claude Code's JSON envelope with its usage.
+    let claude = bin.join("claude");
+    std::fs::write(&claude, "#!/usr/bin/python3\nimport json, sys\ntask = sys.stdin.read()\nassert 'Make seed/doc.txt say done.' in task, task\nopen('seed/doc.txt', 'w').write('done\\n')\nprint(json.dumps({'type': 'result', 'result': 'I fixed it', 'usage': {'input_tokens': 100, 'output_tokens': 20, 'cache_creation_input_tokens': 0, 'cache_read_input_tokens': 0}}))\n").unwrap();
+    std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let r = Run::from(
+        l.command(&["run", "pkg", "--yes", "--json", "--runner", "claude-code"])
+            .env("PATH", &path)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(
+        r.status(),
+        (0, "DONE".into(), "gate-passed".into(), 1),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(
+        l.ledger(".ledger.jsonl")[0]["budget_spent"]["tokens"],
+        120,
+        "tokens from the CLI's usage"
+    );
+    // Without the CLI the run is refused before any lap.
+    let r = l.bl(&["run", "pkg", "--yes", "--runner", "codex"]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("the codex runner needs 'codex' on PATH"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn a_python_callable_takes_turns_from_the_directory_bl_runs_in() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::empty();
+    open_to_cage(l.dir.path());
+    l.write("loop.yaml", "name: callable\ndescription: a callable\npattern: agents\nrole: [test]\nrung: L1\nrunner:\n  default: python_callable\n  module_path: helpers.turns\n  function_name: run_turn\ngate:\n  kind: command\n  run: python3 -c \"raise SystemExit(0 if open('seed/doc.txt').read() == 'done' else 1)\"\n");
+    l.write("bounds.yaml", BOUNDS);
+    l.write("seed/doc.txt", "draft");
+    let helpers = l.dir.path().join("helpers");
+    std::fs::create_dir_all(&helpers).unwrap();
+    open_to_cage(&helpers);
+    std::fs::write(helpers.join("__init__.py"), "").unwrap();
+    std::fs::write(helpers.join("turns.py"), "def run_turn(prompt, workspace):\n    open(workspace + '/seed/doc.txt', 'w').write('done')\n    return {'output': 'wrote it', 'tokens': 7}\n").unwrap();
+    let r = l.run(&[]);
+    assert_eq!(
+        r.status(),
+        (0, "DONE".into(), "gate-passed".into(), 1),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(l.ledger(".ledger.jsonl")[0]["budget_spent"]["tokens"], 7);
+    // A module that does not import is a runner error, in upstream's words.
+    let yaml = std::fs::read_to_string(l.pkg().join("loop.yaml"))
+        .unwrap()
+        .replace("helpers.turns", "missing.module");
+    l.write("loop.yaml", &yaml);
+    let r = l.run(&[]);
+    assert_eq!(r.code, 3);
+    assert!(r.outcome()["reason"].as_str().unwrap().starts_with("runner error: RunnerError: PythonCallableRunner: missing.module.run_turn raised: could not import 'missing.module'"), "{}", r.stdout);
+}
