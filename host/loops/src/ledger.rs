@@ -191,10 +191,15 @@ pub fn hundredths(seconds: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn line() -> LedgerLine {
+        sample_line()
+    }
+
+    /// The line bounded-loops wrote for the a11y loop's DONE lap.
+    pub(crate) fn sample_line() -> LedgerLine {
         LedgerLine {
             prev: GENESIS.into(),
             lap: 1,

@@ -135,34 +135,14 @@ mod tests {
     #[test]
     fn strict_replaces_output_by_its_digest_of_the_original() {
         use crate::ledger::*;
-        let line = LedgerLine {
-            prev: GENESIS.into(),
-            lap: 1,
-            ts: "t".into(),
-            verdict: VerdictRecord {
-                passed: false,
-                detail: "OS error launching command '/opt/x'".into(),
-                evidence: Ordered::object([
-                    ("cmd", "/opt/x --y".into()),
-                    ("tail", "at /srv/data\n".into()),
-                ]),
-            },
-            decision: Decision::Error,
-            budget_spent: None,
-            attempted: true,
-            handoff: String::new(),
-            gate: GateRecord {
-                kind: "command".into(),
-                source: "shipped".into(),
-                implementation: "CommandGate".into(),
-                component: None,
-            },
-            budget_declared: BudgetDeclared {
-                attempts: 1,
-                tokens: None,
-                wallclock_s: 1,
-                wallclock_work_s: 1.0,
-            },
+        let mut line = crate::ledger::tests::sample_line();
+        line.verdict = VerdictRecord {
+            passed: false,
+            detail: "OS error launching command '/opt/x'".into(),
+            evidence: Ordered::object([
+                ("cmd", "/opt/x --y".into()),
+                ("tail", "at /srv/data\n".into()),
+            ]),
         };
         let paths = redact_line(&line, Mode::Paths, "/nowhere");
         assert_eq!(

@@ -139,6 +139,14 @@ impl Run {
         serde_json::from_str(line).unwrap()
     }
 
+    /// The outcome's reason.
+    fn reason(&self) -> String {
+        self.outcome()["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
     fn status(&self) -> (i32, String, String, u64) {
         let o = self.outcome();
         (
@@ -481,12 +489,7 @@ fn a_gate_that_cannot_decide_is_an_error_never_a_verdict() {
     );
     let r = l.run(&[]);
     assert_eq!(r.code, 3);
-    assert!(
-        r.outcome()["reason"]
-            .as_str()
-            .unwrap()
-            .contains("command exited with unexpected code 2")
-    );
+    assert!(r.reason().contains("command exited with unexpected code 2"));
 }
 
 #[test]
@@ -500,9 +503,7 @@ fn forbidden_paths_are_refused_to_the_stub_and_guarded_against_a_real_process() 
     let r = l.run(&[]);
     assert_eq!(r.code, 3);
     assert!(
-        r.outcome()["reason"]
-            .as_str()
-            .unwrap()
+        r.reason()
             .contains("matches a forbidden path in the loop's spec")
     );
 
@@ -519,9 +520,7 @@ fn forbidden_paths_are_refused_to_the_stub_and_guarded_against_a_real_process() 
     let r = l.run(&[]);
     assert_eq!(r.code, 3, "{}", r.stdout);
     assert!(
-        r.outcome()["reason"]
-            .as_str()
-            .unwrap()
+        r.reason()
             .contains("SECURITY: the gate's verification anchor 'seed/check.py' was MODIFIED")
     );
 }
@@ -1065,5 +1064,5 @@ fn a_python_callable_takes_turns_from_the_directory_bl_runs_in() {
     l.write("loop.yaml", &yaml);
     let r = l.run(&[]);
     assert_eq!(r.code, 3);
-    assert!(r.outcome()["reason"].as_str().unwrap().starts_with("runner error: RunnerError: PythonCallableRunner: missing.module.run_turn raised: could not import 'missing.module'"), "{}", r.stdout);
+    assert!(r.reason().starts_with("runner error: RunnerError: PythonCallableRunner: missing.module.run_turn raised: could not import 'missing.module'"), "{}", r.stdout);
 }
