@@ -206,7 +206,7 @@ impl Ledger for FileLedger {
 }
 
 /// `--redact`: applied to each line before it is written and hashed.
-struct Redact {
+pub struct Redact {
     mode: bl_loops::redact::Mode,
     loop_dir: String,
 }
@@ -220,7 +220,12 @@ impl Redact {
     }
 
     fn line(&self, line: &LedgerLine) -> String {
-        bl_loops::redact::redact_line(line, self.mode, &self.loop_dir).to_line()
+        self.apply(line).to_line()
+    }
+
+    /// The line as the ledger keeps it (and the trace may export it).
+    pub fn apply(&self, line: &LedgerLine) -> LedgerLine {
+        bl_loops::redact::redact_line(line, self.mode, &self.loop_dir)
     }
 }
 
@@ -365,6 +370,7 @@ fn make_runner(
     package: &Package,
     root: &Path,
     commands: Arc<dyn CommandRunner>,
+    env: Vec<(String, String)>,
 ) -> Result<Box<dyn Runner>, CliError> {
     let m = &package.manifest;
     match name {
@@ -416,7 +422,9 @@ fn make_runner(
                     "[bounded-loops] agent_cmd '{program}' is permitted only by the operator extension {EXTRA_AGENT_CMDS}; it is not in the reviewed allowlist shipped with bl."
                 );
             }
-            Ok(Box::new(CommandTurns::shell(argv, root, commands)))
+            Ok(Box::new(
+                CommandTurns::shell(argv, root, commands).with_env(env),
+            ))
         }
         "python_callable" => {
             let module = m.runner.module_path.as_deref().ok_or_else(|| {
@@ -448,17 +456,11 @@ fn make_runner(
                         profile.binary
                     ))
                 })?;
+            // An agent CLI needs the operator's PATH and HOME (its login).
             let env: Vec<(String, String)> = ["PATH", "HOME"]
                 .iter()
-                .chain(
-                    m.runner
-                        .env_passthrough
-                        .iter()
-                        .map(String::as_str)
-                        .collect::<Vec<_>>()
-                        .iter(),
-                )
                 .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+                .chain(env)
                 .collect();
             Ok(Box::new(CommandTurns::agent(
                 agent, profile, binary, root, commands, env,
@@ -539,8 +541,9 @@ fn confirm(args: &RunArgs, m: &LoopManifest, runner: &str) -> Result<(), CliErro
     }
 }
 
-/// `runner.env_passthrough` names only what the operator allowed.
-fn check_passthrough(m: &LoopManifest) -> Result<(), CliError> {
+/// `runner.env_passthrough` names only what the operator allowed; the
+/// allowed names go to the runner with the operator's values.
+fn passthrough(m: &LoopManifest) -> Result<Vec<(String, String)>, CliError> {
     let allowed: Vec<String> = std::env::var(ENV_PASSTHROUGH_ALLOW)
         .unwrap_or_default()
         .split(',')
@@ -554,10 +557,15 @@ fn check_passthrough(m: &LoopManifest) -> Result<(), CliError> {
         .map(String::as_str)
         .collect();
     if refused.is_empty() {
-        return Ok(());
+        return Ok(m
+            .runner
+            .env_passthrough
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+            .collect());
     }
     Err(CliError::refused(format!(
-        "bl run: loop.yaml requests runner.env_passthrough: {}, but it is not in the operator allowlist ({ENV_PASSTHROUGH_ALLOW}). Refusing to pass through an unauthorized variable.",
+        "bl run: wiring error — ManifestError: loop.yaml requests runner.env_passthrough: {}, but it is not in the operator allowlist ({ENV_PASSTHROUGH_ALLOW}). Refusing to pass through an unauthorized variable.",
         refused.join(", ")
     )))
 }
@@ -566,15 +574,17 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
     let package = read_package(&args.loop_dir)?;
     let mut bounds = package.bounds.clone();
     if let Some(max) = args.max_iterations {
-        if max == 0 || i128::from(max) > bl_loops::manifest::MAX_ITERATIONS_CEILING {
+        // 0 is allowed (the run halts at lap 1, as bounded-loops does); the
+        // ceiling is not.
+        if i128::from(max) > bl_loops::manifest::MAX_ITERATIONS_CEILING {
             return Err(CliError::refused(format!(
-                "bl run: --max-iterations {max} is outside 1..=1000; the 1000 ceiling is hard"
+                "bl run: --max-iterations {max} exceeds the 1000 ceiling, which is hard and non-overridable"
             )));
         }
         bounds.max_iterations = max;
     }
     let m = &package.manifest;
-    check_passthrough(m)?;
+    let env = passthrough(m)?;
     let runner_name = args
         .runner
         .clone()
@@ -587,7 +597,7 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
         Some(id) => {
             if !valid_run_id(id) {
                 return Err(CliError::refused(
-                    "bl run: run_id must be 1-128 chars: letters, digits, '.', '_', '-' only; must start with a letter or digit",
+                    "bl run: wiring error — ManifestError: run_id must be 1-128 chars: letters, digits, '.', '_', '-' only; must start with a letter or digit",
                 ));
             }
             let run_dir = dir.join(".bounded-loops/runs").join(id);
@@ -595,7 +605,7 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
             let how = if args.resume {
                 if !workspace.is_dir() {
                     return Err(CliError::refused(format!(
-                        "bl run: run_id '{id}' has no persistent workspace to resume: {}",
+                        "bl run: wiring error — ManifestError: run_id '{id}' has no persistent workspace to resume: {}",
                         workspace.display()
                     )));
                 }
@@ -603,7 +613,7 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
             } else {
                 if run_dir.exists() {
                     return Err(CliError::refused(format!(
-                        "bl run: run_id '{id}' already exists. Use --resume to continue it or choose a new run id."
+                        "bl run: wiring error — ManifestError: run_id '{id}' already exists. Use --resume to continue it or choose a new run id."
                     )));
                 }
                 Prepare::Persistent
@@ -647,7 +657,13 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
         errln!("{}", bl_loops::quarantine::warning(workspace.withheld()));
     }
     let commands = sandbox_runner(bounds.sandbox)?;
-    let mut runner = make_runner(&runner_name, &package, &workspace_root, commands.clone())?;
+    let mut runner = make_runner(
+        &runner_name,
+        &package,
+        &workspace_root,
+        commands.clone(),
+        env,
+    )?;
     let runtime = runtime(commands, &bounds)?;
     let mut gate = LoopGate::new(
         runtime,
@@ -687,7 +703,8 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
         manifest: m.clone(),
         bounds: bounds.clone(),
     };
-    let mut trace = crate::loop_trace::LapSpans::new(bounds.trace, &m.name);
+    let mut trace =
+        crate::loop_trace::LapSpans::new(bounds.trace, &m.name, Redact::new(&args.redact, &dir));
     let mut memory = RuntimeMemory {
         path: dir.join(".STATE.md.runtime"),
     };
@@ -873,8 +890,9 @@ fn report(
     // One machine-readable line for supervisors, on stderr.
     // Compact, in this key order, UTF-8 raw, as bounded-loops writes it.
     let quoted = |s: &str| serde_json::to_string(s).expect("a string serializes");
-    let mut event = format!(
-        "{{\"event\":\"terminal\",\"status\":{},\"alert\":{},\"reason\":{},\"subject\":{},\"laps\":{},\"ledger_head\":{}",
+    let run_id = run_id.map_or(String::new(), |id| format!(",\"run_id\":{}", quoted(id)));
+    let event = format!(
+        "{{\"event\":\"terminal\",\"status\":{},\"alert\":{},\"reason\":{},\"subject\":{}{run_id},\"laps\":{},\"ledger_head\":{}}}",
         quoted(status),
         outcome.status != Status::Done,
         quoted(&outcome.reason),
@@ -882,9 +900,5 @@ fn report(
         outcome.laps,
         quoted(&outcome.ledger_head),
     );
-    if let Some(id) = run_id {
-        event.push_str(&format!(",\"run_id\":{}", quoted(id)));
-    }
-    event.push('}');
     errln!("BL_EVENT {event}");
 }

@@ -8,7 +8,7 @@
 //! ERROR, never a pass and never a fail.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bl_loops::engine::{Gate, Judgement, Outcome, error_evidence};
 use bl_loops::ledger::{GateRecord, Ordered};
@@ -329,8 +329,18 @@ fn exit_code(verdict: &Verdict) -> i64 {
 }
 
 impl LoopGate {
-    fn run_judge(&self, judge: &Judge) -> Judgement {
+    /// Judges with every command bounded by the time left until `until`;
+    /// a gate still running then is the wallclock bound, not an error.
+    fn run_judge(&self, judge: &Judge, until: Instant) -> Judgement {
         let ws = &self.workspace;
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return out_of_time();
+        }
+        let timeout_ms = left.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+        // The command's own timeout starts a little after `until` was set,
+        // so an error this close to the end is the clock, not the gate.
+        let ran_out = || Instant::now() + Duration::from_millis(250) >= until;
         match judge {
             Judge::Command {
                 plugin,
@@ -338,7 +348,9 @@ impl LoopGate {
                 argv,
                 implementation,
             } => {
-                let config = json!({"argv": argv, "tail_bytes": TAIL_CHARS}).to_string();
+                let config =
+                    json!({"argv": argv, "tail_bytes": TAIL_CHARS, "timeout_ms": timeout_ms})
+                        .to_string();
                 match self.runtime.check(plugin, ws, &config) {
                     Ok(inv) => {
                         let v = inv.value;
@@ -370,6 +382,7 @@ impl LoopGate {
                             }
                         }
                     }
+                    Err(_) if ran_out() => out_of_time(),
                     Err(e) => gate_error(
                         implementation,
                         &format!(
@@ -385,7 +398,8 @@ impl LoopGate {
                 argv,
                 implementation,
             } => {
-                let config = json!({"argv": argv, "tail_bytes": 64_000}).to_string();
+                let config = json!({"argv": argv, "tail_bytes": 64_000, "timeout_ms": timeout_ms})
+                    .to_string();
                 match self.runtime.check(plugin, ws, &config) {
                     Ok(inv) => {
                         let v = inv.value;
@@ -402,28 +416,27 @@ impl LoopGate {
                                 findings.map_or(Ordered::Json(Value::Null), Ordered::from),
                             ),
                         ]);
-                        match (code, findings) {
-                            (0, Some(0) | None) => Judgement {
+                        match findings {
+                            Some(0) if code == 0 => Judgement {
                                 outcome: Outcome::Pass,
                                 detail: format!("{tool}: no findings"),
                                 evidence,
                             },
-                            (0 | 1, Some(n)) if n > 0 => Judgement {
+                            Some(n) if n > 0 && (0..=1).contains(&code) => Judgement {
                                 outcome: Outcome::Fail,
                                 detail: format!("{tool}: {n} finding(s)"),
                                 evidence,
                             },
-                            (1, _) => Judgement {
-                                outcome: Outcome::Fail,
-                                detail: format!("{tool} reported findings (exit 1)"),
-                                evidence,
-                            },
-                            (code, _) => gate_error(
+                            // A report bl cannot read decides nothing.
+                            _ => gate_error(
                                 implementation,
-                                &format!("{tool} exited {code} without a readable report"),
+                                &format!(
+                                    "{tool} exited {code} without a report bl could read (its JSON on stdout, whole)"
+                                ),
                             ),
                         }
                     }
+                    Err(_) if ran_out() => out_of_time(),
                     Err(e) => gate_error(
                         implementation,
                         &format!(
@@ -434,7 +447,7 @@ impl LoopGate {
                 }
             }
             Judge::Pytest { plugin, args } => {
-                let config = json!({"args": args}).to_string();
+                let config = json!({"args": args, "timeout_ms": timeout_ms}).to_string();
                 match self.runtime.check(plugin, ws, &config) {
                     Ok(inv) => {
                         let v = inv.value;
@@ -449,10 +462,21 @@ impl LoopGate {
                             ("tail", tail(&v).into()),
                             ("invocation", "python3-module".into()),
                         ]);
-                        let (outcome, word) = if v.passed {
-                            (Outcome::Pass, "passed")
-                        } else {
-                            (Outcome::Fail, "failed")
+                        // The verdict contract: 0 passes, 1 (tests failed)
+                        // rejects, anything else (collection errors, no tests,
+                        // usage) means the gate could not decide.
+                        let (outcome, word) = match code {
+                            0 => (Outcome::Pass, "passed"),
+                            1 => (Outcome::Fail, "failed"),
+                            _ => {
+                                return gate_error(
+                                    "PytestGate",
+                                    &format!(
+                                        "pytest exited {code} (collection errors, no tests or a usage error): the gate could not decide. tail={}",
+                                        bl_core::python::repr(&tail(&v))
+                                    ),
+                                );
+                            }
                         };
                         Judgement {
                             outcome,
@@ -462,6 +486,7 @@ impl LoopGate {
                             evidence,
                         }
                     }
+                    Err(_) if ran_out() => out_of_time(),
                     Err(e) => gate_error("PytestGate", &plain(&e.to_string())),
                 }
             }
@@ -501,14 +526,18 @@ impl LoopGate {
                             evidence,
                         }
                     }
+                    Err(_) if ran_out() => out_of_time(),
                     Err(e) => gate_error("JsonSchemaGate", &plain(&e.to_string())),
                 }
             }
             Judge::All(children) => {
-                let results: Vec<Judgement> = children.iter().map(|c| self.run_judge(c)).collect();
-                // A child that could not decide makes the lap an error, in its words.
-                if let Some(broken) = results.iter().find(|r| r.outcome == Outcome::Error) {
-                    return broken.clone();
+                let results: Vec<Judgement> =
+                    children.iter().map(|c| self.run_judge(c, until)).collect();
+                // Out of time, or a child that could not decide (in its words).
+                for stop in [Outcome::OutOfTime, Outcome::Error] {
+                    if let Some(child) = results.iter().find(|r| r.outcome == stop) {
+                        return child.clone();
+                    }
                 }
                 let children = results
                     .iter()
@@ -597,9 +626,17 @@ fn scanner_findings(tool: &str, stdout: &str) -> Option<u64> {
     }
 }
 
+fn out_of_time() -> Judgement {
+    Judgement {
+        outcome: Outcome::OutOfTime,
+        detail: "the gate was still running when the work time ran out".into(),
+        evidence: Ordered::empty(),
+    }
+}
+
 impl Gate for LoopGate {
-    fn judge(&mut self, _time_left: Duration) -> Judgement {
-        self.run_judge(&self.judge)
+    fn judge(&mut self, time_left: Duration) -> Judgement {
+        self.run_judge(&self.judge, Instant::now() + time_left)
     }
 
     fn record(&self) -> GateRecord {

@@ -16,6 +16,8 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 
 pub struct LapSpans {
     exporter: Option<(SdkTracerProvider, opentelemetry_sdk::trace::SdkTracer)>,
+    /// `--redact` reaches the spans too: they say what the ledger says.
+    redact: crate::loop_cmd::Redact,
     loop_name: String,
     lap_started: SystemTime,
 }
@@ -31,7 +33,7 @@ fn endpoint_configured() -> bool {
 }
 
 impl LapSpans {
-    pub fn new(enabled: bool, loop_name: &str) -> LapSpans {
+    pub fn new(enabled: bool, loop_name: &str, redact: crate::loop_cmd::Redact) -> LapSpans {
         let exporter = (enabled && endpoint_configured())
             .then(|| {
                 let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -57,6 +59,7 @@ impl LapSpans {
             .flatten();
         LapSpans {
             exporter,
+            redact,
             loop_name: loop_name.to_string(),
             lap_started: SystemTime::now(),
         }
@@ -77,6 +80,7 @@ impl Trace for LapSpans {
         let Some((_, tracer)) = &self.exporter else {
             return;
         };
+        let line = &self.redact.apply(line);
         let decision = serde_json::to_value(line.decision)
             .ok()
             .and_then(|v| v.as_str().map(String::from))

@@ -71,6 +71,9 @@ pub enum Outcome {
     Fail,
     /// The gate could not decide: never a pass, never a fail.
     Error,
+    /// The gate was still running when the work time ran out: the
+    /// wallclock bound stopped it.
+    OutOfTime,
 }
 
 pub trait Gate {
@@ -78,9 +81,18 @@ pub trait Gate {
     fn record(&self) -> GateRecord;
 }
 
+/// Two digests of a workspace, from one walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceDigest {
+    /// The work: equal digests mean no progress (bl's own files and caches
+    /// are left out).
+    pub content: String,
+    /// Everything a gate could read, bl's own files included.
+    pub all: String,
+}
+
 pub trait Workspace {
-    /// A digest of the workspace's content; equal digests mean no progress.
-    fn digest(&mut self) -> Result<String, String>;
+    fn digest(&mut self) -> Result<WorkspaceDigest, String>;
     /// Paths under `forbid` the last turn created, changed or removed.
     fn forbidden_changes(&mut self) -> Result<Vec<String>, String>;
 }
@@ -341,7 +353,7 @@ impl Laps<'_, '_> {
                 return self.error(lap, detail, error_evidence("runner", "RunnerError"));
             }
             let digest = self.ports.workspace.digest().map_err(EngineError)?;
-            let changed = digest != last_digest;
+            let changed = digest.content != last_digest.content;
             last_digest = digest.clone();
             unchanged = if changed { 0 } else { unchanged + 1 };
 
@@ -349,12 +361,12 @@ impl Laps<'_, '_> {
                 .work_budget()
                 .saturating_sub(self.ports.clock.elapsed());
             let judgement = match &judged {
-                Some((seen, verdict)) if self.plan.reuse_verdicts && *seen == digest => {
+                Some((seen, verdict)) if self.plan.reuse_verdicts && *seen == digest.all => {
                     verdict.clone()
                 }
                 _ => {
                     let verdict = self.ports.gate.judge(time_left);
-                    judged = Some((digest, verdict.clone()));
+                    judged = Some((digest.all, verdict.clone()));
                     verdict
                 }
             };
@@ -367,6 +379,14 @@ impl Laps<'_, '_> {
             let passed = judgement.outcome == Outcome::Pass;
             let recorded = verdict(passed, judgement.detail.clone(), judgement.evidence.clone());
             match judgement.outcome {
+                Outcome::OutOfTime => {
+                    let stop = Stop::Wallclock {
+                        max: bounds.max_wallclock_s,
+                        elapsed: self.ports.clock.elapsed(),
+                        reserve: bounds.handoff_reserve_s,
+                    };
+                    return self.halt(stop, lap, true);
+                }
                 Outcome::Pass => {
                     let approved = !bounds.require_approval
                         || self.ports.approver.approved(lap, &judgement.detail);
@@ -550,6 +570,10 @@ mod tests {
         tamper_at: Option<u32>,
         time_out_at: Option<u32>,
         tampered: bool,
+        /// Bumped by every turn when `touch_bookkeeping`: a file the gate
+        /// may read changes, but not the work.
+        bookkeeping: u32,
+        touch_bookkeeping: bool,
         gate_runs: u32,
     }
 
@@ -563,6 +587,8 @@ mod tests {
                 tamper_at: None,
                 time_out_at: None,
                 tampered: false,
+                bookkeeping: 0,
+                touch_bookkeeping: false,
                 gate_runs: 0,
             }
         }
@@ -600,6 +626,9 @@ mod tests {
             if s.tamper_at == Some(r.lap) {
                 s.tampered = true;
             }
+            if s.touch_bookkeeping {
+                s.bookkeeping += 1;
+            }
             let (tokens, changes, _) = s.lap(r.lap);
             if changes {
                 s.content += 1;
@@ -613,8 +642,12 @@ mod tests {
     }
 
     impl Workspace for Fake<'_> {
-        fn digest(&mut self) -> Result<String, String> {
-            Ok(self.0.borrow().content.to_string())
+        fn digest(&mut self) -> Result<WorkspaceDigest, String> {
+            let s = self.0.borrow();
+            Ok(WorkspaceDigest {
+                content: s.content.to_string(),
+                all: format!("{}/{}", s.content, s.bookkeeping),
+            })
         }
         fn forbidden_changes(&mut self) -> Result<Vec<String>, String> {
             Ok(if self.0.borrow().tampered {
@@ -638,6 +671,7 @@ mod tests {
                 Outcome::Pass => "gate passed (exit 0)",
                 Outcome::Fail => "gate failed (exit 1)",
                 Outcome::Error => "gate error: GateError: CommandGate: boom",
+                Outcome::OutOfTime => "gate error: GateError: CommandGate: ran out of time",
             };
             Judgement {
                 outcome,
@@ -938,6 +972,43 @@ mod tests {
             (changing.script.gate_runs, changing.outcome.status),
             (2, Status::Done)
         );
+    }
+
+    #[test]
+    fn a_verdict_is_asked_again_when_anything_the_gate_could_read_changed() {
+        // Each turn rewrites only bl's own agent_output.txt: no progress, but
+        // a gate may read that file, so its verdict is not reused.
+        let mut script = Script::new(vec![(1, true, F), (1, false, F)]);
+        script.touch_bookkeeping = true;
+        let r = run_reusing(
+            script,
+            Bounds {
+                max_iterations: 10,
+                ..bounds()
+            },
+            false,
+            true,
+            0,
+            true,
+        );
+        assert_eq!(
+            (r.outcome.reason.as_str(), r.script.gate_runs),
+            ("no progress in last 3 laps", 4)
+        );
+    }
+
+    #[test]
+    fn a_gate_that_runs_out_of_time_is_the_wallclock_bound() {
+        let r = run_script(vec![(1, true, Outcome::OutOfTime)], bounds());
+        assert_eq!((r.outcome.status, r.outcome.laps), (Status::Halt, 1));
+        assert!(
+            r.outcome
+                .reason
+                .starts_with("wallclock limit 990s exceeded"),
+            "{}",
+            r.outcome.reason
+        );
+        assert!(r.lines[0].attempted);
     }
 
     #[test]

@@ -387,7 +387,14 @@ fn gate(node: &Node, top: bool) -> Result<GateSpec, ManifestError> {
         ));
     }
     let run = opt_string(file, node.get("run"), "gate.run")?;
-    if kind == "command" && run.as_deref().is_none_or(|r| r.trim().is_empty()) {
+    if run.as_deref().is_some_and(|r| r.trim().is_empty()) {
+        return Err(err(
+            file,
+            node.get("run"),
+            "gate.run must be a non-empty string",
+        ));
+    }
+    if kind == "command" && run.is_none() {
         return Err(err(
             file,
             Some(node),
@@ -527,7 +534,10 @@ impl Bounds {
         };
         let handoff_reserve_s = match root.get("handoff_reserve_s") {
             None => Bounds::default_reserve(max_wallclock_s),
-            Some(n) => match int(n, "handoff_reserve_s", true)? {
+            Some(n) => match int(n, "handoff_reserve_s", true).map_err(|e| ManifestError {
+                message: "handoff_reserve_s must be an integer".into(),
+                ..e
+            })? {
                 None => Bounds::default_reserve(max_wallclock_s),
                 Some(v) if v < 0 => {
                     return Err(err(file, Some(n), "handoff_reserve_s must be at least 0"));
@@ -553,7 +563,10 @@ impl Bounds {
         let require_approval = match root.get("require_approval") {
             None => *rung != Rung::L1,
             Some(n) if n.is_null() => *rung != Rung::L1,
-            Some(n) => boolean(Some(n), "require_approval", false)?,
+            Some(n) => boolean(Some(n), "require_approval", false).map_err(|e| ManifestError {
+                message: "require_approval must be a boolean or null".into(),
+                ..e
+            })?,
         };
         Ok(Bounds {
             max_iterations: max_iterations as u32,

@@ -32,6 +32,6 @@ pub use bubblewrap::{
 };
 pub use caged_user::{CagedUser, CagedUserError, Lending};
 pub use sandbox::{EgressBridge, Sandbox, find_bwrap};
-pub use subprocess::Subprocess;
+pub use subprocess::{SCRUBBED_PATH, Subprocess};
 pub use tail::TailBuffer;
 pub use tier::{Tier, UnknownTier};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bl_core::{CommandRunner, CommandSpec};
 use bl_loops::cassette::{Action, Cassette};
-use bl_loops::engine::{Runner, RunnerError, Turn, TurnRequest, Workspace};
+use bl_loops::engine::{Runner, RunnerError, Turn, TurnRequest, Workspace, WorkspaceDigest};
 use sha2::{Digest, Sha256};
 
 use crate::catalog::Profile;
@@ -34,7 +34,9 @@ fn is_bookkeeping(name: &str) -> bool {
 pub struct ScratchWorkspace {
     root: PathBuf,
     forbid: Vec<String>,
-    /// The forbidden paths' content when the run started.
+    /// The forbidden paths' content in the package: what they must stay.
+    /// Taken from the package, never from the workspace, so a resumed run
+    /// cannot inherit an anchor a previous run tampered with.
     anchors: BTreeMap<String, Option<[u8; 32]>>,
     /// Seed entries quarantine kept out (`seed/...`).
     withheld: Vec<String>,
@@ -80,17 +82,24 @@ impl ScratchWorkspace {
                 Prepare::Persistent => "bounded-loops persistent run workspace\n",
                 _ => "bounded-loops scratch workspace\n",
             };
-            std::fs::write(root.join(SCRATCH_MARKER), marker)?;
+            write_no_follow(&root.join(SCRATCH_MARKER), marker.as_bytes())?;
         }
         withheld.sort();
-        let mut workspace = ScratchWorkspace {
+        // What the anchors must be: the package's, less what quarantine keeps out.
+        let mut anchors = anchor_hashes(package, forbid);
+        if quarantine {
+            anchors.retain(|path, _| {
+                !Path::new(path)
+                    .components()
+                    .any(|c| bl_loops::quarantine::withheld(&c.as_os_str().to_string_lossy()))
+            });
+        }
+        Ok(ScratchWorkspace {
             root: root.to_path_buf(),
             forbid: forbid.to_vec(),
-            anchors: BTreeMap::new(),
+            anchors,
             withheld,
-        };
-        workspace.anchors = workspace.anchor_hashes();
-        Ok(workspace)
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -101,36 +110,51 @@ impl ScratchWorkspace {
     pub fn withheld(&self) -> &[String] {
         &self.withheld
     }
+}
 
-    fn anchor_hashes(&self) -> BTreeMap<String, Option<[u8; 32]>> {
-        let mut hashes = BTreeMap::new();
-        for path in &self.forbid {
-            let full = self.root.join(path);
-            if full.is_dir() {
-                for (rel, hash) in content_hashes(&full) {
-                    hashes.insert(format!("{path}/{rel}"), Some(hash));
+/// The content of every file under the `forbid` paths of `base`, caches
+/// included (a planted `__pycache__` entry can stand in for a module).
+fn anchor_hashes(base: &Path, forbid: &[String]) -> BTreeMap<String, Option<[u8; 32]>> {
+    let mut hashes = BTreeMap::new();
+    for path in forbid {
+        let path = path.trim_end_matches('/');
+        let full = base.join(path);
+        match std::fs::symlink_metadata(&full) {
+            Ok(meta) if meta.is_dir() => {
+                for file in walk(&full) {
+                    hashes.insert(format!("{path}/{}", file.path), Some(file.hash));
                 }
-            } else {
-                hashes.insert(path.clone(), std::fs::read(&full).ok().map(sha256));
+            }
+            _ => {
+                hashes.insert(path.to_string(), hash_entry(&full));
             }
         }
-        hashes
     }
+    hashes
 }
 
 impl Workspace for ScratchWorkspace {
-    fn digest(&mut self) -> Result<String, String> {
-        let mut hasher = Sha256::new();
-        for (path, hash) in content_hashes(&self.root) {
-            hasher.update(path.as_bytes());
-            hasher.update([0]);
-            hasher.update(hash);
+    fn digest(&mut self) -> Result<WorkspaceDigest, String> {
+        let mut content = Sha256::new();
+        let mut all = Sha256::new();
+        for file in walk(&self.root) {
+            for hasher in [&mut all]
+                .into_iter()
+                .chain((!file.bookkeeping).then_some(&mut content))
+            {
+                hasher.update(file.path.as_bytes());
+                hasher.update([0]);
+                hasher.update(file.hash);
+            }
         }
-        Ok(hex::encode(hasher.finalize()))
+        Ok(WorkspaceDigest {
+            content: hex::encode(content.finalize()),
+            all: hex::encode(all.finalize()),
+        })
     }
 
     fn forbidden_changes(&mut self) -> Result<Vec<String>, String> {
-        let now = self.anchor_hashes();
+        let now = anchor_hashes(&self.root, &self.forbid);
         let mut changed: Vec<String> = now
             .iter()
             .filter(|(path, hash)| self.anchors.get(*path) != Some(hash))
@@ -152,20 +176,39 @@ fn sha256(bytes: Vec<u8>) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-/// Every regular file under `dir` (bookkeeping excluded), by relative
-/// path, with its content hash. A symlink counts by its target text.
-fn content_hashes(dir: &Path) -> BTreeMap<String, [u8; 32]> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![(dir.to_path_buf(), String::new())];
-    while let Some((path, rel)) = stack.pop() {
+/// One file of a workspace walk.
+struct WalkedFile {
+    path: String,
+    hash: [u8; 32],
+    /// Under a bookkeeping name (bl's own files, caches): not progress.
+    bookkeeping: bool,
+}
+
+/// The hash of one entry: a file's bytes, a symlink's target text.
+fn hash_entry(path: &Path) -> Option<[u8; 32]> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(path).ok()?;
+        Some(sha256(target.as_os_str().as_encoded_bytes().to_vec()))
+    } else if meta.is_file() {
+        std::fs::read(path).ok().map(sha256)
+    } else {
+        None
+    }
+}
+
+/// Every file and symlink under `dir`, by relative path, with its hash.
+/// Symlinks are never followed.
+fn walk(dir: &Path) -> Vec<WalkedFile> {
+    let mut out = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), String::new(), false)];
+    while let Some((path, rel, bookkeeping)) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&path) else {
             continue;
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if is_bookkeeping(&name) {
-                continue;
-            }
+            let bookkeeping = bookkeeping || is_bookkeeping(&name);
             let child_rel = if rel.is_empty() {
                 name
             } else {
@@ -175,19 +218,36 @@ fn content_hashes(dir: &Path) -> BTreeMap<String, [u8; 32]> {
                 continue;
             };
             if kind.is_dir() {
-                stack.push((entry.path(), child_rel));
-            } else if kind.is_symlink() {
-                let target = std::fs::read_link(entry.path()).unwrap_or_default();
-                out.insert(
-                    child_rel,
-                    sha256(target.as_os_str().as_encoded_bytes().to_vec()),
-                );
-            } else if let Ok(bytes) = std::fs::read(entry.path()) {
-                out.insert(child_rel, sha256(bytes));
+                stack.push((entry.path(), child_rel, bookkeeping));
+            } else if let Some(hash) = hash_entry(&entry.path()) {
+                out.push(WalkedFile {
+                    path: child_rel,
+                    hash,
+                    bookkeeping,
+                });
             }
         }
     }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
     out
+}
+
+/// Writes `bytes` to `path` as a new file, replacing whatever entry was
+/// there without following it: a symlink a turn left in its place is
+/// removed, never written through.
+fn write_no_follow(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path)?,
+        Ok(_) => std::fs::remove_file(path)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?
+        .write_all(bytes)
 }
 
 /// Copies a directory tree (files, directories and symlinks as links).
@@ -227,18 +287,35 @@ fn copy_filtered(
     Ok(())
 }
 
-/// A path a cassette or a runner names, kept inside the workspace.
-fn inside(root: &Path, path: &str) -> Option<PathBuf> {
-    let rel = Path::new(path);
+/// The normal form of a relative path (`./a//b` is `a/b`); `None` for an
+/// absolute path, one with `..`, or an empty one.
+fn normal(path: &str) -> Option<PathBuf> {
     let mut clean = PathBuf::new();
-    for part in rel.components() {
+    for part in Path::new(path).components() {
         match part {
             Component::Normal(p) => clean.push(p),
             Component::CurDir => {}
             _ => return None,
         }
     }
-    (!clean.as_os_str().is_empty()).then(|| root.join(clean))
+    (!clean.as_os_str().is_empty()).then_some(clean)
+}
+
+/// Where a relative path lands in the workspace, if it stays inside: no
+/// `..`, not absolute, and no directory on the way that is a symlink (a
+/// seed may carry one pointing anywhere).
+fn inside(root: &Path, path: &str) -> Option<PathBuf> {
+    let clean = normal(path)?;
+    let mut at = root.to_path_buf();
+    let parts: Vec<_> = clean.components().collect();
+    for part in &parts[..parts.len() - 1] {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => return None,
+            _ => {}
+        }
+    }
+    Some(root.join(clean))
 }
 
 fn runner_error(runner: &str, message: String) -> RunnerError {
@@ -267,11 +344,13 @@ impl StubRunner {
     }
 
     fn forbidden(&self, path: &str) -> bool {
-        let path = path.trim_start_matches("./");
-        self.forbid.iter().any(|f| {
-            let f = f.trim_end_matches('/');
-            path == f || path.starts_with(&format!("{f}/"))
-        })
+        let Some(path) = normal(path) else {
+            return false;
+        };
+        self.forbid
+            .iter()
+            .filter_map(|f| normal(f))
+            .any(|f| path.starts_with(&f))
     }
 }
 
@@ -317,16 +396,16 @@ impl Runner for StubRunner {
                         if let Some(parent) = target.parent() {
                             std::fs::create_dir_all(parent)?;
                         }
-                        std::fs::write(&target, content)
+                        write_no_follow(&target, content.as_bytes())
                     };
                     write().map_err(|e| {
                         runner_error("StubRunner", format!("could not write '{path}': {e}"))
                     })?;
                 }
             }
-            std::fs::write(self.root.join(AGENT_OUTPUT), &turn.agent_output).map_err(|e| {
-                runner_error("StubRunner", format!("could not write {AGENT_OUTPUT}: {e}"))
-            })?;
+            write_no_follow(&self.root.join(AGENT_OUTPUT), turn.agent_output.as_bytes()).map_err(
+                |e| runner_error("StubRunner", format!("could not write {AGENT_OUTPUT}: {e}")),
+            )?;
         }
         Ok(Turn {
             output: turn.agent_output.clone(),
@@ -402,6 +481,12 @@ impl CommandTurns {
             prompt_on_stdin: true,
             callable: None,
         }
+    }
+
+    /// Variables set for every turn (the operator-allowed passthrough).
+    pub fn with_env(mut self, env: Vec<(String, String)>) -> Self {
+        self.env.extend(env);
+        self
     }
 
     /// An agent CLI (claude-code, codex, antigravity) by its profile.
@@ -502,7 +587,7 @@ impl Runner for CommandTurns {
             let stdout = String::from_utf8_lossy(&result.stdout_tail).into_owned();
             let stderr = String::from_utf8_lossy(&result.stderr_tail).into_owned();
             if !request.wind_down {
-                std::fs::write(self.root.join(AGENT_OUTPUT), &stdout).map_err(|e| {
+                write_no_follow(&self.root.join(AGENT_OUTPUT), stdout.as_bytes()).map_err(|e| {
                     runner_error(&self.name, format!("could not write {AGENT_OUTPUT}: {e}"))
                 })?;
             }
@@ -618,15 +703,20 @@ mod tests {
         std::fs::write(root.join(AGENT_OUTPUT), "I did it").unwrap();
         std::fs::create_dir_all(root.join("seed/__pycache__")).unwrap();
         std::fs::write(root.join("seed/__pycache__/x.pyc"), "x").unwrap();
-        assert_eq!(ws.digest().unwrap(), first, "bookkeeping is not progress");
+        let touched = ws.digest().unwrap();
+        assert_eq!(
+            touched.content, first.content,
+            "bookkeeping is not progress"
+        );
+        assert_ne!(touched.all, first.all, "but a gate could read it");
         std::fs::write(root.join("seed/doc.md"), "draft\n").unwrap();
         assert_eq!(
             ws.digest().unwrap(),
-            first,
+            touched,
             "rewriting the same bytes is not progress"
         );
         std::fs::write(root.join("seed/doc.md"), "final\n").unwrap();
-        assert_ne!(ws.digest().unwrap(), first);
+        assert_ne!(ws.digest().unwrap().content, first.content);
     }
 
     #[test]

@@ -672,6 +672,15 @@ fn a_run_id_keeps_its_records_refuses_reuse_and_resumes_in_its_workspace() {
         (Some("r1"), Some("HALT"), Some(2))
     );
     assert_eq!(first.event()["run_id"], "r1");
+    let raw = first
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("BL_EVENT "))
+        .unwrap();
+    assert!(
+        raw.contains(r#""subject":"pkg","run_id":"r1","laps":2"#),
+        "upstream's key order: {raw}"
+    );
     assert!(
         l.pkg().join(".bounded-loops/runs.jsonl").is_file(),
         "the runs index"
@@ -1065,4 +1074,145 @@ fn a_python_callable_takes_turns_from_the_directory_bl_runs_in() {
     let r = l.run(&[]);
     assert_eq!(r.code, 3);
     assert!(r.reason().starts_with("runner error: RunnerError: PythonCallableRunner: missing.module.run_turn raised: could not import 'missing.module'"), "{}", r.stdout);
+}
+
+#[test]
+fn writes_never_follow_a_symlink_out_of_the_workspace() {
+    if !cage_works() {
+        return;
+    }
+    let outside = tempfile::tempdir().unwrap();
+    open_to_cage(outside.path());
+    let target = outside.path().join("host-file.txt");
+    std::fs::write(&target, "untouched").unwrap();
+
+    // A seed that carries a symlink to a host directory: the cassette's
+    // write through it is refused before anything is written.
+    let l = Loop::stub(
+        "python3 seed/check.py",
+        BOUNDS,
+        json!([{"lap": "*", "agent_output": "x", "tokens": 1,
+        "actions": [{"type": "write_file", "path": "seed/out/host-file.txt", "content": "overwritten"}]}]),
+    );
+    std::os::unix::fs::symlink(outside.path(), l.pkg().join("seed/out")).unwrap();
+    let r = l.run(&[]);
+    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert!(
+        r.reason().contains("outside the workspace"),
+        "{}",
+        r.reason()
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+
+    // A caged agent that leaves agent_output.txt as a symlink to a host
+    // file: bl replaces the link, it never writes through it.
+    let l = Loop::empty();
+    open_to_cage(l.dir.path());
+    l.write("loop.yaml", "name: link\ndescription: link\npattern: agents\nrole: [test]\nrung: L1\nrunner:\n  default: shell\n  agent_cmd: python3 seed/agent.py\ngate:\n  kind: command\n  run: python3 -c \"raise SystemExit(1)\"\n");
+    l.write(
+        "bounds.yaml",
+        &BOUNDS.replace("max_iterations: 5", "max_iterations: 2"),
+    );
+    l.write("seed/agent.py", &format!(
+        "import os\ntry:\n    os.remove('agent_output.txt')\nexcept OSError:\n    pass\nos.symlink({:?}, 'agent_output.txt')\nprint('pwned')\n",
+        target.display().to_string()
+    ));
+    let r = l.run(&[]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+}
+
+#[test]
+fn a_resumed_run_still_sees_an_anchor_a_previous_run_tampered_with() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::empty();
+    l.write("loop.yaml", "name: cheat\ndescription: cheat\npattern: agents\nrole: [test]\nrung: L1\nforbid: [seed/check.py]\nrunner:\n  default: shell\n  agent_cmd: python3 seed/agent.py\ngate:\n  kind: command\n  run: python3 seed/check.py\n");
+    l.write("bounds.yaml", BOUNDS);
+    l.write("seed/check.py", "raise SystemExit(1)\n");
+    l.write(
+        "seed/agent.py",
+        "open('seed/check.py', 'w').write('pass\\n')\n",
+    );
+    let first = l.run(&["--run-id", "r1"]);
+    assert_eq!(first.code, 3);
+    // The next run's agent does nothing; the anchor is still the tampered one.
+    l.write("seed/agent.py", "print('nothing to do')\n");
+    std::fs::write(
+        l.pkg()
+            .join(".bounded-loops/runs/r1/workspace/seed/agent.py"),
+        "print('nothing to do')\n",
+    )
+    .unwrap();
+    let resumed = l.run(&["--run-id", "r1", "--resume"]);
+    assert_eq!(resumed.code, 3, "{}", resumed.stdout);
+    assert!(
+        resumed
+            .reason()
+            .contains("SECURITY: the gate's verification anchor 'seed/check.py' was MODIFIED")
+    );
+}
+
+#[test]
+fn a_gate_still_running_when_the_work_time_ends_is_the_wallclock_bound() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::stub(
+        "python3 -c \"import time; time.sleep(30)\"",
+        "max_iterations: 5\nmax_wallclock_s: 3\nhandoff_reserve_s: 1\n",
+        json!([write_doc(json!("*"), "x", 1)]),
+    );
+    let started = std::time::Instant::now();
+    let r = l.run(&[]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(12),
+        "the gate was stopped at the budget"
+    );
+    let (code, status, reason, _) = r.status();
+    assert_eq!((code, status.as_str()), (1, "HALT"), "{reason}");
+    assert!(
+        reason.starts_with("wallclock limit 3s exceeded"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn allowed_passthrough_variables_reach_the_runner_and_others_are_refused() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::empty();
+    l.write("loop.yaml", "name: env\ndescription: env\npattern: agents\nrole: [test]\nrung: L1\nrunner:\n  default: shell\n  agent_cmd: python3 seed/agent.py\n  env_passthrough: [GREETING]\ngate:\n  kind: command\n  run: python3 -c \"raise SystemExit(0 if open('seed/seen.txt').read() == 'hello' else 1)\"\n");
+    l.write(
+        "bounds.yaml",
+        &BOUNDS.replace("max_iterations: 5", "max_iterations: 1"),
+    );
+    l.write(
+        "seed/agent.py",
+        "import os\nopen('seed/seen.txt', 'w').write(os.environ.get('GREETING', 'unset'))\n",
+    );
+    let refused = Run::from(
+        l.command(&["run", "pkg", "--yes"])
+            .env("GREETING", "hello")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused
+            .stderr
+            .contains("not in the operator allowlist (BOUNDED_LOOPS_ENV_PASSTHROUGH_ALLOW)"),
+        "{}",
+        refused.stderr
+    );
+    let r = Run::from(
+        l.command(&["run", "pkg", "--yes", "--json"])
+            .env("GREETING", "hello")
+            .env("BOUNDED_LOOPS_ENV_PASSTHROUGH_ALLOW", "GREETING")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(r.status().1, "DONE", "{}\n{}", r.stdout, r.stderr);
 }
