@@ -66,6 +66,19 @@ mod tests {
     }
 
     #[test]
+    fn non_ascii_is_escaped_as_python_does() {
+        assert_eq!(
+            ascii_escaped(r#"{"a":"é😀\u007f"}"#),
+            r#"{"a":"\u00e9\ud83d\ude00\u007f"}"#
+        );
+        assert_eq!(ascii_escaped("{\"a\":\"\u{7f}\"}"), r#"{"a":"\u007f"}"#);
+        assert_eq!(
+            ascii_escaped("{\n  \"a\": \"—\"\n}"),
+            "{\n  \"a\": \"\\u2014\"\n}"
+        );
+    }
+
+    #[test]
     fn digest_of_empty_object_is_sha256_of_braces() {
         // sha256("{}")
         assert_eq!(
@@ -73,6 +86,30 @@ mod tests {
             "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
         );
     }
+}
+
+/// Escapes every character above `~` (DEL and all of non-ASCII) as
+/// `\uXXXX` (surrogate pairs above the BMP), as Python's `json.dumps` does
+/// by default. JSON's structure is ASCII, so such characters only ever
+/// occur inside strings, where the escape means the same character; the
+/// control characters there are already escaped by the serializer, and
+/// the layout's newlines stay as they are.
+pub fn ascii_escaped(json: &str) -> String {
+    if json.bytes().all(|b| b < 0x7f) {
+        return json.to_string();
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if c < '\u{7f}' {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
 }
 
 /// JSON as Python's `json.dumps(v, sort_keys=True)` writes it: keys sorted,

@@ -161,29 +161,9 @@ impl LedgerLine {
     }
 }
 
-/// Escapes every character above `~` (DEL and all of non-ASCII) as
-/// `\uXXXX` (surrogate pairs above the BMP), as Python's `json.dumps` does
-/// by default. JSON's structure is ASCII, so such characters only ever
-/// occur inside strings, where the escape means the same character; the
-/// control characters there are already escaped by the serializer, and
-/// the layout's newlines stay as they are.
-pub fn ascii_escaped(json: &str) -> String {
-    if json.bytes().all(|b| b < 0x7f) {
-        return json.to_string();
-    }
-    let mut out = String::with_capacity(json.len() + 16);
-    for c in json.chars() {
-        if c < '\u{7f}' {
-            out.push(c);
-        } else {
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{unit:04x}"));
-            }
-        }
-    }
-    out
-}
+/// Non-ASCII escaped as Python's `json.dumps` does (receipts are written
+/// this way); shared with the other records in bl-core.
+pub use bl_core::canonical::ascii_escaped;
 
 /// Rounds seconds to hundredths, as the ledger records them.
 pub fn hundredths(seconds: f64) -> f64 {
@@ -261,19 +241,6 @@ pub(crate) mod tests {
                 r#""detail":"rejected — anchor","evidence":{"mode":"all","children":[{}]}"#
             ),
             "{text}"
-        );
-    }
-
-    #[test]
-    fn non_ascii_is_escaped_as_python_does() {
-        assert_eq!(
-            ascii_escaped(r#"{"a":"é😀\u007f"}"#),
-            r#"{"a":"\u00e9\ud83d\ude00\u007f"}"#
-        );
-        assert_eq!(ascii_escaped("{\"a\":\"\u{7f}\"}"), r#"{"a":"\u007f"}"#);
-        assert_eq!(
-            ascii_escaped("{\n  \"a\": \"—\"\n}"),
-            "{\n  \"a\": \"\\u2014\"\n}"
         );
     }
 }

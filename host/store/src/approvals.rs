@@ -196,19 +196,9 @@ fn check_signed_bytes(
 /// Python's `json.dumps(value, indent=2)`: two-space indent, `": "`, and
 /// every non-ASCII character escaped.
 fn python_indent2(record: &ApprovalRecord) -> String {
-    let pretty = serde_json::to_string_pretty(record).expect("records serialize");
-    let mut out = String::with_capacity(pretty.len());
-    for c in pretty.chars() {
-        if c.is_ascii() {
-            out.push(c);
-        } else {
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{unit:04x}"));
-            }
-        }
-    }
-    out
+    bl_core::canonical::ascii_escaped(
+        &serde_json::to_string_pretty(record).expect("records serialize"),
+    )
 }
 
 /// The approval ledger of one run directory.
