@@ -128,12 +128,11 @@ pub fn read_package(dir: &Path) -> Result<Package, CliError> {
 
 struct WallClock {
     started: Instant,
-    before: Duration,
 }
 
 impl Clock for WallClock {
     fn elapsed(&self) -> Duration {
-        self.before + self.started.elapsed()
+        self.started.elapsed()
     }
     fn timestamp(&self) -> String {
         humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
@@ -469,10 +468,6 @@ fn make_runner(
     }
 }
 
-fn python_dumps(value: &serde_json::Value) -> String {
-    bl_core::python_json(value)
-}
-
 /// A run id: 1-128 of letters, digits, `.`, `_`, `-`, starting with a
 /// letter or digit (it names a directory).
 fn valid_run_id(id: &str) -> bool {
@@ -688,13 +683,10 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
     let plan = Plan {
         bounds: bounds.clone(),
         prompt: compose_prompt(&dir, m),
-        laps_done: 0,
-        tokens_spent: 0,
         reuse_verdicts: bounds.sandbox,
     };
     let clock = WallClock {
         started: Instant::now(),
-        before: Duration::ZERO,
     };
     let mut approver = StdinApproval;
     let handoff_dir = run_dir.clone().unwrap_or_else(|| dir.clone());
@@ -846,11 +838,11 @@ fn report(
         // bounded-loops' key order, its separators and ASCII escapes.
         let text = format!(
             "{{\"subcommand\": \"run\", \"status\": {}, \"reason\": {}, \"laps\": {}, \"ledger_path\": {}, \"ledger_head\": {}}}",
-            python_dumps(&json!(status)),
-            python_dumps(&json!(outcome.reason)),
+            bl_core::python_json(&json!(status)),
+            bl_core::python_json(&json!(outcome.reason)),
             outcome.laps,
-            python_dumps(&json!(ledger.display().to_string())),
-            python_dumps(&json!(outcome.ledger_head)),
+            bl_core::python_json(&json!(ledger.display().to_string())),
+            bl_core::python_json(&json!(outcome.ledger_head)),
         );
         outln!("{text}");
     } else {

@@ -201,9 +201,6 @@ pub struct RunOutcome {
 pub struct Plan {
     pub bounds: Bounds,
     pub prompt: String,
-    /// Laps already recorded for this run (`--resume`); the next lap is one more.
-    pub laps_done: u32,
-    pub tokens_spent: u64,
     /// Whether a verdict stands for a workspace whose content has not
     /// changed since the gate gave it. True only in the cage, where the
     /// gate's inputs are the workspace and a read-only host, with no
@@ -245,9 +242,9 @@ pub fn run(plan: &Plan, ports: Ports) -> Result<RunOutcome, EngineError> {
     let outcome = RunOutcome {
         status: Status::Error,
         reason: String::new(),
-        laps: plan.laps_done,
+        laps: 0,
         ledger_head: ports.ledger.head().to_string(),
-        tokens: plan.tokens_spent,
+        tokens: 0,
         attempts: Vec::new(),
         last_verdict: None,
         wind_down: None,
@@ -289,7 +286,9 @@ impl Laps<'_, '_> {
         // The workspace digest the gate last judged, and what it said.
         let mut judged: Option<(String, Judgement)> = None;
         let mut feedback: Option<String> = None;
-        let mut lap = self.plan.laps_done;
+        // Every invocation counts its laps from 1, a resumed one too (as
+        // bounded-loops does): the chain, not the lap number, links them.
+        let mut lap = 0;
         loop {
             lap += 1;
             // The kill switch comes before everything else in a lap.
@@ -806,8 +805,6 @@ mod tests {
         let plan = Plan {
             bounds,
             prompt: "fix".into(),
-            laps_done: 0,
-            tokens_spent: 0,
             reuse_verdicts,
         };
         let outcome = run(

@@ -250,12 +250,8 @@ fn write_no_follow(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .write_all(bytes)
 }
 
-/// Copies a directory tree (files, directories and symlinks as links).
-pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    copy_filtered(from, to, "", &mut |_, _| true)
-}
-
-/// Copies the entries `keep(relative path, name)` accepts.
+/// Copies the entries `keep(relative path, name)` accepts (files,
+/// directories, and symlinks as links).
 fn copy_filtered(
     from: &Path,
     to: &Path,
