@@ -51,14 +51,6 @@ pub enum GraphCommand {
         /// left out (also $BOUNDED_LOOPS_WORKSPACE; default: here).
         #[arg(long)]
         workspace: Option<PathBuf>,
-        /// A JSON file mapping connection_id -> admitted-connection record,
-        /// for https-transport connector nodes (checked, then refused at
-        /// preflight: this version runs local_cli nodes only).
-        #[arg(long)]
-        admitted: Option<PathBuf>,
-        /// A loop-package root (repeatable); loop nodes' packages must be found here.
-        #[arg(long = "loop-roots")]
-        loop_roots: Vec<PathBuf>,
         #[command(flatten)]
         flags: crate::graph_exec_cmd::DriveFlags,
     },
@@ -145,23 +137,16 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             connections,
             out,
             workspace,
-            admitted,
-            loop_roots,
             flags,
         } => match (manifest, execute) {
             (Some(manifest), true) => {
                 let out = out.unwrap_or_else(|| crate::graph_exec_cmd::default_out(workspace));
-                let inputs = crate::graph_exec_cmd::RunInputs {
-                    connections: connections.as_deref(),
-                    admitted: admitted.as_deref(),
-                    loop_roots: &loop_roots,
-                };
-                crate::graph_exec_cmd::run(&manifest, &inputs, &out, &flags)
+                crate::graph_exec_cmd::run(&manifest, connections.as_deref(), &out, &flags)
             }
             (Some(manifest), false) => plan(
                 &manifest,
                 connections.as_deref(),
-                &loop_roots,
+                &flags.loop_roots,
                 None,
                 crate::output::json(),
             )

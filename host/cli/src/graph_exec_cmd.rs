@@ -55,14 +55,34 @@ pub struct DriveFlags {
     /// private key (from `bl keys generate`); unsigned without it.
     #[arg(long = "checkpoint-key")]
     pub checkpoint_key: Option<PathBuf>,
+    /// A loop-package root (repeatable); loop and subgraph nodes' packages
+    /// must be found here. Kept with the run for resume.
+    #[arg(long = "loop-roots")]
+    pub loop_roots: Vec<PathBuf>,
+    /// A JSON file mapping connection_id -> admitted-connection record, for
+    /// https connector nodes (their requests go through the egress broker).
+    #[arg(long)]
+    pub admitted: Option<PathBuf>,
+    /// Recorded replies (bl.dev/recorded-replies/v1) for connector nodes
+    /// bound to the `recorded` provider: no key, no network. Kept with the run.
+    #[arg(long)]
+    pub recorded: Option<PathBuf>,
+    /// Recorded approval decisions (bl.dev/recorded-decisions/v1), taken
+    /// when the run reaches each approval node. Kept with the run.
+    #[arg(long)]
+    pub decisions: Option<PathBuf>,
+    /// Grant a node's gate plugin a capability: NODE=CAP (repeatable). The
+    /// plugin must also request it.
+    #[arg(long = "grant", value_name = "NODE=CAP")]
+    pub grants: Vec<String>,
 }
 
 /// A run directory, loaded and its plan recompiled.
-struct LoadedRun {
-    dir: PathBuf,
-    graph: Graph,
-    plan: Plan,
-    meta: Value,
+pub struct LoadedRun {
+    pub dir: PathBuf,
+    pub graph: Graph,
+    pub plan: Plan,
+    pub meta: Value,
 }
 
 fn refused(message: impl Into<String>) -> CliError {
@@ -97,15 +117,39 @@ fn read_prompts(flags: &DriveFlags) -> Result<HashMap<String, String>, CliError>
     };
     let mut prompts = HashMap::new();
     for (node, prompt) in map {
-        let Value::String(p) = prompt else {
-            return Err(refused(format!(
-                "{}: /{node}: a prompt must be a string",
-                path.display()
-            )));
-        };
-        prompts.insert(node, p);
+        match prompt {
+            Value::String(p) => {
+                prompts.insert(node, p);
+            }
+            // A subgraph node's prompts for its child run's nodes.
+            Value::Object(_) => {}
+            _ => {
+                return Err(refused(format!(
+                    "{}: /{node}: a prompt must be a string (or, for a subgraph node, an object of its child nodes' prompts)",
+                    path.display()
+                )));
+            }
+        }
     }
     Ok(prompts)
+}
+
+/// The prompts `--inputs` gives subgraph nodes for their child runs:
+/// `{"<subgraph node>": {"<child node>": "prompt"}}`.
+fn read_child_prompts(flags: &DriveFlags) -> Result<HashMap<String, Value>, CliError> {
+    let Some(path) = &flags.inputs else {
+        return Ok(HashMap::new());
+    };
+    let value = read_json(path, "inputs")?;
+    Ok(value
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| v.is_object())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default())
 }
 
 fn catalog(flags: &DriveFlags) -> Result<Catalog, CliError> {
@@ -273,18 +317,285 @@ fn identity(plan: &Plan) -> RunIdentity {
     }
 }
 
-/// Preflight, fail-closed, before anything is written: every worker node's
-/// provider has a profile, and every binding's transport can run here.
-fn preflight(schedule: &Schedule, catalog: &Catalog) -> Result<(), CliError> {
+/// What a run reads besides its manifest, its connections and its prompts,
+/// resolved from the flags, or, on resume, from what the run kept.
+pub struct RunContext {
+    pub recorded: Option<bl_workers::recorded::RecordedReplies>,
+    /// node id → (approved, decided_by).
+    pub decisions: HashMap<String, (bool, String)>,
+    pub admitted: Option<std::collections::BTreeMap<String, bl_egress::AdmittedConnection>>,
+    pub packages: bl_packages::Catalogue,
+    pub loop_roots: Vec<PathBuf>,
+    /// node id → capabilities granted to its gate plugin.
+    pub gate_grants: HashMap<String, Vec<String>>,
+    pub child_prompts: HashMap<String, Value>,
+    /// What a new run keeps in its directory (name, text), written once the
+    /// preflight has passed.
+    keep: Vec<(&'static str, String)>,
+}
+
+impl RunContext {
+    /// Writes the copies a new run keeps.
+    fn keep(&self, dir: &Path) -> Result<(), CliError> {
+        for (name, text) in &self.keep {
+            std::fs::write(dir.join(name), text)
+                .map_err(|e| refused(format!("graph run: cannot keep {name} — {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Files a run keeps so that `resume` and `approve` see what `run` saw.
+const KEPT_RECORDED: &str = "recorded-replies.json";
+const KEPT_DECISIONS: &str = "recorded-decisions.json";
+const KEPT_INPUTS: &str = "bl-inputs.json";
+pub const DECISIONS_API: &str = "bl.dev/recorded-decisions/v1";
+
+fn read_text(path: &Path, what: &str) -> Result<String, CliError> {
+    let bytes = crate::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES)
+        .map_err(|e| refused(format!("cannot read {what} {} — {e}", path.display())))?;
+    String::from_utf8(bytes)
+        .map_err(|_| refused(format!("{}: {what} is not UTF-8", path.display())))
+}
+
+/// Reads recorded decisions: `{"api_version": "bl.dev/recorded-decisions/v1",
+/// "decisions": [{"node_id", "decision": "approved"|"rejected", "decided_by"}]}`.
+fn parse_decisions(path: &Path, text: &str) -> Result<HashMap<String, (bool, String)>, CliError> {
+    let at = |pointer: String| refused(format!("{}: {pointer}", path.display()));
+    let doc: Value = serde_json::from_str(text).map_err(|e| {
+        refused(format!(
+            "{}: recorded decisions are not valid JSON (line {}, column {}): {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    if doc["api_version"] != DECISIONS_API {
+        return Err(at(format!("/api_version: must be \"{DECISIONS_API}\"")));
+    }
+    let list = doc["decisions"]
+        .as_array()
+        .ok_or_else(|| at("/decisions: must be a list".into()))?;
+    let mut out = HashMap::new();
+    for (i, d) in list.iter().enumerate() {
+        let node = d["node_id"]
+            .as_str()
+            .ok_or_else(|| at(format!("/decisions/{i}/node_id: must be a node id")))?;
+        let approved = match d["decision"].as_str() {
+            Some("approved") => true,
+            Some("rejected") => false,
+            _ => {
+                return Err(at(format!(
+                    "/decisions/{i}/decision: must be \"approved\" or \"rejected\""
+                )));
+            }
+        };
+        let by = d["decided_by"].as_str().unwrap_or("recorded").to_string();
+        if out.insert(node.to_string(), (approved, by)).is_some() {
+            return Err(at(format!(
+                "/decisions/{i}/node_id: node '{node}' is decided twice"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// Resolves what the run reads. `fresh`: a new run, which keeps copies in
+/// `dir`; otherwise a flag overrides what the run kept.
+fn run_context(dir: &Path, flags: &DriveFlags, fresh: bool) -> Result<RunContext, CliError> {
+    let kept = |name: &str| dir.join(name);
+    let pick = |flag: &Option<PathBuf>, name: &str| -> Option<PathBuf> {
+        flag.clone()
+            .or_else(|| (!fresh && kept(name).is_file()).then(|| kept(name)))
+    };
+    let recorded = match pick(&flags.recorded, KEPT_RECORDED) {
+        Some(path) => {
+            let text = read_text(&path, "recorded replies")?;
+            let replies =
+                bl_workers::recorded::RecordedReplies::parse(&path.display().to_string(), &text)
+                    .map_err(refused)?;
+            Some((replies, text))
+        }
+        None => None,
+    };
+    let decisions = match pick(&flags.decisions, KEPT_DECISIONS) {
+        Some(path) => {
+            let text = read_text(&path, "recorded decisions")?;
+            Some((parse_decisions(&path, &text)?, text))
+        }
+        None => None,
+    };
+    let recorded_inputs: Value = if !fresh && kept(KEPT_INPUTS).is_file() {
+        read_json(&kept(KEPT_INPUTS), KEPT_INPUTS)?
+    } else {
+        json!({})
+    };
+    let loop_roots: Vec<PathBuf> = if flags.loop_roots.is_empty() && !fresh {
+        recorded_inputs["loop_roots"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(PathBuf::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        flags
+            .loop_roots
+            .iter()
+            .map(|r| std::path::absolute(r).unwrap_or(r.clone()))
+            .collect()
+    };
+    let admitted_path = flags.admitted.clone().or_else(|| {
+        recorded_inputs["admitted"]
+            .as_str()
+            .filter(|_| !fresh)
+            .map(PathBuf::from)
+    });
+    let admitted = match &admitted_path {
+        Some(path) => {
+            let value = read_json(path, "admitted connections")?;
+            Some(
+                bl_egress::admitted::parse_admitted(&value)
+                    .map_err(|e| refused(format!("graph run: {}: {e}", path.display())))?,
+            )
+        }
+        None => None,
+    };
+    let packages = bl_packages::Catalogue::discover(&loop_roots).map_err(|e| {
+        refused(format!(
+            "graph run: the loop-package catalogue on this host is unusable — {e}"
+        ))
+    })?;
+    let mut gate_grants: HashMap<String, Vec<String>> = HashMap::new();
+    for grant in &flags.grants {
+        let Some((node, cap)) = grant.split_once('=') else {
+            return Err(refused(format!(
+                "--grant {grant}: write NODE=CAPABILITY, for example --grant check=command"
+            )));
+        };
+        bl_plugins::Capability::parse(cap).map_err(|e| refused(format!("--grant {grant}: {e}")))?;
+        gate_grants
+            .entry(node.to_string())
+            .or_default()
+            .push(cap.to_string());
+    }
+    let mut keep = Vec::new();
+    if fresh {
+        if let Some((_, text)) = &recorded {
+            keep.push((KEPT_RECORDED, text.clone()));
+        }
+        if let Some((_, text)) = &decisions {
+            keep.push((KEPT_DECISIONS, text.clone()));
+        }
+        let inputs = json!({
+            "admitted": admitted_path.as_ref().map(|p| std::path::absolute(p).unwrap_or(p.clone()).display().to_string()),
+            "loop_roots": loop_roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>(),
+        });
+        keep.push((KEPT_INPUTS, python_json(&inputs)));
+    }
+    Ok(RunContext {
+        recorded: recorded.map(|(r, _)| r),
+        decisions: decisions.map(|(d, _)| d).unwrap_or_default(),
+        admitted,
+        packages,
+        loop_roots,
+        gate_grants,
+        child_prompts: read_child_prompts(flags)?,
+        keep,
+    })
+}
+
+/// Preflight, fail-closed, before anything is written: the graph is one
+/// this version can run (its routers, its tools), every connector node's
+/// binding has what its transport needs (a profile, recorded replies, an
+/// admitted record), every package and plugin a node names is here.
+fn preflight(schedule: &Schedule, catalog: &Catalog, ctx: &RunContext) -> Result<(), CliError> {
+    if let Some((pointer, why)) = schedule.problems.first() {
+        return Err(refused(format!(
+            "graph run: {pointer} — {why}; nothing was run"
+        )));
+    }
     for node in &schedule.nodes {
+        match &node.driver {
+            Driver::Loop { package } if ctx.packages.get(package).is_none() => {
+                return Err(refused(format!(
+                    "graph run: loop node '{}' names package {package}, which no --loop-roots directory holds now; nothing was run",
+                    node.id
+                )));
+            }
+            Driver::Subgraph { package } => {
+                let found = ctx.packages.get(package);
+                if !found.is_some_and(|d| d.join(bl_packages::GRAPH_MANIFEST).is_file()) {
+                    return Err(refused(format!(
+                        "graph run: subgraph node '{}' names package {package}, and no --loop-roots directory holds a graph package (a directory with {}) with that digest; nothing was run",
+                        node.id,
+                        bl_packages::GRAPH_MANIFEST
+                    )));
+                }
+            }
+            Driver::Transform { plugin, major } => {
+                let dashed = plugin.replace('.', "-");
+                if crate::paths::resolve_plugin(plugin).is_err()
+                    && crate::paths::resolve_plugin(&dashed).is_err()
+                {
+                    return Err(refused(format!(
+                        "graph run: node '{}' is transform:{plugin}@v{major}, and no plugin '{plugin}' (or '{dashed}') is installed; build it with `bl plugin build`, or set BL_PLUGIN_PATH; nothing was run",
+                        node.id
+                    )));
+                }
+            }
+            _ => {}
+        }
+        if let Some(gate) = &node.gate
+            && let Err(e) = crate::paths::resolve_plugin(&gate.plugin)
+        {
+            return Err(refused(format!(
+                "graph run: node '{}' names gate plugin '{}': {e}; nothing was run",
+                node.id, gate.plugin
+            )));
+        }
         let Some(binding) = &node.binding else {
             continue;
         };
-        if binding.transport != "local_cli" {
-            return Err(refused(format!(
-                "node '{}' binds transport '{}', which this version cannot execute yet (only local_cli). Refused before any attempt starts.",
-                node.id, binding.transport
-            )));
+        if binding.provider_id == bl_workers::recorded::PROVIDER {
+            match &ctx.recorded {
+                None => {
+                    return Err(refused(format!(
+                        "node '{}' binds the recorded connector, but no recorded replies were given: pass --recorded FILE (bl.dev/recorded-replies/v1). Refused before any attempt starts.",
+                        node.id
+                    )));
+                }
+                Some(r) if !r.nodes().any(|n| n == node.id) => {
+                    return Err(refused(format!(
+                        "node '{}' binds the recorded connector, but the recorded replies hold none for it. Refused before any attempt starts.",
+                        node.id
+                    )));
+                }
+                Some(_) => continue,
+            }
+        }
+        match binding.transport.as_str() {
+            "https" => {
+                let admitted = ctx
+                    .admitted
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(&binding.connection_id));
+                if !admitted {
+                    return Err(refused(format!(
+                        "node '{}' binds https connection '{}', which no --admitted record admits; pass --admitted FILE with a record for it. Refused before any attempt starts.",
+                        node.id, binding.connection_id
+                    )));
+                }
+                continue;
+            }
+            "local_cli" => {}
+            other => {
+                return Err(refused(format!(
+                    "node '{}' binds transport '{other}', which this version cannot execute (local_cli, https, or the recorded connector). Refused before any attempt starts.",
+                    node.id
+                )));
+            }
         }
         if catalog.get(&binding.provider_id).is_none() {
             let known: Vec<&str> = catalog.names().collect();
@@ -318,15 +629,13 @@ pub fn default_out(workspace: Option<PathBuf>) -> PathBuf {
         .join(format!("{stamp}-{}", hex::encode(nonce)))
 }
 
-/// What `graph run` reads besides the manifest.
-pub struct RunInputs<'a> {
-    pub connections: Option<&'a Path>,
-    pub admitted: Option<&'a Path>,
-    pub loop_roots: &'a [PathBuf],
-}
-
 /// `bl graph run --execute MANIFEST --out D ...`
-pub fn run(manifest: &Path, inputs: &RunInputs, out: &Path, flags: &DriveFlags) -> CliResult {
+pub fn run(
+    manifest: &Path,
+    connections: Option<&Path>,
+    out: &Path,
+    flags: &DriveFlags,
+) -> CliResult {
     let bytes = crate::paths::read_capped(manifest, bl_graph::MAX_DOCUMENT_BYTES).map_err(|e| {
         refused(format!(
             "graph run: cannot read {} — {e}",
@@ -335,8 +644,23 @@ pub fn run(manifest: &Path, inputs: &RunInputs, out: &Path, flags: &DriveFlags) 
     })?;
     bl_graph::check_size(bytes.len(), bl_graph::Format::Yaml)
         .map_err(|e| refused(format!("graph run: {}: {e}", manifest.display())))?;
-    run_manifest(manifest, bytes, inputs, out, flags)
+    let connections = match connections {
+        Some(p) => Some(read_json(p, "connections")?),
+        None => None,
+    };
+    let (run, end, view) = run_manifest(manifest, bytes, connections, out, flags, Depth::Top)?;
+    report_drive(&run, &end, &view, "Local-CLI graph run — REAL execution")
 }
+
+/// Whether a run is the operator's or a subgraph's child (how deep).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    Top,
+    Child(u32),
+}
+
+/// How deep subgraphs may nest.
+pub const MAX_SUBGRAPH_DEPTH: u32 = 8;
 
 /// The built-in graph `bl graph run --execute` runs without a manifest: one
 /// node that probes its own sandbox (network, writes outside the workspace,
@@ -365,62 +689,47 @@ pub fn run_probe(out: &Path, flags: &DriveFlags) -> CliResult {
     }
     let bytes =
         serde_json::to_vec_pretty(&probe_manifest()).expect("the probe manifest serializes");
-    let inputs = RunInputs {
-        connections: None,
-        admitted: None,
-        loop_roots: &[],
-    };
-    run_manifest(
+    let (run, end, view) = run_manifest(
         Path::new("built-in sandbox probe"),
         bytes,
-        &inputs,
+        None,
         out,
         flags,
-    )
+        Depth::Top,
+    )?;
+    report_drive(&run, &end, &view, "Local-CLI graph run — REAL execution")
 }
 
-fn run_manifest(
+/// Runs a manifest into `out`: compile, preflight, lay out the run
+/// directory, drive. Prints nothing of the outcome (the caller does).
+pub fn run_manifest(
     manifest: &Path,
     bytes: Vec<u8>,
-    inputs: &RunInputs,
+    conn_value: Option<Value>,
     out: &Path,
     flags: &DriveFlags,
-) -> CliResult {
-    let connections = inputs.connections;
+    depth: Depth,
+) -> Result<(LoadedRun, RunEnd, RunView), CliError> {
     // bounded-loops' words for a manifest it will not run (the pointer is
     // the place; `bl graph lint` adds the line and column).
     let graph = parse_graph(&bytes).map_err(|e| match e {
         GraphFailure::Refused(r) => refused(format!("compile failed {r}")),
         other => refused(format!("graph run: {}", other.at(manifest))),
     })?;
-    let (conn_value, conns) = match connections {
-        Some(p) => {
-            let v = read_json(p, "connections")?;
-            let c = bl_graph::parse_connections(&v)
-                .map_err(|e| refused(format!("graph run: {}: {e}", p.display())))?;
-            (Some(v), Some(c))
-        }
-        None => (None, None),
+    let conns = match &conn_value {
+        Some(v) => Some(
+            bl_graph::parse_connections(v)
+                .map_err(|e| refused(format!("graph run: connections: {e}")))?,
+        ),
+        None => None,
     };
-    let packages: BTreeSet<String> = bl_packages::Catalogue::discover(inputs.loop_roots)
-        .map_err(|e| {
-            refused(format!(
-                "graph run: the loop-package catalogue on this host is unusable — {e}"
-            ))
-        })?
-        .digests()
-        .map(str::to_owned)
-        .collect();
+    let ctx = run_context(out, flags, true)?;
+    let packages: BTreeSet<String> = ctx.packages.digests().map(str::to_owned).collect();
     let plan = compile(&graph, conns.as_deref(), Some(&packages))
         .map_err(|e| refused(format!("compile failed {e}")))?;
-    if let Some(path) = inputs.admitted {
-        let value = read_json(path, "admitted connections")?;
-        bl_egress::admitted::parse_admitted(&value)
-            .map_err(|e| refused(format!("graph run: {}: {e}", path.display())))?;
-    }
     let schedule = Schedule::of(&graph, &plan);
     let catalog = catalog(flags)?;
-    preflight(&schedule, &catalog)?;
+    preflight(&schedule, &catalog, &ctx)?;
     let prompts = read_prompts(flags)?;
     let caps = caps(flags)?;
     check_priced(&schedule, &caps, &prices(flags)?)?;
@@ -450,14 +759,17 @@ fn run_manifest(
         "policy_digest": plan.policy_digest, "project_id": PROJECT, "run_id": RUN_ID,
     });
     write("run-meta.json", python_json(&meta).as_bytes())?;
+    ctx.keep(out)?;
     let loaded = LoadedRun {
         dir: out.to_path_buf(),
         graph,
         plan,
         meta,
     };
-    let (end, view) = drive(&loaded, &schedule, catalog, prompts, caps, None, flags)?;
-    report_drive(&loaded, &end, &view, "Local-CLI graph run — REAL execution")
+    let (end, view) = drive(
+        &loaded, &schedule, catalog, prompts, caps, None, flags, &ctx, depth,
+    )?;
+    Ok((loaded, end, view))
 }
 
 /// Loads a run directory and recompiles its plan; refuses when the plan
@@ -550,6 +862,8 @@ fn drive(
     caps: Caps,
     resume_ordinal: Option<u32>,
     flags: &DriveFlags,
+    ctx: &RunContext,
+    depth: Depth,
 ) -> Result<(RunEnd, RunView), CliError> {
     let mut journal =
         LogJournal::open(&run.dir, identity(&run.plan)).map_err(|e| refused(e.to_string()))?;
@@ -559,7 +873,12 @@ fn drive(
         project_id: PROJECT.into(),
         sensitivity: schedule.data_class.clone(),
     };
-    let decisions = FileDecisions::read(&run.dir).map_err(|e| refused(e.to_string()))?;
+    let decisions = crate::graph_nodes::RecordedDecisions {
+        file: FileDecisions::read(&run.dir).map_err(|e| refused(e.to_string()))?,
+        recorded: ctx.decisions.clone(),
+        run_dir: run.dir.clone(),
+        plan_id: run.plan.plan_id.clone(),
+    };
     let ledger = RunLedger {
         dir: run.dir.clone(),
         run_id: RUN_ID.into(),
@@ -567,11 +886,60 @@ fn drive(
     };
     let work_root = run.dir.join("work").join(RUN_ID);
     let (network, _proxy) = egress_network(schedule, &run.dir)?;
+    let plugins = Arc::new(bl_handoff::Plugins::new(
+        Box::new(|| {
+            crate::plugin_cmd::runtime(
+                None,
+                crate::plugin_cmd::Allocator::OnDemand,
+                bl_sandbox::Sandbox::new(bl_sandbox::Tier::ProcessRestricted),
+            )
+            .map_err(|e| e.to_string())
+        }),
+        Box::new(crate::paths::resolve_plugin),
+    ));
+    let mut handoff = bl_handoff::Handoff::new(&run.dir, &work_root, plugins.clone());
+    handoff.subgraphs = Some(Arc::new(crate::graph_nodes::ChildRuns {
+        run_dir: run.dir.clone(),
+    }));
+    let handoff = Arc::new(handoff);
+    let https: Option<Arc<dyn executor::Worker>> = match &ctx.admitted {
+        Some(admitted) => Some(Arc::new(crate::graph_nodes::https_worker(
+            &run.dir,
+            admitted.clone(),
+        )?)),
+        None => None,
+    };
     let worker = Arc::new(Workers {
         local_cli: LocalCli::new(catalog, work_root.clone()).with_network(network),
-        probe: SandboxProbe { work_root },
+        probe: SandboxProbe,
+        commands: bl_workers::tool::CommandTool,
+        transforms: Some(Arc::new(bl_handoff::TransformWorker { plugins })),
+        loops: Some(Arc::new(crate::graph_nodes::LoopNodes {
+            packages: ctx.packages.clone(),
+        })),
+        subgraphs: Some(Arc::new(crate::graph_nodes::SubgraphNodes {
+            run_dir: run.dir.clone(),
+            packages: ctx.packages.clone(),
+            connections: run
+                .dir
+                .join("connections.json")
+                .is_file()
+                .then(|| read_json(&run.dir.join("connections.json"), "connections"))
+                .transpose()?,
+            flags: child_flags(flags, ctx, &run.dir),
+            prompts: ctx.child_prompts.clone(),
+            depth: match depth {
+                Depth::Top => 1,
+                Depth::Child(d) => d + 1,
+            },
+        })),
+        recorded: ctx.recorded.clone(),
+        https,
     });
-    let mut progress = crate::graph_progress::Progress::new(schedule);
+    let mut progress = match depth {
+        Depth::Top => crate::graph_progress::Progress::new(schedule),
+        Depth::Child(_) => crate::graph_progress::Progress::quiet(schedule),
+    };
     let mut observer = |e: &bl_run::events::Event| progress.event(e);
     let mut ports = Ports {
         journal: &mut journal,
@@ -579,6 +947,8 @@ fn drive(
         decisions: &decisions,
         ledger: &ledger,
         worker,
+        stage: handoff.clone(),
+        judge: handoff,
         observer: &mut observer,
     };
     let prices = prices(flags)?;
@@ -593,6 +963,7 @@ fn drive(
         prompts,
         resume_ordinal,
         prices,
+        gate_grants: ctx.gate_grants.clone(),
     };
     // One thread drives the controller and polls the node tasks; workers
     // run on the blocking pool. A node then costs two thread hand-offs
@@ -610,6 +981,26 @@ fn drive(
     drop(journal);
     checkpoint(&run.dir, flags)?;
     Ok((end, view))
+}
+
+/// The flags a subgraph's child run gets: the parent's, with what the
+/// parent resolved or kept (loop roots, recorded replies and decisions,
+/// admitted records), so a resumed parent runs its children as it began.
+fn child_flags(flags: &DriveFlags, ctx: &RunContext, dir: &Path) -> DriveFlags {
+    let kept = |flag: &Option<PathBuf>, name: &str| {
+        flag.clone()
+            .or_else(|| dir.join(name).is_file().then(|| dir.join(name)))
+    };
+    let mut child = flags.clone();
+    child.loop_roots = ctx.loop_roots.clone();
+    child.recorded = kept(&flags.recorded, KEPT_RECORDED);
+    child.decisions = kept(&flags.decisions, KEPT_DECISIONS);
+    child.admitted = flags.admitted.clone().or_else(|| {
+        read_json(&dir.join(KEPT_INPUTS), KEPT_INPUTS)
+            .ok()
+            .and_then(|v| v["admitted"].as_str().map(PathBuf::from))
+    });
+    child
 }
 
 /// The egress posture (BOUNDED_LOOPS_EGRESS_POSTURE, else the config `bl
@@ -864,7 +1255,8 @@ fn continue_run(
     flags: &DriveFlags,
 ) -> Result<(RunEnd, RunView), CliError> {
     let catalog = catalog(flags)?;
-    preflight(schedule, &catalog)?;
+    let ctx = run_context(&run.dir, flags, false)?;
+    preflight(schedule, &catalog, &ctx)?;
     let caps = caps(flags)?;
     drive(
         run,
@@ -874,6 +1266,8 @@ fn continue_run(
         caps,
         Some(view.resume_ordinal()),
         flags,
+        &ctx,
+        Depth::Top,
     )
 }
 
@@ -998,16 +1392,6 @@ fn record_decision(
     round: u64,
     key: Option<&Path>,
 ) -> Result<(), CliError> {
-    let approvals = bl_store::Approvals::new(&run.dir);
-    let record = approvals.read().map_err(|e| refused(e.to_string()))?;
-    let id = bl_store::approval_id(ORGANIZATION, PROJECT, RUN_ID, node);
-    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let actor = std::env::var("USER").unwrap_or_else(|_| "operator".into());
-    let mut nonce = [0u8; 32];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
-        use std::io::Read;
-        f.read_exact(&mut nonce)
-    });
     let key = match key {
         Some(path) => Some(
             crate::keys_cmd::read_signing_key(path)
@@ -1015,64 +1399,106 @@ fn record_decision(
         ),
         None => None,
     };
-    let result = if approved {
-        // Bound to what is approved: the artifacts its parents produced.
-        let view = view_of(&run.dir)?.0;
-        let evidence: Vec<String> = run
-            .graph
-            .edges
-            .iter()
-            .filter(|e| e.to_node == node)
-            .flat_map(|e| view.node(&e.from_node).artifact_digests)
-            .collect();
+    // Bound to what is approved: the artifacts its parents produced.
+    let view = view_of(&run.dir)?.0;
+    let evidence: Vec<String> = run
+        .graph
+        .edges
+        .iter()
+        .filter(|e| e.to_node == node)
+        .flat_map(|e| view.node(&e.from_node).artifact_digests)
+        .collect();
+    let actor = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    let decision = Decision {
+        node,
+        approved,
+        round,
+        evidence: &evidence,
+        decided_by: actor,
+        source: "os_user",
+    };
+    commit_decision(&run.dir, &run.plan.plan_id, &decision, key.as_ref())
+        .map_err(|e| refused(format!("graph approve: {e}")))
+}
+
+/// One decision to write into a run's approvals.json.
+pub struct Decision<'a> {
+    pub node: &'a str,
+    pub approved: bool,
+    pub round: u64,
+    /// The digests of what is approved (its parents' artifacts).
+    pub evidence: &'a [String],
+    pub decided_by: String,
+    /// `os_user`, or `recorded` for a decision from --decisions.
+    pub source: &'a str,
+}
+
+/// Writes a decision into `dir`'s approvals.json, in bounded-loops' format
+/// (signed with `key` when given).
+pub fn commit_decision(
+    dir: &Path,
+    plan_id: &str,
+    d: &Decision,
+    key: Option<&bl_store::SigningKey>,
+) -> Result<(), String> {
+    let approvals = bl_store::Approvals::new(dir);
+    let record = approvals.read().map_err(|e| e.to_string())?;
+    let id = bl_store::approval_id(ORGANIZATION, PROJECT, RUN_ID, d.node);
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let mut nonce = [0u8; 32];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
+        use std::io::Read;
+        f.read_exact(&mut nonce)
+    });
+    let result = if d.approved {
         let request = json!({
-            "evidence_digests": evidence, "node_id": node,
-            "plan_id": run.plan.plan_id, "repair_round": round,
+            "evidence_digests": d.evidence, "node_id": d.node,
+            "plan_id": plan_id, "repair_round": d.round,
         });
         approvals
             .commit(
                 bl_store::approvals::Commit {
                     approval_id: id.clone(),
                     new_resource_version: 0,
-                    idempotency_key: if round == 0 {
+                    idempotency_key: if d.round == 0 {
                         id.clone()
                     } else {
-                        format!("{id}:r{round}")
+                        format!("{id}:r{}", d.round)
                     },
-                    node_id: node.into(),
+                    node_id: d.node.into(),
                     actor_id: ORGANIZATION.into(),
-                    decided_by: actor,
-                    decided_by_source: "os_user".into(),
+                    decided_by: d.decided_by.clone(),
+                    decided_by_source: d.source.into(),
                     decided_at: now,
                     nonce: hex::encode(nonce),
                     request_digest: bl_core::Sha256Digest::of(
                         bl_core::canonical_json(&request).as_bytes(),
                     )
                     .to_string(),
-                    repair_round: round,
+                    repair_round: d.round,
                     signature: None,
                 },
                 record.resource_version,
-                key.as_ref(),
+                key,
             )
             .map(|_| ())
     } else {
         approvals
             .reject(
                 bl_store::approvals::Rejection {
-                    node_id: node.into(),
+                    node_id: d.node.into(),
                     attempt: 1,
                     approval_id: id,
                     actor_id: ORGANIZATION.into(),
                     decided_at: now,
-                    decided_by: actor,
-                    decided_by_source: "os_user".into(),
-                    repair_round: round,
+                    decided_by: d.decided_by.clone(),
+                    decided_by_source: d.source.into(),
+                    repair_round: d.round,
                     signature: None,
                 },
-                key.as_ref(),
+                key,
             )
             .map(|_| ())
     };
-    result.map_err(|e| refused(format!("graph approve: {e}")))
+    result.map_err(|e| e.to_string())
 }

@@ -30,6 +30,14 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Progress that prints nothing (a subgraph's child run).
+    pub fn quiet(schedule: &Schedule) -> Self {
+        let mut progress = Progress::new(schedule);
+        progress.enabled = false;
+        progress.live = None;
+        progress
+    }
+
     pub fn new(schedule: &Schedule) -> Self {
         let enabled = !crate::output::json();
         let total = schedule.nodes.len();

@@ -640,84 +640,27 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
             )
         }
     };
-    let mut workspace = ScratchWorkspace::prepare(
-        &dir,
-        &workspace_root,
-        &m.forbid,
+    let place = LoopPlace {
+        workspace_root: workspace_root.clone(),
         how,
-        bounds.quarantine_inputs,
-    )
-    .map_err(|e| CliError::refused(format!("bl run: cannot prepare the workspace: {e}")))?;
-    if !workspace.withheld().is_empty() {
-        errln!("{}", bl_loops::quarantine::warning(workspace.withheld()));
-    }
-    let commands = sandbox_runner(bounds.sandbox)?;
-    let mut runner = make_runner(
-        &runner_name,
+        ledger: ledger_path.clone(),
+        handoff: run_dir
+            .clone()
+            .unwrap_or_else(|| dir.clone())
+            .join(engine::HANDOFF_FILE),
+        memory: dir.join(".STATE.md.runtime"),
+        redact: args.redact.clone(),
+    };
+    let outcome = drive_loop(
         &package,
-        &workspace_root,
-        commands.clone(),
-        env,
-    )?;
-    let runtime = runtime(commands, &bounds)?;
-    let mut gate = LoopGate::new(
-        runtime,
-        &m.gate,
-        args.gate_override.as_deref(),
         &dir,
-        &workspace_root,
-        &m.outputs,
-        bounds.schema.as_deref(),
-    )
-    .map_err(|e| {
-        CliError::with_exit(
-            Exit::Undecided,
-            format!("bl run: the gate could not be prepared: {e}"),
-        )
-    })?;
-
-    let redact = Redact::new(&args.redact, &dir);
-    let mut ledger = FileLedger::open(&ledger_path, redact)?;
-    // A resumed run continues the ledger's chain with fresh laps and
-    // budgets in the workspace it left, as bounded-loops resumes.
-    let plan = Plan {
-        bounds: bounds.clone(),
-        prompt: compose_prompt(&dir, m),
-        reuse_verdicts: bounds.sandbox,
-    };
-    let clock = WallClock {
-        started: Instant::now(),
-    };
-    let mut approver = StdinApproval;
-    let handoff_dir = run_dir.clone().unwrap_or_else(|| dir.clone());
-    let mut handoff = HandoffFile {
-        path: handoff_dir.join(engine::HANDOFF_FILE),
-        manifest: m.clone(),
-        bounds: bounds.clone(),
-    };
-    let mut trace =
-        crate::loop_trace::LapSpans::new(bounds.trace, &m.name, Redact::new(&args.redact, &dir));
-    let mut memory = RuntimeMemory {
-        path: dir.join(".STATE.md.runtime"),
-    };
-    let outcome = engine::run(
-        &plan,
-        Ports {
-            runner: runner.as_mut(),
-            gate: &mut gate,
-            workspace: &mut workspace,
-            clock: &clock,
-            kill: &EnvKill,
-            ledger: &mut ledger,
-            approver: &mut approver,
-            handoff: &mut handoff,
-            memory: &mut memory,
-            trace: &mut trace,
-        },
-    )
-    .map_err(|e| CliError::with_exit(Exit::Undecided, format!("bl run: {e}")))?;
-    trace.finish();
-
+        bounds,
+        &runner_name,
+        args.gate_override.as_deref(),
+        &place,
+        env,
+        &mut StdinApproval,
+    )?;
     if let Some(run_dir) = &run_dir {
         write_run_records(
             run_dir,
@@ -726,6 +669,7 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
             &ledger_path,
             &outcome,
             args.run_id.as_deref().unwrap_or_default(),
+            Some(&dir.join(".bounded-loops/runs.jsonl")),
         )?;
     }
     if let Some(scratch) = scratch
@@ -753,6 +697,105 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
     })
 }
 
+/// Where one loop run keeps its workspace and records.
+struct LoopPlace {
+    workspace_root: PathBuf,
+    how: Prepare,
+    ledger: PathBuf,
+    handoff: PathBuf,
+    /// `.STATE.md.runtime`: the notes the next turn reads.
+    memory: PathBuf,
+    redact: String,
+}
+
+/// Runs the loop engine over `package` (resolved as `dir`): the scratch
+/// workspace and the runner in the sandbox the bounds ask for, the gate as
+/// wasm plugins, the chained ledger.
+#[allow(clippy::too_many_arguments)]
+fn drive_loop(
+    package: &Package,
+    dir: &Path,
+    bounds: Bounds,
+    runner_name: &str,
+    gate_override: Option<&str>,
+    place: &LoopPlace,
+    env: Vec<(String, String)>,
+    approver: &mut dyn Approver,
+) -> Result<RunOutcome, CliError> {
+    let m = &package.manifest;
+    let workspace_root = &place.workspace_root;
+    let mut workspace = ScratchWorkspace::prepare(
+        dir,
+        workspace_root,
+        &m.forbid,
+        place.how,
+        bounds.quarantine_inputs,
+    )
+    .map_err(|e| CliError::refused(format!("bl run: cannot prepare the workspace: {e}")))?;
+    if !workspace.withheld().is_empty() {
+        errln!("{}", bl_loops::quarantine::warning(workspace.withheld()));
+    }
+    let commands = sandbox_runner(bounds.sandbox)?;
+    let mut runner = make_runner(runner_name, package, workspace_root, commands.clone(), env)?;
+    let runtime = runtime(commands, &bounds)?;
+    let mut gate = LoopGate::new(
+        runtime,
+        &m.gate,
+        gate_override,
+        dir,
+        workspace_root,
+        &m.outputs,
+        bounds.schema.as_deref(),
+    )
+    .map_err(|e| {
+        CliError::with_exit(
+            Exit::Undecided,
+            format!("bl run: the gate could not be prepared: {e}"),
+        )
+    })?;
+
+    let redact = Redact::new(&place.redact, dir);
+    let mut ledger = FileLedger::open(&place.ledger, redact)?;
+    // A resumed run continues the ledger's chain with fresh laps and
+    // budgets in the workspace it left, as bounded-loops resumes.
+    let plan = Plan {
+        bounds: bounds.clone(),
+        prompt: compose_prompt(dir, m),
+        reuse_verdicts: bounds.sandbox,
+    };
+    let clock = WallClock {
+        started: Instant::now(),
+    };
+    let mut handoff = HandoffFile {
+        path: place.handoff.clone(),
+        manifest: m.clone(),
+        bounds: bounds.clone(),
+    };
+    let mut trace =
+        crate::loop_trace::LapSpans::new(bounds.trace, &m.name, Redact::new(&place.redact, dir));
+    let mut memory = RuntimeMemory {
+        path: place.memory.clone(),
+    };
+    let outcome = engine::run(
+        &plan,
+        Ports {
+            runner: runner.as_mut(),
+            gate: &mut gate,
+            workspace: &mut workspace,
+            clock: &clock,
+            kill: &EnvKill,
+            ledger: &mut ledger,
+            approver,
+            handoff: &mut handoff,
+            memory: &mut memory,
+            trace: &mut trace,
+        },
+    )
+    .map_err(|e| CliError::with_exit(Exit::Undecided, format!("bl run: {e}")))?;
+    trace.finish();
+    Ok(outcome)
+}
+
 /// Writes what `--run-id` keeps beside the ledger: `metadata.json`, the
 /// receipts derived from the whole ledger, and a line in the runs index.
 #[allow(clippy::too_many_arguments)]
@@ -763,6 +806,7 @@ fn write_run_records(
     ledger: &Path,
     outcome: &RunOutcome,
     run_id: &str,
+    index: Option<&Path>,
 ) -> Result<(), CliError> {
     let fail = |path: &Path, e: std::io::Error| {
         CliError::refused(format!("bl run: cannot write {}: {e}", path.display()))
@@ -805,7 +849,9 @@ fn write_run_records(
     )?;
     write("receipt.md", bl_loops::receipt::receipt_markdown(&receipt))?;
     // The runs index: one line per invocation, newest last.
-    let index = loop_dir.join(".bounded-loops/runs.jsonl");
+    let Some(index) = index else {
+        return Ok(());
+    };
     let line = serde_json::to_string(&json!({
         "run_id": run_id,
         "loop_dir": loop_dir.display().to_string(),
@@ -820,9 +866,9 @@ fn write_run_records(
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&index)
+        .open(index)
         .and_then(|mut f| writeln!(f, "{line}"))
-        .map_err(|e| fail(&index, e))
+        .map_err(|e| fail(index, e))
 }
 
 fn report(
@@ -893,4 +939,129 @@ fn report(
         quoted(&outcome.ledger_head),
     );
     errln!("BL_EVENT {event}");
+}
+
+/// A graph's loop node has no human at its terminal: a result that needs
+/// approval pauses, and the receipt gate says to lift the checkpoint to an
+/// `approval` node, as bounded-loops does.
+struct NoHumanHere;
+
+impl Approver for NoHumanHere {
+    fn approved(&mut self, _lap: u32, _detail: &str) -> bool {
+        false
+    }
+}
+
+/// The inner run id bounded-loops gives a loop node's attempt:
+/// `<run>.<node>.r<round>.a<attempt>.<16 hex>` (the hex from sha256 of the
+/// four joined by U+001F), characters outside `[A-Za-z0-9_-]` as `-`, the
+/// run id cut to 40 characters and the node id to 24.
+pub fn inner_run_id(run_id: &str, node: &str, round: u32, attempt: u32) -> String {
+    let clean = |s: &str, max: usize| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .take(max)
+            .collect()
+    };
+    let fingerprint =
+        bl_core::sha256_hex(format!("{run_id}\u{1f}{node}\u{1f}{round}\u{1f}{attempt}").as_bytes());
+    format!(
+        "{}.{}.r{round}.a{attempt}.{}",
+        clean(run_id, 40),
+        clean(node, 24),
+        &fingerprint[..16]
+    )
+}
+
+/// One attempt of a graph's loop node: the package (which must still have
+/// the digest the plan admitted) runs through the loop engine in the
+/// attempt's workspace (`.controller/runs/<inner run id>/`, the package is
+/// never written), and `loop-outcome.json` is written as bounded-loops
+/// writes it. Returns its bytes: the node's reply, which the receipt gate
+/// reads.
+pub fn run_node_loop(
+    package_dir: &Path,
+    package_digest: &str,
+    run_id: &str,
+    node: &str,
+    attempt: u32,
+    round: u32,
+    workspace: &Path,
+) -> Result<Vec<u8>, String> {
+    let now = bl_packages::digest(package_dir).map_err(|e| e.to_string())?;
+    if now != package_digest {
+        return Err(format!(
+            "the loop package {} now digests to {now}, not the {package_digest} the plan admitted; it changed after the run began",
+            package_dir.display()
+        ));
+    }
+    let package = read_package(package_dir).map_err(|e| e.message)?;
+    let dir = std::fs::canonicalize(package_dir).unwrap_or_else(|_| package_dir.to_path_buf());
+    let inner = inner_run_id(run_id, node, round, attempt);
+    let run_dir = workspace.join(".controller/runs").join(&inner);
+    std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+    let place = LoopPlace {
+        workspace_root: run_dir.join("workspace"),
+        how: Prepare::Persistent,
+        ledger: run_dir.join("ledger.jsonl"),
+        handoff: run_dir.join(engine::HANDOFF_FILE),
+        memory: run_dir.join(".STATE.md.runtime"),
+        redact: "off".into(),
+    };
+    let env = passthrough(&package.manifest).map_err(|e| e.message)?;
+    let runner = package.manifest.runner.default.clone();
+    let outcome = drive_loop(
+        &package,
+        &dir,
+        package.bounds.clone(),
+        &runner,
+        None,
+        &place,
+        env,
+        &mut NoHumanHere,
+    )
+    .map_err(|e| e.message)?;
+    write_run_records(
+        &run_dir,
+        &dir,
+        &place.workspace_root,
+        &place.ledger,
+        &outcome,
+        &inner,
+        None,
+    )
+    .map_err(|e| e.message)?;
+    let ledger = std::fs::read(&place.ledger).map_err(|e| e.to_string())?;
+    let record = json!({
+        "attempt": attempt, "inner_ledger_digest": bl_core::sha256_hex(&ledger),
+        "inner_run_id": inner, "node_id": node,
+        "package_digest": package_digest.trim_start_matches("sha256:"),
+        "reason": outcome.reason, "repair_round": round, "status": outcome.status.as_str(),
+    });
+    let mut bytes = bl_core::canonical_json(&record).into_bytes();
+    bytes.push(b'\n');
+    std::fs::write(workspace.join(LOOP_OUTCOME), &bytes).map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// What a loop node writes for the receipt gate.
+pub const LOOP_OUTCOME: &str = "loop-outcome.json";
+
+#[cfg(test)]
+mod node_tests {
+    #[test]
+    fn inner_run_ids_are_bounded_loops_ones() {
+        // Observed from bounded-loops 0.7.6 for run graph-run, node
+        // balance, round 0, attempt 1.
+        assert_eq!(
+            super::inner_run_id("graph-run", "balance", 0, 1),
+            "graph-run.balance.r0.a1.dcc7f7b046791aaa"
+        );
+    }
 }

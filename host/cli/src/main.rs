@@ -8,6 +8,7 @@ mod egress_cmd;
 mod exit;
 mod graph_cmd;
 mod graph_exec_cmd;
+mod graph_nodes;
 mod graph_progress;
 mod interrupt;
 mod keys_cmd;

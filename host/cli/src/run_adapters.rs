@@ -172,7 +172,7 @@ impl FileDecisions {
 }
 
 impl Decisions for FileDecisions {
-    fn decision(&self, node: &str, round: u32) -> Option<bool> {
+    fn decision(&self, node: &str, round: u32, _evidence: &[String]) -> Option<bool> {
         let round = u64::from(round);
         if self
             .record

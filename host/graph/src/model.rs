@@ -234,6 +234,8 @@ pub struct GraphNode {
     pub artifact_ports: Vec<ArtifactPort>,
     /// bl extension `artifact-ports`: the gate plugin that decides this node.
     pub gate: Option<Value>,
+    /// bl extension `artifact-ports`: a transform node's config for its plugin.
+    pub config: Option<Value>,
 }
 
 /// The extensions bl adds to graph/v1, named in a manifest's top-level

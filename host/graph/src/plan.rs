@@ -371,19 +371,25 @@ pub fn compile(graph: &Graph, input: &CompileInput) -> Result<Plan, CompileError
         })
         .collect();
     if let Some(available) = input.available_packages {
-        for node in graph.nodes.iter().filter(|n| n.kind == NodeKind::Loop) {
+        // A subgraph's graph_package is looked up in the same catalogue,
+        // as bounded-loops does.
+        for (node, field) in graph.nodes.iter().filter_map(|n| match n.kind {
+            NodeKind::Loop => Some((n, "loop_package")),
+            NodeKind::Subgraph => Some((n, "graph_package")),
+            _ => None,
+        }) {
             let digest = node
-                .detail("loop_package")
+                .detail(field)
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             if !available.contains(digest) {
                 return Err(Refusal::new(
                     RefusalCode::PackageUnavailable,
-                    format!("/nodes/{}/loop_package", node.id),
+                    format!("/nodes/{}/{field}", node.id),
                     "package digest is not admitted",
                 )
                 .hint(format!(
-                    "no loop package under --loop-roots has digest {digest}; pass --loop-roots DIR for the directory holding it ({} admitted now)",
+                    "no package under --loop-roots has digest {digest}; pass --loop-roots DIR for the directory holding it ({} admitted now)",
                     available.len()
                 )));
             }

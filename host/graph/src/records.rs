@@ -86,6 +86,8 @@ struct NodeRecord<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     artifact_ports: Option<Vec<ArtifactPortRecord<'a>>>,
     budget: BudgetRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config: Option<&'a Value>,
     connection_slot: Option<&'a str>,
     details: BTreeMap<&'a str, &'a Value>,
     effects: Vec<&'a str>,
@@ -166,6 +168,7 @@ impl<'a> GraphRecord<'a> {
                     max_tokens: n.budget.max_tokens,
                     max_wallclock_s: n.budget.max_wallclock_s,
                 },
+                config: n.config.as_ref(),
                 connection_slot: n.connection_slot.as_deref(),
                 details: n.details.iter().map(|(k, v)| (k.as_str(), v)).collect(),
                 effects: sorted_names(&n.effects),

@@ -439,7 +439,7 @@ fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
     let kind_fields = kind.fields();
     let required: Vec<&str> = NODE_KEYS.iter().chain(kind_fields).copied().collect();
     let optional: &[&str] = if ports_ext {
-        &["connection_slot", "on_failure", "gate"]
+        &["connection_slot", "on_failure", "gate", "config"]
     } else {
         NODE_OPTIONAL
     };
@@ -483,6 +483,25 @@ fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
         None => None,
         Some(g) => Some(gate(g, &format!("{p}/gate"))?),
     };
+    let config = match doc.get("config") {
+        None => None,
+        Some(c) => {
+            let at = format!("{p}/config");
+            object(c, &at)?;
+            let is_transform = kind == NodeKind::Tool
+                && details.iter().any(|(k, v)| {
+                    k == "tool_ref" && v.as_str().is_some_and(|r| r.starts_with("transform:"))
+                });
+            if !is_transform {
+                return err(
+                    RefusalCode::UnknownField,
+                    at,
+                    "config is a transform's config: only a tool node whose tool_ref is transform:<plugin>@<version> takes one",
+                );
+            }
+            Some(c.to_json())
+        }
+    };
     Ok(GraphNode {
         id,
         kind,
@@ -496,16 +515,21 @@ fn node(doc: &Node, p: &str, ports_ext: bool) -> Result<GraphNode> {
         details,
         artifact_ports,
         gate,
+        config,
     })
 }
 
-/// `gate: {plugin: NAME, config: {...}}` (extension artifact-ports).
+/// `gate: {plugin: NAME, config: {...}, grants: [CAP]}` (extension
+/// artifact-ports).
 fn gate(doc: &Node, p: &str) -> Result<Value> {
     let entries = object(doc, p)?;
-    closed_keys(entries, p, &["plugin"], &["config"])?;
+    closed_keys(entries, p, &["plugin"], &["config", "grants"])?;
     string_in(doc, p, "plugin")?;
     if let Some(config) = doc.get("config") {
         object(config, &format!("{p}/config"))?;
+    }
+    if let Some(grants) = doc.get("grants") {
+        string_list(grants, &format!("{p}/grants"))?;
     }
     Ok(doc.to_json())
 }

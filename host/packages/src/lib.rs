@@ -21,6 +21,14 @@ use bl_core::package::{PackageDigest, SizeMismatch, is_ignored};
 
 /// The file that makes a directory a loop package.
 pub const MANIFEST: &str = "loop.yaml";
+/// The file that makes a directory a graph package (bl's: a subgraph
+/// node names one by digest, found under the same roots).
+pub const GRAPH_MANIFEST: &str = "graph.yaml";
+
+/// Whether `dir` is a package: it holds `loop.yaml` or `graph.yaml`.
+pub fn is_package(dir: &Path) -> bool {
+    dir.join(MANIFEST).is_file() || dir.join(GRAPH_MANIFEST).is_file()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PackageError {
@@ -68,7 +76,7 @@ pub fn digest(package: &Path) -> Result<String, PackageError> {
     if !package.is_dir() {
         return Err(PackageError::NotADirectory(package.to_owned()));
     }
-    if !package.join(MANIFEST).is_file() {
+    if !is_package(package) {
         return Err(PackageError::NoManifest(package.to_owned()));
     }
     let mut walk = Walk {
@@ -204,7 +212,8 @@ pub struct Catalogue {
 
 impl Catalogue {
     /// Every immediate subdirectory of each root (in the order given, names
-    /// sorted) that holds a `loop.yaml` file. A root is not itself a package.
+    /// sorted) that holds a `loop.yaml` (or, bl's, `graph.yaml`) file. A
+    /// root is not itself a package.
     /// Roots that do not exist or are not directories contribute nothing.
     /// Paths are resolved, so a package reached twice (two roots, or a
     /// symlink) counts once; two different directories with one digest are
@@ -226,7 +235,7 @@ impl Catalogue {
             names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
             for name in names {
                 let candidate = root.join(&name);
-                if !candidate.is_dir() || !candidate.join(MANIFEST).is_file() {
+                if !candidate.is_dir() || !is_package(&candidate) {
                     continue;
                 }
                 let Ok(package) = candidate.canonicalize() else {

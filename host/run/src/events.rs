@@ -22,6 +22,10 @@ pub enum Cause {
     WorkerContract,
     BudgetUnmeasurable,
     ApprovalRejected,
+    /// An input did not match the digest it was published with.
+    ArtifactUnverified,
+    /// The gate could not decide (a plugin that errs, traps or is missing).
+    GateBroken,
 }
 
 impl Cause {
@@ -33,6 +37,8 @@ impl Cause {
             Cause::WorkerContract => "worker_contract",
             Cause::BudgetUnmeasurable => "budget_unmeasurable",
             Cause::ApprovalRejected => "approval_rejected",
+            Cause::ArtifactUnverified => "artifact_unverified",
+            Cause::GateBroken => "gate_broken",
         }
     }
 
@@ -44,6 +50,8 @@ impl Cause {
             Cause::WorkerContract,
             Cause::BudgetUnmeasurable,
             Cause::ApprovalRejected,
+            Cause::ArtifactUnverified,
+            Cause::GateBroken,
         ]
         .into_iter()
         .find(|c| c.name() == name)
@@ -83,6 +91,9 @@ pub struct AttemptFailure {
     pub reason: String,
     pub verdict: Option<Verdict>,
     pub artifact_digests: Vec<String>,
+    /// bl's additions to the payload (the plugins that judged it); empty
+    /// for every graph bounded-loops can run, so its payloads stay its own.
+    pub extra: Map<String, Value>,
 }
 
 /// The route a connector node took, from its binding.
@@ -227,7 +238,22 @@ impl At<'_> {
         route: Option<&Route>,
         verdict: Option<&Verdict>,
     ) -> Event {
+        self.succeeded_with(artifact_digests, route, verdict, &Map::new())
+    }
+
+    /// A success with bl's additions to the payload (`outputs`, `plugins`,
+    /// `routed`, `isolation`), present only where a graph uses them.
+    pub fn succeeded_with(
+        &self,
+        artifact_digests: &[String],
+        route: Option<&Route>,
+        verdict: Option<&Verdict>,
+        added: &Map<String, Value>,
+    ) -> Event {
         let mut extra = json!({"artifact_digests": artifact_digests, "state": "SUCCEEDED"});
+        if let Some(m) = extra.as_object_mut() {
+            m.extend(added.clone());
+        }
         if let Some(r) = route {
             extra["route"] = json!({
                 "fallback": r.fallback, "model_id": r.model_id,
@@ -253,6 +279,9 @@ impl At<'_> {
         }
         if let Some(v) = &failure.verdict {
             extra["verdict"] = v.to_json();
+        }
+        if let Some(m) = extra.as_object_mut() {
+            m.extend(failure.extra.clone());
         }
         extra
     }
@@ -287,6 +316,25 @@ impl At<'_> {
             key: self.key("node.failed"),
             kind: "node.failed",
             payload: self.payload(extra),
+        }
+    }
+
+    /// `node.artifact_completion`: a worker that failed (exit, timeout) left
+    /// every declared output fresh and well-formed, so the node completes
+    /// from its artifacts (seed 002).
+    pub fn artifact_completion(
+        &self,
+        suppressed: &str,
+        artifacts: &[String],
+        contracts: Value,
+    ) -> Event {
+        Event {
+            key: self.key("node.artifact_completion"),
+            kind: "node.artifact_completion",
+            payload: self.payload(json!({
+                "artifacts": artifacts, "contracts": contracts,
+                "suppressed_finish_reason": suppressed,
+            })),
         }
     }
 
@@ -412,6 +460,7 @@ mod tests {
             reason: "worker execution failed".into(),
             verdict: None,
             artifact_digests: vec![],
+            extra: Map::new(),
         };
         assert_eq!(
             first.attempt_failed(&failure).key,

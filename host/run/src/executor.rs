@@ -12,15 +12,18 @@
 
 use std::collections::HashSet;
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
 use crate::events::{self, At, AttemptFailure, BudgetPause, Cause, Event, Route, Usage, Verdict};
 use crate::machine::{AttemptEnd, Machine, NodeState, RunStatus, Transition};
-use crate::schedule::{Driver, NodeInfo, PROBE_TOOL, Schedule};
+use crate::schedule::{Driver, GateSpec, NodeInfo, OutputPort, Schedule};
 
 /// The kind of an event the observer is shown but the log never records:
 /// why a worker failed, in the worker's own words.
@@ -29,20 +32,82 @@ pub const NOTE: &str = "note";
 /// An incomplete attempt is re-driven at most this many times.
 pub const MAX_REDRIVES: u32 = 3;
 
+/// What a worker is asked to do, beyond its prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Task {
+    /// A connector node: the binding's connector takes the turn.
+    Connector,
+    /// bl's built-in sandbox probe.
+    Probe,
+    /// A wasm transform over the staged inputs, writing the declared outputs.
+    Transform {
+        plugin: String,
+        major: u32,
+        /// The node's config for the plugin (JSON text).
+        config: String,
+    },
+    /// A command in the node's sandbox tier.
+    Command { argv: Vec<String> },
+    /// A loop package (by digest) through the loop engine.
+    Loop { package: String },
+    /// A graph package (by digest) as a child run.
+    Subgraph { package: String },
+    /// A router with no connection: nothing runs, its gate decides.
+    Route,
+}
+
+/// One input an attempt is handed: a producer's published output, staged
+/// read-only in the attempt's workspace after its digest was checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedInput {
+    pub port: String,
+    pub from_node: String,
+    pub from_port: String,
+    /// Where it lies in the attempt's workspace (relative).
+    pub path: String,
+    pub digest: String,
+    pub size: u64,
+    pub kind: String,
+}
+
 /// What the controller asks a worker to do: one execution of one attempt.
 #[derive(Debug, Clone)]
 pub struct WorkRequest {
+    pub run_id: String,
     pub node_id: String,
     pub attempt: u32,
     pub execution: u32,
     pub round: u32,
     pub prompt: String,
-    /// A connector node's binding; `None` for a built-in tool.
+    /// A connector node's binding; `None` for tools and the other kinds.
     pub binding: Option<bl_graph::Connection>,
-    /// A tool node's `tool_ref` (the built-in sandbox probe).
-    pub tool_ref: Option<String>,
+    pub task: Task,
     pub isolation: String,
     pub deadline: Duration,
+    /// The attempt's own workspace, made before the worker starts.
+    pub workspace: PathBuf,
+    /// The inputs staged in it.
+    pub inputs: Vec<StagedInput>,
+    /// The outputs the node must publish (relative to the workspace).
+    pub outputs: Vec<OutputPort>,
+}
+
+/// A plugin that took part in an attempt, recorded with the node's events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginUse {
+    /// `gate`, `contract`, `transform` or `policy`.
+    pub role: String,
+    pub plugin: String,
+    /// `sha256:<hex>` of the component's bytes.
+    pub component_digest: String,
+    /// The component itself, kept with the run so its digest can be checked.
+    pub component: std::sync::Arc<Vec<u8>>,
+}
+
+impl PluginUse {
+    fn to_json(&self) -> Value {
+        json!({"component_digest": self.component_digest, "plugin": self.plugin, "role": self.role})
+    }
 }
 
 /// What came back. The worker never says whether the node succeeded: the
@@ -54,6 +119,8 @@ pub enum WorkReply {
         /// `None` when the worker does not report tokens.
         usage: Option<Usage>,
         reported_by: String,
+        /// Plugins the worker ran (a transform's component).
+        plugins: Vec<PluginUse>,
     },
     /// The worker did not produce a reply (non-zero exit, missing CLI,
     /// timeout). Retryable.
@@ -61,6 +128,21 @@ pub enum WorkReply {
     /// The worker replied in a form it promised not to (a metered CLI
     /// without its envelope). Never retried.
     Contract(String),
+    /// The environment refused the work before it started (a denied
+    /// egress destination, a tier this machine cannot provide).
+    Denied(String),
+}
+
+impl WorkReply {
+    /// A reply with no usage and no plugins.
+    pub fn text(bytes: Vec<u8>, reported_by: &str) -> WorkReply {
+        WorkReply::Reply {
+            bytes,
+            usage: None,
+            reported_by: reported_by.to_string(),
+            plugins: Vec::new(),
+        }
+    }
 }
 
 pub type WorkFuture = Pin<Box<dyn Future<Output = WorkReply> + Send>>;
@@ -68,6 +150,130 @@ pub type WorkFuture = Pin<Box<dyn Future<Output = WorkReply> + Send>>;
 /// The worker port: local CLIs today; remote machines later.
 pub trait Worker: Send + Sync {
     fn work(&self, request: WorkRequest) -> WorkFuture;
+}
+
+/// An input to stage: a producer's published output and the digest the
+/// log recorded for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputToStage {
+    pub port: String,
+    pub from_node: String,
+    pub from_port: String,
+    /// The producer's declared path (its published copy lies there in the
+    /// run's workspace).
+    pub source: String,
+    pub digest: String,
+    pub kind: String,
+    pub system_only: bool,
+}
+
+/// What staging an attempt is asked for.
+#[derive(Debug, Clone)]
+pub struct StageRequest {
+    pub node_id: String,
+    pub attempt: u32,
+    pub execution: u32,
+    pub round: u32,
+    pub inputs: Vec<InputToStage>,
+    /// Whether the node is a transform (the only kind that may be handed a
+    /// system_only input).
+    pub transform: bool,
+}
+
+/// Why an attempt could not be staged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StageError {
+    /// An input no longer matches its published digest (or must never reach
+    /// this node): the run stops.
+    Integrity(String),
+    /// The workspace could not be made.
+    Io(String),
+}
+
+/// The staging port: makes an attempt's workspace and hands it its inputs,
+/// each re-verified against its published digest, read-only.
+pub trait Stage: Send + Sync {
+    fn stage(&self, request: &StageRequest) -> Result<(PathBuf, Vec<StagedInput>), StageError>;
+}
+
+/// A declared output as published: where, what, and its digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedOutput {
+    pub port: String,
+    pub path: String,
+    pub kind: String,
+    pub system_only: bool,
+    pub digest: String,
+    pub size: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl PublishedOutput {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "digest": self.digest, "kind": self.kind, "path": self.path, "port": self.port,
+            "size": self.size,
+            "visibility": if self.system_only { "system_only" } else { "consumer" },
+        })
+    }
+}
+
+/// What a judge is asked: the attempt's workspace after the worker's turn.
+#[derive(Debug, Clone)]
+pub struct JudgeRequest {
+    pub node_id: String,
+    pub attempt: u32,
+    pub round: u32,
+    pub workspace: PathBuf,
+    /// When the worker was dispatched (ms since the epoch): an output
+    /// older than this is stale.
+    pub dispatched_ms: u64,
+    pub outputs: Vec<OutputPort>,
+    pub gate: Option<GateSpec>,
+    /// Operator grants for this node's gate plugin.
+    pub grants: Vec<String>,
+    /// A subgraph's receipt (the reply): the judge verifies the child run.
+    pub subgraph_receipt: Option<Vec<u8>>,
+    /// A router: the gate plugin's verdict picks a route instead of
+    /// failing the node.
+    pub router: bool,
+}
+
+/// How a judgement came out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Pass(String),
+    /// A declared output is missing, empty, stale or malformed, or the gate
+    /// plugin said no. Retryable.
+    Reject(String),
+    /// A completion contract broke. Stops the run.
+    ContractBroken(String),
+    /// The gate could not decide. Stops the run.
+    Broken(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgement {
+    pub decision: Decision,
+    /// A passing gate plugin's verdict (for a router's pick).
+    pub gate_passed: Option<bool>,
+    /// The outputs, published (only when the decision is a pass).
+    pub published: Vec<PublishedOutput>,
+    /// Every declared output's path that was checked.
+    pub checked: Vec<String>,
+    /// Contract pattern → `pass`/`fail`.
+    pub contracts: std::collections::BTreeMap<String, String>,
+    pub plugins: Vec<PluginUse>,
+    pub evidence_digest: Option<String>,
+}
+
+pub type JudgeFuture = Pin<Box<dyn Future<Output = Judgement> + Send>>;
+
+/// The judge port: what decides a node from its workspace once the worker
+/// is done: declared outputs (fresh, non-empty, well-formed), completion
+/// contracts, the node's gate plugin. Never what the worker said.
+pub trait Judge: Send + Sync {
+    fn judge(&self, request: JudgeRequest) -> JudgeFuture;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,9 +315,10 @@ pub trait Artifacts {
     fn sync(&self) -> Result<(), RunError>;
 }
 
-/// Human decisions, by node and repair round.
+/// Human decisions, by node and repair round. `evidence` is what the
+/// approval is about: the digests of the artifacts its parents produced.
 pub trait Decisions {
-    fn decision(&self, node: &str, round: u32) -> Option<bool>;
+    fn decision(&self, node: &str, round: u32, evidence: &[String]) -> Option<bool>;
 }
 
 /// What the publication ledger did with one publish.
@@ -190,6 +397,8 @@ pub struct RunSettings {
     pub resume_ordinal: Option<u32>,
     /// Prices by `provider/model`; a route without one costs 0.
     pub prices: std::collections::HashMap<String, Price>,
+    /// Capabilities the operator grants each node's gate plugin, by node id.
+    pub gate_grants: std::collections::HashMap<String, Vec<String>>,
 }
 
 /// The ports, borrowed for one drive.
@@ -198,7 +407,9 @@ pub struct Ports<'a> {
     pub artifacts: &'a dyn Artifacts,
     pub decisions: &'a dyn Decisions,
     pub ledger: &'a dyn Ledger,
-    pub worker: std::sync::Arc<dyn Worker>,
+    pub worker: Arc<dyn Worker>,
+    pub stage: Arc<dyn Stage>,
+    pub judge: Arc<dyn Judge>,
     /// Told about every event as it is recorded (progress output).
     pub observer: &'a mut dyn FnMut(&Event),
 }
@@ -209,6 +420,38 @@ struct InFlight {
     attempt: u32,
     round: u32,
     execution: u32,
+    /// When the worker was dispatched, ms since the epoch (outputs older
+    /// than this are stale).
+    dispatched_ms: u64,
+    workspace: PathBuf,
+}
+
+/// What a node task hands back to the controller.
+enum Done {
+    /// The worker's turn is over.
+    Worked(InFlight, WorkReply),
+    /// The attempt could not be staged: the worker never ran.
+    Unstaged(InFlight, StageError),
+    /// The judge decided.
+    Judged(Box<JudgedAttempt>),
+}
+
+/// A judged attempt, with what the controller kept from its turn.
+struct JudgedAttempt {
+    flight: InFlight,
+    judgement: Judgement,
+    reply_digest: Option<String>,
+    /// A worker failure the outputs may overrule (artifact completion).
+    suppressed: Option<String>,
+    /// Plugins the worker itself ran (a transform).
+    plugins: Vec<PluginUse>,
+}
+
+/// What a succeeded node left for the nodes after it.
+#[derive(Debug, Clone, Default)]
+struct Produced {
+    digests: Vec<String>,
+    outputs: Vec<PublishedOutput>,
 }
 
 /// How an attempt ended, for the transitions that follow.
@@ -217,8 +460,26 @@ enum Ended {
         digests: Vec<String>,
         verdict: Option<Verdict>,
         route: Option<Route>,
+        /// bl's additions to `node.succeeded` (outputs, plugins, routed).
+        extra: Map<String, Value>,
+        outputs: Vec<PublishedOutput>,
+        /// A router's pick.
+        routed: Option<u32>,
     },
     Failed(AttemptFailure),
+}
+
+impl Ended {
+    fn succeeded(digests: Vec<String>, verdict: Option<Verdict>, route: Option<Route>) -> Ended {
+        Ended::Succeeded {
+            digests,
+            verdict,
+            route,
+            extra: Map::new(),
+            outputs: Vec::new(),
+            routed: None,
+        }
+    }
 }
 
 struct Controller<'a, 'p> {
@@ -228,11 +489,19 @@ struct Controller<'a, 'p> {
     machine: Machine,
     /// How each node's last attempt ended (for `node.succeeded`/`node.failed`).
     ended: Vec<Option<Ended>>,
-    /// Digests each succeeded node produced (joins and publishes read them).
-    produced: Vec<Vec<String>>,
+    /// What each succeeded node produced (joins, publishes and consumers read it).
+    produced: Vec<Produced>,
+    /// Components already kept with the run.
+    kept_components: HashSet<String>,
     tokens: u64,
     cost: u64,
     pause: Option<BudgetPause>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Drives the run until it ends or pauses.
@@ -246,7 +515,8 @@ pub async fn drive(
         settings,
         machine: Machine::new(schedule.spec.clone()),
         ended: (0..schedule.nodes.len()).map(|_| None).collect(),
-        produced: vec![Vec::new(); schedule.nodes.len()],
+        produced: vec![Produced::default(); schedule.nodes.len()],
+        kept_components: HashSet::new(),
         tokens: 0,
         cost: 0,
         pause: None,
@@ -259,7 +529,10 @@ pub async fn drive(
     }
     let begun = c.machine.begin();
     c.apply(begun)?;
-    let mut running: JoinSet<(InFlight, WorkReply)> = JoinSet::new();
+    // Node tasks: staging and the worker's turn, then the judge. A node
+    // being judged still holds its slot, so at concurrency 1 nodes run one
+    // after the other, as bounded-loops runs them.
+    let mut running: JoinSet<Done> = JoinSet::new();
     let mut busy: HashSet<usize> = HashSet::new();
     let concurrency = settings.concurrency.max(1);
     loop {
@@ -271,23 +544,39 @@ pub async fn drive(
             if let Some(work) = c.dispatch(node)? {
                 c.ports.journal.flush()?;
                 busy.insert(node);
-                let worker = c.ports.worker.clone();
-                running.spawn(async move {
-                    let reply = match work.1 {
-                        Some(request) => worker.work(request).await,
-                        None => WorkReply::Fault("no prompt was supplied for this node".into()),
-                    };
-                    (work.0, reply)
-                });
+                running.spawn(take_turn(
+                    work,
+                    c.ports.stage.clone(),
+                    c.ports.worker.clone(),
+                ));
             }
         }
         c.ports.journal.flush()?;
         let Some(joined) = running.join_next().await else {
             break;
         };
-        let (flight, reply) = joined.map_err(|e| RunError::Journal(format!("worker task: {e}")))?;
-        busy.remove(&flight.node);
-        c.complete(flight, reply)?;
+        let done = joined.map_err(|e| RunError::Journal(format!("node task: {e}")))?;
+        match done {
+            Done::Worked(flight, reply) => {
+                let node = flight.node;
+                match c.worked(flight, reply)? {
+                    Some(judging) => {
+                        running.spawn(judging);
+                    }
+                    None => {
+                        busy.remove(&node);
+                    }
+                }
+            }
+            Done::Unstaged(flight, error) => {
+                busy.remove(&flight.node);
+                c.unstaged(flight, error)?;
+            }
+            Done::Judged(judged) => {
+                busy.remove(&judged.flight.node);
+                c.judged(*judged)?;
+            }
+        }
     }
     c.sync()?;
     if let Some(pause) = c.pause.take() {
@@ -314,6 +603,65 @@ pub async fn drive(
     };
     c.sync()?;
     Ok(end)
+}
+
+/// A node task's second half: the judge at work.
+type Judging = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+/// What `dispatch` hands a node task: the attempt, how to stage it, and
+/// the request for its worker (`None`: no prompt was supplied).
+type Turn = (InFlight, StageRequest, Option<WorkRequest>);
+
+/// A node task's first half: stage the attempt's workspace (verifying its
+/// inputs), then let the worker take its turn there.
+async fn take_turn(turn: Turn, stage: Arc<dyn Stage>, worker: Arc<dyn Worker>) -> Done {
+    let (mut flight, staging, request) = turn;
+    let staged = tokio::task::spawn_blocking(move || stage.stage(&staging))
+        .await
+        .unwrap_or_else(|e| Err(StageError::Io(format!("staging task: {e}"))));
+    let (workspace, inputs) = match staged {
+        Ok(staged) => staged,
+        Err(e) => return Done::Unstaged(flight, e),
+    };
+    flight.workspace = workspace.clone();
+    flight.dispatched_ms = now_ms();
+    let Some(mut request) = request else {
+        return Done::Worked(
+            flight,
+            WorkReply::Fault("no prompt was supplied for this node".into()),
+        );
+    };
+    if !request.outputs.is_empty() || !inputs.is_empty() {
+        request
+            .prompt
+            .push_str(&artifact_brief(&inputs, &request.outputs));
+    }
+    request.workspace = workspace;
+    request.inputs = inputs;
+    let reply = worker.work(request).await;
+    Done::Worked(flight, reply)
+}
+
+/// What an agent is told about its artifacts: the inputs it was handed and
+/// the outputs it must write (the input manifest of seed 002, in words).
+fn artifact_brief(inputs: &[StagedInput], outputs: &[OutputPort]) -> String {
+    let mut text = String::from("\n\n---\n");
+    if !inputs.is_empty() {
+        text.push_str("Your inputs (read-only; each verified against its published sha256):\n");
+        for i in inputs {
+            text.push_str(&format!(
+                "- {}: {} ({}, from {}.{}, {})\n",
+                i.port, i.path, i.kind, i.from_node, i.from_port, i.digest
+            ));
+        }
+    }
+    if !outputs.is_empty() {
+        text.push_str("Write these files; the node is judged by them, not by your reply:\n");
+        for o in outputs {
+            text.push_str(&format!("- {}: {} ({})\n", o.port, o.path, o.kind));
+        }
+    }
+    text
 }
 
 fn state_name(state: NodeState) -> &'static str {
@@ -343,11 +691,16 @@ fn failure_of(payload: &Value) -> Option<AttemptFailure> {
         reason: v["reason"].as_str().unwrap_or_default().to_string(),
         evidence_digest: v["evidence_digest"].as_str().map(str::to_string),
     });
+    let mut extra = Map::new();
+    if let Some(p) = payload.get("plugins") {
+        extra.insert("plugins".into(), p.clone());
+    }
     Some(AttemptFailure {
         cause,
         reason: payload["reason"].as_str().unwrap_or_default().to_string(),
         verdict,
         artifact_digests: digests_of(payload),
+        extra,
     })
 }
 
@@ -430,16 +783,10 @@ impl Controller<'_, '_> {
     /// Starts `node`'s next attempt. Returns the work to run, or `None`
     /// when the attempt ended without a worker (a denial, a join, a
     /// publish, or an outcome already recorded).
-    #[allow(clippy::type_complexity)]
-    fn dispatch(
-        &mut self,
-        node: usize,
-    ) -> Result<Option<(InFlight, Option<WorkRequest>)>, RunError> {
+    fn dispatch(&mut self, node: usize) -> Result<Option<Turn>, RunError> {
         let info = self.info(node).clone();
         let next_attempt = self.machine.attempts(node) + 1;
-        if matches!(info.driver, Driver::Worker | Driver::Probe)
-            && self.over_budget(node, next_attempt)?
-        {
+        if info.runs_work() && self.over_budget(node, next_attempt)? {
             return Ok(None);
         }
         let started = self
@@ -461,19 +808,17 @@ impl Controller<'_, '_> {
             self.record(&at.starting())?;
         }
         // Policy, decided before anything runs.
-        let denied = match info.driver {
-            Driver::Worker | Driver::Publish { .. } => info.shared_binding || info.network_effect,
-            Driver::Unsupported => true,
+        let denied = match &info.driver {
+            Driver::Worker | Driver::Publish { .. } => {
+                info.shared_binding || (info.network_effect && !info.via_broker())
+            }
+            Driver::Unsupported(_) => true,
             _ => false,
         };
         if denied {
-            let reason = if info.driver == Driver::Unsupported {
-                format!(
-                    "node kind '{}' cannot run without a connection on this version",
-                    info.kind
-                )
-            } else {
-                "execution policy denied worker".to_string()
+            let reason = match &info.driver {
+                Driver::Unsupported(why) => why.clone(),
+                _ => "execution policy denied worker".to_string(),
             };
             self.end(
                 node,
@@ -485,7 +830,6 @@ impl Controller<'_, '_> {
         let started_before = self.ports.journal.recorded(&at.running().key).is_some();
         self.record(&at.running())?;
         match &info.driver {
-            Driver::Worker | Driver::Probe => {}
             Driver::Join(_) => {
                 self.run_join(node, attempt, round)?;
                 return Ok(None);
@@ -494,7 +838,12 @@ impl Controller<'_, '_> {
                 self.run_publish(node, attempt, round, policy)?;
                 return Ok(None);
             }
-            Driver::Approval | Driver::Unsupported => unreachable!("never ready or denied"),
+            Driver::Router if info.gate.is_none() => {
+                self.run_default_route(node, attempt, round)?;
+                return Ok(None);
+            }
+            Driver::Approval | Driver::Unsupported(_) => unreachable!("never ready or denied"),
+            _ => {}
         }
         // A resumed run: the attempt's outcome may be recorded already.
         let mut execution = 1;
@@ -527,21 +876,56 @@ impl Controller<'_, '_> {
             self.record(&at.redrive(prior + 1))?;
             execution = execution.max(prior + 2);
         }
-        // The probe takes no prompt; an agent never runs without one.
-        let prompt = match info.driver {
-            Driver::Probe => Some(String::new()),
-            _ => self.settings.prompts.get(&info.id).cloned(),
+        let task = match &info.driver {
+            Driver::Worker => Task::Connector,
+            Driver::Probe => Task::Probe,
+            Driver::Transform { plugin, major } => Task::Transform {
+                plugin: plugin.clone(),
+                major: *major,
+                config: info.config.clone(),
+            },
+            Driver::Tool { argv } => Task::Command { argv: argv.clone() },
+            Driver::Loop { package } => Task::Loop {
+                package: package.clone(),
+            },
+            Driver::Subgraph { package } => Task::Subgraph {
+                package: package.clone(),
+            },
+            _ => Task::Route,
+        };
+        // An agent never runs without a prompt; the other kinds take none.
+        let prompt = match task {
+            Task::Connector => self.settings.prompts.get(&info.id).cloned(),
+            _ => Some(
+                self.settings
+                    .prompts
+                    .get(&info.id)
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        };
+        let staging = StageRequest {
+            node_id: info.id.clone(),
+            attempt,
+            execution,
+            round,
+            inputs: self.inputs_of(node),
+            transform: matches!(task, Task::Transform { .. }),
         };
         let request = prompt.map(|prompt| WorkRequest {
+            run_id: self.settings.run_id.clone(),
             node_id: info.id.clone(),
             attempt,
             execution,
             round,
             prompt,
             binding: info.binding.clone(),
-            tool_ref: (info.driver == Driver::Probe).then(|| PROBE_TOOL.to_string()),
+            task,
             isolation: info.isolation.clone(),
             deadline: info.deadline,
+            workspace: PathBuf::new(),
+            inputs: Vec::new(),
+            outputs: info.outputs.clone(),
         });
         Ok(Some((
             InFlight {
@@ -549,9 +933,47 @@ impl Controller<'_, '_> {
                 attempt,
                 round,
                 execution,
+                dispatched_ms: 0,
+                workspace: PathBuf::new(),
             },
+            staging,
             request,
         )))
+    }
+
+    /// The inputs `node` is handed: each bound producer's published output
+    /// with the digest its success recorded.
+    fn inputs_of(&self, node: usize) -> Vec<InputToStage> {
+        self.info(node)
+            .inputs
+            .iter()
+            .filter_map(|input| {
+                let producer = self.info(input.from);
+                let published = self.produced[input.from]
+                    .outputs
+                    .iter()
+                    .find(|o| o.port == input.from_port)?;
+                Some(InputToStage {
+                    port: input.port.clone(),
+                    from_node: producer.id.clone(),
+                    from_port: input.from_port.clone(),
+                    source: published.path.clone(),
+                    digest: published.digest.clone(),
+                    kind: published.kind.clone(),
+                    system_only: published.system_only,
+                })
+            })
+            .collect()
+    }
+
+    /// The artifacts `node`'s parents produced, in edge order (what an
+    /// approval is about).
+    fn parent_artifacts(&self, node: usize) -> Vec<String> {
+        self.info(node)
+            .incoming
+            .iter()
+            .flat_map(|&(from, _)| self.produced[from].digests.iter().cloned())
+            .collect()
     }
 
     fn redrives(&self, at: &At) -> u32 {
@@ -572,6 +994,16 @@ impl Controller<'_, '_> {
             .journal
             .recorded(&at.succeeded(&[], None, None).key)
         {
+            let mut extra = Map::new();
+            for key in ["outputs", "plugins", "routed", "isolation"] {
+                if let Some(v) = p.get(key) {
+                    extra.insert(key.to_string(), v.clone());
+                }
+            }
+            let outputs = outputs_of(&p);
+            let routed = p["routed"]
+                .as_str()
+                .and_then(|name| info.routes.as_ref()?.index(name));
             return Some(Ended::Succeeded {
                 digests: digests_of(&p),
                 verdict: p.get("verdict").map(|v| Verdict {
@@ -580,6 +1012,9 @@ impl Controller<'_, '_> {
                     evidence_digest: v["evidence_digest"].as_str().map(str::to_string),
                 }),
                 route: info.route(),
+                extra,
+                outputs,
+                routed,
             });
         }
         let probe = stop(Cause::WorkerFault, String::new());
@@ -590,8 +1025,9 @@ impl Controller<'_, '_> {
         failure_of(&p).map(Ended::Failed)
     }
 
-    /// A worker's reply came back: record the spend at once, gate, end.
-    fn complete(&mut self, flight: InFlight, reply: WorkReply) -> Result<(), RunError> {
+    /// A worker's turn is over: record the spend at once, then gate. Returns
+    /// the judge's task when the node is judged from its workspace.
+    fn worked(&mut self, flight: InFlight, reply: WorkReply) -> Result<Option<Judging>, RunError> {
         let info = self.info(flight.node).clone();
         let at = At {
             node: &info.id,
@@ -620,7 +1056,9 @@ impl Controller<'_, '_> {
             self.tokens += u.input_tokens + u.output_tokens;
             self.cost += u.cost_microunits;
         }
-        if let WorkReply::Fault(detail) | WorkReply::Contract(detail) = &reply {
+        if let WorkReply::Fault(detail) | WorkReply::Contract(detail) | WorkReply::Denied(detail) =
+            &reply
+        {
             // Not recorded (the record keeps bounded-loops' wording), but
             // shown: the operator needs to know why a worker failed.
             let note = Event {
@@ -630,58 +1068,367 @@ impl Controller<'_, '_> {
             };
             (self.ports.observer)(&note);
         }
-        let ended = match reply {
-            WorkReply::Fault(_) => Ended::Failed(AttemptFailure {
-                cause: Cause::WorkerFault,
-                reason: "worker execution failed".into(),
-                verdict: None,
-                artifact_digests: Vec::new(),
-            }),
-            WorkReply::Contract(reason) => Ended::Failed(stop(
-                Cause::WorkerContract,
-                format!("local-CLI node '{}': {reason}", info.id),
-            )),
+        let (bytes, plugins, suppressed) = match reply {
+            // Seed 002: a worker that failed may still have left every
+            // declared output; the judge decides from them.
+            WorkReply::Fault(detail) if !info.outputs.is_empty() => {
+                (Vec::new(), Vec::new(), Some(detail))
+            }
+            WorkReply::Fault(_) => {
+                let failure = stop(Cause::WorkerFault, "worker execution failed".into());
+                self.end(flight.node, Ended::Failed(failure), flight.round)?;
+                return Ok(None);
+            }
+            WorkReply::Contract(reason) => {
+                let reason = format!("local-CLI node '{}': {reason}", info.id);
+                self.end(
+                    flight.node,
+                    Ended::Failed(stop(Cause::WorkerContract, reason)),
+                    flight.round,
+                )?;
+                return Ok(None);
+            }
+            WorkReply::Denied(reason) => {
+                self.end(
+                    flight.node,
+                    Ended::Failed(stop(Cause::PolicyDenied, reason)),
+                    flight.round,
+                )?;
+                return Ok(None);
+            }
             WorkReply::Reply { .. } if info.max_tokens.is_some() && usage.is_none() => {
-                Ended::Failed(stop(
+                let failure = stop(
                     Cause::BudgetUnmeasurable,
                     format!(
                         "node '{}' declares a tokens budget but its worker does not report tokens, so the spend cannot be metered; either remove that budget or bind the node to a worker that reports it",
                         info.id
                     ),
-                ))
+                );
+                self.end(flight.node, Ended::Failed(failure), flight.round)?;
+                return Ok(None);
             }
-            WorkReply::Reply { bytes, .. } => {
-                self.record(&at.gating())?;
+            WorkReply::Reply { bytes, plugins, .. } => (bytes, plugins, None),
+        };
+        self.record(&at.gating())?;
+        let reply_digest = match suppressed {
+            Some(_) => None,
+            None => Some(self.ports.artifacts.put(
+                &bytes,
+                reply_media_type(&info),
+                flight.attempt,
+            )?),
+        };
+        let digests: Vec<String> = reply_digest.iter().cloned().collect();
+        // What the reply itself must show, before anything else looks.
+        let first = if suppressed.is_some() {
+            None
+        } else {
+            self.check_reply(
+                &info,
+                flight.attempt,
+                flight.round,
+                &bytes,
+                reply_digest.as_deref(),
+            )
+        };
+        match first {
+            Some(Err(verdict)) => {
+                let failure = AttemptFailure {
+                    cause: Cause::GateRejected,
+                    reason: "independent gate rejected output".into(),
+                    verdict: Some(verdict),
+                    artifact_digests: digests,
+                    extra: plugins_extra(&plugins),
+                };
+                self.keep_components(&plugins, flight.attempt)?;
+                self.end(flight.node, Ended::Failed(failure), flight.round)?;
+                return Ok(None);
+            }
+            Some(Ok((verdict, routed))) if !info.judged() => {
+                self.keep_components(&plugins, flight.attempt)?;
+                let mut ended = Ended::succeeded(digests, Some(verdict), info.route());
+                if let Ended::Succeeded {
+                    extra, routed: r, ..
+                } = &mut ended
+                {
+                    extra.extend(plugins_extra(&plugins));
+                    if let (Some(route), Some(routes)) = (routed, &info.routes) {
+                        extra.insert(
+                            "routed".into(),
+                            Value::from(routes.names[route as usize].clone()),
+                        );
+                        *r = Some(route);
+                    }
+                    if matches!(info.driver, Driver::Loop { .. }) {
+                        extra.insert("isolation".into(), isolation_controls(&info.isolation));
+                    }
+                }
+                self.end(flight.node, ended, flight.round)?;
+                return Ok(None);
+            }
+            Some(Ok(_)) | None => {}
+        }
+        let request = JudgeRequest {
+            node_id: info.id.clone(),
+            attempt: flight.attempt,
+            round: flight.round,
+            workspace: flight.workspace.clone(),
+            dispatched_ms: flight.dispatched_ms,
+            outputs: info.outputs.clone(),
+            gate: info.gate.clone(),
+            grants: self
+                .settings
+                .gate_grants
+                .get(&info.id)
+                .cloned()
+                .unwrap_or_default(),
+            subgraph_receipt: matches!(info.driver, Driver::Subgraph { .. }).then(|| bytes.clone()),
+            router: info.routes.is_some(),
+        };
+        let judge = self.ports.judge.clone();
+        Ok(Some(Box::pin(async move {
+            let judgement = judge.judge(request).await;
+            Done::Judged(Box::new(JudgedAttempt {
+                flight,
+                judgement,
+                reply_digest,
+                suppressed,
+                plugins,
+            }))
+        })))
+    }
+
+    /// The checks a reply gets in the controller: the structural gate, the
+    /// probe's, a loop's receipt, a router's pick from its worker. `None`
+    /// when only the judge decides (declared outputs or a gate plugin, and
+    /// nothing in the reply to check); `Ok` carries a router's pick.
+    fn check_reply(
+        &self,
+        info: &NodeInfo,
+        attempt: u32,
+        round: u32,
+        bytes: &[u8],
+        digest: Option<&str>,
+    ) -> Option<Result<(Verdict, Option<u32>), Verdict>> {
+        let verdict = match &info.driver {
+            Driver::Probe => gate_probe(&info.id, bytes),
+            Driver::Loop { package } => {
+                let mut v = gate_loop_outcome(&info.id, package, round, attempt, bytes);
+                if v.evidence_digest.is_some() {
+                    v.evidence_digest = digest.map(str::to_string);
+                }
+                v
+            }
+            Driver::Worker if info.routes.is_some() && info.gate.is_none() => {
+                let routes = info.routes.as_ref().expect("a router");
+                let (route, verdict) = pick_route(&info.id, routes, bytes);
+                return Some(Ok((verdict, Some(route))));
+            }
+            Driver::Subgraph { .. } | Driver::Router => return None,
+            _ if info.judged() => return None,
+            _ => gate_reply(info, bytes),
+        };
+        Some(if verdict.passed {
+            Ok((verdict, None))
+        } else {
+            Err(verdict)
+        })
+    }
+
+    /// Keeps each plugin component with the run (once), so `bl verify` can
+    /// check the digests the events name.
+    fn keep_components(&mut self, plugins: &[PluginUse], attempt: u32) -> Result<(), RunError> {
+        for p in plugins {
+            if self.kept_components.insert(p.component_digest.clone()) {
                 let digest = self
                     .ports
                     .artifacts
-                    .put(&bytes, "text/plain", flight.attempt)?;
-                let verdict = gate_reply(&info, &bytes);
-                if verdict.passed {
-                    Ended::Succeeded {
-                        digests: vec![digest],
-                        verdict: Some(verdict),
-                        route: info.route(),
-                    }
-                } else {
-                    Ended::Failed(AttemptFailure {
-                        cause: Cause::GateRejected,
-                        reason: "independent gate rejected output".into(),
-                        verdict: Some(verdict),
-                        artifact_digests: vec![digest],
-                    })
+                    .put(&p.component, "application/wasm", attempt)?;
+                if digest != p.component_digest {
+                    return Err(RunError::Artifacts(format!(
+                        "plugin {} was recorded as {} but its bytes are {digest}",
+                        p.plugin, p.component_digest
+                    )));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The judge decided: publish what passed, record how it ended.
+    fn judged(&mut self, judged: JudgedAttempt) -> Result<(), RunError> {
+        let JudgedAttempt {
+            flight,
+            judgement,
+            reply_digest,
+            suppressed,
+            mut plugins,
+        } = judged;
+        let info = self.info(flight.node).clone();
+        plugins.extend(judgement.plugins.iter().cloned());
+        self.keep_components(&plugins, flight.attempt)?;
+        let mut digests: Vec<String> = reply_digest.iter().cloned().collect();
+        let mut extra = plugins_extra(&plugins);
+        let verdict = |passed: bool, reason: &str| Verdict {
+            passed,
+            reason: reason.to_string(),
+            evidence_digest: judgement.evidence_digest.clone(),
+        };
+        let ended = match &judgement.decision {
+            Decision::Pass(reason) => {
+                for output in &judgement.published {
+                    let digest = self.ports.artifacts.put(
+                        &output.bytes,
+                        media_type_of(&output.kind),
+                        flight.attempt,
+                    )?;
+                    if digest != output.digest {
+                        return Err(RunError::Artifacts(format!(
+                            "{}: published as {} but stored as {digest}",
+                            output.path, output.digest
+                        )));
+                    }
+                    digests.push(digest);
+                }
+                if let Some(detail) = &suppressed {
+                    let at = self.at(flight.node, flight.attempt);
+                    let contracts = serde_json::to_value(&judgement.contracts).unwrap_or_default();
+                    let event = at.artifact_completion(detail, &judgement.checked, contracts);
+                    self.record(&event)?;
+                }
+                if !judgement.published.is_empty() {
+                    extra.insert(
+                        "outputs".into(),
+                        Value::Array(
+                            judgement
+                                .published
+                                .iter()
+                                .map(PublishedOutput::to_json)
+                                .collect(),
+                        ),
+                    );
+                }
+                let routed = match (&info.routes, judgement.gate_passed) {
+                    (Some(routes), Some(passed)) => {
+                        let name = if passed { "pass" } else { "fail" };
+                        Some(routes.index(name).unwrap_or(routes.default))
+                    }
+                    _ => None,
+                };
+                let mut reason = reason.clone();
+                if let (Some(route), Some(routes)) = (routed, &info.routes) {
+                    let name = &routes.names[route as usize];
+                    extra.insert("routed".into(), Value::from(name.clone()));
+                    reason = format!("router '{}' took route '{name}': {reason}", info.id);
+                }
+                let outputs = judgement
+                    .published
+                    .iter()
+                    .map(|o| PublishedOutput {
+                        bytes: Vec::new(),
+                        ..o.clone()
+                    })
+                    .collect();
+                Ended::Succeeded {
+                    digests,
+                    verdict: Some(verdict(true, &reason)),
+                    route: info.route(),
+                    extra,
+                    outputs,
+                    routed,
+                }
+            }
+            Decision::Reject(reason) => Ended::Failed(AttemptFailure {
+                cause: if suppressed.is_some() {
+                    Cause::WorkerFault
+                } else {
+                    Cause::GateRejected
+                },
+                reason: if suppressed.is_some() {
+                    "worker execution failed".into()
+                } else {
+                    "independent gate rejected output".into()
+                },
+                verdict: Some(verdict(false, reason)),
+                artifact_digests: digests,
+                extra,
+            }),
+            Decision::ContractBroken(reason) => Ended::Failed(AttemptFailure {
+                cause: Cause::WorkerContract,
+                reason: reason.clone(),
+                verdict: Some(verdict(false, reason)),
+                artifact_digests: digests,
+                extra,
+            }),
+            Decision::Broken(reason) => Ended::Failed(AttemptFailure {
+                cause: Cause::GateBroken,
+                reason: format!("the gate could not decide: {reason}"),
+                verdict: None,
+                artifact_digests: digests,
+                extra,
+            }),
         };
         self.end(flight.node, ended, flight.round)
     }
 
+    /// The attempt could not be staged: a changed input stops the run; a
+    /// workspace that could not be made is the worker's fault.
+    fn unstaged(&mut self, flight: InFlight, error: StageError) -> Result<(), RunError> {
+        let failure = match error {
+            StageError::Integrity(reason) => stop(Cause::ArtifactUnverified, reason),
+            StageError::Io(detail) => {
+                let note = Event {
+                    key: String::new(),
+                    kind: NOTE,
+                    payload: json!({"node_id": self.info(flight.node).id, "detail": detail}),
+                };
+                (self.ports.observer)(&note);
+                stop(Cause::WorkerFault, "worker execution failed".into())
+            }
+        };
+        self.end(flight.node, Ended::Failed(failure), flight.round)
+    }
+
+    /// A router with no connection and no gate takes its default route.
+    fn run_default_route(&mut self, node: usize, attempt: u32, round: u32) -> Result<(), RunError> {
+        let info = self.info(node).clone();
+        self.record_inline_turn(&info.id, attempt, round)?;
+        let routes = info.routes.clone().unwrap_or(crate::schedule::Routes {
+            names: Vec::new(),
+            default: 0,
+        });
+        let Some(name) = routes.names.get(routes.default as usize).cloned() else {
+            let failure = stop(
+                Cause::PolicyDenied,
+                format!("router '{}' has no routes", info.id),
+            );
+            return self.end(node, Ended::Failed(failure), round);
+        };
+        let mut ended = Ended::succeeded(
+            Vec::new(),
+            Some(Verdict {
+                passed: true,
+                reason: format!(
+                    "router '{}' took its default route '{name}': it has no connection and no gate to pick another",
+                    info.id
+                ),
+                evidence_digest: None,
+            }),
+            None,
+        );
+        if let Ended::Succeeded { extra, routed, .. } = &mut ended {
+            extra.insert("routed".into(), Value::from(name));
+            *routed = Some(routes.default);
+        }
+        self.end(node, ended, round)
+    }
+
     /// Records how an attempt ended and feeds the machine.
     fn end(&mut self, node: usize, ended: Ended, round: u32) -> Result<(), RunError> {
-        let end = match &ended {
-            Ended::Succeeded { .. } => AttemptEnd::Succeeded,
-            Ended::Failed(f) if f.cause.retryable() => AttemptEnd::Rejected,
-            Ended::Failed(_) => AttemptEnd::Stopped,
+        let (end, route) = match &ended {
+            Ended::Succeeded { routed, .. } => (AttemptEnd::Succeeded, *routed),
+            Ended::Failed(f) if f.cause.retryable() => (AttemptEnd::Rejected, None),
+            Ended::Failed(_) => (AttemptEnd::Stopped, None),
         };
         if let (Ended::Failed(f), AttemptEnd::Rejected) = (&ended, end) {
             let attempt = match self.machine.state(node) {
@@ -694,7 +1441,7 @@ impl Controller<'_, '_> {
         self.ended[node] = Some(ended);
         let transitions = self
             .machine
-            .finish(node, round, end)
+            .finish_routed(node, round, end, route)
             .map_err(|e| RunError::Diverged(e.to_string()))?;
         self.apply(transitions)
     }
@@ -724,9 +1471,17 @@ impl Controller<'_, '_> {
                             digests,
                             verdict,
                             route,
+                            extra,
+                            outputs,
+                            routed: _,
                         }) => {
-                            let e = at.succeeded(&digests, route.as_ref(), verdict.as_ref());
-                            self.produced[node] = digests;
+                            let e = at.succeeded_with(
+                                &digests,
+                                route.as_ref(),
+                                verdict.as_ref(),
+                                &extra,
+                            );
+                            self.produced[node] = Produced { digests, outputs };
                             e
                         }
                         _ => at.succeeded(&[], None, None),
@@ -769,7 +1524,8 @@ impl Controller<'_, '_> {
                     };
                     self.record(&at.ready())?;
                     self.record(&at.awaiting_approval())?;
-                    if let Some(approved) = self.ports.decisions.decision(&id, round) {
+                    let evidence = self.parent_artifacts(node);
+                    if let Some(approved) = self.ports.decisions.decision(&id, round, &evidence) {
                         if !approved {
                             self.ended[node] = Some(Ended::Failed(stop(
                                 Cause::ApprovalRejected,
@@ -888,11 +1644,7 @@ impl Controller<'_, '_> {
             ),
             evidence_digest: Some(digest.clone()),
         };
-        let ended = Ended::Succeeded {
-            digests: vec![digest],
-            verdict: Some(verdict),
-            route: None,
-        };
+        let ended = Ended::succeeded(vec![digest], Some(verdict), None);
         self.end(node, ended, round)
     }
 
@@ -921,7 +1673,7 @@ impl Controller<'_, '_> {
             if self.info(parent).driver == Driver::Approval {
                 stack.extend(self.info(parent).incoming.iter().map(|&(f, _)| f));
             } else {
-                out.extend(self.produced[parent].iter().cloned());
+                out.extend(self.produced[parent].digests.iter().cloned());
             }
         }
         out
@@ -984,17 +1736,17 @@ impl Controller<'_, '_> {
                     self.ports
                         .artifacts
                         .put(bytes.as_bytes(), "application/json", attempt)?;
-                Ended::Succeeded {
-                    digests: vec![digest.clone()],
-                    verdict: Some(Verdict {
+                Ended::succeeded(
+                    vec![digest.clone()],
+                    Some(Verdict {
                         passed: true,
                         reason: format!(
                             "publish receipt verified: effect_key='{effect_key}', outcome='fired'"
                         ),
                         evidence_digest: Some(digest),
                     }),
-                    route: None,
-                }
+                    None,
+                )
             }
             Published::Refused(why) => Ended::Failed(stop(Cause::PolicyDenied, why)),
         };
@@ -1008,7 +1760,190 @@ fn stop(cause: Cause, reason: String) -> AttemptFailure {
         reason,
         verdict: None,
         artifact_digests: Vec::new(),
+        extra: Map::new(),
     }
+}
+
+/// `{"plugins": [...]}` when any plugin took part; nothing otherwise.
+fn plugins_extra(plugins: &[PluginUse]) -> Map<String, Value> {
+    let mut extra = Map::new();
+    if !plugins.is_empty() {
+        extra.insert(
+            "plugins".into(),
+            Value::Array(plugins.iter().map(PluginUse::to_json).collect()),
+        );
+    }
+    extra
+}
+
+/// How a node's reply is stored.
+fn reply_media_type(info: &NodeInfo) -> &'static str {
+    match info.driver {
+        Driver::Loop { .. } | Driver::Subgraph { .. } | Driver::Probe => "application/json",
+        _ => "text/plain",
+    }
+}
+
+/// The media type an output of this port type is stored as.
+pub fn media_type_of(kind: &str) -> &'static str {
+    match kind {
+        "json" => "application/json",
+        "markdown" => "text/markdown",
+        "text" => "text/plain",
+        "yaml" => "application/yaml",
+        _ => "application/octet-stream",
+    }
+}
+
+/// The outputs a recorded success published.
+fn outputs_of(payload: &Value) -> Vec<PublishedOutput> {
+    payload["outputs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|o| PublishedOutput {
+                    port: o["port"].as_str().unwrap_or_default().to_string(),
+                    path: o["path"].as_str().unwrap_or_default().to_string(),
+                    kind: o["kind"].as_str().unwrap_or_default().to_string(),
+                    system_only: o["visibility"] == "system_only",
+                    digest: o["digest"].as_str().unwrap_or_default().to_string(),
+                    size: o["size"].as_u64().unwrap_or_default(),
+                    bytes: Vec::new(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the node's isolation tier enforces, as bounded-loops records it
+/// for a loop node (`provider_id: native`). bl's cages enforce more than
+/// bounded-loops' `unshare -n`, and say so.
+fn isolation_controls(tier: &str) -> Value {
+    let on = |yes: bool| if yes { "enforced" } else { "not_enforced" };
+    let (caged, container) = match tier {
+        "process_restricted" => (true, false),
+        "container_restricted" => (true, true),
+        _ => (false, false),
+    };
+    json!({
+        "controls": {
+            "egress": on(caged), "fs_read": on(container), "fs_write": on(caged),
+            "kernel": on(caged), "net": on(caged), "pid": on(caged), "user": on(caged),
+        },
+        "provider_id": "native",
+    })
+}
+
+/// bounded-loops' receipt gate for a loop node: its `loop-outcome.json`
+/// must be the outcome of this node's package, node, round and attempt,
+/// and say DONE. (A verdict on the outcome's status carries an
+/// evidence digest; one on its provenance does not.)
+pub fn gate_loop_outcome(
+    id: &str,
+    package: &str,
+    round: u32,
+    attempt: u32,
+    bytes: &[u8],
+) -> Verdict {
+    let plain = |reason: String| Verdict {
+        passed: false,
+        reason,
+        evidence_digest: None,
+    };
+    if bytes.is_empty() {
+        return plain(format!("loop node '{id}' produced no outcome artifact"));
+    }
+    let outcome: Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(e) => return plain(format!("loop node '{id}' outcome is not valid JSON: {e}")),
+    };
+    let Some(o) = outcome.as_object() else {
+        return plain(format!("loop node '{id}' outcome is not a JSON object"));
+    };
+    let bare = |d: &str| d.trim_start_matches("sha256:").to_string();
+    let declared = o.get("package_digest").and_then(Value::as_str);
+    if declared.map(bare) != Some(bare(package)) {
+        let declared = declared.map_or("None".to_string(), |d| format!("'{d}'"));
+        return plain(format!(
+            "loop node '{id}' outcome names package digest {declared} but the plan admitted '{package}'"
+        ));
+    }
+    let node = o.get("node_id").and_then(Value::as_str).unwrap_or_default();
+    if node != id {
+        return plain(format!("loop outcome names node '{node}', not '{id}'"));
+    }
+    let r = o.get("repair_round").and_then(Value::as_u64).unwrap_or(0);
+    if r != u64::from(round) {
+        return plain(format!(
+            "loop node '{id}' outcome is from repair round {r}, not round {round}"
+        ));
+    }
+    let a = o.get("attempt").and_then(Value::as_u64).unwrap_or(0);
+    if a != u64::from(attempt) {
+        return plain(format!(
+            "loop node '{id}' outcome is from attempt {a}, not attempt {attempt}"
+        ));
+    }
+    let reason = match o.get("reason").and_then(Value::as_str) {
+        Some(r) if !r.is_empty() => r.to_string(),
+        _ => "(no reason recorded)".to_string(),
+    };
+    let status = o.get("status").and_then(Value::as_str).unwrap_or_default();
+    let (passed, reason) = match status {
+        "DONE" => (true, format!("loop reached DONE: {reason}")),
+        "HALT" | "KILLED" => (false, format!("loop did not converge ({status}): {reason}")),
+        "PAUSE" => (
+            false,
+            format!(
+                "loop paused awaiting a human decision: {reason}. Its own gate passed \u{2014} this is NOT a convergence failure. Lift the checkpoint to a graph `approval` node so the run can pause and resume instead of failing here."
+            ),
+        ),
+        other => (
+            false,
+            format!("loop node '{id}' reported an unrecognised status '{other}': {reason}"),
+        ),
+    };
+    Verdict {
+        passed,
+        reason,
+        // The caller fills in the outcome's digest.
+        evidence_digest: Some(String::new()),
+    }
+}
+
+/// A router's pick from its worker's reply: the reply (trimmed) names a
+/// route, or is JSON `{"route": NAME}`; anything else takes the default.
+pub fn pick_route(id: &str, routes: &crate::schedule::Routes, bytes: &[u8]) -> (u32, Verdict) {
+    let text = String::from_utf8_lossy(bytes);
+    let named = serde_json::from_str::<Value>(text.trim())
+        .ok()
+        .and_then(|v| v.get("route").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| text.trim().to_string());
+    let (route, reason) = match routes.index(&named) {
+        Some(r) => (
+            r,
+            format!("router '{id}' took route '{named}', as its worker chose"),
+        ),
+        None => {
+            let default = &routes.names[routes.default as usize];
+            let shown: String = named.chars().take(80).collect();
+            (
+                routes.default,
+                format!(
+                    "router '{id}' took its default route '{default}': the reply named no route ('{shown}'; routes: {})",
+                    routes.names.join(", ")
+                ),
+            )
+        }
+    };
+    (
+        route,
+        Verdict {
+            passed: true,
+            reason,
+            evidence_digest: None,
+        },
+    )
 }
 
 /// The default gate for connector nodes, bounded-loops' structural

@@ -52,6 +52,10 @@ pub struct EdgeSpec {
     pub from: usize,
     pub to: usize,
     pub guard: Guard,
+    /// For an edge out of a router: the routes (indices) it belongs to.
+    /// Empty: taken whatever the router picks. Non-empty: excluded unless
+    /// the router's pick is one of them.
+    pub routes: Vec<u32>,
 }
 
 /// What the machine runs: the plan's nodes and edges, and its policies.
@@ -235,6 +239,8 @@ pub struct Machine {
     ready_set: BTreeSet<usize>,
     /// What settling at construction decided, for [`Machine::begin`].
     initial: Vec<Transition>,
+    /// The route each succeeded router picked (this round).
+    picked: Vec<Option<u32>>,
 }
 
 impl Machine {
@@ -259,6 +265,7 @@ impl Machine {
             dirty: (0..n).collect(),
             ready_set: BTreeSet::new(),
             initial: Vec::new(),
+            picked: vec![None; n],
             spec,
         };
         machine.initial = machine.settle();
@@ -308,6 +315,13 @@ impl Machine {
         let source = self.states[e.from];
         if !source.is_terminal() {
             return EdgeState::Waiting;
+        }
+        // A route the router did not pick: that edge no longer counts.
+        if source == NodeState::Succeeded
+            && !e.routes.is_empty()
+            && !self.picked[e.from].is_some_and(|r| e.routes.contains(&r))
+        {
+            return EdgeState::Excluded;
         }
         match (e.guard, source) {
             (Guard::Terminal, _)
@@ -477,6 +491,19 @@ impl Machine {
         round: u32,
         end: AttemptEnd,
     ) -> Result<Vec<Transition>, MachineError> {
+        self.finish_routed(node, round, end, None)
+    }
+
+    /// [`Machine::finish`] for a router: a success takes route `route`, and
+    /// the edges of every other route are excluded (what lies beyond them
+    /// is skipped, as a guard that missed).
+    pub fn finish_routed(
+        &mut self,
+        node: usize,
+        round: u32,
+        end: AttemptEnd,
+        route: Option<u32>,
+    ) -> Result<Vec<Transition>, MachineError> {
         let running = match self.states[node] {
             NodeState::Running { attempt } if self.started_in[node] == round => Some(attempt),
             _ => None,
@@ -491,6 +518,7 @@ impl Machine {
         let mut out = Vec::new();
         match end {
             AttemptEnd::Succeeded => {
+                self.picked[node] = route;
                 self.set(node, NodeState::Succeeded);
                 out.push(Transition::Succeeded {
                     node,
@@ -568,6 +596,7 @@ impl Machine {
             let left = self.states[node];
             self.set(node, NodeState::Pending);
             self.attempts[node] = 0;
+            self.picked[node] = None;
             out.push(Transition::Repaired { node, round, left });
         }
         out

@@ -94,7 +94,12 @@ fn case() -> impl Strategy<Value = Case> {
                             (_, g) => g,
                         };
                         if keep {
-                            edge_specs.push(EdgeSpec { from, to, guard });
+                            edge_specs.push(EdgeSpec {
+                                from,
+                                to,
+                                guard,
+                                routes: Vec::new(),
+                            });
                         }
                     }
                     let node_specs = nodes
@@ -353,11 +358,13 @@ fn a_failed_unconditional_dependency_blocks_and_a_failed_guard_routes_around_it(
                 from: 0,
                 to: 1,
                 guard: Guard::Default,
+                routes: Vec::new(),
             },
             EdgeSpec {
                 from: 0,
                 to: 2,
                 guard: Guard::Failed,
+                routes: Vec::new(),
             },
         ],
         fail_mode: FailMode::ContinueDeclared,
@@ -391,6 +398,7 @@ fn a_repair_round_resets_the_target_and_everything_after_it_within_the_budget() 
             from: 0,
             to: 1,
             guard: Guard::Default,
+            routes: Vec::new(),
         }],
         fail_mode: FailMode::ContinueDeclared,
         repair_budget: 1,
@@ -443,11 +451,13 @@ fn an_approval_pauses_the_run_and_an_early_decision_is_honoured() {
                 from: 0,
                 to: 1,
                 guard: Guard::Default,
+                routes: Vec::new(),
             },
             EdgeSpec {
                 from: 1,
                 to: 2,
                 guard: Guard::Default,
+                routes: Vec::new(),
             },
         ],
         fail_mode: FailMode::FailClosed,
@@ -495,6 +505,7 @@ fn run_to_end(
                 from: index(from),
                 to: index(to),
                 guard: *guard,
+                routes: Vec::new(),
             })
             .collect(),
         fail_mode: FailMode::ContinueDeclared,

@@ -14,27 +14,63 @@ use std::time::Duration;
 
 use bl_core::{CommandRunner, CommandSpec};
 use bl_run::events::Usage;
-use bl_run::executor::{WorkFuture, WorkReply, WorkRequest, Worker};
+use bl_run::executor::{Task, WorkFuture, WorkReply, WorkRequest, Worker};
 use bl_sandbox::{Sandbox, Subprocess, Tier};
 use serde_json::Value;
 
 pub use catalog::{Catalog, CatalogError, Envelope, Profile, PromptVia};
 pub use probe::SandboxProbe;
 
+pub mod https;
 mod probe;
+pub mod recorded;
+pub mod tool;
 
-/// Routes each request to the worker for it: bl's built-in tools by
-/// `tool_ref`, everything else to the local CLIs.
+/// Routes each request to the worker for its task: bl's built-in tools,
+/// transforms, commands, loops and subgraphs by kind, connector nodes by
+/// their binding (recorded replies, the egress broker, local CLIs).
 pub struct Workers {
     pub local_cli: LocalCli,
     pub probe: SandboxProbe,
+    pub commands: tool::CommandTool,
+    /// `transform:<plugin>@vN` nodes (wasm).
+    pub transforms: Option<Arc<dyn Worker>>,
+    /// Loop nodes (the loop engine, composed by the CLI).
+    pub loops: Option<Arc<dyn Worker>>,
+    /// Subgraph nodes (child runs, composed by the CLI).
+    pub subgraphs: Option<Arc<dyn Worker>>,
+    /// Connector nodes bound to the `recorded` provider.
+    pub recorded: Option<recorded::RecordedReplies>,
+    /// Connector nodes whose binding's transport is `https`.
+    pub https: Option<Arc<dyn Worker>>,
 }
 
 impl Worker for Workers {
     fn work(&self, request: WorkRequest) -> WorkFuture {
-        match request.tool_ref.as_deref() {
-            Some(bl_run::schedule::PROBE_TOOL) => self.probe.work(request),
-            _ => self.local_cli.work(request),
+        let missing = |what: &str| -> WorkFuture {
+            let why = format!("no {what} worker is composed into this run");
+            Box::pin(std::future::ready(WorkReply::Denied(why)))
+        };
+        let delegate =
+            |worker: &Option<Arc<dyn Worker>>, what: &str, request: WorkRequest| match worker {
+                Some(w) => w.work(request),
+                None => missing(what),
+            };
+        match &request.task {
+            Task::Probe => self.probe.work(request),
+            Task::Command { .. } => self.commands.work(request),
+            Task::Transform { .. } => delegate(&self.transforms, "transform", request),
+            Task::Loop { .. } => delegate(&self.loops, "loop", request),
+            Task::Subgraph { .. } => delegate(&self.subgraphs, "subgraph", request),
+            Task::Route => Box::pin(std::future::ready(WorkReply::text(Vec::new(), "bl:router"))),
+            Task::Connector => match &request.binding {
+                Some(b) if b.provider_id == recorded::PROVIDER => match &self.recorded {
+                    Some(r) => r.work(request),
+                    None => missing("recorded-replies"),
+                },
+                Some(b) if b.transport == "https" => delegate(&self.https, "https", request),
+                _ => self.local_cli.work(request),
+            },
         }
     }
 }
@@ -145,21 +181,6 @@ fn find_on_path(binary: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf>
         })
 }
 
-/// The attempt's workspace (`<node>-<32 hex>`, as bounded-loops names it).
-fn work_dir(root: &Path, node: &str) -> std::io::Result<PathBuf> {
-    let mut nonce = [0u8; 16];
-    getrandom::fill(&mut nonce).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let dir = root.join(format!("{node}-{}", hex_of(&nonce)));
-    match std::fs::create_dir(&dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(root)?;
-            std::fs::create_dir(&dir)?;
-        }
-        other => other?,
-    }
-    Ok(dir)
-}
-
 /// The TMPDIR workspace_only attempts share, kept with the run
 /// (`<root>/.tmp`). That tier is no cage: its commands can reach each
 /// other's files anyway, and a directory per attempt costs a mkdir each.
@@ -170,16 +191,6 @@ fn shared_tmp(root: &Path, made: &std::sync::OnceLock<PathBuf>) -> std::io::Resu
     let dir = root.join(".tmp");
     std::fs::create_dir_all(&dir)?;
     Ok(made.get_or_init(|| dir).clone())
-}
-
-fn hex_of(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut hex, b| {
-            let _ = write!(hex, "{b:02x}");
-            hex
-        })
 }
 
 impl Worker for LocalCli {
@@ -243,10 +254,7 @@ fn run_cli(
     request: &WorkRequest,
     env: Vec<(String, String)>,
 ) -> WorkReply {
-    let workspace = match work_dir(&place.root, &request.node_id) {
-        Ok(d) => d,
-        Err(e) => return WorkReply::Fault(format!("cannot make the work directory: {e}")),
-    };
+    let workspace = request.workspace.clone();
     let (argv, stdin) = profile.argv(binary, &request.prompt, &workspace);
     let spec = CommandSpec {
         argv,
@@ -331,6 +339,7 @@ pub fn read_reply(profile: &Profile, stdout: Vec<u8>) -> WorkReply {
             bytes: stdout,
             usage: None,
             reported_by,
+            plugins: Vec::new(),
         },
         Envelope::Claude => {
             let Ok(Value::Object(env)) = serde_json::from_slice::<Value>(trim(&stdout)) else {
@@ -359,6 +368,7 @@ pub fn read_reply(profile: &Profile, stdout: Vec<u8>) -> WorkReply {
                 bytes: text.as_bytes().to_vec(),
                 usage,
                 reported_by,
+                plugins: Vec::new(),
             }
         }
         Envelope::Grok | Envelope::Agy => {
@@ -381,6 +391,7 @@ pub fn read_reply(profile: &Profile, stdout: Vec<u8>) -> WorkReply {
                 bytes: text.as_bytes().to_vec(),
                 usage,
                 reported_by,
+                plugins: Vec::new(),
             }
         }
     }

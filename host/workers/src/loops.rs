@@ -660,7 +660,8 @@ impl Runner for CommandTurns {
                     claimed_done: false,
                 }),
                 bl_run::executor::WorkReply::Fault(m)
-                | bl_run::executor::WorkReply::Contract(m) => Err(runner_error(&self.name, m)),
+                | bl_run::executor::WorkReply::Contract(m)
+                | bl_run::executor::WorkReply::Denied(m) => Err(runner_error(&self.name, m)),
             },
         }
     }

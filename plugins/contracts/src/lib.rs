@@ -9,8 +9,9 @@
 //! - `plan.json`: a JSON object with a non-empty list of object `steps`.
 //! - `*.diff`, `*.patch`: at least one `---` / `+++` header pair.
 //!
-//! A failed verdict's summary is the reason; the host prefixes it with
-//! `<path>: <pattern> contract: `.
+//! Config `{"kind": K}` checks the output as kind `K` whatever its name (a
+//! port that names its contract). A failed verdict's summary is the
+//! reason; the host prefixes it with `<path>: <pattern> contract: `.
 
 use bl_plugin_sdk::{Contract, ContractRequest, FsError, PluginError, Verdict, Workspace};
 use serde_json::Value;
@@ -118,10 +119,15 @@ impl Contract for Contracts {
     fn check(
         ws: &dyn Workspace,
         request: &ContractRequest,
-        _config: Value,
+        config: Value,
     ) -> Result<Verdict, PluginError> {
         let path = request.artifact.as_str();
-        let basename = path.rsplit('/').next().unwrap_or(path);
+        // `{"kind": "plan.json"}` checks a file of another name as that kind
+        // (a port that names its contract); otherwise the basename decides.
+        let basename = config
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| path.rsplit('/').next().unwrap_or(path));
         let Some(text) = read(ws, path)? else {
             return Ok(Verdict::fail("missing"));
         };

@@ -1,0 +1,274 @@
+//! The node kinds a graph run composes beyond agent CLIs: loop nodes
+//! (the loop engine, by package digest), subgraph nodes (a child run of a
+//! graph package, verified), https connector nodes (the egress broker) and
+//! approvals decided from a recorded file. Each is an adapter of one of
+//! bl-run's ports, wired here because it needs the CLI's own composition.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bl_run::executor::{Decisions, Task, WorkFuture, WorkReply, WorkRequest, Worker};
+use serde_json::{Value, json};
+
+use crate::graph_exec_cmd::{Decision, DriveFlags, commit_decision};
+use crate::run_adapters::FileDecisions;
+
+/// Loop nodes: the package the plan admitted, found by digest under the
+/// run's loop roots, runs through the loop engine in the attempt's
+/// workspace and replies with its `loop-outcome.json`.
+pub struct LoopNodes {
+    pub packages: bl_packages::Catalogue,
+}
+
+impl Worker for LoopNodes {
+    fn work(&self, request: WorkRequest) -> WorkFuture {
+        let Task::Loop { package } = &request.task else {
+            return fault(format!("node '{}' is not a loop node", request.node_id));
+        };
+        let Some(dir) = self.packages.get(package).map(Path::to_path_buf) else {
+            return fault(format!(
+                "loop package {package} is not under the run's loop roots"
+            ));
+        };
+        let package = package.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                match crate::loop_cmd::run_node_loop(
+                    &dir,
+                    &package,
+                    &request.run_id,
+                    &request.node_id,
+                    request.attempt,
+                    request.round,
+                    &request.workspace,
+                ) {
+                    Ok(outcome) => WorkReply::text(outcome, "bl:loop"),
+                    Err(e) => WorkReply::Fault(format!("the loop could not run: {e}")),
+                }
+            })
+            .await
+            .unwrap_or_else(|e| WorkReply::Fault(format!("loop task failed: {e}")))
+        })
+    }
+}
+
+fn fault(why: String) -> WorkFuture {
+    Box::pin(std::future::ready(WorkReply::Fault(why)))
+}
+
+/// Where a subgraph node's child run lives in its parent's directory:
+/// `subgraphs/<node>` for the first attempt of round 0, then
+/// `subgraphs/<node>.r<round>.a<attempt>`.
+pub fn child_dir(node: &str, round: u32, attempt: u32) -> String {
+    if round == 0 && attempt == 1 {
+        format!("subgraphs/{node}")
+    } else {
+        format!("subgraphs/{node}.r{round}.a{attempt}")
+    }
+}
+
+/// Subgraph nodes: the graph package (by digest) runs as a child run in
+/// the parent's `subgraphs/`, with the parent's connections, recorded
+/// replies, loop roots and the prompts `--inputs` gives the node. The
+/// reply is a receipt naming the child run and its log's head, which the
+/// judge checks against the child's verified log ([`ChildRuns`]).
+pub struct SubgraphNodes {
+    pub run_dir: PathBuf,
+    pub packages: bl_packages::Catalogue,
+    pub connections: Option<Value>,
+    pub flags: DriveFlags,
+    pub prompts: HashMap<String, Value>,
+    pub depth: u32,
+}
+
+impl Worker for SubgraphNodes {
+    fn work(&self, request: WorkRequest) -> WorkFuture {
+        let Task::Subgraph { package } = &request.task else {
+            return fault(format!("node '{}' is not a subgraph node", request.node_id));
+        };
+        if self.depth > crate::graph_exec_cmd::MAX_SUBGRAPH_DEPTH {
+            return Box::pin(std::future::ready(WorkReply::Denied(format!(
+                "subgraphs nest deeper than {} levels here",
+                crate::graph_exec_cmd::MAX_SUBGRAPH_DEPTH
+            ))));
+        }
+        let Some(dir) = self.packages.get(package).map(Path::to_path_buf) else {
+            return fault(format!(
+                "graph package {package} is not under the run's loop roots"
+            ));
+        };
+        let rel = child_dir(&request.node_id, request.round, request.attempt);
+        let child = self.run_dir.join(&rel);
+        let mut flags = self.flags.clone();
+        let prompts = self.prompts.get(&request.node_id).cloned();
+        let connections = self.connections.clone();
+        let depth = self.depth;
+        let package = package.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                // The child's prompts, as a file of its own in its run.
+                if let Some(p) = prompts {
+                    let path = child.with_extension("inputs.json");
+                    if let Err(e) = std::fs::create_dir_all(child.parent().unwrap_or(&child))
+                        .and_then(|_| std::fs::write(&path, p.to_string()))
+                    {
+                        return WorkReply::Fault(format!("{}: {e}", path.display()));
+                    }
+                    flags.inputs = Some(path);
+                } else {
+                    flags.inputs = None;
+                }
+                run_child(&dir, &package, &child, &rel, connections, &flags, depth)
+            })
+            .await
+            .unwrap_or_else(|e| WorkReply::Fault(format!("subgraph task failed: {e}")))
+        })
+    }
+}
+
+fn run_child(
+    package_dir: &Path,
+    package: &str,
+    child: &Path,
+    rel: &str,
+    connections: Option<Value>,
+    flags: &DriveFlags,
+    depth: u32,
+) -> WorkReply {
+    match bl_packages::digest(package_dir) {
+        Ok(d) if d == package => {}
+        Ok(d) => {
+            return WorkReply::Denied(format!(
+                "graph package {} now digests to {d}, not the {package} the plan admitted",
+                package_dir.display()
+            ));
+        }
+        Err(e) => return WorkReply::Fault(e.to_string()),
+    }
+    let manifest = package_dir.join(bl_packages::GRAPH_MANIFEST);
+    let bytes = match std::fs::read(&manifest) {
+        Ok(b) => b,
+        Err(e) => return WorkReply::Fault(format!("{}: {e}", manifest.display())),
+    };
+    let ran = crate::graph_exec_cmd::run_manifest(
+        &manifest,
+        bytes,
+        connections,
+        child,
+        flags,
+        crate::graph_exec_cmd::Depth::Child(depth),
+    );
+    let (loaded, _end, view) = match ran {
+        Ok(r) => r,
+        Err(e) => return WorkReply::Fault(format!("the child run was refused: {}", e.message)),
+    };
+    let head = match crate::run_adapters::read_events(child) {
+        Ok((_, head)) => head,
+        Err(e) => return WorkReply::Fault(format!("the child run's log: {e}")),
+    };
+    let receipt = json!({
+        "child_run": rel, "graph_digest": loaded.plan.graph_digest,
+        "graph_package": package, "head_hash": head.hash, "head_sequence": head.sequence,
+        "plan_id": loaded.plan.plan_id, "run_state": view.run_state,
+    });
+    WorkReply::text(bl_core::python_json(&receipt).into_bytes(), "bl:subgraph")
+}
+
+/// The judge's check of a subgraph node: its child run's log verifies
+/// (every hash, every link), its head is the one the receipt names, and
+/// the run it projects SUCCEEDED.
+pub struct ChildRuns {
+    pub run_dir: PathBuf,
+}
+
+impl bl_handoff::SubgraphCheck for ChildRuns {
+    fn check(&self, receipt: &[u8]) -> Result<String, String> {
+        let r: Value = serde_json::from_slice(receipt)
+            .map_err(|e| format!("the subgraph receipt is not JSON: {e}"))?;
+        let rel = r["child_run"].as_str().unwrap_or_default();
+        if !rel.starts_with("subgraphs/") || rel.contains("..") {
+            return Err(format!("the subgraph receipt names child run '{rel}'"));
+        }
+        let child = self.run_dir.join(rel);
+        let (events, head) = crate::run_adapters::read_events(&child)
+            .map_err(|e| format!("the child run {rel} does not verify: {e}"))?;
+        if r["head_hash"] != head.hash.as_str() || r["head_sequence"] != head.sequence {
+            return Err(format!(
+                "the child run {rel} ends at {} (sequence {}), not at the head its receipt names",
+                head.hash, head.sequence
+            ));
+        }
+        let view =
+            bl_run::projection::project(events.iter().map(|e| (e.kind.as_str(), &e.payload)));
+        if view.run_state != "SUCCEEDED" {
+            return Err(format!(
+                "the child run {rel} ended {}, not SUCCEEDED",
+                view.run_state
+            ));
+        }
+        Ok(format!(
+            "subgraph child run {rel} SUCCEEDED; its log verifies to head {} at sequence {}",
+            head.hash, head.sequence
+        ))
+    }
+}
+
+/// Decisions from approvals.json, and, for an approval node it has none
+/// for, the decision recorded for it (`--decisions`), written into
+/// approvals.json when the run reaches the node, bound to what its parents
+/// produced.
+pub struct RecordedDecisions {
+    pub file: FileDecisions,
+    pub recorded: HashMap<String, (bool, String)>,
+    pub run_dir: PathBuf,
+    pub plan_id: String,
+}
+
+impl Decisions for RecordedDecisions {
+    fn decision(&self, node: &str, round: u32, evidence: &[String]) -> Option<bool> {
+        if let Some(d) = self.file.decision(node, round, evidence) {
+            return Some(d);
+        }
+        let (approved, by) = self.recorded.get(node)?;
+        let decision = Decision {
+            node,
+            approved: *approved,
+            round: u64::from(round),
+            evidence,
+            decided_by: by.clone(),
+            source: "recorded",
+        };
+        // A decision that cannot be recorded is not taken: the run waits.
+        commit_decision(&self.run_dir, &self.plan_id, &decision, None)
+            .ok()
+            .map(|_| *approved)
+    }
+}
+
+/// The broker for a run's https connector nodes: the admitted records,
+/// the system resolver, production address policy, credentials from bl's
+/// environment, every decision in the run's `egress-events.jsonl`.
+pub fn https_worker(
+    run_dir: &Path,
+    admitted: std::collections::BTreeMap<String, bl_egress::AdmittedConnection>,
+) -> Result<bl_workers::https::HttpsWorker, crate::exit::CliError> {
+    let refuse =
+        |e: String| crate::exit::CliError::refused(format!("graph run: the egress broker: {e}"));
+    let log = bl_store::EgressLog::open(run_dir, || {
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+    })
+    .map_err(|e| refuse(e.to_string()))?;
+    let resolver = bl_egress::Resolver::system().map_err(|e| refuse(e.to_string()))?;
+    let broker = bl_egress::Broker::new(
+        admitted,
+        resolver,
+        bl_egress::AddressPolicy::production(),
+        bl_egress::BrokerLimits::default(),
+        Box::new(bl_egress::EnvCredentials),
+        Arc::new(log),
+    );
+    Ok(bl_workers::https::HttpsWorker {
+        broker: Arc::new(broker),
+    })
+}
