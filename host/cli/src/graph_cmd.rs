@@ -80,6 +80,13 @@ pub enum GraphCommand {
         #[command(flatten)]
         flags: crate::graph_exec_cmd::DriveFlags,
     },
+    /// List every artifact of a run (node outputs, replies, receipts, plugin
+    /// components) with its producer, digest, size, visibility and consumers,
+    /// from its verified event log.
+    Artifacts {
+        #[arg(long)]
+        run: PathBuf,
+    },
     /// Print the content digest of a loop package, for a loop node's loop_package.
     Digest {
         /// The directory holding the package's loop.yaml.
@@ -160,6 +167,7 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             )),
         },
         GraphCommand::Status { run } => crate::graph_exec_cmd::status(&run),
+        GraphCommand::Artifacts { run } => crate::graph_exec_cmd::artifacts(&run),
         GraphCommand::Approve {
             run,
             node,

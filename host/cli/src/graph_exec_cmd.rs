@@ -1502,3 +1502,146 @@ pub fn commit_decision(
     };
     result.map_err(|e| e.to_string())
 }
+
+/// `bl graph artifacts --run D [--json]`: every artifact the run's log
+/// names, with its producer, digest, size, visibility and consumers.
+pub fn artifacts(dir: &Path) -> CliResult {
+    let run = load_run(dir, "artifacts")?;
+    let (_, events, _) = view_of(dir)?;
+    // Consumers by (producer, port): the ported edges of the manifest.
+    let mut consumers: HashMap<(String, String), Vec<String>> = HashMap::new();
+    for e in &run.graph.edges {
+        let target = run.graph.node(&e.to_node);
+        let ported = target.is_some_and(|t| {
+            t.artifact(bl_graph::model::Direction::Input, &e.to_port)
+                .is_some()
+        });
+        if ported {
+            consumers
+                .entry((e.from_node.clone(), e.from_port.clone()))
+                .or_default()
+                .push(format!("{}.{}", e.to_node, e.to_port));
+        }
+    }
+    let meta = |digest: &str| -> (u64, String) {
+        let path = dir
+            .join("artifacts/metadata")
+            .join(format!("{}.json", digest.trim_start_matches("sha256:")));
+        let v: Value = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        (
+            v["size"].as_u64().unwrap_or(0),
+            v["media_type"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    let mut rows: Vec<Value> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for e in &events {
+        let p = &e.payload;
+        let node = p["node_id"].as_str().unwrap_or_default();
+        let attempt = p["attempt"].clone();
+        let outputs = p["outputs"].as_array().cloned().unwrap_or_default();
+        let mut add = |digest: &str, role: &str, extra: Value| {
+            if !seen.insert((digest.to_string(), node.to_string())) {
+                return;
+            }
+            let (size, media_type) = meta(digest);
+            let mut row = json!({
+                "digest": digest, "size": size, "media_type": media_type, "role": role,
+                "producer": {"node_id": node, "attempt": attempt, "event": e.kind},
+                "port": null, "path": null, "visibility": null, "consumers": [],
+            });
+            if let (Some(r), Some(x)) = (row.as_object_mut(), extra.as_object()) {
+                r.extend(x.clone());
+            }
+            rows.push(row);
+        };
+        for o in &outputs {
+            let port = o["port"].as_str().unwrap_or_default();
+            let used: Vec<String> = consumers
+                .get(&(node.to_string(), port.to_string()))
+                .cloned()
+                .unwrap_or_default();
+            add(
+                o["digest"].as_str().unwrap_or_default(),
+                "output",
+                json!({"port": port, "path": o["path"], "kind": o["kind"],
+                       "visibility": o["visibility"], "consumers": used}),
+            );
+        }
+        for plugin in p["plugins"].as_array().into_iter().flatten() {
+            add(
+                plugin["component_digest"].as_str().unwrap_or_default(),
+                "plugin",
+                json!({"plugin": plugin["plugin"], "plugin_role": plugin["role"]}),
+            );
+        }
+        for d in p["artifact_digests"].as_array().into_iter().flatten() {
+            let d = d.as_str().unwrap_or_default();
+            let role = match e.kind.as_str() {
+                "node.succeeded"
+                    if p["verdict"]["reason"]
+                        .as_str()
+                        .is_some_and(|r| r.starts_with("join causality")) =>
+                {
+                    "join-evidence"
+                }
+                "node.succeeded"
+                    if p["verdict"]["reason"]
+                        .as_str()
+                        .is_some_and(|r| r.starts_with("publish receipt")) =>
+                {
+                    "publish-receipt"
+                }
+                _ => "reply",
+            };
+            add(d, role, json!({}));
+        }
+    }
+    if crate::output::json() {
+        outln!(
+            "{}",
+            python_json(&json!({"artifacts": rows, "run": dir.display().to_string()}))
+        );
+        return Ok(Exit::Success);
+    }
+    outln!(
+        "{:<24} {:>9}  {:<22} {:<12} WHAT (-> CONSUMERS)",
+        "ARTIFACT",
+        "BYTES",
+        "PRODUCER",
+        "VISIBILITY"
+    );
+    for r in &rows {
+        let digest = r["digest"].as_str().unwrap_or_default();
+        let short = format!("{}...", &digest[..digest.len().min(20)]);
+        let what = match r["role"].as_str() {
+            Some("output") => format!(
+                "{} ({})",
+                r["path"].as_str().unwrap_or(""),
+                r["port"].as_str().unwrap_or("")
+            ),
+            Some("plugin") => format!("plugin {}", r["plugin"].as_str().unwrap_or("")),
+            Some(role) => role.to_string(),
+            None => String::new(),
+        };
+        let consumers: Vec<&str> = r["consumers"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let to = if consumers.is_empty() {
+            String::new()
+        } else {
+            format!(" -> {}", consumers.join(", "))
+        };
+        outln!(
+            "{short:<24} {:>9}  {:<22} {:<12} {what}{to}",
+            r["size"].as_u64().unwrap_or(0),
+            r["producer"]["node_id"].as_str().unwrap_or(""),
+            r["visibility"].as_str().unwrap_or("-"),
+        );
+    }
+    Ok(Exit::Success)
+}

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bl_run::events::Event;
-use bl_run::executor::{Artifacts, Decisions, Journal, Ledger, PublishOrder, Published, RunError};
+use bl_run::executor::{
+    Artifacts, Decisions, Journal, Ledger, PluginUse, Publication, PublishOrder, Published,
+    RunError,
+};
 use bl_store::{ArtifactMeta, ArtifactStore, EventLog, RunIdentity};
 use serde_json::Value;
 
@@ -207,7 +210,12 @@ impl RunLedger {
     /// Asks the node's publication policy (a wasm plugin) whether the
     /// effect may fire. `Err` is the refusal: an unknown policy, a plugin
     /// that cannot decide and a denial all fail closed.
-    fn allowed(&self, order: &PublishOrder, key: &str) -> Result<(), String> {
+    fn allowed(
+        &self,
+        order: &PublishOrder,
+        key: &str,
+        used: &mut Vec<PluginUse>,
+    ) -> Result<(), String> {
         if order.policy == LOCAL_LEDGER {
             return Ok(());
         }
@@ -224,6 +232,12 @@ impl RunLedger {
         })?;
         let package = bl_plugins::PluginPackage::open(&path).map_err(|e| e.to_string())?;
         let declared = package.declared().map_err(|e| e.to_string())?;
+        used.push(PluginUse {
+            role: "policy".into(),
+            plugin: package.name(),
+            component_digest: bl_core::Sha256Digest::of(&package.bytes).to_string(),
+            component: std::sync::Arc::new(package.bytes.clone()),
+        });
         let runtime = crate::plugin_cmd::runtime(
             None,
             crate::plugin_cmd::Allocator::OnDemand,
@@ -296,10 +310,15 @@ impl RunLedger {
 }
 
 impl Ledger for RunLedger {
-    fn publish(&self, order: &PublishOrder) -> Result<(Published, String), RunError> {
+    fn publish(&self, order: &PublishOrder) -> Result<Publication, RunError> {
         let key = bl_store::effect_key(&self.run_id, &self.plan_id, order.node);
-        if let Err(why) = self.allowed(order, &key) {
-            return Ok((Published::Refused(why), key));
+        let mut plugins = Vec::new();
+        if let Err(why) = self.allowed(order, &key, &mut plugins) {
+            return Ok(Publication {
+                published: Published::Refused(why),
+                effect_key: key,
+                plugins,
+            });
         }
         let ledger = bl_store::Ledger::new(&self.dir);
         let outcome = ledger
@@ -322,6 +341,10 @@ impl Ledger for RunLedger {
                 ))
             }
         };
-        Ok((published, key))
+        Ok(Publication {
+            published,
+            effect_key: key,
+            plugins,
+        })
     }
 }

@@ -344,11 +344,20 @@ pub struct PublishOrder<'a> {
     pub approvals: Vec<(String, bool)>,
 }
 
+/// What one publish came to: the outcome, the effect key, and the policy
+/// plugin that decided (recorded with the node's events).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Publication {
+    pub published: Published,
+    pub effect_key: String,
+    pub plugins: Vec<PluginUse>,
+}
+
 /// The exactly-once publication ledger, with the publication policy that
 /// must allow each effect before it fires. Returns what happened and the
 /// effect key.
 pub trait Ledger {
-    fn publish(&self, order: &PublishOrder) -> Result<(Published, String), RunError>;
+    fn publish(&self, order: &PublishOrder) -> Result<Publication, RunError>;
 }
 
 /// What one million tokens cost on a route, in microunits (millionths of a USD).
@@ -445,6 +454,8 @@ struct JudgedAttempt {
     suppressed: Option<String>,
     /// Plugins the worker itself ran (a transform).
     plugins: Vec<PluginUse>,
+    /// A subgraph's receipt: the child run it names goes into the record.
+    child_run: Option<Value>,
 }
 
 /// What a succeeded node left for the nodes after it.
@@ -995,7 +1006,7 @@ impl Controller<'_, '_> {
             .recorded(&at.succeeded(&[], None, None).key)
         {
             let mut extra = Map::new();
-            for key in ["outputs", "plugins", "routed", "isolation"] {
+            for key in ["outputs", "plugins", "routed", "isolation", "child_run"] {
                 if let Some(v) = p.get(key) {
                     extra.insert(key.to_string(), v.clone());
                 }
@@ -1185,6 +1196,16 @@ impl Controller<'_, '_> {
             subgraph_receipt: matches!(info.driver, Driver::Subgraph { .. }).then(|| bytes.clone()),
             router: info.routes.is_some(),
         };
+        let child_run = request
+            .subgraph_receipt
+            .as_deref()
+            .and_then(|r| serde_json::from_slice::<Value>(r).ok())
+            .map(|r| {
+                json!({
+                    "head_hash": r["head_hash"], "head_sequence": r["head_sequence"],
+                    "path": r["child_run"], "run_state": r["run_state"],
+                })
+            });
         let judge = self.ports.judge.clone();
         Ok(Some(Box::pin(async move {
             let judgement = judge.judge(request).await;
@@ -1194,6 +1215,7 @@ impl Controller<'_, '_> {
                 reply_digest,
                 suppressed,
                 plugins,
+                child_run,
             }))
         })))
     }
@@ -1263,6 +1285,7 @@ impl Controller<'_, '_> {
             reply_digest,
             suppressed,
             mut plugins,
+            child_run,
         } = judged;
         let info = self.info(flight.node).clone();
         plugins.extend(judgement.plugins.iter().cloned());
@@ -1295,6 +1318,9 @@ impl Controller<'_, '_> {
                     let contracts = serde_json::to_value(&judgement.contracts).unwrap_or_default();
                     let event = at.artifact_completion(detail, &judgement.checked, contracts);
                     self.record(&event)?;
+                }
+                if let Some(child) = child_run {
+                    extra.insert("child_run".into(), child);
                 }
                 if !judgement.published.is_empty() {
                     extra.insert(
@@ -1717,14 +1743,19 @@ impl Controller<'_, '_> {
                 _ => None,
             })
             .collect();
-        let (published, effect_key) = self.ports.ledger.publish(&PublishOrder {
+        let Publication {
+            published,
+            effect_key,
+            plugins,
+        } = self.ports.ledger.publish(&PublishOrder {
             node: &info.id,
             policy,
             payload_digest: &payload_digest,
             upstream: &upstream,
             approvals,
         })?;
-        let ended = match published {
+        self.keep_components(&plugins, attempt)?;
+        let mut ended = match published {
             Published::Fired | Published::AlreadyPublished => {
                 let receipt = json!({
                     "effect_key": effect_key, "node_id": info.id, "outcome": "fired",
@@ -1750,6 +1781,10 @@ impl Controller<'_, '_> {
             }
             Published::Refused(why) => Ended::Failed(stop(Cause::PolicyDenied, why)),
         };
+        match &mut ended {
+            Ended::Succeeded { extra, .. } => extra.extend(plugins_extra(&plugins)),
+            Ended::Failed(f) => f.extra.extend(plugins_extra(&plugins)),
+        }
         self.end(node, ended, round)
     }
 }

@@ -55,6 +55,8 @@ enum Finding {
     Recompile(bl_graph::Refusal),
     #[error("manifest.yaml and connections.json compile to {0}, not to plan.json")]
     PlanDiffers(String),
+    #[error("{0}")]
+    Handoff(String),
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, Finding> {
@@ -137,6 +139,16 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
             bl_store::verify_artifacts(&path.join("artifacts"))
                 .map(|n| format!("{n} objects match their digests")),
         ));
+        if log.is_file() {
+            checks.push(match verify_handoff(path, &log) {
+                Ok(Some(detail)) => Check::from_result("handoff", Ok::<_, Finding>(detail)),
+                Ok(None) => Check::not_applicable(
+                    "handoff",
+                    "no plugin, published output or child run is named in the log",
+                ),
+                Err(e) => Check::from_result("handoff", Err::<String, _>(e)),
+            });
+        }
     } else {
         checks.push(Check::from_result("chain", verify_log(path, expect_head)));
     }
@@ -225,6 +237,108 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
         path: path.to_path_buf(),
         checks,
     }
+}
+
+/// What the log says the run's nodes handed on, checked against the run
+/// directory: every plugin component it names is kept in the artifact store
+/// under that digest (and is wasm); every published output is stored, and
+/// its copy in the run's workspace still has its digest; every subgraph's
+/// child run verifies and ends at the head the parent recorded.
+fn verify_handoff(dir: &Path, log: &Path) -> Result<Option<String>, Finding> {
+    let bytes = read(log)?;
+    let objects = dir.join("artifacts/objects");
+    let stored = |digest: &str| -> Result<Vec<u8>, Finding> {
+        let hex = digest.trim_start_matches("sha256:");
+        let object = objects.join(hex);
+        let bytes = std::fs::read(&object).map_err(|e| {
+            Finding::Handoff(format!(
+                "{digest} is named in the log but not kept in artifacts/objects ({e})"
+            ))
+        })?;
+        if bl_core::Sha256Digest::of(&bytes).to_string() != digest {
+            return Err(Finding::Handoff(format!(
+                "{} does not hash to {digest}",
+                object.display()
+            )));
+        }
+        Ok(bytes)
+    };
+    let (mut components, mut outputs, mut children) = (
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeMap::new(),
+        Vec::new(),
+    );
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let event: Value = serde_json::from_slice(line).map_err(|source| Finding::NotJson {
+            file: EVENT_LOG,
+            source,
+        })?;
+        let payload = &event["payload"];
+        let node = payload["node_id"].as_str().unwrap_or_default().to_string();
+        for plugin in payload["plugins"].as_array().into_iter().flatten() {
+            let digest = plugin["component_digest"].as_str().unwrap_or_default();
+            components.insert((
+                digest.to_string(),
+                plugin["plugin"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+        if event["event_type"] == "node.succeeded" {
+            for output in payload["outputs"].as_array().into_iter().flatten() {
+                let path = output["path"].as_str().unwrap_or_default().to_string();
+                let digest = output["digest"].as_str().unwrap_or_default().to_string();
+                // The last success of a node wins (a repair round publishes again).
+                outputs.insert(path, (digest, node.clone()));
+            }
+            if let Some(child) = payload.get("child_run") {
+                children.push((node.clone(), child.clone()));
+            }
+        }
+    }
+    if components.is_empty() && outputs.is_empty() && children.is_empty() {
+        return Ok(None);
+    }
+    for (digest, plugin) in &components {
+        let bytes = stored(digest)?;
+        if !bytes.starts_with(b"\0asm") {
+            return Err(Finding::Handoff(format!(
+                "plugin {plugin}'s component {digest} is not a wasm component"
+            )));
+        }
+    }
+    for (path, (digest, node)) in &outputs {
+        stored(digest)?;
+        let published = dir.join(path);
+        let now = std::fs::read(&published).map_err(|e| {
+            Finding::Handoff(format!("{path} (published by {node}) is missing: {e}"))
+        })?;
+        let actual = bl_core::Sha256Digest::of(&now).to_string();
+        if actual != *digest {
+            return Err(Finding::Handoff(format!(
+                "{path} (published by {node} as {digest}) now hashes to {actual}"
+            )));
+        }
+    }
+    for (node, child) in &children {
+        let rel = child["path"].as_str().unwrap_or_default();
+        if !rel.starts_with("subgraphs/") || rel.contains("..") {
+            return Err(Finding::Handoff(format!(
+                "subgraph node {node} names child run '{rel}'"
+            )));
+        }
+        let head = chain_head(&dir.join(rel).join(EVENT_LOG))?;
+        if child["head_hash"] != head.hash.as_str() || child["head_sequence"] != head.sequence {
+            return Err(Finding::Handoff(format!(
+                "subgraph node {node}'s child run {rel} now ends at {} (sequence {}), not at the head the parent recorded ({})",
+                head.hash, head.sequence, child["head_hash"]
+            )));
+        }
+    }
+    Ok(Some(format!(
+        "{} plugin component(s), {} published output(s) and {} child run(s) match what the log records",
+        components.len(),
+        outputs.len(),
+        children.len()
+    )))
 }
 
 fn verify_log(path: &Path, expect_head: Option<&str>) -> Result<String, Finding> {
