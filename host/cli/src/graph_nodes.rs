@@ -246,6 +246,29 @@ impl Decisions for RecordedDecisions {
     }
 }
 
+/// The run's `egress-events.jsonl`, opened at the broker's first decision
+/// (the log takes the run's identity from its first event, which is on
+/// disk by the time any node runs).
+struct RunEgressLog {
+    run_dir: PathBuf,
+    log: std::sync::OnceLock<Result<bl_store::EgressLog, String>>,
+}
+
+impl bl_egress::EgressAudit for RunEgressLog {
+    fn record(&self, event: bl_egress::EgressEvent) -> Result<(), bl_egress::AuditError> {
+        let log = self.log.get_or_init(|| {
+            bl_store::EgressLog::open(&self.run_dir, || {
+                humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+            })
+            .map_err(|e| e.to_string())
+        });
+        match log {
+            Ok(log) => log.record(event),
+            Err(e) => Err(bl_egress::AuditError::Unwritable(e.clone())),
+        }
+    }
+}
+
 /// The broker for a run's https connector nodes: the admitted records,
 /// the system resolver, production address policy, credentials from bl's
 /// environment, every decision in the run's `egress-events.jsonl`.
@@ -255,10 +278,6 @@ pub fn https_worker(
 ) -> Result<bl_workers::https::HttpsWorker, crate::exit::CliError> {
     let refuse =
         |e: String| crate::exit::CliError::refused(format!("graph run: the egress broker: {e}"));
-    let log = bl_store::EgressLog::open(run_dir, || {
-        humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
-    })
-    .map_err(|e| refuse(e.to_string()))?;
     let resolver = bl_egress::Resolver::system().map_err(|e| refuse(e.to_string()))?;
     let broker = bl_egress::Broker::new(
         admitted,
@@ -266,7 +285,10 @@ pub fn https_worker(
         bl_egress::AddressPolicy::production(),
         bl_egress::BrokerLimits::default(),
         Box::new(bl_egress::EnvCredentials),
-        Arc::new(log),
+        Arc::new(RunEgressLog {
+            run_dir: run_dir.to_path_buf(),
+            log: std::sync::OnceLock::new(),
+        }),
     );
     Ok(bl_workers::https::HttpsWorker {
         broker: Arc::new(broker),

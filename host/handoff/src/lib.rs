@@ -168,7 +168,30 @@ impl Stage for Handoff {
         }
         Ok((workspace, staged))
     }
+
+    /// Writes the dispatch marker (`.bl-dispatched`) and returns its own
+    /// modification time: the file system stamps outputs with a coarse
+    /// clock, so freshness compares stamps of one clock, never a stamp
+    /// with the wall clock.
+    fn mark_dispatch(&self, workspace: &Path) -> u64 {
+        let marker = workspace.join(DISPATCH_MARKER);
+        let stamped = std::fs::write(&marker, b"")
+            .and_then(|_| std::fs::metadata(&marker))
+            .and_then(|m| m.modified());
+        match stamped {
+            Ok(t) => t
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            // Without a marker, the wall clock less a tick of the coarse one.
+            Err(_) => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| (d.as_millis() as u64).saturating_sub(10)),
+        }
+    }
 }
+
+/// The file whose stamp marks when an attempt's worker was dispatched.
+pub const DISPATCH_MARKER: &str = ".bl-dispatched";
 
 impl Handoff {
     fn stage_input(

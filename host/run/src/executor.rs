@@ -194,6 +194,13 @@ pub enum StageError {
 /// each re-verified against its published digest, read-only.
 pub trait Stage: Send + Sync {
     fn stage(&self, request: &StageRequest) -> Result<(PathBuf, Vec<StagedInput>), StageError>;
+
+    /// Marks the moment the worker is dispatched into `workspace`, in ms
+    /// since the epoch, on the clock the workspace's files are stamped
+    /// with: an output stamped earlier is stale.
+    fn mark_dispatch(&self, _workspace: &std::path::Path) -> u64 {
+        now_ms()
+    }
 }
 
 /// A declared output as published: where, what, and its digest.
@@ -627,6 +634,7 @@ type Turn = (InFlight, StageRequest, Option<WorkRequest>);
 /// inputs), then let the worker take its turn there.
 async fn take_turn(turn: Turn, stage: Arc<dyn Stage>, worker: Arc<dyn Worker>) -> Done {
     let (mut flight, staging, request) = turn;
+    let stage_for_mark = stage.clone();
     let staged = tokio::task::spawn_blocking(move || stage.stage(&staging))
         .await
         .unwrap_or_else(|e| Err(StageError::Io(format!("staging task: {e}"))));
@@ -635,7 +643,12 @@ async fn take_turn(turn: Turn, stage: Arc<dyn Stage>, worker: Arc<dyn Worker>) -
         Err(e) => return Done::Unstaged(flight, e),
     };
     flight.workspace = workspace.clone();
-    flight.dispatched_ms = now_ms();
+    flight.dispatched_ms = {
+        let (stage, workspace) = (stage_for_mark, workspace.clone());
+        tokio::task::spawn_blocking(move || stage.mark_dispatch(&workspace))
+            .await
+            .unwrap_or_else(|_| now_ms())
+    };
     let Some(mut request) = request else {
         return Done::Worked(
             flight,

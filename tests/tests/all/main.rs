@@ -5,6 +5,7 @@
 
 mod egress_cli;
 mod egress_sandbox;
+mod graph_artifacts;
 mod graph_cli;
 mod graph_exec;
 mod graph_runs;

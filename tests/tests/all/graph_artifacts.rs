@@ -1,0 +1,1214 @@
+//! The artifact graph at run time (seed 002), through the real binary: the
+//! keyless demo end to end; outputs published with their digests and
+//! handed to consumers only after a re-check (a flipped byte stops the
+//! run); artifact-based completion (fresh, non-empty, well-formed), the
+//! completion contracts and gate plugins, each plugin's digest recorded and
+//! checked by `bl verify`; system_only outputs that never reach an agent;
+//! and every node kind: loop, router, subgraph, command tool, https and
+//! recorded connectors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use bl_e2e::{bl_binary, repo_root};
+use serde_json::{Value, json};
+
+/// A graph case in a temporary directory: its manifest, connections,
+/// recorded replies and prompts, and the runs made from them.
+struct Case {
+    dir: tempfile::TempDir,
+}
+
+impl Case {
+    fn new() -> Case {
+        let dir = tempfile::tempdir().unwrap();
+        // The caged user (nobody) must be able to reach attempt workspaces.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        Case { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn write(&self, name: &str, value: &Value) {
+        let path = self.path(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, serde_json::to_string_pretty(value).unwrap()).unwrap();
+    }
+
+    fn bl(&self, args: &[&str]) -> Output {
+        Command::new(bl_binary())
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("BL_PLUGIN_PATH", bl_e2e::plugin_dir())
+            .output()
+            .unwrap()
+    }
+
+    /// `graph run --execute graph.json` with the case's files, into `out`.
+    fn run(&self, out: &str, extra: &[&str]) -> Output {
+        let mut args = vec![
+            "graph",
+            "run",
+            "--execute",
+            "graph.json",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--recorded",
+            "replies.json",
+            "--out",
+            out,
+        ];
+        args.extend(extra);
+        self.bl(&args)
+    }
+
+    fn events(&self, out: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.path(out).join("controller-events.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The payload of `node`'s last event of `kind`.
+    fn event(&self, out: &str, node: &str, kind: &str) -> Option<Value> {
+        self.events(out)
+            .into_iter()
+            .rev()
+            .find(|e| e["event_type"] == kind && e["payload"]["node_id"] == node)
+            .map(|e| e["payload"].clone())
+    }
+
+    /// Each node's final state, from `bl graph status --json`.
+    fn states(&self, out: &str) -> Value {
+        let status = self.bl(&["--json", "graph", "status", "--run", out]);
+        let v: Value = serde_json::from_slice(&status.stdout).unwrap();
+        let mut states = serde_json::Map::new();
+        for n in v["nodes"].as_array().unwrap() {
+            states.insert(n["node_id"].as_str().unwrap().into(), n["state"].clone());
+        }
+        Value::Object(states)
+    }
+
+    fn verify(&self, out: &str) -> (i32, Value) {
+        let v = self.bl(&["--json", "verify", out]);
+        (
+            v.status.code().unwrap(),
+            serde_json::from_slice(&v.stdout).unwrap_or(Value::Null),
+        )
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A node with the given kind and fields, in the workspace_only tier.
+fn node(id: &str, kind: &str, fields: Value) -> Value {
+    let mut n = json!({
+        "id": id, "kind": kind, "inputs": {}, "outputs": {},
+        "budget": {"max_attempts": 1, "max_wallclock_s": 120},
+        "effects": ["workspace_write"], "isolation": "workspace_only",
+    });
+    for (k, v) in fields.as_object().unwrap() {
+        n[k] = v.clone();
+    }
+    n
+}
+
+/// A connector node on its own slot (named after it), publishing `outputs`.
+fn agent(id: &str, fields: Value) -> Value {
+    let mut n = node(id, "research_claim", fields);
+    n["connection_slot"] = json!(format!("slot-{id}"));
+    n
+}
+
+fn edge(from: &str, from_port: &str, to: &str, to_port: &str) -> Value {
+    json!({"from_node": from, "from_port": from_port, "to_node": to, "to_port": to_port})
+}
+
+/// A graph using the artifact-ports extension, with a slot (and a recorded
+/// connection) for every connector node.
+fn graph(case: &Case, nodes: Vec<Value>, edges: Vec<Value>, fail_mode: &str) {
+    let slots: Vec<Value> = nodes
+        .iter()
+        .filter_map(|n| n["connection_slot"].as_str())
+        .map(|s| json!({"id": s, "requires": ["chat"], "data_class_max": "internal"}))
+        .collect();
+    let connections: Vec<Value> = slots
+        .iter()
+        .map(|s| {
+            let slot = s["id"].as_str().unwrap();
+            json!({
+                "binding_id": format!("bind-{slot}"), "slot_id": slot, "connector_id": "recorded",
+                "connector_version": "1.0.0", "connection_id": format!("conn-{slot}"),
+                "admission_digest": format!("sha256:{}", "1".repeat(64)),
+                "route_policy_digest": format!("sha256:{}", "2".repeat(64)),
+                "provider_id": "recorded", "model_target": "recorded", "region": "local",
+                "fallback": false, "capabilities": ["chat"], "data_class_max": "internal",
+                "allowed_effects": ["read_only", "workspace_write", "external_write"],
+                "isolation": "container_restricted", "transport": "local_cli", "admitted": true,
+            })
+        })
+        .collect();
+    let mut policies = json!({"data_class": "internal", "fail_mode": fail_mode});
+    if fail_mode == "continue_declared" {
+        policies["repair_budget"] = json!(0);
+    }
+    case.write(
+        "graph.json",
+        &json!({
+            "api_version": "bounded-loops.dev/graph/v1", "graph_id": "artifact-case",
+            "version": "1.0.0", "extensions": ["artifact-ports"],
+            "nodes": nodes, "edges": edges, "connection_slots": slots, "policies": policies,
+        }),
+    );
+    case.write("connections.json", &Value::Array(connections));
+    let prompts: serde_json::Map<String, Value> = case_nodes(case)
+        .into_iter()
+        .map(|id| (id, json!("do the work")))
+        .collect();
+    case.write("inputs.json", &Value::Object(prompts));
+}
+
+fn case_nodes(case: &Case) -> Vec<String> {
+    let g: Value =
+        serde_json::from_str(&std::fs::read_to_string(case.path("graph.json")).unwrap()).unwrap();
+    g["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// One recorded reply: (node, reply, the files it writes as (path, content)).
+type Reply<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
+fn replies(case: &Case, entries: &[Reply]) {
+    let list: Vec<Value> = entries
+        .iter()
+        .map(|(node, reply, files)| {
+            json!({
+                "node_id": node, "attempt": "*", "reply": reply,
+                "usage": {"input_tokens": 10, "output_tokens": 5},
+                "files": files.iter().map(|(p, c)| json!({"path": p, "content": c})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    case.write(
+        "replies.json",
+        &json!({"api_version": "bl.dev/recorded-replies/v1", "replies": list}),
+    );
+}
+
+fn output(path: &str, kind: &str) -> Value {
+    json!({"type": kind, "path": path})
+}
+
+/// Every file under `dir`, as (relative path, bytes).
+fn files_under(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                out.push((rel, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// The attempt workspaces of `node` under a run.
+fn workspaces(run: &Path, node: &str) -> Vec<PathBuf> {
+    let root = run.join("work/graph-run");
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return Vec::new();
+    };
+    entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .strip_prefix(&format!("{node}-"))
+                .is_some_and(|rest| rest.len() == 32)
+        })
+        .collect()
+}
+
+fn demo_run(case: &Case, out: &str) -> Output {
+    let demo = repo_root().join("examples/graphs/panel-demo");
+    let arg = |name: &str| demo.join(name).display().to_string();
+    Command::new(bl_binary())
+        .args(["graph", "run", "--execute"])
+        .arg(arg("graph.yaml"))
+        .args(["--connections", &arg("connections.json")])
+        .args(["--inputs", &arg("inputs.json")])
+        .args(["--recorded", &arg("replies.json")])
+        .args(["--decisions", &arg("decisions.json")])
+        .args(["--out", out])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap()
+}
+
+/// The README's first command runs this graph: it must succeed keyless,
+/// publish the plan to the outbox once, verify, keep the label map away
+/// from every agent, and publish byte-identical panels on a re-run.
+#[test]
+fn the_keyless_demo_runs_end_to_end_and_verifies() {
+    let case = Case::new();
+    let run = demo_run(&case, "one");
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let states = case.states("one");
+    for (node, state) in states.as_object().unwrap() {
+        assert_eq!(state, "SUCCEEDED", "{node}: {states}");
+    }
+    let (code, report) = case.verify("one");
+    assert_eq!(code, 0, "{report}");
+    let handoff = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "handoff")
+        .unwrap()
+        .clone();
+    assert!(
+        handoff["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("4 plugin component(s), 6 published output(s)"),
+        "{handoff}"
+    );
+    // The plan reached the outbox, exactly as the synthesizer published it.
+    let plan = std::fs::read(case.path("one/workspace/plan.json")).unwrap();
+    let outbox = files_under(&case.path("one/outbox/publish-plan"));
+    assert!(outbox.iter().any(|(_, b)| *b == plan), "{outbox:?}");
+    let effects = std::fs::read_to_string(case.path("one/published-effects.json")).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&effects)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .len(),
+        1
+    );
+    // The approval was the recorded reviewer's, bound to the plan.
+    let approvals = std::fs::read_to_string(case.path("one/approvals.json")).unwrap();
+    assert!(
+        approvals.contains("\"decided_by_source\":\"recorded\"")
+            || approvals.contains("\"decided_by_source\": \"recorded\""),
+        "{approvals}"
+    );
+    // The label map is system_only: published for operators, in no agent's workspace.
+    let map =
+        std::fs::read(case.path("one/workspace/system/anonymize-panel/label-map.json")).unwrap();
+    let run_dir = case.path("one");
+    for agent in [
+        "lens-security",
+        "lens-performance",
+        "lens-maintainability",
+        "synthesizer",
+    ] {
+        let dirs = workspaces(&run_dir, agent);
+        assert_eq!(dirs.len(), 1, "{agent}");
+        for (rel, bytes) in files_under(&dirs[0]) {
+            assert!(
+                !rel.contains("label-map") && bytes != map,
+                "{agent} was handed {rel}"
+            );
+        }
+    }
+    // The synthesizer saw only the panel, staged read-only with its digest.
+    let staged = &workspaces(&run_dir, "synthesizer")[0];
+    let panel = staged.join("workspace/inputs/synthesizer/panel/panel-responses.md");
+    assert_eq!(
+        std::fs::read(&panel).unwrap(),
+        std::fs::read(case.path("one/workspace/panel-responses.md")).unwrap()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&panel).unwrap().permissions().mode() & 0o222,
+        0
+    );
+    // A re-run of the same inputs publishes the same panel and label map.
+    let again = demo_run(&case, "two");
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    for file in [
+        "workspace/panel-responses.md",
+        "workspace/system/anonymize-panel/label-map.json",
+    ] {
+        assert_eq!(
+            std::fs::read(case.path("one").join(file)).unwrap(),
+            std::fs::read(case.path("two").join(file)).unwrap(),
+            "{file} differs between runs"
+        );
+    }
+    // Every plugin's component digest is in the node's events.
+    let transform = case
+        .event("one", "anonymize-panel", "node.succeeded")
+        .unwrap();
+    assert_eq!(transform["plugins"][0]["plugin"], "panel-anonymize");
+    assert_eq!(transform["plugins"][0]["role"], "transform");
+    let synth = case.event("one", "synthesizer", "node.succeeded").unwrap();
+    let roles: Vec<&str> = synth["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["contract", "gate"]);
+    let publish = case.event("one", "publish-plan", "node.succeeded").unwrap();
+    assert_eq!(publish["plugins"][0]["plugin"], "outbox-policy");
+}
+
+/// A producer's published file changed while the run was paused: the
+/// consumer is never started, the run stops with an integrity error, and
+/// `bl verify` names the file.
+#[test]
+fn a_consumer_never_sees_a_tampered_input() {
+    let case = Case::new();
+    graph(
+        &case,
+        vec![
+            agent(
+                "writer",
+                json!({"outputs": {"notes": output("workspace/notes.md", "markdown")}}),
+            ),
+            node(
+                "hold",
+                "approval",
+                json!({"required_role": "reviewer", "effects": ["read_only"]}),
+            ),
+            agent("reader", json!({"inputs": {"notes": {"type": "markdown"}}})),
+        ],
+        vec![
+            edge("writer", "notes", "reader", "notes"),
+            json!({"from_node": "writer", "from_port": "notes", "to_node": "hold", "to_port": "notes"}),
+            json!({"from_node": "hold", "from_port": "go", "to_node": "reader", "to_port": "go"}),
+        ],
+        "fail_closed",
+    );
+    // The approval node's short-form ports carry the ordering only.
+    let mut g: Value =
+        serde_json::from_str(&std::fs::read_to_string(case.path("graph.json")).unwrap()).unwrap();
+    g["nodes"][1]["inputs"] = json!({"notes": "markdown"});
+    g["nodes"][1]["outputs"] = json!({"go": "text"});
+    g["nodes"][2]["inputs"]["go"] = json!("text");
+    case.write("graph.json", &g);
+    replies(
+        &case,
+        &[
+            (
+                "writer",
+                "wrote notes",
+                &[("workspace/notes.md", "# notes\nthe original\n")],
+            ),
+            ("reader", "read them", &[]),
+        ],
+    );
+    let run = case.run("r", &[]);
+    assert_eq!(
+        run.status.code(),
+        Some(3),
+        "paused for the approval: {}",
+        text(&run)
+    );
+    let published = case.path("r/workspace/notes.md");
+    let mut bytes = std::fs::read(&published).unwrap();
+    bytes[3] ^= 0x20;
+    std::fs::write(&published, &bytes).unwrap();
+    let approve = case.bl(&[
+        "graph",
+        "approve",
+        "--run",
+        "r",
+        "--node",
+        "hold",
+        "--decision",
+        "approved",
+        "--recorded",
+        "replies.json",
+        "--inputs",
+        "inputs.json",
+    ]);
+    assert_eq!(approve.status.code(), Some(2), "{}", text(&approve));
+    let failed = case.event("r", "reader", "node.failed").unwrap();
+    assert_eq!(failed["cause"], "artifact_unverified", "{failed}");
+    let reason = failed["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("workspace/notes.md") && reason.contains("changed after it was published"),
+        "{reason}"
+    );
+    assert!(
+        case.event("r", "reader", "node.spend").is_none(),
+        "the reader never ran"
+    );
+    assert_eq!(case.states("r")["reader"], "FAILED");
+    let (code, report) = case.verify("r");
+    assert_eq!(code, 1, "{report}");
+    assert!(
+        report
+            .to_string()
+            .contains("workspace/notes.md (published by writer"),
+        "{report}"
+    );
+}
+
+/// Completion is decided from the declared outputs: missing, empty,
+/// stale and malformed outputs are rejected whatever the worker said, and
+/// a command tool's output counts like an agent's.
+#[test]
+fn outputs_must_be_fresh_non_empty_and_well_formed() {
+    let case = Case::new();
+    let json_out =
+        |id: &str| json!({"outputs": {"data": output(&format!("workspace/{id}.json"), "json")}});
+    graph(
+        &case,
+        vec![
+            agent("missing", json_out("missing")),
+            agent("empty", json_out("empty")),
+            agent("malformed", json_out("malformed")),
+            node(
+                "stale",
+                "tool",
+                json!({
+                    "tool_ref": "command:sh -c 'mkdir -p workspace && echo {} > workspace/stale.json && touch -d 2001-01-01 workspace/stale.json'",
+                    "outputs": {"data": output("workspace/stale.json", "json")},
+                }),
+            ),
+            node(
+                "fresh",
+                "tool",
+                json!({
+                    "tool_ref": "command:sh -c 'mkdir -p workspace && echo \"{\\\"ok\\\": true}\" > workspace/fresh.json'",
+                    "outputs": {"data": output("workspace/fresh.json", "json")},
+                }),
+            ),
+        ],
+        vec![],
+        "continue_declared",
+    );
+    replies(
+        &case,
+        &[
+            ("missing", "done, I promise", &[]),
+            ("empty", "done", &[("workspace/empty.json", "")]),
+            (
+                "malformed",
+                "done",
+                &[("workspace/malformed.json", "{not json")],
+            ),
+        ],
+    );
+    let run = case.run("r", &[]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    assert!(
+        case.path("r/controller-events.jsonl").is_file(),
+        "{}",
+        text(&run)
+    );
+    let reason = |node: &str| {
+        let f = case
+            .event("r", node, "node.failed")
+            .unwrap_or_else(|| panic!("{node} did not fail"));
+        assert_eq!(f["cause"], "gate_rejected", "{node}: {f}");
+        f["verdict"]["reason"].as_str().unwrap().to_string()
+    };
+    assert!(
+        reason("missing")
+            .contains("workspace/missing.json: declared output 'data' was not written")
+    );
+    assert!(reason("empty").contains("workspace/empty.json: is empty"));
+    assert!(reason("malformed").contains("is not valid JSON"));
+    assert!(reason("stale").contains("is stale"));
+    let fresh = case.event("r", "fresh", "node.succeeded").unwrap();
+    assert_eq!(fresh["outputs"][0]["path"], "workspace/fresh.json");
+    assert_eq!(
+        std::fs::read_to_string(case.path("r/workspace/fresh.json")).unwrap(),
+        "{\"ok\": true}\n"
+    );
+}
+
+/// A completion contract that breaks stops the run even under
+/// continue_declared; a gate plugin that rejects is a failed verdict, one
+/// that cannot decide is an error, and the gate's grants come from the
+/// manifest or the operator.
+#[test]
+fn contracts_and_gate_plugins_decide_and_a_broken_gate_is_an_error() {
+    let case = Case::new();
+    graph(
+        &case,
+        vec![
+            agent(
+                "planner",
+                json!({"outputs": {"plan": output("workspace/plan.json", "json")}}),
+            ),
+            agent("then", json!({})),
+        ],
+        vec![],
+        "continue_declared",
+    );
+    replies(
+        &case,
+        &[
+            (
+                "planner",
+                "planned",
+                &[("workspace/plan.json", "{\"steps\": []}")],
+            ),
+            ("then", "fine", &[]),
+        ],
+    );
+    let run = case.run("contract", &["--concurrency", "1"]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    let failed = case.event("contract", "planner", "node.failed").unwrap();
+    assert_eq!(failed["cause"], "worker_contract", "{failed}");
+    assert!(
+        failed["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("workspace/plan.json: plan.json contract:"),
+        "{failed}"
+    );
+    assert!(
+        case.event("contract", "then", "node.running").is_none(),
+        "the run stopped at the contract break"
+    );
+    assert_eq!(failed["plugins"][0]["plugin"], "contracts");
+
+    // Gate plugins: the files gate rejects, a bad config is an error.
+    let gated =
+        |id: &str, config: Value| agent(id, json!({"gate": {"plugin": "files", "config": config}}));
+    graph(
+        &case,
+        vec![
+            gated("rejected", json!({"required": ["workspace/report.md"]})),
+            gated("passed", json!({"required": ["workspace/report.md"]})),
+        ],
+        vec![],
+        "continue_declared",
+    );
+    replies(
+        &case,
+        &[
+            ("rejected", "wrote it", &[]),
+            (
+                "passed",
+                "wrote it",
+                &[("workspace/report.md", "# report\n")],
+            ),
+        ],
+    );
+    let run = case.run("gates", &[]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    let rejected = case.event("gates", "rejected", "node.failed").unwrap();
+    assert_eq!(rejected["cause"], "gate_rejected", "{rejected}");
+    assert!(
+        rejected["verdict"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("gate plugin 'files' rejected"),
+        "{rejected}"
+    );
+    let passed = case.event("gates", "passed", "node.succeeded").unwrap();
+    assert_eq!(passed["plugins"][0]["role"], "gate");
+
+    graph(
+        &case,
+        vec![gated("broken", json!({"no_such_key": 1}))],
+        vec![],
+        "continue_declared",
+    );
+    replies(&case, &[("broken", "wrote it", &[])]);
+    let run = case.run("broken", &[]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    let broken = case.event("broken", "broken", "node.failed").unwrap();
+    assert_eq!(broken["cause"], "gate_broken", "{broken}");
+    assert!(
+        broken.get("verdict").is_none(),
+        "an error is no verdict: {broken}"
+    );
+
+    // The command gate needs the command capability: without a grant it
+    // cannot load; the operator's --grant (or the manifest's grants) lets it.
+    let command_gate = |grants: Value| {
+        let mut g =
+            json!({"plugin": "command", "config": {"argv": ["test", "-s", "workspace/out.txt"]}});
+        if !grants.is_null() {
+            g["grants"] = grants;
+        }
+        agent("checked", json!({"gate": g}))
+    };
+    replies(
+        &case,
+        &[("checked", "done", &[("workspace/out.txt", "content\n")])],
+    );
+    graph(
+        &case,
+        vec![command_gate(Value::Null)],
+        vec![],
+        "fail_closed",
+    );
+    let run = case.run("ungranted", &[]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    let ungranted = case.event("ungranted", "checked", "node.failed").unwrap();
+    assert_eq!(ungranted["cause"], "gate_broken", "{ungranted}");
+    assert!(
+        ungranted["reason"].as_str().unwrap().contains("command"),
+        "{ungranted}"
+    );
+    let run = case.run("operator", &["--grant", "checked=command"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    graph(
+        &case,
+        vec![command_gate(json!(["command"]))],
+        vec![],
+        "fail_closed",
+    );
+    let run = case.run("manifest", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+}
+
+/// `bl verify` checks the plugin components the log names: a changed
+/// component in the run's store is found.
+#[test]
+fn verify_checks_the_recorded_plugin_digests() {
+    let case = Case::new();
+    graph(
+        &case,
+        vec![agent(
+            "gated",
+            json!({"gate": {"plugin": "files", "config": {"required": ["a.txt"]}}}),
+        )],
+        vec![],
+        "fail_closed",
+    );
+    replies(&case, &[("gated", "ok", &[("a.txt", "a\n")])]);
+    let run = case.run("r", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let digest =
+        case.event("r", "gated", "node.succeeded").unwrap()["plugins"][0]["component_digest"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let object = case
+        .path("r/artifacts/objects")
+        .join(digest.trim_start_matches("sha256:"));
+    let files = bl_e2e::component_bytes(&bl_e2e::plugin_dir(), "files");
+    assert_eq!(
+        std::fs::read(&object).unwrap(),
+        files,
+        "the component is kept with the run"
+    );
+    assert_eq!(case.verify("r").0, 0);
+    std::fs::remove_file(&object).unwrap();
+    let (code, report) = case.verify("r");
+    assert_eq!(code, 1, "{report}");
+    assert!(
+        report
+            .to_string()
+            .contains(&format!("{digest} is named in the log but not kept")),
+        "{report}"
+    );
+}
+
+/// A loop node runs its package (found by digest under --loop-roots)
+/// through the loop engine and is decided by the receipt gate over its
+/// loop-outcome.json, as bounded-loops decides it.
+#[test]
+fn loop_nodes_run_their_package_and_the_receipt_gate_reads_the_outcome() {
+    let case = Case::new();
+    let roots = case.path("roots");
+    bl_e2e::copy_tree(
+        &repo_root().join("examples/loops/readme-sections"),
+        &roots.join("readme-sections"),
+    );
+    // A second copy that cannot converge in one lap.
+    bl_e2e::copy_tree(
+        &repo_root().join("examples/loops/readme-sections"),
+        &roots.join("short"),
+    );
+    let bounds = roots.join("short/bounds.yaml");
+    let text_b = std::fs::read_to_string(&bounds).unwrap();
+    let capped: String = text_b
+        .lines()
+        .map(|l| {
+            if l.starts_with("max_iterations:") {
+                "max_iterations: 1".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&bounds, capped + "\n").unwrap();
+    let digest = |dir: &str| {
+        let out = case.bl(&["graph", "digest", &format!("roots/{dir}")]);
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let (done, short) = (digest("readme-sections"), digest("short"));
+    assert_ne!(done, short);
+    let loop_node = |id: &str, package: &str| {
+        node(
+            id,
+            "loop",
+            json!({"loop_package": package, "isolation": "process_restricted"}),
+        )
+    };
+    graph(
+        &case,
+        vec![loop_node("converge", &done), loop_node("halt", &short)],
+        vec![],
+        "continue_declared",
+    );
+    replies(&case, &[]);
+    let run = case.run("r", &["--loop-roots", "roots"]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    let ok = case.event("r", "converge", "node.succeeded").unwrap();
+    assert_eq!(
+        ok["verdict"]["reason"], "loop reached DONE: gate-passed",
+        "{ok}"
+    );
+    assert_eq!(ok["isolation"]["provider_id"], "native");
+    // The outcome, as bounded-loops writes it, is the node's artifact.
+    let outcome_digest = ok["artifact_digests"][0].as_str().unwrap();
+    assert_eq!(ok["verdict"]["evidence_digest"], outcome_digest);
+    let stored = std::fs::read(
+        case.path("r/artifacts/objects")
+            .join(outcome_digest.trim_start_matches("sha256:")),
+    )
+    .unwrap();
+    let outcome: Value = serde_json::from_slice(&stored).unwrap();
+    let keys: Vec<&String> = outcome.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "attempt",
+            "inner_ledger_digest",
+            "inner_run_id",
+            "node_id",
+            "package_digest",
+            "reason",
+            "repair_round",
+            "status"
+        ]
+    );
+    assert_eq!(outcome["status"], "DONE");
+    assert_eq!(
+        outcome["package_digest"],
+        done.trim_start_matches("sha256:")
+    );
+    assert!(stored.ends_with(b"}\n"));
+    let ws = &workspaces(&case.path("r"), "converge")[0];
+    assert_eq!(std::fs::read(ws.join("loop-outcome.json")).unwrap(), stored);
+    let inner = outcome["inner_run_id"].as_str().unwrap();
+    assert!(inner.starts_with("graph-run.converge.r0.a1."), "{inner}");
+    assert!(
+        ws.join(".controller/runs")
+            .join(inner)
+            .join("ledger.jsonl")
+            .is_file()
+    );
+    let failed = case.event("r", "halt", "node.failed").unwrap();
+    assert_eq!(failed["cause"], "gate_rejected");
+    assert!(
+        failed["verdict"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("loop did not converge (HALT):"),
+        "{failed}"
+    );
+    // The packages were never written.
+    assert_eq!(digest("readme-sections"), done);
+    // A package no root holds is refused before anything runs.
+    let missing = case.run("none", &[]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        text(&missing).contains("[package_unavailable] /nodes/converge/loop_package"),
+        "{}",
+        text(&missing)
+    );
+    assert!(!case.path("none/controller-events.jsonl").exists());
+}
+
+/// A router takes exactly one route: from its worker's reply, from its
+/// gate plugin's verdict (`pass`/`fail`), or its default; the edges of the
+/// other routes are excluded and what lies beyond them is SKIPPED.
+#[test]
+fn a_router_takes_one_route_and_what_lies_beyond_the_others_is_skipped() {
+    let case = Case::new();
+    let branch = |id: &str| {
+        agent(
+            id,
+            json!({"inputs": {"in": "text"}, "outputs": {"out": "text"}}),
+        )
+    };
+    let after = |id: &str| agent(id, json!({"inputs": {"in": "text"}}));
+    let routed_graph = |router: Value| {
+        graph(
+            &case,
+            vec![
+                router,
+                branch("fix"),
+                branch("ship"),
+                after("after-fix"),
+                after("after-ship"),
+            ],
+            vec![
+                edge("triage", "out", "fix", "in"),
+                edge("triage", "out", "ship", "in"),
+                edge("fix", "out", "after-fix", "in"),
+                edge("ship", "out", "after-ship", "in"),
+            ],
+            "fail_closed",
+        );
+    };
+    let routes = json!({"routes": {"fail": ["fix"], "pass": ["ship"]}, "default_route": "fail", "outputs": {"out": "text"}});
+    let mut worker_router = agent("triage", routes.clone());
+    worker_router["kind"] = json!("router");
+    routed_graph(worker_router);
+    let all = || -> Vec<Reply> {
+        vec![
+            ("fix", "fixed", &[]),
+            ("ship", "shipped", &[]),
+            ("after-fix", "ok", &[]),
+            ("after-ship", "ok", &[]),
+        ]
+    };
+    let mut entries = all();
+    entries.push(("triage", "pass", &[]));
+    replies(&case, &entries);
+    let run = case.run("reply", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let states = case.states("reply");
+    assert_eq!(
+        states,
+        json!({"triage": "SUCCEEDED", "fix": "SKIPPED", "ship": "SUCCEEDED", "after-fix": "SKIPPED", "after-ship": "SUCCEEDED"})
+    );
+    let triage = case.event("reply", "triage", "node.succeeded").unwrap();
+    assert_eq!(triage["routed"], "pass");
+    let skipped = case.event("reply", "fix", "node.skipped").unwrap();
+    assert!(
+        skipped["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("branch not taken"),
+        "{skipped}"
+    );
+
+    // A reply that names no route takes the default.
+    let mut entries = all();
+    entries.push(("triage", "I am not sure", &[]));
+    replies(&case, &entries);
+    let run = case.run("default", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    assert_eq!(case.states("default")["fix"], "SUCCEEDED");
+    assert_eq!(case.states("default")["ship"], "SKIPPED");
+
+    // No connection: the gate plugin's verdict picks (here it fails: fail route).
+    let mut gate_router = node("triage", "router", routes.clone());
+    gate_router["gate"] = json!({"plugin": "files", "config": {"required": ["verdict.txt"]}});
+    routed_graph(gate_router);
+    replies(&case, &all());
+    let run = case.run("gate", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    assert_eq!(case.states("gate")["fix"], "SUCCEEDED");
+    assert_eq!(case.states("gate")["after-ship"], "SKIPPED");
+    let triage = case.event("gate", "triage", "node.succeeded").unwrap();
+    assert_eq!(triage["routed"], "fail");
+    assert_eq!(triage["plugins"][0]["plugin"], "files");
+
+    // A route that leads to a node the router has no edge to is refused.
+    let mut bad = agent(
+        "triage",
+        json!({"routes": {"fail": ["after-ship"], "pass": ["ship"]}, "default_route": "pass", "outputs": {"out": "text"}}),
+    );
+    bad["kind"] = json!("router");
+    routed_graph(bad);
+    let run = case.run("bad", &[]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(text(&run).contains("/nodes/0/routes/fail — route 'fail' leads to 'after-ship', but no edge goes from 'triage' to 'after-ship'"), "{}", text(&run));
+}
+
+/// A subgraph node runs a graph package (by digest) as a child run; the
+/// child's log is verified and its head recorded in the parent; `bl
+/// verify` of the parent finds a child log changed afterwards.
+#[test]
+fn a_subgraph_runs_as_a_verified_child_run() {
+    let case = Case::new();
+    let package = case.path("roots/child");
+    std::fs::create_dir_all(&package).unwrap();
+    let child = json!({
+        "api_version": "bounded-loops.dev/graph/v1", "graph_id": "child", "version": "1.0.0",
+        "extensions": ["artifact-ports"],
+        "nodes": [node("make", "tool", json!({
+            "tool_ref": "command:sh -c 'mkdir -p workspace && echo made > workspace/made.txt'",
+            "outputs": {"made": output("workspace/made.txt", "text")},
+        }))],
+        "edges": [], "connection_slots": [],
+        "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
+    });
+    std::fs::write(
+        package.join("graph.yaml"),
+        serde_json::to_string_pretty(&child).unwrap(),
+    )
+    .unwrap();
+    let out = case.bl(&["graph", "digest", "roots/child"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let digest = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    graph(
+        &case,
+        vec![
+            node("inner", "subgraph", json!({"graph_package": digest})),
+            agent("after", json!({})),
+        ],
+        vec![
+            json!({"from_node": "inner", "from_port": "done", "to_node": "after", "to_port": "done"}),
+        ],
+        "fail_closed",
+    );
+    let mut g: Value =
+        serde_json::from_str(&std::fs::read_to_string(case.path("graph.json")).unwrap()).unwrap();
+    g["nodes"][0]["outputs"] = json!({"done": "text"});
+    g["nodes"][1]["inputs"] = json!({"done": "text"});
+    case.write("graph.json", &g);
+    replies(&case, &[("after", "ok", &[])]);
+    let run = case.run("r", &["--loop-roots", "roots"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let ok = case.event("r", "inner", "node.succeeded").unwrap();
+    assert_eq!(ok["child_run"]["path"], "subgraphs/inner");
+    assert_eq!(ok["child_run"]["run_state"], "SUCCEEDED");
+    assert!(
+        ok["verdict"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("subgraph child run subgraphs/inner SUCCEEDED"),
+        "{ok}"
+    );
+    assert_eq!(case.verify("r/subgraphs/inner").0, 0);
+    let (code, report) = case.verify("r");
+    assert_eq!(code, 0, "{report}");
+    assert!(report.to_string().contains("1 child run(s)"), "{report}");
+    // Change the child's log after the fact: the parent no longer verifies.
+    let log = case.path("r/subgraphs/inner/controller-events.jsonl");
+    let text_log = std::fs::read_to_string(&log).unwrap();
+    let shorter: Vec<&str> = text_log.lines().collect();
+    std::fs::write(&log, shorter[..shorter.len() - 1].join("\n") + "\n").unwrap();
+    let (code, report) = case.verify("r");
+    assert_eq!(code, 1, "{report}");
+    assert!(
+        report
+            .to_string()
+            .contains("not at the head the parent recorded"),
+        "{report}"
+    );
+}
+
+/// A tool node with no connection runs its command in the tier it
+/// declares: in a cage it has no network and cannot write the host.
+#[test]
+fn a_command_tool_runs_in_its_declared_tier() {
+    if !bl_e2e::cage_works() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let case = Case::new();
+    let outside = case.path("outside.txt");
+    let script = format!(
+        "import socket, pathlib\npathlib.Path('workspace').mkdir(exist_ok=True)\nout = []\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 2).close(); out.append('net:open')\nexcept OSError:\n    out.append('net:denied')\ntry:\n    open('{}', 'w').write('x'); out.append('host:written')\nexcept OSError:\n    out.append('host:denied')\npathlib.Path('workspace/probe.txt').write_text(' '.join(out))\n",
+        outside.display()
+    );
+    std::fs::write(case.path("probe.py"), &script).unwrap();
+    let tool = |id: &str, tier: &str| {
+        node(
+            id,
+            "tool",
+            json!({
+                "tool_ref": format!("command:python3 -c {}", shell_quote(&script)),
+                "isolation": tier,
+                "outputs": {"probe": output("workspace/probe.txt", "text")},
+            }),
+        )
+    };
+    graph(
+        &case,
+        vec![tool("caged", "container_restricted")],
+        vec![],
+        "fail_closed",
+    );
+    replies(&case, &[]);
+    let run = case.run("caged", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    // In the cage the write lands in its private tmpfs, never on the host.
+    assert!(
+        std::fs::read_to_string(case.path("caged/workspace/probe.txt"))
+            .unwrap()
+            .starts_with("net:denied")
+    );
+    assert!(!outside.exists(), "the caged command wrote the host");
+    graph(
+        &case,
+        vec![tool("plain", "workspace_only")],
+        vec![],
+        "fail_closed",
+    );
+    let run = case.run("plain", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    assert_eq!(
+        std::fs::read_to_string(case.path("plain/workspace/probe.txt")).unwrap(),
+        "net:open host:written"
+    );
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// An https connector node goes through the egress broker with its
+/// --admitted record: the lease and the broker's refusal of a private
+/// endpoint are in the run's egress log, which `bl verify` checks; without
+/// a record the run is refused before it starts.
+#[test]
+fn https_nodes_go_through_the_egress_broker() {
+    let case = Case::new();
+    graph(
+        &case,
+        vec![agent("ask", json!({"effects": ["read_only"]}))],
+        vec![],
+        "fail_closed",
+    );
+    let mut conns: Value =
+        serde_json::from_str(&std::fs::read_to_string(case.path("connections.json")).unwrap())
+            .unwrap();
+    conns[0]["transport"] = json!("https");
+    conns[0]["provider_id"] = json!("openai");
+    conns[0]["connector_id"] = json!("https");
+    case.write("connections.json", &conns);
+    replies(&case, &[]);
+    let refused = case.run("none", &[]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        text(&refused).contains("which no --admitted record admits"),
+        "{}",
+        text(&refused)
+    );
+    case.write(
+        "admitted.json",
+        &json!({"conn-slot-ask": {
+            "allowed_effect": "read_only", "connection_id": "conn-slot-ask",
+            "credential_env_var_name": "BL_TEST_HTTPS_KEY", "endpoint_host": "10.20.30.40",
+            "endpoint_path": "/v1/chat/completions", "endpoint_scheme": "https",
+            "expires_at": "2099-01-01T00:00:00Z", "request_style": "openai_chat",
+            "route_policy": {"policy_digest": "d", "data_class_max": "internal",
+                "allowed_providers": ["openai"], "allowed_models": ["recorded"], "allowed_regions": ["local"]}
+        }}),
+    );
+    let run = Command::new(bl_binary())
+        .args([
+            "graph",
+            "run",
+            "--execute",
+            "graph.json",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--admitted",
+            "admitted.json",
+            "--out",
+            "r",
+        ])
+        .current_dir(case.dir.path())
+        .env("BL_TEST_HTTPS_KEY", "sk-never-printed")
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    assert!(!text(&run).contains("sk-never-printed"));
+    assert!(
+        case.path("r/controller-events.jsonl").is_file(),
+        "{}",
+        text(&run)
+    );
+    let failed = case
+        .event("r", "ask", "node.failed")
+        .unwrap_or_else(|| panic!("{}\n{:?}", text(&run), case.events("r")));
+    assert_eq!(failed["cause"], "policy_denied", "{failed}");
+    let egress = std::fs::read_to_string(case.path("r/egress-events.jsonl")).unwrap();
+    let kinds: Vec<String> = egress
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["event_type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds, ["lease.issued", "egress.denied"], "{egress}");
+    assert!(egress.contains("private"), "{egress}");
+    let (code, report) = case.verify("r");
+    assert_eq!(code, 0, "{report}");
+}
+
+/// `bl graph artifacts --json` lists every artifact with its producer,
+/// digest, size, visibility and consumers.
+#[test]
+fn graph_artifacts_lists_producers_digests_visibility_and_consumers() {
+    let case = Case::new();
+    let run = demo_run(&case, "r");
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let out = case.bl(&["--json", "graph", "artifacts", "--run", "r"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let listing: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = listing["artifacts"].as_array().unwrap();
+    let find = |path: &str| {
+        rows.iter()
+            .find(|r| r["path"] == path)
+            .unwrap_or_else(|| panic!("{path}: {listing}"))
+    };
+    let report = find("workspace/lens-security.md");
+    assert_eq!(report["producer"]["node_id"], "lens-security");
+    assert_eq!(report["visibility"], "consumer");
+    assert_eq!(report["consumers"], json!(["anonymize-panel.security"]));
+    let bytes = std::fs::read(case.path("r/workspace/lens-security.md")).unwrap();
+    assert_eq!(report["size"], bytes.len());
+    assert_eq!(
+        report["digest"],
+        format!(
+            "sha256:{}",
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+        )
+    );
+    let map = find("workspace/system/anonymize-panel/label-map.json");
+    assert_eq!(map["visibility"], "system_only");
+    assert_eq!(map["consumers"], json!([]));
+    assert!(
+        rows.iter()
+            .any(|r| r["role"] == "plugin" && r["plugin"] == "panel-anonymize")
+    );
+    let human = case.bl(&["graph", "artifacts", "--run", "r"]);
+    let human = String::from_utf8(human.stdout).unwrap();
+    assert!(
+        human.contains("workspace/panel-responses.md (panel_responses) -> synthesizer.panel"),
+        "{human}"
+    );
+}
