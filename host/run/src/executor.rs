@@ -178,6 +178,9 @@ pub struct StageRequest {
     /// Whether the node is a transform (the only kind that may be handed a
     /// system_only input).
     pub transform: bool,
+    /// Whether the node is judged by its outputs' freshness, and so needs
+    /// the dispatch marker.
+    pub marks_dispatch: bool,
 }
 
 /// Why an attempt could not be staged.
@@ -634,21 +637,27 @@ type Turn = (InFlight, StageRequest, Option<WorkRequest>);
 /// inputs), then let the worker take its turn there.
 async fn take_turn(turn: Turn, stage: Arc<dyn Stage>, worker: Arc<dyn Worker>) -> Done {
     let (mut flight, staging, request) = turn;
-    let stage_for_mark = stage.clone();
-    let staged = tokio::task::spawn_blocking(move || stage.stage(&staging))
-        .await
-        .unwrap_or_else(|e| Err(StageError::Io(format!("staging task: {e}"))));
+    // One hop to the blocking pool: the workspace, its inputs, and (for a
+    // node judged by its outputs) the dispatch marker.
+    let staged = tokio::task::spawn_blocking(move || {
+        let (workspace, inputs) = stage.stage(&staging)?;
+        let dispatched = if staging.marks_dispatch {
+            stage.mark_dispatch(&workspace)
+        } else {
+            now_ms()
+        };
+        Ok((workspace, inputs, dispatched))
+    })
+    .await
+    .unwrap_or_else(|e| Err(StageError::Io(format!("staging task: {e}"))));
     let (workspace, inputs) = match staged {
-        Ok(staged) => staged,
+        Ok((workspace, inputs, dispatched)) => {
+            flight.dispatched_ms = dispatched;
+            (workspace, inputs)
+        }
         Err(e) => return Done::Unstaged(flight, e),
     };
     flight.workspace = workspace.clone();
-    flight.dispatched_ms = {
-        let (stage, workspace) = (stage_for_mark, workspace.clone());
-        tokio::task::spawn_blocking(move || stage.mark_dispatch(&workspace))
-            .await
-            .unwrap_or_else(|_| now_ms())
-    };
     let Some(mut request) = request else {
         return Done::Worked(
             flight,
@@ -935,6 +944,7 @@ impl Controller<'_, '_> {
             round,
             inputs: self.inputs_of(node),
             transform: matches!(task, Task::Transform { .. }),
+            marks_dispatch: !info.outputs.is_empty(),
         };
         let request = prompt.map(|prompt| WorkRequest {
             run_id: self.settings.run_id.clone(),

@@ -599,3 +599,45 @@ fn joins_decide_as_bounded_loops_does() {
         assert_eq!(states["j"], expected, "{mode:?}");
     }
 }
+
+#[test]
+fn a_router_takes_one_route_and_skips_what_lies_beyond_the_others() {
+    // router -> fix (route 0) -> after-fix; router -> ship (route 1); router -> log (always).
+    let edge = |from, to, routes: Vec<u32>| EdgeSpec {
+        from,
+        to,
+        guard: Guard::Default,
+        routes,
+    };
+    let spec = Spec {
+        nodes: vec![
+            worker("router"),
+            worker("fix"),
+            worker("ship"),
+            worker("log"),
+            worker("after-fix"),
+        ],
+        edges: vec![
+            edge(0, 1, vec![0]),
+            edge(0, 2, vec![1]),
+            edge(0, 3, vec![]),
+            edge(1, 4, vec![]),
+        ],
+        fail_mode: FailMode::FailClosed,
+        repair_budget: 0,
+    };
+    let mut m = Machine::new(spec);
+    m.begin();
+    m.start(0).unwrap();
+    let ts = m
+        .finish_routed(0, 0, AttemptEnd::Succeeded, Some(1))
+        .unwrap();
+    assert!(ts.contains(&Transition::Skipped { node: 1, round: 0 }));
+    assert!(ts.contains(&Transition::Skipped { node: 4, round: 0 }));
+    assert_eq!(m.ready(), vec![2, 3]);
+    for n in [2, 3] {
+        m.start(n).unwrap();
+        m.finish(n, 0, AttemptEnd::Succeeded).unwrap();
+    }
+    assert_eq!(m.status(), RunStatus::Succeeded);
+}

@@ -1212,3 +1212,60 @@ fn graph_artifacts_lists_producers_digests_visibility_and_consumers() {
         "{human}"
     );
 }
+
+/// Seed 002's artifact completion: a worker that fails (here, exit 1)
+/// after writing every declared output, fresh and well-formed, completes
+/// from its artifacts, with a `node.artifact_completion` record; one that
+/// left nothing keeps its failure.
+#[test]
+fn a_failed_worker_that_left_its_outputs_completes_from_them() {
+    let case = Case::new();
+    let tool = |id: &str, script: &str| {
+        node(
+            id,
+            "tool",
+            json!({
+                "tool_ref": format!("command:sh -c {}", shell_quote(script)),
+                "outputs": {"summary": output(&format!("workspace/{id}.json"), "json")},
+            }),
+        )
+    };
+    graph(
+        &case,
+        vec![
+            tool(
+                "landed",
+                "mkdir -p workspace && echo '{\"done\": true}' > workspace/landed.json; exit 1",
+            ),
+            tool("nothing", "exit 1"),
+        ],
+        vec![],
+        "continue_declared",
+    );
+    replies(&case, &[]);
+    let run = case.run("r", &[]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    let completion = case
+        .event("r", "landed", "node.artifact_completion")
+        .unwrap();
+    assert_eq!(completion["artifacts"], json!(["workspace/landed.json"]));
+    assert!(
+        completion["suppressed_finish_reason"]
+            .as_str()
+            .unwrap()
+            .contains("exited with code 1"),
+        "{completion}"
+    );
+    let ok = case.event("r", "landed", "node.succeeded").unwrap();
+    assert_eq!(ok["outputs"][0]["path"], "workspace/landed.json");
+    let failed = case.event("r", "nothing", "node.failed").unwrap();
+    assert_eq!(failed["cause"], "worker_fault", "{failed}");
+    assert_eq!(failed["reason"], "worker execution failed");
+    assert!(
+        failed["verdict"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("was not written"),
+        "{failed}"
+    );
+}
