@@ -650,6 +650,10 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
             .join(engine::HANDOFF_FILE),
         memory: dir.join(".STATE.md.runtime"),
         redact: args.redact.clone(),
+        egress_record: match &run_dir {
+            Some(d) => d.join(EGRESS_DECISIONS),
+            None => dir.join(format!(".{EGRESS_DECISIONS}")),
+        },
     };
     let outcome = drive_loop(
         &package,
@@ -697,6 +701,30 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
     })
 }
 
+/// The hosts a caged agent-CLI runner may reach: its profile's provider
+/// hosts, and the operator's allowlist when the egress posture is
+/// `allowlist`. `None` for the other runners, and without a cage.
+fn agent_hosts(runner: &str, sandbox: bool) -> Result<Option<Vec<String>>, CliError> {
+    if !sandbox || matches!(runner, "stub" | "shell" | "python_callable") {
+        return Ok(None);
+    }
+    let profile = match runner {
+        "claude-code" => "claude",
+        "antigravity" => "agy",
+        other => other,
+    };
+    let mut hosts = bl_workers::Catalog::shipped()
+        .get(profile)
+        .map(|p| p.egress_hosts.clone())
+        .unwrap_or_default();
+    let config = bl_egress::posture::resolve_posture(|name| std::env::var(name).ok())
+        .map_err(|e| CliError::refused(format!("bl run: egress posture: {e}")))?;
+    if config.posture == bl_egress::posture::Posture::Allowlist {
+        hosts.extend(config.allowlist);
+    }
+    Ok(Some(hosts))
+}
+
 /// Where one loop run keeps its workspace and records.
 struct LoopPlace {
     workspace_root: PathBuf,
@@ -706,6 +734,8 @@ struct LoopPlace {
     /// `.STATE.md.runtime`: the notes the next turn reads.
     memory: PathBuf,
     redact: String,
+    /// Where a caged agent runner's egress decisions are kept.
+    egress_record: PathBuf,
 }
 
 /// Runs the loop engine over `package` (resolved as `dir`): the scratch
@@ -736,7 +766,27 @@ fn drive_loop(
         errln!("{}", bl_loops::quarantine::warning(workspace.withheld()));
     }
     let commands = sandbox_runner(bounds.sandbox)?;
-    let mut runner = make_runner(runner_name, package, workspace_root, commands.clone(), env)?;
+    // A caged agent CLI reaches its provider, and only it, through the
+    // allowlist proxy; every other command in the cage has no network.
+    let (runner_commands, _proxy) = match agent_hosts(runner_name, bounds.sandbox)? {
+        Some(hosts) => {
+            let config = bl_egress::posture::EgressConfig::new(
+                bl_egress::posture::Posture::Allowlist,
+                &hosts,
+            )
+            .map_err(|e| CliError::refused(format!("bl run: egress allowlist: {e}")))?;
+            let guard = crate::sandbox_cmd::start_proxy(&config, Some(&place.egress_record))
+                .map_err(|e| {
+                    CliError::refused(format!("bl run: the allowlist proxy could not start: {e}"))
+                })?;
+            let caged = crate::sandbox_cmd::sandbox(bl_sandbox::Tier::ProcessRestricted)
+                .map_err(CliError::refused)?
+                .with_egress(guard.bridge.clone());
+            (Arc::new(caged) as Arc<dyn CommandRunner>, Some(guard))
+        }
+        None => (commands.clone(), None),
+    };
+    let mut runner = make_runner(runner_name, package, workspace_root, runner_commands, env)?;
     let runtime = runtime(commands, &bounds)?;
     let mut gate = LoopGate::new(
         runtime,
@@ -1013,6 +1063,7 @@ pub fn run_node_loop(
         handoff: run_dir.join(engine::HANDOFF_FILE),
         memory: run_dir.join(".STATE.md.runtime"),
         redact: "off".into(),
+        egress_record: run_dir.join(EGRESS_DECISIONS),
     };
     let env = passthrough(&package.manifest).map_err(|e| e.message)?;
     let runner = package.manifest.runner.default.clone();
@@ -1049,6 +1100,9 @@ pub fn run_node_loop(
     std::fs::write(workspace.join(LOOP_OUTCOME), &bytes).map_err(|e| e.to_string())?;
     Ok(bytes)
 }
+
+/// Where a caged agent runner's egress decisions go (one JSON line each).
+pub const EGRESS_DECISIONS: &str = "egress-decisions.jsonl";
 
 /// What a loop node writes for the receipt gate.
 pub const LOOP_OUTCOME: &str = "loop-outcome.json";

@@ -190,37 +190,50 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
         }
         Tier::WorkspaceOnly | Tier::CustomerManagedWorker => unreachable!("not caged"),
     }
-    if let Some((socket, binary)) = cage.egress {
-        if cage.tier != Tier::ContainerRestricted {
+    // The egress bridge: in the container tier its socket and binary are
+    // bound in at fixed places; the process tier sees the host's tree, so
+    // they are used where they are (bl's staging, for a caged user).
+    let bridge = match (cage.egress, cage.tier) {
+        (None, _) => None,
+        (Some((socket, binary)), Tier::ContainerRestricted) => {
+            push(
+                &mut args,
+                &[
+                    "--dir",
+                    "/run/bl",
+                    "--bind",
+                    &socket.display().to_string(),
+                    PROXY_SOCKET_INSIDE,
+                    "--ro-bind",
+                    &binary.display().to_string(),
+                    BRIDGE_BINARY_INSIDE,
+                ],
+            );
+            Some((
+                PROXY_SOCKET_INSIDE.to_string(),
+                BRIDGE_BINARY_INSIDE.to_string(),
+            ))
+        }
+        (Some((socket, binary)), Tier::ProcessRestricted) => {
+            Some((socket.display().to_string(), binary.display().to_string()))
+        }
+        (Some(_), tier) => {
             return Err(CommandError::Denied(format!(
-                "the allowlist egress posture needs the container_restricted tier, not {}",
-                cage.tier.name()
+                "an egress bridge needs a caged tier, not {}",
+                tier.name()
             )));
         }
-        push(
-            &mut args,
-            &[
-                "--dir",
-                "/run/bl",
-                "--bind",
-                &socket.display().to_string(),
-                PROXY_SOCKET_INSIDE,
-                "--ro-bind",
-                &binary.display().to_string(),
-                BRIDGE_BINARY_INSIDE,
-            ],
-        );
-    }
+    };
     push(&mut args, &["--chdir", &ws, "--"]);
-    if cage.egress.is_some() {
+    if let Some((socket, binary)) = &bridge {
         push(
             &mut args,
             &[
-                BRIDGE_BINARY_INSIDE,
+                binary,
                 "sandbox",
                 "bridge",
                 "--socket",
-                PROXY_SOCKET_INSIDE,
+                socket,
                 "--listen",
                 PROXY_LISTEN_INSIDE,
                 "--",

@@ -227,6 +227,12 @@ impl CommandRunner for Sandbox {
             return Err(CommandError::Denied("the argv is empty".into()));
         }
         match self.tier {
+            // An allowlist means nothing without a network namespace to
+            // hold the command to it: refuse rather than run it loose.
+            Tier::WorkspaceOnly if self.egress.is_some() => Err(CommandError::Denied(
+                "an egress allowlist needs a caged tier (process_restricted or container_restricted); workspace_only has the host's network"
+                    .into(),
+            )),
             Tier::WorkspaceOnly => crate::Subprocess.run(spec),
             Tier::CustomerManagedWorker => Err(CommandError::Denied(
                 "customer_managed_worker nodes run on the customer's own worker, never on this host; \

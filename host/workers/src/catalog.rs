@@ -65,6 +65,10 @@ pub struct Profile {
     pub envelope: Envelope,
     pub env_grant: Vec<String>,
     pub unset_env: Vec<String>,
+    /// The hosts (`host` or `host:port`, 443 when left out) the CLI must
+    /// reach to work: a caged loop runner gets these through the allowlist
+    /// proxy, and nothing else.
+    pub egress_hosts: Vec<String>,
 }
 
 impl Profile {
@@ -114,7 +118,24 @@ fn shipped(
         envelope,
         env_grant: Vec::new(),
         unset_env: Vec::new(),
+        egress_hosts: provider_hosts(name),
     }
+}
+
+/// Where each shipped CLI's provider answers.
+fn provider_hosts(name: &str) -> Vec<String> {
+    let hosts: &[&str] = match name {
+        "claude" => &["api.anthropic.com"],
+        "codex" => &["api.openai.com", "chatgpt.com"],
+        "grok" => &["api.x.ai"],
+        "agy" => &[
+            "generativelanguage.googleapis.com",
+            "cloudcode-pa.googleapis.com",
+            "oauth2.googleapis.com",
+        ],
+        _ => &[],
+    };
+    strings(hosts)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +161,7 @@ struct CatalogFile {
 const KEYS: &[&str] = &[
     "args",
     "binary",
+    "egress_hosts",
     "env_grant",
     "envelope",
     "post_prompt_args",
@@ -289,6 +311,7 @@ impl Catalog {
                 envelope,
                 env_grant,
                 unset_env: list_of("unset_env")?,
+                egress_hosts: list_of("egress_hosts")?,
             };
             self.profiles.insert(name, profile);
         }

@@ -1042,6 +1042,81 @@ fn an_agent_cli_takes_turns_in_the_cage_and_its_usage_counts() {
     );
 }
 
+/// A caged agent CLI reaches its provider, and nothing else, through the
+/// allowlist proxy: its profile's host is let through to resolution, any
+/// other host is refused, a direct connection finds no network, and every
+/// decision is kept beside the ledger.
+#[test]
+fn a_caged_agent_cli_reaches_only_its_provider_through_the_proxy() {
+    if !cage_works() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let l = Loop::stub("python3 seed/check.py", BOUNDS, json!([]));
+    open_to_cage(l.dir.path());
+    let bin = l.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    open_to_cage(&bin);
+    let claude = bin.join("claude");
+    let script = format!(
+        "#!/usr/bin/python3\nimport json, os, socket, sys\nsys.stdin.read()\nproxy = os.environ['HTTPS_PROXY'].rsplit('/', 1)[-1].split(':')\nseen = []\nfor target in ('api.anthropic.com:443', 'blocked.invalid:443'):\n    s = socket.create_connection((proxy[0], int(proxy[1])), 5)\n    s.sendall(('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' % (target, target)).encode())\n    seen.append(s.recv(200).split(b'\\r\\n')[0].decode())\n    s.close()\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 2).close(); seen.append('direct:open')\nexcept OSError:\n    seen.append('direct:denied')\nopen('seed/doc.txt', 'w').write('done\\n')\nopen('seed/net.txt', 'w').write('|'.join(seen))\nprint(json.dumps({{'type': 'result', 'result': 'ok', 'usage': {{'input_tokens': 1, 'output_tokens': 1, 'cache_creation_input_tokens': 0, 'cache_read_input_tokens': 0}}}}))\n"
+    );
+    std::fs::write(&claude, script).unwrap();
+    std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let r = Run::from(
+        l.command(&[
+            "run",
+            "pkg",
+            "--yes",
+            "--json",
+            "--runner",
+            "claude-code",
+            "--run-id",
+            "net",
+            "--keep-workspace",
+        ])
+        .env("PATH", &path)
+        .env_remove("BOUNDED_LOOPS_EGRESS_POSTURE")
+        .output()
+        .unwrap(),
+    );
+    assert_eq!(r.status().0, 0, "{}\n{}", r.stdout, r.stderr);
+    let run = l.pkg().join(".bounded-loops/runs/net");
+    let seen = std::fs::read_to_string(run.join("workspace/seed/net.txt")).unwrap();
+    let parts: Vec<&str> = seen.split('|').collect();
+    assert_eq!(parts.len(), 3, "{seen}");
+    assert!(
+        parts[0].starts_with("HTTP/1.1"),
+        "the proxy answered for the provider: {seen}"
+    );
+    assert!(
+        parts[1].starts_with("HTTP/1.1") && !parts[1].contains(" 200"),
+        "{seen}"
+    );
+    assert_eq!(parts[2], "direct:denied", "{seen}");
+    let decisions: Vec<Value> = std::fs::read_to_string(run.join("egress-decisions.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert_eq!(decisions[0]["target"], "api.anthropic.com:443");
+    // Allowed by the allowlist: only resolution (no DNS here) or the tunnel decides.
+    assert!(
+        decisions[0]["decision"] == "tunnel"
+            || !decisions[0]["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("allowlist"),
+        "{decisions:?}"
+    );
+    assert_eq!(decisions[1]["target"], "blocked.invalid:443");
+    assert_eq!(decisions[1]["decision"], "refused");
+    assert_eq!(decisions[1]["reason"], "not on the egress allowlist");
+}
+
 #[test]
 fn a_python_callable_takes_turns_from_the_directory_bl_runs_in() {
     if !cage_works() {
