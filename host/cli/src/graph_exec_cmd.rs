@@ -321,6 +321,8 @@ fn identity(plan: &Plan) -> RunIdentity {
 /// resolved from the flags, or, on resume, from what the run kept.
 pub struct RunContext {
     pub recorded: Option<bl_workers::recorded::RecordedReplies>,
+    /// Where the recorded decisions came from (for errors).
+    pub decisions_file: Option<PathBuf>,
     /// node id → (approved, decided_by).
     pub decisions: HashMap<String, (bool, String)>,
     pub admitted: Option<std::collections::BTreeMap<String, bl_egress::AdmittedConnection>>,
@@ -373,11 +375,30 @@ fn parse_decisions(path: &Path, text: &str) -> Result<HashMap<String, (bool, Str
     if doc["api_version"] != DECISIONS_API {
         return Err(at(format!("/api_version: must be \"{DECISIONS_API}\"")));
     }
+    if let Some(k) = doc.as_object().and_then(|o| {
+        o.keys()
+            .find(|k| !["api_version", "decisions"].contains(&k.as_str()))
+    }) {
+        return Err(at(format!(
+            "/{k}: unknown field (known: api_version, decisions)"
+        )));
+    }
     let list = doc["decisions"]
         .as_array()
         .ok_or_else(|| at("/decisions: must be a list".into()))?;
     let mut out = HashMap::new();
     for (i, d) in list.iter().enumerate() {
+        if let Some(k) = d.as_object().and_then(|o| {
+            o.keys()
+                .find(|k| !["node_id", "decision", "decided_by"].contains(&k.as_str()))
+        }) {
+            return Err(at(format!(
+                "/decisions/{i}/{k}: unknown field (known: node_id, decision, decided_by)"
+            )));
+        }
+        if d.get("decided_by").is_some_and(|v| !v.is_string()) {
+            return Err(at(format!("/decisions/{i}/decided_by: must be a string")));
+        }
         let node = d["node_id"]
             .as_str()
             .ok_or_else(|| at(format!("/decisions/{i}/node_id: must be a node id")))?;
@@ -418,10 +439,11 @@ fn run_context(dir: &Path, flags: &DriveFlags, fresh: bool) -> Result<RunContext
         }
         None => None,
     };
-    let decisions = match pick(&flags.decisions, KEPT_DECISIONS) {
+    let decisions_file = pick(&flags.decisions, KEPT_DECISIONS);
+    let decisions = match &decisions_file {
         Some(path) => {
-            let text = read_text(&path, "recorded decisions")?;
-            Some((parse_decisions(&path, &text)?, text))
+            let text = read_text(path, "recorded decisions")?;
+            Some((parse_decisions(path, &text)?, text))
         }
         None => None,
     };
@@ -496,6 +518,7 @@ fn run_context(dir: &Path, flags: &DriveFlags, fresh: bool) -> Result<RunContext
     }
     Ok(RunContext {
         recorded: recorded.map(|(r, _)| r),
+        decisions_file,
         decisions: decisions.map(|(d, _)| d).unwrap_or_default(),
         admitted,
         packages,
@@ -504,6 +527,96 @@ fn run_context(dir: &Path, flags: &DriveFlags, fresh: bool) -> Result<RunContext
         child_prompts: read_child_prompts(flags)?,
         keep,
     })
+}
+
+/// The plugins the graph names are installed and are what the node needs:
+/// each gate a gate, each transform a transform of the major version asked
+/// for, each contract a completion contract (and the first-party contracts
+/// when an output's name calls for them). Refused before anything runs.
+fn check_plugins(schedule: &Schedule) -> Result<(), CliError> {
+    let open = |node: &str,
+                name: &str,
+                world: &str|
+     -> Result<bl_plugins::PluginPackage, CliError> {
+        let path = crate::paths::resolve_plugin(name).map_err(|e| {
+            refused(format!(
+                "graph run: node '{node}' needs plugin '{name}': {e}; nothing was run"
+            ))
+        })?;
+        let package = bl_plugins::PluginPackage::open(&path)
+            .map_err(|e| refused(format!("graph run: node '{node}': {e}; nothing was run")))?;
+        if let Some(m) = &package.manifest
+            && m.world != world
+        {
+            return Err(refused(format!(
+                "graph run: node '{node}' needs '{name}' as a {world} plugin, but it is a {} plugin; nothing was run",
+                m.world
+            )));
+        }
+        Ok(package)
+    };
+    for node in &schedule.nodes {
+        if let Some(gate) = &node.gate {
+            open(&node.id, &gate.plugin, "gate")?;
+        }
+        if let Driver::Transform { plugin, major } = &node.driver {
+            let dashed = plugin.replace('.', "-");
+            let name = if crate::paths::resolve_plugin(plugin).is_ok() {
+                plugin.as_str()
+            } else {
+                dashed.as_str()
+            };
+            let package = open(&node.id, name, "transform")?;
+            let found = package.manifest.as_ref().and_then(|m| {
+                m.version
+                    .split('.')
+                    .next()
+                    .and_then(|v| v.parse::<u32>().ok())
+            });
+            if package.manifest.is_some() && found != Some(*major) {
+                return Err(refused(format!(
+                    "graph run: node '{}' asks for transform:{plugin}@v{major}, but the installed '{name}' is version {}; nothing was run",
+                    node.id,
+                    package
+                        .manifest
+                        .as_ref()
+                        .map_or("?", |m| m.version.as_str())
+                )));
+            }
+        }
+        for output in &node.outputs {
+            let basename = output.path.rsplit('/').next().unwrap_or(&output.path);
+            let first_party = |kind: &str| {
+                bl_handoff::FIRST_PARTY_CONTRACTS
+                    .iter()
+                    .any(|p| match p.strip_prefix('*') {
+                        Some(suffix) => kind.ends_with(suffix),
+                        None => kind == *p,
+                    })
+            };
+            match &output.contract {
+                Some(named) if !bl_handoff::FIRST_PARTY_CONTRACTS.contains(&named.as_str()) => {
+                    open(&node.id, named, "completion-contract")?;
+                }
+                Some(_) => {
+                    open(
+                        &node.id,
+                        bl_handoff::CONTRACTS_PLUGIN,
+                        "completion-contract",
+                    )?;
+                }
+                None if first_party(basename) => {
+                    open(
+                        &node.id,
+                        bl_handoff::CONTRACTS_PLUGIN,
+                        "completion-contract",
+                    )?;
+                }
+                None => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Preflight, fail-closed, before anything is written: the graph is one
@@ -516,6 +629,28 @@ fn preflight(schedule: &Schedule, catalog: &Catalog, ctx: &RunContext) -> Result
             "graph run: {pointer} — {why}; nothing was run"
         )));
     }
+    if let Some(file) = &ctx.decisions_file {
+        let approvals: Vec<&str> = schedule
+            .nodes
+            .iter()
+            .filter(|n| n.driver == Driver::Approval)
+            .map(|n| n.id.as_str())
+            .collect();
+        let mut named: Vec<&String> = ctx.decisions.keys().collect();
+        named.sort();
+        if let Some(stray) = named.into_iter().find(|n| !approvals.contains(&n.as_str())) {
+            return Err(refused(format!(
+                "graph run: {}: a decision names '{stray}', which is not an approval node of this graph (approval nodes: {}); nothing was run",
+                file.display(),
+                if approvals.is_empty() {
+                    "none".to_string()
+                } else {
+                    approvals.join(", ")
+                }
+            )));
+        }
+    }
+    check_plugins(schedule)?;
     for node in &schedule.nodes {
         match &node.driver {
             Driver::Loop { package } if ctx.packages.get(package).is_none() => {
@@ -534,26 +669,7 @@ fn preflight(schedule: &Schedule, catalog: &Catalog, ctx: &RunContext) -> Result
                     )));
                 }
             }
-            Driver::Transform { plugin, major } => {
-                let dashed = plugin.replace('.', "-");
-                if crate::paths::resolve_plugin(plugin).is_err()
-                    && crate::paths::resolve_plugin(&dashed).is_err()
-                {
-                    return Err(refused(format!(
-                        "graph run: node '{}' is transform:{plugin}@v{major}, and no plugin '{plugin}' (or '{dashed}') is installed; build it with `bl plugin build`, or set BL_PLUGIN_PATH; nothing was run",
-                        node.id
-                    )));
-                }
-            }
             _ => {}
-        }
-        if let Some(gate) = &node.gate
-            && let Err(e) = crate::paths::resolve_plugin(&gate.plugin)
-        {
-            return Err(refused(format!(
-                "graph run: node '{}' names gate plugin '{}': {e}; nothing was run",
-                node.id, gate.plugin
-            )));
         }
         let Some(binding) = &node.binding else {
             continue;
@@ -910,12 +1026,17 @@ fn drive(
         None => None,
     };
     let worker = Arc::new(Workers {
-        local_cli: LocalCli::new(catalog, work_root.clone()).with_network(network),
+        local_cli: LocalCli::new(catalog, work_root.clone())
+            .with_network(network)
+            .hiding(vec![run.dir.clone()]),
         probe: SandboxProbe,
-        commands: bl_workers::tool::CommandTool,
+        commands: bl_workers::tool::CommandTool {
+            hidden: vec![run.dir.clone()],
+        },
         transforms: Some(Arc::new(bl_handoff::TransformWorker { plugins })),
         loops: Some(Arc::new(crate::graph_nodes::LoopNodes {
             packages: ctx.packages.clone(),
+            hidden: vec![run.dir.clone()],
         })),
         subgraphs: Some(Arc::new(crate::graph_nodes::SubgraphNodes {
             run_dir: run.dir.clone(),
@@ -1253,6 +1374,7 @@ fn continue_run(
     view: &RunView,
     prompts: HashMap<String, String>,
     flags: &DriveFlags,
+    depth: Depth,
 ) -> Result<(RunEnd, RunView), CliError> {
     let catalog = catalog(flags)?;
     let ctx = run_context(&run.dir, flags, false)?;
@@ -1267,8 +1389,33 @@ fn continue_run(
         Some(view.resume_ordinal()),
         flags,
         &ctx,
-        Depth::Top,
+        depth,
     )
+}
+
+/// A subgraph's child run that an earlier drive began (the parent was
+/// interrupted mid-attempt): continued where it stopped, or, when it has
+/// ended, taken as it is.
+pub fn continue_child(
+    dir: &Path,
+    flags: &DriveFlags,
+    depth: Depth,
+) -> Result<(LoadedRun, RunEnd, RunView), CliError> {
+    let run = load_run(dir, "resume")?;
+    recover_torn_tail(dir)?;
+    let (view, _, _) = view_of(dir)?;
+    if view.is_terminal() {
+        let end = if view.run_state == "SUCCEEDED" {
+            RunEnd::Succeeded
+        } else {
+            RunEnd::Failed
+        };
+        return Ok((run, end, view));
+    }
+    let schedule = Schedule::of(&run.graph, &run.plan);
+    let prompts = read_prompts(flags)?;
+    let (end, after) = continue_run(&run, &schedule, &view, prompts, flags, depth)?;
+    Ok((run, end, after))
 }
 
 /// `bl graph resume --run D [--inputs J] [caps]`
@@ -1284,7 +1431,7 @@ pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
     let schedule = Schedule::of(&run.graph, &run.plan);
     let prompts = read_prompts(flags)?;
     check_prompts("resume", &schedule, &view, &prompts)?;
-    let (end, after) = continue_run(&run, &schedule, &view, prompts, flags)?;
+    let (end, after) = continue_run(&run, &schedule, &view, prompts, flags, Depth::Top)?;
     report_drive(
         &run,
         &end,
@@ -1345,7 +1492,7 @@ pub fn approve(
             Exit::Success
         });
     }
-    let (end, after) = continue_run(&run, &schedule, &view, prompts, flags)?;
+    let (end, after) = continue_run(&run, &schedule, &view, prompts, flags, Depth::Top)?;
     if crate::output::json() {
         let answer = approve_answer(dir, node_id, decision, false, &after, &order);
         outln!("{}", python_json(&answer));

@@ -19,6 +19,8 @@ use crate::run_adapters::FileDecisions;
 /// workspace and replies with its `loop-outcome.json`.
 pub struct LoopNodes {
     pub packages: bl_packages::Catalogue,
+    /// What the loop's cages hide (the graph run's directory).
+    pub hidden: Vec<PathBuf>,
 }
 
 impl Worker for LoopNodes {
@@ -32,17 +34,20 @@ impl Worker for LoopNodes {
             ));
         };
         let package = package.clone();
+        let hidden = self.hidden.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                match crate::loop_cmd::run_node_loop(
-                    &dir,
-                    &package,
-                    &request.run_id,
-                    &request.node_id,
-                    request.attempt,
-                    request.round,
-                    &request.workspace,
-                ) {
+                let node = crate::loop_cmd::LoopNode {
+                    package_dir: &dir,
+                    package_digest: &package,
+                    run_id: &request.run_id,
+                    node: &request.node_id,
+                    attempt: request.attempt,
+                    round: request.round,
+                    workspace: &request.workspace,
+                    hidden,
+                };
+                match crate::loop_cmd::run_node_loop(&node) {
                     Ok(outcome) => WorkReply::text(outcome, "bl:loop"),
                     Err(e) => WorkReply::Fault(format!("the loop could not run: {e}")),
                 }
@@ -151,14 +156,13 @@ fn run_child(
         Ok(b) => b,
         Err(e) => return WorkReply::Fault(format!("{}: {e}", manifest.display())),
     };
-    let ran = crate::graph_exec_cmd::run_manifest(
-        &manifest,
-        bytes,
-        connections,
-        child,
-        flags,
-        crate::graph_exec_cmd::Depth::Child(depth),
-    );
+    let depth = crate::graph_exec_cmd::Depth::Child(depth);
+    // A child an interrupted drive began is continued, never begun again.
+    let ran = if child.join(crate::run_adapters::EVENTS_FILE).is_file() {
+        crate::graph_exec_cmd::continue_child(child, flags, depth)
+    } else {
+        crate::graph_exec_cmd::run_manifest(&manifest, bytes, connections, child, flags, depth)
+    };
     let (loaded, _end, view) = match ran {
         Ok(r) => r,
         Err(e) => return WorkReply::Fault(format!("the child run was refused: {}", e.message)),
@@ -239,10 +243,17 @@ impl Decisions for RecordedDecisions {
             decided_by: by.clone(),
             source: "recorded",
         };
-        // A decision that cannot be recorded is not taken: the run waits.
-        commit_decision(&self.run_dir, &self.plan_id, &decision, None)
-            .ok()
-            .map(|_| *approved)
+        // A decision that cannot be recorded is not taken: the run waits,
+        // and says why.
+        match commit_decision(&self.run_dir, &self.plan_id, &decision, None) {
+            Ok(()) => Some(*approved),
+            Err(e) => {
+                crate::output::errln!(
+                    "the recorded decision for '{node}' could not be written to approvals.json ({e}); the node waits for a decision"
+                );
+                None
+            }
+        }
     }
 }
 

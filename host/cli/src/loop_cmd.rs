@@ -339,13 +339,15 @@ pub fn handoff_text(m: &LoopManifest, bounds: &Bounds, outcome: &RunOutcome) -> 
     s
 }
 
-fn sandbox_runner(sandbox: bool) -> Result<Arc<dyn CommandRunner>, CliError> {
+fn sandbox_runner(sandbox: bool, hidden: &[PathBuf]) -> Result<Arc<dyn CommandRunner>, CliError> {
     let tier = if sandbox {
         bl_sandbox::Tier::ProcessRestricted
     } else {
         bl_sandbox::Tier::WorkspaceOnly
     };
-    let sandbox = crate::sandbox_cmd::sandbox(tier).map_err(CliError::refused)?;
+    let sandbox = crate::sandbox_cmd::sandbox(tier)
+        .map_err(CliError::refused)?
+        .hiding(hidden.to_vec());
     Ok(Arc::new(sandbox))
 }
 
@@ -654,6 +656,7 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
             Some(d) => d.join(EGRESS_DECISIONS),
             None => dir.join(format!(".{EGRESS_DECISIONS}")),
         },
+        hidden: Vec::new(),
     };
     let outcome = drive_loop(
         &package,
@@ -736,6 +739,8 @@ struct LoopPlace {
     redact: String,
     /// Where a caged agent runner's egress decisions are kept.
     egress_record: PathBuf,
+    /// What the cages hide (a graph run's directory, for a loop node).
+    hidden: Vec<PathBuf>,
 }
 
 /// Runs the loop engine over `package` (resolved as `dir`): the scratch
@@ -765,7 +770,7 @@ fn drive_loop(
     if !workspace.withheld().is_empty() {
         errln!("{}", bl_loops::quarantine::warning(workspace.withheld()));
     }
-    let commands = sandbox_runner(bounds.sandbox)?;
+    let commands = sandbox_runner(bounds.sandbox, &place.hidden)?;
     // A caged agent CLI reaches its provider, and only it, through the
     // allowlist proxy; every other command in the cage has no network.
     let (runner_commands, _proxy) = match agent_hosts(runner_name, bounds.sandbox)? {
@@ -781,6 +786,7 @@ fn drive_loop(
                 })?;
             let caged = crate::sandbox_cmd::sandbox(bl_sandbox::Tier::ProcessRestricted)
                 .map_err(CliError::refused)?
+                .hiding(place.hidden.clone())
                 .with_egress(guard.bridge.clone());
             (Arc::new(caged) as Arc<dyn CommandRunner>, Some(guard))
         }
@@ -1035,15 +1041,32 @@ pub fn inner_run_id(run_id: &str, node: &str, round: u32, attempt: u32) -> Strin
 /// never written), and `loop-outcome.json` is written as bounded-loops
 /// writes it. Returns its bytes: the node's reply, which the receipt gate
 /// reads.
-pub fn run_node_loop(
-    package_dir: &Path,
-    package_digest: &str,
-    run_id: &str,
-    node: &str,
-    attempt: u32,
-    round: u32,
-    workspace: &Path,
-) -> Result<Vec<u8>, String> {
+/// One attempt of a graph's loop node.
+pub struct LoopNode<'a> {
+    pub package_dir: &'a Path,
+    /// The digest the plan admitted.
+    pub package_digest: &'a str,
+    pub run_id: &'a str,
+    pub node: &'a str,
+    pub attempt: u32,
+    pub round: u32,
+    /// The attempt's workspace.
+    pub workspace: &'a Path,
+    /// What the loop's cages hide (the graph run's directory; the attempt's
+    /// workspace stays visible).
+    pub hidden: Vec<PathBuf>,
+}
+
+pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, String> {
+    let (package_dir, package_digest, run_id, node, attempt, round, workspace) = (
+        n.package_dir,
+        n.package_digest,
+        n.run_id,
+        n.node,
+        n.attempt,
+        n.round,
+        n.workspace,
+    );
     let now = bl_packages::digest(package_dir).map_err(|e| e.to_string())?;
     if now != package_digest {
         return Err(format!(
@@ -1064,6 +1087,7 @@ pub fn run_node_loop(
         memory: run_dir.join(".STATE.md.runtime"),
         redact: "off".into(),
         egress_record: run_dir.join(EGRESS_DECISIONS),
+        hidden: n.hidden.clone(),
     };
     let env = passthrough(&package.manifest).map_err(|e| e.message)?;
     let runner = package.manifest.runner.default.clone();

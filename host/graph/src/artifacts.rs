@@ -13,6 +13,8 @@ use crate::model::{Direction, Graph, Visibility};
 
 /// Paths the run's artifact ledger owns; no node may publish into them.
 pub const RESERVED_PREFIXES: &[&str] = &["workspace/manifests/", "workspace/inputs/"];
+/// Where every output is published.
+pub const WORKSPACE_PREFIX: &str = "workspace/";
 /// Where only `system_only` receipts may be published.
 pub const SYSTEM_PREFIX: &str = "workspace/system/";
 
@@ -67,6 +69,18 @@ pub fn check(graph: &Graph) -> Result<(), Refusal> {
                     ),
                 );
             }
+            // Published outputs land in the run directory at their path;
+            // everything outside its workspace/ is the ledger's own record.
+            if !path.starts_with(WORKSPACE_PREFIX) {
+                return refuse(
+                    RefusalCode::ReservedPath,
+                    at,
+                    format!(
+                        "{} must lie under {WORKSPACE_PREFIX}: the rest of the run directory is the ledger's",
+                        py_repr(path)
+                    ),
+                );
+            }
             if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| path.starts_with(**p)) {
                 return refuse(
                     RefusalCode::ReservedPath,
@@ -115,6 +129,19 @@ pub fn check(graph: &Graph) -> Result<(), Refusal> {
                 format!(
                     "input {}.{} is an artifact port, but {}.{} publishes no file (declare it in long form with a path)",
                     edge.to_node, edge.to_port, edge.from_node, edge.from_port
+                ),
+            );
+        }
+        let guarded = edge
+            .when
+            .is_some_and(|w| w != crate::model::EdgeGuard::Succeeded);
+        if target.artifact(Direction::Input, &edge.to_port).is_some() && guarded {
+            return refuse(
+                RefusalCode::ArtifactHandoff,
+                format!("/edges/{i}/when"),
+                format!(
+                    "the edge into artifact input {}.{} is guarded by more than success, but a consumer is handed only what its producer published on success: drop the `when`",
+                    edge.to_node, edge.to_port
                 ),
             );
         }

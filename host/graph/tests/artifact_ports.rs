@@ -154,3 +154,36 @@ fn two_ports_between_one_pair_of_nodes_are_fine_with_the_extension() {
     let graph = lint(&two, Format::Yaml).unwrap();
     assert_eq!(graph.edges.len(), 4);
 }
+
+#[test]
+fn outputs_lie_under_the_run_workspace() {
+    // Outputs are published into the run directory at their path: one
+    // outside workspace/ could overwrite the ledger's own records.
+    for path in [
+        "recorded-decisions.json",
+        "controller-events.jsonl",
+        "panel.md",
+    ] {
+        let outside = EXAMPLE.replace("workspace/panel.md", path);
+        let (code, pointer) = refusal(&outside);
+        assert_eq!(
+            (code, pointer.as_str()),
+            ("reserved_path", "/nodes/2/outputs/panel_responses/path"),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn an_artifact_handoff_carries_no_guard() {
+    let guarded = EXAMPLE
+        .replace(
+            "to_node: anonymize-panel, to_port: security}",
+            "to_node: anonymize-panel, to_port: security, when: terminal}",
+        )
+        .replace("fail_mode: fail_closed", "fail_mode: continue_declared");
+    assert_eq!(
+        refusal(&guarded),
+        ("artifact_handoff", "/edges/0/when".into())
+    );
+}

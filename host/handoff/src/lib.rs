@@ -23,7 +23,8 @@ pub mod plugins;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -99,13 +100,81 @@ pub fn work_dir(root: &Path, node: &str) -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Reads a regular file without following a symlink, refusing one over
-/// `cap` bytes.
-fn read_regular(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
-    let file = std::fs::OpenOptions::new()
+/// The components of a relative path, refusing anything but plain names
+/// (no `..`, no absolute path, no `.`).
+fn names(rel: &str) -> std::io::Result<Vec<&std::ffi::OsStr>> {
+    let mut out = Vec::new();
+    for c in Path::new(rel).components() {
+        match c {
+            std::path::Component::Normal(n) => out.push(n),
+            _ => {
+                return Err(std::io::Error::other(format!(
+                    "'{rel}' is not a plain relative path"
+                )));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(std::io::Error::other("an empty path"));
+    }
+    Ok(out)
+}
+
+/// Opens `root`, confined (cap-std: nothing outside it can be reached).
+fn confined(root: &Path) -> std::io::Result<Dir> {
+    if std::fs::symlink_metadata(root)?.file_type().is_symlink() {
+        return Err(std::io::Error::other(format!(
+            "{} is a symlink",
+            root.display()
+        )));
+    }
+    Dir::open_ambient_dir(root, cap_std::ambient_authority())
+}
+
+/// The directory holding `rel`'s last name, walked from `root` one name at
+/// a time with a symlink anywhere on the way refused (not only one that
+/// leads out), made on the way when `make`.
+fn parent_of(root: &Path, rel: &str, make: bool) -> std::io::Result<(Dir, std::ffi::OsString)> {
+    let parts = names(rel)?;
+    let mut dir = confined(root)?;
+    for name in &parts[..parts.len() - 1] {
+        if make {
+            // Nodes publish in parallel: another may make it first.
+            match dir.create_dir(name) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+        }
+        match dir.symlink_metadata(name) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(std::io::Error::other(format!(
+                    "'{rel}' passes through a symlink ({}); a published or declared file never does",
+                    name.to_string_lossy()
+                )));
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(std::io::Error::other(format!(
+                    "'{rel}': {} is not a directory",
+                    name.to_string_lossy()
+                )));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(e),
+        }
+        dir = dir.open_dir(name)?;
+    }
+    Ok((dir, parts[parts.len() - 1].to_os_string()))
+}
+
+/// Reads the regular file at `rel` under `root`: never through a symlink,
+/// never a FIFO or device, at most `cap` bytes.
+fn read_beneath(root: &Path, rel: &str, cap: u64) -> std::io::Result<Vec<u8>> {
+    let (dir, name) = parent_of(root, rel, false)?;
+    let mut options = OpenOptions::new();
+    options
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+    let file = dir.open_with(&name, &options)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file"));
@@ -117,30 +186,31 @@ fn read_regular(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
         )));
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(cap + 1).read_to_end(&mut bytes)?;
+    file.into_std().take(cap + 1).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
-/// Writes `bytes` at `path` (making its directory), replacing what is
-/// there without following a symlink: a temporary file renamed over it.
-fn write_replacing(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.bl-tmp"));
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
+/// Writes `bytes` at `rel` under `root` (making its directories), never
+/// through a symlink: a new file beside it, renamed over it.
+fn write_beneath(root: &Path, rel: &str, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    std::fs::create_dir_all(root)?;
+    let (dir, name) = parent_of(root, rel, true)?;
+    let tmp = format!(".{}.bl-tmp", name.to_string_lossy());
+    let _ = dir.remove_file(&tmp);
+    let mut options = OpenOptions::new();
+    options
         .write(true)
         .create_new(true)
         .mode(mode)
-        .open(&tmp)?;
+        .custom_flags(libc::O_NOFOLLOW);
+    let mut file = dir.open_with(&tmp, &options)?.into_std();
     file.write_all(bytes)?;
     drop(file);
-    std::fs::rename(&tmp, path)
+    dir.rename(&tmp, &dir, &name)
 }
 
-fn write_json(path: &Path, value: &Value) -> std::io::Result<()> {
-    write_replacing(path, bl_core::python_json(value).as_bytes(), 0o644)
+fn write_json(root: &Path, rel: &str, value: &Value) -> std::io::Result<()> {
+    write_beneath(root, rel, bl_core::python_json(value).as_bytes(), 0o644)
 }
 
 impl Stage for Handoff {
@@ -160,9 +230,9 @@ impl Stage for Handoff {
                 })).collect::<Vec<_>>(),
                 "repair_round": request.round,
             });
-            let name = format!("{}.inputs.json", request.node_id);
+            let name = format!("{MANIFESTS}/{}.inputs.json", request.node_id);
             for root in [&workspace, &self.run_dir] {
-                write_json(&root.join(MANIFESTS).join(&name), &manifest)
+                write_json(root, &name, &manifest)
                     .map_err(|e| StageError::Io(format!("cannot write {name}: {e}")))?;
             }
         }
@@ -208,8 +278,7 @@ impl Handoff {
                 "input {port}: {producer} is system_only, and only a transform may be handed it; '{node}' is not started"
             )));
         }
-        let source = self.run_dir.join(&input.source);
-        let bytes = read_regular(&source, MAX_ARTIFACT_BYTES).map_err(|e| {
+        let bytes = read_beneath(&self.run_dir, &input.source, MAX_ARTIFACT_BYTES).map_err(|e| {
             StageError::Integrity(format!(
                 "input {port}: {} published by {producer} cannot be read ({e}); '{node}' is not started",
                 input.source
@@ -227,7 +296,7 @@ impl Handoff {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| input.port.clone());
         let rel = format!("{INPUTS}/{node}/{}/{basename}", input.port);
-        write_replacing(&workspace.join(&rel), &bytes, 0o444)
+        write_beneath(workspace, &rel, &bytes, 0o444)
             .map_err(|e| StageError::Io(format!("cannot stage {rel}: {e}")))?;
         Ok(StagedInput {
             port: input.port.clone(),
@@ -250,9 +319,15 @@ struct Output<'a> {
 /// Reads a declared output and checks seed 002's generic rules: a regular
 /// file, written in this attempt, non-empty, well-formed for its type.
 fn read_output(workspace: &Path, port: &OutputPort, since_ms: u64) -> Result<Vec<u8>, String> {
-    let path = workspace.join(&port.path);
     let at = &port.path;
-    let meta = std::fs::symlink_metadata(&path)
+    let (dir, name) = parent_of(workspace, at, false).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            format!("{at}: declared output '{}' was not written", port.port)
+        }
+        _ => format!("{at}: {e}"),
+    })?;
+    let meta = dir
+        .symlink_metadata(&name)
         .map_err(|_| format!("{at}: declared output '{}' was not written", port.port))?;
     if meta.file_type().is_symlink() {
         return Err(format!(
@@ -265,6 +340,7 @@ fn read_output(workspace: &Path, port: &OutputPort, since_ms: u64) -> Result<Vec
     let modified_ms = meta
         .modified()
         .ok()
+        .map(|t| t.into_std())
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
     if modified_ms < since_ms {
@@ -275,7 +351,8 @@ fn read_output(workspace: &Path, port: &OutputPort, since_ms: u64) -> Result<Vec
     if meta.len() == 0 {
         return Err(format!("{at}: is empty"));
     }
-    let bytes = read_regular(&path, MAX_ARTIFACT_BYTES).map_err(|e| format!("{at}: {e}"))?;
+    let bytes =
+        read_beneath(workspace, at, MAX_ARTIFACT_BYTES).map_err(|e| format!("{at}: {e}"))?;
     well_formed(port, &bytes).map_err(|why| format!("{at}: {why}"))?;
     Ok(bytes)
 }
@@ -512,8 +589,10 @@ impl Handoff {
         }
         for output in outputs {
             let port = output.port;
-            let dest = self.run_dir.join(&port.path);
-            write_replacing(&dest, &output.bytes, 0o644)
+            // A system_only output is for the operator: not even the
+            // caged user may read the published copy.
+            let mode = if port.system_only { 0o600 } else { 0o644 };
+            write_beneath(&self.run_dir, &port.path, &output.bytes, mode)
                 .map_err(|e| format!("cannot publish {}: {e}", port.path))?;
             j.published.push(PublishedOutput {
                 port: port.port.clone(),
@@ -534,9 +613,8 @@ impl Handoff {
             })).collect::<Vec<_>>(),
             "repair_round": request.round,
         });
-        let name = format!("{}.outputs.json", request.node_id);
-        write_json(&self.run_dir.join(MANIFESTS).join(&name), &manifest)
-            .map_err(|e| format!("cannot write {name}: {e}"))
+        let name = format!("{MANIFESTS}/{}.outputs.json", request.node_id);
+        write_json(&self.run_dir, &name, &manifest).map_err(|e| format!("cannot write {name}: {e}"))
     }
 }
 
@@ -576,7 +654,7 @@ fn transform(plugins: &Plugins, request: &WorkRequest) -> WorkReply {
     };
     let mut inputs = Vec::new();
     for input in &request.inputs {
-        let bytes = match read_regular(&request.workspace.join(&input.path), MAX_ARTIFACT_BYTES) {
+        let bytes = match read_beneath(&request.workspace, &input.path, MAX_ARTIFACT_BYTES) {
             Ok(b) => b,
             Err(e) => return WorkReply::Fault(format!("{}: {e}", input.path)),
         };
@@ -621,8 +699,7 @@ fn transform(plugins: &Plugins, request: &WorkRequest) -> WorkReply {
         let Some(port) = request.outputs.iter().find(|o| o.port == published.name) else {
             continue;
         };
-        let dest = request.workspace.join(&port.path);
-        if let Err(e) = write_replacing(&dest, &published.bytes, 0o644) {
+        if let Err(e) = write_beneath(&request.workspace, &port.path, &published.bytes, 0o644) {
             return WorkReply::Fault(format!("cannot write {}: {e}", port.path));
         }
     }

@@ -466,6 +466,8 @@ struct JudgedAttempt {
     plugins: Vec<PluginUse>,
     /// A subgraph's receipt: the child run it names goes into the record.
     child_run: Option<Value>,
+    /// A router's pick from its worker's reply, when its outputs are judged.
+    routed: Option<(u32, String)>,
 }
 
 /// What a succeeded node left for the nodes after it.
@@ -937,12 +939,38 @@ impl Controller<'_, '_> {
                     .unwrap_or_default(),
             ),
         };
+        // Every required input must have been published (the machine
+        // starts a consumer only after its producers succeeded; this holds
+        // the line should a producer succeed without its output).
+        let inputs = self.inputs_of(node);
+        if let Some(missing) = info
+            .inputs
+            .iter()
+            .find(|i| i.required && !inputs.iter().any(|s| s.port == i.port))
+        {
+            let producer = self.info(missing.from);
+            let reason = format!(
+                "input {}.{}: {}.{} published nothing (it is {}), so '{}' is not started",
+                info.id,
+                missing.port,
+                producer.id,
+                missing.from_port,
+                state_name(self.machine.state(missing.from)),
+                info.id
+            );
+            self.end(
+                node,
+                Ended::Failed(stop(Cause::ArtifactUnverified, reason)),
+                round,
+            )?;
+            return Ok(None);
+        }
         let staging = StageRequest {
             node_id: info.id.clone(),
             attempt,
             execution,
             round,
-            inputs: self.inputs_of(node),
+            inputs,
             transform: matches!(task, Task::Transform { .. }),
             marks_dispatch: !info.outputs.is_empty(),
         };
@@ -1165,7 +1193,7 @@ impl Controller<'_, '_> {
                 reply_digest.as_deref(),
             )
         };
-        match first {
+        match first.clone() {
             Some(Err(verdict)) => {
                 let failure = AttemptFailure {
                     cause: Cause::GateRejected,
@@ -1202,6 +1230,10 @@ impl Controller<'_, '_> {
             }
             Some(Ok(_)) | None => {}
         }
+        let reply_route = match first {
+            Some(Ok((verdict, Some(route)))) => Some((route, verdict.reason)),
+            _ => None,
+        };
         let request = JudgeRequest {
             node_id: info.id.clone(),
             attempt: flight.attempt,
@@ -1239,6 +1271,7 @@ impl Controller<'_, '_> {
                 suppressed,
                 plugins,
                 child_run,
+                routed: reply_route,
             }))
         })))
     }
@@ -1309,6 +1342,7 @@ impl Controller<'_, '_> {
             suppressed,
             mut plugins,
             child_run,
+            routed: reply_route,
         } = judged;
         let info = self.info(flight.node).clone();
         plugins.extend(judgement.plugins.iter().cloned());
@@ -1357,11 +1391,13 @@ impl Controller<'_, '_> {
                         ),
                     );
                 }
-                let routed = match (&info.routes, judgement.gate_passed) {
-                    (Some(routes), Some(passed)) => {
+                let routed = match (&info.routes, judgement.gate_passed, &reply_route) {
+                    // Preflight made sure a gated router declares both.
+                    (Some(routes), Some(passed), _) => {
                         let name = if passed { "pass" } else { "fail" };
                         Some(routes.index(name).unwrap_or(routes.default))
                     }
+                    (Some(_), None, Some((route, _))) => Some(*route),
                     _ => None,
                 };
                 let mut reason = reason.clone();
@@ -1445,6 +1481,7 @@ impl Controller<'_, '_> {
         let routes = info.routes.clone().unwrap_or(crate::schedule::Routes {
             names: Vec::new(),
             default: 0,
+            leads: Vec::new(),
         });
         let Some(name) = routes.names.get(routes.default as usize).cloned() else {
             let failure = stop(
@@ -1627,8 +1664,21 @@ impl Controller<'_, '_> {
             .incoming
             .iter()
             .filter_map(|&(from, guard)| {
-                let guard = guard?;
                 let state = self.machine.state(from);
+                if let (Some(routes), Some(picked), NodeState::Succeeded) =
+                    (&self.info(from).routes, self.machine.picked(from), state)
+                {
+                    let id = &self.info(node).id;
+                    let on_route = |r: u32| routes.leads.iter().any(|(lr, t)| *lr == r && t == id);
+                    if routes.leads.iter().any(|(_, t)| t == id) && !on_route(picked) {
+                        return Some(format!(
+                            "router '{}' took route '{}'",
+                            self.info(from).id,
+                            routes.names[picked as usize]
+                        ));
+                    }
+                }
+                let guard = guard?;
                 let taken = match (guard, state) {
                     ("terminal", s) => s.is_terminal(),
                     ("succeeded", NodeState::Succeeded)
@@ -1722,7 +1772,20 @@ impl Controller<'_, '_> {
             if self.info(parent).driver == Driver::Approval {
                 stack.extend(self.info(parent).incoming.iter().map(|&(f, _)| f));
             } else {
-                out.extend(self.produced[parent].digests.iter().cloned());
+                // A system_only output is the operator's, never published.
+                let produced = &self.produced[parent];
+                out.extend(
+                    produced
+                        .digests
+                        .iter()
+                        .filter(|d| {
+                            !produced
+                                .outputs
+                                .iter()
+                                .any(|o| o.system_only && o.digest == **d)
+                        })
+                        .cloned(),
+                );
             }
         }
         out

@@ -299,6 +299,11 @@ impl Machine {
         self.round
     }
 
+    /// The route a succeeded router picked (this round).
+    pub fn picked(&self, node: usize) -> Option<u32> {
+        self.picked[node]
+    }
+
     /// Attempts `node` has started in the current round.
     pub fn attempts(&self, node: usize) -> u32 {
         self.attempts[node]

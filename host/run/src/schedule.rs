@@ -119,6 +119,8 @@ pub struct Routes {
     /// Route names, sorted (a route's index is its position here).
     pub names: Vec<String>,
     pub default: u32,
+    /// (route, node id) for every node a route leads to.
+    pub leads: Vec<(u32, String)>,
 }
 
 impl Routes {
@@ -400,11 +402,29 @@ impl Schedule {
                     targets.push((r as u32, target));
                 }
             }
-            route_targets.insert(i, targets);
+            // A gated router picks `pass` or `fail` from its verdict: both
+            // must be routes, or a failed gate could take a passing branch.
+            if node.gate.is_some() {
+                for needed in ["pass", "fail"] {
+                    if !names.iter().any(|n| n == needed) {
+                        problems.push((
+                            format!("{at}/routes"),
+                            format!(
+                                "router '{}' is decided by its gate plugin, which picks route 'pass' or 'fail': declare both (it has {})",
+                                node.id,
+                                names.join(", ")
+                            ),
+                        ));
+                        break;
+                    }
+                }
+            }
             nodes[i].routes = Some(Routes {
                 names,
                 default: default_index as u32,
+                leads: targets.clone(),
             });
+            route_targets.insert(i, targets);
         }
         for (position, node) in graph.nodes.iter().enumerate() {
             if let Driver::Unsupported(why) = &nodes[index[node.id.as_str()]].driver

@@ -72,6 +72,8 @@ pub(crate) struct Cage<'a> {
     /// When bl dropped to another user: that user, who may be unable to
     /// pass through some of the host's directories.
     pub caged_ids: Option<(u32, u32)>,
+    /// Directories the process tier covers with an empty tmpfs.
+    pub hidden: &'a [PathBuf],
 }
 
 fn push(args: &mut Vec<String>, items: &[&str]) {
@@ -91,6 +93,9 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
             push(&mut args, &["--tmpfs", &private]);
             push(&mut args, &["--dir", &format!("{private}/home")]);
             push(&mut args, &["--dir", &format!("{private}/tmp")]);
+            for dir in cage.hidden {
+                push(&mut args, &["--tmpfs", &dir.display().to_string()]);
+            }
             if cage.workspace_source != cage.workspace {
                 if let Some((uid, gid)) = cage.caged_ids
                     && let Some(blocked) = first_unsearchable_ancestor(cage.workspace, uid, gid)
@@ -100,8 +105,9 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
                     push(&mut args, &["--tmpfs", &blocked.display().to_string()]);
                 }
                 push(&mut args, &[bind, &source, &ws]);
-            } else if !cage.writable {
-                push(&mut args, &["--ro-bind", &ws, &ws]);
+            } else if !cage.writable || !cage.hidden.is_empty() {
+                // Read-only, or back from under a hidden directory.
+                push(&mut args, &[bind, &ws, &ws]);
             }
             push(
                 &mut args,

@@ -25,6 +25,10 @@ pub struct Sandbox {
     mount_point: std::sync::Arc<std::sync::OnceLock<tempfile::TempDir>>,
     /// The staging directory when bl runs as root (see [`Staging::prepare`]).
     staging_root: std::sync::Arc<std::sync::OnceLock<tempfile::TempDir>>,
+    /// Directories the process tier hides behind an empty tmpfs (a graph
+    /// run's directory: the other nodes' files and the published outputs),
+    /// the workspace bound back inside them.
+    hidden: Vec<PathBuf>,
 }
 
 /// The allowlist posture's way out of a caged network: the host's CONNECT
@@ -60,12 +64,25 @@ impl Sandbox {
             user: CagedUser::NOBODY,
             mount_point: Default::default(),
             staging_root: Default::default(),
+            hidden: Vec::new(),
         }
     }
 
+    /// The same runner, with `dirs` hidden from process_restricted commands
+    /// (each behind an empty tmpfs; the workspace stays visible). The
+    /// container tier shows nothing of the host's but the system
+    /// directories anyway.
+    pub fn hiding(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.hidden = dirs
+            .into_iter()
+            .map(|d| std::path::absolute(&d).unwrap_or(d))
+            .collect();
+        self
+    }
+
     /// The same runner, with the sandbox's only network being `bridge`'s
-    /// proxy (container_restricted only: the other tiers share too much of
-    /// the host to give a guarantee).
+    /// proxy (bridged into a caged tier's own network namespace; the
+    /// unconfined tier cannot carry it).
     pub fn with_egress(mut self, bridge: EgressBridge) -> Self {
         self.egress = Some(bridge);
         // The staging directory holds the bridge's mount points: a fresh one.
@@ -158,6 +175,7 @@ impl Sandbox {
             private_root: private.root(),
             egress,
             caged_ids: staging.as_ref().map(|s| (s.user.uid, s.user.gid)),
+            hidden: &self.hidden,
         };
         let cage_args = bubblewrap::args(&cage)?;
         // The filter files stay open until the command ends: bwrap reads

@@ -116,11 +116,28 @@ pub struct LocalCli {
     resolved: Arc<std::sync::Mutex<std::collections::HashMap<String, Option<PathBuf>>>>,
     /// The TMPDIR every workspace_only attempt shares, made on first use.
     shared_tmp: Arc<std::sync::OnceLock<PathBuf>>,
+    /// What the process tier hides from the CLIs (the run's directory).
+    hidden: Vec<PathBuf>,
 }
 
 struct Cages {
     process: Sandbox,
     container: Sandbox,
+}
+
+impl Cages {
+    fn new(network: &Network, hidden: &[PathBuf]) -> Cages {
+        let container = match network {
+            Network::Allowlist(bridge) => {
+                Sandbox::new(Tier::ContainerRestricted).with_egress(bridge.clone())
+            }
+            _ => Sandbox::new(Tier::ContainerRestricted),
+        };
+        Cages {
+            process: Sandbox::new(Tier::ProcessRestricted).hiding(hidden.to_vec()),
+            container,
+        }
+    }
 }
 
 impl LocalCli {
@@ -133,28 +150,24 @@ impl LocalCli {
             search_path: std::env::var_os("PATH"),
             lookup: Arc::new(|name| std::env::var(name).ok()),
             network: Network::Open,
-            cages: Arc::new(Cages {
-                process: Sandbox::new(Tier::ProcessRestricted),
-                container: Sandbox::new(Tier::ContainerRestricted),
-            }),
+            cages: Arc::new(Cages::new(&Network::Open, &[])),
             resolved: Default::default(),
             shared_tmp: Default::default(),
+            hidden: Vec::new(),
         }
     }
 
     /// Applies an egress posture to every CLI this worker runs.
     pub fn with_network(mut self, network: Network) -> Self {
-        let container = match &network {
-            Network::Allowlist(bridge) => {
-                Sandbox::new(Tier::ContainerRestricted).with_egress(bridge.clone())
-            }
-            _ => Sandbox::new(Tier::ContainerRestricted),
-        };
-        self.cages = Arc::new(Cages {
-            process: Sandbox::new(Tier::ProcessRestricted),
-            container,
-        });
         self.network = network;
+        self.cages = Arc::new(Cages::new(&self.network, &self.hidden));
+        self
+    }
+
+    /// Hides `dirs` (the run's directory) from the CLIs it cages.
+    pub fn hiding(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.hidden = dirs;
+        self.cages = Arc::new(Cages::new(&self.network, &self.hidden));
         self
     }
 

@@ -15,19 +15,23 @@ use crate::REPLY_CAP;
 pub const TOOL_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 #[derive(Default)]
-pub struct CommandTool;
+pub struct CommandTool {
+    /// What the process tier hides from the command (the run's directory).
+    pub hidden: Vec<std::path::PathBuf>,
+}
 
 impl Worker for CommandTool {
     fn work(&self, request: WorkRequest) -> WorkFuture {
+        let hidden = self.hidden.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || run(&request))
+            tokio::task::spawn_blocking(move || run(&request, hidden))
                 .await
                 .unwrap_or_else(|e| WorkReply::Fault(format!("tool task failed: {e}")))
         })
     }
 }
 
-fn run(request: &WorkRequest) -> WorkReply {
+fn run(request: &WorkRequest, hidden: Vec<std::path::PathBuf>) -> WorkReply {
     let Task::Command { argv } = &request.task else {
         return WorkReply::Fault(format!("node '{}' is not a command tool", request.node_id));
     };
@@ -48,7 +52,7 @@ fn run(request: &WorkRequest) -> WorkReply {
     };
     let result = match tier {
         Tier::WorkspaceOnly => Subprocess.run(&spec),
-        tier => Sandbox::new(tier).run(&spec),
+        tier => Sandbox::new(tier).hiding(hidden).run(&spec),
     };
     let result = match result {
         Ok(r) => r,

@@ -255,6 +255,22 @@ fn workspaces(run: &Path, node: &str) -> Vec<PathBuf> {
 }
 
 fn demo_run(case: &Case, out: &str) -> Output {
+    let run = demo_command(case, out);
+    if run.status.code() != Some(0) {
+        let failures: Vec<Value> = case
+            .events(out)
+            .into_iter()
+            .filter(|e| {
+                e["event_type"] == "node.attempt.failed" || e["event_type"] == "node.failed"
+            })
+            .map(|e| e["payload"].clone())
+            .collect();
+        panic!("the demo failed: {}\n{failures:?}", text(&run));
+    }
+    run
+}
+
+fn demo_command(case: &Case, out: &str) -> Output {
     let demo = repo_root().join("examples/graphs/panel-demo");
     let arg = |name: &str| demo.join(name).display().to_string();
     Command::new(bl_binary())
@@ -277,7 +293,13 @@ fn demo_run(case: &Case, out: &str) -> Output {
 fn the_keyless_demo_runs_end_to_end_and_verifies() {
     let case = Case::new();
     let run = demo_run(&case, "one");
-    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let failures: Vec<Value> = case
+        .events("one")
+        .into_iter()
+        .filter(|e| e["event_type"] == "node.attempt.failed" || e["event_type"] == "node.failed")
+        .map(|e| e["payload"].clone())
+        .collect();
+    assert_eq!(run.status.code(), Some(0), "{}\n{failures:?}", text(&run));
     let states = case.states("one");
     for (node, state) in states.as_object().unwrap() {
         assert_eq!(state, "SUCCEEDED", "{node}: {states}");
@@ -1268,4 +1290,282 @@ fn a_failed_worker_that_left_its_outputs_completes_from_them() {
             .contains("was not written"),
         "{failed}"
     );
+}
+
+/// A declared output reached through a symlinked directory is refused,
+/// in every tier: the judge walks the path one name at a time and never
+/// follows a link, so a node cannot publish a host file it could not read.
+#[test]
+fn an_output_through_a_symlinked_directory_is_refused() {
+    let case = Case::new();
+    let secret_dir = case.path("hostdir");
+    std::fs::create_dir_all(&secret_dir).unwrap();
+    std::fs::write(secret_dir.join("secret.txt"), "the host's secret\n").unwrap();
+    let linker = node(
+        "linker",
+        "tool",
+        json!({
+            "tool_ref": format!("command:sh -c {}", shell_quote(&format!("mkdir -p workspace && ln -s {} workspace/d", secret_dir.display()))),
+            "outputs": {"leak": output("workspace/d/secret.txt", "text")},
+        }),
+    );
+    graph(&case, vec![linker], vec![], "fail_closed");
+    replies(&case, &[]);
+    let run = case.run("r", &[]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    let failed = case.event("r", "linker", "node.failed").unwrap();
+    assert_eq!(failed["cause"], "gate_rejected", "{failed}");
+    assert!(
+        failed["verdict"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("passes through a symlink"),
+        "{failed}"
+    );
+    for (_, bytes) in files_under(&case.path("r/artifacts/objects")) {
+        assert_ne!(bytes, b"the host's secret\n", "the host file was stored");
+    }
+    assert!(!case.path("r/workspace/d").exists());
+}
+
+/// A process_restricted node sees the host's file system, but not the run
+/// directory it belongs to: another node's system_only output (published
+/// for the operator) is not there to read.
+#[test]
+fn a_caged_node_cannot_read_the_run_directory() {
+    if !bl_e2e::cage_works() {
+        return;
+    }
+    let case = Case::new();
+    let run_dir = case.path("r");
+    let secret = run_dir.join("workspace/system/keeper/labels.json");
+    let keeper = node(
+        "keeper",
+        "tool",
+        json!({
+            "tool_ref": "command:sh -c 'mkdir -p workspace/system/keeper && echo \"{\\\"a\\\": 1}\" > workspace/system/keeper/labels.json'",
+            "outputs": {"labels": {"type": "json", "path": "workspace/system/keeper/labels.json", "visibility": "system_only"}, "done": "text"},
+        }),
+    );
+    let reader = |tier: &str| {
+        node(
+            &format!("reader-{}", &tier[..4]),
+            "tool",
+            json!({
+                "tool_ref": format!("command:sh -c {}", shell_quote(&format!(
+                    "mkdir -p workspace; if cat {} >/dev/null 2>&1; then echo read > workspace/seen.txt; else echo hidden > workspace/seen.txt; fi",
+                    secret.display()
+                ))),
+                "isolation": tier,
+                "inputs": {"done": "text"},
+                "outputs": {"seen": output(&format!("workspace/seen-{}.txt", &tier[..4]), "text")},
+            }),
+        )
+    };
+    let mut readers = vec![reader("process_restricted"), reader("container_restricted")];
+    for r in &mut readers {
+        let name = r["outputs"]["seen"]["path"].as_str().unwrap().to_string();
+        let script = r["tool_ref"]
+            .as_str()
+            .unwrap()
+            .replace("workspace/seen.txt", &name);
+        r["tool_ref"] = json!(script);
+    }
+    let mut nodes = vec![keeper];
+    nodes.extend(readers);
+    graph(
+        &case,
+        nodes,
+        vec![
+            json!({"from_node": "keeper", "from_port": "done", "to_node": "reader-proc", "to_port": "done"}),
+            json!({"from_node": "keeper", "from_port": "done", "to_node": "reader-cont", "to_port": "done"}),
+        ],
+        "fail_closed",
+    );
+    replies(&case, &[]);
+    let run = case.run("r", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    assert!(secret.is_file(), "published for the operator");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&secret).unwrap().permissions().mode() & 0o077,
+        0
+    );
+    for tier in ["proc", "cont"] {
+        let seen =
+            std::fs::read_to_string(run_dir.join(format!("workspace/seen-{tier}.txt"))).unwrap();
+        assert_eq!(seen, "hidden\n", "{tier}");
+    }
+}
+
+/// A publish node publishes its parents' outputs, never a system_only one.
+#[test]
+fn a_publish_never_sends_a_system_only_output() {
+    let case = Case::new();
+    let maker = node(
+        "maker",
+        "tool",
+        json!({
+            "tool_ref": "command:sh -c 'mkdir -p workspace/system/maker && echo public > workspace/report.md && echo \"{\\\"private\\\": true}\" > workspace/system/maker/map.json'",
+            "outputs": {
+                "report": output("workspace/report.md", "markdown"),
+                "map": {"type": "json", "path": "workspace/system/maker/map.json", "visibility": "system_only"},
+            },
+        }),
+    );
+    let publish = node(
+        "ship",
+        "publish",
+        json!({"publication_policy": "outbox", "inputs": {"report": "markdown"}}),
+    );
+    let hold = node(
+        "hold",
+        "approval",
+        json!({"required_role": "reviewer", "effects": ["read_only"], "inputs": {"report": "markdown"}, "outputs": {"approved": "markdown"}}),
+    );
+    graph(
+        &case,
+        vec![maker, hold, publish],
+        vec![
+            json!({"from_node": "maker", "from_port": "report", "to_node": "hold", "to_port": "report"}),
+            json!({"from_node": "hold", "from_port": "approved", "to_node": "ship", "to_port": "report"}),
+        ],
+        "fail_closed",
+    );
+    replies(&case, &[]);
+    case.write(
+        "decisions.json",
+        &json!({"api_version": "bl.dev/recorded-decisions/v1", "decisions": [{"node_id": "hold", "decision": "approved"}]}),
+    );
+    let run = case.run("r", &["--decisions", "decisions.json"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let sent = files_under(&case.path("r/outbox/ship"));
+    assert!(sent.iter().any(|(_, b)| b == b"public\n"), "{sent:?}");
+    assert!(
+        !sent.iter().any(|(_, b)| b == b"{\"private\": true}\n"),
+        "the system_only map was published"
+    );
+}
+
+/// Routers: one with declared outputs keeps its worker's pick; one decided
+/// by a gate must declare both `pass` and `fail`; a skipped branch says
+/// which route the router took.
+#[test]
+fn router_picks_hold_with_outputs_and_gated_routers_need_both_routes() {
+    let case = Case::new();
+    let mut router = agent(
+        "triage",
+        json!({"routes": {"fix": ["fix"], "ship": ["ship"]}, "default_route": "fix",
+               "outputs": {"out": "text", "notes": output("workspace/triage.md", "markdown")}}),
+    );
+    router["kind"] = json!("router");
+    let branch = |id: &str| agent(id, json!({"inputs": {"in": "text"}}));
+    graph(
+        &case,
+        vec![router, branch("fix"), branch("ship")],
+        vec![
+            edge("triage", "out", "fix", "in"),
+            edge("triage", "out", "ship", "in"),
+        ],
+        "fail_closed",
+    );
+    replies(
+        &case,
+        &[
+            (
+                "triage",
+                "ship",
+                &[("workspace/triage.md", "# looks good\n")],
+            ),
+            ("fix", "fixed", &[]),
+            ("ship", "shipped", &[]),
+        ],
+    );
+    let run = case.run("r", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    assert_eq!(
+        case.states("r"),
+        json!({"triage": "SUCCEEDED", "fix": "SKIPPED", "ship": "SUCCEEDED"})
+    );
+    let triage = case.event("r", "triage", "node.succeeded").unwrap();
+    assert_eq!(triage["routed"], "ship");
+    assert_eq!(triage["outputs"][0]["path"], "workspace/triage.md");
+    let skipped = case.event("r", "fix", "node.skipped").unwrap();
+    assert_eq!(
+        skipped["reason"],
+        "branch not taken: router 'triage' took route 'ship'"
+    );
+
+    let mut gated = node(
+        "triage",
+        "router",
+        json!({"routes": {"pass": ["ship"], "revise": ["fix"]}, "default_route": "revise", "outputs": {"out": "text"},
+               "gate": {"plugin": "files", "config": {"required": ["ok.txt"]}}}),
+    );
+    gated["isolation"] = json!("workspace_only");
+    graph(
+        &case,
+        vec![gated, branch("fix"), branch("ship")],
+        vec![
+            edge("triage", "out", "fix", "in"),
+            edge("triage", "out", "ship", "in"),
+        ],
+        "fail_closed",
+    );
+    let run = case.run("gated", &[]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(text(&run).contains("/nodes/0/routes — router 'triage' is decided by its gate plugin, which picks route 'pass' or 'fail': declare both"), "{}", text(&run));
+}
+
+/// What the run is given is checked before anything runs: a recorded
+/// decision for a node that is no approval, an unknown field, a transform
+/// of another major version.
+#[test]
+fn bad_decisions_and_wrong_plugins_are_refused_before_anything_runs() {
+    let case = Case::new();
+    graph(
+        &case,
+        vec![node(
+            "hold",
+            "approval",
+            json!({"required_role": "reviewer", "effects": ["read_only"]}),
+        )],
+        vec![],
+        "fail_closed",
+    );
+    replies(&case, &[]);
+    case.write(
+        "decisions.json",
+        &json!({"api_version": "bl.dev/recorded-decisions/v1", "decisions": [{"node_id": "hodl", "decision": "approved"}]}),
+    );
+    let run = case.run("stray", &["--decisions", "decisions.json"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(text(&run).contains("a decision names 'hodl', which is not an approval node of this graph (approval nodes: hold)"), "{}", text(&run));
+    assert!(!case.path("stray/controller-events.jsonl").exists());
+    case.write(
+        "decisions.json",
+        &json!({"api_version": "bl.dev/recorded-decisions/v1", "decisions": [{"node_id": "hold", "decision": "approved", "why": "x"}]}),
+    );
+    let run = case.run("field", &["--decisions", "decisions.json"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(
+        text(&run).contains("decisions.json: /decisions/0/why: unknown field"),
+        "{}",
+        text(&run)
+    );
+
+    let transform = node(
+        "anon",
+        "tool",
+        json!({
+            "tool_ref": "transform:panel.anonymize@v2",
+            "outputs": {"panel": output("workspace/panel.md", "markdown"),
+                        "map": {"type": "json", "path": "workspace/system/anon/map.json", "visibility": "system_only"}},
+        }),
+    );
+    graph(&case, vec![transform], vec![], "fail_closed");
+    let run = case.run("major", &[]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(text(&run).contains("asks for transform:panel.anonymize@v2, but the installed 'panel-anonymize' is version 1.0.0"), "{}", text(&run));
+    assert!(!case.path("major/controller-events.jsonl").exists());
 }
