@@ -195,6 +195,35 @@ pub fn gates(json_out: bool) -> Result<Exit, CliError> {
     Ok(Exit::Success)
 }
 
+/// What `bl show` flags about a loop, as bounded-loops flags it: who takes
+/// the turns (a keyless stub or callable, or a local command), what the
+/// gate runs (a local command, an external scanner), the approval rung, and
+/// whether production bounds are shipped beside the demo ones.
+fn risk(p: &crate::loop_cmd::Package, production: bool) -> Vec<&'static str> {
+    let m = &p.manifest;
+    let mut flags = Vec::new();
+    match m.runner.default.as_str() {
+        "stub" | "python_callable" => flags.push("keyless-runner"),
+        "shell" => flags.push("local-runner-command"),
+        _ => {}
+    }
+    match m.gate.kind.as_str() {
+        "command" => flags.push("local-gate-command"),
+        // bounded-loops flags these two scanners only.
+        "osv" | "checkov" => flags.push("external-scanner"),
+        _ => {}
+    }
+    if p.bounds.require_approval {
+        flags.push("approval-required");
+    } else if !matches!(m.rung, bl_loops::manifest::Rung::L1) {
+        flags.push("demo-approval-bypass");
+    }
+    if production {
+        flags.push("production-bounds-available");
+    }
+    flags
+}
+
 /// `bl show DIR`.
 pub fn show(dir: &Path, json_out: bool) -> Result<Exit, CliError> {
     let p = read_package(dir)?;
@@ -202,6 +231,7 @@ pub fn show(dir: &Path, json_out: bool) -> Result<Exit, CliError> {
     let digest = bl_packages::digest(dir).map_err(|e| CliError::refused(e.to_string()))?;
     let production = dir.join("bounds.production.yaml");
     let production = production.is_file().then(|| absolute(&production));
+    let risk = risk(&p, production.is_some());
     if json_out {
         let b = &p.bounds;
         outln!(
@@ -218,6 +248,7 @@ pub fn show(dir: &Path, json_out: bool) -> Result<Exit, CliError> {
                 "approval_required": b.require_approval,
                 "production_bounds": production,
                 "content_hash": digest,
+                "risk": risk,
             })
         );
         return Ok(Exit::Success);
@@ -243,6 +274,7 @@ pub fn show(dir: &Path, json_out: bool) -> Result<Exit, CliError> {
     if let Some(prod) = production {
         outln!("production_bounds: {}", prod.display());
     }
+    outln!("risk: {}", risk.join(", "));
     outln!("content_hash: {digest}");
     Ok(Exit::Success)
 }

@@ -947,6 +947,41 @@ fn new_scaffolds_loops_that_lint_and_run_and_the_catalog_installs() {
             .unwrap()
             .starts_with("sha256:")
     );
+    // The risk flags, as bounded-loops 0.7.6 shows them for the same
+    // manifests (observed across its catalog and variants of it).
+    assert_eq!(
+        show["risk"],
+        json!(["local-runner-command", "local-gate-command"])
+    );
+    let pkg = l.dir.path().join("loops/records-shell");
+    let edit = |file: &str, from: &str, to: &str| {
+        let path = pkg.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "{file}: {from}");
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    };
+    let risk = || {
+        let out = l.bl(&["show", "loops/records-shell"]);
+        out.stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("risk: ").map(str::to_string))
+            .unwrap_or_else(|| panic!("{}{}", out.stdout, out.stderr))
+    };
+    edit("loop.yaml", "rung: L1", "rung: L2");
+    assert_eq!(
+        risk(),
+        "local-runner-command, local-gate-command, demo-approval-bypass"
+    );
+    edit(
+        "bounds.yaml",
+        "require_approval: false",
+        "require_approval: true",
+    );
+    std::fs::write(pkg.join("bounds.production.yaml"), "max_iterations: 3\n").unwrap();
+    assert_eq!(
+        risk(),
+        "local-runner-command, local-gate-command, approval-required, production-bounds-available"
+    );
     let caps: Value = serde_json::from_str(&l.bl(&["capabilities", "--json"]).stdout).unwrap();
     assert_eq!(
         caps["loop_statuses"]["all"],
