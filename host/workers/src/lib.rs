@@ -313,12 +313,7 @@ fn run_cli(
         Err(e) => return WorkReply::Fault(e.to_string()),
     };
     if result.timed_out || result.exit_code != Some(0) {
-        let stderr = String::from_utf8_lossy(&result.stderr_tail);
-        let last = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
+        let last = last_line(&result.stderr_tail);
         return WorkReply::Fault(match (result.timed_out, result.exit_code) {
             (true, _) => format!(
                 "'{}' timed out after {:?}",
@@ -335,6 +330,17 @@ fn run_cli(
         ));
     }
     read_reply(profile, result.stdout_tail)
+}
+
+/// The last non-empty line a command wrote on stderr: why it failed, in
+/// its own words.
+pub fn last_line(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .to_string()
 }
 
 /// Turns a CLI's stdout into the reply and its usage, by the profile's envelope.

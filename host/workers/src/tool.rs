@@ -68,12 +68,7 @@ fn run(request: &WorkRequest, hidden: Vec<std::path::PathBuf>) -> WorkReply {
         ));
     }
     if result.exit_code != Some(0) {
-        let stderr = String::from_utf8_lossy(&result.stderr_tail);
-        let last = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
+        let last = crate::last_line(&result.stderr_tail);
         return WorkReply::Fault(match result.exit_code {
             Some(code) => format!("'{program}' exited with code {code}: {last}"),
             None => format!("'{program}' was killed by a signal: {last}"),

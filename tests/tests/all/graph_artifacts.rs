@@ -872,38 +872,40 @@ fn loop_nodes_run_their_package_and_the_receipt_gate_reads_the_outcome() {
     assert!(!case.path("none/controller-events.jsonl").exists());
 }
 
+/// `router` (id `triage`) leading to `fix` and `ship`; with `after`, each
+/// branch leads on to `after-fix` / `after-ship`.
+fn router_graph(case: &Case, router: Value, after: bool) {
+    let branch = |id: &str| {
+        let mut fields = json!({"inputs": {"in": "text"}});
+        if after {
+            fields["outputs"] = json!({"out": "text"});
+        }
+        agent(id, fields)
+    };
+    let mut nodes = vec![router, branch("fix"), branch("ship")];
+    let mut edges = vec![
+        edge("triage", "out", "fix", "in"),
+        edge("triage", "out", "ship", "in"),
+    ];
+    if after {
+        for b in ["fix", "ship"] {
+            nodes.push(agent(
+                &format!("after-{b}"),
+                json!({"inputs": {"in": "text"}}),
+            ));
+            edges.push(edge(b, "out", &format!("after-{b}"), "in"));
+        }
+    }
+    graph(case, nodes, edges, "fail_closed");
+}
+
 /// A router takes exactly one route: from its worker's reply, from its
 /// gate plugin's verdict (`pass`/`fail`), or its default; the edges of the
 /// other routes are excluded and what lies beyond them is SKIPPED.
 #[test]
 fn a_router_takes_one_route_and_what_lies_beyond_the_others_is_skipped() {
     let case = Case::new();
-    let branch = |id: &str| {
-        agent(
-            id,
-            json!({"inputs": {"in": "text"}, "outputs": {"out": "text"}}),
-        )
-    };
-    let after = |id: &str| agent(id, json!({"inputs": {"in": "text"}}));
-    let routed_graph = |router: Value| {
-        graph(
-            &case,
-            vec![
-                router,
-                branch("fix"),
-                branch("ship"),
-                after("after-fix"),
-                after("after-ship"),
-            ],
-            vec![
-                edge("triage", "out", "fix", "in"),
-                edge("triage", "out", "ship", "in"),
-                edge("fix", "out", "after-fix", "in"),
-                edge("ship", "out", "after-ship", "in"),
-            ],
-            "fail_closed",
-        );
-    };
+    let routed_graph = |router: Value| router_graph(&case, router, true);
     let routes = json!({"routes": {"fail": ["fix"], "pass": ["ship"]}, "default_route": "fail", "outputs": {"out": "text"}});
     let mut worker_router = agent("triage", routes.clone());
     worker_router["kind"] = json!("router");
@@ -1459,16 +1461,7 @@ fn router_picks_hold_with_outputs_and_gated_routers_need_both_routes() {
                "outputs": {"out": "text", "notes": output("workspace/triage.md", "markdown")}}),
     );
     router["kind"] = json!("router");
-    let branch = |id: &str| agent(id, json!({"inputs": {"in": "text"}}));
-    graph(
-        &case,
-        vec![router, branch("fix"), branch("ship")],
-        vec![
-            edge("triage", "out", "fix", "in"),
-            edge("triage", "out", "ship", "in"),
-        ],
-        "fail_closed",
-    );
+    router_graph(&case, router, false);
     replies(
         &case,
         &[
@@ -1503,15 +1496,7 @@ fn router_picks_hold_with_outputs_and_gated_routers_need_both_routes() {
                "gate": {"plugin": "files", "config": {"required": ["ok.txt"]}}}),
     );
     gated["isolation"] = json!("workspace_only");
-    graph(
-        &case,
-        vec![gated, branch("fix"), branch("ship")],
-        vec![
-            edge("triage", "out", "fix", "in"),
-            edge("triage", "out", "ship", "in"),
-        ],
-        "fail_closed",
-    );
+    router_graph(&case, gated, false);
     let run = case.run("gated", &[]);
     assert_eq!(run.status.code(), Some(2));
     assert!(text(&run).contains("/nodes/0/routes — router 'triage' is decided by its gate plugin, which picks route 'pass' or 'fail': declare both"), "{}", text(&run));
