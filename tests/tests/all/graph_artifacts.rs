@@ -254,6 +254,18 @@ fn workspaces(run: &Path, node: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Runs the case into `out` and checks that it was refused (exit 2) with
+/// `needle` in what bl said, before anything ran.
+fn refused_before_running(case: &Case, out: &str, extra: &[&str], needle: &str) {
+    let run = case.run(out, extra);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    assert!(text(&run).contains(needle), "{}", text(&run));
+    assert!(
+        !case.path(out).join("controller-events.jsonl").exists(),
+        "something ran"
+    );
+}
+
 fn demo_run(case: &Case, out: &str) -> Output {
     let run = demo_command(case, out);
     if run.status.code() != Some(0) {
@@ -968,9 +980,12 @@ fn a_router_takes_one_route_and_what_lies_beyond_the_others_is_skipped() {
     );
     bad["kind"] = json!("router");
     routed_graph(bad);
-    let run = case.run("bad", &[]);
-    assert_eq!(run.status.code(), Some(2));
-    assert!(text(&run).contains("/nodes/0/routes/fail — route 'fail' leads to 'after-ship', but no edge goes from 'triage' to 'after-ship'"), "{}", text(&run));
+    refused_before_running(
+        &case,
+        "bad",
+        &[],
+        "/nodes/0/routes/fail — route 'fail' leads to 'after-ship', but no edge goes from 'triage' to 'after-ship'",
+    );
 }
 
 /// A subgraph node runs a graph package (by digest) as a child run; the
@@ -1497,9 +1512,12 @@ fn router_picks_hold_with_outputs_and_gated_routers_need_both_routes() {
     );
     gated["isolation"] = json!("workspace_only");
     router_graph(&case, gated, false);
-    let run = case.run("gated", &[]);
-    assert_eq!(run.status.code(), Some(2));
-    assert!(text(&run).contains("/nodes/0/routes — router 'triage' is decided by its gate plugin, which picks route 'pass' or 'fail': declare both"), "{}", text(&run));
+    refused_before_running(
+        &case,
+        "gated",
+        &[],
+        "/nodes/0/routes — router 'triage' is decided by its gate plugin, which picks route 'pass' or 'fail': declare both",
+    );
 }
 
 /// What the run is given is checked before anything runs: a recorded
@@ -1523,20 +1541,21 @@ fn bad_decisions_and_wrong_plugins_are_refused_before_anything_runs() {
         "decisions.json",
         &json!({"api_version": "bl.dev/recorded-decisions/v1", "decisions": [{"node_id": "hodl", "decision": "approved"}]}),
     );
-    let run = case.run("stray", &["--decisions", "decisions.json"]);
-    assert_eq!(run.status.code(), Some(2));
-    assert!(text(&run).contains("a decision names 'hodl', which is not an approval node of this graph (approval nodes: hold)"), "{}", text(&run));
-    assert!(!case.path("stray/controller-events.jsonl").exists());
+    refused_before_running(
+        &case,
+        "stray",
+        &["--decisions", "decisions.json"],
+        "a decision names 'hodl', which is not an approval node of this graph (approval nodes: hold)",
+    );
     case.write(
         "decisions.json",
         &json!({"api_version": "bl.dev/recorded-decisions/v1", "decisions": [{"node_id": "hold", "decision": "approved", "why": "x"}]}),
     );
-    let run = case.run("field", &["--decisions", "decisions.json"]);
-    assert_eq!(run.status.code(), Some(2));
-    assert!(
-        text(&run).contains("decisions.json: /decisions/0/why: unknown field"),
-        "{}",
-        text(&run)
+    refused_before_running(
+        &case,
+        "field",
+        &["--decisions", "decisions.json"],
+        "decisions.json: /decisions/0/why: unknown field",
     );
 
     let transform = node(
@@ -1549,8 +1568,10 @@ fn bad_decisions_and_wrong_plugins_are_refused_before_anything_runs() {
         }),
     );
     graph(&case, vec![transform], vec![], "fail_closed");
-    let run = case.run("major", &[]);
-    assert_eq!(run.status.code(), Some(2));
-    assert!(text(&run).contains("asks for transform:panel.anonymize@v2, but the installed 'panel-anonymize' is version 1.0.0"), "{}", text(&run));
-    assert!(!case.path("major/controller-events.jsonl").exists());
+    refused_before_running(
+        &case,
+        "major",
+        &[],
+        "asks for transform:panel.anonymize@v2, but the installed 'panel-anonymize' is version 1.0.0",
+    );
 }
