@@ -490,7 +490,10 @@ impl Handoff {
             grants.extend(request.grants.iter().cloned());
             let (plugin, used) = match self.plugins.gate(&gate.plugin, &grants) {
                 Ok(loaded) => loaded,
-                Err(e) => return Decision::Broken(format!("gate plugin '{}': {e}", gate.plugin)),
+                Err((e, found)) => {
+                    j.plugins.extend(found);
+                    return Decision::Broken(format!("gate plugin '{}': {e}", gate.plugin));
+                }
             };
             j.plugins.push(used);
             let runtime = match self.plugins.runtime() {

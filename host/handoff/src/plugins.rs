@@ -70,17 +70,29 @@ impl Plugins {
     }
 
     /// A gate plugin, with the capabilities granted to it.
-    pub fn gate(&self, name: &str, grants: &[String]) -> Result<(GatePlugin, PluginUse), String> {
-        let opened = self.open(name, "gate")?;
-        let runtime = self.runtime()?;
-        let gate = runtime
-            .load_gate(
-                &opened.package.name(),
-                &opened.package.bytes,
-                &Self::options(&opened, grants)?,
-            )
-            .map_err(|e| e.to_string())?;
-        Ok((gate, opened.used))
+    /// A gate plugin that cannot be loaded is still named: `Err` carries
+    /// why, and the component when it was found (so the record says which
+    /// bytes could not decide).
+    pub fn gate(
+        &self,
+        name: &str,
+        grants: &[String],
+    ) -> Result<(GatePlugin, PluginUse), (String, Option<PluginUse>)> {
+        let opened = self.open(name, "gate").map_err(|e| (e, None))?;
+        let used = opened.used.clone();
+        let loaded = self.runtime().and_then(|runtime| {
+            runtime
+                .load_gate(
+                    &opened.package.name(),
+                    &opened.package.bytes,
+                    &Self::options(&opened, grants)?,
+                )
+                .map_err(|e| e.to_string())
+        });
+        match loaded {
+            Ok(gate) => Ok((gate, opened.used)),
+            Err(e) => Err((e, Some(used))),
+        }
     }
 
     /// A completion-contract plugin (granted nothing: it reads the

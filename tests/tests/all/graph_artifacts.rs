@@ -710,6 +710,8 @@ fn contracts_and_gate_plugins_decide_and_a_broken_gate_is_an_error() {
         ungranted["reason"].as_str().unwrap().contains("command"),
         "{ungranted}"
     );
+    // The plugin that could not load is still on the record, by digest.
+    assert_eq!(ungranted["plugins"][0]["plugin"], "command", "{ungranted}");
     let run = case.run("operator", &["--grant", "checked=command"]);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
     graph(
