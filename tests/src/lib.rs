@@ -147,3 +147,46 @@ pub fn cage_works() -> bool {
     );
     true
 }
+
+/// A slot (`requires: [chat]`, internal data) for every node of a graph
+/// manifest that names one.
+pub fn slots_of(nodes: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    nodes
+        .iter()
+        .filter_map(|n| n["connection_slot"].as_str())
+        .map(|s| serde_json::json!({"id": s, "requires": ["chat"], "data_class_max": "internal"}))
+        .collect()
+}
+
+/// An admitted connection candidate (the 17 keys of connections.json) for
+/// `slot`, with `fields` over the defaults.
+pub fn connection(slot: &str, fields: serde_json::Value) -> serde_json::Value {
+    let mut c = serde_json::json!({
+        "binding_id": format!("bind-{slot}"), "slot_id": slot, "connector_id": "local_cli",
+        "connector_version": "1.0.0", "connection_id": format!("conn-{slot}"),
+        "admission_digest": format!("sha256:{}", "1".repeat(64)),
+        "route_policy_digest": format!("sha256:{}", "2".repeat(64)),
+        "provider_id": "claude", "model_target": "fake-model", "region": "local",
+        "fallback": false, "capabilities": ["chat"], "data_class_max": "internal",
+        "allowed_effects": ["read_only", "workspace_write"], "isolation": "workspace_only",
+        "transport": "local_cli", "admitted": true,
+    });
+    for (k, v) in fields.as_object().expect("fields are an object") {
+        c[k] = v.clone();
+    }
+    c
+}
+
+/// The `event_type` of every line of a JSON-lines event log.
+pub fn event_types(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_else(|e| panic!("{}: {e}", log.display()))
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")["event_type"]
+                .as_str()
+                .expect("an event_type")
+                .to_string()
+        })
+        .collect()
+}

@@ -1058,15 +1058,7 @@ pub struct LoopNode<'a> {
 }
 
 pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, String> {
-    let (package_dir, package_digest, run_id, node, attempt, round, workspace) = (
-        n.package_dir,
-        n.package_digest,
-        n.run_id,
-        n.node,
-        n.attempt,
-        n.round,
-        n.workspace,
-    );
+    let (package_dir, package_digest, workspace) = (n.package_dir, n.package_digest, n.workspace);
     let now = bl_packages::digest(package_dir).map_err(|e| e.to_string())?;
     if now != package_digest {
         return Err(format!(
@@ -1076,7 +1068,7 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, String> {
     }
     let package = read_package(package_dir).map_err(|e| e.message)?;
     let dir = std::fs::canonicalize(package_dir).unwrap_or_else(|_| package_dir.to_path_buf());
-    let inner = inner_run_id(run_id, node, round, attempt);
+    let inner = inner_run_id(n.run_id, n.node, n.round, n.attempt);
     let run_dir = workspace.join(".controller/runs").join(&inner);
     std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
     let place = LoopPlace {
@@ -1114,10 +1106,10 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, String> {
     .map_err(|e| e.message)?;
     let ledger = std::fs::read(&place.ledger).map_err(|e| e.to_string())?;
     let record = json!({
-        "attempt": attempt, "inner_ledger_digest": bl_core::sha256_hex(&ledger),
-        "inner_run_id": inner, "node_id": node,
+        "attempt": n.attempt, "inner_ledger_digest": bl_core::sha256_hex(&ledger),
+        "inner_run_id": inner, "node_id": n.node,
         "package_digest": package_digest.trim_start_matches("sha256:"),
-        "reason": outcome.reason, "repair_round": round, "status": outcome.status.as_str(),
+        "reason": outcome.reason, "repair_round": n.round, "status": outcome.status.as_str(),
     });
     let mut bytes = bl_core::canonical_json(&record).into_bytes();
     bytes.push(b'\n');

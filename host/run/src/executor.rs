@@ -467,7 +467,7 @@ struct JudgedAttempt {
     /// A subgraph's receipt: the child run it names goes into the record.
     child_run: Option<Value>,
     /// A router's pick from its worker's reply, when its outputs are judged.
-    routed: Option<(u32, String)>,
+    routed: Option<u32>,
 }
 
 /// What a succeeded node left for the nodes after it.
@@ -493,6 +493,17 @@ enum Ended {
 }
 
 impl Ended {
+    /// Records that a router took `route` (its name in `node.succeeded`).
+    fn take_route(&mut self, routes: &crate::schedule::Routes, route: u32) {
+        if let Ended::Succeeded { extra, routed, .. } = self {
+            extra.insert(
+                "routed".into(),
+                Value::from(routes.names[route as usize].clone()),
+            );
+            *routed = Some(route);
+        }
+    }
+
     fn succeeded(digests: Vec<String>, verdict: Option<Verdict>, route: Option<Route>) -> Ended {
         Ended::Succeeded {
             digests,
@@ -1193,7 +1204,7 @@ impl Controller<'_, '_> {
                 reply_digest.as_deref(),
             )
         };
-        match first.clone() {
+        let reply_route = match first {
             Some(Err(verdict)) => {
                 let failure = AttemptFailure {
                     cause: Cause::GateRejected,
@@ -1209,30 +1220,20 @@ impl Controller<'_, '_> {
             Some(Ok((verdict, routed))) if !info.judged() => {
                 self.keep_components(&plugins, flight.attempt)?;
                 let mut ended = Ended::succeeded(digests, Some(verdict), info.route());
-                if let Ended::Succeeded {
-                    extra, routed: r, ..
-                } = &mut ended
-                {
+                if let Ended::Succeeded { extra, .. } = &mut ended {
                     extra.extend(plugins_extra(&plugins));
-                    if let (Some(route), Some(routes)) = (routed, &info.routes) {
-                        extra.insert(
-                            "routed".into(),
-                            Value::from(routes.names[route as usize].clone()),
-                        );
-                        *r = Some(route);
-                    }
                     if matches!(info.driver, Driver::Loop { .. }) {
                         extra.insert("isolation".into(), isolation_controls(&info.isolation));
                     }
                 }
+                if let (Some(route), Some(routes)) = (routed, &info.routes) {
+                    ended.take_route(routes, route);
+                }
                 self.end(flight.node, ended, flight.round)?;
                 return Ok(None);
             }
-            Some(Ok(_)) | None => {}
-        }
-        let reply_route = match first {
-            Some(Ok((verdict, Some(route)))) => Some((route, verdict.reason)),
-            _ => None,
+            Some(Ok((_, routed))) => routed,
+            None => None,
         };
         let request = JudgeRequest {
             node_id: info.id.clone(),
@@ -1391,19 +1392,18 @@ impl Controller<'_, '_> {
                         ),
                     );
                 }
-                let routed = match (&info.routes, judgement.gate_passed, &reply_route) {
+                let routed = match (&info.routes, judgement.gate_passed) {
                     // Preflight made sure a gated router declares both.
-                    (Some(routes), Some(passed), _) => {
+                    (Some(routes), Some(passed)) => {
                         let name = if passed { "pass" } else { "fail" };
                         Some(routes.index(name).unwrap_or(routes.default))
                     }
-                    (Some(_), None, Some((route, _))) => Some(*route),
+                    (Some(_), None) => reply_route,
                     _ => None,
                 };
                 let mut reason = reason.clone();
                 if let (Some(route), Some(routes)) = (routed, &info.routes) {
                     let name = &routes.names[route as usize];
-                    extra.insert("routed".into(), Value::from(name.clone()));
                     reason = format!("router '{}' took route '{name}': {reason}", info.id);
                 }
                 let outputs = judgement
@@ -1414,14 +1414,18 @@ impl Controller<'_, '_> {
                         ..o.clone()
                     })
                     .collect();
-                Ended::Succeeded {
+                let mut ended = Ended::Succeeded {
                     digests,
                     verdict: Some(verdict(true, &reason)),
                     route: info.route(),
                     extra,
                     outputs,
-                    routed,
+                    routed: None,
+                };
+                if let (Some(route), Some(routes)) = (routed, &info.routes) {
+                    ended.take_route(routes, route);
                 }
+                ended
             }
             Decision::Reject(reason) => Ended::Failed(AttemptFailure {
                 cause: if suppressed.is_some() {
@@ -1502,10 +1506,7 @@ impl Controller<'_, '_> {
             }),
             None,
         );
-        if let Ended::Succeeded { extra, routed, .. } = &mut ended {
-            extra.insert("routed".into(), Value::from(name));
-            *routed = Some(routes.default);
-        }
+        ended.take_route(&routes, routes.default);
         self.end(node, ended, round)
     }
 

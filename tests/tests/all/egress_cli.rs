@@ -207,15 +207,7 @@ fn egress_send_records_its_decisions_in_the_run() {
         assert_eq!(out.status.code(), Some(2));
     }
     let log = std::fs::read_to_string(run.join("egress-events.jsonl")).unwrap();
-    let kinds: Vec<String> = log
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["event_type"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
+    let kinds = bl_e2e::event_types(&run.join("egress-events.jsonl"));
     assert_eq!(
         kinds,
         [

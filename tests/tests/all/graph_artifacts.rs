@@ -41,6 +41,14 @@ impl Case {
         std::fs::write(path, serde_json::to_string_pretty(value).unwrap()).unwrap();
     }
 
+    /// Reads the JSON file `name`, changes it, writes it back.
+    fn patch(&self, name: &str, change: impl FnOnce(&mut Value)) {
+        let mut v: Value =
+            serde_json::from_str(&std::fs::read_to_string(self.path(name)).unwrap()).unwrap();
+        change(&mut v);
+        self.write(name, &v);
+    }
+
     fn bl(&self, args: &[&str]) -> Output {
         Command::new(bl_binary())
             .args(args)
@@ -142,25 +150,16 @@ fn edge(from: &str, from_port: &str, to: &str, to_port: &str) -> Value {
 /// A graph using the artifact-ports extension, with a slot (and a recorded
 /// connection) for every connector node.
 fn graph(case: &Case, nodes: Vec<Value>, edges: Vec<Value>, fail_mode: &str) {
-    let slots: Vec<Value> = nodes
-        .iter()
-        .filter_map(|n| n["connection_slot"].as_str())
-        .map(|s| json!({"id": s, "requires": ["chat"], "data_class_max": "internal"}))
-        .collect();
+    let slots = bl_e2e::slots_of(&nodes);
     let connections: Vec<Value> = slots
         .iter()
         .map(|s| {
-            let slot = s["id"].as_str().unwrap();
-            json!({
-                "binding_id": format!("bind-{slot}"), "slot_id": slot, "connector_id": "recorded",
-                "connector_version": "1.0.0", "connection_id": format!("conn-{slot}"),
-                "admission_digest": format!("sha256:{}", "1".repeat(64)),
-                "route_policy_digest": format!("sha256:{}", "2".repeat(64)),
-                "provider_id": "recorded", "model_target": "recorded", "region": "local",
-                "fallback": false, "capabilities": ["chat"], "data_class_max": "internal",
-                "allowed_effects": ["read_only", "workspace_write", "external_write"],
-                "isolation": "container_restricted", "transport": "local_cli", "admitted": true,
-            })
+            bl_e2e::connection(
+                s["id"].as_str().unwrap(),
+                json!({"connector_id": "recorded", "provider_id": "recorded", "model_target": "recorded",
+                       "allowed_effects": ["read_only", "workspace_write", "external_write"],
+                       "isolation": "container_restricted"}),
+            )
         })
         .collect();
     let mut policies = json!({"data_class": "internal", "fail_mode": fail_mode});
@@ -442,12 +441,11 @@ fn a_consumer_never_sees_a_tampered_input() {
         "fail_closed",
     );
     // The approval node's short-form ports carry the ordering only.
-    let mut g: Value =
-        serde_json::from_str(&std::fs::read_to_string(case.path("graph.json")).unwrap()).unwrap();
-    g["nodes"][1]["inputs"] = json!({"notes": "markdown"});
-    g["nodes"][1]["outputs"] = json!({"go": "text"});
-    g["nodes"][2]["inputs"]["go"] = json!("text");
-    case.write("graph.json", &g);
+    case.patch("graph.json", |g| {
+        g["nodes"][1]["inputs"] = json!({"notes": "markdown"});
+        g["nodes"][1]["outputs"] = json!({"go": "text"});
+        g["nodes"][2]["inputs"]["go"] = json!("text");
+    });
     replies(
         &case,
         &[
@@ -1027,11 +1025,10 @@ fn a_subgraph_runs_as_a_verified_child_run() {
         ],
         "fail_closed",
     );
-    let mut g: Value =
-        serde_json::from_str(&std::fs::read_to_string(case.path("graph.json")).unwrap()).unwrap();
-    g["nodes"][0]["outputs"] = json!({"done": "text"});
-    g["nodes"][1]["inputs"] = json!({"done": "text"});
-    case.write("graph.json", &g);
+    case.patch("graph.json", |g| {
+        g["nodes"][0]["outputs"] = json!({"done": "text"});
+        g["nodes"][1]["inputs"] = json!({"done": "text"});
+    });
     replies(&case, &[("after", "ok", &[])]);
     let run = case.run("r", &["--loop-roots", "roots"]);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
@@ -1138,13 +1135,11 @@ fn https_nodes_go_through_the_egress_broker() {
         vec![],
         "fail_closed",
     );
-    let mut conns: Value =
-        serde_json::from_str(&std::fs::read_to_string(case.path("connections.json")).unwrap())
-            .unwrap();
-    conns[0]["transport"] = json!("https");
-    conns[0]["provider_id"] = json!("openai");
-    conns[0]["connector_id"] = json!("https");
-    case.write("connections.json", &conns);
+    case.patch("connections.json", |conns| {
+        conns[0]["transport"] = json!("https");
+        conns[0]["provider_id"] = json!("openai");
+        conns[0]["connector_id"] = json!("https");
+    });
     replies(&case, &[]);
     let refused = case.run("none", &[]);
     assert_eq!(refused.status.code(), Some(2));
@@ -1195,15 +1190,7 @@ fn https_nodes_go_through_the_egress_broker() {
         .unwrap_or_else(|| panic!("{}\n{:?}", text(&run), case.events("r")));
     assert_eq!(failed["cause"], "policy_denied", "{failed}");
     let egress = std::fs::read_to_string(case.path("r/egress-events.jsonl")).unwrap();
-    let kinds: Vec<String> = egress
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["event_type"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
+    let kinds = bl_e2e::event_types(&case.path("r/egress-events.jsonl"));
     assert_eq!(kinds, ["lease.issued", "egress.denied"], "{egress}");
     assert!(egress.contains("private"), "{egress}");
     let (code, report) = case.verify("r");

@@ -36,24 +36,10 @@ fn fan_out(n: usize, isolation: &str) -> (Value, Value) {
         "budget": {"max_attempts": 1, "max_wallclock_s": 60}, "effects": ["workspace_write"],
         "isolation": "workspace_only", "publication_policy": "local-ledger"}));
     edges.push(json!({"from_node": "j", "from_port": "out", "to_node": "pub", "to_port": "in_j"}));
-    let slots: Vec<Value> = nodes
-        .iter()
-        .filter_map(|n| n["connection_slot"].as_str())
-        .map(|s| json!({"id": s, "requires": ["chat"], "data_class_max": "internal"}))
-        .collect();
+    let slots = bl_e2e::slots_of(&nodes);
     let connections: Vec<Value> = slots
         .iter()
-        .map(|s| {
-            let slot = s["id"].as_str().unwrap();
-            json!({"binding_id": format!("bind-{slot}"), "slot_id": slot, "connector_id": "local_cli",
-                "connector_version": "1.0.0", "connection_id": format!("conn-{slot}"),
-                "admission_digest": format!("sha256:{}", "1".repeat(64)),
-                "route_policy_digest": format!("sha256:{}", "2".repeat(64)),
-                "provider_id": "claude", "model_target": "fake-model", "region": "local",
-                "fallback": false, "capabilities": ["chat"], "data_class_max": "internal",
-                "allowed_effects": ["read_only", "workspace_write"], "isolation": isolation,
-                "transport": "local_cli", "admitted": true})
-        })
+        .map(|s| bl_e2e::connection(s["id"].as_str().unwrap(), json!({"isolation": isolation})))
         .collect();
     let manifest = json!({"api_version": "bounded-loops.dev/graph/v1", "graph_id": "fan-out",
         "version": "1.0.0", "nodes": nodes, "edges": edges, "connection_slots": slots,
