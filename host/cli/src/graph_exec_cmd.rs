@@ -534,30 +534,38 @@ fn run_context(dir: &Path, flags: &DriveFlags, fresh: bool) -> Result<RunContext
 /// for, each contract a completion contract (and the first-party contracts
 /// when an output's name calls for them). Refused before anything runs.
 fn check_plugins(schedule: &Schedule) -> Result<(), CliError> {
-    let open = |node: &str,
-                name: &str,
-                world: &str|
-     -> Result<bl_plugins::PluginPackage, CliError> {
+    // Only the manifest beside each component is read: the component is
+    // loaded (and its digest taken) when a node uses it.
+    let manifest = |node: &str,
+                    name: &str,
+                    world: &str|
+     -> Result<Option<bl_plugins::PluginManifest>, CliError> {
         let path = crate::paths::resolve_plugin(name).map_err(|e| {
             refused(format!(
                 "graph run: node '{node}' needs plugin '{name}': {e}; nothing was run"
             ))
         })?;
-        let package = bl_plugins::PluginPackage::open(&path)
-            .map_err(|e| refused(format!("graph run: node '{node}': {e}; nothing was run")))?;
-        if let Some(m) = &package.manifest
-            && m.world != world
-        {
+        let beside = path.with_extension("plugin.json");
+        let Ok(text) = std::fs::read(&beside) else {
+            return Ok(None);
+        };
+        let m: bl_plugins::PluginManifest = serde_json::from_slice(&text).map_err(|e| {
+            refused(format!(
+                "graph run: node '{node}': {}: not a plugin manifest: {e}; nothing was run",
+                beside.display()
+            ))
+        })?;
+        if m.world != world {
             return Err(refused(format!(
                 "graph run: node '{node}' needs '{name}' as a {world} plugin, but it is a {} plugin; nothing was run",
                 m.world
             )));
         }
-        Ok(package)
+        Ok(Some(m))
     };
     for node in &schedule.nodes {
         if let Some(gate) = &node.gate {
-            open(&node.id, &gate.plugin, "gate")?;
+            manifest(&node.id, &gate.plugin, "gate")?;
         }
         if let Driver::Transform { plugin, major } = &node.driver {
             let dashed = plugin.replace('.', "-");
@@ -566,53 +574,18 @@ fn check_plugins(schedule: &Schedule) -> Result<(), CliError> {
             } else {
                 dashed.as_str()
             };
-            let package = open(&node.id, name, "transform")?;
-            let found = package.manifest.as_ref().and_then(|m| {
-                m.version
-                    .split('.')
-                    .next()
-                    .and_then(|v| v.parse::<u32>().ok())
-            });
-            if package.manifest.is_some() && found != Some(*major) {
-                return Err(refused(format!(
-                    "graph run: node '{}' asks for transform:{plugin}@v{major}, but the installed '{name}' is version {}; nothing was run",
-                    node.id,
-                    package
-                        .manifest
-                        .as_ref()
-                        .map_or("?", |m| m.version.as_str())
-                )));
+            if let Some(m) = manifest(&node.id, name, "transform")? {
+                bl_handoff::plugins::check_major(plugin, *major, &m).map_err(|e| {
+                    refused(format!(
+                        "graph run: node '{}': {e}; nothing was run",
+                        node.id
+                    ))
+                })?;
             }
         }
         for output in &node.outputs {
-            let basename = output.path.rsplit('/').next().unwrap_or(&output.path);
-            let first_party = |kind: &str| {
-                bl_handoff::FIRST_PARTY_CONTRACTS
-                    .iter()
-                    .any(|p| match p.strip_prefix('*') {
-                        Some(suffix) => kind.ends_with(suffix),
-                        None => kind == *p,
-                    })
-            };
-            match &output.contract {
-                Some(named) if !bl_handoff::FIRST_PARTY_CONTRACTS.contains(&named.as_str()) => {
-                    open(&node.id, named, "completion-contract")?;
-                }
-                Some(_) => {
-                    open(
-                        &node.id,
-                        bl_handoff::CONTRACTS_PLUGIN,
-                        "completion-contract",
-                    )?;
-                }
-                None if first_party(basename) => {
-                    open(
-                        &node.id,
-                        bl_handoff::CONTRACTS_PLUGIN,
-                        "completion-contract",
-                    )?;
-                }
-                None => {}
+            for (_, plugin, _) in bl_handoff::contracts_for(output) {
+                manifest(&node.id, &plugin, "completion-contract")?;
             }
         }
     }

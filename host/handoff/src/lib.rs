@@ -386,7 +386,7 @@ fn well_formed(port: &OutputPort, bytes: &[u8]) -> Result<(), String> {
 /// The contracts an output must pass: (pattern, plugin, config). A port's
 /// own `contract` is a first-party kind or a contract plugin's name; with
 /// none, the first-party kinds its basename matches.
-fn contracts_for(port: &OutputPort) -> Vec<(String, String, String)> {
+pub fn contracts_for(port: &OutputPort) -> Vec<(String, String, String)> {
     if let Some(named) = &port.contract {
         return if FIRST_PARTY_CONTRACTS.contains(&named.as_str()) {
             vec![(

@@ -123,17 +123,7 @@ impl Plugins {
             .open(name, "transform")
             .or_else(|first| self.open(&dashed, "transform").map_err(|_| first))?;
         if let Some(manifest) = &opened.package.manifest {
-            let found = manifest
-                .version
-                .split('.')
-                .next()
-                .and_then(|m| m.parse::<u32>().ok());
-            if found != Some(major) {
-                return Err(format!(
-                    "transform:{name}@v{major} asks for major version {major}, but the installed plugin '{}' is version {}",
-                    manifest.name, manifest.version
-                ));
-            }
+            check_major(name, major, manifest)?;
         }
         let runtime = self.runtime()?;
         let transform = runtime
@@ -145,4 +135,25 @@ impl Plugins {
             .map_err(|e| e.to_string())?;
         Ok((transform, opened.used))
     }
+}
+
+/// A transform's manifest must carry the major version its `tool_ref`
+/// asks for (`transform:<name>@v<major>`).
+pub fn check_major(
+    name: &str,
+    major: u32,
+    manifest: &bl_plugins::PluginManifest,
+) -> Result<(), String> {
+    let found = manifest
+        .version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok());
+    if found == Some(major) {
+        return Ok(());
+    }
+    Err(format!(
+        "transform:{name}@v{major} asks for major version {major}, but the installed plugin '{}' is version {}",
+        manifest.name, manifest.version
+    ))
 }
