@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
 # The loop engine's benchmark (issue: loop engine, point 8). It prints wall
-# times and the ratio; it asserts nothing. Run from the repository root:
+# times and ratios; it asserts nothing but the outcomes. Run from the
+# repository root, after `cargo build --release -p bl-cli`:
 #
 #   benchmarks/loops/bench.sh
 #
 # bounded-loops 0.7.6's whole catalog (69 loops, from its published
-# package, installed in a throwaway venv) is run loop by loop with
-# `bl run NAME --yes --json`, each in a fresh copy, first by bounded-loops
-# and then by bl. bl's figure is the best of BENCH_REPS runs of the whole
-# catalog (default 3); bounded-loops' is one run (it takes ~a minute).
+# package, installed in a throwaway venv) is run three ways, each loop in a
+# fresh copy of its package:
+#   1. bounded-loops, `bl run NAME --yes --json` loop by loop (its only way);
+#   2. bl, the same command loop by loop (like for like);
+#   3. bl, the whole catalog as one command, `bl run NAME... --yes --json`,
+#      which runs loops side by side, one per CPU (BENCH_JOBS to change).
+# bl's figures are the best of BENCH_REPS runs (default 3); bounded-loops'
+# is one run (it takes about a minute). Every run must end with 62 loops
+# DONE, so a broken engine cannot post a time.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 bl="${BL:-$root/target/release/bl}"
 [ -x "$bl" ] || bl="$root/target/debug/bl"
-[ -x "$bl" ] || { echo "build bl first: cargo build -p bl-cli" >&2; exit 2; }
+[ -x "$bl" ] || { echo "build bl first: cargo build --release -p bl-cli" >&2; exit 2; }
 bl="$(realpath "$bl")"
 work="${BENCH_DIR:-$(mktemp -d /tmp/bl-loops-bench.XXXXXX)}"
 venvs="${BENCH_VENVS:-/tmp/bl-bench-venvs}"
 reps="${BENCH_REPS:-3}"
+jobs="${BENCH_JOBS:-$(nproc)}"
 if [ ! -x "$venvs/bounded-loops/bin/bl" ]; then
   python3 -m venv "$venvs/bounded-loops"
   "$venvs/bounded-loops/bin/pip" install -q bounded-loops==0.7.6
@@ -27,31 +34,45 @@ catalog="$("$venvs/bounded-loops/bin/python" -c 'import bounded_loops, os; print
 names=$(ls "$catalog")
 echo "bl: $bl; bounded-loops: $upstream; $(echo "$names" | wc -w) loops; $(nproc) cores; work dir $work"
 
-# run_catalog ENGINE -> seconds for the whole catalog, each loop in a fresh
-# copy; the statuses go to $dir/statuses so a broken engine cannot post a time.
+# run_catalog ENGINE MODE -> seconds for the whole catalog. MODE is `each`
+# (one command per loop, one after another) or `batch` (one bl command).
 run_catalog() {
-  local engine="$1" dir="$work/run-$RANDOM$RANDOM" name t0 t1
+  local engine="$1" mode="$2" dir="$work/run-$RANDOM$RANDOM" name t0 t1
   mkdir -p "$dir"
   for name in $names; do
     cp -r "$catalog/$name" "$dir/$name"
     rm -rf "$dir/$name/seed/__pycache__"
   done
   t0=$(date +%s.%N)
-  for name in $names; do
-    (cd "$dir" && "$engine" run "$name" --yes --json 2>/dev/null | tail -n 1 >"$dir/$name.out") || true
-  done
+  if [ "$mode" = each ]; then
+    for name in $names; do
+      (cd "$dir" && "$engine" run "$name" --yes --json 2>/dev/null | tail -n 1 >"$dir/$name.out") || true
+    done
+  else
+    # shellcheck disable=SC2086 # one argument per loop name
+    (cd "$dir" && "$engine" run $names --yes --json --jobs "$jobs" 2>/dev/null >"$dir/batch.out") || true
+  fi
   t1=$(date +%s.%N)
   local done
   done=$(cat "$dir"/*.out | grep -c '"status": "DONE"' || true)
-  [ "$done" -eq 62 ] || { echo "$engine: $done loops DONE, not 62; see $dir" >&2; exit 1; }
+  [ "$done" -eq 62 ] || { echo "$engine ($mode): $done loops DONE, not 62; see $dir" >&2; exit 1; }
   python3 -c "print(f'{$t1 - $t0:.3f}')"
 }
 
-up=$(run_catalog "$upstream")
-best=""
-for _ in $(seq "$reps"); do
-  t=$(run_catalog "$bl")
-  best=$(python3 -c "print(min(float('$t'), float('${best:-inf}')))")
-done
-printf 'whole catalog: bounded-loops %s s, bl %.3f s   bl is %sx faster\n' \
-  "$up" "$best" "$(python3 -c "print(f'{$up / $best:.1f}')")"
+# best_of MODE -> bl's best time over $reps runs of the catalog.
+best_of() {
+  local best="" t
+  for _ in $(seq "$reps"); do
+    t=$(run_catalog "$bl" "$1")
+    best=$(python3 -c "print(min(float('$t'), float('${best:-inf}')))")
+  done
+  echo "$best"
+}
+
+up=$(run_catalog "$upstream" each)
+each=$(best_of each)
+batch=$(best_of batch)
+ratio() { python3 -c "print(f'{$up / $1:.1f}')"; }
+printf 'bounded-loops, loop by loop:          %7.3f s\n' "$up"
+printf 'bl, loop by loop (like for like):     %7.3f s   %sx faster\n' "$each" "$(ratio "$each")"
+printf 'bl, one command (%s loops at a time):  %7.3f s   %sx faster\n' "$jobs" "$batch" "$(ratio "$batch")"

@@ -40,10 +40,12 @@ pub const EXTRA_AGENT_CMDS: &str = "BOUNDED_LOOPS_EXTRA_AGENT_CMDS";
 /// The variables `runner.env_passthrough` may name (comma-separated).
 pub const ENV_PASSTHROUGH_ALLOW: &str = "BOUNDED_LOOPS_ENV_PASSTHROUGH_ALLOW";
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// Path to a loop folder containing loop.yaml.
-    pub loop_dir: PathBuf,
+    /// Path to a loop folder containing loop.yaml. Name several to run
+    /// them side by side (each as it would run alone; needs --yes).
+    #[arg(required = true, value_name = "LOOP_DIR")]
+    pub loop_dirs: Vec<PathBuf>,
     /// Override the runner in loop.yaml's runner.default.
     #[arg(long, value_parser = ["stub", "shell", "python_callable", "claude-code", "codex", "antigravity"])]
     pub runner: Option<String>,
@@ -70,6 +72,50 @@ pub struct RunArgs {
     /// its digest too).
     #[arg(long, value_name = "MODE", default_value = "off", value_parser = ["off", "paths", "strict"])]
     pub redact: String,
+    /// With several loops: how many run at once (default: one per CPU).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+}
+
+impl RunArgs {
+    /// The flags that make `bl run DIR` run one of several loops exactly
+    /// as this command would run it alone, confirmed.
+    pub fn child_flags(&self, json_out: bool) -> Vec<std::ffi::OsString> {
+        // Every field by name, so that a new flag cannot be left out here.
+        let RunArgs {
+            loop_dirs: _,
+            runner,
+            gate_override,
+            max_iterations,
+            yes: _,
+            keep_workspace,
+            run_id,
+            resume,
+            redact,
+            jobs: _,
+        } = self;
+        let mut flags: Vec<std::ffi::OsString> =
+            vec!["--yes".into(), "--redact".into(), redact.into()];
+        let mut valued = |name: &str, value: Option<String>| {
+            if let Some(value) = value {
+                flags.extend([name.into(), value.into()]);
+            }
+        };
+        valued("--runner", runner.clone());
+        valued("--gate-override", gate_override.clone());
+        valued("--max-iterations", max_iterations.map(|n| n.to_string()));
+        valued("--run-id", run_id.clone());
+        for (on, flag) in [
+            (*keep_workspace, "--keep-workspace"),
+            (*resume, "--resume"),
+            (json_out, "--json"),
+        ] {
+            if on {
+                flags.push(flag.into());
+            }
+        }
+        flags
+    }
 }
 
 fn manifest_error(path: &Path, e: &ManifestError) -> CliError {
@@ -568,7 +614,14 @@ fn passthrough(m: &LoopManifest) -> Result<Vec<(String, String)>, CliError> {
 }
 
 pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
-    let package = read_package(&args.loop_dir)?;
+    match args.loop_dirs.as_slice() {
+        [one] => run_one(&args, one, json_out),
+        _ => crate::loop_batch::run(&args, json_out),
+    }
+}
+
+fn run_one(args: &RunArgs, loop_dir: &Path, json_out: bool) -> Result<Exit, CliError> {
+    let package = read_package(loop_dir)?;
     let mut bounds = package.bounds.clone();
     if let Some(max) = args.max_iterations {
         // 0 is allowed (the run halts at lap 1, as bounded-loops does); the
@@ -586,7 +639,7 @@ pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
         .runner
         .clone()
         .unwrap_or_else(|| m.runner.default.clone());
-    confirm(&args, m, &runner_name)?;
+    confirm(args, m, &runner_name)?;
 
     let dir = std::fs::canonicalize(&package.dir).unwrap_or_else(|_| package.dir.clone());
     // Where the records and the workspace go.

@@ -14,6 +14,7 @@ mod interrupt;
 mod keys_cmd;
 mod ledger_cmd;
 mod log_cmd;
+mod loop_batch;
 mod loop_cmd;
 mod loop_gates;
 mod loop_tools_cmd;

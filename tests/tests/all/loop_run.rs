@@ -1326,3 +1326,243 @@ fn allowed_passthrough_variables_reach_the_runner_and_others_are_refused() {
     );
     assert_eq!(r.status().1, "DONE", "{}\n{}", r.stdout, r.stderr);
 }
+
+/// `bl run A B C`: each loop ends as it ends alone, the answers come in the
+/// order given, and the batch exits with the largest code.
+#[test]
+fn several_loops_run_side_by_side_each_as_it_would_alone() {
+    if !cage_works() {
+        return;
+    }
+    let done: Vec<(Loop, u64)> = [
+        ("readme-sections", 2),
+        ("tests-green", 1),
+        ("records-shell", 3),
+    ]
+    .into_iter()
+    .map(|(name, laps)| (Loop::catalog(name), laps))
+    .collect();
+    let halts = Loop::stub(
+        "python3 seed/check.py",
+        &BOUNDS.replace("max_iterations: 5", "max_iterations: 1"),
+        json!([write_doc(json!("*"), "still drafting", 5)]),
+    );
+    let broken = Loop::stub("python3 seed/check.py", "max_iterations: [\n", json!([]));
+    let mut dirs: Vec<String> = done.iter().map(|(l, _)| path_arg(&l.pkg())).collect();
+    dirs.push(path_arg(&halts.pkg()));
+    let mut args: Vec<&str> = vec!["run"];
+    args.extend(dirs.iter().map(String::as_str));
+    args.extend(["--yes", "--json", "--jobs", "2"]);
+    let r = halts.bl(&args);
+    let outcomes: Vec<Value> = json_lines(&r.stdout);
+    let got: Vec<(String, u64, String)> = outcomes
+        .iter()
+        .map(|o| {
+            (
+                o["status"].as_str().unwrap().to_string(),
+                o["laps"].as_u64().unwrap(),
+                o["ledger_path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut want: Vec<(String, u64, String)> = done
+        .iter()
+        .map(|(l, laps)| ("DONE".into(), *laps, ledger_of(&l.pkg())))
+        .collect();
+    want.push(("HALT".into(), 2, ledger_of(&halts.pkg())));
+    assert_eq!(got, want, "in the order given:\n{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 1, "the largest code: one loop halted");
+    let events: Vec<String> = r
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("BL_EVENT "))
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["status"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(events, ["DONE", "DONE", "DONE", "HALT"], "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "bl run: 4 of 4 loops ran (2 at a time); 3 exited 0; exit 1: {}",
+            dirs[3]
+        )),
+        "{}",
+        r.stderr
+    );
+    // Each ledger is the loop's own, and verifies.
+    for (o, l) in outcomes
+        .iter()
+        .zip(done.iter().map(|(l, _)| l).chain([&halts]))
+    {
+        verify(l, &l.pkg(), o["ledger_head"].as_str().unwrap());
+    }
+
+    // A loop that is refused says so in its place; the others still run.
+    let mut args = vec!["run".to_string(), dirs[0].clone(), path_arg(&broken.pkg())];
+    args.extend(["--yes", "--json"].map(String::from));
+    let r = halts.bl(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let answers = json_lines(&r.stdout);
+    assert_eq!(
+        (
+            answers[0]["status"].as_str(),
+            answers[1]["error"]["code"].as_str(),
+            r.code
+        ),
+        (Some("DONE"), Some("refused"), 2),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+
+    // Unconfirmed, or one loop named twice: refused before anything runs.
+    let before = std::fs::read_to_string(done[0].0.pkg().join(".ledger.jsonl")).unwrap();
+    for (args, says) in [
+        (
+            vec!["run", &dirs[0], &dirs[1]],
+            "pass --yes to confirm them all",
+        ),
+        (
+            vec!["run", &dirs[0], &dirs[1], &dirs[0], "--yes"],
+            "are the same loop",
+        ),
+    ] {
+        let r = halts.bl(&args);
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        assert!(r.stderr.contains(says), "{}", r.stderr);
+    }
+    let after = std::fs::read_to_string(done[0].0.pkg().join(".ledger.jsonl")).unwrap();
+    assert_eq!(before, after, "nothing ran");
+}
+
+/// The loops really run at once, `--jobs` at a time: two gates that each
+/// wait for the other pass side by side, and one at a time the first gives
+/// up. Then SIGTERM reaches every running loop, which ends its gate.
+#[test]
+fn jobs_run_at_once_and_a_signal_reaches_every_running_loop() {
+    use std::os::unix::process::ExitStatusExt;
+    let meet = tempfile::tempdir().unwrap();
+    let script = meet.path().join("rendezvous.py");
+    std::fs::write(
+        &script,
+        "import os, sys, time\nd, wait = sys.argv[1], float(sys.argv[2])\nopen(os.path.join(d, str(os.getpid())), 'w').close()\nend = time.time() + wait\nwhile time.time() < end:\n    if len(os.listdir(d)) >= 2:\n        sys.exit(0)\n    time.sleep(0.05)\nsys.exit(1)\n",
+    )
+    .unwrap();
+    let unconfined = BOUNDS
+        .replace("sandbox: true", "sandbox: false")
+        .replace("max_iterations: 5", "max_iterations: 1");
+    let pair = || {
+        [0, 1].map(|_| {
+            Loop::stub(
+                "python3 seed/check.py",
+                &unconfined,
+                json!([write_doc(json!("*"), "x", 1)]),
+            )
+        })
+    };
+    let statuses = |jobs: &str, wait: &str| -> Vec<String> {
+        let room = tempfile::tempdir().unwrap();
+        let gate = format!(
+            "python3 {} {} {wait}",
+            script.display(),
+            room.path().display()
+        );
+        let loops = pair();
+        let (a, b) = (path_arg(&loops[0].pkg()), path_arg(&loops[1].pkg()));
+        let r = loops[0].bl(&[
+            "run",
+            &a,
+            &b,
+            "--json",
+            "--jobs",
+            jobs,
+            "--gate-override",
+            &gate,
+        ]);
+        json_lines(&r.stdout)
+            .iter()
+            .map(|o| o["status"].as_str().unwrap_or("?").to_string())
+            .collect()
+    };
+    assert_eq!(statuses("2", "30"), ["DONE", "DONE"]);
+    assert_eq!(
+        statuses("1", "1"),
+        ["HALT", "DONE"],
+        "one at a time, the first waits alone"
+    );
+
+    // Two gates that would run for a minute; SIGTERM once both started.
+    let hold = meet.path().join("hold.py");
+    std::fs::write(
+        &hold,
+        "import os, sys, time\nopen(os.path.join(sys.argv[1], str(os.getpid())), 'w').close()\ntime.sleep(60)\n",
+    )
+    .unwrap();
+    let room = tempfile::tempdir().unwrap();
+    let gate = format!("python3 {} {}", hold.display(), room.path().display());
+    let loops = pair();
+    let (a, b) = (path_arg(&loops[0].pkg()), path_arg(&loops[1].pkg()));
+    let mut batch = loops[0]
+        .command(&["run", &a, &b, "--json", "--gate-override", &gate])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let gates = loop {
+        let pids: Vec<i32> = std::fs::read_dir(room.path())
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_str()?.parse().ok())
+            .collect();
+        if pids.len() == 2 {
+            break pids;
+        }
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "the gates never both started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let pid = nix::unistd::Pid::from_raw(batch.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = loop {
+        if let Some(status) = batch.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed().as_secs() > 40 {
+            let _ = batch.kill();
+            panic!("bl run did not stop on SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!((status.code(), status.signal()), (Some(143), None));
+    for gate in gates {
+        assert!(
+            !Path::new(&format!("/proc/{gate}")).exists(),
+            "gate {gate} outlived the batch"
+        );
+    }
+}
+
+fn path_arg(path: &Path) -> String {
+    path.display().to_string()
+}
+
+fn ledger_of(pkg: &Path) -> String {
+    std::fs::canonicalize(pkg)
+        .unwrap()
+        .join(".ledger.jsonl")
+        .display()
+        .to_string()
+}
+
+/// The JSON answers among a batch's stdout lines, one per loop.
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
