@@ -47,6 +47,17 @@ impl Exit {
         }
     }
 
+    /// How a child process ended, as bl passes it on: its own code, or
+    /// 128 + N when signal N ended it.
+    pub fn of_status(status: std::process::ExitStatus) -> Exit {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Exit::Code(code.clamp(0, 255) as u8),
+            (None, Some(signal)) => Exit::Code((128 + signal).clamp(0, 255) as u8),
+            _ => Exit::No,
+        }
+    }
+
     /// The `code` of a `--json` error object that says no more than this.
     pub fn name(self) -> String {
         match self {

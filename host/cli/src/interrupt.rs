@@ -3,6 +3,7 @@
 //! waits for them and removes its temporary directories; `main` then exits
 //! with 128 + the signal. With nothing running, bl exits at once.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -10,6 +11,17 @@ use signal_hook::iterator::Signals;
 
 /// How long the work in progress gets to clean up before bl exits anyway.
 const CLEANUP_GRACE: Duration = Duration::from_secs(10);
+/// What a bl running other bl processes allows beyond their own grace: they
+/// hear of the signal a moment after it does.
+const CHILDREN_MARGIN: Duration = Duration::from_secs(2);
+
+static RUNS_CHILDREN: AtomicBool = AtomicBool::new(false);
+
+/// Called by a command whose children are bl processes, each with its own
+/// [`CLEANUP_GRACE`]: an interrupted bl waits that much longer for them.
+pub fn outlast_children() {
+    RUNS_CHILDREN.store(true, Ordering::SeqCst);
+}
 
 /// The error a run stopped by `signal` answers with.
 pub fn stopped(signal: i32) -> crate::exit::CliError {
@@ -31,7 +43,12 @@ pub fn install() {
             if let Some(signal) = signals.forever().next() {
                 bl_core::interrupt::request(signal);
                 let asked = Instant::now();
-                while bl_core::interrupt::running() > 0 && asked.elapsed() < CLEANUP_GRACE {
+                let grace = if RUNS_CHILDREN.load(Ordering::SeqCst) {
+                    CLEANUP_GRACE + CHILDREN_MARGIN
+                } else {
+                    CLEANUP_GRACE
+                };
+                while bl_core::interrupt::running() > 0 && asked.elapsed() < grace {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 // Give the command a moment to return and report through

@@ -6,31 +6,35 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use wait_timeout::ChildExt;
 
 use crate::exit::{CliError, Exit};
 use crate::loop_cmd::RunArgs;
 use crate::output::errln;
 
-/// How often the relay looks up from waiting to see whether bl was asked
+/// How often a worker looks up from its loop to see whether bl was asked
 /// to stop.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
-/// What one loop's process left: its output, and its exit code (128 + N
-/// when a signal ended it).
+/// What one loop's process left: its output and its exit code (128 + N
+/// when signal N ended it).
 struct Finished {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
-    code: i32,
+    code: u8,
 }
 
-/// Runs every loop in `args.loop_dirs`, at most `jobs` at a time.
+/// Runs every loop in `args.loop_dirs`, at most `--jobs` at a time.
 pub fn run(args: &RunArgs, json_out: bool) -> Result<Exit, CliError> {
     let dirs = &args.loop_dirs;
     if !args.yes && args.gate_override.is_none() {
@@ -50,28 +54,28 @@ pub fn run(args: &RunArgs, json_out: bool) -> Result<Exit, CliError> {
             usize::from,
         )
         .min(dirs.len());
+    // Held until every loop's output is relayed: an interrupted bl waits
+    // for the loops (each with its own grace) rather than exiting under them.
+    let _relaying = bl_core::interrupt::Running::start();
+    crate::interrupt::outlast_children();
 
     let next = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let running: Arc<Mutex<HashMap<usize, u32>>> = Arc::default();
     let (sent, finished) = mpsc::channel::<(usize, Finished)>();
     let workers: Vec<_> = (0..jobs)
         .map(|_| {
-            let (dirs, exe, flags) = (dirs.clone(), exe.clone(), flags.clone());
-            let (next, stop, running, sent) =
-                (next.clone(), stop.clone(), running.clone(), sent.clone());
+            let (dirs, exe, flags, next, sent) = (
+                dirs.clone(),
+                exe.clone(),
+                flags.clone(),
+                next.clone(),
+                sent.clone(),
+            );
             std::thread::spawn(move || {
-                loop {
+                // Once bl is asked to stop, no loop starts.
+                while bl_core::interrupt::requested().is_none() {
                     let index = next.fetch_add(1, Ordering::SeqCst);
-                    if index >= dirs.len() || stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let _guard = bl_core::interrupt::Running::start();
-                    let done = run_one(&exe, &dirs[index], &flags, |pid| {
-                        running.lock().unwrap().insert(index, pid);
-                    });
-                    running.lock().unwrap().remove(&index);
-                    if sent.send((index, done)).is_err() {
+                    let Some(dir) = dirs.get(index) else { return };
+                    if sent.send((index, run_one(&exe, dir, &flags))).is_err() {
                         return;
                     }
                 }
@@ -82,47 +86,26 @@ pub fn run(args: &RunArgs, json_out: bool) -> Result<Exit, CliError> {
 
     // Relay in the order given: a loop's output waits for the ones before it.
     let mut pending = BTreeMap::new();
-    let mut relayed = 0;
-    let mut codes = Vec::with_capacity(dirs.len());
-    let mut forwarded = false;
-    loop {
-        match finished.recv_timeout(SIGNAL_POLL) {
-            Ok((index, done)) => {
-                pending.insert(index, done);
-                while let Some(done) = pending.remove(&relayed) {
-                    relay(&done);
-                    codes.push((relayed, done.code));
-                    relayed += 1;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-        if let Some(signal) = bl_core::interrupt::requested()
-            && !forwarded
-        {
-            // Each loop runs in its own process group, so the terminal's
-            // signal reached only this process: pass it on, once.
-            stop.store(true, Ordering::SeqCst);
-            for pid in running.lock().unwrap().values() {
-                // SAFETY: kill(2) with a pid this process started and has not
-                // yet waited for, so the pid cannot have been reused.
-                unsafe { libc::kill(*pid as libc::pid_t, signal) };
-            }
-            forwarded = true;
+    let mut codes = BTreeMap::new();
+    for (index, done) in finished {
+        pending.insert(index, done);
+        while let Some(done) = pending.remove(&codes.len()) {
+            relay(&done);
+            codes.insert(codes.len(), done.code);
         }
     }
     for worker in workers {
         let _ = worker.join();
     }
-    // Loops that finished after an earlier one that never started (bl was
-    // stopped) still have their say.
+    // After a stop, a loop that finished behind one that never started.
     for (index, done) in pending {
         relay(&done);
-        codes.push((index, done.code));
+        codes.insert(index, done.code);
     }
-    summarize(dirs, &codes, jobs);
-    Ok(batch_exit(codes.iter().map(|(_, code)| *code)))
+    if !json_out {
+        summarize(dirs, &codes, jobs);
+    }
+    Ok(batch_exit(codes.values().copied()))
 }
 
 /// Two entries for one package would append to one ledger at once and break
@@ -142,41 +125,82 @@ fn refuse_repeats(dirs: &[PathBuf]) -> Result<(), CliError> {
     Ok(())
 }
 
-/// One loop, as `bl run DIR` alone runs it, in its own process group and
-/// with no terminal to ask (a rung that needs approval pauses).
-fn run_one(exe: &Path, dir: &Path, flags: &[OsString], started: impl FnOnce(u32)) -> Finished {
-    use std::os::unix::process::{CommandExt, ExitStatusExt};
-    let child = Command::new(exe)
+/// One loop, as `bl run DIR` alone runs it, with no terminal to ask (a rung
+/// that needs approval pauses). It runs in its own process group, so a
+/// signal reaches it once, from here, and it ends with this bl.
+fn run_one(exe: &Path, dir: &Path, flags: &[OsString]) -> Finished {
+    use std::os::unix::process::CommandExt;
+    let this_bl = std::process::id();
+    let mut command = Command::new(exe);
+    command
         .arg("run")
         .arg(dir)
         .args(flags)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn();
-    let output = child.and_then(|child| {
-        started(child.id());
-        child.wait_with_output()
-    });
-    match output {
-        Ok(Output {
-            status,
+        .process_group(0);
+    // SAFETY: prctl(2) and getppid(2) are async-signal-safe, and the
+    // closure allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
+            if std::os::unix::process::parent_id() != this_bl {
+                // bl ended between fork and prctl: nobody would hear this loop.
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        })
+    };
+    let failed = |e: std::io::Error| Finished {
+        stdout: Vec::new(),
+        stderr: format!("error: bl run {}: {e}\n", dir.display()).into_bytes(),
+        code: Exit::Undecided.code(),
+    };
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return failed(e),
+    };
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let status = wait_passing_signals_on(&mut child);
+    let (stdout, stderr) = (
+        stdout.join().unwrap_or_default(),
+        stderr.join().unwrap_or_default(),
+    );
+    match status {
+        Ok(status) => Finished {
             stdout,
             stderr,
-        }) => Finished {
-            stdout,
-            stderr,
-            code: status
-                .code()
-                .or_else(|| status.signal().map(|s| 128 + s))
-                .unwrap_or(Exit::Undecided.code().into()),
+            code: Exit::of_status(status).code(),
         },
-        Err(e) => Finished {
-            stdout: Vec::new(),
-            stderr: format!("error: bl run {}: cannot start: {e}\n", dir.display()).into_bytes(),
-            code: Exit::Undecided.code().into(),
-        },
+        Err(e) => failed(e),
+    }
+}
+
+/// Waits for a loop's bl, passing it the signal bl was asked to stop by
+/// (once): it ends its worker and gate and writes its records.
+fn wait_passing_signals_on(child: &mut std::process::Child) -> std::io::Result<ExitStatus> {
+    let mut passed_on = false;
+    loop {
+        if !passed_on && let Some(signal) = bl_core::interrupt::requested() {
+            // Not yet waited for, so the pid is still this child's.
+            let pid = Pid::from_raw(child.id() as i32);
+            let _ = kill(pid, Signal::try_from(signal).unwrap_or(Signal::SIGTERM));
+            passed_on = true;
+        }
+        if let Some(status) = child.wait_timeout(SIGNAL_POLL)? {
+            return Ok(status);
+        }
     }
 }
 
@@ -186,33 +210,40 @@ fn relay(done: &Finished) {
     let _ = err.write_all(&done.stderr).and_then(|_| err.flush());
 }
 
-/// One line on stderr: how many loops ran and which did not exit 0.
-fn summarize(dirs: &[PathBuf], codes: &[(usize, i32)], jobs: usize) {
-    let mut not_done: BTreeMap<i32, Vec<String>> = BTreeMap::new();
-    for (index, code) in codes.iter().filter(|(_, code)| *code != 0) {
-        not_done
-            .entry(*code)
-            .or_default()
-            .push(dirs[*index].display().to_string());
+/// One line on stderr for people: how the loops ended, and which did not
+/// exit 0 or never started.
+fn summarize(dirs: &[PathBuf], codes: &BTreeMap<usize, u8>, jobs: usize) {
+    let mut by_code: BTreeMap<u8, Vec<String>> = BTreeMap::new();
+    let mut not_started = Vec::new();
+    for (index, dir) in dirs.iter().enumerate() {
+        match codes.get(&index) {
+            Some(code) => by_code
+                .entry(*code)
+                .or_default()
+                .push(dir.display().to_string()),
+            None => not_started.push(dir.display().to_string()),
+        }
     }
-    let exited_0 = codes.len() - not_done.values().map(Vec::len).sum::<usize>();
+    let exited_0 = by_code.remove(&0).map_or(0, |d| d.len());
     let mut line = format!(
-        "bl run: {} of {} loops ran ({jobs} at a time); {exited_0} exited 0",
-        codes.len(),
+        "bl run: {} loops ({jobs} at a time): {exited_0} exited 0",
         dirs.len()
     );
-    for (code, names) in &not_done {
+    for (code, names) in &by_code {
         line.push_str(&format!("; exit {code}: {}", names.join(", ")));
+    }
+    if !not_started.is_empty() {
+        line.push_str(&format!("; not started: {}", not_started.join(", ")));
     }
     errln!("{line}");
 }
 
 /// The batch's exit code: 0 when every loop exited 0, else the largest of
 /// their codes (1 not done, 2 refused, 3 undecided, 128 + N stopped).
-fn batch_exit(codes: impl Iterator<Item = i32>) -> Exit {
+fn batch_exit(codes: impl Iterator<Item = u8>) -> Exit {
     match codes.max().unwrap_or(0) {
         0 => Exit::Success,
-        code => Exit::Code(u8::try_from(code).unwrap_or(u8::MAX)),
+        code => Exit::Code(code),
     }
 }
 
@@ -222,10 +253,10 @@ mod tests {
 
     #[test]
     fn the_batch_answers_with_the_largest_code() {
-        assert_eq!(batch_exit([0, 0].into_iter()).code(), 0);
-        assert_eq!(batch_exit([0, 1, 0].into_iter()).code(), 1);
-        assert_eq!(batch_exit([1, 3, 2].into_iter()).code(), 3);
-        assert_eq!(batch_exit([0, 143].into_iter()).code(), 143);
+        assert_eq!(batch_exit([0u8, 0].into_iter()).code(), 0);
+        assert_eq!(batch_exit([0u8, 1, 0].into_iter()).code(), 1);
+        assert_eq!(batch_exit([1u8, 3, 2].into_iter()).code(), 3);
+        assert_eq!(batch_exit([0u8, 143].into_iter()).code(), 143);
         assert_eq!(batch_exit(std::iter::empty()).code(), 0);
     }
 

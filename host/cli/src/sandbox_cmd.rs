@@ -105,14 +105,7 @@ fn bridge(socket: PathBuf, listen: &str, command: Vec<String>) -> CliResult {
     }
     child.env_remove("NO_PROXY").env_remove("no_proxy");
     match child.status() {
-        Ok(status) => {
-            use std::os::unix::process::ExitStatusExt;
-            Ok(match (status.code(), status.signal()) {
-                (Some(code), _) => Exit::Code(code.clamp(0, 255) as u8),
-                (None, Some(signal)) => Exit::Code((128 + signal).clamp(0, 255) as u8),
-                _ => Exit::No,
-            })
-        }
+        Ok(status) => Ok(Exit::of_status(status)),
         Err(e) => Err(CliError::with_exit(
             Exit::NotFound,
             format!("sandbox bridge: {}: {e}", command[0]),

@@ -1385,11 +1385,13 @@ fn several_loops_run_side_by_side_each_as_it_would_alone() {
         .collect();
     assert_eq!(events, ["DONE", "DONE", "DONE", "HALT"], "{}", r.stderr);
     assert!(
-        r.stderr.contains(&format!(
-            "bl run: 4 of 4 loops ran (2 at a time); 3 exited 0; exit 1: {}",
-            dirs[3]
-        )),
-        "{}",
+        r.stderr
+            .trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("BL_EVENT "),
+        "with --json, each loop's own lines and nothing else: {}",
         r.stderr
     );
     // Each ledger is the loop's own, and verifies.
@@ -1401,9 +1403,8 @@ fn several_loops_run_side_by_side_each_as_it_would_alone() {
     }
 
     // A loop that is refused says so in its place; the others still run.
-    let mut args = vec!["run".to_string(), dirs[0].clone(), path_arg(&broken.pkg())];
-    args.extend(["--yes", "--json"].map(String::from));
-    let r = halts.bl(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let broken_dir = path_arg(&broken.pkg());
+    let r = halts.bl(&["run", &dirs[0], &broken_dir, "--yes", "--json"]);
     let answers = json_lines(&r.stdout);
     assert_eq!(
         (
@@ -1416,60 +1417,113 @@ fn several_loops_run_side_by_side_each_as_it_would_alone() {
         r.stdout,
         r.stderr
     );
-
-    // Unconfirmed, or one loop named twice: refused before anything runs.
-    let before = std::fs::read_to_string(done[0].0.pkg().join(".ledger.jsonl")).unwrap();
-    for (args, says) in [
-        (
-            vec!["run", &dirs[0], &dirs[1]],
-            "pass --yes to confirm them all",
-        ),
-        (
-            vec!["run", &dirs[0], &dirs[1], &dirs[0], "--yes"],
-            "are the same loop",
-        ),
-    ] {
-        let r = halts.bl(&args);
-        assert_eq!(r.code, 2, "{}", r.stderr);
-        assert!(r.stderr.contains(says), "{}", r.stderr);
-    }
-    let after = std::fs::read_to_string(done[0].0.pkg().join(".ledger.jsonl")).unwrap();
-    assert_eq!(before, after, "nothing ran");
+    // For people, a last line sums the batch up.
+    let r = halts.bl(&[
+        "run",
+        &dirs[1],
+        &broken_dir,
+        &dirs[3],
+        "--yes",
+        "--jobs",
+        "3",
+    ]);
+    let summary = format!(
+        "bl run: 3 loops (3 at a time): 1 exited 0; exit 1: {}; exit 2: {broken_dir}",
+        dirs[3]
+    );
+    assert_eq!(
+        (r.code, r.stderr.trim_end().lines().last()),
+        (2, Some(summary.as_str())),
+        "{}",
+        r.stderr
+    );
 }
 
-/// The loops really run at once, `--jobs` at a time: two gates that each
-/// wait for the other pass side by side, and one at a time the first gives
-/// up. Then SIGTERM reaches every running loop, which ends its gate.
+/// Refused before anything runs: several loops unconfirmed, or one loop
+/// named twice (two runs would append to one ledger at once).
 #[test]
-fn jobs_run_at_once_and_a_signal_reaches_every_running_loop() {
-    use std::os::unix::process::ExitStatusExt;
-    let meet = tempfile::tempdir().unwrap();
-    let script = meet.path().join("rendezvous.py");
-    std::fs::write(
-        &script,
-        "import os, sys, time\nd, wait = sys.argv[1], float(sys.argv[2])\nopen(os.path.join(d, str(os.getpid())), 'w').close()\nend = time.time() + wait\nwhile time.time() < end:\n    if len(os.listdir(d)) >= 2:\n        sys.exit(0)\n    time.sleep(0.05)\nsys.exit(1)\n",
-    )
-    .unwrap();
-    let unconfined = BOUNDS
+fn several_loops_unconfirmed_or_one_named_twice_are_refused() {
+    let loops = unconfined_pair();
+    let (a, b) = (path_arg(&loops[0].pkg()), path_arg(&loops[1].pkg()));
+    let again = format!("{a}/../pkg");
+    for (args, says) in [
+        (vec!["run", &a, &b], "pass --yes to confirm them all"),
+        (vec!["run", &a, &b, &again, "--yes"], "are the same loop"),
+    ] {
+        let r = loops[0].bl(&args);
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        assert!(r.stderr.contains(says), "{}", r.stderr);
+        for l in &loops {
+            assert!(!l.pkg().join(".ledger.jsonl").exists(), "nothing ran");
+        }
+    }
+}
+
+/// Two stub loops without a cage (their gates meet through a directory the
+/// test names), stopping at their first failed lap.
+fn unconfined_pair() -> [Loop; 2] {
+    let bounds = BOUNDS
         .replace("sandbox: true", "sandbox: false")
         .replace("max_iterations: 5", "max_iterations: 1");
-    let pair = || {
-        [0, 1].map(|_| {
-            Loop::stub(
-                "python3 seed/check.py",
-                &unconfined,
-                json!([write_doc(json!("*"), "x", 1)]),
-            )
+    [0, 1].map(|_| {
+        Loop::stub(
+            "python3 seed/check.py",
+            &bounds,
+            json!([write_doc(json!("*"), "x", 1)]),
+        )
+    })
+}
+
+/// A python gate for `--gate-override`: it leaves its pid in `room`, then
+/// (with `wait`) passes once another gate has too, or fails after `wait`
+/// seconds; without `wait` it just holds for a minute.
+fn room_gate(script_dir: &Path, room: &Path, wait: Option<&str>) -> String {
+    let script = script_dir.join("room.py");
+    std::fs::write(
+        &script,
+        "import os, sys, time\nd = sys.argv[1]\nopen(os.path.join(d, str(os.getpid())), 'w').close()\nif len(sys.argv) < 3:\n    time.sleep(60)\nend = time.time() + float(sys.argv[2])\nwhile time.time() < end:\n    if len(os.listdir(d)) >= 2:\n        sys.exit(0)\n    time.sleep(0.05)\nsys.exit(1)\n",
+    )
+    .unwrap();
+    format!(
+        "python3 {} {} {}",
+        script.display(),
+        room.display(),
+        wait.unwrap_or("")
+    )
+    .trim_end()
+    .to_string()
+}
+
+/// Live processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains(needle).then_some(cmdline)
         })
-    };
+        .collect()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed().as_secs() < 30, "{what}: not within 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The loops really run at once, `--jobs` at a time, and their answers
+/// still come in the order given.
+#[test]
+fn jobs_run_at_once_and_answer_in_the_order_given() {
+    let scripts = tempfile::tempdir().unwrap();
     let statuses = |jobs: &str, wait: &str| -> Vec<String> {
         let room = tempfile::tempdir().unwrap();
-        let gate = format!(
-            "python3 {} {} {wait}",
-            script.display(),
-            room.path().display()
-        );
-        let loops = pair();
+        let gate = room_gate(scripts.path(), room.path(), Some(wait));
+        let loops = unconfined_pair();
         let (a, b) = (path_arg(&loops[0].pkg()), path_arg(&loops[1].pkg()));
         let r = loops[0].bl(&[
             "run",
@@ -1486,6 +1540,8 @@ fn jobs_run_at_once_and_a_signal_reaches_every_running_loop() {
             .map(|o| o["status"].as_str().unwrap_or("?").to_string())
             .collect()
     };
+    // Two gates that each wait for the other pass side by side; one at a
+    // time, the first gives up.
     assert_eq!(statuses("2", "30"), ["DONE", "DONE"]);
     assert_eq!(
         statuses("1", "1"),
@@ -1493,57 +1549,120 @@ fn jobs_run_at_once_and_a_signal_reaches_every_running_loop() {
         "one at a time, the first waits alone"
     );
 
-    // Two gates that would run for a minute; SIGTERM once both started.
-    let hold = meet.path().join("hold.py");
-    std::fs::write(
-        &hold,
-        "import os, sys, time\nopen(os.path.join(sys.argv[1], str(os.getpid())), 'w').close()\ntime.sleep(60)\n",
-    )
-    .unwrap();
-    let room = tempfile::tempdir().unwrap();
-    let gate = format!("python3 {} {}", hold.display(), room.path().display());
-    let loops = pair();
+    // The first loop's gate takes a second, the second's none: the first
+    // still answers first.
+    let loops = unconfined_pair();
+    let yaml = std::fs::read_to_string(loops[0].pkg().join("loop.yaml")).unwrap();
+    loops[0].write(
+        "loop.yaml",
+        &yaml.replace("run: python3 seed/check.py", "run: sleep 1"),
+    );
+    loops[1].write(
+        "loop.yaml",
+        &yaml.replace("run: python3 seed/check.py", "run: 'true'"),
+    );
     let (a, b) = (path_arg(&loops[0].pkg()), path_arg(&loops[1].pkg()));
-    let mut batch = loops[0]
-        .command(&["run", &a, &b, "--json", "--gate-override", &gate])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let r = loops[0].bl(&["run", &a, &b, "--yes", "--json", "--jobs", "2"]);
+    let order: Vec<String> = json_lines(&r.stdout)
+        .iter()
+        .map(|o| o["ledger_path"].as_str().unwrap_or("?").to_string())
+        .collect();
+    assert_eq!(
+        order,
+        [ledger_of(&loops[0].pkg()), ledger_of(&loops[1].pkg())],
+        "{}",
+        r.stderr
+    );
+}
+
+/// SIGTERM reaches every running loop, which ends its gate and answers; a
+/// loop still queued never starts. A bl that dies (here: its stdout closed)
+/// takes its loops with it.
+#[test]
+fn a_signal_or_a_dying_bl_ends_every_running_loop() {
+    use std::os::unix::process::ExitStatusExt;
+    let scripts = tempfile::tempdir().unwrap();
+    let room = tempfile::tempdir().unwrap();
+    let gate = room_gate(scripts.path(), room.path(), None);
+    let [first, second] = unconfined_pair();
+    let [queued, _] = unconfined_pair();
+    let dirs = [&first, &second, &queued].map(|l| path_arg(&l.pkg()));
+    let batch = first
+        .command(&[
+            "run",
+            &dirs[0],
+            &dirs[1],
+            &dirs[2],
+            "--json",
+            "--jobs",
+            "2",
+            "--gate-override",
+            &gate,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = std::time::Instant::now();
-    let gates = loop {
-        let pids: Vec<i32> = std::fs::read_dir(room.path())
-            .unwrap()
-            .filter_map(|e| e.unwrap().file_name().to_str()?.parse().ok())
-            .collect();
-        if pids.len() == 2 {
-            break pids;
-        }
-        assert!(
-            started.elapsed().as_secs() < 30,
-            "the gates never both started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let gates = || std::fs::read_dir(room.path()).unwrap().count();
+    wait_until("both gates started", || gates() == 2);
     let pid = nix::unistd::Pid::from_raw(batch.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let status = loop {
-        if let Some(status) = batch.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed().as_secs() > 40 {
-            let _ = batch.kill();
-            panic!("bl run did not stop on SIGTERM");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    assert_eq!((status.code(), status.signal()), (Some(143), None));
-    for gate in gates {
+    let out = batch.wait_with_output().unwrap();
+    assert_eq!((out.status.code(), out.status.signal()), (Some(143), None));
+    assert!(processes_mentioning(&room.path().display().to_string()).is_empty());
+    let answered: Vec<Value> = json_lines(&String::from_utf8_lossy(&out.stdout));
+    for l in [&first, &second] {
         assert!(
-            !Path::new(&format!("/proc/{gate}")).exists(),
-            "gate {gate} outlived the batch"
+            answered
+                .iter()
+                .any(|o| o["ledger_path"] == ledger_of(&l.pkg())),
+            "every running loop answered: {answered:?}"
         );
     }
+    assert_eq!(
+        answered.last().unwrap()["error"]["code"],
+        "interrupted",
+        "{answered:?}"
+    );
+    assert!(
+        !queued.pkg().join(".ledger.jsonl").exists(),
+        "the queued loop never started"
+    );
+    assert_eq!(gates(), 2);
+
+    // bl's stdout closes under it: it exits 141, and its loops end with it.
+    let room = tempfile::tempdir().unwrap();
+    let gate = room_gate(scripts.path(), room.path(), None);
+    let [quick, held] = unconfined_pair();
+    let yaml = std::fs::read_to_string(quick.pkg().join("loop.yaml")).unwrap();
+    quick.write(
+        "loop.yaml",
+        &yaml.replace("run: python3 seed/check.py", "run: 'true'"),
+    );
+    held.write(
+        "loop.yaml",
+        &yaml.replace("run: python3 seed/check.py", &format!("run: '{gate}'")),
+    );
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let status = quick
+        .command(&[
+            "run",
+            &path_arg(&quick.pkg()),
+            &path_arg(&held.pkg()),
+            "--yes",
+            "--jobs",
+            "2",
+        ])
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(141));
+    let needle = held.pkg().display().to_string();
+    wait_until("the held loop ended with bl", || {
+        processes_mentioning(&needle).is_empty()
+    });
 }
 
 fn path_arg(path: &Path) -> String {
