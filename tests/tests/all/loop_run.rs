@@ -1631,18 +1631,18 @@ fn a_signal_or_a_dying_bl_ends_every_running_loop() {
     assert_eq!(gates(), 2);
 
     // bl's stdout closes under it: it exits 141, and its loops end with it.
+    // The first loop answers (and bl dies writing it) once the second
+    // loop's gate is holding.
     let room = tempfile::tempdir().unwrap();
-    let gate = room_gate(scripts.path(), room.path(), None);
     let [quick, held] = unconfined_pair();
     let yaml = std::fs::read_to_string(quick.pkg().join("loop.yaml")).unwrap();
-    quick.write(
-        "loop.yaml",
-        &yaml.replace("run: python3 seed/check.py", "run: 'true'"),
-    );
-    held.write(
-        "loop.yaml",
-        &yaml.replace("run: python3 seed/check.py", &format!("run: '{gate}'")),
-    );
+    for (l, wait) in [(&quick, Some("30")), (&held, None)] {
+        let gate = room_gate(scripts.path(), room.path(), wait);
+        l.write(
+            "loop.yaml",
+            &yaml.replace("run: python3 seed/check.py", &format!("run: '{gate}'")),
+        );
+    }
     let (read, write) = nix::unistd::pipe().unwrap();
     drop(read);
     let status = quick
@@ -1659,9 +1659,10 @@ fn a_signal_or_a_dying_bl_ends_every_running_loop() {
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(141));
-    let needle = held.pkg().display().to_string();
+    // Neither the held loop's bl nor its gate outlives the batch.
+    let (held_bl, held_gate) = (path_arg(&held.pkg()), path_arg(room.path()));
     wait_until("the held loop ended with bl", || {
-        processes_mentioning(&needle).is_empty()
+        processes_mentioning(&held_bl).is_empty() && processes_mentioning(&held_gate).is_empty()
     });
 }
 
