@@ -190,3 +190,14 @@ pub fn event_types(log: &Path) -> Vec<String> {
         })
         .collect()
 }
+
+/// The command lines of the processes alive now, as /proc has them
+/// (arguments separated by NUL): to check that nothing a test started
+/// outlived it.
+pub fn live_command_lines() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("cmdline")).ok())
+        .collect()
+}

@@ -87,11 +87,13 @@ pub fn run(args: &RunArgs, json_out: bool) -> Result<Exit, CliError> {
     // Relay in the order given: a loop's output waits for the ones before it.
     let mut pending = BTreeMap::new();
     let mut codes = BTreeMap::new();
+    let mut next_to_relay = 0;
     for (index, done) in finished {
         pending.insert(index, done);
-        while let Some(done) = pending.remove(&codes.len()) {
+        while let Some(done) = pending.remove(&next_to_relay) {
             relay(&done);
-            codes.insert(codes.len(), done.code);
+            codes.insert(next_to_relay, done.code);
+            next_to_relay += 1;
         }
     }
     for worker in workers {
@@ -161,17 +163,8 @@ fn run_one(exe: &Path, dir: &Path, flags: &[OsString]) -> Finished {
         Ok(child) => child,
         Err(e) => return failed(e),
     };
-    let read = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let stdout = read_to_end(child.stdout.take());
+    let stderr = read_to_end(child.stderr.take());
     let status = wait_passing_signals_on(&mut child);
     let (stdout, stderr) = (
         stdout.join().unwrap_or_default(),
@@ -185,6 +178,18 @@ fn run_one(exe: &Path, dir: &Path, flags: &[OsString]) -> Finished {
         },
         Err(e) => failed(e),
     }
+}
+
+/// Reads a pipe to its end on a thread of its own, so that neither of a
+/// child's pipes fills while the other is read.
+fn read_to_end(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        bytes
+    })
 }
 
 /// Waits for a loop's bl, passing it the signal bl was asked to stop by

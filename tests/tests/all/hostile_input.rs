@@ -227,10 +227,8 @@ fn signal_ends_everything(
         "{isolation}: {}",
         text(&out.stderr)
     );
-    let sleepers = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| std::fs::read_to_string(e.path().join("cmdline")).ok())
+    let sleepers = bl_e2e::live_command_lines()
+        .into_iter()
         .filter(|c| *c == cmdline)
         .count();
     assert_eq!(sleepers, 0, "{isolation}: the command's group still runs");

@@ -1496,14 +1496,9 @@ fn room_gate(script_dir: &Path, room: &Path, wait: Option<&str>) -> String {
 
 /// Live processes whose command line mentions `needle`.
 fn processes_mentioning(needle: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            cmdline.contains(needle).then_some(cmdline)
-        })
+    bl_e2e::live_command_lines()
+        .into_iter()
+        .filter(|c| c.contains(needle))
         .collect()
 }
 
