@@ -241,6 +241,12 @@ pub struct Machine {
     initial: Vec<Transition>,
     /// The route each succeeded router picked (this round).
     picked: Vec<Option<u32>>,
+    /// Each node's wave (its longest path from a root).
+    level: Vec<u32>,
+    /// Nodes whose skip waits for every earlier wave to settle.
+    deferred: BTreeSet<usize>,
+    /// Every node before this one (in plan order) has settled this round.
+    settled_up_to: usize,
 }
 
 impl Machine {
@@ -251,6 +257,15 @@ impl Machine {
         for (i, e) in spec.edges.iter().enumerate() {
             parents[e.to].push(i);
             children[e.from].push(e.to);
+        }
+        // Nodes come in plan order, parents first: one pass gives the waves.
+        let mut level = vec![0u32; n];
+        for node in 0..n {
+            level[node] = parents[node]
+                .iter()
+                .map(|&e| level[spec.edges[e].from] + 1)
+                .max()
+                .unwrap_or(0);
         }
         let mut machine = Machine {
             parents,
@@ -266,6 +281,9 @@ impl Machine {
             ready_set: BTreeSet::new(),
             initial: Vec::new(),
             picked: vec![None; n],
+            level,
+            deferred: BTreeSet::new(),
+            settled_up_to: 0,
             spec,
         };
         machine.initial = machine.settle();
@@ -343,8 +361,12 @@ impl Machine {
 
     /// Whether a pending node may start (`Some(true)`), is skipped
     /// (`Some(false)`), or waits (`None`, for good when a dependency
-    /// blocks it). The rules, and bounded-loops 0.7.6's behaviour where the
-    /// seed is silent, are in tests/corpus/graph-runs/SEMANTICS.md.
+    /// blocks it). A node leaves PENDING only once every parent has ended
+    /// (bounded-loops' causality rule), with one exception the seed makes:
+    /// an `any_successful` join over unconditional edges starts as soon as
+    /// one parent succeeded. The rules, and bounded-loops 0.7.6's
+    /// behaviour where the seed is silent, are in
+    /// tests/corpus/graph-runs/SEMANTICS.md.
     fn admission(&self, node: usize) -> Option<bool> {
         let edges: Vec<(usize, EdgeState)> = self.parents[node]
             .iter()
@@ -354,27 +376,24 @@ impl Machine {
             return Some(true);
         }
         let any = |s: EdgeState| edges.iter().any(|(_, e)| *e == s);
-        let succeeded_parent = edges.iter().any(|(from, e)| {
-            *e == EdgeState::Selected && self.states[*from] == NodeState::Succeeded
-        });
-        let cascaded = edges
-            .iter()
-            .any(|(from, e)| *e == EdgeState::Excluded && self.states[*from] == NodeState::Skipped);
-        match self.spec.nodes[node].join {
-            // As soon as one parent succeeded; a failed one leaves it waiting.
-            Some(Join::AnySuccessful) => {
-                if succeeded_parent {
-                    Some(true)
-                } else if any(EdgeState::Waiting) || any(EdgeState::Blocking) {
-                    None
-                } else {
-                    Some(false)
-                }
+        let join = self.spec.nodes[node].join;
+        if join == Some(Join::AnySuccessful) && self.unconditional(node) {
+            let succeeded = edges.iter().any(|(from, e)| {
+                *e == EdgeState::Selected && self.states[*from] == NodeState::Succeeded
+            });
+            if succeeded {
+                return Some(true);
             }
-            _ if any(EdgeState::Waiting) => None,
-            // Tolerates failed parents; skipped when every edge is excluded.
-            Some(Join::AllSelected) => Some(any(EdgeState::Selected) || any(EdgeState::Blocking)),
-            Some(Join::AllSuccessful) | None => {
+        }
+        if any(EdgeState::Waiting) {
+            return None;
+        }
+        match join {
+            Some(mode) => self.join_admission(node, mode),
+            None => {
+                let cascaded = edges.iter().any(|(from, e)| {
+                    *e == EdgeState::Excluded && self.states[*from] == NodeState::Skipped
+                });
                 if any(EdgeState::Blocking) {
                     None
                 } else if cascaded {
@@ -386,8 +405,69 @@ impl Machine {
         }
     }
 
+    /// Whether every edge into `node` is unconditional (no `when`, no route).
+    fn unconditional(&self, node: usize) -> bool {
+        self.parents[node].iter().all(|&e| {
+            let edge = &self.spec.edges[e];
+            edge.guard == Guard::Default && edge.routes.is_empty()
+        })
+    }
+
+    /// A join whose parents have all ended. Its edges select parents (an
+    /// unconditional edge selects its parent whatever it became; a guard
+    /// selects it when its outcome is the guarded one), and the mode
+    /// decides over the selected parents: a guard never overrides the
+    /// mode. None selected: the branch was not taken (SKIPPED). The mode
+    /// unmet: it waits for good behind an unconditional edge from a failed
+    /// parent, and is skipped otherwise.
+    fn join_admission(&self, node: usize, mode: Join) -> Option<bool> {
+        let mut selected = Vec::new();
+        let mut blocked = false;
+        for &e in &self.parents[node] {
+            let edge = &self.spec.edges[e];
+            let source = self.states[edge.from];
+            let routed_away = source == NodeState::Succeeded
+                && !edge.routes.is_empty()
+                && !self.picked[edge.from].is_some_and(|r| edge.routes.contains(&r));
+            if routed_away {
+                continue;
+            }
+            let chosen = match (edge.guard, source) {
+                (Guard::Default | Guard::Terminal, _)
+                | (Guard::Succeeded, NodeState::Succeeded)
+                | (Guard::Failed, NodeState::Failed(_))
+                | (Guard::Skipped, NodeState::Skipped) => true,
+                _ => false,
+            };
+            if chosen {
+                selected.push(source);
+            }
+            blocked |= edge.guard == Guard::Default && matches!(source, NodeState::Failed(_));
+        }
+        if selected.is_empty() {
+            return Some(false);
+        }
+        let met = match mode {
+            Join::AllSelected => true,
+            Join::AllSuccessful => selected.iter().all(|s| *s == NodeState::Succeeded),
+            Join::AnySuccessful => selected.contains(&NodeState::Succeeded),
+        };
+        if met {
+            Some(true)
+        } else if blocked {
+            None
+        } else {
+            Some(false)
+        }
+    }
+
     /// Settles every pending node whose parents decide it: skips (which
     /// cascade) and approvals that now wait. Returns the transitions.
+    ///
+    /// A skip is recorded once every earlier wave has settled, as
+    /// bounded-loops records it: it walks the waves in order, so a branch
+    /// that a finished node rules out is marked skipped only after the rest
+    /// of that node's wave has run.
     fn settle(&mut self) -> Vec<Transition> {
         let mut out = Vec::new();
         // A halted run leaves what it did not reach PENDING.
@@ -395,19 +475,39 @@ impl Machine {
             self.dirty.clear();
             return out;
         }
-        // Children come after their parents in plan order, so taking the
-        // lowest first visits a skip's cascade in the same pass.
-        while let Some(node) = self.dirty.pop_first() {
+        loop {
+            // Skips an earlier wave held back go first once it has settled,
+            // in plan order with the rest.
+            let frontier = self.frontier();
+            let released: Vec<usize> = self
+                .deferred
+                .iter()
+                .copied()
+                .filter(|&n| self.level[n] <= frontier)
+                .collect();
+            for node in released {
+                self.deferred.remove(&node);
+                self.dirty.insert(node);
+            }
+            // Children come after their parents in plan order, so taking
+            // the lowest first visits a skip's cascade in the same pass.
+            let Some(node) = self.dirty.pop_first() else {
+                return out;
+            };
             if self.states[node] != NodeState::Pending {
                 continue;
             }
             match self.admission(node) {
-                Some(false) => {
+                Some(false) if self.level[node] <= frontier => {
                     self.set(node, NodeState::Skipped);
                     out.push(Transition::Skipped {
                         node,
                         round: self.round,
                     });
+                }
+                Some(false) => {
+                    self.ready_set.remove(&node);
+                    self.deferred.insert(node);
                 }
                 Some(true) => {
                     self.ready_set.insert(node);
@@ -417,7 +517,29 @@ impl Machine {
                 }
             }
         }
-        out
+    }
+
+    /// The wave of the first node (in plan order) that has not settled:
+    /// ended, or waiting for good behind a failed dependency.
+    fn frontier(&mut self) -> u32 {
+        let n = self.states.len();
+        while self.settled_up_to < n && self.settled(self.settled_up_to) {
+            self.settled_up_to += 1;
+        }
+        self.level.get(self.settled_up_to).copied().unwrap_or(u32::MAX)
+    }
+
+    /// Ended, or pending for good. Asked only of the first node not yet
+    /// known to have settled, so every parent (earlier in plan order) has
+    /// settled: a pending node that is neither ready nor about to be looked
+    /// at again can never move.
+    fn settled(&self, node: usize) -> bool {
+        let state = self.states[node];
+        state.is_terminal()
+            || (state == NodeState::Pending
+                && !self.ready_set.contains(&node)
+                && !self.deferred.contains(&node)
+                && !self.dirty.contains(&node))
     }
 
     fn ask_approval(&mut self, node: usize) -> Vec<Transition> {
@@ -597,8 +719,10 @@ impl Machine {
         // In node-id order, as bounded-loops writes the receipts.
         let mut reach: Vec<usize> = reach.into_iter().collect();
         reach.sort_by(|a, b| self.spec.nodes[*a].id.cmp(&self.spec.nodes[*b].id));
+        self.settled_up_to = 0;
         for node in reach {
             let left = self.states[node];
+            self.deferred.remove(&node);
             self.set(node, NodeState::Pending);
             self.attempts[node] = 0;
             self.picked[node] = None;

@@ -160,17 +160,28 @@ struct Driven {
 fn drive(case: &Case, concurrency: usize, order: &[prop::sample::Index]) -> Driven {
     let mut machine = Machine::new(case.spec.clone());
     let mut halted = false;
-    let mut note = |ts: &[Transition]| {
+    let mut note = |machine: &Machine, ts: &[Transition]| {
         halted |= ts.iter().any(|t| matches!(t, Transition::Halted { .. }));
+        // A skip is judged against the states its transitions left; a
+        // repair later in the same list resets them, so only up to it.
+        for t in ts {
+            match t {
+                Transition::RepairRound { .. } => break,
+                Transition::Skipped { node, round } if *round == machine.round() => {
+                    assert_skipped(machine, *node)
+                }
+                _ => {}
+            }
+        }
     };
     for (node, spec) in case.spec.nodes.iter().enumerate() {
         if spec.approval && case.early[node] {
             let ts = machine.decide(node, case.decisions[node]).unwrap();
-            note(&ts);
+            note(&machine, &ts);
         }
     }
     let ts = machine.begin();
-    note(&ts);
+    note(&machine, &ts);
     let mut running: Vec<(usize, u32, u32)> = Vec::new();
     let bound = case.spec.execution_bound();
     for step in 0.. {
@@ -181,7 +192,7 @@ fn drive(case: &Case, concurrency: usize, order: &[prop::sample::Index]) -> Driv
             };
             assert_admitted(&machine, node);
             let ts = machine.start(node).unwrap();
-            note(&ts);
+            note(&machine, &ts);
             if let Some(&Transition::Started { round, attempt, .. }) = ts.first() {
                 running.push((node, round, attempt));
             }
@@ -196,7 +207,7 @@ fn drive(case: &Case, concurrency: usize, order: &[prop::sample::Index]) -> Driv
             }
             for node in waiting {
                 let ts = machine.decide(node, case.decisions[node]).unwrap();
-                note(&ts);
+                note(&machine, &ts);
             }
             continue;
         }
@@ -205,9 +216,10 @@ fn drive(case: &Case, concurrency: usize, order: &[prop::sample::Index]) -> Driv
         let k = (round * 3 + attempt - 1) as usize;
         let end = case.outcomes[node][k % case.outcomes[node].len()];
         let ts = machine.finish(node, round, end).unwrap();
-        note(&ts);
+        note(&machine, &ts);
         assert!(machine.executions() <= bound, "past the execution bound");
     }
+    assert_stuck_for_good(&machine);
     Driven {
         status: machine.status(),
         states: machine.states().to_vec(),
@@ -227,58 +239,139 @@ fn guard_met(guard: Guard, source: NodeState) -> bool {
     }
 }
 
-/// A node starts only once its parents admit it: all of them terminal (or,
-/// any_successful, one succeeded), and the guards select it: a plain node
-/// or all_successful join needs every unconditional source succeeded, no
-/// skipped source behind an excluded edge and one edge selected; an
-/// all_selected join one edge selected or blocked; an any_successful join
-/// a selected edge from a source that succeeded.
-fn assert_admitted(machine: &Machine, node: usize) {
-    let spec = machine.spec();
-    let id = &spec.nodes[node].id;
-    let incoming: Vec<(Guard, NodeState)> = spec
+/// The oracle, once every parent has ended: `Some(true)` starts the node,
+/// `Some(false)` skips it, `None` leaves it waiting for good. Restated from
+/// tests/corpus/graph-runs/SEMANTICS.md, where bounded-loops 0.7.6's 90
+/// guard × mode × parent-outcome runs are recorded.
+///
+/// - A plain node: an unconditional edge needs its source SUCCEEDED (a
+///   FAILED one blocks, a SKIPPED one cascades the skip); a guard that
+///   missed excludes its edge (from a SKIPPED source, the skip cascades);
+///   it starts when no edge blocks or cascades and one is selected.
+/// - A join: its edges select parents (an unconditional edge always, a
+///   guard when met); none selected skips it; otherwise the mode decides
+///   over the selected parents, and a guard never overrides it. The mode
+///   unmet, it waits behind an unconditional edge from a FAILED parent and
+///   is skipped otherwise.
+fn oracle(join: Option<Join>, incoming: &[(Guard, NodeState)]) -> Option<bool> {
+    let blocked =
+        |(g, s): &(Guard, NodeState)| *g == Guard::Default && matches!(s, NodeState::Failed(_));
+    match join {
+        None => {
+            let cascades = |(g, s): &(Guard, NodeState)| {
+                *s == NodeState::Skipped && (*g == Guard::Default || !guard_met(*g, *s))
+            };
+            if incoming.iter().any(blocked) {
+                None
+            } else if incoming.iter().any(cascades) {
+                Some(false)
+            } else {
+                Some(incoming.iter().any(|(g, s)| guard_met(*g, *s)))
+            }
+        }
+        Some(mode) => {
+            let selected: Vec<NodeState> = incoming
+                .iter()
+                .filter(|(g, s)| *g == Guard::Default || guard_met(*g, *s))
+                .map(|(_, s)| *s)
+                .collect();
+            if selected.is_empty() {
+                return Some(false);
+            }
+            let met = match mode {
+                Join::AllSelected => true,
+                Join::AllSuccessful => selected.iter().all(|s| *s == NodeState::Succeeded),
+                Join::AnySuccessful => selected.contains(&NodeState::Succeeded),
+            };
+            if met {
+                Some(true)
+            } else if incoming.iter().any(blocked) {
+                None
+            } else {
+                Some(false)
+            }
+        }
+    }
+}
+
+fn incoming(machine: &Machine, node: usize) -> Vec<(Guard, NodeState)> {
+    machine
+        .spec()
         .edges
         .iter()
         .filter(|e| e.to == node)
         .map(|e| (e.guard, machine.state(e.from)))
-        .collect();
+        .collect()
+}
+
+/// A node starts only once every parent has ended and the oracle admits
+/// it (bounded-loops' causality rule), with the seed's one exception: an
+/// any_successful join over unconditional edges starts as soon as one
+/// parent succeeded.
+fn assert_admitted(machine: &Machine, node: usize) {
+    let spec = machine.spec();
+    let id = &spec.nodes[node].id;
+    let incoming = incoming(machine, node);
     if incoming.is_empty() {
         return;
     }
-    let selected = |(g, s): &(Guard, NodeState)| guard_met(*g, *s);
-    let blocked =
-        |(g, s): &(Guard, NodeState)| *g == Guard::Default && matches!(s, NodeState::Failed(_));
-    match spec.nodes[node].join {
-        Some(Join::AnySuccessful) => assert!(
-            incoming
-                .iter()
-                .any(|e| selected(e) && e.1 == NodeState::Succeeded),
-            "{id} started with no selected parent succeeded: {incoming:?}"
-        ),
-        join => {
-            assert!(
-                incoming.iter().all(|(_, s)| s.is_terminal()),
-                "{id} started before its parents ended: {incoming:?}"
-            );
-            if join == Some(Join::AllSelected) {
-                assert!(
-                    incoming.iter().any(|e| selected(e) || blocked(e)),
-                    "{id} started with every edge excluded: {incoming:?}"
-                );
-            } else {
-                assert!(
-                    !incoming.iter().any(blocked),
-                    "{id} started behind an unconditional edge whose source failed: {incoming:?}"
-                );
-                assert!(
-                    !incoming
-                        .iter()
-                        .any(|e| !selected(e) && e.1 == NodeState::Skipped),
-                    "{id} started although a skipped parent cascades to it: {incoming:?}"
-                );
-                assert!(
-                    incoming.iter().any(selected),
-                    "{id} started with no edge selected: {incoming:?}"
+    let join = spec.nodes[node].join;
+    let early = join == Some(Join::AnySuccessful)
+        && incoming.iter().all(|(g, _)| *g == Guard::Default)
+        && incoming.iter().any(|(_, s)| *s == NodeState::Succeeded);
+    if early {
+        return;
+    }
+    assert!(
+        incoming.iter().all(|(_, s)| s.is_terminal()),
+        "{id} started before its parents ended: {incoming:?}"
+    );
+    assert_eq!(
+        oracle(join, &incoming),
+        Some(true),
+        "{id} ({join:?}) started against the rule: {incoming:?}"
+    );
+}
+
+/// A node is skipped only once every parent has ended, and only where the
+/// oracle skips it.
+fn assert_skipped(machine: &Machine, node: usize) {
+    let spec = machine.spec();
+    let id = &spec.nodes[node].id;
+    let incoming = incoming(machine, node);
+    assert!(
+        incoming.iter().all(|(_, s)| s.is_terminal()),
+        "{id} was skipped before its parents ended: {incoming:?}"
+    );
+    assert_eq!(
+        oracle(spec.nodes[node].join, &incoming),
+        Some(false),
+        "{id} was skipped against the rule: {incoming:?}"
+    );
+}
+
+/// Every node left PENDING at the end waits for good: the oracle says so.
+fn assert_stuck_for_good(machine: &Machine) {
+    if machine.status() != RunStatus::Failed {
+        return;
+    }
+    for (node, state) in machine.states().iter().enumerate() {
+        let incoming = incoming(machine, node);
+        if *state == NodeState::Pending && incoming.iter().all(|(_, s)| s.is_terminal()) {
+            // A halt, or an approval still waiting, holds back what lies
+            // after it, as bounded-loops' walk of the waves stops there.
+            let halted = machine.states().iter().any(|s| {
+                matches!(
+                    s,
+                    NodeState::Failed(bl_run::Failure::Stop) | NodeState::AwaitingApproval
+                )
+            });
+            if !halted && machine.spec().fail_mode == FailMode::ContinueDeclared {
+                assert_eq!(
+                    oracle(machine.spec().nodes[node].join, &incoming),
+                    None,
+                    "{} was left PENDING against the rule: {incoming:?}",
+                    machine.spec().nodes[node].id
                 );
             }
         }
@@ -600,6 +693,66 @@ fn joins_decide_as_bounded_loops_does() {
     }
 }
 
+/// The two defects found with hostile timing: an any_successful join over
+/// guarded edges must wait for every parent, and a guard never overrides
+/// the join's mode (tests/corpus/graph-runs/jm_terminal_*).
+#[test]
+fn a_join_waits_for_every_parent_and_its_mode_decides_over_the_guards() {
+    use Guard::{Default, Terminal};
+    let spec = |mode| Spec {
+        nodes: vec![
+            worker("p1"),
+            worker("p2"),
+            NodeSpec {
+                join: Some(mode),
+                ..worker("j")
+            },
+            worker("after"),
+        ],
+        edges: vec![
+            EdgeSpec {
+                from: 0,
+                to: 2,
+                guard: Terminal,
+                routes: Vec::new(),
+            },
+            EdgeSpec {
+                from: 1,
+                to: 2,
+                guard: Terminal,
+                routes: Vec::new(),
+            },
+            EdgeSpec {
+                from: 2,
+                to: 3,
+                guard: Default,
+                routes: Vec::new(),
+            },
+        ],
+        fail_mode: FailMode::ContinueDeclared,
+        repair_budget: 0,
+    };
+    // any_successful: p2 succeeds while p1 still runs; j must not start.
+    let mut m = Machine::new(spec(Join::AnySuccessful));
+    m.begin();
+    m.start(0).unwrap();
+    m.start(1).unwrap();
+    m.finish(1, 0, AttemptEnd::Succeeded).unwrap();
+    assert!(m.ready().is_empty(), "j started before p1 ended");
+    m.finish(0, 0, AttemptEnd::Rejected).unwrap();
+    assert_eq!(m.ready(), vec![2]);
+    // all_successful: p1 failed, p2 succeeded, both `when: terminal`.
+    let mut m = Machine::new(spec(Join::AllSuccessful));
+    m.begin();
+    for (node, end) in [(0, AttemptEnd::Rejected), (1, AttemptEnd::Succeeded)] {
+        m.start(node).unwrap();
+        m.finish(node, 0, end).unwrap();
+    }
+    assert_eq!(m.state(2), NodeState::Skipped);
+    assert_eq!(m.state(3), NodeState::Skipped);
+    assert_eq!(m.status(), RunStatus::Failed);
+}
+
 #[test]
 fn a_router_takes_one_route_and_skips_what_lies_beyond_the_others() {
     // router -> fix (route 0) -> after-fix; router -> ship (route 1); router -> log (always).
@@ -633,11 +786,13 @@ fn a_router_takes_one_route_and_skips_what_lies_beyond_the_others() {
         .finish_routed(0, 0, AttemptEnd::Succeeded, Some(1))
         .unwrap();
     assert!(ts.contains(&Transition::Skipped { node: 1, round: 0 }));
-    assert!(ts.contains(&Transition::Skipped { node: 4, round: 0 }));
     assert_eq!(m.ready(), vec![2, 3]);
-    for n in [2, 3] {
-        m.start(n).unwrap();
-        m.finish(n, 0, AttemptEnd::Succeeded).unwrap();
-    }
+    // What lies beyond the skipped route is skipped once the router's wave
+    // has run, as bounded-loops walks the waves.
+    m.start(2).unwrap();
+    m.finish(2, 0, AttemptEnd::Succeeded).unwrap();
+    m.start(3).unwrap();
+    let ts = m.finish(3, 0, AttemptEnd::Succeeded).unwrap();
+    assert!(ts.contains(&Transition::Skipped { node: 4, round: 0 }));
     assert_eq!(m.status(), RunStatus::Succeeded);
 }

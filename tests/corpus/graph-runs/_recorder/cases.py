@@ -126,3 +126,36 @@ CASES = [
  dict(name="failclosed_guard_refused", description="`when: failed` under fail_closed is refused at compile time.",
       nodes=[{"id": "a"}, {"id": "b"}], edges=[("a", "b", "failed")], inputs={"a": "ok", "b": "ok"}),
 ]
+
+# Join matrix (jm_<guard>_<mode>_<outcome1>_<outcome2>): parents p1, p2 -> join j -> after (unconditional).
+# guard: the `when` on BOTH edges into j ("none" = no `when`); outcome: ok (prompt ok), fail (prompt fail),
+# skip (a root rN replying ok feeds pN over a `when: failed` edge, so pN's branch is not taken -> SKIPPED).
+JM_GUARDS = ["none", "succeeded", "failed", "skipped", "terminal"]
+JM_MODES = ["all_selected", "all_successful", "any_successful"]
+JM_PAIRS = [("ok", "ok"), ("ok", "fail"), ("ok", "skip"), ("fail", "fail"), ("fail", "skip"), ("skip", "skip")]
+JM_WORD = {"ok": "SUCCEEDED", "fail": "FAILED", "skip": "SKIPPED"}
+
+
+def JM(guard, mode, o1, o2):
+    when = None if guard == "none" else guard
+    roots, parents, edges, inputs = [], [], [], {}
+    for p, o in (("p1", o1), ("p2", o2)):
+        if o == "skip":
+            r = "r" + p[1:]
+            roots.append({"id": r})
+            edges.append((r, p, "failed"))
+            inputs[r] = "ok"
+        parents.append({"id": p})
+        inputs[p] = "fail" if o == "fail" else "ok"
+    edges += [("p1", "j", when), ("p2", "j", when), ("j", "after")]
+    inputs["after"] = "ok"
+    inputs = {n["id"]: inputs[n["id"]] for n in roots + parents + [{"id": "after"}]}
+    return dict(name="jm_%s_%s_%s_%s" % (guard, mode, o1, o2), fail_mode=CD,
+                description="Join matrix: %s on both edges into j, mode %s, parents p1 %s and p2 %s%s; j feeds 'after' unconditionally."
+                % ("no `when`" if when is None else "`when: %s`" % when, mode, JM_WORD[o1], JM_WORD[o2],
+                   " (a SKIPPED parent pN is the not-taken `when: failed` branch of a succeeding root rN)" if "skip" in (o1, o2) else ""),
+                nodes=roots + parents + [{"id": "j", "kind": "join", "mode": mode}, {"id": "after"}],
+                edges=edges, inputs=inputs)
+
+
+CASES += [JM(g, m, a, b) for g in JM_GUARDS for m in JM_MODES for (a, b) in JM_PAIRS]

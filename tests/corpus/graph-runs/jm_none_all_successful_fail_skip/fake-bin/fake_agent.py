@@ -1,0 +1,1 @@
+../../_recorder/fake_agent.py
