@@ -738,7 +738,13 @@ pub fn run(
         None => None,
     };
     let (run, end, view) = run_manifest(manifest, bytes, connections, out, flags, Depth::Top)?;
-    report_drive(&run, &end, &view, "Local-CLI graph run — REAL execution")
+    report_drive(
+        &run,
+        &end,
+        &view,
+        "Local-CLI graph run — REAL execution",
+        flags,
+    )
 }
 
 /// Whether a run is the operator's or a subgraph's child (how deep).
@@ -786,7 +792,13 @@ pub fn run_probe(out: &Path, flags: &DriveFlags) -> CliResult {
         flags,
         Depth::Top,
     )?;
-    report_drive(&run, &end, &view, "Local-CLI graph run — REAL execution")
+    report_drive(
+        &run,
+        &end,
+        &view,
+        "Local-CLI graph run — REAL execution",
+        flags,
+    )
 }
 
 /// Runs a manifest into `out`: compile, preflight, lay out the run
@@ -938,7 +950,15 @@ fn recover_torn_tail(dir: &Path) -> Result<(), CliError> {
 fn view_of(dir: &Path) -> Result<(RunView, Vec<Recorded>, bl_store::ChainHead), CliError> {
     let (events, head) =
         read_events(dir).map_err(|e| refused(format!("the event log is unusable: {e}")))?;
-    let view = projection::project(events.iter().map(|r| (r.kind.as_str(), &r.payload)));
+    // bl's own events (an interrupted attempt) say why, after the log's.
+    let annex = crate::run_adapters::read_annex(dir)
+        .map_err(|e| refused(format!("the log's annex is unusable: {e}")))?;
+    let view = projection::project(
+        events
+            .iter()
+            .chain(&annex)
+            .map(|r| (r.kind.as_str(), &r.payload)),
+    );
     Ok((view, events, head))
 }
 
@@ -954,8 +974,25 @@ fn drive(
     ctx: &RunContext,
     depth: Depth,
 ) -> Result<(RunEnd, RunView), CliError> {
+    // Held until the run's record is complete: a stop waits for it.
+    let _running = bl_core::interrupt::Running::start();
+    let stop = crate::interrupt::SignalStop::new();
     let mut journal =
         LogJournal::open(&run.dir, identity(&run.plan)).map_err(|e| refused(e.to_string()))?;
+    // The log is ours alone now: whatever a dead controller of this run
+    // left running is ended before anything is re-driven.
+    let spawn_log = run.dir.join(bl_store::provable::WORK_DIR).join(SPAWN_LOG);
+    let survivors = bl_sandbox::containment::kill_survivors(&spawn_log);
+    if !survivors.is_empty() && depth == Depth::Top {
+        crate::output::errln!(
+            "note: {} process(es) a previous controller of this run left running were ended before resuming",
+            survivors.len()
+        );
+    }
+    if let Some(parent) = spawn_log.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    bl_sandbox::containment::set_spawn_log(spawn_log);
     let artifacts = RunArtifacts {
         store: bl_store::ArtifactStore::with_group_commit(run.dir.join("artifacts"), 64 << 20),
         organization_id: ORGANIZATION.into(),
@@ -1044,6 +1081,7 @@ fn drive(
         stage: handoff.clone(),
         judge: handoff,
         observer: &mut observer,
+        stop: &stop,
     };
     let prices = prices(flags)?;
     check_priced(schedule, &caps, &prices)?;
@@ -1138,6 +1176,10 @@ fn egress_network(
     Ok((Network::Closed, None))
 }
 
+/// Where each attempt's process identity is kept (under `work/`), so a
+/// later controller can end what a dead one left running.
+const SPAWN_LOG: &str = "processes.jsonl";
+
 /// Where the allowlist proxy's decisions for a run's local CLIs are kept.
 const EGRESS_DECISIONS: &str = "egress-decisions.jsonl";
 
@@ -1161,12 +1203,49 @@ fn exit_of(end: &RunEnd) -> Exit {
         RunEnd::Succeeded => Exit::Success,
         RunEnd::AwaitingApproval(_) => Exit::Paused,
         RunEnd::Failed | RunEnd::BudgetPaused(_) => Exit::Refused,
+        RunEnd::Interrupted { signal, .. } => Exit::Signalled(*signal),
     }
 }
 
-fn report_drive(run: &LoadedRun, end: &RunEnd, view: &RunView, title: &str) -> CliResult {
+/// The command that continues a run a stop interrupted.
+fn resume_command(dir: &Path, flags: &DriveFlags) -> String {
+    let mut command = format!("bl graph resume --run {}", dir.display());
+    if let Some(inputs) = &flags.inputs {
+        command.push_str(&format!(" --inputs {}", inputs.display()));
+    }
+    command
+}
+
+/// What a stop left, said on stderr (stdout keeps the run's own report).
+fn say_interrupted(end: &RunEnd, dir: &Path, flags: &DriveFlags) {
+    if let RunEnd::Interrupted { signal, nodes } = end {
+        let what = if nodes.is_empty() {
+            "no attempt was in flight".to_string()
+        } else {
+            format!(
+                "{} attempt(s) in flight were stopped and recorded as interrupted ({}); they count against no budget",
+                nodes.len(),
+                nodes.join(", ")
+            )
+        };
+        crate::output::errln!(
+            "stopped by {}: {what}. Nothing that finished is lost, and the run is not over.\nContinue it:  {}",
+            bl_run::events::signal_name(*signal),
+            resume_command(dir, flags)
+        );
+    }
+}
+
+fn report_drive(
+    run: &LoadedRun,
+    end: &RunEnd,
+    view: &RunView,
+    title: &str,
+    flags: &DriveFlags,
+) -> CliResult {
     let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
     let awaiting = view.awaiting(order.iter().copied());
+    say_interrupted(end, &run.dir, flags);
     if crate::output::json() {
         let nodes: Vec<Value> = order
             .iter()
@@ -1175,16 +1254,19 @@ fn report_drive(run: &LoadedRun, end: &RunEnd, view: &RunView, title: &str) -> C
                 json!({"node_id": id, "state": n.state, "artifact_digests": n.artifact_digests})
             })
             .collect();
-        outln!(
-            "{}",
-            python_json(&json!({
-                "out": run.dir.display().to_string(), "run_id": RUN_ID,
-                "run_state": view.run_state, "awaiting_approval": awaiting,
-                "paused": matches!(end, RunEnd::AwaitingApproval(_)),
-                "budget_pause": view.budget_pause, "nodes": nodes,
-                "spend_tokens": view.tokens, "spend_cost_microunits": view.cost_microunits,
-            }))
-        );
+        let mut answer = json!({
+            "out": run.dir.display().to_string(), "run_id": RUN_ID,
+            "run_state": view.run_state, "awaiting_approval": awaiting,
+            "paused": matches!(end, RunEnd::AwaitingApproval(_)),
+            "budget_pause": view.budget_pause, "nodes": nodes,
+            "spend_tokens": view.tokens, "spend_cost_microunits": view.cost_microunits,
+        });
+        if let RunEnd::Interrupted { signal, nodes } = end {
+            answer["interrupted"] = json!({
+                "signal": signal, "nodes": nodes, "resume": resume_command(&run.dir, flags),
+            });
+        }
+        outln!("{}", python_json(&answer));
         return Ok(exit_of(end));
     }
     outln!("{title}");
@@ -1230,9 +1312,15 @@ fn report_drive(run: &LoadedRun, end: &RunEnd, view: &RunView, title: &str) -> C
             );
         }
         RunEnd::Failed => {
-            outln!("Run did not succeed; inspect the event log in the run directory.")
+            outln!(
+                "Run did not succeed; see why:  bl graph status --run {}",
+                run.dir.display()
+            )
         }
         RunEnd::Succeeded => outln!("Verify it:  bl verify {}", run.dir.display()),
+        RunEnd::Interrupted { .. } => {
+            outln!("Stopped; continue it:  {}", resume_command(&run.dir, flags))
+        }
     }
     Ok(exit_of(end))
 }
@@ -1290,14 +1378,15 @@ pub fn status(dir: &Path) -> CliResult {
     outln!("run_id    : {}", RUN_ID);
     outln!();
     outln!(
-        "{:<20} {:<20} {:<12} {:<22} {:<20} ARTIFACTS",
+        "{:<20} {:<20} {:<12} {:<22} {:<20} {:<24} REASON",
         "NODE",
         "KIND",
         "STATE",
         "ISOLATION",
-        "EFFECTS"
+        "EFFECTS",
+        "ARTIFACTS"
     );
-    outln!("{}", "-".repeat(108));
+    outln!("{}", "-".repeat(140));
     for node in &run.graph.nodes {
         let n = view.node(&node.id);
         let effects: Vec<&str> = node.effects.iter().map(|e| e.name()).collect();
@@ -1305,8 +1394,12 @@ pub fn status(dir: &Path) -> CliResult {
             .artifact_digests
             .first()
             .map_or("-".to_string(), |d| format!("{}...", &d[..d.len().min(20)]));
+        let reason = match (n.state.as_str(), &n.reason) {
+            ("SUCCEEDED", _) | (_, None) => "-".to_string(),
+            (_, Some(reason)) => reason.clone(),
+        };
         outln!(
-            "{:<20} {:<20} {:<12} {:<22} {:<20} {artifact}",
+            "{:<20} {:<20} {:<12} {:<22} {:<20} {artifact:<24} {reason}",
             node.id,
             node.kind.name(),
             n.state,
@@ -1397,9 +1490,14 @@ pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
     recover_torn_tail(dir)?;
     let (view, _, _) = view_of(dir)?;
     if view.is_terminal() {
-        outln!("run_state : {}", view.run_state);
-        outln!("The run has ended; nothing to resume.");
-        return Ok(Exit::Success);
+        // bounded-loops exits 0 here; a run that has ended cannot be
+        // continued, and a script must not take that for a success.
+        return Err(refused(format!(
+            "graph resume: the run in {} has ended ({}): there is nothing to resume. `bl graph status --run {}` shows how it ended; start a new run to try again",
+            dir.display(),
+            view.run_state,
+            dir.display()
+        )));
     }
     let schedule = Schedule::of(&run.graph, &run.plan);
     let prompts = read_prompts(flags)?;
@@ -1410,6 +1508,7 @@ pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
         &end,
         &after,
         "Local-CLI graph resume — REAL execution",
+        flags,
     )
 }
 
@@ -1466,6 +1565,7 @@ pub fn approve(
         });
     }
     let (end, after) = continue_run(&run, &schedule, &view, prompts, flags, Depth::Top)?;
+    say_interrupted(&end, &run.dir, flags);
     if crate::output::json() {
         let answer = approve_answer(dir, node_id, decision, false, &after, &order);
         outln!("{}", python_json(&answer));

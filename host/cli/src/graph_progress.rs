@@ -27,6 +27,8 @@ pub struct Progress {
     done: usize,
     failed: usize,
     started: Instant,
+    /// Why a node's last attempt failed, said if another one starts.
+    retrying: HashMap<String, String>,
 }
 
 impl Progress {
@@ -61,6 +63,7 @@ impl Progress {
             done: 0,
             failed: 0,
             started: Instant::now(),
+            retrying: HashMap::new(),
         }
     }
 
@@ -94,6 +97,9 @@ impl Progress {
             .to_string();
         match event.kind {
             "node.running" => {
+                if let Some(line) = self.retrying.remove(&node) {
+                    self.line(line);
+                }
                 if let Some(live) = &mut self.live {
                     let bar = live.running.entry(node.clone()).or_insert_with(|| {
                         let bar = live
@@ -118,11 +124,32 @@ impl Progress {
                 self.line(format!("  ✓ {node}"));
             }
             "node.failed" => {
+                self.retrying.remove(&node);
                 self.failed += 1;
                 self.ended(&node);
                 self.line(format!(
-                    "  ✗ {node} ({})",
-                    event.payload["cause"].as_str().unwrap_or_default()
+                    "  ✗ {node} ({}): {}",
+                    event.payload["cause"].as_str().unwrap_or_default(),
+                    bl_run::projection::why(&event.payload)
+                ));
+            }
+            // Said when the next attempt starts: a last attempt's failure
+            // is the node's, said once by its ✗ line.
+            "node.attempt.failed" => {
+                self.retrying.insert(
+                    node.clone(),
+                    format!(
+                        "  ! {node}: attempt {} failed ({}): {}; trying again",
+                        event.payload["attempt"],
+                        event.payload["cause"].as_str().unwrap_or_default(),
+                        bl_run::projection::why(&event.payload)
+                    ),
+                );
+            }
+            "node.interrupted" => {
+                self.ended(&node);
+                self.line(format!(
+                    "  ‖ {node}: interrupted, to be re-driven on resume"
                 ));
             }
             "node.skipped" => {
@@ -130,10 +157,6 @@ impl Progress {
                 self.line(format!("  - {node} skipped"));
             }
             "node.awaiting_approval" => self.line(format!("  ? {node} awaits approval")),
-            bl_run::executor::NOTE => self.line(format!(
-                "  ! {node}: {}",
-                event.payload["detail"].as_str().unwrap_or_default()
-            )),
             _ => {}
         }
     }

@@ -2,6 +2,11 @@
 //! ([`bl_core::interrupt`]), which kills its children's process groups,
 //! waits for them and removes its temporary directories; `main` then exits
 //! with 128 + the signal. With nothing running, bl exits at once.
+//!
+//! A graph run takes a stop as a pause: it records the attempts in flight
+//! as interrupted, and says how to resume. A second signal ends bl at once:
+//! once every drive has put its stop on record (at most a moment), every
+//! process bl started is killed and bl exits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -14,6 +19,8 @@ const CLEANUP_GRACE: Duration = Duration::from_secs(10);
 /// What a bl running other bl processes allows beyond their own grace: they
 /// hear of the signal a moment after it does.
 const CHILDREN_MARGIN: Duration = Duration::from_secs(2);
+/// How long a second signal waits for the stop to be on record.
+const RECORD_WAIT: Duration = Duration::from_secs(1);
 
 static RUNS_CHILDREN: AtomicBool = AtomicBool::new(false);
 
@@ -31,6 +38,30 @@ pub fn stopped(signal: i32) -> crate::exit::CliError {
     )
 }
 
+/// A graph drive's view of the signals: a stop to honour, and a record to
+/// put down before a second signal may end the process.
+pub struct SignalStop {
+    record: bl_core::interrupt::Record,
+}
+
+impl SignalStop {
+    pub fn new() -> SignalStop {
+        SignalStop {
+            record: bl_core::interrupt::Record::open(),
+        }
+    }
+}
+
+impl bl_run::executor::Stop for SignalStop {
+    fn requested(&self) -> Option<i32> {
+        bl_core::interrupt::requested()
+    }
+
+    fn recorded(&self) {
+        self.record.done();
+    }
+}
+
 pub fn install() {
     let Ok(mut signals) = Signals::new([SIGINT, SIGTERM]) else {
         // Without handlers the default action still stops bl; only the
@@ -40,25 +71,49 @@ pub fn install() {
     std::thread::Builder::new()
         .name("bl-signals".into())
         .spawn(move || {
-            if let Some(signal) = signals.forever().next() {
-                bl_core::interrupt::request(signal);
+            let mut signals = signals.forever();
+            let Some(signal) = signals.next() else {
+                return;
+            };
+            bl_core::interrupt::request(signal);
+            std::thread::Builder::new()
+                .name("bl-stop".into())
+                .spawn(move || patient_stop(signal))
+                .ok();
+            // A second signal: no more waiting.
+            if let Some(again) = signals.next() {
                 let asked = Instant::now();
-                let grace = if RUNS_CHILDREN.load(Ordering::SeqCst) {
-                    CLEANUP_GRACE + CHILDREN_MARGIN
-                } else {
-                    CLEANUP_GRACE
-                };
-                while bl_core::interrupt::running() > 0 && asked.elapsed() < grace {
-                    std::thread::sleep(Duration::from_millis(20));
+                while bl_core::interrupt::unrecorded() > 0 && asked.elapsed() < RECORD_WAIT {
+                    std::thread::sleep(Duration::from_millis(5));
                 }
-                // Give the command a moment to return and report through
-                // `main`, which exits with the same code.
-                std::thread::sleep(Duration::from_millis(200));
+                bl_sandbox::containment::kill_all();
                 if crate::output::json() {
-                    crate::output::outln!("{}", stopped(signal).to_json());
+                    crate::output::outln!("{}", stopped(again).to_json());
+                    crate::output::flush();
                 }
-                std::process::exit(128 + signal);
+                std::process::exit(128 + again);
             }
         })
         .ok();
+}
+
+/// The first signal: the work in progress ends its children and reports;
+/// bl exits by `main` (or here, once the grace has passed).
+fn patient_stop(signal: i32) {
+    let asked = Instant::now();
+    let grace = if RUNS_CHILDREN.load(Ordering::SeqCst) {
+        CLEANUP_GRACE + CHILDREN_MARGIN
+    } else {
+        CLEANUP_GRACE
+    };
+    while bl_core::interrupt::running() > 0 && asked.elapsed() < grace {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Give the command a moment to return and report through `main`,
+    // which exits with the same code.
+    std::thread::sleep(Duration::from_millis(200));
+    if crate::output::json() {
+        crate::output::outln!("{}", stopped(signal).to_json());
+    }
+    std::process::exit(128 + signal);
 }

@@ -134,6 +134,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // bl's watchdog is bl itself under another name (see bl_sandbox::containment).
+    if std::env::args_os()
+        .next()
+        .is_some_and(|arg0| arg0 == bl_sandbox::containment::WATCHDOG_NAME)
+    {
+        bl_sandbox::containment::watchdog_main();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // Help and --version are not failures; a usage error under --json
@@ -160,6 +167,10 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     output::set_json(cli.json);
+    // A daemon an agent leaves behind is re-parented to bl, which ends it;
+    // what bl started dies with bl, through its watchdog.
+    bl_sandbox::containment::become_subreaper();
+    bl_sandbox::containment::set_watchdog_program("/proc/self/exe".into());
     interrupt::install();
     let outcome = match cli.command {
         Command::Run(args) => loop_cmd::run(args, output::json()),
@@ -217,7 +228,8 @@ fn main() -> ExitCode {
     // Asked to stop: whatever the command made of it, bl says so by its code.
     let exit = match bl_core::interrupt::requested() {
         Some(signal) => {
-            if output::json() && !answered {
+            // A command that answered the stop itself has said so.
+            if output::json() && !answered && !matches!(exit, exit::Exit::Signalled(_)) {
                 output::outln!("{}", interrupt::stopped(signal).to_json());
             }
             exit::Exit::Signalled(signal)

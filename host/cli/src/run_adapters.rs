@@ -15,6 +15,11 @@ use serde_json::Value;
 
 pub const EVENTS_FILE: &str = "controller-events.jsonl";
 
+/// bl's own events, beside the log and in its format: what bounded-loops'
+/// readers would refuse in the log itself (they know a closed set of event
+/// types), such as the attempts a stop interrupted.
+pub const ANNEX_FILE: &str = "controller-annex.jsonl";
+
 /// One recorded event, as the projection and the journal need it.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -25,8 +30,20 @@ pub struct Recorded {
 
 /// Reads a run's log after verifying its whole chain.
 pub fn read_events(run_dir: &Path) -> Result<(Vec<Recorded>, bl_store::ChainHead), String> {
-    let path = run_dir.join(EVENTS_FILE);
-    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    read_chain(&run_dir.join(EVENTS_FILE))
+}
+
+/// Reads a run's annex (none: empty) after verifying its chain.
+pub fn read_annex(run_dir: &Path) -> Result<Vec<Recorded>, String> {
+    let path = run_dir.join(ANNEX_FILE);
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    read_chain(&path).map(|(events, _)| events)
+}
+
+fn read_chain(path: &Path) -> Result<(Vec<Recorded>, bl_store::ChainHead), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let (head, torn) =
         bl_store::verify_chain(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     if let Some(tail) = torn {
@@ -58,9 +75,15 @@ fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
-/// The event log of one run, with what it already holds by key.
+/// The event log of one run, with what it already holds by key, and its
+/// annex (opened when first written).
 pub struct LogJournal {
     log: EventLog,
+    annex: Option<EventLog>,
+    annex_path: PathBuf,
+    identity: RunIdentity,
+    /// What the annex holds, by key.
+    annexed: HashMap<String, Value>,
     /// Every event in the log, in order: what the run's view is folded
     /// from, without reading the log back.
     events: Vec<(String, Value)>,
@@ -71,7 +94,7 @@ pub struct LogJournal {
 impl LogJournal {
     pub fn open(run_dir: &Path, identity: RunIdentity) -> Result<Self, String> {
         let path = run_dir.join(EVENTS_FILE);
-        let log = EventLog::open(&path, identity)
+        let log = EventLog::open(&path, identity.clone())
             .map_err(|e| e.to_string())?
             .buffered();
         let mut by_key = HashMap::new();
@@ -82,8 +105,16 @@ impl LogJournal {
                 events.push((r.kind, r.payload));
             }
         }
+        let annexed = read_annex(run_dir)?
+            .into_iter()
+            .map(|r| (r.key, r.payload))
+            .collect();
         Ok(LogJournal {
             log,
+            annex: None,
+            annex_path: run_dir.join(ANNEX_FILE),
+            identity,
+            annexed,
             events,
             by_key,
         })
@@ -109,11 +140,34 @@ impl Journal for LogJournal {
         Ok(())
     }
 
+    fn annex(&mut self, event: &Event) -> Result<(), RunError> {
+        let fail = |e: bl_store::StoreError| RunError::Journal(format!("{ANNEX_FILE}: {e}"));
+        if self.annex.is_none() {
+            let log = EventLog::open(&self.annex_path, self.identity.clone()).map_err(fail)?;
+            self.annex = Some(log.buffered());
+        }
+        let annex = self.annex.as_mut().expect("opened above");
+        annex
+            .append(&event.key, event.kind, &event.payload, &now())
+            .map_err(fail)?;
+        self.annexed
+            .insert(event.key.clone(), event.payload.clone());
+        Ok(())
+    }
+
     fn recorded(&self, key: &str) -> Option<Value> {
-        self.by_key.get(key).map(|&i| self.events[i].1.clone())
+        self.by_key
+            .get(key)
+            .map(|&i| self.events[i].1.clone())
+            .or_else(|| self.annexed.get(key).cloned())
     }
 
     fn sync(&mut self) -> Result<(), RunError> {
+        if let Some(annex) = &mut self.annex {
+            annex
+                .sync()
+                .map_err(|e| RunError::Journal(format!("{ANNEX_FILE}: {e}")))?;
+        }
         self.log
             .sync()
             .map_err(|e| RunError::Journal(e.to_string()))

@@ -44,3 +44,40 @@ impl Drop for Running {
         RUNNING.fetch_sub(1, Ordering::SeqCst);
     }
 }
+
+static UNRECORDED: AtomicUsize = AtomicUsize::new(0);
+
+/// Held by a drive that must put a stop on record before its process may
+/// end: a second signal that ends bl at once first waits (briefly) until
+/// every such drive has said [`Record::done`], so what it leaves is the
+/// same record a patient stop leaves.
+pub struct Record {
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl Record {
+    pub fn open() -> Record {
+        UNRECORDED.fetch_add(1, Ordering::SeqCst);
+        Record {
+            done: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The stop is on record (or the drive ended): nothing is left to write.
+    pub fn done(&self) {
+        if !self.done.swap(true, Ordering::SeqCst) {
+            UNRECORDED.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+/// How many drives still have a stop to put on record.
+pub fn unrecorded() -> usize {
+    UNRECORDED.load(Ordering::SeqCst)
+}

@@ -64,6 +64,9 @@ impl Cause {
     }
 }
 
+/// bounded-loops' words for a worker that failed (bl adds why after them).
+pub const WORKER_FAILED: &str = "worker execution failed";
+
 /// The gate's decision, as recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
@@ -231,6 +234,27 @@ impl At<'_> {
         }
     }
 
+    /// `node.interrupted` (bl's, kept in the annex beside the log): an
+    /// operator's stop ended this execution of the attempt before it did.
+    /// It is not a failure and does not count against the node's attempts;
+    /// `resume` re-drives it.
+    pub fn interrupted(&self, execution: u32, signal: i32) -> Event {
+        Event {
+            key: format!(
+                "{}:node.interrupted:{}:{execution}{}",
+                self.node,
+                self.attempt,
+                self.round_suffix()
+            ),
+            kind: "node.interrupted",
+            payload: self.payload(json!({
+                "execution": execution,
+                "reason": format!("stopped by {} before the attempt ended; `bl graph resume` re-drives it", signal_name(signal)),
+                "signal": signal,
+            })),
+        }
+    }
+
     /// A connector node's success.
     pub fn succeeded(
         &self,
@@ -359,6 +383,16 @@ impl At<'_> {
             kind: "node.repaired",
             payload: json!({"from_state": from_state, "node_id": node, "round": round}),
         }
+    }
+}
+
+/// `SIGINT`, `SIGTERM`, or the number.
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        2 => "SIGINT".into(),
+        15 => "SIGTERM".into(),
+        1 => "SIGHUP".into(),
+        n => format!("signal {n}"),
     }
 }
 

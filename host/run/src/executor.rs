@@ -10,7 +10,7 @@
 //! re-gated, and an attempt that started but never ended (the controller
 //! died) is re-driven, at most [`MAX_REDRIVES`] times.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -21,16 +21,39 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
-use crate::events::{self, At, AttemptFailure, BudgetPause, Cause, Event, Route, Usage, Verdict};
+use crate::events::{
+    self, At, AttemptFailure, BudgetPause, Cause, Event, Route, Usage, Verdict, WORKER_FAILED,
+};
 use crate::machine::{AttemptEnd, Machine, NodeState, RunStatus, Transition};
 use crate::schedule::{Driver, GateSpec, NodeInfo, OutputPort, Schedule};
 
-/// The kind of an event the observer is shown but the log never records:
-/// why a worker failed, in the worker's own words.
-pub const NOTE: &str = "note";
-
-/// An incomplete attempt is re-driven at most this many times.
+/// An attempt that a crash left incomplete (its controller died, nothing
+/// recorded how it ended) is re-driven at most this many times. An attempt
+/// an operator's stop interrupted is recorded as such and never counts.
 pub const MAX_REDRIVES: u32 = 3;
+
+/// How often the controller looks for a stop while it waits for its nodes.
+const STOP_POLL: Duration = Duration::from_millis(25);
+
+/// The operator's stop (SIGINT, SIGTERM), as the controller sees it. A stop
+/// is a pause: no attempt starts after it, the attempts in flight are
+/// recorded as interrupted (never failed), and the run stays resumable.
+pub trait Stop: Sync {
+    /// `Some(signal)` once a stop was asked for.
+    fn requested(&self) -> Option<i32>;
+    /// Called once the stop's record is durable: from then on, ending the
+    /// process at once (a second Ctrl-C) loses nothing.
+    fn recorded(&self) {}
+}
+
+/// A drive nobody stops (tests, and callers with no signals to honour).
+pub struct NeverStop;
+
+impl Stop for NeverStop {
+    fn requested(&self) -> Option<i32> {
+        None
+    }
+}
 
 /// What a worker is asked to do, beyond its prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -304,6 +327,10 @@ pub enum RunError {
 /// content is a no-op; with other content it is an error.
 pub trait Journal {
     fn append(&mut self, event: &Event) -> Result<(), RunError>;
+    /// Records one of bl's own events beside the log, with the same keys
+    /// and idempotence: bounded-loops' readers refuse event types they do
+    /// not know, so the log itself keeps to theirs.
+    fn annex(&mut self, event: &Event) -> Result<(), RunError>;
     /// The payload recorded under `key`, if any.
     fn recorded(&self, key: &str) -> Option<Value>;
     /// Makes every append so far durable (one group commit).
@@ -402,6 +429,12 @@ pub enum RunEnd {
     AwaitingApproval(Vec<String>),
     /// A run-wide cap is spent.
     BudgetPaused(BudgetPause),
+    /// The operator stopped the run (`signal`); these nodes' attempts were
+    /// in flight and are recorded as interrupted. The run is resumable.
+    Interrupted {
+        signal: i32,
+        nodes: Vec<String>,
+    },
 }
 
 /// Everything a drive needs that is not a port.
@@ -431,6 +464,8 @@ pub struct Ports<'a> {
     pub judge: Arc<dyn Judge>,
     /// Told about every event as it is recorded (progress output).
     pub observer: &'a mut dyn FnMut(&Event),
+    /// Whether the operator asked the run to stop.
+    pub stop: &'a dyn Stop,
 }
 
 /// An attempt in flight.
@@ -443,6 +478,25 @@ struct InFlight {
     /// than this are stale).
     dispatched_ms: u64,
     workspace: PathBuf,
+}
+
+/// An attempt the controller has started and not yet recorded the end of:
+/// what a stop records as interrupted.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    attempt: u32,
+    round: u32,
+    execution: u32,
+}
+
+impl Open {
+    fn of(flight: &InFlight) -> Open {
+        Open {
+            attempt: flight.attempt,
+            round: flight.round,
+            execution: flight.execution,
+        }
+    }
 }
 
 /// What a node task hands back to the controller.
@@ -567,17 +621,21 @@ pub async fn drive(
     // being judged still holds its slot, so at concurrency 1 nodes run one
     // after the other, as bounded-loops runs them.
     let mut running: JoinSet<Done> = JoinSet::new();
-    let mut busy: HashSet<usize> = HashSet::new();
+    let mut busy: HashMap<usize, Open> = HashMap::new();
     let concurrency = settings.concurrency.max(1);
     loop {
+        // No attempt starts once a stop was asked for.
+        if let Some(signal) = c.ports.stop.requested() {
+            return c.interrupt(signal, running, &busy, None).await;
+        }
         // Start what may start, lowest plan position first.
         while c.pause.is_none() && running.len() < concurrency {
-            let Some(node) = c.machine.first_ready().filter(|n| !busy.contains(n)) else {
+            let Some(node) = c.machine.first_ready().filter(|n| !busy.contains_key(n)) else {
                 break;
             };
             if let Some(work) = c.dispatch(node)? {
                 c.ports.journal.flush()?;
-                busy.insert(node);
+                busy.insert(node, Open::of(&work.0));
                 running.spawn(take_turn(
                     work,
                     c.ports.stage.clone(),
@@ -586,9 +644,21 @@ pub async fn drive(
             }
         }
         c.ports.journal.flush()?;
-        let Some(joined) = running.join_next().await else {
+        if running.is_empty() {
+            break;
+        }
+        let joined = tokio::select! {
+            joined = running.join_next() => joined,
+            () = tokio::time::sleep(STOP_POLL) => continue,
+        };
+        let Some(joined) = joined else {
             break;
         };
+        // A turn that ends after a stop was asked for was ended by it (or
+        // raced it): it is interrupted, never judged a failure.
+        if let Some(signal) = c.ports.stop.requested() {
+            return c.interrupt(signal, running, &busy, Some(joined)).await;
+        }
         let done = joined.map_err(|e| RunError::Journal(format!("node task: {e}")))?;
         match done {
             Done::Worked(flight, reply) => {
@@ -786,6 +856,61 @@ impl Controller<'_, '_> {
         }
     }
 
+    /// The operator stopped the run: every attempt in flight is recorded as
+    /// interrupted at once (a second signal may end the process before the
+    /// tasks return), then the tasks are awaited as their workers end their
+    /// processes, keeping the spend of any turn that still came back.
+    async fn interrupt(
+        &mut self,
+        signal: i32,
+        mut running: JoinSet<Done>,
+        open: &HashMap<usize, Open>,
+        first: Option<Result<Done, tokio::task::JoinError>>,
+    ) -> Result<RunEnd, RunError> {
+        let mut interrupted: Vec<(usize, Open)> = open.iter().map(|(n, o)| (*n, *o)).collect();
+        interrupted.sort_by_key(|(node, _)| *node);
+        for (node, attempt) in &interrupted {
+            let id = self.info(*node).id.clone();
+            let at = At {
+                node: &id,
+                attempt: attempt.attempt,
+                round: attempt.round,
+            };
+            let event = at.interrupted(attempt.execution, signal);
+            self.ports.journal.annex(&event)?;
+            (self.ports.observer)(&event);
+        }
+        self.sync()?;
+        self.ports.stop.recorded();
+        let mut finished = first.into_iter().collect::<Vec<_>>();
+        loop {
+            for done in finished.drain(..) {
+                // Tokens a turn spent before it was stopped are still spent.
+                if let Ok(Done::Worked(flight, WorkReply::Reply { usage, .. })) = done {
+                    let id = self.info(flight.node).id.clone();
+                    let at = At {
+                        node: &id,
+                        attempt: flight.attempt,
+                        round: flight.round,
+                    };
+                    self.record(&at.spend(flight.execution, usage))?;
+                }
+            }
+            match running.join_next().await {
+                Some(done) => finished.push(done),
+                None => break,
+            }
+        }
+        self.sync()?;
+        Ok(RunEnd::Interrupted {
+            signal,
+            nodes: interrupted
+                .iter()
+                .map(|(node, _)| self.info(*node).id.clone())
+                .collect(),
+        })
+    }
+
     /// Checks the run-wide caps before `node`'s next attempt; a spent cap
     /// pauses the run (after `node.ready`, as bounded-loops records it).
     fn over_budget(&mut self, node: usize, attempt: u32) -> Result<bool, RunError> {
@@ -909,12 +1034,22 @@ impl Controller<'_, '_> {
             return Ok(None);
         }
         if started_before {
-            // Started before, never ended: the controller stopped mid-attempt.
+            // Started before, never ended: a stop interrupted it (on record),
+            // or its controller died (nothing on record). Only the deaths
+            // count against the re-drives.
             let prior = self.redrives(&at);
-            if prior >= MAX_REDRIVES {
+            let stopped = (1..=prior + 1)
+                .filter(|e| {
+                    self.ports
+                        .journal
+                        .recorded(&at.interrupted(*e, 0).key)
+                        .is_some()
+                })
+                .count() as u32;
+            let crashed = prior + 1 - stopped;
+            if crashed > MAX_REDRIVES {
                 let reason = format!(
-                    "the attempt was interrupted {} times and is not re-driven again",
-                    prior + 1
+                    "the attempt's controller died {crashed} times before it ended, and it is not re-driven again"
                 );
                 self.end(node, Ended::Failed(stop(Cause::WorkerFault, reason)), round)?;
                 return Ok(None);
@@ -1050,7 +1185,7 @@ impl Controller<'_, '_> {
     }
 
     fn redrives(&self, at: &At) -> u32 {
-        (1..=MAX_REDRIVES)
+        (1..)
             .take_while(|r| self.ports.journal.recorded(&at.redrive(*r).key).is_some())
             .count() as u32
     }
@@ -1129,27 +1264,18 @@ impl Controller<'_, '_> {
             self.tokens += u.input_tokens + u.output_tokens;
             self.cost += u.cost_microunits;
         }
-        if let WorkReply::Fault(detail) | WorkReply::Contract(detail) | WorkReply::Denied(detail) =
-            &reply
-        {
-            // Not recorded (the record keeps bounded-loops' wording), but
-            // shown: the operator needs to know why a worker failed.
-            let note = Event {
-                key: String::new(),
-                kind: NOTE,
-                payload: json!({"node_id": info.id, "detail": detail}),
-            };
-            (self.ports.observer)(&note);
-        }
         let (bytes, plugins, suppressed) = match reply {
             // Seed 002: a worker that failed may still have left every
             // declared output; the judge decides from them.
             WorkReply::Fault(detail) if !info.outputs.is_empty() => {
                 (Vec::new(), Vec::new(), Some(detail))
             }
-            WorkReply::Fault(_) => {
-                let failure = stop(Cause::WorkerFault, "worker execution failed".into());
-                self.end(flight.node, Ended::Failed(failure), flight.round)?;
+            WorkReply::Fault(detail) => {
+                self.end(
+                    flight.node,
+                    Ended::Failed(worker_fault(&detail)),
+                    flight.round,
+                )?;
                 return Ok(None);
             }
             WorkReply::Contract(reason) => {
@@ -1427,20 +1553,20 @@ impl Controller<'_, '_> {
                 }
                 ended
             }
-            Decision::Reject(reason) => Ended::Failed(AttemptFailure {
-                cause: if suppressed.is_some() {
-                    Cause::WorkerFault
-                } else {
-                    Cause::GateRejected
+            Decision::Reject(reason) => Ended::Failed(match &suppressed {
+                Some(detail) => AttemptFailure {
+                    verdict: Some(verdict(false, reason)),
+                    artifact_digests: digests,
+                    extra,
+                    ..worker_fault(detail)
                 },
-                reason: if suppressed.is_some() {
-                    "worker execution failed".into()
-                } else {
-                    "independent gate rejected output".into()
+                None => AttemptFailure {
+                    cause: Cause::GateRejected,
+                    reason: "independent gate rejected output".into(),
+                    verdict: Some(verdict(false, reason)),
+                    artifact_digests: digests,
+                    extra,
                 },
-                verdict: Some(verdict(false, reason)),
-                artifact_digests: digests,
-                extra,
             }),
             Decision::ContractBroken(reason) => Ended::Failed(AttemptFailure {
                 cause: Cause::WorkerContract,
@@ -1465,15 +1591,9 @@ impl Controller<'_, '_> {
     fn unstaged(&mut self, flight: InFlight, error: StageError) -> Result<(), RunError> {
         let failure = match error {
             StageError::Integrity(reason) => stop(Cause::ArtifactUnverified, reason),
-            StageError::Io(detail) => {
-                let note = Event {
-                    key: String::new(),
-                    kind: NOTE,
-                    payload: json!({"node_id": self.info(flight.node).id, "detail": detail}),
-                };
-                (self.ports.observer)(&note);
-                stop(Cause::WorkerFault, "worker execution failed".into())
-            }
+            StageError::Io(detail) => worker_fault(&format!(
+                "the attempt's workspace could not be made: {detail}"
+            )),
         };
         self.end(flight.node, Ended::Failed(failure), flight.round)
     }
@@ -1658,7 +1778,7 @@ impl Controller<'_, '_> {
     }
 
     /// `branch not taken: <source> is <STATE> (guard '<when>')`, for each
-    /// guarded edge the source's outcome missed, joined with `; `.
+    /// guarded edge, joined with `; ` (as bounded-loops words it).
     fn skip_reason(&self, node: usize) -> String {
         let missed: Vec<String> = self
             .info(node)
@@ -1679,21 +1799,14 @@ impl Controller<'_, '_> {
                         ));
                     }
                 }
+                // Every guarded edge is named, its guard met or not: a
+                // join's mode may skip it over guards that held.
                 let guard = guard?;
-                let taken = match (guard, state) {
-                    ("terminal", s) => s.is_terminal(),
-                    ("succeeded", NodeState::Succeeded)
-                    | ("failed", NodeState::Failed(_))
-                    | ("skipped", NodeState::Skipped) => true,
-                    _ => false,
-                };
-                (!taken).then(|| {
-                    format!(
-                        "{} is {} (guard '{guard}')",
-                        self.info(from).id,
-                        state_name(state)
-                    )
-                })
+                Some(format!(
+                    "{} is {} (guard '{guard}')",
+                    self.info(from).id,
+                    state_name(state)
+                ))
             })
             .collect();
         format!("branch not taken: {}", missed.join("; "))
@@ -1874,6 +1987,19 @@ impl Controller<'_, '_> {
         }
         self.end(node, ended, round)
     }
+}
+
+/// A worker that failed: bounded-loops' cause and words, then (bl's
+/// addition, in the same string: its readers refuse payload keys they do
+/// not know) why, in the worker's own words, as its adapter bounded and
+/// redacted them.
+fn worker_fault(detail: &str) -> AttemptFailure {
+    let reason = if detail.is_empty() {
+        WORKER_FAILED.to_string()
+    } else {
+        format!("{WORKER_FAILED}: {detail}")
+    };
+    stop(Cause::WorkerFault, reason)
 }
 
 fn stop(cause: Cause, reason: String) -> AttemptFailure {

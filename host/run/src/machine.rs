@@ -432,13 +432,13 @@ impl Machine {
             if routed_away {
                 continue;
             }
-            let chosen = match (edge.guard, source) {
+            let chosen = matches!(
+                (edge.guard, source),
                 (Guard::Default | Guard::Terminal, _)
-                | (Guard::Succeeded, NodeState::Succeeded)
-                | (Guard::Failed, NodeState::Failed(_))
-                | (Guard::Skipped, NodeState::Skipped) => true,
-                _ => false,
-            };
+                    | (Guard::Succeeded, NodeState::Succeeded)
+                    | (Guard::Failed, NodeState::Failed(_))
+                    | (Guard::Skipped, NodeState::Skipped)
+            );
             if chosen {
                 selected.push(source);
             }
@@ -526,7 +526,10 @@ impl Machine {
         while self.settled_up_to < n && self.settled(self.settled_up_to) {
             self.settled_up_to += 1;
         }
-        self.level.get(self.settled_up_to).copied().unwrap_or(u32::MAX)
+        self.level
+            .get(self.settled_up_to)
+            .copied()
+            .unwrap_or(u32::MAX)
     }
 
     /// Ended, or pending for good. Asked only of the first node not yet

@@ -20,6 +20,9 @@ pub struct NodeView {
     pub spend_cost_microunits: u64,
     /// False once a spend was recorded without usage (an unmetered worker).
     pub spend_complete: bool,
+    /// Why it failed or was skipped (or why its last attempt failed), on
+    /// one line.
+    pub reason: Option<String>,
 }
 
 impl Default for NodeView {
@@ -35,7 +38,30 @@ impl Default for NodeView {
             spend_tokens: 0,
             spend_cost_microunits: 0,
             spend_complete: true,
+            reason: None,
         }
+    }
+}
+
+/// Why a node or an attempt failed, on one line: the worker's own words
+/// where it left some (how it ended, and its last line on stderr), else
+/// the gate's, else the record's.
+pub fn why(payload: &Value) -> String {
+    let reason = payload["reason"].as_str().unwrap_or_default();
+    let text = if reason.starts_with(&format!("{}: ", crate::events::WORKER_FAILED)) {
+        reason
+    } else {
+        payload["verdict"]["reason"].as_str().unwrap_or(reason)
+    };
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    match (lines.next(), lines.next_back()) {
+        (Some(first), Some(last)) => format!(
+            "{}: {}",
+            first.split(';').next().unwrap_or(first),
+            last.trim()
+        ),
+        (Some(first), None) => first.to_string(),
+        _ => String::new(),
     }
 }
 
@@ -140,7 +166,9 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
             }
             None => node.spend_complete = false,
         },
+        "node.attempt.failed" => node.reason = Some(why(p)),
         "node.succeeded" | "node.failed" => {
+            node.reason = (kind == "node.failed").then(|| why(p));
             node.state = p["state"].as_str().unwrap_or_default().to_string();
             node.attempt = attempt.unwrap_or(node.attempt);
             node.artifact_digests = p["artifact_digests"]
@@ -167,6 +195,12 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
         "node.skipped" => {
             node.state = "SKIPPED".into();
             node.attempt = 0;
+            node.reason = p["reason"].as_str().map(str::to_string);
+        }
+        // Kept in the annex, folded after the log: it speaks only of an
+        // attempt nothing ended since.
+        "node.interrupted" if node.state == "RUNNING" => {
+            node.reason = Some(why(p));
         }
         "node.repaired" => {
             let (tokens, cost, complete) = (

@@ -14,6 +14,7 @@
 
 mod bubblewrap;
 pub mod caged_user;
+pub mod containment;
 pub mod doctor;
 pub mod inspect;
 pub mod probe;

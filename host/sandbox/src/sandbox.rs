@@ -8,6 +8,7 @@ use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
 
 use crate::bubblewrap::{self, Cage};
 use crate::caged_user::{CagedUser, ChildSteps, Staging, running_as_root};
+use crate::containment::Contained;
 use crate::subprocess::{PrivateDirs, execute, scrubbed_env, supervise};
 use crate::{Tier, seccomp};
 
@@ -202,13 +203,19 @@ impl Sandbox {
             granted.push(("npm_config_offline".to_string(), "true".to_string()));
         }
         granted.extend(spec.env.iter().cloned());
+        let mut contained = Contained::new();
+        granted.extend(
+            contained
+                .marker()
+                .map(|(k, v)| (k, v.to_string_lossy().into_owned())),
+        );
         let env = scrubbed_env(&private.home, &private.tmp, &granted);
         let steps = staging.as_ref().map(Staging::child_steps);
         let result = if spec.stream {
             let mut command = Command::new(bwrap);
             command.args(&args).current_dir(cwd).env_clear().envs(env);
-            prepare_child(&mut command, filter_fds, steps);
-            execute(command, spec)
+            prepare_child(&mut command, filter_fds, steps, contained.procs_fd());
+            execute(command, spec, &mut contained)
         } else {
             // Kept output: started without copying this process (see spawn).
             let started = std::time::Instant::now();
@@ -219,10 +226,28 @@ impl Sandbox {
                 cwd,
                 keep_fds: &filter_fds,
                 steps: steps.as_ref(),
+                rlimits: true,
+                cgroup_procs: contained.procs_fd(),
             };
-            crate::spawn::spawn(&launch)
-                .and_then(|child| supervise(child, spec, &bwrap.display().to_string(), started))
+            contained
+                .spawn(|| {
+                    crate::spawn::spawn(&launch).map(|c| {
+                        let pid = c.pid();
+                        (c, pid)
+                    })
+                })
+                .and_then(|child| {
+                    supervise(
+                        child,
+                        spec,
+                        &bwrap.display().to_string(),
+                        started,
+                        &contained,
+                    )
+                })
         };
+        // Whatever the command left running ends with it.
+        contained.end();
         match staging {
             Some(staging) => {
                 let given_back = staging.finish();
@@ -265,46 +290,11 @@ impl CommandRunner for Sandbox {
             Tier::ProcessRestricted | Tier::ContainerRestricted => {
                 // bwrap reports a program it cannot exec as the command's
                 // own exit 1; say it did not start, as a subprocess would.
-                find_program(spec)?;
+                crate::subprocess::find_program(&spec.argv[0], &spec.workspace, &spec.env)?;
                 self.run_caged(spec)
             }
         }
     }
-}
-
-/// Where the cage will find `argv[0]`: a path (relative to the workspace)
-/// or a name on the PATH the command is given.
-#[cfg(not(target_os = "macos"))]
-fn find_program(spec: &CommandSpec) -> Result<std::path::PathBuf, CommandError> {
-    use std::os::unix::fs::PermissionsExt;
-    let program = &spec.argv[0];
-    let executable = |p: &std::path::Path| {
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if program.contains('/') {
-        let path = spec.workspace.join(program);
-        return if executable(&path) {
-            Ok(path)
-        } else {
-            Err(CommandError::Spawn(format!(
-                "No such file or directory: '{program}'"
-            )))
-        };
-    }
-    let path = spec
-        .env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map_or(crate::subprocess::SCRUBBED_PATH, |(_, v)| v.as_str());
-    std::env::split_paths(path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| executable(candidate))
-        .ok_or_else(|| {
-            CommandError::Spawn(format!(
-                "No such file or directory: '{program}' (not on PATH {path})"
-            ))
-        })
 }
 
 /// The rlimits every cage starts under: a cap on processes against fork
@@ -319,10 +309,16 @@ pub(crate) const CAGE_RLIMITS: [(nix::sys::resource::Resource, u64); 2] = [
 /// the size of any file written against disk filling), the seccomp
 /// filters' descriptors kept open across exec, then (run by root) the
 /// private mount namespace and the drop to the caged user.
-fn prepare_child(command: &mut Command, filter_fds: Vec<i32>, steps: Option<ChildSteps>) {
+fn prepare_child(
+    command: &mut Command,
+    filter_fds: Vec<i32>,
+    steps: Option<ChildSteps>,
+    cgroup_procs: Option<i32>,
+) {
     use nix::fcntl::{FcntlArg, FdFlag, fcntl};
     use nix::sys::resource::setrlimit;
     use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as i32;
     // SAFETY: setrlimit, fcntl and the child steps are async-signal-safe
     // system calls on memory allocated before the fork.
     unsafe {
@@ -330,6 +326,7 @@ fn prepare_child(command: &mut Command, filter_fds: Vec<i32>, steps: Option<Chil
             for (resource, limit) in CAGE_RLIMITS {
                 setrlimit(resource, limit, limit).map_err(std::io::Error::from)?;
             }
+            crate::subprocess::join_cgroup(cgroup_procs)?;
             for fd in &filter_fds {
                 let fd = std::os::fd::BorrowedFd::borrow_raw(*fd);
                 fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map_err(std::io::Error::from)?;
@@ -337,7 +334,7 @@ fn prepare_child(command: &mut Command, filter_fds: Vec<i32>, steps: Option<Chil
             if let Some(steps) = &steps {
                 steps.run()?;
             }
-            Ok(())
+            crate::subprocess::die_with_parent(parent)
         });
     }
 }

@@ -133,5 +133,5 @@ pub(crate) fn run(
         .args(&spec.argv)
         .current_dir(&workspace);
     scrub_env(&mut command, &private.home, &private.tmp, &spec.env);
-    execute(command, spec)
+    execute(command, spec, &mut crate::containment::Contained::new())
 }

@@ -34,6 +34,10 @@ pub(crate) struct Launch<'a> {
     /// cleared in the child only).
     pub keep_fds: &'a [RawFd],
     pub steps: Option<&'a ChildSteps>,
+    /// The cage's rlimits (a cap on processes, on file sizes).
+    pub rlimits: bool,
+    /// The command's cgroup leaf (`cgroup.procs`), joined before exec.
+    pub cgroup_procs: Option<RawFd>,
 }
 
 /// A running child with piped stdio, in its own process group.
@@ -64,6 +68,10 @@ struct ChildPlan {
     keep_fds: Vec<RawFd>,
     steps: Option<*const ChildSteps>,
     error_fd: RawFd,
+    rlimits: bool,
+    cgroup_procs: RawFd,
+    /// bl's pid: the child dies with it, and never starts after it died.
+    parent: libc::pid_t,
 }
 
 /// The signal handlers bl installed (not ignored, not default): a signal
@@ -112,14 +120,21 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         if libc::setpgid(0, 0) < 0 {
             fail(errno());
         }
-        for (resource, limit) in crate::sandbox::CAGE_RLIMITS {
-            let limit = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            if libc::setrlimit(resource as _, &limit) < 0 {
-                fail(errno());
+        if plan.rlimits {
+            for (resource, limit) in crate::sandbox::CAGE_RLIMITS {
+                let limit = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(resource as _, &limit) < 0 {
+                    fail(errno());
+                }
             }
+        }
+        // Into its own cgroup leaf while still bl's user (a caged user
+        // could not write bl's cgroup files).
+        if plan.cgroup_procs >= 0 && libc::write(plan.cgroup_procs, c"0".as_ptr().cast(), 1) < 0 {
+            fail(errno());
         }
         for &fd in &plan.keep_fds {
             if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
@@ -130,6 +145,14 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             && let Err(e) = (*steps).run()
         {
             fail(e.raw_os_error().unwrap_or(libc::EPERM));
+        }
+        // After the drop to the caged user, which would clear it: the
+        // command dies with bl, and does not start if bl already died.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+            fail(errno());
+        }
+        if libc::getppid() != plan.parent {
+            fail(libc::ESRCH);
         }
         if libc::chdir(plan.cwd.as_ptr()) < 0 {
             fail(errno());
@@ -249,6 +272,10 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
             keep_fds: launch.keep_fds.to_vec(),
             steps: launch.steps.map(|s| s as *const ChildSteps),
             error_fd: error_w.as_raw_fd(),
+            rlimits: launch.rlimits,
+            cgroup_procs: launch.cgroup_procs.unwrap_or(-1),
+            // SAFETY: getpid has no preconditions.
+            parent: unsafe { libc::getpid() },
         },
         caught_signals(),
     );
@@ -305,8 +332,8 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
 }
 
 impl Spawned {
-    pub(crate) fn id(&self) -> u32 {
-        self.pid as u32
+    pub(crate) fn pid(&self) -> i32 {
+        self.pid
     }
 
     fn reap(&mut self, flags: libc::c_int) -> std::io::Result<Option<ExitStatus>> {

@@ -9,11 +9,10 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use wait_timeout::ChildExt;
 
 use crate::TailBuffer;
+use crate::containment::Contained;
 
 /// How long a finished command's output may keep arriving, from processes
 /// that left its group, before its end stands without the rest.
@@ -86,10 +85,144 @@ impl CommandRunner for Subprocess {
         // Declared first, dropped last: after the private dirs.
         let _running = bl_core::interrupt::Running::start();
         let private = PrivateDirs::for_spec(spec)?;
-        let mut command = Command::new(program);
-        command.args(args).current_dir(&spec.workspace);
-        scrub_env(&mut command, &private.home, &private.tmp, &spec.env);
-        execute(command, spec)
+        let mut contained = Contained::new();
+        let mut granted = spec.env.clone();
+        granted.extend(
+            contained
+                .marker()
+                .map(|(k, v)| (k, v.to_string_lossy().into_owned())),
+        );
+        let result = if spec.stream || !cfg!(target_os = "linux") {
+            let mut command = Command::new(program);
+            command.args(args).current_dir(&spec.workspace);
+            scrub_env(&mut command, &private.home, &private.tmp, &granted);
+            contain_child(&mut command, contained.procs_fd());
+            execute(command, spec, &mut contained)
+        } else {
+            spawn_polled(spec, &private, granted, &mut contained)
+        };
+        // Whatever the command left running ends with it.
+        contained.end();
+        result
+    }
+}
+
+/// Starts a kept-output command without copying bl's address space (see
+/// [`crate::spawn`]), then supervises it.
+#[cfg(target_os = "linux")]
+fn spawn_polled(
+    spec: &CommandSpec,
+    private: &PrivateDirs,
+    granted: Vec<(String, String)>,
+    contained: &mut Contained,
+) -> Result<CommandResult, CommandError> {
+    let program_name = spec.argv[0].clone();
+    let program = find_program(&program_name, &spec.workspace, &granted)?;
+    let started = Instant::now();
+    let launch = crate::spawn::Launch {
+        program: &program,
+        args: spec.argv[1..].to_vec(),
+        env: scrubbed_env(&private.home, &private.tmp, &granted),
+        cwd: &spec.workspace,
+        keep_fds: &[],
+        steps: None,
+        rlimits: false,
+        cgroup_procs: contained.procs_fd(),
+    };
+    let child = contained.spawn(|| {
+        crate::spawn::spawn(&launch).map(|c| {
+            let pid = c.pid();
+            (c, pid)
+        })
+    })?;
+    supervise(child, spec, &program_name, started, contained)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn spawn_polled(
+    _: &CommandSpec,
+    _: &PrivateDirs,
+    _: Vec<(String, String)>,
+    _: &mut Contained,
+) -> Result<CommandResult, CommandError> {
+    unreachable!("only Linux starts commands through crate::spawn")
+}
+
+/// Where the command's `argv[0]` is: a path (relative to the workspace),
+/// or a name on the PATH the command is given (`env`'s last PATH, else the
+/// scrubbed one), as execvp would find it.
+pub(crate) fn find_program(
+    program: &str,
+    workspace: &Path,
+    env: &[(String, String)],
+) -> Result<PathBuf, CommandError> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = workspace.join(program);
+        return if executable(&path) {
+            Ok(path)
+        } else {
+            Err(CommandError::Spawn(format!(
+                "No such file or directory: '{program}'"
+            )))
+        };
+    }
+    let path = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map_or(SCRUBBED_PATH, |(_, v)| v.as_str());
+    std::env::split_paths(path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| executable(candidate))
+        .ok_or_else(|| {
+            CommandError::Spawn(format!(
+                "No such file or directory: '{program}' (not on PATH {path})"
+            ))
+        })
+}
+
+/// Joins the command's cgroup leaf (before exec, in the child): writing
+/// `0` moves the writer. Async-signal-safe.
+pub(crate) fn join_cgroup(procs: Option<i32>) -> std::io::Result<()> {
+    if let Some(fd) = procs {
+        // SAFETY: a write of one byte from a static buffer.
+        if unsafe { nix::libc::write(fd, c"0".as_ptr().cast(), 1) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The command dies with bl (SIGKILL when bl's thread that started it
+/// ends), and does not start at all if bl already died. Async-signal-safe.
+pub(crate) fn die_with_parent(parent: i32) -> std::io::Result<()> {
+    use nix::libc;
+    // SAFETY: prctl with integer arguments; getppid has no preconditions.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::getppid() != parent {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+    }
+    Ok(())
+}
+
+/// The same, for a child the standard library forks.
+fn contain_child(command: &mut Command, procs: Option<i32>) {
+    let parent = std::process::id() as i32;
+    // SAFETY: both steps are async-signal-safe system calls.
+    unsafe {
+        command.pre_exec(move || {
+            join_cgroup(procs)?;
+            die_with_parent(parent)
+        });
     }
 }
 
@@ -189,11 +322,15 @@ pub(crate) fn scrubbed_env(
 
 /// Spawns `command` in its own process group with piped stdio, feeds stdin,
 /// keeps the output tails, and kills the whole group at the timeout.
-pub(crate) fn execute(command: Command, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
+pub(crate) fn execute(
+    command: Command,
+    spec: &CommandSpec,
+    contained: &mut Contained,
+) -> Result<CommandResult, CommandError> {
     if spec.stream {
-        execute_streamed(command, spec)
+        execute_streamed(command, spec, contained)
     } else {
-        execute_polled(command, spec)
+        execute_polled(command, spec, contained)
     }
 }
 
@@ -264,17 +401,25 @@ fn drain(pipe: &mut impl std::io::Read, tail: &mut TailBuffer, chunk: &mut [u8])
 /// [`execute`] for a command whose output is kept, not streamed: one
 /// thread polls the three pipes, so a command costs no reader or feeder
 /// threads (a graph of thousands of nodes runs thousands of commands).
-fn execute_polled(mut command: Command, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
+fn execute_polled(
+    mut command: Command,
+    spec: &CommandSpec,
+    contained: &mut Contained,
+) -> Result<CommandResult, CommandError> {
     let program = spec.argv.first().cloned().unwrap_or_default();
     let started = Instant::now();
-    let child = spawn_in_group(&mut command, &program)?;
-    supervise(child, spec, &program, started)
+    let child = contained.spawn(|| {
+        spawn_in_group(&mut command, &program).map(|c| {
+            let pid = c.id() as i32;
+            (c, pid)
+        })
+    })?;
+    supervise(child, spec, &program, started, contained)
 }
 
 /// A started child with piped stdio, in its own process group: the
 /// standard library's, or one started by [`crate::spawn`].
 pub(crate) trait Running {
-    fn id(&self) -> u32;
     /// Its stdin, stdout and stderr, taken once.
     fn pipes(&mut self) -> [Option<std::fs::File>; 3];
     fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>>;
@@ -286,10 +431,6 @@ pub(crate) trait Running {
 }
 
 impl Running for std::process::Child {
-    fn id(&self) -> u32 {
-        std::process::Child::id(self)
-    }
-
     fn pipes(&mut self) -> [Option<std::fs::File>; 3] {
         use std::os::fd::OwnedFd;
         [
@@ -317,10 +458,6 @@ impl Running for std::process::Child {
 
 #[cfg(target_os = "linux")]
 impl Running for crate::spawn::Spawned {
-    fn id(&self) -> u32 {
-        crate::spawn::Spawned::id(self)
-    }
-
     fn pipes(&mut self) -> [Option<std::fs::File>; 3] {
         [self.stdin.take(), self.stdout.take(), self.stderr.take()]
     }
@@ -348,10 +485,10 @@ pub(crate) fn supervise(
     spec: &CommandSpec,
     program: &str,
     started: Instant,
+    contained: &Contained,
 ) -> Result<CommandResult, CommandError> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     use std::os::fd::AsFd;
-    let pgid = Pid::from_raw(child.id() as i32);
     let [stdin, mut stdout, mut stderr] = child.pipes();
     let mut stdin = stdin.filter(|_| !spec.stdin.is_empty());
     for fd in [
@@ -363,7 +500,7 @@ pub(crate) fn supervise(
     .flatten()
     {
         if let Err(e) = set_nonblocking(&fd) {
-            let _ = killpg(pgid, Signal::SIGKILL);
+            contained.kill_rest();
             let _ = child.wait();
             return Err(e);
         }
@@ -386,12 +523,12 @@ pub(crate) fn supervise(
         }
         if exited.is_none() {
             if now.duration_since(started) >= spec.timeout {
-                let _ = killpg(pgid, Signal::SIGKILL);
+                contained.kill_rest();
                 timed_out = true;
                 break;
             }
             if let Some(signal) = bl_core::interrupt::requested() {
-                let _ = killpg(pgid, Signal::SIGKILL);
+                contained.kill_rest();
                 interrupted = Some(signal);
                 break;
             }
@@ -416,7 +553,7 @@ pub(crate) fn supervise(
             match poll(&mut fds, PollTimeout::from(wait)) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => {
-                    let _ = killpg(pgid, Signal::SIGKILL);
+                    contained.kill_rest();
                     let _ = child.wait();
                     return Err(CommandError::Spawn(format!("polling {program}: {e}")));
                 }
@@ -456,7 +593,7 @@ pub(crate) fn supervise(
             && let Ok(Some(status)) = child.try_wait()
         {
             exited = Some(status);
-            let _ = killpg(pgid, Signal::SIGKILL);
+            contained.kill_rest();
             grace_until = Some(Instant::now() + OUTPUT_GRACE);
         }
     }
@@ -471,7 +608,7 @@ pub(crate) fn supervise(
             match child.wait_timeout(left) {
                 Ok(Some(status)) => Some(status),
                 _ => {
-                    let _ = killpg(pgid, Signal::SIGKILL);
+                    contained.kill_rest();
                     timed_out = true;
                     child.wait().ok()
                 }
@@ -479,7 +616,7 @@ pub(crate) fn supervise(
         }
     };
     // Whatever the group left running holds nothing we wait for; end it.
-    let _ = killpg(pgid, Signal::SIGKILL);
+    contained.kill_rest();
     if let Some(signal) = interrupted {
         return Err(CommandError::Interrupted(signal));
     }
@@ -491,10 +628,16 @@ pub(crate) fn supervise(
 fn execute_streamed(
     mut command: Command,
     spec: &CommandSpec,
+    contained: &mut Contained,
 ) -> Result<CommandResult, CommandError> {
     let program = spec.argv.first().cloned().unwrap_or_default();
     let started = Instant::now();
-    let mut child = spawn_in_group(&mut command, &program)?;
+    let mut child = contained.spawn(|| {
+        spawn_in_group(&mut command, &program).map(|c| {
+            let pid = c.id() as i32;
+            (c, pid)
+        })
+    })?;
 
     let stdin = child.stdin.take();
     let input = spec.stdin.clone();
@@ -527,7 +670,6 @@ fn execute_streamed(
         drained,
     );
 
-    let pgid = Pid::from_raw(child.id() as i32);
     let mut interrupted = None;
     let (status, timed_out) = loop {
         // Short waits, so an interruption is noticed within one of them.
@@ -535,25 +677,25 @@ fn execute_streamed(
         match ChildExt::wait_timeout(&mut child, left.min(INTERRUPT_POLL)) {
             Ok(Some(status)) => break (Some(status), false),
             Ok(None) if left <= INTERRUPT_POLL => {
-                let _ = killpg(pgid, Signal::SIGKILL);
+                contained.kill_rest();
                 break (child.wait().ok(), true);
             }
             Ok(None) => {
                 if let Some(signal) = bl_core::interrupt::requested() {
-                    let _ = killpg(pgid, Signal::SIGKILL);
+                    contained.kill_rest();
                     interrupted = Some(signal);
                     break (child.wait().ok(), false);
                 }
             }
             Err(e) => {
-                let _ = killpg(pgid, Signal::SIGKILL);
+                contained.kill_rest();
                 let _ = child.wait();
                 return Err(CommandError::Spawn(format!("waiting for {program}: {e}")));
             }
         }
     };
     // Whatever the group left running holds the pipes open; end it.
-    let _ = killpg(pgid, Signal::SIGKILL);
+    contained.kill_rest();
     // The pipes close when the last writer is gone. A process that left
     // the group (setsid) may keep them open for as long as it likes: the
     // rest of the output gets a short grace, then the command's end stands

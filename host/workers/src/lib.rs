@@ -6,6 +6,7 @@
 //! returns the reply and the usage the CLI reported, never a verdict.
 
 pub mod catalog;
+pub mod failure;
 pub mod loops;
 
 use std::path::{Path, PathBuf};
@@ -269,6 +270,7 @@ fn run_cli(
 ) -> WorkReply {
     let workspace = request.workspace.clone();
     let (argv, stdin) = profile.argv(binary, &request.prompt, &workspace);
+    let secrets = failure::secret_values(&env);
     let spec = CommandSpec {
         argv,
         workspace,
@@ -310,18 +312,15 @@ fn run_cli(
     };
     let result = match result {
         Ok(r) => r,
-        Err(e) => return WorkReply::Fault(e.to_string()),
+        Err(e) => return WorkReply::Fault(failure::redact(&e.to_string(), &secrets)),
     };
     if result.timed_out || result.exit_code != Some(0) {
-        let last = last_line(&result.stderr_tail);
-        return WorkReply::Fault(match (result.timed_out, result.exit_code) {
-            (true, _) => format!(
-                "'{}' timed out after {:?}",
-                profile.binary, request.deadline
-            ),
-            (_, Some(code)) => format!("'{}' exited with code {code}: {last}", profile.binary),
-            (_, None) => format!("'{}' was killed by a signal: {last}", profile.binary),
-        });
+        return WorkReply::Fault(failure::describe(
+            &profile.binary,
+            &result,
+            request.deadline,
+            &secrets,
+        ));
     }
     if result.truncated {
         return WorkReply::Fault(format!(
@@ -330,17 +329,6 @@ fn run_cli(
         ));
     }
     read_reply(profile, result.stdout_tail)
-}
-
-/// The last non-empty line a command wrote on stderr: why it failed, in
-/// its own words.
-pub fn last_line(stderr: &[u8]) -> String {
-    String::from_utf8_lossy(stderr)
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .to_string()
 }
 
 /// Turns a CLI's stdout into the reply and its usage, by the profile's envelope.

@@ -61,18 +61,13 @@ fn run(request: &WorkRequest, hidden: Vec<std::path::PathBuf>) -> WorkReply {
         Err(e) => return WorkReply::Fault(e.to_string()),
     };
     let program = &argv[0];
-    if result.timed_out {
-        return WorkReply::Fault(format!(
-            "'{program}' timed out after {:?}",
-            request.deadline
+    if result.timed_out || result.exit_code != Some(0) {
+        return WorkReply::Fault(crate::failure::describe(
+            program,
+            &result,
+            request.deadline,
+            &[],
         ));
-    }
-    if result.exit_code != Some(0) {
-        let last = crate::last_line(&result.stderr_tail);
-        return WorkReply::Fault(match result.exit_code {
-            Some(code) => format!("'{program}' exited with code {code}: {last}"),
-            None => format!("'{program}' was killed by a signal: {last}"),
-        });
     }
     if result.truncated {
         return WorkReply::Fault(format!("'{program}' wrote more than {REPLY_CAP} bytes"));

@@ -1,0 +1,785 @@
+//! No process a command starts outlives it: not when the command ends, not
+//! when it times out, not when bl is stopped or killed.
+//!
+//! - bl is a child subreaper ([`become_subreaper`]): a descendant that
+//!   daemonises (setsid, fork, fork) is re-parented to bl, not to init, so
+//!   it is still bl's to find, kill and reap.
+//! - Where the machine has a writable cgroup v2 hierarchy, bl makes one
+//!   cgroup for itself (`bl-<pid>-<start>` beside its own) and one leaf in
+//!   it per command; the command joins its leaf before it execs, and when
+//!   it ends the leaf is killed (`cgroup.kill`) and removed. A process
+//!   cannot leave a cgroup it was not given write access to, so this holds
+//!   for hostile commands too.
+//! - Elsewhere (the *subreaper walk*), the command's process group is
+//!   killed, and so is every process re-parented to bl that carries the
+//!   command's marker in its environment, with everything below it.
+//! - Every direct child dies with bl (`PR_SET_PDEATHSIG`), and a watchdog
+//!   process kills every cgroup and process group bl still had when bl
+//!   itself dies (even by SIGKILL): it waits on a pipe only bl holds.
+//! - Each command's process identity (pid, start time, boot id, cgroup)
+//!   can be appended to a spawn log ([`set_spawn_log`]); a later controller
+//!   kills whatever of it is still alive ([`kill_survivors`]).
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use nix::libc;
+
+/// `auto` (a cgroup where the machine allows it, else the walk),
+/// `cgroup` or `subreaper` (forces the walk).
+pub const CONTAINMENT_VAR: &str = "BL_SANDBOX_CONTAINMENT";
+
+/// The variable that marks a command's processes for the subreaper walk.
+pub const MARKER_VAR: &str = "BL_CONTAINED";
+
+/// How long killed processes get to be gone before a leaf is left behind.
+const GONE_WITHIN: Duration = Duration::from_secs(2);
+
+/// Makes bl a child subreaper: orphaned descendants are re-parented to it.
+/// Returns whether the kernel agreed (Linux only).
+pub fn become_subreaper() -> bool {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 }
+}
+
+/// How this process contains its commands: decided on first use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// A cgroup v2 leaf per command, under bl's own cgroup (this path).
+    Cgroup(PathBuf),
+    /// The subreaper walk: process groups and marked orphans.
+    Walk,
+}
+
+impl Mode {
+    pub fn describe(&self) -> String {
+        match self {
+            Mode::Cgroup(dir) => format!("a cgroup v2 per command, under {}", dir.display()),
+            Mode::Walk => "the subreaper walk (no writable cgroup v2 here)".into(),
+        }
+    }
+}
+
+struct State {
+    mode: Mode,
+    /// This process's identity: `<pid>.<start ticks>`.
+    me: String,
+    boot_id: String,
+    next: AtomicU64,
+    /// Commands alive now, by id: their process groups.
+    live: Mutex<HashMap<u64, i32>>,
+    /// Direct children started by [`Contained`] (never an orphan).
+    children: Mutex<HashSet<i32>>,
+    watchdog: Mutex<Option<Watchdog>>,
+    spawn_log: Mutex<Option<PathBuf>>,
+}
+
+static STATE: OnceLock<State> = OnceLock::new();
+
+fn state() -> &'static State {
+    STATE.get_or_init(|| {
+        let me = format!("{}.{}", std::process::id(), own_start().unwrap_or(0));
+        let forced = std::env::var(CONTAINMENT_VAR).unwrap_or_default();
+        let mode = if forced.trim() == "subreaper" {
+            Mode::Walk
+        } else {
+            match cgroup_home(&me) {
+                Some(dir) => Mode::Cgroup(dir),
+                None => Mode::Walk,
+            }
+        };
+        State {
+            mode,
+            me,
+            boot_id: boot_id(),
+            next: AtomicU64::new(1),
+            live: Mutex::new(HashMap::new()),
+            children: Mutex::new(HashSet::new()),
+            watchdog: Mutex::new(None),
+            spawn_log: Mutex::new(None),
+        }
+    })
+}
+
+/// How commands are contained in this process.
+pub fn mode() -> Mode {
+    state().mode.clone()
+}
+
+/// Where each contained command's process identity is appended (one JSON
+/// line each); the first caller wins, so a nested run writes to its top
+/// run's log.
+pub fn set_spawn_log(path: PathBuf) {
+    let mut log = state().spawn_log.lock().unwrap_or_else(|e| e.into_inner());
+    if log.is_none() {
+        *log = Some(path);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The kernel's boot id: a process identity means nothing across boots.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// What `/proc/<pid>/stat` says of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// `R`, `S`, `Z` (a zombie: ended, not yet reaped), …
+    pub state: char,
+    pub ppid: i32,
+    pub pgid: i32,
+    /// Start time, in clock ticks after boot.
+    pub start: u64,
+}
+
+/// Reads `/proc/<pid>/stat` (`None`: no such process).
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields follow the
+    // last ')'.
+    let rest = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgid: fields.get(2)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+fn own_start() -> Option<u64> {
+    proc_stat(std::process::id() as i32).map(|s| s.start)
+}
+
+/// The cgroup v2 directory this process is in, when one is mounted.
+fn own_cgroup_dir() -> Option<PathBuf> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let (root, mount) = mountinfo.lines().find_map(|line| {
+        let (mount, fs) = line.split_once(" - ")?;
+        if fs.split(' ').next()? != "cgroup2" {
+            return None;
+        }
+        let fields: Vec<&str> = mount.split(' ').collect();
+        Some((fields.get(3)?.to_string(), fields.get(4)?.to_string()))
+    })?;
+    let relative = own.strip_prefix(root.trim_end_matches('/')).unwrap_or(own);
+    Some(Path::new(&mount).join(relative.trim_start_matches('/')))
+}
+
+/// Makes bl's own cgroup (`bl-<pid>.<start>` beside the one bl is in), after
+/// killing and removing any that a dead bl left. `None` where cgroup v2 is
+/// absent or not writable here.
+fn cgroup_home(me: &str) -> Option<PathBuf> {
+    let parent = own_cgroup_dir()?;
+    if let Ok(entries) = std::fs::read_dir(&parent) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if let Some(owner) = name.strip_prefix("bl-")
+                && owner != me
+                && !owner_alive(owner)
+            {
+                kill_cgroup_tree(&entry.path());
+            }
+        }
+    }
+    let home = parent.join(format!("bl-{me}"));
+    std::fs::create_dir(&home).ok()?;
+    // A leaf that can be made and joined is what the mode needs; the
+    // kill file is what makes it cheap (Linux 5.14+).
+    let probe = home.join("probe");
+    let usable = std::fs::create_dir(&probe).is_ok()
+        && probe.join("cgroup.procs").exists()
+        && std::fs::remove_dir(&probe).is_ok();
+    if !usable {
+        let _ = std::fs::remove_dir(&probe);
+        let _ = std::fs::remove_dir(&home);
+        return None;
+    }
+    Some(home)
+}
+
+/// Whether the bl named `<pid>.<start>` is still running.
+fn owner_alive(owner: &str) -> bool {
+    let Some((pid, start)) = owner.split_once('.') else {
+        return true;
+    };
+    match (pid.parse::<i32>(), start.parse::<u64>()) {
+        (Ok(pid), Ok(start)) => proc_stat(pid).is_some_and(|s| s.start == start),
+        _ => true,
+    }
+}
+
+/// Kills every process in `dir` and below, then removes the directories.
+fn kill_cgroup_tree(dir: &Path) {
+    kill_cgroup(dir);
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                kill_cgroup_tree(&entry.path());
+            }
+        }
+    }
+    let _ = remove_when_empty(dir);
+}
+
+/// The pids in a cgroup (its own processes, not its children's).
+fn cgroup_pids(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn populated(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.events"))
+        .map(|e| e.lines().any(|l| l == "populated 1"))
+        .unwrap_or(false)
+}
+
+/// SIGKILLs everything in `dir` and below: `cgroup.kill` where the kernel
+/// has it, else each process in turn until none is left.
+fn kill_cgroup(dir: &Path) {
+    if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+        return;
+    }
+    let until = Instant::now() + GONE_WITHIN;
+    loop {
+        let pids = cgroup_pids(dir);
+        if pids.is_empty() || Instant::now() >= until {
+            return;
+        }
+        for pid in pids {
+            // SAFETY: kill with a pid and a signal number.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn remove_when_empty(dir: &Path) -> std::io::Result<()> {
+    let until = Instant::now() + GONE_WITHIN;
+    loop {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if Instant::now() >= until => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
+
+/// A pidfd for `pid`: refers to that process and no later one of the same
+/// number, so killing and reaping through it can never hit another.
+fn pidfd(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: the kernel just returned this descriptor to us alone.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Waits (bounded) for the processes behind `fds` to end, then reaps the
+/// orphans bl adopted: a subreaper must, or they stay zombies.
+fn reap(fds: Vec<OwnedFd>) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let until = Instant::now() + GONE_WITHIN;
+    for fd in fds {
+        let left = until.saturating_duration_since(Instant::now());
+        let mut polled = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        let timeout = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(PollTimeout::ZERO);
+        let _ = poll(&mut polled, timeout);
+    }
+    reap_adopted();
+}
+
+/// Reaps every zombie child of bl's that no one else waits for: not a
+/// command bl started (its supervisor reaps it), not the watchdog.
+pub fn reap_adopted() {
+    let state = state();
+    // Held while scanning: a command starting now registers under it, so
+    // its child is never taken for an orphan.
+    let children = lock(&state.children);
+    for pid in direct_children() {
+        if children.contains(&pid) || proc_stat(pid).is_none_or(|s| s.state != 'Z') {
+            continue;
+        }
+        // SAFETY: reaping a zombie child of ours that nothing else waits for.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+    }
+}
+
+/// One command's containment, from before it starts until it has ended.
+pub(crate) struct Contained {
+    id: u64,
+    leaf: Option<PathBuf>,
+    /// `cgroup.procs` of the leaf, for the child to join before it execs.
+    procs: Option<std::fs::File>,
+    marker: String,
+    pid: Option<i32>,
+    ended: bool,
+}
+
+impl Contained {
+    /// Prepares a command's containment (its leaf, where cgroups are used).
+    pub(crate) fn new() -> Contained {
+        let state = state();
+        let id = state.next.fetch_add(1, Ordering::Relaxed);
+        let (leaf, procs) = match &state.mode {
+            Mode::Cgroup(home) => {
+                let leaf = home.join(format!("c{id}"));
+                match std::fs::create_dir(&leaf).and_then(|_| {
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(leaf.join("cgroup.procs"))
+                }) {
+                    Ok(procs) => (Some(leaf), Some(procs)),
+                    Err(_) => {
+                        let _ = std::fs::remove_dir(&leaf);
+                        (None, None)
+                    }
+                }
+            }
+            Mode::Walk => (None, None),
+        };
+        Contained {
+            id,
+            leaf,
+            procs,
+            marker: format!("{}.{id}", state.me),
+            pid: None,
+            ended: false,
+        }
+    }
+
+    /// The descriptor the child writes `0` to, joining its leaf.
+    pub(crate) fn procs_fd(&self) -> Option<RawFd> {
+        self.procs.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// The marker the subreaper walk finds the command's orphans by (set in
+    /// the command's environment when there is no leaf).
+    pub(crate) fn marker(&self) -> Option<(String, OsString)> {
+        self.leaf
+            .is_none()
+            .then(|| (MARKER_VAR.to_string(), OsString::from(&self.marker)))
+    }
+
+    /// Starts the command with `spawn`, which returns the child and its
+    /// pid (the leader of its own process group). The child is registered
+    /// before any reaper can look, so it is never taken for an orphan.
+    pub(crate) fn spawn<T, E>(
+        &mut self,
+        spawn: impl FnOnce() -> Result<(T, i32), E>,
+    ) -> Result<T, E> {
+        let state = state();
+        let mut children = lock(&state.children);
+        let (child, pid) = spawn()?;
+        children.insert(pid);
+        drop(children);
+        self.started(pid);
+        Ok(child)
+    }
+
+    fn started(&mut self, pid: i32) {
+        let state = state();
+        self.pid = Some(pid);
+        // The child has joined its leaf (or failed to start): bl keeps no
+        // descriptor it could be handed by mistake.
+        self.procs = None;
+        lock(&state.live).insert(self.id, pid);
+        watchdog_tell(Tell::Watch(pid));
+        let log = lock(&state.spawn_log).clone();
+        if let Some(log) = log {
+            let line = serde_json::json!({
+                "boot_id": state.boot_id, "cgroup": self.leaf, "controller": state.me,
+                "pgid": pid, "pid": pid, "start": proc_stat(pid).map(|s| s.start),
+            });
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+        }
+    }
+
+    /// Kills every process of the command's now (its direct child too),
+    /// without waiting: when it ended, timed out or was interrupted, so no
+    /// process it left holds its output open.
+    pub(crate) fn kill_rest(&self) {
+        let Some(pid) = self.pid else {
+            return;
+        };
+        // SAFETY: killpg with a group id and a signal number.
+        unsafe { libc::killpg(pid, libc::SIGKILL) };
+        match &self.leaf {
+            Some(leaf) => kill_cgroup(leaf),
+            None => kill_marked_orphans(&self.marker, self.pid),
+        }
+    }
+
+    /// Ends whatever the command left running and reaps it. Called once its
+    /// direct child has been waited for.
+    pub(crate) fn end(mut self) {
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let state = state();
+        if let Some(pid) = self.pid {
+            // SAFETY: killpg with a group id and a signal number.
+            unsafe { libc::killpg(pid, libc::SIGKILL) };
+            // Its supervisor has reaped it: from here on its pid is free.
+            lock(&state.children).remove(&pid);
+        }
+        match &self.leaf {
+            Some(leaf) => {
+                if populated(leaf) {
+                    let fds: Vec<OwnedFd> =
+                        cgroup_pids(leaf).into_iter().filter_map(pidfd).collect();
+                    kill_cgroup(leaf);
+                    reap(fds);
+                }
+                let _ = remove_when_empty(leaf);
+            }
+            None => {
+                if self.pid.is_some() {
+                    kill_marked_orphans(&self.marker, self.pid);
+                }
+            }
+        }
+        if let Some(pid) = self.pid {
+            watchdog_tell(Tell::Forget(pid));
+        }
+        lock(&state.live).remove(&self.id);
+    }
+}
+
+impl Drop for Contained {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// bl's direct children now, by the kernel's account (every thread's).
+fn direct_children() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut pids = Vec::new();
+    let mut listed = false;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+                listed = true;
+                pids.extend(
+                    text.split_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok()),
+                );
+            }
+        }
+    }
+    if !listed {
+        pids = all_processes()
+            .into_iter()
+            .filter(|(_, s)| s.ppid == me)
+            .map(|(p, _)| p)
+            .collect();
+    }
+    pids
+}
+
+fn all_processes() -> Vec<(i32, ProcStat)> {
+    std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter_map(|pid| Some((pid, proc_stat(pid)?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn carries_marker(pid: i32, marker: &str) -> bool {
+    let wanted = format!("{MARKER_VAR}={marker}");
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+        env.split(|b| *b == 0)
+            .any(|entry| entry == wanted.as_bytes())
+    })
+}
+
+/// The subreaper walk: every orphan bl adopted that came from this command
+/// (its process group, or its marker), and everything below it, killed
+/// and reaped.
+fn kill_marked_orphans(marker: &str, pgid: Option<i32>) {
+    let children = lock(&state().children).clone();
+    let orphans: Vec<i32> = direct_children()
+        .into_iter()
+        .filter(|pid| !children.contains(pid))
+        .filter(|pid| {
+            proc_stat(*pid).is_some_and(|s| Some(s.pgid) == pgid) || carries_marker(*pid, marker)
+        })
+        .collect();
+    if !orphans.is_empty() {
+        kill_trees(&orphans);
+    }
+}
+
+/// SIGKILLs `roots` and all their descendants, then reaps what bl adopted.
+fn kill_trees(roots: &[i32]) {
+    reap(kill_trees_unreaped(roots));
+}
+
+/// SIGKILLs `roots` and all their descendants; returns a pidfd for each,
+/// to wait on.
+fn kill_trees_unreaped(roots: &[i32]) -> Vec<OwnedFd> {
+    let table = all_processes();
+    let mut doomed: Vec<i32> = roots.to_vec();
+    let mut i = 0;
+    while i < doomed.len() {
+        let parent = doomed[i];
+        let below: Vec<i32> = table
+            .iter()
+            .filter(|(pid, s)| s.ppid == parent && !doomed.contains(pid))
+            .map(|(pid, _)| *pid)
+            .collect();
+        doomed.extend(below);
+        i += 1;
+    }
+    let fds: Vec<OwnedFd> = doomed.iter().copied().filter_map(pidfd).collect();
+    for pid in &doomed {
+        // SAFETY: kill with a pid and a signal number.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    fds
+}
+
+/// SIGKILLs every contained command alive now, at once (a second signal:
+/// bl is about to exit without waiting for them).
+pub fn kill_all() {
+    let Some(state) = STATE.get() else {
+        return;
+    };
+    if let Mode::Cgroup(home) = &state.mode {
+        kill_cgroup(home);
+    }
+    for pgid in lock(&state.live).values() {
+        // SAFETY: killpg with a group id and a signal number.
+        unsafe { libc::killpg(*pgid, libc::SIGKILL) };
+    }
+}
+
+/// What [`kill_survivors`] found still alive and ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Survivor {
+    pub pid: i32,
+    pub cgroup: Option<String>,
+}
+
+/// Reads a spawn log a previous controller of the same run wrote, and kills
+/// every command of it that is still alive: its leaf where it had one, its
+/// process group where its leader still is the process that was started.
+pub fn kill_survivors(log: &Path) -> Vec<Survivor> {
+    let Ok(text) = std::fs::read_to_string(log) else {
+        return Vec::new();
+    };
+    let boot = boot_id();
+    let me = &state().me;
+    let mut ended = Vec::new();
+    for line in text.lines() {
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if entry["boot_id"].as_str() != Some(boot.as_str())
+            || entry["controller"].as_str() == Some(me.as_str())
+        {
+            continue;
+        }
+        let pid = entry["pid"].as_i64().unwrap_or(0) as i32;
+        let cgroup = entry["cgroup"].as_str().map(PathBuf::from);
+        let mut alive = false;
+        if let Some(dir) = &cgroup
+            && dir.is_dir()
+        {
+            alive |= populated(dir);
+            kill_cgroup_tree(dir);
+        }
+        let started = entry["start"].as_u64();
+        if pid > 0
+            && let Some(stat) = proc_stat(pid)
+            && Some(stat.start) == started
+        {
+            alive = true;
+            let fds: Vec<OwnedFd> = pidfd(pid).into_iter().collect();
+            // SAFETY: killpg and kill with ids and a signal number.
+            unsafe {
+                libc::killpg(pid, libc::SIGKILL);
+                libc::kill(pid, libc::SIGKILL);
+            }
+            reap(fds);
+        }
+        if alive {
+            ended.push(Survivor {
+                pid,
+                cgroup: cgroup.map(|c| c.display().to_string()),
+            });
+        }
+    }
+    ended
+}
+
+// The watchdog: a process of its own that outlives bl by a moment. It reads
+// a pipe whose only writer is bl; when bl ends (by any means) the pipe
+// closes and the watchdog kills bl's cgroup and every process group bl had
+// not yet seen end. It is bl's own binary, started as `bl-watchdog` (so a
+// `pkill -f` aimed at a bl command line spares it), which the binary's
+// `main` hands to [`watchdog_main`].
+
+/// The name the watchdog runs under (its `argv[0]`).
+pub const WATCHDOG_NAME: &str = "bl-watchdog";
+
+static WATCHDOG_PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+
+/// The program that runs [`watchdog_main`] when started as
+/// [`WATCHDOG_NAME`]; without one, no watchdog is started (the cgroup and
+/// the direct children's death signal still hold while bl lives).
+pub fn set_watchdog_program(program: PathBuf) {
+    let _ = WATCHDOG_PROGRAM.set(program);
+}
+
+struct Watchdog {
+    writer: std::fs::File,
+}
+
+enum Tell {
+    Watch(i32),
+    Forget(i32),
+}
+
+fn watchdog_tell(tell: Tell) {
+    let state = state();
+    let mut guard = lock(&state.watchdog);
+    if guard.is_none() {
+        *guard = start_watchdog(&state.mode, &state.children);
+    }
+    if let Some(w) = guard.as_mut() {
+        let record = match tell {
+            Tell::Watch(pgid) => pgid,
+            Tell::Forget(pgid) => -pgid,
+        };
+        let _ = w.writer.write_all(&record.to_ne_bytes());
+    }
+}
+
+fn start_watchdog(mode: &Mode, children: &Mutex<HashSet<i32>>) -> Option<Watchdog> {
+    // (Called with the watchdog lock held, after the state was made.)
+    use std::os::unix::process::CommandExt;
+    let program = WATCHDOG_PROGRAM.get()?;
+    let mut command = std::process::Command::new(program);
+    command
+        .arg0(WATCHDOG_NAME)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        // Out of bl's process group: a kill aimed at bl's group spares it.
+        .process_group(0);
+    match mode {
+        Mode::Cgroup(home) => command.arg("--cgroup").arg(home),
+        Mode::Walk => command.arg("--marked").arg(format!("{}.", state().me)),
+    };
+    // The children lock is held: the watchdog is never taken for an orphan.
+    let mut kids = lock(children);
+    let mut child = command.spawn().ok()?;
+    kids.insert(child.id() as i32);
+    let writer = std::fs::File::from(std::os::fd::OwnedFd::from(child.stdin.take()?));
+    // Its status is never waited for: it outlives bl by design, and while
+    // bl lives it only reads. Dropping the handle does not kill it.
+    Some(Watchdog { writer })
+}
+
+/// The watchdog's body: `bl-watchdog (--cgroup DIR | --marked PREFIX)`.
+/// Reads process groups to watch from stdin (4-byte records: a pgid to
+/// watch, its negation to forget it) until bl closes it, then kills what is
+/// left: bl's cgroup (and removes it), or every process whose marker starts
+/// with PREFIX, with what runs below it.
+pub fn watchdog_main() -> ! {
+    use std::io::Read;
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: ignoring a signal installs no handler.
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
+    }
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let home = value("--cgroup").map(PathBuf::from);
+    let marked = value("--marked").map(|m| m.to_string_lossy().into_owned());
+    let mut watched: HashSet<i32> = HashSet::new();
+    let mut stdin = std::io::stdin().lock();
+    let mut record = [0u8; 4];
+    while stdin.read_exact(&mut record).is_ok() {
+        match i32::from_ne_bytes(record) {
+            pgid if pgid > 0 => {
+                watched.insert(pgid);
+            }
+            pgid => {
+                watched.remove(&-pgid);
+            }
+        }
+    }
+    if let Some(home) = &home {
+        kill_cgroup_tree(home);
+    }
+    for pgid in watched {
+        // SAFETY: killpg with a group id and a signal number.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+    if let Some(prefix) = marked {
+        let wanted = format!("{MARKER_VAR}={prefix}");
+        let roots: Vec<i32> = all_processes()
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                    env.split(|b| *b == 0)
+                        .any(|entry| entry.starts_with(wanted.as_bytes()))
+                })
+            })
+            .collect();
+        // Not bl's to reap: their new parent does.
+        kill_trees_unreaped(&roots);
+    }
+    std::process::exit(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_follow_the_last_parenthesis() {
+        let me = proc_stat(std::process::id() as i32).unwrap();
+        assert!(me.start > 0);
+        assert_eq!(me.ppid, nix::unistd::getppid().as_raw());
+    }
+}
