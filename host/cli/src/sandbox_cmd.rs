@@ -289,6 +289,7 @@ fn run_command(
         stream: !crate::output::json(),
         env: Vec::new(),
         private_dir: None,
+        home: None,
     };
     let proxy = match start_allowlist_proxy(tier) {
         Ok(proxy) => proxy,

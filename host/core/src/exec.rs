@@ -37,6 +37,20 @@ pub struct CommandSpec {
     /// the run directory, and so avoids creating and deleting directories
     /// for every node.)
     pub private_dir: Option<PathBuf>,
+    /// What of the operator's home a caged command sees: only these paths,
+    /// where its CLI keeps its login and session files (a provider
+    /// profile's `home_paths`), read-write; the rest of that home stays
+    /// hidden. `None`: the tier's own view of the host.
+    pub home: Option<HomeGrant>,
+}
+
+/// Paths of the operator's home lent to a caged command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HomeGrant {
+    /// The operator's home (`$HOME`).
+    pub dir: PathBuf,
+    /// Relative to `dir`; those that do not exist are left out.
+    pub paths: Vec<PathBuf>,
 }
 
 /// What a finished (or killed) command left behind.

@@ -18,6 +18,6 @@ pub mod sha256;
 pub mod verdict;
 
 pub use canonical::{canonical_json, digest, python_json, sha256_hex};
-pub use exec::{CommandError, CommandResult, CommandRunner, CommandSpec};
+pub use exec::{CommandError, CommandResult, CommandRunner, CommandSpec, HomeGrant};
 pub use sha256::Sha256Digest;
 pub use verdict::{Finding, GateOutcome, Location, Severity, Verdict};

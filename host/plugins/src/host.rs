@@ -314,6 +314,7 @@ impl command::Host for HostState {
             stream: false,
             env: Vec::new(),
             private_dir: None,
+            home: None,
         };
         let result = match runner.run(&spec) {
             Ok(result) => Ok(command::CommandOutput {

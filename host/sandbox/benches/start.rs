@@ -19,6 +19,7 @@ fn start(c: &mut Criterion) {
         stream: false,
         env: Vec::new(),
         private_dir: None,
+        home: None,
     };
     let mut group = c.benchmark_group("start");
     group.sample_size(30);

@@ -23,7 +23,8 @@ use crate::Tier;
 pub const PROTECTED: &[&str] = &[".git"];
 
 /// System directories a caged command sees, read-only, when they exist.
-const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"];
+pub(crate) const SYSTEM_DIRS: &[&str] =
+    &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"];
 
 /// What runc and Docker make read-only in a container's /proc: kernel
 /// tunables, the magic SysRq key, interrupt routing, buses and file-system
@@ -52,6 +53,17 @@ pub const HIDDEN: &[&str] = &[
     "/sys/devices/virtual/powercap",
 ];
 
+/// The container tier's HOME inside the cage.
+pub(crate) const CONTAINER_HOME: &str = "/home/sandbox";
+
+/// A path of the host shown again inside a cage.
+pub(crate) struct Shown {
+    /// Where bwrap binds it from (a staged clone when bl runs as root).
+    pub source: PathBuf,
+    pub inside: PathBuf,
+    pub writable: bool,
+}
+
 /// Where the egress bridge sits inside the sandbox.
 pub const PROXY_SOCKET_INSIDE: &str = "/run/bl/egress.sock";
 pub const BRIDGE_BINARY_INSIDE: &str = "/run/bl/bl";
@@ -69,11 +81,48 @@ pub(crate) struct Cage<'a> {
     pub private_root: &'a Path,
     /// The egress bridge's socket and binary, as bwrap can reach them.
     pub egress: Option<(&'a Path, &'a Path)>,
-    /// When bl dropped to another user: that user, who may be unable to
-    /// pass through some of the host's directories.
-    pub caged_ids: Option<(u32, u32)>,
-    /// Directories the process tier covers with an empty tmpfs.
+    /// Directories the process tier covers with an empty tmpfs (the run's
+    /// own directory).
     pub hidden: &'a [PathBuf],
+    /// Directories the process tier covers first, outermost, for what is
+    /// shown again inside them: the operator's home, and directories the
+    /// caged user could not pass through.
+    pub covered: &'a [PathBuf],
+    /// Paths shown again inside (lent home paths, the program).
+    pub shown: &'a [Shown],
+    /// Symlinks made inside: (target, link).
+    pub links: &'a [(PathBuf, PathBuf)],
+}
+
+impl Cage<'_> {
+    /// The binds and symlinks that show paths again, after the covers.
+    fn show(&self, args: &mut Vec<String>) {
+        for shown in self.shown {
+            let bind = if shown.writable {
+                "--bind"
+            } else {
+                "--ro-bind"
+            };
+            push(
+                args,
+                &[
+                    bind,
+                    &shown.source.display().to_string(),
+                    &shown.inside.display().to_string(),
+                ],
+            );
+        }
+        for (target, link) in self.links {
+            push(
+                args,
+                &[
+                    "--symlink",
+                    &target.display().to_string(),
+                    &link.display().to_string(),
+                ],
+            );
+        }
+    }
 }
 
 fn push(args: &mut Vec<String>, items: &[&str]) {
@@ -93,21 +142,25 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
             push(&mut args, &["--tmpfs", &private]);
             push(&mut args, &["--dir", &format!("{private}/home")]);
             push(&mut args, &["--dir", &format!("{private}/tmp")]);
-            for dir in cage.hidden {
+            // Covers first, outermost; then the run's hidden directories
+            // not already under one; then what is shown again inside them.
+            for dir in cage.covered {
                 push(&mut args, &["--tmpfs", &dir.display().to_string()]);
             }
-            if cage.workspace_source != cage.workspace {
-                if let Some((uid, gid)) = cage.caged_ids
-                    && let Some(blocked) = first_unsearchable_ancestor(cage.workspace, uid, gid)
-                {
-                    // The caged user could not pass through it; inside, an
-                    // empty tmpfs holds just the path to the workspace.
-                    push(&mut args, &["--tmpfs", &blocked.display().to_string()]);
+            for dir in cage.hidden {
+                if !cage.covered.iter().any(|c| dir.starts_with(c)) {
+                    push(&mut args, &["--tmpfs", &dir.display().to_string()]);
                 }
+            }
+            cage.show(&mut args);
+            let covers_workspace = cage
+                .covered
+                .iter()
+                .chain(cage.hidden)
+                .any(|c| cage.workspace.starts_with(c));
+            if cage.workspace_source != cage.workspace || !cage.writable || covers_workspace {
+                // Staged, read-only, or back from under a cover.
                 push(&mut args, &[bind, &source, &ws]);
-            } else if !cage.writable || !cage.hidden.is_empty() {
-                // Read-only, or back from under a hidden directory.
-                push(&mut args, &[bind, &ws, &ws]);
             }
             push(
                 &mut args,
@@ -154,7 +207,7 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
                     "--tmpfs",
                     "/home",
                     "--dir",
-                    "/home/sandbox",
+                    CONTAINER_HOME,
                     "--unshare-all",
                     "--unshare-user",
                     "--disable-userns",
@@ -165,6 +218,7 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
                 ],
             );
             mask(&mut args, false);
+            cage.show(&mut args);
             push(&mut args, &[bind, &source, &ws]);
             for protected in PROTECTED {
                 let path = cage.workspace.join(protected);
@@ -187,7 +241,7 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
                 &[
                     "--setenv",
                     "HOME",
-                    "/home/sandbox",
+                    CONTAINER_HOME,
                     "--setenv",
                     "TMPDIR",
                     "/tmp",
@@ -275,7 +329,7 @@ fn mask(args: &mut Vec<String>, sys_visible: bool) {
 }
 
 /// The first directory above `path` that `uid`/`gid` may not search.
-fn first_unsearchable_ancestor(path: &Path, uid: u32, gid: u32) -> Option<PathBuf> {
+pub(crate) fn first_unsearchable_ancestor(path: &Path, uid: u32, gid: u32) -> Option<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let mut ancestors: Vec<&Path> = path.ancestors().skip(1).collect();
     ancestors.reverse();

@@ -152,6 +152,14 @@ impl Lending {
     }
 }
 
+/// A path of the host shown inside a cage at the same place: a lent home
+/// path (writable), or the directory of the program it runs (read-only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Lend {
+    pub host: PathBuf,
+    pub writable: bool,
+}
+
 /// Everything one caged command run by root needs prepared: the staging
 /// directory, the mount clones to attach there, and the lent tree.
 pub(crate) struct Staging {
@@ -161,8 +169,10 @@ pub(crate) struct Staging {
     pub workspace: PathBuf,
     pub bridge_binary: Option<PathBuf>,
     pub proxy_socket: Option<PathBuf>,
+    /// Where each [`Lend`] appears in the staging directory, in order.
+    pub lent: Vec<PathBuf>,
     attach: Vec<(OwnedFd, CString)>,
-    lent: Option<LentTree>,
+    lent_tree: Option<LentTree>,
 }
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
@@ -375,6 +385,7 @@ impl Staging {
         workspace: &Path,
         writable: bool,
         egress: Option<&EgressBridge>,
+        lends: &[Lend],
         root: &std::sync::OnceLock<tempfile::TempDir>,
     ) -> Result<Staging, CommandError> {
         let dir = staging_root(root)?.to_path_buf();
@@ -387,7 +398,7 @@ impl Staging {
             make_read_only(&tree)
                 .map_err(|e| denied("cannot make the workspace mount read-only", e))?;
         }
-        let lent = if user.idmap {
+        let lent_tree = if user.idmap {
             idmap(&tree, owner, user).map_err(|e| {
                 denied(
                     format!(
@@ -421,6 +432,22 @@ impl Staging {
             }
         }
 
+        let mut lent_paths = Vec::with_capacity(lends.len());
+        for (i, lend) in lends.iter().enumerate() {
+            let (target, tree) = lend_path(&dir, i, lend, user)?;
+            attach.push((tree, c_path(&target)?));
+            if lend.writable && lend.host.is_dir() {
+                for rel in pinned_files(&lend.host)? {
+                    let tree = clone_mount(&lend.host.join(&rel))?;
+                    make_read_only(&tree).map_err(|e| {
+                        denied(format!("cannot pin {} read-only", rel.display()), e)
+                    })?;
+                    attach.push((tree, c_path(&target.join(&rel))?));
+                }
+            }
+            lent_paths.push(target);
+        }
+
         let mut bridge_binary = None;
         let mut proxy_socket = None;
         if let Some(bridge) = egress {
@@ -446,8 +473,9 @@ impl Staging {
             workspace: staged_workspace,
             bridge_binary,
             proxy_socket,
+            lent: lent_paths,
             attach,
-            lent,
+            lent_tree,
         })
     }
 
@@ -472,11 +500,66 @@ impl Staging {
 
     /// Gives a lent workspace back to its owner (idmapped: nothing to do).
     pub(crate) fn finish(mut self) -> Result<(), CommandError> {
-        match self.lent.take() {
+        match self.lent_tree.take() {
             Some(lent) => lent.give_back(),
             None => Ok(()),
         }
     }
+}
+
+/// Clones `lend`'s mount, idmapped so that its owner's files are the caged
+/// user's (nothing is chowned, no mode changes), read-only unless it is
+/// writable, and says where in the staging directory it is attached. A
+/// lend needs an idmapped mount: the operator's home is never chowned.
+fn lend_path(
+    dir: &Path,
+    i: usize,
+    lend: &Lend,
+    user: CagedUser,
+) -> Result<(PathBuf, OwnedFd), CommandError> {
+    let meta = std::fs::symlink_metadata(&lend.host).map_err(|e| denied(lend.host.display(), e))?;
+    if meta.file_type().is_symlink() {
+        return Err(denied(
+            lend.host.display(),
+            "is a symlink; only a real file or directory is lent to a cage",
+        ));
+    }
+    // One mount point per slot and kind, shared by every cage of a runner
+    // (each attaches its own mount there, in its own mount namespace).
+    let target = dir.join(format!("lend-{}{i}", if meta.is_dir() { 'd' } else { 'f' }));
+    let made = if meta.is_dir() {
+        std::fs::create_dir(&target)
+    } else {
+        std::fs::File::create_new(&target).map(drop)
+    };
+    match made {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(denied(target.display(), e)),
+    }
+    let tree = clone_mount(&lend.host)?;
+    if !lend.writable {
+        make_read_only(&tree).map_err(|e| denied("cannot make a lent path read-only", e))?;
+    }
+    if !user.idmap {
+        return Err(denied(
+            lend.host.display(),
+            format!(
+                "{OWNERSHIP_VAR}=chown: bl lends the operator's files (an agent's login, its program) only through an idmapped mount, never by chown"
+            ),
+        ));
+    }
+    idmap(&tree, (meta.uid(), meta.gid()), user).map_err(|e| {
+        denied(
+            format!(
+                "cannot lend {} to the caged user (uid {}) through an idmapped mount (Linux 5.12+ and a file system that supports them)",
+                lend.host.display(),
+                user.uid
+            ),
+            e,
+        )
+    })?;
+    Ok((target, tree))
 }
 
 /// The regular files under `root` that a caged command must not write

@@ -69,6 +69,7 @@ fn bwrap_check(sandbox: &Sandbox) -> Check {
         stream: false,
         env: Vec::new(),
         private_dir: None,
+        home: None,
     };
     match sandbox.run(&spec) {
         Ok(r) if r.exit_code == Some(0) => Check::ok(

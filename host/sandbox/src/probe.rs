@@ -199,6 +199,7 @@ pub fn run_probe(
         stream: false,
         env: Vec::new(),
         private_dir: None,
+        home: None,
     };
     let finished = Arc::new(AtomicBool::new(false));
     let watcher = observe(workspace.clone(), marker, finished.clone());

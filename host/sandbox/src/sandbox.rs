@@ -6,8 +6,8 @@ use std::process::Command;
 
 use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
 
-use crate::bubblewrap::{self, Cage};
-use crate::caged_user::{CagedUser, ChildSteps, Staging, running_as_root};
+use crate::bubblewrap::{self, Cage, Shown};
+use crate::caged_user::{CagedUser, ChildSteps, Lend, Staging, running_as_root};
 use crate::containment::Contained;
 use crate::subprocess::{PrivateDirs, execute, scrubbed_env, supervise};
 use crate::{Tier, seccomp};
@@ -153,12 +153,14 @@ impl Sandbox {
             Some(_) => PrivateDirs::for_spec(spec)?,
             None => PrivateDirs::mount_point(self.mount_point()?),
         };
+        let view = self.view(spec, &workspace)?;
         let staging = match self.caged_user() {
             Some(user) => Some(Staging::prepare(
                 user,
                 &workspace,
                 spec.workspace_writable,
                 self.egress.as_ref(),
+                &view.lends,
                 &self.staging_root,
             )?),
             None => None,
@@ -168,6 +170,21 @@ impl Sandbox {
             (Some(s), Some(_)) => s.proxy_socket.as_deref().zip(s.bridge_binary.as_deref()),
             (None, Some(b)) => Some((b.proxy_socket.as_path(), b.bridge_binary.as_path())),
         };
+        // What is shown again, from where bwrap can reach it: the staged
+        // clone when bl runs as root, the host's path otherwise.
+        let shown: Vec<Shown> = view
+            .lends
+            .iter()
+            .zip(&view.inside)
+            .enumerate()
+            .map(|(i, (lend, inside))| Shown {
+                source: staging
+                    .as_ref()
+                    .map_or(lend.host.clone(), |s| s.lent[i].clone()),
+                inside: inside.clone(),
+                writable: lend.writable,
+            })
+            .collect();
         let cage = Cage {
             tier: self.tier,
             workspace: &workspace,
@@ -175,8 +192,10 @@ impl Sandbox {
             writable: spec.workspace_writable,
             private_root: private.root(),
             egress,
-            caged_ids: staging.as_ref().map(|s| (s.user.uid, s.user.gid)),
             hidden: &self.hidden,
+            covered: &view.covered,
+            shown: &shown,
+            links: &view.links,
         };
         let cage_args = bubblewrap::args(&cage)?;
         // The filter files stay open until the command ends: bwrap reads
@@ -257,6 +276,135 @@ impl Sandbox {
             }
             None => result,
         }
+    }
+}
+
+/// What a cage shows of the host beyond its tier's own view, and what it
+/// covers so as to show only that.
+struct View {
+    /// Directories covered with an empty tmpfs (the process tier): the
+    /// operator's home, and what the caged user could not pass through.
+    covered: Vec<PathBuf>,
+    /// Paths shown again inside: lent home paths, the program's directory.
+    lends: Vec<Lend>,
+    /// Where each lend appears inside.
+    inside: Vec<PathBuf>,
+    /// Symlinks made inside: (target, link).
+    links: Vec<(PathBuf, PathBuf)>,
+}
+
+/// Whether `path` is `dir` or lies below it.
+fn under(path: &Path, dir: &Path) -> bool {
+    path.starts_with(dir)
+}
+
+impl Sandbox {
+    /// What `spec`'s cage shows beyond its tier's view: the home paths it
+    /// was granted (and nothing else of that home), and the program it
+    /// runs when that lives where the cage would hide it (an agent CLI in
+    /// `~/.local/bin`).
+    fn view(&self, spec: &CommandSpec, workspace: &Path) -> Result<View, CommandError> {
+        let container = self.tier == Tier::ContainerRestricted;
+        let caged = self
+            .caged_user()
+            .map(|u| (u.uid, u.gid))
+            .filter(|_| self.tier.is_caged());
+        let mut covered: Vec<PathBuf> = Vec::new();
+        let home = spec
+            .home
+            .as_ref()
+            .and_then(|grant| Some((grant.dir.canonicalize().ok()?, grant)))
+            .filter(|(dir, _)| dir.is_dir() && dir.parent().is_some());
+        if let Some((dir, _)) = &home
+            && !container
+        {
+            covered.push(dir.clone());
+        }
+        let program = Path::new(&spec.argv[0]);
+        let canonical = if program.is_absolute() {
+            program.canonicalize().ok()
+        } else {
+            None
+        };
+        if let Some((uid, gid)) = caged
+            && !container
+        {
+            let mut reached: Vec<&Path> = vec![workspace];
+            reached.extend(self.hidden.iter().map(PathBuf::as_path));
+            reached.extend(canonical.as_deref());
+            for path in reached {
+                if let Some(blocked) = bubblewrap::first_unsearchable_ancestor(path, uid, gid) {
+                    covered.push(blocked);
+                }
+            }
+        }
+        // Outermost first, each once: a tmpfs over a covered directory's
+        // parent hides what lies below it anyway.
+        covered.sort();
+        covered.dedup();
+        let nested: Vec<PathBuf> = covered
+            .iter()
+            .filter(|c| covered.iter().any(|o| o != *c && under(c, o)))
+            .cloned()
+            .collect();
+        covered.retain(|c| !nested.contains(c));
+        let hidden_inside = |path: &Path| {
+            if container {
+                !bubblewrap::SYSTEM_DIRS
+                    .iter()
+                    .any(|d| under(path, Path::new(d)))
+            } else {
+                covered.iter().any(|c| under(path, c)) || self.hidden.iter().any(|h| under(path, h))
+            }
+        };
+        let mut lends = Vec::new();
+        let mut inside = Vec::new();
+        if let Some((dir, grant)) = &home {
+            for rel in &grant.paths {
+                let host = dir.join(rel);
+                if std::fs::symlink_metadata(&host).is_err() {
+                    continue;
+                }
+                inside.push(if container {
+                    Path::new(bubblewrap::CONTAINER_HOME).join(rel)
+                } else {
+                    host.clone()
+                });
+                lends.push(Lend {
+                    host,
+                    writable: true,
+                });
+            }
+        }
+        let mut links = Vec::new();
+        if let Some(canonical) = canonical
+            && let Some(dir) = canonical.parent()
+            && hidden_inside(&canonical)
+        {
+            // Its directory (an install of several files), unless that is
+            // a whole covered directory: then the program alone.
+            let whole = covered.iter().any(|c| under(c, dir))
+                || home.as_ref().is_some_and(|(h, _)| under(h, dir));
+            let host = if whole {
+                canonical.clone()
+            } else {
+                dir.to_path_buf()
+            };
+            inside.push(host.clone());
+            lends.push(Lend {
+                host,
+                writable: false,
+            });
+            if canonical != program && program.parent().is_some_and(hidden_inside) {
+                links.push((canonical.clone(), program.to_path_buf()));
+            }
+        }
+        Ok(View {
+            covered: if container { Vec::new() } else { covered },
+            lends,
+            inside,
+            links,
+        })
     }
 }
 

@@ -737,6 +737,7 @@ mod tests {
             stream: false,
             env: Vec::new(),
             private_dir: None,
+            home: None,
         }
     }
 

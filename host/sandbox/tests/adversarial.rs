@@ -27,6 +27,7 @@ fn spec(ws: &Path, script: &str) -> CommandSpec {
         stream: false,
         env: Vec::new(),
         private_dir: None,
+        home: None,
     }
 }
 

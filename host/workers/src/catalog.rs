@@ -69,9 +69,23 @@ pub struct Profile {
     /// reach to work: a caged loop runner gets these through the allowlist
     /// proxy, and nothing else.
     pub egress_hosts: Vec<String>,
+    /// Where the CLI keeps its login and session files, relative to the
+    /// operator's home (`.claude`, `.codex`, …): a caged CLI reads and
+    /// writes these, and sees nothing else of that home.
+    pub home_paths: Vec<String>,
 }
 
 impl Profile {
+    /// What of the operator's home (`HOME` in `env`) a caged turn of this
+    /// CLI sees: its `home_paths`.
+    pub fn home_grant(&self, env: &[(String, String)]) -> Option<bl_core::HomeGrant> {
+        let (_, home) = env.iter().rev().find(|(k, _)| k == "HOME")?;
+        Some(bl_core::HomeGrant {
+            dir: home.into(),
+            paths: self.home_paths.iter().map(Into::into).collect(),
+        })
+    }
+
     /// The argv and stdin for one turn.
     pub fn argv(&self, binary: &Path, prompt: &str, workspace: &Path) -> (Vec<String>, Vec<u8>) {
         let mut argv = vec![binary.display().to_string()];
@@ -119,7 +133,30 @@ fn shipped(
         env_grant: Vec::new(),
         unset_env: Vec::new(),
         egress_hosts: provider_hosts(name),
+        home_paths: strings(provider_home(name)),
     }
+}
+
+/// Where each shipped CLI keeps its login and sessions in the home.
+fn provider_home(name: &str) -> &'static [&'static str] {
+    match name {
+        "claude" => &[".claude", ".claude.json"],
+        "codex" => &[".codex"],
+        "grok" => &[".grok"],
+        "agy" => &[".gemini", ".antigravity"],
+        "muse" => &[".muse"],
+        "dsh" => &[".dsh"],
+        _ => &[],
+    }
+}
+
+/// Whether `path` can name something in a home: relative, no `..`.
+fn home_relative(path: &str) -> bool {
+    let p = Path::new(path);
+    !path.is_empty()
+        && p.is_relative()
+        && p.components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
 /// Where each shipped CLI's provider answers.
@@ -164,6 +201,7 @@ const KEYS: &[&str] = &[
     "egress_hosts",
     "env_grant",
     "envelope",
+    "home_paths",
     "post_prompt_args",
     "prompt_via",
     "unset_env",
@@ -283,6 +321,15 @@ impl Catalog {
                     ),
                 ));
             }
+            let home_paths = list_of("home_paths")?;
+            if let Some(bad) = home_paths.iter().find(|p| !home_relative(p)) {
+                return Err(err(
+                    format!("{at}/home_paths"),
+                    format!(
+                        "'{bad}' is not a path inside the home: write it relative to the home (such as '.mycli'), without '..'"
+                    ),
+                ));
+            }
             let prompt_via = match text_of("prompt_via")?.as_deref() {
                 None | Some("stdin") => PromptVia::Stdin,
                 Some("arg") => PromptVia::Arg,
@@ -312,6 +359,7 @@ impl Catalog {
                 env_grant,
                 unset_env: list_of("unset_env")?,
                 egress_hosts: list_of("egress_hosts")?,
+                home_paths,
             };
             self.profiles.insert(name, profile);
         }

@@ -271,6 +271,7 @@ fn run_cli(
     let workspace = request.workspace.clone();
     let (argv, stdin) = profile.argv(binary, &request.prompt, &workspace);
     let secrets = failure::secret_values(&env);
+    let home = profile.home_grant(&env);
     let spec = CommandSpec {
         argv,
         workspace,
@@ -281,6 +282,7 @@ fn run_cli(
         stream: false,
         env,
         private_dir: None,
+        home,
     };
     let tier = match Tier::parse(&request.isolation) {
         Ok(t) => t,

@@ -565,6 +565,11 @@ impl Runner for CommandTurns {
             stream: false,
             env: self.env.clone(),
             private_dir: None,
+            // An agent CLI keeps its login in the operator's home.
+            home: match &self.reading {
+                Reading::Profile(profile) => profile.home_grant(&self.env),
+                Reading::Plain => None,
+            },
         };
         let result = self.runner.run(&spec).map_err(|e| {
             let why = match e {

@@ -49,6 +49,7 @@ fn run(request: &WorkRequest, hidden: Vec<std::path::PathBuf>) -> WorkReply {
         stream: false,
         env: vec![("PATH".into(), TOOL_PATH.into())],
         private_dir: None,
+        home: None,
     };
     let result = match tier {
         Tier::WorkspaceOnly => Subprocess.run(&spec),

@@ -110,6 +110,7 @@ fn a_caged_command_reaches_only_allowlisted_hosts_through_the_proxy() {
         stream: false,
         env: Vec::new(),
         private_dir: None,
+        home: None,
     };
     let result = sandbox.run(&spec).unwrap();
     let stdout = String::from_utf8_lossy(&result.stdout_tail);
