@@ -201,3 +201,55 @@ pub fn live_command_lines() -> Vec<String> {
         .filter_map(|e| std::fs::read_to_string(e.path().join("cmdline")).ok())
         .collect()
 }
+
+/// The python of a throwaway venv holding bounded-loops 0.7.6
+/// (`BL_UPSTREAM_PYTHON`, else the one `scripts/dev test` makes under
+/// `target/upstream/venv`). `None` (said loudly) when there is none and
+/// this is not CI; under `CI=true` setup must have made it.
+pub fn upstream_python() -> Option<PathBuf> {
+    let python = std::env::var_os("BL_UPSTREAM_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/upstream/venv/bin/python3"));
+    if python.is_file() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but bounded-loops 0.7.6 is not installed at {}: scripts/dev test should have made that venv",
+        python.display()
+    );
+    eprintln!(
+        "SKIPPED: bounded-loops 0.7.6 is not installed ({}); its status was not asked",
+        python.display()
+    );
+    None
+}
+
+/// What bounded-loops' own `graph status --json` made of each run
+/// directory: (directory, exit code, its stderr). `None` without it.
+pub fn upstream_status(dirs: &[PathBuf]) -> Option<Vec<(PathBuf, i64, String)>> {
+    let python = upstream_python()?;
+    let out = std::process::Command::new(python)
+        .arg(repo_root().join("tests/upstream/status.py"))
+        .args(dirs)
+        .output()
+        .expect("bounded-loops' python runs");
+    assert!(
+        out.status.success(),
+        "bounded-loops' status script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+                (
+                    PathBuf::from(v["dir"].as_str().unwrap_or_default()),
+                    v["exit"].as_i64().unwrap_or(-1),
+                    v["stderr"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect(),
+    )
+}

@@ -16,6 +16,6 @@ pub mod projection;
 pub mod schedule;
 
 pub use machine::{
-    AttemptEnd, EdgeSpec, FailMode, Failure, Guard, Join, Machine, MachineError, NodeSpec,
-    NodeState, RunStatus, Spec, Transition,
+    AttemptEnd, EdgeSpec, FailMode, Failure, Guard, Incoming, Join, Machine, MachineError,
+    NodeSpec, NodeState, RunStatus, Spec, Transition, admit, admits_early,
 };

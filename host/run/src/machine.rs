@@ -120,17 +120,96 @@ impl NodeState {
     }
 }
 
-/// What an incoming edge says about its target.
+/// One incoming edge as its target's admission sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum EdgeState {
-    /// The source has not ended.
-    Waiting,
-    /// The source's outcome is the one the edge waits for.
-    Selected,
-    /// The edge no longer counts: its guard missed, or its source was skipped.
-    Excluded,
-    /// An unconditional edge whose source failed.
-    Blocking,
+pub struct Incoming {
+    pub guard: Guard,
+    /// The source's state.
+    pub source: NodeState,
+    /// An edge of a route its router (which succeeded) did not pick.
+    pub routed_away: bool,
+}
+
+/// Seed 000's admission rule, once every parent has ended: `Some(true)`
+/// starts the node, `Some(false)` skips it (its branch was not taken),
+/// `None` leaves it PENDING for good. bounded-loops 0.7.6's behaviour
+/// where the seed is silent is recorded in tests/corpus/graph-runs/
+/// SEMANTICS.md (the 90 guard × mode × parent-outcome runs among them).
+///
+/// - A plain node: an unconditional edge needs its source SUCCEEDED (a
+///   FAILED one blocks for good, a SKIPPED one cascades the skip); a guard
+///   that missed, or a route not taken, excludes its edge (from a SKIPPED
+///   source, the skip cascades); it starts when nothing blocks or cascades
+///   and some edge is selected.
+/// - A join: its edges select parents (an unconditional edge whatever its
+///   parent became, a guard when it is met); none selected, it is
+///   skipped; otherwise its mode decides over the selected parents, and a
+///   guard never overrides the mode. The mode unmet, it waits for good
+///   behind an unconditional edge from a FAILED parent, and is skipped
+///   otherwise.
+pub fn admit(join: Option<Join>, incoming: &[Incoming]) -> Option<bool> {
+    if incoming.is_empty() {
+        return Some(true);
+    }
+    let met = |e: &Incoming| {
+        matches!(
+            (e.guard, e.source),
+            (Guard::Terminal, _)
+                | (Guard::Default | Guard::Succeeded, NodeState::Succeeded)
+                | (Guard::Failed, NodeState::Failed(_))
+                | (Guard::Skipped, NodeState::Skipped)
+        )
+    };
+    let blocked = |e: &Incoming| {
+        !e.routed_away && e.guard == Guard::Default && matches!(e.source, NodeState::Failed(_))
+    };
+    match join {
+        None => {
+            let cascades =
+                |e: &Incoming| e.source == NodeState::Skipped && (e.routed_away || !met(e));
+            if incoming.iter().any(blocked) {
+                None
+            } else if incoming.iter().any(cascades) {
+                Some(false)
+            } else {
+                Some(incoming.iter().any(|e| !e.routed_away && met(e)))
+            }
+        }
+        Some(mode) => {
+            let selected: Vec<NodeState> = incoming
+                .iter()
+                .filter(|e| !e.routed_away && (e.guard == Guard::Default || met(e)))
+                .map(|e| e.source)
+                .collect();
+            if selected.is_empty() {
+                return Some(false);
+            }
+            let satisfied = match mode {
+                Join::AllSelected => true,
+                Join::AllSuccessful => selected.iter().all(|s| *s == NodeState::Succeeded),
+                Join::AnySuccessful => selected.contains(&NodeState::Succeeded),
+            };
+            if satisfied {
+                Some(true)
+            } else if incoming.iter().any(blocked) {
+                None
+            } else {
+                Some(false)
+            }
+        }
+    }
+}
+
+/// Whether a node may start before all its parents ended: only an
+/// any_successful join over unconditional edges, once one parent
+/// succeeded (the seed's one exception, which bounded-loops' causality
+/// check allows).
+pub fn admits_early(join: Option<Join>, incoming: &[Incoming]) -> bool {
+    join == Some(Join::AnySuccessful)
+        && incoming
+            .iter()
+            .all(|e| e.guard == Guard::Default && !e.routed_away)
+        && incoming.iter().any(|e| e.source == NodeState::Succeeded)
 }
 
 /// What happened, for the event log. Every transition carries the round.
@@ -332,133 +411,38 @@ impl Machine {
         self.executions
     }
 
-    /// What an edge says about its target now.
-    fn edge(&self, edge: usize) -> EdgeState {
-        let e = &self.spec.edges[edge];
-        let source = self.states[e.from];
-        if !source.is_terminal() {
-            return EdgeState::Waiting;
-        }
-        // A route the router did not pick: that edge no longer counts.
-        if source == NodeState::Succeeded
-            && !e.routes.is_empty()
-            && !self.picked[e.from].is_some_and(|r| e.routes.contains(&r))
-        {
-            return EdgeState::Excluded;
-        }
-        match (e.guard, source) {
-            (Guard::Terminal, _)
-            | (Guard::Default | Guard::Succeeded, NodeState::Succeeded)
-            | (Guard::Failed, NodeState::Failed(_))
-            | (Guard::Skipped, NodeState::Skipped) => EdgeState::Selected,
-            // An unconditional dependency that failed never turns green: the
-            // target waits for good (bounded-loops leaves it PENDING).
-            (Guard::Default, NodeState::Failed(_)) => EdgeState::Blocking,
-            // A skipped source cascades; a guard the outcome misses excludes.
-            _ => EdgeState::Excluded,
-        }
+    /// What `node`'s incoming edges say now.
+    fn incoming(&self, node: usize) -> Vec<Incoming> {
+        self.parents[node]
+            .iter()
+            .map(|&e| {
+                let edge = &self.spec.edges[e];
+                let source = self.states[edge.from];
+                Incoming {
+                    guard: edge.guard,
+                    source,
+                    routed_away: source == NodeState::Succeeded
+                        && !edge.routes.is_empty()
+                        && !self.picked[edge.from].is_some_and(|r| edge.routes.contains(&r)),
+                }
+            })
+            .collect()
     }
 
     /// Whether a pending node may start (`Some(true)`), is skipped
     /// (`Some(false)`), or waits (`None`, for good when a dependency
     /// blocks it). A node leaves PENDING only once every parent has ended
-    /// (bounded-loops' causality rule), with one exception the seed makes:
-    /// an `any_successful` join over unconditional edges starts as soon as
-    /// one parent succeeded. The rules, and bounded-loops 0.7.6's
-    /// behaviour where the seed is silent, are in
-    /// tests/corpus/graph-runs/SEMANTICS.md.
+    /// (bounded-loops' causality rule), but for [`admits_early`].
     fn admission(&self, node: usize) -> Option<bool> {
-        let edges: Vec<(usize, EdgeState)> = self.parents[node]
-            .iter()
-            .map(|&e| (self.spec.edges[e].from, self.edge(e)))
-            .collect();
-        if edges.is_empty() {
+        let incoming = self.incoming(node);
+        let join = self.spec.nodes[node].join;
+        if admits_early(join, &incoming) {
             return Some(true);
         }
-        let any = |s: EdgeState| edges.iter().any(|(_, e)| *e == s);
-        let join = self.spec.nodes[node].join;
-        if join == Some(Join::AnySuccessful) && self.unconditional(node) {
-            let succeeded = edges.iter().any(|(from, e)| {
-                *e == EdgeState::Selected && self.states[*from] == NodeState::Succeeded
-            });
-            if succeeded {
-                return Some(true);
-            }
-        }
-        if any(EdgeState::Waiting) {
+        if incoming.iter().any(|e| !e.source.is_terminal()) {
             return None;
         }
-        match join {
-            Some(mode) => self.join_admission(node, mode),
-            None => {
-                let cascaded = edges.iter().any(|(from, e)| {
-                    *e == EdgeState::Excluded && self.states[*from] == NodeState::Skipped
-                });
-                if any(EdgeState::Blocking) {
-                    None
-                } else if cascaded {
-                    Some(false)
-                } else {
-                    Some(any(EdgeState::Selected))
-                }
-            }
-        }
-    }
-
-    /// Whether every edge into `node` is unconditional (no `when`, no route).
-    fn unconditional(&self, node: usize) -> bool {
-        self.parents[node].iter().all(|&e| {
-            let edge = &self.spec.edges[e];
-            edge.guard == Guard::Default && edge.routes.is_empty()
-        })
-    }
-
-    /// A join whose parents have all ended. Its edges select parents (an
-    /// unconditional edge selects its parent whatever it became; a guard
-    /// selects it when its outcome is the guarded one), and the mode
-    /// decides over the selected parents: a guard never overrides the
-    /// mode. None selected: the branch was not taken (SKIPPED). The mode
-    /// unmet: it waits for good behind an unconditional edge from a failed
-    /// parent, and is skipped otherwise.
-    fn join_admission(&self, node: usize, mode: Join) -> Option<bool> {
-        let mut selected = Vec::new();
-        let mut blocked = false;
-        for &e in &self.parents[node] {
-            let edge = &self.spec.edges[e];
-            let source = self.states[edge.from];
-            let routed_away = source == NodeState::Succeeded
-                && !edge.routes.is_empty()
-                && !self.picked[edge.from].is_some_and(|r| edge.routes.contains(&r));
-            if routed_away {
-                continue;
-            }
-            let chosen = matches!(
-                (edge.guard, source),
-                (Guard::Default | Guard::Terminal, _)
-                    | (Guard::Succeeded, NodeState::Succeeded)
-                    | (Guard::Failed, NodeState::Failed(_))
-                    | (Guard::Skipped, NodeState::Skipped)
-            );
-            if chosen {
-                selected.push(source);
-            }
-            blocked |= edge.guard == Guard::Default && matches!(source, NodeState::Failed(_));
-        }
-        if selected.is_empty() {
-            return Some(false);
-        }
-        let met = match mode {
-            Join::AllSelected => true,
-            Join::AllSuccessful => selected.iter().all(|s| *s == NodeState::Succeeded),
-            Join::AnySuccessful => selected.contains(&NodeState::Succeeded),
-        };
-        if met {
-            Some(true)
-        } else if blocked {
-            None
-        } else {
-            Some(false)
-        }
+        admit(join, &incoming)
     }
 
     /// Settles every pending node whose parents decide it: skips (which

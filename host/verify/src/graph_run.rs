@@ -57,6 +57,8 @@ enum Finding {
     PlanDiffers(String),
     #[error("{0}")]
     Handoff(String),
+    #[error("{0}")]
+    Causality(String),
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, Finding> {
@@ -131,6 +133,12 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
         }
         if path.join("plan.json").is_file() {
             checks.push(Check::from_result("plan", verify_plan(path)));
+            if log.is_file() {
+                checks.push(Check::from_result(
+                    "causality",
+                    verify_causality(path, &log),
+                ));
+            }
         } else {
             checks.push(Check::not_applicable("plan", "no plan.json"));
         }
@@ -356,22 +364,8 @@ fn verify_log(path: &Path, expect_head: Option<&str>) -> Result<String, Finding>
 
 /// plan.json hashes to run-meta's plan_id, and the manifest and
 /// connections recompile to exactly those bytes.
-fn verify_plan(dir: &Path) -> Result<String, Finding> {
-    let plan = read(&dir.join("plan.json"))?;
-    let meta: Value =
-        serde_json::from_slice(&read(&dir.join("run-meta.json"))?).map_err(|source| {
-            Finding::NotJson {
-                file: "run-meta.json",
-                source,
-            }
-        })?;
-    let plan_id = bl_core::Sha256Digest::of(&plan).to_string();
-    if meta["plan_id"].as_str() != Some(plan_id.as_str()) {
-        return Err(Finding::PlanId {
-            plan_id,
-            recorded: meta["plan_id"].clone(),
-        });
-    }
+/// The run's manifest, and the plan it compiles to with its connections.
+fn recompile(dir: &Path, meta: &Value) -> Result<(bl_graph::Graph, bl_graph::Plan), Finding> {
     let manifest_path = dir.join("manifest.yaml");
     let manifest =
         std::fs::read_to_string(&manifest_path).map_err(|source| Finding::Unreadable {
@@ -398,6 +392,158 @@ fn verify_plan(dir: &Path) -> Result<String, Finding> {
         policy_digest: policy,
     };
     let compiled = bl_graph::compile(&graph, &input).map_err(Finding::Recompile)?;
+    Ok((graph, compiled))
+}
+
+/// bounded-loops' causality rule, checked on the log: a node leaves
+/// PENDING (its `node.ready`, or its `node.skipped`) only once every plan
+/// predecessor has ended in that round, but for an any_successful join over
+/// unconditional edges after a success, and only on the exit the rule
+/// gives for their states (bl_run's [`bl_run::admit`]).
+fn verify_causality(dir: &Path, log: &Path) -> Result<String, Finding> {
+    use bl_run::{Incoming, NodeState, admit, admits_early};
+    let meta: Value =
+        serde_json::from_slice(&read(&dir.join("run-meta.json"))?).map_err(|source| {
+            Finding::NotJson {
+                file: "run-meta.json",
+                source,
+            }
+        })?;
+    let (graph, plan) = recompile(dir, &meta)?;
+    let schedule = bl_run::schedule::Schedule::of(&graph, &plan);
+    let n = schedule.nodes.len();
+    let mut parents: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, e) in schedule.spec.edges.iter().enumerate() {
+        parents[e.to].push(i);
+    }
+    let mut state = vec![NodeState::Pending; n];
+    let mut left = vec![false; n];
+    let mut picked: Vec<Option<u32>> = vec![None; n];
+    let mut decided = 0;
+    let name = |s: NodeState| match s {
+        NodeState::Pending => "PENDING",
+        NodeState::Running { .. } => "RUNNING",
+        NodeState::AwaitingApproval => "AWAITING_APPROVAL",
+        NodeState::Succeeded => "SUCCEEDED",
+        NodeState::Failed(_) => "FAILED",
+        NodeState::Skipped => "SKIPPED",
+    };
+    let bytes = read(log)?;
+    for (line_no, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let event: Value = serde_json::from_slice(line).map_err(|source| Finding::NotJson {
+            file: EVENT_LOG,
+            source,
+        })?;
+        let kind = event["event_type"].as_str().unwrap_or_default();
+        let payload = &event["payload"];
+        let Some(node) = payload["node_id"]
+            .as_str()
+            .and_then(|id| schedule.index(id))
+        else {
+            continue;
+        };
+        match kind {
+            "node.repaired" => {
+                state[node] = NodeState::Pending;
+                left[node] = false;
+                picked[node] = None;
+                continue;
+            }
+            "node.ready" | "node.skipped" if !left[node] => {
+                left[node] = true;
+                decided += 1;
+                let incoming: Vec<Incoming> = parents[node]
+                    .iter()
+                    .map(|&e| {
+                        let edge = &schedule.spec.edges[e];
+                        let source = state[edge.from];
+                        Incoming {
+                            guard: edge.guard,
+                            source,
+                            routed_away: source == NodeState::Succeeded
+                                && !edge.routes.is_empty()
+                                && !picked[edge.from].is_some_and(|r| edge.routes.contains(&r)),
+                        }
+                    })
+                    .collect();
+                let join = schedule.spec.nodes[node].join;
+                let started = kind == "node.ready";
+                let id = &schedule.nodes[node].id;
+                let at = format!("{kind} at line {}", line_no + 1);
+                if started && admits_early(join, &incoming) {
+                    continue;
+                }
+                if let Some(&e) = parents[node]
+                    .iter()
+                    .find(|&&e| !state[schedule.spec.edges[e].from].is_terminal())
+                {
+                    let from = schedule.spec.edges[e].from;
+                    return Err(Finding::Causality(format!(
+                        "node '{id}' left PENDING ({at}) while its plan predecessor '{}' was still {}",
+                        schedule.nodes[from].id,
+                        name(state[from])
+                    )));
+                }
+                let expected = admit(join, &incoming);
+                if expected != Some(started) {
+                    let parents_said: Vec<String> = parents[node]
+                        .iter()
+                        .map(|&e| {
+                            let from = schedule.spec.edges[e].from;
+                            format!("'{}' {}", schedule.nodes[from].id, name(state[from]))
+                        })
+                        .collect();
+                    return Err(Finding::Causality(format!(
+                        "node '{id}' was {} ({at}), but with its predecessors ended as {} the rule {}",
+                        if started { "started" } else { "skipped" },
+                        parents_said.join(", "),
+                        match expected {
+                            Some(true) => "starts it",
+                            Some(false) => "skips it",
+                            None => "leaves it PENDING",
+                        }
+                    )));
+                }
+            }
+            _ => {}
+        }
+        match kind {
+            "node.succeeded" => {
+                state[node] = NodeState::Succeeded;
+                picked[node] = payload["routed"]
+                    .as_str()
+                    .and_then(|r| schedule.nodes[node].routes.as_ref()?.index(r));
+            }
+            "node.failed" => state[node] = NodeState::Failed(bl_run::Failure::Outcome),
+            "node.skipped" => state[node] = NodeState::Skipped,
+            _ => {}
+        }
+    }
+    Ok(format!(
+        "{decided} node(s) left PENDING only once their predecessors allowed it"
+    ))
+}
+
+fn verify_plan(dir: &Path) -> Result<String, Finding> {
+    let plan = read(&dir.join("plan.json"))?;
+    let meta: Value =
+        serde_json::from_slice(&read(&dir.join("run-meta.json"))?).map_err(|source| {
+            Finding::NotJson {
+                file: "run-meta.json",
+                source,
+            }
+        })?;
+    let plan_id = bl_core::Sha256Digest::of(&plan).to_string();
+    if meta["plan_id"].as_str() != Some(plan_id.as_str()) {
+        return Err(Finding::PlanId {
+            plan_id,
+            recorded: meta["plan_id"].clone(),
+        });
+    }
+    let (_, compiled) = recompile(dir, &meta)?;
     if compiled.bytes.as_bytes() != plan.as_slice() {
         return Err(Finding::PlanDiffers(compiled.plan_id));
     }

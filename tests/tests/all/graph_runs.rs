@@ -303,3 +303,177 @@ fn every_recorded_case_ends_as_bounded_loops_ended_it() {
         failures.join("\n\n")
     );
 }
+
+/// How often each recorded case runs at `--concurrency 8`: the order of
+/// a parallel run depends on timing, and a join that starts too early did
+/// so once in two runs.
+const PARALLEL_REPEATS: usize = 20;
+
+/// One recorded case run at `--concurrency 8` in `dir`: the problems found
+/// (final states, exit codes, bl's causality check of the log).
+fn replay_parallel(case: &str, dir: &Path) -> Vec<String> {
+    copy_tree(&corpus().join(case), dir);
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    let path = format!(
+        "{}:{}:{}",
+        dir.join("fake-bin").display(),
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut problems = Vec::new();
+    let mut previous_state: Option<String> = None;
+    for command in expected["commands"].as_array().unwrap() {
+        let line = command["command"].as_str().unwrap();
+        let line =
+            ["run --execute", "resume", "approve"]
+                .iter()
+                .fold(line.to_string(), |l, verb| {
+                    l.replace(
+                        &format!("bl graph {verb}"),
+                        &format!("bl graph {verb} --concurrency 8"),
+                    )
+                });
+        let out = Command::new("sh")
+            .args(["-c", &line])
+            .current_dir(dir)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let ended_before = previous_state
+            .as_deref()
+            .is_some_and(|s| s == "SUCCEEDED" || s == "FAILED");
+        let want = deliberate_exit(&line, ended_before)
+            .unwrap_or_else(|| command["exit_code"].as_i64().unwrap());
+        previous_state = run_state(dir);
+        let code = i64::from(out.status.code().unwrap_or(-9));
+        if code != want && !TIMED_CASES.contains(&case) {
+            problems.push(format!("`{line}` exited {code}, expected {want}"));
+        }
+    }
+    if let Some(final_) = expected.get("final") {
+        let out = Command::new(bl_binary())
+            .args(["graph", "status", "--run", "run-dir", "--json"])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        let status: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let mut nodes = serde_json::Map::new();
+        for n in status["nodes"].as_array().into_iter().flatten() {
+            nodes.insert(
+                n["node_id"].as_str().unwrap().to_string(),
+                serde_json::json!({"state": n["state"], "attempt": n["attempt"], "gate_passed": n["gate_passed"]}),
+            );
+        }
+        // A halt stops a run where it stands: in parallel, a root that
+        // bounded-loops (one node at a time) never reached may have run.
+        let manifest: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap())
+                .unwrap_or(Value::Null);
+        let root = |id: &str| {
+            !manifest["edges"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| e["to_node"] == id)
+        };
+        if final_["run_state"] == "FAILED" {
+            for (id, want) in final_["nodes"].as_object().into_iter().flatten() {
+                if want["state"] == "PENDING" && root(id) {
+                    nodes.insert(id.clone(), want.clone());
+                }
+            }
+        }
+        let got = serde_json::json!({"run_state": status["run_state"], "nodes": nodes});
+        if &got != final_ && !TIMED_CASES.contains(&case) {
+            problems.push(format!("final states: bl {got}, bounded-loops {final_}"));
+        }
+    }
+    if dir.join("run-dir/run-meta.json").exists() {
+        let verify = Command::new(bl_binary())
+            .args(["verify", "run-dir"])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&verify.stdout);
+        if !text
+            .lines()
+            .any(|l| l.starts_with("ok") && l.contains("causality"))
+        {
+            problems.push(format!("bl's causality check:\n{text}"));
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_recorded_case_ends_the_same_at_concurrency_8_and_keeps_causality() {
+    let mut cases: Vec<String> = std::fs::read_dir(corpus())
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            (e.file_type().unwrap().is_dir() && !name.starts_with('_')).then_some(name)
+        })
+        .collect();
+    cases.sort();
+    let work = tempfile::tempdir().unwrap();
+    let jobs: Vec<(String, PathBuf)> = (0..PARALLEL_REPEATS)
+        .flat_map(|i| {
+            let root = work.path().to_path_buf();
+            cases
+                .iter()
+                .map(move |c| (c.clone(), root.join(format!("{c}-{i}"))))
+        })
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((case, dir)) = jobs.get(i) else {
+                        break;
+                    };
+                    let problems = replay_parallel(case, dir);
+                    if !problems.is_empty() {
+                        failures.lock().unwrap().push(format!(
+                            "{case} ({}):\n{}",
+                            dir.display(),
+                            problems.join("\n")
+                        ));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {} parallel runs differ:\n\n{}",
+        failures.len(),
+        jobs.len(),
+        failures.join("\n\n")
+    );
+    // bounded-loops' own reader must accept every run directory bl wrote.
+    let dirs: Vec<PathBuf> = jobs
+        .iter()
+        .map(|(_, dir)| dir.join("run-dir"))
+        .filter(|d| d.join("run-meta.json").exists())
+        .collect();
+    if let Some(statuses) = bl_e2e::upstream_status(&dirs) {
+        let refused: Vec<String> = statuses
+            .into_iter()
+            .filter(|(_, code, _)| *code != 0)
+            .map(|(dir, code, stderr)| format!("{} (exit {code}): {stderr}", dir.display()))
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "bounded-loops' graph status refuses {} run directories:\n{}",
+            refused.len(),
+            refused.join("\n")
+        );
+    }
+}

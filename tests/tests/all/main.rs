@@ -9,6 +9,7 @@ mod graph_artifacts;
 mod graph_cli;
 mod graph_exec;
 mod graph_runs;
+mod graph_stop;
 mod hostile_input;
 mod loop_catalog;
 mod loop_run;
