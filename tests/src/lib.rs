@@ -253,3 +253,26 @@ pub fn upstream_status(dirs: &[PathBuf]) -> Option<Vec<(PathBuf, i64, String)>> 
             .collect(),
     )
 }
+
+/// `count` pseudo-random values below `limit` (xorshift from `seed`), so a
+/// failure names a reproducible value.
+pub fn pseudo_random(count: usize, limit: u64, seed: u64) -> Vec<u64> {
+    let mut x = seed.max(1);
+    (0..count)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % limit.max(1)
+        })
+        .collect()
+}
+
+/// Every line of a JSON-lines file (none when it does not exist).
+pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}

@@ -738,14 +738,11 @@ pub fn run(
         None => None,
     };
     let (run, end, view) = run_manifest(manifest, bytes, connections, out, flags, Depth::Top)?;
-    report_drive(
-        &run,
-        &end,
-        &view,
-        "Local-CLI graph run — REAL execution",
-        flags,
-    )
+    report_drive(&run, &end, &view, RUN_TITLE, flags)
 }
+
+/// The heading of a run's report, as bounded-loops prints it.
+const RUN_TITLE: &str = "Local-CLI graph run — REAL execution";
 
 /// Whether a run is the operator's or a subgraph's child (how deep).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -792,13 +789,7 @@ pub fn run_probe(out: &Path, flags: &DriveFlags) -> CliResult {
         flags,
         Depth::Top,
     )?;
-    report_drive(
-        &run,
-        &end,
-        &view,
-        "Local-CLI graph run — REAL execution",
-        flags,
-    )
+    report_drive(&run, &end, &view, RUN_TITLE, flags)
 }
 
 /// Runs a manifest into `out`: compile, preflight, lay out the run
@@ -983,10 +974,9 @@ fn drive(
     // left running is ended before anything is re-driven.
     let spawn_log = run.dir.join(bl_store::provable::WORK_DIR).join(SPAWN_LOG);
     let survivors = bl_sandbox::containment::kill_survivors(&spawn_log);
-    if !survivors.is_empty() && depth == Depth::Top {
+    if survivors > 0 && depth == Depth::Top {
         crate::output::errln!(
-            "note: {} process(es) a previous controller of this run left running were ended before resuming",
-            survivors.len()
+            "note: {survivors} process(es) a previous controller of this run left running were ended before resuming"
         );
     }
     if let Some(parent) = spawn_log.parent() {

@@ -77,6 +77,11 @@ impl Progress {
 
     fn ended(&mut self, node: &str) {
         self.done += 1;
+        self.stopped(node);
+    }
+
+    /// A node's live line goes: it ended, or a stop interrupted it.
+    fn stopped(&mut self, node: &str) {
         if let Some(live) = &mut self.live {
             if let Some(bar) = live.running.remove(node) {
                 bar.finish_and_clear();
@@ -147,7 +152,7 @@ impl Progress {
                 );
             }
             "node.interrupted" => {
-                self.ended(&node);
+                self.stopped(&node);
                 self.line(format!(
                     "  ‖ {node}: interrupted, to be re-driven on resume"
                 ));

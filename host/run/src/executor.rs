@@ -780,17 +780,6 @@ fn artifact_brief(inputs: &[StagedInput], outputs: &[OutputPort]) -> String {
     text
 }
 
-fn state_name(state: NodeState) -> &'static str {
-    match state {
-        NodeState::Pending => "PENDING",
-        NodeState::Running { .. } => "RUNNING",
-        NodeState::AwaitingApproval => "AWAITING_APPROVAL",
-        NodeState::Succeeded => "SUCCEEDED",
-        NodeState::Failed(_) => "FAILED",
-        NodeState::Skipped => "SKIPPED",
-    }
-}
-
 fn usage_of(payload: &Value) -> Option<Usage> {
     let u = payload.get("usage")?;
     Some(Usage {
@@ -1101,7 +1090,7 @@ impl Controller<'_, '_> {
                 missing.port,
                 producer.id,
                 missing.from_port,
-                state_name(self.machine.state(missing.from)),
+                self.machine.state(missing.from).name(),
                 info.id
             );
             self.end(
@@ -1769,7 +1758,7 @@ impl Controller<'_, '_> {
                     self.record(&e)?;
                 }
                 Transition::Repaired { node, round, left } => {
-                    let e = At::repaired(&self.info(node).id.clone(), round, state_name(left));
+                    let e = At::repaired(&self.info(node).id.clone(), round, left.name());
                     self.record(&e)?;
                 }
             }
@@ -1805,7 +1794,7 @@ impl Controller<'_, '_> {
                 Some(format!(
                     "{} is {} (guard '{guard}')",
                     self.info(from).id,
-                    state_name(state)
+                    state.name()
                 ))
             })
             .collect();
@@ -1823,11 +1812,7 @@ impl Controller<'_, '_> {
             .incoming
             .iter()
             .map(|&(from, guard)| {
-                json!([
-                    self.info(from).id,
-                    state_name(self.machine.state(from)),
-                    guard
-                ])
+                json!([self.info(from).id, self.machine.state(from).name(), guard])
             })
             .collect();
         let ids: Vec<&str> = info

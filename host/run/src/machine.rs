@@ -112,6 +112,18 @@ pub enum NodeState {
 }
 
 impl NodeState {
+    /// bounded-loops' name for the state.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeState::Pending => "PENDING",
+            NodeState::Running { .. } => "RUNNING",
+            NodeState::AwaitingApproval => "AWAITING_APPROVAL",
+            NodeState::Succeeded => "SUCCEEDED",
+            NodeState::Failed(_) => "FAILED",
+            NodeState::Skipped => "SKIPPED",
+        }
+    }
+
     pub fn is_terminal(self) -> bool {
         matches!(
             self,

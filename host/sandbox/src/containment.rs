@@ -587,61 +587,66 @@ pub fn kill_all() {
     }
 }
 
-/// What [`kill_survivors`] found still alive and ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Survivor {
-    pub pid: i32,
-    pub cgroup: Option<String>,
-}
-
-/// Reads a spawn log a previous controller of the same run wrote, and kills
-/// every command of it that is still alive: its leaf where it had one, its
-/// process group where its leader still is the process that was started.
-pub fn kill_survivors(log: &Path) -> Vec<Survivor> {
+/// Reads a spawn log that earlier controllers of the same run wrote, and
+/// kills everything of theirs still alive: each command's cgroup, what is
+/// left of each command's process group (started no earlier than it), and
+/// every process carrying one of their markers, with what runs below.
+/// Returns how many processes it ended. (A dead bl's own cgroup is ended
+/// anyway when the next bl starts containing commands.)
+pub fn kill_survivors(log: &Path) -> usize {
     let Ok(text) = std::fs::read_to_string(log) else {
-        return Vec::new();
+        return 0;
     };
     let boot = boot_id();
-    let me = &state().me;
-    let mut ended = Vec::new();
+    let me = state().me.clone();
+    let table = all_processes();
+    let mut doomed: Vec<i32> = Vec::new();
+    let mut controllers: HashSet<String> = HashSet::new();
+    let mut ended = 0;
     for line in text.lines() {
         let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
-        if entry["boot_id"].as_str() != Some(boot.as_str())
-            || entry["controller"].as_str() == Some(me.as_str())
-        {
+        let Some(controller) = entry["controller"].as_str() else {
+            continue;
+        };
+        if entry["boot_id"].as_str() != Some(boot.as_str()) || controller == me {
             continue;
         }
-        let pid = entry["pid"].as_i64().unwrap_or(0) as i32;
-        let cgroup = entry["cgroup"].as_str().map(PathBuf::from);
-        let mut alive = false;
-        if let Some(dir) = &cgroup
+        controllers.insert(controller.to_string());
+        if let Some(dir) = entry["cgroup"].as_str().map(Path::new)
             && dir.is_dir()
         {
-            alive |= populated(dir);
+            ended += cgroup_pids(dir).len();
             kill_cgroup_tree(dir);
         }
-        let started = entry["start"].as_u64();
-        if pid > 0
-            && let Some(stat) = proc_stat(pid)
-            && Some(stat.start) == started
-        {
-            alive = true;
-            let fds: Vec<OwnedFd> = pidfd(pid).into_iter().collect();
-            // SAFETY: killpg and kill with ids and a signal number.
-            unsafe {
-                libc::killpg(pid, libc::SIGKILL);
-                libc::kill(pid, libc::SIGKILL);
-            }
-            reap(fds);
+        let (Some(pgid), Some(start)) = (entry["pgid"].as_i64(), entry["start"].as_u64()) else {
+            continue;
+        };
+        doomed.extend(
+            table
+                .iter()
+                .filter(|(_, s)| i64::from(s.pgid) == pgid && s.start >= start)
+                .map(|(pid, _)| *pid),
+        );
+    }
+    for (pid, _) in &table {
+        let marked = std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+            env.split(|b| *b == 0).any(|entry| {
+                controllers
+                    .iter()
+                    .any(|c| entry.starts_with(format!("{MARKER_VAR}={c}.").as_bytes()))
+            })
+        });
+        if marked {
+            doomed.push(*pid);
         }
-        if alive {
-            ended.push(Survivor {
-                pid,
-                cgroup: cgroup.map(|c| c.display().to_string()),
-            });
-        }
+    }
+    doomed.sort_unstable();
+    doomed.dedup();
+    ended += doomed.len();
+    if !doomed.is_empty() {
+        kill_trees(&doomed);
     }
     ended
 }

@@ -364,6 +364,13 @@ fn verify_log(path: &Path, expect_head: Option<&str>) -> Result<String, Finding>
 
 /// plan.json hashes to run-meta's plan_id, and the manifest and
 /// connections recompile to exactly those bytes.
+fn run_meta(dir: &Path) -> Result<Value, Finding> {
+    serde_json::from_slice(&read(&dir.join("run-meta.json"))?).map_err(|source| Finding::NotJson {
+        file: "run-meta.json",
+        source,
+    })
+}
+
 /// The run's manifest, and the plan it compiles to with its connections.
 fn recompile(dir: &Path, meta: &Value) -> Result<(bl_graph::Graph, bl_graph::Plan), Finding> {
     let manifest_path = dir.join("manifest.yaml");
@@ -420,14 +427,6 @@ fn verify_causality(dir: &Path, log: &Path) -> Result<String, Finding> {
     let mut left = vec![false; n];
     let mut picked: Vec<Option<u32>> = vec![None; n];
     let mut decided = 0;
-    let name = |s: NodeState| match s {
-        NodeState::Pending => "PENDING",
-        NodeState::Running { .. } => "RUNNING",
-        NodeState::AwaitingApproval => "AWAITING_APPROVAL",
-        NodeState::Succeeded => "SUCCEEDED",
-        NodeState::Failed(_) => "FAILED",
-        NodeState::Skipped => "SKIPPED",
-    };
     let bytes = read(log)?;
     for (line_no, line) in bytes.split(|b| *b == b'\n').enumerate() {
         if line.is_empty() {
@@ -484,7 +483,7 @@ fn verify_causality(dir: &Path, log: &Path) -> Result<String, Finding> {
                     return Err(Finding::Causality(format!(
                         "node '{id}' left PENDING ({at}) while its plan predecessor '{}' was still {}",
                         schedule.nodes[from].id,
-                        name(state[from])
+                        state[from].name()
                     )));
                 }
                 let expected = admit(join, &incoming);
@@ -493,7 +492,7 @@ fn verify_causality(dir: &Path, log: &Path) -> Result<String, Finding> {
                         .iter()
                         .map(|&e| {
                             let from = schedule.spec.edges[e].from;
-                            format!("'{}' {}", schedule.nodes[from].id, name(state[from]))
+                            format!("'{}' {}", schedule.nodes[from].id, state[from].name())
                         })
                         .collect();
                     return Err(Finding::Causality(format!(
@@ -529,13 +528,7 @@ fn verify_causality(dir: &Path, log: &Path) -> Result<String, Finding> {
 
 fn verify_plan(dir: &Path) -> Result<String, Finding> {
     let plan = read(&dir.join("plan.json"))?;
-    let meta: Value =
-        serde_json::from_slice(&read(&dir.join("run-meta.json"))?).map_err(|source| {
-            Finding::NotJson {
-                file: "run-meta.json",
-                source,
-            }
-        })?;
+    let meta = run_meta(dir)?;
     let plan_id = bl_core::Sha256Digest::of(&plan).to_string();
     if meta["plan_id"].as_str() != Some(plan_id.as_str()) {
         return Err(Finding::PlanId {

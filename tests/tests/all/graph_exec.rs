@@ -106,11 +106,7 @@ fn run_args<'a>(out: &'a str, concurrency: &'a str) -> Vec<&'a str> {
 }
 
 fn events(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("controller-events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    bl_e2e::json_lines(&run.join("controller-events.jsonl"))
 }
 
 fn final_states(dir: &Path, run: &str) -> Value {
@@ -229,15 +225,7 @@ fn by_default_as_many_nodes_run_at_once_as_there_are_cores() {
 
 /// `count` pseudo-random delays below `limit_ms`.
 fn delays(count: usize, limit_ms: u64) -> Vec<u64> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..count)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % limit_ms.max(1)
-        })
-        .collect()
+    bl_e2e::pseudo_random(count, limit_ms, 0x9e37_79b9_7f4a_7c15)
 }
 
 #[test]

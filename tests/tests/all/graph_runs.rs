@@ -77,38 +77,98 @@ fn run_state(case_dir: &Path) -> Option<String> {
     status["run_state"].as_str().map(str::to_string)
 }
 
-fn replay(case: &str) -> Replayed {
-    let work = tempfile::tempdir().unwrap();
-    let dir = work.path().join(case);
-    copy_tree(&corpus().join(case), &dir);
+/// A recorded case copied into `dir`, ready to run: its `expected.json`.
+fn prepare(case: &str, dir: &Path) -> Value {
+    copy_tree(&corpus().join(case), dir);
     std::fs::create_dir_all(dir.join("state")).unwrap();
-    let expected: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap()
+}
+
+/// One of a case's commands, as it ran through bl.
+struct Ran<'a> {
+    line: String,
+    out: std::process::Output,
+    /// What bounded-loops recorded for it.
+    recorded: &'a Value,
+    /// The exit code bl means to give (bounded-loops', but where bl
+    /// departs on purpose).
+    want_code: i64,
+}
+
+/// Runs a case's recorded commands in `dir` through bl (its fake agent
+/// CLIs first on PATH) at `concurrency`.
+fn run_commands<'a>(dir: &Path, expected: &'a Value, concurrency: u32) -> Vec<Ran<'a>> {
     let path = format!(
         "{}:{}:{}",
         dir.join("fake-bin").display(),
         bin_dir().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut problems = Vec::new();
+    let mut ran = Vec::new();
     let mut previous_state: Option<String> = None;
-    for command in expected["commands"].as_array().unwrap() {
-        let line = command["command"].as_str().unwrap();
+    for recorded in expected["commands"].as_array().unwrap() {
+        let line = recorded["command"].as_str().unwrap();
         let line =
             ["run --execute", "resume", "approve"]
                 .iter()
                 .fold(line.to_string(), |l, verb| {
                     l.replace(
                         &format!("bl graph {verb}"),
-                        &format!("bl graph {verb} --concurrency 1"),
+                        &format!("bl graph {verb} --concurrency {concurrency}"),
                     )
                 });
         let out = Command::new("sh")
             .args(["-c", &line])
-            .current_dir(&dir)
+            .current_dir(dir)
             .env("PATH", &path)
             .output()
             .unwrap();
+        let ended_before = previous_state
+            .as_deref()
+            .is_some_and(|s| s == "SUCCEEDED" || s == "FAILED");
+        let want_code = deliberate_exit(&line, ended_before)
+            .unwrap_or_else(|| recorded["exit_code"].as_i64().unwrap());
+        previous_state = run_state(dir);
+        ran.push(Ran {
+            line,
+            out,
+            recorded,
+            want_code,
+        });
+    }
+    ran
+}
+
+/// The run's final states as `expected.json`'s `final` has them.
+fn final_states(dir: &Path) -> Value {
+    let out = Command::new(bl_binary())
+        .args(["graph", "status", "--run", "run-dir", "--json"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let mut nodes = serde_json::Map::new();
+    for n in status["nodes"].as_array().into_iter().flatten() {
+        nodes.insert(
+            n["node_id"].as_str().unwrap().to_string(),
+            serde_json::json!({"state": n["state"], "attempt": n["attempt"], "gate_passed": n["gate_passed"]}),
+        );
+    }
+    serde_json::json!({"run_state": status["run_state"], "nodes": nodes})
+}
+
+fn replay(case: &str) -> Replayed {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join(case);
+    let expected = prepare(case, &dir);
+    let mut problems = Vec::new();
+    for Ran {
+        line,
+        out,
+        recorded: command,
+        want_code,
+    } in run_commands(&dir, &expected, 1)
+    {
         // `status --json` is the projection bounded-loops' users read: the
         // whole object must match (the head hash covers timestamps).
         if line.contains("graph status")
@@ -145,12 +205,6 @@ fn replay(case: &str) -> Replayed {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        let ended_before = previous_state
-            .as_deref()
-            .is_some_and(|s| s == "SUCCEEDED" || s == "FAILED");
-        let want_code = deliberate_exit(&line, ended_before)
-            .unwrap_or_else(|| command["exit_code"].as_i64().unwrap());
-        previous_state = run_state(&dir);
         if i64::from(code) != want_code {
             problems.push(format!(
                 "`{line}` exited {code}, bounded-loops {} (bl means {want_code})\nstdout: {}\nstderr: {}",
@@ -255,20 +309,7 @@ fn replay(case: &str) -> Replayed {
         }
     }
     if let Some(final_) = expected.get("final") {
-        let out = Command::new(bl_binary())
-            .args(["graph", "status", "--run", "run-dir", "--json"])
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        let status: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        let mut nodes = serde_json::Map::new();
-        for n in status["nodes"].as_array().into_iter().flatten() {
-            nodes.insert(
-                n["node_id"].as_str().unwrap().to_string(),
-                serde_json::json!({"state": n["state"], "attempt": n["attempt"], "gate_passed": n["gate_passed"]}),
-            );
-        }
-        let got = serde_json::json!({"run_state": status["run_state"], "nodes": nodes});
+        let got = final_states(&dir);
         if &got != final_ {
             problems.push(format!("final states: bl {got}, bounded-loops {final_}"));
         }
@@ -312,60 +353,20 @@ const PARALLEL_REPEATS: usize = 20;
 /// One recorded case run at `--concurrency 8` in `dir`: the problems found
 /// (final states, exit codes, bl's causality check of the log).
 fn replay_parallel(case: &str, dir: &Path) -> Vec<String> {
-    copy_tree(&corpus().join(case), dir);
-    std::fs::create_dir_all(dir.join("state")).unwrap();
-    let expected: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
-    let path = format!(
-        "{}:{}:{}",
-        dir.join("fake-bin").display(),
-        bin_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let expected = prepare(case, dir);
+    let timed = TIMED_CASES.contains(&case);
     let mut problems = Vec::new();
-    let mut previous_state: Option<String> = None;
-    for command in expected["commands"].as_array().unwrap() {
-        let line = command["command"].as_str().unwrap();
-        let line =
-            ["run --execute", "resume", "approve"]
-                .iter()
-                .fold(line.to_string(), |l, verb| {
-                    l.replace(
-                        &format!("bl graph {verb}"),
-                        &format!("bl graph {verb} --concurrency 8"),
-                    )
-                });
-        let out = Command::new("sh")
-            .args(["-c", &line])
-            .current_dir(dir)
-            .env("PATH", &path)
-            .output()
-            .unwrap();
-        let ended_before = previous_state
-            .as_deref()
-            .is_some_and(|s| s == "SUCCEEDED" || s == "FAILED");
-        let want = deliberate_exit(&line, ended_before)
-            .unwrap_or_else(|| command["exit_code"].as_i64().unwrap());
-        previous_state = run_state(dir);
-        let code = i64::from(out.status.code().unwrap_or(-9));
-        if code != want && !TIMED_CASES.contains(&case) {
-            problems.push(format!("`{line}` exited {code}, expected {want}"));
+    for ran in run_commands(dir, &expected, 8) {
+        let code = i64::from(ran.out.status.code().unwrap_or(-9));
+        if code != ran.want_code && !timed {
+            problems.push(format!(
+                "`{}` exited {code}, expected {}",
+                ran.line, ran.want_code
+            ));
         }
     }
     if let Some(final_) = expected.get("final") {
-        let out = Command::new(bl_binary())
-            .args(["graph", "status", "--run", "run-dir", "--json"])
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        let status: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        let mut nodes = serde_json::Map::new();
-        for n in status["nodes"].as_array().into_iter().flatten() {
-            nodes.insert(
-                n["node_id"].as_str().unwrap().to_string(),
-                serde_json::json!({"state": n["state"], "attempt": n["attempt"], "gate_passed": n["gate_passed"]}),
-            );
-        }
+        let mut got = final_states(dir);
         // A halt stops a run where it stands: in parallel, a root that
         // bounded-loops (one node at a time) never reached may have run.
         let manifest: Value =
@@ -381,12 +382,11 @@ fn replay_parallel(case: &str, dir: &Path) -> Vec<String> {
         if final_["run_state"] == "FAILED" {
             for (id, want) in final_["nodes"].as_object().into_iter().flatten() {
                 if want["state"] == "PENDING" && root(id) {
-                    nodes.insert(id.clone(), want.clone());
+                    got["nodes"][id] = want.clone();
                 }
             }
         }
-        let got = serde_json::json!({"run_state": status["run_state"], "nodes": nodes});
-        if &got != final_ && !TIMED_CASES.contains(&case) {
+        if &got != final_ && !timed {
             problems.push(format!("final states: bl {got}, bounded-loops {final_}"));
         }
     }

@@ -123,11 +123,7 @@ fn signal(child: &Child, name: &str) {
 }
 
 fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    bl_e2e::json_lines(path)
 }
 
 fn said(out: &Output) -> String {
@@ -185,19 +181,6 @@ fn calls_by_node(dir: &Path) -> std::collections::BTreeMap<String, usize> {
     calls
 }
 
-/// `count` pseudo-random values below `limit`, reproducible.
-fn randoms(count: usize, limit: u64) -> Vec<u64> {
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    (0..count)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % limit.max(1)
-        })
-        .collect()
-}
-
 /// The ids of a 12-node run: three waves of four (r → m → e).
 fn twelve() -> (Vec<String>, Vec<(String, String)>) {
     let mut ids = Vec::new();
@@ -226,7 +209,10 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
     let tmp = tempfile::tempdir().unwrap();
     let mut interrupted_runs = 0;
     let mut run_dirs = Vec::new();
-    for (i, delay) in randoms(20, 900).into_iter().enumerate() {
+    for (i, delay) in bl_e2e::pseudo_random(20, 900, 0x2545_f491_4f6c_dd1d)
+        .into_iter()
+        .enumerate()
+    {
         let dir = tmp.path().join(format!("case-{i}"));
         write_case(
             &dir,
@@ -403,6 +389,21 @@ esac
 printf '{"type":"result","subtype":"success","is_error":false,"result":"done %s","usage":{"input_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}\n' "$prompt"
 "#;
 
+/// The watchdog bl started (its child, running as `bl-watchdog`).
+fn watchdog_of(bl: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read_to_string(e.path().join("cmdline")).ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        let ppid: u32 = stat[stat.rfind(')')? + 2..]
+            .split(' ')
+            .nth(1)?
+            .parse()
+            .ok()?;
+        (ppid == bl && cmdline.starts_with("bl-watchdog")).then_some(pid)
+    })
+}
+
 #[test]
 fn a_killed_controller_leaves_no_agent_running_and_resume_makes_the_turn_once() {
     for containment in ["auto", "subreaper"] {
@@ -441,6 +442,62 @@ fn a_killed_controller_leaves_no_agent_running_and_resume_makes_the_turn_once() 
         let calls = lines(&dir.join("state/calls.jsonl"));
         assert_eq!(calls.len(), 2, "{containment}: {calls:?}");
         assert_eq!(calls[1]["prompt"], "quick:a");
+    }
+}
+
+/// With its watchdog killed first, a killed bl does leave agents running:
+/// the resume ends them (from the run's record of what it started) before
+/// it re-drives the turn.
+#[test]
+fn resume_ends_what_a_dead_controller_left_running_before_it_re_drives() {
+    for containment in ["auto", "subreaper"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let marker = format!("bl-e2e-survivor-{containment}-{}", std::process::id());
+        write_case(
+            dir,
+            graph(&["a"], &[], "workspace_only"),
+            &json!({"a": format!("work:{marker}")}),
+            Some(MARKED_AGENT),
+        );
+        let mut child = command(dir, RUN)
+            .env("BL_SANDBOX_CONTAINMENT", containment)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_logged(&dir.join("run"), "a:node.running");
+        let since = Instant::now();
+        while alive_with(&marker).len() < 3 && since.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let watchdog = watchdog_of(child.id()).expect("bl runs a watchdog");
+        assert!(
+            Command::new("kill")
+                .args(["-KILL", &watchdog.to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let survivors = alive_with(&marker);
+        assert!(
+            !survivors.is_empty(),
+            "{containment}: nothing survived, so nothing is shown here"
+        );
+        std::fs::write(dir.join("inputs.json"), json!({"a": "quick:a"}).to_string()).unwrap();
+        let resumed = command(dir, RESUME)
+            .env("BL_SANDBOX_CONTAINMENT", containment)
+            .output()
+            .unwrap();
+        assert_eq!(resumed.status.code(), Some(0), "{}", said(&resumed));
+        let left = gone_within(&marker, Duration::from_secs(2));
+        assert!(left.is_empty(), "{containment}: after resume: {left:?}");
+        let calls = lines(&dir.join("state/calls.jsonl"));
+        assert_eq!(calls.len(), 2, "{containment}: {calls:?}");
     }
 }
 
