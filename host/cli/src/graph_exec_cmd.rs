@@ -919,23 +919,27 @@ fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, CliError> {
 /// A controller killed mid-write leaves a torn last line: it was never a
 /// record, so it is moved aside (kept beside the log), and said so.
 fn recover_torn_tail(dir: &Path) -> Result<(), CliError> {
-    let log = dir.join(crate::run_adapters::EVENTS_FILE);
-    if !log.exists() {
-        return Ok(());
-    }
-    match bl_store::recover_torn_tail(&log) {
-        Ok(Some(tail)) => {
-            crate::output::errln!(
-                "note: the log's last line was torn ({} bytes, as after a crash); it was moved aside to {}.torn-{}",
+    for name in [
+        crate::run_adapters::EVENTS_FILE,
+        crate::run_adapters::ANNEX_FILE,
+    ] {
+        let log = dir.join(name);
+        if !log.exists() {
+            continue;
+        }
+        match bl_store::recover_torn_tail(&log) {
+            Ok(Some(tail)) => crate::output::errln!(
+                "note: the last line of {} was torn ({} bytes, as after a crash); it was moved aside to {}.torn-{}",
+                log.display(),
                 tail.len,
                 log.display(),
                 tail.offset
-            );
-            Ok(())
+            ),
+            Ok(None) => {}
+            Err(e) => return Err(refused(e.to_string())),
         }
-        Ok(None) => Ok(()),
-        Err(e) => Err(refused(e.to_string())),
     }
+    Ok(())
 }
 
 fn view_of(dir: &Path) -> Result<(RunView, Vec<Recorded>, bl_store::ChainHead), CliError> {
@@ -967,7 +971,7 @@ fn drive(
 ) -> Result<(RunEnd, RunView), CliError> {
     // Held until the run's record is complete: a stop waits for it.
     let _running = bl_core::interrupt::Running::start();
-    let stop = crate::interrupt::SignalStop::new();
+    let stop = Arc::new(crate::interrupt::SignalStop::new());
     let mut journal =
         LogJournal::open(&run.dir, identity(&run.plan)).map_err(|e| refused(e.to_string()))?;
     // The log is ours alone now: whatever a dead controller of this run
@@ -983,6 +987,9 @@ fn drive(
         let _ = std::fs::create_dir_all(parent);
     }
     bl_sandbox::containment::set_spawn_log(spawn_log);
+    // A graph run starts its processes only through the sandbox: any other
+    // child it finds was adopted from an agent, and is ended.
+    bl_sandbox::containment::claim_orphans();
     let artifacts = RunArtifacts {
         store: bl_store::ArtifactStore::with_group_commit(run.dir.join("artifacts"), 64 << 20),
         organization_id: ORGANIZATION.into(),
@@ -1071,7 +1078,7 @@ fn drive(
         stage: handoff.clone(),
         judge: handoff,
         observer: &mut observer,
-        stop: &stop,
+        stop: stop.clone(),
     };
     let prices = prices(flags)?;
     check_priced(schedule, &caps, &prices)?;
@@ -1255,6 +1262,7 @@ fn report_drive(
             answer["interrupted"] = json!({
                 "signal": signal, "nodes": nodes, "resume": resume_command(&run.dir, flags),
             });
+            crate::interrupt::stop_answered();
         }
         outln!("{}", python_json(&answer));
         return Ok(exit_of(end));

@@ -23,6 +23,18 @@ const CHILDREN_MARGIN: Duration = Duration::from_secs(2);
 const RECORD_WAIT: Duration = Duration::from_secs(1);
 
 static RUNS_CHILDREN: AtomicBool = AtomicBool::new(false);
+static STOP_ANSWERED: AtomicBool = AtomicBool::new(false);
+
+/// Called by a command that has printed its own answer to a stop (a graph
+/// run's report, with what was interrupted): `main` then adds none.
+pub fn stop_answered() {
+    STOP_ANSWERED.store(true, Ordering::SeqCst);
+}
+
+/// Whether the command answered the stop itself.
+pub fn was_stop_answered() -> bool {
+    STOP_ANSWERED.load(Ordering::SeqCst)
+}
 
 /// Called by a command whose children are bl processes, each with its own
 /// [`CLEANUP_GRACE`]: an interrupted bl waits that much longer for them.

@@ -615,7 +615,11 @@ fn passthrough(m: &LoopManifest) -> Result<Vec<(String, String)>, CliError> {
 
 pub fn run(args: RunArgs, json_out: bool) -> Result<Exit, CliError> {
     match args.loop_dirs.as_slice() {
-        [one] => run_one(&args, one, json_out),
+        [one] => {
+            // One loop starts its processes only through the sandbox.
+            bl_sandbox::containment::claim_orphans();
+            run_one(&args, one, json_out)
+        }
         _ => crate::loop_batch::run(&args, json_out),
     }
 }

@@ -229,7 +229,7 @@ fn main() -> ExitCode {
     let exit = match bl_core::interrupt::requested() {
         Some(signal) => {
             // A command that answered the stop itself has said so.
-            if output::json() && !answered && !matches!(exit, exit::Exit::Signalled(_)) {
+            if output::json() && !answered && !interrupt::was_stop_answered() {
                 output::outln!("{}", interrupt::stopped(signal).to_json());
             }
             exit::Exit::Signalled(signal)

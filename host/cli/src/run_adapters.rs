@@ -18,7 +18,7 @@ pub const EVENTS_FILE: &str = "controller-events.jsonl";
 /// bl's own events, beside the log and in its format: what bounded-loops'
 /// readers would refuse in the log itself (they know a closed set of event
 /// types), such as the attempts a stop interrupted.
-pub const ANNEX_FILE: &str = "controller-annex.jsonl";
+pub const ANNEX_FILE: &str = bl_verify::ANNEX_EVENTS;
 
 /// One recorded event, as the projection and the journal need it.
 #[derive(Debug, Clone)]

@@ -70,7 +70,11 @@ pub fn run(cmd: SandboxCommand) -> CliResult {
             read_only,
             timeout_s,
             command,
-        } => run_command(&isolation, workspace, read_only, timeout_s, command),
+        } => {
+            // It starts its processes only through the sandbox.
+            bl_sandbox::containment::claim_orphans();
+            run_command(&isolation, workspace, read_only, timeout_s, command)
+        }
         SandboxCommand::Probe { out, isolation } => probe(out, &isolation, crate::output::json()),
         SandboxCommand::Bridge {
             socket,

@@ -51,6 +51,10 @@ pub struct HomeGrant {
     pub dir: PathBuf,
     /// Relative to `dir`; those that do not exist are left out.
     pub paths: Vec<PathBuf>,
+    /// Within those, what the command may read but not change: the CLI's
+    /// own settings, which an uncaged run of it would act on (hooks, MCP
+    /// servers), so a caged turn cannot plant code for a later one.
+    pub read_only: Vec<PathBuf>,
 }
 
 /// What a finished (or killed) command left behind.

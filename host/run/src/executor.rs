@@ -38,7 +38,7 @@ const STOP_POLL: Duration = Duration::from_millis(25);
 /// The operator's stop (SIGINT, SIGTERM), as the controller sees it. A stop
 /// is a pause: no attempt starts after it, the attempts in flight are
 /// recorded as interrupted (never failed), and the run stays resumable.
-pub trait Stop: Sync {
+pub trait Stop: Send + Sync {
     /// `Some(signal)` once a stop was asked for.
     fn requested(&self) -> Option<i32>;
     /// Called once the stop's record is durable: from then on, ending the
@@ -465,7 +465,7 @@ pub struct Ports<'a> {
     /// Told about every event as it is recorded (progress output).
     pub observer: &'a mut dyn FnMut(&Event),
     /// Whether the operator asked the run to stop.
-    pub stop: &'a dyn Stop,
+    pub stop: Arc<dyn Stop>,
 }
 
 /// An attempt in flight.
@@ -629,7 +629,8 @@ pub async fn drive(
             return c.interrupt(signal, running, &busy, None).await;
         }
         // Start what may start, lowest plan position first.
-        while c.pause.is_none() && running.len() < concurrency {
+        while c.pause.is_none() && running.len() < concurrency && c.ports.stop.requested().is_none()
+        {
             let Some(node) = c.machine.first_ready().filter(|n| !busy.contains_key(n)) else {
                 break;
             };
@@ -640,6 +641,7 @@ pub async fn drive(
                     work,
                     c.ports.stage.clone(),
                     c.ports.worker.clone(),
+                    c.ports.stop.clone(),
                 ));
             }
         }
@@ -718,7 +720,12 @@ type Turn = (InFlight, StageRequest, Option<WorkRequest>);
 
 /// A node task's first half: stage the attempt's workspace (verifying its
 /// inputs), then let the worker take its turn there.
-async fn take_turn(turn: Turn, stage: Arc<dyn Stage>, worker: Arc<dyn Worker>) -> Done {
+async fn take_turn(
+    turn: Turn,
+    stage: Arc<dyn Stage>,
+    worker: Arc<dyn Worker>,
+    stop: Arc<dyn Stop>,
+) -> Done {
     let (mut flight, staging, request) = turn;
     // One hop to the blocking pool: the workspace, its inputs, and (for a
     // node judged by its outputs) the dispatch marker.
@@ -754,6 +761,13 @@ async fn take_turn(turn: Turn, stage: Arc<dyn Stage>, worker: Arc<dyn Worker>) -
     }
     request.workspace = workspace;
     request.inputs = inputs;
+    // A stop while the workspace was staged: the worker never starts.
+    if stop.requested().is_some() {
+        return Done::Worked(
+            flight,
+            WorkReply::Fault("stopped before the worker started".into()),
+        );
+    }
     let reply = worker.work(request).await;
     Done::Worked(flight, reply)
 }
@@ -871,18 +885,25 @@ impl Controller<'_, '_> {
         }
         self.sync()?;
         self.ports.stop.recorded();
+        // What still comes back is kept where it is whole: a turn that
+        // finished (its reply, then its judgement) is recorded as it ended,
+        // so no finished, paid-for turn is made again. A failure that comes
+        // back now may be the stop's doing: it stays interrupted.
         let mut finished = first.into_iter().collect::<Vec<_>>();
         loop {
             for done in finished.drain(..) {
-                // Tokens a turn spent before it was stopped are still spent.
-                if let Ok(Done::Worked(flight, WorkReply::Reply { usage, .. })) = done {
-                    let id = self.info(flight.node).id.clone();
-                    let at = At {
-                        node: &id,
-                        attempt: flight.attempt,
-                        round: flight.round,
-                    };
-                    self.record(&at.spend(flight.execution, usage))?;
+                match done {
+                    Ok(Done::Worked(flight, reply @ WorkReply::Reply { .. })) => {
+                        if let Some(judging) = self.worked(flight, reply)? {
+                            running.spawn(judging);
+                        }
+                    }
+                    Ok(Done::Judged(judged))
+                        if matches!(judged.judgement.decision, Decision::Pass(_)) =>
+                    {
+                        self.judged(*judged)?;
+                    }
+                    _ => {}
                 }
             }
             match running.join_next().await {
@@ -891,12 +912,14 @@ impl Controller<'_, '_> {
             }
         }
         self.sync()?;
+        let still: Vec<String> = interrupted
+            .iter()
+            .filter(|(node, _)| matches!(self.machine.state(*node), NodeState::Running { .. }))
+            .map(|(node, _)| self.info(*node).id.clone())
+            .collect();
         Ok(RunEnd::Interrupted {
             signal,
-            nodes: interrupted
-                .iter()
-                .map(|(node, _)| self.info(*node).id.clone())
-                .collect(),
+            nodes: still,
         })
     }
 

@@ -142,17 +142,19 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
             push(&mut args, &["--tmpfs", &private]);
             push(&mut args, &["--dir", &format!("{private}/home")]);
             push(&mut args, &["--dir", &format!("{private}/tmp")]);
-            // Covers first, outermost; then the run's hidden directories
-            // not already under one; then what is shown again inside them.
+            // Covers first, outermost; then what is shown again inside
+            // them; then the run's hidden directories not already covered.
             for dir in cage.covered {
                 push(&mut args, &["--tmpfs", &dir.display().to_string()]);
             }
+            // What is shown again goes before the run's hidden directories:
+            // should one lie below a shown path, it is still hidden.
+            cage.show(&mut args);
             for dir in cage.hidden {
                 if !cage.covered.iter().any(|c| dir.starts_with(c)) {
                     push(&mut args, &["--tmpfs", &dir.display().to_string()]);
                 }
             }
-            cage.show(&mut args);
             let covers_workspace = cage
                 .covered
                 .iter()

@@ -152,12 +152,83 @@ impl Lending {
     }
 }
 
-/// A path of the host shown inside a cage at the same place: a lent home
-/// path (writable), or the directory of the program it runs (read-only).
+/// A path of the host shown inside a cage: a lent home path, or the
+/// program it runs (or that program's install directory). It is `rel`
+/// below `base`, and no name of `rel` may be a symlink: bl resolves it one
+/// name at a time, so nothing swapped in on the way is followed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Lend {
-    pub host: PathBuf,
+    pub base: PathBuf,
+    pub rel: PathBuf,
     pub writable: bool,
+}
+
+impl Lend {
+    pub fn host(&self) -> PathBuf {
+        self.base.join(&self.rel)
+    }
+}
+
+/// Opens `lend` (an `O_PATH` descriptor) one name at a time below its
+/// base, refusing a symlink anywhere in `rel`.
+pub(crate) fn open_lend(lend: &Lend) -> Result<OwnedFd, CommandError> {
+    use nix::fcntl::{OFlag, open, openat};
+    use nix::sys::stat::Mode;
+    let fail = |e: nix::Error| denied(lend.host().display(), e);
+    let mut fd = open(
+        &lend.base,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(fail)?;
+    for name in lend.rel.components() {
+        let std::path::Component::Normal(name) = name else {
+            return Err(denied(
+                lend.host().display(),
+                "is not a plain path below its base",
+            ));
+        };
+        fd = openat(
+            &fd,
+            name,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(fail)?;
+        let stat = nix::sys::stat::fstat(&fd).map_err(fail)?;
+        if stat.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(denied(
+                lend.host().display(),
+                "holds a symlink; only real files and directories are lent to a cage",
+            ));
+        }
+    }
+    Ok(fd)
+}
+
+/// A detached copy of the mount at an open `O_PATH` descriptor.
+fn clone_mount_at(fd: &OwnedFd, what: &Path) -> Result<OwnedFd, CommandError> {
+    let empty = c"";
+    // SAFETY: open_tree on a descriptor we own, with an empty path.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint,
+        )
+    };
+    if tree < 0 {
+        return Err(denied(
+            format!(
+                "cannot clone the mount of {} for the cage (open_tree)",
+                what.display()
+            ),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: the kernel just returned this descriptor to us alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(tree as RawFd) })
 }
 
 /// Everything one caged command run by root needs prepared: the staging
@@ -436,9 +507,10 @@ impl Staging {
         for (i, lend) in lends.iter().enumerate() {
             let (target, tree) = lend_path(&dir, i, lend, user)?;
             attach.push((tree, c_path(&target)?));
-            if lend.writable && lend.host.is_dir() {
-                for rel in pinned_files(&lend.host)? {
-                    let tree = clone_mount(&lend.host.join(&rel))?;
+            let host = lend.host();
+            if lend.writable && host.is_dir() {
+                for rel in pinned_files(&host)? {
+                    let tree = clone_mount(&host.join(&rel))?;
                     make_read_only(&tree).map_err(|e| {
                         denied(format!("cannot pin {} read-only", rel.display()), e)
                     })?;
@@ -517,17 +589,14 @@ fn lend_path(
     lend: &Lend,
     user: CagedUser,
 ) -> Result<(PathBuf, OwnedFd), CommandError> {
-    let meta = std::fs::symlink_metadata(&lend.host).map_err(|e| denied(lend.host.display(), e))?;
-    if meta.file_type().is_symlink() {
-        return Err(denied(
-            lend.host.display(),
-            "is a symlink; only a real file or directory is lent to a cage",
-        ));
-    }
+    let host = lend.host();
+    let fd = open_lend(lend)?;
+    let meta = nix::sys::stat::fstat(&fd).map_err(|e| denied(host.display(), e))?;
+    let is_dir = meta.st_mode & libc::S_IFMT == libc::S_IFDIR;
     // One mount point per slot and kind, shared by every cage of a runner
     // (each attaches its own mount there, in its own mount namespace).
-    let target = dir.join(format!("lend-{}{i}", if meta.is_dir() { 'd' } else { 'f' }));
-    let made = if meta.is_dir() {
+    let target = dir.join(format!("lend-{}{i}", if is_dir { 'd' } else { 'f' }));
+    let made = if is_dir {
         std::fs::create_dir(&target)
     } else {
         std::fs::File::create_new(&target).map(drop)
@@ -537,23 +606,23 @@ fn lend_path(
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(denied(target.display(), e)),
     }
-    let tree = clone_mount(&lend.host)?;
-    if !lend.writable {
-        make_read_only(&tree).map_err(|e| denied("cannot make a lent path read-only", e))?;
-    }
     if !user.idmap {
         return Err(denied(
-            lend.host.display(),
+            host.display(),
             format!(
                 "{OWNERSHIP_VAR}=chown: bl lends the operator's files (an agent's login, its program) only through an idmapped mount, never by chown"
             ),
         ));
     }
-    idmap(&tree, (meta.uid(), meta.gid()), user).map_err(|e| {
+    let tree = clone_mount_at(&fd, &host)?;
+    if !lend.writable {
+        make_read_only(&tree).map_err(|e| denied("cannot make a lent path read-only", e))?;
+    }
+    idmap(&tree, (meta.st_uid, meta.st_gid), user).map_err(|e| {
         denied(
             format!(
                 "cannot lend {} to the caged user (uid {}) through an idmapped mount (Linux 5.12+ and a file system that supports them)",
-                lend.host.display(),
+                host.display(),
                 user.uid
             ),
             e,

@@ -67,7 +67,9 @@ impl Mode {
 }
 
 struct State {
-    mode: Mode,
+    /// Decided when the first command is contained (a probe of the cgroup
+    /// tree costs a process), so a bl that starts none makes no cgroup.
+    mode: OnceLock<Mode>,
     /// This process's identity: `<pid>.<start ticks>`.
     me: String,
     boot_id: String,
@@ -82,20 +84,27 @@ struct State {
 
 static STATE: OnceLock<State> = OnceLock::new();
 
+/// Whether every child of this process that was not started through
+/// [`Contained`] is an orphan a command left (see [`claim_orphans`]).
+static CLAIMS_ORPHANS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says that this process starts children only through [`Contained`]
+/// (and its watchdog): any other child it has was adopted, as a subreaper,
+/// from a command that left it behind, and is ended and reaped. A library
+/// user that forks children of its own must not call this.
+pub fn claim_orphans() {
+    CLAIMS_ORPHANS.store(true, Ordering::SeqCst);
+}
+
+fn claims_orphans() -> bool {
+    CLAIMS_ORPHANS.load(Ordering::SeqCst)
+}
+
 fn state() -> &'static State {
     STATE.get_or_init(|| {
         let me = format!("{}.{}", std::process::id(), own_start().unwrap_or(0));
-        let forced = std::env::var(CONTAINMENT_VAR).unwrap_or_default();
-        let mode = if forced.trim() == "subreaper" {
-            Mode::Walk
-        } else {
-            match cgroup_home(&me) {
-                Some(dir) => Mode::Cgroup(dir),
-                None => Mode::Walk,
-            }
-        };
         State {
-            mode,
+            mode: OnceLock::new(),
             me,
             boot_id: boot_id(),
             next: AtomicU64::new(1),
@@ -107,9 +116,24 @@ fn state() -> &'static State {
     })
 }
 
+impl State {
+    fn mode(&self) -> &Mode {
+        self.mode.get_or_init(|| {
+            let forced = std::env::var(CONTAINMENT_VAR).unwrap_or_default();
+            if forced.trim() == "subreaper" {
+                return Mode::Walk;
+            }
+            match cgroup_home(&self.me) {
+                Some(dir) => Mode::Cgroup(dir),
+                None => Mode::Walk,
+            }
+        })
+    }
+}
+
 /// How commands are contained in this process.
 pub fn mode() -> Mode {
-    state().mode.clone()
+    state().mode().clone()
 }
 
 /// Where each contained command's process identity is appended (one JSON
@@ -198,13 +222,25 @@ fn cgroup_home(me: &str) -> Option<PathBuf> {
     }
     let home = parent.join(format!("bl-{me}"));
     std::fs::create_dir(&home).ok()?;
-    // A leaf that can be made and joined is what the mode needs; the
-    // kill file is what makes it cheap (Linux 5.14+).
+    // A leaf a child can be made, join and leave empty is what the mode
+    // needs (a delegation rule or a controller may forbid it): try it.
     let probe = home.join("probe");
-    let usable = std::fs::create_dir(&probe).is_ok()
-        && probe.join("cgroup.procs").exists()
-        && std::fs::remove_dir(&probe).is_ok();
-    if !usable {
+    let joined = std::fs::create_dir(&probe).is_ok()
+        && std::fs::OpenOptions::new()
+            .write(true)
+            .open(probe.join("cgroup.procs"))
+            .is_ok_and(|procs| {
+                let fd = procs.as_raw_fd();
+                let mut child = std::process::Command::new("/bin/true");
+                // SAFETY: one async-signal-safe write in the child.
+                unsafe {
+                    std::os::unix::process::CommandExt::pre_exec(&mut child, move || {
+                        crate::subprocess::join_cgroup(Some(fd))
+                    });
+                }
+                child.status().is_ok_and(|s| s.success())
+            });
+    if !(joined && remove_when_empty(&probe).is_ok()) {
         let _ = std::fs::remove_dir(&probe);
         let _ = std::fs::remove_dir(&home);
         return None;
@@ -311,6 +347,9 @@ fn reap(fds: Vec<OwnedFd>) {
 /// Reaps every zombie child of bl's that no one else waits for: not a
 /// command bl started (its supervisor reaps it), not the watchdog.
 pub fn reap_adopted() {
+    if !claims_orphans() {
+        return;
+    }
     let state = state();
     // Held while scanning: a command starting now registers under it, so
     // its child is never taken for an orphan.
@@ -340,7 +379,7 @@ impl Contained {
     pub(crate) fn new() -> Contained {
         let state = state();
         let id = state.next.fetch_add(1, Ordering::Relaxed);
-        let (leaf, procs) = match &state.mode {
+        let (leaf, procs) = match state.mode() {
             Mode::Cgroup(home) => {
                 let leaf = home.join(format!("c{id}"));
                 match std::fs::create_dir(&leaf).and_then(|_| {
@@ -470,7 +509,34 @@ impl Contained {
         if let Some(pid) = self.pid {
             watchdog_tell(Tell::Forget(pid));
         }
-        lock(&state.live).remove(&self.id);
+        let alone = {
+            let mut live = lock(&state.live);
+            live.remove(&self.id);
+            live.is_empty()
+        };
+        // With no other command running, every orphan bl adopted came from
+        // this one, however it hid (a cleared marker, a cgroup it left).
+        if alone && self.pid.is_some() {
+            kill_orphans();
+        }
+        reap_adopted();
+    }
+}
+
+/// Kills every process bl adopted (not a command it started, not its
+/// watchdog), with everything below it.
+fn kill_orphans() {
+    if !claims_orphans() {
+        return;
+    }
+    let children = lock(&state().children).clone();
+    let orphans: Vec<i32> = direct_children()
+        .into_iter()
+        .filter(|pid| !children.contains(pid))
+        .filter(|pid| proc_stat(*pid).is_some_and(|s| s.state != 'Z'))
+        .collect();
+    if !orphans.is_empty() {
+        kill_trees(&orphans);
     }
 }
 
@@ -578,7 +644,7 @@ pub fn kill_all() {
     let Some(state) = STATE.get() else {
         return;
     };
-    if let Mode::Cgroup(home) = &state.mode {
+    if let Some(Mode::Cgroup(home)) = state.mode.get() {
         kill_cgroup(home);
     }
     for pgid in lock(&state.live).values() {
@@ -599,6 +665,7 @@ pub fn kill_survivors(log: &Path) -> usize {
     };
     let boot = boot_id();
     let me = state().me.clone();
+    let parent = own_cgroup_dir();
     let table = all_processes();
     let mut doomed: Vec<i32> = Vec::new();
     let mut controllers: HashSet<String> = HashSet::new();
@@ -610,25 +677,47 @@ pub fn kill_survivors(log: &Path) -> usize {
         let Some(controller) = entry["controller"].as_str() else {
             continue;
         };
-        if entry["boot_id"].as_str() != Some(boot.as_str()) || controller == me {
+        // Only what a controller that is gone left: never a live bl's.
+        if entry["boot_id"].as_str() != Some(boot.as_str())
+            || controller == me
+            || owner_alive(controller)
+        {
             continue;
         }
         controllers.insert(controller.to_string());
-        if let Some(dir) = entry["cgroup"].as_str().map(Path::new)
+        // A leaf of that controller's own cgroup, and nothing else.
+        if let (Some(dir), Some(parent)) = (entry["cgroup"].as_str().map(Path::new), &parent)
+            && dir.parent() == Some(parent.join(format!("bl-{controller}")).as_path())
+            && dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('c') && n[1..].parse::<u64>().is_ok())
             && dir.is_dir()
         {
             ended += cgroup_pids(dir).len();
             kill_cgroup_tree(dir);
         }
-        let (Some(pgid), Some(start)) = (entry["pgid"].as_i64(), entry["start"].as_u64()) else {
+        // What is left of its process group: while any member lives, the
+        // group's number cannot be given to another process, so members
+        // are its own when the leader is the recorded one or is gone.
+        let (Some(pgid), Some(start)) = (
+            entry["pgid"].as_i64().and_then(|p| i32::try_from(p).ok()),
+            entry["start"].as_u64(),
+        ) else {
             continue;
         };
-        doomed.extend(
-            table
-                .iter()
-                .filter(|(_, s)| i64::from(s.pgid) == pgid && s.start >= start)
-                .map(|(pid, _)| *pid),
-        );
+        let leader_is_ours = match proc_stat(pgid) {
+            Some(leader) => leader.start == start,
+            None => true,
+        };
+        if leader_is_ours {
+            doomed.extend(
+                table
+                    .iter()
+                    .filter(|(_, s)| s.pgid == pgid)
+                    .map(|(pid, _)| *pid),
+            );
+        }
     }
     for (pid, _) in &table {
         let marked = std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
@@ -683,7 +772,7 @@ fn watchdog_tell(tell: Tell) {
     let state = state();
     let mut guard = lock(&state.watchdog);
     if guard.is_none() {
-        *guard = start_watchdog(&state.mode, &state.children);
+        *guard = start_watchdog(state.mode(), &state.children);
     }
     if let Some(w) = guard.as_mut() {
         let record = match tell {

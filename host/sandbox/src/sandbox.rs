@@ -180,7 +180,7 @@ impl Sandbox {
             .map(|(i, (lend, inside))| Shown {
                 source: staging
                     .as_ref()
-                    .map_or(lend.host.clone(), |s| s.lent[i].clone()),
+                    .map_or_else(|| lend.host(), |s| s.lent[i].clone()),
                 inside: inside.clone(),
                 writable: lend.writable,
             })
@@ -360,20 +360,31 @@ impl Sandbox {
         let mut lends = Vec::new();
         let mut inside = Vec::new();
         if let Some((dir, grant)) = &home {
-            for rel in &grant.paths {
-                let host = dir.join(rel);
-                if std::fs::symlink_metadata(&host).is_err() {
+            let writable = grant
+                .paths
+                .iter()
+                .filter(|p| !grant.read_only.contains(p))
+                .map(|p| (p, true));
+            let pinned = grant.read_only.iter().map(|p| (p, false));
+            // The read-only pins after what holds them: mounted on top.
+            for (rel, writable) in writable.chain(pinned) {
+                let lend = Lend {
+                    base: dir.clone(),
+                    rel: rel.clone(),
+                    writable,
+                };
+                if std::fs::symlink_metadata(lend.host()).is_err() {
                     continue;
                 }
+                // Checked one name at a time (a symlink is refused); run
+                // by root, the mount is then made from that very file.
+                crate::caged_user::open_lend(&lend)?;
                 inside.push(if container {
                     Path::new(bubblewrap::CONTAINER_HOME).join(rel)
                 } else {
-                    host.clone()
+                    lend.host()
                 });
-                lends.push(Lend {
-                    host,
-                    writable: true,
-                });
+                lends.push(lend);
             }
         }
         let mut links = Vec::new();
@@ -381,20 +392,29 @@ impl Sandbox {
             && let Some(dir) = canonical.parent()
             && hidden_inside(&canonical)
         {
-            // Its directory (an install of several files), unless that is
-            // a whole covered directory: then the program alone.
-            let whole = covered.iter().any(|c| under(c, dir))
-                || home.as_ref().is_some_and(|(h, _)| under(h, dir));
-            let host = if whole {
-                canonical.clone()
+            // Its directory when it is an install of its own (a link points
+            // into it, as Claude Code's installer lays it out) holding none
+            // of what the cage hides; otherwise the program file alone.
+            let holds = |p: &Path| under(p, dir);
+            let holds_hidden = holds(workspace)
+                || self.hidden.iter().any(|h| holds(h))
+                || covered.iter().any(|c| holds(c))
+                || home.as_ref().is_some_and(|(h, _)| holds(h));
+            let (base, rel) = if canonical != program && !holds_hidden {
+                (dir.to_path_buf(), PathBuf::new())
             } else {
-                dir.to_path_buf()
+                (
+                    dir.to_path_buf(),
+                    PathBuf::from(canonical.file_name().unwrap_or_default()),
+                )
             };
-            inside.push(host.clone());
-            lends.push(Lend {
-                host,
+            let lend = Lend {
+                base,
+                rel,
                 writable: false,
-            });
+            };
+            inside.push(lend.host());
+            lends.push(lend);
             if canonical != program && program.parent().is_some_and(hidden_inside) {
                 links.push((canonical.clone(), program.to_path_buf()));
             }

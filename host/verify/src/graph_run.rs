@@ -85,6 +85,27 @@ fn chain_head(path: &Path) -> Result<bl_store::ChainHead, Finding> {
     }
 }
 
+/// bl's own events beside the log (the attempts a stop interrupted).
+pub const ANNEX_EVENTS: &str = "controller-annex.jsonl";
+
+/// The annex's own chain, and that it belongs to this run.
+fn verify_annex(controller: &Path, annex: &Path) -> Result<String, Finding> {
+    let head = chain_head(annex)?;
+    let run = chain_head(controller)
+        .ok()
+        .and_then(|h| h.identity)
+        .ok_or(Finding::NoIdentity)?;
+    if head.sequence > 0 && head.identity.as_ref() != Some(&run) {
+        return Err(Finding::OtherRun {
+            path: annex.to_path_buf(),
+        });
+    }
+    Ok(format!(
+        "{} interruption(s) recorded, head {}",
+        head.sequence, head.hash
+    ))
+}
+
 /// The egress record's own chain, and that it belongs to this run.
 fn verify_egress_log(controller: &Path, egress: &Path) -> Result<String, Finding> {
     let head = chain_head(egress)?;
@@ -118,6 +139,10 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
             checks.push(Check::from_result("chain", verify_log(&log, expect_head)));
         } else {
             checks.push(Check::not_applicable("chain", "no controller-events.jsonl"));
+        }
+        let annex = path.join(ANNEX_EVENTS);
+        if annex.is_file() {
+            checks.push(Check::from_result("annex", verify_annex(&log, &annex)));
         }
         let egress = path.join(EGRESS_EVENTS);
         if egress.is_file() {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use bl_store::VerifierKey;
 
-pub use graph_run::EGRESS_EVENTS;
+pub use graph_run::{ANNEX_EVENTS, EGRESS_EVENTS};
 pub use loop_run::{Anchor, LoopReport};
 
 /// What a check concluded.

@@ -73,6 +73,9 @@ pub struct Profile {
     /// operator's home (`.claude`, `.codex`, …): a caged CLI reads and
     /// writes these, and sees nothing else of that home.
     pub home_paths: Vec<String>,
+    /// Within those, what the caged CLI may read but not change: its
+    /// settings (hooks, MCP servers), which an uncaged run would act on.
+    pub home_read_only: Vec<String>,
 }
 
 impl Profile {
@@ -83,6 +86,7 @@ impl Profile {
         Some(bl_core::HomeGrant {
             dir: home.into(),
             paths: self.home_paths.iter().map(Into::into).collect(),
+            read_only: self.home_read_only.iter().map(Into::into).collect(),
         })
     }
 
@@ -134,6 +138,24 @@ fn shipped(
         unset_env: Vec::new(),
         egress_hosts: provider_hosts(name),
         home_paths: strings(provider_home(name)),
+        home_read_only: strings(provider_settings(name)),
+    }
+}
+
+/// Where each shipped CLI keeps settings that run code (hooks, MCP
+/// servers, notify commands): read-only to a caged turn.
+fn provider_settings(name: &str) -> &'static [&'static str] {
+    match name {
+        "claude" => &[
+            ".claude.json",
+            ".claude/settings.json",
+            ".claude/settings.local.json",
+            ".claude/hooks",
+            ".claude/plugins",
+        ],
+        "codex" => &[".codex/config.toml"],
+        "agy" => &[".gemini/settings.json"],
+        _ => &[],
     }
 }
 
@@ -202,6 +224,7 @@ const KEYS: &[&str] = &[
     "env_grant",
     "envelope",
     "home_paths",
+    "home_read_only",
     "post_prompt_args",
     "prompt_via",
     "unset_env",
@@ -322,13 +345,19 @@ impl Catalog {
                 ));
             }
             let home_paths = list_of("home_paths")?;
-            if let Some(bad) = home_paths.iter().find(|p| !home_relative(p)) {
-                return Err(err(
-                    format!("{at}/home_paths"),
-                    format!(
-                        "'{bad}' is not a path inside the home: write it relative to the home (such as '.mycli'), without '..'"
-                    ),
-                ));
+            let home_read_only = list_of("home_read_only")?;
+            for (key, paths) in [
+                ("home_paths", &home_paths),
+                ("home_read_only", &home_read_only),
+            ] {
+                if let Some(bad) = paths.iter().find(|p| !home_relative(p)) {
+                    return Err(err(
+                        format!("{at}/{key}"),
+                        format!(
+                            "'{bad}' is not a path inside the home: write it relative to the home (such as '.mycli'), without '..'"
+                        ),
+                    ));
+                }
             }
             let prompt_via = match text_of("prompt_via")?.as_deref() {
                 None | Some("stdin") => PromptVia::Stdin,
@@ -360,6 +389,7 @@ impl Catalog {
                 unset_env: list_of("unset_env")?,
                 egress_hosts: list_of("egress_hosts")?,
                 home_paths,
+                home_read_only,
             };
             self.profiles.insert(name, profile);
         }

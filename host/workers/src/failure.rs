@@ -39,10 +39,12 @@ fn patterns() -> &'static [Regex] {
     static PATTERNS: OnceLock<Vec<Regex>> = OnceLock::new();
     PATTERNS.get_or_init(|| {
         [
-            // sk-…, sk-ant-…, ghp_…, github_pat_…, xox?-…, AKIA…, AIza…, glpat-…
-            r"\b(sk-[A-Za-z0-9_\-]{8,}|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}|xox[abprs]-[A-Za-z0-9\-]{8,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_\-]{20,}|glpat-[A-Za-z0-9_\-]{16,})",
+            // sk-…, sk-ant-…, ghp_…, github_pat_…, xox?-…, AKIA…, AIza…, glpat-…, JWTs
+            r"\b(sk-[A-Za-z0-9_\-]{8,}|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}|xox[abprs]-[A-Za-z0-9\-]{8,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_\-]{20,}|glpat-[A-Za-z0-9_\-]{16,}|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*)",
             r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}",
-            r#"(?i)\b([A-Za-z0-9_\-]*(key|token|secret|password|passwd|credential)[A-Za-z0-9_\-]*)\s*([=:])\s*["']?[^\s"',;]{4,}"#,
+            // a name that says secret, then `=`, `:` (a JSON key's closing
+            // quote allowed) or spaces, then the value
+            r#"(?i)\b([A-Za-z0-9_\-]*(key|token|secret|password|passwd|credential)[A-Za-z0-9_\-]*)(["']?\s*[=:]\s*["']?|\s+)([^\s"',;]{8,})"#,
             r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@:]+:[^\s/@]+@",
         ]
         .iter()
@@ -66,7 +68,16 @@ pub fn redact(text: &str, known: &[String]) -> String {
         .replace_all(&out, format!("$1 {REDACTED}").as_str())
         .into_owned();
     out = pairs
-        .replace_all(&out, format!("$1$3{REDACTED}").as_str())
+        .replace_all(&out, |c: &regex::Captures| {
+            // After mere spaces, only what looks like a token (long) is
+            // taken for one: "missing key handling" stays as it is.
+            let spaced = c[3].trim().is_empty();
+            if spaced && c[4].len() < 16 {
+                c[0].to_string()
+            } else {
+                format!("{}{}{REDACTED}", &c[1], &c[3])
+            }
+        })
         .into_owned();
     userinfo
         .replace_all(&out, format!("$1{REDACTED}@").as_str())
@@ -81,10 +92,9 @@ pub fn secret_values(env: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
-/// The last lines of `stderr` (at most [`STDERR_LINES`] and
+/// The last lines of `text` (at most [`STDERR_LINES`] and
 /// [`STDERR_BYTES`]), blank lines dropped.
-pub fn stderr_tail(stderr: &[u8]) -> String {
-    let text = String::from_utf8_lossy(stderr);
+pub fn last_lines(text: &str) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let mut kept: Vec<&str> = Vec::new();
     let mut bytes = 0;
@@ -120,13 +130,20 @@ pub fn describe(
         (_, Some(code)) => format!("'{program}' exited with code {code}"),
         (_, None) => format!("'{program}' was killed by a signal"),
     };
-    let tail = stderr_tail(&result.stderr_tail);
-    let text = if tail.is_empty() {
+    // Redacted whole, then cut: a secret is never cut in two first. A
+    // captured tail that lost its start begins mid-line: that line goes.
+    let mut stderr = redact(&String::from_utf8_lossy(&result.stderr_tail), secrets);
+    if result.truncated
+        && let Some(newline) = stderr.find('\n')
+    {
+        stderr.drain(..=newline);
+    }
+    let tail = last_lines(&stderr);
+    if tail.is_empty() {
         format!("{ended} (it wrote nothing on stderr)")
     } else {
         format!("{ended}; its last words on stderr:\n{tail}")
-    };
-    redact(&text, secrets)
+    }
 }
 
 #[cfg(test)]
@@ -140,7 +157,10 @@ mod tests {
                     ANTHROPIC_API_KEY=sk-ant-api03-abcdefghijklmnop\n\
                     Authorization: Bearer abcdef123456789\n\
                     fetching https://user:pa55word@example.test/x\n\
-                    token: \"0123456789abcdef\"";
+                    token: \"0123456789abcdef\"\n\
+                    {\"access_token\":\"abcdefgh12345678\"}\n\
+                    x-goog-api-key AIzaSyA-very-secret-value-here\n\
+                    session eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijk";
         let out = redact(text, &known);
         for secret in [
             "hunter2",
@@ -148,6 +168,9 @@ mod tests {
             "abcdef123456789",
             "pa55word",
             "0123456789abcdef",
+            "abcdefgh12345678",
+            "very-secret-value",
+            "eyJhbGciOiJIUzI1NiJ9",
         ] {
             assert!(!out.contains(secret), "{secret} survived in:\n{out}");
         }
@@ -160,14 +183,14 @@ mod tests {
     #[test]
     fn only_the_last_lines_are_kept_within_the_budget() {
         let many: String = (1..=50).map(|i| format!("line {i}\n\n")).collect();
-        let tail = stderr_tail(many.as_bytes());
+        let tail = last_lines(&many);
         assert_eq!(tail.lines().count(), STDERR_LINES);
         assert!(
             tail.starts_with("line 31") && tail.ends_with("line 50"),
             "{tail}"
         );
         let long = "x".repeat(10_000);
-        assert_eq!(stderr_tail(long.as_bytes()).len(), STDERR_BYTES);
+        assert_eq!(last_lines(&long).len(), STDERR_BYTES);
     }
 
     #[test]

@@ -1288,7 +1288,13 @@ fn a_failed_worker_that_left_its_outputs_completes_from_them() {
     assert_eq!(ok["outputs"][0]["path"], "workspace/landed.json");
     let failed = case.event("r", "nothing", "node.failed").unwrap();
     assert_eq!(failed["cause"], "worker_fault", "{failed}");
-    assert_eq!(failed["reason"], "worker execution failed");
+    assert!(
+        failed["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("worker execution failed: 'sh' exited with code 1"),
+        "{failed}"
+    );
     assert!(
         failed["verdict"]["reason"]
             .as_str()
@@ -1562,5 +1568,105 @@ fn bad_decisions_and_wrong_plugins_are_refused_before_anything_runs() {
         "major",
         &[],
         "transform:panel.anonymize@v2 asks for major version 2, but the installed plugin 'panel-anonymize' is version 1.0.0",
+    );
+}
+
+/// A stop that has to wait (a gate plugin that never returns is judging
+/// the node) ends at once on a second signal, with the same record: the
+/// attempt interrupted, nothing failed.
+#[test]
+fn a_second_signal_ends_a_stop_that_waits_with_the_same_record() {
+    let case = Case::new();
+    graph(
+        &case,
+        vec![agent(
+            "spin",
+            json!({"outputs": {"report": output("workspace/report.md", "text")},
+                   "gate": {"plugin": "hostile", "config": {"mode": "loop"}}}),
+        )],
+        vec![],
+        "fail_closed",
+    );
+    replies(
+        &case,
+        &[("spin", "done", &[("workspace/report.md", "# Report\n")])],
+    );
+    let plugins = std::env::join_paths([bl_e2e::test_plugin_dir(), bl_e2e::plugin_dir()]).unwrap();
+    let mut child = Command::new(bl_binary())
+        .args([
+            "graph",
+            "run",
+            "--execute",
+            "graph.json",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--recorded",
+            "replies.json",
+            "--out",
+            "run",
+        ])
+        .current_dir(case.path(""))
+        .env("BL_PLUGIN_PATH", plugins)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = case.path("run/controller-events.jsonl");
+    let since = std::time::Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("spin:node.gating\"")
+    {
+        assert!(
+            since.elapsed() < std::time::Duration::from_secs(60),
+            "never judged"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = child.id().to_string();
+    let kill = |sig: &str| {
+        assert!(
+            Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    kill("-INT");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The first stop waits for the gate (up to its 10 s grace).
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first signal alone ended it"
+    );
+    let asked = std::time::Instant::now();
+    kill("-INT");
+    let out = child.wait_with_output().unwrap();
+    // The patient stop would wait for the gate (its grace is 10 s).
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(3),
+        "a second signal took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let annex = bl_e2e::json_lines(&case.path("run/controller-annex.jsonl"));
+    assert_eq!(annex.len(), 1, "{annex:?}");
+    assert_eq!(annex[0]["event_type"], "node.interrupted");
+    assert_eq!(annex[0]["payload"]["node_id"], "spin");
+    let kinds = bl_e2e::event_types(&log);
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| k == "node.failed" || k == "run.failed"),
+        "{kinds:?}"
     );
 }

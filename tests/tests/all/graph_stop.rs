@@ -282,9 +282,14 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
             }
             open.into_iter().collect()
         };
-        let mut sorted = stopped.clone();
-        sorted.sort();
-        assert_eq!(sorted, running, "run {i}: interrupted on record");
+        // Each node still running is on record as interrupted (one whose
+        // turn came back whole during the stop was kept as it ended).
+        for node in &running {
+            assert!(
+                stopped.contains(node),
+                "run {i}: {node} was running and is not on record: {stopped:?}"
+            );
+        }
         let resumed = bl_in(&dir, RESUME);
         assert_eq!(
             resumed.status.code(),
@@ -368,8 +373,10 @@ fn a_second_signal_stops_at_once_with_the_same_record() {
 
 /// A stand-in agent CLI (`claude`): for a prompt `work:<marker>` it starts a
 /// helper, and a daemon that leaves its session (setsid, fork, fork), all
-/// marked, then works a long while; for `daemon:<marker>` it starts them
-/// and answers at once; otherwise it answers at once. Each call is counted
+/// marked, then works a long while; for `daemon:<marker>` it starts them,
+/// and one more that hides (its containment marker cleared, moved out of
+/// its cgroup where it can), and answers at once; otherwise it answers at
+/// once. Each call is counted
 /// in `../state/calls.jsonl` when that is reachable.
 const MARKED_AGENT: &str = r#"#!/bin/sh
 prompt=$(cat)
@@ -381,6 +388,13 @@ case "$prompt" in
   work:*|daemon:*)
     linger &
     ( setsid sh -c "python3 -c 'import time; time.sleep(300)' $marker & python3 -c 'import os, time; os.fork() or time.sleep(300)' $marker" & )
+    ;;
+esac
+case "$prompt" in
+  daemon:*)
+    # Hiding: its marker cleared, and out of its cgroup where it may write
+    # the root one (root, uncaged). bl, alive, still finds it: an orphan.
+    ( env -u BL_CONTAINED setsid sh -c "for f in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/unified/cgroup.procs; do echo 0 > \$f 2>/dev/null; done; exec python3 -c 'import time; time.sleep(300)' $marker" & )
     ;;
 esac
 case "$prompt" in
@@ -483,9 +497,11 @@ fn resume_ends_what_a_dead_controller_left_running_before_it_re_drives() {
         child.kill().unwrap();
         child.wait().unwrap();
         std::thread::sleep(Duration::from_millis(300));
+        // Another bl starting meanwhile (tests run side by side) ends a
+        // dead bl's cgroup too; the walk's leftovers wait for this resume.
         let survivors = alive_with(&marker);
         assert!(
-            !survivors.is_empty(),
+            containment == "auto" || !survivors.is_empty(),
             "{containment}: nothing survived, so nothing is shown here"
         );
         std::fs::write(dir.join("inputs.json"), json!({"a": "quick:a"}).to_string()).unwrap();
@@ -571,7 +587,9 @@ fn a_caged_agent_as_root_in_a_home_directory_reads_its_login_and_nothing_else() 
     ] {
         std::fs::create_dir_all(home.join(d)).unwrap();
     }
-    mode(&home, 0o700).unwrap();
+    // Readable by anyone, but for the cover: what hides the rest of the
+    // home is the cage, not the modes. (The run lies under a 0700 parent.)
+    mode(&home, 0o755).unwrap();
     mode(&home.join("work"), 0o700).unwrap();
     std::fs::write(
         home.join(".claude/.credentials.json"),
@@ -579,17 +597,21 @@ fn a_caged_agent_as_root_in_a_home_directory_reads_its_login_and_nothing_else() 
     )
     .unwrap();
     mode(&home.join(".claude/.credentials.json"), 0o600).unwrap();
+    std::fs::write(home.join(".claude/settings.json"), "{}").unwrap();
     std::fs::write(home.join(".ssh/id_ed25519"), "private key").unwrap();
+    mode(&home.join(".ssh/id_ed25519"), 0o644).unwrap();
     std::fs::write(home.join(".config/other-secret"), "other").unwrap();
+    mode(&home.join(".config/other-secret"), 0o644).unwrap();
     let agent = r#"#!/bin/sh
 cat > /dev/null
-login=denied; history=denied; ssh=denied; other=denied; rootssh=denied
+login=denied; history=denied; ssh=denied; other=denied; rootssh=denied; settings=pinned
 cat "$HOME/.claude/.credentials.json" >/dev/null 2>&1 && login=ok
 echo '{"turn":1}' >> "$HOME/.claude/history.jsonl" 2>/dev/null && history=ok
+echo '{"hooks":"planted"}' > "$HOME/.claude/settings.json" 2>/dev/null && settings=WRITTEN
 cat "$HOME/.ssh/id_ed25519" >/dev/null 2>&1 && ssh=READ
 cat "$HOME/.config/other-secret" >/dev/null 2>&1 && other=READ
 ls /root/.ssh >/dev/null 2>&1 && rootssh=READ
-printf '{"type":"result","subtype":"success","is_error":false,"result":"uid=%s login=%s history=%s ssh=%s other=%s rootssh=%s","usage":{"input_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}\n' "$(id -u)" $login $history $ssh $other $rootssh
+printf '{"type":"result","subtype":"success","is_error":false,"result":"uid=%s login=%s history=%s ssh=%s other=%s rootssh=%s settings=%s","usage":{"input_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}\n' "$(id -u)" $login $history $ssh $other $rootssh $settings
 "#;
     let real = home.join(".local/share/claude/versions/1.0.0");
     std::fs::write(&real, agent).unwrap();
@@ -635,7 +657,8 @@ printf '{"type":"result","subtype":"success","is_error":false,"result":"uid=%s l
         .to_string();
     let reply = std::fs::read_to_string(run.join("artifacts/objects").join(digest)).unwrap();
     assert_eq!(
-        reply, "uid=65534 login=ok history=ok ssh=denied other=denied rootssh=denied",
+        reply,
+        "uid=65534 login=ok history=ok ssh=denied other=denied rootssh=denied settings=pinned",
         "what the caged agent could reach"
     );
     // Its session file landed in the real home, as the operator's.
@@ -646,7 +669,11 @@ printf '{"type":"result","subtype":"success","is_error":false,"result":"uid=%s l
     // Nothing of the host was made readable to others on the way.
     let credentials = std::fs::metadata(home.join(".claude/.credentials.json")).unwrap();
     assert_eq!(credentials.mode() & 0o777, 0o600);
-    assert_eq!(std::fs::metadata(&home).unwrap().mode() & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(&home).unwrap().mode() & 0o777, 0o755);
+    assert_eq!(
+        std::fs::read_to_string(home.join(".claude/settings.json")).unwrap(),
+        "{}"
+    );
 }
 
 #[test]
