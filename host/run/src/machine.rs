@@ -444,17 +444,16 @@ impl Machine {
     /// Whether a pending node may start (`Some(true)`), is skipped
     /// (`Some(false)`), or waits (`None`, for good when a dependency
     /// blocks it). A node leaves PENDING only once every parent has ended
-    /// (bounded-loops' causality rule), but for [`admits_early`].
+    /// (bounded-loops' causality rule), so a join's evidence holds every
+    /// parent's final state. (Its checker would also let an any_successful
+    /// join over unconditional edges start at its first success,
+    /// [`admits_early`]; the machine never does.)
     fn admission(&self, node: usize) -> Option<bool> {
         let incoming = self.incoming(node);
-        let join = self.spec.nodes[node].join;
-        if admits_early(join, &incoming) {
-            return Some(true);
-        }
         if incoming.iter().any(|e| !e.source.is_terminal()) {
             return None;
         }
-        admit(join, &incoming)
+        admit(self.spec.nodes[node].join, &incoming)
     }
 
     /// Settles every pending node whose parents decide it: skips (which

@@ -229,23 +229,30 @@ fn cgroup_home(me: &str) -> Option<PathBuf> {
         && std::fs::OpenOptions::new()
             .write(true)
             .open(probe.join("cgroup.procs"))
-            .is_ok_and(|procs| {
-                let fd = procs.as_raw_fd();
-                let mut child = std::process::Command::new("/bin/true");
-                // SAFETY: one async-signal-safe write in the child.
-                unsafe {
-                    std::os::unix::process::CommandExt::pre_exec(&mut child, move || {
-                        crate::subprocess::join_cgroup(Some(fd))
-                    });
-                }
-                child.status().is_ok_and(|s| s.success())
-            });
+            .is_ok_and(|procs| probe_join(&procs));
     if !(joined && remove_when_empty(&probe).is_ok()) {
         let _ = std::fs::remove_dir(&probe);
         let _ = std::fs::remove_dir(&home);
         return None;
     }
     Some(home)
+}
+
+/// Whether a child can join the leaf whose `cgroup.procs` is open: one
+/// `true`, started as every command is (without copying bl's memory).
+fn probe_join(procs: &std::fs::File) -> bool {
+    let dir = std::env::temp_dir();
+    let launch = crate::spawn::Launch {
+        program: Path::new("/bin/true"),
+        args: Vec::new(),
+        env: Vec::new(),
+        cwd: &dir,
+        keep_fds: &[],
+        steps: None,
+        rlimits: false,
+        cgroup_procs: Some(procs.as_raw_fd()),
+    };
+    crate::spawn::spawn(&launch).is_ok_and(|mut child| child.wait().is_ok_and(|s| s.success()))
 }
 
 /// Whether the bl named `<pid>.<start>` is still running.
@@ -457,9 +464,45 @@ impl Contained {
         }
     }
 
+    /// Whether the command's direct child has exited, waiting at most
+    /// `limit`; it is left unreaped (a zombie), so its process group's
+    /// number cannot be given to another process while [`kill_rest`]
+    /// aims at it.
+    ///
+    /// [`kill_rest`]: Contained::kill_rest
+    pub(crate) fn exited(&self, limit: Duration) -> bool {
+        let Some(pid) = self.pid else {
+            return true;
+        };
+        let until = Instant::now() + limit;
+        loop {
+            // SAFETY: a zeroed siginfo is a valid out-parameter; WNOWAIT
+            // leaves the child to be reaped by its supervisor.
+            let exited = unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let rc = libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                );
+                rc != 0 || info.si_pid() != 0
+            };
+            if exited {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(2)));
+        }
+    }
+
     /// Kills every process of the command's now (its direct child too),
     /// without waiting: when it ended, timed out or was interrupted, so no
-    /// process it left holds its output open.
+    /// process it left holds its output open. Called only before its direct
+    /// child is reaped.
     pub(crate) fn kill_rest(&self) {
         let Some(pid) = self.pid else {
             return;
@@ -485,9 +528,8 @@ impl Contained {
         self.ended = true;
         let state = state();
         if let Some(pid) = self.pid {
-            // SAFETY: killpg with a group id and a signal number.
-            unsafe { libc::killpg(pid, libc::SIGKILL) };
-            // Its supervisor has reaped it: from here on its pid is free.
+            // Its supervisor has reaped it (having ended its group first):
+            // from here on its number may be another's, so no killpg.
             lock(&state.children).remove(&pid);
         }
         match &self.leaf {

@@ -17,7 +17,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
-use std::time::{Duration, Instant};
 
 use bl_core::CommandError;
 use nix::libc;
@@ -365,51 +364,6 @@ impl Spawned {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-        }
-    }
-
-    /// Waits at most `limit`: the child has closed its pipes and is ending.
-    /// A pidfd wakes the wait the moment the child exits (bubblewrap takes
-    /// a few milliseconds to take its namespaces down, and a polling wait
-    /// would overshoot it); without pidfds (before Linux 5.3) it polls.
-    pub(crate) fn wait_timeout(&mut self, limit: Duration) -> std::io::Result<Option<ExitStatus>> {
-        if let Some(status) = self.try_wait()? {
-            return Ok(Some(status));
-        }
-        // SAFETY: pidfd_open takes a pid and flags and returns a new file
-        // descriptor or -1; the pid is our unreaped child, so it is not reused.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
-        if fd >= 0 {
-            // SAFETY: `fd` was just returned to us and is owned here alone.
-            let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
-            use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-            use std::os::fd::{AsFd, FromRawFd};
-            let until = Instant::now() + limit;
-            loop {
-                let left = until.saturating_duration_since(Instant::now());
-                let timeout = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
-                    .unwrap_or(PollTimeout::MAX);
-                let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-                match poll(&mut fds, timeout) {
-                    Ok(0) => return self.try_wait(),
-                    Ok(_) => return self.wait().map(Some),
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    Err(_) => break,
-                }
-            }
-        }
-        let until = Instant::now() + limit;
-        let mut pause = Duration::from_micros(100);
-        loop {
-            if let Some(status) = self.try_wait()? {
-                return Ok(Some(status));
-            }
-            let now = Instant::now();
-            if now >= until {
-                return Ok(None);
-            }
-            std::thread::sleep(pause.min(until - now));
-            pause = (pause * 2).min(Duration::from_millis(10));
         }
     }
 }

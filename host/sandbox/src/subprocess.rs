@@ -9,7 +9,6 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
-use wait_timeout::ChildExt;
 
 use crate::TailBuffer;
 use crate::containment::Contained;
@@ -424,10 +423,6 @@ pub(crate) trait Running {
     fn pipes(&mut self) -> [Option<std::fs::File>; 3];
     fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>>;
     fn wait(&mut self) -> std::io::Result<std::process::ExitStatus>;
-    fn wait_timeout(
-        &mut self,
-        limit: std::time::Duration,
-    ) -> std::io::Result<Option<std::process::ExitStatus>>;
 }
 
 impl Running for std::process::Child {
@@ -447,13 +442,6 @@ impl Running for std::process::Child {
     fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
         std::process::Child::wait(self)
     }
-
-    fn wait_timeout(
-        &mut self,
-        limit: std::time::Duration,
-    ) -> std::io::Result<Option<std::process::ExitStatus>> {
-        ChildExt::wait_timeout(self, limit)
-    }
 }
 
 #[cfg(target_os = "linux")]
@@ -468,13 +456,6 @@ impl Running for crate::spawn::Spawned {
 
     fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
         crate::spawn::Spawned::wait(self)
-    }
-
-    fn wait_timeout(
-        &mut self,
-        limit: std::time::Duration,
-    ) -> std::io::Result<Option<std::process::ExitStatus>> {
-        crate::spawn::Spawned::wait_timeout(self, limit)
     }
 }
 
@@ -589,11 +570,11 @@ pub(crate) fn supervise(
                 stdin = None;
             }
         }
-        if exited.is_none()
-            && let Ok(Some(status)) = child.try_wait()
-        {
-            exited = Some(status);
+        // Its end is seen before it is reaped: what it left is ended while
+        // its group's number is still its own.
+        if exited.is_none() && contained.exited(std::time::Duration::ZERO) {
             contained.kill_rest();
+            exited = child.try_wait().ok().flatten();
             grace_until = Some(Instant::now() + OUTPUT_GRACE);
         }
     }
@@ -603,20 +584,15 @@ pub(crate) fn supervise(
         None if timed_out || interrupted.is_some() => child.wait().ok(),
         None => {
             // The pipes closed first: the command is ending; wait for it
-            // within what is left of its time.
+            // within what is left of its time, then end what it left.
             let left = spec.timeout.saturating_sub(started.elapsed());
-            match child.wait_timeout(left) {
-                Ok(Some(status)) => Some(status),
-                _ => {
-                    contained.kill_rest();
-                    timed_out = true;
-                    child.wait().ok()
-                }
+            if !contained.exited(left) {
+                timed_out = true;
             }
+            contained.kill_rest();
+            child.wait().ok()
         }
     };
-    // Whatever the group left running holds nothing we wait for; end it.
-    contained.kill_rest();
     if let Some(signal) = interrupted {
         return Err(CommandError::Interrupted(signal));
     }
@@ -672,30 +648,24 @@ fn execute_streamed(
 
     let mut interrupted = None;
     let (status, timed_out) = loop {
-        // Short waits, so an interruption is noticed within one of them.
+        // Short waits, so an interruption is noticed within one of them;
+        // its end is seen before it is reaped, and what it left (holding
+        // the pipes open) ended while its group's number is its own.
         let left = spec.timeout.saturating_sub(started.elapsed());
-        match ChildExt::wait_timeout(&mut child, left.min(INTERRUPT_POLL)) {
-            Ok(Some(status)) => break (Some(status), false),
-            Ok(None) if left <= INTERRUPT_POLL => {
-                contained.kill_rest();
-                break (child.wait().ok(), true);
-            }
-            Ok(None) => {
-                if let Some(signal) = bl_core::interrupt::requested() {
-                    contained.kill_rest();
-                    interrupted = Some(signal);
-                    break (child.wait().ok(), false);
-                }
-            }
-            Err(e) => {
-                contained.kill_rest();
-                let _ = child.wait();
-                return Err(CommandError::Spawn(format!("waiting for {program}: {e}")));
-            }
+        if contained.exited(left.min(INTERRUPT_POLL)) {
+            contained.kill_rest();
+            break (child.wait().ok(), false);
+        }
+        if left <= INTERRUPT_POLL {
+            contained.kill_rest();
+            break (child.wait().ok(), true);
+        }
+        if let Some(signal) = bl_core::interrupt::requested() {
+            contained.kill_rest();
+            interrupted = Some(signal);
+            break (child.wait().ok(), false);
         }
     };
-    // Whatever the group left running holds the pipes open; end it.
-    contained.kill_rest();
     // The pipes close when the last writer is gone. A process that left
     // the group (setsid) may keep them open for as long as it likes: the
     // rest of the output gets a short grace, then the command's end stands

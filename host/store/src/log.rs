@@ -72,17 +72,34 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
-/// Takes the run's exclusive writer lock without waiting: a log has one writer.
+/// How long a writer waits for the lock before it is refused: a killed
+/// writer's child can hold the lock for a moment, between its fork and its
+/// exec; a live writer holds it for the whole run.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes the run's exclusive writer lock: a log has one writer.
 fn take_writer_lock(path: &Path) -> Result<Flock<File>, StoreError> {
-    let lock_file = OpenOptions::new()
+    let since = std::time::Instant::now();
+    let mut lock_file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(lock_path(path))
         .map_err(io(path))?;
-    Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|_| StoreError::Locked {
-        path: path.to_path_buf(),
-    })
+    loop {
+        match Flock::lock(lock_file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((file, _)) if since.elapsed() < LOCK_PATIENCE => {
+                lock_file = file;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(_) => {
+                return Err(StoreError::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+        }
+    }
 }
 
 /// The lock file beside the log; bounded-loops uses the same name.
