@@ -158,6 +158,16 @@ pub fn run(cmd: GraphCommand) -> CliResult {
                 crate::output::json(),
             )
             .map_err(CliError::reported),
+            (None, true) if connections.is_some() || flags.inputs.is_some() => {
+                let given = match (&connections, &flags.inputs) {
+                    (Some(_), Some(_)) => "--connections and --inputs",
+                    (Some(_), None) => "--connections",
+                    _ => "--inputs",
+                };
+                Err(CliError::refused(format!(
+                    "graph run: {given} given without a manifest. Name the graph first: `bl graph run --execute MANIFEST --connections C --inputs I --out D`. (Without a manifest, bl runs its built-in sandbox probe, which takes neither; nothing was run.)"
+                )))
+            }
             (None, true) => {
                 let out = out.unwrap_or_else(|| crate::graph_exec_cmd::default_out(workspace));
                 crate::graph_exec_cmd::run_probe(&out, &flags)
@@ -309,9 +319,24 @@ fn refused(path: &Path, what: &str, refusal: &Refusal, early: Option<String>) ->
     })
 }
 
+/// What the run would deny, said on stderr with each place (stdout keeps
+/// the bytes bounded-loops defines).
+fn warn_hazards(path: &Path, hazards: &[bl_graph::hazards::Hazard]) {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    for h in hazards {
+        crate::output::errln!(
+            "warning: {}: [{}] {} (bl graph run refuses this before anything runs)",
+            crate::graph_exec_cmd::place(path, &bytes, &h.pointer),
+            h.rule,
+            h.message
+        );
+    }
+}
+
 fn lint(path: &Path, as_json: bool) -> CliResult {
     match load(path, "lint") {
         Loaded::Graph(graph) => {
+            warn_hazards(path, &bl_graph::hazards::hazards(&graph, None));
             if as_json {
                 outln!("{}", python_json(&report::lint_json(&graph)));
             } else {
@@ -432,8 +457,49 @@ fn plan(
         );
     } else {
         out!("{}", report::plan_text(&graph, &plan, &admission));
+        say_bindings(&graph, &plan);
     }
+    warn_hazards(
+        path,
+        &bl_graph::hazards::hazards(&graph, Some(&plan.node_bindings)),
+    );
     Ok(Exit::Success)
+}
+
+/// Which connection each node got, and what the policy digest is, on
+/// stderr (stdout keeps bounded-loops' bytes).
+fn say_bindings(graph: &bl_graph::Graph, plan: &bl_graph::Plan) {
+    use crate::output::errln;
+    if plan.policy_digest == DEFAULT_POLICY_DIGEST {
+        errln!(
+            "note: policy {}… is bounded-loops' stand-in digest for \"no policy file\": this run names none",
+            &DEFAULT_POLICY_DIGEST[..15]
+        );
+    }
+    let catalog = bl_workers::Catalog::shipped();
+    for node in &graph.nodes {
+        let Some(c) = plan.node_bindings.get(&node.id) else {
+            continue;
+        };
+        let profile = if c.transport == "local_cli"
+            && c.provider_id != bl_workers::recorded::PROVIDER
+            && catalog.get(&c.provider_id).is_none()
+        {
+            " — no shipped profile for this provider: add one with --providers"
+        } else {
+            ""
+        };
+        errln!(
+            "binding : node '{}' -> {} ({}, model {}) via {}, connection '{}', {} tier{profile}",
+            node.id,
+            c.binding_id,
+            c.provider_id,
+            c.model_target,
+            c.transport,
+            c.connection_id,
+            c.isolation
+        );
+    }
 }
 
 fn digest(dir: &Path, as_json: bool) -> CliResult {

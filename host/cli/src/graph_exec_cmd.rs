@@ -75,6 +75,12 @@ pub struct DriveFlags {
     /// plugin must also request it.
     #[arg(long = "grant", value_name = "NODE=CAP")]
     pub grants: Vec<String>,
+    /// Run what the preflight would refuse (a connection slot several nodes
+    /// share, an effect a local run denies, a node without a prompt) and
+    /// let those nodes fail when the run reaches them, as bounded-loops 0.7
+    /// does.
+    #[arg(long = "deny-at-run-time")]
+    pub deny_at_run_time: bool,
 }
 
 /// A run directory, loaded and its plan recompiled.
@@ -823,6 +829,11 @@ pub fn run_manifest(
     let catalog = catalog(flags)?;
     preflight(&schedule, &catalog, &ctx)?;
     let prompts = read_prompts(flags)?;
+    check_prompt_keys(&schedule, &prompts, flags)?;
+    if !flags.deny_at_run_time {
+        refuse_denials(manifest, &bytes, &graph, &plan)?;
+        check_every_prompt(&schedule, &prompts, flags)?;
+    }
     let caps = caps(flags)?;
     check_priced(&schedule, &caps, &prices(flags)?)?;
     caging_posture(&schedule)?;
@@ -1408,6 +1419,110 @@ pub fn status(dir: &Path) -> CliResult {
     Ok(Exit::Success)
 }
 
+/// Refuses, before anything runs, a graph whose run would deny nodes
+/// (bounded-loops lets the run find out, node by node: `policy_denied`):
+/// each place, the rule and the fix.
+fn refuse_denials(
+    manifest: &Path,
+    bytes: &[u8],
+    graph: &Graph,
+    plan: &Plan,
+) -> Result<(), CliError> {
+    let hazards = bl_graph::hazards::hazards(graph, Some(&plan.node_bindings));
+    if hazards.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = hazards
+        .iter()
+        .map(|h| {
+            format!(
+                "  {}: [{}] {}",
+                place(manifest, bytes, &h.pointer),
+                h.rule,
+                h.message
+            )
+        })
+        .collect();
+    Err(refused(format!(
+        "graph run: the run would deny {} node(s); nothing was run:\n{}\n(--deny-at-run-time runs it anyway: those nodes then fail when the run reaches them, as in bounded-loops)",
+        hazards.len(),
+        lines.join("\n")
+    )))
+}
+
+/// `file:line:col: pointer`, the place a message is about.
+pub fn place(manifest: &Path, bytes: &[u8], pointer: &str) -> String {
+    let format = bl_graph::Format::from_path(manifest).unwrap_or(bl_graph::Format::Yaml);
+    let text = String::from_utf8_lossy(bytes);
+    match bl_graph::locate(&text, format, pointer) {
+        Some(pos) => format!("{}:{}:{}: {pointer}", manifest.display(), pos.line, pos.col),
+        None => format!("{}: {pointer}", manifest.display()),
+    }
+}
+
+/// Refuses a prompt for a node the graph does not have (a typo would leave
+/// the node it meant without one), naming the closest id.
+fn check_prompt_keys(
+    schedule: &Schedule,
+    prompts: &HashMap<String, String>,
+    flags: &DriveFlags,
+) -> Result<(), CliError> {
+    let (Some(file), false) = (&flags.inputs, flags.deny_at_run_time) else {
+        return Ok(());
+    };
+    let ids: Vec<&str> = schedule.nodes.iter().map(|n| n.id.as_str()).collect();
+    let mut keys: Vec<&String> = prompts.keys().collect();
+    keys.sort();
+    for key in keys {
+        if !ids.contains(&key.as_str()) {
+            let hint = bl_graph::error::did_you_mean(key, ids.iter().copied())
+                .map(|h| format!(" {h}"))
+                .unwrap_or_default();
+            return Err(refused(format!(
+                "graph run: {}: /{key} gives a prompt for '{key}', which is not a node of this graph.{hint} (nodes: {}); nothing was run",
+                file.display(),
+                ids.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a new run in which an agent would have no prompt: it would fail
+/// at run time, and spend its retries on the same error.
+fn check_every_prompt(
+    schedule: &Schedule,
+    prompts: &HashMap<String, String>,
+    flags: &DriveFlags,
+) -> Result<(), CliError> {
+    let missing: Vec<&str> = schedule
+        .nodes
+        .iter()
+        .filter(|n| n.driver == Driver::Worker && !prompts.contains_key(&n.id))
+        .map(|n| n.id.as_str())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let example: Vec<String> = missing
+        .iter()
+        .map(|id| format!("\"{id}\": \"…\""))
+        .collect();
+    Err(refused(match &flags.inputs {
+        None => format!(
+            "graph run: agent node(s) {} need a prompt, and no --inputs was given: pass --inputs FILE, a JSON object such as {{{}}}; nothing was run",
+            missing.join(", "),
+            example.join(", ")
+        ),
+        Some(file) => format!(
+            "graph run: {}: no prompt for agent node(s) {}; add {} to it; nothing was run",
+            file.display(),
+            missing.join(", "),
+            example.join(", ")
+        ),
+    }))
+}
+
 /// Refuses to drive on while a connector node that has not run has no
 /// prompt (bounded-loops' words: its `node_prompts` are `--inputs`).
 fn check_prompts(
@@ -1422,7 +1537,7 @@ fn check_prompts(
             && !prompts.contains_key(&node.id)
         {
             return Err(refused(format!(
-                "graph {verb}: cannot resume: connector node '{}' is PENDING but no prompt was re-supplied; add it to node_prompts and retry",
+                "graph {verb}: cannot resume: connector node '{}' is PENDING but no prompt was re-supplied; pass its prompt with --inputs FILE (the node prompts, as the run was given them) and retry",
                 node.id
             )));
         }
@@ -1499,6 +1614,7 @@ pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
     }
     let schedule = Schedule::of(&run.graph, &run.plan);
     let prompts = read_prompts(flags)?;
+    check_prompt_keys(&schedule, &prompts, flags)?;
     check_prompts("resume", &schedule, &view, &prompts)?;
     let (end, after) = continue_run(&run, &schedule, &view, prompts, flags, Depth::Top)?;
     report_drive(
@@ -1539,6 +1655,7 @@ pub fn approve(
     let state = view.node(node_id).state;
     let decided = matches!(state.as_str(), "SUCCEEDED" | "FAILED");
     if !decided {
+        check_prompt_keys(&schedule, &prompts, flags)?;
         check_prompts("approve", &schedule, &view, &prompts)?;
         record_decision(&run, node_id, approved, round, key)?;
     }

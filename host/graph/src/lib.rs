@@ -19,6 +19,7 @@ pub mod artifacts;
 pub mod dag;
 pub mod doc;
 pub mod error;
+pub mod hazards;
 pub mod model;
 pub mod parse;
 pub mod plan;
@@ -83,6 +84,17 @@ pub fn check_size(len: usize, format: Format) -> Result<(), Refusal> {
             MAX_DOCUMENT_BYTES >> 20
         ),
     )
+}
+
+/// Where `pointer` (a JSON pointer) lies in manifest text: its line and
+/// column, for a message that names the place.
+pub fn locate(text: &str, format: Format, pointer: &str) -> Option<Pos> {
+    let doc = match format {
+        Format::Json => parse::parse_json(text),
+        Format::Yaml => yaml::parse_yaml(text),
+    }
+    .ok()?;
+    doc.locate(pointer.trim_start_matches('/'))
 }
 
 /// Parses and validates manifest text.

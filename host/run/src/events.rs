@@ -67,6 +67,10 @@ impl Cause {
 /// bounded-loops' words for a worker that failed (bl adds why after them).
 pub const WORKER_FAILED: &str = "worker execution failed";
 
+/// bounded-loops' words for a node its execution policy denied (bl adds
+/// the rule and the fix after them).
+pub const POLICY_DENIED: &str = "execution policy denied worker";
+
 /// The gate's decision, as recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {

@@ -22,7 +22,8 @@ use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
 use crate::events::{
-    self, At, AttemptFailure, BudgetPause, Cause, Event, Route, Usage, Verdict, WORKER_FAILED,
+    self, At, AttemptFailure, BudgetPause, Cause, Event, POLICY_DENIED, Route, Usage, Verdict,
+    WORKER_FAILED,
 };
 use crate::machine::{AttemptEnd, Machine, NodeState, RunStatus, Transition};
 use crate::schedule::{Driver, GateSpec, NodeInfo, OutputPort, Schedule};
@@ -999,9 +1000,11 @@ impl Controller<'_, '_> {
             _ => false,
         };
         if denied {
-            let reason = match &info.driver {
-                Driver::Unsupported(why) => why.clone(),
-                _ => "execution policy denied worker".to_string(),
+            let reason = match (&info.driver, &info.hazard) {
+                (Driver::Unsupported(why), _) => why.clone(),
+                // bounded-loops' words, then (bl's) which rule and the fix.
+                (_, Some(why)) => format!("{POLICY_DENIED}: {why}"),
+                (_, None) => POLICY_DENIED.to_string(),
             };
             self.end(
                 node,

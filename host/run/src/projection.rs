@@ -48,7 +48,10 @@ impl Default for NodeView {
 /// the gate's, else the record's.
 pub fn why(payload: &Value) -> String {
     let reason = payload["reason"].as_str().unwrap_or_default();
-    let text = if reason.starts_with(&format!("{}: ", crate::events::WORKER_FAILED)) {
+    let extended = [crate::events::WORKER_FAILED, crate::events::POLICY_DENIED]
+        .iter()
+        .any(|words| reason.starts_with(&format!("{words}: ")));
+    let text = if extended {
         reason
     } else {
         payload["verdict"]["reason"].as_str().unwrap_or(reason)

@@ -139,6 +139,9 @@ pub struct NodeInfo {
     pub shared_binding: bool,
     /// An effect that needs the network (denied on local runs).
     pub network_effect: bool,
+    /// Why the run's execution policy would deny it (the shared binding or
+    /// the effect, and the fix), as `bl_graph::hazards` words it.
+    pub hazard: Option<String>,
     pub isolation: String,
     pub max_attempts: u32,
     pub max_tokens: Option<u64>,
@@ -233,6 +236,7 @@ impl Schedule {
         }
         let by_id: HashMap<&str, &bl_graph::model::GraphNode> =
             graph.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+        let hazards = bl_graph::hazards::hazards(graph, Some(&plan.node_bindings));
         let mut nodes = Vec::with_capacity(order.len());
         let mut specs = Vec::with_capacity(order.len());
         for (_, id) in &order {
@@ -295,6 +299,10 @@ impl Schedule {
                 driver,
                 binding,
                 network_effect: node.effects.iter().any(|e| e.reaches_network()),
+                hazard: hazards
+                    .iter()
+                    .find(|h| h.node == node.id)
+                    .map(|h| h.message.clone()),
                 isolation: node.isolation.name().to_string(),
                 max_attempts,
                 max_tokens: node.budget.max_tokens.map(|t| t.max(0) as u64),

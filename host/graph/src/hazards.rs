@@ -1,0 +1,170 @@
+//! What a valid graph will run into: conditions bounded-loops 0.7 lets a
+//! run discover at a node, and deny there (`policy_denied`), which bl names
+//! before anything runs. Pure: the graph, and the bindings a plan admitted
+//! when they are known.
+
+use std::collections::BTreeMap;
+
+use crate::Graph;
+use crate::model::Connection;
+use crate::model::{Named, NodeKind};
+
+/// One node the run would deny, and why, in words that say the fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hazard {
+    pub node: String,
+    /// A JSON pointer into the manifest, at the value that causes it.
+    pub pointer: String,
+    /// `shared_slot` or `network_effect`.
+    pub rule: &'static str,
+    pub message: String,
+}
+
+/// Every node the run would deny, in document order. With `bindings` (a
+/// plan's, by node id) an effect is judged by its binding's transport;
+/// without, a connector node is warned about unless it could be https.
+pub fn hazards(graph: &Graph, bindings: Option<&BTreeMap<String, Connection>>) -> Vec<Hazard> {
+    let mut out = Vec::new();
+    // Nodes sharing one binding (one slot): every one of them is denied.
+    let mut sharing: BTreeMap<String, Vec<(usize, &str)>> = BTreeMap::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let Some(slot) = &node.connection_slot else {
+            continue;
+        };
+        let key = bindings
+            .and_then(|b| b.get(&node.id))
+            .map_or_else(|| format!("slot {slot}"), |c| c.binding_id.clone());
+        sharing.entry(key).or_default().push((i, node.id.as_str()));
+    }
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if let Some(slot) = &node.connection_slot
+            && let Some(group) = sharing
+                .values()
+                .find(|g| g.len() > 1 && g.iter().any(|(j, _)| *j == i))
+        {
+            let ids: Vec<String> = group.iter().map(|(_, id)| format!("'{id}'")).collect();
+            out.push(Hazard {
+                node: node.id.clone(),
+                pointer: format!("/nodes/{i}/connection_slot"),
+                rule: "shared_slot",
+                message: format!(
+                    "nodes {} share the connection slot '{slot}', so one connection (binding) would serve several nodes; the run's execution policy lets a connection serve one node only, and denies each of them (policy_denied). Give each node a slot of its own, and a connection for each slot in connections.json",
+                    ids.join(" and ")
+                ),
+            });
+        }
+        let Some((k, effect)) = node
+            .effects
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.reaches_network())
+        else {
+            continue;
+        };
+        let binding = bindings.and_then(|b| b.get(&node.id));
+        let via_broker = binding.is_some_and(|c| c.transport == "https");
+        let connector = node.connection_slot.is_some();
+        let denied = match (connector, bindings.is_some()) {
+            // A publish or tool with no connection never goes through the broker.
+            (false, _) => node.kind == NodeKind::Publish,
+            (true, true) => !via_broker,
+            // Not yet bound: denied unless its connection will be https.
+            (true, false) => true,
+        };
+        if !denied {
+            continue;
+        }
+        let what = if connector {
+            match binding {
+                Some(c) => format!("its connection is {} ({}), not https through the egress broker", c.transport, c.provider_id),
+                None => "unless its connection is https (through the egress broker), a local agent may not".into(),
+            }
+        } else {
+            "a publish node with no connection publishes locally, and may not".into()
+        };
+        out.push(Hazard {
+            node: node.id.clone(),
+            pointer: format!("/nodes/{i}/effects/{k}"),
+            rule: "network_effect",
+            message: format!(
+                "node '{}' declares the effect '{}', which reaches the network: {what}, so the run's execution policy denies it (policy_denied). A local publish (to the outbox) needs only workspace_write: drop '{}'{}",
+                node.id,
+                effect.name(),
+                effect.name(),
+                if connector {
+                    ", or bind the node to an https connection"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(nodes: &str) -> Graph {
+        let text = format!(
+            r#"{{"api_version": "bounded-loops.dev/graph/v1", "graph_id": "g", "version": "1.0.0",
+                "nodes": {nodes}, "edges": [],
+                "connection_slots": [{{"id": "llm", "requires": ["chat"], "data_class_max": "internal"}}],
+                "policies": {{"data_class": "internal", "fail_mode": "fail_closed"}}}}"#
+        );
+        crate::lint(&text, crate::Format::Json).unwrap()
+    }
+
+    fn node(id: &str, kind: &str, effects: &str, slot: bool, extra: &str) -> String {
+        format!(
+            r#"{{"id": "{id}", "kind": "{kind}", "inputs": {{}}, "outputs": {{}},
+                "budget": {{"max_attempts": 1, "max_wallclock_s": 60}}, "effects": {effects},
+                "isolation": "workspace_only"{}{extra}}}"#,
+            if slot {
+                r#", "connection_slot": "llm""#
+            } else {
+                ""
+            }
+        )
+    }
+
+    #[test]
+    fn two_nodes_on_one_slot_and_a_network_effect_are_named_with_their_places() {
+        let g = graph(&format!(
+            "[{}, {}, {}]",
+            node("a", "research_claim", r#"["read_only"]"#, true, ""),
+            node("b", "research_claim", r#"["read_only"]"#, true, ""),
+            node(
+                "pub",
+                "publish",
+                r#"["workspace_write", "external_write"]"#,
+                false,
+                r#", "publication_policy": "outbox""#
+            ),
+        ));
+        let found = hazards(&g, None);
+        let places: Vec<(&str, &str, &str)> = found
+            .iter()
+            .map(|h| (h.node.as_str(), h.rule, h.pointer.as_str()))
+            .collect();
+        assert_eq!(
+            places,
+            [
+                ("a", "shared_slot", "/nodes/0/connection_slot"),
+                ("b", "shared_slot", "/nodes/1/connection_slot"),
+                ("pub", "network_effect", "/nodes/2/effects/1"),
+            ]
+        );
+        assert!(
+            found[0].message.contains("'a' and 'b'"),
+            "{}",
+            found[0].message
+        );
+        assert!(
+            found[2].message.contains("drop 'external_write'"),
+            "{}",
+            found[2].message
+        );
+    }
+}
