@@ -1654,6 +1654,18 @@ pub fn approve(
         .count() as u64;
     let state = view.node(node_id).state;
     let decided = matches!(state.as_str(), "SUCCEEDED" | "FAILED");
+    // A decision is final: the opposite one is refused, naming the first.
+    if let Some(first) = recorded_decision(dir, node_id, round)?
+        && first.approved != approved
+    {
+        return Err(refused(format!(
+            "graph approve: node '{node_id}' was already {} by {} at {}; a decision is final, so this {} was not recorded",
+            if first.approved { "approved" } else { "rejected" },
+            first.by,
+            first.at,
+            if approved { "approval" } else { "rejection" },
+        )));
+    }
     if !decided {
         check_prompt_keys(&schedule, &prompts, flags)?;
         check_prompts("approve", &schedule, &view, &prompts)?;
@@ -1668,7 +1680,7 @@ pub fn approve(
         if crate::output::json() {
             outln!("{}", python_json(&answer));
         } else {
-            outln!("node '{node_id}' decision : {decision}");
+            outln!("node '{node_id}' decision : {decision} (already recorded: nothing changed)");
             outln!("run_state : {}", view.run_state);
         }
         return Ok(if paused {
@@ -1692,6 +1704,42 @@ pub fn approve(
         }
     }
     Ok(exit_of(&end))
+}
+
+/// A decision on record for a node in a repair round.
+struct RecordedDecision {
+    approved: bool,
+    by: String,
+    at: String,
+}
+
+fn recorded_decision(
+    dir: &Path,
+    node: &str,
+    round: u64,
+) -> Result<Option<RecordedDecision>, CliError> {
+    let record = FileDecisions::read(dir)
+        .map_err(|e| refused(format!("graph approve: {e}")))?
+        .record;
+    let approved = record
+        .commits
+        .iter()
+        .find(|c| c.node_id == node && c.repair_round == round)
+        .map(|c| RecordedDecision {
+            approved: true,
+            by: c.decided_by.clone(),
+            at: c.decided_at.clone(),
+        });
+    let rejected = record
+        .rejections
+        .iter()
+        .find(|r| r.node_id == node && r.repair_round == round)
+        .map(|r| RecordedDecision {
+            approved: false,
+            by: r.decided_by.clone(),
+            at: r.decided_at.clone(),
+        });
+    Ok(approved.or(rejected))
 }
 
 /// What `approve --json` prints, as bounded-loops prints it.

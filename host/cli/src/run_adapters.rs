@@ -259,6 +259,8 @@ pub const LOCAL_LEDGER: &str = "local-ledger";
 /// bl's first-party local effect: the published artifacts are written to
 /// `<run>/outbox/<node>/`, if the `outbox-policy` plugin allows it.
 pub const OUTBOX: &str = "outbox";
+/// What an outbox directory lists its files in.
+pub const OUTBOX_MANIFEST: &str = "manifest.json";
 
 impl RunLedger {
     /// Asks the node's publication policy (a wasm plugin) whether the
@@ -349,17 +351,31 @@ impl RunLedger {
     }
 
     /// The outbox effect: each published artifact, verified, into
-    /// `<run>/outbox/<node>/<hex>`.
+    /// `<run>/outbox/<node>/<its name>`, with `manifest.json` beside them
+    /// (each file's name, digest, size and producer).
     fn write_outbox(&self, order: &PublishOrder) -> Result<(), String> {
         let store = ArtifactStore::new(self.dir.join("artifacts"), 64 << 20);
         let dir = self.dir.join("outbox").join(order.node);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        for digest in order.upstream {
-            let bytes = store.get(digest).map_err(|e| e.to_string())?;
-            let name = digest.trim_start_matches("sha256:");
-            std::fs::write(dir.join(name), bytes).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut manifest = Vec::new();
+        for file in order.files {
+            if file.name == OUTBOX_MANIFEST || file.name.contains('/') || file.name.starts_with('.') {
+                return Err(format!(
+                    "outbox: '{}' cannot be published under that name",
+                    file.name
+                ));
+            }
+            let bytes = store.get(&file.digest).map_err(|e| e.to_string())?;
+            let path = dir.join(&file.name);
+            std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            manifest.push(serde_json::json!({
+                "digest": file.digest, "name": file.name, "producer": file.producer,
+                "size": bytes.len(),
+            }));
         }
-        Ok(())
+        let path = dir.join(OUTBOX_MANIFEST);
+        std::fs::write(&path, serde_json::to_vec_pretty(&manifest).unwrap_or_default())
+            .map_err(|e| format!("{}: {e}", path.display()))
     }
 }
 

@@ -376,10 +376,24 @@ pub struct PublishOrder<'a> {
     /// The node's `publication_policy`.
     pub policy: &'a str,
     pub payload_digest: &'a str,
-    /// What is published: the artifacts of the node's parents.
+    /// What is published: the artifacts of the node's parents (sorted
+    /// digests, what the payload digest binds).
     pub upstream: &'a [String],
+    /// The same, as files: what a local effect (the outbox) writes.
+    pub files: &'a [PublishedFile],
     /// Every approval node that decided before this publish: (id, approved).
     pub approvals: Vec<(String, bool)>,
+}
+
+/// One artifact a publish node publishes, with the name it goes by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedFile {
+    /// Its declared file name (`plan.json`), or `<producer>.reply.txt` for a
+    /// reply no port declares; prefixed with its producer should two share
+    /// a name.
+    pub name: String,
+    pub digest: String,
+    pub producer: String,
 }
 
 /// What one publish came to: the outcome, the effect key, and the policy
@@ -1886,8 +1900,8 @@ impl Controller<'_, '_> {
 
     /// What a publish node publishes: its parents' artifacts, looking
     /// through approvals (which pass on what they approved).
-    fn published_inputs(&self, node: usize) -> Vec<String> {
-        let mut out = Vec::new();
+    fn published_inputs(&self, node: usize) -> Vec<PublishedFile> {
+        let mut out: Vec<PublishedFile> = Vec::new();
         let mut stack: Vec<usize> = self.info(node).incoming.iter().map(|&(f, _)| f).collect();
         let mut seen = HashSet::new();
         while let Some(parent) = stack.pop() {
@@ -1896,23 +1910,38 @@ impl Controller<'_, '_> {
             }
             if self.info(parent).driver == Driver::Approval {
                 stack.extend(self.info(parent).incoming.iter().map(|&(f, _)| f));
+                continue;
+            }
+            let producer = self.info(parent).id.clone();
+            let produced = &self.produced[parent];
+            if produced.outputs.is_empty() {
+                // No port declared: its reply is what it produced.
+                out.extend(produced.digests.iter().map(|d| PublishedFile {
+                    name: format!("{producer}.reply.txt"),
+                    digest: d.clone(),
+                    producer: producer.clone(),
+                }));
             } else {
-                // A system_only output is the operator's, never published.
-                let produced = &self.produced[parent];
-                out.extend(
-                    produced
-                        .digests
-                        .iter()
-                        .filter(|d| {
-                            !produced
-                                .outputs
-                                .iter()
-                                .any(|o| o.system_only && o.digest == **d)
-                        })
-                        .cloned(),
-                );
+                // Its declared outputs, by their names; never its chat
+                // reply, never a system_only output (the operator's).
+                out.extend(produced.outputs.iter().filter(|o| !o.system_only).map(|o| {
+                    PublishedFile {
+                        name: o.path.rsplit('/').next().unwrap_or(&o.path).to_string(),
+                        digest: o.digest.clone(),
+                        producer: producer.clone(),
+                    }
+                }));
             }
         }
+        // A name two producers share is told apart by its producer.
+        let names: Vec<String> = out.iter().map(|f| f.name.clone()).collect();
+        for file in &mut out {
+            if names.iter().filter(|n| **n == file.name).count() > 1 {
+                file.name = format!("{}-{}", file.producer, file.name);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name).then(a.digest.cmp(&b.digest)));
+        out.dedup_by(|a, b| a.digest == b.digest && a.name == b.name);
         out
     }
 
@@ -1927,7 +1956,8 @@ impl Controller<'_, '_> {
     ) -> Result<(), RunError> {
         let info = self.info(node).clone();
         self.record_inline_turn(&info.id, attempt, round)?;
-        let mut upstream = self.published_inputs(node);
+        let files = self.published_inputs(node);
+        let mut upstream: Vec<String> = files.iter().map(|f| f.digest.clone()).collect();
         upstream.sort();
         upstream.dedup();
         // bounded-loops' formula: hex sha256 of Python's json.dumps (sorted
@@ -1963,6 +1993,7 @@ impl Controller<'_, '_> {
             policy,
             payload_digest: &payload_digest,
             upstream: &upstream,
+            files: &files,
             approvals,
         })?;
         self.keep_components(&plugins, attempt)?;
