@@ -1660,7 +1660,11 @@ pub fn approve(
     {
         return Err(refused(format!(
             "graph approve: node '{node_id}' was already {} by {} at {}; a decision is final, so this {} was not recorded",
-            if first.approved { "approved" } else { "rejected" },
+            if first.approved {
+                "approved"
+            } else {
+                "rejected"
+            },
             first.by,
             first.at,
             if approved { "approval" } else { "rejection" },

@@ -316,11 +316,18 @@ struct HandoffFile {
     path: PathBuf,
     manifest: LoopManifest,
     bounds: Bounds,
+    /// How the gate's findings are redacted (`--redact`), and the loop dir.
+    redact: bl_loops::redact::Mode,
+    loop_dir: String,
 }
 
 impl Handoff for HandoffFile {
     fn write(&mut self, outcome: &RunOutcome) -> Result<(), String> {
-        let text = handoff_text(&self.manifest, &self.bounds, outcome);
+        let said_last = outcome
+            .last_verdict
+            .as_ref()
+            .map(|j| bl_loops::engine::feedback_text(j, self.redact, &self.loop_dir));
+        let text = handoff_text(&self.manifest, &self.bounds, outcome, said_last.as_deref());
         std::fs::write(&self.path, text).map_err(|e| e.to_string())
     }
 }
@@ -329,7 +336,12 @@ impl Handoff for HandoffFile {
 /// stopped, what it was for, how far it got (per attempt), the gate's last
 /// word, the bounds, what to do next, and (marked unverified) the worker's
 /// own account from the wind-down turn.
-pub fn handoff_text(m: &LoopManifest, bounds: &Bounds, outcome: &RunOutcome) -> String {
+fn handoff_text(
+    m: &LoopManifest,
+    bounds: &Bounds,
+    outcome: &RunOutcome,
+    said_last: Option<&str>,
+) -> String {
     let mut s = format!(
         "# Handoff — {}\n\nA declared bound stopped this run before its gate passed. Nothing here says the work is\ndone; it is here so that the next run does not start from nothing.\n\n",
         m.name
@@ -360,8 +372,9 @@ pub fn handoff_text(m: &LoopManifest, bounds: &Bounds, outcome: &RunOutcome) -> 
         s.push_str(&format!("  attempt {}: {what} — {}\n", i + 1, a.detail));
     }
     // The gate's last word belongs to the halting lap only if that lap got to the gate.
+    // (With what it found, as the agent was told it.)
     let last = match outcome.attempts.last() {
-        Some(a) if a.lap == outcome.laps => a.detail.as_str(),
+        Some(a) if a.lap == outcome.laps => said_last.unwrap_or(a.detail.as_str()),
         _ => "(no verdict was reached)",
     };
     s.push_str(&format!("\n## What the gate said last\n\n{last}\n\n"));
@@ -874,6 +887,8 @@ fn drive_loop(
     let plan = Plan {
         bounds: bounds.clone(),
         prompt: compose_prompt(dir, m),
+        redact: bl_loops::redact::Mode::parse(&place.redact).unwrap_or(bl_loops::redact::Mode::Off),
+        loop_dir: dir.display().to_string(),
         reuse_verdicts: bounds.sandbox,
     };
     let clock = WallClock {
@@ -883,6 +898,8 @@ fn drive_loop(
         path: place.handoff.clone(),
         manifest: m.clone(),
         bounds: bounds.clone(),
+        redact: plan.redact,
+        loop_dir: plan.loop_dir.clone(),
     };
     let mut trace =
         crate::loop_trace::LapSpans::new(bounds.trace, &m.name, Redact::new(&place.redact, dir));

@@ -359,7 +359,8 @@ impl RunLedger {
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut manifest = Vec::new();
         for file in order.files {
-            if file.name == OUTBOX_MANIFEST || file.name.contains('/') || file.name.starts_with('.') {
+            if file.name == OUTBOX_MANIFEST || file.name.contains('/') || file.name.starts_with('.')
+            {
                 return Err(format!(
                     "outbox: '{}' cannot be published under that name",
                     file.name
@@ -374,8 +375,11 @@ impl RunLedger {
             }));
         }
         let path = dir.join(OUTBOX_MANIFEST);
-        std::fs::write(&path, serde_json::to_vec_pretty(&manifest).unwrap_or_default())
-            .map_err(|e| format!("{}: {e}", path.display()))
+        std::fs::write(
+            &path,
+            serde_json::to_vec_pretty(&manifest).unwrap_or_default(),
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))
     }
 }
 

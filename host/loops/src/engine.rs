@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use crate::ledger::Ordered;
+use serde_json::Value;
 
 use crate::bounds::{Bounds, Stop};
 use crate::ledger::{
@@ -201,6 +202,10 @@ pub struct RunOutcome {
 pub struct Plan {
     pub bounds: Bounds,
     pub prompt: String,
+    /// How the gate's findings are redacted before the agent is told them
+    /// (`--redact`), and the loop directory paths are shown relative to.
+    pub redact: crate::redact::Mode,
+    pub loop_dir: String,
     /// Whether a verdict stands for a workspace whose content has not
     /// changed since the gate gave it. True only in the cage, where the
     /// gate's inputs are the workspace and a read-only host, with no
@@ -430,7 +435,11 @@ impl Laps<'_, '_> {
                 Outcome::Fail => {
                     let now = self.ports.clock.timestamp();
                     self.ports.memory.note(lap, &now, &judgement.detail);
-                    feedback = Some(judgement.detail);
+                    feedback = Some(feedback_text(
+                        &judgement,
+                        self.plan.redact,
+                        &self.plan.loop_dir,
+                    ));
                     self.record(LapRecord {
                         lap,
                         verdict: recorded,
@@ -530,6 +539,92 @@ impl Laps<'_, '_> {
             spent: true,
         };
         self.finish(Status::Halt, reason, record)
+    }
+}
+
+/// At most this many bytes of the gate's findings reach the agent.
+pub const FEEDBACK_BYTES: usize = 4096;
+/// At most this many lines of a checker's output reach the agent.
+pub const FEEDBACK_LINES: usize = 40;
+
+/// What the agent is told of a verdict that failed: the gate's detail, then
+/// what it found (a checker's last lines of output, a schema's errors, each
+/// child's word in a composite), bounded and redacted as the ledger is.
+pub fn feedback_text(judgement: &Judgement, redact: crate::redact::Mode, loop_dir: &str) -> String {
+    use crate::redact::{Mode, redact_text};
+    let clean = |t: &str| match redact {
+        Mode::Off => t.to_string(),
+        _ => redact_text(t, loop_dir),
+    };
+    let mut out = clean(&judgement.detail);
+    let mut found = String::new();
+    render_evidence(&judgement.evidence, None, redact, &clean, &mut found);
+    if !found.trim().is_empty() {
+        out.push_str("\n\nWhat the gate found:\n");
+        out.push_str(found.trim_end());
+    }
+    if out.len() > FEEDBACK_BYTES {
+        let mut cut = FEEDBACK_BYTES;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push_str("\n[… cut: the rest is in the ledger]");
+    }
+    out
+}
+
+/// A checker's output, a schema's errors, a composite's children: what the
+/// evidence says, as lines.
+fn render_evidence(
+    value: &Ordered,
+    key: Option<&str>,
+    redact: crate::redact::Mode,
+    clean: &dyn Fn(&str) -> String,
+    out: &mut String,
+) {
+    match value {
+        Ordered::Object(pairs) => {
+            for (k, v) in pairs {
+                render_evidence(v, Some(k), redact, clean, out);
+            }
+        }
+        Ordered::Array(items) => {
+            for item in items {
+                render_evidence(item, key, redact, clean, out);
+            }
+        }
+        Ordered::Json(Value::String(text)) if key == Some("tail") => {
+            if redact == crate::redact::Mode::Strict {
+                out.push_str("(the checker's output is withheld: --redact strict)\n");
+                return;
+            }
+            let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            let start = lines.len().saturating_sub(FEEDBACK_LINES);
+            for line in &lines[start..] {
+                out.push_str(&clean(line));
+                out.push('\n');
+            }
+        }
+        Ordered::Json(Value::String(text))
+            if matches!(
+                key,
+                Some("message" | "error" | "errors" | "finding" | "findings" | "detail" | "reason")
+            ) =>
+        {
+            out.push_str(&format!("- {}\n", clean(text)));
+        }
+        Ordered::Json(Value::Array(items)) => {
+            for item in items {
+                render_evidence(&Ordered::Json(item.clone()), key, redact, clean, out);
+            }
+        }
+        Ordered::Json(Value::Object(map)) => {
+            for (k, v) in map {
+                render_evidence(&Ordered::Json(v.clone()), Some(k), redact, clean, out);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -805,6 +900,8 @@ mod tests {
         let plan = Plan {
             bounds,
             prompt: "fix".into(),
+            redact: crate::redact::Mode::Off,
+            loop_dir: String::new(),
             reuse_verdicts,
         };
         let outcome = run(

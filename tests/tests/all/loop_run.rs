@@ -1681,3 +1681,84 @@ fn json_lines(stdout: &str) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// The gate's findings reach the agent: a stand-in agent that fixes exactly
+/// what it is told brings the README up to standard on its second lap. The
+/// same agent behind a gate that says only its exit code has to guess, and
+/// takes a lap per guess.
+#[test]
+fn the_agent_is_told_what_the_gate_found_and_fixes_it_in_fewer_laps() {
+    let laps_for = |gate: &str| {
+        let l = Loop::catalog("readme-sections");
+        l.write(
+            "loop.yaml",
+            &std::fs::read_to_string(l.pkg().join("loop.yaml"))
+                .unwrap()
+                .replace(
+                    "runner:\n  default: stub\n",
+                    "runner:\n  default: shell\n  agent_cmd: python3 seed/agent.py\n",
+                )
+                .replace(
+                    "run: python3 seed/check_readme.py seed/README.md",
+                    &format!("run: {gate}"),
+                )
+                .replace("forbid:\n", "forbid:\n  - seed/quiet.py\n"),
+        );
+        l.write(
+            "bounds.yaml",
+            &std::fs::read_to_string(l.pkg().join("bounds.yaml"))
+                .unwrap()
+                .replace("max_iterations: 5", "max_iterations: 9")
+                .replace("no_progress_window: 3", "no_progress_window: 9"),
+        );
+        // The same check, saying nothing but its exit code.
+        l.write(
+            "seed/quiet.py",
+            "import subprocess, sys\nsys.exit(subprocess.run([sys.executable, 'seed/check_readme.py', 'seed/README.md'], capture_output=True).returncode)\n",
+        );
+        l.write(
+            "seed/agent.py",
+            r#"import re, sys
+prompt = sys.stdin.read()
+readme = open('seed/README.md').read()
+
+def fix(text, name):
+    # Give a section some words: add it, or fill it where it is empty.
+    header = '## %s\n' % name
+    words = '\nSome words about %s.\n' % name.lower()
+    if header not in text:
+        return text + '\n' + header + words
+    return text.replace(header, header + words, 1)
+
+told = re.findall(r'(?:missing|empty) section: (\w+)', prompt)
+if not told:
+    # Told nothing: guess the next likely section not yet written.
+    def done(name):
+        at = readme.find('## %s\n' % name)
+        return at >= 0 and readme[at:].split('\n## ')[0].strip().count('\n') > 0
+    told = [g for g in ['Overview', 'Install', 'Contributing', 'Usage', 'FAQ', 'License']
+            if not done(g)][:1]
+for name in told:
+    readme = fix(readme, name)
+open('seed/README.md', 'w').write(readme)
+print('fixed', told)
+"#,
+        );
+        let r = l.run(&[]);
+        let (code, status, reason, laps) = r.status();
+        assert_eq!(
+            (code, status.as_str()),
+            (0, "DONE"),
+            "{reason}\n{}",
+            r.stderr
+        );
+        laps
+    };
+    let told = laps_for("python3 seed/check_readme.py seed/README.md");
+    let guessing = laps_for("python3 seed/quiet.py");
+    assert_eq!(told, 2, "told what is missing, the agent fixes it at once");
+    assert!(
+        guessing > told + 2,
+        "told nothing, the agent guesses: {guessing} laps against {told}"
+    );
+}
