@@ -54,6 +54,24 @@ pub enum GraphCommand {
         #[command(flatten)]
         flags: crate::graph_exec_cmd::DriveFlags,
     },
+    /// Write a connections file for a graph: one admitted local binding per
+    /// connection slot, for you to review (`> connections.json`).
+    Connect {
+        /// The graph manifest (.yaml or .json).
+        manifest: PathBuf,
+        /// The agent CLI every slot is bound to: claude, codex, grok, muse,
+        /// agy, dsh (or one your --providers catalog adds), or `recorded`
+        /// for recorded replies (no key, no network).
+        #[arg(long)]
+        provider: String,
+        /// The model the binding names (`model_target`).
+        #[arg(long, default_value = "default")]
+        model: String,
+        /// The isolation every binding provides (default: what the slot's
+        /// nodes ask for at most).
+        #[arg(long)]
+        isolation: Option<String>,
+    },
     /// Show a run's state, projected from its verified event log.
     Status {
         #[arg(long)]
@@ -176,6 +194,12 @@ pub fn run(cmd: GraphCommand) -> CliResult {
                 "graph run: give a manifest, or --execute to run the built-in sandbox probe",
             )),
         },
+        GraphCommand::Connect {
+            manifest,
+            provider,
+            model,
+            isolation,
+        } => connect(&manifest, &provider, &model, isolation.as_deref()),
         GraphCommand::Status { run } => crate::graph_exec_cmd::status(&run),
         GraphCommand::Artifacts { run } => crate::graph_exec_cmd::artifacts(&run),
         GraphCommand::Approve {
@@ -500,6 +524,55 @@ fn say_bindings(graph: &bl_graph::Graph, plan: &bl_graph::Plan) {
             c.isolation
         );
     }
+}
+
+/// `bl graph connect MANIFEST --provider P [--model M] [--isolation T]`
+fn connect(manifest: &Path, provider: &str, model: &str, isolation: Option<&str>) -> CliResult {
+    use bl_graph::model::{Isolation, Named};
+    let graph = match load(manifest, "connect") {
+        Loaded::Graph(graph) => graph,
+        Loaded::Refused { refusal, early } => {
+            return Err(refused(manifest, "graph connect:", &refusal, early));
+        }
+    };
+    let isolation = match isolation {
+        None => None,
+        Some(name) => Some(Isolation::parse(name).ok_or_else(|| {
+            CliError::refused(format!(
+                "graph connect: --isolation {name}: use one of {}",
+                Isolation::NAMES.join(", ")
+            ))
+        })?),
+    };
+    let known = bl_workers::Catalog::shipped();
+    if provider != bl_workers::recorded::PROVIDER && known.get(provider).is_none() {
+        crate::output::errln!(
+            "warning: no shipped profile for provider '{provider}' (shipped: {}); a run needs one from --providers",
+            known.names().collect::<Vec<_>>().join(", ")
+        );
+    }
+    if graph.slots.is_empty() {
+        crate::output::errln!(
+            "note: {} has no connection slots: its nodes need no connections",
+            manifest.display()
+        );
+    }
+    let wanted = bl_graph::connect::Wanted {
+        provider,
+        model,
+        isolation,
+    };
+    let made = bl_graph::connect::candidates(&graph, &wanted);
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(&Value::Array(made)).expect("JSON serializes")
+    );
+    crate::output::errln!(
+        "note: one admitted {provider} binding per slot, for you to review (docs/manifest-reference.md, \"connections.json\"); then: bl graph plan {} --connections connections.json",
+        manifest.display()
+    );
+    warn_hazards(manifest, &bl_graph::hazards::hazards(&graph, None));
+    Ok(Exit::Success)
 }
 
 fn digest(dir: &Path, as_json: bool) -> CliResult {

@@ -18,6 +18,7 @@
 pub mod artifacts;
 pub mod dag;
 pub mod doc;
+pub mod connect;
 pub mod error;
 pub mod hazards;
 pub mod model;
