@@ -15,7 +15,10 @@ use crate::exit::{CliError, CliResult, Exit};
 pub enum EgressCommand {
     /// Resolve (where the name resolves) and classify a URL's destination
     /// without connecting. Exit 0 allow, 1 deny.
-    Check { url: String },
+    Check {
+        /// The URL whose destination to classify.
+        url: String,
+    },
     /// Send one request to an admitted connection's endpoint through the
     /// broker: a single-use lease, the destination resolved once and pinned,
     /// the credential read from the environment variable the record names
@@ -26,11 +29,13 @@ pub enum EgressCommand {
         /// The admitted-connection records (`{connection_id: record}`).
         #[arg(long)]
         admitted: PathBuf,
+        /// The connection id in the --admitted records.
         #[arg(long)]
         connection: String,
         /// The request body: JSON text, or @FILE.
         #[arg(long, default_value = "{}")]
         body: String,
+        /// Give up on the request after this many seconds.
         #[arg(long, default_value_t = 120)]
         timeout_s: u64,
         /// The largest response accepted, in bytes.

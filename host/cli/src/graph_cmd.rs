@@ -17,9 +17,13 @@ use crate::exit::{CliError, CliResult, Exit};
 #[derive(Subcommand)]
 pub enum GraphCommand {
     /// Parse and validate a graph manifest (.yaml or .json). Exit 0 valid, 2 invalid.
-    Lint { manifest: PathBuf },
+    Lint {
+        /// The graph manifest (.yaml or .json).
+        manifest: PathBuf,
+    },
     /// Validate, then compile a graph to an execution plan.
     Plan {
+        /// The graph manifest (.yaml or .json).
         manifest: PathBuf,
         /// A JSON file of connection candidates (needed when the graph has slots).
         #[arg(long)]
@@ -74,15 +78,20 @@ pub enum GraphCommand {
     },
     /// Show a run's state, projected from its verified event log.
     Status {
+        /// The run directory (what `graph run --out` wrote).
         #[arg(long)]
         run: PathBuf,
     },
     /// Record a human decision on an approval node, and resume the run.
     Approve {
+        /// The run directory (what `graph run --out` wrote).
         #[arg(long)]
         run: PathBuf,
+        /// The approval node to decide.
         #[arg(long)]
         node: String,
+        /// approved or rejected. A decision is final: the opposite one is
+        /// refused afterwards.
         #[arg(long, value_parser = ["approved", "rejected"])]
         decision: String,
         /// Sign the decision with this private key (from `bl keys generate`).
@@ -93,6 +102,7 @@ pub enum GraphCommand {
     },
     /// Continue a paused or interrupted run. SUCCEEDED nodes are never run again.
     Resume {
+        /// The run directory (what `graph run --out` wrote).
         #[arg(long)]
         run: PathBuf,
         #[command(flatten)]
@@ -102,6 +112,7 @@ pub enum GraphCommand {
     /// components) with its producer, digest, size, visibility and consumers,
     /// from its verified event log.
     Artifacts {
+        /// The run directory (what `graph run --out` wrote).
         #[arg(long)]
         run: PathBuf,
     },

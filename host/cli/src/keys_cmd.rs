@@ -23,7 +23,10 @@ pub enum KeysCommand {
         out: Option<PathBuf>,
     },
     /// Print the verifier (public) key of a private key file.
-    Public { key: PathBuf },
+    Public {
+        /// The private key file.
+        key: PathBuf,
+    },
 }
 
 fn default_key_path(name: &str) -> Result<PathBuf, String> {

@@ -575,9 +575,17 @@ fn confirm(args: &RunArgs, m: &LoopManifest, runner: &str) -> Result<(), CliErro
         (Some(run), _) => run.clone(),
         (None, kind) => format!("<{kind} gate>"),
     };
-    outln!("[bounded-loops] About to run loop '{}':", m.name);
-    outln!("  runner : {runner}");
-    outln!("  gate   : {gate}");
+    // Under --json stdout carries only the outcome: the preview goes to
+    // stderr. (bounded-loops' readers take the outcome from the last line.)
+    let preview = format!(
+        "[bounded-loops] About to run loop '{}':\n  runner : {runner}\n  gate   : {gate}",
+        m.name
+    );
+    if crate::output::json() {
+        crate::output::errln!("{preview}");
+    } else {
+        outln!("{preview}");
+    }
     if args.yes {
         return Ok(());
     }
@@ -586,8 +594,12 @@ fn confirm(args: &RunArgs, m: &LoopManifest, runner: &str) -> Result<(), CliErro
     if !std::io::stdin().is_terminal() {
         return Err(refused());
     }
-    crate::output::out!("Proceed? [y/N] ");
-    crate::output::flush();
+    if crate::output::json() {
+        eprint!("Proceed? [y/N] ");
+    } else {
+        crate::output::out!("Proceed? [y/N] ");
+        crate::output::flush();
+    }
     let mut answer = String::new();
     let _ = std::io::stdin().read_line(&mut answer);
     if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {

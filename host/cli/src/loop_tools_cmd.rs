@@ -426,7 +426,9 @@ pub enum LoopsCommand {
     List,
     /// Copy a catalog loop into ./loops/NAME (or --dest).
     Install {
+        /// The catalog loop's name (see `bl loops list`).
         name: String,
+        /// Where to copy it (default: ./loops/NAME).
         #[arg(long)]
         dest: Option<PathBuf>,
     },

@@ -40,7 +40,7 @@ use crate::output::errln;
 #[command(
     name = "bl",
     version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BL_COMMIT"), ")"),
-    about,
+    about = "bl runs AI-agent work so that the agent never grades itself: a worker takes a turn, and an independent gate decides from the workspace alone.",
     long_about = None,
     propagate_version = true
 )]
@@ -61,18 +61,27 @@ enum Command {
     Run(loop_cmd::RunArgs),
     /// Check loop packages (loop.yaml, bounds.yaml): [PASS] or [FAIL] each.
     Lint {
+        /// The loop package directories to check.
         #[arg(required = true)]
         dirs: Vec<std::path::PathBuf>,
     },
     /// List the loop packages under DIR (./loops/*/ and ./*/).
-    List { dir: Option<std::path::PathBuf> },
+    List {
+        /// Where to look (default: here).
+        dir: Option<std::path::PathBuf>,
+    },
     /// Show a loop's runner, gate, bounds and content hash.
-    Show { dir: std::path::PathBuf },
+    Show {
+        /// The loop package directory (it holds loop.yaml).
+        dir: std::path::PathBuf,
+    },
     /// The gate kinds, the plugin that runs each, and whether this machine has it.
     Gates,
     /// Render a loop run's receipt from its ledger (or --write it).
     Receipt {
+        /// The loop run's directory (it holds the ledger).
         run_dir: std::path::PathBuf,
+        /// Write receipt.md into the run directory instead of printing it.
         #[arg(long)]
         write: bool,
     },
@@ -80,10 +89,12 @@ enum Command {
     Capabilities,
     /// Scaffold a loop that lints and runs: NAME, from a template per gate kind.
     New {
+        /// The new loop's name; its directory gets this name.
         name: String,
         /// command, pytest or jsonschema.
         #[arg(long, default_value = "command")]
         template: String,
+        /// Where to create it (default: ./NAME).
         #[arg(long)]
         dest: Option<std::path::PathBuf>,
     },
@@ -112,7 +123,8 @@ enum Command {
     /// The publication ledger of a run.
     #[command(subcommand)]
     Ledger(ledger_cmd::LedgerCommand),
-    /// Build, inspect and run wasm plugins (gates).
+    /// Build, list, inspect and run wasm plugins: gates, completion
+    /// contracts, transforms and publication policies.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
     /// Check what this machine can do (bwrap, seccomp, Landlock, the wasm
@@ -128,9 +140,15 @@ enum Command {
     #[command(subcommand)]
     Keys(keys_cmd::KeysCommand),
     /// Print a shell completion script: `bl completions bash > /etc/bash_completion.d/bl`.
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Write man pages (bl.1, bl-graph.1, bl-graph-lint.1, …) into DIR.
-    Man { dir: std::path::PathBuf },
+    Man {
+        /// The directory to write the pages into.
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -263,4 +281,31 @@ fn man_pages(dir: &std::path::Path) -> exit::CliResult {
             exit::Exit::Success
         })
         .map_err(|e| exit::CliError::refused(format!("man: {}: {e}", dir.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every argument of every command says what it is for.
+    #[test]
+    fn every_flag_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "bl", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
+    }
 }

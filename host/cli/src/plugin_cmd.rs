@@ -24,6 +24,7 @@ pub enum PluginCommand {
     New {
         /// The plugin's name; the crate goes in a directory of that name.
         name: String,
+        /// What the plugin is: the world its component exports.
         #[arg(long, value_enum)]
         kind: scaffold::Kind,
         /// Where to create it (default: ./NAME).

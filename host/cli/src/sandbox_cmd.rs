@@ -27,13 +27,16 @@ pub enum SandboxCommand {
         /// customer_managed_worker.
         #[arg(long)]
         isolation: String,
+        /// The directory the command works in; the only place it may write.
         #[arg(long)]
         workspace: PathBuf,
         /// Let the command write its workspace only to read it.
         #[arg(long)]
         read_only: bool,
+        /// Kill the command after this many seconds.
         #[arg(long, default_value_t = 600)]
         timeout_s: u64,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -42,10 +45,13 @@ pub enum SandboxCommand {
     /// HTTPS_PROXY (and friends) pointing at --listen. Used by bl itself.
     #[command(hide = true)]
     Bridge {
+        /// The broker's Unix socket, reachable inside the cage.
         #[arg(long)]
         socket: PathBuf,
+        /// The loopback address the command's HTTP client is pointed at.
         #[arg(long)]
         listen: String,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -57,6 +63,7 @@ pub enum SandboxCommand {
         /// temporary directory, printed).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// The isolation tier to prove.
         #[arg(long, default_value = "container_restricted")]
         isolation: String,
     },

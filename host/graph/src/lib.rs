@@ -16,9 +16,9 @@
 //! reading and the graph executor (later) does the running.
 
 pub mod artifacts;
+pub mod connect;
 pub mod dag;
 pub mod doc;
-pub mod connect;
 pub mod error;
 pub mod hazards;
 pub mod model;

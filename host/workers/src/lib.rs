@@ -360,17 +360,15 @@ pub fn read_reply(profile: &Profile, stdout: Vec<u8>) -> WorkReply {
             if env.get("type").and_then(Value::as_str) != Some("result") {
                 return refused();
             }
-            // Tokens count as reported only with the full usage block.
+            // Tokens count whenever the envelope reports them (bounded-loops
+            // counts them only with the two cache_* fields as well, and a
+            // token budget then fails as unmeasurable).
             let usage = env.get("usage").and_then(|u| {
                 let n = |k: &str| u.get(k).and_then(Value::as_u64);
                 Some(Usage {
                     input_tokens: n("input_tokens")?,
                     output_tokens: n("output_tokens")?,
-                    cost_microunits: {
-                        n("cache_creation_input_tokens")?;
-                        n("cache_read_input_tokens")?;
-                        0
-                    },
+                    cost_microunits: 0,
                 })
             });
             WorkReply::Reply {

@@ -243,12 +243,19 @@ fn a_catalog_loop_runs_done_and_its_ledger_verifies() {
         "the ledger names the gate's component"
     );
     verify(&l, &l.pkg(), o["ledger_head"].as_str().unwrap());
-    // The preview comes first, then the outcome.
+    // Under --json stdout is the outcome alone, one JSON object; the
+    // preview is on stderr.
+    assert_eq!(r.stdout.lines().count(), 1, "{}", r.stdout);
     assert!(
-        r.stdout
-            .starts_with("[bounded-loops] About to run loop 'readme-sections':\n  runner : stub\n"),
+        serde_json::from_str::<Value>(&r.stdout).is_ok(),
         "{}",
         r.stdout
+    );
+    assert!(
+        r.stderr
+            .starts_with("[bounded-loops] About to run loop 'readme-sections':\n  runner : stub\n"),
+        "{}",
+        r.stderr
     );
     // A rejected lap left a memory note in the package; STATE.md is untouched.
     let memory = std::fs::read_to_string(l.pkg().join(".STATE.md.runtime")).unwrap();
