@@ -747,8 +747,8 @@ pub fn run(
     report_drive(&run, &end, &view, RUN_TITLE, flags)
 }
 
-/// The heading of a run's report, as bounded-loops prints it.
-const RUN_TITLE: &str = "Local-CLI graph run — REAL execution";
+/// The heading of a run's report.
+const RUN_TITLE: &str = "Graph run";
 
 /// Whether a run is the operator's or a subgraph's child (how deep).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1280,21 +1280,11 @@ fn report_drive(
     }
     outln!("{title}");
     outln!("==============================================================");
-    outln!("run_state : {}", view.run_state);
-    if !awaiting.is_empty() {
-        outln!(
-            "pause_status : PAUSED — awaiting human decision on {} node(s): {}",
-            awaiting.len(),
-            awaiting.join(", ")
-        );
-    }
+    outln!("state     : {}", state_in_words(view, &awaiting, false));
+    outln!("agents    : {}", agents_in_words(&run.plan));
     for id in &order {
         let n = view.node(id);
-        let mark = match n.state.as_str() {
-            "SUCCEEDED" => "OK",
-            "AWAITING_APPROVAL" => "~~",
-            _ => "!!",
-        };
+        let mark = node_mark(&n.state);
         let artifact = n
             .artifact_digests
             .first()
@@ -1379,23 +1369,29 @@ pub fn status(dir: &Path) -> CliResult {
         outln!("{}", python_json(&status));
         return Ok(Exit::Success);
     }
+    let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
+    let awaiting = view.awaiting(order.iter().copied());
+    outln!("run       : {}", dir.display());
+    let live = bl_store::has_live_writer(&dir.join(crate::run_adapters::EVENTS_FILE));
+    outln!("state     : {}", state_in_words(&view, &awaiting, live));
+    outln!("agents    : {}", agents_in_words(&run.plan));
     outln!(
-        "notice    : LOCAL/UNVERIFIED — status is read from a local event log; not verified by an Arena server."
+        "read from : this run's own event log, on this machine (`bl verify {}` checks it)",
+        dir.display()
     );
-    outln!("demonstration: False");
-    outln!("run_state : {}", view.run_state);
-    outln!("run_id    : {}", RUN_ID);
     outln!();
-    outln!(
-        "{:<20} {:<20} {:<12} {:<22} {:<20} {:<24} REASON",
-        "NODE",
-        "KIND",
-        "STATE",
-        "ISOLATION",
-        "EFFECTS",
-        "ARTIFACTS"
-    );
-    outln!("{}", "-".repeat(140));
+    let mut rows = vec![
+        [
+            "NODE",
+            "KIND",
+            "STATE",
+            "ISOLATION",
+            "EFFECTS",
+            "ARTIFACTS",
+            "REASON",
+        ]
+        .map(String::from),
+    ];
     for node in &run.graph.nodes {
         let n = view.node(&node.id);
         let effects: Vec<&str> = node.effects.iter().map(|e| e.name()).collect();
@@ -1407,16 +1403,109 @@ pub fn status(dir: &Path) -> CliResult {
             ("SUCCEEDED", _) | (_, None) => "-".to_string(),
             (_, Some(reason)) => reason.clone(),
         };
-        outln!(
-            "{:<20} {:<20} {:<12} {:<22} {:<20} {artifact:<24} {reason}",
-            node.id,
-            node.kind.name(),
-            n.state,
-            node.isolation.name(),
-            effects.join(",")
-        );
+        rows.push([
+            node.id.clone(),
+            node.kind.name().to_string(),
+            n.state.clone(),
+            node.isolation.name().to_string(),
+            effects.join(","),
+            artifact,
+            reason,
+        ]);
+    }
+    for line in table_lines(&rows) {
+        outln!("{line}");
     }
     Ok(Exit::Success)
+}
+
+/// Rows laid out in columns as wide as their widest cell (the last column
+/// is left ragged), with a rule under the header.
+fn table_lines<const N: usize>(rows: &[[String; N]]) -> Vec<String> {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut lines = Vec::with_capacity(rows.len() + 1);
+    for (i, row) in rows.iter().enumerate() {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == N {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            }
+        }
+        lines.push(line.trim_end().to_string());
+        if i == 0 {
+            let rule = widths[..N - 1].iter().map(|w| w + 2).sum::<usize>() + widths[N - 1];
+            lines.push("-".repeat(rule));
+        }
+    }
+    lines
+}
+
+/// The run's state as a person reads it: a run waiting for a decision or a
+/// larger budget is PAUSED, though its log (and `--json`, as bounded-loops
+/// defines it) still says RUNNING.
+fn state_in_words(view: &RunView, awaiting: &[String], live: bool) -> String {
+    if view.run_state != "RUNNING" {
+        return view.run_state.clone();
+    }
+    if !awaiting.is_empty() {
+        return format!(
+            "PAUSED, waiting for your decision on {}",
+            awaiting.join(", ")
+        );
+    }
+    if let Some(pause) = &view.budget_pause {
+        let reason = pause["reason"]
+            .as_str()
+            .unwrap_or("a budget ceiling was reached");
+        return format!("PAUSED, {reason}");
+    }
+    if live {
+        "RUNNING".into()
+    } else {
+        "STOPPED before it ended: `bl graph resume` continues it".into()
+    }
+}
+
+/// Which agents did the work: the providers the plan bound, and whether
+/// they were live or recorded replies.
+fn agents_in_words(plan: &bl_graph::Plan) -> String {
+    let providers: std::collections::BTreeSet<&str> = plan
+        .node_bindings
+        .values()
+        .map(|b| b.provider_id.as_str())
+        .collect();
+    if providers.is_empty() {
+        return "none (no node calls an agent)".into();
+    }
+    providers
+        .into_iter()
+        .map(|p| {
+            if p == bl_workers::recorded::PROVIDER {
+                "recorded replies (no agent was called)".to_string()
+            } else {
+                format!("{p} (live)")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The mark before a node's line in a run's report.
+fn node_mark(state: &str) -> &'static str {
+    match state {
+        "SUCCEEDED" => "✓",
+        "FAILED" | "CANCELLED" => "✗",
+        "AWAITING_APPROVAL" => "⏸",
+        "SKIPPED" => "–",
+        _ => "·",
+    }
 }
 
 /// Refuses, before anything runs, a graph whose run would deny nodes
@@ -1617,13 +1706,7 @@ pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
     check_prompt_keys(&schedule, &prompts, flags)?;
     check_prompts("resume", &schedule, &view, &prompts)?;
     let (end, after) = continue_run(&run, &schedule, &view, prompts, flags, Depth::Top)?;
-    report_drive(
-        &run,
-        &end,
-        &after,
-        "Local-CLI graph resume — REAL execution",
-        flags,
-    )
+    report_drive(&run, &end, &after, "Graph resume", flags)
 }
 
 /// `bl graph approve --run D --node N --decision approved|rejected`

@@ -170,11 +170,15 @@ pub fn receipt_markdown(r: &Value) -> String {
         r["work_ceiling_s"]
     ));
     let g = &r["gate"];
+    let kind = g["kind"].as_str().unwrap_or_default();
     s.push_str(&format!(
-        "## What decided it\n\nGate `{}` — {}, implemented by `{}`\n\n## Laps\n\n| lap | verdict | decision | attempted | detail |\n|---|---|---|---|---|\n",
-        g["kind"].as_str().unwrap_or_default(),
-        g["source"].as_str().unwrap_or_default(),
-        g["implementation"].as_str().unwrap_or_default()
+        "## What decided it\n\nThe `{kind}` gate{}: {}.\n\n## Laps\n\n| lap | verdict | decision | attempted | detail |\n|---|---|---|---|---|\n",
+        if g["source"] == "shipped" {
+            ", shipped with bl"
+        } else {
+            ""
+        },
+        gate_in_words(kind)
     ));
     for lap in r["laps"].as_array().into_iter().flatten() {
         s.push_str(&format!(
@@ -204,6 +208,21 @@ pub fn receipt_markdown(r: &Value) -> String {
             .unwrap_or_default()
     ));
     s
+}
+
+/// What a gate kind checks, in the words of someone reading the receipt
+/// (the ledger keeps bounded-loops' class name, e.g. `CommandGate`).
+fn gate_in_words(kind: &str) -> &'static str {
+    match kind {
+        "command" => "it runs the loop's check command in the workspace, and exit 0 passes",
+        "pytest" => "it runs the loop's tests with pytest, and every test must pass",
+        "jsonschema" => "it checks the loop's JSON file against its schema",
+        "composite" => "it asks several gates and combines their verdicts as loop.yaml says",
+        "osv" => "it checks the dependencies for known vulnerabilities",
+        "great_expectations" => "it runs a data-quality checkpoint",
+        "axe" => "it checks the pages for accessibility problems",
+        _ => "a plugin gate named in loop.yaml decides",
+    }
 }
 
 #[cfg(test)]
@@ -252,5 +271,11 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| 2 | FAIL | halt | no | halt at 2 |"), "{md}");
+        // The gate is named in the reader's words, not by a class name.
+        assert!(
+            md.contains("The `command` gate, shipped with bl: it runs the loop's check command in the workspace, and exit 0 passes."),
+            "{md}"
+        );
+        assert!(!md.contains("CommandGate"), "{md}");
     }
 }

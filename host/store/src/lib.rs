@@ -34,4 +34,4 @@ pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, ve
 pub use checkpoint::{Checkpoint, NoteError, SigningKey, VerifierKey};
 pub use egress_log::{EGRESS_EVENTS, EgressLog, EgressLogError};
 pub use ledger::{Ledger, LedgerError, Publish, Reconciliation, effect_key};
-pub use log::{Appended, EventLog, StoreError, recover_torn_tail};
+pub use log::{Appended, EventLog, StoreError, has_live_writer, recover_torn_tail};

@@ -102,6 +102,16 @@ fn take_writer_lock(path: &Path) -> Result<Flock<File>, StoreError> {
     }
 }
 
+/// Whether a live process writes the log at `path` now: a writer holds the
+/// lock for its whole run, so a lock that cannot be had means one is there.
+/// (Taking it to find out lasts a moment; a writer starting then waits.)
+pub fn has_live_writer(path: &Path) -> bool {
+    let Ok(file) = File::open(lock_path(path)) else {
+        return false;
+    };
+    Flock::lock(file, FlockArg::LockSharedNonblock).is_err()
+}
+
 /// The lock file beside the log; bounded-loops uses the same name.
 fn lock_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();

@@ -340,6 +340,16 @@ fn a_second_signal_stops_at_once_with_the_same_record() {
     args.extend(["--concurrency", "2"]);
     let child = start(dir, &args);
     wait_logged(&dir.join("run"), "b:node.running");
+    // While it runs, status says so; once stopped, it says how to go on.
+    let state_line = |dir: &Path| {
+        let status = bl_in(dir, &["graph", "status", "--run", "run"]);
+        String::from_utf8_lossy(&status.stdout)
+            .lines()
+            .find(|l| l.starts_with("state "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(state_line(dir), "state     : RUNNING");
     std::thread::sleep(Duration::from_millis(200));
     signal(&child, "INT");
     signal(&child, "INT");
@@ -358,6 +368,10 @@ fn a_second_signal_stops_at_once_with_the_same_record() {
         .collect();
     assert_eq!(nodes, ["a", "b"], "{stopped:?}");
     assert!(gone_within("sleep:30", Duration::from_secs(2)).is_empty());
+    assert_eq!(
+        state_line(dir),
+        "state     : STOPPED before it ended: `bl graph resume` continues it"
+    );
     // The same record as a patient stop: both re-driven once, nothing else.
     std::fs::write(
         dir.join("inputs.json"),
