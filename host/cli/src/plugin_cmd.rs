@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bl_core::GateOutcome;
-use bl_pluginbuild::{BuildOptions, WasmToolchain};
+use bl_pluginbuild::{BuildOptions, PluginManifest, WasmToolchain};
 use bl_plugins::{
     ContractRequest, Grants, Invocation, LoadOptions, PluginError, PluginPackage, Runtime,
     RuntimeConfig, Verdict, World, outcome,
@@ -50,6 +50,11 @@ pub enum PluginCommand {
         #[arg(long)]
         force: bool,
     },
+    /// List every plugin bl can find: each component on the plugin path
+    /// (BL_PLUGIN_PATH, then beside bl), with its world, version, digest
+    /// and the capabilities it asks for. A name found twice is used from
+    /// the first directory; later ones are marked shadowed.
+    List,
     /// Show a component's world, WIT version, imports, exports, requested
     /// capabilities and digests.
     Inspect {
@@ -121,6 +126,7 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             force,
         } => build(dir, out, target_dir, force),
         PluginCommand::Inspect { plugin } => inspect(&plugin, crate::output::json()),
+        PluginCommand::List => list(crate::output::json()),
         PluginCommand::Run {
             plugin,
             workspace,
@@ -231,6 +237,170 @@ fn build(
         }
         Err(e) => Err(refused(e)),
     }
+}
+
+/// One component found on the plugin path.
+struct Listed {
+    name: String,
+    path: PathBuf,
+    /// Its summary and manifest, or why they could not be read.
+    read: Result<(bl_pluginbuild::ComponentSummary, Option<PluginManifest>), String>,
+    /// The directory whose component of the same name is used instead.
+    shadowed_by: Option<PathBuf>,
+}
+
+fn list(as_json: bool) -> CliResult {
+    // Shown as the directories they are (`bin/../plugins` once).
+    let mut search: Vec<PathBuf> = Vec::new();
+    for dir in paths::plugin_search_path() {
+        let dir = dir.canonicalize().unwrap_or(dir);
+        if !search.contains(&dir) {
+            search.push(dir);
+        }
+    }
+    let mut found: Vec<Listed> = Vec::new();
+    for dir in &search {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut wasm: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
+            .collect();
+        wasm.sort();
+        for path in wasm {
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let shadowed_by = found
+                .iter()
+                .find(|l| l.name == name && l.shadowed_by.is_none())
+                .and_then(|l| l.path.parent().map(Path::to_path_buf));
+            let read = PluginPackage::open(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|package| {
+                    bl_pluginbuild::summarize(&package.bytes)
+                        .map(|summary| (summary, package.manifest))
+                        .map_err(|e| e.to_string())
+                });
+            found.push(Listed {
+                name,
+                path,
+                read,
+                shadowed_by,
+            });
+        }
+    }
+    if as_json {
+        let plugins: Vec<serde_json::Value> = found.iter().map(listed_json).collect();
+        outln!(
+            "{}",
+            json!({
+                "search_path": search.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
+                "plugins": plugins,
+            })
+        );
+        return Ok(Exit::Success);
+    }
+    if found.is_empty() {
+        let dirs: Vec<String> = search.iter().map(|d| d.display().to_string()).collect();
+        outln!(
+            "No plugins found in {}. Build the first-party ones with `scripts/dev setup`, or point BL_PLUGIN_PATH at a directory of .wasm components.",
+            dirs.join(", ")
+        );
+        return Ok(Exit::Success);
+    }
+    let mut rows = vec![
+        [
+            "NAME",
+            "WORLD",
+            "VERSION",
+            "DIGEST",
+            "CAPABILITIES",
+            "WHERE",
+        ]
+        .map(String::from),
+    ];
+    for l in &found {
+        let place = match &l.shadowed_by {
+            Some(dir) => format!("{} (shadowed by {})", l.path.display(), dir.display()),
+            None => l.path.display().to_string(),
+        };
+        let row = match &l.read {
+            Ok((summary, manifest)) => [
+                l.name.clone(),
+                summary
+                    .world
+                    .clone()
+                    .unwrap_or_else(|| "(not a bl plugin)".into()),
+                manifest_version(summary, manifest.as_ref()),
+                short_digest(&summary.component_digest),
+                if summary.capabilities.is_empty() {
+                    "none".into()
+                } else {
+                    summary.capabilities.join(",")
+                },
+                place,
+            ],
+            Err(why) => [
+                l.name.clone(),
+                "(unreadable)".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                format!("{place}: {why}"),
+            ],
+        };
+        rows.push(row);
+    }
+    for line in crate::output::table_lines(&rows) {
+        outln!("{line}");
+    }
+    outln!();
+    outln!("`bl plugin inspect NAME` shows one in full.");
+    Ok(Exit::Success)
+}
+
+/// The version its manifest declares, when the manifest is of these bytes.
+fn manifest_version(
+    summary: &bl_pluginbuild::ComponentSummary,
+    manifest: Option<&PluginManifest>,
+) -> String {
+    match manifest {
+        Some(m) if m.component_digest == summary.component_digest => m.version.clone(),
+        Some(_) => "(manifest is stale)".into(),
+        None => "-".into(),
+    }
+}
+
+fn short_digest(digest: &str) -> String {
+    let cut = digest.len().min("sha256:".len() + 12);
+    format!("{}…", &digest[..cut])
+}
+
+fn listed_json(l: &Listed) -> serde_json::Value {
+    let mut v = json!({
+        "name": l.name,
+        "path": l.path.display().to_string(),
+        "shadowed_by": l.shadowed_by.as_ref().map(|d| d.display().to_string()),
+    });
+    match &l.read {
+        Ok((summary, manifest)) => {
+            v["world"] = json!(summary.world);
+            v["version"] = json!(manifest.as_ref().map(|m| &m.version));
+            v["manifest_matches"] = json!(
+                manifest
+                    .as_ref()
+                    .map(|m| m.component_digest == summary.component_digest)
+            );
+            v["component_digest"] = json!(summary.component_digest);
+            v["capabilities"] = json!(summary.capabilities);
+            v["wit_package"] = json!(summary.wit_package);
+        }
+        Err(why) => v["error"] = json!(why),
+    }
+    v
 }
 
 fn inspect(plugin: &str, as_json: bool) -> CliResult {

@@ -70,6 +70,7 @@ fn every_scaffold_kind_builds_as_it_is_and_inspects_as_its_world() {
             "{stdout}"
         );
     }
+    plugin_list_shows_every_component_on_the_path(&scratch.path().join("out"));
     // The gate scaffold runs: README.md with a `#` passes.
     let ws = scratch.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
@@ -423,5 +424,92 @@ fn a_second_build_with_no_edits_is_up_to_date_from_any_directory() {
     assert!(
         stderr.contains("--out is inside the plugin's sources"),
         "{stderr}"
+    );
+}
+
+/// `bl plugin list` over `built` (the four scaffolds) then the first-party
+/// plugins: each with its world, version, digest and capabilities; a name
+/// found again later marked shadowed; a file that is no component said so.
+fn plugin_list_shows_every_component_on_the_path(built: &Path) {
+    std::fs::copy(
+        bl_e2e::plugin_dir().join("files.wasm"),
+        built.join("files.wasm"),
+    )
+    .unwrap();
+    std::fs::write(built.join("broken.wasm"), b"not a component").unwrap();
+    let path = std::env::join_paths([built.to_path_buf(), bl_e2e::plugin_dir()]).unwrap();
+    let list = |json: bool| {
+        let mut cmd = std::process::Command::new(bl_e2e::bl_binary());
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .args(["plugin", "list"])
+            .env("BL_PLUGIN_PATH", &path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let answer: Value = serde_json::from_str(&list(true)).unwrap();
+    let plugins = answer["plugins"].as_array().unwrap();
+    let find = |name: &str, dir: &Path| {
+        plugins
+            .iter()
+            .find(|p| {
+                p["name"] == name
+                    && Path::new(p["path"].as_str().unwrap()).parent()
+                        == Some(dir.canonicalize().unwrap().as_path())
+            })
+            .unwrap_or_else(|| panic!("{name} in {}: {answer}", dir.display()))
+    };
+    for (name, world) in [
+        ("my-gate", "gate"),
+        ("my-contract", "completion-contract"),
+        ("my-transform", "transform"),
+        ("my-policy", "publication-policy"),
+    ] {
+        let p = find(name, built);
+        assert_eq!(p["world"], world, "{p}");
+        assert_eq!(p["version"], "0.1.0", "{p}");
+        assert_eq!(p["manifest_matches"], true, "{p}");
+        assert!(
+            p["component_digest"]
+                .as_str()
+                .unwrap()
+                .starts_with("sha256:")
+        );
+    }
+    let command = find("command", &bl_e2e::plugin_dir());
+    assert_eq!(command["capabilities"], serde_json::json!(["command"]));
+    // The copy without its manifest comes first and is the one used.
+    let copy = find("files", built);
+    assert_eq!(
+        (copy["shadowed_by"].is_null(), copy["version"].is_null()),
+        (true, true)
+    );
+    let original = find("files", &bl_e2e::plugin_dir());
+    assert_eq!(
+        original["shadowed_by"].as_str().map(Path::new),
+        Some(built.canonicalize().unwrap().as_path()),
+        "{original}"
+    );
+    assert_eq!(copy["component_digest"], original["component_digest"]);
+    assert!(find("broken", built)["error"].is_string());
+    let text = list(false);
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.starts_with("NAME") && header.contains("WORLD") && header.contains("CAPABILITIES"),
+        "{text}"
+    );
+    let row = text.lines().find(|l| l.starts_with("command ")).unwrap();
+    assert!(
+        row.contains("gate") && row.contains("sha256:") && row.contains("command"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("files ") && l.contains("(shadowed by")),
+        "{text}"
     );
 }
