@@ -501,16 +501,10 @@ fn plan(
     Ok(Exit::Success)
 }
 
-/// Which connection each node got, and what the policy digest is, on
-/// stderr (stdout keeps bounded-loops' bytes).
+/// Which connection each node got, on stderr (stdout keeps bounded-loops'
+/// lines).
 fn say_bindings(graph: &bl_graph::Graph, plan: &bl_graph::Plan) {
     use crate::output::errln;
-    if plan.policy_digest == DEFAULT_POLICY_DIGEST {
-        errln!(
-            "note: policy {}… is bounded-loops' stand-in digest for \"no policy file\": this run names none",
-            &DEFAULT_POLICY_DIGEST[..15]
-        );
-    }
     let catalog = bl_workers::Catalog::shipped();
     for node in &graph.nodes {
         let Some(c) = plan.node_bindings.get(&node.id) else {

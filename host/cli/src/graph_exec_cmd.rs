@@ -1714,7 +1714,7 @@ pub fn approve(
         && first.approved != approved
     {
         return Err(refused(format!(
-            "graph approve: node '{node_id}' was already {} by {} at {}; a decision is final, so this {} was not recorded",
+            "graph approve: node '{node_id}' was already {} by {} at {}; a decision is final, so this {} was not recorded. To decide again, start a new run",
             if first.approved {
                 "approved"
             } else {
@@ -1740,7 +1740,8 @@ pub fn approve(
             outln!("{}", python_json(&answer));
         } else {
             outln!("node '{node_id}' decision : {decision} (already recorded: nothing changed)");
-            outln!("run_state : {}", view.run_state);
+            let awaiting = view.awaiting(order.iter().copied());
+            outln!("state     : {}", state_in_words(&view, &awaiting, false));
         }
         return Ok(if paused {
             Exit::Paused
@@ -1757,9 +1758,11 @@ pub fn approve(
         outln!("{}", python_json(&answer));
     } else {
         outln!("node '{node_id}' decision : {decision}");
-        outln!("run_state : {}", after.run_state);
+        let awaiting = after.awaiting(order.iter().copied());
+        outln!("state     : {}", state_in_words(&after, &awaiting, false));
         for id in &order {
-            outln!("  node '{id}': {}", after.node(id).state);
+            let state = after.node(id).state;
+            outln!("  {} node '{id}': {state}", node_mark(&state));
         }
     }
     Ok(exit_of(&end))

@@ -93,6 +93,17 @@ pub fn plan_json(graph: &Graph, plan: &Plan, admission: &Admission) -> Value {
     })
 }
 
+/// What `plan` says of the policy: its digest, or, for bounded-loops'
+/// stand-in digest (all `a`s, "no policy file"), that none was given.
+/// (bounded-loops prints the stand-in; `--json` still records it.)
+pub fn policy_in_words(digest: &str) -> String {
+    if digest == crate::plan::DEFAULT_POLICY_DIGEST {
+        "none given: the default execution policy applies".into()
+    } else {
+        digest.to_string()
+    }
+}
+
 /// `plan`, line by line.
 pub fn plan_text(graph: &Graph, plan: &Plan, admission: &Admission) -> String {
     let ExecutionBound {
@@ -105,7 +116,7 @@ pub fn plan_text(graph: &Graph, plan: &Plan, admission: &Admission) -> String {
          pkgroots: {} ({} loop packages admitted)\n",
         plan.plan_id,
         plan.graph_digest,
-        plan.policy_digest,
+        policy_in_words(&plan.policy_digest),
         plan.bound.total(),
         admission.loop_package_roots.join(", "),
         admission.loop_packages_admitted

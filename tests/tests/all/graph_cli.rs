@@ -153,6 +153,13 @@ fn plan_output_matches_the_reference() {
             args.extend(flag);
             let (code, stdout, stderr) = run(&args, &dir);
             let stderr = bounded_loops_lines(&stderr.replace(&absolute, ""));
+            // Where bl deviates on purpose: bounded-loops prints its
+            // stand-in policy digest (all `a`s), which reads as a bug; bl
+            // says no policy was given (--json keeps the digest).
+            let stdout = stdout.replace(
+                "policy  : none given: the default execution policy applies\n",
+                &format!("policy  : sha256:{}\n", "a".repeat(64)),
+            );
             let want = &expected[mode];
             let want_stderr = want["stderr"].as_str().unwrap();
             if code as i64 != want["exit"].as_i64().unwrap()
