@@ -118,7 +118,8 @@ pub fn table_lines<const N: usize>(rows: &[[String; N]]) -> Vec<String> {
         }
         lines.push(line.trim_end().to_string());
         if i == 0 {
-            let rule = widths[..N - 1].iter().map(|w| w + 2).sum::<usize>() + widths[N - 1];
+            // The ragged last column may run long; the rule need not.
+            let rule = widths[..N - 1].iter().map(|w| w + 2).sum::<usize>() + widths[N - 1].min(40);
             lines.push("-".repeat(rule));
         }
     }

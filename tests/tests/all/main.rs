@@ -8,6 +8,7 @@ mod egress_sandbox;
 mod graph_artifacts;
 mod graph_cli;
 mod graph_exec;
+mod graph_newcomer;
 mod graph_runs;
 mod graph_stop;
 mod hostile_input;

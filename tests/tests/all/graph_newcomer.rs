@@ -1,0 +1,472 @@
+//! A newcomer's first graph, as docs/first-graph.md walks it: two
+//! researchers in parallel, a writer reading both, an approval and a
+//! publish (examples/graphs/first-graph). First with the mistakes people
+//! make, each refused before anything runs with words that say the rule and
+//! the fix; then fixed, run to a named file in the outbox.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use bl_e2e::{bl_binary, plugin_dir, repo_root};
+use serde_json::{Value, json};
+
+struct Said {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn bl(dir: &Path, args: &[&str]) -> Said {
+    let out: Output = Command::new(bl_binary())
+        .args(args)
+        .current_dir(dir)
+        .env("BL_PLUGIN_PATH", plugin_dir())
+        .output()
+        .unwrap();
+    Said {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+impl std::fmt::Display for Said {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Asserts `said` was refused (exit 2) with every one of `words` on
+/// stderr, and that no run directory was made.
+fn refused(dir: &Path, said: &Said, words: &[&str]) {
+    assert_eq!(said.code, Some(2), "{said}");
+    for w in words {
+        assert!(said.stderr.contains(w), "missing {w:?} in:\n{said}");
+    }
+    assert!(!dir.join("run").exists(), "a refused run left a directory");
+}
+
+fn example() -> PathBuf {
+    repo_root().join("examples/graphs/first-graph")
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{from:?} not in {}", path.display());
+    std::fs::write(path, text.replace(from, to)).unwrap();
+}
+
+const RUN: &[&str] = &[
+    "graph",
+    "run",
+    "--execute",
+    "graph.yaml",
+    "--connections",
+    "connections.json",
+    "--inputs",
+    "inputs.json",
+    "--recorded",
+    "replies.json",
+];
+
+fn run_to(dir: &Path, out: &str) -> Said {
+    let mut args = RUN.to_vec();
+    args.extend(["--out", out]);
+    bl(dir, &args)
+}
+
+/// Puts `to` where `from` is in `args`.
+fn swap<'a>(args: &mut [&'a str], from: &str, to: &'a str) {
+    let at = args.iter().position(|a| *a == from).unwrap();
+    args[at] = to;
+}
+
+/// `bl graph connect`, as the docs say, into connections.json.
+fn connect(dir: &Path) {
+    let said = bl(
+        dir,
+        &["graph", "connect", "graph.yaml", "--provider", "recorded"],
+    );
+    assert_eq!(said.code, Some(0), "{said}");
+    std::fs::write(dir.join("connections.json"), &said.stdout).unwrap();
+}
+
+#[test]
+fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_named_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for file in ["graph.yaml", "inputs.json", "replies.json"] {
+        std::fs::copy(example().join(file), dir.join(file)).unwrap();
+    }
+    let graph = dir.join("graph.yaml");
+
+    // Mistakes in the graph: one slot for both researchers, and a publish
+    // that declares a network effect.
+    let fixed = std::fs::read_to_string(&graph).unwrap();
+    edit(
+        &graph,
+        "connection_slot: users-researcher",
+        "connection_slot: researcher",
+    );
+    edit(
+        &graph,
+        "connection_slot: costs-researcher",
+        "connection_slot: researcher",
+    );
+    edit(
+        &graph,
+        "  - {id: users-researcher, requires: [research], data_class_max: internal}\n  - {id: costs-researcher, requires: [research], data_class_max: internal}\n",
+        "  - {id: researcher, requires: [research], data_class_max: internal}\n",
+    );
+    edit(
+        &graph,
+        "outputs: {}\n    budget: {max_attempts: 1, max_wallclock_s: 60}\n    effects: [workspace_write]",
+        "outputs: {}\n    budget: {max_attempts: 1, max_wallclock_s: 60}\n    effects: [external_write]",
+    );
+    // Lint passes it (bounded-loops' verdict, on stdout) and warns, with
+    // the place, on stderr.
+    let lint = bl(dir, &["graph", "lint", "graph.yaml"]);
+    assert_eq!(lint.code, Some(0), "{lint}");
+    assert!(lint.stdout.ends_with("OK\n"), "{lint}");
+    for place in [
+        "warning: graph.yaml:11:22: /nodes/0/connection_slot: [shared_slot]",
+        "warning: graph.yaml:20:22: /nodes/1/connection_slot: [shared_slot]",
+        "/nodes/4/effects/0: [network_effect] node 'publish' declares the effect 'external_write'",
+    ] {
+        assert!(lint.stderr.contains(place), "missing {place:?}:\n{lint}");
+    }
+    connect(dir);
+    // Plan says which connection each node got, and no placeholder digest.
+    let plan = bl(
+        dir,
+        &[
+            "graph",
+            "plan",
+            "graph.yaml",
+            "--connections",
+            "connections.json",
+        ],
+    );
+    assert_eq!(plan.code, Some(0), "{plan}");
+    assert!(!plan.stdout.contains("aaaaaaaa"), "{plan}");
+    assert!(
+        plan.stdout
+            .contains("policy  : none given: the default execution policy applies"),
+        "{plan}"
+    );
+    assert!(
+        plan.stderr.contains(
+            "binding : node 'research-users' -> bind-researcher (recorded, model default)"
+        ),
+        "{plan}"
+    );
+
+    // Forgetting the manifest runs nothing else in its place.
+    let forgot = bl(
+        dir,
+        &[
+            "graph",
+            "run",
+            "--execute",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--out",
+            "run",
+        ],
+    );
+    refused(
+        dir,
+        &forgot,
+        &[
+            "--connections and --inputs given without a manifest",
+            "bl graph run --execute MANIFEST",
+            "nothing was run",
+        ],
+    );
+
+    // The graph's mistakes: refused before anything runs, rule and fix.
+    let hazards = run_to(dir, "run");
+    refused(
+        dir,
+        &hazards,
+        &[
+            "the run would deny 3 node(s); nothing was run",
+            "graph.yaml:11:22: /nodes/0/connection_slot: [shared_slot] nodes 'research-users' and 'research-costs' share the connection slot 'researcher'",
+            "Give each node a slot of its own, and a connection for each slot in connections.json",
+            "graph.yaml:52:15: /nodes/4/effects/0: [network_effect]",
+            "A local publish (to the outbox) needs only workspace_write: drop 'external_write'",
+            "--deny-at-run-time",
+        ],
+    );
+    // bounded-loops' way, on request: the run denies them (the first one
+    // denied ends it, fail_closed), and says which rule did.
+    let mut args = RUN.to_vec();
+    args.extend(["--out", "denied", "--deny-at-run-time"]);
+    let denied = bl(dir, &args);
+    assert_eq!(denied.code, Some(2), "{denied}");
+    assert!(
+        denied
+            .stderr
+            .contains("✗ research-costs (policy_denied): execution policy denied worker: nodes 'research-users' and 'research-costs' share the connection slot 'researcher'"),
+        "{denied}"
+    );
+    let status = bl(dir, &["graph", "status", "--run", "denied"]);
+    let row = status
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("research-costs "))
+        .unwrap_or_default();
+    assert!(
+        row.contains("execution policy denied worker: ")
+            && row.contains("share the connection slot"),
+        "{status}"
+    );
+    std::fs::remove_dir_all(dir.join("denied")).unwrap();
+
+    // Fixed graph; now the prompts.
+    std::fs::write(&graph, &fixed).unwrap();
+    connect(dir);
+    let mut args = RUN.to_vec();
+    args.retain(|a| *a != "--inputs" && *a != "inputs.json");
+    args.extend(["--out", "run"]);
+    refused(
+        dir,
+        &bl(dir, &args),
+        &[
+            "agent node(s) research-costs, research-users, write-brief need a prompt, and no --inputs was given",
+            "pass --inputs FILE",
+        ],
+    );
+    let prompts: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("inputs.json")).unwrap()).unwrap();
+    let mut typo = prompts.clone();
+    let text = typo["research-users"].take();
+    typo.as_object_mut().unwrap().remove("research-users");
+    typo["research-user"] = text;
+    std::fs::write(dir.join("typo.json"), typo.to_string()).unwrap();
+    let mut args = RUN.to_vec();
+    swap(&mut args, "inputs.json", "typo.json");
+    args.extend(["--out", "run"]);
+    refused(
+        dir,
+        &bl(dir, &args),
+        &[
+            "typo.json: /research-user gives a prompt for 'research-user', which is not a node of this graph",
+            "did you mean `research-users`",
+        ],
+    );
+    let mut partial = prompts.clone();
+    partial.as_object_mut().unwrap().remove("write-brief");
+    std::fs::write(dir.join("partial.json"), partial.to_string()).unwrap();
+    swap(&mut args, "typo.json", "partial.json");
+    refused(
+        dir,
+        &bl(dir, &args),
+        &["no prompt for agent node(s) write-brief; add \"write-brief\": \"…\" to it"],
+    );
+    // A provider bl has no profile for.
+    let connections = std::fs::read_to_string(dir.join("connections.json")).unwrap();
+    std::fs::write(
+        dir.join("gemini.json"),
+        connections.replace("\"recorded\"", "\"gemini\""),
+    )
+    .unwrap();
+    let mut args = RUN.to_vec();
+    swap(&mut args, "connections.json", "gemini.json");
+    args.extend(["--out", "run"]);
+    refused(
+        dir,
+        &bl(dir, &args),
+        &["binds local-CLI provider 'gemini', which this deployment has no profile for"],
+    );
+
+    // The fixed graph runs, and pauses for the approval.
+    let first = run_to(dir, "rejected");
+    assert_eq!(first.code, Some(3), "{first}");
+    assert!(
+        first
+            .stdout
+            .contains("state     : PAUSED, waiting for your decision on review\nagents    : recorded replies (no agent was called)\n"),
+        "{first}"
+    );
+    for line in [
+        "  ✓ node 'research-users': SUCCEEDED",
+        "  ⏸ node 'review': AWAITING_APPROVAL",
+        "  · node 'publish': PENDING",
+    ] {
+        assert!(first.stdout.contains(line), "missing {line:?}:\n{first}");
+    }
+    // Status: PAUSED in words, its columns aligned with AWAITING_APPROVAL
+    // in them; --json keeps bounded-loops' RUNNING.
+    let status = bl(dir, &["graph", "status", "--run", "rejected"]);
+    assert!(
+        status
+            .stdout
+            .contains("state     : PAUSED, waiting for your decision on review\n"),
+        "{status}"
+    );
+    assert!(!status.stdout.contains("Arena") && !status.stdout.contains("demonstration"));
+    let table: Vec<&str> = status
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("NODE"))
+        .collect();
+    let column = |line: &str, word: &str| line.find(word).unwrap();
+    let (state_at, isolation_at) = (column(table[0], "STATE"), column(table[0], "ISOLATION"));
+    let review = table.iter().find(|l| l.starts_with("review ")).unwrap();
+    assert_eq!(column(review, "AWAITING_APPROVAL"), state_at, "{status}");
+    assert_eq!(column(review, "workspace_only"), isolation_at, "{status}");
+    let as_json = bl(dir, &["--json", "graph", "status", "--run", "rejected"]);
+    let as_json: Value = serde_json::from_str(&as_json.stdout).unwrap();
+    assert_eq!(as_json["run_state"], "RUNNING");
+
+    // A rejection is final: approving after it is refused, naming it, and
+    // changes nothing on record.
+    let reject = bl(
+        dir,
+        &[
+            "graph",
+            "approve",
+            "--run",
+            "rejected",
+            "--node",
+            "review",
+            "--decision",
+            "rejected",
+        ],
+    );
+    assert_eq!(reject.code, Some(2), "{reject}");
+    assert!(reject.stdout.contains("state     : FAILED"), "{reject}");
+    let approvals = std::fs::read(dir.join("rejected/approvals.json")).unwrap();
+    let log = std::fs::read(dir.join("rejected/controller-events.jsonl")).unwrap();
+    let approve = bl(
+        dir,
+        &[
+            "graph",
+            "approve",
+            "--run",
+            "rejected",
+            "--node",
+            "review",
+            "--decision",
+            "approved",
+        ],
+    );
+    assert_eq!(approve.code, Some(2), "{approve}");
+    assert!(
+        approve
+            .stderr
+            .contains("node 'review' was already rejected by operator at ")
+            && approve
+                .stderr
+                .contains("a decision is final, so this approval was not recorded"),
+        "{approve}"
+    );
+    assert!(!approve.stdout.contains("decision : approved"), "{approve}");
+    assert_eq!(
+        std::fs::read(dir.join("rejected/approvals.json")).unwrap(),
+        approvals
+    );
+    assert_eq!(
+        std::fs::read(dir.join("rejected/controller-events.jsonl")).unwrap(),
+        log
+    );
+    let again = bl(
+        dir,
+        &[
+            "graph",
+            "approve",
+            "--run",
+            "rejected",
+            "--node",
+            "review",
+            "--decision",
+            "rejected",
+        ],
+    );
+    assert!(
+        again
+            .stdout
+            .contains("decision : rejected (already recorded: nothing changed)"),
+        "{again}"
+    );
+    assert!(!dir.join("rejected/outbox").exists());
+
+    // Approved, it publishes the brief under its declared name.
+    let second = run_to(dir, "approved");
+    assert_eq!(second.code, Some(3), "{second}");
+    let approve = bl(
+        dir,
+        &[
+            "graph",
+            "approve",
+            "--run",
+            "approved",
+            "--node",
+            "review",
+            "--decision",
+            "approved",
+        ],
+    );
+    assert_eq!(approve.code, Some(0), "{approve}");
+    assert!(
+        approve.stdout.contains("state     : SUCCEEDED"),
+        "{approve}"
+    );
+    let outbox = dir.join("approved/outbox/publish");
+    let mut names: Vec<String> = std::fs::read_dir(&outbox)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    // The brief and its index; never the writer's chat reply.
+    assert_eq!(names, ["brief.md", "manifest.json"]);
+    let brief = std::fs::read(outbox.join("brief.md")).unwrap();
+    let replies: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("replies.json")).unwrap()).unwrap();
+    let written = replies["replies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["node_id"] == "write-brief")
+        .unwrap()["files"][0]["content"]
+        .as_str()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&brief), written);
+    let digest = format!("sha256:{}", bl_core::sha256_hex(&brief));
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(outbox.join("manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        manifest,
+        json!([{"name": "brief.md", "digest": digest, "size": brief.len(), "producer": "write-brief"}])
+    );
+    // The ledger binds that digest: the effect's payload digest is
+    // bounded-loops' formula over the published artifacts' digests.
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("approved/run-meta.json")).unwrap())
+            .unwrap();
+    let payload = bl_core::sha256_hex(
+        bl_core::python_json(&json!({
+            "node_id": "publish", "plan_id": meta["plan_id"],
+            "publication_policy": "outbox", "upstream_artifact_digests": [digest],
+        }))
+        .as_bytes(),
+    );
+    let ledger: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("approved/published-effects.json")).unwrap(),
+    )
+    .unwrap();
+    let recorded: Vec<&Value> = ledger.as_object().unwrap().values().collect();
+    assert_eq!(recorded, [&json!(payload)], "{ledger}");
+    let verify = bl(dir, &["verify", "approved"]);
+    assert_eq!(verify.code, Some(0), "{verify}");
+    // (bounded-loops' own tools do not read this run: its manifest uses
+    // bl's artifact-ports extension, which they refuse by name.)
+}
