@@ -2,7 +2,8 @@
 //! researchers in parallel, a writer reading both, an approval and a
 //! publish (examples/graphs/first-graph). First with the mistakes people
 //! make, each refused before anything runs with words that say the rule and
-//! the fix; then fixed, run to a named file in the outbox.
+//! the fix; then fixed, run to a named file in the outbox. And a claude
+//! envelope without the cache fields counts against a token budget.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -469,4 +470,62 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
     assert_eq!(verify.code, Some(0), "{verify}");
     // (bounded-loops' own tools do not read this run: its manifest uses
     // bl's artifact-ports extension, which they refuse by name.)
+}
+
+/// claude's envelope without the cache_* usage fields (as many versions
+/// print it): its tokens still count, so a token budget is measurable.
+#[test]
+fn claudes_usage_without_cache_fields_counts_against_a_token_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("graph.yaml"),
+        "api_version: bounded-loops.dev/graph/v1\ngraph_id: ask\nversion: 1.0.0\nnodes:\n  - id: ask\n    kind: research_claim\n    connection_slot: asker\n    inputs: {}\n    outputs: {answer: text}\n    budget: {max_attempts: 1, max_wallclock_s: 60, max_tokens: 1000}\n    effects: [read_only]\n    isolation: workspace_only\nedges: []\nconnection_slots:\n  - {id: asker, requires: [research], data_class_max: internal}\npolicies: {data_class: internal, fail_mode: fail_closed}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("inputs.json"), r#"{"ask": "Say ok."}"#).unwrap();
+    let bin = dir.join("fake-bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(
+        bin.join("claude"),
+        "#!/bin/sh\ncat > /dev/null\nprintf '%s\\n' '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\",\"usage\":{\"input_tokens\":120,\"output_tokens\":30}}'\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("claude"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let said = bl(
+        dir,
+        &["graph", "connect", "graph.yaml", "--provider", "claude"],
+    );
+    assert_eq!(said.code, Some(0), "{said}");
+    std::fs::write(dir.join("connections.json"), &said.stdout).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let run = Command::new(bl_binary())
+        .args([
+            "graph",
+            "run",
+            "--execute",
+            "graph.yaml",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--out",
+            "run",
+        ])
+        .current_dir(dir)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    let status = bl(dir, &["--json", "graph", "status", "--run", "run"]);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(
+        (
+            &status["spend_tokens"],
+            &status["nodes"][0]["spend_complete"]
+        ),
+        (&json!(150), &json!(true)),
+        "{status}"
+    );
 }
