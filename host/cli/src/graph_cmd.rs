@@ -448,9 +448,10 @@ fn plan(
     let needs_connections =
         !graph.slots.is_empty() || graph.nodes.iter().any(|n| n.connection_slot.is_some());
     if needs_connections && connections.is_none() {
-        return Err(CliError::refused(
-            "graph plan: compile requires --connections for connection-bound nodes",
-        ));
+        return Err(CliError::refused(format!(
+            "graph plan: compile requires --connections for connection-bound nodes\n  `bl graph connect {} --provider claude > connections.json` writes one for you to review",
+            path.display()
+        )));
     }
     let packages: BTreeSet<String> = match bl_packages::Catalogue::discover(loop_roots) {
         Ok(catalogue) => catalogue.digests().map(str::to_owned).collect(),
@@ -549,6 +550,21 @@ fn connect(manifest: &Path, provider: &str, model: &str, isolation: Option<&str>
             ))
         })?),
     };
+    if let Some(given) = isolation {
+        let asking = bl_graph::connect::asking_more_than(&graph, given);
+        if !asking.is_empty() {
+            let named: Vec<String> = asking
+                .iter()
+                .map(|(node, slot, asks)| format!("'{node}' (slot '{slot}'): {}", asks.name()))
+                .collect();
+            return Err(CliError::refused(format!(
+                "graph connect: --isolation {} is weaker than what these nodes ask for: {}. None of them would be admitted through such a binding. Leave --isolation out (each binding then gives what its slot's nodes ask for), or lower the nodes' isolation in {}",
+                given.name(),
+                named.join(", "),
+                manifest.display()
+            )));
+        }
+    }
     let known = bl_workers::Catalog::shipped();
     if provider != bl_workers::recorded::PROVIDER && known.get(provider).is_none() {
         crate::output::errln!(

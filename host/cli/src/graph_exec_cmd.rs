@@ -1282,13 +1282,11 @@ fn report_drive(
     outln!("==============================================================");
     outln!("state     : {}", state_in_words(view, &awaiting, false));
     outln!("agents    : {}", agents_in_words(&run.plan));
-    for id in &order {
+    for node in &run.graph.nodes {
+        let id = &node.id;
         let n = view.node(id);
         let mark = node_mark(&n.state);
-        let artifact = n
-            .artifact_digests
-            .first()
-            .map_or("-".to_string(), |d| format!("{}...", &d[..d.len().min(24)]));
+        let artifact = shown_artifact(node, &n.artifact_digests, 24);
         outln!("  {mark} node '{id}': {}  artifact={artifact}", n.state);
     }
     outln!("out       : {}", run.dir.display());
@@ -1395,10 +1393,7 @@ pub fn status(dir: &Path) -> CliResult {
     for node in &run.graph.nodes {
         let n = view.node(&node.id);
         let effects: Vec<&str> = node.effects.iter().map(|e| e.name()).collect();
-        let artifact = n
-            .artifact_digests
-            .first()
-            .map_or("-".to_string(), |d| format!("{}...", &d[..d.len().min(20)]));
+        let artifact = shown_artifact(node, &n.artifact_digests, 20);
         let reason = match (n.state.as_str(), &n.reason) {
             ("SUCCEEDED", _) | (_, None) => "-".to_string(),
             (_, Some(reason)) => reason.clone(),
@@ -1469,6 +1464,31 @@ fn agents_in_words(plan: &bl_graph::Plan) -> String {
         .join(", ")
 }
 
+/// The artifact a person looks for in a node's line, cut to `width`: its
+/// first declared file (what reaches the outbox), which the log lists
+/// after its reply; else its first artifact. `+N` counts the others
+/// (`bl graph artifacts` lists them all).
+fn shown_artifact(node: &bl_graph::model::GraphNode, digests: &[String], width: usize) -> String {
+    let files = node
+        .artifact_ports
+        .iter()
+        .filter(|p| p.direction == bl_graph::model::Direction::Output && p.path.is_some())
+        .count();
+    let at = if files > 0 && digests.len() >= files {
+        digests.len() - files
+    } else {
+        0
+    };
+    let Some(digest) = digests.get(at) else {
+        return "-".into();
+    };
+    let more = match digests.len() - 1 {
+        0 => String::new(),
+        n => format!(" +{n}"),
+    };
+    format!("{}...{more}", &digest[..digest.len().min(width)])
+}
+
 /// The mark before a node's line in a run's report.
 fn node_mark(state: &str) -> &'static str {
     match state {
@@ -1537,7 +1557,8 @@ fn check_prompt_keys(
     for key in keys {
         if !ids.contains(&key.as_str()) {
             let hint = bl_graph::error::did_you_mean(key, ids.iter().copied())
-                .map(|h| format!(" {h}"))
+                // It starts a sentence here: "Did you mean …?"
+                .map(|h| format!(" D{}", h.strip_prefix('d').unwrap_or(&h)))
                 .unwrap_or_default();
             return Err(refused(format!(
                 "graph run: {}: /{key} gives a prompt for '{key}', which is not a node of this graph.{hint} (nodes: {}); nothing was run",

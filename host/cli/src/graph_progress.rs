@@ -161,7 +161,7 @@ impl Progress {
                 self.ended(&node);
                 self.line(format!("  - {node} skipped"));
             }
-            "node.awaiting_approval" => self.line(format!("  ? {node} awaits approval")),
+            "node.awaiting_approval" => self.line(format!("  ⏸ {node} awaits your decision")),
             _ => {}
         }
     }

@@ -373,9 +373,17 @@ fn handoff_text(
     }
     // The gate's last word belongs to the halting lap only if that lap got to the gate.
     // (With what it found, as the agent was told it.)
+    // bounded-loops says only "(no verdict was reached)" when the halting
+    // lap was not judged; the verdict before it is what the next run needs.
     let last = match outcome.attempts.last() {
-        Some(a) if a.lap == outcome.laps => said_last.unwrap_or(a.detail.as_str()),
-        _ => "(no verdict was reached)",
+        Some(a) if a.lap == outcome.laps => said_last.unwrap_or(a.detail.as_str()).to_string(),
+        Some(a) => format!(
+            "(no verdict was reached in lap {}, where the run stopped; the last one, at lap {}:)\n\n{}",
+            outcome.laps,
+            a.lap,
+            said_last.unwrap_or(a.detail.as_str())
+        ),
+        None => "(no verdict was reached)".into(),
     };
     s.push_str(&format!("\n## What the gate said last\n\n{last}\n\n"));
     s.push_str(&format!(

@@ -259,8 +259,6 @@ pub const LOCAL_LEDGER: &str = "local-ledger";
 /// bl's first-party local effect: the published artifacts are written to
 /// `<run>/outbox/<node>/`, if the `outbox-policy` plugin allows it.
 pub const OUTBOX: &str = "outbox";
-/// What an outbox directory lists its files in.
-pub const OUTBOX_MANIFEST: &str = "manifest.json";
 
 impl RunLedger {
     /// Asks the node's publication policy (a wasm plugin) whether the
@@ -359,7 +357,9 @@ impl RunLedger {
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut manifest = Vec::new();
         for file in order.files {
-            if file.name == OUTBOX_MANIFEST || file.name.contains('/') || file.name.starts_with('.')
+            if file.name == bl_run::executor::OUTBOX_INDEX
+                || file.name.contains('/')
+                || file.name.starts_with('.')
             {
                 return Err(format!(
                     "outbox: '{}' cannot be published under that name",
@@ -374,7 +374,7 @@ impl RunLedger {
                 "size": bytes.len(),
             }));
         }
-        let path = dir.join(OUTBOX_MANIFEST);
+        let path = dir.join(bl_run::executor::OUTBOX_INDEX);
         std::fs::write(
             &path,
             serde_json::to_vec_pretty(&manifest).unwrap_or_default(),

@@ -84,6 +84,20 @@ pub fn candidates(graph: &Graph, wanted: &Wanted) -> Vec<Value> {
         .collect()
 }
 
+/// The nodes that ask for more isolation than `given`, with their slot
+/// and what they ask for: a binding at `given` could serve none of them
+/// (the plan would find no admitted connection for their slots).
+pub fn asking_more_than(graph: &Graph, given: Isolation) -> Vec<(&str, &str, Isolation)> {
+    graph
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let slot = n.connection_slot.as_deref()?;
+            (n.isolation.rank() > given.rank()).then_some((n.id.as_str(), slot, n.isolation))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +132,24 @@ mod tests {
         };
         let plan = crate::compile(&graph, &input).unwrap();
         assert_eq!(plan.node_bindings["a"].provider_id, "claude");
+    }
+
+    #[test]
+    fn an_isolation_weaker_than_a_node_asks_for_is_named() {
+        let text = r#"{"api_version": "bounded-loops.dev/graph/v1", "graph_id": "g", "version": "1.0.0",
+            "nodes": [{"id": "a", "kind": "research_claim", "inputs": {}, "outputs": {},
+                       "budget": {"max_attempts": 1, "max_wallclock_s": 60},
+                       "effects": ["read_only"], "isolation": "process_restricted",
+                       "connection_slot": "llm"}],
+            "edges": [],
+            "connection_slots": [{"id": "llm", "requires": ["chat"], "data_class_max": "internal"}],
+            "policies": {"data_class": "internal", "fail_mode": "fail_closed"}}"#;
+        let graph = crate::lint(text, crate::Format::Json).unwrap();
+        assert_eq!(
+            asking_more_than(&graph, Isolation::WorkspaceOnly),
+            [("a", "llm", Isolation::ProcessRestricted)]
+        );
+        assert!(asking_more_than(&graph, Isolation::ProcessRestricted).is_empty());
+        assert!(asking_more_than(&graph, Isolation::ContainerRestricted).is_empty());
     }
 }

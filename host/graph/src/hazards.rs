@@ -15,7 +15,7 @@ pub struct Hazard {
     pub node: String,
     /// A JSON pointer into the manifest, at the value that causes it.
     pub pointer: String,
-    /// `shared_slot` or `network_effect`.
+    /// `shared_slot`, `shared_binding` or `network_effect`.
     pub rule: &'static str,
     pub message: String,
 }
@@ -26,7 +26,7 @@ pub struct Hazard {
 pub fn hazards(graph: &Graph, bindings: Option<&BTreeMap<String, Connection>>) -> Vec<Hazard> {
     let mut out = Vec::new();
     // Nodes sharing one binding (one slot): every one of them is denied.
-    let mut sharing: BTreeMap<String, Vec<(usize, &str)>> = BTreeMap::new();
+    let mut sharing: BTreeMap<String, Vec<(usize, &str, &str)>> = BTreeMap::new();
     for (i, node) in graph.nodes.iter().enumerate() {
         let Some(slot) = &node.connection_slot else {
             continue;
@@ -34,23 +34,47 @@ pub fn hazards(graph: &Graph, bindings: Option<&BTreeMap<String, Connection>>) -
         let key = bindings
             .and_then(|b| b.get(&node.id))
             .map_or_else(|| format!("slot {slot}"), |c| c.binding_id.clone());
-        sharing.entry(key).or_default().push((i, node.id.as_str()));
+        sharing
+            .entry(key)
+            .or_default()
+            .push((i, node.id.as_str(), slot.as_str()));
     }
     for (i, node) in graph.nodes.iter().enumerate() {
         if let Some(slot) = &node.connection_slot
             && let Some(group) = sharing
                 .values()
-                .find(|g| g.len() > 1 && g.iter().any(|(j, _)| *j == i))
+                .find(|g| g.len() > 1 && g.iter().any(|(j, _, _)| *j == i))
         {
-            let ids: Vec<String> = group.iter().map(|(_, id)| format!("'{id}'")).collect();
+            let ids: Vec<String> = group.iter().map(|(_, id, _)| format!("'{id}'")).collect();
+            let one_slot = group.iter().all(|(_, _, s)| s == slot);
+            let message = if one_slot {
+                format!(
+                    "nodes {} share the connection slot '{slot}', so one connection (binding) would serve several nodes; the run's execution policy lets a connection serve one node only, and denies each of them (policy_denied). Give each node a slot of its own, and a connection for each slot in connections.json",
+                    ids.join(" and ")
+                )
+            } else {
+                // Slots of their own, and connections.json gave their
+                // connections one binding_id: that is one binding.
+                let binding = bindings
+                    .and_then(|b| b.get(&node.id))
+                    .map(|c| c.binding_id.as_str())
+                    .unwrap_or_default();
+                let slots: Vec<String> = group.iter().map(|(_, _, s)| format!("'{s}'")).collect();
+                format!(
+                    "nodes {} are bound through one binding_id '{binding}' (the connections for slots {} in connections.json share it), so one connection would serve several nodes; the run's execution policy lets a connection serve one node only, and denies each of them (policy_denied). Give each connection in connections.json a binding_id of its own",
+                    ids.join(" and "),
+                    slots.join(" and ")
+                )
+            };
             out.push(Hazard {
                 node: node.id.clone(),
                 pointer: format!("/nodes/{i}/connection_slot"),
-                rule: "shared_slot",
-                message: format!(
-                    "nodes {} share the connection slot '{slot}', so one connection (binding) would serve several nodes; the run's execution policy lets a connection serve one node only, and denies each of them (policy_denied). Give each node a slot of its own, and a connection for each slot in connections.json",
-                    ids.join(" and ")
-                ),
+                rule: if one_slot {
+                    "shared_slot"
+                } else {
+                    "shared_binding"
+                },
+                message,
             });
         }
         let Some((k, effect)) = node

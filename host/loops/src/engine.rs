@@ -559,9 +559,25 @@ pub fn feedback_text(judgement: &Judgement, redact: crate::redact::Mode, loop_di
     let mut out = clean(&judgement.detail);
     let mut found = String::new();
     render_evidence(&judgement.evidence, None, redact, &clean, &mut found);
+    let found = found.trim_end();
     if !found.trim().is_empty() {
         out.push_str("\n\nWhat the gate found:\n");
-        out.push_str(found.trim_end());
+        // Over the budget, the last lines are kept: a checker says what
+        // matters most at its end.
+        let room = FEEDBACK_BYTES.saturating_sub(out.len() + 64);
+        if found.len() > room {
+            let mut start = found.len() - room;
+            while !found.is_char_boundary(start) {
+                start += 1;
+            }
+            let start = found[start..]
+                .find('\n')
+                .map_or(found.len(), |i| start + i + 1);
+            out.push_str("[… earlier lines cut: the rest is in the ledger]\n");
+            out.push_str(&found[start..]);
+        } else {
+            out.push_str(found);
+        }
     }
     if out.len() > FEEDBACK_BYTES {
         let mut cut = FEEDBACK_BYTES;
@@ -939,6 +955,44 @@ mod tests {
     }
 
     use Outcome::{Error as E, Fail as F, Pass as P};
+
+    #[test]
+    fn what_the_agent_is_told_is_bounded_and_redacted() {
+        let long: String = (1..=100)
+            .map(|i| {
+                format!(
+                    "/home/me/loop/src/file{i}.py: missing docstring {}\n",
+                    "x".repeat(60)
+                )
+            })
+            .collect();
+        let judgement = Judgement {
+            outcome: Outcome::Fail,
+            detail: "gate failed (exit 1)".into(),
+            evidence: Ordered::Object(vec![("tail".into(), Ordered::Json(long.clone().into()))]),
+        };
+        let told = feedback_text(&judgement, crate::redact::Mode::Off, "/home/me/loop");
+        assert!(
+            told.starts_with("gate failed (exit 1)\n\nWhat the gate found:\n"),
+            "{told}"
+        );
+        // The checker's last lines, never more than 40 of them nor 4 KiB.
+        assert!(told.len() <= FEEDBACK_BYTES + 64, "{} bytes", told.len());
+        assert!(told.lines().count() <= FEEDBACK_LINES + 4, "{told}");
+        assert!(
+            !told.contains("file1.py:"),
+            "the head is cut, the tail kept"
+        );
+        assert!(told.contains("file100.py"), "{told}");
+        let paths = feedback_text(&judgement, crate::redact::Mode::Paths, "/home/me/loop");
+        assert!(
+            !paths.contains("/home/me/loop") && paths.contains("<workspace>"),
+            "{paths}"
+        );
+        let strict = feedback_text(&judgement, crate::redact::Mode::Strict, "/home/me/loop");
+        assert!(strict.contains("(the checker's output is withheld: --redact strict)"));
+        assert!(!strict.contains("missing docstring"), "{strict}");
+    }
 
     #[test]
     fn a_pass_ends_the_run_done_and_a_fail_continues() {

@@ -385,12 +385,16 @@ pub struct PublishOrder<'a> {
     pub approvals: Vec<(String, bool)>,
 }
 
+/// The name of the index a publish writes beside its files (no published
+/// file takes it).
+pub const OUTBOX_INDEX: &str = "manifest.json";
+
 /// One artifact a publish node publishes, with the name it goes by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublishedFile {
-    /// Its declared file name (`plan.json`), or `<producer>.reply.txt` for a
-    /// reply no port declares; prefixed with its producer should two share
-    /// a name.
+    /// Its declared file name (`plan.json`), or `<port>.md|.json|.txt` for
+    /// a reply a plain port declares; prefixed with its producer should two
+    /// share a name, or one be named like the index.
     pub name: String,
     pub digest: String,
     pub producer: String,
@@ -1899,9 +1903,12 @@ impl Controller<'_, '_> {
     }
 
     /// What a publish node publishes: its parents' artifacts, looking
-    /// through approvals (which pass on what they approved).
-    fn published_inputs(&self, node: usize) -> Vec<PublishedFile> {
+    /// through approvals (which pass on what they approved); and the
+    /// digests its receipt binds (those, and the replies of parents that
+    /// declare no port, as bounded-loops binds every upstream artifact).
+    fn published_inputs(&self, node: usize) -> (Vec<PublishedFile>, Vec<String>) {
         let mut out: Vec<PublishedFile> = Vec::new();
+        let mut unpublished: Vec<String> = Vec::new();
         let mut stack: Vec<usize> = self.info(node).incoming.iter().map(|&(f, _)| f).collect();
         let mut seen = HashSet::new();
         while let Some(parent) = stack.pop() {
@@ -1915,12 +1922,16 @@ impl Controller<'_, '_> {
             let producer = self.info(parent).id.clone();
             let produced = &self.produced[parent];
             if produced.outputs.is_empty() {
-                // No port declared: its reply is what it produced.
-                out.extend(produced.digests.iter().map(|d| PublishedFile {
-                    name: format!("{producer}.reply.txt"),
-                    digest: d.clone(),
-                    producer: producer.clone(),
-                }));
+                // Its reply, where a plain port declares it; a chat reply
+                // no port declares is bound, never published.
+                match &self.info(parent).reply_name {
+                    Some(name) => out.extend(produced.digests.iter().map(|d| PublishedFile {
+                        name: name.clone(),
+                        digest: d.clone(),
+                        producer: producer.clone(),
+                    })),
+                    None => unpublished.extend(produced.digests.iter().cloned()),
+                }
             } else {
                 // Its declared outputs, by their names; never its chat
                 // reply, never a system_only output (the operator's).
@@ -1933,16 +1944,21 @@ impl Controller<'_, '_> {
                 }));
             }
         }
-        // A name two producers share is told apart by its producer.
+        // A name two producers share, or the outbox's own index name, is
+        // told apart by its producer.
         let names: Vec<String> = out.iter().map(|f| f.name.clone()).collect();
         for file in &mut out {
-            if names.iter().filter(|n| **n == file.name).count() > 1 {
+            if file.name == OUTBOX_INDEX || names.iter().filter(|n| **n == file.name).count() > 1 {
                 file.name = format!("{}-{}", file.producer, file.name);
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name).then(a.digest.cmp(&b.digest)));
         out.dedup_by(|a, b| a.digest == b.digest && a.name == b.name);
-        out
+        let mut bound: Vec<String> = out.iter().map(|f| f.digest.clone()).collect();
+        bound.extend(unpublished);
+        bound.sort();
+        bound.dedup();
+        (out, bound)
     }
 
     /// A publish node with no worker: its receipt fires through the ledger,
@@ -1956,10 +1972,7 @@ impl Controller<'_, '_> {
     ) -> Result<(), RunError> {
         let info = self.info(node).clone();
         self.record_inline_turn(&info.id, attempt, round)?;
-        let files = self.published_inputs(node);
-        let mut upstream: Vec<String> = files.iter().map(|f| f.digest.clone()).collect();
-        upstream.sort();
-        upstream.dedup();
+        let (files, upstream) = self.published_inputs(node);
         // bounded-loops' formula: hex sha256 of Python's json.dumps (sorted
         // keys, default separators) of what is published, under what plan
         // and policy.

@@ -152,6 +152,9 @@ pub struct NodeInfo {
     pub incoming: Vec<(usize, Option<&'static str>)>,
     /// Declared outputs the node must publish (artifact-ports).
     pub outputs: Vec<OutputPort>,
+    /// The file name its reply is published under (`<port>.md|.json|.txt`),
+    /// when a plain output port declares the reply; none without one.
+    pub reply_name: Option<String>,
     /// Inputs bound to producers' outputs (artifact-ports).
     pub inputs: Vec<InputPort>,
     /// The gate plugin that decides the node, when it names one.
@@ -326,6 +329,22 @@ impl Schedule {
                         })
                     })
                     .collect(),
+                reply_name: node
+                    .outputs
+                    .iter()
+                    .find(|(name, _)| {
+                        !node.artifact_ports.iter().any(|p| {
+                            p.direction == Direction::Output && &p.name == name && p.path.is_some()
+                        })
+                    })
+                    .map(|(name, kind)| {
+                        let extension = match kind.as_str() {
+                            "markdown" => "md",
+                            "json" => "json",
+                            _ => "txt",
+                        };
+                        format!("{name}.{extension}")
+                    }),
                 inputs: Vec::new(),
                 gate: node.gate.as_ref().map(|g| GateSpec {
                     plugin: g["plugin"].as_str().unwrap_or_default().to_string(),

@@ -981,11 +981,25 @@ fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail
         "{}",
         String::from_utf8_lossy(&approve.stderr)
     );
-    let published: Vec<String> = std::fs::read_dir(dir.join("run/outbox/pub"))
+    // a's reply, declared by its plain port `out: text`, goes by that
+    // name, beside the outbox's index.
+    let outbox = dir.join("run/outbox/pub");
+    let mut names: Vec<String> = std::fs::read_dir(&outbox)
         .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(published, ["reply to: ok"]);
+    names.sort();
+    assert_eq!(names, ["manifest.json", "out.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(outbox.join("out.txt")).unwrap(),
+        "reply to: ok"
+    );
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(outbox.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(
+        (&index[0]["name"], &index[0]["producer"], &index[0]["size"]),
+        (&json!("out.txt"), &json!("a"), &json!(12))
+    );
     let intents = std::fs::read_to_string(dir.join("run/published-effects.intents.jsonl")).unwrap();
     assert_eq!(intents.matches("\"published\"").count(), 1);
 

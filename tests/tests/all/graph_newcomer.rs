@@ -140,7 +140,33 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
     ] {
         assert!(lint.stderr.contains(place), "missing {place:?}:\n{lint}");
     }
+    let unconnected = bl(dir, &["graph", "plan", "graph.yaml"]);
+    assert_eq!(unconnected.code, Some(2), "{unconnected}");
+    assert!(
+        unconnected.stderr.contains(
+            "`bl graph connect graph.yaml --provider claude > connections.json` writes one"
+        ),
+        "{unconnected}"
+    );
     connect(dir);
+    // A binding weaker than the nodes ask for would admit none of them.
+    let weak = bl(
+        dir,
+        &[
+            "graph",
+            "connect",
+            "graph.yaml",
+            "--provider",
+            "recorded",
+            "--isolation",
+            "workspace_only",
+        ],
+    );
+    assert_eq!(weak.code, Some(2), "{weak}");
+    assert!(
+        weak.stderr.contains("--isolation workspace_only is weaker than what these nodes ask for: 'research-users' (slot 'researcher'): process_restricted"),
+        "{weak}"
+    );
     // Plan says which connection each node got, and no placeholder digest.
     let plan = bl(
         dir,
@@ -259,7 +285,7 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
         &bl(dir, &args),
         &[
             "typo.json: /research-user gives a prompt for 'research-user', which is not a node of this graph",
-            "did you mean `research-users`",
+            "Did you mean `research-users`",
         ],
     );
     let mut partial = prompts.clone();
@@ -285,6 +311,23 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
         dir,
         &bl(dir, &args),
         &["binds local-CLI provider 'gemini', which this deployment has no profile for"],
+    );
+
+    // Two connections copied with one binding_id: the slots are the
+    // graph's own, so the fix named is the binding_id, not the slots.
+    std::fs::write(
+        dir.join("one-binding.json"),
+        connections.replace("\"bind-costs-researcher\"", "\"bind-users-researcher\""),
+    )
+    .unwrap();
+    swap(&mut args, "gemini.json", "one-binding.json");
+    refused(
+        dir,
+        &bl(dir, &args),
+        &[
+            "[shared_binding] nodes 'research-users' and 'research-costs' are bound through one binding_id 'bind-users-researcher'",
+            "Give each connection in connections.json a binding_id of its own",
+        ],
     );
 
     // The fixed graph runs, and pauses for the approval.
@@ -466,6 +509,14 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
     .unwrap();
     let recorded: Vec<&Value> = ledger.as_object().unwrap().values().collect();
     assert_eq!(recorded, [&json!(payload)], "{ledger}");
+    // The writer's line shows the brief's digest, the file in the outbox.
+    assert!(
+        second.stdout.contains(&format!(
+            "✓ node 'write-brief': SUCCEEDED  artifact={}...",
+            &digest[..24]
+        )),
+        "{second}"
+    );
     let verify = bl(dir, &["verify", "approved"]);
     assert_eq!(verify.code, Some(0), "{verify}");
     // (bounded-loops' own tools do not read this run: its manifest uses

@@ -313,6 +313,11 @@ fn max_iterations_halts_with_a_wind_down_turn_and_a_handoff() {
             write_doc(json!("*"), "still drafting", 5)
         ]),
     );
+    // A checker that says what is wrong.
+    l.write(
+        "seed/check.py",
+        "import sys\ntext = open('seed/doc.txt').read().strip()\nif text != 'done':\n    print('doc.txt is not done yet')\n    sys.exit(1)\n",
+    );
     let r = l.run(&[]);
     assert_eq!(
         r.status(),
@@ -350,6 +355,18 @@ fn max_iterations_halts_with_a_wind_down_turn_and_a_handoff() {
     assert!(
         handoff.contains("wrote still drafting"),
         "the wind-down account is kept: {handoff}"
+    );
+    // What the gate said last: the verdict of lap 2, with the checker's
+    // own words, though the halting lap reached none.
+    let said = handoff
+        .split("## What the gate said last\n\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap_or_default();
+    assert!(
+        said.starts_with("(no verdict was reached in lap 3, where the run stopped; the last one, at lap 2:)\n\ngate failed (exit 1)")
+            && said.contains("doc.txt is not done yet"),
+        "{handoff}"
     );
     assert_eq!(r.event()["alert"], true);
 }
