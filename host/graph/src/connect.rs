@@ -102,8 +102,8 @@ pub fn asking_more_than(graph: &Graph, given: Isolation) -> Vec<(&str, &str, Iso
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_slot_gets_one_candidate_the_plan_admits() {
+    /// Node `a`, process_restricted, writing its workspace, on slot `llm`.
+    fn one_agent_on_one_slot() -> Graph {
         let text = r#"{"api_version": "bounded-loops.dev/graph/v1", "graph_id": "g", "version": "1.0.0",
             "nodes": [{"id": "a", "kind": "research_claim", "inputs": {}, "outputs": {},
                        "budget": {"max_attempts": 1, "max_wallclock_s": 60},
@@ -112,7 +112,12 @@ mod tests {
             "edges": [],
             "connection_slots": [{"id": "llm", "requires": ["chat"], "data_class_max": "internal"}],
             "policies": {"data_class": "internal", "fail_mode": "fail_closed"}}"#;
-        let graph = crate::lint(text, crate::Format::Json).unwrap();
+        crate::lint(text, crate::Format::Json).unwrap()
+    }
+
+    #[test]
+    fn every_slot_gets_one_candidate_the_plan_admits() {
+        let graph = one_agent_on_one_slot();
         let made = candidates(
             &graph,
             &Wanted {
@@ -136,15 +141,7 @@ mod tests {
 
     #[test]
     fn an_isolation_weaker_than_a_node_asks_for_is_named() {
-        let text = r#"{"api_version": "bounded-loops.dev/graph/v1", "graph_id": "g", "version": "1.0.0",
-            "nodes": [{"id": "a", "kind": "research_claim", "inputs": {}, "outputs": {},
-                       "budget": {"max_attempts": 1, "max_wallclock_s": 60},
-                       "effects": ["read_only"], "isolation": "process_restricted",
-                       "connection_slot": "llm"}],
-            "edges": [],
-            "connection_slots": [{"id": "llm", "requires": ["chat"], "data_class_max": "internal"}],
-            "policies": {"data_class": "internal", "fail_mode": "fail_closed"}}"#;
-        let graph = crate::lint(text, crate::Format::Json).unwrap();
+        let graph = one_agent_on_one_slot();
         assert_eq!(
             asking_more_than(&graph, Isolation::WorkspaceOnly),
             [("a", "llm", Isolation::ProcessRestricted)]

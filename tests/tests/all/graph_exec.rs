@@ -1002,6 +1002,21 @@ fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail
     );
     let intents = std::fs::read_to_string(dir.join("run/published-effects.intents.jsonl")).unwrap();
     assert_eq!(intents.matches("\"published\"").count(), 1);
+    // An approval is final: rejecting it now is refused, naming it, and
+    // the record is as it was.
+    let approvals = std::fs::read(dir.join("run/approvals.json")).unwrap();
+    let late = decide(&dir, "rejected");
+    assert_eq!(late.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&late.stderr);
+    assert!(
+        said.contains("node 'review' was already approved by ")
+            && said.contains("a decision is final, so this rejection was not recorded"),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("run/approvals.json")).unwrap(),
+        approvals
+    );
 
     // A rejected approval: nothing reaches the outbox.
     let rejected = publish_case(&tmp.path().join("rejected"), "outbox");

@@ -86,6 +86,23 @@ fn swap<'a>(args: &mut [&'a str], from: &str, to: &'a str) {
     args[at] = to;
 }
 
+/// `bl graph approve` on the `review` node of the run in `run`.
+fn decide(dir: &Path, run: &str, decision: &str) -> Said {
+    bl(
+        dir,
+        &[
+            "graph",
+            "approve",
+            "--run",
+            run,
+            "--node",
+            "review",
+            "--decision",
+            decision,
+        ],
+    )
+}
+
 /// `bl graph connect`, as the docs say, into connections.json.
 fn connect(dir: &Path) {
     let said = bl(
@@ -372,36 +389,12 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
 
     // A rejection is final: approving after it is refused, naming it, and
     // changes nothing on record.
-    let reject = bl(
-        dir,
-        &[
-            "graph",
-            "approve",
-            "--run",
-            "rejected",
-            "--node",
-            "review",
-            "--decision",
-            "rejected",
-        ],
-    );
+    let reject = decide(dir, "rejected", "rejected");
     assert_eq!(reject.code, Some(2), "{reject}");
     assert!(reject.stdout.contains("state     : FAILED"), "{reject}");
     let approvals = std::fs::read(dir.join("rejected/approvals.json")).unwrap();
     let log = std::fs::read(dir.join("rejected/controller-events.jsonl")).unwrap();
-    let approve = bl(
-        dir,
-        &[
-            "graph",
-            "approve",
-            "--run",
-            "rejected",
-            "--node",
-            "review",
-            "--decision",
-            "approved",
-        ],
-    );
+    let approve = decide(dir, "rejected", "approved");
     assert_eq!(approve.code, Some(2), "{approve}");
     assert!(
         approve
@@ -421,19 +414,7 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
         std::fs::read(dir.join("rejected/controller-events.jsonl")).unwrap(),
         log
     );
-    let again = bl(
-        dir,
-        &[
-            "graph",
-            "approve",
-            "--run",
-            "rejected",
-            "--node",
-            "review",
-            "--decision",
-            "rejected",
-        ],
-    );
+    let again = decide(dir, "rejected", "rejected");
     assert!(
         again
             .stdout
@@ -445,19 +426,7 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
     // Approved, it publishes the brief under its declared name.
     let second = run_to(dir, "approved");
     assert_eq!(second.code, Some(3), "{second}");
-    let approve = bl(
-        dir,
-        &[
-            "graph",
-            "approve",
-            "--run",
-            "approved",
-            "--node",
-            "review",
-            "--decision",
-            "approved",
-        ],
-    );
+    let approve = decide(dir, "approved", "approved");
     assert_eq!(approve.code, Some(0), "{approve}");
     assert!(
         approve.stdout.contains("state     : SUCCEEDED"),
