@@ -104,10 +104,10 @@ fn decide(dir: &Path, run: &str, decision: &str) -> Said {
 }
 
 /// `bl graph connect`, as the docs say, into connections.json.
-fn connect(dir: &Path) {
+fn connect(dir: &Path, provider: &str) {
     let said = bl(
         dir,
-        &["graph", "connect", "graph.yaml", "--provider", "recorded"],
+        &["graph", "connect", "graph.yaml", "--provider", provider],
     );
     assert_eq!(said.code, Some(0), "{said}");
     std::fs::write(dir.join("connections.json"), &said.stdout).unwrap();
@@ -165,7 +165,7 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
         ),
         "{unconnected}"
     );
-    connect(dir);
+    connect(dir, "recorded");
     // A binding weaker than the nodes ask for would admit none of them.
     let weak = bl(
         dir,
@@ -275,7 +275,7 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
 
     // Fixed graph; now the prompts.
     std::fs::write(&graph, &fixed).unwrap();
-    connect(dir);
+    connect(dir, "recorded");
     let mut args = RUN.to_vec();
     args.retain(|a| *a != "--inputs" && *a != "inputs.json");
     args.extend(["--out", "run"]);
@@ -513,26 +513,12 @@ fn claudes_usage_without_cache_fields_counts_against_a_token_budget() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(bin.join("claude"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let said = bl(
-        dir,
-        &["graph", "connect", "graph.yaml", "--provider", "claude"],
-    );
-    assert_eq!(said.code, Some(0), "{said}");
-    std::fs::write(dir.join("connections.json"), &said.stdout).unwrap();
+    connect(dir, "claude");
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    // RUN without --recorded: claude is called.
     let run = Command::new(bl_binary())
-        .args([
-            "graph",
-            "run",
-            "--execute",
-            "graph.yaml",
-            "--connections",
-            "connections.json",
-            "--inputs",
-            "inputs.json",
-            "--out",
-            "run",
-        ])
+        .args(&RUN[..8])
+        .args(["--out", "run"])
         .current_dir(dir)
         .env("PATH", &path)
         .output()
