@@ -176,7 +176,10 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             flags,
         } => match (manifest, execute) {
             (Some(manifest), true) => {
-                let out = out.unwrap_or_else(|| crate::graph_exec_cmd::default_out(workspace));
+                let out = match out {
+                    Some(out) => out,
+                    None => crate::graph_exec_cmd::default_out(workspace)?,
+                };
                 crate::graph_exec_cmd::run(&manifest, connections.as_deref(), &out, &flags)
             }
             (Some(manifest), false) => plan(
@@ -198,7 +201,10 @@ pub fn run(cmd: GraphCommand) -> CliResult {
                 )))
             }
             (None, true) => {
-                let out = out.unwrap_or_else(|| crate::graph_exec_cmd::default_out(workspace));
+                let out = match out {
+                    Some(out) => out,
+                    None => crate::graph_exec_cmd::default_out(workspace)?,
+                };
                 crate::graph_exec_cmd::run_probe(&out, &flags)
             }
             (None, false) => Err(CliError::refused(

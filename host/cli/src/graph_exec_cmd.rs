@@ -708,7 +708,7 @@ fn preflight(schedule: &Schedule, catalog: &Catalog, ctx: &RunContext) -> Result
 /// Where a run goes when --out is left out:
 /// `<workspace>/.bounded-loops/runs/<UTC stamp>-<8 hex>/`, the workspace
 /// being --workspace, else $BOUNDED_LOOPS_WORKSPACE, else here.
-pub fn default_out(workspace: Option<PathBuf>) -> PathBuf {
+pub fn default_out(workspace: Option<PathBuf>) -> Result<PathBuf, CliError> {
     let root = workspace
         .or_else(|| std::env::var_os("BOUNDED_LOOPS_WORKSPACE").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("."));
@@ -716,12 +716,14 @@ pub fn default_out(workspace: Option<PathBuf>) -> PathBuf {
         .to_string()
         .replace(['-', ':'], "");
     let mut nonce = [0u8; 4];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
-        use std::io::Read;
-        f.read_exact(&mut nonce)
-    });
-    root.join(".bounded-loops/runs")
-        .join(format!("{stamp}-{}", hex::encode(nonce)))
+    getrandom::fill(&mut nonce).map_err(|e| {
+        refused(format!(
+            "graph run: no entropy to name the run directory ({e}): pass --out DIR"
+        ))
+    })?;
+    Ok(root
+        .join(".bounded-loops/runs")
+        .join(format!("{stamp}-{}", hex::encode(nonce))))
 }
 
 /// `bl graph run --execute MANIFEST --out D ...`
@@ -1911,11 +1913,10 @@ pub fn commit_decision(
     let record = approvals.read().map_err(|e| e.to_string())?;
     let id = bl_store::approval_id(ORGANIZATION, PROJECT, RUN_ID, d.node);
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    // An approval's nonce must be unpredictable: no entropy, no approval.
     let mut nonce = [0u8; 32];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
-        use std::io::Read;
-        f.read_exact(&mut nonce)
-    });
+    getrandom::fill(&mut nonce)
+        .map_err(|e| format!("no entropy for the approval's nonce ({e}); nothing was recorded"))?;
     let result = if d.approved {
         let request = json!({
             "evidence_digests": d.evidence, "node_id": d.node,
