@@ -16,7 +16,7 @@ use bl_graph::{CompileInput, Graph, Plan};
 use bl_run::executor::{self, Caps, Ports, RunEnd, RunSettings};
 use bl_run::projection::{self, RunView};
 use bl_run::schedule::{Driver, Schedule};
-use bl_store::RunIdentity;
+use bl_store::{RunDir, RunIdentity};
 use bl_workers::{Catalog, LocalCli, Network, SandboxProbe, Workers};
 use serde_json::{Value, json};
 
@@ -354,9 +354,9 @@ impl RunContext {
 }
 
 /// Files a run keeps so that `resume` and `approve` see what `run` saw.
-const KEPT_RECORDED: &str = "recorded-replies.json";
-const KEPT_DECISIONS: &str = "recorded-decisions.json";
-const KEPT_INPUTS: &str = "bl-inputs.json";
+const KEPT_RECORDED: &str = RunDir::RECORDED_REPLIES;
+const KEPT_DECISIONS: &str = RunDir::RECORDED_DECISIONS;
+const KEPT_INPUTS: &str = RunDir::INPUTS;
 pub const DECISIONS_API: &str = "bl.dev/recorded-decisions/v1";
 
 fn read_text(path: &Path, what: &str) -> Result<String, CliError> {
@@ -839,7 +839,7 @@ pub fn run_manifest(
     let caps = caps(flags)?;
     check_priced(&schedule, &caps, &prices(flags)?)?;
     caging_posture(&schedule)?;
-    if out.join(crate::run_adapters::EVENTS_FILE).exists() {
+    if RunDir::new(out).holds_a_run() {
         return Err(refused(format!(
             "graph run: {} already holds a run; continue it with `bl graph resume --run {}`",
             out.display(),
@@ -852,18 +852,18 @@ pub fn run_manifest(
         std::fs::write(out.join(name), bytes)
             .map_err(|e| refused(format!("graph run: cannot write {name} — {e}")))
     };
-    write("manifest.yaml", &bytes)?;
+    write(RunDir::MANIFEST, &bytes)?;
     if let Some(v) = &conn_value {
-        write("connections.json", python_json(v).as_bytes())?;
+        write(RunDir::CONNECTIONS, python_json(v).as_bytes())?;
     }
-    write("plan.json", plan.bytes.as_bytes())?;
+    write(RunDir::PLAN, plan.bytes.as_bytes())?;
     let meta = json!({
         "compiler_version": "bounded-loops.graph-compiler/v1", "execution": true,
         "fail_mode": graph.policies.fail_mode.name(), "mode": "local_cli",
         "organization_id": ORGANIZATION, "plan_id": plan.plan_id, "platform": std::env::consts::OS,
         "policy_digest": plan.policy_digest, "project_id": PROJECT, "run_id": RUN_ID,
     });
-    write("run-meta.json", python_json(&meta).as_bytes())?;
+    write(RunDir::META, python_json(&meta).as_bytes())?;
     ctx.keep(out)?;
     let loaded = LoadedRun {
         dir: out.to_path_buf(),
@@ -880,15 +880,17 @@ pub fn run_manifest(
 /// Loads a run directory and recompiles its plan; refuses when the plan
 /// differs from the one recorded.
 fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, CliError> {
-    let meta_path = dir.join("run-meta.json");
+    let files = RunDir::new(dir);
+    let meta_path = files.meta();
     if !meta_path.exists() {
         return Err(refused(format!(
-            "graph {verb}: cannot reconstruct plan — run-meta.json not found in {}",
+            "graph {verb}: cannot reconstruct plan — {} not found in {}",
+            RunDir::META,
             dir.display()
         )));
     }
-    let meta = read_json(&meta_path, "run-meta.json")?;
-    let manifest = dir.join("manifest.yaml");
+    let meta = read_json(&meta_path, RunDir::META)?;
+    let manifest = files.manifest();
     let bytes = std::fs::read(&manifest).map_err(|e| {
         refused(format!(
             "graph {verb}: cannot reconstruct plan — {}: {e}",
@@ -901,7 +903,7 @@ fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, CliError> {
             e.at(&manifest)
         ))
     })?;
-    let conn_path = dir.join("connections.json");
+    let conn_path = files.connections();
     let conns = if conn_path.exists() {
         let v = read_json(&conn_path, "connections")?;
         Some(
@@ -932,10 +934,7 @@ fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, CliError> {
 /// A controller killed mid-write leaves a torn last line: it was never a
 /// record, so it is moved aside (kept beside the log), and said so.
 fn recover_torn_tail(dir: &Path) -> Result<(), CliError> {
-    for name in [
-        crate::run_adapters::EVENTS_FILE,
-        crate::run_adapters::ANNEX_FILE,
-    ] {
+    for name in [RunDir::EVENTS, RunDir::ANNEX] {
         let log = dir.join(name);
         if !log.exists() {
             continue;
@@ -989,7 +988,7 @@ fn drive(
         LogJournal::open(&run.dir, identity(&run.plan)).map_err(|e| refused(e.to_string()))?;
     // The log is ours alone now: whatever a dead controller of this run
     // left running is ended before anything is re-driven.
-    let spawn_log = run.dir.join(bl_store::provable::WORK_DIR).join(SPAWN_LOG);
+    let spawn_log = RunDir::new(&run.dir).processes();
     let survivors = bl_sandbox::containment::kill_survivors(&spawn_log);
     if survivors > 0 && depth == Depth::Top {
         crate::output::errln!(
@@ -1004,7 +1003,10 @@ fn drive(
     // child it finds was adopted from an agent, and is ended.
     bl_sandbox::containment::claim_orphans();
     let artifacts = RunArtifacts {
-        store: bl_store::ArtifactStore::with_group_commit(run.dir.join("artifacts"), 64 << 20),
+        store: bl_store::ArtifactStore::with_group_commit(
+            RunDir::new(&run.dir).artifacts(),
+            64 << 20,
+        ),
         organization_id: ORGANIZATION.into(),
         project_id: PROJECT.into(),
         sensitivity: schedule.data_class.clone(),
@@ -1020,7 +1022,7 @@ fn drive(
         run_id: RUN_ID.into(),
         plan_id: run.plan.plan_id.clone(),
     };
-    let work_root = run.dir.join("work").join(RUN_ID);
+    let work_root = RunDir::new(&run.dir).work().join(RUN_ID);
     let (network, _proxy) = egress_network(schedule, &run.dir)?;
     let plugins = Arc::new(bl_handoff::Plugins::new(
         Box::new(|| {
@@ -1061,11 +1063,10 @@ fn drive(
         subgraphs: Some(Arc::new(crate::graph_nodes::SubgraphNodes {
             run_dir: run.dir.clone(),
             packages: ctx.packages.clone(),
-            connections: run
-                .dir
-                .join("connections.json")
+            connections: RunDir::new(&run.dir)
+                .connections()
                 .is_file()
-                .then(|| read_json(&run.dir.join("connections.json"), "connections"))
+                .then(|| read_json(&RunDir::new(&run.dir).connections(), "connections"))
                 .transpose()?,
             flags: child_flags(flags, ctx, &run.dir),
             prompts: ctx.child_prompts.clone(),
@@ -1178,20 +1179,13 @@ fn egress_network(
         return Ok((Network::Open, None));
     };
     if config.posture == bl_egress::posture::Posture::Allowlist {
-        let record = run_dir.join(EGRESS_DECISIONS);
+        let record = RunDir::new(run_dir).egress_decisions();
         let guard = crate::sandbox_cmd::start_proxy(&config, Some(&record))
             .map_err(|e| refused(format!("the allowlist proxy could not start: {e}")))?;
         return Ok((Network::Allowlist(guard.bridge.clone()), Some(guard)));
     }
     Ok((Network::Closed, None))
 }
-
-/// Where each attempt's process identity is kept (under `work/`), so a
-/// later controller can end what a dead one left running.
-const SPAWN_LOG: &str = "processes.jsonl";
-
-/// Where the allowlist proxy's decisions for a run's local CLIs are kept.
-const EGRESS_DECISIONS: &str = "egress-decisions.jsonl";
 
 /// Seals the run as it stands (log head, Merkle root, the records' digests)
 /// into `checkpoints/`, at every pause and at the end.
@@ -1372,7 +1366,7 @@ pub fn status(dir: &Path) -> CliResult {
     let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
     let awaiting = view.awaiting(order.iter().copied());
     outln!("run       : {}", dir.display());
-    let live = bl_store::has_live_writer(&dir.join(crate::run_adapters::EVENTS_FILE));
+    let live = RunDir::new(dir).has_live_writer();
     outln!("state     : {}", state_in_words(&view, &awaiting, live));
     outln!("agents    : {}", agents_in_words(&run.plan));
     outln!(

@@ -158,7 +158,7 @@ fn run_child(
     };
     let depth = crate::graph_exec_cmd::Depth::Child(depth);
     // A child an interrupted drive began is continued, never begun again.
-    let ran = if child.join(crate::run_adapters::EVENTS_FILE).is_file() {
+    let ran = if bl_store::RunDir::new(child).holds_a_run() {
         crate::graph_exec_cmd::continue_child(child, flags, depth)
     } else {
         crate::graph_exec_cmd::run_manifest(&manifest, bytes, connections, child, flags, depth)

@@ -4,7 +4,6 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use bl_store::provable::EVENTS_FILE;
 use bl_store::{SigningKey, VerifierKey};
 use clap::Subcommand;
 
@@ -37,14 +36,14 @@ fn default_key_path(name: &str) -> Result<PathBuf, String> {
     Ok(base.join("bl/keys").join(format!("{name}.key")))
 }
 
-/// The files only a run directory holds: its records. (A `plan.json` alone
-/// is not one: any project may have a file of that name.)
+/// The files only a run directory holds (a graph run's, or a loop run's
+/// ledger).
 const RUN_RECORDS: [&str; 6] = [
-    EVENTS_FILE,
-    "run-meta.json",
-    "published-effects.json",
-    "approvals.json",
-    "egress-events.jsonl",
+    bl_store::RunDir::RECORDS[0],
+    bl_store::RunDir::RECORDS[1],
+    bl_store::RunDir::RECORDS[2],
+    bl_store::RunDir::RECORDS[3],
+    bl_store::RunDir::RECORDS[4],
     "ledger.jsonl",
 ];
 

@@ -5,8 +5,9 @@ use crate::output::outln;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+use bl_store::RunDir;
 use bl_store::merkle;
-use bl_store::provable::{EVENTS_FILE, log_leaves, write_checkpoint};
+use bl_store::provable::{log_leaves, write_checkpoint};
 use clap::Subcommand;
 use serde_json::json;
 
@@ -168,7 +169,7 @@ fn run_dir_of(path: &Path) -> PathBuf {
 
 fn recover(path: PathBuf) -> CliResult {
     let log = if path.is_dir() {
-        path.join(EVENTS_FILE)
+        RunDir::new(path).events()
     } else {
         path
     };
@@ -243,7 +244,7 @@ fn b64(hash: &merkle::Hash) -> String {
 fn prove(path: &Path, line: Option<usize>, size: Option<usize>, from: Option<usize>) -> CliResult {
     let result = (|| {
         let (leaves, _) =
-            log_leaves(&run_dir_of(path).join(EVENTS_FILE)).map_err(|e| e.to_string())?;
+            log_leaves(&RunDir::new(run_dir_of(path)).events()).map_err(|e| e.to_string())?;
         let size = size.unwrap_or(leaves.len());
         if size == 0 || size > leaves.len() {
             return Err(format!(

@@ -1212,7 +1212,7 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, String> {
 }
 
 /// Where a caged agent runner's egress decisions go (one JSON line each).
-pub const EGRESS_DECISIONS: &str = "egress-decisions.jsonl";
+pub const EGRESS_DECISIONS: &str = bl_store::RunDir::EGRESS_DECISIONS;
 
 /// What a loop node writes for the receipt gate.
 pub const LOOP_OUTCOME: &str = "loop-outcome.json";

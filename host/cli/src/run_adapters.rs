@@ -10,15 +10,8 @@ use bl_run::executor::{
     Artifacts, Decisions, Journal, Ledger, PluginUse, Publication, PublishOrder, Published,
     RunError,
 };
-use bl_store::{ArtifactMeta, ArtifactStore, EventLog, RunIdentity};
+use bl_store::{ArtifactMeta, ArtifactStore, EventLog, RunDir, RunIdentity};
 use serde_json::Value;
-
-pub const EVENTS_FILE: &str = "controller-events.jsonl";
-
-/// bl's own events, beside the log and in its format: what bounded-loops'
-/// readers would refuse in the log itself (they know a closed set of event
-/// types), such as the attempts a stop interrupted.
-pub const ANNEX_FILE: &str = bl_verify::ANNEX_EVENTS;
 
 /// One recorded event, as the projection and the journal need it.
 #[derive(Debug, Clone)]
@@ -30,12 +23,12 @@ pub struct Recorded {
 
 /// Reads a run's log after verifying its whole chain.
 pub fn read_events(run_dir: &Path) -> Result<(Vec<Recorded>, bl_store::ChainHead), String> {
-    read_chain(&run_dir.join(EVENTS_FILE))
+    read_chain(&RunDir::new(run_dir).events())
 }
 
 /// Reads a run's annex (none: empty) after verifying its chain.
 pub fn read_annex(run_dir: &Path) -> Result<Vec<Recorded>, String> {
-    let path = run_dir.join(ANNEX_FILE);
+    let path = RunDir::new(run_dir).annex();
     if !path.exists() {
         return Ok(Vec::new());
     }
@@ -93,7 +86,7 @@ pub struct LogJournal {
 
 impl LogJournal {
     pub fn open(run_dir: &Path, identity: RunIdentity) -> Result<Self, String> {
-        let path = run_dir.join(EVENTS_FILE);
+        let path = RunDir::new(run_dir).events();
         let log = EventLog::open(&path, identity.clone())
             .map_err(|e| e.to_string())?
             .buffered();
@@ -112,7 +105,7 @@ impl LogJournal {
         Ok(LogJournal {
             log,
             annex: None,
-            annex_path: run_dir.join(ANNEX_FILE),
+            annex_path: RunDir::new(run_dir).annex(),
             identity,
             annexed,
             events,
@@ -141,7 +134,7 @@ impl Journal for LogJournal {
     }
 
     fn annex(&mut self, event: &Event) -> Result<(), RunError> {
-        let fail = |e: bl_store::StoreError| RunError::Journal(format!("{ANNEX_FILE}: {e}"));
+        let fail = |e: bl_store::StoreError| RunError::Journal(format!("{}: {e}", RunDir::ANNEX));
         if self.annex.is_none() {
             let log = EventLog::open(&self.annex_path, self.identity.clone()).map_err(fail)?;
             self.annex = Some(log.buffered());
@@ -166,7 +159,7 @@ impl Journal for LogJournal {
         if let Some(annex) = &mut self.annex {
             annex
                 .sync()
-                .map_err(|e| RunError::Journal(format!("{ANNEX_FILE}: {e}")))?;
+                .map_err(|e| RunError::Journal(format!("{}: {e}", RunDir::ANNEX)))?;
         }
         self.log
             .sync()
@@ -352,8 +345,9 @@ impl RunLedger {
     /// `<run>/outbox/<node>/<its name>`, with `manifest.json` beside them
     /// (each file's name, digest, size and producer).
     fn write_outbox(&self, order: &PublishOrder) -> Result<(), String> {
-        let store = ArtifactStore::new(self.dir.join("artifacts"), 64 << 20);
-        let dir = self.dir.join("outbox").join(order.node);
+        let files = RunDir::new(&self.dir);
+        let store = ArtifactStore::new(files.artifacts(), 64 << 20);
+        let dir = files.outbox(order.node);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut manifest = Vec::new();
         for file in order.files {

@@ -54,7 +54,7 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(GROUP));
     for existing in [10u64, 100_000] {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("controller-events.jsonl");
+        let path = dir.path().join(bl_store::RunDir::EVENTS);
         let mut log = EventLog::open(&path, identity()).unwrap();
         fill(&mut log, 0, existing);
         let start_len = std::fs::metadata(&path).unwrap().len();
@@ -90,7 +90,7 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller-events.jsonl");
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
     let mut log = EventLog::open(&path, identity()).unwrap();
     fill(&mut log, 0, 100_000);
     drop(log);

@@ -24,6 +24,7 @@ pub mod loop_ledger;
 pub mod merkle;
 pub mod proof_check;
 pub mod provable;
+pub mod run_dir;
 
 pub use approvals::{
     ApprovalError, ApprovalRecord, Approvals, SignatureError, approval_id, verify_approvals,
@@ -35,3 +36,4 @@ pub use checkpoint::{Checkpoint, NoteError, SigningKey, VerifierKey};
 pub use egress_log::{EGRESS_EVENTS, EgressLog, EgressLogError};
 pub use ledger::{Ledger, LedgerError, Publish, Reconciliation, effect_key};
 pub use log::{Appended, EventLog, StoreError, has_live_writer, recover_torn_tail};
+pub use run_dir::RunDir;

@@ -51,7 +51,7 @@ fn every_single_byte_flip_is_detected() {
 #[test]
 fn appends_continue_the_chain_of_an_existing_log() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller-events.jsonl");
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
     std::fs::copy(upstream_log(), &path).unwrap();
     let mut log = EventLog::open(&path, identity()).unwrap();
     let appended = log
@@ -71,7 +71,7 @@ fn appends_continue_the_chain_of_an_existing_log() {
 #[test]
 fn a_replayed_key_is_a_no_op_and_a_changed_one_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller-events.jsonl");
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
     let mut log = EventLog::open(&path, identity()).unwrap();
     let payload = json!({"state": "PENDING"});
     log.append(
@@ -110,7 +110,7 @@ fn a_replayed_key_is_a_no_op_and_a_changed_one_an_error() {
 #[test]
 fn replays_are_compared_with_the_recorded_line_after_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller-events.jsonl");
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
     let payload_of = |n: u64| json!({"n": n, "filler": "y".repeat(400)});
     let mut log = EventLog::open(&path, identity()).unwrap();
     for n in 0..4000 {
@@ -161,7 +161,7 @@ fn replays_are_compared_with_the_recorded_line_after_a_reopen() {
 #[test]
 fn a_second_writer_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller-events.jsonl");
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
     let _first = EventLog::open(&path, identity()).unwrap();
     let second = EventLog::open(&path, identity());
     assert!(matches!(second, Err(StoreError::Locked { .. })));
@@ -170,7 +170,7 @@ fn a_second_writer_is_refused() {
 #[test]
 fn a_log_of_another_run_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller-events.jsonl");
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
     std::fs::copy(upstream_log(), &path).unwrap();
     let other = RunIdentity {
         run_id: "other".into(),
@@ -185,7 +185,7 @@ fn a_log_of_another_run_is_refused() {
 #[test]
 fn a_torn_tail_is_reported_then_moved_aside_on_request() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller-events.jsonl");
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
     let mut bytes = std::fs::read(upstream_log()).unwrap();
     let whole = bytes.len() as u64;
     bytes.extend_from_slice(br#"{"actor":"graph-controller","event_ha"#);
@@ -218,7 +218,7 @@ fn a_torn_tail_is_reported_then_moved_aside_on_request() {
 fn bl_writes_the_same_bytes_bounded_loops_wrote_for_the_same_events() {
     let upstream = std::fs::read(upstream_log()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller-events.jsonl");
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
     let mut log = EventLog::open(&path, identity()).unwrap();
     let prefix = format!("{}:", identity().run_id);
     for line in upstream.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -239,7 +239,7 @@ fn bl_writes_the_same_bytes_bounded_loops_wrote_for_the_same_events() {
 #[test]
 fn a_buffered_log_writes_whole_lines_only_when_flushed() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller-events.jsonl");
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
     let mut log = EventLog::open(&path, identity()).unwrap().buffered();
     let ts = "2026-12-01T00:00:00Z";
     for n in 0..3 {

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use bl_store::RunDir;
 use serde_json::Value;
 
 use crate::{Check, EVENT_LOG, GraphReport, Options};
@@ -85,9 +86,6 @@ fn chain_head(path: &Path) -> Result<bl_store::ChainHead, Finding> {
     }
 }
 
-/// bl's own events beside the log (the attempts a stop interrupted).
-pub const ANNEX_EVENTS: &str = "controller-annex.jsonl";
-
 /// The annex's own chain, and that it belongs to this run.
 fn verify_annex(controller: &Path, annex: &Path) -> Result<String, Finding> {
     let head = chain_head(annex)?;
@@ -140,7 +138,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
         } else {
             checks.push(Check::not_applicable("chain", "no controller-events.jsonl"));
         }
-        let annex = path.join(ANNEX_EVENTS);
+        let annex = path.join(RunDir::ANNEX);
         if annex.is_file() {
             checks.push(Check::from_result("annex", verify_annex(&log, &annex)));
         }
@@ -156,7 +154,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
                 "no egress-events.jsonl (no broker request)",
             ));
         }
-        if path.join("plan.json").is_file() {
+        if path.join(RunDir::PLAN).is_file() {
             checks.push(Check::from_result("plan", verify_plan(path)));
             if log.is_file() {
                 checks.push(Check::from_result(
@@ -169,7 +167,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
         }
         checks.push(Check::from_result(
             "artifacts",
-            bl_store::verify_artifacts(&path.join("artifacts"))
+            bl_store::verify_artifacts(&path.join(RunDir::ARTIFACTS))
                 .map(|n| format!("{n} objects match their digests")),
         ));
         if log.is_file() {
@@ -390,25 +388,25 @@ fn verify_log(path: &Path, expect_head: Option<&str>) -> Result<String, Finding>
 /// plan.json hashes to run-meta's plan_id, and the manifest and
 /// connections recompile to exactly those bytes.
 fn run_meta(dir: &Path) -> Result<Value, Finding> {
-    serde_json::from_slice(&read(&dir.join("run-meta.json"))?).map_err(|source| Finding::NotJson {
-        file: "run-meta.json",
+    serde_json::from_slice(&read(&dir.join(RunDir::META))?).map_err(|source| Finding::NotJson {
+        file: RunDir::META,
         source,
     })
 }
 
 /// The run's manifest, and the plan it compiles to with its connections.
 fn recompile(dir: &Path, meta: &Value) -> Result<(bl_graph::Graph, bl_graph::Plan), Finding> {
-    let manifest_path = dir.join("manifest.yaml");
+    let manifest_path = dir.join(RunDir::MANIFEST);
     let manifest =
         std::fs::read_to_string(&manifest_path).map_err(|source| Finding::Unreadable {
             path: manifest_path,
             source,
         })?;
     let graph = bl_graph::lint(&manifest, bl_graph::Format::Yaml).map_err(Finding::Manifest)?;
-    let connections = match std::fs::read_to_string(dir.join("connections.json")) {
+    let connections = match std::fs::read_to_string(dir.join(RunDir::CONNECTIONS)) {
         Ok(text) => {
             let value: Value = serde_json::from_str(&text).map_err(|source| Finding::NotJson {
-                file: "connections.json",
+                file: RunDir::CONNECTIONS,
                 source,
             })?;
             Some(bl_graph::parse_connections(&value).map_err(Finding::Connections)?)
@@ -435,9 +433,9 @@ fn recompile(dir: &Path, meta: &Value) -> Result<(bl_graph::Graph, bl_graph::Pla
 fn verify_causality(dir: &Path, log: &Path) -> Result<String, Finding> {
     use bl_run::{Incoming, NodeState, admit, admits_early};
     let meta: Value =
-        serde_json::from_slice(&read(&dir.join("run-meta.json"))?).map_err(|source| {
+        serde_json::from_slice(&read(&dir.join(RunDir::META))?).map_err(|source| {
             Finding::NotJson {
-                file: "run-meta.json",
+                file: RunDir::META,
                 source,
             }
         })?;
@@ -552,7 +550,7 @@ fn verify_causality(dir: &Path, log: &Path) -> Result<String, Finding> {
 }
 
 fn verify_plan(dir: &Path) -> Result<String, Finding> {
-    let plan = read(&dir.join("plan.json"))?;
+    let plan = read(&dir.join(RunDir::PLAN))?;
     let meta = run_meta(dir)?;
     let plan_id = bl_core::Sha256Digest::of(&plan).to_string();
     if meta["plan_id"].as_str() != Some(plan_id.as_str()) {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use bl_store::VerifierKey;
 
-pub use graph_run::{ANNEX_EVENTS, EGRESS_EVENTS};
+pub use graph_run::EGRESS_EVENTS;
 pub use loop_run::{Anchor, LoopReport};
 
 /// What a check concluded.
@@ -101,12 +101,12 @@ pub struct Options {
     pub verifier: Option<VerifierKey>,
 }
 
-pub const EVENT_LOG: &str = bl_store::provable::EVENTS_FILE;
+pub const EVENT_LOG: &str = bl_store::RunDir::EVENTS;
 
 /// Verifies whatever `path` is (see the crate documentation).
 pub fn verify(path: &Path, options: &Options) -> Result<Report, NothingToVerify> {
     if path.is_dir() {
-        if path.join(EVENT_LOG).is_file() || path.join("plan.json").is_file() {
+        if path.join(EVENT_LOG).is_file() || path.join(bl_store::RunDir::PLAN).is_file() {
             return Ok(Report::Graph(graph_run::verify(path, options)));
         }
         let ledger = loop_run::ledger_of(path);

@@ -2,6 +2,7 @@
 //! class of each address. Only literal addresses and reserved names are
 //! used, so no test needs outside DNS.
 
+use bl_store::RunDir;
 use std::process::Command;
 
 use bl_e2e::bl_binary;
@@ -206,8 +207,8 @@ fn egress_send_records_its_decisions_in_the_run() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2));
     }
-    let log = std::fs::read_to_string(run.join("egress-events.jsonl")).unwrap();
-    let kinds = bl_e2e::event_types(&run.join("egress-events.jsonl"));
+    let log = std::fs::read_to_string(run.join(RunDir::EGRESS_EVENTS)).unwrap();
+    let kinds = bl_e2e::event_types(&run.join(RunDir::EGRESS_EVENTS));
     assert_eq!(
         kinds,
         [
@@ -246,7 +247,7 @@ fn egress_send_records_its_decisions_in_the_run() {
         "{egress}"
     );
     let tampered = log.replacen("egress.denied", "egress.dEnied", 1);
-    std::fs::write(run.join("egress-events.jsonl"), tampered).unwrap();
+    std::fs::write(run.join(RunDir::EGRESS_EVENTS), tampered).unwrap();
     let (code, egress) = verify(&run);
     assert_eq!(
         (code, egress["status"].as_str()),

@@ -7,6 +7,7 @@
 //! and every node kind: loop, router, subgraph, command tool, https and
 //! recorded connectors.
 
+use bl_store::RunDir;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -79,7 +80,7 @@ impl Case {
     }
 
     fn events(&self, out: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.path(out).join("controller-events.jsonl"))
+        std::fs::read_to_string(self.path(out).join(RunDir::EVENTS))
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -260,7 +261,7 @@ fn refused_before_running(case: &Case, out: &str, extra: &[&str], needle: &str) 
     assert_eq!(run.status.code(), Some(2), "{}", text(&run));
     assert!(text(&run).contains(needle), "{}", text(&run));
     assert!(
-        !case.path(out).join("controller-events.jsonl").exists(),
+        !case.path(out).join(RunDir::EVENTS).exists(),
         "something ran"
     );
 }

@@ -2,6 +2,7 @@
 //! 0.7.6 printed for the same files (tests/corpus/graph, see generate.py):
 //! stdout byte for byte, the exit code, and the first line of stderr.
 
+use bl_store::RunDir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -488,10 +489,10 @@ fn a_reference_run_directory_plans_to_the_same_plan_json() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
         std::fs::read(&plan).unwrap(),
-        std::fs::read(run_dir.join("plan.json")).unwrap()
+        std::fs::read(run_dir.join(RunDir::PLAN)).unwrap()
     );
     let meta: Value =
-        serde_json::from_slice(&std::fs::read(run_dir.join("run-meta.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(run_dir.join(RunDir::META)).unwrap()).unwrap();
     assert!(
         stdout.starts_with(&format!(
             "plan_id : {}\n",

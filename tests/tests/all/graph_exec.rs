@@ -2,6 +2,7 @@
 //! controller killed with SIGKILL at random points and resumed, and a
 //! local_cli node caged by bubblewrap (process_restricted: no network).
 
+use bl_store::RunDir;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -106,7 +107,7 @@ fn run_args<'a>(out: &'a str, concurrency: &'a str) -> Vec<&'a str> {
 }
 
 fn events(run: &Path) -> Vec<Value> {
-    bl_e2e::json_lines(&run.join("controller-events.jsonl"))
+    bl_e2e::json_lines(&run.join(RunDir::EVENTS))
 }
 
 fn final_states(dir: &Path, run: &str) -> Value {
@@ -181,7 +182,7 @@ fn ready_nodes_run_in_parallel_and_end_as_a_sequential_run_does() {
 
     // The publish fired once, through the ledger.
     let ledger: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("eight/published-effects.json")).unwrap())
+        serde_json::from_slice(&std::fs::read(dir.join("eight").join(RunDir::LEDGER)).unwrap())
             .unwrap();
     assert_eq!(ledger.as_object().unwrap().len(), 1);
     let verify = bl_in(&dir, &["verify", "eight"]);
@@ -257,9 +258,7 @@ fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
         let _ = child.kill();
         let _ = child.wait();
         let run_dir = dir.join(&run);
-        if !run_dir.join("run-meta.json").exists()
-            || !run_dir.join("controller-events.jsonl").exists()
-        {
+        if !run_dir.join(RunDir::META).exists() || !run_dir.join(RunDir::EVENTS).exists() {
             // Killed before the run began: nothing to resume, start again.
             interrupted += 1;
             let _ = std::fs::remove_dir_all(&run_dir);
@@ -270,13 +269,13 @@ fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
                 "run {i}: {}",
                 String::from_utf8_lossy(&again.stderr)
             );
-        } else if !std::fs::read_to_string(run_dir.join("controller-events.jsonl"))
+        } else if !std::fs::read_to_string(run_dir.join(RunDir::EVENTS))
             .unwrap()
             .contains("\"run.succeeded\"")
         {
             interrupted += 1;
         }
-        let ended = std::fs::read_to_string(run_dir.join("controller-events.jsonl"))
+        let ended = std::fs::read_to_string(run_dir.join(RunDir::EVENTS))
             .unwrap()
             .contains("\"run.succeeded\"");
         let out = bl_in(
@@ -313,11 +312,9 @@ fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
         );
         // No effect fired twice, and no node succeeded twice.
         let ledger: Value =
-            serde_json::from_slice(&std::fs::read(run_dir.join("published-effects.json")).unwrap())
-                .unwrap();
+            serde_json::from_slice(&std::fs::read(run_dir.join(RunDir::LEDGER)).unwrap()).unwrap();
         assert_eq!(ledger.as_object().unwrap().len(), 1, "run {i}");
-        let intents =
-            std::fs::read_to_string(run_dir.join("published-effects.intents.jsonl")).unwrap();
+        let intents = std::fs::read_to_string(run_dir.join(RunDir::INTENTS)).unwrap();
         assert_eq!(
             intents.matches("\"published\"").count(),
             1,
@@ -491,7 +488,7 @@ fn resume_refuses_a_log_altered_after_it_was_written() {
         "mine",
     ]);
     assert_eq!(bl_in(&dir, &args).status.code(), Some(3));
-    let log = dir.join("mine/controller-events.jsonl");
+    let log = dir.join("mine").join(RunDir::EVENTS);
     let text = std::fs::read_to_string(&log).unwrap();
     let altered = text.replacen("\"state\":\"READY\"", "\"state\":\"READZ\"", 1);
     assert_ne!(altered, text);
@@ -529,7 +526,7 @@ fn resume_refuses_a_log_altered_after_it_was_written() {
         );
     }
     assert!(
-        !dir.join("mine/approvals.json").exists(),
+        !dir.join("mine").join(RunDir::APPROVALS).exists(),
         "no decision was recorded"
     );
 }
@@ -637,7 +634,7 @@ fn status_refuses_a_run_directory_whose_plan_no_longer_matches() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = case_dir(tmp.path(), 1, "workspace_only", "ok");
     assert_eq!(bl_in(&dir, &run_args("run", "2")).status.code(), Some(0));
-    let manifest = dir.join("run/manifest.yaml");
+    let manifest = dir.join("run").join(RunDir::MANIFEST);
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, text.replace("\"1.0.0\"", "\"1.0.1\"")).unwrap();
     let out = bl_in(&dir, &["graph", "status", "--run", "run"]);
@@ -731,7 +728,8 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
     );
     assert_eq!(sealed("signed"), 2, "so did its end");
     let approvals: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("signed/approvals.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join("signed").join(RunDir::APPROVALS)).unwrap())
+            .unwrap();
     let commit = &approvals["commits"][0];
     assert!(commit["signature"]["sig"].is_string(), "{approvals}");
     // The request digest covers the artifact the approval is about.
@@ -740,10 +738,11 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
         .find(|e| e["event_type"] == "node.succeeded" && e["payload"]["node_id"] == "draft")
         .unwrap();
     let evidence = draft["payload"]["artifact_digests"].clone();
-    let plan_id =
-        serde_json::from_slice::<Value>(&std::fs::read(dir.join("signed/run-meta.json")).unwrap())
-            .unwrap()["plan_id"]
-            .clone();
+    let plan_id = serde_json::from_slice::<Value>(
+        &std::fs::read(dir.join("signed").join(RunDir::META)).unwrap(),
+    )
+    .unwrap()["plan_id"]
+        .clone();
     let request = json!({"evidence_digests": evidence, "node_id": "gate", "plan_id": plan_id, "repair_round": 0});
     let canonical = serde_json::to_string(&request).unwrap();
     let digest = format!("sha256:{}", bl_core::sha256_hex(canonical.as_bytes()));
@@ -779,7 +778,7 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
     assert_eq!(again.status.code(), Some(3));
     for run in ["signed", "again"] {
         std::fs::write(
-            dir.join(run).join("approvals.json"),
+            dir.join(run).join(RunDir::APPROVALS),
             serde_json::to_vec_pretty(&altered).unwrap(),
         )
         .unwrap();
@@ -874,9 +873,10 @@ fn a_decision_is_bound_to_its_repair_round() {
         )
     };
     let rounds = || -> Vec<u64> {
-        let record: Value =
-            serde_json::from_slice(&std::fs::read(dir.join("mine/approvals.json")).unwrap())
-                .unwrap();
+        let record: Value = serde_json::from_slice(
+            &std::fs::read(dir.join("mine").join(RunDir::APPROVALS)).unwrap(),
+        )
+        .unwrap();
         record["commits"]
             .as_array()
             .unwrap()
@@ -1000,11 +1000,11 @@ fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail
         (&index[0]["name"], &index[0]["producer"], &index[0]["size"]),
         (&json!("out.txt"), &json!("a"), &json!(12))
     );
-    let intents = std::fs::read_to_string(dir.join("run/published-effects.intents.jsonl")).unwrap();
+    let intents = std::fs::read_to_string(dir.join("run").join(RunDir::INTENTS)).unwrap();
     assert_eq!(intents.matches("\"published\"").count(), 1);
     // An approval is final: rejecting it now is refused, naming it, and
     // the record is as it was.
-    let approvals = std::fs::read(dir.join("run/approvals.json")).unwrap();
+    let approvals = std::fs::read(dir.join("run").join(RunDir::APPROVALS)).unwrap();
     let late = decide(&dir, "rejected");
     assert_eq!(late.status.code(), Some(2));
     let said = String::from_utf8_lossy(&late.stderr);
@@ -1014,7 +1014,7 @@ fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail
         "{said}"
     );
     assert_eq!(
-        std::fs::read(dir.join("run/approvals.json")).unwrap(),
+        std::fs::read(dir.join("run").join(RunDir::APPROVALS)).unwrap(),
         approvals
     );
 
@@ -1048,7 +1048,7 @@ fn the_outbox_policy_publishes_once_after_the_approval_and_unknown_policies_fail
             .contains("not installed"),
         "{failed}"
     );
-    assert!(!unknown.join("run/published-effects.json").exists());
+    assert!(!unknown.join("run").join(RunDir::LEDGER).exists());
 }
 
 /// Rewrites a case into one node `a` bound to `provider`, which the
@@ -1183,7 +1183,7 @@ prompt_via = "arg"
         reply.contains("HTTP/1.1") && !reply.contains(" 200"),
         "the proxy refused both: {reply}"
     );
-    let recorded = std::fs::read_to_string(dir.join("run/egress-decisions.jsonl")).unwrap();
+    let recorded = std::fs::read_to_string(dir.join("run").join(RunDir::EGRESS_DECISIONS)).unwrap();
     let decisions: Vec<Value> = recorded
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -1359,7 +1359,7 @@ fn kill_when_logged(dir: &Path, args: &[&str], run: &str, marker: &str) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let log = dir.join(run).join("controller-events.jsonl");
+    let log = dir.join(run).join(RunDir::EVENTS);
     let started = std::time::Instant::now();
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();

@@ -5,6 +5,7 @@
 //! the fix; then fixed, run to a named file in the outbox. And a claude
 //! envelope without the cache fields counts against a token budget.
 
+use bl_store::RunDir;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -392,8 +393,8 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
     let reject = decide(dir, "rejected", "rejected");
     assert_eq!(reject.code, Some(2), "{reject}");
     assert!(reject.stdout.contains("state     : FAILED"), "{reject}");
-    let approvals = std::fs::read(dir.join("rejected/approvals.json")).unwrap();
-    let log = std::fs::read(dir.join("rejected/controller-events.jsonl")).unwrap();
+    let approvals = std::fs::read(dir.join("rejected").join(RunDir::APPROVALS)).unwrap();
+    let log = std::fs::read(dir.join("rejected").join(RunDir::EVENTS)).unwrap();
     let approve = decide(dir, "rejected", "approved");
     assert_eq!(approve.code, Some(2), "{approve}");
     assert!(
@@ -407,11 +408,11 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
     );
     assert!(!approve.stdout.contains("decision : approved"), "{approve}");
     assert_eq!(
-        std::fs::read(dir.join("rejected/approvals.json")).unwrap(),
+        std::fs::read(dir.join("rejected").join(RunDir::APPROVALS)).unwrap(),
         approvals
     );
     assert_eq!(
-        std::fs::read(dir.join("rejected/controller-events.jsonl")).unwrap(),
+        std::fs::read(dir.join("rejected").join(RunDir::EVENTS)).unwrap(),
         log
     );
     let again = decide(dir, "rejected", "rejected");
@@ -462,9 +463,10 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
     );
     // The ledger binds that digest: the effect's payload digest is
     // bounded-loops' formula over the published artifacts' digests.
-    let meta: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("approved/run-meta.json")).unwrap())
-            .unwrap();
+    let meta: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("approved").join(RunDir::META)).unwrap(),
+    )
+    .unwrap();
     let payload = bl_core::sha256_hex(
         bl_core::python_json(&json!({
             "node_id": "publish", "plan_id": meta["plan_id"],
@@ -473,7 +475,7 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
         .as_bytes(),
     );
     let ledger: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("approved/published-effects.json")).unwrap(),
+        &std::fs::read_to_string(dir.join("approved").join(RunDir::LEDGER)).unwrap(),
     )
     .unwrap();
     let recorded: Vec<&Value> = ledger.as_object().unwrap().values().collect();

@@ -6,6 +6,7 @@
 //! must equal what bounded-loops recorded. Commands run at `--concurrency 1`, where the order of events
 //! is defined; other tests check parallel runs.
 
+use bl_store::RunDir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -80,7 +81,7 @@ fn bin_dir() -> PathBuf {
 }
 
 fn events_of(run_dir: &Path) -> Vec<(String, String, Value)> {
-    let Ok(text) = std::fs::read_to_string(run_dir.join("controller-events.jsonl")) else {
+    let Ok(text) = std::fs::read_to_string(run_dir.join(RunDir::EVENTS)) else {
         return Vec::new();
     };
     text.lines()
@@ -319,13 +320,13 @@ fn replay(case: &str) -> Replayed {
     }
     // The exactly-once ledger holds what bounded-loops' holds: the same
     // effect keys with the same payload digests.
-    let recorded = corpus().join(case).join("run/published-effects.json");
+    let recorded = corpus().join(case).join("run").join(RunDir::LEDGER);
     if recorded.exists() {
         let read = |p: &Path| -> Value {
             serde_json::from_slice(&std::fs::read(p).unwrap_or_default()).unwrap_or(Value::Null)
         };
         let (got, want) = (
-            read(&dir.join("run-dir/published-effects.json")),
+            read(&dir.join("run-dir").join(RunDir::LEDGER)),
             read(&recorded),
         );
         if got != want {
@@ -338,7 +339,7 @@ fn replay(case: &str) -> Replayed {
     // is a throwaway-venv tool, never installed by setup), its own `graph
     // status` must read bl's run directory as bl does.
     if let Some(upstream) = std::env::var_os("BL_UPSTREAM_BL")
-        && dir.join("run-dir/run-meta.json").exists()
+        && dir.join("run-dir").join(RunDir::META).exists()
     {
         let status = |program: &std::ffi::OsStr| -> Value {
             let out = Command::new(program)
@@ -437,7 +438,7 @@ fn replay_parallel(case: &str, dir: &Path) -> Vec<String> {
             problems.push(format!("final states: bl {got}, bounded-loops {final_}"));
         }
     }
-    if dir.join("run-dir/run-meta.json").exists() {
+    if dir.join("run-dir").join(RunDir::META).exists() {
         let verify = Command::new(bl_binary())
             .args(["verify", "run-dir"])
             .current_dir(dir)
@@ -510,7 +511,7 @@ fn every_recorded_case_ends_the_same_at_concurrency_8_and_keeps_causality() {
     let dirs: Vec<PathBuf> = jobs
         .iter()
         .map(|(_, dir)| dir.join("run-dir"))
-        .filter(|d| d.join("run-meta.json").exists())
+        .filter(|d| d.join(RunDir::META).exists())
         .collect();
     if let Some(statuses) = bl_e2e::upstream_status(&dirs) {
         let refused: Vec<String> = statuses

@@ -5,6 +5,7 @@
 //! leaves nothing behind in any tier; as root, a caged agent in a home
 //! directory reads its login and nothing else; why a worker failed is kept.
 
+use bl_store::RunDir;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -136,7 +137,7 @@ fn said(out: &Output) -> String {
 
 /// Waits until the run's log holds an event whose key ends with `marker`.
 fn wait_logged(run: &Path, marker: &str) {
-    let log = run.join("controller-events.jsonl");
+    let log = run.join(RunDir::EVENTS);
     let since = Instant::now();
     while !std::fs::read_to_string(&log)
         .unwrap_or_default()
@@ -228,7 +229,7 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
         signal(&child, name);
         let out = child.wait_with_output().unwrap();
         let run = dir.join("run");
-        let events = lines(&run.join("controller-events.jsonl"));
+        let events = lines(&run.join(RunDir::EVENTS));
         if out.status.code() == Some(0) {
             continue; // it had ended before the signal came
         }
@@ -260,7 +261,7 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
                 "run {i}: a second attempt: {e}"
             );
         }
-        let stopped: Vec<String> = lines(&run.join("controller-annex.jsonl"))
+        let stopped: Vec<String> = lines(&run.join(RunDir::ANNEX))
             .iter()
             .filter(|e| e["event_type"] == "node.interrupted")
             .map(|e| e["payload"]["node_id"].as_str().unwrap().to_string())
@@ -361,7 +362,7 @@ fn a_second_signal_stops_at_once_with_the_same_record() {
         asked.elapsed()
     );
     assert_eq!(out.status.code(), Some(130), "{}", said(&out));
-    let stopped: Vec<Value> = lines(&dir.join("run/controller-annex.jsonl"));
+    let stopped: Vec<Value> = lines(&dir.join("run").join(RunDir::ANNEX));
     let nodes: Vec<&str> = stopped
         .iter()
         .map(|e| e["payload"]["node_id"].as_str().unwrap())
@@ -660,7 +661,7 @@ printf '{"type":"result","subtype":"success","is_error":false,"result":"uid=%s l
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     let run = dir.join("run");
-    let succeeded = lines(&run.join("controller-events.jsonl"))
+    let succeeded = lines(&run.join(RunDir::EVENTS))
         .into_iter()
         .find(|e| e["event_type"] == "node.succeeded")
         .unwrap();
@@ -724,12 +725,12 @@ exit 1
         stderr.contains("✗ a (worker_fault)") && stderr.contains("the provider said no (401)"),
         "{stderr}"
     );
-    let log = std::fs::read_to_string(dir.join("run/controller-events.jsonl")).unwrap();
+    let log = std::fs::read_to_string(dir.join("run").join(RunDir::EVENTS)).unwrap();
     assert!(
         !log.contains("sk-test-0123456789abcdef"),
         "the key is in the log"
     );
-    let failed = lines(&dir.join("run/controller-events.jsonl"))
+    let failed = lines(&dir.join("run").join(RunDir::EVENTS))
         .into_iter()
         .find(|e| e["event_type"] == "node.failed")
         .unwrap();

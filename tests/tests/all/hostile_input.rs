@@ -2,6 +2,7 @@
 //! is bounded in time and memory, and tells the truth about what went
 //! wrong.
 
+use bl_store::RunDir;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -358,13 +359,13 @@ fn verify_of_a_path_with_nothing_to_verify_is_exit_2_not_a_tampering_verdict() {
 #[test]
 fn keys_generate_recognises_run_directories_by_their_records_only() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("plan.json"), "{}").unwrap();
+    std::fs::write(dir.path().join(RunDir::PLAN), "{}").unwrap();
     let out = bl_in(
         dir.path(),
         &["keys", "generate", "--name", "ops", "--out", "keys/ops.key"],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    std::fs::write(dir.path().join("run-meta.json"), "{}").unwrap();
+    std::fs::write(dir.path().join(RunDir::META), "{}").unwrap();
     let out = bl_in(
         dir.path(),
         &[

@@ -1,6 +1,7 @@
 //! Signed checkpoints and Merkle proofs over a real run directory (one that
 //! bounded-loops wrote), through the real `bl` binary.
 
+use bl_store::RunDir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -79,7 +80,7 @@ fn status(report: &Value, name: &str) -> String {
 }
 
 fn append_events(run: &Path, n: usize) {
-    let log = run.join("controller-events.jsonl");
+    let log = run.join(RunDir::EVENTS);
     let identity = bl_store::verify_chain(&std::fs::read(&log).unwrap())
         .unwrap()
         .0
@@ -180,7 +181,7 @@ fn checkpoints_verify_with_the_key_and_catch_removed_events_and_other_signers() 
 
     // Dropping the last events leaves a valid chain, but the signed tree head
     // says they existed.
-    let log = run.join("controller-events.jsonl");
+    let log = run.join(RunDir::EVENTS);
     let text = std::fs::read_to_string(&log).unwrap();
     let kept: Vec<&str> = text.lines().collect();
     std::fs::write(&log, kept[..kept.len() - 2].join("\n") + "\n").unwrap();
@@ -231,8 +232,7 @@ fn proofs_printed_by_bl_verify_against_the_roots() {
     let s = setup();
     append_events(&s.run, 9);
     let run = s.run.to_str().unwrap();
-    let (leaves, _) =
-        bl_store::provable::log_leaves(&s.run.join("controller-events.jsonl")).unwrap();
+    let (leaves, _) = bl_store::provable::log_leaves(&s.run.join(RunDir::EVENTS)).unwrap();
     let n = leaves.len();
     for line in [1, n / 2, n] {
         let (code, out, err) = bl(&["log", "prove", run, "--line", &line.to_string()]);
@@ -284,7 +284,7 @@ fn verify_checks_approval_signatures_with_the_key() {
         status(&report, "approvals").starts_with("ok: 1 decisions, 1 signatures hold"),
         "{report}"
     );
-    let path = s.run.join("approvals.json");
+    let path = s.run.join(RunDir::APPROVALS);
     let edited = std::fs::read_to_string(&path)
         .unwrap()
         .replace("\"attempt\": 1", "\"attempt\": 2");
@@ -318,7 +318,7 @@ fn check_proof_checks_a_printed_proof_against_a_signed_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let proof_file = dir.path().join("proof.json");
     std::fs::write(&proof_file, &proof).unwrap();
-    let log = std::fs::read_to_string(s.run.join("controller-events.jsonl")).unwrap();
+    let log = std::fs::read_to_string(s.run.join(RunDir::EVENTS)).unwrap();
     let event = dir.path().join("event.jsonl");
     std::fs::write(&event, format!("{}\n", log.lines().nth(1).unwrap())).unwrap();
     let check = |extra: &[&str]| {

@@ -3,6 +3,7 @@
 //! a signed checkpoint at run end), then every byte of every file in it
 //! changed, one at a time: `bl verify` must notice each one.
 
+use bl_store::RunDir;
 use std::path::{Path, PathBuf};
 
 use bl_e2e::repo_root;
@@ -27,7 +28,7 @@ fn generate_run(run: &Path, key: &SigningKey) {
         std::fs::copy(reference.join(name), run.join(name)).unwrap();
     }
     let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(run.join("run-meta.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(run.join(RunDir::META)).unwrap()).unwrap();
     let text = |k: &str| meta[k].as_str().unwrap().to_string();
     let identity = RunIdentity {
         organization_id: text("organization_id"),
@@ -52,7 +53,7 @@ fn generate_run(run: &Path, key: &SigningKey) {
         .unwrap();
     let notes = store.put(b"raw notes\n", &artifact_meta).unwrap();
 
-    let mut log = EventLog::open(&run.join("controller-events.jsonl"), identity.clone()).unwrap();
+    let mut log = EventLog::open(&run.join(RunDir::EVENTS), identity.clone()).unwrap();
     let at = "2026-11-30T02:00:00Z";
     let node = |state: &str| json!({"attempt": 1, "node_id": "research", "state": state});
     log.append(
@@ -229,7 +230,7 @@ fn an_unsigned_checkpoint_still_seals_the_run_directory() {
     let options = bl_verify::Options::default();
     assert!(bl_verify::verify(&run, &options).unwrap().ok());
     // A byte changed in a file nothing else cross-checks.
-    let meta = run.join("run-meta.json");
+    let meta = run.join(RunDir::META);
     let text = std::fs::read_to_string(&meta).unwrap();
     std::fs::write(&meta, text.replace("demo-project", "demo-projeKt")).unwrap();
     let bl_verify::Report::Graph(report) = bl_verify::verify(&run, &options).unwrap() else {

@@ -1,6 +1,7 @@
 //! The store under real processes: racing publishers, crashes inside an
 //! effect, and a log writer killed with SIGKILL at random points.
 
+use bl_store::RunDir;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -64,8 +65,7 @@ fn sixteen_racing_processes_fire_one_effect() {
         "{outcomes:?}"
     );
     let ledger: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("published-effects.json")).unwrap())
-            .unwrap();
+        serde_json::from_slice(&std::fs::read(dir.path().join(RunDir::LEDGER)).unwrap()).unwrap();
     assert_eq!(ledger, serde_json::json!({"run/plan/publish": "sha256:aa"}));
 }
 
@@ -101,7 +101,7 @@ fn a_crash_after_the_ledger_write_closes_the_intent_without_firing_again() {
         Publish::Fired
     );
     // Take the run back to the moment before the intent was closed.
-    let intents = dir.path().join("published-effects.intents.jsonl");
+    let intents = dir.path().join(RunDir::INTENTS);
     let text = std::fs::read_to_string(&intents).unwrap();
     let open: String = text.lines().take(1).map(|l| format!("{l}\n")).collect();
     assert!(open.contains("\"intent\""), "{text}");
@@ -183,7 +183,7 @@ fn a_crash_inside_the_effect_needs_reconciliation_and_never_replays() {
 #[test]
 fn a_corrupt_ledger_fails_closed() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("published-effects.json"), "{not json").unwrap();
+    std::fs::write(dir.path().join(RunDir::LEDGER), "{not json").unwrap();
     let err = Ledger::new(dir.path())
         .publish("k", "sha256:aa", || panic!("must not fire"))
         .unwrap_err();
@@ -193,7 +193,7 @@ fn a_corrupt_ledger_fails_closed() {
 #[test]
 fn a_log_writer_killed_at_random_points_reopens_verified_or_torn() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("controller-events.jsonl");
+    let path = dir.path().join(RunDir::EVENTS);
     let mut last = 0;
     let mut torn_seen = 0;
     for round in 0..20u64 {

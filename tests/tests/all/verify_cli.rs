@@ -1,5 +1,6 @@
 //! `bl verify` and `bl log recover` on a run directory bounded-loops wrote.
 
+use bl_store::RunDir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -51,7 +52,7 @@ fn a_reference_run_directory_verifies_and_says_what_could_not_apply() {
 #[test]
 fn tampering_is_named_by_line_and_field() {
     let (_keep, run) = copy_run();
-    let log = run.join("controller-events.jsonl");
+    let log = run.join(RunDir::EVENTS);
     let text = std::fs::read_to_string(&log).unwrap();
     std::fs::write(
         &log,
@@ -79,7 +80,7 @@ fn a_tampered_artifact_or_manifest_fails_verification() {
     assert_eq!((code, status_of(&report, "artifacts").0), (1, "fail"));
 
     let (_keep, run) = copy_run();
-    let manifest = run.join("manifest.yaml");
+    let manifest = run.join(RunDir::MANIFEST);
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(
         &manifest,
@@ -97,7 +98,7 @@ fn a_tampered_artifact_or_manifest_fails_verification() {
 #[test]
 fn a_torn_tail_is_reported_and_recovered_only_on_request() {
     let (_keep, run) = copy_run();
-    let log = run.join("controller-events.jsonl");
+    let log = run.join(RunDir::EVENTS);
     let whole = std::fs::read(&log).unwrap();
     let mut torn = whole.clone();
     torn.extend_from_slice(b"{\"actor\":\"graph");
