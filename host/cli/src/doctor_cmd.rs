@@ -8,7 +8,7 @@ use std::path::Path;
 use bl_core::health::{Check, Health};
 use serde_json::json;
 
-use crate::paths;
+use bl_app::paths;
 
 use crate::exit::{CliResult, Exit};
 

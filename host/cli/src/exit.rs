@@ -160,5 +160,17 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
+impl From<bl_app::AppError> for CliError {
+    fn from(e: bl_app::AppError) -> CliError {
+        use bl_app::AppError;
+        let exit = match &e {
+            AppError::Refused(_) => Exit::Refused,
+            AppError::Undecided(_) => Exit::Undecided,
+            AppError::Sandbox(_) => Exit::SandboxRefused,
+        };
+        CliError::with_exit(exit, e.message())
+    }
+}
+
 /// What every command returns.
 pub type CliResult = Result<Exit, CliError>;

@@ -303,7 +303,7 @@ fn load(path: &Path, verb: &str) -> Loaded {
     let read = if stdin {
         sniffed()
     } else {
-        crate::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES).map(|b| (b, format))
+        bl_app::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES).map(|b| (b, format))
     };
     let (bytes, format) = match read {
         Ok(read) => read,
@@ -415,7 +415,7 @@ fn plan(
     let connections = match connections {
         None => None,
         Some(file) => {
-            let bytes = match crate::paths::read_capped(file, bl_graph::MAX_DOCUMENT_BYTES) {
+            let bytes = match bl_app::paths::read_capped(file, bl_graph::MAX_DOCUMENT_BYTES) {
                 Ok(t) => t,
                 Err(e) => {
                     return Err(CliError::refused(format!(

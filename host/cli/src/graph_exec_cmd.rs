@@ -96,7 +96,7 @@ fn refused(message: impl Into<String>) -> CliError {
 }
 
 fn read_json(path: &Path, what: &str) -> Result<Value, CliError> {
-    let bytes = crate::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES)
+    let bytes = bl_app::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES)
         .map_err(|e| refused(format!("cannot read {what} {} — {e}", path.display())))?;
     bl_graph::check_size(bytes.len(), bl_graph::Format::Json)
         .map_err(|e| refused(format!("{}: {what} refused: {e}", path.display())))?;
@@ -165,7 +165,7 @@ fn catalog(flags: &DriveFlags) -> Result<Catalog, CliError> {
         .clone()
         .or_else(|| std::env::var_os("BOUNDED_LOOPS_PROVIDERS").map(PathBuf::from));
     if let Some(path) = path {
-        let bytes = crate::paths::read_capped(&path, bl_graph::MAX_DOCUMENT_BYTES)
+        let bytes = bl_app::paths::read_capped(&path, bl_graph::MAX_DOCUMENT_BYTES)
             .map_err(|e| refused(format!("cannot read providers {} — {e}", path.display())))?;
         let text = String::from_utf8(bytes)
             .map_err(|_| refused(format!("{}: not UTF-8", path.display())))?;
@@ -360,7 +360,7 @@ const KEPT_INPUTS: &str = RunDir::INPUTS;
 pub const DECISIONS_API: &str = "bl.dev/recorded-decisions/v1";
 
 fn read_text(path: &Path, what: &str) -> Result<String, CliError> {
-    let bytes = crate::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES)
+    let bytes = bl_app::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES)
         .map_err(|e| refused(format!("cannot read {what} {} — {e}", path.display())))?;
     String::from_utf8(bytes)
         .map_err(|_| refused(format!("{}: {what} is not UTF-8", path.display())))
@@ -546,7 +546,7 @@ fn check_plugins(schedule: &Schedule) -> Result<(), CliError> {
                     name: &str,
                     world: &str|
      -> Result<Option<bl_plugins::PluginManifest>, CliError> {
-        let path = crate::paths::resolve_plugin(name).map_err(|e| {
+        let path = bl_app::paths::resolve_plugin(name).map_err(|e| {
             refused(format!(
                 "graph run: node '{node}' needs plugin '{name}': {e}; nothing was run"
             ))
@@ -575,7 +575,7 @@ fn check_plugins(schedule: &Schedule) -> Result<(), CliError> {
         }
         if let Driver::Transform { plugin, major } = &node.driver {
             let dashed = plugin.replace('.', "-");
-            let name = if crate::paths::resolve_plugin(plugin).is_ok() {
+            let name = if bl_app::paths::resolve_plugin(plugin).is_ok() {
                 plugin.as_str()
             } else {
                 dashed.as_str()
@@ -733,12 +733,13 @@ pub fn run(
     out: &Path,
     flags: &DriveFlags,
 ) -> CliResult {
-    let bytes = crate::paths::read_capped(manifest, bl_graph::MAX_DOCUMENT_BYTES).map_err(|e| {
-        refused(format!(
-            "graph run: cannot read {} — {e}",
-            manifest.display()
-        ))
-    })?;
+    let bytes =
+        bl_app::paths::read_capped(manifest, bl_graph::MAX_DOCUMENT_BYTES).map_err(|e| {
+            refused(format!(
+                "graph run: cannot read {} — {e}",
+                manifest.display()
+            ))
+        })?;
     bl_graph::check_size(bytes.len(), bl_graph::Format::Yaml)
         .map_err(|e| refused(format!("graph run: {}: {e}", manifest.display())))?;
     let connections = match connections {
@@ -1033,7 +1034,7 @@ fn drive(
             )
             .map_err(|e| e.to_string())
         }),
-        Box::new(crate::paths::resolve_plugin),
+        Box::new(bl_app::paths::resolve_plugin),
     ));
     let mut handoff = bl_handoff::Handoff::new(&run.dir, &work_root, plugins.clone());
     handoff.subgraphs = Some(Arc::new(crate::graph_nodes::ChildRuns {
@@ -1174,13 +1175,13 @@ fn caging_posture(
 fn egress_network(
     schedule: &Schedule,
     run_dir: &Path,
-) -> Result<(Network, Option<crate::sandbox_cmd::ProxyGuard>), CliError> {
+) -> Result<(Network, Option<bl_app::egress_proxy::ProxyGuard>), CliError> {
     let Some(config) = caging_posture(schedule)? else {
         return Ok((Network::Open, None));
     };
     if config.posture == bl_egress::posture::Posture::Allowlist {
         let record = RunDir::new(run_dir).egress_decisions();
-        let guard = crate::sandbox_cmd::start_proxy(&config, Some(&record))
+        let guard = bl_app::egress_proxy::start_proxy(&config, Some(&record))
             .map_err(|e| refused(format!("the allowlist proxy could not start: {e}")))?;
         return Ok((Network::Allowlist(guard.bridge.clone()), Some(guard)));
     }
@@ -1192,7 +1193,8 @@ fn egress_network(
 fn checkpoint(dir: &Path, flags: &DriveFlags) -> Result<(), CliError> {
     let key = match &flags.checkpoint_key {
         Some(path) => Some(
-            crate::keys_cmd::read_signing_key(path)
+            bl_app::keys::read_signing_key(path)
+                .map_err(|e| e.to_string())
                 .map_err(|e| refused(format!("--checkpoint-key: {e}")))?,
         ),
         None => None,
@@ -1856,7 +1858,8 @@ fn record_decision(
 ) -> Result<(), CliError> {
     let key = match key {
         Some(path) => Some(
-            crate::keys_cmd::read_signing_key(path)
+            bl_app::keys::read_signing_key(path)
+                .map_err(|e| e.to_string())
                 .map_err(|e| refused(format!("graph approve: {e}")))?,
         ),
         None => None,

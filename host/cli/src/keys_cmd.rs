@@ -60,13 +60,15 @@ fn inside_run_dir(path: &Path) -> Option<PathBuf> {
 pub fn run(cmd: KeysCommand) -> CliResult {
     let result = match cmd {
         KeysCommand::Generate { name, out } => generate(&name, out),
-        KeysCommand::Public { key } => read_signing_key(&key).map(|k| {
-            let text = k.verifier().to_text();
-            crate::output::answer(
-                || serde_json::json!({"verifier_key": text}),
-                || text.clone(),
-            )
-        }),
+        KeysCommand::Public { key } => bl_app::keys::read_signing_key(&key)
+            .map_err(|e| e.to_string())
+            .map(|k| {
+                let text = k.verifier().to_text();
+                crate::output::answer(
+                    || serde_json::json!({"verifier_key": text}),
+                    || text.clone(),
+                )
+            }),
     };
     match result {
         Ok(()) => Ok(Exit::Success),
@@ -123,28 +125,6 @@ fn generate(name: &str, out: Option<PathBuf>) -> Result<(), String> {
         },
     );
     Ok(())
-}
-
-pub fn read_signing_key(path: &Path) -> Result<SigningKey, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    // A verifier key is public: say what it is rather than how to hide it.
-    if let Ok(text) = std::fs::read_to_string(path)
-        && VerifierKey::parse(&text).is_ok()
-    {
-        return Err(format!(
-            "{} holds a verifier (public) key; give the private key beside it (NAME.key)",
-            path.display()
-        ));
-    }
-    if meta.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
-            "{}: a private key must not be readable by others; chmod 600 it",
-            path.display()
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    SigningKey::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// A verifier key given as text or as a file holding it. An argument that

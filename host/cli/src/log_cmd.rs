@@ -11,8 +11,6 @@ use bl_store::provable::{log_leaves, write_checkpoint};
 use clap::Subcommand;
 use serde_json::json;
 
-use crate::keys_cmd::read_signing_key;
-
 use crate::exit::{CliError, CliResult, Exit};
 
 #[derive(Subcommand)]
@@ -109,7 +107,7 @@ fn check_proof(
                 .map_err(|e| refused(format!("stdin: {e}")))?;
             return Ok(bytes);
         }
-        crate::paths::read_capped(path, 16 << 20)
+        bl_app::paths::read_capped(path, 16 << 20)
             .map_err(|e| refused(format!("{}: {e}", path.display())))
     };
     let proof_value: serde_json::Value = serde_json::from_slice(&read(proof)?)
@@ -205,9 +203,12 @@ fn recover(path: PathBuf) -> CliResult {
 }
 
 fn checkpoint(path: &Path, key: Option<&Path>) -> CliResult {
-    let result = key.map(read_signing_key).transpose().and_then(|key| {
-        write_checkpoint(&run_dir_of(path), key.as_ref()).map_err(|e| e.to_string())
-    });
+    let result = key
+        .map(|k| bl_app::keys::read_signing_key(k).map_err(|e| e.to_string()))
+        .transpose()
+        .and_then(|key| {
+            write_checkpoint(&run_dir_of(path), key.as_ref()).map_err(|e| e.to_string())
+        });
     match result {
         Ok((file, cp)) => {
             crate::output::answer(

@@ -412,15 +412,15 @@ fn sandbox_runner(sandbox: bool, hidden: &[PathBuf]) -> Result<Arc<dyn CommandRu
     } else {
         bl_sandbox::Tier::WorkspaceOnly
     };
-    let sandbox = crate::sandbox_cmd::sandbox(tier)
-        .map_err(CliError::refused)?
+    let sandbox = bl_app::cage::sandbox(tier)
+        .map_err(|e| CliError::refused(e.to_string()))?
         .hiding(hidden.to_vec());
     Ok(Arc::new(sandbox))
 }
 
 fn runtime(runner: Arc<dyn CommandRunner>, bounds: &Bounds) -> Result<Runtime, CliError> {
     let mut config = RuntimeConfig {
-        cache_dir: crate::paths::component_cache_dir(),
+        cache_dir: bl_app::paths::component_cache_dir(),
         command_runner: Some(runner),
         // A loop makes one instance per gate per lap: a pool of thousands
         // costs more to set up than it saves.
@@ -870,12 +870,12 @@ fn drive_loop(
                 &hosts,
             )
             .map_err(|e| CliError::refused(format!("bl run: egress allowlist: {e}")))?;
-            let guard = crate::sandbox_cmd::start_proxy(&config, Some(&place.egress_record))
+            let guard = bl_app::egress_proxy::start_proxy(&config, Some(&place.egress_record))
                 .map_err(|e| {
                     CliError::refused(format!("bl run: the allowlist proxy could not start: {e}"))
                 })?;
-            let caged = crate::sandbox_cmd::sandbox(bl_sandbox::Tier::ProcessRestricted)
-                .map_err(CliError::refused)?
+            let caged = bl_app::cage::sandbox(bl_sandbox::Tier::ProcessRestricted)
+                .map_err(|e| CliError::refused(e.to_string()))?
                 .hiding(place.hidden.clone())
                 .with_egress(guard.bridge.clone());
             (Arc::new(caged) as Arc<dyn CommandRunner>, Some(guard))

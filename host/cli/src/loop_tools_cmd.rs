@@ -136,7 +136,7 @@ fn on_path(program: &str) -> bool {
 
 /// Every gate kind, what runs it, and whether this machine has it.
 fn gate_table() -> Vec<Value> {
-    let plugin = |name: &str| crate::paths::resolve_plugin(name).is_ok();
+    let plugin = |name: &str| bl_app::paths::resolve_plugin(name).is_ok();
     let pytest = std::process::Command::new("/usr/bin/python3")
         .args(["-c", "import pytest"])
         .output()

@@ -20,7 +20,6 @@ mod loop_gates;
 mod loop_tools_cmd;
 mod loop_trace;
 mod output;
-mod paths;
 mod plugin_cmd;
 mod plugin_worlds;
 mod run_adapters;

@@ -2,19 +2,18 @@
 
 use crate::output::outln;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use bl_core::GateOutcome;
 use bl_pluginbuild::{BuildOptions, PluginManifest, WasmToolchain};
 use bl_plugins::{
-    ContractRequest, Grants, Invocation, LoadOptions, PluginError, PluginPackage, Runtime,
-    RuntimeConfig, Verdict, World, outcome,
+    ContractRequest, Grants, Invocation, LoadOptions, PluginError, PluginPackage, Runtime, Verdict,
+    World, outcome,
 };
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 
-use crate::paths;
 use crate::scaffold;
+use bl_app::paths;
 
 use crate::exit::{CliError, CliResult, Exit};
 
@@ -492,27 +491,21 @@ fn read_config(config: &str) -> Result<String, String> {
     Ok(text)
 }
 
-/// Builds the runtime the CLI uses: the on-disk cache, and commands run in
-/// `sandbox` (the workspace read-only to them).
+/// The runtime a command of the CLI uses (see [`bl_app::plugin_host`]).
 pub fn runtime(
     deadline_ms: Option<u64>,
     allocator: Allocator,
     sandbox: bl_sandbox::Sandbox,
-) -> Result<Runtime, PluginError> {
-    let mut config = RuntimeConfig {
-        cache_dir: paths::component_cache_dir(),
-        command_runner: Some(Arc::new(sandbox)),
-        allocator: match allocator {
+) -> Result<Runtime, bl_app::AppError> {
+    bl_app::plugin_host::runtime(
+        deadline_ms.map(std::time::Duration::from_millis),
+        match allocator {
             Allocator::Auto => bl_plugins::AllocatorChoice::Auto,
             Allocator::Pooling => bl_plugins::AllocatorChoice::Pooling,
             Allocator::OnDemand => bl_plugins::AllocatorChoice::OnDemand,
         },
-        ..Default::default()
-    };
-    if let Some(ms) = deadline_ms {
-        config.limits.deadline = std::time::Duration::from_millis(ms);
-    }
-    Runtime::new(config)
+        sandbox,
+    )
 }
 
 /// A plugin found, read, and ready to load into its runtime.
@@ -540,7 +533,7 @@ fn open(request: &RunRequest) -> Result<Opened, String> {
     let grants = Grants::parse(request.grants).map_err(|e| format!("--grant: {e}"))?;
     let tier =
         bl_sandbox::Tier::parse(request.isolation).map_err(|e| format!("--isolation: {e}"))?;
-    let sandbox = crate::sandbox_cmd::sandbox(tier)?;
+    let sandbox = bl_app::cage::sandbox(tier).map_err(|e| e.to_string())?;
     let runtime =
         runtime(request.deadline_ms, request.allocator, sandbox).map_err(|e| e.to_string())?;
     let world = package.world(&runtime).map_err(|e| e.to_string())?;

@@ -72,7 +72,7 @@ pub fn run_transform(opened: &Opened, config: &str, args: &TransformArgs) -> Cli
     let name = opened.package.name();
     let mut inputs = Vec::new();
     for path in &args.inputs {
-        let bytes = crate::paths::read_capped(path, 64 << 20)
+        let bytes = bl_app::paths::read_capped(path, 64 << 20)
             .map_err(|e| CliError::refused(format!("--input {}: {e}", path.display())))?;
         let file = path
             .file_name()
@@ -187,7 +187,7 @@ pub fn run_policy(opened: &Opened, config: &str, args: &PolicyArgs) -> CliResult
         .payload
         .as_ref()
         .ok_or_else(|| missing("--payload FILE"))?;
-    let bytes = crate::paths::read_capped(payload, 64 << 20)
+    let bytes = bl_app::paths::read_capped(payload, 64 << 20)
         .map_err(|e| CliError::refused(format!("--payload {}: {e}", payload.display())))?;
     let request = PublishRequest {
         effect_key: args

@@ -271,7 +271,7 @@ impl RunLedger {
         } else {
             order.policy
         };
-        let path = crate::paths::resolve_plugin(plugin).map_err(|e| {
+        let path = bl_app::paths::resolve_plugin(plugin).map_err(|e| {
             format!(
                 "publication policy '{}' is not installed ({e}); nothing was published",
                 order.policy

@@ -6,16 +6,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bl_core::{CommandError, CommandRunner, CommandSpec};
-use bl_sandbox::{CagedUser, Sandbox, Tier};
+use bl_sandbox::{Sandbox, Tier};
 use clap::Subcommand;
 
 use crate::exit::{CliError, CliResult, Exit};
 
-/// The runner for `tier`, with the caged user (when bl runs as root) from
-/// `BL_SANDBOX_UID`, `BL_SANDBOX_GID` and `BL_SANDBOX_OWNERSHIP`.
-pub fn sandbox(tier: Tier) -> Result<Sandbox, String> {
-    let user = CagedUser::from_env(|name| std::env::var(name).ok()).map_err(|e| e.to_string())?;
-    Ok(Sandbox::new(tier).with_caged_user(user))
+fn sandbox(tier: Tier) -> Result<Sandbox, String> {
+    bl_app::cage::sandbox(tier).map_err(|e| e.to_string())
 }
 
 #[derive(Subcommand)]
@@ -127,12 +124,7 @@ fn bridge(socket: PathBuf, listen: &str, command: Vec<String>) -> CliResult {
 /// The egress posture for `bl sandbox run`: with `allowlist`, a CONNECT
 /// proxy (production address policy) on a private unix socket, served from
 /// a background thread for as long as the returned guard lives.
-pub(crate) struct ProxyGuard {
-    _dir: tempfile::TempDir,
-    pub bridge: bl_sandbox::EgressBridge,
-}
-
-fn start_allowlist_proxy(tier: Tier) -> Result<Option<ProxyGuard>, String> {
+fn start_allowlist_proxy(tier: Tier) -> Result<Option<bl_app::egress_proxy::ProxyGuard>, String> {
     use bl_egress::posture::{Posture, resolve_posture};
     let config = resolve_posture(|name| std::env::var(name).ok()).map_err(|e| e.to_string())?;
     match config.posture {
@@ -146,85 +138,9 @@ fn start_allowlist_proxy(tier: Tier) -> Result<Option<ProxyGuard>, String> {
         }
         Posture::Allowlist => {}
     }
-    start_proxy(&config, None).map(Some)
-}
-
-/// Serves a CONNECT proxy for `config`'s allowlist (production address
-/// policy: public addresses only) on a private unix socket, from a
-/// background thread, for as long as the returned guard lives. With
-/// `record`, every decision is appended there as a JSON line (when, the
-/// `host:port` asked for, and what was decided; never any traffic).
-pub(crate) fn start_proxy(
-    config: &bl_egress::posture::EgressConfig,
-    record: Option<&std::path::Path>,
-) -> Result<ProxyGuard, String> {
-    let dir = tempfile::Builder::new()
-        .prefix("bl-egress-")
-        .tempdir()
-        .map_err(|e| e.to_string())?;
-    let socket = dir.path().join("egress.sock");
-    let resolver = bl_egress::Resolver::system().map_err(|e| e.to_string())?;
-    let proxy = std::sync::Arc::new(bl_egress::proxy::ConnectProxy::new(
-        config.allowed(),
-        bl_egress::AddressPolicy::production(),
-        resolver,
-    ));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let listener = {
-        let _entered = runtime.enter();
-        bl_egress::proxy::ConnectProxy::bind(&socket)
-            .map_err(|e| format!("{}: {e}", socket.display()))?
-    };
-    let record = match record {
-        Some(path) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?,
-        ),
-        None => None,
-    };
-    std::thread::spawn(move || {
-        let Some(mut file) = record else {
-            return runtime.block_on(proxy.serve(listener, None));
-        };
-        let (sender, mut decisions) = tokio::sync::mpsc::unbounded_channel();
-        runtime.block_on(async move {
-            let writer = async move {
-                use std::io::Write;
-                while let Some(decision) = decisions.recv().await {
-                    let _ = writeln!(file, "{}", decision_line(&decision));
-                }
-            };
-            tokio::join!(proxy.serve(listener, Some(sender)), writer);
-        });
-    });
-    let bridge_binary = std::env::current_exe().map_err(|e| e.to_string())?;
-    Ok(ProxyGuard {
-        _dir: dir,
-        bridge: bl_sandbox::EgressBridge {
-            proxy_socket: socket,
-            bridge_binary,
-        },
-    })
-}
-
-/// One recorded proxy decision.
-fn decision_line(decision: &bl_egress::proxy::ProxyDecision) -> serde_json::Value {
-    use bl_egress::proxy::ProxyDecision;
-    let at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    match decision {
-        ProxyDecision::Tunnel { target, pinned } => serde_json::json!({
-            "at": at, "decision": "tunnel", "target": target, "pinned": pinned,
-        }),
-        ProxyDecision::Refused { target, reason } => serde_json::json!({
-            "at": at, "decision": "refused", "target": target, "reason": reason,
-        }),
-    }
+    bl_app::egress_proxy::start_proxy(&config, None)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 fn probe(out: Option<PathBuf>, isolation: &str, as_json: bool) -> CliResult {

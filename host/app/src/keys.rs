@@ -1,0 +1,33 @@
+//! Reading the private key that signs checkpoints and approvals.
+
+use std::path::Path;
+
+use bl_store::{SigningKey, VerifierKey};
+
+use crate::error::AppError;
+
+/// Reads a private key file, refusing one others may read and a public
+/// (verifier) key given in its place.
+pub fn read_signing_key(path: &Path) -> Result<SigningKey, AppError> {
+    use std::os::unix::fs::PermissionsExt;
+    let refused = |why: String| AppError::Refused(why);
+    let meta = std::fs::metadata(path).map_err(|e| refused(format!("{}: {e}", path.display())))?;
+    // A verifier key is public: say what it is rather than how to hide it.
+    if let Ok(text) = std::fs::read_to_string(path)
+        && VerifierKey::parse(&text).is_ok()
+    {
+        return Err(refused(format!(
+            "{} holds a verifier (public) key; give the private key beside it (NAME.key)",
+            path.display()
+        )));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(refused(format!(
+            "{}: a private key must not be readable by others; chmod 600 it",
+            path.display()
+        )));
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| refused(format!("{}: {e}", path.display())))?;
+    SigningKey::parse(&text).map_err(|e| refused(format!("{}: {e}", path.display())))
+}

@@ -1,0 +1,16 @@
+//! bl's application layer: the use cases every front end drives (the CLI
+//! today; the pages, the MCP server and remote workers next), as a library.
+//! It composes the domain crates (bl-graph, bl-run, bl-loops) with their
+//! adapters (bl-store, bl-workers, bl-sandbox, bl-plugins, bl-handoff) and
+//! prints nothing: what a front end shows is its own business, and side
+//! remarks go through [`notes`].
+
+pub mod cage;
+pub mod egress_proxy;
+pub mod error;
+pub mod keys;
+pub mod notes;
+pub mod paths;
+pub mod plugin_host;
+
+pub use error::{AppError, AppResult};
