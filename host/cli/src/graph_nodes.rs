@@ -37,7 +37,7 @@ impl Worker for LoopNodes {
         let hidden = self.hidden.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                let node = crate::loop_cmd::LoopNode {
+                let node = bl_app::loop_run::LoopNode {
                     package_dir: &dir,
                     package_digest: &package,
                     run_id: &request.run_id,
@@ -47,7 +47,7 @@ impl Worker for LoopNodes {
                     workspace: &request.workspace,
                     hidden,
                 };
-                match crate::loop_cmd::run_node_loop(&node) {
+                match bl_app::loop_run::run_node_loop(&node) {
                     Ok(outcome) => WorkReply::text(outcome, "bl:loop"),
                     Err(e) => WorkReply::Fault(format!("the loop could not run: {e}")),
                 }

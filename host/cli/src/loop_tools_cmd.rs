@@ -44,7 +44,7 @@ pub fn lint(dirs: &[PathBuf]) -> Result<Exit, CliError> {
             Err(e) => {
                 outln!("[FAIL] {}", shown.display());
                 let message = e
-                    .message
+                    .message()
                     .trim_start_matches("bl run: manifest error — ")
                     .trim_start_matches("bl run: ");
                 for line in message.lines() {
@@ -88,7 +88,7 @@ pub fn list(root: Option<&Path>, json_out: bool) -> Result<Exit, CliError> {
     for dir in discover(&root) {
         match read_package(&dir) {
             Ok(p) => rows.push((dir, Ok(p))),
-            Err(e) => rows.push((dir, Err(e.message))),
+            Err(e) => rows.push((dir, Err(e.to_string()))),
         }
     }
     if json_out {

@@ -25,7 +25,7 @@ fn command_evidence(cmd: &str, code: i64, tail: String) -> Ordered {
     ])
 }
 
-use bl_app::paths;
+use crate::paths;
 
 /// The most of a command's output the ledger keeps.
 const TAIL_CHARS: usize = 2000;

@@ -17,7 +17,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 pub struct LapSpans {
     exporter: Option<(SdkTracerProvider, opentelemetry_sdk::trace::SdkTracer)>,
     /// `--redact` reaches the spans too: they say what the ledger says.
-    redact: crate::loop_cmd::Redact,
+    redact: crate::loop_run::Redact,
     loop_name: String,
     lap_started: SystemTime,
 }
@@ -33,7 +33,7 @@ fn endpoint_configured() -> bool {
 }
 
 impl LapSpans {
-    pub fn new(enabled: bool, loop_name: &str, redact: crate::loop_cmd::Redact) -> LapSpans {
+    pub fn new(enabled: bool, loop_name: &str, redact: crate::loop_run::Redact) -> LapSpans {
         let exporter = (enabled && endpoint_configured())
             .then(|| {
                 let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -41,9 +41,9 @@ impl LapSpans {
                     .with_protocol(Protocol::HttpJson)
                     .build()
                     .map_err(|e| {
-                        crate::output::errln!(
+                        crate::notes::note(format!(
                             "[bl] trace: no OTLP exporter ({e}); laps are not traced"
-                        )
+                        ))
                     })
                     .ok()?;
                 let resource = opentelemetry_sdk::Resource::builder()
