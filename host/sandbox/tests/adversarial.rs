@@ -958,7 +958,19 @@ fn as_an_ordinary_user_too() {
     }
     use std::os::unix::process::CommandExt;
     command.uid(4040).gid(4040);
-    let out = command.output().unwrap();
+    // Another test thread that forks while the copy's write handle is open
+    // keeps it open until its child execs; exec then fails with "text file
+    // busy" for a moment. Wait that moment out.
+    let mut tries = 0;
+    let out = loop {
+        match command.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other.unwrap(),
+        }
+    };
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
