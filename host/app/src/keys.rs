@@ -1,4 +1,5 @@
-//! Reading the private key that signs checkpoints and approvals.
+//! Reading keys: the private key that signs checkpoints and approvals,
+//! and the verifier key that checks them.
 
 use std::path::Path;
 
@@ -30,4 +31,21 @@ pub fn read_signing_key(path: &Path) -> Result<SigningKey, AppError> {
     let text =
         std::fs::read_to_string(path).map_err(|e| refused(format!("{}: {e}", path.display())))?;
     SigningKey::parse(&text).map_err(|e| refused(format!("{}: {e}", path.display())))
+}
+
+/// A verifier key given as text or as a file holding it. An argument that
+/// is neither is reported as a missing file first: most often it is a
+/// mistyped path.
+pub fn read_verifier_key(arg: &str) -> Result<VerifierKey, AppError> {
+    if Path::new(arg).is_file() {
+        let text =
+            std::fs::read_to_string(arg).map_err(|e| AppError::refused(format!("{arg}: {e}")))?;
+        return VerifierKey::parse(&text)
+            .map_err(|e| AppError::refused(format!("--pubkey {arg}: {e}")));
+    }
+    VerifierKey::parse(arg).map_err(|e| {
+        AppError::refused(format!(
+            "--pubkey {arg}: no such file, and not a verifier key (name+id+key) either: {e}"
+        ))
+    })
 }

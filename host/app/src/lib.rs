@@ -5,9 +5,13 @@
 //! prints nothing: what a front end shows is its own business, and side
 //! remarks go through [`notes`].
 
+pub mod approvals;
 pub mod cage;
 pub mod egress_proxy;
 pub mod error;
+pub mod graph_nodes;
+pub mod graph_plan;
+pub mod graph_run;
 pub mod keys;
 pub mod loop_gates;
 pub mod loop_run;
@@ -15,5 +19,8 @@ pub mod loop_trace;
 pub mod notes;
 pub mod paths;
 pub mod plugin_host;
+pub mod plugin_run;
+pub mod run_adapters;
+pub mod stop;
 
 pub use error::{AppError, AppResult};

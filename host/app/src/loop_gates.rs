@@ -65,7 +65,7 @@ enum Judge {
 
 /// A plugin, loaded once for the run.
 fn load(runtime: &Runtime, name: &str, grants: &[&str]) -> Result<(GatePlugin, String), String> {
-    let path = paths::resolve_plugin(name)?;
+    let path = paths::resolve_plugin(name).map_err(|e| e.to_string())?;
     let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
     let declared = package.declared().map_err(|e| e.to_string())?;
     let options = LoadOptions {

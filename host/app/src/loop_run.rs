@@ -24,6 +24,7 @@ use serde_json::json;
 
 use crate::error::AppError;
 use crate::loop_gates::LoopGate;
+use crate::loop_trace::{LapSpans, Redact};
 use crate::notes::note;
 
 /// The environment variable that stops every loop at its next lap.
@@ -167,30 +168,6 @@ impl Ledger for FileLedger {
 
     fn head(&self) -> &str {
         &self.head
-    }
-}
-
-/// `--redact`: applied to each line before it is written and hashed.
-pub struct Redact {
-    mode: bl_loops::redact::Mode,
-    loop_dir: String,
-}
-
-impl Redact {
-    fn new(mode: &str, loop_dir: &Path) -> Redact {
-        Redact {
-            mode: bl_loops::redact::Mode::parse(mode).unwrap_or(bl_loops::redact::Mode::Off),
-            loop_dir: loop_dir.display().to_string(),
-        }
-    }
-
-    fn line(&self, line: &LedgerLine) -> String {
-        self.apply(line).to_line()
-    }
-
-    /// The line as the ledger keeps it (and the trace may export it).
-    pub fn apply(&self, line: &LedgerLine) -> LedgerLine {
-        bl_loops::redact::redact_line(line, self.mode, &self.loop_dir)
     }
 }
 
@@ -627,8 +604,7 @@ fn drive_loop(
         redact: plan.redact,
         loop_dir: plan.loop_dir.clone(),
     };
-    let mut trace =
-        crate::loop_trace::LapSpans::new(bounds.trace, &m.name, Redact::new(&place.redact, dir));
+    let mut trace = LapSpans::new(bounds.trace, &m.name, Redact::new(&place.redact, dir));
     let mut memory = RuntimeMemory {
         path: place.memory.clone(),
     };

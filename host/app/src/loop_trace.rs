@@ -3,7 +3,8 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` (or `…_TRACES_ENDPOINT`) names. Without
 //! either, or with `trace: false`, it does nothing. A collector that is
 //! down costs a failed export, never the run: traces are telemetry, the
-//! ledger is the record.
+//! ledger is the record. The ledger's redaction ([`Redact`]) lives here
+//! too: spans say what the ledger says.
 
 use std::time::SystemTime;
 
@@ -17,7 +18,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 pub struct LapSpans {
     exporter: Option<(SdkTracerProvider, opentelemetry_sdk::trace::SdkTracer)>,
     /// `--redact` reaches the spans too: they say what the ledger says.
-    redact: crate::loop_run::Redact,
+    redact: Redact,
     loop_name: String,
     lap_started: SystemTime,
 }
@@ -33,7 +34,7 @@ fn endpoint_configured() -> bool {
 }
 
 impl LapSpans {
-    pub fn new(enabled: bool, loop_name: &str, redact: crate::loop_run::Redact) -> LapSpans {
+    pub fn new(enabled: bool, loop_name: &str, redact: Redact) -> LapSpans {
         let exporter = (enabled && endpoint_configured())
             .then(|| {
                 let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -103,5 +104,29 @@ impl Trace for LapSpans {
             .with_attributes(attributes)
             .start(tracer);
         span.end_with_timestamp(now);
+    }
+}
+
+/// `--redact`: applied to each line before it is written and hashed.
+pub struct Redact {
+    mode: bl_loops::redact::Mode,
+    loop_dir: String,
+}
+
+impl Redact {
+    pub fn new(mode: &str, loop_dir: &std::path::Path) -> Redact {
+        Redact {
+            mode: bl_loops::redact::Mode::parse(mode).unwrap_or(bl_loops::redact::Mode::Off),
+            loop_dir: loop_dir.display().to_string(),
+        }
+    }
+
+    pub fn line(&self, line: &LedgerLine) -> String {
+        self.apply(line).to_line()
+    }
+
+    /// The line as the ledger keeps it (and the trace may export it).
+    pub fn apply(&self, line: &LedgerLine) -> LedgerLine {
+        bl_loops::redact::redact_line(line, self.mode, &self.loop_dir)
     }
 }

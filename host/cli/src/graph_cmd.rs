@@ -2,13 +2,11 @@
 //! Output, exit codes and messages follow bounded-loops 0.7's `bl graph`.
 
 use crate::output::{out, outln};
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use bl_app::graph_plan::{self, ManifestRefusal, PlanFailure, Planned};
 use bl_core::python_json;
-use bl_graph::plan::DEFAULT_POLICY_DIGEST;
 use bl_graph::report;
-use bl_graph::{CompileInput, Format, Graph, Refusal, RefusalCode};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
@@ -56,7 +54,7 @@ pub enum GraphCommand {
         #[arg(long)]
         workspace: Option<PathBuf>,
         #[command(flatten)]
-        flags: crate::graph_exec_cmd::DriveFlags,
+        flags: crate::graph_report::DriveFlags,
     },
     /// Write a connections file for a graph: one admitted local binding per
     /// connection slot, for you to review (`> connections.json`).
@@ -98,7 +96,7 @@ pub enum GraphCommand {
         #[arg(long)]
         key: Option<PathBuf>,
         #[command(flatten)]
-        flags: crate::graph_exec_cmd::DriveFlags,
+        flags: crate::graph_report::DriveFlags,
     },
     /// Continue a paused or interrupted run. SUCCEEDED nodes are never run again.
     Resume {
@@ -106,7 +104,7 @@ pub enum GraphCommand {
         #[arg(long)]
         run: PathBuf,
         #[command(flatten)]
-        flags: crate::graph_exec_cmd::DriveFlags,
+        flags: crate::graph_report::DriveFlags,
     },
     /// List every artifact of a run (node outputs, replies, receipts, plugin
     /// components) with its producer, digest, size, visibility and consumers,
@@ -178,9 +176,9 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             (Some(manifest), true) => {
                 let out = match out {
                     Some(out) => out,
-                    None => crate::graph_exec_cmd::default_out(workspace)?,
+                    None => crate::graph_report::default_out(workspace)?,
                 };
-                crate::graph_exec_cmd::run(&manifest, connections.as_deref(), &out, &flags)
+                crate::graph_report::run(&manifest, connections.as_deref(), &out, &flags)
             }
             (Some(manifest), false) => plan(
                 &manifest,
@@ -203,9 +201,9 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             (None, true) => {
                 let out = match out {
                     Some(out) => out,
-                    None => crate::graph_exec_cmd::default_out(workspace)?,
+                    None => crate::graph_report::default_out(workspace)?,
                 };
-                crate::graph_exec_cmd::run_probe(&out, &flags)
+                crate::graph_report::run_probe(&out, &flags)
             }
             (None, false) => Err(CliError::refused(
                 "graph run: give a manifest, or --execute to run the built-in sandbox probe",
@@ -217,22 +215,22 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             model,
             isolation,
         } => connect(&manifest, &provider, &model, isolation.as_deref()),
-        GraphCommand::Status { run } => crate::graph_exec_cmd::status(&run),
-        GraphCommand::Artifacts { run } => crate::graph_exec_cmd::artifacts(&run),
+        GraphCommand::Status { run } => crate::graph_report::status(&run),
+        GraphCommand::Artifacts { run } => crate::graph_report::artifacts(&run),
         GraphCommand::Approve {
             run,
             node,
             decision,
             key,
             flags,
-        } => crate::graph_exec_cmd::approve(
+        } => crate::graph_report::approve(
             &run,
             &node,
             decision == "approved",
             key.as_deref(),
             &flags,
         ),
-        GraphCommand::Resume { run, flags } => crate::graph_exec_cmd::resume(&run, &flags),
+        GraphCommand::Resume { run, flags } => crate::graph_report::resume(&run, &flags),
         GraphCommand::Digest { loop_dir } => digest(&loop_dir, crate::output::json()),
         GraphCommand::Init {
             posture,
@@ -254,83 +252,16 @@ pub fn run(cmd: GraphCommand) -> CliResult {
 
 /// Reads and lints a manifest. `Err` carries the refusal and whether it
 /// came before validation (extension and I/O errors print differently).
-enum Loaded {
-    Graph(Graph),
-    Refused {
-        refusal: Refusal,
-        early: Option<String>,
-    },
-}
-
-/// `-` reads the manifest from stdin: JSON when it starts with `{`, else
-/// YAML (a JSON document is YAML too, but errors read better as JSON's).
-fn load(path: &Path, verb: &str) -> Loaded {
-    let stdin = path == Path::new("-");
-    let sniffed = || {
-        let mut bytes = Vec::new();
-        use std::io::Read;
-        let read = std::io::stdin()
-            .lock()
-            .take(bl_graph::MAX_DOCUMENT_BYTES as u64 + 1)
-            .read_to_end(&mut bytes);
-        let format = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
-            Some(b'{') => Format::Json,
-            _ => Format::Yaml,
-        };
-        read.map(|_| (bytes, format))
-    };
-    let Some(format) = Format::from_path(path).or(stdin.then_some(Format::Yaml)) else {
-        let ext = path
-            .extension()
-            .map(|e| format!(".{}", e.to_string_lossy()))
-            .unwrap_or_default();
-        let message = format!(
-            "graph {verb}: unsupported extension {}; expected .yaml or .json",
-            bl_graph::doc::py_repr(&ext)
-        );
-        return Loaded::Refused {
-            refusal: Refusal::new(RefusalCode::UnsupportedExtension, "/", message.clone()),
-            early: Some(message),
-        };
-    };
-    let unreadable = |message: String| Loaded::Refused {
-        early: Some(format!(
-            "graph {verb}: cannot read {} — {message}",
-            bl_graph::doc::py_repr(&path.display().to_string())
-        )),
-        refusal: Refusal::new(RefusalCode::IoError, "/", message),
-    };
-    let read = if stdin {
-        sniffed()
-    } else {
-        bl_app::paths::read_capped(path, bl_graph::MAX_DOCUMENT_BYTES).map(|b| (b, format))
-    };
-    let (bytes, format) = match read {
-        Ok(read) => read,
-        Err(e) => return unreadable(bl_core::python::os_error(&e, path)),
-    };
-    if let Err(refusal) = bl_graph::check_size(bytes.len(), format) {
-        return Loaded::Refused {
-            refusal,
-            early: None,
-        };
-    }
-    let text = match String::from_utf8(bytes) {
-        Ok(text) => text,
-        Err(e) => return unreadable(bl_core::python::utf8_error(e.as_bytes(), e.utf8_error())),
-    };
-    match bl_graph::lint(&text, format) {
-        Ok(graph) => Loaded::Graph(graph),
-        Err(refusal) => Loaded::Refused {
-            refusal,
-            early: None,
-        },
-    }
-}
-
 /// The error for a refused manifest: bounded-loops' line (`early` when the
 /// file could not even be read), then bl's own line with the place.
-fn refused(path: &Path, what: &str, refusal: &Refusal, early: Option<String>) -> CliError {
+fn refused(refused: ManifestRefusal) -> CliError {
+    let ManifestRefusal {
+        path,
+        what,
+        refusal,
+        early,
+    } = refused;
+    let path = path.as_path();
     let mut message = early.unwrap_or_else(|| {
         format!(
             "{what} [{}] {} — {}",
@@ -360,6 +291,14 @@ fn refused(path: &Path, what: &str, refusal: &Refusal, early: Option<String>) ->
     })
 }
 
+/// A plan's failure as the CLI answers it.
+fn plan_failed(failure: PlanFailure) -> CliError {
+    match failure {
+        PlanFailure::Manifest(r) => refused(*r),
+        PlanFailure::App(e) => e.into(),
+    }
+}
+
 /// What the run would deny, said on stderr with each place (stdout keeps
 /// the bytes bounded-loops defines).
 fn warn_hazards(path: &Path, hazards: &[bl_graph::hazards::Hazard]) {
@@ -367,7 +306,7 @@ fn warn_hazards(path: &Path, hazards: &[bl_graph::hazards::Hazard]) {
     for h in hazards {
         crate::output::errln!(
             "warning: {}: [{}] {} (bl graph run refuses this before anything runs)",
-            crate::graph_exec_cmd::place(path, &bytes, &h.pointer),
+            bl_app::graph_run::place(path, &bytes, &h.pointer),
             h.rule,
             h.message
         );
@@ -375,8 +314,8 @@ fn warn_hazards(path: &Path, hazards: &[bl_graph::hazards::Hazard]) {
 }
 
 fn lint(path: &Path, as_json: bool) -> CliResult {
-    match load(path, "lint") {
-        Loaded::Graph(graph) => {
+    match graph_plan::load(path, "lint", "graph lint:") {
+        Ok(graph) => {
             warn_hazards(path, &bl_graph::hazards::hazards(&graph, None));
             if as_json {
                 outln!("{}", python_json(&report::lint_json(&graph)));
@@ -385,11 +324,11 @@ fn lint(path: &Path, as_json: bool) -> CliResult {
             }
             Ok(Exit::Success)
         }
-        Loaded::Refused { refusal, early } => {
+        Err(refusal) => {
             if as_json {
-                outln!("{}", python_json(&report::refusal_json(&refusal)));
+                outln!("{}", python_json(&report::refusal_json(&refusal.refusal)));
             }
-            Err(refused(path, "graph lint:", &refusal, early))
+            Err(refused(*refusal))
         }
     }
 }
@@ -401,96 +340,15 @@ fn plan(
     out: Option<&Path>,
     as_json: bool,
 ) -> CliResult {
-    let graph = match load(path, "plan") {
-        Loaded::Graph(graph) => graph,
-        Loaded::Refused { refusal, early } => {
-            return Err(refused(
-                path,
-                "graph plan: validation failed",
-                &refusal,
-                early,
-            ));
-        }
-    };
-    let connections = match connections {
-        None => None,
-        Some(file) => {
-            let bytes = match bl_app::paths::read_capped(file, bl_graph::MAX_DOCUMENT_BYTES) {
-                Ok(t) => t,
-                Err(e) => {
-                    return Err(CliError::refused(format!(
-                        "graph plan: cannot read connections {} — {}",
-                        file.display(),
-                        bl_core::python::os_error(&e, file)
-                    )));
-                }
-            };
-            if let Err(refusal) = bl_graph::check_size(bytes.len(), bl_graph::Format::Json) {
-                return Err(CliError::refused(format!(
-                    "graph plan: {}: connections refused: {refusal}",
-                    file.display()
-                )));
-            }
-            let value: Value = match serde_json::from_slice(&bytes) {
-                Ok(v) => v,
-                Err(e) => {
-                    return Err(CliError::refused(format!(
-                        "graph plan: {}: connections are not valid JSON: {e}",
-                        file.display()
-                    )));
-                }
-            };
-            match bl_graph::parse_connections(&value) {
-                Ok(c) => Some(c),
-                Err(e @ bl_graph::ConnectionsError::NotAnArray(_)) => {
-                    return Err(CliError::refused(format!("graph plan: {e}")));
-                }
-                Err(bl_graph::ConnectionsError::Refused(e)) => {
-                    return Err(refused(file, "graph plan: compile failed", &e, None));
-                }
-            }
-        }
-    };
-    let needs_connections =
-        !graph.slots.is_empty() || graph.nodes.iter().any(|n| n.connection_slot.is_some());
-    if needs_connections && connections.is_none() {
-        return Err(CliError::refused(format!(
-            "graph plan: compile requires --connections for connection-bound nodes\n  `bl graph connect {} --provider claude > connections.json` writes one for you to review",
-            path.display()
-        )));
-    }
-    let packages: BTreeSet<String> = match bl_packages::Catalogue::discover(loop_roots) {
-        Ok(catalogue) => catalogue.digests().map(str::to_owned).collect(),
-        Err(e) => {
-            return Err(CliError::refused(format!(
-                "graph plan: the loop-package catalogue on this host is unusable — {e}"
-            )));
-        }
-    };
-    let input = CompileInput {
-        connections: connections.as_deref(),
-        available_packages: Some(&packages),
-        policy_digest: DEFAULT_POLICY_DIGEST,
-    };
-    let plan = match bl_graph::compile(&graph, &input) {
-        Ok(plan) => plan,
-        Err(e) => return Err(refused(path, "graph plan: compile failed", &e, None)),
-    };
-    if let Some(out) = out
-        && let Err(e) = std::fs::write(out, &plan.bytes)
-    {
-        return Err(CliError::refused(format!(
-            "graph plan: cannot write {} — {e}",
-            out.display()
-        )));
-    }
-    let roots: Vec<String> = loop_roots
-        .iter()
-        .map(|r| bl_core::python::pathlib_normal(r).display().to_string())
-        .collect();
+    let Planned {
+        graph,
+        plan,
+        packages_admitted,
+        roots,
+    } = graph_plan::plan(path, connections, loop_roots, out).map_err(plan_failed)?;
     let admission = report::Admission {
         loop_package_roots: &roots,
-        loop_packages_admitted: packages.len(),
+        loop_packages_admitted: packages_admitted,
     };
     if as_json {
         outln!(
@@ -540,56 +398,8 @@ fn say_bindings(graph: &bl_graph::Graph, plan: &bl_graph::Plan) {
 
 /// `bl graph connect MANIFEST --provider P [--model M] [--isolation T]`
 fn connect(manifest: &Path, provider: &str, model: &str, isolation: Option<&str>) -> CliResult {
-    use bl_graph::model::{Isolation, Named};
-    let graph = match load(manifest, "connect") {
-        Loaded::Graph(graph) => graph,
-        Loaded::Refused { refusal, early } => {
-            return Err(refused(manifest, "graph connect:", &refusal, early));
-        }
-    };
-    let isolation = match isolation {
-        None => None,
-        Some(name) => Some(Isolation::parse(name).ok_or_else(|| {
-            CliError::refused(format!(
-                "graph connect: --isolation {name}: use one of {}",
-                Isolation::NAMES.join(", ")
-            ))
-        })?),
-    };
-    if let Some(given) = isolation {
-        let asking = bl_graph::connect::asking_more_than(&graph, given);
-        if !asking.is_empty() {
-            let named: Vec<String> = asking
-                .iter()
-                .map(|(node, slot, asks)| format!("'{node}' (slot '{slot}'): {}", asks.name()))
-                .collect();
-            return Err(CliError::refused(format!(
-                "graph connect: --isolation {} is weaker than what these nodes ask for: {}. None of them would be admitted through such a binding. Leave --isolation out (each binding then gives what its slot's nodes ask for), or lower the nodes' isolation in {}",
-                given.name(),
-                named.join(", "),
-                manifest.display()
-            )));
-        }
-    }
-    let known = bl_workers::Catalog::shipped();
-    if provider != bl_workers::recorded::PROVIDER && known.get(provider).is_none() {
-        crate::output::errln!(
-            "warning: no shipped profile for provider '{provider}' (shipped: {}); a run needs one from --providers",
-            known.names().collect::<Vec<_>>().join(", ")
-        );
-    }
-    if graph.slots.is_empty() {
-        crate::output::errln!(
-            "note: {} has no connection slots: its nodes need no connections",
-            manifest.display()
-        );
-    }
-    let wanted = bl_graph::connect::Wanted {
-        provider,
-        model,
-        isolation,
-    };
-    let made = bl_graph::connect::candidates(&graph, &wanted);
+    let (graph, made) =
+        graph_plan::connect(manifest, provider, model, isolation).map_err(plan_failed)?;
     outln!(
         "{}",
         serde_json::to_string_pretty(&Value::Array(made)).expect("JSON serializes")

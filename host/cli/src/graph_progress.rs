@@ -32,14 +32,6 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Progress that prints nothing (a subgraph's child run).
-    pub fn quiet(schedule: &Schedule) -> Self {
-        let mut progress = Progress::new(schedule);
-        progress.enabled = false;
-        progress.live = None;
-        progress
-    }
-
     pub fn new(schedule: &Schedule) -> Self {
         let enabled = !crate::output::json();
         let total = schedule.nodes.len();
@@ -91,8 +83,10 @@ impl Progress {
             live.summary.set_message(format!("{} failed", self.failed));
         }
     }
+}
 
-    pub fn event(&mut self, event: &Event) {
+impl bl_app::graph_run::Watch for Progress {
+    fn event(&mut self, event: &Event) {
         if !self.enabled {
             return;
         }
@@ -166,7 +160,7 @@ impl Progress {
         }
     }
 
-    pub fn finish(&self) {
+    fn finish(&mut self) {
         if !self.enabled {
             return;
         }

@@ -50,30 +50,6 @@ pub fn stopped(signal: i32) -> crate::exit::CliError {
     )
 }
 
-/// A graph drive's view of the signals: a stop to honour, and a record to
-/// put down before a second signal may end the process.
-pub struct SignalStop {
-    record: bl_core::interrupt::Record,
-}
-
-impl SignalStop {
-    pub fn new() -> SignalStop {
-        SignalStop {
-            record: bl_core::interrupt::Record::open(),
-        }
-    }
-}
-
-impl bl_run::executor::Stop for SignalStop {
-    fn requested(&self) -> Option<i32> {
-        bl_core::interrupt::requested()
-    }
-
-    fn recorded(&self) {
-        self.record.done();
-    }
-}
-
 pub fn install() {
     let Ok(mut signals) = Signals::new([SIGINT, SIGTERM]) else {
         // Without handlers the default action still stops bl; only the

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use bl_store::{SigningKey, VerifierKey};
+use bl_store::SigningKey;
 use clap::Subcommand;
 
 use crate::exit::{CliError, CliResult, Exit};
@@ -125,17 +125,4 @@ fn generate(name: &str, out: Option<PathBuf>) -> Result<(), String> {
         },
     );
     Ok(())
-}
-
-/// A verifier key given as text or as a file holding it. An argument that
-/// is neither is reported as a missing file first: most often it is a
-/// mistyped path.
-pub fn read_verifier_key(arg: &str) -> Result<VerifierKey, String> {
-    if Path::new(arg).is_file() {
-        let text = std::fs::read_to_string(arg).map_err(|e| format!("{arg}: {e}"))?;
-        return VerifierKey::parse(&text).map_err(|e| format!("--pubkey {arg}: {e}"));
-    }
-    VerifierKey::parse(arg).map_err(|e| {
-        format!("--pubkey {arg}: no such file, and not a verifier key (name+id+key) either: {e}")
-    })
 }

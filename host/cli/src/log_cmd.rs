@@ -113,9 +113,9 @@ fn check_proof(
     let proof_value: serde_json::Value = serde_json::from_slice(&read(proof)?)
         .map_err(|e| refused(format!("{}: not JSON: {e}", proof.display())))?;
     let key = pubkey
-        .map(crate::keys_cmd::read_verifier_key)
+        .map(bl_app::keys::read_verifier_key)
         .transpose()
-        .map_err(refused)?;
+        .map_err(|e| refused(e.message().to_string()))?;
     let note = checkpoint
         .map(|p| read(p).map(|b| String::from_utf8_lossy(&b).into_owned()))
         .transpose()?;

@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::exit::{CliError, Exit};
 use crate::output::{errln, outln};
 
-pub use bl_app::loop_run::{KILL_SWITCH, Package, read_package};
+use bl_app::loop_run::KILL_SWITCH;
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {

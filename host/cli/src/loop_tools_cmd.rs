@@ -10,8 +10,8 @@ use include_dir::{Dir, include_dir};
 use serde_json::{Value, json};
 
 use crate::exit::{CliError, Exit};
-use crate::loop_cmd::{Package, read_package};
 use crate::output::{errln, outln};
+use bl_app::loop_run::{Package, read_package};
 
 /// bl's catalog: `examples/loops`, written for bl, keyless and offline.
 static CATALOG: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../examples/loops");
@@ -199,7 +199,7 @@ pub fn gates(json_out: bool) -> Result<Exit, CliError> {
 /// the turns (a keyless stub or callable, or a local command), what the
 /// gate runs (a local command, an external scanner), the approval rung, and
 /// whether production bounds are shipped beside the demo ones.
-fn risk(p: &crate::loop_cmd::Package, production: bool) -> Vec<&'static str> {
+fn risk(p: &Package, production: bool) -> Vec<&'static str> {
     let m = &p.manifest;
     let mut flags = Vec::new();
     match m.runner.default.as_str() {
@@ -353,7 +353,7 @@ pub fn capabilities(json_out: bool) -> Result<Exit, CliError> {
             {"field": "trace", "enforced": "one OpenTelemetry span per lap over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set"},
             {"field": "require_approval", "enforced": "a passing gate needs a y on stdin, else PAUSE; null means true at L2 and L3"},
         ],
-        "kill_switch": {"variable": crate::loop_cmd::KILL_SWITCH, "rule": "any non-empty value stops every loop at the start of its next lap"},
+        "kill_switch": {"variable": bl_app::loop_run::KILL_SWITCH, "rule": "any non-empty value stops every loop at the start of its next lap"},
         "runners": ["stub", "shell", "python_callable", "claude-code", "codex", "antigravity"],
         "gates": gate_table(),
         "isolation": {"bubblewrap": bwrap, "tiers": ["workspace_only", "process_restricted", "container_restricted"], "never_available": ["customer_managed_worker"],

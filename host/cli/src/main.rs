@@ -7,9 +7,8 @@ mod doctor_cmd;
 mod egress_cmd;
 mod exit;
 mod graph_cmd;
-mod graph_exec_cmd;
-mod graph_nodes;
 mod graph_progress;
+mod graph_report;
 mod interrupt;
 mod keys_cmd;
 mod ledger_cmd;
@@ -20,7 +19,6 @@ mod loop_tools_cmd;
 mod output;
 mod plugin_cmd;
 mod plugin_worlds;
-mod run_adapters;
 mod sandbox_cmd;
 mod scaffold;
 mod verify_cmd;
@@ -187,6 +185,7 @@ fn main() -> ExitCode {
     bl_sandbox::containment::become_subreaper();
     bl_sandbox::containment::set_watchdog_program("/proc/self/exe".into());
     interrupt::install();
+    bl_app::notes::set_sink(|text| output::errln!("{text}"));
     let outcome = match cli.command {
         Command::Run(args) => loop_cmd::run(args, output::json()),
         Command::Lint { dirs } => loop_tools_cmd::lint(&dirs),

@@ -5,15 +5,13 @@ use std::path::{Path, PathBuf};
 
 use bl_core::GateOutcome;
 use bl_pluginbuild::{BuildOptions, PluginManifest, WasmToolchain};
-use bl_plugins::{
-    ContractRequest, Grants, Invocation, LoadOptions, PluginError, PluginPackage, Runtime, Verdict,
-    World, outcome,
-};
+use bl_plugins::{PluginPackage, World};
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 
 use crate::scaffold;
 use bl_app::paths;
+use bl_app::plugin_run::{self, PluginRunRequest};
 
 use crate::exit::{CliError, CliResult, Exit};
 
@@ -110,6 +108,16 @@ pub enum Allocator {
     OnDemand,
 }
 
+impl Allocator {
+    fn choice(self) -> bl_plugins::AllocatorChoice {
+        match self {
+            Allocator::Auto => bl_plugins::AllocatorChoice::Auto,
+            Allocator::Pooling => bl_plugins::AllocatorChoice::Pooling,
+            Allocator::OnDemand => bl_plugins::AllocatorChoice::OnDemand,
+        }
+    }
+}
+
 pub fn run(cmd: PluginCommand) -> CliResult {
     match cmd {
         PluginCommand::New {
@@ -140,21 +148,17 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             policy,
         } => {
             let json = crate::output::json();
-            let request = RunRequest {
+            let request = PluginRunRequest {
                 isolation: &isolation,
                 plugin: &plugin,
                 grants: &grants,
                 artifact,
                 dispatched_ms,
-                deadline_ms,
-                allocator,
+                deadline: deadline_ms.map(std::time::Duration::from_millis),
+                allocator: allocator.choice(),
             };
-            let opened = read_config(&config)
-                .and_then(|config| open(&request).map(|opened| (opened, config)));
-            let (opened, config) = match opened {
-                Ok(ok) => ok,
-                Err(e) => return Err(CliError::with_exit(Exit::Undecided, e)),
-            };
+            let config = plugin_run::read_config(&config)?;
+            let opened = plugin_run::open(&request)?;
             match opened.world {
                 World::Transform => {
                     return crate::plugin_worlds::run_transform(&opened, &config, &transform);
@@ -170,7 +174,7 @@ pub fn run(cmd: PluginCommand) -> CliResult {
                     opened.world
                 )));
             };
-            let outcome = judge(&request, &opened, &workspace, &config);
+            let outcome = plugin_run::judge(&request, &opened, &workspace, &config);
             if json {
                 outln!("{}", outcome_json(&plugin, &workspace, &outcome));
             } else {
@@ -404,7 +408,7 @@ fn listed_json(l: &Listed) -> serde_json::Value {
 
 fn inspect(plugin: &str, as_json: bool) -> CliResult {
     let result = (|| {
-        let path = paths::resolve_plugin(plugin)?;
+        let path = paths::resolve_plugin(plugin).map_err(|e| e.to_string())?;
         let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
         let summary = bl_pluginbuild::summarize(&package.bytes)
             .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -467,120 +471,6 @@ fn inspect(plugin: &str, as_json: bool) -> CliResult {
         (None, _) => outln!("  manifest      (none beside it)"),
     }
     Ok(Exit::Success)
-}
-
-struct RunRequest<'a> {
-    isolation: &'a str,
-    plugin: &'a str,
-    grants: &'a [String],
-    artifact: Option<String>,
-    dispatched_ms: u64,
-    deadline_ms: Option<u64>,
-    allocator: Allocator,
-}
-
-fn read_config(config: &str) -> Result<String, String> {
-    let text = match config.strip_prefix('@') {
-        Some(path) => {
-            std::fs::read_to_string(path).map_err(|e| format!("--config @{path}: {e}"))?
-        }
-        None => config.to_string(),
-    };
-    serde_json::from_str::<serde_json::Value>(&text)
-        .map_err(|e| format!("--config is not JSON: {e}"))?;
-    Ok(text)
-}
-
-/// The runtime a command of the CLI uses (see [`bl_app::plugin_host`]).
-pub fn runtime(
-    deadline_ms: Option<u64>,
-    allocator: Allocator,
-    sandbox: bl_sandbox::Sandbox,
-) -> Result<Runtime, bl_app::AppError> {
-    bl_app::plugin_host::runtime(
-        deadline_ms.map(std::time::Duration::from_millis),
-        match allocator {
-            Allocator::Auto => bl_plugins::AllocatorChoice::Auto,
-            Allocator::Pooling => bl_plugins::AllocatorChoice::Pooling,
-            Allocator::OnDemand => bl_plugins::AllocatorChoice::OnDemand,
-        },
-        sandbox,
-    )
-}
-
-/// A plugin found, read, and ready to load into its runtime.
-pub struct Opened {
-    pub package: PluginPackage,
-    pub declared: Option<Vec<bl_plugins::Capability>>,
-    pub grants: Grants,
-    pub runtime: Runtime,
-    pub world: World,
-}
-
-impl Opened {
-    pub fn options(&self) -> LoadOptions<'_> {
-        LoadOptions {
-            declared: self.declared.as_deref(),
-            grants: self.grants.clone(),
-        }
-    }
-}
-
-fn open(request: &RunRequest) -> Result<Opened, String> {
-    let path = paths::resolve_plugin(request.plugin)?;
-    let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
-    let declared = package.declared().map_err(|e| e.to_string())?;
-    let grants = Grants::parse(request.grants).map_err(|e| format!("--grant: {e}"))?;
-    let tier =
-        bl_sandbox::Tier::parse(request.isolation).map_err(|e| format!("--isolation: {e}"))?;
-    let sandbox = bl_app::cage::sandbox(tier).map_err(|e| e.to_string())?;
-    let runtime =
-        runtime(request.deadline_ms, request.allocator, sandbox).map_err(|e| e.to_string())?;
-    let world = package.world(&runtime).map_err(|e| e.to_string())?;
-    Ok(Opened {
-        package,
-        declared,
-        grants,
-        runtime,
-        world,
-    })
-}
-
-fn judge(request: &RunRequest, opened: &Opened, workspace: &Path, config: &str) -> GateOutcome {
-    let result = (|| -> Result<Result<Invocation<Verdict>, PluginError>, String> {
-        let options = opened.options();
-        let name = opened.package.name();
-        let bytes = &opened.package.bytes;
-        let runtime = &opened.runtime;
-        Ok(match opened.world {
-            World::Gate => runtime
-                .load_gate(&name, bytes, &options)
-                .and_then(|gate| runtime.check(&gate, workspace, config)),
-            World::CompletionContract => {
-                let artifact = request.artifact.clone().ok_or_else(|| {
-                    format!("{name} is a completion contract: name the output to check with --artifact PATH")
-                })?;
-                let contract_request = ContractRequest {
-                    artifact,
-                    dispatch_started_ms: request.dispatched_ms,
-                };
-                runtime
-                    .load_contract(&name, bytes, &options)
-                    .and_then(|contract| {
-                        runtime.check_contract(&contract, workspace, &contract_request, config)
-                    })
-            }
-            other => {
-                return Err(format!(
-                    "{name} is a {other} plugin; `bl plugin run` runs gates and completion contracts"
-                ));
-            }
-        })
-    })();
-    match result {
-        Ok(result) => outcome(result),
-        Err(message) => GateOutcome::Error(message),
-    }
 }
 
 fn outcome_json(plugin: &str, workspace: &Path, outcome: &GateOutcome) -> serde_json::Value {

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::exit::{CliError, CliResult, Exit};
 use crate::output::outln;
-use crate::plugin_cmd::Opened;
+use bl_app::plugin_run::Opened;
 
 /// The arguments a transform takes.
 #[derive(Args, Debug, Default)]

@@ -15,7 +15,7 @@ pub fn verify(
     as_json: bool,
 ) -> CliResult {
     let verifier = pubkey
-        .map(crate::keys_cmd::read_verifier_key)
+        .map(bl_app::keys::read_verifier_key)
         .transpose()
         .map_err(|e| CliError::refused(format!("verify: {e}")))?;
     let options = bl_verify::Options {

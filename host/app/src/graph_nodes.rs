@@ -1,18 +1,17 @@
 //! The node kinds a graph run composes beyond agent CLIs: loop nodes
 //! (the loop engine, by package digest), subgraph nodes (a child run of a
 //! graph package, verified), https connector nodes (the egress broker) and
-//! approvals decided from a recorded file. Each is an adapter of one of
-//! bl-run's ports, wired here because it needs the CLI's own composition.
+//! the subgraph check the judge makes. Each is an adapter of one of
+//! bl-run's ports; a subgraph runs its child through a [`ChildRunner`].
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bl_run::executor::{Decisions, Task, WorkFuture, WorkReply, WorkRequest, Worker};
+use bl_run::executor::{Task, WorkFuture, WorkReply, WorkRequest, Worker};
 use serde_json::{Value, json};
 
-use crate::graph_exec_cmd::{Decision, DriveFlags, commit_decision};
-use crate::run_adapters::FileDecisions;
+use crate::error::AppError;
 
 /// Loop nodes: the package the plan admitted, found by digest under the
 /// run's loop roots, runs through the loop engine in the attempt's
@@ -37,7 +36,7 @@ impl Worker for LoopNodes {
         let hidden = self.hidden.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                let node = bl_app::loop_run::LoopNode {
+                let node = crate::loop_run::LoopNode {
                     package_dir: &dir,
                     package_digest: &package,
                     run_id: &request.run_id,
@@ -47,7 +46,7 @@ impl Worker for LoopNodes {
                     workspace: &request.workspace,
                     hidden,
                 };
-                match bl_app::loop_run::run_node_loop(&node) {
+                match crate::loop_run::run_node_loop(&node) {
                     Ok(outcome) => WorkReply::text(outcome, "bl:loop"),
                     Err(e) => WorkReply::Fault(format!("the loop could not run: {e}")),
                 }
@@ -82,9 +81,34 @@ pub struct SubgraphNodes {
     pub run_dir: PathBuf,
     pub packages: bl_packages::Catalogue,
     pub connections: Option<Value>,
-    pub flags: DriveFlags,
+    pub runner: Arc<dyn ChildRunner>,
     pub prompts: HashMap<String, Value>,
     pub depth: u32,
+}
+
+/// How deep subgraphs may nest.
+pub const MAX_SUBGRAPH_DEPTH: u32 = 8;
+
+/// A child run, as a subgraph node's receipt names it.
+pub struct ChildRun {
+    pub plan_id: String,
+    pub graph_digest: String,
+    pub run_state: String,
+}
+
+/// Runs a subgraph node's child: begins it in `child`, or continues the run
+/// an interrupted drive began there. The graph-run use case gives it, with
+/// the parent's options; `inputs` is the child's prompts file.
+pub trait ChildRunner: Send + Sync {
+    fn run_child(
+        &self,
+        manifest: &Path,
+        bytes: Vec<u8>,
+        connections: Option<Value>,
+        child: &Path,
+        inputs: Option<PathBuf>,
+        depth: u32,
+    ) -> Result<ChildRun, AppError>;
 }
 
 impl Worker for SubgraphNodes {
@@ -92,10 +116,10 @@ impl Worker for SubgraphNodes {
         let Task::Subgraph { package } = &request.task else {
             return fault(format!("node '{}' is not a subgraph node", request.node_id));
         };
-        if self.depth > crate::graph_exec_cmd::MAX_SUBGRAPH_DEPTH {
+        if self.depth > MAX_SUBGRAPH_DEPTH {
             return Box::pin(std::future::ready(WorkReply::Denied(format!(
                 "subgraphs nest deeper than {} levels here",
-                crate::graph_exec_cmd::MAX_SUBGRAPH_DEPTH
+                MAX_SUBGRAPH_DEPTH
             ))));
         }
         let Some(dir) = self.packages.get(package).map(Path::to_path_buf) else {
@@ -105,7 +129,7 @@ impl Worker for SubgraphNodes {
         };
         let rel = child_dir(&request.node_id, request.round, request.attempt);
         let child = self.run_dir.join(&rel);
-        let mut flags = self.flags.clone();
+        let runner = self.runner.clone();
         let prompts = self.prompts.get(&request.node_id).cloned();
         let connections = self.connections.clone();
         let depth = self.depth;
@@ -113,18 +137,25 @@ impl Worker for SubgraphNodes {
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
                 // The child's prompts, as a file of its own in its run.
-                if let Some(p) = prompts {
+                let inputs = if let Some(p) = prompts {
                     let path = child.with_extension("inputs.json");
                     if let Err(e) = std::fs::create_dir_all(child.parent().unwrap_or(&child))
                         .and_then(|_| std::fs::write(&path, p.to_string()))
                     {
                         return WorkReply::Fault(format!("{}: {e}", path.display()));
                     }
-                    flags.inputs = Some(path);
+                    Some(path)
                 } else {
-                    flags.inputs = None;
-                }
-                run_child(&dir, &package, &child, &rel, connections, &flags, depth)
+                    None
+                };
+                let run = Child {
+                    package_dir: &dir,
+                    package: &package,
+                    dir: &child,
+                    rel: &rel,
+                    depth,
+                };
+                run_child(&run, connections, inputs, &*runner)
             })
             .await
             .unwrap_or_else(|e| WorkReply::Fault(format!("subgraph task failed: {e}")))
@@ -132,15 +163,23 @@ impl Worker for SubgraphNodes {
     }
 }
 
-fn run_child(
-    package_dir: &Path,
-    package: &str,
-    child: &Path,
-    rel: &str,
-    connections: Option<Value>,
-    flags: &DriveFlags,
+/// Where a subgraph node's child runs, and from which package.
+struct Child<'a> {
+    package_dir: &'a Path,
+    package: &'a str,
+    dir: &'a Path,
+    /// `dir`, relative to the parent run.
+    rel: &'a str,
     depth: u32,
+}
+
+fn run_child(
+    child: &Child,
+    connections: Option<Value>,
+    inputs: Option<PathBuf>,
+    runner: &dyn ChildRunner,
 ) -> WorkReply {
+    let (package_dir, package, rel) = (child.package_dir, child.package, child.rel);
     match bl_packages::digest(package_dir) {
         Ok(d) if d == package => {}
         Ok(d) => {
@@ -156,25 +195,26 @@ fn run_child(
         Ok(b) => b,
         Err(e) => return WorkReply::Fault(format!("{}: {e}", manifest.display())),
     };
-    let depth = crate::graph_exec_cmd::Depth::Child(depth);
-    // A child an interrupted drive began is continued, never begun again.
-    let ran = if bl_store::RunDir::new(child).holds_a_run() {
-        crate::graph_exec_cmd::continue_child(child, flags, depth)
-    } else {
-        crate::graph_exec_cmd::run_manifest(&manifest, bytes, connections, child, flags, depth)
-    };
-    let (loaded, _end, view) = match ran {
+    let ran = runner.run_child(
+        &manifest,
+        bytes,
+        connections,
+        child.dir,
+        inputs,
+        child.depth,
+    );
+    let done = match ran {
         Ok(r) => r,
-        Err(e) => return WorkReply::Fault(format!("the child run was refused: {}", e.message)),
+        Err(e) => return WorkReply::Fault(format!("the child run was refused: {}", e.message())),
     };
-    let head = match crate::run_adapters::read_events(child) {
+    let head = match crate::run_adapters::read_events(child.dir) {
         Ok((_, head)) => head,
         Err(e) => return WorkReply::Fault(format!("the child run's log: {e}")),
     };
     let receipt = json!({
-        "child_run": rel, "graph_digest": loaded.plan.graph_digest,
+        "child_run": rel, "graph_digest": done.graph_digest,
         "graph_package": package, "head_hash": head.hash, "head_sequence": head.sequence,
-        "plan_id": loaded.plan.plan_id, "run_state": view.run_state,
+        "plan_id": done.plan_id, "run_state": done.run_state,
     });
     WorkReply::text(bl_core::python_json(&receipt).into_bytes(), "bl:subgraph")
 }
@@ -218,45 +258,6 @@ impl bl_handoff::SubgraphCheck for ChildRuns {
     }
 }
 
-/// Decisions from approvals.json, and, for an approval node it has none
-/// for, the decision recorded for it (`--decisions`), written into
-/// approvals.json when the run reaches the node, bound to what its parents
-/// produced.
-pub struct RecordedDecisions {
-    pub file: FileDecisions,
-    pub recorded: HashMap<String, (bool, String)>,
-    pub run_dir: PathBuf,
-    pub plan_id: String,
-}
-
-impl Decisions for RecordedDecisions {
-    fn decision(&self, node: &str, round: u32, evidence: &[String]) -> Option<bool> {
-        if let Some(d) = self.file.decision(node, round, evidence) {
-            return Some(d);
-        }
-        let (approved, by) = self.recorded.get(node)?;
-        let decision = Decision {
-            node,
-            approved: *approved,
-            round: u64::from(round),
-            evidence,
-            decided_by: by.clone(),
-            source: "recorded",
-        };
-        // A decision that cannot be recorded is not taken: the run waits,
-        // and says why.
-        match commit_decision(&self.run_dir, &self.plan_id, &decision, None) {
-            Ok(()) => Some(*approved),
-            Err(e) => {
-                crate::output::errln!(
-                    "the recorded decision for '{node}' could not be written to approvals.json ({e}); the node waits for a decision"
-                );
-                None
-            }
-        }
-    }
-}
-
 /// The run's `egress-events.jsonl`, opened at the broker's first decision
 /// (the log takes the run's identity from its first event, which is on
 /// disk by the time any node runs).
@@ -286,9 +287,9 @@ impl bl_egress::EgressAudit for RunEgressLog {
 pub fn https_worker(
     run_dir: &Path,
     admitted: std::collections::BTreeMap<String, bl_egress::AdmittedConnection>,
-) -> Result<bl_workers::https::HttpsWorker, crate::exit::CliError> {
+) -> Result<bl_workers::https::HttpsWorker, crate::error::AppError> {
     let refuse =
-        |e: String| crate::exit::CliError::refused(format!("graph run: the egress broker: {e}"));
+        |e: String| crate::error::AppError::refused(format!("graph run: the egress broker: {e}"));
     let resolver = bl_egress::Resolver::system().map_err(|e| refuse(e.to_string()))?;
     let broker = bl_egress::Broker::new(
         admitted,

@@ -271,7 +271,7 @@ impl RunLedger {
         } else {
             order.policy
         };
-        let path = bl_app::paths::resolve_plugin(plugin).map_err(|e| {
+        let path = crate::paths::resolve_plugin(plugin).map_err(|e| {
             format!(
                 "publication policy '{}' is not installed ({e}); nothing was published",
                 order.policy
@@ -285,9 +285,9 @@ impl RunLedger {
             component_digest: bl_core::Sha256Digest::of(&package.bytes).to_string(),
             component: std::sync::Arc::new(package.bytes.clone()),
         });
-        let runtime = crate::plugin_cmd::runtime(
+        let runtime = crate::plugin_host::runtime(
             None,
-            crate::plugin_cmd::Allocator::OnDemand,
+            bl_plugins::AllocatorChoice::OnDemand,
             bl_sandbox::Sandbox::new(bl_sandbox::Tier::WorkspaceOnly),
         )
         .map_err(|e| e.to_string())?;
