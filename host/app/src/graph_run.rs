@@ -69,6 +69,8 @@ pub struct DriveOptions {
     pub deny_at_run_time: bool,
     /// Who watches a top-level drive's events (a child run is unwatched).
     pub watch: Option<Watcher>,
+    /// A stop asked of this drive alone (besides a process-wide signal).
+    pub cancel: Option<Arc<crate::runtime::Cancel>>,
 }
 
 /// A run directory, loaded and its plan recompiled.
@@ -924,7 +926,7 @@ fn drive(
 ) -> Result<(RunEnd, RunView), AppError> {
     // Held until the run's record is complete: a stop waits for it.
     let _running = bl_core::interrupt::Running::start();
-    let stop = Arc::new(crate::stop::ProcessStop::new());
+    let stop = Arc::new(crate::stop::ProcessStop::new(flags.cancel.clone()));
     let mut journal =
         LogJournal::open(&run.dir, identity(&run.plan)).map_err(|e| refused(e.to_string()))?;
     // The log is ours alone now: whatever a dead controller of this run
@@ -939,10 +941,9 @@ fn drive(
     if let Some(parent) = spawn_log.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
+    // Process-wide: a process drives one run's spawns at a time into its
+    // log (a child run's, while it runs, then the parent's again).
     bl_sandbox::containment::set_spawn_log(spawn_log);
-    // A graph run starts its processes only through the sandbox: any other
-    // child it finds was adopted from an agent, and is ended.
-    bl_sandbox::containment::claim_orphans();
     let artifacts = RunArtifacts {
         store: bl_store::ArtifactStore::with_group_commit(
             RunDir::new(&run.dir).artifacts(),
@@ -1552,6 +1553,20 @@ impl Approved {
     }
 }
 
+/// How many repair rounds the log has begun: the round a decision now
+/// belongs to.
+fn repair_rounds(events: &[Recorded]) -> u64 {
+    events
+        .iter()
+        .filter(|e| e.kind == "run.repair.round")
+        .count() as u64
+}
+
+/// The repair round the run in `dir` is in.
+pub fn repair_round(dir: &Path) -> Result<u64, AppError> {
+    Ok(repair_rounds(&view_of(dir)?.1))
+}
+
 /// `bl graph approve --run D --node N --decision approved|rejected`: the
 /// decision is recorded (signed with `key`) and the run driven on. A
 /// decision is final: the opposite one is refused, naming the first.
@@ -1576,10 +1591,7 @@ pub fn approve(
     let (view, events, _) = view_of(dir)?;
     let schedule = Schedule::of(&run.graph, &run.plan);
     let prompts = read_prompts(options)?;
-    let round = events
-        .iter()
-        .filter(|e| e.kind == "run.repair.round")
-        .count() as u64;
+    let round = repair_rounds(&events);
     let state = view.node(node_id).state;
     let decided = matches!(state.as_str(), "SUCCEEDED" | "FAILED");
     if let Some(first) = approvals::recorded(dir, node_id, round)?

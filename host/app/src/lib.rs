@@ -20,7 +20,9 @@ pub mod notes;
 pub mod paths;
 pub mod plugin_host;
 pub mod plugin_run;
+pub mod plugin_scaffold;
 pub mod run_adapters;
+pub mod runtime;
 pub mod stop;
 
 pub use error::{AppError, AppResult};

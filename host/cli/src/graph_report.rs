@@ -73,7 +73,11 @@ pub struct DriveFlags {
 
 impl DriveFlags {
     /// The options of a drive the operator watches: progress on stderr.
+    /// bl, driving a graph, starts its processes only through the sandbox:
+    /// any other child it finds was adopted from an agent, and is ended
+    /// (an embedding application that forks its own must not say so).
     pub fn options(&self) -> DriveOptions {
+        bl_sandbox::containment::claim_orphans();
         DriveOptions {
             inputs: self.inputs.clone(),
             max_tokens: self.max_tokens,
@@ -88,6 +92,7 @@ impl DriveFlags {
             decisions: self.decisions.clone(),
             grants: self.grants.clone(),
             deny_at_run_time: self.deny_at_run_time,
+            cancel: None,
             watch: Some(Watcher(Arc::new(|schedule| {
                 Box::new(crate::graph_progress::Progress::new(schedule))
             }))),

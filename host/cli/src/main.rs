@@ -20,7 +20,6 @@ mod output;
 mod plugin_cmd;
 mod plugin_worlds;
 mod sandbox_cmd;
-mod scaffold;
 mod verify_cmd;
 
 use std::process::ExitCode;

@@ -9,7 +9,6 @@ use bl_plugins::{PluginPackage, World};
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 
-use crate::scaffold;
 use bl_app::paths;
 use bl_app::plugin_run::{self, PluginRunRequest};
 
@@ -23,7 +22,7 @@ pub enum PluginCommand {
         name: String,
         /// What the plugin is: the world its component exports.
         #[arg(long, value_enum)]
-        kind: scaffold::Kind,
+        kind: NewKind,
         /// Where to create it (default: ./NAME).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -101,6 +100,27 @@ pub enum PluginCommand {
     },
 }
 
+/// `--kind` of `bl plugin new`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum NewKind {
+    Gate,
+    Transform,
+    Contract,
+    Policy,
+}
+
+impl NewKind {
+    fn kind(self) -> bl_app::plugin_scaffold::Kind {
+        use bl_app::plugin_scaffold::Kind;
+        match self {
+            NewKind::Gate => Kind::Gate,
+            NewKind::Transform => Kind::Transform,
+            NewKind::Contract => Kind::Contract,
+            NewKind::Policy => Kind::Policy,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Allocator {
     Auto,
@@ -125,7 +145,23 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             kind,
             dir,
             sdk,
-        } => scaffold::new_plugin(&name, kind, dir, sdk),
+        } => {
+            let kind = kind.kind();
+            let dir = bl_app::plugin_scaffold::new_plugin(&name, kind, dir, sdk)?;
+            crate::output::answer(
+                || json!({"created": dir, "kind": kind.name()}),
+                || {
+                    format!(
+                        "created {} ({})\n  build it:  bl plugin build {}\n  test it:   cargo test --manifest-path {}/Cargo.toml",
+                        dir.display(),
+                        kind.name(),
+                        dir.display(),
+                        dir.display()
+                    )
+                },
+            );
+            Ok(Exit::Success)
+        }
         PluginCommand::Build {
             dir,
             out,

@@ -19,6 +19,7 @@ mod plugin_pipeline;
 mod plugin_runtime;
 mod provable_log;
 mod run_dir_tamper;
+mod runtime_api;
 mod sandbox_cli;
 mod store_processes;
 mod verify_cli;

@@ -1,12 +1,13 @@
-//! `bl plugin new`: a plugin crate that builds and runs as it is.
+//! A new plugin crate (`bl plugin new`) that builds and runs as it is: a
+//! gate, transform, completion contract or publication policy against the
+//! SDK, with its config schema.
 
 use std::path::{Path, PathBuf};
 
-use clap::ValueEnum;
+use crate::error::AppError;
 
-use crate::exit::{CliError, CliResult, Exit};
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
+/// The kind of plugin to scaffold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Gate,
     Transform,
@@ -28,12 +29,12 @@ impl Kind {
 
 /// The SDK a new plugin depends on: `--sdk`, `BL_SDK_PATH`, or the `sdk/`
 /// of the checkout or install this `bl` came from.
-fn find_sdk(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
+fn find_sdk(explicit: Option<PathBuf>) -> Result<PathBuf, SdkNotFound> {
     let candidates: Vec<PathBuf> =
         match explicit.or_else(|| std::env::var_os("BL_SDK_PATH").map(PathBuf::from)) {
             Some(p) => vec![p],
             None => {
-                let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                let exe = std::env::current_exe().map_err(|e| SdkNotFound(e.to_string()))?;
                 let dir = exe.parent().unwrap_or(Path::new("."));
                 vec![dir.join("../../sdk"), dir.join("../share/bl/sdk")]
             }
@@ -43,16 +44,19 @@ fn find_sdk(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
         .find(|p| p.join("Cargo.toml").is_file())
         .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
         .ok_or_else(|| {
-            format!(
+            SdkNotFound(format!(
                 "cannot find the bl plugin SDK (looked in {}); pass --sdk PATH or set BL_SDK_PATH",
                 candidates
                     .iter()
                     .map(|p| p.display().to_string())
                     .collect::<Vec<_>>()
                     .join(", ")
-            )
+            ))
         })
 }
+
+/// Why no SDK was found, in words.
+struct SdkNotFound(String);
 
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -62,47 +66,31 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
-pub fn new_plugin(name: &str, kind: Kind, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> CliResult {
-    match write_scaffold(name, kind, dir, sdk) {
-        Ok(dir) => {
-            crate::output::answer(
-                || serde_json::json!({"created": dir, "kind": kind.name()}),
-                || {
-                    format!(
-                        "created {} ({})\n  build it:  bl plugin build {}\n  test it:   cargo test --manifest-path {}/Cargo.toml",
-                        dir.display(),
-                        kind.name(),
-                        dir.display(),
-                        dir.display()
-                    )
-                },
-            );
-            Ok(Exit::Success)
-        }
-        Err(e) => Err(CliError::refused(format!("plugin new {name}: {e}"))),
-    }
-}
-
-fn write_scaffold(
+/// Writes the crate of plugin `name` into `dir` (by default `./NAME`),
+/// depending on the SDK at `sdk` (by default the one beside this bl).
+/// Refuses a directory that exists.
+pub fn new_plugin(
     name: &str,
     kind: Kind,
     dir: Option<PathBuf>,
     sdk: Option<PathBuf>,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, AppError> {
+    let refused = |why: String| AppError::refused(format!("plugin new {name}: {why}"));
     if !valid_name(name) {
-        return Err(
+        return Err(refused(
             "a plugin name is lowercase letters, digits and `-`, starting with a letter".into(),
-        );
-    }
-    let sdk = find_sdk(sdk)?;
-    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
-    if dir.exists() {
-        return Err(format!(
-            "{} already exists; pick another name or --dir",
-            dir.display()
         ));
     }
-    std::fs::create_dir_all(dir.join("src")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let sdk = find_sdk(sdk).map_err(|e| refused(e.0))?;
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    if dir.exists() {
+        return Err(refused(format!(
+            "{} already exists; pick another name or --dir",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir.join("src"))
+        .map_err(|e| refused(format!("{}: {e}", dir.display())))?;
     let (description, metadata, source) = match kind {
         Kind::Gate => ("A gate.", String::new(), GATE),
         Kind::Contract => (
@@ -158,7 +146,7 @@ strip = true
     ];
     for (rel, text) in files {
         let path = dir.join(rel);
-        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(&path, text).map_err(|e| refused(format!("{}: {e}", path.display())))?;
     }
     Ok(dir)
 }

@@ -1,0 +1,369 @@
+//! The runtime API every front end drives, in-process and typed: the CLI
+//! today, the pages, the MCP server and remote workers next.
+//! [`GraphRuntime`] starts a run and hands back a [`RunHandle`] at once; it
+//! reads a run's status, the approvals it waits for, its artifacts and its
+//! verification; it approves or rejects a node only against the request
+//! digest the person was shown; and [`Subscription`] follows a run's log
+//! from any position, so a watcher that reconnects asks again from the
+//! last position it saw and misses nothing.
+//!
+//! Driving the newcomer's first graph (docs/embedding.md walks it):
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use std::time::Duration;
+//!
+//! use bl_app::graph_run::DriveOptions;
+//! use bl_app::runtime::{GraphRuntime, VerifyOptions};
+//!
+//! fn main() -> Result<(), bl_app::AppError> {
+//!     let dir = Path::new("examples/graphs/first-graph");
+//!     let runtime = GraphRuntime::new(DriveOptions {
+//!         inputs: Some(dir.join("inputs.json")),
+//!         recorded: Some(dir.join("replies.json")),
+//!         ..Default::default()
+//!     });
+//!     // Returns at once; the run goes on on its own thread.
+//!     let handle = runtime.run(dir.join("graph.yaml"), Some(dir.join("connections.json")), "run");
+//!     let mut events = runtime.subscribe(handle.dir(), 0);
+//!     while !handle.is_finished() {
+//!         for event in events.wait(Duration::from_millis(500))? {
+//!             println!("{:>4} {}", event.sequence, event.event_type);
+//!         }
+//!     }
+//!     let driven = handle.wait()?;
+//!     println!("stopped: {:?}", driven.end);
+//!     // A person looks at what waits, then decides on exactly that.
+//!     for pending in runtime.pending_approvals(Path::new("run"))? {
+//!         println!("{} waits; it approves {:?}", pending.node_id, pending.evidence);
+//!         runtime.approve(Path::new("run"), &pending.node_id, &pending.request_digest, None)?;
+//!     }
+//!     let report = runtime.verify(Path::new("run"), &VerifyOptions::default())?;
+//!     println!("verified: {}", report.ok());
+//!     Ok(())
+//! }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bl_graph::model::NodeKind;
+use serde_json::Value;
+
+use crate::approvals;
+use crate::error::AppError;
+use crate::graph_run::{self, Approved, DriveOptions, Driven, RunStatus};
+
+pub use bl_verify::{Options as VerifyOptions, Report as VerifyReport};
+
+/// The signal number a cancelled run records as its stop (SIGTERM's): a
+/// cancel is a polite stop, and `resume` continues the run.
+pub const CANCEL_SIGNAL: i32 = 15;
+
+/// A stop asked of one run, not of the whole process.
+#[derive(Debug, Default)]
+pub struct Cancel(AtomicBool);
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Runs graphs and answers about them. Cheap to clone; every call names
+/// the run directory it is about, so one runtime serves many runs.
+#[derive(Clone, Debug, Default)]
+pub struct GraphRuntime {
+    options: DriveOptions,
+}
+
+/// A run being driven on its own thread.
+pub struct RunHandle {
+    dir: PathBuf,
+    cancel: Arc<Cancel>,
+    thread: JoinHandle<Result<Driven, AppError>>,
+}
+
+impl RunHandle {
+    /// The run's directory: what `status`, `subscribe` and `approve` take.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Asks the run to stop: no attempt starts after this; the attempts in
+    /// flight finish and are kept (their turns are paid for), and the run
+    /// is left resumable. A process-wide signal ends them at once instead.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Waits for the drive to stop: ended, paused for an approval or a
+    /// budget, or stopped.
+    pub fn wait(self) -> Result<Driven, AppError> {
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(AppError::refused("the run's thread panicked")))
+    }
+}
+
+/// An approval node waiting for a person, with what a decision on it is
+/// bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingApproval {
+    pub node_id: String,
+    pub round: u64,
+    /// The digests of what its parents produced.
+    pub evidence: Vec<String>,
+    /// What `approve` and `reject` must be given back: it commits to the
+    /// plan, the node, the round and the evidence.
+    pub request_digest: String,
+}
+
+impl GraphRuntime {
+    /// A runtime whose drives take `options` (prompts, caps, keys, roots).
+    /// `options.watch` and `options.cancel` are per drive and ignored here.
+    pub fn new(options: DriveOptions) -> GraphRuntime {
+        GraphRuntime { options }
+    }
+
+    fn drive(
+        &self,
+        dir: PathBuf,
+        go: impl FnOnce(DriveOptions) -> Result<Driven, AppError> + Send + 'static,
+    ) -> RunHandle {
+        let cancel = Arc::new(Cancel::default());
+        let mut options = self.options.clone();
+        options.watch = None;
+        options.cancel = Some(cancel.clone());
+        RunHandle {
+            dir,
+            cancel,
+            thread: std::thread::spawn(move || go(options)),
+        }
+    }
+
+    /// Starts a run of `manifest` (bound by `connections`) into `out`, and
+    /// returns at once.
+    pub fn run(
+        &self,
+        manifest: impl Into<PathBuf>,
+        connections: Option<PathBuf>,
+        out: impl Into<PathBuf>,
+    ) -> RunHandle {
+        let (manifest, out) = (manifest.into(), out.into());
+        self.drive(out.clone(), move |options| {
+            graph_run::run(&manifest, connections.as_deref(), &out, &options)
+        })
+    }
+
+    /// Continues a run that a stop, a crash or a budget left unfinished.
+    pub fn resume(&self, dir: impl Into<PathBuf>) -> RunHandle {
+        let dir = dir.into();
+        self.drive(dir.clone(), move |options| {
+            graph_run::resume(&dir, &options)
+        })
+    }
+
+    /// The run as its log says it stands.
+    pub fn status(&self, dir: &Path) -> Result<RunStatus, AppError> {
+        graph_run::status(dir)
+    }
+
+    /// The approval nodes the run waits on, each with the request digest a
+    /// decision must name.
+    pub fn pending_approvals(&self, dir: &Path) -> Result<Vec<PendingApproval>, AppError> {
+        let status = graph_run::status(dir)?;
+        let (run, view) = (&status.run, &status.view);
+        let round = graph_run::repair_round(dir)?;
+        let order = run.graph.nodes.iter().map(|n| n.id.as_str());
+        Ok(view
+            .awaiting(order)
+            .into_iter()
+            .filter(|id| {
+                run.graph
+                    .node(id)
+                    .is_some_and(|n| n.kind == NodeKind::Approval)
+            })
+            .map(|node_id| {
+                let evidence = approvals::evidence(&run.graph, view, &node_id);
+                PendingApproval {
+                    request_digest: approvals::request_digest(
+                        &run.plan.plan_id,
+                        &node_id,
+                        round,
+                        &evidence,
+                    ),
+                    node_id,
+                    round,
+                    evidence,
+                }
+            })
+            .collect())
+    }
+
+    /// Approves `node` as the person saw it (`shown`, the request digest of
+    /// [`PendingApproval`]), signed with `key` when given, and drives the
+    /// run on until it stops again. Refused, with nothing recorded, when
+    /// the evidence changed since it was shown.
+    pub fn approve(
+        &self,
+        dir: &Path,
+        node: &str,
+        shown: &str,
+        key: Option<&Path>,
+    ) -> Result<Approved, AppError> {
+        self.decide(dir, node, shown, true, key)
+    }
+
+    /// Rejects `node`, as [`GraphRuntime::approve`] approves it.
+    pub fn reject(
+        &self,
+        dir: &Path,
+        node: &str,
+        shown: &str,
+        key: Option<&Path>,
+    ) -> Result<Approved, AppError> {
+        self.decide(dir, node, shown, false, key)
+    }
+
+    fn decide(
+        &self,
+        dir: &Path,
+        node: &str,
+        shown: &str,
+        approved: bool,
+        key: Option<&Path>,
+    ) -> Result<Approved, AppError> {
+        let pending = self.pending_approvals(dir)?;
+        let Some(waiting) = pending.iter().find(|p| p.node_id == node) else {
+            return Err(AppError::refused(format!(
+                "node '{node}' of the run in {} is not waiting for a decision; nothing was recorded",
+                dir.display()
+            )));
+        };
+        if waiting.request_digest != shown {
+            return Err(AppError::refused(format!(
+                "what node '{node}' would approve has changed since it was shown ({shown}); it is now {}. Look at it again; nothing was recorded",
+                waiting.request_digest
+            )));
+        }
+        let mut options = self.options.clone();
+        options.watch = None;
+        graph_run::approve(dir, node, approved, key, &options)
+    }
+
+    /// Every artifact the run's log names (see [`graph_run::artifacts`]).
+    pub fn artifacts(&self, dir: &Path) -> Result<Vec<Value>, AppError> {
+        graph_run::artifacts(dir)
+    }
+
+    /// Verifies the run as `bl verify` does: every hash and link of its
+    /// log, its artifacts, its approvals and its checkpoint.
+    pub fn verify(&self, dir: &Path, options: &VerifyOptions) -> Result<VerifyReport, AppError> {
+        bl_verify::verify(dir, options).map_err(|e| AppError::refused(e.to_string()))
+    }
+
+    /// Follows the run's log from after event `after` (0: from the start).
+    pub fn subscribe(&self, dir: &Path, after: u64) -> Subscription {
+        Subscription {
+            log: bl_store::RunDir::new(dir).events(),
+            position: after,
+        }
+    }
+}
+
+/// One event of a run's log, verified in its chain.
+#[derive(Debug, Clone)]
+pub struct LogEvent {
+    /// Its position: 1 for the first event.
+    pub sequence: u64,
+    pub event_type: String,
+    pub payload: Value,
+    /// The whole line, as the log holds it.
+    pub line: Value,
+}
+
+/// A reader of one run's log that remembers how far it got.
+#[derive(Debug, Clone)]
+pub struct Subscription {
+    log: PathBuf,
+    position: u64,
+}
+
+/// How often [`Subscription::wait`] looks for new events.
+const POLL: Duration = Duration::from_millis(50);
+
+impl Subscription {
+    /// The sequence of the last event handed out: subscribe again from it
+    /// to carry on where this one stopped.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// The events appended since the last call (none yet: empty). Only
+    /// whole lines whose chain verifies are handed out; a line being
+    /// written waits for the next call, and a broken chain is an error.
+    pub fn poll(&mut self) -> Result<Vec<LogEvent>, AppError> {
+        let bytes = match std::fs::read(&self.log) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(AppError::refused(format!("{}: {e}", self.log.display()))),
+        };
+        bl_store::verify_chain(&bytes)
+            .map_err(|e| AppError::refused(format!("{}: {e}", self.log.display())))?;
+        let whole = memchr_last_newline(&bytes);
+        let mut events = Vec::new();
+        for line in bytes[..whole].split(|b| *b == b'\n') {
+            if line.is_empty() {
+                continue;
+            }
+            let line: Value = serde_json::from_slice(line)
+                .map_err(|e| AppError::refused(format!("{}: {e}", self.log.display())))?;
+            let sequence = line["sequence"].as_u64().unwrap_or(0);
+            if sequence <= self.position {
+                continue;
+            }
+            events.push(LogEvent {
+                sequence,
+                event_type: line["event_type"].as_str().unwrap_or_default().to_string(),
+                payload: line["payload"].clone(),
+                line,
+            });
+        }
+        if let Some(last) = events.last() {
+            self.position = last.sequence;
+        }
+        Ok(events)
+    }
+
+    /// Waits up to `timeout` for at least one new event.
+    pub fn wait(&mut self, timeout: Duration) -> Result<Vec<LogEvent>, AppError> {
+        let until = Instant::now() + timeout;
+        loop {
+            let events = self.poll()?;
+            if !events.is_empty() || Instant::now() >= until {
+                return Ok(events);
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// The length of `bytes` up to and including its last newline.
+fn memchr_last_newline(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |at| at + 1)
+}

@@ -1,0 +1,170 @@
+//! The runtime API of bl-app, driven in-process as the pages, the MCP
+//! server and remote workers will drive it: a run started on its own
+//! thread, followed by log position across a reconnect, approved only
+//! against the request digest that was shown, cancelled and resumed, then
+//! verified. The graph is the newcomer's first graph, with its recorded
+//! replies: real plugins, a real log, no key and no network.
+
+use std::path::{Path, PathBuf};
+
+use bl_app::graph_run::DriveOptions;
+use bl_app::runtime::GraphRuntime;
+use bl_e2e::repo_root;
+use bl_run::executor::RunEnd;
+
+/// A copy of examples/graphs/first-graph to run in.
+fn first_graph() -> tempfile::TempDir {
+    let case = tempfile::tempdir().unwrap();
+    let example = repo_root().join("examples/graphs/first-graph");
+    for file in [
+        "graph.yaml",
+        "connections.json",
+        "inputs.json",
+        "replies.json",
+    ] {
+        std::fs::copy(example.join(file), case.path().join(file)).unwrap();
+    }
+    case
+}
+
+fn runtime(dir: &Path) -> GraphRuntime {
+    GraphRuntime::new(DriveOptions {
+        inputs: Some(dir.join("inputs.json")),
+        recorded: Some(dir.join("replies.json")),
+        concurrency: Some(2),
+        ..Default::default()
+    })
+}
+
+fn start(runtime: &GraphRuntime, dir: &Path) -> bl_app::runtime::RunHandle {
+    runtime.run(
+        dir.join("graph.yaml"),
+        Some(dir.join("connections.json")),
+        dir.join("run"),
+    )
+}
+
+fn approvals_file(run: &Path) -> Option<String> {
+    std::fs::read_to_string(bl_store::RunDir::new(run).approvals()).ok()
+}
+
+#[test]
+fn a_run_is_followed_by_position_and_approved_only_as_it_was_shown() {
+    let case = first_graph();
+    let runtime = runtime(case.path());
+    let handle = start(&runtime, case.path());
+    let run: PathBuf = handle.dir().to_path_buf();
+    let mut watcher = runtime.subscribe(&run, 0);
+    let driven = handle.wait().unwrap();
+    assert!(
+        matches!(&driven.end, RunEnd::AwaitingApproval(nodes) if nodes == &["review".to_string()]),
+        "{:?}",
+        driven.end
+    );
+
+    // Every event once, in order, from the first.
+    let seen = watcher.poll().unwrap();
+    assert!(seen.len() > 5, "{seen:?}");
+    for (at, event) in seen.iter().enumerate() {
+        assert_eq!(event.sequence, at as u64 + 1);
+    }
+    assert_eq!(watcher.position(), seen.len() as u64);
+    assert!(
+        watcher.poll().unwrap().is_empty(),
+        "nothing new, nothing given"
+    );
+    // A watcher that reconnects from a position gets exactly the rest.
+    let mut reconnected = runtime.subscribe(&run, 3);
+    let rest = reconnected.poll().unwrap();
+    assert_eq!(rest.len(), seen.len() - 3);
+    assert_eq!(rest[0].sequence, 4);
+    assert_eq!(rest[0].line, seen[3].line);
+
+    // The approval waits with what a decision is bound to.
+    let pending = runtime.pending_approvals(&run).unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].node_id, "review");
+    assert!(!pending[0].evidence.is_empty(), "{pending:?}");
+    assert!(pending[0].request_digest.starts_with("sha256:"));
+
+    // A decision on something else than what was shown is refused, and
+    // nothing is recorded.
+    let before = approvals_file(&run);
+    let stale = format!("sha256:{}", "0".repeat(64));
+    let refused = runtime.approve(&run, "review", &stale, None).err().unwrap();
+    assert!(
+        refused.message().contains("changed since it was shown"),
+        "{refused}"
+    );
+    assert_eq!(approvals_file(&run), before);
+    let refused = runtime
+        .approve(&run, "publish", &pending[0].request_digest, None)
+        .err()
+        .unwrap();
+    assert!(
+        refused.message().contains("not waiting for a decision"),
+        "{refused}"
+    );
+    assert_eq!(runtime.status(&run).unwrap().view.run_state, "RUNNING");
+
+    // Approved as shown: the run goes on to publish and ends.
+    let approved = runtime
+        .approve(&run, "review", &pending[0].request_digest, None)
+        .unwrap();
+    assert_eq!(approved.view.run_state, "SUCCEEDED");
+    assert!(matches!(approved.end, Some(RunEnd::Succeeded)));
+    assert!(runtime.pending_approvals(&run).unwrap().is_empty());
+
+    // The first watcher carries on where it stopped.
+    let after = watcher.poll().unwrap();
+    assert_eq!(
+        after.first().map(|e| e.sequence),
+        Some(seen.len() as u64 + 1)
+    );
+    assert!(
+        after.iter().any(|e| e.event_type == "run.succeeded"),
+        "{:?}",
+        after.iter().map(|e| &e.event_type).collect::<Vec<_>>()
+    );
+
+    let artifacts = runtime.artifacts(&run).unwrap();
+    assert!(
+        artifacts
+            .iter()
+            .any(|a| a["path"] == "workspace/brief.md" && a["producer"]["node_id"] == "write-brief"),
+        "{artifacts:?}"
+    );
+    let report = runtime
+        .verify(&run, &bl_verify::Options::default())
+        .unwrap();
+    assert!(report.ok(), "{report:?}");
+}
+
+#[test]
+fn a_cancelled_run_starts_nothing_more_and_resumes_where_it_stopped() {
+    let case = first_graph();
+    let runtime = runtime(case.path());
+    let handle = start(&runtime, case.path());
+    handle.cancel();
+    let run = handle.dir().to_path_buf();
+    let driven = handle.wait().unwrap();
+    assert!(
+        matches!(driven.end, RunEnd::Interrupted { signal: 15, .. }),
+        "{:?}",
+        driven.end
+    );
+    let status = runtime.status(&run).unwrap();
+    assert_eq!(status.view.run_state, "RUNNING", "stopped, not ended");
+    assert!(!status.live, "no one writes it now");
+
+    let resumed = runtime.resume(&run).wait().unwrap();
+    assert!(
+        matches!(&resumed.end, RunEnd::AwaitingApproval(nodes) if nodes == &["review".to_string()]),
+        "{:?}",
+        resumed.end
+    );
+    let report = runtime
+        .verify(&run, &bl_verify::Options::default())
+        .unwrap();
+    assert!(report.ok(), "{report:?}");
+}
