@@ -571,15 +571,19 @@ fn kill_orphans() {
     if !claims_orphans() {
         return;
     }
-    let children = lock(&state().children).clone();
-    let orphans: Vec<i32> = direct_children()
-        .into_iter()
-        .filter(|pid| !children.contains(pid))
-        .filter(|pid| proc_stat(*pid).is_some_and(|s| s.state != 'Z'))
-        .collect();
-    if !orphans.is_empty() {
-        kill_trees(&orphans);
-    }
+    // Held while the orphans are found and killed: a command another
+    // thread starts now forks under this lock, so it is either registered
+    // already or not yet a child (it was once killed as an orphan here).
+    let killed = {
+        let children = lock(&state().children);
+        let orphans: Vec<i32> = direct_children()
+            .into_iter()
+            .filter(|pid| !children.contains(pid))
+            .filter(|pid| proc_stat(*pid).is_some_and(|s| s.state != 'Z'))
+            .collect();
+        kill_trees_unreaped(&orphans)
+    };
+    reap(killed);
 }
 
 impl Drop for Contained {
