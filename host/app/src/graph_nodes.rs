@@ -11,6 +11,8 @@ use std::sync::Arc;
 use bl_run::executor::{Task, WorkFuture, WorkReply, WorkRequest, Worker};
 use serde_json::{Value, json};
 
+use bl_handoff::ChildRunRefused;
+
 use crate::error::AppError;
 
 /// Loop nodes: the package the plan admitted, found by digest under the
@@ -227,29 +229,31 @@ pub struct ChildRuns {
 }
 
 impl bl_handoff::SubgraphCheck for ChildRuns {
-    fn check(&self, receipt: &[u8]) -> Result<String, String> {
+    fn check(&self, receipt: &[u8]) -> Result<String, ChildRunRefused> {
         let r: Value = serde_json::from_slice(receipt)
-            .map_err(|e| format!("the subgraph receipt is not JSON: {e}"))?;
+            .map_err(|e| ChildRunRefused(format!("the subgraph receipt is not JSON: {e}")))?;
         let rel = r["child_run"].as_str().unwrap_or_default();
         if !rel.starts_with("subgraphs/") || rel.contains("..") {
-            return Err(format!("the subgraph receipt names child run '{rel}'"));
+            return Err(ChildRunRefused(format!(
+                "the subgraph receipt names child run '{rel}'"
+            )));
         }
         let child = self.run_dir.join(rel);
         let (events, head) = crate::run_adapters::read_events(&child)
-            .map_err(|e| format!("the child run {rel} does not verify: {e}"))?;
+            .map_err(|e| ChildRunRefused(format!("the child run {rel} does not verify: {e}")))?;
         if r["head_hash"] != head.hash.as_str() || r["head_sequence"] != head.sequence {
-            return Err(format!(
+            return Err(ChildRunRefused(format!(
                 "the child run {rel} ends at {} (sequence {}), not at the head its receipt names",
                 head.hash, head.sequence
-            ));
+            )));
         }
         let view =
             bl_run::projection::project(events.iter().map(|e| (e.kind.as_str(), &e.payload)));
         if view.run_state != "SUCCEEDED" {
-            return Err(format!(
+            return Err(ChildRunRefused(format!(
                 "the child run {rel} ended {}, not SUCCEEDED",
                 view.run_state
-            ));
+            )));
         }
         Ok(format!(
             "subgraph child run {rel} SUCCEEDED; its log verifies to head {} at sequence {}",
@@ -263,7 +267,7 @@ impl bl_handoff::SubgraphCheck for ChildRuns {
 /// disk by the time any node runs).
 struct RunEgressLog {
     run_dir: PathBuf,
-    log: std::sync::OnceLock<Result<bl_store::EgressLog, String>>,
+    log: std::sync::OnceLock<Result<bl_store::EgressLog, bl_egress::AuditError>>,
 }
 
 impl bl_egress::EgressAudit for RunEgressLog {
@@ -272,11 +276,11 @@ impl bl_egress::EgressAudit for RunEgressLog {
             bl_store::EgressLog::open(&self.run_dir, || {
                 humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| bl_egress::AuditError::Unwritable(e.to_string()))
         });
         match log {
             Ok(log) => log.record(event),
-            Err(e) => Err(bl_egress::AuditError::Unwritable(e.clone())),
+            Err(e) => Err(e.clone()),
         }
     }
 }

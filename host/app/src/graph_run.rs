@@ -18,7 +18,7 @@ use bl_run::executor::{self, Caps, Ports, RunEnd, RunSettings};
 use bl_run::projection::{self, RunView};
 use bl_run::schedule::{Driver, Schedule};
 use bl_store::{RunDir, RunIdentity};
-use bl_workers::{Catalog, LocalCli, Network, SandboxProbe, Workers};
+use bl_workers::{Catalog, LocalCli, Network, Transport, Workers};
 use serde_json::{Value, json};
 
 use crate::approvals::{self, ApprovalEntry};
@@ -263,7 +263,7 @@ fn compile(
     graph: &Graph,
     connections: Option<&[bl_graph::Connection]>,
     packages: Option<&BTreeSet<String>>,
-) -> Result<Plan, String> {
+) -> Result<Plan, bl_graph::Refusal> {
     bl_graph::compile(
         graph,
         &CompileInput {
@@ -272,7 +272,6 @@ fn compile(
             policy_digest: DEFAULT_POLICY_DIGEST,
         },
     )
-    .map_err(|e| e.to_string())
 }
 
 /// Why a manifest could not be read as a graph.
@@ -430,7 +429,7 @@ fn run_context(dir: &Path, flags: &DriveOptions, fresh: bool) -> Result<RunConte
             let text = read_text(&path, "recorded replies")?;
             let replies =
                 bl_workers::recorded::RecordedReplies::parse(&path.display().to_string(), &text)
-                    .map_err(refused)?;
+                    .map_err(|e| refused(e.to_string()))?;
             Some((replies, text))
         }
         None => None,
@@ -973,55 +972,67 @@ fn drive(
                 bl_plugins::AllocatorChoice::OnDemand,
                 bl_sandbox::Sandbox::new(bl_sandbox::Tier::ProcessRestricted),
             )
-            .map_err(|e| e.to_string())
+            .map_err(|e| bl_handoff::plugins::PluginUnavailable(e.message().to_string()))
         }),
-        Box::new(|name: &str| crate::paths::resolve_plugin(name).map_err(|e| e.to_string())),
+        Box::new(|name: &str| {
+            crate::paths::resolve_plugin(name)
+                .map_err(|e| bl_handoff::plugins::PluginUnavailable(e.to_string()))
+        }),
     ));
     let mut handoff = bl_handoff::Handoff::new(&run.dir, &work_root, plugins.clone());
     handoff.subgraphs = Some(Arc::new(crate::graph_nodes::ChildRuns {
         run_dir: run.dir.clone(),
     }));
     let handoff = Arc::new(handoff);
-    let https: Option<Arc<dyn executor::Worker>> = match &ctx.admitted {
-        Some(admitted) => Some(Arc::new(crate::graph_nodes::https_worker(
-            &run.dir,
-            admitted.clone(),
-        )?)),
-        None => None,
-    };
-    let worker = Arc::new(Workers {
-        local_cli: LocalCli::new(catalog, work_root.clone())
-            .with_network(network)
-            .hiding(vec![run.dir.clone()]),
-        probe: SandboxProbe,
-        commands: bl_workers::tool::CommandTool {
-            hidden: vec![run.dir.clone()],
-        },
-        transforms: Some(Arc::new(bl_handoff::TransformWorker { plugins })),
-        loops: Some(Arc::new(crate::graph_nodes::LoopNodes {
-            packages: ctx.packages.clone(),
-            hidden: vec![run.dir.clone()],
-        })),
-        subgraphs: Some(Arc::new(crate::graph_nodes::SubgraphNodes {
-            run_dir: run.dir.clone(),
-            packages: ctx.packages.clone(),
-            connections: RunDir::new(&run.dir)
-                .connections()
-                .is_file()
-                .then(|| read_json(&RunDir::new(&run.dir).connections(), "connections"))
-                .transpose()?,
-            runner: Arc::new(ChildDrives {
-                options: child_flags(flags, ctx, &run.dir),
+    let mut workers = Workers::new()
+        .with_tools(vec![run.dir.clone()])
+        .route(
+            Transport::LocalCli,
+            Arc::new(
+                LocalCli::new(catalog, work_root.clone())
+                    .with_network(network)
+                    .hiding(vec![run.dir.clone()]),
+            ),
+        )
+        .route(
+            Transport::Transform,
+            Arc::new(bl_handoff::TransformWorker { plugins }),
+        )
+        .route(
+            Transport::Loop,
+            Arc::new(crate::graph_nodes::LoopNodes {
+                packages: ctx.packages.clone(),
+                hidden: vec![run.dir.clone()],
             }),
-            prompts: ctx.child_prompts.clone(),
-            depth: match depth {
-                Depth::Top => 1,
-                Depth::Child(d) => d + 1,
-            },
-        })),
-        recorded: ctx.recorded.clone(),
-        https,
-    });
+        )
+        .route(
+            Transport::Subgraph,
+            Arc::new(crate::graph_nodes::SubgraphNodes {
+                run_dir: run.dir.clone(),
+                packages: ctx.packages.clone(),
+                connections: RunDir::new(&run.dir)
+                    .connections()
+                    .is_file()
+                    .then(|| read_json(&RunDir::new(&run.dir).connections(), "connections"))
+                    .transpose()?,
+                runner: Arc::new(ChildDrives {
+                    options: child_flags(flags, ctx, &run.dir),
+                }),
+                prompts: ctx.child_prompts.clone(),
+                depth: match depth {
+                    Depth::Top => 1,
+                    Depth::Child(d) => d + 1,
+                },
+            }),
+        );
+    if let Some(recorded) = &ctx.recorded {
+        workers = workers.route(Transport::Recorded, Arc::new(recorded.clone()));
+    }
+    if let Some(admitted) = &ctx.admitted {
+        let https = crate::graph_nodes::https_worker(&run.dir, admitted.clone())?;
+        workers = workers.route(Transport::Https, Arc::new(https));
+    }
+    let worker = Arc::new(workers);
     let mut progress: Box<dyn Watch> = match (&flags.watch, depth) {
         (Some(watcher), Depth::Top) => (watcher.0)(schedule),
         _ => Box::new(Unwatched),

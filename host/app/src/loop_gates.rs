@@ -63,18 +63,32 @@ enum Judge {
     All(Vec<Judge>),
 }
 
+/// Why a loop's gate could not be prepared (a plugin missing or refused, a
+/// bad schema, a bad command), in words. Nothing is judged without it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct GateUnprepared(pub String);
+
+fn unprepared(e: impl std::fmt::Display) -> GateUnprepared {
+    GateUnprepared(e.to_string())
+}
+
 /// A plugin, loaded once for the run.
-fn load(runtime: &Runtime, name: &str, grants: &[&str]) -> Result<(GatePlugin, String), String> {
-    let path = paths::resolve_plugin(name).map_err(|e| e.to_string())?;
-    let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
-    let declared = package.declared().map_err(|e| e.to_string())?;
+fn load(
+    runtime: &Runtime,
+    name: &str,
+    grants: &[&str],
+) -> Result<(GatePlugin, String), GateUnprepared> {
+    let path = paths::resolve_plugin(name).map_err(unprepared)?;
+    let package = PluginPackage::open(&path).map_err(unprepared)?;
+    let declared = package.declared().map_err(unprepared)?;
     let options = LoadOptions {
         declared: declared.as_deref(),
-        grants: Grants::parse(grants).map_err(|e| e.to_string())?,
+        grants: Grants::parse(grants).map_err(unprepared)?,
     };
     let plugin = runtime
         .load_gate(&package.name(), &package.bytes, &options)
-        .map_err(|e| e.to_string())?;
+        .map_err(unprepared)?;
     let digest = plugin.component_digest().to_string();
     Ok((plugin, digest))
 }
@@ -153,7 +167,7 @@ impl LoopGate {
         workspace: &Path,
         outputs: &[String],
         schema: Option<&str>,
-    ) -> Result<LoopGate, String> {
+    ) -> Result<LoopGate, GateUnprepared> {
         let mut digests = Vec::new();
         let (judge, record) = match override_cmd {
             Some(cmd) => {
@@ -196,11 +210,15 @@ impl LoopGate {
     }
 }
 
-fn command_judge(runtime: &Runtime, cmd: &str, digests: &mut Vec<String>) -> Result<Judge, String> {
-    let argv =
-        shlex::split(cmd).ok_or_else(|| format!("gate command {cmd:?} has unbalanced quotes"))?;
+fn command_judge(
+    runtime: &Runtime,
+    cmd: &str,
+    digests: &mut Vec<String>,
+) -> Result<Judge, GateUnprepared> {
+    let argv = shlex::split(cmd)
+        .ok_or_else(|| GateUnprepared(format!("gate command {cmd:?} has unbalanced quotes")))?;
     if argv.is_empty() {
-        return Err("the gate command is empty".into());
+        return Err(GateUnprepared("the gate command is empty".into()));
     }
     let (plugin, digest) = load(runtime, "command", &["command"])?;
     digests.push(digest);
@@ -219,7 +237,7 @@ fn build(
     outputs: &[String],
     bounds_schema: Option<&str>,
     digests: &mut Vec<String>,
-) -> Result<Judge, String> {
+) -> Result<Judge, GateUnprepared> {
     Ok(match spec.kind.as_str() {
         "command" => command_judge(runtime, spec.run.as_deref().unwrap_or_default(), digests)?,
         "pytest" => {
@@ -241,17 +259,21 @@ fn build(
         "jsonschema" => {
             let (plugin, digest) = load(runtime, "jsonschema", &[])?;
             digests.push(digest);
-            let schema_path = spec.schema.as_deref().or(bounds_schema).ok_or(
-                "a jsonschema gate needs a schema: set gate.schema or schema in bounds.yaml",
-            )?;
-            let text = std::fs::read_to_string(package.join(schema_path)).map_err(|e| {
-                format!(
-                    "cannot read the gate's schema {}: {e}",
-                    package.join(schema_path).display()
+            let schema_path = spec.schema.as_deref().or(bounds_schema).ok_or_else(|| {
+                GateUnprepared(
+                    "a jsonschema gate needs a schema: set gate.schema or schema in bounds.yaml"
+                        .into(),
                 )
             })?;
-            let schema: Value = serde_json::from_str(&text)
-                .map_err(|e| format!("the gate's schema {schema_path} is not JSON: {e}"))?;
+            let text = std::fs::read_to_string(package.join(schema_path)).map_err(|e| {
+                GateUnprepared(format!(
+                    "cannot read the gate's schema {}: {e}",
+                    package.join(schema_path).display()
+                ))
+            })?;
+            let schema: Value = serde_json::from_str(&text).map_err(|e| {
+                GateUnprepared(format!("the gate's schema {schema_path} is not JSON: {e}"))
+            })?;
             let file = outputs
                 .first()
                 .cloned()
@@ -269,8 +291,8 @@ fn build(
                 .collect::<Result<_, _>>()?,
         ),
         kind => {
-            let (tool, argv) =
-                scanner_argv(kind).ok_or_else(|| format!("no gate for kind {kind}"))?;
+            let (tool, argv) = scanner_argv(kind)
+                .ok_or_else(|| GateUnprepared(format!("no gate for kind {kind}")))?;
             let (plugin, digest) = load(runtime, "command", &["command"])?;
             digests.push(digest);
             Judge::Scanner {

@@ -26,6 +26,7 @@ use crate::error::AppError;
 use crate::loop_gates::LoopGate;
 use crate::loop_trace::{LapSpans, Redact};
 use crate::notes::note;
+use bl_loops::engine::PortError;
 
 /// The environment variable that stops every loop at its next lap.
 pub const KILL_SWITCH: &str = "BOUNDED_LOOPS_KILL";
@@ -152,16 +153,26 @@ impl FileLedger {
 }
 
 impl Ledger for FileLedger {
-    fn append(&mut self, line: &LedgerLine) -> Result<String, String> {
+    fn append(&mut self, line: &LedgerLine) -> Result<String, PortError> {
         let text = self.redact.line(line);
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.path)
-            .map_err(|e| format!("cannot open the ledger {}: {e}", self.path.display()))?;
+            .map_err(|e| {
+                PortError(format!(
+                    "cannot open the ledger {}: {e}",
+                    self.path.display()
+                ))
+            })?;
         file.write_all(format!("{text}\n").as_bytes())
             .and_then(|()| file.sync_data())
-            .map_err(|e| format!("cannot append to the ledger {}: {e}", self.path.display()))?;
+            .map_err(|e| {
+                PortError(format!(
+                    "cannot append to the ledger {}: {e}",
+                    self.path.display()
+                ))
+            })?;
         self.head = bl_core::sha256_hex(text.as_bytes());
         Ok(self.head.clone())
     }
@@ -202,13 +213,13 @@ struct HandoffFile {
 }
 
 impl Handoff for HandoffFile {
-    fn write(&mut self, outcome: &RunOutcome) -> Result<(), String> {
+    fn write(&mut self, outcome: &RunOutcome) -> Result<(), PortError> {
         let said_last = outcome
             .last_verdict
             .as_ref()
             .map(|j| bl_loops::engine::feedback_text(j, self.redact, &self.loop_dir));
         let text = handoff_text(&self.manifest, &self.bounds, outcome, said_last.as_deref());
-        std::fs::write(&self.path, text).map_err(|e| e.to_string())
+        std::fs::write(&self.path, text).map_err(|e| PortError(e.to_string()))
     }
 }
 
@@ -763,20 +774,21 @@ pub struct LoopNode<'a> {
     pub hidden: Vec<PathBuf>,
 }
 
-pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, String> {
+pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
     let (package_dir, package_digest, workspace) = (n.package_dir, n.package_digest, n.workspace);
-    let now = bl_packages::digest(package_dir).map_err(|e| e.to_string())?;
+    let now = bl_packages::digest(package_dir).map_err(|e| AppError::Refused(e.to_string()))?;
     if now != package_digest {
-        return Err(format!(
+        return Err(AppError::Refused(format!(
             "the loop package {} now digests to {now}, not the {package_digest} the plan admitted; it changed after the run began",
             package_dir.display()
-        ));
+        )));
     }
-    let package = read_package(package_dir).map_err(|e| e.to_string())?;
+    let package = read_package(package_dir).map_err(|e| AppError::Refused(e.to_string()))?;
     let dir = std::fs::canonicalize(package_dir).unwrap_or_else(|_| package_dir.to_path_buf());
     let inner = inner_run_id(n.run_id, n.node, n.round, n.attempt);
     let run_dir = workspace.join(".controller/runs").join(&inner);
-    std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+    std::fs::create_dir_all(&run_dir)
+        .map_err(|e| AppError::Refused(format!("{}: {e}", run_dir.display())))?;
     let place = LoopPlace {
         workspace_root: run_dir.join("workspace"),
         how: Prepare::Persistent,
@@ -787,7 +799,7 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, String> {
         egress_record: run_dir.join(EGRESS_DECISIONS),
         hidden: n.hidden.clone(),
     };
-    let env = passthrough(&package.manifest).map_err(|e| e.to_string())?;
+    let env = passthrough(&package.manifest).map_err(|e| AppError::Refused(e.to_string()))?;
     let runner = package.manifest.runner.default.clone();
     let outcome = drive_loop(
         &package,
@@ -799,7 +811,7 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, String> {
         env,
         &mut NoHumanHere,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| AppError::Refused(e.to_string()))?;
     write_run_records(
         &run_dir,
         &dir,
@@ -809,8 +821,8 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, String> {
         &inner,
         None,
     )
-    .map_err(|e| e.to_string())?;
-    let ledger = std::fs::read(&place.ledger).map_err(|e| e.to_string())?;
+    .map_err(|e| AppError::Refused(e.to_string()))?;
+    let ledger = std::fs::read(&place.ledger).map_err(|e| AppError::Refused(e.to_string()))?;
     let record = json!({
         "attempt": n.attempt, "inner_ledger_digest": bl_core::sha256_hex(&ledger),
         "inner_run_id": inner, "node_id": n.node,
@@ -819,7 +831,8 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, String> {
     });
     let mut bytes = bl_core::canonical_json(&record).into_bytes();
     bytes.push(b'\n');
-    std::fs::write(workspace.join(LOOP_OUTCOME), &bytes).map_err(|e| e.to_string())?;
+    std::fs::write(workspace.join(LOOP_OUTCOME), &bytes)
+        .map_err(|e| AppError::Refused(e.to_string()))?;
     Ok(bytes)
 }
 

@@ -13,6 +13,8 @@ use bl_run::executor::{
 use bl_store::{ArtifactMeta, ArtifactStore, EventLog, RunDir, RunIdentity};
 use serde_json::Value;
 
+use crate::error::AppError;
+
 /// One recorded event, as the projection and the journal need it.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -22,12 +24,12 @@ pub struct Recorded {
 }
 
 /// Reads a run's log after verifying its whole chain.
-pub fn read_events(run_dir: &Path) -> Result<(Vec<Recorded>, bl_store::ChainHead), String> {
+pub fn read_events(run_dir: &Path) -> Result<(Vec<Recorded>, bl_store::ChainHead), AppError> {
     read_chain(&RunDir::new(run_dir).events())
 }
 
 /// Reads a run's annex (none: empty) after verifying its chain.
-pub fn read_annex(run_dir: &Path) -> Result<Vec<Recorded>, String> {
+pub fn read_annex(run_dir: &Path) -> Result<Vec<Recorded>, AppError> {
     let path = RunDir::new(run_dir).annex();
     if !path.exists() {
         return Ok(Vec::new());
@@ -35,21 +37,23 @@ pub fn read_annex(run_dir: &Path) -> Result<Vec<Recorded>, String> {
     read_chain(&path).map(|(events, _)| events)
 }
 
-fn read_chain(path: &Path) -> Result<(Vec<Recorded>, bl_store::ChainHead), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (head, torn) =
-        bl_store::verify_chain(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+fn read_chain(path: &Path) -> Result<(Vec<Recorded>, bl_store::ChainHead), AppError> {
+    let bytes =
+        std::fs::read(path).map_err(|e| AppError::Refused(format!("{}: {e}", path.display())))?;
+    let (head, torn) = bl_store::verify_chain(&bytes)
+        .map_err(|e| AppError::Refused(format!("{}: {e}", path.display())))?;
     if let Some(tail) = torn {
-        return Err(format!(
+        return Err(AppError::Refused(format!(
             "{}: line {} is torn (as after a crash); run `bl log recover {}` first",
             path.display(),
             tail.line,
             path.display()
-        ));
+        )));
     }
     let mut out = Vec::new();
     for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let v: Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_slice(line)
+            .map_err(|e| AppError::Refused(format!("{}: {e}", path.display())))?;
         let run_id = v["run_id"].as_str().unwrap_or_default();
         let key = v["idempotency_key"].as_str().unwrap_or_default();
         out.push(Recorded {
@@ -85,10 +89,10 @@ pub struct LogJournal {
 }
 
 impl LogJournal {
-    pub fn open(run_dir: &Path, identity: RunIdentity) -> Result<Self, String> {
+    pub fn open(run_dir: &Path, identity: RunIdentity) -> Result<Self, AppError> {
         let path = RunDir::new(run_dir).events();
         let log = EventLog::open(&path, identity.clone())
-            .map_err(|e| e.to_string())?
+            .map_err(|e| AppError::Refused(e.to_string()))?
             .buffered();
         let mut by_key = HashMap::new();
         let mut events = Vec::new();
@@ -212,11 +216,11 @@ pub struct FileDecisions {
 impl FileDecisions {
     /// The run's decisions, once the ledger's invariants and every signed
     /// decision's signature hold: a run never acts on an altered decision.
-    pub fn read(run_dir: &Path) -> Result<Self, String> {
-        bl_store::verify_approvals(run_dir, None).map_err(|e| e.to_string())?;
+    pub fn read(run_dir: &Path) -> Result<Self, AppError> {
+        bl_store::verify_approvals(run_dir, None).map_err(|e| AppError::Refused(e.to_string()))?;
         let record = bl_store::Approvals::new(run_dir)
             .read()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| AppError::Refused(e.to_string()))?;
         Ok(FileDecisions { record })
     }
 }
@@ -262,7 +266,7 @@ impl RunLedger {
         order: &PublishOrder,
         key: &str,
         used: &mut Vec<PluginUse>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AppError> {
         if order.policy == LOCAL_LEDGER {
             return Ok(());
         }
@@ -272,13 +276,16 @@ impl RunLedger {
             order.policy
         };
         let path = crate::paths::resolve_plugin(plugin).map_err(|e| {
-            format!(
+            AppError::Refused(format!(
                 "publication policy '{}' is not installed ({e}); nothing was published",
                 order.policy
-            )
+            ))
         })?;
-        let package = bl_plugins::PluginPackage::open(&path).map_err(|e| e.to_string())?;
-        let declared = package.declared().map_err(|e| e.to_string())?;
+        let package =
+            bl_plugins::PluginPackage::open(&path).map_err(|e| AppError::Refused(e.to_string()))?;
+        let declared = package
+            .declared()
+            .map_err(|e| AppError::Refused(e.to_string()))?;
         used.push(PluginUse {
             role: "policy".into(),
             plugin: package.name(),
@@ -290,7 +297,7 @@ impl RunLedger {
             bl_plugins::AllocatorChoice::OnDemand,
             bl_sandbox::Sandbox::new(bl_sandbox::Tier::WorkspaceOnly),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| AppError::Refused(e.to_string()))?;
         let options = bl_plugins::LoadOptions {
             declared: declared.as_deref(),
             grants: bl_plugins::Grants::none(),
@@ -325,44 +332,48 @@ impl RunLedger {
             .load_policy(&package.name(), &package.bytes, &options)
             .and_then(|policy| runtime.decide(&policy, &request, &config))
             .map_err(|e| {
-                format!(
+                AppError::Refused(format!(
                     "publication policy '{}' could not decide: {e}",
                     order.policy
-                )
+                ))
             })?
             .value;
         if decision.allow {
             Ok(())
         } else {
-            Err(format!(
+            Err(AppError::Refused(format!(
                 "publication policy '{}' denied the effect: {}",
                 order.policy, decision.reason
-            ))
+            )))
         }
     }
 
     /// The outbox effect: each published artifact, verified, into
     /// `<run>/outbox/<node>/<its name>`, with `manifest.json` beside them
     /// (each file's name, digest, size and producer).
-    fn write_outbox(&self, order: &PublishOrder) -> Result<(), String> {
+    fn write_outbox(&self, order: &PublishOrder) -> Result<(), AppError> {
         let files = RunDir::new(&self.dir);
         let store = ArtifactStore::new(files.artifacts(), 64 << 20);
         let dir = files.outbox(order.node);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| AppError::Refused(format!("{}: {e}", dir.display())))?;
         let mut manifest = Vec::new();
         for file in order.files {
             if file.name == bl_run::executor::OUTBOX_INDEX
                 || file.name.contains('/')
                 || file.name.starts_with('.')
             {
-                return Err(format!(
+                return Err(AppError::Refused(format!(
                     "outbox: '{}' cannot be published under that name",
                     file.name
-                ));
+                )));
             }
-            let bytes = store.get(&file.digest).map_err(|e| e.to_string())?;
+            let bytes = store
+                .get(&file.digest)
+                .map_err(|e| AppError::Refused(e.to_string()))?;
             let path = dir.join(&file.name);
-            std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            std::fs::write(&path, &bytes)
+                .map_err(|e| AppError::Refused(format!("{}: {e}", path.display())))?;
             manifest.push(serde_json::json!({
                 "digest": file.digest, "name": file.name, "producer": file.producer,
                 "size": bytes.len(),
@@ -373,7 +384,7 @@ impl RunLedger {
             &path,
             serde_json::to_vec_pretty(&manifest).unwrap_or_default(),
         )
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| AppError::Refused(format!("{}: {e}", path.display())))
     }
 }
 
@@ -383,7 +394,7 @@ impl Ledger for RunLedger {
         let mut plugins = Vec::new();
         if let Err(why) = self.allowed(order, &key, &mut plugins) {
             return Ok(Publication {
-                published: Published::Refused(why),
+                published: Published::Refused(why.message().to_string()),
                 effect_key: key,
                 plugins,
             });

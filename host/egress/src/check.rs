@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use crate::address::classify;
-use crate::destination::{Decision, Denial, Destination, HostKind, judge_url};
+use crate::destination::{Denial, Destination, HostKind, UrlDecision, judge_url};
 use crate::resolve::{ResolveError, Resolver};
 
 /// One resolved (or literal) address and its class.
@@ -54,7 +54,7 @@ pub fn check(url: &str) -> CheckReport {
         denial: Some(denial),
     };
     let destination = match judge_url(url) {
-        Decision::Deny(Denial::Address { address, class }) => {
+        UrlDecision::Deny(Denial::Address { address, class }) => {
             let addresses = address
                 .parse()
                 .map(|a| vec![checked(a)])
@@ -65,8 +65,8 @@ pub fn check(url: &str) -> CheckReport {
                 format!("address {address} is {class}, not public unicast"),
             );
         }
-        Decision::Deny(denial) => return deny(None, Vec::new(), denial.to_string()),
-        Decision::Allow(d) => d,
+        UrlDecision::Deny(denial) => return deny(None, Vec::new(), denial.to_string()),
+        UrlDecision::Allow(d) => d,
     };
     let host = destination.host.clone();
     let addresses: Vec<CheckedAddress> = match &host {

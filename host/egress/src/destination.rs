@@ -45,7 +45,7 @@ pub struct Destination {
 
 /// The decision on a URL before any resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum UrlDecision {
     /// Allowed so far; a `Name` host still needs every resolved address judged.
     Allow(Destination),
     Deny(Denial),
@@ -73,23 +73,23 @@ fn internal_name(host: &str) -> bool {
         || host.is_empty()
 }
 
-pub fn judge_url(text: &str) -> Decision {
+pub fn judge_url(text: &str) -> UrlDecision {
     let url = match url::Url::parse(text.trim()) {
         Ok(u) => u,
-        Err(e) => return Decision::Deny(Denial::Unparseable(e.to_string())),
+        Err(e) => return UrlDecision::Deny(Denial::Unparseable(e.to_string())),
     };
     let scheme = url.scheme().to_string();
     if scheme != "http" && scheme != "https" {
-        return Decision::Deny(Denial::Scheme(scheme));
+        return UrlDecision::Deny(Denial::Scheme(scheme));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Decision::Deny(Denial::Userinfo);
+        return UrlDecision::Deny(Denial::Userinfo);
     }
     let host = match url.host() {
-        None => return Decision::Deny(Denial::NoHost),
+        None => return UrlDecision::Deny(Denial::NoHost),
         Some(url::Host::Domain(name)) => {
             if internal_name(name) {
-                return Decision::Deny(Denial::InternalName(name.to_string()));
+                return UrlDecision::Deny(Denial::InternalName(name.to_string()));
             }
             HostKind::Name(name.trim_end_matches('.').to_ascii_lowercase())
         }
@@ -99,12 +99,12 @@ pub fn judge_url(text: &str) -> Decision {
     if let HostKind::Ip(addr) = host
         && let Err(denial) = judge_address(addr)
     {
-        return Decision::Deny(denial);
+        return UrlDecision::Deny(denial);
     }
     let port = url
         .port_or_known_default()
         .unwrap_or(if scheme == "https" { 443 } else { 80 });
-    Decision::Allow(Destination {
+    UrlDecision::Allow(Destination {
         url: url.to_string(),
         scheme,
         host,

@@ -33,6 +33,6 @@ pub use broker::{
     EgressEvent, EnvCredentials, ForwardedResponse, MemoryAudit, OutboundRequest,
 };
 pub use check::{CheckReport, CheckedAddress, check, resolve};
-pub use destination::{Decision, Denial, Destination, HostKind, judge_address, judge_url};
+pub use destination::{Denial, Destination, HostKind, UrlDecision, judge_address, judge_url};
 pub use lease::{Lease, LeaseBook, LeaseDenial};
 pub use resolve::{AddressPolicy, PinError, Pinned, ResolveError, Resolver, pin};

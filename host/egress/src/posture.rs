@@ -147,7 +147,7 @@ impl AllowedHost {
     pub fn parse_public(text: &str) -> Result<AllowedHost, PostureError> {
         let allowed = AllowedHost::parse(text)?;
         let url = format!("https://{}:{}/", allowed.host, allowed.port);
-        if let crate::Decision::Deny(denial) = crate::judge_url(&url) {
+        if let crate::UrlDecision::Deny(denial) = crate::judge_url(&url) {
             return Err(PostureError::NotPublic {
                 entry: text.trim().to_string(),
                 reason: denial.to_string(),

@@ -8,7 +8,7 @@ use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::proto::xfer::Protocol;
 
-use crate::destination::{Decision, Denial, Destination, HostKind, judge_address, judge_url};
+use crate::destination::{Denial, Destination, HostKind, UrlDecision, judge_address, judge_url};
 
 /// Which addresses a request may reach. Production is public unicast only.
 /// The one exception, loopback, exists for end-to-end tests against a
@@ -46,8 +46,8 @@ impl AddressPolicy {
 
     pub fn judge_url(&self, url: &str) -> Result<Destination, Denial> {
         match judge_url(url) {
-            Decision::Allow(destination) => Ok(destination),
-            Decision::Deny(Denial::Address { address, class }) => {
+            UrlDecision::Allow(destination) => Ok(destination),
+            UrlDecision::Deny(Denial::Address { address, class }) => {
                 let parsed: Option<IpAddr> = address.parse().ok();
                 match parsed {
                     Some(addr) if self.judge_address(addr).is_ok() => {
@@ -65,7 +65,7 @@ impl AddressPolicy {
                     _ => Err(Denial::Address { address, class }),
                 }
             }
-            Decision::Deny(denial) => Err(denial),
+            UrlDecision::Deny(denial) => Err(denial),
         }
     }
 }

@@ -1,13 +1,13 @@
 //! Table-driven: every spelling of every special-purpose address is denied,
 //! and public unicast is allowed.
 
-use bl_egress::{Decision, Denial, HostKind, judge_url};
+use bl_egress::{Denial, HostKind, UrlDecision, judge_url};
 
 fn denied_as(url: &str) -> String {
     match judge_url(url) {
-        Decision::Deny(Denial::Address { class, .. }) => class,
-        Decision::Deny(other) => format!("{other:?}"),
-        Decision::Allow(d) => panic!("{url} was allowed as {d:?}"),
+        UrlDecision::Deny(Denial::Address { class, .. }) => class,
+        UrlDecision::Deny(other) => format!("{other:?}"),
+        UrlDecision::Allow(d) => panic!("{url} was allowed as {d:?}"),
     }
 }
 
@@ -107,7 +107,7 @@ fn names_schemes_and_userinfo() {
         "https://corp.INTERNAL./",
     ] {
         assert!(
-            matches!(judge_url(url), Decision::Deny(Denial::InternalName(_))),
+            matches!(judge_url(url), UrlDecision::Deny(Denial::InternalName(_))),
             "{url}"
         );
     }
@@ -118,7 +118,7 @@ fn names_schemes_and_userinfo() {
         "javascript:alert(1)",
     ] {
         assert!(
-            matches!(judge_url(url), Decision::Deny(Denial::Scheme(_))),
+            matches!(judge_url(url), UrlDecision::Deny(Denial::Scheme(_))),
             "{url}"
         );
     }
@@ -127,11 +127,11 @@ fn names_schemes_and_userinfo() {
         "https://user:pw@example.com/",
         "https://:pw@example.com/",
     ] {
-        assert_eq!(judge_url(url), Decision::Deny(Denial::Userinfo), "{url}");
+        assert_eq!(judge_url(url), UrlDecision::Deny(Denial::Userinfo), "{url}");
     }
     assert!(matches!(
         judge_url("not a url"),
-        Decision::Deny(Denial::Unparseable(_))
+        UrlDecision::Deny(Denial::Unparseable(_))
     ));
 }
 
@@ -144,12 +144,12 @@ fn public_unicast_is_allowed_and_names_wait_for_resolution() {
         ("http://[::ffff:8.8.8.8]/", 80),
     ] {
         match judge_url(url) {
-            Decision::Allow(d) => assert_eq!(d.port, port, "{url}"),
+            UrlDecision::Allow(d) => assert_eq!(d.port, port, "{url}"),
             other => panic!("{url}: {other:?}"),
         }
     }
     match judge_url("https://Example.COM./path") {
-        Decision::Allow(d) => assert_eq!(d.host, HostKind::Name("example.com".into())),
+        UrlDecision::Allow(d) => assert_eq!(d.host, HostKind::Name("example.com".into())),
         other => panic!("{other:?}"),
     }
 }

@@ -60,6 +60,15 @@ macro_rules! named {
             }
         }
 
+        impl<'de> serde::Deserialize<'de> for $enum {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+                $enum::parse(&name).ok_or_else(|| {
+                    serde::de::Error::unknown_variant(&name, $enum::NAMES)
+                })
+            }
+        }
+
         impl PartialEq<&str> for $enum {
             fn eq(&self, other: &&str) -> bool {
                 self.name() == *other
@@ -368,7 +377,7 @@ impl Graph {
 }
 
 /// One candidate from connections.json (exactly these 17 keys).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Connection {
     pub binding_id: String,
     pub slot_id: String,

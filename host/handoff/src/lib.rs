@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use bl_plugins::ContractRequest;
 use bl_run::executor::{
-    Decision, InputToStage, Judge, JudgeFuture, JudgeRequest, Judgement, PublishedOutput, Stage,
+    InputToStage, Judge, JudgeFuture, JudgeRequest, Judgement, PublishedOutput, Ruling, Stage,
     StageError, StageRequest, StagedInput, Task, WorkFuture, WorkReply, WorkRequest, Worker,
     media_type_of,
 };
@@ -58,8 +58,13 @@ pub const CONTRACTS_PLUGIN: &str = "contracts";
 /// Checks a subgraph node's child run from the receipt its worker wrote:
 /// `Ok` with why it holds, `Err` with why not.
 pub trait SubgraphCheck: Send + Sync {
-    fn check(&self, receipt: &[u8]) -> Result<String, String>;
+    fn check(&self, receipt: &[u8]) -> Result<String, ChildRunRefused>;
 }
+
+/// Why a subgraph node's child run does not hold up, in words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ChildRunRefused(pub String);
 
 /// The handoff for one run directory.
 #[derive(Clone)]
@@ -316,26 +321,35 @@ struct Output<'a> {
     bytes: Vec<u8>,
 }
 
+/// Why a declared output is not accepted (missing, a symlink, stale,
+/// empty, malformed), in words: the attempt is rejected, and retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Unaccepted(String);
+
 /// Reads a declared output and checks seed 002's generic rules: a regular
 /// file, written in this attempt, non-empty, well-formed for its type.
-fn read_output(workspace: &Path, port: &OutputPort, since_ms: u64) -> Result<Vec<u8>, String> {
+fn read_output(workspace: &Path, port: &OutputPort, since_ms: u64) -> Result<Vec<u8>, Unaccepted> {
     let at = &port.path;
     let (dir, name) = parent_of(workspace, at, false).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            format!("{at}: declared output '{}' was not written", port.port)
-        }
-        _ => format!("{at}: {e}"),
+        std::io::ErrorKind::NotFound => Unaccepted(format!(
+            "{at}: declared output '{}' was not written",
+            port.port
+        )),
+        _ => Unaccepted(format!("{at}: {e}")),
     })?;
-    let meta = dir
-        .symlink_metadata(&name)
-        .map_err(|_| format!("{at}: declared output '{}' was not written", port.port))?;
+    let meta = dir.symlink_metadata(&name).map_err(|_| {
+        Unaccepted(format!(
+            "{at}: declared output '{}' was not written",
+            port.port
+        ))
+    })?;
     if meta.file_type().is_symlink() {
-        return Err(format!(
+        return Err(Unaccepted(format!(
             "{at}: is a symlink; a declared output must be a regular file"
-        ));
+        )));
     }
     if !meta.is_file() {
-        return Err(format!("{at}: is not a regular file"));
+        return Err(Unaccepted(format!("{at}: is not a regular file")));
     }
     let modified_ms = meta
         .modified()
@@ -344,28 +358,28 @@ fn read_output(workspace: &Path, port: &OutputPort, since_ms: u64) -> Result<Vec
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
     if modified_ms < since_ms {
-        return Err(format!(
+        return Err(Unaccepted(format!(
             "{at}: is stale: it was last written before this attempt started"
-        ));
+        )));
     }
     if meta.len() == 0 {
-        return Err(format!("{at}: is empty"));
+        return Err(Unaccepted(format!("{at}: is empty")));
     }
-    let bytes =
-        read_beneath(workspace, at, MAX_ARTIFACT_BYTES).map_err(|e| format!("{at}: {e}"))?;
-    well_formed(port, &bytes).map_err(|why| format!("{at}: {why}"))?;
+    let bytes = read_beneath(workspace, at, MAX_ARTIFACT_BYTES)
+        .map_err(|e| Unaccepted(format!("{at}: {e}")))?;
+    well_formed(port, &bytes).map_err(|why| Unaccepted(format!("{at}: {}", why.0)))?;
     Ok(bytes)
 }
 
 /// Whether `bytes` parse as the port's type (JSON for `json` or a `.json`
 /// name, YAML for `yaml`, UTF-8 text for `markdown` and `text`).
-fn well_formed(port: &OutputPort, bytes: &[u8]) -> Result<(), String> {
+fn well_formed(port: &OutputPort, bytes: &[u8]) -> Result<(), Unaccepted> {
     let name = port.path.to_ascii_lowercase();
     let kind = port.kind.as_str();
     if kind == "json" || name.ends_with(".json") {
         return serde_json::from_slice::<Value>(bytes)
             .map(|_| ())
-            .map_err(|e| format!("is not valid JSON: {e}"));
+            .map_err(|e| Unaccepted(format!("is not valid JSON: {e}")));
     }
     let textual = matches!(kind, "markdown" | "text" | "yaml")
         || [".md", ".txt", ".yaml", ".yml"]
@@ -374,11 +388,12 @@ fn well_formed(port: &OutputPort, bytes: &[u8]) -> Result<(), String> {
     if !textual {
         return Ok(());
     }
-    let text = std::str::from_utf8(bytes).map_err(|_| format!("is not UTF-8 {kind}"))?;
+    let text =
+        std::str::from_utf8(bytes).map_err(|_| Unaccepted(format!("is not UTF-8 {kind}")))?;
     if kind == "yaml" || name.ends_with(".yaml") || name.ends_with(".yml") {
         bl_graph::yaml::parse_yaml(text)
             .map(|_| ())
-            .map_err(|e| format!("is not valid YAML: {e}"))?;
+            .map_err(|e| Unaccepted(format!("is not valid YAML: {e}")))?;
     }
     Ok(())
 }
@@ -422,7 +437,7 @@ impl Judge for Handoff {
             tokio::task::spawn_blocking(move || this.judge_now(&request))
                 .await
                 .unwrap_or_else(|e| Judgement {
-                    decision: Decision::Broken(format!("the judge task failed: {e}")),
+                    decision: Ruling::Broken(format!("the judge task failed: {e}")),
                     ..empty_judgement()
                 })
         })
@@ -431,7 +446,7 @@ impl Judge for Handoff {
 
 fn empty_judgement() -> Judgement {
     Judgement {
-        decision: Decision::Pass(String::new()),
+        decision: Ruling::Pass(String::new()),
         gate_passed: None,
         published: Vec::new(),
         checked: Vec::new(),
@@ -449,15 +464,15 @@ impl Handoff {
         judgement
     }
 
-    fn decide(&self, request: &JudgeRequest, j: &mut Judgement) -> Decision {
+    fn decide(&self, request: &JudgeRequest, j: &mut Judgement) -> Ruling {
         let mut reasons = Vec::new();
         if let Some(receipt) = &request.subgraph_receipt {
             let Some(check) = &self.subgraphs else {
-                return Decision::Broken("no subgraph check is composed into this run".into());
+                return Ruling::Broken("no subgraph check is composed into this run".into());
             };
             match check.check(receipt) {
                 Ok(why) => reasons.push(why),
-                Err(why) => return Decision::Reject(why),
+                Err(why) => return Ruling::Reject(why.0),
             }
         }
         let mut outputs = Vec::new();
@@ -465,7 +480,7 @@ impl Handoff {
             j.checked.push(port.path.clone());
             match read_output(&request.workspace, port, request.dispatched_ms) {
                 Ok(bytes) => outputs.push(Output { port, bytes }),
-                Err(why) => return Decision::Reject(format!("artifact_contract: {why}")),
+                Err(why) => return Ruling::Reject(format!("artifact_contract: {}", why.0)),
             }
         }
         if !outputs.is_empty() {
@@ -492,17 +507,17 @@ impl Handoff {
                 Ok(loaded) => loaded,
                 Err((e, found)) => {
                     j.plugins.extend(found);
-                    return Decision::Broken(format!("gate plugin '{}': {e}", gate.plugin));
+                    return Ruling::Broken(format!("gate plugin '{}': {e}", gate.plugin));
                 }
             };
             j.plugins.push(used);
             let runtime = match self.plugins.runtime() {
                 Ok(r) => r,
-                Err(e) => return Decision::Broken(e),
+                Err(e) => return Ruling::Broken(e.0),
             };
             let verdict = match runtime.check(&plugin, &request.workspace, &gate.config) {
                 Ok(invocation) => invocation.value,
-                Err(e) => return Decision::Broken(format!("gate plugin '{}': {e}", gate.plugin)),
+                Err(e) => return Ruling::Broken(format!("gate plugin '{}': {e}", gate.plugin)),
             };
             j.evidence_digest = verdict.evidence_digest.clone();
             if request.router {
@@ -523,16 +538,16 @@ impl Handoff {
                     gate.plugin, verdict.summary
                 ));
             } else {
-                return Decision::Reject(format!(
+                return Ruling::Reject(format!(
                     "gate plugin '{}' rejected the workspace: {}",
                     gate.plugin, verdict.summary
                 ));
             }
         }
         if let Err(why) = self.publish(request, &outputs, j) {
-            return Decision::Broken(why);
+            return Ruling::Broken(why.to_string());
         }
-        Decision::Pass(reasons.join("; "))
+        Ruling::Pass(reasons.join("; "))
     }
 
     fn run_contracts(
@@ -540,12 +555,12 @@ impl Handoff {
         request: &JudgeRequest,
         port: &OutputPort,
         j: &mut Judgement,
-    ) -> Result<(), Decision> {
+    ) -> Result<(), Ruling> {
         for (pattern, plugin, config) in contracts_for(port) {
             let (contract, used) = self
                 .plugins
                 .contract(&plugin)
-                .map_err(|e| Decision::Broken(format!("{}: {pattern} contract: {e}", port.path)))?;
+                .map_err(|e| Ruling::Broken(format!("{}: {pattern} contract: {e}", port.path)))?;
             if !j
                 .plugins
                 .iter()
@@ -553,7 +568,7 @@ impl Handoff {
             {
                 j.plugins.push(used);
             }
-            let runtime = self.plugins.runtime().map_err(Decision::Broken)?;
+            let runtime = self.plugins.runtime().map_err(|e| Ruling::Broken(e.0))?;
             let asked = ContractRequest {
                 artifact: port.path.clone(),
                 dispatch_started_ms: request.dispatched_ms,
@@ -561,7 +576,7 @@ impl Handoff {
             let verdict = runtime
                 .check_contract(&contract, &request.workspace, &asked, &config)
                 .map_err(|e| {
-                    Decision::Broken(format!(
+                    Ruling::Broken(format!(
                         "{}: {pattern} contract could not decide: {e}",
                         port.path
                     ))
@@ -569,7 +584,7 @@ impl Handoff {
                 .value;
             if !verdict.passed {
                 j.contracts.insert(pattern.clone(), "fail".into());
-                return Err(Decision::ContractBroken(format!(
+                return Err(Ruling::ContractBroken(format!(
                     "{}: {pattern} contract: {}",
                     port.path, verdict.summary
                 )));
@@ -586,7 +601,7 @@ impl Handoff {
         request: &JudgeRequest,
         outputs: &[Output],
         j: &mut Judgement,
-    ) -> Result<(), String> {
+    ) -> std::io::Result<()> {
         if outputs.is_empty() {
             return Ok(());
         }
@@ -595,8 +610,9 @@ impl Handoff {
             // A system_only output is for the operator: not even the
             // caged user may read the published copy.
             let mode = if port.system_only { 0o600 } else { 0o644 };
-            write_beneath(&self.run_dir, &port.path, &output.bytes, mode)
-                .map_err(|e| format!("cannot publish {}: {e}", port.path))?;
+            write_beneath(&self.run_dir, &port.path, &output.bytes, mode).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot publish {}: {e}", port.path))
+            })?;
             j.published.push(PublishedOutput {
                 port: port.port.clone(),
                 path: port.path.clone(),
@@ -617,7 +633,8 @@ impl Handoff {
             "repair_round": request.round,
         });
         let name = format!("{MANIFESTS}/{}.outputs.json", request.node_id);
-        write_json(&self.run_dir, &name, &manifest).map_err(|e| format!("cannot write {name}: {e}"))
+        write_json(&self.run_dir, &name, &manifest)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {name}: {e}")))
     }
 }
 
@@ -690,7 +707,7 @@ fn transform(plugins: &Plugins, request: &WorkRequest) -> WorkReply {
     let seed = bl_plugins::transform_seed(&request.run_id, &inputs);
     let runtime = match plugins.runtime() {
         Ok(r) => r,
-        Err(e) => return WorkReply::Denied(e),
+        Err(e) => return WorkReply::Denied(e.0),
     };
     let done = match runtime.transform(&loaded, inputs, outputs, &seed, config) {
         Ok(d) => d.value,

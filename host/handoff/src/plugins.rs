@@ -10,13 +10,23 @@ use bl_plugins::{
 };
 use bl_run::executor::PluginUse;
 
-/// Finds a plugin's component by name (the CLI's plugin search path).
-pub type Resolve = dyn Fn(&str) -> Result<PathBuf, String> + Send + Sync;
-/// Makes the run's runtime (the CLI's composition of limits and sandbox).
-pub type MakeRuntime = dyn Fn() -> Result<Runtime, String> + Send + Sync;
+/// Why a plugin could not be had for a run: not found, unreadable, of
+/// another major version, refused a grant, or the runtime would not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PluginUnavailable(pub String);
+
+fn unavailable(e: impl std::fmt::Display) -> PluginUnavailable {
+    PluginUnavailable(e.to_string())
+}
+
+/// Finds a plugin's component by name (the plugin search path).
+pub type Resolve = dyn Fn(&str) -> Result<PathBuf, PluginUnavailable> + Send + Sync;
+/// Makes the run's runtime (the composition root's limits and sandbox).
+pub type MakeRuntime = dyn Fn() -> Result<Runtime, PluginUnavailable> + Send + Sync;
 
 pub struct Plugins {
-    runtime: OnceLock<Result<Runtime, String>>,
+    runtime: OnceLock<Result<Runtime, PluginUnavailable>>,
     make: Box<MakeRuntime>,
     resolve: Box<Resolve>,
 }
@@ -38,17 +48,17 @@ impl Plugins {
     }
 
     /// The run's runtime, made on first use.
-    pub fn runtime(&self) -> Result<&Runtime, String> {
+    pub fn runtime(&self) -> Result<&Runtime, PluginUnavailable> {
         self.runtime
             .get_or_init(|| (self.make)())
             .as_ref()
-            .map_err(|e| format!("the plugin runtime could not start: {e}"))
+            .map_err(|e| PluginUnavailable(format!("the plugin runtime could not start: {e}")))
     }
 
-    fn open(&self, name: &str, role: &str) -> Result<Opened, String> {
+    fn open(&self, name: &str, role: &str) -> Result<Opened, PluginUnavailable> {
         let path = (self.resolve)(name)?;
-        let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
-        let declared = package.declared().map_err(|e| e.to_string())?;
+        let package = PluginPackage::open(&path).map_err(unavailable)?;
+        let declared = package.declared().map_err(unavailable)?;
         let used = PluginUse {
             role: role.to_string(),
             plugin: package.name(),
@@ -62,10 +72,13 @@ impl Plugins {
         })
     }
 
-    fn options<'a>(opened: &'a Opened, grants: &[String]) -> Result<LoadOptions<'a>, String> {
+    fn options<'a>(
+        opened: &'a Opened,
+        grants: &[String],
+    ) -> Result<LoadOptions<'a>, PluginUnavailable> {
         Ok(LoadOptions {
             declared: opened.declared.as_deref(),
-            grants: Grants::parse(grants).map_err(|e| e.to_string())?,
+            grants: Grants::parse(grants).map_err(unavailable)?,
         })
     }
 
@@ -77,7 +90,7 @@ impl Plugins {
         &self,
         name: &str,
         grants: &[String],
-    ) -> Result<(GatePlugin, PluginUse), (String, Option<PluginUse>)> {
+    ) -> Result<(GatePlugin, PluginUse), (PluginUnavailable, Option<PluginUse>)> {
         let opened = self.open(name, "gate").map_err(|e| (e, None))?;
         let used = opened.used.clone();
         let loaded = self.runtime().and_then(|runtime| {
@@ -87,7 +100,7 @@ impl Plugins {
                     &opened.package.bytes,
                     &Self::options(&opened, grants)?,
                 )
-                .map_err(|e| e.to_string())
+                .map_err(unavailable)
         });
         match loaded {
             Ok(gate) => Ok((gate, opened.used)),
@@ -97,7 +110,7 @@ impl Plugins {
 
     /// A completion-contract plugin (granted nothing: it reads the
     /// workspace handle it is given).
-    pub fn contract(&self, name: &str) -> Result<(ContractPlugin, PluginUse), String> {
+    pub fn contract(&self, name: &str) -> Result<(ContractPlugin, PluginUse), PluginUnavailable> {
         let opened = self.open(name, "contract")?;
         let runtime = self.runtime()?;
         let contract = runtime
@@ -106,7 +119,7 @@ impl Plugins {
                 &opened.package.bytes,
                 &Self::options(&opened, &[])?,
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(unavailable)?;
         Ok((contract, opened.used))
     }
 
@@ -117,7 +130,7 @@ impl Plugins {
         &self,
         name: &str,
         major: u32,
-    ) -> Result<(TransformPlugin, PluginUse), String> {
+    ) -> Result<(TransformPlugin, PluginUse), PluginUnavailable> {
         let dashed = name.replace('.', "-");
         let opened = self
             .open(name, "transform")
@@ -132,7 +145,7 @@ impl Plugins {
                 &opened.package.bytes,
                 &Self::options(&opened, &[])?,
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(unavailable)?;
         Ok((transform, opened.used))
     }
 }
@@ -143,7 +156,7 @@ pub fn check_major(
     name: &str,
     major: u32,
     manifest: &bl_plugins::PluginManifest,
-) -> Result<(), String> {
+) -> Result<(), PluginUnavailable> {
     let found = manifest
         .version
         .split('.')
@@ -152,8 +165,8 @@ pub fn check_major(
     if found == Some(major) {
         return Ok(());
     }
-    Err(format!(
+    Err(PluginUnavailable(format!(
         "transform:{name}@v{major} asks for major version {major}, but the installed plugin '{}' is version {}",
         manifest.name, manifest.version
-    ))
+    )))
 }

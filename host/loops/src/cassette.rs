@@ -32,9 +32,14 @@ pub enum Action {
     Noop,
 }
 
+/// A cassette that does not parse, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the cassette is not valid: {0}")]
+pub struct CassetteError(String);
+
 impl Cassette {
-    pub fn parse(text: &str) -> Result<Cassette, String> {
-        serde_json::from_str(text).map_err(|e| format!("the cassette is not valid: {e}"))
+    pub fn parse(text: &str) -> Result<Cassette, CassetteError> {
+        serde_json::from_str(text).map_err(|e| CassetteError(e.to_string()))
     }
 
     /// The turn recorded for `lap`: its own entry, else the `"*"` entry.

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::bounds::{Bounds, Stop};
 use crate::ledger::{
-    BudgetDeclared, BudgetSpent, Decision, GateRecord, LedgerLine, VerdictRecord, hundredths,
+    BudgetDeclared, BudgetSpent, GateRecord, LapDecision, LedgerLine, VerdictRecord, hundredths,
 };
 
 /// One turn the engine asks of a runner.
@@ -93,9 +93,9 @@ pub struct WorkspaceDigest {
 }
 
 pub trait Workspace {
-    fn digest(&mut self) -> Result<WorkspaceDigest, String>;
+    fn digest(&mut self) -> Result<WorkspaceDigest, PortError>;
     /// Paths under `forbid` the last turn created, changed or removed.
-    fn forbidden_changes(&mut self) -> Result<Vec<String>, String>;
+    fn forbidden_changes(&mut self) -> Result<Vec<String>, PortError>;
 }
 
 pub trait Clock {
@@ -113,14 +113,14 @@ pub trait KillSwitch {
 /// Where the engine's records go.
 pub trait Ledger {
     /// Appends one line (no newline) and returns the new head.
-    fn append(&mut self, line: &LedgerLine) -> Result<String, String>;
+    fn append(&mut self, line: &LedgerLine) -> Result<String, PortError>;
     /// The head the next line chains to.
     fn head(&self) -> &str;
 }
 
 /// Writes `HANDOFF.md` when a bound stops the run.
 pub trait Handoff {
-    fn write(&mut self, outcome: &RunOutcome) -> Result<(), String>;
+    fn write(&mut self, outcome: &RunOutcome) -> Result<(), PortError>;
 }
 
 /// The loop's memory across laps (`.STATE.md.runtime`): a note for every
@@ -233,6 +233,18 @@ pub struct Ports<'a> {
 #[error("{0}")]
 pub struct EngineError(pub String);
 
+/// Why a port of the engine could not do its part (the workspace could not
+/// be read, a record could not be written), in words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PortError(pub String);
+
+impl From<PortError> for EngineError {
+    fn from(e: PortError) -> Self {
+        EngineError(e.0)
+    }
+}
+
 /// Runs laps until a gate passes, a bound or the kill switch stops the
 /// run, or something errs. Every lap leaves exactly one ledger line.
 pub fn run(plan: &Plan, ports: Ports) -> Result<RunOutcome, EngineError> {
@@ -276,7 +288,7 @@ struct Laps<'p, 'a> {
 struct LapRecord {
     lap: u32,
     verdict: VerdictRecord,
-    decision: Decision,
+    decision: LapDecision,
     attempted: bool,
     handoff: bool,
     /// A killed lap records no spend (`{}`), as bounded-loops does.
@@ -286,7 +298,7 @@ struct LapRecord {
 impl Laps<'_, '_> {
     fn run(mut self) -> Result<RunOutcome, EngineError> {
         let bounds = &self.plan.bounds;
-        let mut last_digest = self.ports.workspace.digest().map_err(EngineError)?;
+        let mut last_digest = self.ports.workspace.digest().map_err(EngineError::from)?;
         let mut unchanged = 0u32;
         // The workspace digest the gate last judged, and what it said.
         let mut judged: Option<(String, Judgement)> = None;
@@ -305,7 +317,7 @@ impl Laps<'_, '_> {
                     LapRecord {
                         lap,
                         verdict,
-                        decision: Decision::Killed,
+                        decision: LapDecision::Killed,
                         attempted: false,
                         handoff: false,
                         spent: false,
@@ -346,7 +358,7 @@ impl Laps<'_, '_> {
                 .ports
                 .workspace
                 .forbidden_changes()
-                .map_err(EngineError)?;
+                .map_err(EngineError::from)?;
             if !forbidden.is_empty() {
                 // A tampered anchor is never judged: the gate it feeds
                 // could be made to pass.
@@ -356,7 +368,7 @@ impl Laps<'_, '_> {
                 );
                 return self.error(lap, detail, error_evidence("runner", "RunnerError"));
             }
-            let digest = self.ports.workspace.digest().map_err(EngineError)?;
+            let digest = self.ports.workspace.digest().map_err(EngineError::from)?;
             let changed = digest.content != last_digest.content;
             last_digest = digest.clone();
             unchanged = if changed { 0 } else { unchanged + 1 };
@@ -395,9 +407,9 @@ impl Laps<'_, '_> {
                     let approved = !bounds.require_approval
                         || self.ports.approver.approved(lap, &judgement.detail);
                     let (status, decision, reason) = if approved {
-                        (Status::Done, Decision::Done, "gate-passed")
+                        (Status::Done, LapDecision::Done, "gate-passed")
                     } else {
-                        (Status::Pause, Decision::Pause, "awaiting-approval")
+                        (Status::Pause, LapDecision::Pause, "awaiting-approval")
                     };
                     return self.finish(
                         status,
@@ -419,7 +431,7 @@ impl Laps<'_, '_> {
                         LapRecord {
                             lap,
                             verdict: recorded,
-                            decision: Decision::Error,
+                            decision: LapDecision::Error,
                             attempted: true,
                             handoff: false,
                             spent: true,
@@ -443,7 +455,7 @@ impl Laps<'_, '_> {
                     self.record(LapRecord {
                         lap,
                         verdict: recorded,
-                        decision: Decision::Continue,
+                        decision: LapDecision::Continue,
                         attempted: true,
                         handoff: false,
                         spent: true,
@@ -475,7 +487,7 @@ impl Laps<'_, '_> {
             gate: self.gate_record.clone(),
             budget_declared: self.declared.clone(),
         };
-        self.outcome.ledger_head = self.ports.ledger.append(&line).map_err(EngineError)?;
+        self.outcome.ledger_head = self.ports.ledger.append(&line).map_err(EngineError::from)?;
         self.ports.trace.lap(&line);
         self.outcome.laps = record.lap;
         Ok(())
@@ -497,7 +509,7 @@ impl Laps<'_, '_> {
         let record = LapRecord {
             lap,
             verdict: verdict(false, detail.clone(), evidence),
-            decision: Decision::Error,
+            decision: LapDecision::Error,
             attempted: true,
             handoff: false,
             spent: true,
@@ -533,7 +545,7 @@ impl Laps<'_, '_> {
         let record = LapRecord {
             lap,
             verdict: verdict(false, reason.clone(), Ordered::empty()),
-            decision: Decision::Halt,
+            decision: LapDecision::Halt,
             attempted,
             handoff,
             spent: true,
@@ -752,14 +764,14 @@ mod tests {
     }
 
     impl Workspace for Fake<'_> {
-        fn digest(&mut self) -> Result<WorkspaceDigest, String> {
+        fn digest(&mut self) -> Result<WorkspaceDigest, PortError> {
             let s = self.0.borrow();
             Ok(WorkspaceDigest {
                 content: s.content.to_string(),
                 all: format!("{}/{}", s.content, s.bookkeeping),
             })
         }
-        fn forbidden_changes(&mut self) -> Result<Vec<String>, String> {
+        fn forbidden_changes(&mut self) -> Result<Vec<String>, PortError> {
             Ok(if self.0.borrow().tampered {
                 vec!["seed/check.py".into()]
             } else {
@@ -825,7 +837,7 @@ mod tests {
     #[derive(Default)]
     struct Lines(Vec<LedgerLine>, String);
     impl Ledger for Lines {
-        fn append(&mut self, line: &LedgerLine) -> Result<String, String> {
+        fn append(&mut self, line: &LedgerLine) -> Result<String, PortError> {
             self.1 = bl_core::sha256_hex(line.to_line().as_bytes());
             self.0.push(line.clone());
             Ok(self.1.clone())
@@ -849,7 +861,7 @@ mod tests {
     #[derive(Default)]
     struct Written(Option<RunOutcome>, Vec<u32>, Vec<u32>);
     impl Handoff for Written {
-        fn write(&mut self, outcome: &RunOutcome) -> Result<(), String> {
+        fn write(&mut self, outcome: &RunOutcome) -> Result<(), PortError> {
             self.0 = Some(outcome.clone());
             Ok(())
         }
@@ -1007,7 +1019,7 @@ mod tests {
             (Status::Done, "gate-passed", 2, 15)
         );
         let decisions: Vec<_> = r.lines.iter().map(|l| l.decision).collect();
-        assert_eq!(decisions, [Decision::Continue, Decision::Done]);
+        assert_eq!(decisions, [LapDecision::Continue, LapDecision::Done]);
         assert_eq!(r.lines[1].budget_spent.as_ref().unwrap().tokens, 15);
         assert_eq!(r.notes, [1], "a rejected lap is remembered");
         assert!(r.handoff.is_none());
@@ -1040,7 +1052,7 @@ mod tests {
                 last.attempted,
                 last.handoff.as_str()
             ),
-            (3, Decision::Halt, false, "HANDOFF.md")
+            (3, LapDecision::Halt, false, "HANDOFF.md")
         );
         assert_eq!(
             last.budget_spent.as_ref().unwrap().tokens,
@@ -1068,7 +1080,7 @@ mod tests {
         let last = r.lines.last().unwrap();
         assert_eq!(
             (last.attempted, last.decision, last.handoff.as_str()),
-            (true, Decision::Halt, "HANDOFF.md")
+            (true, LapDecision::Halt, "HANDOFF.md")
         );
         assert_eq!(r.lines.len(), 4);
     }
@@ -1244,7 +1256,7 @@ mod tests {
         let r = run_script(vec![(1, true, E)], bounds());
         assert_eq!(
             (r.outcome.status, r.lines[0].decision),
-            (Status::Error, Decision::Error)
+            (Status::Error, LapDecision::Error)
         );
         assert_eq!(Status::Error.exit_code(), 3);
     }
@@ -1276,7 +1288,7 @@ mod tests {
                 r.outcome.reason.as_str(),
                 r.lines[0].decision
             ),
-            (Status::Pause, "awaiting-approval", Decision::Pause)
+            (Status::Pause, "awaiting-approval", LapDecision::Pause)
         );
         let r = run_with(Script::new(vec![(1, true, P)]), b, false, true, 0);
         assert_eq!(r.outcome.status, Status::Done);

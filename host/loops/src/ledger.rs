@@ -13,7 +13,7 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 /// What the engine decided at the end of a lap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Decision {
+pub enum LapDecision {
     Done,
     Continue,
     Halt,
@@ -130,7 +130,7 @@ pub struct LedgerLine {
     pub lap: u32,
     pub ts: String,
     pub verdict: VerdictRecord,
-    pub decision: Decision,
+    pub decision: LapDecision,
     /// `None` is written `{}` (a killed lap spends nothing).
     #[serde(serialize_with = "spent_or_empty")]
     pub budget_spent: Option<BudgetSpent>,
@@ -196,7 +196,7 @@ pub(crate) mod tests {
                     ),
                 ]),
             },
-            decision: Decision::Done,
+            decision: LapDecision::Done,
             budget_spent: Some(BudgetSpent {
                 laps: 1,
                 tokens: 214,

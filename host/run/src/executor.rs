@@ -57,7 +57,7 @@ impl Stop for NeverStop {
 }
 
 /// What a worker is asked to do, beyond its prompt.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Task {
     /// A connector node: the binding's connector takes the turn.
     Connector,
@@ -82,7 +82,7 @@ pub enum Task {
 
 /// One input an attempt is handed: a producer's published output, staged
 /// read-only in the attempt's workspace after its digest was checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StagedInput {
     pub port: String,
     pub from_node: String,
@@ -94,8 +94,20 @@ pub struct StagedInput {
     pub kind: String,
 }
 
+/// The version of the worker protocol: what [`WorkRequest`] and
+/// [`WorkReply`] look like on the wire. A worker on another machine refuses
+/// a version it does not speak ([`Wire::open`]).
+pub const WORK_PROTOCOL: u32 = 1;
+
 /// What the controller asks a worker to do: one execution of one attempt.
-#[derive(Debug, Clone)]
+///
+/// It carries the workspace contract, so a worker on another machine can
+/// honour it: the worker receives `workspace` holding `inputs` (each
+/// staged read-only, with the digest it was verified against), and must
+/// hand back that workspace with every one of `outputs` written in it,
+/// within `deadline`. The controller then judges the workspace and the
+/// reply; the worker never says whether the node succeeded.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct WorkRequest {
     pub run_id: String,
     pub node_id: String,
@@ -106,7 +118,7 @@ pub struct WorkRequest {
     /// A connector node's binding; `None` for tools and the other kinds.
     pub binding: Option<bl_graph::Connection>,
     pub task: Task,
-    pub isolation: String,
+    pub isolation: bl_graph::model::Isolation,
     pub deadline: Duration,
     /// The attempt's own workspace, made before the worker starts.
     pub workspace: PathBuf,
@@ -117,7 +129,7 @@ pub struct WorkRequest {
 }
 
 /// A plugin that took part in an attempt, recorded with the node's events.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PluginUse {
     /// `gate`, `contract`, `transform` or `policy`.
     pub role: String,
@@ -136,7 +148,7 @@ impl PluginUse {
 
 /// What came back. The worker never says whether the node succeeded: the
 /// controller's gate decides from the reply.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum WorkReply {
     Reply {
         bytes: Vec<u8>,
@@ -170,6 +182,61 @@ impl WorkReply {
 }
 
 pub type WorkFuture = Pin<Box<dyn Future<Output = WorkReply> + Send>>;
+
+/// A request or a reply as it crosses to another machine: the protocol
+/// version beside the body, in JSON.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Wire<T> {
+    pub version: u32,
+    pub body: T,
+}
+
+/// Why bytes from the wire were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("not a worker message: {0}")]
+    Malformed(String),
+    #[error("worker protocol version {0}; this bl speaks version {WORK_PROTOCOL}")]
+    Version(u32),
+}
+
+impl<T: serde::Serialize + serde::de::DeserializeOwned> Wire<T> {
+    /// `body` at this bl's protocol version, as JSON bytes.
+    pub fn seal(body: &T) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Sealed<'a, T> {
+            version: u32,
+            body: &'a T,
+        }
+        serde_json::to_vec(&Sealed {
+            version: WORK_PROTOCOL,
+            body,
+        })
+        .expect("a worker message serializes")
+    }
+
+    /// The body of JSON bytes, refused unless they are of this bl's
+    /// protocol version.
+    pub fn open(bytes: &[u8]) -> Result<T, WireError> {
+        #[derive(serde::Deserialize)]
+        struct Versioned {
+            version: u32,
+        }
+        let versioned: Versioned =
+            serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
+        if versioned.version != WORK_PROTOCOL {
+            return Err(WireError::Version(versioned.version));
+        }
+        let wire: Wire<T> =
+            serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
+        Ok(wire.body)
+    }
+}
+
+/// What the controller waits beyond a node's deadline for its worker's
+/// reply. A local worker ends its own turn at the deadline; a reply that
+/// never comes (a remote worker lost) is a fault after this, never a hang.
+pub const WORK_GRACE: Duration = Duration::from_secs(30);
 
 /// The worker port: local CLIs today; remote machines later.
 pub trait Worker: Send + Sync {
@@ -275,7 +342,7 @@ pub struct JudgeRequest {
 
 /// How a judgement came out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum Ruling {
     Pass(String),
     /// A declared output is missing, empty, stale or malformed, or the gate
     /// plugin said no. Retryable.
@@ -288,7 +355,7 @@ pub enum Decision {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judgement {
-    pub decision: Decision,
+    pub decision: Ruling,
     /// A passing gate plugin's verdict (for a router's pick).
     pub gate_passed: Option<bool>,
     /// The outputs, published (only when the decision is a pass).
@@ -322,6 +389,10 @@ pub enum RunError {
         "the recorded run does not match this plan: {0}; the log is never rewritten, so nothing was changed"
     )]
     Diverged(String),
+    /// A node's task panicked or was cancelled: a defect in bl, not the
+    /// node's failure.
+    #[error("a node's task ended abnormally: {0}")]
+    Task(String),
 }
 
 /// The event log port. `append` of a key already recorded with the same
@@ -680,7 +751,7 @@ pub async fn drive(
         if let Some(signal) = c.ports.stop.requested() {
             return c.interrupt(signal, running, &busy, Some(joined)).await;
         }
-        let done = joined.map_err(|e| RunError::Journal(format!("node task: {e}")))?;
+        let done = joined.map_err(|e| RunError::Task(e.to_string()))?;
         match done {
             Done::Worked(flight, reply) => {
                 let node = flight.node;
@@ -787,7 +858,15 @@ async fn take_turn(
             WorkReply::Fault("stopped before the worker started".into()),
         );
     }
-    let reply = worker.work(request).await;
+    let waited = request.deadline + WORK_GRACE;
+    let reply = match tokio::time::timeout(waited, worker.work(request)).await {
+        Ok(reply) => reply,
+        Err(_) => WorkReply::Fault(format!(
+            "the worker sent no reply within the node's deadline and {}s of grace ({}s in all)",
+            WORK_GRACE.as_secs(),
+            waited.as_secs()
+        )),
+    };
     Done::Worked(flight, reply)
 }
 
@@ -918,7 +997,7 @@ impl Controller<'_, '_> {
                         }
                     }
                     Ok(Done::Judged(judged))
-                        if matches!(judged.judgement.decision, Decision::Pass(_)) =>
+                        if matches!(judged.judgement.decision, Ruling::Pass(_)) =>
                     {
                         self.judged(*judged)?;
                     }
@@ -1162,7 +1241,7 @@ impl Controller<'_, '_> {
             prompt,
             binding: info.binding.clone(),
             task,
-            isolation: info.isolation.clone(),
+            isolation: info.isolation,
             deadline: info.deadline,
             workspace: PathBuf::new(),
             inputs: Vec::new(),
@@ -1382,7 +1461,7 @@ impl Controller<'_, '_> {
                 if let Ended::Succeeded { extra, .. } = &mut ended {
                     extra.extend(plugins_extra(&plugins));
                     if matches!(info.driver, Driver::Loop { .. }) {
-                        extra.insert("isolation".into(), isolation_controls(&info.isolation));
+                        extra.insert("isolation".into(), isolation_controls(info.isolation));
                     }
                 }
                 if let (Some(route), Some(routes)) = (routed, &info.routes) {
@@ -1515,7 +1594,7 @@ impl Controller<'_, '_> {
             evidence_digest: judgement.evidence_digest.clone(),
         };
         let ended = match &judgement.decision {
-            Decision::Pass(reason) => {
+            Ruling::Pass(reason) => {
                 for output in &judgement.published {
                     let digest = self.ports.artifacts.put(
                         &output.bytes,
@@ -1586,7 +1665,7 @@ impl Controller<'_, '_> {
                 }
                 ended
             }
-            Decision::Reject(reason) => Ended::Failed(match &suppressed {
+            Ruling::Reject(reason) => Ended::Failed(match &suppressed {
                 Some(detail) => AttemptFailure {
                     verdict: Some(verdict(false, reason)),
                     artifact_digests: digests,
@@ -1601,14 +1680,14 @@ impl Controller<'_, '_> {
                     extra,
                 },
             }),
-            Decision::ContractBroken(reason) => Ended::Failed(AttemptFailure {
+            Ruling::ContractBroken(reason) => Ended::Failed(AttemptFailure {
                 cause: Cause::WorkerContract,
                 reason: reason.clone(),
                 verdict: Some(verdict(false, reason)),
                 artifact_digests: digests,
                 extra,
             }),
-            Decision::Broken(reason) => Ended::Failed(AttemptFailure {
+            Ruling::Broken(reason) => Ended::Failed(AttemptFailure {
                 cause: Cause::GateBroken,
                 reason: format!("the gate could not decide: {reason}"),
                 verdict: None,
@@ -2121,12 +2200,13 @@ fn outputs_of(payload: &Value) -> Vec<PublishedOutput> {
 /// What the node's isolation tier enforces, as bounded-loops records it
 /// for a loop node (`provider_id: native`). bl's cages enforce more than
 /// bounded-loops' `unshare -n`, and say so.
-fn isolation_controls(tier: &str) -> Value {
+fn isolation_controls(tier: bl_graph::model::Isolation) -> Value {
+    use bl_graph::model::Isolation;
     let on = |yes: bool| if yes { "enforced" } else { "not_enforced" };
     let (caged, container) = match tier {
-        "process_restricted" => (true, false),
-        "container_restricted" => (true, true),
-        _ => (false, false),
+        Isolation::ProcessRestricted => (true, false),
+        Isolation::ContainerRestricted => (true, true),
+        Isolation::WorkspaceOnly | Isolation::CustomerManagedWorker => (false, false),
     };
     json!({
         "controls": {

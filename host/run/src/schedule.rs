@@ -80,7 +80,7 @@ fn tool_driver(tool_ref: &str) -> Driver {
 
 /// A declared output (the `artifact-ports` extension): the file the node
 /// must publish, relative to its workspace.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutputPort {
     pub port: String,
     pub path: String,
@@ -142,7 +142,7 @@ pub struct NodeInfo {
     /// Why the run's execution policy would deny it (the shared binding or
     /// the effect, and the fix), as `bl_graph::hazards` words it.
     pub hazard: Option<String>,
-    pub isolation: String,
+    pub isolation: bl_graph::model::Isolation,
     pub max_attempts: u32,
     pub max_tokens: Option<u64>,
     pub deadline: Duration,
@@ -306,7 +306,7 @@ impl Schedule {
                     .iter()
                     .find(|h| h.node == node.id)
                     .map(|h| h.message.clone()),
-                isolation: node.isolation.name().to_string(),
+                isolation: node.isolation,
                 max_attempts,
                 max_tokens: node.budget.max_tokens.map(|t| t.max(0) as u64),
                 deadline: Duration::from_secs(node.budget.max_wallclock_s.max(1) as u64),

@@ -511,11 +511,12 @@ fn prepare_child(
 /// They are compiled once per process; every cage reads its own copies.
 fn seccomp_filter_files() -> Result<Vec<std::fs::File>, CommandError> {
     use std::io::{Seek, Write};
-    static PROGRAMS: std::sync::OnceLock<Result<Vec<Vec<u8>>, String>> = std::sync::OnceLock::new();
+    static PROGRAMS: std::sync::OnceLock<Result<Vec<Vec<u8>>, CommandError>> =
+        std::sync::OnceLock::new();
     let programs = PROGRAMS
-        .get_or_init(|| seccomp::programs().map_err(|e| e.to_string()))
+        .get_or_init(|| seccomp::programs().map_err(|e| CommandError::Denied(e.to_string())))
         .as_ref()
-        .map_err(|e| CommandError::Denied(e.clone()))?;
+        .map_err(Clone::clone)?;
     programs
         .iter()
         .map(|program| {

@@ -27,52 +27,114 @@ mod probe;
 pub mod recorded;
 pub mod tool;
 
-/// Routes each request to the worker for its task: bl's built-in tools,
-/// transforms, commands, loops and subgraphs by kind, connector nodes by
-/// their binding (recorded replies, the egress broker, local CLIs).
+/// How a node's turn reaches the worker that takes it: by the node's task
+/// for bl's own kinds, by its binding for a connector node. A worker on
+/// another machine is one more transport, routed the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Transport {
+    /// An agent CLI on this machine (a connector's `local_cli` binding).
+    LocalCli,
+    /// A connector's `https` binding, through the egress broker.
+    Https,
+    /// A connector bound to the `recorded` provider: recorded replies.
+    Recorded,
+    /// bl's built-in sandbox probe.
+    Probe,
+    /// A command tool in the node's tier.
+    Command,
+    /// A wasm transform.
+    Transform,
+    /// A loop package through the loop engine.
+    Loop,
+    /// A graph package as a child run.
+    Subgraph,
+    /// A router: nothing runs, its gate decides.
+    Router,
+}
+
+impl Transport {
+    /// The transport a request goes by.
+    pub fn of(request: &WorkRequest) -> Transport {
+        match &request.task {
+            Task::Probe => Transport::Probe,
+            Task::Command { .. } => Transport::Command,
+            Task::Transform { .. } => Transport::Transform,
+            Task::Loop { .. } => Transport::Loop,
+            Task::Subgraph { .. } => Transport::Subgraph,
+            Task::Route => Transport::Router,
+            Task::Connector => match &request.binding {
+                Some(b) if b.provider_id == recorded::PROVIDER => Transport::Recorded,
+                Some(b) if b.transport == "https" => Transport::Https,
+                _ => Transport::LocalCli,
+            },
+        }
+    }
+
+    /// As a person reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::LocalCli => "local CLI",
+            Transport::Https => "https",
+            Transport::Recorded => "recorded-replies",
+            Transport::Probe => "sandbox probe",
+            Transport::Command => "command",
+            Transport::Transform => "transform",
+            Transport::Loop => "loop",
+            Transport::Subgraph => "subgraph",
+            Transport::Router => "router",
+        }
+    }
+}
+
+/// Routes each request to the worker composed for its [`Transport`]. A
+/// transport with none is denied, naming it; routers need none.
+#[derive(Default, Clone)]
 pub struct Workers {
-    pub local_cli: LocalCli,
-    pub probe: SandboxProbe,
-    pub commands: tool::CommandTool,
-    /// `transform:<plugin>@vN` nodes (wasm).
-    pub transforms: Option<Arc<dyn Worker>>,
-    /// Loop nodes (the loop engine, composed by the CLI).
-    pub loops: Option<Arc<dyn Worker>>,
-    /// Subgraph nodes (child runs, composed by the CLI).
-    pub subgraphs: Option<Arc<dyn Worker>>,
-    /// Connector nodes bound to the `recorded` provider.
-    pub recorded: Option<recorded::RecordedReplies>,
-    /// Connector nodes whose binding's transport is `https`.
-    pub https: Option<Arc<dyn Worker>>,
+    routes: std::collections::HashMap<Transport, Arc<dyn Worker>>,
+}
+
+impl Workers {
+    pub fn new() -> Workers {
+        Workers::default()
+    }
+
+    /// Sends `transport`'s requests to `worker` (replacing any before).
+    pub fn route(mut self, transport: Transport, worker: Arc<dyn Worker>) -> Workers {
+        self.routes.insert(transport, worker);
+        self
+    }
+
+    /// bl's own tools, which every run has: the sandbox probe and commands.
+    pub fn with_tools(self, hidden: Vec<PathBuf>) -> Workers {
+        self.route(Transport::Probe, Arc::new(SandboxProbe))
+            .route(Transport::Command, Arc::new(tool::CommandTool { hidden }))
+    }
 }
 
 impl Worker for Workers {
     fn work(&self, request: WorkRequest) -> WorkFuture {
-        let missing = |what: &str| -> WorkFuture {
-            let why = format!("no {what} worker is composed into this run");
-            Box::pin(std::future::ready(WorkReply::Denied(why)))
-        };
-        let delegate =
-            |worker: &Option<Arc<dyn Worker>>, what: &str, request: WorkRequest| match worker {
-                Some(w) => w.work(request),
-                None => missing(what),
-            };
-        match &request.task {
-            Task::Probe => self.probe.work(request),
-            Task::Command { .. } => self.commands.work(request),
-            Task::Transform { .. } => delegate(&self.transforms, "transform", request),
-            Task::Loop { .. } => delegate(&self.loops, "loop", request),
-            Task::Subgraph { .. } => delegate(&self.subgraphs, "subgraph", request),
-            Task::Route => Box::pin(std::future::ready(WorkReply::text(Vec::new(), "bl:router"))),
-            Task::Connector => match &request.binding {
-                Some(b) if b.provider_id == recorded::PROVIDER => match &self.recorded {
-                    Some(r) => r.work(request),
-                    None => missing("recorded-replies"),
-                },
-                Some(b) if b.transport == "https" => delegate(&self.https, "https", request),
-                _ => self.local_cli.work(request),
-            },
+        let transport = Transport::of(&request);
+        if transport == Transport::Router {
+            return Box::pin(std::future::ready(WorkReply::text(Vec::new(), "bl:router")));
         }
+        match self.routes.get(&transport) {
+            Some(worker) => worker.work(request),
+            None => {
+                let why = format!("no {} worker is composed into this run", transport.name());
+                Box::pin(std::future::ready(WorkReply::Denied(why)))
+            }
+        }
+    }
+}
+
+/// The sandbox tier that holds a node of `isolation`.
+pub fn tier(isolation: bl_graph::model::Isolation) -> Tier {
+    use bl_graph::model::Isolation;
+    match isolation {
+        Isolation::WorkspaceOnly => Tier::WorkspaceOnly,
+        Isolation::ProcessRestricted => Tier::ProcessRestricted,
+        Isolation::ContainerRestricted => Tier::ContainerRestricted,
+        Isolation::CustomerManagedWorker => Tier::CustomerManagedWorker,
     }
 }
 
@@ -284,10 +346,7 @@ fn run_cli(
         private_dir: None,
         home,
     };
-    let tier = match Tier::parse(&request.isolation) {
-        Ok(t) => t,
-        Err(e) => return WorkReply::Fault(e.to_string()),
-    };
+    let tier = tier(request.isolation);
     // A posture other than open lifts the node into a cage that can hold
     // it: only the container tier carries the proxy bridge, and any cage
     // has a network namespace of its own.

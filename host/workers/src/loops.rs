@@ -134,7 +134,7 @@ fn anchor_hashes(base: &Path, forbid: &[String]) -> BTreeMap<String, Option<[u8;
 }
 
 impl Workspace for ScratchWorkspace {
-    fn digest(&mut self) -> Result<WorkspaceDigest, String> {
+    fn digest(&mut self) -> Result<WorkspaceDigest, bl_loops::engine::PortError> {
         let mut content = Sha256::new();
         let mut all = Sha256::new();
         for file in walk(&self.root) {
@@ -153,7 +153,7 @@ impl Workspace for ScratchWorkspace {
         })
     }
 
-    fn forbidden_changes(&mut self) -> Result<Vec<String>, String> {
+    fn forbidden_changes(&mut self) -> Result<Vec<String>, bl_loops::engine::PortError> {
         let now = anchor_hashes(&self.root, &self.forbid);
         let mut changed: Vec<String> = now
             .iter()

@@ -3,7 +3,7 @@
 //! (taken from outside the probed process), which the executor's gate reads.
 
 use bl_run::executor::{WorkFuture, WorkReply, WorkRequest, Worker};
-use bl_sandbox::{Sandbox, Tier};
+use bl_sandbox::Sandbox;
 use serde_json::json;
 
 #[derive(Default)]
@@ -20,10 +20,7 @@ impl Worker for SandboxProbe {
 }
 
 fn probe(request: &WorkRequest) -> WorkReply {
-    let tier = match Tier::parse(&request.isolation) {
-        Ok(t) => t,
-        Err(e) => return WorkReply::Fault(e.to_string()),
-    };
+    let tier = crate::tier(request.isolation);
     let out = request.workspace.clone();
     let sandbox = Sandbox::new(tier);
     match bl_sandbox::probe::run_probe(&sandbox, sandbox.host_ids(), &out) {

@@ -42,30 +42,37 @@ pub struct RecordedReplies {
     replies: Arc<Vec<Recorded>>,
 }
 
-fn field<'a>(v: &'a Value, key: &str, at: &str) -> Result<&'a Value, String> {
+/// A recordings file that cannot be used: the file, the JSON pointer of
+/// the bad value, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RecordedError(String);
+
+fn field<'a>(v: &'a Value, key: &str, at: &str) -> Result<&'a Value, RecordedError> {
     v.get(key)
-        .ok_or_else(|| format!("{at}: missing field '{key}'"))
+        .ok_or_else(|| RecordedError(format!("{at}: missing field '{key}'")))
 }
 
-fn text(v: &Value, key: &str, at: &str) -> Result<String, String> {
+fn text(v: &Value, key: &str, at: &str) -> Result<String, RecordedError> {
     field(v, key, at)?
         .as_str()
         .map(str::to_string)
-        .ok_or_else(|| format!("{at}/{key}: must be a string"))
+        .ok_or_else(|| RecordedError(format!("{at}/{key}: must be a string")))
 }
 
 impl RecordedReplies {
     /// Reads the replies in `text`; errors name `source` and the JSON
     /// pointer of the bad value.
-    pub fn parse(source: &str, json: &str) -> Result<Self, String> {
+    pub fn parse(source: &str, json: &str) -> Result<Self, RecordedError> {
         let doc: Value = serde_json::from_str(json).map_err(|e| {
-            format!(
+            RecordedError(format!(
                 "{source}: not valid JSON (line {}, column {}): {e}",
                 e.line(),
                 e.column()
-            )
+            ))
         })?;
-        let fail = |why: String| format!("{source}: {why}");
+        let fail = |why: String| RecordedError(format!("{source}: {why}"));
+        let failed = |e: RecordedError| fail(e.0);
         match doc.get("api_version").and_then(Value::as_str) {
             Some(API_VERSION) => {}
             other => {
@@ -91,7 +98,7 @@ impl RecordedReplies {
                     "{at}/{unknown}: unknown field (known: node_id, attempt, reply, usage, files)"
                 )));
             }
-            let node_id = text(entry, "node_id", &at).map_err(fail)?;
+            let node_id = text(entry, "node_id", &at).map_err(failed)?;
             let attempt = match entry.get("attempt") {
                 None => None,
                 Some(Value::String(s)) if s == "*" => None,
@@ -106,7 +113,7 @@ impl RecordedReplies {
                         })?,
                 ),
             };
-            let reply = text(entry, "reply", &at).map_err(fail)?;
+            let reply = text(entry, "reply", &at).map_err(failed)?;
             let usage = match entry.get("usage") {
                 None | Some(Value::Null) => None,
                 Some(u) => {
@@ -129,7 +136,7 @@ impl RecordedReplies {
                 })?;
                 for (j, f) in list.iter().enumerate() {
                     let fat = format!("{at}/files/{j}");
-                    let path = text(f, "path", &fat).map_err(fail)?;
+                    let path = text(f, "path", &fat).map_err(failed)?;
                     let inside = !path.is_empty()
                         && Path::new(&path)
                             .components()
@@ -139,7 +146,7 @@ impl RecordedReplies {
                             "{fat}/path: '{path}' must be a relative path inside the workspace, without '..'"
                         )));
                     }
-                    files.push((path, text(f, "content", &fat).map_err(fail)?));
+                    files.push((path, text(f, "content", &fat).map_err(failed)?));
                 }
             }
             replies.push(Recorded {
@@ -221,7 +228,11 @@ mod tests {
 
     #[test]
     fn bad_recordings_are_refused_with_the_pointer() {
-        let bad = |json: &str| RecordedReplies::parse("r.json", json).unwrap_err();
+        let bad = |json: &str| {
+            RecordedReplies::parse("r.json", json)
+                .unwrap_err()
+                .to_string()
+        };
         assert!(bad("{}").contains("r.json: /api_version"), "{}", bad("{}"));
         let doc =
             |entry: &str| format!(r#"{{"api_version": "{API_VERSION}", "replies": [{entry}]}}"#);

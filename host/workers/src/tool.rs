@@ -35,10 +35,7 @@ fn run(request: &WorkRequest, hidden: Vec<std::path::PathBuf>) -> WorkReply {
     let Task::Command { argv } = &request.task else {
         return WorkReply::Fault(format!("node '{}' is not a command tool", request.node_id));
     };
-    let tier = match Tier::parse(&request.isolation) {
-        Ok(t) => t,
-        Err(e) => return WorkReply::Denied(e.to_string()),
-    };
+    let tier = crate::tier(request.isolation);
     let spec = CommandSpec {
         argv: argv.clone(),
         workspace: request.workspace.clone(),

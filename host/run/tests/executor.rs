@@ -1,0 +1,543 @@
+//! The executor over in-memory ports: no file, no process, no wasm. Each
+//! port is a small scripted fake, so each rule of a drive is seen alone:
+//! order and replay, retries, a spending cap, the stop, a panicking task,
+//! a worker whose reply never comes.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bl_graph::CompileInput;
+use bl_graph::plan::DEFAULT_POLICY_DIGEST;
+use bl_run::events::{Event, Usage};
+use bl_run::executor::{
+    Artifacts, Caps, Decisions, Journal, Judge, JudgeFuture, JudgeRequest, Judgement, Ledger,
+    NeverStop, Ports, Publication, PublishOrder, Ruling, RunEnd, RunError, RunSettings, Stage,
+    StageError, StageRequest, StagedInput, Stop, Task, WORK_GRACE, Wire, WireError, WorkFuture,
+    WorkReply, WorkRequest, Worker,
+};
+use bl_run::projection::{self, RunView};
+use bl_run::schedule::Schedule;
+use serde_json::{Value, json};
+
+/// A chain of command tools: a -> b -> c.
+fn chain(max_attempts: u32) -> Schedule {
+    let node = |id: &str, inputs: Value| {
+        json!({
+            "id": id, "kind": "tool", "tool_ref": format!("command:echo {id}"),
+            "inputs": inputs, "outputs": {"out": "text"},
+            "budget": {"max_attempts": max_attempts, "max_wallclock_s": 60},
+            "effects": ["read_only"], "isolation": "workspace_only",
+        })
+    };
+    let manifest = json!({
+        "api_version": "bounded-loops.dev/graph/v1", "graph_id": "chain", "version": "1.0.0",
+        "nodes": [node("a", json!({})), node("b", json!({"in": "text"})), node("c", json!({"in": "text"}))],
+        "edges": [
+            {"from_node": "a", "from_port": "out", "to_node": "b", "to_port": "in"},
+            {"from_node": "b", "from_port": "out", "to_node": "c", "to_port": "in"},
+        ],
+        "connection_slots": [],
+        "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
+    });
+    let graph = bl_graph::lint(&manifest.to_string(), bl_graph::Format::Json).unwrap();
+    let plan = bl_graph::compile(
+        &graph,
+        &CompileInput {
+            connections: None,
+            available_packages: None,
+            policy_digest: DEFAULT_POLICY_DIGEST,
+        },
+    )
+    .unwrap();
+    Schedule::of(&graph, &plan)
+}
+
+/// The log in memory: appends by key, idempotent as the real one is.
+#[derive(Default)]
+struct MemoryJournal {
+    events: Vec<(String, String, Value)>,
+    annex: Vec<(String, String, Value)>,
+}
+
+impl Journal for MemoryJournal {
+    fn append(&mut self, event: &Event) -> Result<(), RunError> {
+        match self.recorded(&event.key) {
+            Some(payload) if payload == event.payload => Ok(()),
+            Some(_) => Err(RunError::Journal(format!(
+                "{} recorded otherwise",
+                event.key
+            ))),
+            None => {
+                let line = (
+                    event.key.clone(),
+                    event.kind.to_string(),
+                    event.payload.clone(),
+                );
+                self.events.push(line);
+                Ok(())
+            }
+        }
+    }
+
+    fn annex(&mut self, event: &Event) -> Result<(), RunError> {
+        let line = (
+            event.key.clone(),
+            event.kind.to_string(),
+            event.payload.clone(),
+        );
+        self.annex.push(line);
+        Ok(())
+    }
+
+    fn recorded(&self, key: &str) -> Option<Value> {
+        self.events
+            .iter()
+            .chain(&self.annex)
+            .find(|(k, _, _)| k == key)
+            .map(|(_, _, p)| p.clone())
+    }
+
+    fn sync(&mut self) -> Result<(), RunError> {
+        Ok(())
+    }
+}
+
+impl MemoryJournal {
+    fn view(&self) -> RunView {
+        projection::project(self.events.iter().map(|(_, kind, p)| (kind.as_str(), p)))
+    }
+
+    fn kinds(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .map(|(_, kind, p)| match p["node_id"].as_str() {
+                Some(node) => format!("{node}:{kind}"),
+                None => kind.clone(),
+            })
+            .collect()
+    }
+}
+
+struct MemoryArtifacts;
+
+impl Artifacts for MemoryArtifacts {
+    fn put(&self, bytes: &[u8], _media_type: &str, _attempt: u32) -> Result<String, RunError> {
+        Ok(bl_core::Sha256Digest::of(bytes).to_string())
+    }
+
+    fn sync(&self) -> Result<(), RunError> {
+        Ok(())
+    }
+}
+
+struct NoDecisions;
+
+impl Decisions for NoDecisions {
+    fn decision(&self, _node: &str, _round: u32, _evidence: &[String]) -> Option<bool> {
+        None
+    }
+}
+
+struct NoLedger;
+
+impl Ledger for NoLedger {
+    fn publish(&self, _order: &PublishOrder) -> Result<Publication, RunError> {
+        Err(RunError::Ledger("no publish in these graphs".into()))
+    }
+}
+
+struct MemoryStage;
+
+impl Stage for MemoryStage {
+    fn stage(&self, request: &StageRequest) -> Result<(PathBuf, Vec<StagedInput>), StageError> {
+        Ok((
+            PathBuf::from(format!("/nowhere/{}", request.node_id)),
+            Vec::new(),
+        ))
+    }
+}
+
+/// What the worker does for a node's turn.
+#[derive(Clone)]
+enum Turn {
+    Reply(Option<Usage>),
+    /// A fault on the node's first turn, a reply after.
+    FaultFirst,
+    Panic,
+    Never,
+}
+
+/// Answers each turn as scripted for its node (a reply by default), and
+/// counts the turns.
+#[derive(Default)]
+struct ScriptedWorker {
+    script: HashMap<String, Turn>,
+    turns: AtomicU32,
+    faulted: Mutex<Vec<String>>,
+}
+
+impl Worker for ScriptedWorker {
+    fn work(&self, request: WorkRequest) -> WorkFuture {
+        self.turns.fetch_add(1, Ordering::SeqCst);
+        assert!(
+            matches!(request.task, Task::Command { .. }),
+            "{:?}",
+            request.task
+        );
+        let turn = self
+            .script
+            .get(&request.node_id)
+            .cloned()
+            .unwrap_or(Turn::Reply(None));
+        let first = !self.faulted.lock().unwrap().contains(&request.node_id);
+        if matches!(turn, Turn::FaultFirst) {
+            self.faulted.lock().unwrap().push(request.node_id.clone());
+        }
+        Box::pin(async move {
+            match turn {
+                Turn::FaultFirst if first => WorkReply::Fault("the agent crashed".into()),
+                Turn::FaultFirst => WorkReply::text(b"done".to_vec(), "scripted"),
+                Turn::Reply(usage) => WorkReply::Reply {
+                    bytes: format!("{} did it", request.node_id).into_bytes(),
+                    usage,
+                    reported_by: "scripted".into(),
+                    plugins: Vec::new(),
+                },
+                Turn::Panic => panic!("the worker's task panicked"),
+                Turn::Never => std::future::pending().await,
+            }
+        })
+    }
+}
+
+/// Decides each attempt as scripted for its node, in order (a pass once
+/// the script runs out).
+#[derive(Default)]
+struct ScriptedJudge {
+    script: Mutex<HashMap<String, VecDeque<Ruling>>>,
+}
+
+impl Judge for ScriptedJudge {
+    fn judge(&self, request: JudgeRequest) -> JudgeFuture {
+        let decision = self
+            .script
+            .lock()
+            .unwrap()
+            .get_mut(&request.node_id)
+            .and_then(VecDeque::pop_front)
+            .unwrap_or_else(|| Ruling::Pass("scripted".into()));
+        Box::pin(std::future::ready(Judgement {
+            decision,
+            gate_passed: None,
+            published: Vec::new(),
+            checked: Vec::new(),
+            contracts: Default::default(),
+            plugins: Vec::new(),
+            evidence_digest: None,
+        }))
+    }
+}
+
+/// Asks to stop before anything starts.
+struct StoppedAtOnce;
+
+impl Stop for StoppedAtOnce {
+    fn requested(&self) -> Option<i32> {
+        Some(15)
+    }
+}
+
+fn settings(caps: Caps) -> RunSettings {
+    RunSettings {
+        run_id: "graph-run".into(),
+        plan_id: "plan".into(),
+        concurrency: 2,
+        caps,
+        prompts: HashMap::new(),
+        resume_ordinal: None,
+        prices: HashMap::new(),
+        gate_grants: HashMap::new(),
+    }
+}
+
+/// One drive of `schedule` over the ports, on a paused clock (a timeout
+/// passes at once when nothing else can happen).
+fn drive(
+    schedule: &Schedule,
+    settings: &RunSettings,
+    journal: &mut MemoryJournal,
+    worker: Arc<ScriptedWorker>,
+    judge: Arc<ScriptedJudge>,
+    stop: Arc<dyn Stop>,
+) -> Result<RunEnd, RunError> {
+    let mut observer = |_: &Event| {};
+    let mut ports = Ports {
+        journal,
+        artifacts: &MemoryArtifacts,
+        decisions: &NoDecisions,
+        ledger: &NoLedger,
+        worker,
+        stage: Arc::new(MemoryStage),
+        judge,
+        observer: &mut observer,
+        stop,
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(bl_run::executor::drive(schedule, settings, &mut ports))
+}
+
+#[test]
+fn a_chain_runs_in_order_and_a_second_drive_replays_it_without_a_turn() {
+    let schedule = chain(1);
+    let mut journal = MemoryJournal::default();
+    let worker = Arc::new(ScriptedWorker::default());
+    let judge = Arc::new(ScriptedJudge::default());
+    let end = drive(
+        &schedule,
+        &settings(Caps::default()),
+        &mut journal,
+        worker.clone(),
+        judge.clone(),
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(end, RunEnd::Succeeded);
+    assert_eq!(worker.turns.load(Ordering::SeqCst), 3);
+    let kinds = journal.kinds();
+    let at = |k: &str| {
+        kinds
+            .iter()
+            .position(|x| x == k)
+            .unwrap_or_else(|| panic!("{k} in {kinds:?}"))
+    };
+    assert!(at("a:node.succeeded") < at("b:node.running"), "{kinds:?}");
+    assert!(at("b:node.succeeded") < at("c:node.running"), "{kinds:?}");
+    assert_eq!(journal.view().run_state, "SUCCEEDED");
+
+    let recorded = journal.events.len();
+    let again = drive(
+        &schedule,
+        &settings(Caps::default()),
+        &mut journal,
+        worker.clone(),
+        judge,
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(again, RunEnd::Succeeded);
+    assert_eq!(
+        worker.turns.load(Ordering::SeqCst),
+        3,
+        "no turn is taken twice"
+    );
+    assert_eq!(journal.events.len(), recorded, "nothing is recorded twice");
+}
+
+fn faulting_first(node: &str) -> Arc<ScriptedWorker> {
+    Arc::new(ScriptedWorker {
+        script: HashMap::from([(node.to_string(), Turn::FaultFirst)]),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn a_faulted_attempt_is_retried_within_its_budget_and_fails_beyond_it() {
+    let mut journal = MemoryJournal::default();
+    let end = drive(
+        &chain(2),
+        &settings(Caps::default()),
+        &mut journal,
+        faulting_first("b"),
+        Arc::new(ScriptedJudge::default()),
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(end, RunEnd::Succeeded);
+    assert_eq!(journal.view().node("b").attempt, 2, "{:?}", journal.kinds());
+
+    let mut journal = MemoryJournal::default();
+    let end = drive(
+        &chain(1),
+        &settings(Caps::default()),
+        &mut journal,
+        faulting_first("b"),
+        Arc::new(ScriptedJudge::default()),
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(end, RunEnd::Failed);
+    let view = journal.view();
+    assert_eq!(view.node("a").state, "SUCCEEDED");
+    assert_eq!(view.node("b").state, "FAILED");
+    assert_ne!(
+        view.node("c").state,
+        "SUCCEEDED",
+        "nothing runs past a failure"
+    );
+}
+
+#[test]
+fn a_spent_token_cap_pauses_the_run_before_the_next_turn() {
+    let worker = ScriptedWorker {
+        script: HashMap::from([(
+            "a".to_string(),
+            Turn::Reply(Some(Usage {
+                input_tokens: 700,
+                output_tokens: 400,
+                cost_microunits: 0,
+            })),
+        )]),
+        ..Default::default()
+    };
+    let worker = Arc::new(worker);
+    let mut journal = MemoryJournal::default();
+    let end = drive(
+        &chain(1),
+        &settings(Caps {
+            max_tokens: Some(1000),
+            max_cost_microunits: None,
+        }),
+        &mut journal,
+        worker.clone(),
+        Arc::new(ScriptedJudge::default()),
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert!(matches!(end, RunEnd::BudgetPaused(_)), "{end:?}");
+    assert_eq!(worker.turns.load(Ordering::SeqCst), 1);
+    assert_eq!(journal.view().tokens, 1100);
+}
+
+#[test]
+fn a_stop_before_the_first_turn_starts_nothing_and_the_run_goes_on_after() {
+    let schedule = chain(1);
+    let worker = Arc::new(ScriptedWorker::default());
+    let mut journal = MemoryJournal::default();
+    let end = drive(
+        &schedule,
+        &settings(Caps::default()),
+        &mut journal,
+        worker.clone(),
+        Arc::new(ScriptedJudge::default()),
+        Arc::new(StoppedAtOnce),
+    )
+    .unwrap();
+    assert!(
+        matches!(end, RunEnd::Interrupted { signal: 15, .. }),
+        "{end:?}"
+    );
+    assert_eq!(worker.turns.load(Ordering::SeqCst), 0);
+    assert_eq!(journal.view().run_state, "RUNNING", "stopped, not ended");
+
+    let mut resumed = settings(Caps::default());
+    resumed.resume_ordinal = Some(1);
+    let end = drive(
+        &schedule,
+        &resumed,
+        &mut journal,
+        worker.clone(),
+        Arc::new(ScriptedJudge::default()),
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(end, RunEnd::Succeeded);
+    assert_eq!(worker.turns.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn a_panicking_task_is_a_task_error_never_a_verdict() {
+    let worker = ScriptedWorker {
+        script: HashMap::from([("a".to_string(), Turn::Panic)]),
+        ..Default::default()
+    };
+    let mut journal = MemoryJournal::default();
+    let end = drive(
+        &chain(1),
+        &settings(Caps::default()),
+        &mut journal,
+        Arc::new(worker),
+        Arc::new(ScriptedJudge::default()),
+        Arc::new(NeverStop),
+    );
+    assert!(matches!(end, Err(RunError::Task(_))), "{end:?}");
+    assert_ne!(journal.view().node("a").state, "SUCCEEDED");
+}
+
+#[test]
+fn a_reply_that_never_comes_is_a_fault_after_the_deadline_and_grace() {
+    let worker = ScriptedWorker {
+        script: HashMap::from([("b".to_string(), Turn::Never)]),
+        ..Default::default()
+    };
+    let mut journal = MemoryJournal::default();
+    let end = drive(
+        &chain(1),
+        &settings(Caps::default()),
+        &mut journal,
+        Arc::new(worker),
+        Arc::new(ScriptedJudge::default()),
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(end, RunEnd::Failed);
+    let view = journal.view();
+    assert_eq!(view.node("b").state, "FAILED");
+    let reason = view.node("b").reason.unwrap_or_default();
+    assert!(
+        reason.contains(&format!("{}s of grace", WORK_GRACE.as_secs())),
+        "{reason}"
+    );
+}
+
+#[test]
+fn requests_and_replies_cross_the_wire_with_their_version() {
+    let request = WorkRequest {
+        run_id: "graph-run".into(),
+        node_id: "b".into(),
+        attempt: 2,
+        execution: 1,
+        round: 0,
+        prompt: "do it".into(),
+        binding: None,
+        task: Task::Command {
+            argv: vec!["echo".into(), "b".into()],
+        },
+        isolation: bl_graph::model::Isolation::WorkspaceOnly,
+        deadline: Duration::from_secs(60),
+        workspace: Path::new("/work/b").to_path_buf(),
+        inputs: vec![StagedInput {
+            port: "in".into(),
+            from_node: "a".into(),
+            from_port: "out".into(),
+            path: "inputs/in".into(),
+            digest: format!("sha256:{}", "a".repeat(64)),
+            size: 3,
+            kind: "text".into(),
+        }],
+        outputs: Vec::new(),
+    };
+    let bytes = Wire::seal(&request);
+    let back: WorkRequest = Wire::open(&bytes).unwrap();
+    assert_eq!(Wire::seal(&back), bytes);
+    assert_eq!(back.inputs, request.inputs);
+
+    let reply = WorkReply::Fault("lost".into());
+    let back: WorkReply = Wire::open(&Wire::seal(&reply)).unwrap();
+    assert_eq!(back, reply);
+
+    let mut future: Value = serde_json::from_slice(&bytes).unwrap();
+    future["version"] = json!(99);
+    let refused = Wire::<WorkRequest>::open(future.to_string().as_bytes()).unwrap_err();
+    assert_eq!(refused, WireError::Version(99));
+    assert!(matches!(
+        Wire::<WorkReply>::open(b"{}"),
+        Err(WireError::Malformed(_))
+    ));
+}
