@@ -12,6 +12,7 @@ use bl_run::executor::{Task, WorkFuture, WorkReply, WorkRequest, Worker};
 use serde_json::{Value, json};
 
 use bl_handoff::ChildRunRefused;
+use bl_run::projection::RunState;
 
 use crate::error::AppError;
 
@@ -249,7 +250,7 @@ impl bl_handoff::SubgraphCheck for ChildRuns {
         }
         let view =
             bl_run::projection::project(events.iter().map(|e| (e.kind.as_str(), &e.payload)));
-        if view.run_state != "SUCCEEDED" {
+        if view.run_state != RunState::Succeeded {
             return Err(ChildRunRefused(format!(
                 "the child run {rel} ended {}, not SUCCEEDED",
                 view.run_state

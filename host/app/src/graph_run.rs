@@ -15,7 +15,7 @@ use bl_graph::model::{Named, NodeKind};
 use bl_graph::plan::DEFAULT_POLICY_DIGEST;
 use bl_graph::{CompileInput, Graph, Plan};
 use bl_run::executor::{self, Caps, Ports, RunEnd, RunSettings};
-use bl_run::projection::{self, RunView};
+use bl_run::projection::{self, NodeState, RunState, RunView};
 use bl_run::schedule::{Driver, Schedule};
 use bl_store::{RunDir, RunIdentity};
 use bl_workers::{Catalog, LocalCli, Network, Transport, Workers};
@@ -1272,7 +1272,7 @@ fn check_prompts(
 ) -> Result<(), AppError> {
     for node in &schedule.nodes {
         if node.driver == Driver::Worker
-            && view.node(&node.id).state == "PENDING"
+            && view.node(&node.id).state == NodeState::Pending
             && !prompts.contains_key(&node.id)
         {
             return Err(refused(format!(
@@ -1323,7 +1323,7 @@ pub fn continue_child(
     recover_torn_tail(dir)?;
     let (view, _, _) = view_of(dir)?;
     if view.is_terminal() {
-        let end = if view.run_state == "SUCCEEDED" {
+        let end = if view.run_state == RunState::Succeeded {
             RunEnd::Succeeded
         } else {
             RunEnd::Failed
@@ -1364,7 +1364,7 @@ impl crate::graph_nodes::ChildRunner for ChildDrives {
         Ok(crate::graph_nodes::ChildRun {
             plan_id: run.plan.plan_id,
             graph_digest: run.plan.graph_digest,
-            run_state: view.run_state,
+            run_state: view.run_state.to_string(),
         })
     }
 }
@@ -1604,7 +1604,7 @@ pub fn approve(
     let prompts = read_prompts(options)?;
     let round = repair_rounds(&events);
     let state = view.node(node_id).state;
-    let decided = matches!(state.as_str(), "SUCCEEDED" | "FAILED");
+    let decided = matches!(state, NodeState::Succeeded | NodeState::Failed);
     if let Some(first) = approvals::recorded(dir, node_id, round)?
         && first.approved != approved
     {

@@ -14,6 +14,7 @@ pub mod graph_plan;
 pub mod graph_run;
 pub mod keys;
 pub mod loop_gates;
+pub mod loop_info;
 pub mod loop_run;
 pub mod loop_trace;
 pub mod notes;

@@ -11,7 +11,7 @@ use bl_app::graph_run::{self, DriveOptions, Driven, Watcher};
 use bl_core::python_json;
 use bl_graph::model::Named;
 use bl_run::executor::RunEnd;
-use bl_run::projection::RunView;
+use bl_run::projection::{NodeState, RunState, RunView};
 use serde_json::{Value, json};
 
 use crate::exit::{CliError, CliResult, Exit};
@@ -154,7 +154,7 @@ pub fn approve(
         }
         return Ok(if answer["paused"] == json!(true) {
             Exit::Paused
-        } else if view.run_state == "FAILED" {
+        } else if view.run_state == RunState::Failed {
             Exit::Refused
         } else {
             Exit::Success
@@ -168,7 +168,7 @@ pub fn approve(
         outln!("state     : {}", state_in_words(view, &awaiting, false));
         for id in &order {
             let state = view.node(id).state;
-            outln!("  {} node '{id}': {state}", node_mark(&state));
+            outln!("  {} node '{id}': {state}", node_mark(state));
         }
     }
     Ok(exit_of(end))
@@ -239,7 +239,7 @@ fn report_drive(driven: &Driven, title: &str, flags: &DriveFlags) -> CliResult {
     for node in &run.graph.nodes {
         let id = &node.id;
         let n = view.node(id);
-        let mark = node_mark(&n.state);
+        let mark = node_mark(n.state);
         let artifact = shown_artifact(node, &n.artifact_digests, 24);
         outln!("  {mark} node '{id}': {}  artifact={artifact}", n.state);
     }
@@ -316,14 +316,14 @@ pub fn status(dir: &Path) -> CliResult {
         let n = view.node(&node.id);
         let effects: Vec<&str> = node.effects.iter().map(|e| e.name()).collect();
         let artifact = shown_artifact(node, &n.artifact_digests, 20);
-        let reason = match (n.state.as_str(), &n.reason) {
-            ("SUCCEEDED", _) | (_, None) => "-".to_string(),
+        let reason = match (n.state, &n.reason) {
+            (NodeState::Succeeded, _) | (_, None) => "-".to_string(),
             (_, Some(reason)) => reason.clone(),
         };
         rows.push([
             node.id.clone(),
             node.kind.name().to_string(),
-            n.state.clone(),
+            n.state.to_string(),
             node.isolation.name().to_string(),
             effects.join(","),
             artifact,
@@ -390,8 +390,8 @@ pub fn artifacts(dir: &Path) -> CliResult {
 /// larger budget is PAUSED, though its log (and `--json`, as bounded-loops
 /// defines it) still says RUNNING.
 fn state_in_words(view: &RunView, awaiting: &[String], live: bool) -> String {
-    if view.run_state != "RUNNING" {
-        return view.run_state.clone();
+    if view.run_state != RunState::Running {
+        return view.run_state.to_string();
     }
     if !awaiting.is_empty() {
         return format!(
@@ -462,12 +462,12 @@ fn shown_artifact(node: &bl_graph::model::GraphNode, digests: &[String], width: 
 }
 
 /// The mark before a node's line in a run's report.
-fn node_mark(state: &str) -> &'static str {
+fn node_mark(state: NodeState) -> &'static str {
     match state {
-        "SUCCEEDED" => "✓",
-        "FAILED" | "CANCELLED" => "✗",
-        "AWAITING_APPROVAL" => "⏸",
-        "SKIPPED" => "–",
+        NodeState::Succeeded => "✓",
+        NodeState::Failed | NodeState::Cancelled => "✗",
+        NodeState::AwaitingApproval => "⏸",
+        NodeState::Skipped => "–",
         _ => "·",
     }
 }

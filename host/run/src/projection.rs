@@ -6,9 +6,100 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+/// Defines a state as the log names it: bounded-loops' upper-case word,
+/// shown and serialized as that word, and compared with it.
+macro_rules! logged_state {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident => $word:literal,)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub enum $name {
+            #[default]
+            $($variant,)*
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The word the log records.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)*
+                }
+            }
+
+            /// The state the log's `word` names.
+            pub fn parse(word: &str) -> Option<$name> {
+                $name::ALL.iter().copied().find(|s| s.as_str() == word)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, word: &&str) -> bool {
+                self.as_str() == *word
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, state: &$name) -> bool {
+                *self == state.as_str()
+            }
+        }
+    };
+}
+
+logged_state! {
+    /// A node's state, as its last event records it.
+    NodeState {
+        Pending => "PENDING",
+        Ready => "READY",
+        Starting => "STARTING",
+        Running => "RUNNING",
+        Gating => "GATING",
+        AwaitingApproval => "AWAITING_APPROVAL",
+        Succeeded => "SUCCEEDED",
+        Failed => "FAILED",
+        Skipped => "SKIPPED",
+        Cancelled => "CANCELLED",
+    }
+}
+
+logged_state! {
+    /// A run's state, as its log records it. A run waiting for a decision
+    /// or a budget is still `RUNNING` here, as bounded-loops has it.
+    RunState {
+        Pending => "PENDING",
+        Running => "RUNNING",
+        Succeeded => "SUCCEEDED",
+        Failed => "FAILED",
+    }
+}
+
+impl NodeState {
+    /// Whether the node has ended (nothing more will happen to it this
+    /// round).
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            NodeState::Succeeded | NodeState::Failed | NodeState::Skipped | NodeState::Cancelled
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeView {
-    pub state: String,
+    pub state: NodeState,
     pub attempt: u64,
     pub gate_passed: Option<bool>,
     pub gate_reason: Option<String>,
@@ -28,7 +119,7 @@ pub struct NodeView {
 impl Default for NodeView {
     fn default() -> Self {
         NodeView {
-            state: "PENDING".into(),
+            state: NodeState::Pending,
             attempt: 0,
             gate_passed: None,
             gate_reason: None,
@@ -70,7 +161,7 @@ pub fn why(payload: &Value) -> String {
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunView {
-    pub run_state: String,
+    pub run_state: RunState,
     pub nodes: BTreeMap<String, NodeView>,
     pub budget_pause: Option<Value>,
     pub resumes: u32,
@@ -94,14 +185,14 @@ impl RunView {
     }
 
     pub fn is_terminal(&self) -> bool {
-        matches!(self.run_state.as_str(), "SUCCEEDED" | "FAILED")
+        matches!(self.run_state, RunState::Succeeded | RunState::Failed)
     }
 
     /// Nodes waiting for a human decision, in `order`.
     pub fn awaiting<'a>(&self, order: impl IntoIterator<Item = &'a str>) -> Vec<String> {
         order
             .into_iter()
-            .filter(|id| self.node(id).state == "AWAITING_APPROVAL")
+            .filter(|id| self.node(id).state == NodeState::AwaitingApproval)
             .map(str::to_string)
             .collect()
     }
@@ -110,17 +201,17 @@ impl RunView {
 /// Folds `(event_type, payload)` pairs, in log order.
 pub fn project<'a>(events: impl IntoIterator<Item = (&'a str, &'a Value)>) -> RunView {
     let mut run = RunView {
-        run_state: "PENDING".into(),
+        run_state: RunState::Pending,
         spend_complete: true,
         ..RunView::default()
     };
     for (kind, payload) in events {
         let node_id = payload["node_id"].as_str();
         match (kind, node_id) {
-            ("run.created", _) => run.run_state = "PENDING".into(),
-            ("run.started", _) => run.run_state = "RUNNING".into(),
-            ("run.succeeded", _) => run.run_state = "SUCCEEDED".into(),
-            ("run.failed", _) => run.run_state = "FAILED".into(),
+            ("run.created", _) => run.run_state = RunState::Pending,
+            ("run.started", _) => run.run_state = RunState::Running,
+            ("run.succeeded", _) => run.run_state = RunState::Succeeded,
+            ("run.failed", _) => run.run_state = RunState::Failed,
             ("run.resumed", _) => run.resumes += 1,
             ("run.budget.paused", _) => {
                 run.pauses += 1;
@@ -150,6 +241,15 @@ pub fn project<'a>(events: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Ru
     run
 }
 
+/// The state an event's payload records (a word this version does not
+/// know leaves the state as it was).
+fn logged(p: &Value, was: NodeState) -> NodeState {
+    p["state"]
+        .as_str()
+        .and_then(NodeState::parse)
+        .unwrap_or(was)
+}
+
 fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
     let attempt = p["attempt"].as_u64();
     match kind {
@@ -158,7 +258,7 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
         | "node.running"
         | "node.gating"
         | "node.awaiting_approval" => {
-            node.state = p["state"].as_str().unwrap_or_default().to_string();
+            node.state = logged(p, node.state);
             node.attempt = attempt.unwrap_or(node.attempt);
         }
         "node.spend" => match p.get("usage") {
@@ -172,7 +272,7 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
         "node.attempt.failed" => node.reason = Some(why(p)),
         "node.succeeded" | "node.failed" => {
             node.reason = (kind == "node.failed").then(|| why(p));
-            node.state = p["state"].as_str().unwrap_or_default().to_string();
+            node.state = logged(p, node.state);
             node.attempt = attempt.unwrap_or(node.attempt);
             node.artifact_digests = p["artifact_digests"]
                 .as_array()
@@ -196,13 +296,13 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
             node.transport = p["transport"].as_str().map(str::to_string);
         }
         "node.skipped" => {
-            node.state = "SKIPPED".into();
+            node.state = NodeState::Skipped;
             node.attempt = 0;
             node.reason = p["reason"].as_str().map(str::to_string);
         }
         // Kept in the annex, folded after the log: it speaks only of an
         // attempt nothing ended since.
-        "node.interrupted" if node.state == "RUNNING" => {
+        "node.interrupted" if node.state == NodeState::Running => {
             node.reason = Some(why(p));
         }
         "node.repaired" => {
@@ -219,5 +319,30 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
             };
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn states_are_the_logs_words_and_an_unknown_word_changes_nothing() {
+        for state in NodeState::ALL {
+            assert_eq!(NodeState::parse(state.as_str()), Some(*state));
+            assert_eq!(json!(state), json!(state.as_str()));
+        }
+        let started = json!({"node_id": "a", "state": "RUNNING", "attempt": 1});
+        let odd = json!({"node_id": "a", "state": "SOMEWHERE_ELSE", "attempt": 1});
+        let view = project([
+            ("run.started", &json!({})),
+            ("node.running", &started),
+            ("node.gating", &odd),
+        ]);
+        assert_eq!(view.node("a").state, NodeState::Running);
+        assert_eq!(view.node("a").state, "RUNNING");
+        assert_eq!(view.run_state, RunState::Running);
+        assert!(!view.is_terminal());
     }
 }

@@ -1,0 +1,144 @@
+//! What a loop front end shows besides a run: the gate kinds and whether
+//! this machine can run each, what this bl can do here (`capabilities`),
+//! and a loop run's receipt read back from its ledger. The CLI prints them;
+//! the MCP server will answer with them.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::error::AppError;
+
+/// Whether `program` is on the operator's PATH.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
+}
+
+/// Every gate kind, what runs it, and whether this machine has it.
+pub fn gates() -> Vec<Value> {
+    let plugin = |name: &str| crate::paths::resolve_plugin(name).is_ok();
+    let pytest = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import pytest"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mut gates = vec![
+        json!({"kind": "command", "available": plugin("command"), "plugin": "command", "dependencies": [], "description": "Runs the loop's command (no shell) in the sandbox; exit 0 passes, 1 rejects, anything else is an error"}),
+        json!({"kind": "pytest", "available": plugin("pytest") && pytest, "plugin": "pytest", "dependencies": ["python3 -m pytest"], "description": "Runs pytest -q in the workspace"}),
+        json!({"kind": "jsonschema", "available": plugin("jsonschema"), "plugin": "jsonschema", "dependencies": [], "description": "Validates output.json against the loop's JSON Schema (drafts 7 and 2020-12), in wasm"}),
+        json!({"kind": "composite", "available": true, "plugin": null, "dependencies": [], "description": "All child gates must pass (mode: all); any child error is an error"}),
+    ];
+    for (kind, tool) in [
+        ("osv", "osv-scanner"),
+        ("checkov", "checkov"),
+        ("gitleaks", "gitleaks"),
+        ("semgrep", "semgrep"),
+        ("trivy", "trivy"),
+        ("promptfoo", "promptfoo"),
+        ("great_expectations", "great_expectations"),
+        ("axe", "axe"),
+    ] {
+        gates.push(json!({"kind": kind, "available": plugin("command") && on_path(tool), "plugin": "command", "dependencies": [tool],
+                          "description": format!("Runs {tool} through the command gate and reads its JSON report; a missing {tool} is an error")}));
+    }
+    gates
+}
+
+/// What this bl can do on this machine, and what it only declares.
+pub fn capabilities() -> Value {
+    let bwrap = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
+        .iter()
+        .any(|p| Path::new(p).is_file());
+    json!({
+        "engine": {"name": "bl", "version": env!("CARGO_PKG_VERSION"), "graph_api_version": "bounded-loops.dev/graph/v1",
+                   "compatible_with": "bounded-loops 0.7 (manifests, loop packages, ledgers, run directories, exit codes)",
+                   "what_it_is": "A bounded loop drives one task to a finish an independent gate verifies; a graph is a DAG of gated nodes. Every run leaves a hash-chained record that bl verify checks."},
+        "loop_statuses": {"all": ["DONE", "HALT", "PAUSE", "KILLED", "ERROR"], "success": ["DONE"],
+                          "not_success": ["ERROR", "HALT", "KILLED", "PAUSE"],
+                          "exit_codes": {"DONE": 0, "HALT": 1, "PAUSE": 1, "KILLED": 1, "ERROR": 3, "manifest or refusal": 2}},
+        "bounds": [
+            {"field": "max_iterations", "enforced": "before every lap; at most 1000"},
+            {"field": "no_progress_window", "enforced": "a content digest of the workspace after every turn; that many unchanged laps in a row halt"},
+            {"field": "max_tokens", "enforced": "before every lap, from the tokens the runner reported"},
+            {"field": "max_wallclock_s", "enforced": "before every lap and inside every turn (the turn is stopped), less the handoff reserve"},
+            {"field": "sandbox", "enforced": if bwrap { "runner and gate commands run in bubblewrap with no network (process_restricted)" } else { "bubblewrap is not installed: a loop asking for the sandbox is refused" }},
+            {"field": "quarantine_inputs", "enforced": "credential-like seed entries are withheld from the workspace and named"},
+            {"field": "schema", "enforced": "the jsonschema gate validates output.json against it"},
+            {"field": "trace", "enforced": "one OpenTelemetry span per lap over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set"},
+            {"field": "require_approval", "enforced": "a passing gate needs a y on stdin, else PAUSE; null means true at L2 and L3"},
+        ],
+        "kill_switch": {"variable": crate::loop_run::KILL_SWITCH, "rule": "any non-empty value stops every loop at the start of its next lap"},
+        "runners": ["stub", "shell", "python_callable", "claude-code", "codex", "antigravity"],
+        "gates": gates(),
+        "isolation": {"bubblewrap": bwrap, "tiers": ["workspace_only", "process_restricted", "container_restricted"], "never_available": ["customer_managed_worker"],
+                      "fails_closed": "a tier this machine cannot provide is refused, never downgraded"},
+        "plugins": {"wit_package": bl_plugins::WIT_PACKAGE, "worlds": ["gate", "completion-contract", "transform", "publication-policy"]},
+        "reporting_rule": "Report the status bl returned as it is. Only DONE means the gate passed; an ERROR has no verdict at all.",
+    })
+}
+
+/// A loop run's receipt: as JSON text (ASCII-escaped, as bounded-loops
+/// writes it) and as Markdown.
+pub struct LoopReceipt {
+    pub json_text: String,
+    pub markdown: String,
+}
+
+/// The receipt of the loop run in `run_dir`, from its ledger and metadata.
+pub fn receipt(run_dir: &Path) -> Result<LoopReceipt, AppError> {
+    let unreadable = || {
+        AppError::refused(format!(
+            "receipt: {} is not a readable run directory (expected a ledger.jsonl inside it holding UTF-8 JSON lines)",
+            run_dir.display()
+        ))
+    };
+    let text = std::fs::read_to_string(run_dir.join(LEDGER)).map_err(|_| unreadable())?;
+    let rows: Vec<Value> = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .map_err(|_| unreadable())?;
+    let metadata: Value = std::fs::read_to_string(run_dir.join(METADATA))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    let run_id = metadata["run_id"]
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| {
+            run_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+    let receipt =
+        bl_loops::receipt::receipt(&rows, &metadata, &run_id, &run_dir.display().to_string());
+    let json_text =
+        bl_loops::ledger::ascii_escaped(&serde_json::to_string_pretty(&receipt).expect("json"));
+    let markdown = bl_loops::receipt::receipt_markdown(&receipt);
+    Ok(LoopReceipt {
+        json_text,
+        markdown,
+    })
+}
+
+/// A loop run's ledger and metadata, as bounded-loops names them.
+const LEDGER: &str = "ledger.jsonl";
+const METADATA: &str = "metadata.json";
+
+/// Writes `receipt.json` and `receipt.md` into `run_dir`; returns their
+/// paths.
+pub fn write_receipt(run_dir: &Path, receipt: &LoopReceipt) -> Result<Vec<PathBuf>, AppError> {
+    let mut written = Vec::new();
+    for (name, text) in [
+        ("receipt.json", format!("{}\n", receipt.json_text)),
+        ("receipt.md", receipt.markdown.clone()),
+    ] {
+        let path = run_dir.join(name);
+        std::fs::write(&path, text).map_err(|e| {
+            AppError::refused(format!("receipt: cannot write {}: {e}", path.display()))
+        })?;
+        written.push(path);
+    }
+    Ok(written)
+}
