@@ -70,7 +70,7 @@ pub struct DriveOptions {
     /// Who watches a top-level drive's events (a child run is unwatched).
     pub watch: Option<Watcher>,
     /// A stop asked of this drive alone (besides a process-wide signal).
-    pub cancel: Option<Arc<crate::runtime::Cancel>>,
+    pub cancel: Option<Arc<crate::stop::Cancel>>,
 }
 
 /// A run directory, loaded and its plan recompiled.

@@ -46,7 +46,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -59,23 +58,7 @@ use crate::graph_run::{self, Approved, DriveOptions, Driven, RunStatus};
 
 pub use bl_verify::{Options as VerifyOptions, Report as VerifyReport};
 
-/// The signal number a cancelled run records as its stop (SIGTERM's): a
-/// cancel is a polite stop, and `resume` continues the run.
-pub const CANCEL_SIGNAL: i32 = 15;
-
-/// A stop asked of one run, not of the whole process.
-#[derive(Debug, Default)]
-pub struct Cancel(AtomicBool);
-
-impl Cancel {
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
+pub use crate::stop::{CANCEL_SIGNAL, Cancel};
 
 /// Runs graphs and answers about them. Cheap to clone; every call names
 /// the run directory it is about, so one runtime serves many runs.

@@ -1,11 +1,28 @@
-//! The stop a process-wide signal requests ([`bl_core::interrupt`]), as a
-//! graph drive takes it (or a cancel of that drive alone): no new attempt
-//! after it, and a record to put down
-//! before a second signal may end the process.
+//! The stop a process-wide signal requests ([`bl_core::interrupt`]), or a
+//! cancel of one drive alone, as a graph drive takes it: no new attempt
+//! after it, and a record to put down before a second signal may end the
+//! process.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::runtime::{CANCEL_SIGNAL, Cancel};
+/// The signal number a cancelled run records as its stop (SIGTERM's): a
+/// cancel is a polite stop, and `resume` continues the run.
+pub const CANCEL_SIGNAL: i32 = 15;
+
+/// A stop asked of one run, not of the whole process.
+#[derive(Debug, Default)]
+pub struct Cancel(AtomicBool);
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
 
 /// A drive's view of the process's stop request, and of its own cancel.
 pub struct ProcessStop {

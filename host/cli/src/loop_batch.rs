@@ -19,7 +19,7 @@ use nix::unistd::Pid;
 use wait_timeout::ChildExt;
 
 use crate::exit::{CliError, Exit};
-use crate::loop_cmd::RunArgs;
+use crate::loop_args::RunArgs;
 use crate::output::errln;
 
 /// How often a worker looks up from its loop to see whether bl was asked

@@ -13,6 +13,7 @@ mod interrupt;
 mod keys_cmd;
 mod ledger_cmd;
 mod log_cmd;
+mod loop_args;
 mod loop_batch;
 mod loop_cmd;
 mod loop_tools_cmd;
@@ -52,7 +53,7 @@ struct Cli {
 enum Command {
     /// Run a bounded loop: a worker takes turns in a scratch copy of the
     /// loop's seed until its gate passes or a bound stops it.
-    Run(loop_cmd::RunArgs),
+    Run(loop_args::RunArgs),
     /// Check loop packages (loop.yaml, bounds.yaml): [PASS] or [FAIL] each.
     Lint {
         /// The loop package directories to check.
