@@ -581,6 +581,10 @@ fn kill_orphans() {
             .filter(|pid| !children.contains(pid))
             .filter(|pid| proc_stat(*pid).is_some_and(|s| s.state != 'Z'))
             .collect();
+        if orphans.is_empty() {
+            // Most of the time: no walk of every process for nothing.
+            return;
+        }
         kill_trees_unreaped(&orphans)
     };
     reap(killed);
