@@ -34,6 +34,7 @@ use bl_run::executor::{
     StageError, StageRequest, StagedInput, Task, WorkFuture, WorkReply, WorkRequest, Worker,
     media_type_of,
 };
+use bl_run::reply::{ReplyRequest, ReplyRuling};
 use bl_run::schedule::OutputPort;
 use serde_json::{Value, json};
 
@@ -431,6 +432,10 @@ pub fn contracts_for(port: &OutputPort) -> Vec<(String, String, String)> {
 }
 
 impl Judge for Handoff {
+    fn rule_on_reply(&self, request: &ReplyRequest) -> ReplyRuling {
+        bl_run::reply::rule(request)
+    }
+
     fn judge(&self, request: JudgeRequest) -> JudgeFuture {
         let this = self.clone();
         Box::pin(async move {
@@ -447,7 +452,7 @@ impl Judge for Handoff {
 fn empty_judgement() -> Judgement {
     Judgement {
         decision: Ruling::Pass(String::new()),
-        gate_passed: None,
+        route: None,
         published: Vec::new(),
         checked: Vec::new(),
         contracts: BTreeMap::new(),
@@ -520,8 +525,8 @@ impl Handoff {
                 Err(e) => return Ruling::Broken(format!("gate plugin '{}': {e}", gate.plugin)),
             };
             j.evidence_digest = verdict.evidence_digest.clone();
-            if request.router {
-                j.gate_passed = Some(verdict.passed);
+            if let Some(routes) = &request.routes {
+                j.route = Some(bl_run::reply::route_of_gate(routes, verdict.passed));
                 reasons.push(format!(
                     "gate plugin '{}' {}: {}",
                     gate.plugin,

@@ -480,6 +480,52 @@ pub fn budget_paused(p: &BudgetPause) -> Event {
     }
 }
 
+// What the builders above wrote, read back (a resume replays by them).
+
+/// The usage a recorded `node.spend` carries (the inverse of its builder).
+pub fn usage_of(payload: &Value) -> Option<Usage> {
+    let u = payload.get("usage")?;
+    Some(Usage {
+        input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
+        output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
+        cost_microunits: u["cost_microunits"].as_u64().unwrap_or(0),
+    })
+}
+
+/// How a recorded attempt failed (the inverse of [`At::failed`] and
+/// [`At::attempt_failed`]).
+pub fn failure_of(payload: &Value) -> Option<AttemptFailure> {
+    let cause = Cause::parse(payload["cause"].as_str()?)?;
+    let verdict = payload.get("verdict").map(|v| Verdict {
+        passed: v["passed"].as_bool().unwrap_or(false),
+        reason: v["reason"].as_str().unwrap_or_default().to_string(),
+        evidence_digest: v["evidence_digest"].as_str().map(str::to_string),
+    });
+    let mut extra = Map::new();
+    if let Some(p) = payload.get("plugins") {
+        extra.insert("plugins".into(), p.clone());
+    }
+    Some(AttemptFailure {
+        cause,
+        reason: payload["reason"].as_str().unwrap_or_default().to_string(),
+        verdict,
+        artifact_digests: digests_of(payload),
+        extra,
+    })
+}
+
+/// The artifact digests a recorded attempt names.
+pub fn digests_of(payload: &Value) -> Vec<String> {
+    payload["artifact_digests"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|d| d.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

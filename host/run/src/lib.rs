@@ -13,6 +13,7 @@ pub mod events;
 pub mod executor;
 pub mod machine;
 pub mod projection;
+pub mod reply;
 pub mod schedule;
 
 pub use machine::{

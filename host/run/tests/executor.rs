@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bl_graph::CompileInput;
 use bl_graph::plan::DEFAULT_POLICY_DIGEST;
-use bl_run::events::{Event, Usage};
+use bl_run::events::{Event, Usage, Verdict};
 use bl_run::executor::{
     Artifacts, Caps, Decisions, Journal, Judge, JudgeFuture, JudgeRequest, Judgement, Ledger,
     NeverStop, Ports, Publication, PublishOrder, Ruling, RunEnd, RunError, RunSettings, Stage,
@@ -19,6 +19,7 @@ use bl_run::executor::{
     WorkReply, WorkRequest, Worker,
 };
 use bl_run::projection::{self, RunView};
+use bl_run::reply::{ReplyRequest, ReplyRuling};
 use bl_run::schedule::Schedule;
 use serde_json::{Value, json};
 
@@ -42,6 +43,10 @@ fn chain(max_attempts: u32) -> Schedule {
         "connection_slots": [],
         "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
     });
+    schedule_of(manifest)
+}
+
+fn schedule_of(manifest: Value) -> Schedule {
     let graph = bl_graph::lint(&manifest.to_string(), bl_graph::Format::Json).unwrap();
     let plan = bl_graph::compile(
         &graph,
@@ -60,10 +65,23 @@ fn chain(max_attempts: u32) -> Schedule {
 struct MemoryJournal {
     events: Vec<(String, String, Value)>,
     annex: Vec<(String, String, Value)>,
+    /// `node:kind`: the disk is lost when this event is appended, and
+    /// every append after fails too (a controller that dies there).
+    lost_at: Option<String>,
+    lost: bool,
 }
 
 impl Journal for MemoryJournal {
     fn append(&mut self, event: &Event) -> Result<(), RunError> {
+        let at = format!(
+            "{}:{}",
+            event.payload["node_id"].as_str().unwrap_or(""),
+            event.kind
+        );
+        if self.lost || self.lost_at.as_deref() == Some(at.as_str()) {
+            self.lost = true;
+            return Err(RunError::Journal(format!("the disk is gone at {at}")));
+        }
         match self.recorded(&event.key) {
             Some(payload) if payload == event.payload => Ok(()),
             Some(_) => Err(RunError::Journal(format!(
@@ -106,6 +124,12 @@ impl Journal for MemoryJournal {
 }
 
 impl MemoryJournal {
+    /// The same record on a new disk, for the next controller.
+    fn recovered(&mut self) {
+        self.lost_at = None;
+        self.lost = false;
+    }
+
     fn view(&self) -> RunView {
         projection::project(self.events.iter().map(|(_, kind, p)| (kind.as_str(), p)))
     }
@@ -164,6 +188,8 @@ impl Stage for MemoryStage {
 #[derive(Clone)]
 enum Turn {
     Reply(Option<Usage>),
+    /// A reply after this long (on the paused clock).
+    Slow(Duration),
     /// A fault on the node's first turn, a reply after.
     FaultFirst,
     Panic,
@@ -183,7 +209,7 @@ impl Worker for ScriptedWorker {
     fn work(&self, request: WorkRequest) -> WorkFuture {
         self.turns.fetch_add(1, Ordering::SeqCst);
         assert!(
-            matches!(request.task, Task::Command { .. }),
+            matches!(request.task, Task::Command { .. } | Task::Route),
             "{:?}",
             request.task
         );
@@ -206,6 +232,10 @@ impl Worker for ScriptedWorker {
                     reported_by: "scripted".into(),
                     plugins: Vec::new(),
                 },
+                Turn::Slow(delay) => {
+                    tokio::time::sleep(delay).await;
+                    WorkReply::text(b"slow but done".to_vec(), "scripted")
+                }
                 Turn::Panic => panic!("the worker's task panicked"),
                 Turn::Never => std::future::pending().await,
             }
@@ -218,9 +248,24 @@ impl Worker for ScriptedWorker {
 #[derive(Default)]
 struct ScriptedJudge {
     script: Mutex<HashMap<String, VecDeque<Ruling>>>,
+    /// Nodes whose replies this judge rejects, whatever they say.
+    rejects_replies_of: Vec<String>,
+    /// A router's node id → the route its gate's verdict picks.
+    routes: HashMap<String, &'static str>,
 }
 
 impl Judge for ScriptedJudge {
+    fn rule_on_reply(&self, request: &ReplyRequest) -> ReplyRuling {
+        if self.rejects_replies_of.iter().any(|n| n == request.node_id) {
+            return ReplyRuling::Reject(Verdict {
+                passed: false,
+                reason: format!("the judge will not have {}'s reply", request.node_id),
+                evidence_digest: None,
+            });
+        }
+        bl_run::reply::rule(request)
+    }
+
     fn judge(&self, request: JudgeRequest) -> JudgeFuture {
         let decision = self
             .script
@@ -229,9 +274,14 @@ impl Judge for ScriptedJudge {
             .get_mut(&request.node_id)
             .and_then(VecDeque::pop_front)
             .unwrap_or_else(|| Ruling::Pass("scripted".into()));
+        let route = request
+            .routes
+            .as_ref()
+            .zip(self.routes.get(&request.node_id))
+            .and_then(|(routes, name)| routes.index(name));
         Box::pin(std::future::ready(Judgement {
             decision,
-            gate_passed: None,
+            route,
             published: Vec::new(),
             checked: Vec::new(),
             contracts: Default::default(),
@@ -540,4 +590,184 @@ fn requests_and_replies_cross_the_wire_with_their_version() {
         Wire::<WorkReply>::open(b"{}"),
         Err(WireError::Malformed(_))
     ));
+}
+
+/// triage, a gated router, routes to `fix` (its `fail` route) or `ship`
+/// (its `pass` route); each of those is a plain tool.
+fn router() -> Schedule {
+    let tool = |id: &str| {
+        json!({
+            "id": id, "kind": "tool", "tool_ref": format!("command:echo {id}"),
+            "inputs": {"in": "text"}, "outputs": {"out": "text"},
+            "budget": {"max_attempts": 1, "max_wallclock_s": 60},
+            "effects": ["read_only"], "isolation": "workspace_only",
+        })
+    };
+    let triage = json!({
+        "id": "triage", "kind": "router", "inputs": {}, "outputs": {"out": "text"},
+        "routes": {"fail": ["fix"], "pass": ["ship"]}, "default_route": "fail",
+        "gate": {"plugin": "files", "config": {}},
+        "budget": {"max_attempts": 1, "max_wallclock_s": 60},
+        "effects": ["read_only"], "isolation": "workspace_only",
+    });
+    schedule_of(json!({
+        "api_version": "bounded-loops.dev/graph/v1", "graph_id": "router", "version": "1.0.0",
+        "extensions": ["artifact-ports"],
+        "nodes": [triage, tool("fix"), tool("ship")],
+        "edges": [
+            {"from_node": "triage", "from_port": "out", "to_node": "fix", "to_port": "in"},
+            {"from_node": "triage", "from_port": "out", "to_node": "ship", "to_port": "in"},
+        ],
+        "connection_slots": [],
+        "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
+    }))
+}
+
+#[test]
+fn a_router_takes_the_route_its_judge_picks_and_the_other_is_skipped() {
+    let judge = ScriptedJudge {
+        routes: HashMap::from([("triage".to_string(), "pass")]),
+        ..Default::default()
+    };
+    let worker = Arc::new(ScriptedWorker::default());
+    let mut journal = MemoryJournal::default();
+    let end = drive(
+        &router(),
+        &settings(Caps::default()),
+        &mut journal,
+        worker.clone(),
+        Arc::new(judge),
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(end, RunEnd::Succeeded);
+    let view = journal.view();
+    assert_eq!(view.node("ship").state, "SUCCEEDED");
+    assert_eq!(view.node("fix").state, "SKIPPED");
+    let routed = journal
+        .events
+        .iter()
+        .find(|(_, kind, p)| kind == "node.succeeded" && p["node_id"] == "triage")
+        .map(|(_, _, p)| p["routed"].clone());
+    assert_eq!(routed, Some(json!("pass")));
+}
+
+#[test]
+fn the_controller_follows_the_judge_on_a_reply_it_would_have_passed() {
+    let judge = ScriptedJudge {
+        rejects_replies_of: vec!["b".into()],
+        ..Default::default()
+    };
+    let mut journal = MemoryJournal::default();
+    let end = drive(
+        &chain(1),
+        &settings(Caps::default()),
+        &mut journal,
+        Arc::new(ScriptedWorker::default()),
+        Arc::new(judge),
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(end, RunEnd::Failed);
+    let b = journal.view().node("b");
+    assert_eq!(b.state, "FAILED");
+    let failed = journal
+        .events
+        .iter()
+        .find(|(_, kind, p)| kind == "node.failed" && p["node_id"] == "b")
+        .map(|(_, _, p)| p["verdict"]["reason"].clone());
+    assert_eq!(failed, Some(json!("the judge will not have b's reply")));
+}
+
+#[test]
+fn an_attempt_a_dead_controller_left_is_redriven_at_most_three_times() {
+    let schedule = chain(1);
+    let worker = Arc::new(ScriptedWorker::default());
+    let mut journal = MemoryJournal::default();
+    for crash in 1..=4u32 {
+        journal.lost_at = Some("b:node.succeeded".into());
+        let mut resumed = settings(Caps::default());
+        resumed.resume_ordinal = (crash > 1).then_some(crash - 1);
+        let end = drive(
+            &schedule,
+            &resumed,
+            &mut journal,
+            worker.clone(),
+            Arc::new(ScriptedJudge::default()),
+            Arc::new(NeverStop),
+        );
+        assert!(matches!(end, Err(RunError::Journal(_))), "{end:?}");
+        journal.recovered();
+        // a once, then b on every drive: the record shows b started and
+        // never ended, so each new controller takes b's turn again.
+        assert_eq!(worker.turns.load(Ordering::SeqCst), 1 + crash);
+    }
+    let mut resumed = settings(Caps::default());
+    resumed.resume_ordinal = Some(4);
+    let end = drive(
+        &schedule,
+        &resumed,
+        &mut journal,
+        worker.clone(),
+        Arc::new(ScriptedJudge::default()),
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(end, RunEnd::Failed);
+    assert_eq!(
+        worker.turns.load(Ordering::SeqCst),
+        5,
+        "no fifth turn for b"
+    );
+    let reason = journal.view().node("b").reason.unwrap_or_default();
+    assert!(reason.contains("died 4 times"), "{reason}");
+}
+
+/// Two roots: `fast` panics at once while `slow` is still at work.
+fn two_roots() -> Schedule {
+    let tool = |id: &str| {
+        json!({
+            "id": id, "kind": "tool", "tool_ref": format!("command:echo {id}"),
+            "inputs": {}, "outputs": {"out": "text"},
+            "budget": {"max_attempts": 1, "max_wallclock_s": 600},
+            "effects": ["read_only"], "isolation": "workspace_only",
+        })
+    };
+    schedule_of(json!({
+        "api_version": "bounded-loops.dev/graph/v1", "graph_id": "roots", "version": "1.0.0",
+        "nodes": [tool("fast"), tool("slow")],
+        "edges": [],
+        "connection_slots": [],
+        "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
+    }))
+}
+
+#[test]
+fn a_drive_that_fails_waits_for_the_attempts_in_flight_and_keeps_what_they_did() {
+    let worker = Arc::new(ScriptedWorker {
+        script: HashMap::from([
+            ("fast".to_string(), Turn::Panic),
+            ("slow".to_string(), Turn::Slow(Duration::from_secs(120))),
+        ]),
+        ..Default::default()
+    });
+    let mut journal = MemoryJournal::default();
+    let end = drive(
+        &two_roots(),
+        &settings(Caps::default()),
+        &mut journal,
+        worker.clone(),
+        Arc::new(ScriptedJudge::default()),
+        Arc::new(NeverStop),
+    );
+    assert!(matches!(end, Err(RunError::Task(_))), "{end:?}");
+    // The slow turn was not dropped with the drive: it ran to its end, and
+    // its spend and success are on record, so a resume never pays again.
+    assert_eq!(
+        journal.view().node("slow").state,
+        "SUCCEEDED",
+        "{:?}",
+        journal.kinds()
+    );
+    assert!(journal.kinds().contains(&"slow:node.spend".to_string()));
 }

@@ -21,12 +21,14 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
+use super::ports::*;
 use crate::events::{
     self, At, AttemptFailure, BudgetPause, Cause, Event, POLICY_DENIED, Route, Usage, Verdict,
-    WORKER_FAILED,
+    WORKER_FAILED, digests_of, failure_of, usage_of,
 };
 use crate::machine::{AttemptEnd, Machine, NodeState, RunStatus, Transition};
-use crate::schedule::{Driver, GateSpec, NodeInfo, OutputPort, Schedule};
+use crate::reply::{ReplyCheck, ReplyRequest, ReplyRuling};
+use crate::schedule::{Driver, NodeInfo, OutputPort, Schedule};
 
 /// An attempt that a crash left incomplete (its controller died, nothing
 /// recorded how it ended) is re-driven at most this many times. An attempt
@@ -35,457 +37,6 @@ pub const MAX_REDRIVES: u32 = 3;
 
 /// How often the controller looks for a stop while it waits for its nodes.
 const STOP_POLL: Duration = Duration::from_millis(25);
-
-/// The operator's stop (SIGINT, SIGTERM), as the controller sees it. A stop
-/// is a pause: no attempt starts after it, the attempts in flight are
-/// recorded as interrupted (never failed), and the run stays resumable.
-pub trait Stop: Send + Sync {
-    /// `Some(signal)` once a stop was asked for.
-    fn requested(&self) -> Option<i32>;
-    /// Called once the stop's record is durable: from then on, ending the
-    /// process at once (a second Ctrl-C) loses nothing.
-    fn recorded(&self) {}
-}
-
-/// A drive nobody stops (tests, and callers with no signals to honour).
-pub struct NeverStop;
-
-impl Stop for NeverStop {
-    fn requested(&self) -> Option<i32> {
-        None
-    }
-}
-
-/// What a worker is asked to do, beyond its prompt.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub enum Task {
-    /// A connector node: the binding's connector takes the turn.
-    Connector,
-    /// bl's built-in sandbox probe.
-    Probe,
-    /// A wasm transform over the staged inputs, writing the declared outputs.
-    Transform {
-        plugin: String,
-        major: u32,
-        /// The node's config for the plugin (JSON text).
-        config: String,
-    },
-    /// A command in the node's sandbox tier.
-    Command { argv: Vec<String> },
-    /// A loop package (by digest) through the loop engine.
-    Loop { package: String },
-    /// A graph package (by digest) as a child run.
-    Subgraph { package: String },
-    /// A router with no connection: nothing runs, its gate decides.
-    Route,
-}
-
-/// One input an attempt is handed: a producer's published output, staged
-/// read-only in the attempt's workspace after its digest was checked.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StagedInput {
-    pub port: String,
-    pub from_node: String,
-    pub from_port: String,
-    /// Where it lies in the attempt's workspace (relative).
-    pub path: String,
-    pub digest: String,
-    pub size: u64,
-    pub kind: String,
-}
-
-/// The version of the worker protocol: what [`WorkRequest`] and
-/// [`WorkReply`] look like on the wire. A worker on another machine refuses
-/// a version it does not speak ([`Wire::open`]).
-pub const WORK_PROTOCOL: u32 = 1;
-
-/// What the controller asks a worker to do: one execution of one attempt.
-///
-/// It carries the workspace contract, so a worker on another machine can
-/// honour it: the worker receives `workspace` holding `inputs` (each
-/// staged read-only, with the digest it was verified against), and must
-/// hand back that workspace with every one of `outputs` written in it,
-/// within `deadline`. The controller then judges the workspace and the
-/// reply; the worker never says whether the node succeeded.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct WorkRequest {
-    pub run_id: String,
-    pub node_id: String,
-    pub attempt: u32,
-    pub execution: u32,
-    pub round: u32,
-    pub prompt: String,
-    /// A connector node's binding; `None` for tools and the other kinds.
-    pub binding: Option<bl_graph::Connection>,
-    pub task: Task,
-    pub isolation: bl_graph::model::Isolation,
-    pub deadline: Duration,
-    /// The attempt's own workspace, made before the worker starts.
-    pub workspace: PathBuf,
-    /// The inputs staged in it.
-    pub inputs: Vec<StagedInput>,
-    /// The outputs the node must publish (relative to the workspace).
-    pub outputs: Vec<OutputPort>,
-}
-
-/// A plugin that took part in an attempt, recorded with the node's events.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PluginUse {
-    /// `gate`, `contract`, `transform` or `policy`.
-    pub role: String,
-    pub plugin: String,
-    /// `sha256:<hex>` of the component's bytes.
-    pub component_digest: String,
-    /// The component itself, kept with the run so its digest can be checked.
-    pub component: std::sync::Arc<Vec<u8>>,
-}
-
-impl PluginUse {
-    fn to_json(&self) -> Value {
-        json!({"component_digest": self.component_digest, "plugin": self.plugin, "role": self.role})
-    }
-}
-
-/// What came back. The worker never says whether the node succeeded: the
-/// controller's gate decides from the reply.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub enum WorkReply {
-    Reply {
-        bytes: Vec<u8>,
-        /// `None` when the worker does not report tokens.
-        usage: Option<Usage>,
-        reported_by: String,
-        /// Plugins the worker ran (a transform's component).
-        plugins: Vec<PluginUse>,
-    },
-    /// The worker did not produce a reply (non-zero exit, missing CLI,
-    /// timeout). Retryable.
-    Fault(String),
-    /// The worker replied in a form it promised not to (a metered CLI
-    /// without its envelope). Never retried.
-    Contract(String),
-    /// The environment refused the work before it started (a denied
-    /// egress destination, a tier this machine cannot provide).
-    Denied(String),
-}
-
-impl WorkReply {
-    /// A reply with no usage and no plugins.
-    pub fn text(bytes: Vec<u8>, reported_by: &str) -> WorkReply {
-        WorkReply::Reply {
-            bytes,
-            usage: None,
-            reported_by: reported_by.to_string(),
-            plugins: Vec::new(),
-        }
-    }
-}
-
-pub type WorkFuture = Pin<Box<dyn Future<Output = WorkReply> + Send>>;
-
-/// A request or a reply as it crosses to another machine: the protocol
-/// version beside the body, in JSON.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Wire<T> {
-    pub version: u32,
-    pub body: T,
-}
-
-/// Why bytes from the wire were refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
-    #[error("not a worker message: {0}")]
-    Malformed(String),
-    #[error("worker protocol version {0}; this bl speaks version {WORK_PROTOCOL}")]
-    Version(u32),
-}
-
-impl<T: serde::Serialize + serde::de::DeserializeOwned> Wire<T> {
-    /// `body` at this bl's protocol version, as JSON bytes.
-    pub fn seal(body: &T) -> Vec<u8> {
-        #[derive(serde::Serialize)]
-        struct Sealed<'a, T> {
-            version: u32,
-            body: &'a T,
-        }
-        serde_json::to_vec(&Sealed {
-            version: WORK_PROTOCOL,
-            body,
-        })
-        .expect("a worker message serializes")
-    }
-
-    /// The body of JSON bytes, refused unless they are of this bl's
-    /// protocol version.
-    pub fn open(bytes: &[u8]) -> Result<T, WireError> {
-        #[derive(serde::Deserialize)]
-        struct Versioned {
-            version: u32,
-        }
-        let versioned: Versioned =
-            serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
-        if versioned.version != WORK_PROTOCOL {
-            return Err(WireError::Version(versioned.version));
-        }
-        let wire: Wire<T> =
-            serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
-        Ok(wire.body)
-    }
-}
-
-/// What the controller waits beyond a node's deadline for its worker's
-/// reply. A local worker ends its own turn at the deadline; a reply that
-/// never comes (a remote worker lost) is a fault after this, never a hang.
-pub const WORK_GRACE: Duration = Duration::from_secs(30);
-
-/// The worker port: local CLIs today; remote machines later.
-pub trait Worker: Send + Sync {
-    fn work(&self, request: WorkRequest) -> WorkFuture;
-}
-
-/// An input to stage: a producer's published output and the digest the
-/// log recorded for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputToStage {
-    pub port: String,
-    pub from_node: String,
-    pub from_port: String,
-    /// The producer's declared path (its published copy lies there in the
-    /// run's workspace).
-    pub source: String,
-    pub digest: String,
-    pub kind: String,
-    pub system_only: bool,
-}
-
-/// What staging an attempt is asked for.
-#[derive(Debug, Clone)]
-pub struct StageRequest {
-    pub node_id: String,
-    pub attempt: u32,
-    pub execution: u32,
-    pub round: u32,
-    pub inputs: Vec<InputToStage>,
-    /// Whether the node is a transform (the only kind that may be handed a
-    /// system_only input).
-    pub transform: bool,
-    /// Whether the node is judged by its outputs' freshness, and so needs
-    /// the dispatch marker.
-    pub marks_dispatch: bool,
-}
-
-/// Why an attempt could not be staged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StageError {
-    /// An input no longer matches its published digest (or must never reach
-    /// this node): the run stops.
-    Integrity(String),
-    /// The workspace could not be made.
-    Io(String),
-}
-
-/// The staging port: makes an attempt's workspace and hands it its inputs,
-/// each re-verified against its published digest, read-only.
-pub trait Stage: Send + Sync {
-    fn stage(&self, request: &StageRequest) -> Result<(PathBuf, Vec<StagedInput>), StageError>;
-
-    /// Marks the moment the worker is dispatched into `workspace`, in ms
-    /// since the epoch, on the clock the workspace's files are stamped
-    /// with: an output stamped earlier is stale.
-    fn mark_dispatch(&self, _workspace: &std::path::Path) -> u64 {
-        now_ms()
-    }
-}
-
-/// A declared output as published: where, what, and its digest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublishedOutput {
-    pub port: String,
-    pub path: String,
-    pub kind: String,
-    pub system_only: bool,
-    pub digest: String,
-    pub size: u64,
-    pub bytes: Vec<u8>,
-}
-
-impl PublishedOutput {
-    pub fn to_json(&self) -> Value {
-        json!({
-            "digest": self.digest, "kind": self.kind, "path": self.path, "port": self.port,
-            "size": self.size,
-            "visibility": if self.system_only { "system_only" } else { "consumer" },
-        })
-    }
-}
-
-/// What a judge is asked: the attempt's workspace after the worker's turn.
-#[derive(Debug, Clone)]
-pub struct JudgeRequest {
-    pub node_id: String,
-    pub attempt: u32,
-    pub round: u32,
-    pub workspace: PathBuf,
-    /// When the worker was dispatched (ms since the epoch): an output
-    /// older than this is stale.
-    pub dispatched_ms: u64,
-    pub outputs: Vec<OutputPort>,
-    pub gate: Option<GateSpec>,
-    /// Operator grants for this node's gate plugin.
-    pub grants: Vec<String>,
-    /// A subgraph's receipt (the reply): the judge verifies the child run.
-    pub subgraph_receipt: Option<Vec<u8>>,
-    /// A router: the gate plugin's verdict picks a route instead of
-    /// failing the node.
-    pub router: bool,
-}
-
-/// How a judgement came out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ruling {
-    Pass(String),
-    /// A declared output is missing, empty, stale or malformed, or the gate
-    /// plugin said no. Retryable.
-    Reject(String),
-    /// A completion contract broke. Stops the run.
-    ContractBroken(String),
-    /// The gate could not decide. Stops the run.
-    Broken(String),
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Judgement {
-    pub decision: Ruling,
-    /// A passing gate plugin's verdict (for a router's pick).
-    pub gate_passed: Option<bool>,
-    /// The outputs, published (only when the decision is a pass).
-    pub published: Vec<PublishedOutput>,
-    /// Every declared output's path that was checked.
-    pub checked: Vec<String>,
-    /// Contract pattern → `pass`/`fail`.
-    pub contracts: std::collections::BTreeMap<String, String>,
-    pub plugins: Vec<PluginUse>,
-    pub evidence_digest: Option<String>,
-}
-
-pub type JudgeFuture = Pin<Box<dyn Future<Output = Judgement> + Send>>;
-
-/// The judge port: what decides a node from its workspace once the worker
-/// is done: declared outputs (fresh, non-empty, well-formed), completion
-/// contracts, the node's gate plugin. Never what the worker said.
-pub trait Judge: Send + Sync {
-    fn judge(&self, request: JudgeRequest) -> JudgeFuture;
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("event log: {0}")]
-    Journal(String),
-    #[error("artifact store: {0}")]
-    Artifacts(String),
-    #[error("publication ledger: {0}")]
-    Ledger(String),
-    #[error(
-        "the recorded run does not match this plan: {0}; the log is never rewritten, so nothing was changed"
-    )]
-    Diverged(String),
-    /// A node's task panicked or was cancelled: a defect in bl, not the
-    /// node's failure.
-    #[error("a node's task ended abnormally: {0}")]
-    Task(String),
-}
-
-/// The event log port. `append` of a key already recorded with the same
-/// content is a no-op; with other content it is an error.
-pub trait Journal {
-    fn append(&mut self, event: &Event) -> Result<(), RunError>;
-    /// Records one of bl's own events beside the log, with the same keys
-    /// and idempotence: bounded-loops' readers refuse event types they do
-    /// not know, so the log itself keeps to theirs.
-    fn annex(&mut self, event: &Event) -> Result<(), RunError>;
-    /// The payload recorded under `key`, if any.
-    fn recorded(&self, key: &str) -> Option<Value>;
-    /// Makes every append so far durable (one group commit).
-    fn sync(&mut self) -> Result<(), RunError>;
-    /// Hands every append so far to the operating system (no fsync): the
-    /// controller calls it before work starts and before it waits, so a
-    /// killed controller never leaves work running that its log does not
-    /// show started.
-    fn flush(&mut self) -> Result<(), RunError> {
-        Ok(())
-    }
-}
-
-/// The run's content-addressed artifact store.
-pub trait Artifacts {
-    fn put(&self, bytes: &[u8], media_type: &str, attempt: u32) -> Result<String, RunError>;
-    /// Makes every artifact put so far durable (one group commit); called
-    /// before the log is synced, so a durable event never names a lost file.
-    fn sync(&self) -> Result<(), RunError>;
-}
-
-/// Human decisions, by node and repair round. `evidence` is what the
-/// approval is about: the digests of the artifacts its parents produced.
-pub trait Decisions {
-    fn decision(&self, node: &str, round: u32, evidence: &[String]) -> Option<bool>;
-}
-
-/// What the publication ledger did with one publish.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Published {
-    Fired,
-    AlreadyPublished,
-    /// Refused: another payload was published under the key, or an
-    /// earlier intent needs reconciling.
-    Refused(String),
-}
-
-/// One publish, as the ledger and its publication policy see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublishOrder<'a> {
-    pub node: &'a str,
-    /// The node's `publication_policy`.
-    pub policy: &'a str,
-    pub payload_digest: &'a str,
-    /// What is published: the artifacts of the node's parents (sorted
-    /// digests, what the payload digest binds).
-    pub upstream: &'a [String],
-    /// The same, as files: what a local effect (the outbox) writes.
-    pub files: &'a [PublishedFile],
-    /// Every approval node that decided before this publish: (id, approved).
-    pub approvals: Vec<(String, bool)>,
-}
-
-/// The name of the index a publish writes beside its files (no published
-/// file takes it).
-pub const OUTBOX_INDEX: &str = "manifest.json";
-
-/// One artifact a publish node publishes, with the name it goes by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublishedFile {
-    /// Its declared file name (`plan.json`), or `<port>.md|.json|.txt` for
-    /// a reply a plain port declares; prefixed with its producer should two
-    /// share a name, or one be named like the index.
-    pub name: String,
-    pub digest: String,
-    pub producer: String,
-}
-
-/// What one publish came to: the outcome, the effect key, and the policy
-/// plugin that decided (recorded with the node's events).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Publication {
-    pub published: Published,
-    pub effect_key: String,
-    pub plugins: Vec<PluginUse>,
-}
-
-/// The exactly-once publication ledger, with the publication policy that
-/// must allow each effect before it fires. Returns what happened and the
-/// effect key.
-pub trait Ledger {
-    fn publish(&self, order: &PublishOrder) -> Result<Publication, RunError>;
-}
 
 /// What one million tokens cost on a route, in microunits (millionths of a USD).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -541,21 +92,6 @@ pub struct RunSettings {
     pub prices: std::collections::HashMap<String, Price>,
     /// Capabilities the operator grants each node's gate plugin, by node id.
     pub gate_grants: std::collections::HashMap<String, Vec<String>>,
-}
-
-/// The ports, borrowed for one drive.
-pub struct Ports<'a> {
-    pub journal: &'a mut dyn Journal,
-    pub artifacts: &'a dyn Artifacts,
-    pub decisions: &'a dyn Decisions,
-    pub ledger: &'a dyn Ledger,
-    pub worker: Arc<dyn Worker>,
-    pub stage: Arc<dyn Stage>,
-    pub judge: Arc<dyn Judge>,
-    /// Told about every event as it is recorded (progress output).
-    pub observer: &'a mut dyn FnMut(&Event),
-    /// Whether the operator asked the run to stop.
-    pub stop: Arc<dyn Stop>,
 }
 
 /// An attempt in flight.
@@ -676,12 +212,6 @@ struct Controller<'a, 'p> {
     pause: Option<BudgetPause>,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// Drives the run until it ends or pauses.
 pub async fn drive(
     schedule: &Schedule,
@@ -713,7 +243,17 @@ pub async fn drive(
     let mut running: JoinSet<Done> = JoinSet::new();
     let mut busy: HashMap<usize, Open> = HashMap::new();
     let concurrency = settings.concurrency.max(1);
-    loop {
+    // Any error below ends the drive, but never by dropping the attempts in
+    // flight: they are settled first (cargo's job queue ends so too).
+    macro_rules! or_settle {
+        ($drive:lifetime, $result:expr) => {
+            match $result {
+                Ok(value) => value,
+                Err(error) => break $drive Some(error),
+            }
+        };
+    }
+    let failed: Option<RunError> = 'drive: loop {
         // No attempt starts once a stop was asked for.
         if let Some(signal) = c.ports.stop.requested() {
             return c.interrupt(signal, running, &busy, None).await;
@@ -724,8 +264,8 @@ pub async fn drive(
             let Some(node) = c.machine.first_ready().filter(|n| !busy.contains_key(n)) else {
                 break;
             };
-            if let Some(work) = c.dispatch(node)? {
-                c.ports.journal.flush()?;
+            if let Some(work) = or_settle!('drive, c.dispatch(node)) {
+                or_settle!('drive, c.ports.journal.flush());
                 busy.insert(node, Open::of(&work.0));
                 running.spawn(take_turn(
                     work,
@@ -735,27 +275,27 @@ pub async fn drive(
                 ));
             }
         }
-        c.ports.journal.flush()?;
+        or_settle!('drive, c.ports.journal.flush());
         if running.is_empty() {
-            break;
+            break None;
         }
         let joined = tokio::select! {
             joined = running.join_next() => joined,
             () = tokio::time::sleep(STOP_POLL) => continue,
         };
         let Some(joined) = joined else {
-            break;
+            break None;
         };
         // A turn that ends after a stop was asked for was ended by it (or
         // raced it): it is interrupted, never judged a failure.
         if let Some(signal) = c.ports.stop.requested() {
             return c.interrupt(signal, running, &busy, Some(joined)).await;
         }
-        let done = joined.map_err(|e| RunError::Task(e.to_string()))?;
+        let done = or_settle!('drive, joined.map_err(|e| RunError::Task(e.to_string())));
         match done {
             Done::Worked(flight, reply) => {
                 let node = flight.node;
-                match c.worked(flight, reply)? {
+                match or_settle!('drive, c.worked(flight, reply)) {
                     Some(judging) => {
                         running.spawn(judging);
                     }
@@ -766,13 +306,20 @@ pub async fn drive(
             }
             Done::Unstaged(flight, error) => {
                 busy.remove(&flight.node);
-                c.unstaged(flight, error)?;
+                or_settle!('drive, c.unstaged(flight, error));
             }
             Done::Judged(judged) => {
                 busy.remove(&judged.flight.node);
-                c.judged(*judged)?;
+                or_settle!('drive, c.judged(*judged));
             }
         }
+    };
+    if let Some(error) = failed {
+        // What a later attempt reports cannot outrank the first error.
+        // After a broken log or a diverged record nothing more is written.
+        let may_record = !matches!(error, RunError::Journal(_) | RunError::Diverged(_));
+        let _ = c.settle(running, Vec::new(), may_record).await;
+        return Err(error);
     }
     c.sync()?;
     if let Some(pause) = c.pause.take() {
@@ -892,46 +439,6 @@ fn artifact_brief(inputs: &[StagedInput], outputs: &[OutputPort]) -> String {
     text
 }
 
-fn usage_of(payload: &Value) -> Option<Usage> {
-    let u = payload.get("usage")?;
-    Some(Usage {
-        input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
-        output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
-        cost_microunits: u["cost_microunits"].as_u64().unwrap_or(0),
-    })
-}
-
-fn failure_of(payload: &Value) -> Option<AttemptFailure> {
-    let cause = Cause::parse(payload["cause"].as_str()?)?;
-    let verdict = payload.get("verdict").map(|v| Verdict {
-        passed: v["passed"].as_bool().unwrap_or(false),
-        reason: v["reason"].as_str().unwrap_or_default().to_string(),
-        evidence_digest: v["evidence_digest"].as_str().map(str::to_string),
-    });
-    let mut extra = Map::new();
-    if let Some(p) = payload.get("plugins") {
-        extra.insert("plugins".into(), p.clone());
-    }
-    Some(AttemptFailure {
-        cause,
-        reason: payload["reason"].as_str().unwrap_or_default().to_string(),
-        verdict,
-        artifact_digests: digests_of(payload),
-        extra,
-    })
-}
-
-fn digests_of(payload: &Value) -> Vec<String> {
-    payload["artifact_digests"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|d| d.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 impl Controller<'_, '_> {
     /// Group commit: artifacts first, then the events that name them.
     fn sync(&mut self) -> Result<(), RunError> {
@@ -964,7 +471,7 @@ impl Controller<'_, '_> {
     async fn interrupt(
         &mut self,
         signal: i32,
-        mut running: JoinSet<Done>,
+        running: JoinSet<Done>,
         open: &HashMap<usize, Open>,
         first: Option<Result<Done, tokio::task::JoinError>>,
     ) -> Result<RunEnd, RunError> {
@@ -987,29 +494,12 @@ impl Controller<'_, '_> {
         // finished (its reply, then its judgement) is recorded as it ended,
         // so no finished, paid-for turn is made again. A failure that comes
         // back now may be the stop's doing: it stays interrupted.
-        let mut finished = first.into_iter().collect::<Vec<_>>();
-        loop {
-            for done in finished.drain(..) {
-                match done {
-                    Ok(Done::Worked(flight, reply @ WorkReply::Reply { .. })) => {
-                        if let Some(judging) = self.worked(flight, reply)? {
-                            running.spawn(judging);
-                        }
-                    }
-                    Ok(Done::Judged(judged))
-                        if matches!(judged.judgement.decision, Ruling::Pass(_)) =>
-                    {
-                        self.judged(*judged)?;
-                    }
-                    _ => {}
-                }
-            }
-            match running.join_next().await {
-                Some(done) => finished.push(done),
-                None => break,
-            }
+        if let Some(error) = self
+            .settle(running, first.into_iter().collect(), true)
+            .await
+        {
+            return Err(error);
         }
-        self.sync()?;
         let still: Vec<String> = interrupted
             .iter()
             .filter(|(node, _)| matches!(self.machine.state(*node), NodeState::Running { .. }))
@@ -1019,6 +509,56 @@ impl Controller<'_, '_> {
             signal,
             nodes: still,
         })
+    }
+
+    /// Waits for every attempt still in flight and keeps what comes back
+    /// whole: a finished turn (its reply, then its judgement) is recorded
+    /// as it ended, so no finished, paid-for turn is made again. A failure
+    /// that comes back now may be the stop's (or the error's) doing: it is
+    /// left for the resume. Once recording fails (or when it may not), the
+    /// rest are only awaited. Returns the first error met while recording.
+    async fn settle(
+        &mut self,
+        mut running: JoinSet<Done>,
+        mut finished: Vec<Result<Done, tokio::task::JoinError>>,
+        may_record: bool,
+    ) -> Option<RunError> {
+        let mut failed: Option<RunError> = None;
+        let mut recording = may_record;
+        loop {
+            for done in finished.drain(..) {
+                if !recording {
+                    continue;
+                }
+                let kept = match done {
+                    Ok(Done::Worked(flight, reply @ WorkReply::Reply { .. })) => {
+                        self.worked(flight, reply).map(|judging| {
+                            if let Some(judging) = judging {
+                                running.spawn(judging);
+                            }
+                        })
+                    }
+                    Ok(Done::Judged(judged))
+                        if matches!(judged.judgement.decision, Ruling::Pass(_)) =>
+                    {
+                        self.judged(*judged)
+                    }
+                    _ => Ok(()),
+                };
+                if let Err(error) = kept {
+                    recording = false;
+                    failed.get_or_insert(error);
+                }
+            }
+            match running.join_next().await {
+                Some(done) => finished.push(done),
+                None => break,
+            }
+        }
+        if recording && let Err(error) = self.sync() {
+            failed.get_or_insert(error);
+        }
+        failed
     }
 
     /// Checks the run-wide caps before `node`'s next attempt; a spent cap
@@ -1320,7 +860,7 @@ impl Controller<'_, '_> {
                     extra.insert(key.to_string(), v.clone());
                 }
             }
-            let outputs = outputs_of(&p);
+            let outputs = PublishedOutput::recorded_in(&p);
             let routed = p["routed"]
                 .as_str()
                 .and_then(|name| info.routes.as_ref()?.index(name));
@@ -1430,20 +970,23 @@ impl Controller<'_, '_> {
             )?),
         };
         let digests: Vec<String> = reply_digest.iter().cloned().collect();
-        // What the reply itself must show, before anything else looks.
-        let first = if suppressed.is_some() {
-            None
+        // What the reply itself shows, ruled on by the judge before anything
+        // else looks.
+        let ruling = if suppressed.is_some() {
+            ReplyRuling::WorkspaceOnly
         } else {
-            self.check_reply(
-                &info,
-                flight.attempt,
-                flight.round,
-                &bytes,
-                reply_digest.as_deref(),
-            )
+            let check = ReplyCheck::for_node(&info);
+            self.ports.judge.rule_on_reply(&ReplyRequest {
+                node_id: &info.id,
+                attempt: flight.attempt,
+                round: flight.round,
+                check: &check,
+                reply: &bytes,
+                reply_digest: reply_digest.as_deref(),
+            })
         };
-        let reply_route = match first {
-            Some(Err(verdict)) => {
+        let reply_route = match ruling {
+            ReplyRuling::Reject(verdict) => {
                 let failure = AttemptFailure {
                     cause: Cause::GateRejected,
                     reason: "independent gate rejected output".into(),
@@ -1455,7 +998,7 @@ impl Controller<'_, '_> {
                 self.end(flight.node, Ended::Failed(failure), flight.round)?;
                 return Ok(None);
             }
-            Some(Ok((verdict, routed))) if !info.judged() => {
+            ReplyRuling::Pass { verdict, route } if !info.judged() => {
                 self.keep_components(&plugins, flight.attempt)?;
                 let mut ended = Ended::succeeded(digests, Some(verdict), info.route());
                 if let Ended::Succeeded { extra, .. } = &mut ended {
@@ -1464,14 +1007,14 @@ impl Controller<'_, '_> {
                         extra.insert("isolation".into(), isolation_controls(info.isolation));
                     }
                 }
-                if let (Some(route), Some(routes)) = (routed, &info.routes) {
+                if let (Some(route), Some(routes)) = (route, &info.routes) {
                     ended.take_route(routes, route);
                 }
                 self.end(flight.node, ended, flight.round)?;
                 return Ok(None);
             }
-            Some(Ok((_, routed))) => routed,
-            None => None,
+            ReplyRuling::Pass { route, .. } => route,
+            ReplyRuling::WorkspaceOnly => None,
         };
         let request = JudgeRequest {
             node_id: info.id.clone(),
@@ -1488,7 +1031,7 @@ impl Controller<'_, '_> {
                 .cloned()
                 .unwrap_or_default(),
             subgraph_receipt: matches!(info.driver, Driver::Subgraph { .. }).then(|| bytes.clone()),
-            router: info.routes.is_some(),
+            routes: info.routes.clone(),
         };
         let child_run = request
             .subgraph_receipt
@@ -1513,43 +1056,6 @@ impl Controller<'_, '_> {
                 routed: reply_route,
             }))
         })))
-    }
-
-    /// The checks a reply gets in the controller: the structural gate, the
-    /// probe's, a loop's receipt, a router's pick from its worker. `None`
-    /// when only the judge decides (declared outputs or a gate plugin, and
-    /// nothing in the reply to check); `Ok` carries a router's pick.
-    fn check_reply(
-        &self,
-        info: &NodeInfo,
-        attempt: u32,
-        round: u32,
-        bytes: &[u8],
-        digest: Option<&str>,
-    ) -> Option<Result<(Verdict, Option<u32>), Verdict>> {
-        let verdict = match &info.driver {
-            Driver::Probe => gate_probe(&info.id, bytes),
-            Driver::Loop { package } => {
-                let mut v = gate_loop_outcome(&info.id, package, round, attempt, bytes);
-                if v.evidence_digest.is_some() {
-                    v.evidence_digest = digest.map(str::to_string);
-                }
-                v
-            }
-            Driver::Worker if info.routes.is_some() && info.gate.is_none() => {
-                let routes = info.routes.as_ref().expect("a router");
-                let (route, verdict) = pick_route(&info.id, routes, bytes);
-                return Some(Ok((verdict, Some(route))));
-            }
-            Driver::Subgraph { .. } | Driver::Router => return None,
-            _ if info.judged() => return None,
-            _ => gate_reply(info, bytes),
-        };
-        Some(if verdict.passed {
-            Ok((verdict, None))
-        } else {
-            Err(verdict)
-        })
     }
 
     /// Keeps each plugin component with the run (once), so `bl verify` can
@@ -1630,15 +1136,9 @@ impl Controller<'_, '_> {
                         ),
                     );
                 }
-                let routed = match (&info.routes, judgement.gate_passed) {
-                    // Preflight made sure a gated router declares both.
-                    (Some(routes), Some(passed)) => {
-                        let name = if passed { "pass" } else { "fail" };
-                        Some(routes.index(name).unwrap_or(routes.default))
-                    }
-                    (Some(_), None) => reply_route,
-                    _ => None,
-                };
+                // A gated router's pick is the judge's; an ungated one's, its
+                // worker's reply.
+                let routed = info.routes.as_ref().and(judgement.route.or(reply_route));
                 let mut reason = reason.clone();
                 if let (Some(route), Some(routes)) = (routed, &info.routes) {
                     let name = &routes.names[route as usize];
@@ -2177,26 +1677,6 @@ pub fn media_type_of(kind: &str) -> &'static str {
     }
 }
 
-/// The outputs a recorded success published.
-fn outputs_of(payload: &Value) -> Vec<PublishedOutput> {
-    payload["outputs"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|o| PublishedOutput {
-                    port: o["port"].as_str().unwrap_or_default().to_string(),
-                    path: o["path"].as_str().unwrap_or_default().to_string(),
-                    kind: o["kind"].as_str().unwrap_or_default().to_string(),
-                    system_only: o["visibility"] == "system_only",
-                    digest: o["digest"].as_str().unwrap_or_default().to_string(),
-                    size: o["size"].as_u64().unwrap_or_default(),
-                    bytes: Vec::new(),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// What the node's isolation tier enforces, as bounded-loops records it
 /// for a loop node (`provider_id: native`). bl's cages enforce more than
 /// bounded-loops' `unshare -n`, and say so.
@@ -2215,226 +1695,4 @@ fn isolation_controls(tier: bl_graph::model::Isolation) -> Value {
         },
         "provider_id": "native",
     })
-}
-
-/// bounded-loops' receipt gate for a loop node: its `loop-outcome.json`
-/// must be the outcome of this node's package, node, round and attempt,
-/// and say DONE. (A verdict on the outcome's status carries an
-/// evidence digest; one on its provenance does not.)
-pub fn gate_loop_outcome(
-    id: &str,
-    package: &str,
-    round: u32,
-    attempt: u32,
-    bytes: &[u8],
-) -> Verdict {
-    let plain = |reason: String| Verdict {
-        passed: false,
-        reason,
-        evidence_digest: None,
-    };
-    if bytes.is_empty() {
-        return plain(format!("loop node '{id}' produced no outcome artifact"));
-    }
-    let outcome: Value = match serde_json::from_slice(bytes) {
-        Ok(v) => v,
-        Err(e) => return plain(format!("loop node '{id}' outcome is not valid JSON: {e}")),
-    };
-    let Some(o) = outcome.as_object() else {
-        return plain(format!("loop node '{id}' outcome is not a JSON object"));
-    };
-    let bare = |d: &str| d.trim_start_matches("sha256:").to_string();
-    let declared = o.get("package_digest").and_then(Value::as_str);
-    if declared.map(bare) != Some(bare(package)) {
-        let declared = declared.map_or("None".to_string(), |d| format!("'{d}'"));
-        return plain(format!(
-            "loop node '{id}' outcome names package digest {declared} but the plan admitted '{package}'"
-        ));
-    }
-    let node = o.get("node_id").and_then(Value::as_str).unwrap_or_default();
-    if node != id {
-        return plain(format!("loop outcome names node '{node}', not '{id}'"));
-    }
-    let r = o.get("repair_round").and_then(Value::as_u64).unwrap_or(0);
-    if r != u64::from(round) {
-        return plain(format!(
-            "loop node '{id}' outcome is from repair round {r}, not round {round}"
-        ));
-    }
-    let a = o.get("attempt").and_then(Value::as_u64).unwrap_or(0);
-    if a != u64::from(attempt) {
-        return plain(format!(
-            "loop node '{id}' outcome is from attempt {a}, not attempt {attempt}"
-        ));
-    }
-    let reason = match o.get("reason").and_then(Value::as_str) {
-        Some(r) if !r.is_empty() => r.to_string(),
-        _ => "(no reason recorded)".to_string(),
-    };
-    let status = o.get("status").and_then(Value::as_str).unwrap_or_default();
-    let (passed, reason) = match status {
-        "DONE" => (true, format!("loop reached DONE: {reason}")),
-        "HALT" | "KILLED" => (false, format!("loop did not converge ({status}): {reason}")),
-        "PAUSE" => (
-            false,
-            format!(
-                "loop paused awaiting a human decision: {reason}. Its own gate passed \u{2014} this is NOT a convergence failure. Lift the checkpoint to a graph `approval` node so the run can pause and resume instead of failing here."
-            ),
-        ),
-        other => (
-            false,
-            format!("loop node '{id}' reported an unrecognised status '{other}': {reason}"),
-        ),
-    };
-    Verdict {
-        passed,
-        reason,
-        // The caller fills in the outcome's digest.
-        evidence_digest: Some(String::new()),
-    }
-}
-
-/// A router's pick from its worker's reply: the reply (trimmed) names a
-/// route, or is JSON `{"route": NAME}`; anything else takes the default.
-pub fn pick_route(id: &str, routes: &crate::schedule::Routes, bytes: &[u8]) -> (u32, Verdict) {
-    let text = String::from_utf8_lossy(bytes);
-    let named = serde_json::from_str::<Value>(text.trim())
-        .ok()
-        .and_then(|v| v.get("route").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| text.trim().to_string());
-    let (route, reason) = match routes.index(&named) {
-        Some(r) => (
-            r,
-            format!("router '{id}' took route '{named}', as its worker chose"),
-        ),
-        None => {
-            let default = &routes.names[routes.default as usize];
-            let shown: String = named.chars().take(80).collect();
-            (
-                routes.default,
-                format!(
-                    "router '{id}' took its default route '{default}': the reply named no route ('{shown}'; routes: {})",
-                    routes.names.join(", ")
-                ),
-            )
-        }
-    };
-    (
-        route,
-        Verdict {
-            passed: true,
-            reason,
-            evidence_digest: None,
-        },
-    )
-}
-
-/// The default gate for connector nodes, bounded-loops' structural
-/// acceptance: a non-empty UTF-8 reply. A publish node's reply must be its
-/// JSON receipt.
-pub fn gate_reply(info: &NodeInfo, bytes: &[u8]) -> Verdict {
-    let id = &info.id;
-    if info.driver == Driver::Probe {
-        return gate_probe(id, bytes);
-    }
-    let (passed, reason) = if bytes.is_empty() {
-        (false, format!("node '{id}' produced an empty reply"))
-    } else if std::str::from_utf8(bytes).is_err() {
-        (
-            false,
-            format!("node '{id}' produced a reply that is not UTF-8"),
-        )
-    } else if info.kind == bl_graph::model::NodeKind::Publish {
-        match serde_json::from_slice::<Value>(bytes) {
-            Ok(Value::Object(_)) => (true, format!("publish receipt verified for node '{id}'")),
-            Ok(_) => (
-                false,
-                format!("publish node '{id}' receipt is not a JSON object"),
-            ),
-            Err(e) => (
-                false,
-                format!(
-                    "publish node '{id}' receipt is not valid JSON: {}",
-                    python_json_error(bytes, &e)
-                ),
-            ),
-        }
-    } else {
-        (
-            true,
-            format!("independent gate: node '{id}' produced a non-empty, well-formed reply"),
-        )
-    };
-    Verdict {
-        passed,
-        reason,
-        evidence_digest: None,
-    }
-}
-
-/// A JSON error as Python's `json` module words the common one ("Expecting
-/// value: line 1 column 1 (char 0)"), since bounded-loops records that text.
-fn python_json_error(bytes: &[u8], e: &serde_json::Error) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let (line, column) = (e.line().max(1), e.column().max(1));
-    let before: usize = text
-        .split('\n')
-        .take(line - 1)
-        .map(|l| l.chars().count() + 1)
-        .sum();
-    if e.to_string().starts_with("expected value") || e.is_eof() {
-        format!(
-            "Expecting value: line {line} column {column} (char {})",
-            before + column - 1
-        )
-    } else {
-        e.to_string()
-    }
-}
-
-/// The sandbox probe's gate: the host's own observations (recorded by the
-/// probe worker from outside the probed process) must show that the OS
-/// denied everything the probe tried.
-fn gate_probe(id: &str, bytes: &[u8]) -> Verdict {
-    let verdict = |passed, reason| Verdict {
-        passed,
-        reason,
-        evidence_digest: None,
-    };
-    let Ok(result) = serde_json::from_slice::<Value>(bytes) else {
-        return verdict(false, format!("node '{id}': the probe result is not JSON"));
-    };
-    let Some(checks) = result["checks"].as_array() else {
-        return verdict(
-            false,
-            format!("node '{id}': the probe result has no checks"),
-        );
-    };
-    let failed: Vec<String> = checks
-        .iter()
-        .filter(|c| c["ok"] != Value::Bool(true))
-        .map(|c| {
-            format!(
-                "{}: {}",
-                c["name"].as_str().unwrap_or("?"),
-                c["detail"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
-    if checks.is_empty() || !failed.is_empty() || result["passed"] != Value::Bool(true) {
-        return verdict(
-            false,
-            format!(
-                "sandbox probe: the OS did not deny everything: {}",
-                failed.join("; ")
-            ),
-        );
-    }
-    verdict(
-        true,
-        format!(
-            "sandbox probe: the OS denied all {} attempts (network, writes outside the workspace, sysctl, keyring)",
-            checks.len()
-        ),
-    )
 }
