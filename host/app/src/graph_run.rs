@@ -535,7 +535,7 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
                     name: &str,
                     world: &str|
      -> Result<Option<bl_plugins::PluginManifest>, AppError> {
-        let path = crate::paths::resolve_plugin(name).map_err(|e| {
+        let path = crate::plugin_host::shared().resolve(name).map_err(|e| {
             refused(format!(
                 "graph run: node '{node}' needs plugin '{name}': {e}; nothing was run"
             ))
@@ -564,7 +564,7 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
         }
         if let Driver::Transform { plugin, major } = &node.driver {
             let dashed = plugin.replace('.', "-");
-            let name = if crate::paths::resolve_plugin(plugin).is_ok() {
+            let name = if crate::plugin_host::shared().resolve(plugin).is_ok() {
                 plugin.as_str()
             } else {
                 dashed.as_str()
@@ -965,19 +965,12 @@ fn drive(
     };
     let work_root = RunDir::new(&run.dir).work().join(RUN_ID);
     let (network, _proxy) = egress_network(schedule, &run.dir)?;
+    // The run's gates, contracts and transforms run their commands caged.
     let plugins = Arc::new(bl_handoff::Plugins::new(
-        Box::new(|| {
-            crate::plugin_host::runtime(
-                None,
-                bl_plugins::AllocatorChoice::OnDemand,
-                bl_sandbox::Sandbox::new(bl_sandbox::Tier::ProcessRestricted),
-            )
-            .map_err(|e| bl_handoff::plugins::PluginUnavailable(e.message().to_string()))
-        }),
-        Box::new(|name: &str| {
-            crate::paths::resolve_plugin(name)
-                .map_err(|e| bl_handoff::plugins::PluginUnavailable(e.to_string()))
-        }),
+        crate::plugin_host::shared(),
+        Arc::new(bl_sandbox::Sandbox::new(
+            bl_sandbox::Tier::ProcessRestricted,
+        )),
     ));
     let mut handoff = bl_handoff::Handoff::new(&run.dir, &work_root, plugins.clone());
     handoff.subgraphs = Some(Arc::new(crate::graph_nodes::ChildRuns {

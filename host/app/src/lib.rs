@@ -16,6 +16,7 @@ pub mod keys;
 pub mod loop_gates;
 pub mod loop_info;
 pub mod loop_run;
+pub mod loop_runtime;
 pub mod loop_trace;
 pub mod notes;
 pub mod paths;

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use bl_loops::engine::{Gate, Judgement, Outcome, error_evidence};
 use bl_loops::ledger::{GateRecord, Ordered};
 use bl_loops::manifest::GateSpec;
-use bl_plugins::{GatePlugin, Grants, LoadOptions, PluginPackage, Runtime, Verdict};
+use std::sync::Arc;
+
+use bl_core::CommandRunner;
+use bl_plugins::{GatePlugin, Grant, Grants, Invocation, PluginError, PluginHost, Verdict};
 use serde_json::{Value, json};
 
 /// `{"cmd": …, "code": …, "tail": …}`, a command gate's evidence.
@@ -25,14 +28,12 @@ fn command_evidence(cmd: &str, code: i64, tail: String) -> Ordered {
     ])
 }
 
-use crate::paths;
-
 /// The most of a command's output the ledger keeps.
 const TAIL_CHARS: usize = 2000;
 
 /// A gate ready to judge one workspace, lap after lap.
 pub struct LoopGate {
-    runtime: Runtime,
+    plugins: GatePlugins,
     judge: Judge,
     record: GateRecord,
     workspace: PathBuf,
@@ -73,24 +74,37 @@ fn unprepared(e: impl std::fmt::Display) -> GateUnprepared {
     GateUnprepared(e.to_string())
 }
 
-/// A plugin, loaded once for the run.
-fn load(
-    runtime: &Runtime,
-    name: &str,
-    grants: &[&str],
-) -> Result<(GatePlugin, String), GateUnprepared> {
-    let path = paths::resolve_plugin(name).map_err(unprepared)?;
-    let package = PluginPackage::open(&path).map_err(unprepared)?;
-    let declared = package.declared().map_err(unprepared)?;
-    let options = LoadOptions {
-        declared: declared.as_deref(),
-        grants: Grants::parse(grants).map_err(unprepared)?,
-    };
-    let plugin = runtime
-        .load_gate(&package.name(), &package.bytes, &options)
-        .map_err(unprepared)?;
-    let digest = plugin.component_digest().to_string();
-    Ok((plugin, digest))
+/// Where a loop's gate plugins come from: the process's plugin host, what
+/// their commands run through, and how long each call may take.
+pub struct GatePlugins {
+    pub host: Arc<PluginHost>,
+    pub commands: Arc<dyn CommandRunner>,
+    pub deadline: Duration,
+}
+
+impl GatePlugins {
+    /// A plugin, loaded once for the run.
+    fn load(&self, name: &str, grants: &[&str]) -> Result<(GatePlugin, String), GateUnprepared> {
+        let found = self.host.find(name).map_err(unprepared)?;
+        let grant = Grant {
+            grants: Grants::parse(grants).map_err(unprepared)?,
+            commands: Some(self.commands.clone()),
+            // A gate may take what the run may; the engine stops laps at the budget.
+            deadline: Some(self.deadline),
+            command_timeout: Some(self.deadline),
+        };
+        let plugin = self.host.load_gate(&found, &grant).map_err(unprepared)?;
+        Ok((plugin, found.digest))
+    }
+
+    fn check(
+        &self,
+        plugin: &GatePlugin,
+        workspace: &Path,
+        config: &str,
+    ) -> Result<Invocation<Verdict>, PluginError> {
+        self.host.runtime()?.check(plugin, workspace, config)
+    }
 }
 
 /// The argv a scanner kind runs, its JSON on stdout.
@@ -160,7 +174,7 @@ fn implementation(kind: &str) -> String {
 impl LoopGate {
     /// The gate `spec` declares, or `--gate-override`'s command.
     pub fn new(
-        runtime: Runtime,
+        plugins: GatePlugins,
         spec: &GateSpec,
         override_cmd: Option<&str>,
         package: &Path,
@@ -171,7 +185,7 @@ impl LoopGate {
         let mut digests = Vec::new();
         let (judge, record) = match override_cmd {
             Some(cmd) => {
-                let judge = command_judge(&runtime, cmd, &mut digests)?;
+                let judge = command_judge(&plugins, cmd, &mut digests)?;
                 (
                     judge,
                     GateRecord {
@@ -183,7 +197,7 @@ impl LoopGate {
                 )
             }
             None => {
-                let judge = build(&runtime, spec, package, outputs, schema, &mut digests)?;
+                let judge = build(&plugins, spec, package, outputs, schema, &mut digests)?;
                 (
                     judge,
                     GateRecord {
@@ -202,7 +216,7 @@ impl LoopGate {
             ..record
         };
         Ok(LoopGate {
-            runtime,
+            plugins,
             judge,
             record,
             workspace: workspace.to_path_buf(),
@@ -211,7 +225,7 @@ impl LoopGate {
 }
 
 fn command_judge(
-    runtime: &Runtime,
+    plugins: &GatePlugins,
     cmd: &str,
     digests: &mut Vec<String>,
 ) -> Result<Judge, GateUnprepared> {
@@ -220,7 +234,7 @@ fn command_judge(
     if argv.is_empty() {
         return Err(GateUnprepared("the gate command is empty".into()));
     }
-    let (plugin, digest) = load(runtime, "command", &["command"])?;
+    let (plugin, digest) = plugins.load("command", &["command"])?;
     digests.push(digest);
     Ok(Judge::Command {
         plugin,
@@ -231,7 +245,7 @@ fn command_judge(
 }
 
 fn build(
-    runtime: &Runtime,
+    plugins: &GatePlugins,
     spec: &GateSpec,
     package: &Path,
     outputs: &[String],
@@ -239,9 +253,9 @@ fn build(
     digests: &mut Vec<String>,
 ) -> Result<Judge, GateUnprepared> {
     Ok(match spec.kind.as_str() {
-        "command" => command_judge(runtime, spec.run.as_deref().unwrap_or_default(), digests)?,
+        "command" => command_judge(plugins, spec.run.as_deref().unwrap_or_default(), digests)?,
         "pytest" => {
-            let (plugin, digest) = load(runtime, "pytest", &["command"])?;
+            let (plugin, digest) = plugins.load("pytest", &["command"])?;
             digests.push(digest);
             // `run: pytest -q` names pytest's own arguments after the program.
             let mut args: Vec<String> = spec
@@ -257,7 +271,7 @@ fn build(
             Judge::Pytest { plugin, args }
         }
         "jsonschema" => {
-            let (plugin, digest) = load(runtime, "jsonschema", &[])?;
+            let (plugin, digest) = plugins.load("jsonschema", &[])?;
             digests.push(digest);
             let schema_path = spec.schema.as_deref().or(bounds_schema).ok_or_else(|| {
                 GateUnprepared(
@@ -287,13 +301,13 @@ fn build(
         "composite" => Judge::All(
             spec.gates
                 .iter()
-                .map(|g| build(runtime, g, package, outputs, bounds_schema, digests))
+                .map(|g| build(plugins, g, package, outputs, bounds_schema, digests))
                 .collect::<Result<_, _>>()?,
         ),
         kind => {
             let (tool, argv) = scanner_argv(kind)
                 .ok_or_else(|| GateUnprepared(format!("no gate for kind {kind}")))?;
-            let (plugin, digest) = load(runtime, "command", &["command"])?;
+            let (plugin, digest) = plugins.load("command", &["command"])?;
             digests.push(digest);
             Judge::Scanner {
                 plugin,
@@ -373,7 +387,7 @@ impl LoopGate {
                 let config =
                     json!({"argv": argv, "tail_bytes": TAIL_CHARS, "timeout_ms": timeout_ms})
                         .to_string();
-                match self.runtime.check(plugin, ws, &config) {
+                match self.plugins.check(plugin, ws, &config) {
                     Ok(inv) => {
                         let v = inv.value;
                         let code = exit_code(&v);
@@ -422,7 +436,7 @@ impl LoopGate {
             } => {
                 let config = json!({"argv": argv, "tail_bytes": 64_000, "timeout_ms": timeout_ms})
                     .to_string();
-                match self.runtime.check(plugin, ws, &config) {
+                match self.plugins.check(plugin, ws, &config) {
                     Ok(inv) => {
                         let v = inv.value;
                         let code = exit_code(&v);
@@ -470,7 +484,7 @@ impl LoopGate {
             }
             Judge::Pytest { plugin, args } => {
                 let config = json!({"args": args, "timeout_ms": timeout_ms}).to_string();
-                match self.runtime.check(plugin, ws, &config) {
+                match self.plugins.check(plugin, ws, &config) {
                     Ok(inv) => {
                         let v = inv.value;
                         let code = exit_code(&v);
@@ -520,7 +534,7 @@ impl LoopGate {
                 let config = json!({"schema": schema, "files": [file]}).to_string();
                 let target =
                     || Ordered::object([("target", ws.join(file).display().to_string().into())]);
-                match self.runtime.check(plugin, ws, &config) {
+                match self.plugins.check(plugin, ws, &config) {
                     Ok(inv) if inv.value.passed => Judgement {
                         outcome: Outcome::Pass,
                         detail: format!("{file} validates against schema"),

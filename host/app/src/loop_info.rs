@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use bl_store::LoopRunDir;
+
 use crate::error::AppError;
 
 /// Whether `program` is on the operator's PATH.
@@ -17,7 +19,8 @@ fn on_path(program: &str) -> bool {
 
 /// Every gate kind, what runs it, and whether this machine has it.
 pub fn gates() -> Vec<Value> {
-    let plugin = |name: &str| crate::paths::resolve_plugin(name).is_ok();
+    let host = crate::plugin_host::shared();
+    let plugin = |name: &str| host.resolve(name).is_ok();
     let pytest = std::process::Command::new("/usr/bin/python3")
         .args(["-c", "import pytest"])
         .output()
@@ -92,13 +95,14 @@ pub fn receipt(run_dir: &Path) -> Result<LoopReceipt, AppError> {
             run_dir.display()
         ))
     };
-    let text = std::fs::read_to_string(run_dir.join(LEDGER)).map_err(|_| unreadable())?;
+    let text =
+        std::fs::read_to_string(LoopRunDir::new(run_dir).ledger()).map_err(|_| unreadable())?;
     let rows: Vec<Value> = text
         .lines()
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()
         .map_err(|_| unreadable())?;
-    let metadata: Value = std::fs::read_to_string(run_dir.join(METADATA))
+    let metadata: Value = std::fs::read_to_string(LoopRunDir::new(run_dir).metadata())
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or(Value::Null);
@@ -122,19 +126,15 @@ pub fn receipt(run_dir: &Path) -> Result<LoopReceipt, AppError> {
     })
 }
 
-/// A loop run's ledger and metadata, as bounded-loops names them.
-const LEDGER: &str = "ledger.jsonl";
-const METADATA: &str = "metadata.json";
-
 /// Writes `receipt.json` and `receipt.md` into `run_dir`; returns their
 /// paths.
 pub fn write_receipt(run_dir: &Path, receipt: &LoopReceipt) -> Result<Vec<PathBuf>, AppError> {
     let mut written = Vec::new();
-    for (name, text) in [
-        ("receipt.json", format!("{}\n", receipt.json_text)),
-        ("receipt.md", receipt.markdown.clone()),
+    let records = LoopRunDir::new(run_dir);
+    for (path, text) in [
+        (records.receipt_json(), format!("{}\n", receipt.json_text)),
+        (records.receipt_markdown(), receipt.markdown.clone()),
     ] {
-        let path = run_dir.join(name);
         std::fs::write(&path, text).map_err(|e| {
             AppError::refused(format!("receipt: cannot write {}: {e}", path.display()))
         })?;

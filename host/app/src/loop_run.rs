@@ -18,14 +18,16 @@ use bl_loops::engine::{
 };
 use bl_loops::ledger::LedgerLine;
 use bl_loops::manifest::{LoopManifest, ManifestError};
-use bl_plugins::{Runtime, RuntimeConfig};
 use bl_workers::loops::{CommandTurns, Prepare, ScratchWorkspace, StubRunner};
 use serde_json::json;
 
+use bl_store::{LoopDir, LoopRunDir};
+
 use crate::error::AppError;
-use crate::loop_gates::LoopGate;
+use crate::loop_gates::{GatePlugins, LoopGate};
 use crate::loop_trace::{LapSpans, Redact};
 use crate::notes::note;
+use crate::stop::Cancel;
 use bl_loops::engine::PortError;
 
 /// The environment variable that stops every loop at its next lap.
@@ -107,15 +109,23 @@ impl Clock for WallClock {
     }
 }
 
-struct EnvKill;
+/// The kill switch: the environment's (every loop), or one loop's cancel.
+struct Kill<'a> {
+    cancel: Option<&'a Cancel>,
+}
 
-impl KillSwitch for EnvKill {
+impl KillSwitch for Kill<'_> {
     fn engaged(&self) -> Option<String> {
         // Any non-empty value stops the loop, "0" and "false" included:
         // a kill switch that can be misread as off is not one.
         std::env::var_os(KILL_SWITCH)
             .filter(|v| !v.is_empty())
             .map(|_| "killed".to_string())
+            .or_else(|| {
+                self.cancel
+                    .filter(|c| c.is_cancelled())
+                    .map(|_| "cancelled".to_string())
+            })
     }
 }
 
@@ -307,21 +317,6 @@ fn sandbox_runner(sandbox: bool, hidden: &[PathBuf]) -> Result<Arc<dyn CommandRu
         .map_err(|e| AppError::Refused(e.to_string()))?
         .hiding(hidden.to_vec());
     Ok(Arc::new(sandbox))
-}
-
-fn runtime(runner: Arc<dyn CommandRunner>, bounds: &Bounds) -> Result<Runtime, AppError> {
-    let mut config = RuntimeConfig {
-        cache_dir: crate::paths::component_cache_dir(),
-        command_runner: Some(runner),
-        // A loop makes one instance per gate per lap: a pool of thousands
-        // costs more to set up than it saves.
-        allocator: bl_plugins::AllocatorChoice::OnDemand,
-        ..Default::default()
-    };
-    // A gate may take what the run may; the engine stops laps at the budget.
-    config.limits.deadline = Duration::from_secs(bounds.max_wallclock_s.max(1));
-    config.limits.command_timeout = config.limits.deadline;
-    Runtime::new(config).map_err(|e| AppError::Undecided(format!("bl run: {e}")))
 }
 
 fn make_runner(
@@ -530,6 +525,8 @@ struct LoopPlace {
     egress_record: PathBuf,
     /// What the cages hide (a graph run's directory, for a loop node).
     hidden: Vec<PathBuf>,
+    /// A cancel of this loop alone (the runtime API's).
+    cancel: Option<Arc<Cancel>>,
 }
 
 /// Runs the loop engine over `package` (resolved as `dir`): the scratch
@@ -582,9 +579,13 @@ fn drive_loop(
         None => (commands.clone(), None),
     };
     let mut runner = make_runner(runner_name, package, workspace_root, runner_commands, env)?;
-    let runtime = runtime(commands, &bounds)?;
+    let plugins = GatePlugins {
+        host: crate::plugin_host::shared(),
+        commands,
+        deadline: Duration::from_secs(bounds.max_wallclock_s.max(1)),
+    };
     let mut gate = LoopGate::new(
-        runtime,
+        plugins,
         &m.gate,
         gate_override,
         dir,
@@ -626,7 +627,9 @@ fn drive_loop(
             gate: &mut gate,
             workspace: &mut workspace,
             clock: &clock,
-            kill: &EnvKill,
+            kill: &Kill {
+                cancel: place.cancel.as_deref(),
+            },
             ledger: &mut ledger,
             approver,
             handoff: &mut handoff,
@@ -677,20 +680,23 @@ fn write_run_records(
         std::fs::write(&path, text).map_err(|e| fail(&path, e))
     };
     write(
-        "metadata.json",
+        LoopRunDir::METADATA,
         format!(
             "{}\n",
             serde_json::to_string_pretty(&metadata).expect("json")
         ),
     )?;
     write(
-        "receipt.json",
+        LoopRunDir::RECEIPT_JSON,
         format!(
             "{}\n",
             bl_loops::ledger::ascii_escaped(&serde_json::to_string_pretty(&receipt).expect("json"))
         ),
     )?;
-    write("receipt.md", bl_loops::receipt::receipt_markdown(&receipt))?;
+    write(
+        LoopRunDir::RECEIPT_MARKDOWN,
+        bl_loops::receipt::receipt_markdown(&receipt),
+    )?;
     // The runs index: one line per invocation, newest last.
     let Some(index) = index else {
         return Ok(());
@@ -789,15 +795,17 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
     let run_dir = workspace.join(".controller/runs").join(&inner);
     std::fs::create_dir_all(&run_dir)
         .map_err(|e| AppError::Refused(format!("{}: {e}", run_dir.display())))?;
+    let records = LoopRunDir::new(&run_dir);
     let place = LoopPlace {
-        workspace_root: run_dir.join("workspace"),
+        workspace_root: records.workspace(),
         how: Prepare::Persistent,
-        ledger: run_dir.join("ledger.jsonl"),
-        handoff: run_dir.join(engine::HANDOFF_FILE),
-        memory: run_dir.join(".STATE.md.runtime"),
+        ledger: records.ledger(),
+        handoff: records.handoff(),
+        memory: records.memory(),
         redact: "off".into(),
         egress_record: run_dir.join(EGRESS_DECISIONS),
         hidden: n.hidden.clone(),
+        cancel: None,
     };
     let env = passthrough(&package.manifest).map_err(|e| AppError::Refused(e.to_string()))?;
     let runner = package.manifest.runner.default.clone();
@@ -871,6 +879,8 @@ pub struct LoopRequest {
     pub keep_workspace: bool,
     /// `off`, `paths` or `strict`.
     pub redact: String,
+    /// Stops this loop before its next lap (the runtime API's cancel).
+    pub cancel: Option<Arc<Cancel>>,
 }
 
 /// A loop checked and ready to run: what a front end shows before it asks
@@ -958,8 +968,9 @@ pub fn run(
                     "bl run: wiring error — ManifestError: run_id must be 1-128 chars: letters, digits, '.', '_', '-' only; must start with a letter or digit",
                 ));
             }
-            let run_dir = dir.join(".bounded-loops/runs").join(id);
-            let workspace = run_dir.join("workspace");
+            let records = LoopDir::new(&dir).run(id);
+            let run_dir = records.path().to_path_buf();
+            let workspace = records.workspace();
             let how = if request.resume {
                 if !workspace.is_dir() {
                     return Err(AppError::refused(format!(
@@ -980,7 +991,7 @@ pub fn run(
                 .map_err(|e| AppError::refused(format!("bl run: {}: {e}", run_dir.display())))?;
             (
                 Some(run_dir.clone()),
-                run_dir.join("ledger.jsonl"),
+                records.ledger(),
                 workspace,
                 None,
                 how,
@@ -996,7 +1007,7 @@ pub fn run(
             let root = scratch.path().to_path_buf();
             (
                 None,
-                dir.join(".ledger.jsonl"),
+                LoopDir::new(&dir).ledger(),
                 root,
                 Some(scratch),
                 Prepare::Scratch,
@@ -1011,13 +1022,14 @@ pub fn run(
             .clone()
             .unwrap_or_else(|| dir.clone())
             .join(engine::HANDOFF_FILE),
-        memory: dir.join(".STATE.md.runtime"),
+        memory: LoopDir::new(&dir).memory(),
         redact: request.redact.clone(),
         egress_record: match &run_dir {
             Some(d) => d.join(EGRESS_DECISIONS),
             None => dir.join(format!(".{EGRESS_DECISIONS}")),
         },
         hidden: Vec::new(),
+        cancel: request.cancel.clone(),
     };
     let outcome = drive_loop(
         &package,
@@ -1037,7 +1049,7 @@ pub fn run(
             &ledger_path,
             &outcome,
             request.run_id.as_deref().unwrap_or_default(),
-            Some(&dir.join(".bounded-loops/runs.jsonl")),
+            Some(&LoopDir::new(&dir).runs_index()),
         )?;
     }
     let kept_workspace = match scratch {

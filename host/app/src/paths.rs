@@ -31,38 +31,6 @@ pub fn plugin_search_path() -> Vec<PathBuf> {
     dirs
 }
 
-/// A plugin that is neither a file nor on the search path.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "plugin {name:?} not found: it is not a file, and no {name}.wasm is in {}. Build the first-party plugins with `scripts/dev setup`, or set BL_PLUGIN_PATH",
-    searched.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-)]
-pub struct PluginNotFound {
-    pub name: String,
-    /// Every directory looked in, in order.
-    pub searched: Vec<PathBuf>,
-}
-
-/// Resolves a plugin argument: an existing file path, or a name found on
-/// the search path.
-pub fn resolve_plugin(arg: &str) -> Result<PathBuf, PluginNotFound> {
-    let as_path = Path::new(arg);
-    if as_path.is_file() {
-        return Ok(as_path.to_path_buf());
-    }
-    let searched = plugin_search_path();
-    for dir in &searched {
-        let candidate = dir.join(format!("{arg}.wasm"));
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    Err(PluginNotFound {
-        name: arg.to_string(),
-        searched,
-    })
-}
-
 /// The compiled-component cache: `BL_CACHE_DIR`, else `$XDG_CACHE_HOME/bl`,
 /// else `~/.cache/bl`; components live under `components/`.
 pub fn component_cache_dir() -> Option<PathBuf> {

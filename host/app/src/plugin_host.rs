@@ -1,29 +1,36 @@
-//! The wasm plugin runtime as bl's use cases build it: compiled components
-//! cached on disk, and the `command` capability's commands run in a cage.
+//! The process's one plugin host: one wasmtime engine, the compiled-component
+//! cache and the plugin search path, shared by every use case. The
+//! composition root installs it (choosing the allocator); a use case that
+//! runs before that gets one with the defaults.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
 
-use bl_plugins::{AllocatorChoice, Runtime, RuntimeConfig};
+use bl_plugins::{AllocatorChoice, PluginHost, RuntimeConfig};
 
-use crate::error::AppError;
 use crate::paths;
 
-/// A runtime whose plugins' commands run in `sandbox`, with a per-call
-/// `deadline` when one is given.
-pub fn runtime(
-    deadline: Option<Duration>,
-    allocator: AllocatorChoice,
-    sandbox: bl_sandbox::Sandbox,
-) -> Result<Runtime, AppError> {
-    let mut config = RuntimeConfig {
+static HOST: OnceLock<Arc<PluginHost>> = OnceLock::new();
+
+/// Makes the process's host with `allocator`, unless one was made already
+/// (then that one is returned as it is).
+pub fn install(allocator: AllocatorChoice) -> Arc<PluginHost> {
+    HOST.get_or_init(|| Arc::new(build(allocator))).clone()
+}
+
+/// The process's host.
+pub fn shared() -> Arc<PluginHost> {
+    // On demand: a loop makes an instance per gate per lap, and a pool
+    // costs more to reserve than one short run saves.
+    install(AllocatorChoice::OnDemand)
+}
+
+fn build(allocator: AllocatorChoice) -> PluginHost {
+    let config = RuntimeConfig {
         cache_dir: paths::component_cache_dir(),
-        command_runner: Some(Arc::new(sandbox)),
         allocator,
+        // No command runs unless the plugin's load hands it a runner.
+        command_runner: None,
         ..Default::default()
     };
-    if let Some(deadline) = deadline {
-        config.limits.deadline = deadline;
-    }
-    Runtime::new(config).map_err(|e| AppError::Undecided(format!("the plugin runtime: {e}")))
+    PluginHost::new(config, paths::plugin_search_path())
 }

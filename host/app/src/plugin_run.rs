@@ -4,11 +4,12 @@
 //! that cannot decide is an error, never a verdict.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bl_core::GateOutcome;
 use bl_plugins::{
-    AllocatorChoice, ContractRequest, Grants, LoadOptions, PluginPackage, Runtime, World, outcome,
+    ContractRequest, FoundPlugin, Grant, Grants, PluginError, PluginHost, Runtime, World, outcome,
 };
 
 use crate::error::AppError;
@@ -27,24 +28,23 @@ pub struct PluginRunRequest<'a> {
     pub dispatched_ms: u64,
     /// A per-call deadline.
     pub deadline: Option<Duration>,
-    pub allocator: AllocatorChoice,
 }
 
-/// A plugin found, read, and ready to load into its runtime.
+/// A plugin found, read, and ready to load with what was granted.
 pub struct Opened {
-    pub package: PluginPackage,
-    pub declared: Option<Vec<bl_plugins::Capability>>,
-    pub grants: Grants,
-    pub runtime: Runtime,
+    pub found: FoundPlugin,
+    pub grant: Grant,
+    pub host: Arc<PluginHost>,
     pub world: World,
 }
 
 impl Opened {
-    pub fn options(&self) -> LoadOptions<'_> {
-        LoadOptions {
-            declared: self.declared.as_deref(),
-            grants: self.grants.clone(),
-        }
+    pub fn name(&self) -> String {
+        self.found.name()
+    }
+
+    pub fn runtime(&self) -> Result<&Runtime, PluginError> {
+        self.host.runtime()
     }
 }
 
@@ -62,28 +62,35 @@ pub fn read_config(config: &str) -> Result<String, AppError> {
     Ok(text)
 }
 
-/// Finds and opens the plugin, with its runtime. Anything that stops it
-/// is [`AppError::Undecided`]: the plugin cannot decide.
+/// Finds and opens the plugin in the process's plugin host. Anything that
+/// stops it is [`AppError::Undecided`]: the plugin cannot decide.
 pub fn open(request: &PluginRunRequest) -> Result<Opened, AppError> {
     let undecided = |m: String| AppError::Undecided(m);
-    let path =
-        crate::paths::resolve_plugin(request.plugin).map_err(|e| undecided(e.to_string()))?;
-    let package = PluginPackage::open(&path).map_err(|e| undecided(e.to_string()))?;
-    let declared = package.declared().map_err(|e| undecided(e.to_string()))?;
+    let host = crate::plugin_host::shared();
+    let found = host
+        .find(request.plugin)
+        .map_err(|e| undecided(e.to_string()))?;
     let grants = Grants::parse(request.grants).map_err(|e| undecided(format!("--grant: {e}")))?;
     let tier = bl_sandbox::Tier::parse(request.isolation)
         .map_err(|e| undecided(format!("--isolation: {e}")))?;
     let sandbox = crate::cage::sandbox(tier).map_err(|e| undecided(e.message().to_string()))?;
-    let runtime = crate::plugin_host::runtime(request.deadline, request.allocator, sandbox)
-        .map_err(|e| undecided(e.message().to_string()))?;
-    let world = package
-        .world(&runtime)
+    let runtime = host
+        .runtime()
+        .map_err(|e| undecided(format!("the plugin runtime: {e}")))?;
+    let world = found
+        .package
+        .world(runtime)
         .map_err(|e| undecided(e.to_string()))?;
-    Ok(Opened {
-        package,
-        declared,
+    let grant = Grant {
         grants,
-        runtime,
+        commands: Some(Arc::new(sandbox)),
+        deadline: request.deadline,
+        command_timeout: None,
+    };
+    Ok(Opened {
+        found,
+        grant,
+        host,
         world,
     })
 }
@@ -95,14 +102,14 @@ pub fn judge(
     workspace: &Path,
     config: &str,
 ) -> GateOutcome {
-    let options = opened.options();
-    let name = opened.package.name();
-    let bytes = &opened.package.bytes;
-    let runtime = &opened.runtime;
+    let name = opened.name();
+    let (host, found, grant) = (&opened.host, &opened.found, &opened.grant);
     let result = match opened.world {
-        World::Gate => runtime
-            .load_gate(&name, bytes, &options)
-            .and_then(|gate| runtime.check(&gate, workspace, config)),
+        World::Gate => host.load_gate(found, grant).and_then(|gate| {
+            opened
+                .runtime()
+                .and_then(|runtime| runtime.check(&gate, workspace, config))
+        }),
         World::CompletionContract => {
             let Some(artifact) = request.artifact.clone() else {
                 return GateOutcome::Error(format!(
@@ -113,11 +120,11 @@ pub fn judge(
                 artifact,
                 dispatch_started_ms: request.dispatched_ms,
             };
-            runtime
-                .load_contract(&name, bytes, &options)
-                .and_then(|contract| {
+            host.load_contract(found, grant).and_then(|contract| {
+                opened.runtime().and_then(|runtime| {
                     runtime.check_contract(&contract, workspace, &contract_request, config)
                 })
+            })
         }
         other => {
             return GateOutcome::Error(format!(

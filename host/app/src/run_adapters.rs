@@ -275,33 +275,20 @@ impl RunLedger {
         } else {
             order.policy
         };
-        let path = crate::paths::resolve_plugin(plugin).map_err(|e| {
-            AppError::Refused(format!(
+        let host = crate::plugin_host::shared();
+        let found = host.find(plugin).map_err(|e| match e {
+            bl_plugins::FindError::NotFound { .. } => AppError::Refused(format!(
                 "publication policy '{}' is not installed ({e}); nothing was published",
                 order.policy
-            ))
+            )),
+            e => AppError::Refused(e.to_string()),
         })?;
-        let package =
-            bl_plugins::PluginPackage::open(&path).map_err(|e| AppError::Refused(e.to_string()))?;
-        let declared = package
-            .declared()
-            .map_err(|e| AppError::Refused(e.to_string()))?;
         used.push(PluginUse {
             role: "policy".into(),
-            plugin: package.name(),
-            component_digest: bl_core::Sha256Digest::of(&package.bytes).to_string(),
-            component: std::sync::Arc::new(package.bytes.clone()),
+            plugin: found.name(),
+            component_digest: found.digest.clone(),
+            component: std::sync::Arc::new(found.package.bytes.clone()),
         });
-        let runtime = crate::plugin_host::runtime(
-            None,
-            bl_plugins::AllocatorChoice::OnDemand,
-            bl_sandbox::Sandbox::new(bl_sandbox::Tier::WorkspaceOnly),
-        )
-        .map_err(|e| AppError::Refused(e.to_string()))?;
-        let options = bl_plugins::LoadOptions {
-            declared: declared.as_deref(),
-            grants: bl_plugins::Grants::none(),
-        };
         let approvals: Vec<bl_plugins::Approval> = order
             .approvals
             .iter()
@@ -328,9 +315,10 @@ impl RunLedger {
             payload_digest: format!("sha256:{}", order.payload_digest),
             approvals,
         };
-        let decision = runtime
-            .load_policy(&package.name(), &package.bytes, &options)
-            .and_then(|policy| runtime.decide(&policy, &request, &config))
+        // A policy is granted nothing: it decides from the request alone.
+        let decision = host
+            .load_policy(&found, &bl_plugins::Grant::default())
+            .and_then(|policy| host.runtime()?.decide(&policy, &request, &config))
             .map_err(|e| {
                 AppError::Refused(format!(
                     "publication policy '{}' could not decide: {e}",

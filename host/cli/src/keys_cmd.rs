@@ -44,7 +44,7 @@ const RUN_RECORDS: [&str; 6] = [
     bl_store::RunDir::RECORDS[2],
     bl_store::RunDir::RECORDS[3],
     bl_store::RunDir::RECORDS[4],
-    "ledger.jsonl",
+    bl_store::LoopRunDir::LEDGER,
 ];
 
 /// A directory that holds a run's records, or lies inside one.

@@ -54,6 +54,7 @@ impl RunArgs {
             resume: self.resume,
             keep_workspace: self.keep_workspace,
             redact: self.redact.clone(),
+            cancel: None,
         }
     }
 

@@ -191,8 +191,8 @@ pub fn run(cmd: PluginCommand) -> CliResult {
                 artifact,
                 dispatched_ms,
                 deadline: deadline_ms.map(std::time::Duration::from_millis),
-                allocator: allocator.choice(),
             };
+            bl_app::plugin_host::install(allocator.choice());
             let config = plugin_run::read_config(&config)?;
             let opened = plugin_run::open(&request)?;
             match opened.world {
@@ -444,7 +444,9 @@ fn listed_json(l: &Listed) -> serde_json::Value {
 
 fn inspect(plugin: &str, as_json: bool) -> CliResult {
     let result = (|| {
-        let path = paths::resolve_plugin(plugin).map_err(|e| e.to_string())?;
+        let path = bl_app::plugin_host::shared()
+            .resolve(plugin)
+            .map_err(|e| e.to_string())?;
         let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
         let summary = bl_pluginbuild::summarize(&package.bytes)
             .map_err(|e| format!("{}: {e}", path.display()))?;

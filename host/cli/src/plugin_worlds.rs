@@ -69,7 +69,7 @@ fn undecided(message: String) -> CliError {
 }
 
 pub fn run_transform(opened: &Opened, config: &str, args: &TransformArgs) -> CliResult {
-    let name = opened.package.name();
+    let name = opened.name();
     let mut inputs = Vec::new();
     for path in &args.inputs {
         let bytes = bl_app::paths::read_capped(path, 64 << 20)
@@ -106,11 +106,11 @@ pub fn run_transform(opened: &Opened, config: &str, args: &TransformArgs) -> Cli
         .collect();
     let seed = transform_seed(&args.run_id, &inputs);
     let result = opened
-        .runtime
-        .load_transform(&name, &opened.package.bytes, &opened.options())
+        .host
+        .load_transform(&opened.found, &opened.grant)
         .and_then(|plugin| {
             opened
-                .runtime
+                .runtime()?
                 .transform(&plugin, inputs, outputs, &seed, config)
         });
     let invocation = result.map_err(|e| undecided(format!("{name}: {e}")))?;
@@ -177,7 +177,7 @@ fn approval(spec: &str) -> Result<Approval, CliError> {
 }
 
 pub fn run_policy(opened: &Opened, config: &str, args: &PolicyArgs) -> CliResult {
-    let name = opened.package.name();
+    let name = opened.name();
     let missing = |flag: &str| {
         CliError::refused(format!(
             "{name} is a publication policy: give the effect's {flag}"
@@ -207,9 +207,9 @@ pub fn run_policy(opened: &Opened, config: &str, args: &PolicyArgs) -> CliResult
             .collect::<Result<_, _>>()?,
     };
     let decision = opened
-        .runtime
-        .load_policy(&name, &opened.package.bytes, &opened.options())
-        .and_then(|policy| opened.runtime.decide(&policy, &request, config))
+        .host
+        .load_policy(&opened.found, &opened.grant)
+        .and_then(|policy| opened.runtime()?.decide(&policy, &request, config))
         .map_err(|e| undecided(format!("{name}: {e}")))?
         .value;
     if crate::output::json() {

@@ -1,12 +1,12 @@
-//! The plugins a run uses: one wasmtime runtime, made when the first plugin
-//! is needed, and plugins found by name, each load returning what the
-//! run's events record about it (its role, name and component digest).
+//! The plugins a run uses, through the process's one [`PluginHost`]: found
+//! by name, loaded with the run's command runner, each load returning what
+//! the run's events record about it (its role, name and component digest).
 
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
+use bl_core::CommandRunner;
 use bl_plugins::{
-    ContractPlugin, GatePlugin, Grants, LoadOptions, PluginPackage, Runtime, TransformPlugin,
+    ContractPlugin, FoundPlugin, GatePlugin, Grant, Grants, PluginHost, Runtime, TransformPlugin,
 };
 use bl_run::executor::PluginUse;
 
@@ -20,65 +20,40 @@ fn unavailable(e: impl std::fmt::Display) -> PluginUnavailable {
     PluginUnavailable(e.to_string())
 }
 
-/// Finds a plugin's component by name (the plugin search path).
-pub type Resolve = dyn Fn(&str) -> Result<PathBuf, PluginUnavailable> + Send + Sync;
-/// Makes the run's runtime (the composition root's limits and sandbox).
-pub type MakeRuntime = dyn Fn() -> Result<Runtime, PluginUnavailable> + Send + Sync;
-
 pub struct Plugins {
-    runtime: OnceLock<Result<Runtime, PluginUnavailable>>,
-    make: Box<MakeRuntime>,
-    resolve: Box<Resolve>,
-}
-
-/// A plugin opened for one role: the package and what the events record.
-struct Opened {
-    package: PluginPackage,
-    declared: Option<Vec<bl_plugins::Capability>>,
-    used: PluginUse,
+    host: Arc<PluginHost>,
+    /// What the run's plugins' `command` capability runs through.
+    commands: Arc<dyn CommandRunner>,
 }
 
 impl Plugins {
-    pub fn new(make: Box<MakeRuntime>, resolve: Box<Resolve>) -> Self {
-        Plugins {
-            runtime: OnceLock::new(),
-            make,
-            resolve,
-        }
+    pub fn new(host: Arc<PluginHost>, commands: Arc<dyn CommandRunner>) -> Self {
+        Plugins { host, commands }
     }
 
-    /// The run's runtime, made on first use.
+    /// The process's runtime, made on first use.
     pub fn runtime(&self) -> Result<&Runtime, PluginUnavailable> {
-        self.runtime
-            .get_or_init(|| (self.make)())
-            .as_ref()
+        self.host
+            .runtime()
             .map_err(|e| PluginUnavailable(format!("the plugin runtime could not start: {e}")))
     }
 
-    fn open(&self, name: &str, role: &str) -> Result<Opened, PluginUnavailable> {
-        let path = (self.resolve)(name)?;
-        let package = PluginPackage::open(&path).map_err(unavailable)?;
-        let declared = package.declared().map_err(unavailable)?;
+    fn find(&self, name: &str, role: &str) -> Result<(FoundPlugin, PluginUse), PluginUnavailable> {
+        let found = self.host.find(name).map_err(unavailable)?;
         let used = PluginUse {
             role: role.to_string(),
-            plugin: package.name(),
-            component_digest: bl_core::Sha256Digest::of(&package.bytes).to_string(),
-            component: Arc::new(package.bytes.clone()),
+            plugin: found.name(),
+            component_digest: found.digest.clone(),
+            component: Arc::new(found.package.bytes.clone()),
         };
-        Ok(Opened {
-            package,
-            declared,
-            used,
-        })
+        Ok((found, used))
     }
 
-    fn options<'a>(
-        opened: &'a Opened,
-        grants: &[String],
-    ) -> Result<LoadOptions<'a>, PluginUnavailable> {
-        Ok(LoadOptions {
-            declared: opened.declared.as_deref(),
+    fn grant(&self, grants: &[String]) -> Result<Grant, PluginUnavailable> {
+        Ok(Grant {
             grants: Grants::parse(grants).map_err(unavailable)?,
+            commands: Some(self.commands.clone()),
+            ..Grant::default()
         })
     }
 
@@ -91,36 +66,37 @@ impl Plugins {
         name: &str,
         grants: &[String],
     ) -> Result<(GatePlugin, PluginUse), (PluginUnavailable, Option<PluginUse>)> {
-        let opened = self.open(name, "gate").map_err(|e| (e, None))?;
-        let used = opened.used.clone();
-        let loaded = self.runtime().and_then(|runtime| {
-            runtime
-                .load_gate(
-                    &opened.package.name(),
-                    &opened.package.bytes,
-                    &Self::options(&opened, grants)?,
-                )
-                .map_err(unavailable)
+        let (found, used) = self.find(name, "gate").map_err(|e| (e, None))?;
+        let loaded = self.grant(grants).and_then(|grant| {
+            self.host
+                .load_gate(&found, &grant)
+                .map_err(|e| self.refused(e))
         });
         match loaded {
-            Ok(gate) => Ok((gate, opened.used)),
+            Ok(gate) => Ok((gate, used)),
             Err(e) => Err((e, Some(used))),
+        }
+    }
+
+    /// A runtime that would not start says so; anything else as it is.
+    fn refused(&self, e: bl_plugins::PluginError) -> PluginUnavailable {
+        match e {
+            bl_plugins::PluginError::Runtime(_) => {
+                PluginUnavailable(format!("the plugin runtime could not start: {e}"))
+            }
+            e => unavailable(e),
         }
     }
 
     /// A completion-contract plugin (granted nothing: it reads the
     /// workspace handle it is given).
     pub fn contract(&self, name: &str) -> Result<(ContractPlugin, PluginUse), PluginUnavailable> {
-        let opened = self.open(name, "contract")?;
-        let runtime = self.runtime()?;
-        let contract = runtime
-            .load_contract(
-                &opened.package.name(),
-                &opened.package.bytes,
-                &Self::options(&opened, &[])?,
-            )
-            .map_err(unavailable)?;
-        Ok((contract, opened.used))
+        let (found, used) = self.find(name, "contract")?;
+        let contract = self
+            .host
+            .load_contract(&found, &self.grant(&[])?)
+            .map_err(|e| self.refused(e))?;
+        Ok((contract, used))
     }
 
     /// The transform `transform:<name>@v<major>` names: the plugin `name`
@@ -132,21 +108,17 @@ impl Plugins {
         major: u32,
     ) -> Result<(TransformPlugin, PluginUse), PluginUnavailable> {
         let dashed = name.replace('.', "-");
-        let opened = self
-            .open(name, "transform")
-            .or_else(|first| self.open(&dashed, "transform").map_err(|_| first))?;
-        if let Some(manifest) = &opened.package.manifest {
+        let (found, used) = self
+            .find(name, "transform")
+            .or_else(|first| self.find(&dashed, "transform").map_err(|_| first))?;
+        if let Some(manifest) = &found.package.manifest {
             check_major(name, major, manifest)?;
         }
-        let runtime = self.runtime()?;
-        let transform = runtime
-            .load_transform(
-                &opened.package.name(),
-                &opened.package.bytes,
-                &Self::options(&opened, &[])?,
-            )
-            .map_err(unavailable)?;
-        Ok((transform, opened.used))
+        let transform = self
+            .host
+            .load_transform(&found, &self.grant(&[])?)
+            .map_err(|e| self.refused(e))?;
+        Ok((transform, used))
     }
 }
 

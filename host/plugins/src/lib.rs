@@ -18,6 +18,7 @@ mod compose;
 mod error;
 mod host;
 mod package;
+mod plugin_host;
 mod runtime;
 mod workspace;
 mod worlds;
@@ -32,6 +33,7 @@ pub use compose::{ContractRegistry, ContractReport, PatternError, judge_all};
 pub use error::PluginError;
 pub use host::LogEntry;
 pub use package::{PackageError, PluginPackage};
+pub use plugin_host::{FindError, FoundPlugin, Grant, PluginHost};
 pub use runtime::{AllocatorChoice, Invocation, Limits, Runtime, RuntimeConfig};
 pub use worlds::{
     Approval, ContractPlugin, ContractRequest, GatePlugin, LoadOptions, PolicyPlugin,

@@ -14,6 +14,7 @@ use crate::bindings;
 use crate::cache::ComponentCache;
 use crate::error::PluginError;
 use crate::host::{HostState, HostStop, LogEntry};
+use crate::worlds::LoadOptions;
 use bl_core::plugin::World;
 use bl_core::plugin::{Capability, Grants, Import, admit};
 
@@ -100,6 +101,9 @@ pub(crate) struct Loaded<P> {
     pub grants: Grants,
     pub requested: Vec<Capability>,
     pub pre: P,
+    /// The runtime's limits with this plugin's own deadlines.
+    pub limits: Arc<Limits>,
+    pub runner: Option<Arc<dyn CommandRunner>>,
 }
 
 /// What one successful call returned, with what the plugin logged.
@@ -270,8 +274,7 @@ impl Runtime {
         name: &str,
         bytes: &[u8],
         world: World,
-        declared: Option<&[Capability]>,
-        grants: &Grants,
+        options: &LoadOptions,
         typed: impl FnOnce(InstancePre<HostState>) -> wasmtime::Result<P>,
     ) -> Result<Loaded<P>, PluginError> {
         let load_error = |message: String| PluginError::Load {
@@ -281,7 +284,8 @@ impl Runtime {
         // One hash of the bytes: the cache key and the digest the caller records.
         let hex_digest = bl_core::sha256_hex(bytes);
         let component = self.compile_with_digest(name, bytes, &hex_digest)?;
-        let requested = admit(&self.imports(&component), world, declared, grants)
+        let grants = &options.grants;
+        let requested = admit(&self.imports(&component), world, options.declared, grants)
             .map_err(|e| load_error(e.to_string()))?;
         let instance_pre = self
             .linker
@@ -295,7 +299,24 @@ impl Runtime {
             grants: grants.clone(),
             requested: requested.into_iter().collect(),
             pre,
+            limits: self.limits_for(options),
+            runner: options.commands.clone().or_else(|| self.runner.clone()),
         })
+    }
+
+    /// The runtime's limits, with a plugin's own deadlines where it has them.
+    fn limits_for(&self, options: &LoadOptions) -> Arc<Limits> {
+        if options.deadline.is_none() && options.command_timeout.is_none() {
+            return self.limits.clone();
+        }
+        let mut limits = (*self.limits).clone();
+        if let Some(deadline) = options.deadline {
+            limits.deadline = deadline;
+        }
+        if let Some(timeout) = options.command_timeout {
+            limits.command_timeout = timeout;
+        }
+        Arc::new(limits)
     }
 
     /// Runs `call` in a fresh store with this runtime's limits and maps every
@@ -310,17 +331,18 @@ impl Runtime {
         ) -> wasmtime::Result<Result<T, bindings::types::PluginError>>,
     ) -> Result<Invocation<T>, PluginError> {
         let started = Instant::now();
+        let limits = &plugin.limits;
         let state = HostState::new(
             plugin.grants.clone(),
-            self.limits.clone(),
+            limits.clone(),
             context.workspace_root,
-            self.runner.clone(),
+            plugin.runner.clone(),
         );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
-        let ticks = (self.limits.deadline.as_nanos() / EPOCH_TICK.as_nanos()).max(1) as u64;
+        let ticks = (limits.deadline.as_nanos() / EPOCH_TICK.as_nanos()).max(1) as u64;
         store.set_epoch_deadline(ticks);
-        if let Some(fuel) = self.limits.fuel {
+        if let Some(fuel) = limits.fuel {
             store.set_fuel(fuel).map_err(runtime_error)?;
         }
         let result = call(&mut store, &plugin.pre);
@@ -335,10 +357,10 @@ impl Runtime {
         }
         // A call that ended after its deadline counts for nothing, whatever
         // it returned: the epoch check may lag the deadline by a tick.
-        if result.is_ok() && started.elapsed() > self.limits.deadline {
+        if result.is_ok() && started.elapsed() > limits.deadline {
             return Err(PluginError::Timeout {
                 plugin: name,
-                deadline: self.limits.deadline,
+                deadline: limits.deadline,
             });
         }
         match result {
@@ -348,58 +370,58 @@ impl Runtime {
                 elapsed: started.elapsed(),
             }),
             Ok(Err(error)) => Err(plugin_error(name, error)),
-            Err(error) => Err(self.classify_trap(name, error, store.data().limiter.hit)),
+            Err(error) => Err(classify_trap(limits, name, error, store.data().limiter.hit)),
         }
     }
+}
 
-    fn classify_trap(
-        &self,
-        plugin: String,
-        error: wasmtime::Error,
-        memory_hit: bool,
-    ) -> PluginError {
-        match error.downcast_ref::<HostStop>() {
-            Some(HostStop::LimitExceeded { what, limit_bytes }) => {
-                return PluginError::OutputLimit {
-                    plugin,
-                    what: what.to_string(),
-                    limit_bytes: *limit_bytes,
-                };
-            }
-            Some(HostStop::DeadlinePassed) => {
-                return PluginError::Timeout {
-                    plugin,
-                    deadline: self.limits.deadline,
-                };
-            }
-            // Classified by the limiter's record below.
-            Some(HostStop::MemoryRefused) | None => {}
-        }
-        match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => {
-                return PluginError::Timeout {
-                    plugin,
-                    deadline: self.limits.deadline,
-                };
-            }
-            Some(Trap::OutOfFuel) => {
-                return PluginError::FuelExhausted {
-                    plugin,
-                    fuel: self.limits.fuel.unwrap_or_default(),
-                };
-            }
-            _ => {}
-        }
-        if memory_hit {
-            return PluginError::MemoryLimit {
+fn classify_trap(
+    limits: &Limits,
+    plugin: String,
+    error: wasmtime::Error,
+    memory_hit: bool,
+) -> PluginError {
+    match error.downcast_ref::<HostStop>() {
+        Some(HostStop::LimitExceeded { what, limit_bytes }) => {
+            return PluginError::OutputLimit {
                 plugin,
-                limit_bytes: self.limits.memory_bytes,
+                what: what.to_string(),
+                limit_bytes: *limit_bytes,
             };
         }
-        PluginError::Trap {
-            plugin,
-            message: format!("{error:#}"),
+        Some(HostStop::DeadlinePassed) => {
+            return PluginError::Timeout {
+                plugin,
+                deadline: limits.deadline,
+            };
         }
+        // Classified by the limiter's record below.
+        Some(HostStop::MemoryRefused) | None => {}
+    }
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => {
+            return PluginError::Timeout {
+                plugin,
+                deadline: limits.deadline,
+            };
+        }
+        Some(Trap::OutOfFuel) => {
+            return PluginError::FuelExhausted {
+                plugin,
+                fuel: limits.fuel.unwrap_or_default(),
+            };
+        }
+        _ => {}
+    }
+    if memory_hit {
+        return PluginError::MemoryLimit {
+            plugin,
+            limit_bytes: limits.memory_bytes,
+        };
+    }
+    PluginError::Trap {
+        plugin,
+        message: format!("{error:#}"),
     }
 }
 

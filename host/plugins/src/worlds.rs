@@ -2,6 +2,10 @@
 //! transforms and publication policies.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bl_core::CommandRunner;
 
 use bl_core::{Finding, GateOutcome, Location, Severity, Verdict};
 use wasmtime::component::Resource;
@@ -100,12 +104,19 @@ pub struct TransformOutput {
 }
 
 /// Options every loader takes.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct LoadOptions<'a> {
     /// The capabilities the plugin's manifest requests; `None` when there is
     /// no manifest, and the component's imports are taken as its requests.
     pub declared: Option<&'a [Capability]>,
     pub grants: Grants,
+    /// What this plugin's `command` capability runs through; the runtime's
+    /// own when `None`.
+    pub commands: Option<Arc<dyn CommandRunner>>,
+    /// This plugin's per-call deadline; the runtime's when `None`.
+    pub deadline: Option<Duration>,
+    /// The longest one of its commands may take; the runtime's when `None`.
+    pub command_timeout: Option<Duration>,
 }
 
 impl Runtime {
@@ -119,8 +130,7 @@ impl Runtime {
             name,
             bytes,
             World::Gate,
-            options.declared,
-            &options.grants,
+            options,
             bindings::gate::GatePre::new,
         )
         .map(GatePlugin)
@@ -136,8 +146,7 @@ impl Runtime {
             name,
             bytes,
             World::CompletionContract,
-            options.declared,
-            &options.grants,
+            options,
             bindings::contract::CompletionContractPre::new,
         )
         .map(ContractPlugin)
@@ -153,8 +162,7 @@ impl Runtime {
             name,
             bytes,
             World::Transform,
-            options.declared,
-            &options.grants,
+            options,
             bindings::transform::TransformPre::new,
         )
         .map(TransformPlugin)
@@ -170,8 +178,7 @@ impl Runtime {
             name,
             bytes,
             World::PublicationPolicy,
-            options.declared,
-            &options.grants,
+            options,
             bindings::policy::PublicationPolicyPre::new,
         )
         .map(PolicyPlugin)

@@ -134,8 +134,8 @@ impl LoopReport {
 pub(crate) fn ledger_of(path: &Path) -> PathBuf {
     let path = &bl_core::python::pathlib_normal(path);
     if path.is_dir() {
-        let run_ledger = bl_core::python::pathlib_normal(&path.join("ledger.jsonl"));
-        let package_ledger = bl_core::python::pathlib_normal(&path.join(".ledger.jsonl"));
+        let run_ledger = bl_core::python::pathlib_normal(&path.join(bl_store::LoopRunDir::LEDGER));
+        let package_ledger = bl_core::python::pathlib_normal(&path.join(bl_store::LoopDir::LEDGER));
         if !run_ledger.exists() && package_ledger.exists() {
             return package_ledger;
         }
@@ -159,7 +159,7 @@ pub fn verify(path: &Path, options: &Options) -> LoopReport {
     // The run's metadata sits beside the ledger; unreadable means absent.
     let metadata: Option<Value> = ledger_path
         .parent()
-        .and_then(|dir| std::fs::read(dir.join("metadata.json")).ok())
+        .and_then(|dir| std::fs::read(dir.join(bl_store::LoopRunDir::METADATA)).ok())
         .and_then(|bytes| serde_json::from_slice(&bytes).ok());
     let recorded_head = metadata
         .as_ref()

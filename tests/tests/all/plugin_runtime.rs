@@ -175,6 +175,7 @@ fn an_ungranted_capability_fails_at_load_naming_it_and_a_granted_one_works() {
     let only_command = LoadOptions {
         declared: None,
         grants: Grants::of([Capability::Command]),
+        ..Default::default()
     };
     let err = rt
         .load_gate("wants-command", &bytes, &only_command)
@@ -186,6 +187,7 @@ fn an_ungranted_capability_fails_at_load_naming_it_and_a_granted_one_works() {
     let lying = LoadOptions {
         declared: Some(&[Capability::Log]),
         grants: Grants::of([Capability::Command, Capability::Log]),
+        ..Default::default()
     };
     let err = rt.load_gate("wants-command", &bytes, &lying).err().unwrap();
     assert!(
@@ -196,6 +198,7 @@ fn an_ungranted_capability_fails_at_load_naming_it_and_a_granted_one_works() {
     let granted = LoadOptions {
         declared: None,
         grants: Grants::of([Capability::Command, Capability::Log]),
+        ..Default::default()
     };
     let gate = rt.load_gate("wants-command", &bytes, &granted).unwrap();
     let ws = workspace();
@@ -229,6 +232,7 @@ fn wasi_imports_load_against_a_deny_all_context() {
     let granted = LoadOptions {
         declared: None,
         grants: Grants::of([Capability::Clock, Capability::Random]),
+        ..Default::default()
     };
     let gate = rt.load_gate("wasi-gate", &bytes, &granted).unwrap();
     let summary = rt.check(&gate, ws.path(), "{}").unwrap().value.summary;
@@ -369,6 +373,7 @@ fn first_party_gates_run_real_commands_and_schemas() {
     let grant = LoadOptions {
         declared: None,
         grants: Grants::of([Capability::Command]),
+        ..Default::default()
     };
 
     let command = rt.load_gate("command", &bytes("command"), &grant).unwrap();
@@ -713,6 +718,7 @@ fn a_deadline_that_passes_during_a_host_call_never_resumes_the_guest() {
     let granted = LoadOptions {
         declared: None,
         grants: Grants::of([Capability::Command, Capability::Log]),
+        ..Default::default()
     };
     let gate = rt
         .load_gate("wants-command", &bytes("wants-command"), &granted)
@@ -724,5 +730,57 @@ fn a_deadline_that_passes_during_a_host_call_never_resumes_the_guest() {
     assert!(
         matches!(err, PluginError::Timeout { deadline, .. } if deadline == Duration::from_millis(500)),
         "{err}"
+    );
+}
+
+/// One host serves every use: plugins found by name on its search path,
+/// each load with its own deadline, all on the one engine it made once.
+#[test]
+fn one_plugin_host_loads_each_plugin_with_its_own_deadline() {
+    let dir = if plugin_dir().join("hostile.wasm").is_file() {
+        plugin_dir()
+    } else {
+        test_plugin_dir()
+    };
+    let host = bl_plugins::PluginHost::new(
+        RuntimeConfig {
+            cache_dir: Some(bl_e2e::repo_root().join("target/test-component-cache")),
+            ..Default::default()
+        },
+        vec![dir.clone()],
+    );
+    let ws = workspace();
+    let found = host.find("hostile").unwrap();
+    assert_eq!(found.path, dir.join("hostile.wasm"));
+    let engine = host.runtime().unwrap() as *const Runtime;
+    let call = |deadline: Option<Duration>| {
+        let grant = bl_plugins::Grant {
+            deadline,
+            ..Default::default()
+        };
+        let gate = host.load_gate(&found, &grant).unwrap();
+        host.runtime()
+            .unwrap()
+            .check(&gate, ws.path(), r#"{"mode": "loop"}"#)
+            .unwrap_err()
+    };
+    let short = call(Some(Duration::from_millis(200)));
+    assert!(
+        matches!(short, PluginError::Timeout { deadline, .. } if deadline == Duration::from_millis(200)),
+        "{short}"
+    );
+    let longer = call(Some(Duration::from_millis(400)));
+    assert!(
+        matches!(longer, PluginError::Timeout { deadline, .. } if deadline == Duration::from_millis(400)),
+        "{longer}"
+    );
+    assert!(
+        std::ptr::eq(engine, host.runtime().unwrap()),
+        "the host made its engine once"
+    );
+    let missing = host.find("no-such-plugin").err().unwrap().to_string();
+    assert!(
+        missing.contains("no-such-plugin") && missing.contains(&dir.display().to_string()),
+        "{missing}"
     );
 }

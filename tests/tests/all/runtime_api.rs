@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use bl_app::graph_run::DriveOptions;
+use bl_app::loop_runtime::LoopStatus;
 use bl_app::runtime::GraphRuntime;
 use bl_e2e::repo_root;
 use bl_run::executor::RunEnd;
@@ -167,4 +168,125 @@ fn a_cancelled_run_starts_nothing_more_and_resumes_where_it_stopped() {
         .verify(&run, &bl_verify::Options::default())
         .unwrap();
     assert!(report.ok(), "{report:?}");
+}
+
+/// A copy of a loop package to run in.
+fn loop_copy(name: &str) -> tempfile::TempDir {
+    let case = tempfile::tempdir().unwrap();
+    let from = repo_root().join("examples/loops").join(name);
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", from.display()))
+        .arg(case.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    case
+}
+
+struct NoOneApproves;
+
+impl bl_app::loop_runtime::Approver for NoOneApproves {
+    fn approved(&mut self, _lap: u32, _detail: &str) -> bool {
+        false
+    }
+}
+
+fn loop_request(dir: &Path, run_id: &str) -> bl_app::loop_run::LoopRequest {
+    bl_app::loop_run::LoopRequest {
+        loop_dir: dir.to_path_buf(),
+        run_id: Some(run_id.into()),
+        redact: "off".into(),
+        ..Default::default()
+    }
+}
+
+/// A loop run from the runtime API: the handle comes back at once, the
+/// ledger is followed lap by lap (across a reconnect by position), and the
+/// receipt and verification agree with what was followed.
+#[test]
+fn a_loop_runs_on_its_own_thread_and_its_ledger_is_followed_lap_by_lap() {
+    let case = loop_copy("records-shell");
+    let runtime = bl_app::loop_runtime::LoopRuntime::new();
+    let handle = runtime
+        .run(loop_request(case.path(), "first"), Box::new(NoOneApproves))
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut lines = runtime.subscribe(handle.ledger(), 0);
+    while !handle.is_finished() {
+        seen.extend(lines.wait(std::time::Duration::from_millis(200)).unwrap());
+        if let Some(last) = seen.last() {
+            // A watcher that reconnects asks again from where it was.
+            lines = runtime.subscribe(handle.ledger(), last.number);
+        }
+    }
+    let run = handle.wait().unwrap();
+    seen.extend(lines.poll().unwrap());
+    assert_eq!(
+        run.outcome.status,
+        LoopStatus::Done,
+        "{}",
+        run.outcome.reason
+    );
+    let numbers: Vec<usize> = seen.iter().map(|l| l.number).collect();
+    let all: Vec<usize> = (1..=run.outcome.laps as usize).collect();
+    assert_eq!(numbers, all, "every lap once, in order");
+    let run_dir = run.run_dir.clone().unwrap();
+    assert_eq!(
+        run_dir,
+        case.path()
+            .canonicalize()
+            .unwrap()
+            .join(".bounded-loops/runs/first")
+    );
+    let receipt = runtime.receipt(&run_dir).unwrap();
+    assert!(
+        receipt.json_text.contains("\"DONE\""),
+        "{}",
+        receipt.json_text
+    );
+    let report = runtime.verify(&run_dir, &Default::default()).unwrap();
+    assert!(report.ok(), "{report:?}");
+}
+
+/// A cancel stops that loop alone before its next lap: it ends KILLED, and
+/// the laps it made stay on record.
+#[test]
+fn a_cancelled_loop_ends_killed_before_its_next_lap() {
+    let case = loop_copy("records-shell");
+    // An agent that makes progress slowly and never satisfies the gate.
+    let yaml = std::fs::read_to_string(case.path().join("loop.yaml")).unwrap();
+    let yaml = yaml.replace(
+        "agent_cmd: python3 seed/agent.py",
+        r#"agent_cmd: python3 -c "import time; time.sleep(0.4); open('progress.txt', 'a').write('x')""#,
+    );
+    std::fs::write(case.path().join("loop.yaml"), yaml).unwrap();
+    let runtime = bl_app::loop_runtime::LoopRuntime::new();
+    let handle = runtime
+        .run(
+            loop_request(case.path(), "stopped"),
+            Box::new(NoOneApproves),
+        )
+        .unwrap();
+    let mut lines = runtime.subscribe(handle.ledger(), 0);
+    let mut first = Vec::new();
+    while first.is_empty() && !handle.is_finished() {
+        first = lines.wait(std::time::Duration::from_millis(100)).unwrap();
+    }
+    assert_eq!(
+        first.first().map(|l| l.number),
+        Some(1),
+        "the loop ended before its first lap"
+    );
+    handle.cancel();
+    let run = handle.wait().unwrap();
+    assert_eq!(
+        run.outcome.status,
+        LoopStatus::Killed,
+        "{}",
+        run.outcome.reason
+    );
+    assert!(run.outcome.laps <= 3, "stopped at lap {}", run.outcome.laps);
+    let recorded = runtime.subscribe(&run.ledger, 0).poll().unwrap();
+    assert_eq!(recorded.len() as u32, run.outcome.laps);
 }
