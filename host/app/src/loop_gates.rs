@@ -48,8 +48,8 @@ enum Judge {
     },
     Scanner {
         plugin: GatePlugin,
+        kind: String,
         tool: String,
-        argv: Vec<String>,
         implementation: String,
     },
     Pytest {
@@ -107,50 +107,15 @@ impl GatePlugins {
     }
 }
 
-/// The argv a scanner kind runs, its JSON on stdout.
-fn scanner_argv(kind: &str) -> Option<(&'static str, Vec<&'static str>)> {
+/// The program a scanner kind runs (the scanner plugin knows its argv and
+/// reads its report).
+fn scanner_tool(kind: &str) -> Option<&'static str> {
     Some(match kind {
-        "osv" => (
-            "osv-scanner",
-            vec!["osv-scanner", "--format", "json", "-r", "."],
-        ),
-        "checkov" => (
-            "checkov",
-            vec!["checkov", "-d", ".", "-o", "json", "--quiet"],
-        ),
-        "gitleaks" => (
-            "gitleaks",
-            vec![
-                "gitleaks",
-                "detect",
-                "--no-git",
-                "--source",
-                ".",
-                "--report-format",
-                "json",
-                "--report-path",
-                "/dev/stdout",
-            ],
-        ),
-        "semgrep" => (
-            "semgrep",
-            vec![
-                "semgrep", "scan", "--config", "auto", "--json", "--quiet", ".",
-            ],
-        ),
-        "trivy" => (
-            "trivy",
-            vec!["trivy", "fs", "--format", "json", "--exit-code", "1", "."],
-        ),
-        "promptfoo" => (
-            "promptfoo",
-            vec!["promptfoo", "eval", "--output", "/dev/stdout"],
-        ),
-        "great_expectations" => (
-            "great_expectations",
-            vec!["great_expectations", "checkpoint", "run"],
-        ),
-        "axe" => ("axe", vec!["axe", "--exit"]),
+        "osv" => "osv-scanner",
+        "checkov" => "checkov",
+        "gitleaks" => "gitleaks",
+        "semgrep" => "semgrep",
+        "trivy" => "trivy",
         _ => return None,
     })
 }
@@ -305,14 +270,14 @@ fn build(
                 .collect::<Result<_, _>>()?,
         ),
         kind => {
-            let (tool, argv) = scanner_argv(kind)
+            let tool = scanner_tool(kind)
                 .ok_or_else(|| GateUnprepared(format!("no gate for kind {kind}")))?;
-            let (plugin, digest) = plugins.load("command", &["command"])?;
+            let (plugin, digest) = plugins.load("scanner", &["command"])?;
             digests.push(digest);
             Judge::Scanner {
                 plugin,
+                kind: kind.into(),
                 tool: tool.into(),
-                argv: argv.into_iter().map(String::from).collect(),
                 implementation: implementation(kind),
             }
         }
@@ -430,56 +395,40 @@ impl LoopGate {
             }
             Judge::Scanner {
                 plugin,
+                kind,
                 tool,
-                argv,
                 implementation,
             } => {
-                let config = json!({"argv": argv, "tail_bytes": 64_000, "timeout_ms": timeout_ms})
-                    .to_string();
+                let config = json!({"kind": kind, "timeout_ms": timeout_ms}).to_string();
                 match self.plugins.check(plugin, ws, &config) {
                     Ok(inv) => {
                         let v = inv.value;
-                        let code = exit_code(&v);
-                        let stdout = finding(&v, "command/stdout")
-                            .map(|m| m.trim_start_matches("stdout (tail):\n"))
-                            .unwrap_or("");
-                        let findings = scanner_findings(tool, stdout);
+                        let findings =
+                            finding(&v, "scanner/findings").and_then(|n| n.parse::<u64>().ok());
                         let evidence = Ordered::object([
-                            ("cmd", argv.join(" ").into()),
-                            ("code", code.into()),
+                            (
+                                "cmd",
+                                finding(&v, "scanner/cmd").unwrap_or(tool.as_str()).into(),
+                            ),
+                            ("code", exit_code(&v).into()),
                             (
                                 "findings",
                                 findings.map_or(Ordered::Json(Value::Null), Ordered::from),
                             ),
                         ]);
-                        match findings {
-                            Some(0) if code == 0 => Judgement {
-                                outcome: Outcome::Pass,
-                                detail: format!("{tool}: no findings"),
-                                evidence,
+                        Judgement {
+                            outcome: if v.passed {
+                                Outcome::Pass
+                            } else {
+                                Outcome::Fail
                             },
-                            Some(n) if n > 0 && (0..=1).contains(&code) => Judgement {
-                                outcome: Outcome::Fail,
-                                detail: format!("{tool}: {n} finding(s)"),
-                                evidence,
-                            },
-                            // A report bl cannot read decides nothing.
-                            _ => gate_error(
-                                implementation,
-                                &format!(
-                                    "{tool} exited {code} without a report bl could read (its JSON on stdout, whole)"
-                                ),
-                            ),
+                            detail: v.summary,
+                            evidence,
                         }
                     }
                     Err(_) if ran_out() => out_of_time(),
-                    Err(e) => gate_error(
-                        implementation,
-                        &format!(
-                            "could not launch {tool} (is it installed and on PATH?): {}",
-                            plain(&e.to_string())
-                        ),
-                    ),
+                    // The plugin words why the scan decides nothing.
+                    Err(e) => gate_error(implementation, &plain(&e.to_string())),
                 }
             }
             Judge::Pytest { plugin, args } => {
@@ -615,51 +564,12 @@ impl LoopGate {
 /// A plugin error's message without the runtime's layers ("plugin
 /// command: could not decide: command could not start: …").
 fn plain(message: &str) -> String {
-    const LAST_LAYER: &str = "could not start: ";
-    match message.rfind(LAST_LAYER) {
-        Some(at) => message[at + LAST_LAYER.len()..].to_string(),
-        None => message.to_string(),
-    }
-}
-
-/// Counts a scanner's findings from its JSON report, when it is readable.
-fn scanner_findings(tool: &str, stdout: &str) -> Option<u64> {
-    let report: Value = serde_json::from_str(stdout.trim()).ok()?;
-    let len = |v: &Value| v.as_array().map(|a| a.len() as u64);
-    match tool {
-        "osv-scanner" => Some(
-            report["results"]
-                .as_array()?
-                .iter()
-                .flat_map(|r| r["packages"].as_array().cloned().unwrap_or_default())
-                .map(|p| len(&p["vulnerabilities"]).unwrap_or(0))
-                .sum(),
-        ),
-        "checkov" => {
-            let one = |r: &Value| r["summary"]["failed"].as_u64();
-            match &report {
-                Value::Array(items) => Some(items.iter().filter_map(one).sum()),
-                r => one(r),
-            }
+    for layer in ["could not start: ", "could not decide: "] {
+        if let Some(at) = message.rfind(layer) {
+            return message[at + layer.len()..].to_string();
         }
-        "gitleaks" => len(&report),
-        "semgrep" => len(&report["results"]),
-        "trivy" => Some(
-            report["Results"]
-                .as_array()
-                .map(|rs| {
-                    rs.iter()
-                        .map(|r| {
-                            len(&r["Vulnerabilities"]).unwrap_or(0)
-                                + len(&r["Misconfigurations"]).unwrap_or(0)
-                                + len(&r["Secrets"]).unwrap_or(0)
-                        })
-                        .sum()
-                })
-                .unwrap_or(0),
-        ),
-        _ => None,
     }
+    message.to_string()
 }
 
 fn out_of_time() -> Judgement {
@@ -677,31 +587,5 @@ impl Gate for LoopGate {
 
     fn record(&self) -> GateRecord {
         self.record.clone()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scanner_reports_are_counted() {
-        assert_eq!(
-            scanner_findings("gitleaks", "[{\"RuleID\":\"x\"},{}]"),
-            Some(2)
-        );
-        assert_eq!(scanner_findings("semgrep", "{\"results\":[]}"), Some(0));
-        assert_eq!(
-            scanner_findings("checkov", "{\"summary\":{\"failed\":3}}"),
-            Some(3)
-        );
-        assert_eq!(
-            scanner_findings(
-                "osv-scanner",
-                "{\"results\":[{\"packages\":[{\"vulnerabilities\":[{},{}]}]}]}"
-            ),
-            Some(2)
-        );
-        assert_eq!(scanner_findings("trivy", "not json"), None);
     }
 }

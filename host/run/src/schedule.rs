@@ -148,8 +148,8 @@ pub struct NodeInfo {
     pub deadline: Duration,
     /// A publish node's publication_policy, when it has one.
     pub publication_policy: Option<String>,
-    /// Incoming edges in manifest order: (source index, guard name).
-    pub incoming: Vec<(usize, Option<&'static str>)>,
+    /// Incoming edges in manifest order: (source index, its `when`).
+    pub incoming: Vec<(usize, Option<EdgeGuard>)>,
     /// Declared outputs the node must publish (artifact-ports).
     pub outputs: Vec<OutputPort>,
     /// The file name its reply is published under (`<port>.md|.json|.txt`),
@@ -491,7 +491,7 @@ impl Schedule {
                 Some(EdgeGuard::Skipped) => Guard::Skipped,
                 Some(EdgeGuard::Terminal) => Guard::Terminal,
             };
-            nodes[to].incoming.push((from, e.when.map(|g| g.name())));
+            nodes[to].incoming.push((from, e.when));
             edges.push(EdgeSpec {
                 from,
                 to,

@@ -15,8 +15,8 @@ use bl_run::events::{Event, Usage, Verdict};
 use bl_run::executor::{
     Artifacts, Caps, Decisions, Journal, Judge, JudgeFuture, JudgeRequest, Judgement, Ledger,
     NeverStop, Ports, Publication, PublishOrder, Ruling, RunEnd, RunError, RunSettings, Stage,
-    StageError, StageRequest, StagedInput, Stop, Task, WORK_GRACE, Wire, WireError, WorkFuture,
-    WorkReply, WorkRequest, Worker,
+    StageError, StageRequest, StagedInput, Stop, Task, Transport, WORK_GRACE, Wire, WireError,
+    WorkFuture, WorkReply, WorkRequest, Worker,
 };
 use bl_run::projection::{self, RunView};
 use bl_run::reply::{ReplyRequest, ReplyRuling};
@@ -559,6 +559,7 @@ fn requests_and_replies_cross_the_wire_with_their_version() {
         task: Task::Command {
             argv: vec!["echo".into(), "b".into()],
         },
+        transport: Transport::Command,
         isolation: bl_graph::model::Isolation::WorkspaceOnly,
         deadline: Duration::from_secs(60),
         workspace: Path::new("/work/b").to_path_buf(),

@@ -191,6 +191,7 @@ mod tests {
             prompt: "what is 2+2?".into(),
             binding: Some(binding),
             task: bl_run::executor::Task::Connector,
+            transport: bl_run::executor::Transport::Https,
             isolation: bl_graph::model::Isolation::WorkspaceOnly,
             deadline: Duration::from_secs(10),
             workspace: std::env::temp_dir(),

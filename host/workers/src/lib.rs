@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use bl_core::{CommandRunner, CommandSpec};
 use bl_run::events::Usage;
-use bl_run::executor::{Task, WorkFuture, WorkReply, WorkRequest, Worker};
+use bl_run::executor::{WorkFuture, WorkReply, WorkRequest, Worker};
+
+pub use bl_run::executor::Transport;
 use bl_sandbox::{Sandbox, Subprocess, Tier};
 use serde_json::Value;
 
@@ -26,65 +28,6 @@ pub mod https;
 mod probe;
 pub mod recorded;
 pub mod tool;
-
-/// How a node's turn reaches the worker that takes it: by the node's task
-/// for bl's own kinds, by its binding for a connector node. A worker on
-/// another machine is one more transport, routed the same way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Transport {
-    /// An agent CLI on this machine (a connector's `local_cli` binding).
-    LocalCli,
-    /// A connector's `https` binding, through the egress broker.
-    Https,
-    /// A connector bound to the `recorded` provider: recorded replies.
-    Recorded,
-    /// bl's built-in sandbox probe.
-    Probe,
-    /// A command tool in the node's tier.
-    Command,
-    /// A wasm transform.
-    Transform,
-    /// A loop package through the loop engine.
-    Loop,
-    /// A graph package as a child run.
-    Subgraph,
-    /// A router: nothing runs, its gate decides.
-    Router,
-}
-
-impl Transport {
-    /// The transport a request goes by.
-    pub fn of(request: &WorkRequest) -> Transport {
-        match &request.task {
-            Task::Probe => Transport::Probe,
-            Task::Command { .. } => Transport::Command,
-            Task::Transform { .. } => Transport::Transform,
-            Task::Loop { .. } => Transport::Loop,
-            Task::Subgraph { .. } => Transport::Subgraph,
-            Task::Route => Transport::Router,
-            Task::Connector => match &request.binding {
-                Some(b) if b.provider_id == recorded::PROVIDER => Transport::Recorded,
-                Some(b) if b.transport == "https" => Transport::Https,
-                _ => Transport::LocalCli,
-            },
-        }
-    }
-
-    /// As a person reads it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::LocalCli => "local CLI",
-            Transport::Https => "https",
-            Transport::Recorded => "recorded-replies",
-            Transport::Probe => "sandbox probe",
-            Transport::Command => "command",
-            Transport::Transform => "transform",
-            Transport::Loop => "loop",
-            Transport::Subgraph => "subgraph",
-            Transport::Router => "router",
-        }
-    }
-}
 
 /// Routes each request to the worker composed for its [`Transport`]. A
 /// transport with none is denied, naming it; routers need none.
@@ -113,7 +56,7 @@ impl Workers {
 
 impl Worker for Workers {
     fn work(&self, request: WorkRequest) -> WorkFuture {
-        let transport = Transport::of(&request);
+        let transport = request.transport;
         if transport == Transport::Router {
             return Box::pin(std::future::ready(WorkReply::text(Vec::new(), "bl:router")));
         }

@@ -22,7 +22,7 @@ use bl_run::executor::{WorkFuture, WorkReply, WorkRequest, Worker};
 use serde_json::Value;
 
 /// The provider id that selects recorded replies.
-pub const PROVIDER: &str = "recorded";
+pub const PROVIDER: &str = bl_run::executor::RECORDED_PROVIDER;
 pub const API_VERSION: &str = "bl.dev/recorded-replies/v1";
 
 #[derive(Debug, Clone, PartialEq, Eq)]

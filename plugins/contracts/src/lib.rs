@@ -29,20 +29,13 @@ fn read(ws: &dyn Workspace, path: &str) -> Result<Option<String>, PluginError> {
     }
 }
 
-fn verdict(result: Result<String, String>) -> Verdict {
-    match result {
-        Ok(summary) => Verdict::pass(summary),
-        Err(reason) => Verdict::fail(reason),
-    }
-}
-
 pub fn implementer_summary(
     ws: &dyn Workspace,
     text: &str,
     since_ms: u64,
-) -> Result<Result<String, String>, PluginError> {
+) -> Result<Verdict, PluginError> {
     let Ok(Value::Object(summary)) = serde_json::from_str::<Value>(text) else {
-        return Ok(Err("not a JSON object".into()));
+        return Ok(Verdict::fail("not a JSON object"));
     };
     let claims: Vec<&Value> = ["files_changed", "touched_files"]
         .iter()
@@ -57,59 +50,61 @@ pub fn implementer_summary(
                 .and_then(Value::as_str)
                 .is_some_and(|r| !r.trim().is_empty());
         return Ok(if abstains {
-            Ok("an honest abstention: nothing claimed, and a block_reason given".into())
+            Verdict::pass("an honest abstention: nothing claimed, and a block_reason given")
         } else {
-            Err("files_changed/touched_files is empty".into())
+            Verdict::fail("files_changed/touched_files is empty")
         });
     }
     for claim in claims {
         let Some(path) = claim.as_str().filter(|p| !p.is_empty()) else {
-            return Ok(Err(format!("claimed file {claim} is not a non-empty path")));
+            return Ok(Verdict::fail(format!(
+                "claimed file {claim} is not a non-empty path"
+            )));
         };
         if path.starts_with('/') || path.split('/').any(|c| c == "..") {
-            return Ok(Err(format!(
+            return Ok(Verdict::fail(format!(
                 "claimed file {path} is not a relative path under the root"
             )));
         }
         match ws.stat(path).map_err(|e| {
             PluginError::Capability(format!("{path}: {}", bl_plugin_sdk::describe_fs_error(&e)))
         })? {
-            None => return Ok(Err(format!("claimed file {path} does not exist"))),
+            None => return Ok(Verdict::fail(format!("claimed file {path} does not exist"))),
             Some(entry) if entry.modified_ms < since_ms => {
-                return Ok(Err(format!(
+                return Ok(Verdict::fail(format!(
                     "claimed file {path} was not modified since the dispatch started"
                 )));
             }
             Some(_) => {}
         }
     }
-    Ok(Ok("every claimed file exists and is fresh".into()))
+    Ok(Verdict::pass("every claimed file exists and is fresh"))
 }
 
-pub fn plan(text: &str) -> Result<String, String> {
+pub fn plan(text: &str) -> Verdict {
     let Ok(Value::Object(plan)) = serde_json::from_str::<Value>(text) else {
-        return Err("not a JSON object".into());
+        return Verdict::fail("not a JSON object");
     };
     match plan.get("steps").and_then(Value::as_array) {
-        None => Err("no `steps` list".into()),
-        Some(steps) if steps.is_empty() => Err("`steps` is empty".into()),
+        None => Verdict::fail("no `steps` list"),
+        Some(steps) if steps.is_empty() => Verdict::fail("`steps` is empty"),
         Some(steps) if steps.iter().any(|s| !s.is_object()) => {
-            Err("every step must be an object".into())
+            Verdict::fail("every step must be an object")
         }
-        Some(steps) => Ok(format!("{} steps", steps.len())),
+        Some(steps) => Verdict::pass(format!("{} steps", steps.len())),
     }
 }
 
-pub fn diff(text: &str) -> Result<String, String> {
+pub fn diff(text: &str) -> Verdict {
     let lines: Vec<&str> = text.lines().collect();
     let pairs = lines
         .windows(2)
         .filter(|w| w[0].starts_with("--- ") && w[1].starts_with("+++ "))
         .count();
     if pairs == 0 {
-        Err("no ---/+++ header pair".into())
+        Verdict::fail("no ---/+++ header pair")
     } else {
-        Ok(format!("{pairs} file header pair(s)"))
+        Verdict::pass(format!("{pairs} file header pair(s)"))
     }
 }
 
@@ -131,7 +126,7 @@ impl Contract for Contracts {
         let Some(text) = read(ws, path)? else {
             return Ok(Verdict::fail("missing"));
         };
-        Ok(verdict(match basename {
+        Ok(match basename {
             "implementer-summary.json" => {
                 implementer_summary(ws, &text, request.dispatch_started_ms)?
             }
@@ -142,7 +137,7 @@ impl Contract for Contracts {
                     "no contract here checks `{other}` (this plugin handles implementer-summary.json, plan.json, *.diff, *.patch)"
                 )));
             }
-        }))
+        })
     }
 }
 
@@ -223,11 +218,11 @@ mod tests {
 
     #[test]
     fn plan_and_diff_shapes() {
-        assert!(plan(r#"{"steps": [{"do": "x"}]}"#).is_ok());
-        assert!(plan(r#"{"steps": []}"#).is_err());
-        assert!(plan(r#"{"steps": ["x"]}"#).is_err());
-        assert!(plan("[]").is_err());
-        assert!(diff("--- a/x\n+++ b/x\n@@ -1 +1 @@\n").is_ok());
-        assert!(diff("+++ b/x\n--- a/x\n").is_err());
+        assert!(plan(r#"{"steps": [{"do": "x"}]}"#).passed);
+        assert!(!plan(r#"{"steps": []}"#).passed);
+        assert!(!plan(r#"{"steps": ["x"]}"#).passed);
+        assert!(!plan("[]").passed);
+        assert!(diff("--- a/x\n+++ b/x\n@@ -1 +1 @@\n").passed);
+        assert!(!diff("+++ b/x\n--- a/x\n").passed);
     }
 }

@@ -1786,3 +1786,45 @@ print('fixed', told)
         "told nothing, the agent guesses: {guessing} laps against {told}"
     );
 }
+
+/// A scanner gate goes through the scanner plugin, which runs the scanner
+/// (on the cage's fixed PATH) and reads its report; the host only records
+/// what the plugin found. No scanner is installed on these machines, so
+/// this checks the path every machine without one takes: the gate could
+/// not decide, an ERROR naming the missing program, never a pass. (The
+/// plugin's own tests count each scanner's report shape.)
+#[test]
+fn a_scanner_that_is_not_installed_is_an_error_from_the_scanner_plugin() {
+    let l = Loop::stub("unused", BOUNDS, json!([write_doc(json!("*"), "done", 1)]));
+    let yaml = std::fs::read_to_string(l.pkg().join("loop.yaml")).unwrap();
+    for (kind, tool) in [("trivy", "trivy"), ("osv", "osv-scanner")] {
+        if std::path::Path::new("/usr/bin").join(tool).exists() {
+            continue;
+        }
+        l.write(
+            "loop.yaml",
+            &yaml.replace(
+                "gate:\n  kind: command\n  run: unused\n",
+                &format!("gate:\n  kind: {kind}\n"),
+            ),
+        );
+        let run = l.run(&[]);
+        let (code, status, reason, _) = run.status();
+        assert_eq!((code, status.as_str()), (3, "ERROR"), "{reason}");
+        assert!(
+            reason.contains(&format!(
+                "could not launch {tool} (is it installed and on PATH?)"
+            )),
+            "{reason}"
+        );
+        let ledger = l.ledger(".ledger.jsonl");
+        let gate = &ledger.last().unwrap()["gate"];
+        assert_eq!(gate["kind"], kind);
+        let scanner = bl_e2e::component_bytes(&plugin_dir(), "scanner");
+        assert_eq!(
+            gate["component"],
+            bl_core::Sha256Digest::of(&scanner).to_string(),
+            "the ledger names the scanner plugin's component"
+        );
+    }
+}

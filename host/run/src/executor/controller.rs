@@ -780,6 +780,7 @@ impl Controller<'_, '_> {
             round,
             prompt,
             binding: info.binding.clone(),
+            transport: Transport::of(&task, info.binding.as_ref()),
             task,
             isolation: info.isolation,
             deadline: info.deadline,

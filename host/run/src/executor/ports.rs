@@ -36,6 +36,70 @@ impl Stop for NeverStop {
     }
 }
 
+/// The provider id of recorded replies (no key, no network).
+pub const RECORDED_PROVIDER: &str = "recorded";
+
+/// How a node's turn reaches the worker that takes it: by the node's task
+/// for bl's own kinds, by its binding for a connector node. A worker on
+/// another machine is one more transport, routed the same way.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum Transport {
+    /// An agent CLI on this machine (a connector's `local_cli` binding).
+    LocalCli,
+    /// A connector's `https` binding, through the egress broker.
+    Https,
+    /// A connector bound to the `recorded` provider: recorded replies.
+    Recorded,
+    /// bl's built-in sandbox probe.
+    Probe,
+    /// A command tool in the node's tier.
+    Command,
+    /// A wasm transform.
+    Transform,
+    /// A loop package through the loop engine.
+    Loop,
+    /// A graph package as a child run.
+    Subgraph,
+    /// A router: nothing runs, its gate decides.
+    Router,
+}
+
+impl Transport {
+    /// The transport a node's turn goes by: its task's, or its binding's.
+    pub fn of(task: &Task, binding: Option<&bl_graph::Connection>) -> Transport {
+        match task {
+            Task::Probe => Transport::Probe,
+            Task::Command { .. } => Transport::Command,
+            Task::Transform { .. } => Transport::Transform,
+            Task::Loop { .. } => Transport::Loop,
+            Task::Subgraph { .. } => Transport::Subgraph,
+            Task::Route => Transport::Router,
+            Task::Connector => match binding {
+                Some(b) if b.provider_id == RECORDED_PROVIDER => Transport::Recorded,
+                Some(b) if b.transport == "https" => Transport::Https,
+                _ => Transport::LocalCli,
+            },
+        }
+    }
+
+    /// As a person reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::LocalCli => "local CLI",
+            Transport::Https => "https",
+            Transport::Recorded => "recorded-replies",
+            Transport::Probe => "sandbox probe",
+            Transport::Command => "command",
+            Transport::Transform => "transform",
+            Transport::Loop => "loop",
+            Transport::Subgraph => "subgraph",
+            Transport::Router => "router",
+        }
+    }
+}
+
 /// What a worker is asked to do, beyond its prompt.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Task {
@@ -98,6 +162,8 @@ pub struct WorkRequest {
     /// A connector node's binding; `None` for tools and the other kinds.
     pub binding: Option<bl_graph::Connection>,
     pub task: Task,
+    /// How the turn reaches its worker (the routing key).
+    pub transport: Transport,
     pub isolation: bl_graph::model::Isolation,
     pub deadline: Duration,
     /// The attempt's own workspace, made before the worker starts.
