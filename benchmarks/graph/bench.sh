@@ -4,6 +4,14 @@
 #
 #   benchmarks/graph/bench.sh            # every comparison
 #   BENCH_SKIP_UPSTREAM=1 BENCH_SKIP_LANGGRAPH=1 benchmarks/graph/bench.sh
+#   BL_BASELINE=/tmp/bl-before BENCH_ONLY_CPU=1 benchmarks/graph/bench.sh
+#
+# CPU per node (user + system time of the whole `bl graph run`, divided by
+# N) is the figure that holds on any machine of a kind; wall time on a
+# shared 2-core machine drifts by the hour. With BL_BASELINE (another bl
+# binary, e.g. a release build of the commit before a change), both are
+# measured interleaved, run by run, and the ratio is printed: the only
+# honest way to say a change made bl no slower.
 #
 # A graph of N independent local_cli nodes, each with its own slot and
 # binding, and a fake instant `claude` on PATH (make_graph.py). Compared:
@@ -59,6 +67,38 @@ time_bl_once() {
   t1=$(now)
   elapsed "$t0" "$t1"
 }
+
+# cpu_once BL DIR -> CPU seconds (user + system) of one run, children included
+cpu_once() {
+  local bin="$1" dir="$2" out="$2/run-$RANDOM$RANDOM" times
+  times="$work/times-$RANDOM"
+  (cd "$dir" && PATH="$dir/fake-bin:$PATH" /usr/bin/time -f '%U %S' -o "$times" "$bin" graph run \
+     --execute manifest.json --connections connections.json --inputs inputs.json --out "$out" \
+     >/dev/null 2>&1) || { echo "$bin failed in $dir" >&2; exit 1; }
+  python3 -c "u, s = open('$times').read().split()[-2:]; print(float(u) + float(s))"
+}
+# cpu_per_node N ISOLATION: bl's CPU ms per node, best of $reps; with
+# BL_BASELINE, the baseline's too, interleaved, and their ratio.
+cpu_per_node() {
+  local n="$1" dir b="" a="" i t
+  dir=$(make "$n" "$2")
+  for i in $(seq "$reps"); do
+    t=$(cpu_once "$bl" "$dir"); b=$(python3 -c "print(min($t, float('${b:-inf}')))")
+    if [ -n "${BL_BASELINE:-}" ]; then
+      t=$(cpu_once "$BL_BASELINE" "$dir"); a=$(python3 -c "print(min($t, float('${a:-inf}')))")
+    fi
+  done
+  local line
+  line=$(python3 -c "print(f'N={$n} $2: bl {$b / $n * 1000:.2f} ms CPU per node')")
+  if [ -n "$a" ]; then
+    line="$line; baseline $(python3 -c "print(f'{$a / $n * 1000:.2f}')") ms; bl/baseline = $(ratio "$b" "$a")"
+  fi
+  echo "$line"
+}
+echo "CPU per node (user + system, best of $reps):"
+cpu_per_node 1000 workspace_only
+cpu_per_node 1000 process_restricted
+[ -n "${BENCH_ONLY_CPU:-}" ] && exit 0
 
 d1k=$(make 1000 workspace_only)
 workers_once() {

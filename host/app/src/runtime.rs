@@ -262,6 +262,8 @@ impl GraphRuntime {
         Subscription {
             log: bl_store::RunDir::new(dir).events(),
             position: after,
+            head: bl_store::ChainHead::default(),
+            lines: 0,
         }
     }
 }
@@ -277,11 +279,17 @@ pub struct LogEvent {
     pub line: Value,
 }
 
-/// A reader of one run's log that remembers how far it got.
+/// A reader of one run's log that remembers how far it got. The first
+/// poll verifies the chain from its start; each later one reads and
+/// verifies only what was appended since, from the head it reached.
 #[derive(Debug, Clone)]
 pub struct Subscription {
     log: PathBuf,
     position: u64,
+    /// The chain as verified so far (its byte length among it).
+    head: bl_store::ChainHead,
+    /// Lines verified so far.
+    lines: usize,
 }
 
 /// How often [`Subscription::wait`] looks for new events.
@@ -296,23 +304,38 @@ impl Subscription {
 
     /// The events appended since the last call (none yet: empty). Only
     /// whole lines whose chain verifies are handed out; a line being
-    /// written waits for the next call, and a broken chain is an error.
+    /// written waits for the next call, and a broken chain (or a log that
+    /// shrank) is an error.
     pub fn poll(&mut self) -> Result<Vec<LogEvent>, AppError> {
-        let bytes = match std::fs::read(&self.log) {
-            Ok(bytes) => bytes,
+        use std::io::{Read, Seek, SeekFrom};
+        let refused =
+            |e: &dyn std::fmt::Display| AppError::refused(format!("{}: {e}", self.log.display()));
+        let mut file = match std::fs::File::open(&self.log) {
+            Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(AppError::refused(format!("{}: {e}", self.log.display()))),
+            Err(e) => return Err(refused(&e)),
         };
-        bl_store::verify_chain(&bytes)
-            .map_err(|e| AppError::refused(format!("{}: {e}", self.log.display())))?;
-        let whole = memchr_last_newline(&bytes);
+        let verified = self.head.verified_len;
+        let len = file.metadata().map_err(|e| refused(&e))?.len();
+        if len < verified {
+            return Err(refused(&format!(
+                "the log shrank from {verified} to {len} bytes since it was read: a log is only ever appended to"
+            )));
+        }
+        let mut appended = Vec::new();
+        file.seek(SeekFrom::Start(verified))
+            .and_then(|_| file.read_to_end(&mut appended))
+            .map_err(|e| refused(&e))?;
+        let whole = memchr_last_newline(&appended);
         let mut events = Vec::new();
-        for line in bytes[..whole].split(|b| *b == b'\n') {
+        for line in appended[..whole].split(|b| *b == b'\n') {
             if line.is_empty() {
                 continue;
             }
-            let line: Value = serde_json::from_slice(line)
-                .map_err(|e| AppError::refused(format!("{}: {e}", self.log.display())))?;
+            self.lines += 1;
+            bl_store::chain::verify_line(&mut self.head, self.lines, line)
+                .map_err(|e| refused(&e))?;
+            let line: Value = serde_json::from_slice(line).map_err(|e| refused(&e))?;
             let sequence = line["sequence"].as_u64().unwrap_or(0);
             if sequence <= self.position {
                 continue;

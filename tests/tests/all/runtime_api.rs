@@ -139,6 +139,26 @@ fn a_run_is_followed_by_position_and_approved_only_as_it_was_shown() {
         .verify(&run, &bl_verify::Options::default())
         .unwrap();
     assert!(report.ok(), "{report:?}");
+
+    // A line appended that does not chain is refused to the watcher that
+    // had read the rest, as it is to a new one; so is a log cut short.
+    let log = bl_store::RunDir::new(&run).events();
+    let whole = std::fs::read(&log).unwrap();
+    let mut forged = whole.clone();
+    let last = whole[..whole.len() - 1]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |at| at + 1);
+    forged.extend_from_slice(&whole[last..]);
+    std::fs::write(&log, &forged).unwrap();
+    assert!(watcher.poll().is_err(), "a replayed line was handed out");
+    assert!(runtime.subscribe(&run, 0).poll().is_err());
+    let mut reader = runtime.subscribe(&run, 0);
+    std::fs::write(&log, &whole).unwrap();
+    reader.poll().unwrap();
+    std::fs::write(&log, &whole[..last]).unwrap();
+    let shrank = reader.poll().err().unwrap();
+    assert!(shrank.message().contains("shrank"), "{shrank}");
 }
 
 #[test]
