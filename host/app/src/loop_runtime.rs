@@ -43,7 +43,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use bl_loops::engine::{Approver, Status as LoopStatus};
 use bl_store::LoopDir;
@@ -154,9 +154,6 @@ pub struct LedgerSubscription {
     position: usize,
 }
 
-/// How often [`LedgerSubscription::wait`] looks for new lines.
-const POLL: Duration = Duration::from_millis(50);
-
 impl LedgerSubscription {
     /// The number of the last line handed out.
     pub fn position(&self) -> usize {
@@ -175,10 +172,7 @@ impl LedgerSubscription {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(unreadable(&e)),
         };
-        let whole = bytes
-            .iter()
-            .rposition(|b| *b == b'\n')
-            .map_or(0, |at| at + 1);
+        let whole = crate::runtime::memchr_last_newline(&bytes);
         let chain = bl_store::loop_ledger::verify_ledger(&bytes[..whole]);
         if chain.status == bl_store::loop_ledger::ChainStatus::Broken {
             return Err(unreadable(&chain.detail));
@@ -204,13 +198,6 @@ impl LedgerSubscription {
 
     /// Waits up to `timeout` for at least one new line.
     pub fn wait(&mut self, timeout: Duration) -> Result<Vec<LedgerLine>, AppError> {
-        let until = Instant::now() + timeout;
-        loop {
-            let lines = self.poll()?;
-            if !lines.is_empty() || Instant::now() >= until {
-                return Ok(lines);
-            }
-            std::thread::sleep(POLL);
-        }
+        crate::runtime::wait_for(timeout, || self.poll())
     }
 }

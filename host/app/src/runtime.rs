@@ -355,19 +355,27 @@ impl Subscription {
 
     /// Waits up to `timeout` for at least one new event.
     pub fn wait(&mut self, timeout: Duration) -> Result<Vec<LogEvent>, AppError> {
-        let until = Instant::now() + timeout;
-        loop {
-            let events = self.poll()?;
-            if !events.is_empty() || Instant::now() >= until {
-                return Ok(events);
-            }
-            std::thread::sleep(POLL);
+        wait_for(timeout, || self.poll())
+    }
+}
+
+/// Polls until something comes or `timeout` passes (then: nothing).
+pub(crate) fn wait_for<T>(
+    timeout: Duration,
+    mut poll: impl FnMut() -> Result<Vec<T>, AppError>,
+) -> Result<Vec<T>, AppError> {
+    let until = Instant::now() + timeout;
+    loop {
+        let got = poll()?;
+        if !got.is_empty() || Instant::now() >= until {
+            return Ok(got);
         }
+        std::thread::sleep(POLL);
     }
 }
 
 /// The length of `bytes` up to and including its last newline.
-fn memchr_last_newline(bytes: &[u8]) -> usize {
+pub(crate) fn memchr_last_newline(bytes: &[u8]) -> usize {
     bytes
         .iter()
         .rposition(|b| *b == b'\n')
