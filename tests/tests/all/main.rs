@@ -4,6 +4,7 @@
 //! `cargo test -p bl-e2e --test all graph_cli::`.
 
 mod egress_cli;
+mod durability;
 mod egress_sandbox;
 mod graph_artifacts;
 mod graph_cli;
