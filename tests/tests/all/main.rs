@@ -3,8 +3,8 @@
 //! processes and real bubblewrap for one area. Run one area with
 //! `cargo test -p bl-e2e --test all graph_cli::`.
 
-mod egress_cli;
 mod durability;
+mod egress_cli;
 mod egress_sandbox;
 mod graph_artifacts;
 mod graph_cli;
