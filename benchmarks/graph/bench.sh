@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The graph executor's benchmark (issue: graph executor, point 8). It prints
-# wall times and ratios; it asserts nothing. Run from the repository root:
+# The graph executor's benchmark. It prints every figure beside its anchor
+# measured in the same run (the workers alone, bare bubblewrap, LangGraph,
+# bounded-loops), checks issue 30's targets, and exits 1 when one is
+# missed (BENCH_NO_FAIL=1: print only). Run from the repository root:
 #
 #   benchmarks/graph/bench.sh            # every comparison
 #   BENCH_SKIP_UPSTREAM=1 BENCH_SKIP_LANGGRAPH=1 benchmarks/graph/bench.sh
@@ -87,30 +89,54 @@ cpu_once() {
   echo "$bin failed ${BENCH_TRIES:-3} times in $dir" >&2
   exit 1
 }
-# cpu_per_node N ISOLATION: bl's CPU ms per node, best of $reps; with
-# BL_BASELINE, the baseline's too, interleaved, and their ratio.
-cpu_per_node() {
-  local n="$1" dir b="" a="" i t
-  dir=$(make "$n" "$2")
+# cpu_best DIR -> the least CPU seconds of $reps runs of bl, then (with
+# BL_BASELINE) of the baseline, the two interleaved run by run
+cpu_best() {
+  local b="" a="" i t
   for i in $(seq "$reps"); do
-    t=$(cpu_once "$bl" "$dir"); b=$(python3 -c "print(min($t, float('${b:-inf}')))")
+    t=$(cpu_once "$bl" "$1"); b=$(python3 -c "print(min($t, float('${b:-inf}')))")
     if [ -n "${BL_BASELINE:-}" ]; then
-      t=$(cpu_once "$BL_BASELINE" "$dir"); a=$(python3 -c "print(min($t, float('${a:-inf}')))")
+      t=$(cpu_once "$BL_BASELINE" "$1"); a=$(python3 -c "print(min($t, float('${a:-inf}')))")
     fi
   done
-  local line
-  line=$(python3 -c "print(f'N={$n} $2: bl {$b / $n * 1000:.2f} ms CPU per node')")
-  if [ -n "$a" ]; then
-    line="$line; baseline $(python3 -c "print(f'{$a / $n * 1000:.2f}')") ms; bl/baseline = $(ratio "$b" "$a")"
-  fi
-  echo "$line"
+  echo "$b $a"
 }
-echo "CPU per node (user + system, best of $reps):"
-cpu_per_node 1000 workspace_only
-cpu_per_node 1000 process_restricted
-[ -n "${BENCH_ONLY_CPU:-}" ] && exit 0
+per_node_ms() { python3 -c "print(f'{$1 / $2 * 1000:.2f}')"; }
+
+# The targets (issue 30). Each line says met or MISSED; a miss makes the
+# script exit 1 at the end, so a regression is seen.
+missed=0
+target() { # NAME VALUE OP LIMIT UNIT ANCHOR-TEXT
+  local ok
+  ok=$(python3 -c "print('met' if $2 $3 $4 else 'MISSED')")
+  [ "$ok" = met ] || missed=$((missed + 1))
+  printf '  %-58s %8s %s (target %s %s) %s\n' "$1" "$2" "$5" "$3" "$4" "$ok${6:+; $6}"
+}
 
 d1k=$(make 1000 workspace_only)
+d1kp=$(make 1000 process_restricted)
+
+echo "CPU (user + system of the whole run, workers included), best of $reps:"
+read -r cpu_wo base_wo <<<"$(cpu_best "$d1k")"
+read -r cpu_pr base_pr <<<"$(cpu_best "$d1kp")"
+echo "  N=1,000 workspace_only:     $(per_node_ms "$cpu_wo" 1000) ms per node"
+echo "  N=1,000 process_restricted: $(per_node_ms "$cpu_pr" 1000) ms per node"
+if [ -n "${BL_BASELINE:-}" ]; then
+  echo "  baseline ($BL_BASELINE): workspace_only $(per_node_ms "$base_wo" 1000) ms," \
+       "process_restricted $(per_node_ms "$base_pr" 1000) ms per node;" \
+       "bl/baseline $(ratio "$cpu_wo" "$base_wo") and $(ratio "$cpu_pr" "$base_pr")"
+fi
+[ -n "${BENCH_ONLY_CPU:-}" ] && exit 0
+
+# The anchors: the same 1,000 worker processes alone (2 at a time), and
+# bare bubblewrap.
+workers_cpu_once() {
+  local times="$work/times-$RANDOM"
+  (cd "$d1k" && /usr/bin/time -f '%U %S' -o "$times" sh -c \
+     "seq 1000 | xargs -P $cores -I{} ./fake-bin/claude -p --output-format json >/dev/null")
+  python3 -c "u, s = open('$times').read().split()[-2:]; print(float(u) + float(s))"
+}
+workers_cpu=$(best workers_cpu_once)
 workers_once() {
   local t0 t1
   t0=$(now)
@@ -119,17 +145,35 @@ workers_once() {
   elapsed "$t0" "$t1"
 }
 workers=$(best workers_once)
+# startup CMD... -> "wall_ms cpu_ms" per start, of 20 cold starts in a row
+# (/usr/bin/time counts CPU in 10 ms ticks: one start is below that)
+startup() {
+  local times="$work/times-$RANDOM"
+  /usr/bin/time -f '%e %U %S' -o "$times" sh -c \
+    'for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do "$@" >/dev/null 2>&1 || exit 1; done' \
+    sh "$@" || { echo "failed: $*" >&2; exit 1; }
+  python3 -c "f = open('$times').read().split()[-3:]; print(f'{float(f[0]) * 50:.1f} {(float(f[1]) + float(f[2])) * 50:.1f}')"
+}
+mkdir -p "$work/cage-ws"
+read -r bwrap_wall bwrap_cpu <<<"$(startup bwrap --unshare-all --die-with-parent \
+  --ro-bind / / --dev /dev --proc /proc /bin/true)"
+read -r cage_wall cage_cpu <<<"$(startup "$bl" sandbox run --isolation process_restricted \
+  --workspace "$work/cage-ws" -- /bin/true)"
+
 bl1k=$(time_bl "$d1k")
-d10k=$(make 10000 workspace_only)
-bl10k=$(time_bl "$d10k")
-d1kp=$(make 1000 process_restricted)
 bl1kp=$(time_bl "$d1kp")
 echo
-echo "N=1,000 workspace_only:        bl ${bl1k} s"
-echo "N=10,000 workspace_only:       bl ${bl10k} s   t(10k)/t(1k) = $(ratio "$bl10k" "$bl1k")"
-echo "N=1,000 process_restricted:    bl ${bl1kp} s"
-echo "N=1,000 worker processes alone: ${workers} s"
-echo "bl overhead per node (N=1,000): $(python3 -c "print(f'{($bl1k - $workers) / 1000 * 1000:.3f}')") ms"
+echo "Wall time, best of $reps:"
+echo "  N=1,000 workspace_only:         bl ${bl1k} s"
+echo "  N=1,000 process_restricted:     bl ${bl1kp} s"
+echo "  N=1,000 worker processes alone: ${workers} s (CPU $(per_node_ms "$workers_cpu" 1000) ms per worker)"
+echo "  a cold cage (/bin/true, mean of 20): bl sandbox run ${cage_wall} ms wall, ${cage_cpu} ms CPU;" \
+     "bare bwrap ${bwrap_wall} ms wall, ${bwrap_cpu} ms CPU"
+if [ -z "${BENCH_SKIP_10K:-}" ]; then
+  d10k=$(make 10000 workspace_only)
+  bl10k=$(time_bl "$d10k")
+  echo "  N=10,000 workspace_only:        bl ${bl10k} s   t(10k)/t(1k) = $(ratio "$bl10k" "$bl1k")"
+fi
 
 if [ -z "${BENCH_SKIP_UPSTREAM:-}" ]; then
   if [ ! -x "$venvs/bounded-loops/bin/bl" ]; then
@@ -143,9 +187,10 @@ if [ -z "${BENCH_SKIP_UPSTREAM:-}" ]; then
   t1=$(now)
   up100=$(elapsed "$t0" "$t1")
   bl100=$(time_bl "$d100")
-  echo "N=100: bounded-loops ${up100} s, bl ${bl100} s   bl is $(ratio "$up100" "$bl100")x faster"
+  echo "  N=100: bounded-loops ${up100} s, bl ${bl100} s   bl is $(ratio "$up100" "$bl100")x faster"
 fi
 
+lg=""
 if [ -z "${BENCH_SKIP_LANGGRAPH:-}" ]; then
   if [ ! -x "$venvs/langgraph/bin/python" ]; then
     python3 -m venv "$venvs/langgraph"
@@ -160,6 +205,24 @@ if [ -z "${BENCH_SKIP_LANGGRAPH:-}" ]; then
     elapsed "$t0" "$t1"
   }
   lg=$(best langgraph_once)
-  echo "N=1,000: LangGraph ${lg} s; bl workspace_only ${bl1k} s ($(ratio "$lg" "$bl1k")x faster);" \
-       "bl process_restricted ${bl1kp} s ($(ratio "$bl1kp" "$lg")x LangGraph's time)"
+  echo "  N=1,000: LangGraph 1.2 ${lg} s"
+fi
+
+echo
+echo "Targets (issue 30), each against its anchor from this run:"
+own=$(python3 -c "print(f'{($cpu_wo - $workers_cpu) / 1000 * 1000:.2f}')")
+target "bl's own CPU per node, workspace_only (minus the workers')" "$own" "<=" 0.5 ms \
+  "bl $(per_node_ms "$cpu_wo" 1000) ms, workers alone $(per_node_ms "$workers_cpu" 1000) ms"
+cage_add=$(python3 -c "print(f'{($cpu_pr - $cpu_wo) / 1000 * 1000:.2f}')")
+target "CPU a cage adds per node (process_restricted - workspace_only)" "$cage_add" "<=" 3 ms
+target "cold bl sandbox run of /bin/true, wall" "$cage_wall" "<=" 12 ms "bare bwrap ${bwrap_wall} ms"
+if [ -n "$lg" ]; then
+  target "process_restricted wall / LangGraph's" "$(ratio "$bl1kp" "$lg")" "<=" 1 x \
+    "bl ${bl1kp} s, LangGraph ${lg} s"
+  target "LangGraph's wall / workspace_only's" "$(ratio "$lg" "$bl1k")" ">=" 2 x \
+    "bl ${bl1k} s, LangGraph ${lg} s"
+fi
+if [ "$missed" -gt 0 ]; then
+  echo "$missed target(s) missed"
+  [ -n "${BENCH_NO_FAIL:-}" ] || exit 1
 fi
