@@ -19,7 +19,7 @@ impl CommandRequest {
 }
 
 /// Runs one command. Natively (in unit tests) it runs a plain child process
-/// in the directory set by [`crate::testing::with_command_dir`].
+/// in the directory set by [`native::with_command_dir`].
 pub fn run(request: &CommandRequest) -> Result<CommandOutput, CommandError> {
     #[cfg(target_arch = "wasm32")]
     {
@@ -27,7 +27,7 @@ pub fn run(request: &CommandRequest) -> Result<CommandOutput, CommandError> {
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        crate::testing::run_command_natively(request)
+        native::run_command_natively(request)
     }
 }
 
@@ -99,5 +99,65 @@ pub fn describe_exit(output: &CommandOutput) -> String {
         (true, _) => format!("timed out after {} ms", output.duration_ms),
         (false, Some(code)) => format!("exited {code}"),
         (false, None) => "was killed by a signal".to_string(),
+    }
+}
+
+/// What stands in for the host natively (the SDK's test harness,
+/// re-exported by [`crate::testing`]).
+pub mod native {
+    use std::cell::RefCell;
+    use std::path::{Path, PathBuf};
+
+    use super::{CommandError, CommandOutput, CommandRequest};
+
+    thread_local! {
+        static COMMAND_DIR: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `f` with native [`super::run`] calls working in `dir`, as
+    /// the host runs them in the invocation's workspace.
+    pub fn with_command_dir<T>(dir: &Path, f: impl FnOnce() -> T) -> T {
+        COMMAND_DIR.with(|d| *d.borrow_mut() = Some(dir.to_path_buf()));
+        let out = f();
+        COMMAND_DIR.with(|d| *d.borrow_mut() = None);
+        out
+    }
+
+    /// The native stand-in for the host's command runner: a child process with
+    /// a cleared environment (PATH only) in the directory set by
+    /// [`with_command_dir`].
+    pub fn run_command_natively(request: &CommandRequest) -> Result<CommandOutput, CommandError> {
+        use std::io::Write;
+        let Some((program, args)) = request.argv.split_first() else {
+            return Err(CommandError::Denied("the argv is empty".into()));
+        };
+        let dir = COMMAND_DIR.with(|d| d.borrow().clone()).ok_or_else(|| {
+            CommandError::Denied("no workspace: wrap the call in testing::with_command_dir".into())
+        })?;
+        let started = std::time::Instant::now();
+        let mut child = std::process::Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(request.stdin.as_deref().unwrap_or_default());
+        }
+        let output = child
+            .wait_with_output()
+            .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
+        Ok(CommandOutput {
+            exit_code: output.status.code(),
+            stdout_tail: output.stdout,
+            stderr_tail: output.stderr,
+            truncated: false,
+            timed_out: false,
+            duration_ms: started.elapsed().as_millis() as u64,
+        })
     }
 }

@@ -4,11 +4,9 @@
 //! leaving the root; only declared outputs, each once), so a test that
 //! passes here behaves the same inside bl.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use crate::command::{CommandError, CommandOutput, CommandRequest};
 use crate::{
     ArtifactError, Entry, EntryKind, FsError, InputInfo, Inputs, OutputDecl, Outputs, Visibility,
     Workspace,
@@ -236,56 +234,7 @@ impl Outputs for NativeOutputs {
     }
 }
 
-thread_local! {
-    static COMMAND_DIR: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
-}
-
-/// Runs `f` with native [`crate::command::run`] calls working in `dir`, as
-/// the host runs them in the invocation's workspace.
-pub fn with_command_dir<T>(dir: &Path, f: impl FnOnce() -> T) -> T {
-    COMMAND_DIR.with(|d| *d.borrow_mut() = Some(dir.to_path_buf()));
-    let out = f();
-    COMMAND_DIR.with(|d| *d.borrow_mut() = None);
-    out
-}
-
-/// The native stand-in for the host's command runner: a child process with
-/// a cleared environment (PATH only) in the directory set by
-/// [`with_command_dir`].
-pub fn run_command_natively(request: &CommandRequest) -> Result<CommandOutput, CommandError> {
-    use std::io::Write;
-    let Some((program, args)) = request.argv.split_first() else {
-        return Err(CommandError::Denied("the argv is empty".into()));
-    };
-    let dir = COMMAND_DIR.with(|d| d.borrow().clone()).ok_or_else(|| {
-        CommandError::Denied("no workspace: wrap the call in testing::with_command_dir".into())
-    })?;
-    let started = std::time::Instant::now();
-    let mut child = std::process::Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(request.stdin.as_deref().unwrap_or_default());
-    }
-    let output = child
-        .wait_with_output()
-        .map_err(|e| CommandError::Spawn(format!("{program}: {e}")))?;
-    Ok(CommandOutput {
-        exit_code: output.status.code(),
-        stdout_tail: output.stdout,
-        stderr_tail: output.stderr,
-        truncated: false,
-        timed_out: false,
-        duration_ms: started.elapsed().as_millis() as u64,
-    })
-}
+pub use crate::command::native::{run_command_natively, with_command_dir};
 
 #[cfg(test)]
 mod tests {

@@ -69,9 +69,9 @@ fn fault(why: String) -> WorkFuture {
 /// `subgraphs/<node>.r<round>.a<attempt>`.
 pub fn child_dir(node: &str, round: u32, attempt: u32) -> String {
     if round == 0 && attempt == 1 {
-        format!("subgraphs/{node}")
+        format!("{}/{node}", bl_store::RunDir::SUBGRAPHS)
     } else {
-        format!("subgraphs/{node}.r{round}.a{attempt}")
+        format!("{}/{node}.r{round}.a{attempt}", bl_store::RunDir::SUBGRAPHS)
     }
 }
 
@@ -234,7 +234,7 @@ impl bl_handoff::SubgraphCheck for ChildRuns {
         let r: Value = serde_json::from_slice(receipt)
             .map_err(|e| ChildRunRefused(format!("the subgraph receipt is not JSON: {e}")))?;
         let rel = r["child_run"].as_str().unwrap_or_default();
-        if !rel.starts_with("subgraphs/") || rel.contains("..") {
+        if !rel.starts_with(&format!("{}/", bl_store::RunDir::SUBGRAPHS)) || rel.contains("..") {
             return Err(ChildRunRefused(format!(
                 "the subgraph receipt names child run '{rel}'"
             )));

@@ -1725,10 +1725,7 @@ pub fn artifacts(dir: &Path) -> Result<Vec<Value>, AppError> {
         }
     }
     let meta = |digest: &str| -> (u64, String) {
-        let path = dir
-            .join(RunDir::ARTIFACTS)
-            .join("metadata")
-            .join(format!("{}.json", digest.trim_start_matches("sha256:")));
+        let path = bl_store::artifacts::metadata_path(&RunDir::new(dir).artifacts(), digest);
         let v: Value = std::fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())

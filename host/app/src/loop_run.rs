@@ -861,6 +861,14 @@ mod node_tests {
             "graph-run.balance.r0.a1.dcc7f7b046791aaa"
         );
     }
+
+    #[test]
+    fn the_loop_engine_and_the_run_directory_name_the_handoff_alike() {
+        assert_eq!(
+            bl_store::LoopRunDir::HANDOFF,
+            bl_loops::engine::HANDOFF_FILE
+        );
+    }
 }
 
 /// What `bl run DIR` asks for, flag by flag.
@@ -1018,10 +1026,10 @@ pub fn run(
         workspace_root: workspace_root.clone(),
         how,
         ledger: ledger_path.clone(),
-        handoff: run_dir
-            .clone()
-            .unwrap_or_else(|| dir.clone())
-            .join(engine::HANDOFF_FILE),
+        handoff: match &run_dir {
+            Some(run_dir) => LoopRunDir::new(run_dir).handoff(),
+            None => LoopDir::new(&dir).handoff(),
+        },
         memory: LoopDir::new(&dir).memory(),
         redact: request.redact.clone(),
         egress_record: match &run_dir {

@@ -90,8 +90,8 @@ pub struct LogJournal {
 
 impl LogJournal {
     pub fn open(run_dir: &Path, identity: RunIdentity) -> Result<Self, AppError> {
-        let path = RunDir::new(run_dir).events();
-        let log = EventLog::open(&path, identity.clone())
+        let log = RunDir::new(run_dir)
+            .open_log(identity.clone())
             .map_err(|e| AppError::Refused(e.to_string()))?
             .buffered();
         let mut by_key = HashMap::new();
@@ -302,8 +302,9 @@ impl RunLedger {
             let names: Vec<&String> = order.approvals.iter().map(|(n, _)| n).collect();
             (
                 "local-outbox".to_string(),
-                format!("outbox/{}", order.node),
-                serde_json::json!({"outbox": "outbox", "required_approvals": names}).to_string(),
+                format!("{}/{}", RunDir::OUTBOX, order.node),
+                serde_json::json!({"outbox": RunDir::OUTBOX, "required_approvals": names})
+                    .to_string(),
             )
         } else {
             ("publish".to_string(), key.to_string(), "{}".to_string())

@@ -115,7 +115,8 @@ pub struct PendingApproval {
 
 impl GraphRuntime {
     /// A runtime whose drives take `options` (prompts, caps, keys, roots).
-    /// `options.watch` and `options.cancel` are per drive and ignored here.
+    /// `options.cancel` is per drive and ignored here (each handle has its
+    /// own); `options.watch` makes a watcher for each drive.
     pub fn new(options: DriveOptions) -> GraphRuntime {
         GraphRuntime { options }
     }
@@ -127,7 +128,6 @@ impl GraphRuntime {
     ) -> RunHandle {
         let cancel = Arc::new(Cancel::default());
         let mut options = self.options.clone();
-        options.watch = None;
         options.cancel = Some(cancel.clone());
         RunHandle {
             dir,
@@ -147,6 +147,15 @@ impl GraphRuntime {
         let (manifest, out) = (manifest.into(), out.into());
         self.drive(out.clone(), move |options| {
             graph_run::run(&manifest, connections.as_deref(), &out, &options)
+        })
+    }
+
+    /// Starts bl's sandbox probe into `out` (a run with no manifest: the
+    /// probe node, judged from what the OS denied), and returns at once.
+    pub fn run_probe(&self, out: impl Into<PathBuf>) -> RunHandle {
+        let out = out.into();
+        self.drive(out.clone(), move |options| {
+            graph_run::run_probe(&out, &options)
         })
     }
 
@@ -209,6 +218,21 @@ impl GraphRuntime {
         self.decide(dir, node, shown, true, key)
     }
 
+    /// Decides `node` as it waits now, for a person who names the node
+    /// rather than a request digest they were shown (the command line).
+    /// A decision already on record is answered as recorded; the opposite
+    /// one is refused. Prefer [`GraphRuntime::approve`] where the person
+    /// was shown what they decide on.
+    pub fn decide_named(
+        &self,
+        dir: &Path,
+        node: &str,
+        approved: bool,
+        key: Option<&Path>,
+    ) -> Result<Approved, AppError> {
+        graph_run::approve(dir, node, approved, key, &self.options)
+    }
+
     /// Rejects `node`, as [`GraphRuntime::approve`] approves it.
     pub fn reject(
         &self,
@@ -241,9 +265,7 @@ impl GraphRuntime {
                 waiting.request_digest
             )));
         }
-        let mut options = self.options.clone();
-        options.watch = None;
-        graph_run::approve(dir, node, approved, key, &options)
+        graph_run::approve(dir, node, approved, key, &self.options)
     }
 
     /// Every artifact the run's log names (see [`graph_run::artifacts`]).

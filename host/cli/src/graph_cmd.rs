@@ -95,6 +95,11 @@ pub enum GraphCommand {
         /// Sign the decision with this private key (from `bl keys generate`).
         #[arg(long)]
         key: Option<PathBuf>,
+        /// The request digest you were shown for this approval (the runtime
+        /// API's `pending_approvals` gives it): the decision is refused, with
+        /// nothing recorded, if what the node approves has changed since.
+        #[arg(long, value_name = "SHA256")]
+        request_digest: Option<String>,
         #[command(flatten)]
         flags: crate::graph_report::DriveFlags,
     },
@@ -222,11 +227,13 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             node,
             decision,
             key,
+            request_digest,
             flags,
         } => crate::graph_report::approve(
             &run,
             &node,
             decision == "approved",
+            request_digest.as_deref(),
             key.as_deref(),
             &flags,
         ),

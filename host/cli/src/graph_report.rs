@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bl_app::graph_run::{self, DriveOptions, Driven, Watcher};
+use bl_app::runtime::GraphRuntime;
 use bl_core::python_json;
 use bl_graph::model::Named;
 use bl_run::executor::RunEnd;
@@ -115,20 +116,21 @@ pub fn run(
     out: &Path,
     flags: &DriveFlags,
 ) -> CliResult {
-    let driven = graph_run::run(manifest, connections, out, &flags.options())?;
-    report_drive(&driven, RUN_TITLE, flags)
+    let handle =
+        GraphRuntime::new(flags.options()).run(manifest, connections.map(Path::to_path_buf), out);
+    report_drive(&handle.wait()?, RUN_TITLE, flags)
 }
 
 /// `bl graph run --execute --out D` with no manifest: the sandbox probe.
 pub fn run_probe(out: &Path, flags: &DriveFlags) -> CliResult {
-    let driven = graph_run::run_probe(out, &flags.options())?;
-    report_drive(&driven, RUN_TITLE, flags)
+    let handle = GraphRuntime::new(flags.options()).run_probe(out);
+    report_drive(&handle.wait()?, RUN_TITLE, flags)
 }
 
 /// `bl graph resume --run D [--inputs J] [caps]`
 pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
-    let driven = graph_run::resume(dir, &flags.options())?;
-    report_drive(&driven, "Graph resume", flags)
+    let handle = GraphRuntime::new(flags.options()).resume(dir);
+    report_drive(&handle.wait()?, "Graph resume", flags)
 }
 
 /// `bl graph approve --run D --node N --decision approved|rejected`
@@ -136,10 +138,17 @@ pub fn approve(
     dir: &Path,
     node_id: &str,
     approved: bool,
+    shown: Option<&str>,
     key: Option<&Path>,
     flags: &DriveFlags,
 ) -> CliResult {
-    let done = graph_run::approve(dir, node_id, approved, key, &flags.options())?;
+    let runtime = GraphRuntime::new(flags.options());
+    let done = match shown {
+        // Bound to what the person was shown: refused if it changed since.
+        Some(shown) if approved => runtime.approve(dir, node_id, shown, key)?,
+        Some(shown) => runtime.reject(dir, node_id, shown, key)?,
+        None => runtime.decide_named(dir, node_id, approved, key)?,
+    };
     let (decision, view) = (done.decision, &done.view);
     let order: Vec<&str> = done.run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
     let awaiting = view.awaiting(order.iter().copied());
@@ -281,7 +290,7 @@ fn report_drive(driven: &Driven, title: &str, flags: &DriveFlags) -> CliResult {
 
 /// `bl graph status --run D [--json]`
 pub fn status(dir: &Path) -> CliResult {
-    let status = graph_run::status(dir)?;
+    let status = GraphRuntime::default().status(dir)?;
     let (run, view) = (&status.run, &status.view);
     if crate::output::json() {
         outln!("{}", python_json(&status.to_json()));
@@ -339,7 +348,7 @@ pub fn status(dir: &Path) -> CliResult {
 /// `bl graph artifacts --run D [--json]`: every artifact the run's log
 /// names, with its producer, digest, size, visibility and consumers.
 pub fn artifacts(dir: &Path) -> CliResult {
-    let rows = graph_run::artifacts(dir)?;
+    let rows = GraphRuntime::default().artifacts(dir)?;
     if crate::output::json() {
         outln!(
             "{}",

@@ -98,7 +98,7 @@ enum Command {
     Loops(loop_tools_cmd::LoopsCommand),
     /// Lint, plan and inspect graph/v1 manifests (DAGs of gated nodes).
     #[command(subcommand)]
-    Graph(graph_cmd::GraphCommand),
+    Graph(Box<graph_cmd::GraphCommand>),
     /// Verify a run directory or an event log: the hash chain, the plan and
     /// the artifacts. Exit 0 when every applicable check holds, 1 otherwise.
     Verify {
@@ -202,7 +202,7 @@ fn main() -> ExitCode {
             dest,
         } => loop_tools_cmd::new(&name, &template, dest.as_deref()),
         Command::Loops(cmd) => loop_tools_cmd::loops(cmd, output::json()),
-        Command::Graph(cmd) => graph_cmd::run(cmd),
+        Command::Graph(cmd) => graph_cmd::run(*cmd),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
         Command::Verify {
             path,

@@ -13,7 +13,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::artifacts::{InputSet, OutputSink};
 use crate::bindings::{artifacts, command, log, types, workspace};
-use crate::runtime::Limits;
+use crate::limits::Limits;
 use crate::workspace::WorkspaceDir;
 use bl_core::plugin::{Capability, Grants};
 

@@ -17,6 +17,7 @@ mod cache;
 mod compose;
 mod error;
 mod host;
+mod limits;
 mod package;
 mod plugin_host;
 mod runtime;
@@ -32,12 +33,13 @@ pub use bl_core::plugin::{
 pub use compose::{ContractRegistry, ContractReport, PatternError, judge_all};
 pub use error::PluginError;
 pub use host::LogEntry;
+pub use limits::Limits;
 pub use package::{PackageError, PluginPackage};
 pub use plugin_host::{FindError, FoundPlugin, Grant, PluginHost};
-pub use runtime::{AllocatorChoice, Invocation, Limits, Runtime, RuntimeConfig};
+pub use runtime::{AllocatorChoice, Invocation, LoadOptions, Runtime, RuntimeConfig};
 pub use worlds::{
-    Approval, ContractPlugin, ContractRequest, GatePlugin, LoadOptions, PolicyPlugin,
-    PublishDecision, PublishRequest, TransformOutput, TransformPlugin, outcome,
+    Approval, ContractPlugin, ContractRequest, GatePlugin, PolicyPlugin, PublishDecision,
+    PublishRequest, TransformOutput, TransformPlugin, outcome,
 };
 
 pub use bl_core::{GateOutcome, Verdict};

@@ -13,8 +13,8 @@ use bl_core::plugin::{Capability, Grants};
 
 use crate::error::PluginError;
 use crate::package::{PackageError, PluginPackage};
-use crate::runtime::{Runtime, RuntimeConfig};
-use crate::worlds::{ContractPlugin, GatePlugin, LoadOptions, PolicyPlugin, TransformPlugin};
+use crate::runtime::{LoadOptions, Runtime, RuntimeConfig};
+use crate::worlds::{ContractPlugin, GatePlugin, PolicyPlugin, TransformPlugin};
 
 pub struct PluginHost {
     config: RuntimeConfig,

@@ -2,10 +2,6 @@
 //! transforms and publication policies.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
-
-use bl_core::CommandRunner;
 
 use bl_core::{Finding, GateOutcome, Location, Severity, Verdict};
 use wasmtime::component::Resource;
@@ -13,10 +9,10 @@ use wasmtime::component::Resource;
 use crate::artifacts::{InputArtifact, InputSet, OutputDeclaration, OutputSink, PublishedOutput};
 use crate::bindings::{self, types};
 use crate::error::PluginError;
-use crate::runtime::{CallContext, Invocation, Loaded, Runtime};
+use crate::runtime::{CallContext, Invocation, LoadOptions, Loaded, Runtime};
 use crate::workspace::WorkspaceDir;
+use bl_core::plugin::Capability;
 use bl_core::plugin::World;
-use bl_core::plugin::{Capability, Grants};
 
 macro_rules! plugin_handle {
     ($(#[$doc:meta])* $name:ident, $pre:ty) => {
@@ -101,22 +97,6 @@ pub struct PublishDecision {
 pub struct TransformOutput {
     pub summary: String,
     pub outputs: Vec<PublishedOutput>,
-}
-
-/// Options every loader takes.
-#[derive(Clone, Default)]
-pub struct LoadOptions<'a> {
-    /// The capabilities the plugin's manifest requests; `None` when there is
-    /// no manifest, and the component's imports are taken as its requests.
-    pub declared: Option<&'a [Capability]>,
-    pub grants: Grants,
-    /// What this plugin's `command` capability runs through; the runtime's
-    /// own when `None`.
-    pub commands: Option<Arc<dyn CommandRunner>>,
-    /// This plugin's per-call deadline; the runtime's when `None`.
-    pub deadline: Option<Duration>,
-    /// The longest one of its commands may take; the runtime's when `None`.
-    pub command_timeout: Option<Duration>,
 }
 
 impl Runtime {

@@ -465,13 +465,6 @@ impl CommandRunner for Sandbox {
     }
 }
 
-/// The rlimits every cage starts under: a cap on processes against fork
-/// bombs, and on the size of any file written against disk filling.
-pub(crate) const CAGE_RLIMITS: [(nix::sys::resource::Resource, u64); 2] = [
-    (nix::sys::resource::Resource::RLIMIT_NPROC, 4096),
-    (nix::sys::resource::Resource::RLIMIT_FSIZE, 1 << 30),
-];
-
 /// What the child does between fork and exec: rlimits inherited by bwrap
 /// and everything it starts (a cap on processes against fork bombs, and on
 /// the size of any file written against disk filling), the seccomp
@@ -491,7 +484,7 @@ fn prepare_child(
     // system calls on memory allocated before the fork.
     unsafe {
         command.pre_exec(move || {
-            for (resource, limit) in CAGE_RLIMITS {
+            for (resource, limit) in crate::spawn::CAGE_RLIMITS {
                 setrlimit(resource, limit, limit).map_err(std::io::Error::from)?;
             }
             crate::subprocess::join_cgroup(cgroup_procs)?;

@@ -23,6 +23,13 @@ use nix::libc;
 
 use crate::caged_user::ChildSteps;
 
+/// The rlimits every cage starts under: a cap on processes against fork
+/// bombs, and on the size of any file written against disk filling.
+pub(crate) const CAGE_RLIMITS: [(nix::sys::resource::Resource, u64); 2] = [
+    (nix::sys::resource::Resource::RLIMIT_NPROC, 4096),
+    (nix::sys::resource::Resource::RLIMIT_FSIZE, 1 << 30),
+];
+
 /// What the child runs, all of it allocated before the clone.
 pub(crate) struct Launch<'a> {
     pub program: &'a Path,
@@ -120,7 +127,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             fail(errno());
         }
         if plan.rlimits {
-            for (resource, limit) in crate::sandbox::CAGE_RLIMITS {
+            for (resource, limit) in CAGE_RLIMITS {
                 let limit = libc::rlimit {
                     rlim_cur: limit,
                     rlim_max: limit,

@@ -11,10 +11,22 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+/// The store's two folders: each object by its hex digest, and its
+/// metadata beside it as `<hex>.json`.
+pub const OBJECTS: &str = "objects";
+pub const METADATA: &str = "metadata";
+
+/// Where the metadata of the object `digest` (`sha256:<hex>` or `<hex>`)
+/// lies in the store at `root`.
+pub fn metadata_path(root: &Path, digest: &str) -> PathBuf {
+    root.join(METADATA)
+        .join(format!("{}.json", digest.trim_start_matches("sha256:")))
+}
+
 /// Verifies every artifact under `dir` (a run's `artifacts/`). Returns how
 /// many objects were checked, or the first problem.
 pub fn verify_artifacts(dir: &Path) -> Result<usize, ArtifactError> {
-    let objects = dir.join("objects");
+    let objects = dir.join(OBJECTS);
     let entries = match std::fs::read_dir(&objects) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -34,7 +46,7 @@ pub fn verify_artifacts(dir: &Path) -> Result<usize, ArtifactError> {
         if actual != name {
             return Err(ArtifactError::Misnamed { path, actual });
         }
-        let meta_path = dir.join("metadata").join(format!("{name}.json"));
+        let meta_path = dir.join(METADATA).join(format!("{name}.json"));
         if let Ok(text) = std::fs::read_to_string(&meta_path) {
             let meta: Value =
                 serde_json::from_str(&text).map_err(|source| ArtifactError::MetadataNotJson {
@@ -217,7 +229,7 @@ impl ArtifactStore {
         }
         let sum = bl_core::Sha256Digest::of(bytes);
         let (hex, digest) = (sum.hex(), sum.to_string());
-        let objects = self.root.join("objects");
+        let objects = self.root.join(OBJECTS);
         if self.get(&digest).is_err() {
             self.write_atomically(&objects, &hex, bytes)?;
         }
@@ -230,13 +242,13 @@ impl ArtifactStore {
         });
         // Canonical JSON and a newline, byte for byte as bounded-loops writes it.
         let json = format!("{}\n", bl_core::canonical_json(&metadata));
-        let meta_dir = self.root.join("metadata");
+        let meta_dir = self.root.join(METADATA);
         // The same object stored again with the same facts: nothing to write.
         if std::fs::read(meta_dir.join(format!("{hex}.json"))).is_ok_and(|b| b == json.as_bytes()) {
             return Ok(digest);
         }
         self.write_atomically(
-            &self.root.join("metadata"),
+            &self.root.join(METADATA),
             &format!("{hex}.json"),
             json.as_bytes(),
         )?;
@@ -247,7 +259,7 @@ impl ArtifactStore {
     /// are returned. A symlink in place of the object is refused.
     pub fn get(&self, digest: &str) -> Result<Vec<u8>, ArtifactError> {
         let hex = hex_of(digest)?;
-        let path = self.root.join("objects").join(hex);
+        let path = self.root.join(OBJECTS).join(hex);
         let mut file = match OpenOptions::new()
             .read(true)
             .custom_flags(nix::libc::O_NOFOLLOW)
@@ -294,7 +306,7 @@ mod tests {
     fn metadata_matches_what_bounded_loops_writes() {
         let upstream = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../tests/corpus/runs/upstream-demo/artifacts");
-        let object = std::fs::read_dir(upstream.join("objects"))
+        let object = std::fs::read_dir(upstream.join(OBJECTS))
             .unwrap()
             .next()
             .unwrap()

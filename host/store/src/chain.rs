@@ -10,27 +10,10 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+pub use crate::line::EVENT_KEYS;
 use crate::line::{self, ScannedLine, field};
 
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-pub const EVENT_KEYS: [&str; 15] = [
-    "actor",
-    "event_hash",
-    "event_id",
-    "event_type",
-    "graph_digest",
-    "idempotency_key",
-    "organization_id",
-    "payload",
-    "plan_digest",
-    "policy_digest",
-    "previous_hash",
-    "project_id",
-    "run_id",
-    "sequence",
-    "timestamp",
-];
 
 const IDENTITY_KEYS: [&str; 6] = [
     "organization_id",

@@ -12,7 +12,24 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::chain::EVENT_KEYS;
+/// The fifteen keys of an event line, in the order they are written.
+pub const EVENT_KEYS: [&str; 15] = [
+    "actor",
+    "event_hash",
+    "event_id",
+    "event_type",
+    "graph_digest",
+    "idempotency_key",
+    "organization_id",
+    "payload",
+    "plan_digest",
+    "policy_digest",
+    "previous_hash",
+    "project_id",
+    "run_id",
+    "sequence",
+    "timestamp",
+];
 
 /// Index of each field in [`EVENT_KEYS`] order.
 pub(crate) mod field {

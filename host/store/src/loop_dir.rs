@@ -38,6 +38,11 @@ impl LoopDir {
         self.root.join(Self::MEMORY)
     }
 
+    /// The handoff of a run without an id.
+    pub fn handoff(&self) -> PathBuf {
+        self.root.join(LoopRunDir::HANDOFF)
+    }
+
     pub fn runs_index(&self) -> PathBuf {
         self.root.join(Self::RUNS_INDEX)
     }

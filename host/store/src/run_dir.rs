@@ -34,6 +34,8 @@ impl RunDir {
     pub const CHECKPOINTS: &'static str = crate::provable::CHECKPOINT_DIR;
     pub const ARTIFACTS: &'static str = "artifacts";
     pub const OUTBOX: &'static str = "outbox";
+    /// Child runs of subgraph nodes, one directory each.
+    pub const SUBGRAPHS: &'static str = "subgraphs";
     /// The run's shared workspace (published outputs land at their path).
     pub const WORKSPACE: &'static str = "workspace";
     /// Attempts' scratch space; not part of what is proven.

@@ -351,7 +351,7 @@ fn verify_handoff(dir: &Path, log: &Path) -> Result<Option<String>, Finding> {
     }
     for (node, child) in &children {
         let rel = child["path"].as_str().unwrap_or_default();
-        if !rel.starts_with("subgraphs/") || rel.contains("..") {
+        if !rel.starts_with(&format!("{}/", bl_store::RunDir::SUBGRAPHS)) || rel.contains("..") {
             return Err(Finding::Handoff(format!(
                 "subgraph node {node} names child run '{rel}'"
             )));

@@ -100,16 +100,20 @@ pub fn count_findings(tool: &str, stdout: &str) -> Option<u64> {
 }
 
 /// What a finished scan shows: `Ok((passed, summary, count))`, or why the
-/// report decides nothing.
-pub fn judge_report(tool: &str, code: i64, stdout: &str) -> Result<(bool, String, u64), String> {
+/// report decides nothing (the gate could not decide).
+pub fn judge_report(
+    tool: &str,
+    code: i64,
+    stdout: &str,
+) -> Result<(bool, String, u64), PluginError> {
     match count_findings(tool, stdout) {
         Some(0) if code == 0 => Ok((true, format!("{tool}: no findings"), 0)),
         Some(n) if n > 0 && (0..=1).contains(&code) => {
             Ok((false, format!("{tool}: {n} finding(s)"), n))
         }
-        _ => Err(format!(
+        _ => Err(PluginError::Internal(format!(
             "{tool} exited {code} without a report bl could read (its JSON on stdout, whole)"
-        )),
+        ))),
     }
 }
 
@@ -141,8 +145,7 @@ impl Gate for ScannerGate {
         }
         let code = output.exit_code.map_or(-1, i64::from);
         let stdout = String::from_utf8_lossy(&output.stdout_tail);
-        let (passed, summary, count) =
-            judge_report(tool, code, &stdout).map_err(PluginError::Internal)?;
+        let (passed, summary, count) = judge_report(tool, code, &stdout)?;
         let data = |rule: &str, message: String| Finding::new(Severity::Info, message).rule(rule);
         let mut evidence = output.stdout_tail.clone();
         evidence.extend_from_slice(&output.stderr_tail);
@@ -196,15 +199,18 @@ mod tests {
     #[test]
     fn no_findings_pass_findings_fail_and_an_unread_report_decides_nothing() {
         assert_eq!(
-            judge_report("gitleaks", 0, "[]"),
-            Ok((true, "gitleaks: no findings".into(), 0))
+            judge_report("gitleaks", 0, "[]").unwrap(),
+            (true, "gitleaks: no findings".into(), 0)
         );
         assert_eq!(
-            judge_report("gitleaks", 1, r#"[{}, {}]"#),
-            Ok((false, "gitleaks: 2 finding(s)".into(), 2))
+            judge_report("gitleaks", 1, r#"[{}, {}]"#).unwrap(),
+            (false, "gitleaks: 2 finding(s)".into(), 2)
         );
         let err = judge_report("gitleaks", 2, "panic: oops").unwrap_err();
-        assert!(err.contains("gitleaks exited 2 without a report"), "{err}");
+        assert!(
+            matches!(&err, PluginError::Internal(m) if m.contains("gitleaks exited 2 without a report")),
+            "{err:?}"
+        );
         // No findings but a failing exit: the report is not to be trusted.
         assert!(judge_report("semgrep", 2, r#"{"results": []}"#).is_err());
     }

@@ -310,3 +310,84 @@ fn a_cancelled_loop_ends_killed_before_its_next_lap() {
     let recorded = runtime.subscribe(&run.ledger, 0).poll().unwrap();
     assert_eq!(recorded.len() as u32, run.outcome.laps);
 }
+
+/// The command line is a client of the runtime: `bl graph approve` with
+/// the request digest the person was shown refuses a decision on anything
+/// else, recording nothing, and records one on exactly that.
+#[test]
+fn the_command_line_approves_only_against_the_request_digest_it_is_given() {
+    let case = first_graph();
+    let dir = case.path();
+    let bl = |args: &[&str]| {
+        std::process::Command::new(bl_e2e::bl_binary())
+            .args(args)
+            .current_dir(dir)
+            .env("BL_PLUGIN_PATH", bl_e2e::plugin_dir())
+            .output()
+            .unwrap()
+    };
+    let ran = bl(&[
+        "graph",
+        "run",
+        "--execute",
+        "graph.yaml",
+        "--connections",
+        "connections.json",
+        "--inputs",
+        "inputs.json",
+        "--recorded",
+        "replies.json",
+        "--out",
+        "run",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&ran.stdout).contains("--node review"),
+        "{}\n{}",
+        String::from_utf8_lossy(&ran.stdout),
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let run = dir.join("run");
+    let pending = GraphRuntime::default().pending_approvals(&run).unwrap();
+    let stale = format!("sha256:{}", "0".repeat(64));
+    let before = approvals_file(&run);
+    let refused = bl(&[
+        "graph",
+        "approve",
+        "--run",
+        "run",
+        "--node",
+        "review",
+        "--decision",
+        "approved",
+        "--request-digest",
+        &stale,
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("changed since it was shown"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(approvals_file(&run), before, "nothing was recorded");
+    let approved = bl(&[
+        "graph",
+        "approve",
+        "--run",
+        "run",
+        "--node",
+        "review",
+        "--decision",
+        "approved",
+        "--request-digest",
+        &pending[0].request_digest,
+    ]);
+    assert!(
+        approved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&approved.stderr)
+    );
+    assert_eq!(
+        GraphRuntime::default().status(&run).unwrap().view.run_state,
+        "SUCCEEDED"
+    );
+}
