@@ -514,6 +514,39 @@ pub fn failure_of(payload: &Value) -> Option<AttemptFailure> {
     })
 }
 
+/// What a recorded `node.succeeded` says (the inverse of
+/// [`At::succeeded`] and bl's additions to it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedSuccess {
+    pub digests: Vec<String>,
+    pub verdict: Option<Verdict>,
+    /// bl's additions, as recorded: outputs, plugins, routed, isolation,
+    /// child_run.
+    pub extra: Map<String, Value>,
+    /// The route a router took, by name.
+    pub routed: Option<String>,
+}
+
+/// Reads a recorded `node.succeeded` back.
+pub fn success_of(payload: &Value) -> RecordedSuccess {
+    let mut extra = Map::new();
+    for key in ["outputs", "plugins", "routed", "isolation", "child_run"] {
+        if let Some(v) = payload.get(key) {
+            extra.insert(key.to_string(), v.clone());
+        }
+    }
+    RecordedSuccess {
+        digests: digests_of(payload),
+        verdict: payload.get("verdict").map(|v| Verdict {
+            passed: true,
+            reason: v["reason"].as_str().unwrap_or_default().to_string(),
+            evidence_digest: v["evidence_digest"].as_str().map(str::to_string),
+        }),
+        extra,
+        routed: payload["routed"].as_str().map(str::to_string),
+    }
+}
+
 /// The artifact digests a recorded attempt names.
 pub fn digests_of(payload: &Value) -> Vec<String> {
     payload["artifact_digests"]
@@ -529,6 +562,30 @@ pub fn digests_of(payload: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recorded_success_reads_back_as_it_was_built() {
+        let at = At {
+            node: "triage",
+            attempt: 2,
+            round: 1,
+        };
+        let verdict = Verdict {
+            passed: true,
+            reason: "router 'triage' took route 'pass'".into(),
+            evidence_digest: Some(format!("sha256:{}", "e".repeat(64))),
+        };
+        let mut added = Map::new();
+        added.insert("routed".into(), Value::from("pass"));
+        added.insert("plugins".into(), serde_json::json!([{"plugin": "files"}]));
+        let digests = vec![format!("sha256:{}", "a".repeat(64))];
+        let event = at.succeeded_with(&digests, None, Some(&verdict), &added);
+        let back = success_of(&event.payload);
+        assert_eq!(back.digests, digests);
+        assert_eq!(back.verdict, Some(verdict));
+        assert_eq!(back.routed.as_deref(), Some("pass"));
+        assert_eq!(back.extra, added);
+    }
 
     #[test]
     fn keys_follow_the_recorded_scheme() {

@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 use super::ports::*;
 use crate::events::{
     self, At, AttemptFailure, BudgetPause, Cause, Event, POLICY_DENIED, Route, Usage, Verdict,
-    WORKER_FAILED, digests_of, failure_of, usage_of,
+    WORKER_FAILED, failure_of, success_of, usage_of,
 };
 use crate::machine::{AttemptEnd, Machine, NodeState, RunStatus, Transition};
 use crate::reply::{ReplyCheck, ReplyRequest, ReplyRuling};
@@ -855,26 +855,17 @@ impl Controller<'_, '_> {
             .journal
             .recorded(&at.succeeded(&[], None, None).key)
         {
-            let mut extra = Map::new();
-            for key in ["outputs", "plugins", "routed", "isolation", "child_run"] {
-                if let Some(v) = p.get(key) {
-                    extra.insert(key.to_string(), v.clone());
-                }
-            }
-            let outputs = PublishedOutput::recorded_in(&p);
-            let routed = p["routed"]
-                .as_str()
+            let recorded = success_of(&p);
+            let routed = recorded
+                .routed
+                .as_deref()
                 .and_then(|name| info.routes.as_ref()?.index(name));
             return Some(Ended::Succeeded {
-                digests: digests_of(&p),
-                verdict: p.get("verdict").map(|v| Verdict {
-                    passed: true,
-                    reason: v["reason"].as_str().unwrap_or_default().to_string(),
-                    evidence_digest: v["evidence_digest"].as_str().map(str::to_string),
-                }),
+                digests: recorded.digests,
+                verdict: recorded.verdict,
                 route: info.route(),
-                extra,
-                outputs,
+                extra: recorded.extra,
+                outputs: PublishedOutput::recorded_in(&p),
                 routed,
             });
         }
