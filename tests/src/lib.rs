@@ -276,3 +276,19 @@ pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect()
 }
+
+/// `bl graph run` of the `manifest.json`, `connections.json` and
+/// `inputs.json` in the current directory, into `run/` (the layout
+/// benchmarks/graph/make_graph.py writes).
+pub const GRAPH_RUN: &[&str] = &[
+    "graph",
+    "run",
+    "--execute",
+    "manifest.json",
+    "--connections",
+    "connections.json",
+    "--inputs",
+    "inputs.json",
+    "--out",
+    "run",
+];

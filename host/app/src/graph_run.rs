@@ -100,7 +100,10 @@ fn read_json(path: &Path, what: &str) -> Result<Value, AppError> {
     })
 }
 
-fn read_prompts(flags: &DriveOptions) -> Result<HashMap<String, String>, AppError> {
+/// Node id → the prompt its worker is given (never recorded).
+pub type Prompts = HashMap<String, String>;
+
+fn read_prompts(flags: &DriveOptions) -> Result<Prompts, AppError> {
     let Some(path) = &flags.inputs else {
         return Ok(HashMap::new());
     };
@@ -916,7 +919,7 @@ fn drive(
     run: &LoadedRun,
     schedule: &Schedule,
     catalog: Catalog,
-    prompts: HashMap<String, String>,
+    prompts: Prompts,
     caps: Caps,
     resume_ordinal: Option<u32>,
     flags: &DriveOptions,
@@ -1195,7 +1198,7 @@ pub fn place(manifest: &Path, bytes: &[u8], pointer: &str) -> String {
 /// the node it meant without one), naming the closest id.
 fn check_prompt_keys(
     schedule: &Schedule,
-    prompts: &HashMap<String, String>,
+    prompts: &Prompts,
     flags: &DriveOptions,
 ) -> Result<(), AppError> {
     let (Some(file), false) = (&flags.inputs, flags.deny_at_run_time) else {
@@ -1224,7 +1227,7 @@ fn check_prompt_keys(
 /// at run time, and spend its retries on the same error.
 fn check_every_prompt(
     schedule: &Schedule,
-    prompts: &HashMap<String, String>,
+    prompts: &Prompts,
     flags: &DriveOptions,
 ) -> Result<(), AppError> {
     let missing: Vec<&str> = schedule
@@ -1261,7 +1264,7 @@ fn check_prompts(
     verb: &str,
     schedule: &Schedule,
     view: &RunView,
-    prompts: &HashMap<String, String>,
+    prompts: &Prompts,
 ) -> Result<(), AppError> {
     for node in &schedule.nodes {
         if node.driver == Driver::Worker
@@ -1283,7 +1286,7 @@ fn continue_run(
     run: &LoadedRun,
     schedule: &Schedule,
     view: &RunView,
-    prompts: HashMap<String, String>,
+    prompts: Prompts,
     flags: &DriveOptions,
     depth: Depth,
 ) -> Result<(RunEnd, RunView), AppError> {

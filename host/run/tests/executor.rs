@@ -343,6 +343,23 @@ fn drive(
         .block_on(bl_run::executor::drive(schedule, settings, &mut ports))
 }
 
+/// A drive with the default judge, that nobody stops.
+fn drive_plain(
+    schedule: &Schedule,
+    settings: &RunSettings,
+    journal: &mut MemoryJournal,
+    worker: Arc<ScriptedWorker>,
+) -> Result<RunEnd, RunError> {
+    drive(
+        schedule,
+        settings,
+        journal,
+        worker,
+        Arc::new(ScriptedJudge::default()),
+        Arc::new(NeverStop),
+    )
+}
+
 #[test]
 fn a_chain_runs_in_order_and_a_second_drive_replays_it_without_a_turn() {
     let schedule = chain(1);
@@ -400,26 +417,22 @@ fn faulting_first(node: &str) -> Arc<ScriptedWorker> {
 #[test]
 fn a_faulted_attempt_is_retried_within_its_budget_and_fails_beyond_it() {
     let mut journal = MemoryJournal::default();
-    let end = drive(
+    let end = drive_plain(
         &chain(2),
         &settings(Caps::default()),
         &mut journal,
         faulting_first("b"),
-        Arc::new(ScriptedJudge::default()),
-        Arc::new(NeverStop),
     )
     .unwrap();
     assert_eq!(end, RunEnd::Succeeded);
     assert_eq!(journal.view().node("b").attempt, 2, "{:?}", journal.kinds());
 
     let mut journal = MemoryJournal::default();
-    let end = drive(
+    let end = drive_plain(
         &chain(1),
         &settings(Caps::default()),
         &mut journal,
         faulting_first("b"),
-        Arc::new(ScriptedJudge::default()),
-        Arc::new(NeverStop),
     )
     .unwrap();
     assert_eq!(end, RunEnd::Failed);
@@ -488,15 +501,7 @@ fn a_stop_before_the_first_turn_starts_nothing_and_the_run_goes_on_after() {
 
     let mut resumed = settings(Caps::default());
     resumed.resume_ordinal = Some(1);
-    let end = drive(
-        &schedule,
-        &resumed,
-        &mut journal,
-        worker.clone(),
-        Arc::new(ScriptedJudge::default()),
-        Arc::new(NeverStop),
-    )
-    .unwrap();
+    let end = drive_plain(&schedule, &resumed, &mut journal, worker.clone()).unwrap();
     assert_eq!(end, RunEnd::Succeeded);
     assert_eq!(worker.turns.load(Ordering::SeqCst), 3);
 }
@@ -508,13 +513,11 @@ fn a_panicking_task_is_a_task_error_never_a_verdict() {
         ..Default::default()
     };
     let mut journal = MemoryJournal::default();
-    let end = drive(
+    let end = drive_plain(
         &chain(1),
         &settings(Caps::default()),
         &mut journal,
         Arc::new(worker),
-        Arc::new(ScriptedJudge::default()),
-        Arc::new(NeverStop),
     );
     assert!(matches!(end, Err(RunError::Task(_))), "{end:?}");
     assert_ne!(journal.view().node("a").state, "SUCCEEDED");
@@ -527,13 +530,11 @@ fn a_reply_that_never_comes_is_a_fault_after_the_deadline_and_grace() {
         ..Default::default()
     };
     let mut journal = MemoryJournal::default();
-    let end = drive(
+    let end = drive_plain(
         &chain(1),
         &settings(Caps::default()),
         &mut journal,
         Arc::new(worker),
-        Arc::new(ScriptedJudge::default()),
-        Arc::new(NeverStop),
     )
     .unwrap();
     assert_eq!(end, RunEnd::Failed);
@@ -689,14 +690,7 @@ fn an_attempt_a_dead_controller_left_is_redriven_at_most_three_times() {
         journal.lost_at = Some("b:node.succeeded".into());
         let mut resumed = settings(Caps::default());
         resumed.resume_ordinal = (crash > 1).then_some(crash - 1);
-        let end = drive(
-            &schedule,
-            &resumed,
-            &mut journal,
-            worker.clone(),
-            Arc::new(ScriptedJudge::default()),
-            Arc::new(NeverStop),
-        );
+        let end = drive_plain(&schedule, &resumed, &mut journal, worker.clone());
         assert!(matches!(end, Err(RunError::Journal(_))), "{end:?}");
         journal.recovered();
         // a once, then b on every drive: the record shows b started and
@@ -705,15 +699,7 @@ fn an_attempt_a_dead_controller_left_is_redriven_at_most_three_times() {
     }
     let mut resumed = settings(Caps::default());
     resumed.resume_ordinal = Some(4);
-    let end = drive(
-        &schedule,
-        &resumed,
-        &mut journal,
-        worker.clone(),
-        Arc::new(ScriptedJudge::default()),
-        Arc::new(NeverStop),
-    )
-    .unwrap();
+    let end = drive_plain(&schedule, &resumed, &mut journal, worker.clone()).unwrap();
     assert_eq!(end, RunEnd::Failed);
     assert_eq!(
         worker.turns.load(Ordering::SeqCst),
@@ -753,13 +739,11 @@ fn a_drive_that_fails_waits_for_the_attempts_in_flight_and_keeps_what_they_did()
         ..Default::default()
     });
     let mut journal = MemoryJournal::default();
-    let end = drive(
+    let end = drive_plain(
         &two_roots(),
         &settings(Caps::default()),
         &mut journal,
         worker.clone(),
-        Arc::new(ScriptedJudge::default()),
-        Arc::new(NeverStop),
     );
     assert!(matches!(end, Err(RunError::Task(_))), "{end:?}");
     // The slow turn was not dropped with the drive: it ran to its end, and

@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::Flock;
 use serde_json::{Value, json};
 
+/// Effect key → payload digest, as the ledger and its intents record them.
+type KeyDigests = BTreeMap<String, String>;
+
 pub const LEDGER_FILE: &str = "published-effects.json";
 pub const INTENTS_FILE: &str = "published-effects.intents.jsonl";
 
@@ -91,7 +94,7 @@ impl Ledger {
         crate::durable::lock_exclusive(&path).map_err(io(&path))
     }
 
-    fn read_ledger(&self) -> Result<BTreeMap<String, String>, LedgerError> {
+    fn read_ledger(&self) -> Result<KeyDigests, LedgerError> {
         let path = self.dir.join(LEDGER_FILE);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
@@ -126,7 +129,7 @@ impl Ledger {
     }
 
     /// Unresolved intents: key → payload digest.
-    fn open_intents(&self) -> Result<BTreeMap<String, String>, LedgerError> {
+    fn open_intents(&self) -> Result<KeyDigests, LedgerError> {
         let path = self.dir.join(INTENTS_FILE);
         let file = match File::open(&path) {
             Ok(f) => f,

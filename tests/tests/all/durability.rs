@@ -31,18 +31,7 @@ fn syncs_of_a_run(n: usize) -> u64 {
         .args(["-f", "-c", "-e", "trace=fsync,fdatasync", "-o"])
         .arg(&counts)
         .arg(bl_binary())
-        .args([
-            "graph",
-            "run",
-            "--execute",
-            "manifest.json",
-            "--connections",
-            "connections.json",
-            "--inputs",
-            "inputs.json",
-            "--out",
-            "run",
-        ])
+        .args(bl_e2e::GRAPH_RUN)
         .current_dir(&dir)
         .env("PATH", path)
         .output()

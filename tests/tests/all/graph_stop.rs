@@ -92,18 +92,7 @@ fn bl_in(dir: &Path, args: &[&str]) -> Output {
     command(dir, args).output().unwrap()
 }
 
-const RUN: &[&str] = &[
-    "graph",
-    "run",
-    "--execute",
-    "manifest.json",
-    "--connections",
-    "connections.json",
-    "--inputs",
-    "inputs.json",
-    "--out",
-    "run",
-];
+const RUN: &[&str] = bl_e2e::GRAPH_RUN;
 
 const RESUME: &[&str] = &["graph", "resume", "--run", "run", "--inputs", "inputs.json"];
 
