@@ -29,6 +29,16 @@ use crate::run_adapters::{
 
 pub use crate::approvals::{ORGANIZATION, PROJECT, RUN_ID};
 
+/// How many nodes run at once when the run does not say: the cores plus
+/// four, at most 32 (the pool size Python's executors, and so LangGraph,
+/// use). A node spends most of its time waiting, on a model's API or on
+/// the kernel setting up and tearing down its cage, so as many nodes as
+/// cores would leave the cores idle.
+pub fn default_concurrency() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores + 4).min(32)
+}
+
 /// What `run`, `approve` and `resume` take besides the run itself.
 #[derive(Debug, Clone, Default)]
 pub struct DriveOptions {
@@ -1050,9 +1060,7 @@ fn drive(
     let settings = RunSettings {
         run_id: RUN_ID.into(),
         plan_id: run.plan.plan_id.clone(),
-        concurrency: flags
-            .concurrency
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        concurrency: flags.concurrency.unwrap_or_else(default_concurrency),
         caps,
         prompts,
         resume_ordinal,

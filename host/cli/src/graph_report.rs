@@ -37,7 +37,7 @@ pub struct DriveFlags {
     /// A provider catalog (TOML) adding or overriding agent CLIs.
     #[arg(long)]
     pub providers: Option<PathBuf>,
-    /// How many nodes run at once (default: the number of cores).
+    /// How many nodes run at once (default: the cores plus four, at most 32).
     #[arg(long)]
     pub concurrency: Option<usize>,
     /// Sign the checkpoint written at every pause and at the end with this

@@ -198,13 +198,10 @@ impl Sandbox {
             links: &view.links,
         };
         let cage_args = bubblewrap::args(&cage)?;
-        // The filter files stay open until the command ends: bwrap reads
-        // them through `--add-seccomp-fd FD`.
-        let filters = seccomp_filter_files()?;
-        let filter_fds: Vec<i32> = filters
-            .iter()
-            .map(std::os::fd::AsRawFd::as_raw_fd)
-            .collect();
+        // The filter file stays open until the command ends: bwrap reads
+        // it through `--add-seccomp-fd FD`.
+        let filter = seccomp_filter_file()?;
+        let filter_fds = vec![std::os::fd::AsRawFd::as_raw_fd(&filter)];
         let mut args: Vec<String> = filter_fds
             .iter()
             .flat_map(|fd| ["--add-seccomp-fd".to_string(), fd.to_string()])
@@ -500,30 +497,21 @@ fn prepare_child(
     }
 }
 
-/// The compiled filters, each in an anonymous in-memory file, rewound.
-/// They are compiled once per process; every cage reads its own copies.
-fn seccomp_filter_files() -> Result<Vec<std::fs::File>, CommandError> {
+/// The compiled filter in an anonymous in-memory file, rewound. It is
+/// compiled once per process; every cage reads its own copy.
+fn seccomp_filter_file() -> Result<std::fs::File, CommandError> {
     use std::io::{Seek, Write};
-    static PROGRAMS: std::sync::OnceLock<Result<Vec<Vec<u8>>, CommandError>> =
-        std::sync::OnceLock::new();
-    let programs = PROGRAMS
-        .get_or_init(|| seccomp::programs().map_err(|e| CommandError::Denied(e.to_string())))
+    static PROGRAM: std::sync::OnceLock<Result<Vec<u8>, CommandError>> = std::sync::OnceLock::new();
+    let program = PROGRAM
+        .get_or_init(|| seccomp::program().map_err(|e| CommandError::Denied(e.to_string())))
         .as_ref()
         .map_err(Clone::clone)?;
-    programs
-        .iter()
-        .map(|program| {
-            let fail = |e: std::io::Error| CommandError::Spawn(format!("seccomp filter: {e}"));
-            let fd = nix::sys::memfd::memfd_create(
-                c"bl-seccomp",
-                nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
-            )
-            .map_err(|e| fail(e.into()))?;
-            let mut file = std::fs::File::from(fd);
-            file.write_all(program)
-                .and_then(|_| file.rewind())
-                .map_err(fail)?;
-            Ok(file)
-        })
-        .collect()
+    let fail = |e: std::io::Error| CommandError::Spawn(format!("seccomp filter: {e}"));
+    let fd = nix::sys::memfd::memfd_create(c"bl-seccomp", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+        .map_err(|e| fail(e.into()))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(program)
+        .and_then(|_| file.rewind())
+        .map_err(fail)?;
+    Ok(file)
 }

@@ -465,6 +465,8 @@ pub enum SeccompError {
     Target(String),
     #[error("seccomp table: {0} is refused both always and conditionally")]
     Contradiction(&'static str),
+    #[error("seccomp: the programs cannot be chained: {0}")]
+    Chain(&'static str),
 }
 
 fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
@@ -513,7 +515,7 @@ fn syscall_number(row: &DeniedSyscall) -> i64 {
     row.number as i64
 }
 
-fn compile(refusal: Refusal, errno: u32) -> Result<Vec<u8>, SeccompError> {
+fn compile(refusal: Refusal, errno: u32) -> Result<Vec<Instruction>, SeccompError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|e| SeccompError::Target(e.to_string()))?;
     let mut by_number: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -543,14 +545,57 @@ fn compile(refusal: Refusal, errno: u32) -> Result<Vec<u8>, SeccompError> {
     )
     .map_err(SeccompError::from)?;
     let program: BpfProgram = filter.try_into().map_err(SeccompError::from)?;
-    Ok(encode(
-        program.into_iter().map(|i| (i.code, i.jt, i.jf, i.k)),
-    ))
+    Ok(program
+        .into_iter()
+        .map(|i| (i.code, i.jt, i.jf, i.k))
+        .collect())
+}
+
+/// One cBPF instruction: (code, jump-if-true, jump-if-false, constant).
+type Instruction = (u16, u8, u8, u32);
+
+const RETURN: u16 = 0x06; // BPF_RET | BPF_K
+const RET_ALLOW: u32 = 0x7fff_0000;
+const JUMP_ALWAYS: u16 = 0x05; // BPF_JMP | BPF_JA
+/// The kernel's limit on one filter's length (BPF_MAXINSNS).
+const MAX_INSTRUCTIONS: usize = 4096;
+
+/// The programs as one: wherever a program would allow the call, it jumps
+/// to the start of the next instead, so the first refusal answers and
+/// only a call every program allows is allowed. With programs that refuse
+/// disjoint calls this is what the kernel does with them stacked, at the
+/// cost of one filter: one compile per cage and one run per syscall.
+fn chain(programs: Vec<Vec<Instruction>>) -> Result<Vec<Instruction>, SeccompError> {
+    let count = programs.len();
+    let mut chained = Vec::new();
+    for (index, program) in programs.into_iter().enumerate() {
+        let last = index + 1 == count;
+        let length = program.len();
+        for (at, (code, jt, jf, k)) in program.into_iter().enumerate() {
+            // A return of the accumulator (or any non-constant return)
+            // could allow a call this rewrite cannot see.
+            if code & 0x07 == RETURN & 0x07 && code != RETURN {
+                return Err(SeccompError::Chain("a return that is not a constant"));
+            }
+            let allows = code == RETURN && k == RET_ALLOW;
+            chained.push(if allows && !last {
+                (JUMP_ALWAYS, 0, 0, (length - at - 1) as u32)
+            } else {
+                (code, jt, jf, k)
+            });
+        }
+    }
+    if chained.len() > MAX_INSTRUCTIONS {
+        return Err(SeccompError::Chain(
+            "longer than the kernel's 4096 instructions",
+        ));
+    }
+    Ok(chained)
 }
 
 /// cBPF instructions (code, jump-if-true, jump-if-false, constant) as the
 /// raw `struct sock_filter` array bwrap reads.
-fn encode(program: impl IntoIterator<Item = (u16, u8, u8, u32)>) -> Vec<u8> {
+fn encode(program: impl IntoIterator<Item = Instruction>) -> Vec<u8> {
     let mut bytes = Vec::new();
     for (code, jt, jf, k) in program {
         bytes.extend_from_slice(&code.to_ne_bytes());
@@ -571,16 +616,14 @@ pub const FIRST_UNREVIEWED_SYSCALL: u32 = 468;
 /// table get ENOSYS, and on x86_64 every call through the x32 ABI (numbers
 /// with bit 30 set and the x86_64 architecture tag, which no row would
 /// match) gets EPERM, as libseccomp and Docker refuse them.
-fn range_guard() -> Vec<u8> {
+fn range_guard() -> Vec<Instruction> {
     const LOAD_WORD: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
     const JUMP_IF_AT_LEAST: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
-    const RETURN: u16 = 0x06; // BPF_RET | BPF_K
     const RET_ERRNO: u32 = 0x0005_0000;
-    const RET_ALLOW: u32 = 0x7fff_0000;
     let enosys = RET_ERRNO | libc::ENOSYS as u32;
     // seccomp_data: nr at offset 0, arch at offset 4.
     #[cfg(target_arch = "x86_64")]
-    let program: Vec<(u16, u8, u8, u32)> = {
+    let program: Vec<Instruction> = {
         const JUMP_IF_EQUAL: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
         const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
         const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -596,24 +639,29 @@ fn range_guard() -> Vec<u8> {
         ]
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let program: Vec<(u16, u8, u8, u32)> = vec![
+    let program: Vec<Instruction> = vec![
         (LOAD_WORD, 0, 0, 0),
         (JUMP_IF_AT_LEAST, 0, 1, FIRST_UNREVIEWED_SYSCALL),
         (RETURN, 0, 0, enosys),
         (RETURN, 0, 0, RET_ALLOW),
     ];
-    encode(program)
+    program
 }
 
-/// The compiled filters, one per way of refusing, and the range guard, as
-/// raw cBPF programs for `bwrap --add-seccomp-fd`. The kernel
-/// runs them all; a call any of them refuses is refused.
-pub fn programs() -> Result<Vec<Vec<u8>>, SeccompError> {
-    Ok(vec![
-        compile(Refusal::Denied, libc::EPERM as u32)?,
-        compile(Refusal::Missing, libc::ENOSYS as u32)?,
+/// The filter as one raw cBPF program for `bwrap --add-seccomp-fd`: the
+/// range guard, then the table's ENOSYS rows, then its EPERM rows, chained.
+/// Stacked as three filters, the kernel would answer a call two of them
+/// refuse with the errno of the one installed last; the chain asks them in
+/// that order (last installed first), so it answers the same. Refusals
+/// never differ in precedence here: the only stronger one, killing a call
+/// of a foreign architecture, comes from both table programs alike.
+pub fn program() -> Result<Vec<u8>, SeccompError> {
+    let chained = chain(vec![
         range_guard(),
-    ])
+        compile(Refusal::Missing, libc::ENOSYS as u32)?,
+        compile(Refusal::Denied, libc::EPERM as u32)?,
+    ])?;
+    Ok(encode(chained))
 }
 
 #[cfg(test)]
@@ -660,12 +708,41 @@ mod tests {
     }
 
     #[test]
-    fn both_programs_compile() {
-        let programs = programs().unwrap();
+    fn the_program_compiles_into_one_filter_the_kernel_accepts_by_length() {
+        let program = program().unwrap();
+        assert!(!program.is_empty() && program.len().is_multiple_of(8));
+        assert!(program.len() / 8 <= MAX_INSTRUCTIONS);
+    }
+
+    #[test]
+    fn a_chain_jumps_from_each_allow_to_the_next_program_and_keeps_the_last() {
+        let deny = (RETURN, 0, 0, 0x0005_0001);
+        let allow = (RETURN, 0, 0, RET_ALLOW);
+        let load = (0x20, 0, 0, 0);
+        let chained = chain(vec![vec![load, allow, deny], vec![load, deny, allow]]).unwrap();
         assert_eq!(
-            programs.len(),
-            if cfg!(target_arch = "x86_64") { 3 } else { 2 }
+            chained,
+            vec![
+                load,
+                // From index 1, past the one instruction left, to index 3.
+                (JUMP_ALWAYS, 0, 0, 1),
+                deny,
+                load,
+                deny,
+                allow
+            ]
         );
-        assert!(programs.iter().all(|p| !p.is_empty() && p.len() % 8 == 0));
+    }
+
+    #[test]
+    fn a_chain_refuses_a_return_it_cannot_read() {
+        let return_accumulator = (0x16, 0, 0, 0); // BPF_RET | BPF_A
+        assert!(matches!(
+            chain(vec![
+                vec![return_accumulator],
+                vec![(RETURN, 0, 0, RET_ALLOW)]
+            ]),
+            Err(SeccompError::Chain(_))
+        ));
     }
 }
