@@ -72,6 +72,9 @@ pub const PROXY_LISTEN_INSIDE: &str = "127.0.0.1:3128";
 /// Everything the argv depends on.
 pub(crate) struct Cage<'a> {
     pub tier: Tier,
+    /// /sys is already read-only with its hidden paths covered (done by
+    /// root before bubblewrap starts): the argv leaves it alone.
+    pub sys_masked: bool,
     /// The workspace's real path: where the command sees it.
     pub workspace: &'a Path,
     /// Where bwrap binds it from (a staging mount when bl runs as root).
@@ -179,7 +182,7 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
                     "ALL",
                 ],
             );
-            mask(&mut args, true);
+            mask(&mut args, !cage.sys_masked);
         }
         Tier::ContainerRestricted => {
             for dir in SYSTEM_DIRS {
@@ -305,10 +308,10 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
     Ok(args)
 }
 
-/// The /proc (and, with `sys_visible`, /sys) masks. Only paths this kernel
+/// The /proc (and, with `mask_sys`, /sys) masks. Only paths this kernel
 /// has are masked: the sandbox's /proc is the same kernel's.
-fn mask(args: &mut Vec<String>, sys_visible: bool) {
-    if sys_visible {
+fn mask(args: &mut Vec<String>, mask_sys: bool) {
+    if mask_sys {
         push(args, &["--ro-bind", "/sys", "/sys"]);
     }
     for path in READ_ONLY_PROC {
@@ -317,7 +320,7 @@ fn mask(args: &mut Vec<String>, sys_visible: bool) {
         }
     }
     for path in HIDDEN {
-        if path.starts_with("/sys/") && !sys_visible {
+        if path.starts_with("/sys/") && !mask_sys {
             continue;
         }
         match std::fs::symlink_metadata(path) {

@@ -249,6 +249,9 @@ pub(crate) struct Staging {
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
 /// `struct mount_attr` of mount_setattr(2).
@@ -552,18 +555,20 @@ impl Staging {
     }
 
     /// The steps the forked child takes before it execs bubblewrap: a
-    /// private mount namespace with the clones attached, then the caged
-    /// user. Everything is allocated here, in the parent.
-    pub(crate) fn child_steps(&self) -> ChildSteps {
-        ChildSteps {
+    /// private mount namespace with the clones attached, /sys masked there
+    /// when `mask_sys` (see [`SysMasks`]), then the caged user. Everything
+    /// is allocated here, in the parent.
+    pub(crate) fn child_steps(&self, mask_sys: bool) -> Result<ChildSteps, CommandError> {
+        Ok(ChildSteps {
             attach: self
                 .attach
                 .iter()
                 .map(|(fd, target)| (fd.as_raw_fd(), target.clone()))
                 .collect(),
+            sys: mask_sys.then(SysMasks::new).transpose()?,
             uid: self.user.uid,
             gid: self.user.gid,
-        }
+        })
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -661,8 +666,99 @@ fn pinned_files(root: &Path) -> Result<Vec<PathBuf>, CommandError> {
 /// What the child does between fork and exec, with nothing left to allocate.
 pub(crate) struct ChildSteps {
     attach: Vec<(RawFd, CString)>,
+    sys: Option<SysMasks>,
     uid: u32,
     gid: u32,
+}
+
+/// The /sys masks of the process tier, made by root in the child's private
+/// mount namespace instead of by bubblewrap: the hidden /sys paths covered
+/// (an empty read-only tmpfs over a directory, /dev/null over a file), then
+/// /sys and every mount below it made read-only, nosuid and nodev in one
+/// recursive `mount_setattr`. bubblewrap's `--dev-bind / /` keeps those
+/// flags. The cage sees what `--ro-bind /sys /sys` and the masks would
+/// show it, without a second copy of /sys's mounts in its table, which
+/// bubblewrap reads once for every bind it makes.
+struct SysMasks {
+    dirs: Vec<CString>,
+    files: Vec<CString>,
+}
+
+impl SysMasks {
+    fn new() -> Result<SysMasks, CommandError> {
+        let mut masks = SysMasks {
+            dirs: Vec::new(),
+            files: Vec::new(),
+        };
+        for path in crate::bubblewrap::HIDDEN
+            .iter()
+            .filter(|p| p.starts_with("/sys/"))
+        {
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) if meta.is_dir() => masks.dirs.push(c_path(Path::new(path))?),
+                Ok(_) => masks.files.push(c_path(Path::new(path))?),
+                Err(_) => {}
+            }
+        }
+        Ok(masks)
+    }
+
+    /// Runs in the forked child, root in its private mount namespace:
+    /// system calls on memory allocated before the fork only.
+    fn run(&self) -> std::io::Result<()> {
+        let check = |rc: libc::c_long| {
+            if rc < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        let sealed = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        // SAFETY: plain system calls on C strings that live as long as
+        // `self`, and a mount_attr of the size passed.
+        unsafe {
+            for dir in &self.dirs {
+                check(libc::mount(
+                    c"tmpfs".as_ptr(),
+                    dir.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    sealed,
+                    c"mode=0555,size=0".as_ptr().cast(),
+                ) as libc::c_long)?;
+            }
+            for file in &self.files {
+                check(libc::mount(
+                    c"/dev/null".as_ptr(),
+                    file.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ) as libc::c_long)?;
+                check(libc::mount(
+                    std::ptr::null(),
+                    file.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REMOUNT | libc::MS_BIND | sealed,
+                    std::ptr::null(),
+                ) as libc::c_long)?;
+            }
+            let attr = MountAttr {
+                attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: 0,
+            };
+            check(libc::syscall(
+                libc::SYS_mount_setattr,
+                libc::AT_FDCWD,
+                c"/sys".as_ptr(),
+                AT_RECURSIVE,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            ))?;
+        }
+        Ok(())
+    }
 }
 
 impl ChildSteps {
@@ -695,6 +791,9 @@ impl ChildSteps {
                     target.as_ptr(),
                     MOVE_MOUNT_F_EMPTY_PATH,
                 ))?;
+            }
+            if let Some(sys) = &self.sys {
+                sys.run()?;
             }
             let groups = [self.gid as libc::gid_t];
             check(libc::setgroups(1, groups.as_ptr()) as libc::c_long)?;

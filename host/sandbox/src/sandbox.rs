@@ -185,8 +185,12 @@ impl Sandbox {
                 writable: lend.writable,
             })
             .collect();
+        // Run by root, the process tier's /sys is masked in the child's own
+        // mount namespace (see caged_user::SysMasks), not by bubblewrap.
+        let sys_masked = staging.is_some() && self.tier == Tier::ProcessRestricted;
         let cage = Cage {
             tier: self.tier,
+            sys_masked,
             workspace: &workspace,
             workspace_source: staging.as_ref().map_or(&workspace, |s| &s.workspace),
             writable: spec.workspace_writable,
@@ -226,7 +230,10 @@ impl Sandbox {
                 .map(|(k, v)| (k, v.to_string_lossy().into_owned())),
         );
         let env = scrubbed_env(&private.home, &private.tmp, &granted);
-        let steps = staging.as_ref().map(Staging::child_steps);
+        let steps = staging
+            .as_ref()
+            .map(|s| s.child_steps(sys_masked))
+            .transpose()?;
         let result = if spec.stream {
             let mut command = Command::new(bwrap);
             command.args(&args).current_dir(cwd).env_clear().envs(env);

@@ -438,6 +438,35 @@ fn kernel_memory_keys_timers_and_firmware_are_hidden() {
         if tier == Tier::ContainerRestricted {
             let (_, out, _) = caged(&sandbox, ws.path(), "test -e /sys && echo SYS; true");
             assert!(!out.contains("SYS"), "/sys is mounted in the container");
+        } else {
+            assert_sys_is_read_only(&sandbox);
+        }
+    }
+}
+
+/// The process tier shows /sys, and every mount at or below it is
+/// read-only, nosuid and nodev (run by root, masked before bubblewrap
+/// starts; otherwise by bubblewrap's own read-only bind). Where mounts are
+/// stacked on one place, the last one listed is the one on top: the one
+/// a path reaches.
+fn assert_sys_is_read_only(sandbox: &Sandbox) {
+    let ws = tempfile::tempdir().unwrap();
+    let (code, out, err) = caged(
+        sandbox,
+        ws.path(),
+        r#"awk '$5 == "/sys" || index($5, "/sys/") == 1 { print $5, $6 }' /proc/self/mountinfo"#,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let mut on_top = std::collections::BTreeMap::new();
+    for line in out.lines() {
+        let (place, options) = line.split_once(' ').unwrap();
+        on_top.insert(place, options);
+    }
+    assert!(on_top.contains_key("/sys"), "no /sys: {out}");
+    for (place, options) in on_top {
+        let options: Vec<&str> = options.split(',').collect();
+        for flag in ["ro", "nosuid", "nodev"] {
+            assert!(options.contains(&flag), "{place} is not {flag}: {options:?}");
         }
     }
 }
@@ -919,6 +948,9 @@ fn the_denials_as_an_ordinary_user() {
     for tier in [Tier::ContainerRestricted, Tier::ProcessRestricted] {
         let Some(sandbox) = cage_of(tier) else { return };
         assert_proc_sys_is_read_only(&sandbox);
+        if tier == Tier::ProcessRestricted {
+            assert_sys_is_read_only(&sandbox);
+        }
         assert_kernel_facing_calls_are_refused(&sandbox);
         assert_not_host_root_from_outside(&sandbox);
         assert_workspace_writes_land_owned_as_before(tier, CagedUser::NOBODY);
