@@ -226,10 +226,7 @@ fn cgroup_home(me: &str) -> Option<PathBuf> {
     // needs (a delegation rule or a controller may forbid it): try it.
     let probe = home.join("probe");
     let joined = std::fs::create_dir(&probe).is_ok()
-        && std::fs::OpenOptions::new()
-            .write(true)
-            .open(probe.join("cgroup.procs"))
-            .is_ok_and(|procs| probe_join(&procs));
+        && open_leaf(&probe).is_ok_and(|(dir, procs)| probe_join(&dir, &procs));
     if !(joined && remove_when_empty(&probe).is_ok()) {
         let _ = std::fs::remove_dir(&probe);
         let _ = std::fs::remove_dir(&home);
@@ -238,9 +235,24 @@ fn cgroup_home(me: &str) -> Option<PathBuf> {
     Some(home)
 }
 
-/// Whether a child can join the leaf whose `cgroup.procs` is open: one
-/// `true`, started as every command is (without copying bl's memory).
-fn probe_join(procs: &std::fs::File) -> bool {
+/// A leaf's directory (to start a child in it) and its `cgroup.procs` (for
+/// a child to join it).
+fn open_leaf(leaf: &Path) -> std::io::Result<(std::fs::File, std::fs::File)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY)
+        .open(leaf)?;
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(leaf.join("cgroup.procs"))?;
+    Ok((dir, procs))
+}
+
+/// Whether a child can join the leaf whose directory and `cgroup.procs`
+/// are open: one `true`, started as every command is (without copying
+/// bl's memory).
+fn probe_join(leaf: &std::fs::File, procs: &std::fs::File) -> bool {
     let dir = std::env::temp_dir();
     let launch = crate::spawn::Launch {
         program: Path::new("/bin/true"),
@@ -251,6 +263,7 @@ fn probe_join(procs: &std::fs::File) -> bool {
         steps: None,
         rlimits: false,
         cgroup_procs: Some(procs.as_raw_fd()),
+        cgroup_dir: Some(leaf.as_raw_fd()),
     };
     crate::spawn::spawn(&launch).is_ok_and(|mut child| child.wait().is_ok_and(|s| s.success()))
 }
@@ -374,8 +387,9 @@ pub fn reap_adopted() {
 pub(crate) struct Contained {
     id: u64,
     leaf: Option<PathBuf>,
-    /// `cgroup.procs` of the leaf, for the child to join before it execs.
-    procs: Option<std::fs::File>,
+    /// The leaf's directory, to start the child in it, and its
+    /// `cgroup.procs`, for a child to join it before it execs.
+    procs: Option<(std::fs::File, std::fs::File)>,
     marker: String,
     pid: Option<i32>,
     ended: bool,
@@ -389,11 +403,7 @@ impl Contained {
         let (leaf, procs) = match state.mode() {
             Mode::Cgroup(home) => {
                 let leaf = home.join(format!("c{id}"));
-                match std::fs::create_dir(&leaf).and_then(|_| {
-                    std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(leaf.join("cgroup.procs"))
-                }) {
+                match std::fs::create_dir(&leaf).and_then(|_| open_leaf(&leaf)) {
                     Ok(procs) => (Some(leaf), Some(procs)),
                     Err(_) => {
                         let _ = std::fs::remove_dir(&leaf);
@@ -415,7 +425,12 @@ impl Contained {
 
     /// The descriptor the child writes `0` to, joining its leaf.
     pub(crate) fn procs_fd(&self) -> Option<RawFd> {
-        self.procs.as_ref().map(|f| f.as_raw_fd())
+        self.procs.as_ref().map(|(_, procs)| procs.as_raw_fd())
+    }
+
+    /// The leaf's directory, where `spawn` can start the child outright.
+    pub(crate) fn leaf_dir_fd(&self) -> Option<RawFd> {
+        self.procs.as_ref().map(|(dir, _)| dir.as_raw_fd())
     }
 
     /// The marker the subreaper walk finds the command's orphans by (set in

@@ -251,6 +251,7 @@ impl Sandbox {
                 steps: steps.as_ref(),
                 rlimits: true,
                 cgroup_procs: contained.procs_fd(),
+                cgroup_dir: contained.leaf_dir_fd(),
             };
             contained
                 .spawn(|| {

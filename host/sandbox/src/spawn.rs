@@ -44,6 +44,9 @@ pub(crate) struct Launch<'a> {
     pub rlimits: bool,
     /// The command's cgroup leaf (`cgroup.procs`), joined before exec.
     pub cgroup_procs: Option<RawFd>,
+    /// The same leaf's directory: where the kernel can start the child
+    /// (`clone3` with `CLONE_INTO_CGROUP`) so that it never has to join.
+    pub cgroup_dir: Option<RawFd>,
 }
 
 /// A running child with piped stdio, in its own process group.
@@ -264,7 +267,7 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
             .chain([std::ptr::null()])
             .collect()
     };
-    let plan = (
+    let mut plan = (
         ChildPlan {
             program,
             argv: pointers(&args),
@@ -297,16 +300,35 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
+    // Started inside its leaf where the kernel can; else it joins the leaf
+    // itself, which makes the kernel wait for an RCU grace period (5 to
+    // 25 ms) whenever no other process joined a cgroup just before.
+    let mut pid = -1;
+    if let Some(dir) = launch.cgroup_dir {
+        plan.0.cgroup_procs = -1;
+        // SAFETY: as for `clone` below; the plan and stack outlive the
+        // child's use of them (CLONE_VFORK).
+        pid = unsafe {
+            clone_into_cgroup(
+                dir,
+                &stack,
+                (&plan as *const (ChildPlan, Vec<libc::c_int>)) as *mut libc::c_void,
+            )
+        };
+        plan.0.cgroup_procs = launch.cgroup_procs.unwrap_or(-1);
+    }
     // SAFETY: the child runs `child_main` on its own stack with the plan,
     // both alive until clone returns (CLONE_VFORK: after exec or exit).
-    let pid = unsafe {
-        libc::clone(
-            child_main,
-            stack.top(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&plan as *const (ChildPlan, Vec<libc::c_int>)) as *mut libc::c_void,
-        )
-    };
+    if pid < 0 {
+        pid = unsafe {
+            libc::clone(
+                child_main,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                (&plan as *const (ChildPlan, Vec<libc::c_int>)) as *mut libc::c_void,
+            )
+        };
+    }
     let clone_error = std::io::Error::last_os_error();
     // SAFETY: restoring the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
@@ -335,6 +357,96 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
         stderr: Some(File::from(stderr_r)),
         status: None,
     })
+}
+
+/// `struct clone_args` of clone3(2), up to `cgroup` (its second version).
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Starts `child_main(plan)` on `stack`, sharing this process's memory
+/// until it execs (as `clone` above), inside the cgroup whose directory
+/// is `cgroup_dir`. Returns the pid, or -1 where the kernel cannot (older
+/// than 5.7, clone3 filtered, not a cgroup v2 directory): nothing was
+/// started then, and the caller falls back to `clone`.
+///
+/// # Safety
+/// `plan` must point to a `(ChildPlan, Vec<c_int>)` that, with `stack`,
+/// lives until this returns.
+#[cfg(target_arch = "x86_64")]
+unsafe fn clone_into_cgroup(
+    cgroup_dir: RawFd,
+    stack: &Stack,
+    plan: *mut libc::c_void,
+) -> libc::pid_t {
+    let args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
+        pidfd: 0,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack.base as u64,
+        stack_size: stack.len as u64,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup: cgroup_dir as u64,
+    };
+    let entry: extern "C" fn(*mut libc::c_void) -> libc::c_int = child_main;
+    let result: libc::c_long;
+    // The child resumes after the syscall instruction with its stack
+    // pointer at the top of `stack` and nothing else of this frame
+    // usable, so its path is written here: call `child_main(plan)` (it
+    // execs or exits; should it return, exit with what it returned). The
+    // parent, suspended until then, takes the other branch with the pid.
+    // SAFETY: the syscall reads `args`, which outlives it; the child runs
+    // only on its own stack.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r13",
+            "call r12",
+            "mov edi, eax",
+            "mov eax, {exit}",
+            "syscall",
+            "ud2",
+            "2:",
+            exit = const libc::SYS_exit,
+            inlateout("rax") libc::SYS_clone3 => result,
+            in("rdi") &args as *const CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") entry,
+            in("r13") plan,
+            lateout("rcx") _,
+            lateout("r11") _,
+        );
+    }
+    if result < 0 {
+        -1
+    } else {
+        result as libc::pid_t
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn clone_into_cgroup(_: RawFd, _: &Stack, _: *mut libc::c_void) -> libc::pid_t {
+    -1
 }
 
 impl Spawned {

@@ -127,6 +127,7 @@ fn spawn_polled(
         steps: None,
         rlimits: false,
         cgroup_procs: contained.procs_fd(),
+        cgroup_dir: contained.leaf_dir_fd(),
     };
     let child = contained.spawn(|| {
         crate::spawn::spawn(&launch).map(|c| {

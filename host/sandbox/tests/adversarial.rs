@@ -466,7 +466,10 @@ fn assert_sys_is_read_only(sandbox: &Sandbox) {
     for (place, options) in on_top {
         let options: Vec<&str> = options.split(',').collect();
         for flag in ["ro", "nosuid", "nodev"] {
-            assert!(options.contains(&flag), "{place} is not {flag}: {options:?}");
+            assert!(
+                options.contains(&flag),
+                "{place} is not {flag}: {options:?}"
+            );
         }
     }
 }
