@@ -317,9 +317,10 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
         };
         plan.0.cgroup_procs = launch.cgroup_procs.unwrap_or(-1);
     }
-    // SAFETY: the child runs `child_main` on its own stack with the plan,
-    // both alive until clone returns (CLONE_VFORK: after exec or exit).
     if pid < 0 {
+        // SAFETY: the child runs `child_main` on its own stack with the
+        // plan, both alive until clone returns (CLONE_VFORK: after exec or
+        // exit).
         pid = unsafe {
             libc::clone(
                 child_main,
