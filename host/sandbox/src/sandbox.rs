@@ -2,14 +2,13 @@
 //! [`bl_core::CommandRunner`] port.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
 
 use crate::bubblewrap::{self, Cage, Shown};
-use crate::caged_user::{CagedUser, ChildSteps, Lend, Staging, running_as_root};
+use crate::caged_user::{CagedUser, Lend, Staging, running_as_root};
 use crate::containment::Contained;
-use crate::subprocess::{PrivateDirs, execute, scrubbed_env, supervise};
+use crate::subprocess::{PrivateDirs, scrubbed_env, supervise};
 use crate::{Tier, seccomp};
 
 /// Runs commands in one isolation tier.
@@ -224,6 +223,8 @@ impl Sandbox {
         }
         granted.extend(spec.env.iter().cloned());
         let mut contained = Contained::new();
+        // Both caged tiers unshare the PID namespace and die with bl.
+        contained.dies_with_bl();
         granted.extend(
             contained
                 .marker()
@@ -234,33 +235,31 @@ impl Sandbox {
             .as_ref()
             .map(|s| s.child_steps(sys_masked))
             .transpose()?;
-        let result = if spec.stream {
-            let mut command = Command::new(bwrap);
-            command.args(&args).current_dir(cwd).env_clear().envs(env);
-            prepare_child(&mut command, filter_fds, steps, contained.procs_fd());
-            execute(command, spec, &mut contained)
-        } else {
-            // Kept output: started without copying this process (see spawn).
-            let started = std::time::Instant::now();
-            let launch = crate::spawn::Launch {
-                program: bwrap,
-                args,
-                env,
-                cwd,
-                keep_fds: &filter_fds,
-                steps: steps.as_ref(),
-                rlimits: true,
-                cgroup_procs: contained.procs_fd(),
-                cgroup_dir: contained.leaf_dir_fd(),
-            };
-            contained
-                .spawn(|| {
-                    crate::spawn::spawn(&launch).map(|c| {
-                        let pid = c.pid();
-                        (c, pid)
-                    })
+        // Started without copying this process (see spawn), inside its
+        // cgroup leaf where the kernel can; then streamed or supervised.
+        let started = std::time::Instant::now();
+        let launch = crate::spawn::Launch {
+            program: bwrap,
+            args,
+            env,
+            cwd,
+            keep_fds: &filter_fds,
+            steps: steps.as_ref(),
+            rlimits: true,
+            cgroup_procs: contained.procs_fd(),
+            cgroup_dir: contained.leaf_dir_fd(),
+        };
+        let result = contained
+            .spawn(|| {
+                crate::spawn::spawn(&launch).map(|c| {
+                    let pid = c.pid();
+                    (c, pid)
                 })
-                .and_then(|child| {
+            })
+            .and_then(|child| {
+                if spec.stream {
+                    crate::subprocess::stream(child, spec, started, &mut contained)
+                } else {
                     supervise(
                         child,
                         spec,
@@ -268,8 +267,8 @@ impl Sandbox {
                         started,
                         &contained,
                     )
-                })
-        };
+                }
+            });
         // Whatever the command left running ends with it.
         contained.end();
         match staging {
@@ -467,41 +466,6 @@ impl CommandRunner for Sandbox {
                 self.run_caged(spec)
             }
         }
-    }
-}
-
-/// What the child does between fork and exec: rlimits inherited by bwrap
-/// and everything it starts (a cap on processes against fork bombs, and on
-/// the size of any file written against disk filling), the seccomp
-/// filters' descriptors kept open across exec, then (run by root) the
-/// private mount namespace and the drop to the caged user.
-fn prepare_child(
-    command: &mut Command,
-    filter_fds: Vec<i32>,
-    steps: Option<ChildSteps>,
-    cgroup_procs: Option<i32>,
-) {
-    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
-    use nix::sys::resource::setrlimit;
-    use std::os::unix::process::CommandExt;
-    let parent = std::process::id() as i32;
-    // SAFETY: setrlimit, fcntl and the child steps are async-signal-safe
-    // system calls on memory allocated before the fork.
-    unsafe {
-        command.pre_exec(move || {
-            for (resource, limit) in crate::spawn::CAGE_RLIMITS {
-                setrlimit(resource, limit, limit).map_err(std::io::Error::from)?;
-            }
-            crate::subprocess::join_cgroup(cgroup_procs)?;
-            for fd in &filter_fds {
-                let fd = std::os::fd::BorrowedFd::borrow_raw(*fd);
-                fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map_err(std::io::Error::from)?;
-            }
-            if let Some(steps) = &steps {
-                steps.run()?;
-            }
-            crate::subprocess::die_with_parent(parent)
-        });
     }
 }
 

@@ -91,7 +91,7 @@ impl CommandRunner for Subprocess {
                 .marker()
                 .map(|(k, v)| (k, v.to_string_lossy().into_owned())),
         );
-        let result = if spec.stream || !cfg!(target_os = "linux") {
+        let result = if !cfg!(target_os = "linux") {
             let mut command = Command::new(program);
             command.args(args).current_dir(&spec.workspace);
             scrub_env(&mut command, &private.home, &private.tmp, &granted);
@@ -106,8 +106,8 @@ impl CommandRunner for Subprocess {
     }
 }
 
-/// Starts a kept-output command without copying bl's address space (see
-/// [`crate::spawn`]), then supervises it.
+/// Starts a command without copying bl's address space (see
+/// [`crate::spawn`]), then streams or supervises it.
 #[cfg(target_os = "linux")]
 fn spawn_polled(
     spec: &CommandSpec,
@@ -135,7 +135,11 @@ fn spawn_polled(
             (c, pid)
         })
     })?;
-    supervise(child, spec, &program_name, started, contained)
+    if spec.stream {
+        stream(child, spec, started, contained)
+    } else {
+        supervise(child, spec, &program_name, started, contained)
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -609,14 +613,24 @@ fn execute_streamed(
 ) -> Result<CommandResult, CommandError> {
     let program = spec.argv.first().cloned().unwrap_or_default();
     let started = Instant::now();
-    let mut child = contained.spawn(|| {
+    let child = contained.spawn(|| {
         spawn_in_group(&mut command, &program).map(|c| {
             let pid = c.id() as i32;
             (c, pid)
         })
     })?;
+    stream(child, spec, started, contained)
+}
 
-    let stdin = child.stdin.take();
+/// Streams a started child: reader threads copy its output to the
+/// caller's terminal as it comes, and its stdin is the caller's.
+pub(crate) fn stream(
+    mut child: impl Running,
+    spec: &CommandSpec,
+    started: Instant,
+    contained: &mut Contained,
+) -> Result<CommandResult, CommandError> {
+    let [stdin, stdout, stderr] = child.pipes();
     let input = spec.stdin.clone();
     let stream = spec.stream;
     let feeder = std::thread::spawn(move || {
@@ -631,8 +645,8 @@ fn execute_streamed(
         }
     });
     let cap = spec.output_cap;
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
+    let stdout = stdout.expect("stdout is piped");
+    let stderr = stderr.expect("stderr is piped");
     let (drained, readers_done) = std::sync::mpsc::channel();
     let out_tail = pump(
         stdout,

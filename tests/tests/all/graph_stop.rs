@@ -463,6 +463,44 @@ fn a_killed_controller_leaves_no_agent_running_and_resume_makes_the_turn_once() 
     }
 }
 
+/// A caged agent is the init of its own PID namespace and dies with bl, so
+/// bl starts no watchdog for it; killed with SIGKILL, bl still leaves
+/// nothing of it running, daemons included.
+#[test]
+fn a_killed_controller_leaves_nothing_of_a_caged_agent_and_ran_no_watchdog() {
+    if !cage_works() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let marker = format!("bl-e2e-caged-kill-{}", std::process::id());
+    write_case(
+        dir,
+        graph(&["a"], &[], "process_restricted"),
+        &json!({"a": format!("work:{marker}")}),
+        Some(MARKED_AGENT),
+    );
+    let mut child = start(dir, RUN);
+    wait_logged(&dir.join("run"), "a:node.running");
+    let since = Instant::now();
+    while alive_with(&marker).len() < 3 && since.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(alive_with(&marker).len() >= 3, "{:?}", alive_with(&marker));
+    assert_eq!(
+        watchdog_of(child.id()),
+        None,
+        "a watchdog for a caged agent"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = gone_within(&marker, Duration::from_secs(2));
+    assert!(
+        left.is_empty(),
+        "2 s after bl was killed, still alive: {left:?}"
+    );
+}
+
 /// With its watchdog killed first, a killed bl does leave agents running:
 /// the resume ends them (from the run's record of what it started) before
 /// it re-drives the turn.
