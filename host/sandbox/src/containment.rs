@@ -393,10 +393,6 @@ pub(crate) struct Contained {
     marker: String,
     pid: Option<i32>,
     ended: bool,
-    /// The command is the init of its own PID namespace and dies with bl
-    /// (a cage's `--unshare-pid --die-with-parent`): killing it kills
-    /// everything it started, so the watchdog need not know it.
-    dies_with_bl: bool,
 }
 
 impl Contained {
@@ -424,15 +420,7 @@ impl Contained {
             marker: format!("{}.{id}", state.me),
             pid: None,
             ended: false,
-            dies_with_bl: false,
         }
-    }
-
-    /// Says the command runs as its own PID namespace's init, killed when
-    /// bl dies however it dies: a one-off caged command then starts no
-    /// watchdog process.
-    pub(crate) fn dies_with_bl(&mut self) {
-        self.dies_with_bl = true;
     }
 
     /// The descriptor the child writes `0` to, joining its leaf.
@@ -476,9 +464,7 @@ impl Contained {
         // descriptor it could be handed by mistake.
         self.procs = None;
         lock(&state.live).insert(self.id, pid);
-        if !self.dies_with_bl {
-            watchdog_tell(Tell::Watch(pid));
-        }
+        watchdog_tell(Tell::Watch(pid));
         let log = lock(&state.spawn_log).clone();
         if let Some(log) = log {
             let line = serde_json::json!({
@@ -577,9 +563,7 @@ impl Contained {
                 }
             }
         }
-        if let Some(pid) = self.pid
-            && !self.dies_with_bl
-        {
+        if let Some(pid) = self.pid {
             watchdog_tell(Tell::Forget(pid));
         }
         let alone = {

@@ -186,7 +186,8 @@ impl Sandbox {
             .collect();
         // Run by root, the process tier's /sys is masked in the child's own
         // mount namespace (see caged_user::SysMasks), not by bubblewrap.
-        let sys_masked = staging.is_some() && self.tier == Tier::ProcessRestricted;
+        let sys_masked =
+            staging.is_some() && self.tier == Tier::ProcessRestricted && sys_is_a_mount();
         let cage = Cage {
             tier: self.tier,
             sys_masked,
@@ -223,8 +224,6 @@ impl Sandbox {
         }
         granted.extend(spec.env.iter().cloned());
         let mut contained = Contained::new();
-        // Both caged tiers unshare the PID namespace and die with bl.
-        contained.dies_with_bl();
         granted.extend(
             contained
                 .marker()
@@ -466,6 +465,17 @@ impl CommandRunner for Sandbox {
                 self.run_caged(spec)
             }
         }
+    }
+}
+
+/// Whether /sys is a mount of its own: only then can it be made read-only
+/// by itself (on a plain directory, `mount_setattr` would reach the mount
+/// holding it, `/`). Where it is not, bubblewrap masks it as for anyone.
+fn sys_is_a_mount() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata("/sys"), std::fs::metadata("/")) {
+        (Ok(sys), Ok(root)) => sys.dev() != root.dev(),
+        _ => false,
     }
 }
 

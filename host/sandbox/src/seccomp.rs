@@ -652,9 +652,13 @@ fn range_guard() -> Vec<Instruction> {
 /// range guard, then the table's ENOSYS rows, then its EPERM rows, chained.
 /// Stacked as three filters, the kernel would answer a call two of them
 /// refuse with the errno of the one installed last; the chain asks them in
-/// that order (last installed first), so it answers the same. Refusals
-/// never differ in precedence here: the only stronger one, killing a call
-/// of a foreign architecture, comes from both table programs alike.
+/// that order (last installed first), so it answers the same. On x86_64
+/// refusals never differ in precedence: the only stronger one, killing a
+/// call of a foreign architecture, comes from both table programs alike,
+/// and the range guard lets such a call through to them. Elsewhere the
+/// range guard does not look at the architecture, so a foreign call
+/// numbered past the table gets ENOSYS where, stacked, it was killed:
+/// refused either way.
 pub fn program() -> Result<Vec<u8>, SeccompError> {
     let chained = chain(vec![
         range_guard(),
