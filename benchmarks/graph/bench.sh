@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The graph executor's benchmark. It prints every figure beside its anchor
 # measured in the same run (the workers alone, bare bubblewrap, LangGraph,
-# bounded-loops), checks issue 30's targets, and exits 1 when one is
+# bounded-loops, the fsyncs of a smaller run), checks issue 30's targets, and exits 1 when one is
 # missed (BENCH_NO_FAIL=1: print only). Run from the repository root:
 #
 #   benchmarks/graph/bench.sh            # every comparison
@@ -169,6 +169,23 @@ echo "  N=1,000 process_restricted:     bl ${bl1kp} s"
 echo "  N=1,000 worker processes alone: ${workers} s (CPU $(per_node_ms "$workers_cpu" 1000) ms per worker)"
 echo "  a cold cage (/bin/true, mean of 20): bl sandbox run ${cage_wall} ms wall, ${cage_cpu} ms CPU;" \
      "bare bwrap ${bwrap_wall} ms wall, ${bwrap_cpu} ms CPU"
+# fsyncs of one whole run (fsync and fdatasync, every process), at N=100
+# and N=1,000: artifacts are made durable in groups, so the count must not
+# grow with N.
+fsyncs() {
+  local dir="$1" out="$1/run-fsync-$RANDOM$RANDOM" log="$work/fsync-$RANDOM"
+  (cd "$dir" && PATH="$dir/fake-bin:$PATH" strace -f -qq -c -e trace=fsync,fdatasync -o "$log" \
+     "$bl" graph run --execute manifest.json --connections connections.json --inputs inputs.json \
+     --out "$out" >/dev/null 2>&1) || { echo "bl failed under strace in $dir" >&2; exit 1; }
+  awk '$NF == "fsync" || $NF == "fdatasync" { n += $4 } END { print n + 0 }' "$log"
+}
+fsync100=""
+if command -v strace >/dev/null 2>&1; then
+  fsync100=$(fsyncs "$(make 100 workspace_only)")
+  fsync1k=$(fsyncs "$d1k")
+  echo "  fsyncs per run: N=100 ${fsync100}, N=1,000 ${fsync1k}"
+fi
+
 if [ -z "${BENCH_SKIP_10K:-}" ]; then
   d10k=$(make 10000 workspace_only)
   bl10k=$(time_bl "$d10k")
@@ -216,6 +233,10 @@ target "bl's own CPU per node, workspace_only (minus the workers')" "$own" "<=" 
 cage_add=$(python3 -c "print(f'{($cpu_pr - $cpu_wo) / 1000 * 1000:.2f}')")
 target "CPU a cage adds per node (process_restricted - workspace_only)" "$cage_add" "<=" 3 ms
 target "cold bl sandbox run of /bin/true, wall" "$cage_wall" "<=" 12 ms "bare bwrap ${bwrap_wall} ms"
+if [ -n "$fsync100" ]; then
+  target "fsyncs of a N=1,000 run over those of a N=100 run" "$(ratio "$fsync1k" "$fsync100")" "<=" 1 x \
+    "${fsync1k} against ${fsync100}"
+fi
 if [ -n "$lg" ]; then
   target "process_restricted wall / LangGraph's" "$(ratio "$bl1kp" "$lg")" "<=" 1 x \
     "bl ${bl1kp} s, LangGraph ${lg} s"
