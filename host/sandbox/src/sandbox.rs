@@ -8,7 +8,7 @@ use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
 use crate::bubblewrap::{self, Cage, Shown};
 use crate::caged_user::{CagedUser, Lend, Staging, running_as_root};
 use crate::containment::Contained;
-use crate::subprocess::{PrivateDirs, scrubbed_env, supervise};
+use crate::subprocess::{PrivateDirs, scrubbed_env};
 use crate::{Tier, seccomp};
 
 /// Runs commands in one isolation tier.
@@ -205,11 +205,8 @@ impl Sandbox {
         // The filter file stays open until the command ends: bwrap reads
         // it through `--add-seccomp-fd FD`.
         let filter = seccomp_filter_file()?;
-        let filter_fds = vec![std::os::fd::AsRawFd::as_raw_fd(&filter)];
-        let mut args: Vec<String> = filter_fds
-            .iter()
-            .flat_map(|fd| ["--add-seccomp-fd".to_string(), fd.to_string()])
-            .collect();
+        let filter_fd = std::os::fd::AsRawFd::as_raw_fd(&filter);
+        let mut args = vec!["--add-seccomp-fd".to_string(), filter_fd.to_string()];
         args.extend(cage_args);
         args.extend(spec.argv.iter().cloned());
         // Dropped to the caged user, bwrap may not be able to enter the
@@ -242,32 +239,19 @@ impl Sandbox {
             args,
             env,
             cwd,
-            keep_fds: &filter_fds,
+            keep_fds: std::slice::from_ref(&filter_fd),
             steps: steps.as_ref(),
             rlimits: true,
             cgroup_procs: contained.procs_fd(),
             cgroup_dir: contained.leaf_dir_fd(),
         };
-        let result = contained
-            .spawn(|| {
-                crate::spawn::spawn(&launch).map(|c| {
-                    let pid = c.pid();
-                    (c, pid)
-                })
-            })
-            .and_then(|child| {
-                if spec.stream {
-                    crate::subprocess::stream(child, spec, started, &mut contained)
-                } else {
-                    supervise(
-                        child,
-                        spec,
-                        &bwrap.display().to_string(),
-                        started,
-                        &contained,
-                    )
-                }
-            });
+        let result = crate::subprocess::run_launched(
+            &launch,
+            spec,
+            &bwrap.display().to_string(),
+            started,
+            &mut contained,
+        );
         // Whatever the command left running ends with it.
         contained.end();
         match staging {

@@ -129,8 +129,21 @@ fn spawn_polled(
         cgroup_procs: contained.procs_fd(),
         cgroup_dir: contained.leaf_dir_fd(),
     };
+    run_launched(&launch, spec, &program_name, started, contained)
+}
+
+/// Starts `launch` as the contained command (see [`crate::spawn`]), then
+/// streams or supervises it; `program` names it in what is reported.
+#[cfg(target_os = "linux")]
+pub(crate) fn run_launched(
+    launch: &crate::spawn::Launch,
+    spec: &CommandSpec,
+    program: &str,
+    started: Instant,
+    contained: &mut Contained,
+) -> Result<CommandResult, CommandError> {
     let child = contained.spawn(|| {
-        crate::spawn::spawn(&launch).map(|c| {
+        crate::spawn::spawn(launch).map(|c| {
             let pid = c.pid();
             (c, pid)
         })
@@ -138,7 +151,7 @@ fn spawn_polled(
     if spec.stream {
         stream(child, spec, started, contained)
     } else {
-        supervise(child, spec, &program_name, started, contained)
+        supervise(child, spec, program, started, contained)
     }
 }
 
@@ -624,7 +637,7 @@ fn execute_streamed(
 
 /// Streams a started child: reader threads copy its output to the
 /// caller's terminal as it comes, and its stdin is the caller's.
-pub(crate) fn stream(
+fn stream(
     mut child: impl Running,
     spec: &CommandSpec,
     started: Instant,
