@@ -554,18 +554,22 @@ impl Staging {
         })
     }
 
-    /// The steps the forked child takes before it execs bubblewrap: a
-    /// private mount namespace with the clones attached, /sys masked there
-    /// when `mask_sys` (see [`SysMasks`]), then the caged user. Everything
-    /// is allocated here, in the parent.
-    pub(crate) fn child_steps(&self, mask_sys: bool) -> Result<ChildSteps, CommandError> {
+    /// The steps the forked child takes before it execs bubblewrap: the
+    /// clones attached in its private mount namespace, the /proc masks
+    /// when `mask_proc` and the /sys ones when `mask_sys` (see [`Masks`]),
+    /// then the caged user. Everything is allocated here, in the parent.
+    pub(crate) fn child_steps(
+        &self,
+        mask_proc: bool,
+        mask_sys: bool,
+    ) -> Result<ChildSteps, CommandError> {
         Ok(ChildSteps {
             attach: self
                 .attach
                 .iter()
                 .map(|(fd, target)| (fd.as_raw_fd(), target.clone()))
                 .collect(),
-            sys: mask_sys.then(SysMasks::new).transpose()?,
+            masks: Masks::new(mask_proc, mask_sys)?,
             uid: self.user.uid,
             gid: self.user.gid,
         })
@@ -666,34 +670,59 @@ fn pinned_files(root: &Path) -> Result<Vec<PathBuf>, CommandError> {
 /// What the child does between fork and exec, with nothing left to allocate.
 pub(crate) struct ChildSteps {
     attach: Vec<(RawFd, CString)>,
-    sys: Option<SysMasks>,
+    masks: Masks,
     uid: u32,
     gid: u32,
 }
 
-/// The /sys masks of the process tier, made by root in the child's private
-/// mount namespace instead of by bubblewrap: the hidden /sys paths covered
-/// (an empty read-only tmpfs over a directory, /dev/null over a file), then
-/// /sys and every mount below it made read-only, nosuid and nodev in one
-/// recursive `mount_setattr`. bubblewrap's `--dev-bind / /` keeps those
-/// flags. The cage sees what `--ro-bind /sys /sys` and the masks would
-/// show it, without a second copy of /sys's mounts in its table, which
-/// bubblewrap reads once for every bind it makes.
-struct SysMasks {
+/// The /proc and /sys masks of the process tier, made by root in the
+/// child's own namespaces instead of by bubblewrap, so bubblewrap reads
+/// its mount table once rather than once per mask.
+///
+/// - /proc (when `proc`): the child is pid 1 of a new pid namespace, so
+///   the /proc it mounts shows that namespace only. /proc/sys becomes a
+///   mount of its own, left writable: bubblewrap writes the cage's
+///   user-namespace limit there (`--disable-userns`), then makes it
+///   read-only (`--remount-ro`). The rest of [`READ_ONLY_PROC`] is bound
+///   read-only onto itself.
+/// - /sys (when `sys`): /sys and every mount below it are made read-only,
+///   nosuid and nodev in one recursive `mount_setattr`. bubblewrap's
+///   `--dev-bind / /` keeps those flags, and the cage's table holds no
+///   second copy of /sys's mounts.
+/// - Either way, each [`HIDDEN`] path under them is covered: an empty
+///   read-only tmpfs over a directory, /dev/null over a file.
+///
+/// [`READ_ONLY_PROC`]: crate::bubblewrap::READ_ONLY_PROC
+/// [`HIDDEN`]: crate::bubblewrap::HIDDEN
+struct Masks {
+    proc: bool,
+    sys: bool,
+    read_only: Vec<CString>,
     dirs: Vec<CString>,
     files: Vec<CString>,
 }
 
-impl SysMasks {
-    fn new() -> Result<SysMasks, CommandError> {
-        let mut masks = SysMasks {
+/// The /proc mount that stays writable for bubblewrap.
+const PROC_SYS: &str = "/proc/sys";
+
+impl Masks {
+    fn new(proc: bool, sys: bool) -> Result<Masks, CommandError> {
+        let mut masks = Masks {
+            proc,
+            sys,
+            read_only: Vec::new(),
             dirs: Vec::new(),
             files: Vec::new(),
         };
-        for path in crate::bubblewrap::HIDDEN
+        let wanted =
+            |path: &str| (proc && path.starts_with("/proc/")) || (sys && path.starts_with("/sys/"));
+        for path in crate::bubblewrap::READ_ONLY_PROC
             .iter()
-            .filter(|p| p.starts_with("/sys/"))
+            .filter(|p| wanted(p) && **p != PROC_SYS && Path::new(p).exists())
         {
+            masks.read_only.push(c_path(Path::new(path))?);
+        }
+        for path in crate::bubblewrap::HIDDEN.iter().filter(|p| wanted(p)) {
             match std::fs::symlink_metadata(path) {
                 Ok(meta) if meta.is_dir() => masks.dirs.push(c_path(Path::new(path))?),
                 Ok(_) => masks.files.push(c_path(Path::new(path))?),
@@ -703,10 +732,11 @@ impl SysMasks {
         Ok(masks)
     }
 
-    /// Runs in the forked child, root in its private mount namespace:
-    /// system calls on memory allocated before the fork only.
+    /// Runs in the forked child, root in its private mount namespace (and,
+    /// for /proc, pid 1 of its own pid namespace): system calls on memory
+    /// allocated before the fork only.
     fn run(&self) -> std::io::Result<()> {
-        let check = |rc: libc::c_long| {
+        let check = |rc: libc::c_int| {
             if rc < 0 {
                 Err(std::io::Error::last_os_error())
             } else {
@@ -714,55 +744,105 @@ impl SysMasks {
             }
         };
         let sealed = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-        // SAFETY: plain system calls on C strings that live as long as
-        // `self`, and a mount_attr of the size passed.
-        unsafe {
-            for dir in &self.dirs {
-                check(libc::mount(
+        let bind =
+            |from: &std::ffi::CStr, to: &std::ffi::CStr, read_only: bool| -> std::io::Result<()> {
+                // SAFETY: mount(2) on C strings that outlive the call.
+                unsafe {
+                    check(libc::mount(
+                        from.as_ptr(),
+                        to.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    ))?;
+                    if read_only {
+                        check(libc::mount(
+                            std::ptr::null(),
+                            to.as_ptr(),
+                            std::ptr::null(),
+                            libc::MS_REMOUNT | libc::MS_BIND | sealed,
+                            std::ptr::null(),
+                        ))?;
+                    }
+                }
+                Ok(())
+            };
+        if self.proc {
+            // SAFETY: mount(2) on static C strings.
+            check(unsafe {
+                libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    std::ptr::null(),
+                )
+            })?;
+            bind(c"/proc/sys", c"/proc/sys", false)?;
+            for path in &self.read_only {
+                bind(path, path, true)?;
+            }
+        }
+        for dir in &self.dirs {
+            // SAFETY: mount(2) on C strings that live as long as `self`.
+            check(unsafe {
+                libc::mount(
                     c"tmpfs".as_ptr(),
                     dir.as_ptr(),
                     c"tmpfs".as_ptr(),
                     sealed,
                     c"mode=0555,size=0".as_ptr().cast(),
-                ) as libc::c_long)?;
-            }
-            for file in &self.files {
-                check(libc::mount(
-                    c"/dev/null".as_ptr(),
-                    file.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND,
-                    std::ptr::null(),
-                ) as libc::c_long)?;
-                check(libc::mount(
-                    std::ptr::null(),
-                    file.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REMOUNT | libc::MS_BIND | sealed,
-                    std::ptr::null(),
-                ) as libc::c_long)?;
-            }
+                )
+            })?;
+        }
+        for file in &self.files {
+            bind(c"/dev/null", file, true)?;
+        }
+        if self.sys {
             let attr = MountAttr {
                 attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
                 attr_clr: 0,
                 propagation: 0,
                 userns_fd: 0,
             };
-            check(libc::syscall(
-                libc::SYS_mount_setattr,
-                libc::AT_FDCWD,
-                c"/sys".as_ptr(),
-                AT_RECURSIVE,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            ))?;
+            // SAFETY: a mount_attr of the size passed, a static C string.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_mount_setattr,
+                    libc::AT_FDCWD,
+                    c"/sys".as_ptr(),
+                    AT_RECURSIVE,
+                    &attr as *const MountAttr,
+                    std::mem::size_of::<MountAttr>(),
+                )
+            };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
         }
         Ok(())
     }
 }
 
 impl ChildSteps {
-    /// Runs in the forked child: async-signal-safe system calls only.
+    /// The namespaces the child is started in: a mount namespace of its
+    /// own, and a pid namespace when it mounts the cage's /proc.
+    pub(crate) fn clone_flags(&self) -> libc::c_int {
+        if self.masks.proc {
+            libc::CLONE_NEWNS | libc::CLONE_NEWPID
+        } else {
+            libc::CLONE_NEWNS
+        }
+    }
+
+    /// Whether the child is pid 1 of its own pid namespace (where
+    /// `getppid` is 0, whoever its parent is).
+    pub(crate) fn new_pid_namespace(&self) -> bool {
+        self.clone_flags() & libc::CLONE_NEWPID != 0
+    }
+
+    /// Runs in the child started with [`ChildSteps::clone_flags`]:
+    /// async-signal-safe system calls only.
     pub(crate) fn run(&self) -> std::io::Result<()> {
         let check = |rc: libc::c_long| {
             if rc < 0 {
@@ -774,7 +854,6 @@ impl ChildSteps {
         // SAFETY: plain system calls on descriptors and C strings that live
         // as long as `self`.
         unsafe {
-            check(libc::unshare(libc::CLONE_NEWNS) as libc::c_long)?;
             check(libc::mount(
                 std::ptr::null(),
                 c"/".as_ptr(),
@@ -792,9 +871,7 @@ impl ChildSteps {
                     MOVE_MOUNT_F_EMPTY_PATH,
                 ))?;
             }
-            if let Some(sys) = &self.sys {
-                sys.run()?;
-            }
+            self.masks.run()?;
             let groups = [self.gid as libc::gid_t];
             check(libc::setgroups(1, groups.as_ptr()) as libc::c_long)?;
             check(libc::setresgid(self.gid, self.gid, self.gid) as libc::c_long)?;

@@ -184,13 +184,15 @@ impl Sandbox {
                 writable: lend.writable,
             })
             .collect();
-        // Run by root, the process tier's /sys is masked in the child's own
-        // mount namespace (see caged_user::SysMasks), not by bubblewrap.
-        let sys_masked =
-            staging.is_some() && self.tier == Tier::ProcessRestricted && sys_is_a_mount();
+        // Run by root, the process tier's /proc (and /sys, where it is a
+        // mount) is masked in the child's own namespaces (see
+        // caged_user::Masks), not by bubblewrap.
+        let proc_masked = staging.is_some() && self.tier == Tier::ProcessRestricted;
+        let sys_masked = proc_masked && sys_is_a_mount();
         let cage = Cage {
             tier: self.tier,
             sys_masked,
+            proc_masked,
             workspace: &workspace,
             workspace_source: staging.as_ref().map_or(&workspace, |s| &s.workspace),
             writable: spec.workspace_writable,
@@ -229,7 +231,7 @@ impl Sandbox {
         let env = scrubbed_env(&private.home, &private.tmp, &granted);
         let steps = staging
             .as_ref()
-            .map(|s| s.child_steps(sys_masked))
+            .map(|s| s.child_steps(proc_masked, sys_masked))
             .transpose()?;
         // Started without copying this process (see spawn), inside its
         // cgroup leaf where the kernel can; then streamed or supervised.

@@ -81,6 +81,9 @@ struct ChildPlan {
     cgroup_procs: RawFd,
     /// bl's pid: the child dies with it, and never starts after it died.
     parent: libc::pid_t,
+    /// bl as a pidfd, for a child in a pid namespace of its own, which
+    /// cannot see bl's pid (-1 otherwise).
+    parent_pidfd: RawFd,
 }
 
 /// The signal handlers bl installed (not ignored, not default): a signal
@@ -160,7 +163,17 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
             fail(errno());
         }
-        if libc::getppid() != plan.parent {
+        let parent_gone = if plan.parent_pidfd >= 0 {
+            let mut poll = libc::pollfd {
+                fd: plan.parent_pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            libc::poll(&mut poll, 1, 0) != 0
+        } else {
+            libc::getppid() != plan.parent
+        };
+        if parent_gone {
             fail(libc::ESRCH);
         }
         if libc::chdir(plan.cwd.as_ptr()) < 0 {
@@ -267,6 +280,11 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
             .chain([std::ptr::null()])
             .collect()
     };
+    let namespaces = launch.steps.map_or(0, ChildSteps::clone_flags);
+    let parent_pidfd = match launch.steps {
+        Some(steps) if steps.new_pid_namespace() => Some(own_pidfd()?),
+        _ => None,
+    };
     let mut plan = (
         ChildPlan {
             program,
@@ -285,6 +303,7 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
             cgroup_procs: launch.cgroup_procs.unwrap_or(-1),
             // SAFETY: getpid has no preconditions.
             parent: unsafe { libc::getpid() },
+            parent_pidfd: parent_pidfd.as_ref().map_or(-1, AsRawFd::as_raw_fd),
         },
         caught_signals(),
     );
@@ -311,6 +330,7 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
         pid = unsafe {
             clone_into_cgroup(
                 dir,
+                namespaces,
                 &stack,
                 (&plan as *const (ChildPlan, Vec<libc::c_int>)) as *mut libc::c_void,
             )
@@ -325,7 +345,7 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
             libc::clone(
                 child_main,
                 stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                libc::CLONE_VM | libc::CLONE_VFORK | namespaces | libc::SIGCHLD,
                 (&plan as *const (ChildPlan, Vec<libc::c_int>)) as *mut libc::c_void,
             )
         };
@@ -360,6 +380,20 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
     })
 }
 
+/// This process as a pidfd (pidfd_open(2)): readable once it has exited.
+fn own_pidfd() -> Result<OwnedFd, CommandError> {
+    // SAFETY: pidfd_open of our own pid; the descriptor is ours alone.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+    if fd < 0 {
+        return Err(CommandError::Spawn(format!(
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: the kernel just returned this descriptor to us alone.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as RawFd) })
+}
+
 /// `struct clone_args` of clone3(2), up to `cgroup` (its second version).
 #[repr(C)]
 struct CloneArgs {
@@ -390,11 +424,12 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 #[cfg(target_arch = "x86_64")]
 unsafe fn clone_into_cgroup(
     cgroup_dir: RawFd,
+    namespaces: libc::c_int,
     stack: &Stack,
     plan: *mut libc::c_void,
 ) -> libc::pid_t {
     let args = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | namespaces) as u64 | CLONE_INTO_CGROUP,
         pidfd: 0,
         child_tid: 0,
         parent_tid: 0,
@@ -446,7 +481,12 @@ unsafe fn clone_into_cgroup(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn clone_into_cgroup(_: RawFd, _: &Stack, _: *mut libc::c_void) -> libc::pid_t {
+unsafe fn clone_into_cgroup(
+    _: RawFd,
+    _: libc::c_int,
+    _: &Stack,
+    _: *mut libc::c_void,
+) -> libc::pid_t {
     -1
 }
 
