@@ -250,12 +250,13 @@ fn open_leaf(leaf: &Path) -> std::io::Result<(std::fs::File, std::fs::File)> {
 }
 
 /// Whether a child can join the leaf whose directory and `cgroup.procs`
-/// are open: one `true`, started as every command is (without copying
-/// bl's memory).
+/// are open: one child, started as every command is (without copying bl's
+/// memory), that exits where it would exec.
 fn probe_join(leaf: &std::fs::File, procs: &std::fs::File) -> bool {
     let dir = std::env::temp_dir();
     let launch = crate::spawn::Launch {
         program: Path::new("/bin/true"),
+        exit_before_exec: true,
         args: Vec::new(),
         env: Vec::new(),
         cwd: &dir,

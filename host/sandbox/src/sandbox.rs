@@ -246,6 +246,7 @@ impl Sandbox {
             rlimits: true,
             cgroup_procs: contained.procs_fd(),
             cgroup_dir: contained.leaf_dir_fd(),
+            exit_before_exec: false,
         };
         let result = crate::subprocess::run_launched(
             &launch,

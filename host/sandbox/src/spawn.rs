@@ -47,6 +47,9 @@ pub(crate) struct Launch<'a> {
     /// The same leaf's directory: where the kernel can start the child
     /// (`clone3` with `CLONE_INTO_CGROUP`) so that it never has to join.
     pub cgroup_dir: Option<RawFd>,
+    /// The child exits (0) where it would exec: a trial of every step
+    /// before, for the price of no program's start.
+    pub exit_before_exec: bool,
 }
 
 /// A running child with piped stdio, in its own process group.
@@ -81,6 +84,7 @@ struct ChildPlan {
     cgroup_procs: RawFd,
     /// bl's pid: the child dies with it, and never starts after it died.
     parent: libc::pid_t,
+    exit_before_exec: bool,
     /// bl as a pidfd, for a child in a pid namespace of its own, which
     /// cannot see bl's pid (-1 otherwise).
     parent_pidfd: RawFd,
@@ -182,6 +186,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        if plan.exit_before_exec {
+            libc::_exit(0);
+        }
         libc::execve(
             plan.program.as_ptr(),
             plan.argv.as_ptr(),
@@ -303,6 +310,7 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
             cgroup_procs: launch.cgroup_procs.unwrap_or(-1),
             // SAFETY: getpid has no preconditions.
             parent: unsafe { libc::getpid() },
+            exit_before_exec: launch.exit_before_exec,
             parent_pidfd: parent_pidfd.as_ref().map_or(-1, AsRawFd::as_raw_fd),
         },
         caught_signals(),

@@ -128,6 +128,7 @@ fn spawn_polled(
         rlimits: false,
         cgroup_procs: contained.procs_fd(),
         cgroup_dir: contained.leaf_dir_fd(),
+        exit_before_exec: false,
     };
     run_launched(&launch, spec, &program_name, started, contained)
 }
