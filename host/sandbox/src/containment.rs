@@ -375,7 +375,7 @@ pub fn reap_adopted() {
     // Held while scanning: a command starting now registers under it, so
     // its child is never taken for an orphan.
     let children = lock(&state.children);
-    for pid in direct_children() {
+    for pid in adopted_children() {
         if children.contains(&pid) || proc_stat(pid).is_none_or(|s| s.state != 'Z') {
             continue;
         }
@@ -611,7 +611,7 @@ fn kill_orphans() {
     // already or not yet a child (it was once killed as an orphan here).
     let killed = {
         let children = lock(&state().children);
-        let orphans: Vec<i32> = direct_children()
+        let orphans: Vec<i32> = adopted_children()
             .into_iter()
             .filter(|pid| !children.contains(pid))
             .filter(|pid| proc_stat(*pid).is_some_and(|s| s.state != 'Z'))
@@ -631,30 +631,24 @@ impl Drop for Contained {
     }
 }
 
-/// bl's direct children now, by the kernel's account (every thread's).
-fn direct_children() -> Vec<i32> {
+/// The children bl adopted as a subreaper, with any other child of its
+/// main thread, by the kernel's account. An orphan is always given to the
+/// first live thread of the reaping process, its main thread, so only
+/// that thread's list is read: one file, not one per thread, at every
+/// command's end.
+fn adopted_children() -> Vec<i32> {
     let me = std::process::id() as i32;
-    let mut pids = Vec::new();
-    let mut listed = false;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for task in tasks.flatten() {
-            if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-                listed = true;
-                pids.extend(
-                    text.split_whitespace()
-                        .filter_map(|p| p.parse::<i32>().ok()),
-                );
-            }
-        }
-    }
-    if !listed {
-        pids = all_processes()
-            .into_iter()
-            .filter(|(_, s)| s.ppid == me)
-            .map(|(p, _)| p)
+    if let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{me}/children")) {
+        return text
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
             .collect();
     }
-    pids
+    all_processes()
+        .into_iter()
+        .filter(|(_, s)| s.ppid == me)
+        .map(|(p, _)| p)
+        .collect()
 }
 
 fn all_processes() -> Vec<(i32, ProcStat)> {
@@ -682,7 +676,7 @@ fn carries_marker(pid: i32, marker: &str) -> bool {
 /// and reaped.
 fn kill_marked_orphans(marker: &str, pgid: Option<i32>) {
     let children = lock(&state().children).clone();
-    let orphans: Vec<i32> = direct_children()
+    let orphans: Vec<i32> = adopted_children()
         .into_iter()
         .filter(|pid| !children.contains(pid))
         .filter(|pid| {
