@@ -72,14 +72,6 @@ pub const PROXY_LISTEN_INSIDE: &str = "127.0.0.1:3128";
 /// Everything the argv depends on.
 pub(crate) struct Cage<'a> {
     pub tier: Tier,
-    /// /sys is already read-only with its hidden paths covered (done by
-    /// root before bubblewrap starts): the argv leaves it alone.
-    pub sys_masked: bool,
-    /// bubblewrap starts as pid 1 of a pid namespace of its own, with
-    /// /proc already mounted for it and masked (done by root): the argv
-    /// makes neither, and only turns /proc/sys read-only, after writing
-    /// the cage's user-namespace limit there (`--disable-userns`).
-    pub proc_masked: bool,
     /// The workspace's real path: where the command sees it.
     pub workspace: &'a Path,
     /// Where bwrap binds it from (a staging mount when bl runs as root).
@@ -174,19 +166,20 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
             }
             push(
                 &mut args,
-                &["--unshare-user", "--disable-userns", "--unshare-net"],
+                &[
+                    "--unshare-user",
+                    "--disable-userns",
+                    "--unshare-net",
+                    "--unshare-pid",
+                    "--proc",
+                    "/proc",
+                    "--new-session",
+                    "--die-with-parent",
+                    "--cap-drop",
+                    "ALL",
+                ],
             );
-            if !cage.proc_masked {
-                push(&mut args, &["--unshare-pid", "--proc", "/proc"]);
-            }
-            push(
-                &mut args,
-                &["--new-session", "--die-with-parent", "--cap-drop", "ALL"],
-            );
-            if cage.proc_masked {
-                push(&mut args, &["--remount-ro", "/proc/sys"]);
-            }
-            mask(&mut args, !cage.proc_masked, !cage.sys_masked);
+            mask(&mut args, true);
         }
         Tier::ContainerRestricted => {
             for dir in SYSTEM_DIRS {
@@ -226,7 +219,7 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
                     "ALL",
                 ],
             );
-            mask(&mut args, true, false);
+            mask(&mut args, false);
             cage.show(&mut args);
             push(&mut args, &[bind, &source, &ws]);
             for protected in PROTECTED {
@@ -295,44 +288,42 @@ pub(crate) fn args(cage: &Cage) -> Result<Vec<String>, CommandError> {
     };
     push(&mut args, &["--chdir", &ws, "--"]);
     if let Some((socket, binary)) = &bridge {
-        push(
-            &mut args,
-            &[
-                binary,
-                "sandbox",
-                "bridge",
-                "--socket",
-                socket,
-                "--listen",
-                PROXY_LISTEN_INSIDE,
-                "--",
-            ],
-        );
+        args.push(binary.clone());
+        args.extend(bridge_args(socket));
     }
     Ok(args)
 }
 
-/// The /proc masks (with `mask_proc`) and the /sys ones (with
-/// `mask_sys`). Only paths this kernel has are masked: the sandbox's /proc
-/// is the same kernel's.
-fn mask(args: &mut Vec<String>, mask_proc: bool, mask_sys: bool) {
+/// The egress bridge's arguments after its program, up to the `--` that
+/// precedes the command it runs: it listens inside the cage and forwards
+/// to the proxy's `socket`.
+pub(crate) fn bridge_args(socket: &str) -> Vec<String> {
+    [
+        "sandbox",
+        "bridge",
+        "--socket",
+        socket,
+        "--listen",
+        PROXY_LISTEN_INSIDE,
+        "--",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The /proc (and, with `mask_sys`, /sys) masks. Only paths this kernel
+/// has are masked: the sandbox's /proc is the same kernel's.
+fn mask(args: &mut Vec<String>, mask_sys: bool) {
     if mask_sys {
         push(args, &["--ro-bind", "/sys", "/sys"]);
     }
-    if mask_proc {
-        for path in READ_ONLY_PROC {
-            if Path::new(path).exists() {
-                push(args, &["--ro-bind", path, path]);
-            }
+    for path in READ_ONLY_PROC {
+        if Path::new(path).exists() {
+            push(args, &["--ro-bind", path, path]);
         }
     }
     for path in HIDDEN {
-        let masked = if path.starts_with("/sys/") {
-            mask_sys
-        } else {
-            mask_proc
-        };
-        if !masked {
+        if path.starts_with("/sys/") && !mask_sys {
             continue;
         }
         match std::fs::symlink_metadata(path) {

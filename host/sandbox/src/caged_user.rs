@@ -11,8 +11,10 @@
 //! workspace's owner owns appear owned by the caged user, and what the caged
 //! user writes lands on disk owned by the workspace's owner, with nothing
 //! chowned. Elsewhere the workspace is *lent*: chowned to the caged user
-//! and given back afterwards ([`LentTree`]). Then the child drops to the
-//! caged user and runs bubblewrap unprivileged, as bubblewrap is meant to run.
+//! and given back afterwards ([`LentTree`]). Then, for the container tier,
+//! the child drops to the caged user and runs bubblewrap unprivileged, as
+//! bubblewrap is meant to run; for the process tier it makes the cage
+//! itself (`root_cage`) and execs the command.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -248,8 +250,8 @@ pub(crate) struct Staging {
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub(crate) const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
@@ -315,6 +317,34 @@ fn set_mount_attr(tree: &OwnedFd, attr: &MountAttr) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Sets `attr` on the mount at `path` and every mount below it (one
+/// recursive `mount_setattr`). Async-signal-safe: the child calls it.
+pub(crate) fn seal_tree(path: &std::ffi::CStr, attr: u64) -> std::io::Result<()> {
+    let attr = MountAttr {
+        attr_set: attr,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a mount_attr of the size passed, a C string that outlives
+    // the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }
 
@@ -554,14 +584,14 @@ impl Staging {
         })
     }
 
-    /// The steps the forked child takes before it execs bubblewrap: the
-    /// clones attached in its private mount namespace, the /proc masks
-    /// when `mask_proc` and the /sys ones when `mask_sys` (see [`Masks`]),
-    /// then the caged user. Everything is allocated here, in the parent.
+    /// The steps the forked child takes before it execs bubblewrap (or,
+    /// with `cage`, the command itself): the clones attached in its
+    /// private mount namespace; with `cage`, the cage's file system and
+    /// its /proc and /sys masks (see [`Masks`]); then the caged user.
+    /// Everything is allocated here, in the parent.
     pub(crate) fn child_steps(
         &self,
-        mask_proc: bool,
-        mask_sys: bool,
+        cage: Option<Box<crate::root_cage::RootCage>>,
     ) -> Result<ChildSteps, CommandError> {
         Ok(ChildSteps {
             attach: self
@@ -569,7 +599,8 @@ impl Staging {
                 .iter()
                 .map(|(fd, target)| (fd.as_raw_fd(), target.clone()))
                 .collect(),
-            masks: Masks::new(mask_proc, mask_sys)?,
+            masks: cage.as_ref().map(|_| Masks::new()).transpose()?,
+            cage,
             uid: self.user.uid,
             gid: self.user.gid,
         })
@@ -670,59 +701,48 @@ fn pinned_files(root: &Path) -> Result<Vec<PathBuf>, CommandError> {
 /// What the child does between fork and exec, with nothing left to allocate.
 pub(crate) struct ChildSteps {
     attach: Vec<(RawFd, CString)>,
-    masks: Masks,
+    masks: Option<Masks>,
+    /// The whole cage, made here rather than by bubblewrap.
+    cage: Option<Box<crate::root_cage::RootCage>>,
     uid: u32,
     gid: u32,
 }
 
-/// The /proc and /sys masks of the process tier, made by root in the
-/// child's own namespaces instead of by bubblewrap, so bubblewrap reads
-/// its mount table once rather than once per mask.
+/// The /proc and /sys masks of the process tier's cage when bl makes it
+/// (see [`crate::root_cage`]), in the child's own mount and pid
+/// namespaces, with no mount table read per mask:
 ///
-/// - /proc (when `proc`): the child is pid 1 of a new pid namespace, so
-///   the /proc it mounts shows that namespace only. /proc/sys becomes a
-///   mount of its own, left writable: bubblewrap writes the cage's
-///   user-namespace limit there (`--disable-userns`), then makes it
-///   read-only (`--remount-ro`). The rest of [`READ_ONLY_PROC`] is bound
-///   read-only onto itself.
-/// - /sys (when `sys`): /sys and every mount below it are made read-only,
-///   nosuid and nodev in one recursive `mount_setattr`. bubblewrap's
-///   `--dev-bind / /` keeps those flags, and the cage's table holds no
-///   second copy of /sys's mounts.
-/// - Either way, each [`HIDDEN`] path under them is covered: an empty
-///   read-only tmpfs over a directory, /dev/null over a file.
+/// - the child is pid 1 of its new pid namespace, so the /proc it mounts
+///   shows that namespace only; /proc/sys and the rest of
+///   [`READ_ONLY_PROC`] are bound read-only onto themselves;
+/// - /sys and every mount below it are made read-only, nosuid and nodev
+///   in one recursive `mount_setattr` (the cage bound /sys onto itself
+///   first where it is not a mount of its own);
+/// - each [`HIDDEN`] path is covered: an empty read-only tmpfs over a
+///   directory, /dev/null over a file.
 ///
 /// [`READ_ONLY_PROC`]: crate::bubblewrap::READ_ONLY_PROC
 /// [`HIDDEN`]: crate::bubblewrap::HIDDEN
 struct Masks {
-    proc: bool,
-    sys: bool,
     read_only: Vec<CString>,
     dirs: Vec<CString>,
     files: Vec<CString>,
 }
 
-/// The /proc mount that stays writable for bubblewrap.
-const PROC_SYS: &str = "/proc/sys";
-
 impl Masks {
-    fn new(proc: bool, sys: bool) -> Result<Masks, CommandError> {
+    fn new() -> Result<Masks, CommandError> {
         let mut masks = Masks {
-            proc,
-            sys,
             read_only: Vec::new(),
             dirs: Vec::new(),
             files: Vec::new(),
         };
-        let wanted =
-            |path: &str| (proc && path.starts_with("/proc/")) || (sys && path.starts_with("/sys/"));
         for path in crate::bubblewrap::READ_ONLY_PROC
             .iter()
-            .filter(|p| wanted(p) && **p != PROC_SYS && Path::new(p).exists())
+            .filter(|p| Path::new(p).exists())
         {
             masks.read_only.push(c_path(Path::new(path))?);
         }
-        for path in crate::bubblewrap::HIDDEN.iter().filter(|p| wanted(p)) {
+        for path in crate::bubblewrap::HIDDEN {
             match std::fs::symlink_metadata(path) {
                 Ok(meta) if meta.is_dir() => masks.dirs.push(c_path(Path::new(path))?),
                 Ok(_) => masks.files.push(c_path(Path::new(path))?),
@@ -732,9 +752,8 @@ impl Masks {
         Ok(masks)
     }
 
-    /// Runs in the forked child, root in its private mount namespace (and,
-    /// for /proc, pid 1 of its own pid namespace): system calls on memory
-    /// allocated before the fork only.
+    /// Runs in the forked child, root and pid 1 in its new namespaces:
+    /// system calls on memory allocated before the fork only.
     fn run(&self) -> std::io::Result<()> {
         let check = |rc: libc::c_int| {
             if rc < 0 {
@@ -767,21 +786,18 @@ impl Masks {
                 }
                 Ok(())
             };
-        if self.proc {
-            // SAFETY: mount(2) on static C strings.
-            check(unsafe {
-                libc::mount(
-                    c"proc".as_ptr(),
-                    c"/proc".as_ptr(),
-                    c"proc".as_ptr(),
-                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    std::ptr::null(),
-                )
-            })?;
-            bind(c"/proc/sys", c"/proc/sys", false)?;
-            for path in &self.read_only {
-                bind(path, path, true)?;
-            }
+        // SAFETY: mount(2) on static C strings.
+        check(unsafe {
+            libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            )
+        })?;
+        for path in &self.read_only {
+            bind(path, path, true)?;
         }
         for dir in &self.dirs {
             // SAFETY: mount(2) on C strings that live as long as `self`.
@@ -798,28 +814,10 @@ impl Masks {
         for file in &self.files {
             bind(c"/dev/null", file, true)?;
         }
-        if self.sys {
-            let attr = MountAttr {
-                attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            // SAFETY: a mount_attr of the size passed, a static C string.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_mount_setattr,
-                    libc::AT_FDCWD,
-                    c"/sys".as_ptr(),
-                    AT_RECURSIVE,
-                    &attr as *const MountAttr,
-                    std::mem::size_of::<MountAttr>(),
-                )
-            };
-            if rc < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
+        seal_tree(
+            c"/sys",
+            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        )?;
         Ok(())
     }
 }
@@ -828,11 +826,17 @@ impl ChildSteps {
     /// The namespaces the child is started in: a mount namespace of its
     /// own, and a pid namespace when it mounts the cage's /proc.
     pub(crate) fn clone_flags(&self) -> libc::c_int {
-        if self.masks.proc {
-            libc::CLONE_NEWNS | libc::CLONE_NEWPID
+        if self.cage.is_some() {
+            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET
         } else {
             libc::CLONE_NEWNS
         }
+    }
+
+    /// The cage bl makes itself, when it does (the child then execs the
+    /// command: it starts a session and loads the filter itself).
+    pub(crate) fn cage(&self) -> Option<&crate::root_cage::RootCage> {
+        self.cage.as_deref()
     }
 
     /// Whether the child is pid 1 of its own pid namespace (where
@@ -871,7 +875,12 @@ impl ChildSteps {
                     MOVE_MOUNT_F_EMPTY_PATH,
                 ))?;
             }
-            self.masks.run()?;
+            if let (Some(cage), Some(masks)) = (&self.cage, &self.masks) {
+                cage.build()?;
+                masks.run()?;
+                seal_tree(c"/", MOUNT_ATTR_NOSUID)?;
+                crate::root_cage::drop_bounding_set()?;
+            }
             let groups = [self.gid as libc::gid_t];
             check(libc::setgroups(1, groups.as_ptr()) as libc::c_long)?;
             check(libc::setresgid(self.gid, self.gid, self.gid) as libc::c_long)?;

@@ -6,10 +6,12 @@
 //! adapter: a cleared environment, a private HOME and TMPDIR, the workspace
 //! as the working directory, a timeout that kills the whole process group
 //! and capped output. [`Sandbox`] runs a command in an isolation [`Tier`],
-//! caging it with bubblewrap on Linux where the tier asks for it (masked
-//! /proc, the [`seccomp`] table, never host root: see [`caged_user`]) and
-//! refusing (with the fix) where the machine cannot. [`probe`] proves the
-//! cage from outside it; [`inspect`] reads a caged process from the host.
+//! caging it on Linux where the tier asks for it, with bubblewrap or, run
+//! by root in the process tier, with a cage of bl's own (`root_cage`):
+//! masked /proc, the [`seccomp`] table, never host root (see
+//! [`caged_user`]). It refuses (with the fix) where the machine cannot.
+//! [`probe`] proves the cage from outside it; [`inspect`] reads a caged
+//! process from the host.
 //! It knows nothing of graphs, plugins or runs.
 
 mod bubblewrap;
@@ -18,6 +20,8 @@ pub mod containment;
 pub mod doctor;
 pub mod inspect;
 pub mod probe;
+#[cfg(target_os = "linux")]
+mod root_cage;
 mod sandbox;
 pub mod seatbelt;
 pub mod seccomp;

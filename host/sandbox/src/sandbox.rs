@@ -8,6 +8,7 @@ use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
 use crate::bubblewrap::{self, Cage, Shown};
 use crate::caged_user::{CagedUser, Lend, Staging, running_as_root};
 use crate::containment::Contained;
+use crate::root_cage::{CageView, RootCage};
 use crate::subprocess::{PrivateDirs, scrubbed_env};
 use crate::{Tier, seccomp};
 
@@ -141,7 +142,8 @@ impl Sandbox {
         })
     }
 
-    fn run_caged(&self, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
+    /// Runs `spec` (whose program was found at `program`) in its cage.
+    fn run_caged(&self, spec: &CommandSpec, program: &Path) -> Result<CommandResult, CommandError> {
         // Declared first, dropped last: after the staging and private dirs.
         let _running = bl_core::interrupt::Running::start();
         let bwrap = self.bwrap()?;
@@ -184,15 +186,8 @@ impl Sandbox {
                 writable: lend.writable,
             })
             .collect();
-        // Run by root, the process tier's /proc (and /sys, where it is a
-        // mount) is masked in the child's own namespaces (see
-        // caged_user::Masks), not by bubblewrap.
-        let proc_masked = staging.is_some() && self.tier == Tier::ProcessRestricted;
-        let sys_masked = proc_masked && sys_is_a_mount();
         let cage = Cage {
             tier: self.tier,
-            sys_masked,
-            proc_masked,
             workspace: &workspace,
             workspace_source: staging.as_ref().map_or(&workspace, |s| &s.workspace),
             writable: spec.workspace_writable,
@@ -203,17 +198,62 @@ impl Sandbox {
             shown: &shown,
             links: &view.links,
         };
-        let cage_args = bubblewrap::args(&cage)?;
-        // The filter file stays open until the command ends: bwrap reads
-        // it through `--add-seccomp-fd FD`.
-        let filter = seccomp_filter_file()?;
-        let filter_fd = std::os::fd::AsRawFd::as_raw_fd(&filter);
-        let mut args = vec!["--add-seccomp-fd".to_string(), filter_fd.to_string()];
-        args.extend(cage_args);
-        args.extend(spec.argv.iter().cloned());
-        // Dropped to the caged user, bwrap may not be able to enter the
-        // workspace's parents; it starts from the staging directory.
-        let cwd = staging.as_ref().map_or(workspace.as_path(), Staging::dir);
+        // Run by root, the process tier's cage is bl's own (see
+        // root_cage): the child execs the command (or the egress bridge
+        // that runs it) itself, in the workspace.
+        let own = match &staging {
+            Some(staging) if self.tier == Tier::ProcessRestricted => {
+                let view = CageView {
+                    workspace: &workspace,
+                    workspace_source: &staging.workspace,
+                    writable: spec.workspace_writable,
+                    private_root: private.root(),
+                    covered: &view.covered,
+                    shown: &shown,
+                    hidden: &self.hidden,
+                    links: &view.links,
+                    bind_sys: !sys_is_a_mount(),
+                };
+                let user = staging.user;
+                Some(RootCage::new(
+                    &view,
+                    user.uid,
+                    user.gid,
+                    seccomp_program()?,
+                )?)
+            }
+            _ => None,
+        };
+        let filter;
+        let mut keep_fds = Vec::new();
+        let (launched, args, cwd) = if own.is_some() {
+            let mut args = Vec::new();
+            let launched = match egress {
+                Some((socket, binary)) => {
+                    args.extend(bubblewrap::bridge_args(&socket.display().to_string()));
+                    args.extend(spec.argv.iter().cloned());
+                    binary.to_path_buf()
+                }
+                None => {
+                    args.extend(spec.argv.iter().skip(1).cloned());
+                    program.to_path_buf()
+                }
+            };
+            (launched, args, workspace.as_path())
+        } else {
+            let cage_args = bubblewrap::args(&cage)?;
+            // The filter file stays open until the command ends: bwrap
+            // reads it through `--add-seccomp-fd FD`.
+            filter = seccomp_filter_file()?;
+            keep_fds.push(std::os::fd::AsRawFd::as_raw_fd(&filter));
+            let mut args = vec!["--add-seccomp-fd".to_string(), keep_fds[0].to_string()];
+            args.extend(cage_args);
+            args.extend(spec.argv.iter().cloned());
+            // Dropped to the caged user, bwrap may not be able to enter the
+            // workspace's parents; it starts from the staging directory.
+            let cwd = staging.as_ref().map_or(workspace.as_path(), Staging::dir);
+            (bwrap.to_path_buf(), args, cwd)
+        };
         // Without an egress bridge the cage has no network at all: npm is
         // told so, and fails at once instead of retrying a network that is
         // not there for a minute per request. A grant may say otherwise.
@@ -229,19 +269,16 @@ impl Sandbox {
                 .map(|(k, v)| (k, v.to_string_lossy().into_owned())),
         );
         let env = scrubbed_env(&private.home, &private.tmp, &granted);
-        let steps = staging
-            .as_ref()
-            .map(|s| s.child_steps(proc_masked, sys_masked))
-            .transpose()?;
+        let steps = staging.as_ref().map(|s| s.child_steps(own)).transpose()?;
         // Started without copying this process (see spawn), inside its
         // cgroup leaf where the kernel can; then streamed or supervised.
         let started = std::time::Instant::now();
         let launch = crate::spawn::Launch {
-            program: bwrap,
+            program: &launched,
             args,
             env,
             cwd,
-            keep_fds: std::slice::from_ref(&filter_fd),
+            keep_fds: &keep_fds,
             steps: steps.as_ref(),
             rlimits: true,
             cgroup_procs: contained.procs_fd(),
@@ -251,7 +288,7 @@ impl Sandbox {
         let result = crate::subprocess::run_launched(
             &launch,
             spec,
-            &bwrap.display().to_string(),
+            &launched.display().to_string(),
             started,
             &mut contained,
         );
@@ -448,8 +485,9 @@ impl CommandRunner for Sandbox {
             Tier::ProcessRestricted | Tier::ContainerRestricted => {
                 // bwrap reports a program it cannot exec as the command's
                 // own exit 1; say it did not start, as a subprocess would.
-                crate::subprocess::find_program(&spec.argv[0], &spec.workspace, &spec.env)?;
-                self.run_caged(spec)
+                let program =
+                    crate::subprocess::find_program(&spec.argv[0], &spec.workspace, &spec.env)?;
+                self.run_caged(spec, &program)
             }
         }
     }
@@ -466,15 +504,21 @@ fn sys_is_a_mount() -> bool {
     }
 }
 
-/// The compiled filter in an anonymous in-memory file, rewound. It is
-/// compiled once per process; every cage reads its own copy.
-fn seccomp_filter_file() -> Result<std::fs::File, CommandError> {
-    use std::io::{Seek, Write};
+/// The compiled filter (raw cBPF), compiled once per process.
+fn seccomp_program() -> Result<&'static [u8], CommandError> {
     static PROGRAM: std::sync::OnceLock<Result<Vec<u8>, CommandError>> = std::sync::OnceLock::new();
-    let program = PROGRAM
+    PROGRAM
         .get_or_init(|| seccomp::program().map_err(|e| CommandError::Denied(e.to_string())))
         .as_ref()
-        .map_err(Clone::clone)?;
+        .map(Vec::as_slice)
+        .map_err(Clone::clone)
+}
+
+/// The compiled filter in an anonymous in-memory file, rewound: every
+/// bubblewrap cage reads its own copy.
+fn seccomp_filter_file() -> Result<std::fs::File, CommandError> {
+    use std::io::{Seek, Write};
+    let program = seccomp_program()?;
     let fail = |e: std::io::Error| CommandError::Spawn(format!("seccomp filter: {e}"));
     let fd = nix::sys::memfd::memfd_create(c"bl-seccomp", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
         .map_err(|e| fail(e.into()))?;

@@ -133,7 +133,15 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 fail(errno());
             }
         }
-        if libc::setpgid(0, 0) < 0 {
+        let cage = plan.steps.and_then(|steps| (*steps).cage());
+        // A cage bl makes itself starts a session, as bubblewrap's
+        // `--new-session` does (its group keeps this process's number).
+        let grouped = if cage.is_some() {
+            libc::setsid()
+        } else {
+            libc::setpgid(0, 0)
+        };
+        if grouped < 0 {
             fail(errno());
         }
         if plan.rlimits {
@@ -188,6 +196,17 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         if plan.exit_before_exec {
             libc::_exit(0);
+        }
+        // Last, so that every step before may make the calls it refuses.
+        if let Some(cage) = cage
+            && (libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    cage.seccomp(),
+                ) < 0)
+        {
+            fail(errno());
         }
         libc::execve(
             plan.program.as_ptr(),

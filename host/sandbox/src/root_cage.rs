@@ -1,0 +1,503 @@
+//! The process tier's cage when bl runs as root, made by bl itself.
+//!
+//! Run by an unprivileged user, a cage needs bubblewrap: only a user
+//! namespace gives such a user the right to mount. Run by root, bl already
+//! holds that right, and the child it starts for a command (see
+//! [`crate::spawn`]) can make the cage directly, as bubblewrap would make
+//! it for `bwrap --dev-bind / / --tmpfs … --bind … --unshare-net
+//! --unshare-pid --proc /proc … --new-session --die-with-parent --cap-drop
+//! ALL --seccomp`, without starting bubblewrap, a user namespace and a
+//! second process, and without reading the mount table once for every
+//! mount:
+//!
+//! - the child starts in new mount, pid and network namespaces: the
+//!   command is pid 1 of its own pid namespace, so when it ends everything
+//!   it started ends, and its network is a loopback device alone, brought
+//!   up here;
+//! - it covers, shows and hides the same paths, in the same order, as the
+//!   bubblewrap argv of the process tier ([`plan`]); the only paths it
+//!   creates (mount points, the private HOME and TMPDIR, a program's link)
+//!   lie inside the tmpfs mounts it made itself, never on the host's disks;
+//! - /proc and /sys are masked as for every cage (`caged_user::Masks`),
+//!   and every mount is made nosuid;
+//! - it drops to the caged user with an empty capability bounding set,
+//!   starts a new session, sets no-new-privileges and loads the seccomp
+//!   filter last, just before it execs the command.
+//!
+//! Nothing here runs in the child but system calls on what [`RootCage`]
+//! prepared in the parent.
+
+use std::ffi::{CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use bl_core::CommandError;
+use nix::libc;
+
+use crate::bubblewrap::Shown;
+
+/// One step of the cage's file system, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// An empty tmpfs owned by the caged user (mode 0755).
+    Tmpfs(CString),
+    /// A directory made inside one of those tmpfs mounts (an existing one
+    /// is used as it is); the caged user owns a new one.
+    Dir(CString),
+    /// An empty file made the same way, as a file's mount point.
+    File(CString),
+    /// A bind mount of `from` (with what is mounted below it) on `to`.
+    Bind {
+        from: CString,
+        to: CString,
+        read_only: bool,
+    },
+    /// A symlink made inside a tmpfs mount.
+    Symlink { target: CString, link: CString },
+}
+
+/// What the process tier's cage shows, as [`plan`] turns it into steps.
+pub(crate) struct CageView<'a> {
+    /// The workspace: where the command sees it, and the staged clone
+    /// bound there.
+    pub workspace: &'a Path,
+    pub workspace_source: &'a Path,
+    pub writable: bool,
+    /// The private HOME and TMPDIR's parent.
+    pub private_root: &'a Path,
+    pub covered: &'a [PathBuf],
+    pub shown: &'a [Shown],
+    pub hidden: &'a [PathBuf],
+    pub links: &'a [(PathBuf, PathBuf)],
+    /// /sys is not a mount of its own: bind it onto itself first, so that
+    /// it can be sealed read-only by itself.
+    pub bind_sys: bool,
+}
+
+fn c_path(path: &Path) -> Result<CString, CommandError> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| CommandError::Denied(format!("{} holds a NUL byte", path.display())))
+}
+
+/// The steps that make `view`, in bubblewrap's order for the process tier
+/// (private HOME, covers, what is shown again, hidden directories, the
+/// workspace), with a program's link last: no directory is ever made
+/// through a symlink. A mount point is made only inside a tmpfs of the
+/// cage's own and outside every path shown again; anywhere else it must
+/// already exist, or the cage is refused.
+fn plan(view: &CageView) -> Result<Vec<Step>, CommandError> {
+    let private = view.private_root;
+    let mut fresh: Vec<&Path> = vec![private];
+    fresh.extend(view.covered.iter().map(PathBuf::as_path));
+    let mut steps = Vec::new();
+    if view.bind_sys {
+        steps.push(Step::Bind {
+            from: c"/sys".into(),
+            to: c"/sys".into(),
+            read_only: true,
+        });
+    }
+    steps.extend([
+        Step::Tmpfs(c_path(private)?),
+        Step::Dir(c_path(&private.join("home"))?),
+        Step::Dir(c_path(&private.join("tmp"))?),
+    ]);
+    for dir in view.covered {
+        steps.push(Step::Tmpfs(c_path(dir)?));
+    }
+    let mut shown_so_far: Vec<&Path> = Vec::new();
+    for shown in view.shown {
+        let is_dir = shown.source.is_dir();
+        mount_point(&mut steps, &shown.inside, is_dir, &fresh, &shown_so_far)?;
+        steps.push(Step::Bind {
+            from: c_path(&shown.source)?,
+            to: c_path(&shown.inside)?,
+            read_only: !shown.writable,
+        });
+        shown_so_far.push(&shown.inside);
+    }
+    for dir in view.hidden {
+        if !view.covered.iter().any(|c| dir.starts_with(c)) && dir.is_dir() {
+            steps.push(Step::Tmpfs(c_path(dir)?));
+            fresh.push(dir);
+        }
+    }
+    mount_point(&mut steps, view.workspace, true, &fresh, &shown_so_far)?;
+    steps.push(Step::Bind {
+        from: c_path(view.workspace_source)?,
+        to: c_path(view.workspace)?,
+        read_only: !view.writable,
+    });
+    shown_so_far.push(view.workspace);
+    for (target, link) in view.links {
+        let parent = link.parent().unwrap_or(Path::new("/"));
+        if !fresh.iter().any(|f| link.starts_with(f) && link != *f)
+            || shown_so_far.iter().any(|s| link.starts_with(s))
+        {
+            return Err(CommandError::Denied(format!(
+                "cannot link {} inside the cage: it lies outside the cage's own directories",
+                link.display()
+            )));
+        }
+        mount_point(&mut steps, parent, true, &fresh, &shown_so_far)?;
+        steps.push(Step::Symlink {
+            target: c_path(target)?,
+            link: c_path(link)?,
+        });
+    }
+    Ok(steps)
+}
+
+/// Adds the steps that make `target` (a directory, or a file when not
+/// `is_dir`) and its missing parents, where they lie inside one of the
+/// cage's own tmpfs mounts (`fresh`) and outside everything shown so far;
+/// elsewhere `target` must exist on the host.
+fn mount_point(
+    steps: &mut Vec<Step>,
+    target: &Path,
+    is_dir: bool,
+    fresh: &[&Path],
+    shown: &[&Path],
+) -> Result<(), CommandError> {
+    let inside_shown = shown.iter().any(|s| target.starts_with(s));
+    let root = fresh
+        .iter()
+        .filter(|f| target.starts_with(f))
+        .max_by_key(|f| f.components().count());
+    match root {
+        Some(root) if !inside_shown => {
+            let below: Vec<_> = target
+                .strip_prefix(root)
+                .unwrap_or(Path::new(""))
+                .components()
+                .collect();
+            let mut path = root.to_path_buf();
+            for (i, name) in below.iter().enumerate() {
+                path.push(name);
+                let last = i + 1 == below.len();
+                steps.push(if last && !is_dir {
+                    Step::File(c_path(&path)?)
+                } else {
+                    Step::Dir(c_path(&path)?)
+                });
+            }
+            Ok(())
+        }
+        _ if std::fs::symlink_metadata(target).is_ok() => Ok(()),
+        _ => Err(CommandError::Denied(format!(
+            "cannot show {} inside the cage: nothing is there to mount on, and bl makes \
+             mount points only inside the cage's own directories",
+            target.display()
+        ))),
+    }
+}
+
+/// Everything the child needs to make the cage, allocated in the parent.
+pub(crate) struct RootCage {
+    steps: Vec<Step>,
+    /// `mode=0755,uid=U,gid=G`: the caged user owns the cage's tmpfs mounts.
+    tmpfs_options: CString,
+    uid: u32,
+    gid: u32,
+    filter: Vec<libc::sock_filter>,
+    fprog: libc::sock_fprog,
+}
+
+// SAFETY: `fprog` points into `filter`, which moves with it and is never
+// changed; nothing else is shared.
+unsafe impl Send for RootCage {}
+// SAFETY: as above; the child only reads.
+unsafe impl Sync for RootCage {}
+
+impl RootCage {
+    /// The cage for `view`, run as `uid`/`gid`, under the seccomp
+    /// `program` (raw cBPF, as [`crate::seccomp::program`] makes it).
+    pub(crate) fn new(
+        view: &CageView,
+        uid: u32,
+        gid: u32,
+        program: &[u8],
+    ) -> Result<Box<RootCage>, CommandError> {
+        let filter: Vec<libc::sock_filter> = program
+            .chunks_exact(8)
+            .map(|i| libc::sock_filter {
+                code: u16::from_ne_bytes([i[0], i[1]]),
+                jt: i[2],
+                jf: i[3],
+                k: u32::from_ne_bytes([i[4], i[5], i[6], i[7]]),
+            })
+            .collect();
+        let len = u16::try_from(filter.len())
+            .map_err(|_| CommandError::Denied("the seccomp filter is too long".into()))?;
+        let mut cage = Box::new(RootCage {
+            steps: plan(view)?,
+            tmpfs_options: CString::new(format!("mode=0755,uid={uid},gid={gid}"))
+                .expect("digits only"),
+            uid,
+            gid,
+            filter,
+            fprog: libc::sock_fprog {
+                len,
+                filter: std::ptr::null_mut(),
+            },
+        });
+        cage.fprog.filter = cage.filter.as_mut_ptr();
+        Ok(cage)
+    }
+
+    /// The filter for `PR_SET_SECCOMP`, loaded by the child last.
+    pub(crate) fn seccomp(&self) -> *const libc::sock_fprog {
+        &self.fprog
+    }
+
+    /// Makes the file system (after the clones were attached), brings up
+    /// the loopback device. Runs in the child, root in its new namespaces.
+    pub(crate) fn build(&self) -> std::io::Result<()> {
+        for step in &self.steps {
+            self.make(step)?;
+        }
+        loopback_up()
+    }
+
+    fn make(&self, step: &Step) -> std::io::Result<()> {
+        let check = |rc: libc::c_int| {
+            if rc < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        let exists = || std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST);
+        let own = |path: &CStr| {
+            // SAFETY: a C string that outlives the call.
+            check(unsafe {
+                libc::fchownat(
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    self.uid,
+                    self.gid,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            })
+        };
+        // SAFETY: system calls on C strings owned by `self`.
+        unsafe {
+            match step {
+                Step::Tmpfs(dir) => check(libc::mount(
+                    c"tmpfs".as_ptr(),
+                    dir.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    self.tmpfs_options.as_ptr().cast(),
+                )),
+                Step::Dir(dir) => {
+                    if libc::mkdir(dir.as_ptr(), 0o755) == 0 {
+                        own(dir)
+                    } else if exists() {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                }
+                Step::File(file) => {
+                    let fd = libc::open(
+                        file.as_ptr(),
+                        libc::O_WRONLY
+                            | libc::O_CREAT
+                            | libc::O_EXCL
+                            | libc::O_NOFOLLOW
+                            | libc::O_CLOEXEC,
+                        0o644,
+                    );
+                    if fd >= 0 {
+                        libc::close(fd);
+                        own(file)
+                    } else if exists() {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                }
+                Step::Bind {
+                    from,
+                    to,
+                    read_only,
+                } => {
+                    check(libc::mount(
+                        from.as_ptr(),
+                        to.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    ))?;
+                    if *read_only {
+                        crate::caged_user::seal_tree(to, crate::caged_user::MOUNT_ATTR_RDONLY)?;
+                    }
+                    Ok(())
+                }
+                Step::Symlink { target, link } => {
+                    check(libc::symlink(target.as_ptr(), link.as_ptr()))?;
+                    // SAFETY: as above; the link itself, not its target.
+                    check(libc::fchownat(
+                        libc::AT_FDCWD,
+                        link.as_ptr(),
+                        self.uid,
+                        self.gid,
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// Brings up `lo` in the child's new network namespace, as bubblewrap
+/// does: the egress bridge listens on 127.0.0.1 there.
+fn loopback_up() -> std::io::Result<()> {
+    // SAFETY: a socket used for two ioctls on a zeroed ifreq, then closed.
+    unsafe {
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut request: libc::ifreq = std::mem::zeroed();
+        for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
+            *slot = *byte as libc::c_char;
+        }
+        let mut rc = libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut request);
+        if rc == 0 {
+            request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            rc = libc::ioctl(sock, libc::SIOCSIFFLAGS, &request);
+        }
+        let error = std::io::Error::last_os_error();
+        libc::close(sock);
+        if rc < 0 { Err(error) } else { Ok(()) }
+    }
+}
+
+/// Drops every capability from the bounding set (before the drop to the
+/// caged user: it takes CAP_SETPCAP), so nothing exec'd can regain one.
+pub(crate) fn drop_bounding_set() -> std::io::Result<()> {
+    for cap in 0..=63 {
+        // SAFETY: prctl with plain integers.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } < 0 {
+            let error = std::io::Error::last_os_error();
+            // Past the last capability this kernel knows.
+            if error.raw_os_error() == Some(libc::EINVAL) {
+                return Ok(());
+            }
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(s: &str) -> CString {
+        CString::new(s).unwrap()
+    }
+
+    #[test]
+    fn mount_points_are_made_only_inside_the_cages_own_tmpfs_and_links_come_last() {
+        let host = tempfile::tempdir().unwrap();
+        let home = host.path().join("home");
+        let lent = home.join(".claude");
+        std::fs::create_dir_all(&lent).unwrap();
+        let workspace = home.join("proj/ws");
+        let private = host.path().join("private");
+        let shown = vec![Shown {
+            source: lent.clone(),
+            inside: lent.clone(),
+            writable: true,
+        }];
+        let links = vec![(lent.join("bin/claude"), home.join(".local/bin/claude"))];
+        let covered = vec![home.clone()];
+        let view = CageView {
+            workspace: &workspace,
+            workspace_source: Path::new("/staging/workspace"),
+            writable: true,
+            private_root: &private,
+            covered: &covered,
+            shown: &shown,
+            hidden: &[],
+            links: &links,
+            bind_sys: false,
+        };
+        let p = |path: &Path| c(path.to_str().unwrap());
+        assert_eq!(
+            plan(&view).unwrap(),
+            vec![
+                Step::Tmpfs(p(&private)),
+                Step::Dir(p(&private.join("home"))),
+                Step::Dir(p(&private.join("tmp"))),
+                Step::Tmpfs(p(&home)),
+                Step::Dir(p(&lent)),
+                Step::Bind {
+                    from: p(&lent),
+                    to: p(&lent),
+                    read_only: false
+                },
+                Step::Dir(p(&home.join("proj"))),
+                Step::Dir(p(&workspace)),
+                Step::Bind {
+                    from: c("/staging/workspace"),
+                    to: p(&workspace),
+                    read_only: false
+                },
+                Step::Dir(p(&home.join(".local"))),
+                Step::Dir(p(&home.join(".local/bin"))),
+                Step::Symlink {
+                    target: p(&lent.join("bin/claude")),
+                    link: p(&home.join(".local/bin/claude")),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_is_made_on_the_host_or_inside_what_is_shown_again() {
+        let host = tempfile::tempdir().unwrap();
+        let covered_home = host.path().join("home");
+        let lent = covered_home.join(".claude");
+        let private = host.path().join("private");
+        // A pin inside a shown directory that is not there: refused, never made.
+        let shown = [
+            Shown {
+                source: lent.clone(),
+                inside: lent.clone(),
+                writable: true,
+            },
+            Shown {
+                source: lent.join("gone.json"),
+                inside: lent.join("gone.json"),
+                writable: false,
+            },
+        ];
+        let covered = vec![covered_home.clone()];
+        let outside = host.path().join("elsewhere/ws");
+        for (workspace, shown) in [
+            (&outside, &shown[..1]),
+            (&covered_home.join("ws"), &shown[..]),
+        ] {
+            let view = CageView {
+                workspace,
+                workspace_source: Path::new("/staging/workspace"),
+                writable: false,
+                private_root: &private,
+                covered: &covered,
+                shown,
+                hidden: &[],
+                links: &[],
+                bind_sys: false,
+            };
+            let err = plan(&view).unwrap_err();
+            assert!(
+                matches!(&err, CommandError::Denied(m) if m.contains("nothing is there to mount on")),
+                "{err:?}"
+            );
+        }
+    }
+}
