@@ -27,6 +27,8 @@ pub struct HostView {
     pub groups: Vec<u32>,
     /// The effective capability set.
     pub cap_eff: u64,
+    /// The capability bounding set: what an exec could ever regain.
+    pub cap_bnd: u64,
     /// 0 none, 1 strict, 2 filter.
     pub seccomp_mode: u8,
     pub no_new_privs: bool,
@@ -64,6 +66,7 @@ impl HostView {
                 .filter_map(|s| s.parse().ok())
                 .collect(),
             cap_eff: u64::from_str_radix(&field("CapEff:"), 16).unwrap_or(u64::MAX),
+            cap_bnd: u64::from_str_radix(&field("CapBnd:"), 16).unwrap_or(u64::MAX),
             seccomp_mode: field("Seccomp:").parse().unwrap_or(0),
             no_new_privs: field("NoNewPrivs:") == "1",
             mounts: mountinfo.lines().filter_map(parse_mount).collect(),

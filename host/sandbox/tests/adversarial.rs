@@ -787,6 +787,7 @@ fn assert_not_host_root_from_outside(sandbox: &Sandbox) {
         }
     }
     assert_eq!(view.cap_eff, 0, "capabilities: {view:?}");
+    assert_eq!(view.cap_bnd, 0, "a capability an exec could regain: {view:?}");
     assert_eq!(view.seccomp_mode, 2, "no seccomp filter: {view:?}");
     assert!(view.no_new_privs);
     for path in bl_sandbox::READ_ONLY_PROC {
