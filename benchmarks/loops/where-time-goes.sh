@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Where bl's time goes over bounded-loops 0.7.6's catalog, loop by loop: the
-# share spent inside bubblewrap cages (the gates' and workers' own tools,
-# which bounded-loops runs too) against bl's own. Needs `perf` (it records
-# process starts and exits only) and the venv bench.sh makes. Run from the
-# repository root, after `cargo build --release -p bl-cli`:
+# Where bl's time goes over bounded-loops 0.7.6's catalog, loop by loop:
+# the time of the commands the gates and workers run (their tools, which
+# bounded-loops runs too), from each one's exec to its exit, against the
+# whole of each bl run: what remains is bl's own and its cages'. Needs
+# `perf` (it records process forks, execs and exits only) and the venv
+# bench.sh makes. Run from the repository root, after
+# `cargo build --release -p bl-cli`:
 #
 #   benchmarks/loops/where-time-goes.sh
 set -euo pipefail
@@ -23,26 +25,48 @@ cat >"$work/all.sh" <<SCRIPT
 cd "$work"
 for name in $(ls "$catalog" | tr '\n' ' '); do "$bl" run "\$name" --yes --json >/dev/null 2>&1 || true; done
 SCRIPT
-perf trace -e 'sched:sched_process_exec,sched:sched_process_exit' -o "$work/trace" bash "$work/all.sh"
+perf trace -e 'sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit' \
+  -o "$work/trace" bash "$work/all.sh"
 python3 - "$work/trace" <<'PY'
 import re, sys
-started, total = {}, {"bl": 0.0, "bwrap": 0.0}
-count = {"bl": 0, "bwrap": 0}
+# Each process's role: "bl" (bl, its threads, the children it starts
+# before they exec), "cage" (bubblewrap and its children before they exec),
+# "tool" (the first program a bl or a cage starts: a gate's or a worker's
+# own command), "below" (what a tool starts: part of the tool's time).
+role, started = {}, {}
+bl_total = tools = 0.0
+bl_runs = tool_runs = 0
 for line in open(sys.argv[1]):
     m = re.match(r"\s*([\d.]+) \S+/(\d+) sched:(\w+)\((.*)", line)
     if not m:
         continue
     t, pid, event, rest = float(m[1]), m[2], m[3], m[4]
-    if event == "sched_process_exec":
+    if event == "sched_process_fork":
+        parent = re.search(r"parent_pid: (\d+)", rest)[1]
+        child = re.search(r"child_pid: (\d+)", rest)[1]
+        role[child] = {"bl": "bl", "cage": "cage"}.get(role.get(parent), "below")
+    elif event == "sched_process_exec":
         name = re.search(r'filename: "([^"]+)"', rest)[1].rsplit("/", 1)[-1]
-        if name in total and pid not in started:
-            started[pid] = (name, t)
+        if name == "bl":
+            role[pid] = "bl"
+            started[pid] = ("bl", t)
+        elif name == "bwrap":
+            role[pid] = "cage"
+        elif name == "exe":
+            role[pid] = "below"  # bl's watchdog
+        elif role.get(pid) in ("bl", "cage"):
+            role[pid] = "tool"
+            started[pid] = ("tool", t)
     elif pid in started:
-        name, t0 = started.pop(pid)
-        total[name] += t - t0
-        count[name] += 1
-bl, cages = total["bl"], total["bwrap"]
-print(f"{count['bl']} bl runs: {bl / 1000:.2f} s in all; {count['bwrap']} cages: {cages / 1000:.2f} s ({100 * cages / bl:.0f}%)")
-print(f"bl's own time, outside the cages: {(bl - cages) / 1000:.2f} s ({(bl - cages) / count['bl']:.1f} ms a run)")
-print(f"with bl's own time at zero, bl would take {cages / bl:.0%} of what it takes now")
+        kind, t0 = started.pop(pid)
+        if kind == "bl":
+            bl_total += t - t0
+            bl_runs += 1
+        else:
+            tools += t - t0
+            tool_runs += 1
+print(f"{bl_runs} bl runs: {bl_total / 1000:.2f} s in all; {tool_runs} gate and worker commands: {tools / 1000:.2f} s")
+print(f"bl and its cages, outside the commands' own time: {(bl_total - tools) / 1000:.2f} s"
+      f" ({(bl_total - tools) / bl_runs:.1f} ms a run, {100 * (bl_total - tools) / bl_total:.0f}% of the catalog's time)")
+print(f"the catalog's time over its commands' own: {bl_total / tools:.2f}x (target <= 1.15)")
 PY
