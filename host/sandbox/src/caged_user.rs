@@ -252,7 +252,7 @@ const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x1;
 pub(crate) const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub(crate) const MOUNT_ATTR_NODEV: u64 = 0x4;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
@@ -717,7 +717,7 @@ pub(crate) struct ChildSteps {
 ///   [`READ_ONLY_PROC`] are bound read-only onto themselves;
 /// - /sys and every mount below it are made read-only, nosuid and nodev
 ///   in one recursive `mount_setattr` (the cage bound /sys onto itself
-///   first where it is not a mount of its own);
+///   first, so that it is a mount of its own);
 /// - each [`HIDDEN`] path is covered: an empty read-only tmpfs over a
 ///   directory, /dev/null over a file.
 ///
@@ -882,9 +882,22 @@ impl ChildSteps {
                 crate::root_cage::drop_bounding_set()?;
             }
             let groups = [self.gid as libc::gid_t];
-            check(libc::setgroups(1, groups.as_ptr()) as libc::c_long)?;
-            check(libc::setresgid(self.gid, self.gid, self.gid) as libc::c_long)?;
-            check(libc::setresuid(self.uid, self.uid, self.uid) as libc::c_long)?;
+            // Raw system calls: glibc's wrappers would set the ids of
+            // every thread of the process, and this child shares bl's
+            // memory, thread list included, until it execs.
+            check(libc::syscall(libc::SYS_setgroups, 1, groups.as_ptr()))?;
+            check(libc::syscall(
+                libc::SYS_setresgid,
+                self.gid,
+                self.gid,
+                self.gid,
+            ))?;
+            check(libc::syscall(
+                libc::SYS_setresuid,
+                self.uid,
+                self.uid,
+                self.uid,
+            ))?;
         }
         Ok(())
     }
@@ -906,6 +919,12 @@ pub(crate) struct LentTree {
     user: CagedUser,
     owners: std::collections::HashMap<u64, (u32, u32)>,
     lent: bool,
+}
+
+/// A duplicate of `fd` that no command started meanwhile inherits.
+fn dup_cloexec(fd: &OwnedFd) -> std::io::Result<OwnedFd> {
+    use std::os::fd::AsFd;
+    fd.as_fd().try_clone_to_owned()
 }
 
 /// How deep the walk goes; deeper directories are reported, not visited.
@@ -1056,7 +1075,7 @@ impl LentTree {
                 .err();
         let owners = &mut lent.owners;
         let error = visit_below(
-            nix::unistd::dup(&root_fd).map_err(|e| fail(e.into()))?,
+            dup_cloexec(&root_fd).map_err(fail)?,
             Path::new(""),
             stat.st_dev,
             1,
@@ -1097,7 +1116,7 @@ impl LentTree {
             first_error = Some(std::io::Error::from(e));
         }
         let error = visit_below(
-            nix::unistd::dup(&root_fd)?,
+            dup_cloexec(&root_fd)?,
             Path::new(""),
             self.device,
             1,

@@ -69,12 +69,23 @@ pub(crate) struct CageView<'a> {
     pub shown: &'a [Shown],
     pub hidden: &'a [PathBuf],
     pub links: &'a [(PathBuf, PathBuf)],
-    /// /sys is not a mount of its own: bind it onto itself first, so that
-    /// it can be sealed read-only by itself.
-    pub bind_sys: bool,
 }
 
+/// `path` as a C string, when it is absolute and made of plain names
+/// only: what [`plan`] reasons about as text is then what the kernel
+/// walks (no `..` climbs out of a directory the cage made).
 fn c_path(path: &Path) -> Result<CString, CommandError> {
+    use std::path::Component;
+    let plain = path.is_absolute()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !plain {
+        return Err(CommandError::Denied(format!(
+            "{}: a cage's paths must be absolute and plain (no `..`)",
+            path.display()
+        )));
+    }
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| CommandError::Denied(format!("{} holds a NUL byte", path.display())))
 }
@@ -89,13 +100,15 @@ fn plan(view: &CageView) -> Result<Vec<Step>, CommandError> {
     let private = view.private_root;
     let mut fresh: Vec<&Path> = vec![private];
     fresh.extend(view.covered.iter().map(PathBuf::as_path));
-    let mut steps = Vec::new();
-    if view.bind_sys {
-        steps.push(Step::Bind {
-            from: c"/sys".into(),
-            to: c"/sys".into(),
-            read_only: true,
-        });
+    // /sys bound onto itself, so that it is a mount of its own whatever
+    // the host has there, which the masks then seal read-only by itself.
+    let mut steps = vec![Step::Bind {
+        from: c"/sys".into(),
+        to: c"/sys".into(),
+        read_only: true,
+    }];
+    for path in [view.workspace, view.workspace_source] {
+        c_path(path)?;
     }
     steps.extend([
         Step::Tmpfs(c_path(private)?),
@@ -268,12 +281,12 @@ impl RootCage {
             }
         };
         let exists = || std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST);
-        let own = |path: &CStr| {
-            // SAFETY: a C string that outlives the call.
+        let own = |parent: libc::c_int, name: &CStr| {
+            // SAFETY: a descriptor and a C string that outlive the call.
             check(unsafe {
                 libc::fchownat(
-                    libc::AT_FDCWD,
-                    path.as_ptr(),
+                    parent,
+                    name.as_ptr(),
                     self.uid,
                     self.gid,
                     libc::AT_SYMLINK_NOFOLLOW,
@@ -291,8 +304,10 @@ impl RootCage {
                     self.tmpfs_options.as_ptr().cast(),
                 )),
                 Step::Dir(dir) => {
-                    if libc::mkdir(dir.as_ptr(), 0o755) == 0 {
-                        own(dir)
+                    let (parent, name) = open_parent_in_tmpfs(dir)?;
+                    let made = libc::mkdirat(parent.0, name.as_ptr(), 0o755);
+                    if made == 0 {
+                        own(parent.0, name)
                     } else if exists() {
                         Ok(())
                     } else {
@@ -300,8 +315,10 @@ impl RootCage {
                     }
                 }
                 Step::File(file) => {
-                    let fd = libc::open(
-                        file.as_ptr(),
+                    let (parent, name) = open_parent_in_tmpfs(file)?;
+                    let fd = libc::openat(
+                        parent.0,
+                        name.as_ptr(),
                         libc::O_WRONLY
                             | libc::O_CREAT
                             | libc::O_EXCL
@@ -311,7 +328,7 @@ impl RootCage {
                     );
                     if fd >= 0 {
                         libc::close(fd);
-                        own(file)
+                        own(parent.0, name)
                     } else if exists() {
                         Ok(())
                     } else {
@@ -330,25 +347,94 @@ impl RootCage {
                         libc::MS_BIND | libc::MS_REC,
                         std::ptr::null(),
                     ))?;
+                    // nodev, as bubblewrap's binds: a device node in a
+                    // workspace (or owned, through the idmapping, by the
+                    // caged user) opens nothing.
+                    let mut attr = crate::caged_user::MOUNT_ATTR_NODEV;
                     if *read_only {
-                        crate::caged_user::seal_tree(to, crate::caged_user::MOUNT_ATTR_RDONLY)?;
+                        attr |= crate::caged_user::MOUNT_ATTR_RDONLY;
                     }
-                    Ok(())
+                    crate::caged_user::seal_tree(to, attr)
                 }
                 Step::Symlink { target, link } => {
-                    check(libc::symlink(target.as_ptr(), link.as_ptr()))?;
-                    // SAFETY: as above; the link itself, not its target.
-                    check(libc::fchownat(
-                        libc::AT_FDCWD,
-                        link.as_ptr(),
-                        self.uid,
-                        self.gid,
-                        libc::AT_SYMLINK_NOFOLLOW,
-                    ))
+                    let (parent, name) = open_parent_in_tmpfs(link)?;
+                    check(libc::symlinkat(target.as_ptr(), parent.0, name.as_ptr()))?;
+                    own(parent.0, name)
                 }
             }
         }
     }
+}
+
+/// A descriptor closed when dropped (the child allocates nothing for it).
+struct Fd(libc::c_int);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: a descriptor this child opened and owns.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// `struct open_how` of openat2(2).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// Opens the directory holding `path` without following any symlink on
+/// the way, and only if it lies on a tmpfs (one the cage made: the host's
+/// disks are never written), with `path`'s last name. Allocates nothing.
+fn open_parent_in_tmpfs(path: &CStr) -> std::io::Result<(Fd, &CStr)> {
+    let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
+    let with_nul = path.to_bytes_with_nul();
+    let slash = with_nul
+        .iter()
+        .rposition(|b| *b == b'/')
+        .ok_or_else(invalid)?;
+    let name = CStr::from_bytes_with_nul(&with_nul[slash + 1..]).map_err(|_| invalid())?;
+    let mut parent = [0u8; 4096];
+    let len = slash.max(1);
+    if len >= parent.len() {
+        return Err(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    parent[..len].copy_from_slice(&with_nul[..len]);
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: a NUL-terminated path on this stack and an open_how of the
+    // size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            parent.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = Fd(fd as libc::c_int);
+    // SAFETY: a zeroed statfs is a valid out-parameter.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on the descriptor just opened.
+    if unsafe { libc::fstatfs(fd.0, &mut fs) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if fs.f_type as i64 != TMPFS_MAGIC {
+        return Err(std::io::Error::from_raw_os_error(libc::EXDEV));
+    }
+    Ok((fd, name))
 }
 
 /// Brings up `lo` in the child's new network namespace, as bubblewrap
@@ -424,12 +510,16 @@ mod tests {
             shown: &shown,
             hidden: &[],
             links: &links,
-            bind_sys: false,
         };
         let p = |path: &Path| c(path.to_str().unwrap());
         assert_eq!(
             plan(&view).unwrap(),
             vec![
+                Step::Bind {
+                    from: c("/sys"),
+                    to: c("/sys"),
+                    read_only: true
+                },
                 Step::Tmpfs(p(&private)),
                 Step::Dir(p(&private.join("home"))),
                 Step::Dir(p(&private.join("tmp"))),
@@ -455,6 +545,36 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_path_that_climbs_with_dots_is_refused() {
+        let view = |link: &str| {
+            let links = vec![(PathBuf::from("/opt/tool"), PathBuf::from(link))];
+            let covered = vec![PathBuf::from("/home/u")];
+            let view = CageView {
+                workspace: Path::new("/home/u/ws"),
+                workspace_source: Path::new("/staging/workspace"),
+                writable: true,
+                private_root: Path::new("/tmp/private"),
+                covered: &covered,
+                shown: &[],
+                hidden: &[],
+                links: &links,
+            };
+            plan(&view).map(|_| ())
+        };
+        assert!(view("/home/u/.local/bin/tool").is_ok());
+        for climbing in [
+            "/home/u/.config/../../.x/tool",
+            "/home/u/bin/../../../etc/tool",
+        ] {
+            let err = view(climbing).unwrap_err();
+            assert!(
+                matches!(&err, CommandError::Denied(m) if m.contains("absolute and plain")),
+                "{climbing}: {err:?}"
+            );
+        }
     }
 
     #[test]
@@ -491,7 +611,6 @@ mod tests {
                 shown,
                 hidden: &[],
                 links: &[],
-                bind_sys: false,
             };
             let err = plan(&view).unwrap_err();
             assert!(

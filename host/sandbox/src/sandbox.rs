@@ -212,7 +212,6 @@ impl Sandbox {
                     shown: &shown,
                     hidden: &self.hidden,
                     links: &view.links,
-                    bind_sys: !sys_is_a_mount(),
                 };
                 let user = staging.user;
                 Some(RootCage::new(
@@ -490,17 +489,6 @@ impl CommandRunner for Sandbox {
                 self.run_caged(spec, &program)
             }
         }
-    }
-}
-
-/// Whether /sys is a mount of its own: only then can it be made read-only
-/// by itself (on a plain directory, `mount_setattr` would reach the mount
-/// holding it, `/`). Where it is not, bubblewrap masks it as for anyone.
-fn sys_is_a_mount() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata("/sys"), std::fs::metadata("/")) {
-        (Ok(sys), Ok(root)) => sys.dev() != root.dev(),
-        _ => false,
     }
 }
 

@@ -160,6 +160,10 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         if plan.cgroup_procs >= 0 && libc::write(plan.cgroup_procs, c"0".as_ptr().cast(), 1) < 0 {
             fail(errno());
         }
+        // No descriptor of bl's reaches the command but those it keeps,
+        // whoever opened one without close-on-exec (kernels before 5.11
+        // lack close_range: there, every descriptor is opened with it).
+        libc::syscall(libc::SYS_close_range, 3, u32::MAX, CLOSE_RANGE_CLOEXEC);
         for &fd in &plan.keep_fds {
             if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
                 fail(errno());
@@ -438,6 +442,7 @@ struct CloneArgs {
 }
 
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 
 /// Starts `child_main(plan)` on `stack`, sharing this process's memory
 /// until it execs (as `clone` above), inside the cgroup whose directory

@@ -7,6 +7,7 @@
 //! failure, never a skip.
 
 use std::net::{TcpListener, UdpSocket};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
@@ -787,7 +788,10 @@ fn assert_not_host_root_from_outside(sandbox: &Sandbox) {
         }
     }
     assert_eq!(view.cap_eff, 0, "capabilities: {view:?}");
-    assert_eq!(view.cap_bnd, 0, "a capability an exec could regain: {view:?}");
+    assert_eq!(
+        view.cap_bnd, 0,
+        "a capability an exec could regain: {view:?}"
+    );
     assert_eq!(view.seccomp_mode, 2, "no seccomp filter: {view:?}");
     assert!(view.no_new_privs);
     for path in bl_sandbox::READ_ONLY_PROC {
@@ -1014,6 +1018,45 @@ fn as_an_ordinary_user_too() {
     );
     assert!(out.status.success(), "as uid 4040:\n{text}");
     assert!(text.contains("1 passed"), "{text}");
+}
+
+#[test]
+fn a_device_node_in_the_workspace_opens_nothing() {
+    // Only root can make one; through the idmapped mount it even looks
+    // like the caged user's own.
+    if !is_root() {
+        return;
+    }
+    for tier in [Tier::ContainerRestricted, Tier::ProcessRestricted] {
+        let Some(sandbox) = cage_of(tier) else { return };
+        let ws = tempfile::tempdir().unwrap();
+        let node = std::ffi::CString::new(ws.path().join("null").as_os_str().as_bytes()).unwrap();
+        // SAFETY: mknod of a character device (1:3, /dev/null) in a
+        // directory this test owns.
+        let made = unsafe {
+            nix::libc::mknod(
+                node.as_ptr(),
+                nix::libc::S_IFCHR | 0o666,
+                nix::libc::makedev(1, 3),
+            )
+        };
+        assert_eq!(made, 0, "{}", std::io::Error::last_os_error());
+        let (_, out, _) = caged_python(
+            &sandbox,
+            ws.path(),
+            r#"
+for mode in ("rb", "wb"):
+    try:
+        open("null", mode).close()
+        print(mode, "OPENED")
+    except OSError as e:
+        print(mode, "refused", e.strerror)
+"#,
+            &[],
+        );
+        assert!(!out.contains("OPENED"), "{}: {out}", tier.name());
+        assert_eq!(out.matches("refused").count(), 2, "{}: {out}", tier.name());
+    }
 }
 
 #[test]
