@@ -586,8 +586,8 @@ impl Staging {
 
     /// The steps the forked child takes before it execs bubblewrap (or,
     /// with `cage`, the command itself): the clones attached in its
-    /// private mount namespace; with `cage`, the cage's file system and
-    /// its /proc and /sys masks (see [`Masks`]); then the caged user.
+    /// private mount namespace; with `cage`, the cage's file system,
+    /// masks and loopback; then the caged user.
     /// Everything is allocated here, in the parent.
     pub(crate) fn child_steps(
         &self,
@@ -599,7 +599,6 @@ impl Staging {
                 .iter()
                 .map(|(fd, target)| (fd.as_raw_fd(), target.clone()))
                 .collect(),
-            masks: cage.as_ref().map(|_| Masks::new()).transpose()?,
             cage,
             uid: self.user.uid,
             gid: self.user.gid,
@@ -701,125 +700,10 @@ fn pinned_files(root: &Path) -> Result<Vec<PathBuf>, CommandError> {
 /// What the child does between fork and exec, with nothing left to allocate.
 pub(crate) struct ChildSteps {
     attach: Vec<(RawFd, CString)>,
-    masks: Option<Masks>,
     /// The whole cage, made here rather than by bubblewrap.
     cage: Option<Box<crate::root_cage::RootCage>>,
     uid: u32,
     gid: u32,
-}
-
-/// The /proc and /sys masks of the process tier's cage when bl makes it
-/// (see [`crate::root_cage`]), in the child's own mount and pid
-/// namespaces, with no mount table read per mask:
-///
-/// - the child is pid 1 of its new pid namespace, so the /proc it mounts
-///   shows that namespace only; /proc/sys and the rest of
-///   [`READ_ONLY_PROC`] are bound read-only onto themselves;
-/// - /sys and every mount below it are made read-only, nosuid and nodev
-///   in one recursive `mount_setattr` (the cage bound /sys onto itself
-///   first, so that it is a mount of its own);
-/// - each [`HIDDEN`] path is covered: an empty read-only tmpfs over a
-///   directory, /dev/null over a file.
-///
-/// [`READ_ONLY_PROC`]: crate::bubblewrap::READ_ONLY_PROC
-/// [`HIDDEN`]: crate::bubblewrap::HIDDEN
-struct Masks {
-    read_only: Vec<CString>,
-    dirs: Vec<CString>,
-    files: Vec<CString>,
-}
-
-impl Masks {
-    fn new() -> Result<Masks, CommandError> {
-        let mut masks = Masks {
-            read_only: Vec::new(),
-            dirs: Vec::new(),
-            files: Vec::new(),
-        };
-        for path in crate::bubblewrap::READ_ONLY_PROC
-            .iter()
-            .filter(|p| Path::new(p).exists())
-        {
-            masks.read_only.push(c_path(Path::new(path))?);
-        }
-        for path in crate::bubblewrap::HIDDEN {
-            match std::fs::symlink_metadata(path) {
-                Ok(meta) if meta.is_dir() => masks.dirs.push(c_path(Path::new(path))?),
-                Ok(_) => masks.files.push(c_path(Path::new(path))?),
-                Err(_) => {}
-            }
-        }
-        Ok(masks)
-    }
-
-    /// Runs in the forked child, root and pid 1 in its new namespaces:
-    /// system calls on memory allocated before the fork only.
-    fn run(&self) -> std::io::Result<()> {
-        let check = |rc: libc::c_int| {
-            if rc < 0 {
-                Err(std::io::Error::last_os_error())
-            } else {
-                Ok(())
-            }
-        };
-        let sealed = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-        let bind =
-            |from: &std::ffi::CStr, to: &std::ffi::CStr, read_only: bool| -> std::io::Result<()> {
-                // SAFETY: mount(2) on C strings that outlive the call.
-                unsafe {
-                    check(libc::mount(
-                        from.as_ptr(),
-                        to.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND,
-                        std::ptr::null(),
-                    ))?;
-                    if read_only {
-                        check(libc::mount(
-                            std::ptr::null(),
-                            to.as_ptr(),
-                            std::ptr::null(),
-                            libc::MS_REMOUNT | libc::MS_BIND | sealed,
-                            std::ptr::null(),
-                        ))?;
-                    }
-                }
-                Ok(())
-            };
-        // SAFETY: mount(2) on static C strings.
-        check(unsafe {
-            libc::mount(
-                c"proc".as_ptr(),
-                c"/proc".as_ptr(),
-                c"proc".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                std::ptr::null(),
-            )
-        })?;
-        for path in &self.read_only {
-            bind(path, path, true)?;
-        }
-        for dir in &self.dirs {
-            // SAFETY: mount(2) on C strings that live as long as `self`.
-            check(unsafe {
-                libc::mount(
-                    c"tmpfs".as_ptr(),
-                    dir.as_ptr(),
-                    c"tmpfs".as_ptr(),
-                    sealed,
-                    c"mode=0555,size=0".as_ptr().cast(),
-                )
-            })?;
-        }
-        for file in &self.files {
-            bind(c"/dev/null", file, true)?;
-        }
-        seal_tree(
-            c"/sys",
-            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        )?;
-        Ok(())
-    }
 }
 
 impl ChildSteps {
@@ -875,11 +759,8 @@ impl ChildSteps {
                     MOVE_MOUNT_F_EMPTY_PATH,
                 ))?;
             }
-            if let (Some(cage), Some(masks)) = (&self.cage, &self.masks) {
+            if let Some(cage) = &self.cage {
                 cage.build()?;
-                masks.run()?;
-                seal_tree(c"/", MOUNT_ATTR_NOSUID)?;
-                crate::root_cage::drop_bounding_set()?;
             }
             let groups = [self.gid as libc::gid_t];
             // Raw system calls: glibc's wrappers would set the ids of

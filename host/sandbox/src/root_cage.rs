@@ -18,7 +18,7 @@
 //!   bubblewrap argv of the process tier ([`plan`]); the only paths it
 //!   creates (mount points, the private HOME and TMPDIR, a program's link)
 //!   lie inside the tmpfs mounts it made itself, never on the host's disks;
-//! - /proc and /sys are masked as for every cage (`caged_user::Masks`),
+//! - /proc and /sys are masked as for every cage ([`Masks`]),
 //!   and every mount is made nosuid;
 //! - it drops to the caged user with an empty capability bounding set,
 //!   starts a new session, sets no-new-privileges and loads the seccomp
@@ -35,6 +35,7 @@ use bl_core::CommandError;
 use nix::libc;
 
 use crate::bubblewrap::Shown;
+use crate::caged_user::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, seal_tree};
 
 /// One step of the cage's file system, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,9 +206,124 @@ fn mount_point(
     }
 }
 
+/// The /proc and /sys masks of the process tier's cage when bl makes it
+/// in the child's own mount and pid
+/// namespaces, with no mount table read per mask:
+///
+/// - the child is pid 1 of its new pid namespace, so the /proc it mounts
+///   shows that namespace only; /proc/sys and the rest of
+///   [`READ_ONLY_PROC`] are bound read-only onto themselves;
+/// - /sys and every mount below it are made read-only, nosuid and nodev
+///   in one recursive `mount_setattr` (the cage bound /sys onto itself
+///   first, so that it is a mount of its own);
+/// - each [`HIDDEN`] path is covered: an empty read-only tmpfs over a
+///   directory, /dev/null over a file.
+///
+/// [`READ_ONLY_PROC`]: crate::bubblewrap::READ_ONLY_PROC
+/// [`HIDDEN`]: crate::bubblewrap::HIDDEN
+struct Masks {
+    read_only: Vec<CString>,
+    dirs: Vec<CString>,
+    files: Vec<CString>,
+}
+
+impl Masks {
+    fn new() -> Result<Masks, CommandError> {
+        let mut masks = Masks {
+            read_only: Vec::new(),
+            dirs: Vec::new(),
+            files: Vec::new(),
+        };
+        for path in crate::bubblewrap::READ_ONLY_PROC
+            .iter()
+            .filter(|p| Path::new(p).exists())
+        {
+            masks.read_only.push(c_path(Path::new(path))?);
+        }
+        for path in crate::bubblewrap::HIDDEN {
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) if meta.is_dir() => masks.dirs.push(c_path(Path::new(path))?),
+                Ok(_) => masks.files.push(c_path(Path::new(path))?),
+                Err(_) => {}
+            }
+        }
+        Ok(masks)
+    }
+
+    /// Runs in the forked child, root and pid 1 in its new namespaces:
+    /// system calls on memory allocated before the fork only.
+    fn run(&self) -> std::io::Result<()> {
+        let check = |rc: libc::c_int| {
+            if rc < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        let sealed = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        let bind =
+            |from: &std::ffi::CStr, to: &std::ffi::CStr, read_only: bool| -> std::io::Result<()> {
+                // SAFETY: mount(2) on C strings that outlive the call.
+                unsafe {
+                    check(libc::mount(
+                        from.as_ptr(),
+                        to.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    ))?;
+                    if read_only {
+                        check(libc::mount(
+                            std::ptr::null(),
+                            to.as_ptr(),
+                            std::ptr::null(),
+                            libc::MS_REMOUNT | libc::MS_BIND | sealed,
+                            std::ptr::null(),
+                        ))?;
+                    }
+                }
+                Ok(())
+            };
+        // SAFETY: mount(2) on static C strings.
+        check(unsafe {
+            libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            )
+        })?;
+        for path in &self.read_only {
+            bind(path, path, true)?;
+        }
+        for dir in &self.dirs {
+            // SAFETY: mount(2) on C strings that live as long as `self`.
+            check(unsafe {
+                libc::mount(
+                    c"tmpfs".as_ptr(),
+                    dir.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    sealed,
+                    c"mode=0555,size=0".as_ptr().cast(),
+                )
+            })?;
+        }
+        for file in &self.files {
+            bind(c"/dev/null", file, true)?;
+        }
+        seal_tree(
+            c"/sys",
+            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        )?;
+        Ok(())
+    }
+}
+
 /// Everything the child needs to make the cage, allocated in the parent.
 pub(crate) struct RootCage {
     steps: Vec<Step>,
+    masks: Masks,
     /// `mode=0755,uid=U,gid=G`: the caged user owns the cage's tmpfs mounts.
     tmpfs_options: CString,
     uid: u32,
@@ -244,6 +360,7 @@ impl RootCage {
             .map_err(|_| CommandError::Denied("the seccomp filter is too long".into()))?;
         let mut cage = Box::new(RootCage {
             steps: plan(view)?,
+            masks: Masks::new()?,
             tmpfs_options: CString::new(format!("mode=0755,uid={uid},gid={gid}"))
                 .expect("digits only"),
             uid,
@@ -263,13 +380,19 @@ impl RootCage {
         &self.fprog
     }
 
-    /// Makes the file system (after the clones were attached), brings up
-    /// the loopback device. Runs in the child, root in its new namespaces.
+    /// Makes the file system (after the clones were attached) and its
+    /// masks, seals every mount nosuid, brings up the loopback device and
+    /// empties the capability bounding set: all that root must do before
+    /// the child drops to the caged user. Runs in the child, root in its
+    /// new namespaces.
     pub(crate) fn build(&self) -> std::io::Result<()> {
         for step in &self.steps {
             self.make(step)?;
         }
-        loopback_up()
+        self.masks.run()?;
+        seal_tree(c"/", MOUNT_ATTR_NOSUID)?;
+        loopback_up()?;
+        drop_bounding_set()
     }
 
     fn make(&self, step: &Step) -> std::io::Result<()> {
@@ -350,11 +473,11 @@ impl RootCage {
                     // nodev, as bubblewrap's binds: a device node in a
                     // workspace (or owned, through the idmapping, by the
                     // caged user) opens nothing.
-                    let mut attr = crate::caged_user::MOUNT_ATTR_NODEV;
+                    let mut attr = MOUNT_ATTR_NODEV;
                     if *read_only {
-                        attr |= crate::caged_user::MOUNT_ATTR_RDONLY;
+                        attr |= MOUNT_ATTR_RDONLY;
                     }
-                    crate::caged_user::seal_tree(to, attr)
+                    seal_tree(to, attr)
                 }
                 Step::Symlink { target, link } => {
                     let (parent, name) = open_parent_in_tmpfs(link)?;
@@ -463,7 +586,7 @@ fn loopback_up() -> std::io::Result<()> {
 
 /// Drops every capability from the bounding set (before the drop to the
 /// caged user: it takes CAP_SETPCAP), so nothing exec'd can regain one.
-pub(crate) fn drop_bounding_set() -> std::io::Result<()> {
+fn drop_bounding_set() -> std::io::Result<()> {
     for cap in 0..=63 {
         // SAFETY: prctl with plain integers.
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } < 0 {

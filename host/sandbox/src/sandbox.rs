@@ -186,18 +186,6 @@ impl Sandbox {
                 writable: lend.writable,
             })
             .collect();
-        let cage = Cage {
-            tier: self.tier,
-            workspace: &workspace,
-            workspace_source: staging.as_ref().map_or(&workspace, |s| &s.workspace),
-            writable: spec.workspace_writable,
-            private_root: private.root(),
-            egress,
-            hidden: &self.hidden,
-            covered: &view.covered,
-            shown: &shown,
-            links: &view.links,
-        };
         // Run by root, the process tier's cage is bl's own (see
         // root_cage): the child execs the command (or the egress bridge
         // that runs it) itself, in the workspace.
@@ -240,6 +228,18 @@ impl Sandbox {
             };
             (launched, args, workspace.as_path())
         } else {
+            let cage = Cage {
+                tier: self.tier,
+                workspace: &workspace,
+                workspace_source: staging.as_ref().map_or(&workspace, |s| &s.workspace),
+                writable: spec.workspace_writable,
+                private_root: private.root(),
+                egress,
+                hidden: &self.hidden,
+                covered: &view.covered,
+                shown: &shown,
+                links: &view.links,
+            };
             let cage_args = bubblewrap::args(&cage)?;
             // The filter file stays open until the command ends: bwrap
             // reads it through `--add-seccomp-fd FD`.
