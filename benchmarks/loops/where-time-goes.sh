@@ -37,7 +37,7 @@ role, started = {}, {}
 bl_total = tools = 0.0
 bl_runs = tool_runs = 0
 for line in open(sys.argv[1]):
-    m = re.match(r"\s*([\d.]+) \S+/(\d+) sched:(\w+)\((.*)", line)
+    m = re.match(r"\s*([\d.]+) .+?/(\d+) sched:(\w+)\((.*)", line)
     if not m:
         continue
     t, pid, event, rest = float(m[1]), m[2], m[3], m[4]

@@ -8,6 +8,7 @@ mod egress_cli;
 mod egress_sandbox;
 mod graph_artifacts;
 mod graph_cli;
+mod graph_cost;
 mod graph_exec;
 mod graph_newcomer;
 mod graph_runs;
