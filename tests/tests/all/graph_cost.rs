@@ -14,6 +14,10 @@ use bl_e2e::{bl_binary, repo_root};
 
 /// The CPU time of one `bl graph run` of `n` nodes at `isolation`, with
 /// everything it started.
+#[expect(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which also gives its CPU time"
+)]
 fn cpu_of_a_run(case: &Path, n: usize, isolation: &str) -> Duration {
     let dir = case.join(format!("{isolation}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
