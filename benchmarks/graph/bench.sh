@@ -7,6 +7,11 @@
 #   benchmarks/graph/bench.sh            # every comparison
 #   BENCH_SKIP_UPSTREAM=1 BENCH_SKIP_LANGGRAPH=1 benchmarks/graph/bench.sh
 #   BL_BASELINE=/tmp/bl-before BENCH_ONLY_CPU=1 benchmarks/graph/bench.sh
+#   BENCH_FIRST_DEMO=1 benchmarks/graph/bench.sh   # also a fresh clone's demo (minutes)
+#
+# It also runs bounded-loops' loop catalog through bl and measures what bl
+# adds to its commands' own time (benchmarks/loops/where-time-goes.sh;
+# needs perf; BENCH_SKIP_CATALOG=1 skips it), and checks the binary's size.
 #
 # CPU per node (user + system time of the whole `bl graph run`, divided by
 # N) is the figure that holds on any machine of a kind; wall time on a
@@ -225,6 +230,24 @@ if [ -z "${BENCH_SKIP_LANGGRAPH:-}" ]; then
   echo "  N=1,000: LangGraph 1.2 ${lg} s"
 fi
 
+catalog=""
+if [ -z "${BENCH_SKIP_CATALOG:-}" ] && [ -x "$venvs/bounded-loops/bin/python" ] && command -v perf >/dev/null; then
+  # bounded-loops' catalog, loop by loop, against the time of the commands
+  # its gates and workers run (their own tools): what is left is bl's.
+  catalog_out=$(BL="$bl" BENCH_VENVS="$venvs" "$root/benchmarks/loops/where-time-goes.sh" 2>/dev/null | tail -n 3)
+  echo "$catalog_out" | sed 's/^/  catalog: /'
+  catalog=$(echo "$catalog_out" | sed -n "s/.*commands' own: \([0-9.]*\)x.*/\1/p")
+fi
+
+demo=""
+if [ -n "${BENCH_FIRST_DEMO:-}" ]; then
+  # Minutes: a fresh clone's whole build and the demo graph.
+  demo_out=$(BENCH_NO_FAIL=1 "$root/benchmarks/first-demo.sh")
+  echo "  $demo_out"
+  demo=$(echo "$demo_out" | sed -n 's/.*clone: \([0-9.]*\) min.*/\1/p')
+fi
+binary_mb=$(python3 -c "import os; print(f'{os.path.getsize(\"$bl\") / 1e6:.0f}')")
+
 echo
 echo "Targets (issue 30), each against its anchor from this run:"
 own=$(python3 -c "print(f'{($cpu_wo - $workers_cpu) / 1000 * 1000:.2f}')")
@@ -243,6 +266,13 @@ if [ -n "$lg" ]; then
   target "LangGraph's wall / workspace_only's" "$(ratio "$lg" "$bl1k")" ">=" 2 x \
     "bl ${bl1k} s, LangGraph ${lg} s"
 fi
+if [ -n "$catalog" ]; then
+  target "the catalog's wall / its commands' own (where-time-goes)" "$catalog" "<=" 1.15 x
+fi
+if [ -n "$demo" ]; then
+  target "scripts/dev demo from a fresh clone" "$demo" "<=" 10 min
+fi
+target "the bl binary" "$binary_mb" "<=" 60 MB
 if [ "$missed" -gt 0 ]; then
   echo "$missed target(s) missed"
   [ -n "${BENCH_NO_FAIL:-}" ] || exit 1

@@ -80,6 +80,10 @@ struct State {
     children: Mutex<HashSet<i32>>,
     watchdog: Mutex<Option<Watchdog>>,
     spawn_log: Mutex<Option<PathBuf>>,
+    /// Empty leaves a command ended in, to be used again: making and
+    /// removing a cgroup costs more than the rest of a short command's
+    /// containment.
+    spare_leaves: Mutex<Vec<PathBuf>>,
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
@@ -112,6 +116,7 @@ fn state() -> &'static State {
             children: Mutex::new(HashSet::new()),
             watchdog: Mutex::new(None),
             spawn_log: Mutex::new(None),
+            spare_leaves: Mutex::new(Vec::new()),
         }
     })
 }
@@ -124,7 +129,11 @@ impl State {
                 return Mode::Walk;
             }
             match cgroup_home(&self.me) {
-                Some(dir) => Mode::Cgroup(dir),
+                Some((dir, probed)) => {
+                    // The leaf the probe joined and left is the first spare.
+                    lock(&self.spare_leaves).push(probed);
+                    Mode::Cgroup(dir)
+                }
                 None => Mode::Walk,
             }
         })
@@ -205,9 +214,10 @@ fn own_cgroup_dir() -> Option<PathBuf> {
 }
 
 /// Makes bl's own cgroup (`bl-<pid>.<start>` beside the one bl is in), after
-/// killing and removing any that a dead bl left. `None` where cgroup v2 is
-/// absent or not writable here.
-fn cgroup_home(me: &str) -> Option<PathBuf> {
+/// killing and removing any that a dead bl left, with an empty leaf in it
+/// that a child joined. `None` where cgroup v2 is absent or not writable
+/// here.
+fn cgroup_home(me: &str) -> Option<(PathBuf, PathBuf)> {
     let parent = own_cgroup_dir()?;
     if let Ok(entries) = std::fs::read_dir(&parent) {
         for entry in entries.flatten() {
@@ -227,12 +237,12 @@ fn cgroup_home(me: &str) -> Option<PathBuf> {
     let probe = home.join("probe");
     let joined = std::fs::create_dir(&probe).is_ok()
         && open_leaf(&probe).is_ok_and(|(dir, procs)| probe_join(&dir, &procs));
-    if !(joined && remove_when_empty(&probe).is_ok()) {
+    if !(joined && emptied(&probe)) {
         let _ = std::fs::remove_dir(&probe);
         let _ = std::fs::remove_dir(&home);
         return None;
     }
-    Some(home)
+    Some((home, probe))
 }
 
 /// A leaf's directory (to start a child in it) and its `cgroup.procs` (for
@@ -340,6 +350,21 @@ fn remove_when_empty(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Whether the leaf at `dir` holds no process, waiting as long as killed
+/// processes get to be gone.
+fn emptied(dir: &Path) -> bool {
+    let until = Instant::now() + GONE_WITHIN;
+    loop {
+        if !populated(dir) {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A pidfd for `pid`: refers to that process and no later one of the same
 /// number, so killing and reaping through it can never hit another.
 fn pidfd(pid: i32) -> Option<OwnedFd> {
@@ -394,6 +419,11 @@ pub(crate) struct Contained {
     marker: String,
     pid: Option<i32>,
     ended: bool,
+    /// Whether `cgroup.kill` was written to the leaf: such a leaf is never
+    /// used again. (On Linux 6.14 and later a child started straight into
+    /// a cgroup that was once killed is killed at birth: its kill count is
+    /// read from its parent's cgroup, not from the one it is started in.)
+    killed: std::sync::atomic::AtomicBool,
 }
 
 impl Contained {
@@ -403,8 +433,16 @@ impl Contained {
         let id = state.next.fetch_add(1, Ordering::Relaxed);
         let (leaf, procs) = match state.mode() {
             Mode::Cgroup(home) => {
-                let leaf = home.join(format!("c{id}"));
-                match std::fs::create_dir(&leaf).and_then(|_| open_leaf(&leaf)) {
+                let spare = lock(&state.spare_leaves).pop();
+                let (leaf, made) = match spare {
+                    Some(leaf) => (leaf, Ok(())),
+                    None => {
+                        let leaf = home.join(format!("c{id}"));
+                        let made = std::fs::create_dir(&leaf);
+                        (leaf, made)
+                    }
+                };
+                match made.and_then(|_| open_leaf(&leaf)) {
                     Ok(procs) => (Some(leaf), Some(procs)),
                     Err(_) => {
                         let _ = std::fs::remove_dir(&leaf);
@@ -421,6 +459,7 @@ impl Contained {
             marker: format!("{}.{id}", state.me),
             pid: None,
             ended: false,
+            killed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -545,9 +584,17 @@ impl Contained {
         // SAFETY: killpg with a group id and a signal number.
         unsafe { libc::killpg(pid, libc::SIGKILL) };
         match &self.leaf {
-            Some(leaf) => kill_cgroup(leaf),
+            // An empty leaf has nothing to kill, and stays fit to be used
+            // again (see `killed`).
+            Some(leaf) if populated(leaf) => self.kill_leaf(leaf),
+            Some(_) => {}
             None => kill_marked_orphans(&self.marker, self.pid),
         }
+    }
+
+    fn kill_leaf(&self, leaf: &Path) {
+        self.killed.store(true, Ordering::Relaxed);
+        kill_cgroup(leaf);
     }
 
     /// Ends whatever the command left running and reaps it. Called once its
@@ -572,10 +619,16 @@ impl Contained {
                 if populated(leaf) {
                     let fds: Vec<OwnedFd> =
                         cgroup_pids(leaf).into_iter().filter_map(pidfd).collect();
-                    kill_cgroup(leaf);
+                    self.kill_leaf(leaf);
                     reap(fds);
                 }
-                let _ = remove_when_empty(leaf);
+                // Empty and never killed, it serves the next command; one
+                // a process would not leave is never given to another.
+                if !self.killed.load(Ordering::Relaxed) && emptied(leaf) {
+                    lock(&state.spare_leaves).push(leaf.clone());
+                } else {
+                    let _ = remove_when_empty(leaf);
+                }
             }
             None => {
                 if self.pid.is_some() {

@@ -741,6 +741,27 @@ mod tests {
     }
 
     #[test]
+    fn a_command_after_one_that_left_a_process_behind_runs() {
+        // The first command's cgroup leaf is killed (it left `sleep`
+        // running) and must never be used again: a child started straight
+        // into a cgroup once killed is killed at birth on Linux 6.14 and
+        // later. An empty leaf never killed serves the next command.
+        let ws = tempfile::tempdir().unwrap();
+        for _ in 0..3 {
+            let left = Subprocess
+                .run(&spec(&["sh", "-c", "sleep 30 & exit 0"], ws.path()))
+                .unwrap();
+            assert_eq!(left.exit_code, Some(0));
+            for _ in 0..2 {
+                let next = Subprocess
+                    .run(&spec(&["sh", "-c", "exit 7"], ws.path()))
+                    .unwrap();
+                assert_eq!(next.exit_code, Some(7), "{next:?}");
+            }
+        }
+    }
+
+    #[test]
     fn runs_in_the_workspace_with_a_scrubbed_environment() {
         let ws = tempfile::tempdir().unwrap();
         // SAFETY: tests in this module do not read the environment concurrently.
