@@ -94,17 +94,31 @@ cpu_once() {
   echo "$bin failed ${BENCH_TRIES:-3} times in $dir" >&2
   exit 1
 }
-# cpu_best DIR -> the least CPU seconds of $reps runs of bl, then (with
-# BL_BASELINE) of the baseline, the two interleaved run by run
-cpu_best() {
-  local b="" a="" i t
+# workers_cpu_once -> CPU seconds of the same 1,000 worker processes alone,
+# 2 at a time (the anchor bl's own CPU is measured against)
+workers_cpu_once() {
+  local times="$work/times-$RANDOM"
+  (cd "$d1k" && /usr/bin/time -f '%U %S' -o "$times" sh -c \
+     "seq 1000 | xargs -P $cores -I{} ./fake-bin/claude -p --output-format json >/dev/null")
+  python3 -c "u, s = open('$times').read().split()[-2:]; print(float(u) + float(s))"
+}
+# cpu_rounds -> "bl_wo bl_pr workers base_wo base_pr": the least CPU seconds
+# of $reps rounds, each round running bl at both tiers, the workers alone
+# and (with BL_BASELINE) the baseline at both tiers, one after another, so
+# that a drift of the machine lands on every figure alike
+cpu_rounds() {
+  local i t w="" p="" k="" bw="" bp=""
+  lesser() { python3 -c "print(min($1, float('${2:-inf}')))"; }
   for i in $(seq "$reps"); do
-    t=$(cpu_once "$bl" "$1"); b=$(python3 -c "print(min($t, float('${b:-inf}')))")
+    t=$(cpu_once "$bl" "$d1k"); w=$(lesser "$t" "$w")
+    t=$(cpu_once "$bl" "$d1kp"); p=$(lesser "$t" "$p")
+    t=$(workers_cpu_once); k=$(lesser "$t" "$k")
     if [ -n "${BL_BASELINE:-}" ]; then
-      t=$(cpu_once "$BL_BASELINE" "$1"); a=$(python3 -c "print(min($t, float('${a:-inf}')))")
+      t=$(cpu_once "$BL_BASELINE" "$d1k"); bw=$(lesser "$t" "$bw")
+      t=$(cpu_once "$BL_BASELINE" "$d1kp"); bp=$(lesser "$t" "$bp")
     fi
   done
-  echo "$b $a"
+  echo "$w $p $k $bw $bp"
 }
 per_node_ms() { python3 -c "print(f'{$1 / $2 * 1000:.2f}')"; }
 
@@ -121,11 +135,11 @@ target() { # NAME VALUE OP LIMIT UNIT ANCHOR-TEXT
 d1k=$(make 1000 workspace_only)
 d1kp=$(make 1000 process_restricted)
 
-echo "CPU (user + system of the whole run, workers included), best of $reps:"
-read -r cpu_wo base_wo <<<"$(cpu_best "$d1k")"
-read -r cpu_pr base_pr <<<"$(cpu_best "$d1kp")"
+echo "CPU (user + system of the whole run, workers included), best of $reps rounds, interleaved:"
+read -r cpu_wo cpu_pr workers_cpu base_wo base_pr <<<"$(cpu_rounds)"
 echo "  N=1,000 workspace_only:     $(per_node_ms "$cpu_wo" 1000) ms per node"
 echo "  N=1,000 process_restricted: $(per_node_ms "$cpu_pr" 1000) ms per node"
+echo "  the same 1,000 workers alone: $(per_node_ms "$workers_cpu" 1000) ms per worker"
 if [ -n "${BL_BASELINE:-}" ]; then
   echo "  baseline ($BL_BASELINE): workspace_only $(per_node_ms "$base_wo" 1000) ms," \
        "process_restricted $(per_node_ms "$base_pr" 1000) ms per node;" \
@@ -133,15 +147,8 @@ if [ -n "${BL_BASELINE:-}" ]; then
 fi
 [ -n "${BENCH_ONLY_CPU:-}" ] && exit 0
 
-# The anchors: the same 1,000 worker processes alone (2 at a time), and
-# bare bubblewrap.
-workers_cpu_once() {
-  local times="$work/times-$RANDOM"
-  (cd "$d1k" && /usr/bin/time -f '%U %S' -o "$times" sh -c \
-     "seq 1000 | xargs -P $cores -I{} ./fake-bin/claude -p --output-format json >/dev/null")
-  python3 -c "u, s = open('$times').read().split()[-2:]; print(float(u) + float(s))"
-}
-workers_cpu=$(best workers_cpu_once)
+# The anchors for wall time: the same 1,000 worker processes alone (2 at a
+# time), and bare bubblewrap.
 workers_once() {
   local t0 t1
   t0=$(now)
