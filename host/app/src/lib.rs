@@ -6,6 +6,7 @@
 //! remarks go through [`notes`].
 
 pub mod approvals;
+mod arena;
 pub mod cage;
 pub mod egress_proxy;
 pub mod error;

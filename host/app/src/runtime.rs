@@ -279,6 +279,14 @@ impl GraphRuntime {
         bl_verify::verify(dir, options).map_err(|e| AppError::refused(e.to_string()))
     }
 
+    /// The run's arena: one self-contained page of its graph, states,
+    /// artifacts and log, which checks in the browser, against the
+    /// checkpoint and `verifier` (a key's `<name>+<id>+<base64>` text),
+    /// what it shows (see [`crate::arena`]).
+    pub fn arena(&self, dir: &Path, verifier: Option<&str>) -> Result<String, AppError> {
+        crate::arena::page(self, dir, verifier)
+    }
+
     /// Follows the run's log from after event `after` (0: from the start).
     pub fn subscribe(&self, dir: &Path, after: u64) -> Subscription {
         Subscription {
@@ -299,6 +307,9 @@ pub struct LogEvent {
     pub payload: Value,
     /// The whole line, as the log holds it.
     pub line: Value,
+    /// The line's bytes, as recorded (without its newline): what a
+    /// checkpoint's Merkle tree hashes.
+    pub raw: String,
 }
 
 /// A reader of one run's log that remembers how far it got. The first
@@ -357,6 +368,9 @@ impl Subscription {
             self.lines += 1;
             bl_store::chain::verify_line(&mut self.head, self.lines, line)
                 .map_err(|e| refused(&e))?;
+            let raw = std::str::from_utf8(line)
+                .map_err(|e| refused(&e))?
+                .to_string();
             let line: Value = serde_json::from_slice(line).map_err(|e| refused(&e))?;
             let sequence = line["sequence"].as_u64().unwrap_or(0);
             if sequence <= self.position {
@@ -367,6 +381,7 @@ impl Subscription {
                 event_type: line["event_type"].as_str().unwrap_or_default().to_string(),
                 payload: line["payload"].clone(),
                 line,
+                raw,
             });
         }
         if let Some(last) = events.last() {

@@ -80,6 +80,23 @@ pub enum GraphCommand {
         #[arg(long)]
         run: PathBuf,
     },
+    /// Draw a run as one self-contained page (no network) that checks in
+    /// the browser, against the run's checkpoint and the key you give,
+    /// every event it shows.
+    Arena {
+        /// The run directory (what `graph run --out` wrote).
+        #[arg(long)]
+        run: PathBuf,
+        /// Where to write the page (default: `<run>.arena.html` beside the
+        /// run directory; a file inside it would not be in its seal).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The verifier key (text or file, from `bl keys generate`) the
+        /// checkpoint's signature must verify with; without it the page
+        /// says LOCAL/UNVERIFIED.
+        #[arg(long)]
+        pubkey: Option<String>,
+    },
     /// Record a human decision on an approval node, and resume the run.
     Approve {
         /// The run directory (what `graph run --out` wrote).
@@ -221,6 +238,9 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             isolation,
         } => connect(&manifest, &provider, &model, isolation.as_deref()),
         GraphCommand::Status { run } => crate::graph_report::status(&run),
+        GraphCommand::Arena { run, out, pubkey } => {
+            crate::graph_report::arena(&run, out.as_deref(), pubkey.as_deref())
+        }
         GraphCommand::Artifacts { run } => crate::graph_report::artifacts(&run),
         GraphCommand::Approve {
             run,

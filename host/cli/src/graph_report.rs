@@ -289,6 +289,32 @@ fn report_drive(driven: &Driven, title: &str, flags: &DriveFlags) -> CliResult {
 }
 
 /// `bl graph status --run D [--json]`
+/// Writes the run's arena page and says where.
+pub fn arena(dir: &Path, out: Option<&Path>, pubkey: Option<&str>) -> CliResult {
+    let verifier = pubkey
+        .map(bl_app::keys::read_verifier_key)
+        .transpose()
+        .map_err(|e| CliError::refused(format!("graph arena: {e}")))?
+        .map(|key| key.to_text());
+    let page = GraphRuntime::default().arena(dir, verifier.as_deref())?;
+    let out = out.map(Path::to_path_buf).unwrap_or_else(|| {
+        let name = dir.file_name().unwrap_or(dir.as_os_str()).to_string_lossy();
+        dir.with_file_name(format!("{name}.arena.html"))
+    });
+    std::fs::write(&out, page).map_err(|e| {
+        CliError::refused(format!("graph arena: cannot write {}: {e}", out.display()))
+    })?;
+    if crate::output::json() {
+        outln!(
+            "{}",
+            serde_json::json!({"arena": out.display().to_string()})
+        );
+    } else {
+        outln!("arena: {}", out.display());
+    }
+    Ok(Exit::Success)
+}
+
 pub fn status(dir: &Path) -> CliResult {
     let status = GraphRuntime::default().status(dir)?;
     let (run, view) = (&status.run, &status.view);

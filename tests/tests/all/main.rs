@@ -6,6 +6,7 @@
 mod durability;
 mod egress_cli;
 mod egress_sandbox;
+mod graph_arena;
 mod graph_artifacts;
 mod graph_cli;
 mod graph_cost;

@@ -1,0 +1,71 @@
+//! A graph run's arena page: the run's records, read and verified through
+//! the runtime API (status, subscribe, artifacts), handed as recorded to
+//! the pages adapter, which draws them and checks them again in the
+//! browser.
+
+use std::path::Path;
+
+use crate::error::AppError;
+use crate::runtime::GraphRuntime;
+
+/// The page for the run at `dir`. Refused when its plan does not match
+/// the plan id it records, or its log's chain is broken; a page whose
+/// checkpoint or signature does not hold is made, and says so.
+pub(crate) fn page(
+    runtime: &GraphRuntime,
+    dir: &Path,
+    verifier: Option<&str>,
+) -> Result<String, AppError> {
+    let status = runtime.status(dir)?;
+    let events: Vec<String> = runtime
+        .subscribe(dir, 0)
+        .poll()?
+        .into_iter()
+        .map(|e| e.raw)
+        .collect();
+    let run_dir = bl_store::RunDir::new(dir);
+    let read = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| AppError::refused(format!("cannot read {}: {e}", path.display())))
+    };
+    let plan = read(&run_dir.plan())?;
+    // The page draws plan.json as recorded: it must be the plan the run ran.
+    let digest = bl_core::Sha256Digest::of(plan.as_bytes()).to_string();
+    if digest != status.run.plan.plan_id {
+        return Err(AppError::refused(format!(
+            "{} is {digest}, not the plan this run ran ({}): the run directory was altered; no page is made",
+            run_dir.plan().display(),
+            status.run.plan.plan_id
+        )));
+    }
+    let checkpoint = match latest_checkpoint(&run_dir.checkpoints()) {
+        Some(path) => Some(read(&path)?),
+        None => None,
+    };
+    let artifacts = runtime.artifacts(dir)?;
+    let title = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string());
+    bl_pages::arena_html(&bl_pages::ArenaInput {
+        title: &title,
+        plan: &plan,
+        plan_id: &status.run.plan.plan_id,
+        events: &events,
+        checkpoint: checkpoint.as_deref(),
+        verifier,
+        artifacts: &artifacts,
+    })
+    .map_err(|e| AppError::refused(format!("{}: {e}", run_dir.plan().display())))
+}
+
+/// The checkpoint over the most events (`<size>.checkpoint`, zero-padded,
+/// so the greatest name).
+fn latest_checkpoint(dir: &Path) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "checkpoint"))
+        .max()
+}

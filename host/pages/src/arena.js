@@ -1,0 +1,213 @@
+"use strict";
+// The arena's one script. It checks the run's records before it shows
+// them as verified: the plan's digest, every event line's place in the
+// RFC 6962 tree whose root the checkpoint states, and the checkpoint's
+// Ed25519 signature by the key the page was given. Then it colours the
+// graph, fills the details of a clicked node and pages the log. Text from
+// the run only ever reaches the page as text, never as markup.
+(async () => {
+  const run = JSON.parse(document.getElementById("bl-run").textContent);
+  const enc = new TextEncoder();
+  const $ = (id) => document.getElementById(id);
+  const fromB64 = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+  const toHex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  const sha256 = async (bytes) => new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  const join = (...parts) => {
+    const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const p of parts) { out.set(p, at); at += p.length; }
+    return out;
+  };
+  const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+  const el = (tag, text, cls) => {
+    const e = document.createElement(tag);
+    if (text !== undefined) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  };
+
+  // RFC 6962: a leaf is SHA-256(0x00 || line), a node SHA-256(0x01 || l || r),
+  // split at the largest power of two below the size.
+  const rootOf = async (leaves, lo, hi) => {
+    const n = hi - lo;
+    if (n === 0) return sha256(new Uint8Array());
+    if (n === 1) return leaves[lo];
+    let k = 1;
+    while (k * 2 < n) k *= 2;
+    return sha256(join(Uint8Array.of(1), await rootOf(leaves, lo, lo + k), await rootOf(leaves, lo + k, hi)));
+  };
+
+  async function check() {
+    const why = [];
+    const planDigest = "sha256:" + toHex(await sha256(enc.encode(run.plan)));
+    if (planDigest !== run.plan_id) why.push("the plan's digest is not the plan id the run records");
+    const events = run.events.map((line) => { try { return JSON.parse(line); } catch { return null; } });
+    if (events.some((e) => e === null)) why.push("an event line is not JSON");
+    if (events.some((e) => e && e.plan_digest !== run.plan_id)) why.push("an event names another plan");
+    const leaves = await Promise.all(run.events.map((line) => sha256(join(Uint8Array.of(0), enc.encode(line)))));
+    if (!run.checkpoint) {
+      why.push("the run has no checkpoint, so nothing states what its log should hash to");
+      return { why, events };
+    }
+    const [head] = run.checkpoint.split("\n\n");
+    const body = head + "\n";
+    const lines = head.split("\n");
+    const size = Number(lines[1]);
+    if (!Number.isInteger(size) || size < 1 || size > run.events.length) {
+      why.push(`the checkpoint covers ${lines[1]} events but the page holds ${run.events.length}`);
+    } else {
+      const root = await rootOf(leaves, 0, size);
+      if (!same(root, fromB64(lines[2]))) {
+        why.push("the events do not hash to the checkpoint's root: the log or this page was altered");
+      }
+      if (size < run.events.length) why.push(`${run.events.length - size} events came after the last checkpoint`);
+    }
+    const planLine = lines.find((l) => l.startsWith("file ") && l.endsWith(" plan.json"));
+    if (!planLine || planLine.split(" ")[1] !== planDigest) why.push("the checkpoint does not seal this plan");
+    if (!run.verifier) {
+      why.push("no verifier key was given (bl graph arena --pubkey KEY), so the checkpoint's signature was not checked");
+      return { why, events };
+    }
+    try {
+      // <name>+<key id>+<base64(0x01 || public key)>; base64 may hold "+".
+      const parts = run.verifier.trim().split("+");
+      const name = parts[0];
+      const key = fromB64(parts.slice(2).join("+"));
+      if (key.length !== 33 || key[0] !== 1) throw new Error("the verifier key is not an Ed25519 key");
+      const id = (await sha256(join(enc.encode(name + "\n"), key))).slice(0, 4);
+      const signatures = run.checkpoint.split("\n\n")[1] || "";
+      const line = signatures.split("\n").find((l) => l.startsWith("\u2014 " + name + " "));
+      if (!line) throw new Error(`the checkpoint is not signed by ${name}`);
+      const signed = fromB64(line.split(" ")[2]);
+      if (!same(signed.slice(0, 4), id)) throw new Error(`the signature is by another key than ${name}`);
+      const publicKey = await crypto.subtle.importKey("raw", key.slice(1), { name: "Ed25519" }, false, ["verify"]);
+      const good = await crypto.subtle.verify({ name: "Ed25519" }, publicKey, signed.slice(4), enc.encode(body));
+      if (!good) throw new Error(`the signature by ${name} does not verify: the checkpoint was altered or signed by another key`);
+    } catch (e) {
+      why.push(e && e.message ? e.message : String(e));
+    }
+    return { why, events };
+  }
+
+  const plan = JSON.parse(run.plan);
+  const planNodes = new Map((plan.nodes || []).map((n) => [n.node_id, n]));
+  let result;
+  try {
+    result = await check();
+  } catch (e) {
+    result = { why: ["this browser could not check the records: " + e], events: [] };
+  }
+  const trust = $("trust");
+  trust.className = result.why.length ? "unverified" : "verified";
+  trust.textContent = result.why.length
+    ? "LOCAL/UNVERIFIED: " + result.why.join("; ") + "."
+    : `Verified: ${run.events.length} events hash to the signed checkpoint's root, and the plan is the one it seals.`;
+
+  // The run as its events tell it.
+  const nodes = new Map();
+  let runState = "PENDING";
+  result.events.forEach((e, i) => {
+    if (!e) return;
+    const p = e.payload || {};
+    if (e.event_type && e.event_type.startsWith("run.") && p.state) runState = p.state;
+    if (!p.node_id) return;
+    const n = nodes.get(p.node_id) || { events: [], state: "PENDING", attempts: 0, artifacts: new Set(), tokens: 0, cost: 0 };
+    nodes.set(p.node_id, n);
+    n.events.push(i);
+    if (p.state) n.state = p.state;
+    if (p.attempt) n.attempts = Math.max(n.attempts, p.attempt);
+    (p.artifact_digests || []).forEach((d) => n.artifacts.add(d));
+    if (p.verdict) n.verdict = p.verdict;
+    if (p.route) n.route = p.route;
+    if (p.reason) n.reason = p.reason;
+    if (p.usage) { n.tokens += (p.usage.input_tokens || 0) + (p.usage.output_tokens || 0); n.cost += p.usage.cost_microunits || 0; }
+  });
+  const counts = {};
+  document.querySelectorAll("g.node").forEach((g) => {
+    const n = nodes.get(g.dataset.node) || { state: "PENDING", attempts: 0 };
+    counts[n.state] = (counts[n.state] || 0) + 1;
+    g.classList.remove("unverified");
+    g.classList.add("state-" + n.state.toLowerCase());
+    g.querySelector("text.state").textContent = `${n.state} · ${n.attempts} attempt${n.attempts === 1 ? "" : "s"}`;
+  });
+  $("summary").textContent = `run ${runState}; ` + Object.entries(counts).map(([s, c]) => `${c} ${s}`).join(", ") + `; ${run.events.length} events`;
+
+  // The same bytes may be several nodes' artifacts: this node's own first.
+  const artifactOf = (digest, node) =>
+    run.artifacts.find((a) => a.digest === digest && a.producer && a.producer.node_id === node) ||
+    run.artifacts.find((a) => a.digest === digest) || {};
+  const nodeName = (x) => (x && typeof x === "object" ? x.node_id || JSON.stringify(x) : x ?? "");
+  function show(id) {
+    const n = nodes.get(id);
+    const details = $("details");
+    details.replaceChildren(el("h2", id));
+    const facts = el("dl");
+    const fact = (k, v) => { if (v === undefined || v === null || v === "") return; facts.append(el("dt", k), el("dd", v)); };
+    const p = planNodes.get(id) || {};
+    fact("kind", p.kind);
+    fact("isolation", p.isolation);
+    fact("effects", (p.required_effects || []).join(", "));
+    fact("state", n ? n.state : "PENDING");
+    fact("attempts", n ? n.attempts : 0);
+    if (n) {
+      if (n.verdict) fact("verdict", (n.verdict.passed ? "passed: " : "failed: ") + (n.verdict.reason || ""));
+      if (n.reason) fact("reason", n.reason);
+      if (n.route) fact("route", `${n.route.provider_id} / ${n.route.model_id} (${n.route.region})`);
+      fact("spend", `${n.tokens} tokens, ${n.cost} microunits`);
+    }
+    details.append(facts);
+    if (n && n.artifacts.size) {
+      details.append(el("h3", "Artifacts"));
+      const table = el("table");
+      const header = el("tr");
+      header.append(...["digest", "size (bytes)", "role", "visibility", "producer", "consumers"].map((h) => el("th", h)));
+      table.append(header);
+      n.artifacts.forEach((d) => {
+        const a = artifactOf(d, id);
+        const producer = a.producer ? `${nodeName(a.producer)}${a.producer.attempt ? " (attempt " + a.producer.attempt + ")" : ""}` : "";
+        const row = el("tr");
+        row.append(el("td", d, "digest"), el("td", a.size ?? ""), el("td", a.role ?? ""), el("td", a.visibility ?? "-"),
+          el("td", producer), el("td", (a.consumers || []).map(nodeName).join(", ") || "-"));
+        table.append(row);
+      });
+      details.append(table);
+    }
+    if (n) {
+      details.append(el("h3", "Events"));
+      const list = el("ol", undefined, "node-events");
+      n.events.forEach((i) => {
+        const e = result.events[i];
+        list.append(el("li", `#${e.sequence} ${e.event_type} ${e.timestamp || ""}`));
+      });
+      details.append(list);
+    }
+    document.querySelectorAll("g.node.selected").forEach((g) => g.classList.remove("selected"));
+    const g = document.querySelector(`g.node[data-node="${CSS.escape(id)}"]`);
+    if (g) g.classList.add("selected");
+  }
+  const pick = (target) => { const g = target.closest && target.closest("g.node"); if (g) show(g.dataset.node); };
+  $("graph").addEventListener("click", (e) => pick(e.target));
+  $("graph").addEventListener("keydown", (e) => { if (e.key === "Enter") pick(e.target); });
+  const wanted = new URLSearchParams(location.hash.slice(1)).get("node");
+  if (wanted) show(wanted);
+
+  // The log, a page at a time: a long run never renders whole.
+  const PAGE = 100;
+  let page = 0;
+  const pages = Math.max(1, Math.ceil(result.events.length / PAGE));
+  function paint() {
+    const list = $("events");
+    list.replaceChildren();
+    list.start = page * PAGE + 1;
+    result.events.slice(page * PAGE, (page + 1) * PAGE).forEach((e) => {
+      list.append(el("li", e ? `${e.event_type}${e.payload && e.payload.node_id ? " " + e.payload.node_id : ""} ${e.timestamp || ""}` : "(not JSON)"));
+    });
+    $("page").textContent = `page ${page + 1} of ${pages}`;
+    $("prev").disabled = page === 0;
+    $("next").disabled = page + 1 >= pages;
+  }
+  $("prev").addEventListener("click", () => { page = Math.max(0, page - 1); paint(); });
+  $("next").addEventListener("click", () => { page = Math.min(pages - 1, page + 1); paint(); });
+  paint();
+  document.body.dataset.ready = "true";
+})();

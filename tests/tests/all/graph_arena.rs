@@ -1,0 +1,304 @@
+//! `bl graph arena`: a real run drawn as one page, opened in real headless
+//! Chromium (Debian's, which `scripts/dev test` installs), whose script
+//! checks the run's records with WebCrypto before it shows them as
+//! verified. What the browser made of the page is read back from the DOM
+//! it dumps after the script has run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bl_e2e::{bl_binary, repo_root};
+
+/// Debian's Chromium, or `None` (said loudly) where it is not installed
+/// and this is not CI.
+fn chromium() -> Option<PathBuf> {
+    let path = PathBuf::from("/usr/bin/chromium");
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but chromium is not installed: scripts/dev test should have installed it"
+    );
+    eprintln!("SKIPPED: chromium is not installed on this machine; no page was opened");
+    None
+}
+
+/// Headless Chromium's flags: no network of its own, a fresh profile.
+fn headless(browser: &Path, profile: &Path) -> Command {
+    let mut command = Command::new(browser);
+    command.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--virtual-time-budget=10000",
+    ]);
+    command.arg(format!("--user-data-dir={}", profile.display()));
+    command
+}
+
+/// The page's DOM once its script has run (`fragment`: after `#`).
+fn rendered(browser: &Path, page: &Path, fragment: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let out = headless(browser, profile.path())
+        .arg("--dump-dom")
+        .arg(format!("file://{}#{fragment}", page.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        dom.contains(r#"data-ready="true""#),
+        "the page's script did not finish: {}\n{dom}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dom
+}
+
+fn bl(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(bl_binary())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// A run of three nodes with a checkpoint signed by a fresh key; returns
+/// the graph directory and the key's public half.
+fn signed_run(case: &Path) -> (PathBuf, PathBuf) {
+    let key = case.join("arena.key");
+    let made = bl(
+        &[
+            "keys",
+            "generate",
+            "--name",
+            "arena-test",
+            "--out",
+            key.to_str().unwrap(),
+        ],
+        case,
+    );
+    assert!(made.status.success(), "{made:?}");
+    let dir = case.join("graph");
+    let graph = Command::new("python3")
+        .arg(repo_root().join("benchmarks/graph/make_graph.py"))
+        .args(["3", "workspace_only"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(graph.success());
+    let path = format!(
+        "{}:{}",
+        dir.join("fake-bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    let run = Command::new(bl_binary())
+        .args(bl_e2e::GRAPH_RUN)
+        .args(["--checkpoint-key", key.to_str().unwrap()])
+        .current_dir(&dir)
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    (dir, case.join("arena.pub"))
+}
+
+/// The opening tag of a node's drawing.
+fn node_tag<'a>(dom: &'a str, node: &str) -> &'a str {
+    let at = dom
+        .find(&format!(r#"data-node="{node}""#))
+        .unwrap_or_else(|| panic!("{node} is drawn"));
+    let start = dom[..at].rfind('<').unwrap();
+    let end = at + dom[at..].find('>').unwrap();
+    &dom[start..end]
+}
+
+fn trust_line(dom: &str) -> &str {
+    let start = dom
+        .find(r#"<p id="trust""#)
+        .expect("the page says what it verified");
+    let end = dom[start..].find("</p>").unwrap() + start;
+    &dom[start..end]
+}
+
+#[test]
+fn the_arena_of_a_signed_run_is_verified_in_the_browser_and_a_click_shows_a_nodes_digests() {
+    let Some(browser) = chromium() else { return };
+    let case = tempfile::tempdir().unwrap();
+    let (dir, public) = signed_run(case.path());
+    let made = bl(
+        &[
+            "graph",
+            "arena",
+            "--run",
+            "run",
+            "--pubkey",
+            public.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    assert!(made.status.success(), "{made:?}");
+    let page = dir.join("run.arena.html");
+    assert!(String::from_utf8_lossy(&made.stdout).contains("run.arena.html"));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        !html.contains(" src=") && !html.contains("href="),
+        "nothing is fetched"
+    );
+    let dom = rendered(&browser, &page, "node=n00001");
+    let trust = trust_line(&dom);
+    assert!(trust.contains(r#"class="verified""#), "{trust}");
+    assert!(trust.contains("Verified: 21 events"), "{trust}");
+    assert!(dom.contains("run SUCCEEDED; 3 SUCCEEDED"), "{dom}");
+    for node in ["n00000", "n00001", "n00002"] {
+        let tag = node_tag(&dom, node);
+        assert!(
+            tag.contains("state-succeeded"),
+            "{node} drawn as succeeded: {tag}"
+        );
+    }
+    assert!(node_tag(&dom, "n00001").contains("selected"));
+    // The clicked node's details: its artifact's digest, size and producer.
+    let details = &dom[dom.find("<h2>n00001</h2>").expect("details of n00001")..];
+    assert!(
+        details.contains("sha256:5782b18687e6cf8a482fc32d2db5b196d8821c458a0c069c6acf3953446e7bb5")
+    );
+    assert!(details.contains("<td>5</td>") && details.contains("n00001 (attempt 1)"));
+    assert!(details.contains("node.succeeded"));
+    // The page renders to something, not a blank screen.
+    let shot = case.path().join("arena.png");
+    let profile = tempfile::tempdir().unwrap();
+    let taken = headless(&browser, profile.path())
+        .arg("--window-size=1200,800")
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap();
+    assert!(taken.status.success(), "{taken:?}");
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
+}
+
+#[test]
+fn an_altered_byte_a_missing_key_or_another_key_make_the_page_say_unverified() {
+    let Some(browser) = chromium() else { return };
+    let case = tempfile::tempdir().unwrap();
+    let (dir, public) = signed_run(case.path());
+    let made = bl(
+        &[
+            "graph",
+            "arena",
+            "--run",
+            "run",
+            "--pubkey",
+            public.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    assert!(made.status.success(), "{made:?}");
+    let page = std::fs::read_to_string(dir.join("run.arena.html")).unwrap();
+
+    // One byte of one event, changed in the page.
+    let altered = page.replacen(
+        "a non-empty, well-formed reply",
+        "a non-empty, well-formed replz",
+        1,
+    );
+    assert_ne!(altered, page);
+    let path = case.path().join("altered.html");
+    std::fs::write(&path, altered).unwrap();
+    let trust = trust_line(&rendered(&browser, &path, "")).to_string();
+    assert!(trust.contains("LOCAL/UNVERIFIED"), "{trust}");
+    assert!(
+        trust.contains("do not hash to the checkpoint's root"),
+        "{trust}"
+    );
+
+    // No key: the signature is not checked, and the page says so.
+    let made = bl(
+        &["graph", "arena", "--run", "run", "--out", "nokey.html"],
+        &dir,
+    );
+    assert!(made.status.success(), "{made:?}");
+    let trust = trust_line(&rendered(&browser, &dir.join("nokey.html"), "")).to_string();
+    assert!(
+        trust.contains("LOCAL/UNVERIFIED") && trust.contains("no verifier key"),
+        "{trust}"
+    );
+
+    // Another key of the same name: its signature is not on the checkpoint.
+    let other = case.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let made = bl(
+        &[
+            "keys",
+            "generate",
+            "--name",
+            "arena-test",
+            "--out",
+            "other.key",
+        ],
+        &other,
+    );
+    assert!(made.status.success(), "{made:?}");
+    let made = bl(
+        &[
+            "graph",
+            "arena",
+            "--run",
+            "run",
+            "--out",
+            "other.html",
+            "--pubkey",
+            other.join("other.pub").to_str().unwrap(),
+        ],
+        &dir,
+    );
+    assert!(made.status.success(), "{made:?}");
+    let trust = trust_line(&rendered(&browser, &dir.join("other.html"), "")).to_string();
+    assert!(
+        trust.contains("LOCAL/UNVERIFIED") && trust.contains("another key"),
+        "{trust}"
+    );
+}
+
+#[test]
+fn a_run_whose_plan_or_log_was_altered_is_refused_before_any_page_is_made() {
+    let case = tempfile::tempdir().unwrap();
+    let (dir, _) = signed_run(case.path());
+    let plan = dir.join("run/plan.json");
+    let original = std::fs::read_to_string(&plan).unwrap();
+    std::fs::write(
+        &plan,
+        original.replacen("research_claim", "research_claiM", 1),
+    )
+    .unwrap();
+    let made = bl(&["graph", "arena", "--run", "run"], &dir);
+    assert!(!made.status.success(), "{made:?}");
+    assert!(
+        String::from_utf8_lossy(&made.stderr).contains("plan.json"),
+        "{made:?}"
+    );
+    assert!(!dir.join("run.arena.html").exists());
+    std::fs::write(&plan, original).unwrap();
+
+    let log = dir.join("run/controller-events.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    std::fs::write(
+        &log,
+        text.replacen("well-formed reply", "well-formed replz", 1),
+    )
+    .unwrap();
+    let made = bl(&["graph", "arena", "--run", "run"], &dir);
+    assert!(!made.status.success(), "{made:?}");
+    let said = String::from_utf8_lossy(&made.stderr);
+    assert!(said.contains("controller-events.jsonl"), "{said}");
+    assert!(!dir.join("run.arena.html").exists());
+}
