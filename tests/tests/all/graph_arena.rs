@@ -2,7 +2,8 @@
 //! Chromium (Debian's, which `scripts/dev test` installs), whose script
 //! checks the run's records with WebCrypto before it shows them as
 //! verified. What the browser made of the page is read back from the DOM
-//! it dumps after the script has run.
+//! it dumps after the script has run; a click is a real one, sent through
+//! chromedriver (WebDriver, with the fantoccini client).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -125,7 +126,7 @@ fn trust_line(dom: &str) -> &str {
 }
 
 #[test]
-fn the_arena_of_a_signed_run_is_verified_in_the_browser_and_a_click_shows_a_nodes_digests() {
+fn the_arena_of_a_signed_run_is_verified_in_the_browser_with_every_node_drawn_in_its_state() {
     let Some(browser) = chromium() else { return };
     let case = tempfile::tempdir().unwrap();
     let (dir, public) = signed_run(case.path());
@@ -301,4 +302,141 @@ fn a_run_whose_plan_or_log_was_altered_is_refused_before_any_page_is_made() {
     let said = String::from_utf8_lossy(&made.stderr);
     assert!(said.contains("controller-events.jsonl"), "{said}");
     assert!(!dir.join("run.arena.html").exists());
+}
+
+/// chromedriver on a free loopback port, ended with the test.
+struct Driver {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn chromedriver() -> Option<Driver> {
+    let path = Path::new("/usr/bin/chromedriver");
+    if !path.is_file() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but chromedriver is not installed: scripts/dev test should have installed it"
+        );
+        eprintln!("SKIPPED: chromedriver is not installed on this machine; no click was sent");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(path)
+        .arg(format!("--port={port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let driver = Driver { child, port };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < until,
+            "chromedriver did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Some(driver)
+}
+
+#[test]
+fn a_click_on_a_node_shows_its_artifact_digests() {
+    let (Some(_), Some(driver)) = (chromium(), chromedriver()) else {
+        return;
+    };
+    let case = tempfile::tempdir().unwrap();
+    let (dir, public) = signed_run(case.path());
+    let made = bl(
+        &[
+            "graph",
+            "arena",
+            "--run",
+            "run",
+            "--pubkey",
+            public.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    assert!(made.status.success(), "{made:?}");
+    let page = dir.join("run.arena.html");
+    let profile = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (trust, before, after) = runtime.block_on(async {
+        use fantoccini::{ClientBuilder, Locator};
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", format!("--user-data-dir={}", profile.path().display()),
+                ],
+            }),
+        );
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&format!("http://127.0.0.1:{}", driver.port))
+            .await
+            .expect("a WebDriver session");
+        client
+            .goto(&format!("file://{}", page.display()))
+            .await
+            .unwrap();
+        client
+            .wait()
+            .for_element(Locator::Css(r#"body[data-ready="true"]"#))
+            .await
+            .unwrap();
+        let trust = client
+            .find(Locator::Id("trust"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let details = || async {
+            client
+                .find(Locator::Id("details"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        };
+        let before = details().await;
+        client
+            .find(Locator::Css(r#"g.node[data-node="n00002"]"#))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let after = details().await;
+        client.close().await.unwrap();
+        (trust, before, after)
+    });
+    assert!(trust.starts_with("Verified:"), "{trust}");
+    assert!(!before.contains("sha256:"), "{before}");
+    assert!(after.starts_with("n00002"), "{after}");
+    assert!(
+        after.contains("sha256:5782b18687e6cf8a482fc32d2db5b196d8821c458a0c069c6acf3953446e7bb5"),
+        "{after}"
+    );
+    assert!(after.contains("n00002 (attempt 1)"), "{after}");
 }
