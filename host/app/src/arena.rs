@@ -16,6 +16,17 @@ pub(crate) fn page(
     dir: &Path,
     verifier: Option<&str>,
 ) -> Result<String, AppError> {
+    Ok(live_page(runtime, dir, verifier, None)?.0)
+}
+
+/// The page with, for a live one, the URL its events come from; and how
+/// many events it holds (the live URL's stream starts after them).
+pub(crate) fn live_page(
+    runtime: &GraphRuntime,
+    dir: &Path,
+    verifier: Option<&str>,
+    live: Option<&dyn Fn(u64) -> String>,
+) -> Result<(String, u64), AppError> {
     let status = runtime.status(dir)?;
     let events: Vec<String> = runtime
         .subscribe(dir, 0)
@@ -47,7 +58,9 @@ pub(crate) fn page(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| dir.display().to_string());
-    bl_pages::arena_html(&bl_pages::ArenaInput {
+    let held = events.len() as u64;
+    let live = live.map(|url| url(held));
+    let page = bl_pages::arena_html(&bl_pages::ArenaInput {
         title: &title,
         plan: &plan,
         plan_id: &status.run.plan.plan_id,
@@ -55,13 +68,15 @@ pub(crate) fn page(
         checkpoint: checkpoint.as_deref(),
         verifier,
         artifacts: &artifacts,
+        live: live.as_deref(),
     })
-    .map_err(|e| AppError::refused(format!("{}: {e}", run_dir.plan().display())))
+    .map_err(|e| AppError::refused(format!("{}: {e}", run_dir.plan().display())))?;
+    Ok((page, held))
 }
 
 /// The checkpoint over the most events (`<size>.checkpoint`, zero-padded,
 /// so the greatest name).
-fn latest_checkpoint(dir: &Path) -> Option<std::path::PathBuf> {
+pub(crate) fn latest_checkpoint(dir: &Path) -> Option<std::path::PathBuf> {
     std::fs::read_dir(dir)
         .ok()?
         .flatten()

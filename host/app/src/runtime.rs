@@ -287,6 +287,25 @@ impl GraphRuntime {
         crate::arena::page(self, dir, verifier)
     }
 
+    /// The arena as a live page: `events_url` is given how many events the
+    /// page holds and says where the ones after them come from (see
+    /// [`Subscription`]). Returns the page and that count.
+    pub fn live_arena(
+        &self,
+        dir: &Path,
+        verifier: Option<&str>,
+        events_url: &dyn Fn(u64) -> String,
+    ) -> Result<(String, u64), AppError> {
+        crate::arena::live_page(self, dir, verifier, Some(events_url))
+    }
+
+    /// The run's latest checkpoint: its file name and its note.
+    pub fn latest_checkpoint(&self, dir: &Path) -> Option<(String, String)> {
+        let path = crate::arena::latest_checkpoint(&bl_store::RunDir::new(dir).checkpoints())?;
+        let note = std::fs::read_to_string(&path).ok()?;
+        Some((path.file_name()?.to_string_lossy().into_owned(), note))
+    }
+
     /// Follows the run's log from after event `after` (0: from the start).
     pub fn subscribe(&self, dir: &Path, after: u64) -> Subscription {
         Subscription {

@@ -97,6 +97,19 @@ pub enum GraphCommand {
         #[arg(long)]
         pubkey: Option<String>,
     },
+    /// Serve a run's arena live on 127.0.0.1, kept current as the run is
+    /// written (by this process or another), until Ctrl-C.
+    Watch {
+        /// The run directory (what `graph run --out` wrote).
+        #[arg(long)]
+        run: PathBuf,
+        /// The port on 127.0.0.1 (default: any free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// The verifier key the page checks the checkpoint's signature with.
+        #[arg(long)]
+        pubkey: Option<String>,
+    },
     /// Record a human decision on an approval node, and resume the run.
     Approve {
         /// The run directory (what `graph run --out` wrote).
@@ -238,6 +251,9 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             isolation,
         } => connect(&manifest, &provider, &model, isolation.as_deref()),
         GraphCommand::Status { run } => crate::graph_report::status(&run),
+        GraphCommand::Watch { run, port, pubkey } => {
+            crate::graph_report::watch(&run, port, pubkey.as_deref())
+        }
         GraphCommand::Arena { run, out, pubkey } => {
             crate::graph_report::arena(&run, out.as_deref(), pubkey.as_deref())
         }

@@ -289,13 +289,46 @@ fn report_drive(driven: &Driven, title: &str, flags: &DriveFlags) -> CliResult {
 }
 
 /// `bl graph status --run D [--json]`
-/// Writes the run's arena page and says where.
-pub fn arena(dir: &Path, out: Option<&Path>, pubkey: Option<&str>) -> CliResult {
-    let verifier = pubkey
+/// The verifier key text `--pubkey` names (a key's text or its file).
+fn verifier_text(pubkey: Option<&str>, command: &str) -> Result<Option<String>, CliError> {
+    Ok(pubkey
         .map(bl_app::keys::read_verifier_key)
         .transpose()
-        .map_err(|e| CliError::refused(format!("graph arena: {e}")))?
-        .map(|key| key.to_text());
+        .map_err(|e| CliError::refused(format!("{command}: {e}")))?
+        .map(|key| key.to_text()))
+}
+
+/// Serves the run's live arena on 127.0.0.1 until Ctrl-C.
+pub fn watch(dir: &Path, port: u16, pubkey: Option<&str>) -> CliResult {
+    let verifier = verifier_text(pubkey, "graph watch")?;
+    // Refused here, before anything is served, as the page would be.
+    GraphRuntime::default().status(dir)?;
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
+        CliError::refused(format!(
+            "graph watch: cannot listen on 127.0.0.1:{port}: {e}"
+        ))
+    })?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| CliError::refused(format!("graph watch: {e}")))?;
+    let token = bl_web::new_token().map_err(|e| CliError::refused(format!("graph watch: {e}")))?;
+    outln!("watch: http://{address}/{token}/");
+    crate::output::flush();
+    let watch = bl_web::Watch {
+        dir: dir.to_path_buf(),
+        verifier,
+        runtime: GraphRuntime::default(),
+    };
+    bl_web::serve(watch, token, listener, || {
+        bl_core::interrupt::requested().is_some()
+    })
+    .map_err(|e| CliError::refused(format!("graph watch: {e}")))?;
+    Ok(Exit::Success)
+}
+
+/// Writes the run's arena page and says where.
+pub fn arena(dir: &Path, out: Option<&Path>, pubkey: Option<&str>) -> CliResult {
+    let verifier = verifier_text(pubkey, "graph arena")?;
     let page = GraphRuntime::default().arena(dir, verifier.as_deref())?;
     let out = out.map(Path::to_path_buf).unwrap_or_else(|| {
         let name = dir.file_name().unwrap_or(dir.as_os_str()).to_string_lossy();

@@ -91,53 +91,51 @@
 
   const plan = JSON.parse(run.plan);
   const planNodes = new Map((plan.nodes || []).map((n) => [n.node_id, n]));
-  let result;
-  try {
-    result = await check();
-  } catch (e) {
-    result = { why: ["this browser could not check the records: " + e], events: [] };
-  }
-  const trust = $("trust");
-  trust.className = result.why.length ? "unverified" : "verified";
-  trust.textContent = result.why.length
-    ? "LOCAL/UNVERIFIED: " + result.why.join("; ") + "."
-    : `Verified: ${run.events.length} events hash to the signed checkpoint's root, and the plan is the one it seals.`;
-
-  // The run as its events tell it.
-  const nodes = new Map();
-  let runState = "PENDING";
-  result.events.forEach((e, i) => {
-    if (!e) return;
-    const p = e.payload || {};
-    if (e.event_type && e.event_type.startsWith("run.") && p.state) runState = p.state;
-    if (!p.node_id) return;
-    const n = nodes.get(p.node_id) || { events: [], state: "PENDING", attempts: 0, artifacts: new Set(), tokens: 0, cost: 0 };
-    nodes.set(p.node_id, n);
-    n.events.push(i);
-    if (p.state) n.state = p.state;
-    if (p.attempt) n.attempts = Math.max(n.attempts, p.attempt);
-    (p.artifact_digests || []).forEach((d) => n.artifacts.add(d));
-    if (p.verdict) n.verdict = p.verdict;
-    if (p.route) n.route = p.route;
-    if (p.reason) n.reason = p.reason;
-    if (p.usage) { n.tokens += (p.usage.input_tokens || 0) + (p.usage.output_tokens || 0); n.cost += p.usage.cost_microunits || 0; }
-  });
-  const counts = {};
-  document.querySelectorAll("g.node").forEach((g) => {
-    const n = nodes.get(g.dataset.node) || { state: "PENDING", attempts: 0 };
-    counts[n.state] = (counts[n.state] || 0) + 1;
-    g.classList.remove("unverified");
-    g.classList.add("state-" + n.state.toLowerCase());
-    g.querySelector("text.state").textContent = `${n.state} · ${n.attempts} attempt${n.attempts === 1 ? "" : "s"}`;
-  });
-  $("summary").textContent = `run ${runState}; ` + Object.entries(counts).map(([s, c]) => `${c} ${s}`).join(", ") + `; ${run.events.length} events`;
+  // What the last check found, the run as its events tell it, and what the
+  // reader is looking at (kept across refreshes of a live page).
+  let result = { why: [], events: [] };
+  let nodes = new Map();
+  let selected = new URLSearchParams(location.hash.slice(1)).get("node");
+  let page = 0;
+  const PAGE = 100;
 
   // The same bytes may be several nodes' artifacts: this node's own first.
   const artifactOf = (digest, node) =>
     run.artifacts.find((a) => a.digest === digest && a.producer && a.producer.node_id === node) ||
     run.artifacts.find((a) => a.digest === digest) || {};
   const nodeName = (x) => (x && typeof x === "object" ? x.node_id || JSON.stringify(x) : x ?? "");
+
+  function project() {
+    nodes = new Map();
+    let runState = "PENDING";
+    result.events.forEach((e, i) => {
+      if (!e) return;
+      const p = e.payload || {};
+      if (e.event_type && e.event_type.startsWith("run.") && p.state) runState = p.state;
+      if (!p.node_id) return;
+      const n = nodes.get(p.node_id) || { events: [], state: "PENDING", attempts: 0, artifacts: new Set(), tokens: 0, cost: 0 };
+      nodes.set(p.node_id, n);
+      n.events.push(i);
+      if (p.state) n.state = p.state;
+      if (p.attempt) n.attempts = Math.max(n.attempts, p.attempt);
+      (p.artifact_digests || []).forEach((d) => n.artifacts.add(d));
+      if (p.verdict) n.verdict = p.verdict;
+      if (p.route) n.route = p.route;
+      if (p.reason) n.reason = p.reason;
+      if (p.usage) { n.tokens += (p.usage.input_tokens || 0) + (p.usage.output_tokens || 0); n.cost += p.usage.cost_microunits || 0; }
+    });
+    const counts = {};
+    document.querySelectorAll("g.node").forEach((g) => {
+      const n = nodes.get(g.dataset.node) || { state: "PENDING", attempts: 0 };
+      counts[n.state] = (counts[n.state] || 0) + 1;
+      g.setAttribute("class", "node state-" + n.state.toLowerCase() + (g.dataset.node === selected ? " selected" : ""));
+      g.querySelector("text.state").textContent = `${n.state} · ${n.attempts} attempt${n.attempts === 1 ? "" : "s"}`;
+    });
+    $("summary").textContent = `run ${runState}; ` + Object.entries(counts).map(([s, c]) => `${c} ${s}`).join(", ") + `; ${run.events.length} events`;
+  }
+
   function show(id) {
+    selected = id;
     const n = nodes.get(id);
     const details = $("details");
     details.replaceChildren(el("h2", id));
@@ -181,21 +179,13 @@
       });
       details.append(list);
     }
-    document.querySelectorAll("g.node.selected").forEach((g) => g.classList.remove("selected"));
-    const g = document.querySelector(`g.node[data-node="${CSS.escape(id)}"]`);
-    if (g) g.classList.add("selected");
+    document.querySelectorAll("g.node").forEach((g) => g.classList.toggle("selected", g.dataset.node === id));
   }
-  const pick = (target) => { const g = target.closest && target.closest("g.node"); if (g) show(g.dataset.node); };
-  $("graph").addEventListener("click", (e) => pick(e.target));
-  $("graph").addEventListener("keydown", (e) => { if (e.key === "Enter") pick(e.target); });
-  const wanted = new URLSearchParams(location.hash.slice(1)).get("node");
-  if (wanted) show(wanted);
 
   // The log, a page at a time: a long run never renders whole.
-  const PAGE = 100;
-  let page = 0;
-  const pages = Math.max(1, Math.ceil(result.events.length / PAGE));
   function paint() {
+    const pages = Math.max(1, Math.ceil(result.events.length / PAGE));
+    page = Math.min(page, pages - 1);
     const list = $("events");
     list.replaceChildren();
     list.start = page * PAGE + 1;
@@ -206,8 +196,48 @@
     $("prev").disabled = page === 0;
     $("next").disabled = page + 1 >= pages;
   }
+
+  async function refresh() {
+    try {
+      result = await check();
+    } catch (e) {
+      result = { why: ["this browser could not check the records: " + e], events: [] };
+    }
+    const trust = $("trust");
+    trust.className = result.why.length ? "unverified" : "verified";
+    trust.textContent = result.why.length
+      ? "LOCAL/UNVERIFIED: " + result.why.join("; ") + "."
+      : `Verified: ${run.events.length} events hash to the signed checkpoint's root, and the plan is the one it seals.`;
+    project();
+    if (selected) show(selected);
+    paint();
+  }
+
+  const pick = (target) => { const g = target.closest && target.closest("g.node"); if (g) show(g.dataset.node); };
+  $("graph").addEventListener("click", (e) => pick(e.target));
+  $("graph").addEventListener("keydown", (e) => { if (e.key === "Enter") pick(e.target); });
   $("prev").addEventListener("click", () => { page = Math.max(0, page - 1); paint(); });
-  $("next").addEventListener("click", () => { page = Math.min(pages - 1, page + 1); paint(); });
-  paint();
+  $("next").addEventListener("click", () => { page += 1; paint(); });
+  await refresh();
   document.body.dataset.ready = "true";
+
+  // Live (bl graph watch): each event the server sends once, by sequence;
+  // a reconnect sends Last-Event-ID, so nothing is lost or repeated.
+  if (run.live) {
+    let pending = null;
+    const later = () => {
+      if (pending) return;
+      pending = setTimeout(async () => {
+        pending = null;
+        await refresh();
+        document.body.dataset.events = String(run.events.length);
+      }, 100);
+    };
+    const source = new EventSource(run.live);
+    source.onmessage = (m) => {
+      const sequence = Number(m.lastEventId);
+      if (sequence === run.events.length + 1) { run.events.push(m.data); later(); }
+    };
+    source.addEventListener("checkpoint", (m) => { run.checkpoint = m.data; later(); });
+  }
 })();

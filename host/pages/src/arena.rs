@@ -33,6 +33,10 @@ pub struct ArenaInput<'a> {
     pub verifier: Option<&'a str>,
     /// What the artifact store knows of each artifact the log names.
     pub artifacts: &'a [Value],
+    /// For a live page (`bl graph watch`): the URL, on the page's own
+    /// server, of the Server-Sent Events that carry the events appended
+    /// after these and each new checkpoint.
+    pub live: Option<&'a str>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,11 +79,18 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
         "checkpoint": input.checkpoint,
         "verifier": input.verifier,
         "artifacts": input.artifacts,
+        "live": input.live,
     });
     // Inside a <script> element only `</` could end it early.
     let data = data.to_string().replace("</", "<\\/");
+    // A live page talks to its own server, and to nothing else.
+    let connect = if input.live.is_some() {
+        "; connect-src 'self'"
+    } else {
+        ""
+    };
     let csp = format!(
-        "default-src 'none'; script-src '{}'; style-src '{}'; img-src data:; base-uri 'none'; form-action 'none'",
+        "default-src 'none'; script-src '{}'; style-src '{}'; img-src data:; base-uri 'none'; form-action 'none'{connect}",
         csp_hash(SCRIPT),
         csp_hash(STYLE)
     );
@@ -186,6 +197,7 @@ mod tests {
             checkpoint: None,
             verifier: None,
             artifacts: &[],
+            live: None,
         }
     }
 

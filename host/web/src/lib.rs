@@ -1,0 +1,229 @@
+//! bl's pages served live, on loopback only. `bl graph watch` serves the
+//! arena of a run that may still be being written (by this process or by
+//! another one), kept current by Server-Sent Events that come from the
+//! runtime API's `subscribe`: each event once, by its sequence, so that a
+//! browser that reconnects with `Last-Event-ID` loses and repeats nothing.
+//! A front end on the application layer, like the CLI.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bl_app::runtime::{GraphRuntime, Subscription};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// How many event streams are served at once; one more is told to wait.
+pub const MAX_STREAMS: usize = 8;
+
+/// How often a stream looks for new events and checkpoints.
+const POLL: Duration = Duration::from_millis(100);
+
+#[derive(Debug, thiserror::Error)]
+pub enum WebError {
+    #[error("cannot serve on {address}: {source}")]
+    Serve {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("cannot make the page's token: {0}")]
+    Token(String),
+}
+
+/// What `bl graph watch` serves: one run, to whoever holds the token.
+pub struct Watch {
+    pub dir: PathBuf,
+    /// The verifier key text the page checks the checkpoint with.
+    pub verifier: Option<String>,
+    pub runtime: GraphRuntime,
+}
+
+struct Served {
+    watch: Watch,
+    token: String,
+    streams: Arc<Semaphore>,
+}
+
+/// A fresh token: 128 random bits, in hex, part of every path served.
+pub fn new_token() -> Result<String, WebError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| WebError::Token(e.to_string()))?;
+    Ok(hex::encode(bytes))
+}
+
+/// Serves `watch` on `listener` (bound to loopback by the caller) until
+/// `stop` says so. The page is at `/<token>/`.
+pub fn serve(
+    watch: Watch,
+    token: String,
+    listener: std::net::TcpListener,
+    stop: impl Fn() -> bool + Send + 'static,
+) -> Result<(), WebError> {
+    let address = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let failed = |source| WebError::Serve {
+        address: address.clone(),
+        source,
+    };
+    listener.set_nonblocking(true).map_err(failed)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(failed)?;
+    let served = Arc::new(Served {
+        watch,
+        token,
+        streams: Arc::new(Semaphore::new(MAX_STREAMS)),
+    });
+    let app = axum::Router::new()
+        .route("/{token}/", get(page))
+        .route("/{token}/events", get(events))
+        .with_state(served);
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(failed)?;
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                while !stop() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            })
+            .await
+            .map_err(failed)
+    })
+}
+
+/// Whether `given` is the token, compared in constant time.
+fn holds_token(served: &Served, given: &str) -> bool {
+    let (a, b) = (served.token.as_bytes(), given.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn refused(status: StatusCode, text: &'static str) -> Response {
+    (status, hardened(), text).into_response()
+}
+
+/// Headers every answer carries: nothing is cached, sniffed, framed or
+/// referred elsewhere.
+fn hardened() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in [
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    headers
+}
+
+async fn page(State(served): State<Arc<Served>>, Path(token): Path<String>) -> Response {
+    if !holds_token(&served, &token) {
+        return refused(StatusCode::NOT_FOUND, "not found");
+    }
+    let watch = &served.watch;
+    let url = |held: u64| format!("/{token}/events?after={held}");
+    match watch
+        .runtime
+        .live_arena(&watch.dir, watch.verifier.as_deref(), &url)
+    {
+        Ok((html, _)) => {
+            let mut headers = hardened();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            (headers, html).into_response()
+        }
+        Err(e) => (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
+    }
+}
+
+/// One reader of the run's log, sending what it reads in order.
+struct Stream {
+    subscription: Subscription,
+    waiting: VecDeque<(u64, String)>,
+    checkpoint: Option<String>,
+    served: Arc<Served>,
+    ended: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+async fn events(
+    State(served): State<Arc<Served>>,
+    Path(token): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !holds_token(&served, &token) {
+        return refused(StatusCode::NOT_FOUND, "not found");
+    }
+    let Ok(permit) = served.streams.clone().try_acquire_owned() else {
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many pages are watching this run; close one",
+        );
+    };
+    // A reconnecting browser says how far it got; a first connection
+    // starts after the events its page already holds.
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .or(query.get("after").map(String::as_str))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let subscription = served.watch.runtime.subscribe(&served.watch.dir, after);
+    let start = Stream {
+        subscription,
+        waiting: VecDeque::new(),
+        checkpoint: None,
+        served,
+        ended: false,
+        _permit: permit,
+    };
+    let stream = futures_util::stream::unfold(start, |mut s| async move {
+        if s.ended {
+            return None;
+        }
+        loop {
+            if let Some((sequence, line)) = s.waiting.pop_front() {
+                let event = Event::default().id(sequence.to_string()).data(line);
+                return Some((Ok::<_, Infallible>(event), s));
+            }
+            match s.subscription.poll() {
+                Ok(events) if !events.is_empty() => {
+                    s.waiting
+                        .extend(events.into_iter().map(|e| (e.sequence, e.raw)));
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    s.ended = true;
+                    let event = Event::default().event("failure").data(e.to_string());
+                    return Some((Ok(event), s));
+                }
+            }
+            let watch = &s.served.watch;
+            if let Some((name, note)) = watch.runtime.latest_checkpoint(&watch.dir)
+                && s.checkpoint.as_deref() != Some(name.as_str())
+            {
+                s.checkpoint = Some(name);
+                return Some((Ok(Event::default().event("checkpoint").data(note)), s));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    });
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response();
+    response.headers_mut().extend(hardened());
+    response
+}

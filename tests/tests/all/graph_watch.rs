@@ -1,0 +1,306 @@
+//! `bl graph watch`: a run's arena served live on 127.0.0.1. A run being
+//! written by another process is watched in real headless Chromium
+//! (through chromedriver) until it ends, verified; the event stream is
+//! read over raw HTTP to show that a reconnect with `Last-Event-ID` loses
+//! and repeats nothing, that a wrong token finds nothing and that a ninth
+//! stream is turned away.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bl_e2e::{bl_binary, repo_root};
+
+/// `bl graph watch` on a free port, ended with the test.
+struct Watching {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn watch(dir: &Path, extra: &[&str]) -> Watching {
+    let mut child = Command::new(bl_binary())
+        .args(["graph", "watch", "--run", "run"])
+        .args(extra)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("watch: ")
+        .unwrap_or_else(|| panic!("bl graph watch said {line:?}"))
+        .to_string();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    Watching { child, url }
+}
+
+/// A graph of `n` nodes whose stand-in agent takes `seconds` to answer.
+fn graph(case: &Path, n: usize, seconds: u32) -> PathBuf {
+    let dir = case.join("graph");
+    let made = Command::new("python3")
+        .arg(repo_root().join("benchmarks/graph/make_graph.py"))
+        .arg(n.to_string())
+        .arg("workspace_only")
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let claude = dir.join("fake-bin/claude");
+    let script = std::fs::read_to_string(&claude).unwrap();
+    std::fs::write(
+        &claude,
+        script.replacen(
+            "cat >/dev/null\n",
+            &format!("cat >/dev/null\nsleep {seconds}\n"),
+            1,
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn start_run(dir: &Path, key: Option<&Path>) -> Child {
+    let path = format!(
+        "{}:{}",
+        dir.join("fake-bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    let mut command = Command::new(bl_binary());
+    command
+        .args(bl_e2e::GRAPH_RUN)
+        .current_dir(dir)
+        .env("PATH", path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(key) = key {
+        command.arg("--checkpoint-key").arg(key);
+    }
+    command.spawn().unwrap()
+}
+
+/// The `id:` of every event of an SSE answer, read over HTTP/1.0 (no
+/// chunking) until `last` or the stream ends.
+fn stream_ids(url: &str, last_event_id: Option<u64>, after: u64, last: u64) -> Vec<u64> {
+    let (host, path) = split(url);
+    let mut stream = TcpStream::connect(host).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let resume = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
+    write!(
+        stream,
+        "GET {path}events?after={after} HTTP/1.0\r\nHost: {host}\r\n{resume}\r\n"
+    )
+    .unwrap();
+    let mut ids = Vec::new();
+    for line in BufReader::new(stream).lines() {
+        let Ok(line) = line else { break };
+        if let Some(id) = line.strip_prefix("id: ") {
+            let id: u64 = id.parse().unwrap();
+            ids.push(id);
+            if id == last {
+                break;
+            }
+        }
+    }
+    ids
+}
+
+/// `http://host:port/token/` → ("host:port", "/token/").
+fn split(url: &str) -> (&str, &str) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let slash = rest.find('/').unwrap();
+    (&rest[..slash], &rest[slash..])
+}
+
+/// The status line of a plain GET of `path`.
+fn status_of(host: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(host).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut first = String::new();
+    BufReader::new(stream).read_line(&mut first).unwrap();
+    first.trim().to_string()
+}
+
+#[test]
+fn a_reconnect_with_last_event_id_loses_and_repeats_nothing_and_streams_are_bounded() {
+    let case = tempfile::tempdir().unwrap();
+    let dir = graph(case.path(), 4, 0);
+    assert!(start_run(&dir, None).wait().unwrap().success());
+    let total = std::fs::read_to_string(dir.join("run/controller-events.jsonl"))
+        .unwrap()
+        .lines()
+        .count() as u64;
+    let watching = watch(&dir, &[]);
+    // Cut after event 10, come back with the id the browser would send.
+    let first = stream_ids(&watching.url, None, 0, 10);
+    assert_eq!(first, (1..=10).collect::<Vec<_>>());
+    let second = stream_ids(&watching.url, Some(10), 0, total);
+    assert_eq!(second, (11..=total).collect::<Vec<_>>());
+    // The page's own starting point, when the browser has no id yet.
+    assert_eq!(
+        stream_ids(&watching.url, None, total - 2, total),
+        vec![total - 1, total]
+    );
+
+    let (host, path) = split(&watching.url);
+    assert!(status_of(host, "/0123456789abcdef0123456789abcdef/").contains("404"));
+    assert!(status_of(host, &format!("{path}../../etc/passwd")).contains("404"));
+    assert!(status_of(host, path).contains("200"));
+    // Eight streams held open; the ninth is turned away.
+    let mut held = Vec::new();
+    for _ in 0..bl_web::MAX_STREAMS {
+        let mut stream = TcpStream::connect(host).unwrap();
+        write!(
+            stream,
+            "GET {path}events?after={total} HTTP/1.0\r\nHost: {host}\r\n\r\n"
+        )
+        .unwrap();
+        let mut first = [0u8; 12];
+        stream.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"HTTP/1.0 200");
+        held.push(stream);
+    }
+    assert!(
+        status_of(host, &format!("{path}events?after={total}")).contains("503"),
+        "a ninth stream"
+    );
+    drop(held);
+}
+
+#[test]
+fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
+    let chromium = Path::new("/usr/bin/chromium");
+    let chromedriver = Path::new("/usr/bin/chromedriver");
+    if !chromium.is_file() || !chromedriver.is_file() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but chromium or chromedriver is not installed: scripts/dev test should have installed them"
+        );
+        eprintln!("SKIPPED: chromium or chromedriver is not installed; no page was watched");
+        return;
+    }
+    let case = tempfile::tempdir().unwrap();
+    let key = case.path().join("watch.key");
+    let made = Command::new(bl_binary())
+        .args(["keys", "generate", "--name", "watch-test", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let dir = graph(case.path(), 3, 2);
+    let mut run = start_run(&dir, Some(&key));
+    let until = Instant::now() + Duration::from_secs(30);
+    while !dir.join("run/run-meta.json").is_file() {
+        assert!(Instant::now() < until, "the run did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let watching = watch(
+        &dir,
+        &["--pubkey", case.path().join("watch.pub").to_str().unwrap()],
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut driver = Command::new(chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "chromedriver did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let seen = runtime.block_on(async {
+        use fantoccini::{ClientBuilder, Locator};
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", format!("--user-data-dir={}", profile.path().display()),
+                ],
+            }),
+        );
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("a WebDriver session");
+        client.goto(&watching.url).await.unwrap();
+        let text = |id: &'static str| {
+            let client = &client;
+            async move {
+                client
+                    .find(Locator::Id(id))
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap()
+            }
+        };
+        // The first look: the run is still going.
+        client
+            .wait()
+            .for_element(Locator::Css(r#"body[data-ready="true"]"#))
+            .await
+            .unwrap();
+        let early = text("summary").await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (summary, trust) = loop {
+            let (summary, trust) = (text("summary").await, text("trust").await);
+            if summary.starts_with("run SUCCEEDED; 3 SUCCEEDED") && trust.starts_with("Verified")
+                || Instant::now() > deadline
+            {
+                break (summary, trust);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        client.close().await.unwrap();
+        (early, summary, trust)
+    });
+    let _ = driver.kill();
+    let _ = driver.wait();
+    assert!(run.wait().unwrap().success());
+    let (early, summary, trust) = seen;
+    assert!(
+        !early.starts_with("run SUCCEEDED"),
+        "watched from the start: {early}"
+    );
+    let total = std::fs::read_to_string(dir.join("run/controller-events.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        summary == format!("run SUCCEEDED; 3 SUCCEEDED; {total} events"),
+        "every event once: {summary} (the log has {total})"
+    );
+    assert!(trust.starts_with("Verified"), "{trust}");
+}
