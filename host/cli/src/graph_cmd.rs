@@ -110,6 +110,21 @@ pub enum GraphCommand {
         #[arg(long)]
         pubkey: Option<String>,
     },
+    /// Serve a page on 127.0.0.1 to approve or reject, with its evidence in
+    /// view, an approval the run waits on; it stops after one decision.
+    Console {
+        /// The run directory (what `graph run --out` wrote).
+        #[arg(long)]
+        run: PathBuf,
+        /// The port on 127.0.0.1 (default: any free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Sign the decision with this private key (from `bl keys generate`).
+        #[arg(long)]
+        key: Option<PathBuf>,
+        #[command(flatten)]
+        flags: crate::graph_report::DriveFlags,
+    },
     /// Record a human decision on an approval node, and resume the run.
     Approve {
         /// The run directory (what `graph run --out` wrote).
@@ -251,6 +266,12 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             isolation,
         } => connect(&manifest, &provider, &model, isolation.as_deref()),
         GraphCommand::Status { run } => crate::graph_report::status(&run),
+        GraphCommand::Console {
+            run,
+            port,
+            key,
+            flags,
+        } => crate::graph_report::console(&run, port, key, &flags),
         GraphCommand::Watch { run, port, pubkey } => {
             crate::graph_report::watch(&run, port, pubkey.as_deref())
         }

@@ -298,22 +298,43 @@ fn verifier_text(pubkey: Option<&str>, command: &str) -> Result<Option<String>, 
         .map(|key| key.to_text()))
 }
 
+/// A listener on 127.0.0.1:`port` and a fresh token, said on stdout as
+/// the page's address.
+fn loopback_page(port: u16, command: &str) -> Result<(std::net::TcpListener, String), CliError> {
+    let failed = |e: &dyn std::fmt::Display| CliError::refused(format!("graph {command}: {e}"));
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))
+        .map_err(|e| failed(&format!("cannot listen on 127.0.0.1:{port}: {e}")))?;
+    let address = listener.local_addr().map_err(|e| failed(&e))?;
+    let token = bl_web::new_token().map_err(|e| failed(&e))?;
+    outln!("{command}: http://{address}/{token}/");
+    crate::output::flush();
+    Ok((listener, token))
+}
+
+/// Serves the approval console on 127.0.0.1 until one decision is made.
+pub fn console(dir: &Path, port: u16, key: Option<PathBuf>, flags: &DriveFlags) -> CliResult {
+    let runtime = GraphRuntime::new(flags.options());
+    // Refused here, before anything is served, as the page would be.
+    runtime.status(dir)?;
+    let (listener, token) = loopback_page(port, "console")?;
+    let console = bl_web::Console {
+        dir: dir.to_path_buf(),
+        key,
+        runtime,
+    };
+    bl_web::serve_console(console, token, listener, || {
+        bl_core::interrupt::requested().is_some()
+    })
+    .map_err(|e| CliError::refused(format!("graph console: {e}")))?;
+    Ok(Exit::Success)
+}
+
 /// Serves the run's live arena on 127.0.0.1 until Ctrl-C.
 pub fn watch(dir: &Path, port: u16, pubkey: Option<&str>) -> CliResult {
     let verifier = verifier_text(pubkey, "graph watch")?;
     // Refused here, before anything is served, as the page would be.
     GraphRuntime::default().status(dir)?;
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
-        CliError::refused(format!(
-            "graph watch: cannot listen on 127.0.0.1:{port}: {e}"
-        ))
-    })?;
-    let address = listener
-        .local_addr()
-        .map_err(|e| CliError::refused(format!("graph watch: {e}")))?;
-    let token = bl_web::new_token().map_err(|e| CliError::refused(format!("graph watch: {e}")))?;
-    outln!("watch: http://{address}/{token}/");
-    crate::output::flush();
+    let (listener, token) = loopback_page(port, "watch")?;
     let watch = bl_web::Watch {
         dir: dir.to_path_buf(),
         verifier,

@@ -125,14 +125,14 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
 }
 
 /// `sha256-<base64>` of an inline script or style, for the CSP.
-fn csp_hash(text: &str) -> String {
+pub(crate) fn csp_hash(text: &str) -> String {
     format!(
         "sha256-{}",
         base64::engine::general_purpose::STANDARD.encode(Sha256::digest(text.as_bytes()))
     )
 }
 
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -3,7 +3,12 @@
 //! another one), kept current by Server-Sent Events that come from the
 //! runtime API's `subscribe`: each event once, by its sequence, so that a
 //! browser that reconnects with `Last-Event-ID` loses and repeats nothing.
-//! A front end on the application layer, like the CLI.
+//! `bl graph console` ([`console`]) approves from a page. A front end on
+//! the application layer, like the CLI.
+
+mod console;
+
+pub use console::{Console, MAX_BODY, serve_console};
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -65,6 +70,24 @@ pub fn serve(
     listener: std::net::TcpListener,
     stop: impl Fn() -> bool + Send + 'static,
 ) -> Result<(), WebError> {
+    let served = Arc::new(Served {
+        watch,
+        token,
+        streams: Arc::new(Semaphore::new(MAX_STREAMS)),
+    });
+    let app = axum::Router::new()
+        .route("/{token}/", get(page))
+        .route("/{token}/events", get(events))
+        .with_state(served);
+    run_server(listener, app, stop)
+}
+
+/// Runs `app` on `listener` on a runtime of its own until `stop` says so.
+pub(crate) fn run_server(
+    listener: std::net::TcpListener,
+    app: axum::Router,
+    stop: impl Fn() -> bool + Send + 'static,
+) -> Result<(), WebError> {
     let address = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -78,21 +101,12 @@ pub fn serve(
         .enable_all()
         .build()
         .map_err(failed)?;
-    let served = Arc::new(Served {
-        watch,
-        token,
-        streams: Arc::new(Semaphore::new(MAX_STREAMS)),
-    });
-    let app = axum::Router::new()
-        .route("/{token}/", get(page))
-        .route("/{token}/events", get(events))
-        .with_state(served);
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener).map_err(failed)?;
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 while !stop() {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             })
             .await
@@ -100,19 +114,30 @@ pub fn serve(
     })
 }
 
+/// A server that hands out its pages only under its token.
+pub(crate) trait Tokened {
+    fn token(&self) -> &str;
+}
+
+impl Tokened for Served {
+    fn token(&self) -> &str {
+        &self.token
+    }
+}
+
 /// Whether `given` is the token, compared in constant time.
-fn holds_token(served: &Served, given: &str) -> bool {
-    let (a, b) = (served.token.as_bytes(), given.as_bytes());
+pub(crate) fn holds_token(served: &impl Tokened, given: &str) -> bool {
+    let (a, b) = (served.token().as_bytes(), given.as_bytes());
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn refused(status: StatusCode, text: &'static str) -> Response {
+pub(crate) fn refused(status: StatusCode, text: &'static str) -> Response {
     (status, hardened(), text).into_response()
 }
 
 /// Headers every answer carries: nothing is cached, sniffed, framed or
 /// referred elsewhere.
-fn hardened() -> HeaderMap {
+pub(crate) fn hardened() -> HeaderMap {
     let mut headers = HeaderMap::new();
     for (name, value) in [
         (header::CACHE_CONTROL, "no-store"),
@@ -126,7 +151,7 @@ fn hardened() -> HeaderMap {
 }
 
 async fn page(State(served): State<Arc<Served>>, Path(token): Path<String>) -> Response {
-    if !holds_token(&served, &token) {
+    if !holds_token(&*served, &token) {
         return refused(StatusCode::NOT_FOUND, "not found");
     }
     let watch = &served.watch;
@@ -163,7 +188,7 @@ async fn events(
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    if !holds_token(&served, &token) {
+    if !holds_token(&*served, &token) {
         return refused(StatusCode::NOT_FOUND, "not found");
     }
     let Ok(permit) = served.streams.clone().try_acquire_owned() else {

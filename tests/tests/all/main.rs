@@ -9,6 +9,7 @@ mod egress_sandbox;
 mod graph_arena;
 mod graph_artifacts;
 mod graph_cli;
+mod graph_console;
 mod graph_cost;
 mod graph_exec;
 mod graph_newcomer;

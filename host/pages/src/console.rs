@@ -1,0 +1,91 @@
+//! The approval console: each approval node a run waits on, with the
+//! digests of the evidence it would approve (its parents' artifacts), and
+//! an Approve and a Reject button. A click sends the node, the decision
+//! and the request digest the page was served with; the server refuses it
+//! if the evidence changed since. The page's one script is allowed by its
+//! hash and talks only to its own server.
+
+use serde_json::json;
+
+use crate::arena::{csp_hash, escape};
+
+const SCRIPT: &str = include_str!("console.js");
+const STYLE: &str = include_str!("arena.css");
+
+/// One approval a run waits on, as the runtime API states it.
+pub struct ConsoleApproval<'a> {
+    pub node: &'a str,
+    pub request_digest: &'a str,
+    /// The digests of what its parents produced.
+    pub evidence: &'a [String],
+}
+
+/// The console page: `decide` is the path decisions are posted to.
+pub fn console_html(title: &str, approvals: &[ConsoleApproval], decide: &str) -> String {
+    let mut cards = String::new();
+    for a in approvals {
+        let evidence: String = a
+            .evidence
+            .iter()
+            .map(|d| format!("<li class=\"digest\">{}</li>", escape(d)))
+            .collect();
+        cards.push_str(&format!(
+            r#"<section class="approval" data-node="{node}" data-request="{request}"><h2>{node}</h2><p>Approving lets the run go on with this evidence, and nothing else:</p><ul>{evidence}</ul><p class="request">request {request}</p><button type="button" data-decision="approved">Approve</button> <button type="button" data-decision="rejected">Reject</button><p class="outcome" aria-live="polite"></p></section>"#,
+            node = escape(a.node),
+            request = escape(a.request_digest),
+        ));
+    }
+    if approvals.is_empty() {
+        cards.push_str("<p>Nothing in this run waits for a decision.</p>");
+    }
+    let data = json!({ "decide": decide })
+        .to_string()
+        .replace("</", "<\\/");
+    let csp = format!(
+        "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        csp_hash(SCRIPT),
+        csp_hash(STYLE)
+    );
+    format!(
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
+<title>bl console: {title}</title>
+<style>{STYLE}</style>
+</head>
+<body>
+<header><h1>bl console <span class="run">{title}</span></h1></header>
+<main class="console">{cards}</main>
+<script type="application/json" id="bl-console">{data}</script>
+<script>{SCRIPT}</script>
+</body>
+</html>
+"#,
+        title = escape(title),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_approval_shows_its_evidence_and_request_and_the_script_is_allowed_by_hash() {
+        let evidence = vec!["sha256:ab".to_string()];
+        let page = console_html(
+            "r",
+            &[ConsoleApproval {
+                node: "review",
+                request_digest: "sha256:cd",
+                evidence: &evidence,
+            }],
+            "/t/decide",
+        );
+        assert!(page.contains(r#"data-node="review" data-request="sha256:cd""#));
+        assert!(page.contains("sha256:ab"));
+        assert!(page.contains(&csp_hash(SCRIPT)));
+        assert!(page.contains("connect-src 'self'"));
+    }
+}

@@ -1,0 +1,188 @@
+//! `bl graph console`: approve or reject, from a page, an approval node a
+//! run waits on. Seed 000's rules: loopback only; a one-time token in the
+//! path, compared in constant time; a decision must come from the page's
+//! own origin (Origin checked) as JSON of at most 8 KiB; the decision is
+//! bound to the request digest the page was served with, so evidence that
+//! changed since refuses it; hardened headers and a CSP that allows only
+//! the page's own script, by hash; and the server stops after one
+//! recorded decision, or after a quarter of an hour unused.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bl_app::runtime::GraphRuntime;
+
+use crate::{WebError, hardened, holds_token, refused};
+
+/// The largest decision accepted, in bytes.
+pub const MAX_BODY: usize = 8 * 1024;
+
+/// How long a console waits for a decision before it stops.
+const UNUSED_FOR: Duration = Duration::from_secs(15 * 60);
+
+/// What `bl graph console` serves: one run's pending approvals.
+pub struct Console {
+    pub dir: PathBuf,
+    /// Signs each decision (`bl keys generate`'s private key).
+    pub key: Option<PathBuf>,
+    /// Drives the run on after a decision, as `bl graph approve` does.
+    pub runtime: GraphRuntime,
+}
+
+struct Served {
+    console: Console,
+    token: String,
+    origin: String,
+    decided: AtomicBool,
+}
+
+impl crate::Tokened for Served {
+    fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+/// Serves `console` on `listener` (loopback, bound by the caller) until a
+/// decision is recorded, `stop` says so, or it has gone unused too long.
+/// The page is at `/<token>/`.
+pub fn serve_console(
+    console: Console,
+    token: String,
+    listener: std::net::TcpListener,
+    stop: impl Fn() -> bool + Send + 'static,
+) -> Result<(), WebError> {
+    let address = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let served = Arc::new(Served {
+        console,
+        token,
+        origin: format!("http://{address}"),
+        decided: AtomicBool::new(false),
+    });
+    let app = axum::Router::new()
+        .route("/{token}/", get(page))
+        .route("/{token}/decide", post(decide))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(served.clone());
+    let started = Instant::now();
+    crate::run_server(listener, app, move || {
+        stop() || served.decided.load(Ordering::SeqCst) || started.elapsed() > UNUSED_FOR
+    })
+}
+
+async fn page(State(served): State<Arc<Served>>, Path(token): Path<String>) -> Response {
+    if !holds_token(&*served, &token) {
+        return refused(StatusCode::NOT_FOUND, "not found");
+    }
+    let console = &served.console;
+    let pending = match console.runtime.pending_approvals(&console.dir) {
+        Ok(pending) => pending,
+        Err(e) => return (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
+    };
+    let approvals: Vec<bl_pages::ConsoleApproval> = pending
+        .iter()
+        .map(|p| bl_pages::ConsoleApproval {
+            node: &p.node_id,
+            request_digest: &p.request_digest,
+            evidence: &p.evidence,
+        })
+        .collect();
+    let title = console
+        .dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let html = bl_pages::console_html(&title, &approvals, &format!("/{token}/decide"));
+    let mut headers = hardened();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    (headers, html).into_response()
+}
+
+async fn decide(
+    State(served): State<Arc<Served>>,
+    Path(token): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !holds_token(&*served, &token) {
+        return refused(StatusCode::NOT_FOUND, "not found");
+    }
+    // Only the console's own page may decide: a page of any other origin
+    // (or none named) is refused before the body is read.
+    if headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) != Some(served.origin.as_str()) {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "a decision must come from the console's own page",
+        );
+    }
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .is_some_and(|c| c.starts_with("application/json"));
+    if !json {
+        return refused(StatusCode::UNSUPPORTED_MEDIA_TYPE, "a decision is JSON");
+    }
+    let Ok(asked) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        return refused(StatusCode::BAD_REQUEST, "a decision is a JSON object");
+    };
+    let (Some(node), Some(decision), Some(shown)) = (
+        asked["node"].as_str().map(str::to_string),
+        asked["decision"].as_str().map(str::to_string),
+        asked["request_digest"].as_str().map(str::to_string),
+    ) else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "a decision names node, decision and request_digest",
+        );
+    };
+    let approved = match decision.as_str() {
+        "approved" => true,
+        "rejected" => false,
+        _ => {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                "the decision is approved or rejected",
+            );
+        }
+    };
+    let recorded = {
+        let served = served.clone();
+        tokio::task::spawn_blocking(move || {
+            let c = &served.console;
+            let key = c.key.as_deref();
+            if approved {
+                c.runtime.approve(&c.dir, &node, &shown, key)
+            } else {
+                c.runtime.reject(&c.dir, &node, &shown, key)
+            }
+        })
+        .await
+    };
+    match recorded {
+        Ok(Ok(done)) => {
+            served.decided.store(true, Ordering::SeqCst);
+            let text = format!(
+                "{decision}: recorded. The run is now {}.",
+                done.view.run_state
+            );
+            (StatusCode::OK, hardened(), text).into_response()
+        }
+        Ok(Err(e)) => (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
+        Err(_) => refused(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the decision could not be made",
+        ),
+    }
+}

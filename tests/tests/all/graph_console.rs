@@ -1,0 +1,300 @@
+//! `bl graph console`: the newcomer's first graph, paused at its `review`
+//! approval, approved from the console page in real headless Chromium
+//! (a real click, through chromedriver), after which the run completes and
+//! the console stops by itself; and, over raw HTTP, every request the
+//! console must refuse: a wrong token, a foreign or missing Origin, a body
+//! over 8 KiB, a body that is not JSON, and a decision on evidence other
+//! than what the page showed.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bl_e2e::{bl_binary, repo_root};
+
+/// The first graph, run until it waits on `review`.
+fn paused_run() -> tempfile::TempDir {
+    let case = tempfile::tempdir().unwrap();
+    let example = repo_root().join("examples/graphs/first-graph");
+    for file in [
+        "graph.yaml",
+        "connections.json",
+        "inputs.json",
+        "replies.json",
+    ] {
+        std::fs::copy(example.join(file), case.path().join(file)).unwrap();
+    }
+    let run = Command::new(bl_binary())
+        .args([
+            "graph",
+            "run",
+            "--execute",
+            "graph.yaml",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--recorded",
+            "replies.json",
+            "--out",
+            "run",
+        ])
+        .current_dir(case.path())
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(3), "paused for approval: {run:?}");
+    case
+}
+
+/// `bl graph console` on a free port, and the page's address.
+fn console(dir: &Path) -> (Child, String) {
+    let mut child = Command::new(bl_binary())
+        .args([
+            "graph",
+            "console",
+            "--run",
+            "run",
+            "--inputs",
+            "inputs.json",
+            "--recorded",
+            "replies.json",
+        ])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("console: ")
+        .unwrap_or_else(|| panic!("bl graph console said {line:?}"))
+        .to_string();
+    (child, url)
+}
+
+fn run_state(dir: &Path) -> String {
+    let out = Command::new(bl_binary())
+        .args(["graph", "status", "--run", "run", "--json"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    status["run_state"]
+        .as_str()
+        .or(status["state"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A raw HTTP/1.0 request; the status line and the body.
+fn request(
+    url: &str,
+    method: &str,
+    path_suffix: &str,
+    headers: &[&str],
+    body: &[u8],
+) -> (String, String) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let slash = rest.find('/').unwrap();
+    let (host, path) = (&rest[..slash], &rest[slash..]);
+    let mut stream = TcpStream::connect(host).unwrap();
+    let mut head = format!("{method} {path}{path_suffix} HTTP/1.0\r\nHost: {host}\r\n");
+    for h in headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer.lines().next().unwrap_or_default().to_string();
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body)
+}
+
+#[test]
+fn the_console_refuses_a_wrong_token_a_foreign_origin_a_large_body_and_changed_evidence() {
+    let case = paused_run();
+    let (mut child, url) = console(case.path());
+    let origin = {
+        let rest = url.strip_prefix("http://").unwrap();
+        format!("Origin: http://{}", &rest[..rest.find('/').unwrap()])
+    };
+    let approvals = || std::fs::read_to_string(case.path().join("run/approvals.json")).ok();
+    let before = approvals();
+    let stale = format!(
+        r#"{{"node":"review","decision":"approved","request_digest":"sha256:{}"}}"#,
+        "0".repeat(64)
+    );
+    let json = "Content-Type: application/json";
+
+    let wrong = url.replace(&url[url.len() - 33..url.len() - 1], &"f".repeat(32));
+    assert!(request(&wrong, "GET", "", &[], b"").0.contains("404"));
+    let (status, page) = request(&url, "GET", "", &[], b"");
+    assert!(status.contains("200"), "{status}");
+    assert!(page.contains(r#"data-node="review""#), "{page}");
+    assert!(
+        request(&url, "POST", "decide", &[json], stale.as_bytes())
+            .0
+            .contains("403")
+    );
+    assert!(
+        request(
+            &url,
+            "POST",
+            "decide",
+            &[json, "Origin: http://evil.example"],
+            stale.as_bytes()
+        )
+        .0
+        .contains("403")
+    );
+    let huge = format!(r#"{{"node":"{}"}}"#, "x".repeat(9000));
+    assert!(
+        request(&url, "POST", "decide", &[json, &origin], huge.as_bytes())
+            .0
+            .contains("413")
+    );
+    assert!(
+        request(
+            &url,
+            "POST",
+            "decide",
+            &["Content-Type: text/plain", &origin],
+            stale.as_bytes()
+        )
+        .0
+        .contains("415")
+    );
+    let (status, said) = request(&url, "POST", "decide", &[json, &origin], stale.as_bytes());
+    assert!(status.contains("409"), "{status}");
+    assert!(said.contains("changed since it was shown"), "{said}");
+    assert_eq!(approvals(), before, "nothing was recorded");
+    assert_eq!(run_state(case.path()), "RUNNING");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "still serving after refusals"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_click_on_approve_in_the_browser_records_the_decision_and_the_run_completes() {
+    let (chromium, chromedriver) = (
+        Path::new("/usr/bin/chromium"),
+        Path::new("/usr/bin/chromedriver"),
+    );
+    if !chromium.is_file() || !chromedriver.is_file() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but chromium or chromedriver is not installed: scripts/dev test should have installed them"
+        );
+        eprintln!("SKIPPED: chromium or chromedriver is not installed; no click was sent");
+        return;
+    }
+    let case = paused_run();
+    let (mut child, url) = console(case.path());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut driver = Command::new(chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "chromedriver did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (evidence, outcome) = runtime.block_on(async {
+        use fantoccini::{ClientBuilder, Locator};
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", format!("--user-data-dir={}", profile.path().display()),
+                ],
+            }),
+        );
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("a WebDriver session");
+        client.goto(&url).await.unwrap();
+        client
+            .wait()
+            .for_element(Locator::Css(r#"body[data-ready="true"]"#))
+            .await
+            .unwrap();
+        let card = client
+            .find(Locator::Css(r#"section.approval[data-node="review"]"#))
+            .await
+            .unwrap();
+        let evidence = card.text().await.unwrap();
+        card.find(Locator::Css(r#"button[data-decision="approved"]"#))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let done = client
+            .wait()
+            .at_most(Duration::from_secs(60))
+            .for_element(Locator::Css("section.approval[data-outcome]"))
+            .await
+            .unwrap();
+        let outcome = done
+            .find(Locator::Css(".outcome"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        client.close().await.unwrap();
+        (evidence, outcome)
+    });
+    let _ = driver.kill();
+    let _ = driver.wait();
+    assert!(
+        evidence.contains("sha256:"),
+        "the evidence is in view: {evidence}"
+    );
+    assert_eq!(outcome, "approved: recorded. The run is now SUCCEEDED.");
+    // Used once, the console stops by itself.
+    let until = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < until, "the console did not stop after use");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success());
+    assert_eq!(run_state(case.path()), "SUCCEEDED");
+}
