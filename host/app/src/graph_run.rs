@@ -1399,11 +1399,16 @@ fn approve_answer(
     })
 }
 
+/// Records the decision on `node` with the evidence it has now; with
+/// `shown` (the request digest the person was shown), only if that
+/// evidence is still what they saw: the check is made on the very
+/// evidence the record commits to.
 fn record_decision(
     run: &LoadedRun,
     node: &str,
     approved: bool,
     round: u64,
+    shown: Option<&str>,
     key: Option<&Path>,
 ) -> Result<(), AppError> {
     let key = match key {
@@ -1415,6 +1420,14 @@ fn record_decision(
     };
     let view = view_of(&run.dir)?.0;
     let evidence = approvals::evidence(&run.graph, &view, node);
+    if let Some(shown) = shown {
+        let now = approvals::request_digest(&run.plan.plan_id, node, round, &evidence);
+        if now != shown {
+            return Err(refused(format!(
+                "what node '{node}' would approve has changed since it was shown ({shown}); it is now {now}. Look at it again; nothing was recorded"
+            )));
+        }
+    }
     let actor = std::env::var("USER").unwrap_or_else(|_| "operator".into());
     let entry = ApprovalEntry {
         node,
@@ -1589,6 +1602,7 @@ pub fn approve(
     dir: &Path,
     node_id: &str,
     approved: bool,
+    shown: Option<&str>,
     key: Option<&Path>,
     options: &DriveOptions,
 ) -> Result<Approved, AppError> {
@@ -1638,7 +1652,7 @@ pub fn approve(
     }
     check_prompt_keys(&schedule, &prompts, options)?;
     check_prompts("approve", &schedule, &view, &prompts)?;
-    record_decision(&run, node_id, approved, round, key)?;
+    record_decision(&run, node_id, approved, round, shown, key)?;
     let (end, after) = continue_run(&run, &schedule, &view, prompts, options, Depth::Top)?;
     Ok(Approved {
         node_id: node_id.to_string(),

@@ -230,7 +230,7 @@ impl GraphRuntime {
         approved: bool,
         key: Option<&Path>,
     ) -> Result<Approved, AppError> {
-        graph_run::approve(dir, node, approved, key, &self.options)
+        graph_run::approve(dir, node, approved, None, key, &self.options)
     }
 
     /// Rejects `node`, as [`GraphRuntime::approve`] approves it.
@@ -265,7 +265,8 @@ impl GraphRuntime {
                 waiting.request_digest
             )));
         }
-        graph_run::approve(dir, node, approved, key, &self.options)
+        // Checked again where it is recorded, on the evidence recorded.
+        graph_run::approve(dir, node, approved, Some(shown), key, &self.options)
     }
 
     /// Every artifact the run's log names (see [`graph_run::artifacts`]).

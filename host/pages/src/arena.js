@@ -37,8 +37,12 @@
     return sha256(join(Uint8Array.of(1), await rootOf(leaves, lo, lo + k), await rootOf(leaves, lo + k, hi)));
   };
 
+  // Who signed, and which run's log: said with "Verified", for the reader
+  // to hold against their own key and run.
+  let signer = "";
   async function check() {
     const why = [];
+    if (run.failure) why.push("the server stopped reading the log: " + run.failure);
     const planDigest = "sha256:" + toHex(await sha256(enc.encode(run.plan)));
     if (planDigest !== run.plan_id) why.push("the plan's digest is not the plan id the run records");
     const events = run.events.map((line) => { try { return JSON.parse(line); } catch { return null; } });
@@ -62,8 +66,7 @@
       }
       if (size < run.events.length) why.push(`${run.events.length - size} events came after the last checkpoint`);
     }
-    const planLine = lines.find((l) => l.startsWith("file ") && l.endsWith(" plan.json"));
-    if (!planLine || planLine.split(" ")[1] !== planDigest) why.push("the checkpoint does not seal this plan");
+    if (!lines.includes(`file ${planDigest} plan.json`)) why.push("the checkpoint does not seal this plan");
     if (!run.verifier) {
       why.push("no verifier key was given (bl graph arena --pubkey KEY), so the checkpoint's signature was not checked");
       return { why, events };
@@ -83,6 +86,7 @@
       const publicKey = await crypto.subtle.importKey("raw", key.slice(1), { name: "Ed25519" }, false, ["verify"]);
       const good = await crypto.subtle.verify({ name: "Ed25519" }, publicKey, signed.slice(4), enc.encode(body));
       if (!good) throw new Error(`the signature by ${name} does not verify: the checkpoint was altered or signed by another key`);
+      signer = `key ${name} (id ${toHex(id)}), log ${lines[0]}`;
     } catch (e) {
       why.push(e && e.message ? e.message : String(e));
     }
@@ -207,7 +211,7 @@
     trust.className = result.why.length ? "unverified" : "verified";
     trust.textContent = result.why.length
       ? "LOCAL/UNVERIFIED: " + result.why.join("; ") + "."
-      : `Verified: ${run.events.length} events hash to the signed checkpoint's root, and the plan is the one it seals.`;
+      : `Verified: ${run.events.length} events hash to the signed checkpoint's root, and the plan is the one it seals (${signer}).`;
     project();
     if (selected) show(selected);
     paint();
@@ -239,5 +243,7 @@
       if (sequence === run.events.length + 1) { run.events.push(m.data); later(); }
     };
     source.addEventListener("checkpoint", (m) => { run.checkpoint = m.data; later(); });
+    // The log broke or shrank: nothing the page shows is verified any more.
+    source.addEventListener("failure", (m) => { run.failure = m.data; source.close(); later(); });
   }
 })();

@@ -81,8 +81,10 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
         "artifacts": input.artifacts,
         "live": input.live,
     });
-    // Inside a <script> element only `</` could end it early.
-    let data = data.to_string().replace("</", "<\\/");
+    // No `<` at all inside the data element: `</script>` would end it,
+    // and `<!--<script` would make the parser swallow the rest of the page.
+    // In JSON a `<` can only be inside a string, where `\u003c` means it.
+    let data = data.to_string().replace('<', "\\u003c");
     // A live page talks to its own server, and to nothing else.
     let connect = if input.live.is_some() {
         "; connect-src 'self'"
@@ -204,7 +206,10 @@ mod tests {
     #[test]
     fn the_page_is_one_file_with_a_strict_policy_and_the_same_run_gives_the_same_bytes() {
         let plan = r#"{"nodes":[{"node_id":"a"},{"node_id":"b"}],"edges":[{"from_node":"a","to_node":"b","when":"passed"}]}"#;
-        let events = vec![r#"{"x":"</script><script>alert(1)</script>"}"#.to_string()];
+        let events = vec![
+            r#"{"x":"</script><script>alert(1)</script>"}"#.to_string(),
+            r#"{"y":"<!--<script "}"#.to_string(),
+        ];
         let page = arena_html(&input(plan, &events)).unwrap();
         assert_eq!(page, arena_html(&input(plan, &events)).unwrap());
         assert!(page.contains("default-src 'none'"));
@@ -216,8 +221,11 @@ mod tests {
         assert!(page.contains(r#"data-node="a""#) && page.contains(r#"data-node="b""#));
         assert!(page.contains(">passed</text>"));
         assert!(page.contains("r&lt;1&gt;"));
-        // A line cannot close the data element.
+        // A line can neither close the data element nor open a comment in
+        // it that would swallow the page's script.
         assert_eq!(page.matches("</script>").count(), 2);
+        assert_eq!(page.matches("<!--").count(), 0);
+        assert_eq!(page.matches("<script").count(), 2);
         assert!(page.contains(&csp_hash(SCRIPT)) && page.contains(&csp_hash(STYLE)));
     }
 

@@ -40,7 +40,7 @@ pub fn console_html(title: &str, approvals: &[ConsoleApproval], decide: &str) ->
     }
     let data = json!({ "decide": decide })
         .to_string()
-        .replace("</", "<\\/");
+        .replace('<', "\\u003c");
     let csp = format!(
         "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
         csp_hash(SCRIPT),

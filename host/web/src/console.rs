@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bl_app::runtime::GraphRuntime;
@@ -40,6 +40,8 @@ struct Served {
     console: Console,
     token: String,
     origin: String,
+    /// A decision is being made: a second one waits for none, it is refused.
+    deciding: AtomicBool,
     decided: AtomicBool,
 }
 
@@ -66,6 +68,7 @@ pub fn serve_console(
         console,
         token,
         origin: format!("http://{address}"),
+        deciding: AtomicBool::new(false),
         decided: AtomicBool::new(false),
     });
     let app = axum::Router::new()
@@ -83,11 +86,25 @@ async fn page(State(served): State<Arc<Served>>, Path(token): Path<String>) -> R
     if !holds_token(&*served, &token) {
         return refused(StatusCode::NOT_FOUND, "not found");
     }
-    let console = &served.console;
-    let pending = match console.runtime.pending_approvals(&console.dir) {
-        Ok(pending) => pending,
-        Err(e) => return (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
+    let read = {
+        let served = served.clone();
+        tokio::task::spawn_blocking(move || {
+            let c = &served.console;
+            c.runtime.pending_approvals(&c.dir)
+        })
+        .await
     };
+    let pending = match read {
+        Ok(Ok(pending)) => pending,
+        Ok(Err(e)) => return (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
+        Err(_) => {
+            return refused(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the run could not be read",
+            );
+        }
+    };
+    let console = &served.console;
     let approvals: Vec<bl_pages::ConsoleApproval> = pending
         .iter()
         .map(|p| bl_pages::ConsoleApproval {
@@ -101,13 +118,11 @@ async fn page(State(served): State<Arc<Served>>, Path(token): Path<String>) -> R
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let html = bl_pages::console_html(&title, &approvals, &format!("/{token}/decide"));
-    let mut headers = hardened();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    (headers, html).into_response()
+    crate::html_page(bl_pages::console_html(
+        &title,
+        &approvals,
+        &format!("/{token}/decide"),
+    ))
 }
 
 async fn decide(
@@ -120,7 +135,7 @@ async fn decide(
         return refused(StatusCode::NOT_FOUND, "not found");
     }
     // Only the console's own page may decide: a page of any other origin
-    // (or none named) is refused before the body is read.
+    // (or none named) is refused, whatever its body says.
     if headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) != Some(served.origin.as_str()) {
         return refused(
             StatusCode::FORBIDDEN,
@@ -157,6 +172,19 @@ async fn decide(
             );
         }
     };
+    // One decision per console: a second request, even for another node,
+    // is refused rather than raced against the first.
+    if served.decided.load(Ordering::SeqCst)
+        || served
+            .deciding
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+    {
+        return refused(
+            StatusCode::CONFLICT,
+            "this console has taken its decision; start another for the next",
+        );
+    }
     let recorded = {
         let served = served.clone();
         tokio::task::spawn_blocking(move || {
@@ -179,10 +207,16 @@ async fn decide(
             );
             (StatusCode::OK, hardened(), text).into_response()
         }
-        Ok(Err(e)) => (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
-        Err(_) => refused(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the decision could not be made",
-        ),
+        Ok(Err(e)) => {
+            served.deciding.store(false, Ordering::SeqCst);
+            (StatusCode::CONFLICT, hardened(), e.to_string()).into_response()
+        }
+        Err(_) => {
+            served.deciding.store(false, Ordering::SeqCst);
+            refused(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the decision could not be made",
+            )
+        }
     }
 }

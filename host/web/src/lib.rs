@@ -137,6 +137,16 @@ pub(crate) fn refused(status: StatusCode, text: &'static str) -> Response {
 
 /// Headers every answer carries: nothing is cached, sniffed, framed or
 /// referred elsewhere.
+/// A page, with the hardened headers.
+pub(crate) fn html_page(html: String) -> Response {
+    let mut headers = hardened();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    (headers, html).into_response()
+}
+
 pub(crate) fn hardened() -> HeaderMap {
     let mut headers = HeaderMap::new();
     for (name, value) in [
@@ -154,20 +164,25 @@ async fn page(State(served): State<Arc<Served>>, Path(token): Path<String>) -> R
     if !holds_token(&*served, &token) {
         return refused(StatusCode::NOT_FOUND, "not found");
     }
-    let watch = &served.watch;
-    let url = |held: u64| format!("/{token}/events?after={held}");
-    match watch
-        .runtime
-        .live_arena(&watch.dir, watch.verifier.as_deref(), &url)
-    {
-        Ok((html, _)) => {
-            let mut headers = hardened();
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/html; charset=utf-8"),
-            );
-            (headers, html).into_response()
-        }
+    // Reading and checking the run is file work: off the server's thread,
+    // so that a page being made stalls no stream.
+    let made = {
+        let served = served.clone();
+        tokio::task::spawn_blocking(move || {
+            let watch = &served.watch;
+            let url = |held: u64| format!("/{token}/events?after={held}");
+            watch
+                .runtime
+                .live_arena(&watch.dir, watch.verifier.as_deref(), &url)
+        })
+        .await
+    };
+    match made.unwrap_or_else(|_| {
+        Err(bl_app::error::AppError::refused(
+            "the page could not be made",
+        ))
+    }) {
+        Ok((html, _)) => html_page(html),
         Err(e) => (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
     }
 }
@@ -223,7 +238,20 @@ async fn events(
                 let event = Event::default().id(sequence.to_string()).data(line);
                 return Some((Ok::<_, Infallible>(event), s));
             }
-            match s.subscription.poll() {
+            let (subscription, polled) = {
+                let mut subscription = s.subscription;
+                let polled = tokio::task::spawn_blocking(move || {
+                    let polled = subscription.poll();
+                    (subscription, polled)
+                })
+                .await;
+                match polled {
+                    Ok(done) => done,
+                    Err(_) => return None,
+                }
+            };
+            s.subscription = subscription;
+            match polled {
                 Ok(events) if !events.is_empty() => {
                     s.waiting
                         .extend(events.into_iter().map(|e| (e.sequence, e.raw)));

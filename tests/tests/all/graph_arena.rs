@@ -10,42 +10,13 @@ use std::process::Command;
 
 use bl_e2e::{bl_binary, repo_root};
 
-/// Debian's Chromium, or `None` (said loudly) where it is not installed
-/// and this is not CI.
-fn chromium() -> Option<PathBuf> {
-    let path = PathBuf::from("/usr/bin/chromium");
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true but chromium is not installed: scripts/dev test should have installed it"
-    );
-    eprintln!("SKIPPED: chromium is not installed on this machine; no page was opened");
-    None
-}
-
-/// Headless Chromium's flags: no network of its own, a fresh profile.
-fn headless(browser: &Path, profile: &Path) -> Command {
-    let mut command = Command::new(browser);
-    command.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--virtual-time-budget=10000",
-    ]);
-    command.arg(format!("--user-data-dir={}", profile.display()));
-    command
-}
+use crate::browser::{Driver, available, headless};
 
 /// The page's DOM once its script has run (`fragment`: after `#`).
-fn rendered(browser: &Path, page: &Path, fragment: &str) -> String {
+fn rendered(page: &Path, fragment: &str) -> String {
     let profile = tempfile::tempdir().unwrap();
-    let out = headless(browser, profile.path())
+    let out = headless(profile.path())
+        .arg("--virtual-time-budget=10000")
         .arg("--dump-dom")
         .arg(format!("file://{}#{fragment}", page.display()))
         .output()
@@ -107,6 +78,25 @@ fn signed_run(case: &Path) -> (PathBuf, PathBuf) {
     (dir, case.join("arena.pub"))
 }
 
+/// A signed run's arena, made with the key's public half; the graph
+/// directory and what `bl graph arena` said.
+fn signed_arena(case: &Path) -> (PathBuf, std::process::Output) {
+    let (dir, public) = signed_run(case);
+    let made = bl(
+        &[
+            "graph",
+            "arena",
+            "--run",
+            "run",
+            "--pubkey",
+            public.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    assert!(made.status.success(), "{made:?}");
+    (dir, made)
+}
+
 /// The opening tag of a node's drawing.
 fn node_tag<'a>(dom: &'a str, node: &str) -> &'a str {
     let at = dom
@@ -127,21 +117,11 @@ fn trust_line(dom: &str) -> &str {
 
 #[test]
 fn the_arena_of_a_signed_run_is_verified_in_the_browser_with_every_node_drawn_in_its_state() {
-    let Some(browser) = chromium() else { return };
+    if !available(false) {
+        return;
+    }
     let case = tempfile::tempdir().unwrap();
-    let (dir, public) = signed_run(case.path());
-    let made = bl(
-        &[
-            "graph",
-            "arena",
-            "--run",
-            "run",
-            "--pubkey",
-            public.to_str().unwrap(),
-        ],
-        &dir,
-    );
-    assert!(made.status.success(), "{made:?}");
+    let (dir, made) = signed_arena(case.path());
     let page = dir.join("run.arena.html");
     assert!(String::from_utf8_lossy(&made.stdout).contains("run.arena.html"));
     let html = std::fs::read_to_string(&page).unwrap();
@@ -149,10 +129,14 @@ fn the_arena_of_a_signed_run_is_verified_in_the_browser_with_every_node_drawn_in
         !html.contains(" src=") && !html.contains("href="),
         "nothing is fetched"
     );
-    let dom = rendered(&browser, &page, "node=n00001");
+    let dom = rendered(&page, "node=n00001");
     let trust = trust_line(&dom);
     assert!(trust.contains(r#"class="verified""#), "{trust}");
     assert!(trust.contains("Verified: 21 events"), "{trust}");
+    assert!(
+        trust.contains("key arena-test (id ") && trust.contains("log bl.run/"),
+        "who signed which log is said: {trust}"
+    );
     assert!(dom.contains("run SUCCEEDED; 3 SUCCEEDED"), "{dom}");
     for node in ["n00000", "n00001", "n00002"] {
         let tag = node_tag(&dom, node);
@@ -172,7 +156,7 @@ fn the_arena_of_a_signed_run_is_verified_in_the_browser_with_every_node_drawn_in
     // The page renders to something, not a blank screen.
     let shot = case.path().join("arena.png");
     let profile = tempfile::tempdir().unwrap();
-    let taken = headless(&browser, profile.path())
+    let taken = headless(profile.path())
         .arg("--window-size=1200,800")
         .arg(format!("--screenshot={}", shot.display()))
         .arg(format!("file://{}", page.display()))
@@ -189,21 +173,11 @@ fn the_arena_of_a_signed_run_is_verified_in_the_browser_with_every_node_drawn_in
 
 #[test]
 fn an_altered_byte_a_missing_key_or_another_key_make_the_page_say_unverified() {
-    let Some(browser) = chromium() else { return };
+    if !available(false) {
+        return;
+    }
     let case = tempfile::tempdir().unwrap();
-    let (dir, public) = signed_run(case.path());
-    let made = bl(
-        &[
-            "graph",
-            "arena",
-            "--run",
-            "run",
-            "--pubkey",
-            public.to_str().unwrap(),
-        ],
-        &dir,
-    );
-    assert!(made.status.success(), "{made:?}");
+    let (dir, _) = signed_arena(case.path());
     let page = std::fs::read_to_string(dir.join("run.arena.html")).unwrap();
 
     // One byte of one event, changed in the page.
@@ -215,7 +189,7 @@ fn an_altered_byte_a_missing_key_or_another_key_make_the_page_say_unverified() {
     assert_ne!(altered, page);
     let path = case.path().join("altered.html");
     std::fs::write(&path, altered).unwrap();
-    let trust = trust_line(&rendered(&browser, &path, "")).to_string();
+    let trust = trust_line(&rendered(&path, "")).to_string();
     assert!(trust.contains("LOCAL/UNVERIFIED"), "{trust}");
     assert!(
         trust.contains("do not hash to the checkpoint's root"),
@@ -228,7 +202,7 @@ fn an_altered_byte_a_missing_key_or_another_key_make_the_page_say_unverified() {
         &dir,
     );
     assert!(made.status.success(), "{made:?}");
-    let trust = trust_line(&rendered(&browser, &dir.join("nokey.html"), "")).to_string();
+    let trust = trust_line(&rendered(&dir.join("nokey.html"), "")).to_string();
     assert!(
         trust.contains("LOCAL/UNVERIFIED") && trust.contains("no verifier key"),
         "{trust}"
@@ -263,7 +237,7 @@ fn an_altered_byte_a_missing_key_or_another_key_make_the_page_say_unverified() {
         &dir,
     );
     assert!(made.status.success(), "{made:?}");
-    let trust = trust_line(&rendered(&browser, &dir.join("other.html"), "")).to_string();
+    let trust = trust_line(&rendered(&dir.join("other.html"), "")).to_string();
     assert!(
         trust.contains("LOCAL/UNVERIFIED") && trust.contains("another key"),
         "{trust}"
@@ -304,96 +278,16 @@ fn a_run_whose_plan_or_log_was_altered_is_refused_before_any_page_is_made() {
     assert!(!dir.join("run.arena.html").exists());
 }
 
-/// chromedriver on a free loopback port, ended with the test.
-struct Driver {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn chromedriver() -> Option<Driver> {
-    let path = Path::new("/usr/bin/chromedriver");
-    if !path.is_file() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but chromedriver is not installed: scripts/dev test should have installed it"
-        );
-        eprintln!("SKIPPED: chromedriver is not installed on this machine; no click was sent");
-        return None;
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(path)
-        .arg(format!("--port={port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let driver = Driver { child, port };
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < until,
-            "chromedriver did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    Some(driver)
-}
-
 #[test]
 fn a_click_on_a_node_shows_its_artifact_digests() {
-    let (Some(_), Some(driver)) = (chromium(), chromedriver()) else {
+    if !available(true) {
         return;
-    };
+    }
     let case = tempfile::tempdir().unwrap();
-    let (dir, public) = signed_run(case.path());
-    let made = bl(
-        &[
-            "graph",
-            "arena",
-            "--run",
-            "run",
-            "--pubkey",
-            public.to_str().unwrap(),
-        ],
-        &dir,
-    );
-    assert!(made.status.success(), "{made:?}");
+    let (dir, _) = signed_arena(case.path());
     let page = dir.join("run.arena.html");
-    let profile = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (trust, before, after) = runtime.block_on(async {
-        use fantoccini::{ClientBuilder, Locator};
-        let mut capabilities = serde_json::Map::new();
-        capabilities.insert(
-            "goog:chromeOptions".into(),
-            serde_json::json!({
-                "binary": "/usr/bin/chromium",
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", format!("--user-data-dir={}", profile.path().display()),
-                ],
-            }),
-        );
-        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-            .capabilities(capabilities)
-            .connect(&format!("http://127.0.0.1:{}", driver.port))
-            .await
-            .expect("a WebDriver session");
+    let (trust, before, after) = Driver::start().drive(async |client| {
+        use fantoccini::Locator;
         client
             .goto(&format!("file://{}", page.display()))
             .await
@@ -403,23 +297,17 @@ fn a_click_on_a_node_shows_its_artifact_digests() {
             .for_element(Locator::Css(r#"body[data-ready="true"]"#))
             .await
             .unwrap();
-        let trust = client
-            .find(Locator::Id("trust"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let details = || async {
+        let text = async |id| {
             client
-                .find(Locator::Id("details"))
+                .find(Locator::Id(id))
                 .await
                 .unwrap()
                 .text()
                 .await
                 .unwrap()
         };
-        let before = details().await;
+        let trust = text("trust").await;
+        let before = text("details").await;
         client
             .find(Locator::Css(r#"g.node[data-node="n00002"]"#))
             .await
@@ -427,9 +315,7 @@ fn a_click_on_a_node_shows_its_artifact_digests() {
             .click()
             .await
             .unwrap();
-        let after = details().await;
-        client.close().await.unwrap();
-        (trust, before, after)
+        (trust, before, text("details").await)
     });
     assert!(trust.starts_with("Verified:"), "{trust}");
     assert!(!before.contains("sha256:"), "{before}");

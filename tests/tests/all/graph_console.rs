@@ -192,60 +192,13 @@ fn the_console_refuses_a_wrong_token_a_foreign_origin_a_large_body_and_changed_e
 
 #[test]
 fn a_click_on_approve_in_the_browser_records_the_decision_and_the_run_completes() {
-    let (chromium, chromedriver) = (
-        Path::new("/usr/bin/chromium"),
-        Path::new("/usr/bin/chromedriver"),
-    );
-    if !chromium.is_file() || !chromedriver.is_file() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but chromium or chromedriver is not installed: scripts/dev test should have installed them"
-        );
-        eprintln!("SKIPPED: chromium or chromedriver is not installed; no click was sent");
+    if !crate::browser::available(true) {
         return;
     }
     let case = paused_run();
     let (mut child, url) = console(case.path());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut driver = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < until, "chromedriver did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let profile = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (evidence, outcome) = runtime.block_on(async {
-        use fantoccini::{ClientBuilder, Locator};
-        let mut capabilities = serde_json::Map::new();
-        capabilities.insert(
-            "goog:chromeOptions".into(),
-            serde_json::json!({
-                "binary": "/usr/bin/chromium",
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", format!("--user-data-dir={}", profile.path().display()),
-                ],
-            }),
-        );
-        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-            .capabilities(capabilities)
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            .expect("a WebDriver session");
+    let (evidence, outcome) = crate::browser::Driver::start().drive(async |client| {
+        use fantoccini::Locator;
         client.goto(&url).await.unwrap();
         client
             .wait()
@@ -276,11 +229,8 @@ fn a_click_on_approve_in_the_browser_records_the_decision_and_the_run_completes(
             .text()
             .await
             .unwrap();
-        client.close().await.unwrap();
         (evidence, outcome)
     });
-    let _ = driver.kill();
-    let _ = driver.wait();
     assert!(
         evidence.contains("sha256:"),
         "the evidence is in view: {evidence}"

@@ -180,18 +180,40 @@ fn a_reconnect_with_last_event_id_loses_and_repeats_nothing_and_streams_are_boun
         "a ninth stream"
     );
     drop(held);
+
+    // A log that shrinks under a stream ends it with a failure, which the
+    // page shows as LOCAL/UNVERIFIED; nothing after it is sent.
+    let mut stream = TcpStream::connect(host).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path}events?after={total} HTTP/1.0\r\nHost: {host}\r\n\r\n"
+    )
+    .unwrap();
+    let mut lines = BufReader::new(stream).lines();
+    // The stream is going once its checkpoint has come.
+    for line in lines.by_ref() {
+        if line.unwrap() == "event: checkpoint" {
+            break;
+        }
+    }
+    let log = dir.join("run/controller-events.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    std::fs::write(&log, &text[..text.len() / 2]).unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let failure = rest
+        .iter()
+        .position(|l| l == "event: failure")
+        .unwrap_or_else(|| panic!("no failure event: {rest:?}"));
+    assert!(rest[failure + 1].contains("shrank"), "{rest:?}");
+    assert!(!rest.iter().any(|l| l.starts_with("id: ")), "{rest:?}");
 }
 
 #[test]
 fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
-    let chromium = Path::new("/usr/bin/chromium");
-    let chromedriver = Path::new("/usr/bin/chromedriver");
-    if !chromium.is_file() || !chromedriver.is_file() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but chromium or chromedriver is not installed: scripts/dev test should have installed them"
-        );
-        eprintln!("SKIPPED: chromium or chromedriver is not installed; no page was watched");
+    if !crate::browser::available(true) {
         return;
     }
     let case = tempfile::tempdir().unwrap();
@@ -214,57 +236,17 @@ fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
         &["--pubkey", case.path().join("watch.pub").to_str().unwrap()],
     );
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut driver = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < until, "chromedriver did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let profile = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let seen = runtime.block_on(async {
-        use fantoccini::{ClientBuilder, Locator};
-        let mut capabilities = serde_json::Map::new();
-        capabilities.insert(
-            "goog:chromeOptions".into(),
-            serde_json::json!({
-                "binary": "/usr/bin/chromium",
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", format!("--user-data-dir={}", profile.path().display()),
-                ],
-            }),
-        );
-        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-            .capabilities(capabilities)
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            .expect("a WebDriver session");
+    let seen = crate::browser::Driver::start().drive(async |client| {
+        use fantoccini::Locator;
         client.goto(&watching.url).await.unwrap();
-        let text = |id: &'static str| {
-            let client = &client;
-            async move {
-                client
-                    .find(Locator::Id(id))
-                    .await
-                    .unwrap()
-                    .text()
-                    .await
-                    .unwrap()
-            }
+        let text = async |id| {
+            client
+                .find(Locator::Id(id))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
         };
         // The first look: the run is still going.
         client
@@ -283,11 +265,8 @@ fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
-        client.close().await.unwrap();
         (early, summary, trust)
     });
-    let _ = driver.kill();
-    let _ = driver.wait();
     assert!(run.wait().unwrap().success());
     let (early, summary, trust) = seen;
     assert!(

@@ -3,6 +3,7 @@
 //! processes and real bubblewrap for one area. Run one area with
 //! `cargo test -p bl-e2e --test all graph_cli::`.
 
+mod browser;
 mod durability;
 mod egress_cli;
 mod egress_sandbox;
