@@ -26,6 +26,7 @@ pub mod plugin_run;
 pub mod plugin_scaffold;
 pub mod run_adapters;
 pub mod runtime;
+mod state_md;
 pub mod stop;
 
 pub use error::{AppError, AppResult};

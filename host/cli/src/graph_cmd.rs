@@ -79,6 +79,10 @@ pub enum GraphCommand {
         /// The run directory (what `graph run --out` wrote).
         #[arg(long)]
         run: PathBuf,
+        /// text (a table), or md: the state as Markdown (STATE.md), for a
+        /// person or an agent to read.
+        #[arg(long, default_value = "text", value_parser = ["text", "md"])]
+        format: String,
     },
     /// Draw a run as one self-contained page (no network) that checks in
     /// the browser, against the run's checkpoint and the key you give,
@@ -265,7 +269,7 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             model,
             isolation,
         } => connect(&manifest, &provider, &model, isolation.as_deref()),
-        GraphCommand::Status { run } => crate::graph_report::status(&run),
+        GraphCommand::Status { run, format } => crate::graph_report::status(&run, format == "md"),
         GraphCommand::Console {
             run,
             port,

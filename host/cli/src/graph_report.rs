@@ -369,11 +369,15 @@ pub fn arena(dir: &Path, out: Option<&Path>, pubkey: Option<&str>) -> CliResult 
     Ok(Exit::Success)
 }
 
-pub fn status(dir: &Path) -> CliResult {
+pub fn status(dir: &Path, markdown: bool) -> CliResult {
     let status = GraphRuntime::default().status(dir)?;
     let (run, view) = (&status.run, &status.view);
     if crate::output::json() {
         outln!("{}", python_json(&status.to_json()));
+        return Ok(Exit::Success);
+    }
+    if markdown {
+        crate::output::stdout_bytes(status.to_markdown().as_bytes());
         return Ok(Exit::Success);
     }
     let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();

@@ -248,3 +248,26 @@ fn a_click_on_approve_in_the_browser_records_the_decision_and_the_run_completes(
     assert!(exit.success());
     assert_eq!(run_state(case.path()), "SUCCEEDED");
 }
+
+#[test]
+fn the_state_of_a_paused_run_reads_as_markdown_with_what_waits_for_a_decision() {
+    let case = paused_run();
+    let out = Command::new(bl_binary())
+        .args(["graph", "status", "--run", "run", "--format", "md"])
+        .current_dir(case.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let md = String::from_utf8(out.stdout).unwrap();
+    assert!(md.starts_with("# Run run\n\n> LOCAL/UNVERIFIED:"), "{md}");
+    assert!(
+        md.contains("- **Waiting for a decision:** review\n"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| review | approval | AWAITING_APPROVAL | 1 |"),
+        "{md}"
+    );
+    assert!(md.contains("| publish | publish | PENDING | 0 |"), "{md}");
+    assert!(md.contains("| write-brief | review | — |"), "{md}");
+}
