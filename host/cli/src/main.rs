@@ -80,6 +80,15 @@ enum Command {
         #[arg(long)]
         write: bool,
     },
+    /// Draw a loop run as one page: its outcome, each lap's verdict and
+    /// spend, and whether its ledger verifies.
+    Report {
+        /// The loop run's directory (what `bl run --run-id` wrote).
+        run_dir: std::path::PathBuf,
+        /// Where to write the page (default: `<run_dir>.report.html`).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
     /// What this engine can actually do here.
     Capabilities,
     /// Scaffold a loop that lints and runs: NAME, from a template per gate kind.
@@ -195,6 +204,7 @@ fn main() -> ExitCode {
         Command::Receipt { run_dir, write } => {
             loop_tools_cmd::receipt(&run_dir, write, output::json())
         }
+        Command::Report { run_dir, out } => loop_tools_cmd::report(&run_dir, out.as_deref()),
         Command::Capabilities => loop_tools_cmd::capabilities(output::json()),
         Command::New {
             name,

@@ -19,6 +19,7 @@ mod graph_stop;
 mod graph_watch;
 mod hostile_input;
 mod loop_catalog;
+mod loop_report;
 mod loop_run;
 mod plugin_cli;
 mod plugin_pipeline;
