@@ -292,3 +292,41 @@ pub const GRAPH_RUN: &[&str] = &[
     "--out",
     "run",
 ];
+
+/// A copy of examples/graphs/first-graph (its graph, connections, inputs
+/// and recorded replies) in a fresh directory, to run in.
+pub fn first_graph() -> tempfile::TempDir {
+    let case = tempfile::tempdir().expect("a temporary directory");
+    let example = repo_root().join("examples/graphs/first-graph");
+    for file in [
+        "graph.yaml",
+        "connections.json",
+        "inputs.json",
+        "replies.json",
+    ] {
+        std::fs::copy(example.join(file), case.path().join(file)).expect("the example's files");
+    }
+    case
+}
+
+/// Starts a `bl` that serves a page and says `<says>: <url>` on its first
+/// line; returns the process and the page's address.
+pub fn serving(command: &mut std::process::Command, says: &str) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("bl starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("bl says where it serves");
+    let url = line
+        .trim()
+        .strip_prefix(&format!("{says}: "))
+        .unwrap_or_else(|| panic!("bl said {line:?}, not where it serves"))
+        .to_string();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    (child, url)
+}

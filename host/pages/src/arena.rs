@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use crate::layout::{NODE_HEIGHT, NODE_WIDTH, layout};
 
 const SCRIPT: &str = include_str!("arena.js");
-const STYLE: &str = include_str!("arena.css");
+pub(crate) const STYLE: &str = include_str!("arena.css");
 
 /// What an arena is drawn from: the run's own records, as recorded.
 pub struct ArenaInput<'a> {
@@ -97,17 +97,7 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
         csp_hash(STYLE)
     );
     Ok(format!(
-        r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{csp}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>bl arena: {title}</title>
-<style>{STYLE}</style>
-</head>
-<body>
-<header>
+        r#"{head}<header>
 <h1>bl arena <span class="run">{title}</span></h1>
 <p id="trust" class="checking">Checking this page's records in your browser…</p>
 <p id="summary"></p>
@@ -122,8 +112,28 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
 </body>
 </html>
 "#,
+        head = head("arena", input.title, &csp),
         title = escape(input.title),
     ))
+}
+
+/// The start of every page, up to `<body>`: its policy, its title (`bl
+/// <kind>: <title>`) and the one stylesheet, inline.
+pub(crate) fn head(kind: &str, title: &str, csp: &str) -> String {
+    format!(
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>bl {kind}: {title}</title>
+<style>{STYLE}</style>
+</head>
+<body>
+"#,
+        title = escape(title),
+    )
 }
 
 /// `sha256-<base64>` of an inline script or style, for the CSP.

@@ -7,10 +7,9 @@
 
 use serde_json::json;
 
-use crate::arena::{csp_hash, escape};
+use crate::arena::{STYLE, csp_hash, escape, head};
 
 const SCRIPT: &str = include_str!("console.js");
-const STYLE: &str = include_str!("arena.css");
 
 /// One approval a run waits on, as the runtime API states it.
 pub struct ConsoleApproval<'a> {
@@ -47,22 +46,14 @@ pub fn console_html(title: &str, approvals: &[ConsoleApproval], decide: &str) ->
         csp_hash(STYLE)
     );
     format!(
-        r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{csp}">
-<title>bl console: {title}</title>
-<style>{STYLE}</style>
-</head>
-<body>
-<header><h1>bl console <span class="run">{title}</span></h1></header>
+        r#"{head}<header><h1>bl console <span class="run">{title}</span></h1></header>
 <main class="console">{cards}</main>
 <script type="application/json" id="bl-console">{data}</script>
 <script>{SCRIPT}</script>
 </body>
 </html>
 "#,
+        head = head("console", title, &csp),
         title = escape(title),
     )
 }

@@ -5,9 +5,7 @@
 
 use serde_json::Value;
 
-use crate::arena::{csp_hash, escape};
-
-const STYLE: &str = include_str!("arena.css");
+use crate::arena::{STYLE, csp_hash, escape, head};
 
 /// What a loop report is drawn from.
 pub struct LoopReportInput<'a> {
@@ -66,19 +64,10 @@ pub fn loop_report_html(input: &LoopReportInput) -> String {
         csp_hash(STYLE)
     );
     format!(
-        r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{csp}">
-<title>bl report: {title}</title>
-<style>{STYLE}</style>
-</head>
-<body>
-<header>
+        r#"{head}<header>
 <h1>bl report <span class="run">{title}</span></h1>
 <p id="trust" class="{trust_class}">{trust}</p>
-<p id="summary">{status}: {reason}; {laps} laps; ledger head <code>{head}</code></p>
+<p id="summary">{status}: {reason}; {laps} laps; ledger head <code>{ledger_head}</code></p>
 <p id="bounds">Bounds declared: {attempts} attempts, {tokens} tokens, {wallclock} s.</p>
 </header>
 <main class="report">
@@ -90,6 +79,7 @@ pub fn loop_report_html(input: &LoopReportInput) -> String {
 </body>
 </html>
 "#,
+        head = head("report", input.title, &csp),
         title = escape(input.title),
         trust_class = if input.verified {
             "verified"
@@ -108,7 +98,7 @@ pub fn loop_report_html(input: &LoopReportInput) -> String {
         status = escape(&text(&m["status"])),
         reason = escape(&text(&m["reason"])),
         laps = escape(&text(&m["laps"])),
-        head = escape(&text(&m["ledger_head"])),
+        ledger_head = escape(&text(&m["ledger_head"])),
         attempts = escape(&text(&declared["attempts"])),
         tokens = escape(&text(&declared["tokens"])),
         wallclock = escape(&text(&declared["wallclock_s"])),

@@ -6,26 +6,17 @@
 //! over 8 KiB, a body that is not JSON, and a decision on evidence other
 //! than what the page showed.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use bl_e2e::{bl_binary, repo_root};
+use bl_e2e::bl_binary;
 
 /// The first graph, run until it waits on `review`.
 fn paused_run() -> tempfile::TempDir {
-    let case = tempfile::tempdir().unwrap();
-    let example = repo_root().join("examples/graphs/first-graph");
-    for file in [
-        "graph.yaml",
-        "connections.json",
-        "inputs.json",
-        "replies.json",
-    ] {
-        std::fs::copy(example.join(file), case.path().join(file)).unwrap();
-    }
+    let case = bl_e2e::first_graph();
     let run = Command::new(bl_binary())
         .args([
             "graph",
@@ -50,32 +41,21 @@ fn paused_run() -> tempfile::TempDir {
 
 /// `bl graph console` on a free port, and the page's address.
 fn console(dir: &Path) -> (Child, String) {
-    let mut child = Command::new(bl_binary())
-        .args([
-            "graph",
-            "console",
-            "--run",
-            "run",
-            "--inputs",
-            "inputs.json",
-            "--recorded",
-            "replies.json",
-        ])
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("console: ")
-        .unwrap_or_else(|| panic!("bl graph console said {line:?}"))
-        .to_string();
-    (child, url)
+    bl_e2e::serving(
+        Command::new(bl_binary())
+            .args([
+                "graph",
+                "console",
+                "--run",
+                "run",
+                "--inputs",
+                "inputs.json",
+                "--recorded",
+                "replies.json",
+            ])
+            .current_dir(dir),
+        "console",
+    )
 }
 
 fn run_state(dir: &Path) -> String {

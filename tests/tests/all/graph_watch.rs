@@ -27,24 +27,13 @@ impl Drop for Watching {
 }
 
 fn watch(dir: &Path, extra: &[&str]) -> Watching {
-    let mut child = Command::new(bl_binary())
-        .args(["graph", "watch", "--run", "run"])
-        .args(extra)
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("watch: ")
-        .unwrap_or_else(|| panic!("bl graph watch said {line:?}"))
-        .to_string();
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let (child, url) = bl_e2e::serving(
+        Command::new(bl_binary())
+            .args(["graph", "watch", "--run", "run"])
+            .args(extra)
+            .current_dir(dir),
+        "watch",
+    );
     Watching { child, url }
 }
 

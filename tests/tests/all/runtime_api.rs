@@ -10,23 +10,8 @@ use std::path::{Path, PathBuf};
 use bl_app::graph_run::DriveOptions;
 use bl_app::loop_runtime::LoopStatus;
 use bl_app::runtime::GraphRuntime;
-use bl_e2e::repo_root;
+use bl_e2e::{first_graph, repo_root};
 use bl_run::executor::RunEnd;
-
-/// A copy of examples/graphs/first-graph to run in.
-fn first_graph() -> tempfile::TempDir {
-    let case = tempfile::tempdir().unwrap();
-    let example = repo_root().join("examples/graphs/first-graph");
-    for file in [
-        "graph.yaml",
-        "connections.json",
-        "inputs.json",
-        "replies.json",
-    ] {
-        std::fs::copy(example.join(file), case.path().join(file)).unwrap();
-    }
-    case
-}
 
 fn runtime(dir: &Path) -> GraphRuntime {
     GraphRuntime::new(DriveOptions {
