@@ -37,8 +37,10 @@ fn watch(dir: &Path, extra: &[&str]) -> Watching {
     Watching { child, url }
 }
 
-/// A graph of `n` nodes whose stand-in agent takes `seconds` to answer.
-fn graph(case: &Path, n: usize, seconds: u32) -> PathBuf {
+/// A graph of `n` nodes whose stand-in agent answers at once, or, with
+/// `held`, only once that file exists: the test decides when the run
+/// may end, whatever the machine's load.
+fn graph(case: &Path, n: usize, held: Option<&Path>) -> PathBuf {
     let dir = case.join("graph");
     let made = Command::new("python3")
         .arg(repo_root().join("benchmarks/graph/make_graph.py"))
@@ -48,17 +50,15 @@ fn graph(case: &Path, n: usize, seconds: u32) -> PathBuf {
         .status()
         .unwrap();
     assert!(made.success());
-    let claude = dir.join("fake-bin/claude");
-    let script = std::fs::read_to_string(&claude).unwrap();
-    std::fs::write(
-        &claude,
-        script.replacen(
-            "cat >/dev/null\n",
-            &format!("cat >/dev/null\nsleep {seconds}\n"),
-            1,
-        ),
-    )
-    .unwrap();
+    if let Some(held) = held {
+        let claude = dir.join("fake-bin/claude");
+        let script = std::fs::read_to_string(&claude).unwrap();
+        let wait = format!(
+            "cat >/dev/null\nwhile [ ! -e '{}' ]; do sleep 0.05; done\n",
+            held.display()
+        );
+        std::fs::write(&claude, script.replacen("cat >/dev/null\n", &wait, 1)).unwrap();
+    }
     dir
 }
 
@@ -128,7 +128,7 @@ fn status_of(host: &str, path: &str) -> String {
 #[test]
 fn a_reconnect_with_last_event_id_loses_and_repeats_nothing_and_streams_are_bounded() {
     let case = tempfile::tempdir().unwrap();
-    let dir = graph(case.path(), 4, 0);
+    let dir = graph(case.path(), 4, None);
     assert!(start_run(&dir, None).wait().unwrap().success());
     let total = std::fs::read_to_string(dir.join("run/controller-events.jsonl"))
         .unwrap()
@@ -213,7 +213,8 @@ fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
         .output()
         .unwrap();
     assert!(made.status.success(), "{made:?}");
-    let dir = graph(case.path(), 3, 2);
+    let go = case.path().join("go");
+    let dir = graph(case.path(), 3, Some(&go));
     let mut run = start_run(&dir, Some(&key));
     let until = Instant::now() + Duration::from_secs(30);
     while !dir.join("run/run-meta.json").is_file() {
@@ -244,6 +245,8 @@ fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
             .await
             .unwrap();
         let early = text("summary").await;
+        // Only now may the agents answer.
+        std::fs::write(&go, "").unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         let (summary, trust) = loop {
             let (summary, trust) = (text("summary").await, text("trust").await);
