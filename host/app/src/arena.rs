@@ -84,3 +84,24 @@ pub(crate) fn latest_checkpoint(dir: &Path) -> Option<std::path::PathBuf> {
         .filter(|path| path.extension().is_some_and(|e| e == "checkpoint"))
         .max()
 }
+
+/// Where a page of the run or loop run at `dir` goes unless told: beside
+/// it, as `<name>.<kind>.html` (a file inside a run directory would fall
+/// outside its seal).
+fn beside(dir: &Path, kind: &str) -> std::path::PathBuf {
+    let name = dir.file_name().unwrap_or(dir.as_os_str()).to_string_lossy();
+    dir.with_file_name(format!("{name}.{kind}.html"))
+}
+
+/// Writes `page` to `out`, or beside `dir`; returns where.
+pub(crate) fn write_page(
+    page: &str,
+    dir: &Path,
+    kind: &str,
+    out: Option<&Path>,
+) -> Result<std::path::PathBuf, AppError> {
+    let out = out.map_or_else(|| beside(dir, kind), Path::to_path_buf);
+    std::fs::write(&out, page)
+        .map_err(|e| AppError::refused(format!("cannot write {}: {e}", out.display())))?;
+    Ok(out)
+}

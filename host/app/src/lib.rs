@@ -16,6 +16,7 @@ pub mod graph_run;
 pub mod keys;
 pub mod loop_gates;
 pub mod loop_info;
+pub mod loop_process;
 pub mod loop_report;
 pub mod loop_run;
 pub mod loop_runtime;

@@ -54,3 +54,9 @@ pub fn page(run_dir: &Path) -> Result<String, AppError> {
         verification: &verification,
     }))
 }
+
+/// Writes the report to `out`, or beside the run as `<run>.report.html`;
+/// returns where.
+pub fn write(run_dir: &Path, out: Option<&Path>) -> Result<std::path::PathBuf, AppError> {
+    crate::arena::write_page(&page(run_dir)?, run_dir, "report", out)
+}

@@ -288,6 +288,22 @@ impl GraphRuntime {
         crate::arena::page(self, dir, verifier)
     }
 
+    /// Writes the arena to `out`, or beside the run as `<run>.arena.html`;
+    /// `pubkey` is a verifier key's text or its file. Returns where.
+    pub fn write_arena(
+        &self,
+        dir: &Path,
+        out: Option<&Path>,
+        pubkey: Option<&str>,
+    ) -> Result<PathBuf, AppError> {
+        let verifier = pubkey
+            .map(crate::keys::read_verifier_key)
+            .transpose()?
+            .map(|key| key.to_text());
+        let page = self.arena(dir, verifier.as_deref())?;
+        crate::arena::write_page(&page, dir, "arena", out)
+    }
+
     /// The arena as a live page: `events_url` is given how many events the
     /// page holds and says where the ones after them come from (see
     /// [`Subscription`]). Returns the page and that count.

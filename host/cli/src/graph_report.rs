@@ -288,27 +288,13 @@ fn report_drive(driven: &Driven, title: &str, flags: &DriveFlags) -> CliResult {
     Ok(exit_of(end))
 }
 
-/// `bl graph status --run D [--json]`
-/// The verifier key text `--pubkey` names (a key's text or its file).
-fn verifier_text(pubkey: Option<&str>, command: &str) -> Result<Option<String>, CliError> {
-    Ok(pubkey
-        .map(bl_app::keys::read_verifier_key)
-        .transpose()
-        .map_err(|e| CliError::refused(format!("{command}: {e}")))?
-        .map(|key| key.to_text()))
-}
-
-/// A listener on 127.0.0.1:`port` and a fresh token, said on stdout as
-/// the page's address.
-fn loopback_page(port: u16, command: &str) -> Result<(std::net::TcpListener, String), CliError> {
-    let failed = |e: &dyn std::fmt::Display| CliError::refused(format!("graph {command}: {e}"));
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port))
-        .map_err(|e| failed(&format!("cannot listen on 127.0.0.1:{port}: {e}")))?;
-    let address = listener.local_addr().map_err(|e| failed(&e))?;
-    let token = bl_web::new_token().map_err(|e| failed(&e))?;
-    outln!("{command}: http://{address}/{token}/");
+/// Where `command` serves its page on 127.0.0.1, said on stdout.
+fn serving(port: u16, command: &str) -> Result<bl_web::Loopback, CliError> {
+    let page = bl_web::Loopback::bind(port)
+        .map_err(|e| CliError::refused(format!("graph {command}: {e}")))?;
+    outln!("{command}: {}", page.url);
     crate::output::flush();
-    Ok((listener, token))
+    Ok(page)
 }
 
 /// Serves the approval console on 127.0.0.1 until one decision is made.
@@ -316,13 +302,12 @@ pub fn console(dir: &Path, port: u16, key: Option<PathBuf>, flags: &DriveFlags) 
     let runtime = GraphRuntime::new(flags.options());
     // Refused here, before anything is served, as the page would be.
     runtime.status(dir)?;
-    let (listener, token) = loopback_page(port, "console")?;
     let console = bl_web::Console {
         dir: dir.to_path_buf(),
         key,
         runtime,
     };
-    bl_web::serve_console(console, token, listener, || {
+    bl_web::serve_console(console, serving(port, "console")?, || {
         bl_core::interrupt::requested().is_some()
     })
     .map_err(|e| CliError::refused(format!("graph console: {e}")))?;
@@ -331,16 +316,18 @@ pub fn console(dir: &Path, port: u16, key: Option<PathBuf>, flags: &DriveFlags) 
 
 /// Serves the run's live arena on 127.0.0.1 until Ctrl-C.
 pub fn watch(dir: &Path, port: u16, pubkey: Option<&str>) -> CliResult {
-    let verifier = verifier_text(pubkey, "graph watch")?;
+    let verifier = pubkey
+        .map(bl_app::keys::read_verifier_key)
+        .transpose()?
+        .map(|key| key.to_text());
     // Refused here, before anything is served, as the page would be.
     GraphRuntime::default().status(dir)?;
-    let (listener, token) = loopback_page(port, "watch")?;
     let watch = bl_web::Watch {
         dir: dir.to_path_buf(),
         verifier,
         runtime: GraphRuntime::default(),
     };
-    bl_web::serve(watch, token, listener, || {
+    bl_web::serve(watch, serving(port, "watch")?, || {
         bl_core::interrupt::requested().is_some()
     })
     .map_err(|e| CliError::refused(format!("graph watch: {e}")))?;
@@ -349,26 +336,15 @@ pub fn watch(dir: &Path, port: u16, pubkey: Option<&str>) -> CliResult {
 
 /// Writes the run's arena page and says where.
 pub fn arena(dir: &Path, out: Option<&Path>, pubkey: Option<&str>) -> CliResult {
-    let verifier = verifier_text(pubkey, "graph arena")?;
-    let page = GraphRuntime::default().arena(dir, verifier.as_deref())?;
-    let out = out.map(Path::to_path_buf).unwrap_or_else(|| {
-        let name = dir.file_name().unwrap_or(dir.as_os_str()).to_string_lossy();
-        dir.with_file_name(format!("{name}.arena.html"))
-    });
-    std::fs::write(&out, page).map_err(|e| {
-        CliError::refused(format!("graph arena: cannot write {}: {e}", out.display()))
-    })?;
-    if crate::output::json() {
-        outln!(
-            "{}",
-            serde_json::json!({"arena": out.display().to_string()})
-        );
-    } else {
-        outln!("arena: {}", out.display());
-    }
+    let out = GraphRuntime::default().write_arena(dir, out, pubkey)?;
+    crate::output::answer(
+        || json!({"arena": out.display().to_string()}),
+        || format!("arena: {}", out.display()),
+    );
     Ok(Exit::Success)
 }
 
+/// `bl graph status --run D [--json] [--format md]`
 pub fn status(dir: &Path, markdown: bool) -> CliResult {
     let status = GraphRuntime::default().status(dir)?;
     let (run, view) = (&status.run, &status.view);

@@ -6,25 +6,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::time::Duration;
-
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use wait_timeout::ChildExt;
 
 use crate::exit::{CliError, Exit};
 use crate::loop_args::RunArgs;
 use crate::output::errln;
-
-/// How often a worker looks up from its loop to see whether bl was asked
-/// to stop.
-const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
 /// What one loop's process left: its output and its exit code (128 + N
 /// when signal N ended it).
@@ -127,85 +117,20 @@ fn refuse_repeats(dirs: &[PathBuf]) -> Result<(), CliError> {
     Ok(())
 }
 
-/// One loop, as `bl run DIR` alone runs it, with no terminal to ask (a rung
-/// that needs approval pauses). It runs in its own process group, so a
-/// signal reaches it once, from here, and it ends with this bl.
+/// One loop, as `bl run DIR` alone runs it (see bl_app::loop_process).
 fn run_one(exe: &Path, dir: &Path, flags: &[OsString]) -> Finished {
-    use std::os::unix::process::CommandExt;
-    let this_bl = std::process::id();
-    let mut command = Command::new(exe);
-    command
-        .arg("run")
-        .arg(dir)
-        .args(flags)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    // SAFETY: prctl(2) and getppid(2) are async-signal-safe, and the
-    // closure allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
-            if std::os::unix::process::parent_id() != this_bl {
-                // bl ended between fork and prctl: nobody would hear this loop.
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        })
-    };
-    let failed = |e: std::io::Error| Finished {
-        stdout: Vec::new(),
-        stderr: format!("error: bl run {}: {e}\n", dir.display()).into_bytes(),
-        code: Exit::Undecided.code(),
-    };
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => return failed(e),
-    };
-    let stdout = read_to_end(child.stdout.take());
-    let stderr = read_to_end(child.stderr.take());
-    let status = wait_passing_signals_on(&mut child);
-    let (stdout, stderr) = (
-        stdout.join().unwrap_or_default(),
-        stderr.join().unwrap_or_default(),
-    );
-    match status {
+    let ran = bl_app::loop_process::run_loop_process(exe, dir, flags);
+    match ran.status {
         Ok(status) => Finished {
-            stdout,
-            stderr,
+            stdout: ran.stdout,
+            stderr: ran.stderr,
             code: Exit::of_status(status).code(),
         },
-        Err(e) => failed(e),
-    }
-}
-
-/// Reads a pipe to its end on a thread of its own, so that neither of a
-/// child's pipes fills while the other is read.
-fn read_to_end(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        if let Some(mut pipe) = pipe {
-            let _ = pipe.read_to_end(&mut bytes);
-        }
-        bytes
-    })
-}
-
-/// Waits for a loop's bl, passing it the signal bl was asked to stop by
-/// (once): it ends its worker and gate and writes its records.
-fn wait_passing_signals_on(child: &mut std::process::Child) -> std::io::Result<ExitStatus> {
-    let mut passed_on = false;
-    loop {
-        if !passed_on && let Some(signal) = bl_core::interrupt::requested() {
-            // Not yet waited for, so the pid is still this child's.
-            let pid = Pid::from_raw(child.id() as i32);
-            let _ = kill(pid, Signal::try_from(signal).unwrap_or(Signal::SIGTERM));
-            passed_on = true;
-        }
-        if let Some(status) = child.wait_timeout(SIGNAL_POLL)? {
-            return Ok(status);
-        }
+        Err(e) => Finished {
+            stdout: Vec::new(),
+            stderr: format!("error: bl run {}: {e}\n", dir.display()).into_bytes(),
+            code: Exit::Undecided.code(),
+        },
     }
 }
 

@@ -464,16 +464,7 @@ pub fn new(name: &str, template: &str, dest: Option<&Path>) -> Result<Exit, CliE
 
 /// Writes a loop run's report page and says where.
 pub fn report(run_dir: &Path, out: Option<&Path>) -> Result<Exit, CliError> {
-    let page = bl_app::loop_report::page(run_dir)?;
-    let out = out.map(Path::to_path_buf).unwrap_or_else(|| {
-        let name = run_dir
-            .file_name()
-            .unwrap_or(run_dir.as_os_str())
-            .to_string_lossy();
-        run_dir.with_file_name(format!("{name}.report.html"))
-    });
-    std::fs::write(&out, page)
-        .map_err(|e| CliError::refused(format!("report: cannot write {}: {e}", out.display())))?;
+    let out = bl_app::loop_report::write(run_dir, out)?;
     outln!("report: {}", out.display());
     Ok(Exit::Success)
 }

@@ -51,15 +51,16 @@ impl crate::Tokened for Served {
     }
 }
 
-/// Serves `console` on `listener` (loopback, bound by the caller) until a
-/// decision is recorded, `stop` says so, or it has gone unused too long.
-/// The page is at `/<token>/`.
+/// Serves `console` at `at.url` until a decision is recorded, `stop`
+/// says so, or it has gone unused too long.
 pub fn serve_console(
     console: Console,
-    token: String,
-    listener: std::net::TcpListener,
+    at: crate::Loopback,
     stop: impl Fn() -> bool + Send + 'static,
 ) -> Result<(), WebError> {
+    let crate::Loopback {
+        listener, token, ..
+    } = at;
     let address = listener
         .local_addr()
         .map(|a| a.to_string())

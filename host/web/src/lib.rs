@@ -55,21 +55,44 @@ struct Served {
     streams: Arc<Semaphore>,
 }
 
-/// A fresh token: 128 random bits, in hex, part of every path served.
-pub fn new_token() -> Result<String, WebError> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| WebError::Token(e.to_string()))?;
-    Ok(hex::encode(bytes))
+/// Where a page is served: a listener on 127.0.0.1 and a fresh token,
+/// 128 random bits in hex, that is part of every path served.
+pub struct Loopback {
+    listener: std::net::TcpListener,
+    token: String,
+    /// The page's address, token included.
+    pub url: String,
 }
 
-/// Serves `watch` on `listener` (bound to loopback by the caller) until
-/// `stop` says so. The page is at `/<token>/`.
+impl Loopback {
+    /// Listens on 127.0.0.1:`port` (0: any free port).
+    pub fn bind(port: u16) -> Result<Loopback, WebError> {
+        let failed = |source| WebError::Serve {
+            address: format!("127.0.0.1:{port}"),
+            source,
+        };
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).map_err(failed)?;
+        let address = listener.local_addr().map_err(failed)?;
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| WebError::Token(e.to_string()))?;
+        let token = hex::encode(bytes);
+        Ok(Loopback {
+            url: format!("http://{address}/{token}/"),
+            listener,
+            token,
+        })
+    }
+}
+
+/// Serves `watch` at `at.url` until `stop` says so.
 pub fn serve(
     watch: Watch,
-    token: String,
-    listener: std::net::TcpListener,
+    at: Loopback,
     stop: impl Fn() -> bool + Send + 'static,
 ) -> Result<(), WebError> {
+    let Loopback {
+        listener, token, ..
+    } = at;
     let served = Arc::new(Served {
         watch,
         token,
