@@ -707,12 +707,24 @@ fn a_copied_bl_finds_its_plugins_or_says_where_it_looked() {
     std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
     std::fs::copy(bl_binary(), &copy).unwrap();
     let run = |args: &[&str]| {
-        Command::new(&copy)
+        let mut command = Command::new(&copy);
+        command
             .args(args)
             .current_dir(dir.path())
-            .env_remove("BL_PLUGIN_PATH")
-            .output()
-            .unwrap()
+            .env_remove("BL_PLUGIN_PATH");
+        // Another test thread that forks while the copy's write handle is
+        // open keeps it open until its child execs; exec then fails with
+        // "text file busy" for a moment. Wait that moment out.
+        let mut tries = 0;
+        loop {
+            match command.output() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other.unwrap(),
+            }
+        }
     };
     let out = run(&["plugin", "inspect", "files"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
