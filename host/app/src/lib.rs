@@ -30,5 +30,6 @@ pub mod run_adapters;
 pub mod runtime;
 mod state_md;
 pub mod stop;
+pub mod studio;
 
 pub use error::{AppError, AppResult};

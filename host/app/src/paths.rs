@@ -9,18 +9,33 @@ use std::path::{Path, PathBuf};
 /// `target/plugins` of the checkout this `bl` was built from, so a copy of
 /// the binary elsewhere still finds the plugins `scripts/dev setup` built.
 pub fn plugin_search_path() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("BL_PLUGIN_PATH")
+    shipped_dirs("BL_PLUGIN_PATH", "plugins")
+}
+
+/// Directories searched for the wasm modules bl's pages run in the
+/// browser (the studio's linter): as for plugins, with `pages` in place of
+/// `plugins` and `BL_PAGE_MODULE_PATH` first.
+pub fn page_module_search_path() -> Vec<PathBuf> {
+    shipped_dirs("BL_PAGE_MODULE_PATH", "pages")
+}
+
+/// `$env_var`'s entries, then `<exe dir>/<leaf>`, `<exe dir>/../<leaf>`,
+/// `<exe dir>/../lib/bl/<leaf>`, then this checkout's `target/<leaf>`.
+fn shipped_dirs(env_var: &str, leaf: &str) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os(env_var)
         .map(|v| std::env::split_paths(&v).collect())
         .unwrap_or_default();
     if let Some(exe_dir) = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf))
     {
-        dirs.push(exe_dir.join("plugins"));
-        dirs.push(exe_dir.join("../plugins"));
-        dirs.push(exe_dir.join("../lib/bl/plugins"));
+        dirs.push(exe_dir.join(leaf));
+        dirs.push(exe_dir.join("..").join(leaf));
+        dirs.push(exe_dir.join("../lib/bl").join(leaf));
     }
-    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins");
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target")
+        .join(leaf);
     if let Ok(checkout) = checkout.canonicalize()
         && !dirs
             .iter()

@@ -101,6 +101,18 @@ pub enum GraphCommand {
         #[arg(long)]
         pubkey: Option<String>,
     },
+    /// Write the studio: one offline page where a manifest is drawn,
+    /// edited and linted as you type (by bl graph lint itself, compiled to
+    /// wasm), with a dry run of its approvals and effects, and exported
+    /// as YAML.
+    Studio {
+        /// The manifest to open (default: a first graph to start from).
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// Where to write the page (default: studio.html here).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Serve a run's arena live on 127.0.0.1, kept current as the run is
     /// written (by this process or another), until Ctrl-C.
     Watch {
@@ -281,6 +293,9 @@ pub fn run(cmd: GraphCommand) -> CliResult {
         }
         GraphCommand::Arena { run, out, pubkey } => {
             crate::graph_report::arena(&run, out.as_deref(), pubkey.as_deref())
+        }
+        GraphCommand::Studio { from, out } => {
+            crate::graph_report::studio(from.as_deref(), out.as_deref())
         }
         GraphCommand::Artifacts { run } => crate::graph_report::artifacts(&run),
         GraphCommand::Approve {

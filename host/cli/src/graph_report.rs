@@ -344,6 +344,20 @@ pub fn arena(dir: &Path, out: Option<&Path>, pubkey: Option<&str>) -> CliResult 
     Ok(Exit::Success)
 }
 
+/// `bl graph studio [--from MANIFEST] [--out studio.html]`
+pub fn studio(from: Option<&Path>, out: Option<&Path>) -> CliResult {
+    let page = bl_app::studio::studio_page(from)?;
+    let out = bl_app::studio::default_out(out);
+    std::fs::write(&out, page).map_err(|e| {
+        CliError::refused(format!("graph studio: cannot write {}: {e}", out.display()))
+    })?;
+    crate::output::answer(
+        || json!({"studio": out.display().to_string()}),
+        || format!("studio: {}", out.display()),
+    );
+    Ok(Exit::Success)
+}
+
 /// `bl graph status --run D [--json] [--format md]`
 pub fn status(dir: &Path, markdown: bool) -> CliResult {
     let status = GraphRuntime::default().status(dir)?;

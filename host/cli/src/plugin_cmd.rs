@@ -247,7 +247,30 @@ fn build(
         force,
     };
     match bl_pluginbuild::build(&dir, &toolchain, &options) {
-        Ok(built) => {
+        Ok(bl_pluginbuild::Built::PageModule(built)) => {
+            let state = if built.rebuilt { "built" } else { "up to date" };
+            if crate::output::json() {
+                outln!(
+                    "{}",
+                    json!({
+                        "rebuilt": built.rebuilt, "page_module": built.module_path,
+                        "name": built.name, "module_digest": built.module_digest,
+                        "source_digest": built.source_digest, "toolchain": toolchain.name(),
+                    })
+                );
+                return Ok(Exit::Success);
+            }
+            outln!(
+                "{state}: {} (a page module, {} toolchain)\n  module {}  {}\n  source {}",
+                built.name,
+                toolchain.name(),
+                built.module_path.display(),
+                built.module_digest,
+                built.source_digest
+            );
+            Ok(Exit::Success)
+        }
+        Ok(bl_pluginbuild::Built::Plugin(built)) => {
             let m = &built.manifest;
             let state = if built.rebuilt { "built" } else { "up to date" };
             if crate::output::json() {

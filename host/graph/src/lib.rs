@@ -90,21 +90,24 @@ pub fn check_size(len: usize, format: Format) -> Result<(), Refusal> {
 /// Where `pointer` (a JSON pointer) lies in manifest text: its line and
 /// column, for a message that names the place.
 pub fn locate(text: &str, format: Format, pointer: &str) -> Option<Pos> {
-    let doc = match format {
+    parse_document(text, format)
+        .ok()?
+        .locate(pointer.trim_start_matches('/'))
+}
+
+/// Manifest text as a tree of values that remember their places, before
+/// validation.
+pub fn parse_document(text: &str, format: Format) -> Result<Node, ParseError> {
+    match format {
         Format::Json => parse::parse_json(text),
         Format::Yaml => yaml::parse_yaml(text),
     }
-    .ok()?;
-    doc.locate(pointer.trim_start_matches('/'))
 }
 
 /// Parses and validates manifest text.
 pub fn lint(text: &str, format: Format) -> Result<Graph, Refusal> {
     check_size(text.len(), format)?;
-    let doc = match format {
-        Format::Json => parse::parse_json(text),
-        Format::Yaml => yaml::parse_yaml(text),
-    }?;
+    let doc = parse_document(text, format)?;
     validate(&doc).map_err(|mut refusal| {
         let at = refusal.focus.as_deref().unwrap_or(&refusal.pointer);
         refusal.pos = doc

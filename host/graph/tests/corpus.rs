@@ -79,3 +79,46 @@ fn lint_matches_the_reference_on_every_case() {
         failures.join("\n")
     );
 }
+
+/// YAML written from any manifest that parses reads back to the same
+/// values, and lints to the same digest or the same refusal code.
+#[test]
+fn yaml_written_from_every_case_reads_back_the_same() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(cases_dir()).expect("corpus directory") {
+        let path = entry.unwrap().path();
+        let Some(format) = Format::from_path(&path) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&path).unwrap();
+        let Ok(doc) = bl_graph::parse_document(&text, format) else {
+            continue;
+        };
+        checked += 1;
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let yaml = bl_graph::yaml::to_yaml(&doc);
+        match bl_graph::yaml::parse_yaml(&yaml) {
+            Ok(again) if again.to_json() == doc.to_json() => {}
+            Ok(again) => failures.push(format!(
+                "{name}: read back as {}\n   not {}\n{yaml}",
+                again.to_json(),
+                doc.to_json()
+            )),
+            Err(e) => failures.push(format!("{name}: the YAML is refused: {e}\n{yaml}")),
+        }
+        let before = lint(&text, format).map(|g| graph_digest(&g));
+        let after = lint(&yaml, Format::Yaml).map(|g| graph_digest(&g));
+        match (before, after) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Err(a), Err(b)) if a.code == b.code => {}
+            (a, b) => failures.push(format!(
+                "{name}: lint differs after writing YAML: {:?} then {:?}",
+                a.map_err(|r| r.code),
+                b.map_err(|r| r.code)
+            )),
+        }
+    }
+    assert!(checked > 100, "only {checked} cases parsed");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -71,7 +71,7 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
         .collect();
     let pairs: Vec<(usize, usize)> = edges.iter().map(|&(a, b, _)| (a, b)).collect();
     let placed = layout(ids.len(), &pairs);
-    let svg = drawing(&ids, &edges, &placed);
+    let svg = drawing(&ids, &vec![""; ids.len()], &edges, &placed);
     let data = json!({
         "plan": input.plan,
         "plan_id": input.plan_id,
@@ -152,10 +152,12 @@ pub(crate) fn escape(text: &str) -> String {
 }
 
 /// The SVG: an edge as a curve from the bottom of its parent to the top
-/// of its child (labelled with its `when`), a node as a box with its id.
-/// Every node starts grey: the script colours it once its events verify.
-fn drawing(
+/// of its child (labelled with its `when`), a node as a box with its id
+/// and a note under it. Every node starts grey: the arena's script colours
+/// it once its events verify.
+pub(crate) fn drawing(
     ids: &[&str],
+    notes: &[&str],
     edges: &[(usize, usize, Option<&str>)],
     placed: &crate::layout::Layout,
 ) -> String {
@@ -186,8 +188,9 @@ fn drawing(
     for (i, id) in ids.iter().enumerate() {
         let p = placed.nodes[i];
         svg.push_str(&format!(
-            r#"<g class="node unverified" data-node="{id}" tabindex="0" transform="translate({x:.1},{y:.1})"><rect width="{NODE_WIDTH}" height="{NODE_HEIGHT}" rx="6"/><text x="8" y="18">{id}</text><text class="state" x="8" y="36"></text></g>"#,
+            r#"<g class="node unverified" data-node="{id}" tabindex="0" transform="translate({x:.1},{y:.1})"><rect width="{NODE_WIDTH}" height="{NODE_HEIGHT}" rx="6"/><text x="8" y="18">{id}</text><text class="state" x="8" y="36">{note}</text></g>"#,
             id = escape(id),
+            note = escape(notes.get(i).copied().unwrap_or_default()),
             x = p.x,
             y = p.y,
         ));

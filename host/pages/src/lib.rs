@@ -1,14 +1,17 @@
 //! The pages bl draws for people: a graph run's arena, one self-contained
 //! HTML file (every asset inline, no network) that checks in the browser
-//! what it shows; the approval console's page; a loop run's report. Pure: run material in,
+//! what it shows; the approval console's page; a loop run's report; the studio, where a
+//! manifest is drawn and linted as it is typed. Pure: run material in,
 //! HTML text out; the application layer and the servers do the rest.
 
 mod arena;
 mod console;
 mod layout;
 mod report;
+mod studio;
 
 pub use arena::{ArenaInput, PageError, arena_html};
 pub use console::{ConsoleApproval, console_html};
 pub use layout::{Layout, Placed, layout};
 pub use report::{LoopReportInput, loop_report_html};
+pub use studio::{studio_html, studio_report, studio_yaml};

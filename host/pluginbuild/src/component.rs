@@ -32,10 +32,7 @@ pub fn encode(core_module: &[u8], source_digest: &str) -> Result<Encoded, BuildE
         .and_then(|encoder| encoder.validate(true).encode())
         .map_err(|e| BuildError::Component(format!("encoding the component failed: {e:#}")))?;
 
-    let section = CustomSection {
-        name: SOURCE_DIGEST_SECTION.into(),
-        data: source_digest.as_bytes().into(),
-    };
+    let section = digest_section(source_digest);
     bytes.push(ComponentSection::id(&section));
     section.encode(&mut bytes);
     Ok(Encoded {
@@ -43,6 +40,21 @@ pub fn encode(core_module: &[u8], source_digest: &str) -> Result<Encoded, BuildE
         world: world_name,
         package,
     })
+}
+
+fn digest_section(source_digest: &str) -> CustomSection<'_> {
+    CustomSection {
+        name: SOURCE_DIGEST_SECTION.into(),
+        data: source_digest.as_bytes().into(),
+    }
+}
+
+/// Stamps a plain core module with `source_digest`, in the same custom
+/// section a component carries (a custom section may end a module).
+pub fn stamp_module(module: &mut Vec<u8>, source_digest: &str) {
+    let section = digest_section(source_digest);
+    module.push(wasm_encoder::Section::id(&section));
+    section.encode(module);
 }
 
 /// Each bl world, by the function it exports at the top level and that

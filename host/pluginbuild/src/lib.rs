@@ -5,6 +5,8 @@
 //! build reads ([`source`]), and turning the core module cargo produced into a
 //! component stamped with that digest ([`component`]). The stamp is what lets
 //! anyone check that a component was built from the source in front of them.
+//! A crate marked `kind = "page-module"` is built the same way into a plain
+//! module, stamped alike, for one of bl's pages to run in the browser.
 //!
 //! It runs cargo as a child process and reads and writes files; it never
 //! loads or runs a plugin (that is `bl-plugins`).
@@ -85,15 +87,36 @@ impl BuildOptions {
     }
 }
 
-/// Builds the plugin crate at `crate_dir` into a component under `out_dir`.
+/// A page module [`build`] made or found up to date: a plain wasm module,
+/// stamped with its source digest, that one of bl's pages runs in the
+/// browser.
+#[derive(Debug, Clone)]
+pub struct BuiltPageModule {
+    pub name: String,
+    pub module_path: PathBuf,
+    pub source_digest: String,
+    /// `sha256:` of the module's bytes.
+    pub module_digest: String,
+    pub rebuilt: bool,
+}
+
+/// What [`build`] made of a crate.
+#[derive(Debug, Clone)]
+pub enum Built {
+    Plugin(BuiltPlugin),
+    PageModule(BuiltPageModule),
+}
+
+/// Builds the crate at `crate_dir` into a component under `out_dir` (or,
+/// for a crate marked `kind = "page-module"`, into a plain module there).
 ///
-/// When a component stamped with the current source digest is already there,
+/// When a build stamped with the current source digest is already there,
 /// nothing is rebuilt (so a second setup run takes seconds).
 pub fn build(
     crate_dir: &Path,
     toolchain: &WasmToolchain,
     options: &BuildOptions,
-) -> Result<BuiltPlugin, BuildError> {
+) -> Result<Built, BuildError> {
     // The lock is a build input: written or brought up to date now, so the
     // build writes nothing its own digest covers.
     let manifest = crate_dir.join("Cargo.toml");
@@ -116,6 +139,9 @@ pub fn build(
         }
     }
     let package = &sources.package;
+    if package.page_module {
+        return build_page_module(crate_dir, toolchain, options, &sources).map(Built::PageModule);
+    }
     let component_path = options.out_dir.join(format!("{}.wasm", package.name));
     let manifest_path = options
         .out_dir
@@ -124,24 +150,15 @@ pub fn build(
     if !options.force
         && let Some(existing) = up_to_date(&component_path, &manifest_path, &sources.digest)
     {
-        return Ok(BuiltPlugin {
+        return Ok(Built::Plugin(BuiltPlugin {
             component_path,
             manifest_path,
             manifest: existing,
             rebuilt: false,
-        });
+        }));
     }
 
-    let target_dir = options.target_dir.join(toolchain.target_subdir());
-    run_cargo(
-        toolchain,
-        toolchain.cargo_build(&crate_dir.join("Cargo.toml"), &target_dir),
-        &package.name,
-    )?;
-    let core_path = target_dir
-        .join("wasm32-unknown-unknown/release")
-        .join(format!("{}.wasm", package.lib_name));
-    let core = std::fs::read(&core_path).map_err(io_error(&core_path))?;
+    let core = compile_core(crate_dir, toolchain, options, package)?;
     let encoded = component::encode(&core, &sources.digest)?;
     let config_schema = match &package.config_schema {
         None => None,
@@ -178,12 +195,61 @@ pub fn build(
     write_atomically(&component_path, &encoded.bytes)?;
     let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes");
     write_atomically(&manifest_path, format!("{json}\n").as_bytes())?;
-    Ok(BuiltPlugin {
+    Ok(Built::Plugin(BuiltPlugin {
         component_path,
         manifest_path,
         manifest,
         rebuilt: true,
-    })
+    }))
+}
+
+/// cargo's release build of the crate for wasm: the core module's bytes.
+fn compile_core(
+    crate_dir: &Path,
+    toolchain: &WasmToolchain,
+    options: &BuildOptions,
+    package: &source::Package,
+) -> Result<Vec<u8>, BuildError> {
+    let target_dir = options.target_dir.join(toolchain.target_subdir());
+    run_cargo(
+        toolchain,
+        toolchain.cargo_build(&crate_dir.join("Cargo.toml"), &target_dir),
+        &package.name,
+    )?;
+    let core_path = target_dir
+        .join("wasm32-unknown-unknown/release")
+        .join(format!("{}.wasm", package.lib_name));
+    std::fs::read(&core_path).map_err(io_error(&core_path))
+}
+
+/// A page module: the core module, stamped with the source digest in a
+/// custom section (as a component is), written as `<name>.wasm`.
+fn build_page_module(
+    crate_dir: &Path,
+    toolchain: &WasmToolchain,
+    options: &BuildOptions,
+    sources: &SourceSet,
+) -> Result<BuiltPageModule, BuildError> {
+    let name = sources.package.name.clone();
+    let module_path = options.out_dir.join(format!("{name}.wasm"));
+    let built = |bytes: &[u8], rebuilt| BuiltPageModule {
+        name: name.clone(),
+        module_path: module_path.clone(),
+        source_digest: sources.digest.clone(),
+        module_digest: bl_core::Sha256Digest::of(bytes).to_string(),
+        rebuilt,
+    };
+    if !options.force
+        && let Ok(existing) = std::fs::read(&module_path)
+        && read_source_digest(&existing).ok().flatten().as_deref() == Some(&sources.digest)
+    {
+        return Ok(built(&existing, false));
+    }
+    let mut module = compile_core(crate_dir, toolchain, options, &sources.package)?;
+    component::stamp_module(&mut module, &sources.digest);
+    std::fs::create_dir_all(&options.out_dir).map_err(io_error(&options.out_dir))?;
+    write_atomically(&module_path, &module)?;
+    Ok(built(&module, true))
 }
 
 fn run_cargo(

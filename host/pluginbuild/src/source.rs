@@ -29,6 +29,9 @@ pub struct Package {
     /// `[package.metadata.bl] contract-patterns`: the output basenames a
     /// completion contract checks, e.g. `["plan.json"]`.
     pub contract_patterns: Vec<String>,
+    /// `[package.metadata.bl] kind = "page-module"`: a plain wasm module a
+    /// page of bl's runs in the browser, not a plugin component.
+    pub page_module: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -143,7 +146,10 @@ fn read_package(
                 .collect()
         })
         .unwrap_or_default();
+    let page_module =
+        bl_metadata.and_then(|b| str_field(b, "kind")).as_deref() == Some("page-module");
     Ok(Package {
+        page_module,
         config_schema,
         contract_patterns,
         lib_name,

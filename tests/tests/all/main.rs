@@ -16,6 +16,7 @@ mod graph_exec;
 mod graph_newcomer;
 mod graph_runs;
 mod graph_stop;
+mod graph_studio;
 mod graph_watch;
 mod hostile_input;
 mod loop_catalog;

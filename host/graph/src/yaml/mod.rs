@@ -25,9 +25,11 @@
 //! [`Node`] tree, and [`scalars`] resolves YAML 1.1 scalars and tags.
 
 mod builder;
+mod emit;
 mod prescan;
 
 pub use builder::{MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
+pub use emit::to_yaml;
 mod scalars;
 mod source;
 

@@ -1,0 +1,122 @@
+"use strict";
+// The studio: the manifest in a text area, linted on every keystroke by
+// bl-graph compiled to wasm (inline in this page), drawn when it is valid,
+// and exported as YAML. Nothing is fetched; nothing leaves the page.
+(async () => {
+  const data = JSON.parse(document.getElementById("bl-studio").textContent);
+  const $ = (id) => document.getElementById(id);
+  const text = $("text"), gutter = $("gutter"), verdict = $("verdict"), format = $("format");
+  const enc = new TextEncoder(), dec = new TextDecoder();
+  let linter;
+  try {
+    const bytes = Uint8Array.from(atob(data.linter), (c) => c.charCodeAt(0));
+    linter = (await WebAssembly.instantiate(bytes, {})).instance.exports;
+  } catch (e) {
+    verdict.className = "bad";
+    verdict.textContent = "The linter could not start in this browser, so nothing here is checked: " + e;
+    return;
+  }
+  // Copies the text into the module, calls `fn`, and reads its answer.
+  function call(fn, source, fmt) {
+    const input = enc.encode(source);
+    const at = linter.bl_alloc(input.length);
+    new Uint8Array(linter.memory.buffer, at, input.length).set(input);
+    const len = linter[fn](at, input.length, fmt === "json" ? 1 : 0);
+    return dec.decode(new Uint8Array(linter.memory.buffer, linter.bl_result(), len));
+  }
+  const api = {
+    lint: (source, fmt) => JSON.parse(call("bl_studio_lint", source, fmt)),
+    yaml: (source, fmt) => call("bl_studio_yaml", source, fmt),
+  };
+  window.blStudio = api;
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    for (const c of children) node.append(c);
+    return node;
+  }
+  function goTo(line, column) {
+    const lines = text.value.split("\n");
+    let at = 0;
+    for (let i = 0; i < line - 1 && i < lines.length; i++) at += lines[i].length + 1;
+    at += Math.max(0, (column || 1) - 1);
+    text.focus();
+    text.setSelectionRange(at, at);
+  }
+  function drawGutter(marks) {
+    const count = text.value.split("\n").length;
+    gutter.replaceChildren();
+    for (let i = 1; i <= count; i++) {
+      const mark = marks.get(i);
+      const line = el("div", mark ? { class: mark.kind, title: mark.message } : {}, String(i));
+      gutter.append(line);
+    }
+    gutter.scrollTop = text.scrollTop;
+  }
+  function dryRun(plan) {
+    const box = $("dryrun");
+    box.replaceChildren();
+    const after = (names) => names.length ? " after approval by " + names.join(", ") : " with no approval before it";
+    const approvals = el("ul", { id: "approvals" });
+    for (const a of plan.approvals) {
+      approvals.append(el("li", { "data-node": a.node }, `${a.node} waits for a person with role ${a.required_role}`));
+    }
+    const effects = el("ul", { id: "effects" });
+    for (const e of plan.effects) {
+      const what = e.kind === "publish" ? `publishes under policy ${e.publication_policy}` : `acts on the world (${e.effects.join(", ")})`;
+      effects.append(el("li", { "data-node": e.node }, `${e.node} ${what}${after(e.after_approvals)}`));
+    }
+    box.append(el("h3", {}, "Approvals it would wait on"), plan.approvals.length ? approvals : el("p", {}, "none"),
+      el("h3", {}, "Effects it would have"), plan.effects.length ? effects : el("p", {}, "none: every node is read-only or writes only its workspace"));
+  }
+  function lint() {
+    const started = performance.now();
+    const report = api.lint(text.value, format.value);
+    $("took").textContent = `linted in ${(performance.now() - started).toFixed(1)} ms`;
+    const result = report.lint, marks = new Map();
+    verdict.dataset.valid = String(result.valid);
+    verdict.dataset.code = result.code || "";
+    verdict.dataset.line = result.line || "";
+    verdict.dataset.column = result.column || "";
+    const warnings = $("warnings");
+    warnings.replaceChildren();
+    if (result.valid) {
+      verdict.className = "ok";
+      verdict.textContent = `Valid: ${result.node_ids.length} nodes, ${result.edge_count} edges · ${result.digest}`;
+      $("graph").innerHTML = report.svg;
+      $("graph").classList.remove("stale");
+      dryRun(report.dry_run);
+      for (const w of report.warnings) {
+        if (w.line) marks.set(w.line, { kind: "warn", message: w.message });
+        const item = el("li", { "data-rule": w.rule }, `line ${w.line || "?"}: [${w.rule}] ${w.message}`);
+        item.addEventListener("click", () => w.line && goTo(w.line, w.column));
+        warnings.append(item);
+      }
+    } else {
+      verdict.className = "bad";
+      const place = result.line ? ` at line ${result.line}, column ${result.column}` : "";
+      verdict.textContent = `[${result.code}] ${result.pointer} — ${result.message}${place}`;
+      if (result.line) marks.set(result.line, { kind: "bad", message: result.message });
+      // The last valid drawing stays, faded, so the page does not jump.
+      $("graph").classList.add("stale");
+    }
+    drawGutter(marks);
+  }
+  verdict.addEventListener("click", () => verdict.dataset.line && goTo(+verdict.dataset.line, +verdict.dataset.column));
+  text.addEventListener("input", lint);
+  text.addEventListener("scroll", () => { gutter.scrollTop = text.scrollTop; });
+  format.addEventListener("change", lint);
+  $("export").addEventListener("click", () => {
+    const yaml = api.yaml(text.value, format.value);
+    if (!yaml) { verdict.className = "bad"; verdict.textContent = "Nothing to export: the text does not parse."; return; }
+    const link = el("a", { href: URL.createObjectURL(new Blob([yaml], { type: "application/yaml" })), download: data.file.replace(/\.(json|ya?ml)$/i, "") + ".yaml" });
+    document.body.append(link);
+    link.click();
+    link.remove();
+  });
+  text.value = data.manifest;
+  format.value = data.format;
+  lint();
+  document.body.dataset.ready = "true";
+})();

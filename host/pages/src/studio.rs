@@ -1,0 +1,213 @@
+//! The studio: a manifest drawn, edited and linted as it is typed. The
+//! lint is bl-graph itself, compiled to wasm and embedded in the page, so
+//! it answers exactly as `bl graph lint` does. [`studio_report`] is what
+//! that wasm answers for each keystroke; [`studio_html`] is the page.
+
+use base64::Engine as _;
+use bl_graph::model::{Effect, Named, NodeKind};
+use bl_graph::{Format, Graph};
+use serde_json::{Value, json};
+
+use crate::arena::{STYLE, csp_hash, drawing, escape, head};
+use crate::layout::layout;
+
+const SCRIPT: &str = include_str!("studio.js");
+
+/// What the studio shows for manifest text: `bl graph lint --json`'s own
+/// object under `lint` (a refusal with its line and column, or the valid
+/// graph's summary); for a valid graph also the drawing, the warnings
+/// `bl graph lint` prints (each with its place), and the dry run: the
+/// approvals the graph would wait on and the effects it would have on the
+/// world, each with the approvals that come before it.
+pub fn studio_report(text: &str, format: Format) -> Value {
+    let graph = match bl_graph::lint(text, format) {
+        Ok(graph) => graph,
+        Err(refusal) => return json!({ "lint": bl_graph::report::refusal_json(&refusal) }),
+    };
+    let warnings: Vec<Value> = bl_graph::hazards::hazards(&graph, None)
+        .into_iter()
+        .map(|h| {
+            let pos = bl_graph::locate(text, format, &h.pointer);
+            json!({
+                "rule": h.rule, "node": h.node, "pointer": h.pointer, "message": h.message,
+                "line": pos.map(|p| p.line), "column": pos.map(|p| p.col),
+            })
+        })
+        .collect();
+    json!({
+        "lint": bl_graph::report::lint_json(&graph),
+        "svg": draw(&graph),
+        "warnings": warnings,
+        "dry_run": dry_run(&graph),
+    })
+}
+
+/// The manifest as YAML: YAML text as it is, JSON written as YAML that
+/// lints the same. `None` when the text does not parse.
+pub fn studio_yaml(text: &str, format: Format) -> Option<String> {
+    match format {
+        Format::Yaml => Some(text.to_string()),
+        Format::Json => bl_graph::parse_document(text, format)
+            .ok()
+            .map(|doc| bl_graph::yaml::to_yaml(&doc)),
+    }
+}
+
+fn draw(graph: &Graph) -> String {
+    let ids: Vec<&str> = graph.nodes.iter().map(|n| n.id.as_str()).collect();
+    let index = |id: &str| ids.iter().position(|n| *n == id);
+    let edges: Vec<(usize, usize, Option<&str>)> = graph
+        .edges
+        .iter()
+        .filter_map(|e| {
+            Some((
+                index(&e.from_node)?,
+                index(&e.to_node)?,
+                e.when.map(|w| w.name()),
+            ))
+        })
+        .collect();
+    let pairs: Vec<(usize, usize)> = edges.iter().map(|&(a, b, _)| (a, b)).collect();
+    let kinds: Vec<&str> = graph.nodes.iter().map(|n| n.kind.name()).collect();
+    drawing(&ids, &kinds, &edges, &layout(ids.len(), &pairs))
+}
+
+/// The approvals a run of the graph would wait on, and the nodes that
+/// would act on the world (publish nodes, and any node with an effect that
+/// reaches the network), each with the approvals upstream of it.
+fn dry_run(graph: &Graph) -> Value {
+    let approvals_before = |id: &str| -> Vec<&str> {
+        graph
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.kind == NodeKind::Approval && bl_graph::dag::is_strict_ancestor(graph, &n.id, id)
+            })
+            .map(|n| n.id.as_str())
+            .collect()
+    };
+    let detail = |node: &bl_graph::model::GraphNode, key: &str| {
+        node.details
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or(Value::Null)
+    };
+    let approvals: Vec<Value> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Approval)
+        .map(|n| json!({"node": n.id, "required_role": detail(n, "required_role"), "after_approvals": approvals_before(&n.id)}))
+        .collect();
+    let effects: Vec<Value> = graph
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.kind == NodeKind::Publish || n.effects.iter().any(|e| Effect::reaches_network(*e))
+        })
+        .map(|n| {
+            json!({
+                "node": n.id, "kind": n.kind.name(),
+                "effects": n.effects.iter().map(|e| e.name()).collect::<Vec<_>>(),
+                "publication_policy": detail(n, "publication_policy"),
+                "after_approvals": approvals_before(&n.id),
+            })
+        })
+        .collect();
+    json!({ "approvals": approvals, "effects": effects })
+}
+
+/// The studio page: `manifest` in the editor (named `file_name`, which
+/// also says its format), and the linter module, inline.
+pub fn studio_html(file_name: &str, manifest: &str, format: Format, linter: &[u8]) -> String {
+    let data = json!({
+        "file": file_name,
+        "format": match format { Format::Json => "json", Format::Yaml => "yaml" },
+        "manifest": manifest,
+        "linter": base64::engine::general_purpose::STANDARD.encode(linter),
+    })
+    .to_string()
+    .replace('<', "\\u003c");
+    // Compiling the embedded linter is the one thing the page evaluates
+    // beyond its own script; it fetches nothing.
+    let csp = format!(
+        "default-src 'none'; script-src '{}' 'wasm-unsafe-eval'; style-src '{}'; img-src data:; base-uri 'none'; form-action 'none'",
+        csp_hash(SCRIPT),
+        csp_hash(STYLE)
+    );
+    format!(
+        r#"{head}<header>
+<h1>bl studio <span class="run">{title}</span></h1>
+<p id="verdict" class="checking" aria-live="polite">Loading the linter…</p>
+</header>
+<main class="studio">
+<section id="editor" aria-label="the manifest"><div class="toolbar"><label>Format <select id="format"><option value="yaml">YAML</option><option value="json">JSON</option></select></label> <button id="export" type="button">Export YAML</button> <span id="took"></span></div><div class="editor"><pre id="gutter" aria-hidden="true"></pre><textarea id="text" spellcheck="false" autocomplete="off" aria-label="manifest text"></textarea></div><ul id="warnings"></ul></section>
+<section id="drawn" aria-label="the graph"><div id="graph"></div><h2>Dry run</h2><div id="dryrun"></div></section>
+</main>
+<script type="application/json" id="bl-studio">{data}</script>
+<script>{SCRIPT}</script>
+</body>
+</html>
+"#,
+        head = head("studio", file_name, &csp),
+        title = escape(file_name),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRAPH: &str = include_str!("../../../tests/corpus/graph/cases/valid_all_kinds_yaml.yaml");
+
+    #[test]
+    fn a_valid_graph_is_drawn_and_its_dry_run_names_what_it_would_wait_on_and_do() {
+        let report = studio_report(GRAPH, Format::Yaml);
+        assert_eq!(report["lint"]["valid"], true, "{report}");
+        let svg = report["svg"].as_str().unwrap();
+        assert!(svg.contains(r#"data-node="pub""#) && svg.contains(">publish</text>"));
+        assert_eq!(report["dry_run"]["approvals"][0]["node"], "ok");
+        assert_eq!(report["dry_run"]["effects"][0]["node"], "pub");
+        assert_eq!(
+            report["dry_run"]["effects"][0]["after_approvals"],
+            json!(["ok"])
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_lints_own_object_with_its_place() {
+        let broken = GRAPH.replace("kind: approval", "kind: approvl");
+        let line = 1 + GRAPH[..GRAPH.find("kind: approval").unwrap()]
+            .matches('\n')
+            .count();
+        let report = studio_report(&broken, Format::Yaml);
+        let want =
+            bl_graph::report::refusal_json(&bl_graph::lint(&broken, Format::Yaml).unwrap_err());
+        assert_eq!(report["lint"], want);
+        assert_eq!(report["lint"]["line"], line, "{report}");
+    }
+
+    #[test]
+    fn json_is_exported_as_yaml_that_lints_the_same() {
+        let graph = bl_graph::lint(GRAPH, Format::Yaml).unwrap();
+        let json_text = bl_graph::parse_document(GRAPH, Format::Yaml)
+            .unwrap()
+            .to_json()
+            .to_string();
+        let yaml = studio_yaml(&json_text, Format::Json).unwrap();
+        let again = bl_graph::lint(&yaml, Format::Yaml).unwrap();
+        assert_eq!(
+            bl_graph::graph_digest(&graph),
+            bl_graph::graph_digest(&again)
+        );
+    }
+
+    #[test]
+    fn the_page_holds_the_linter_and_allows_only_its_script_and_compiling_it() {
+        let page = studio_html("g.yaml", "x: </script>", Format::Yaml, b"\0asm");
+        assert!(page.contains("'wasm-unsafe-eval'"));
+        assert!(page.contains(&csp_hash(SCRIPT)));
+        assert_eq!(page.matches("</script>").count(), 2);
+        assert!(page.contains("AGFzbQ=="), "the module, inline");
+    }
+}
