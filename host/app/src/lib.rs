@@ -10,6 +10,7 @@ mod arena;
 pub mod cage;
 pub mod egress_proxy;
 pub mod error;
+pub mod graph_metrics;
 pub mod graph_nodes;
 pub mod graph_plan;
 pub mod graph_run;

@@ -101,6 +101,13 @@ pub enum GraphCommand {
         #[arg(long)]
         pubkey: Option<String>,
     },
+    /// A run's counts, times, spend and the parallelism it achieved, per
+    /// node and for the run, from its verified event log.
+    Metrics {
+        /// The run directory (what `graph run --out` wrote).
+        #[arg(long)]
+        run: PathBuf,
+    },
     /// Write the studio: one offline page where a manifest is drawn,
     /// edited and linted as you type (by bl graph lint itself, compiled to
     /// wasm), with a dry run of its approvals and effects, and exported
@@ -294,6 +301,7 @@ pub fn run(cmd: GraphCommand) -> CliResult {
         GraphCommand::Arena { run, out, pubkey } => {
             crate::graph_report::arena(&run, out.as_deref(), pubkey.as_deref())
         }
+        GraphCommand::Metrics { run } => crate::graph_report::metrics(&run),
         GraphCommand::Studio { from, out } => {
             crate::graph_report::studio(from.as_deref(), out.as_deref())
         }

@@ -344,6 +344,87 @@ pub fn arena(dir: &Path, out: Option<&Path>, pubkey: Option<&str>) -> CliResult 
     Ok(Exit::Success)
 }
 
+/// `bl graph metrics --run D [--json]`
+pub fn metrics(dir: &Path) -> CliResult {
+    let metrics = GraphRuntime::default().metrics(dir)?;
+    if crate::output::json() {
+        outln!("{}", python_json(&metrics.to_json()));
+        return Ok(Exit::Success);
+    }
+    let doc = metrics.to_json();
+    let (totals, parallel) = (&doc["totals"], &doc["parallelism"]);
+    let seconds = |v: &Value| v.as_u64().map_or("—".to_string(), |s| format!("{s} s"));
+    outln!(
+        "run          : {} ({})",
+        dir.display(),
+        doc["state"].as_str().unwrap_or_default()
+    );
+    outln!(
+        "nodes        : {} ({} succeeded, {} failed, {} skipped)",
+        totals["nodes"],
+        totals["succeeded"],
+        totals["failed"],
+        totals["skipped"]
+    );
+    outln!(
+        "attempts     : {} ({} failed), {} repairs, {} resumes, {} events",
+        totals["attempts"],
+        totals["failed_attempts"],
+        totals["repairs"],
+        totals["resumes"],
+        totals["events"]
+    );
+    outln!(
+        "time         : {} wall, {} in attempts, {} queued, {} waiting for approval",
+        seconds(&totals["wall_s"]),
+        seconds(&totals["attempt_s"]),
+        seconds(&totals["queue_s"]),
+        seconds(&totals["waited_for_approval_s"])
+    );
+    outln!(
+        "parallelism  : at most {} at once (counted in log order), {} on average",
+        parallel["max_at_once"],
+        parallel["mean"].as_f64().map_or(
+            "— (shorter than the log's one-second clock)".to_string(),
+            |m| format!("{m:.2}")
+        )
+    );
+    outln!(
+        "spend        : {} tokens, {} microunits{}",
+        totals["tokens"],
+        totals["cost_microunits"],
+        if totals["spend_complete"] == true {
+            ""
+        } else {
+            " (some spend was not reported)"
+        }
+    );
+    outln!("times are whole seconds, as the log records them\n");
+    let mut rows = vec![
+        [
+            "NODE", "KIND", "STATE", "ATTEMPTS", "RUN", "QUEUED", "WAITED", "TOKENS", "COST",
+        ]
+        .map(String::from),
+    ];
+    for n in metrics.nodes() {
+        rows.push([
+            n.node,
+            n.kind,
+            n.state,
+            format!("{} ({} failed)", n.attempts, n.failed_attempts),
+            format!("{} s", n.run_s),
+            format!("{} s", n.queue_s),
+            format!("{} s", n.waited_s),
+            n.tokens.to_string(),
+            n.cost_microunits.to_string(),
+        ]);
+    }
+    for line in crate::output::table_lines(&rows) {
+        outln!("{line}");
+    }
+    Ok(Exit::Success)
+}
+
 /// `bl graph studio [--from MANIFEST] [--out studio.html]`
 pub fn studio(from: Option<&Path>, out: Option<&Path>) -> CliResult {
     let page = bl_app::studio::studio_page(from)?;

@@ -5,7 +5,8 @@
 //! no clock, no files, no processes. [`schedule`] turns a compiled plan
 //! (bl-graph) into the machine's [`machine::Spec`]; [`events`] is the
 //! event vocabulary of bounded-loops 0.7; [`projection`] folds a recorded
-//! log into the run's status. [`executor`] drives the machine on tokio
+//! log into the run's status, and [`timeline`] into when each attempt ran.
+//! [`executor`] drives the machine on tokio
 //! through ports (worker, event log, artifacts, decisions, ledger) whose
 //! adapters live elsewhere (bl-workers, bl-store) and are composed by the CLI.
 
@@ -15,6 +16,7 @@ pub mod machine;
 pub mod projection;
 pub mod reply;
 pub mod schedule;
+pub mod timeline;
 
 pub use machine::{
     AttemptEnd, EdgeSpec, FailMode, Failure, Guard, Incoming, Join, Machine, MachineError,

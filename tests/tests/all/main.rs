@@ -13,6 +13,7 @@ mod graph_cli;
 mod graph_console;
 mod graph_cost;
 mod graph_exec;
+mod graph_metrics;
 mod graph_newcomer;
 mod graph_runs;
 mod graph_stop;
