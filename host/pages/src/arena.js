@@ -186,6 +186,85 @@
     document.querySelectorAll("g.node").forEach((g) => g.classList.toggle("selected", g.dataset.node === id));
   }
 
+  // When each attempt ran, on the log's own axis: its events in order.
+  // The log's clock ticks in whole seconds, so order (exact) places the
+  // bars, and the seconds label the axis. Overlapping bars ran at once.
+  function spans() {
+    const out = [], waits = [], ready = new Map(), open = new Map();
+    let running = 0, most = 0;
+    result.events.forEach((e) => {
+      const p = (e && e.payload) || {};
+      if (!p.node_id) return;
+      const id = p.node_id, at = { seq: e.sequence, ts: e.timestamp };
+      switch (e.event_type) {
+        case "node.ready": ready.set(id, at); break;
+        case "node.starting": case "node.running":
+          if (!open.has(id)) {
+            const span = { node: id, attempt: p.attempt || 1, start: at, end: null, outcome: "running" };
+            open.set(id, span); out.push(span); ready.delete(id);
+            most = Math.max(most, ++running);
+          }
+          break;
+        case "node.awaiting_approval": waits.push({ node: id, start: at, end: null }); break;
+        case "node.succeeded": case "node.failed": case "node.attempt.failed": {
+          const span = open.get(id);
+          if (span) {
+            span.end = at; span.outcome = e.event_type === "node.succeeded" ? "succeeded" : "failed";
+            open.delete(id); running--;
+          } else {
+            const wait = waits.find((w) => w.node === id && !w.end);
+            if (wait) wait.end = at;
+          }
+        }
+      }
+    });
+    return { spans: out, waits, most };
+  }
+
+  const ROWS = 300;
+  function timeline() {
+    const box = $("gantt");
+    box.replaceChildren();
+    const { spans: bars, waits, most } = spans();
+    const last = result.events.length ? result.events[result.events.length - 1] : null;
+    const end = last ? last.sequence : 1;
+    const order = [...new Set([...bars, ...waits].map((b) => b.node))];
+    const shown = order.slice(0, ROWS);
+    const row = new Map(shown.map((id, i) => [id, i]));
+    const ns = "http://www.w3.org/2000/svg", width = 900, left = 170, height = 16 + shown.length * 18 + 24;
+    const x = (seq) => left + ((seq - 1) / Math.max(1, end - 1)) * (width - left - 10);
+    const svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("width", width); svg.setAttribute("height", height);
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    const add = (tag, attrs, text) => {
+      const node = document.createElementNS(ns, tag);
+      for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+      if (text !== undefined) node.textContent = text;
+      svg.append(node);
+      return node;
+    };
+    shown.forEach((id, i) => add("text", { x: 4, y: 28 + i * 18, class: "lane" }, id.length > 24 ? id.slice(0, 23) + "…" : id));
+    const bar = (b, cls) => {
+      const i = row.get(b.node);
+      if (i === undefined) return;
+      const to = b.end ? b.end.seq : end;
+      const rect = add("rect", { x: x(b.start.seq), y: 17 + i * 18, width: Math.max(3, x(to) - x(b.start.seq)), height: 14, class: cls, "data-node": b.node });
+      const title = document.createElementNS(ns, "title");
+      title.textContent = `${b.node}${b.attempt ? " attempt " + b.attempt : " waiting for a decision"}: events #${b.start.seq}–#${b.end ? b.end.seq : "…"}, ${b.start.ts || ""} to ${b.end ? b.end.ts || "" : "now"}`;
+      rect.append(title);
+    };
+    waits.forEach((w) => bar(w, "wait"));
+    bars.forEach((b) => bar(b, "bar " + b.outcome));
+    const first = result.events.find((e) => e);
+    add("text", { x: left, y: height - 6, class: "axis" }, first ? `#1 ${first.timestamp || ""}` : "");
+    add("text", { x: width - 10, y: height - 6, class: "axis", "text-anchor": "end" }, last ? `#${end} ${last.timestamp || ""}` : "");
+    box.append(svg);
+    $("gantt-summary").textContent = `${bars.length} attempts; at most ${most} ran at once.` +
+      (order.length > ROWS ? ` The first ${ROWS} of ${order.length} nodes are drawn.` : "") +
+      " Bars are placed by the order of the log's events (exact); its clock ticks in whole seconds.";
+    document.body.dataset.mostAtOnce = String(most);
+  }
+
   // The log, a page at a time: a long run never renders whole.
   function paint() {
     const pages = Math.max(1, Math.ceil(result.events.length / PAGE));
@@ -214,6 +293,7 @@
       : `Verified: ${run.events.length} events hash to the signed checkpoint's root, and the plan is the one it seals (${signer}).`;
     project();
     if (selected) show(selected);
+    timeline();
     paint();
   }
 

@@ -106,6 +106,7 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
 <section id="graph" aria-label="the graph">{svg}</section>
 <aside id="details" aria-live="polite"><p class="hint">Click a node to see its events, verdicts, artifacts, route and spend.</p></aside>
 </main>
+<section id="timeline" aria-label="when each attempt ran"><h2>Timeline</h2><p id="gantt-summary"></p><div id="gantt"></div></section>
 <section id="log" aria-label="the event log"><h2>Event log</h2><nav><button id="prev" type="button">Earlier</button> <span id="page"></span> <button id="next" type="button">Later</button></nav><ol id="events"></ol></section>
 <script type="application/json" id="bl-run">{data}</script>
 <script>{SCRIPT}</script>

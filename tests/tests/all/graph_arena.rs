@@ -138,6 +138,17 @@ fn the_arena_of_a_signed_run_is_verified_in_the_browser_with_every_node_drawn_in
         "who signed which log is said: {trust}"
     );
     assert!(dom.contains("run SUCCEEDED; 3 SUCCEEDED"), "{dom}");
+    // The timeline: a bar per attempt, and how many ran at once (the three
+    // are independent, so more than one did).
+    assert_eq!(dom.matches(r#"class="bar succeeded""#).count(), 3, "{dom}");
+    let most = dom
+        .split(r#"data-most-at-once=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|n| n.parse::<u32>().ok())
+        .expect("the timeline says how many ran at once");
+    assert!((2..=3).contains(&most), "{most}");
+    assert!(dom.contains("3 attempts; at most"), "{dom}");
     for node in ["n00000", "n00001", "n00002"] {
         let tag = node_tag(&dom, node);
         assert!(
