@@ -27,13 +27,43 @@ pub(crate) fn live_page(
     verifier: Option<&str>,
     live: Option<&dyn Fn(u64) -> String>,
 ) -> Result<(String, u64), AppError> {
+    let run = records(runtime, dir, "", 0)?;
+    let run_dir = bl_store::RunDir::new(dir);
+    let title = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string());
+    let held = run.events.len() as u64;
+    let live = live.map(|url| url(held));
+    let page = bl_pages::arena_html(&bl_pages::ArenaInput {
+        title: &title,
+        plan: &run.plan,
+        plan_id: &run.plan_id,
+        events: &run.events,
+        checkpoint: run.checkpoint.as_deref(),
+        verifier,
+        artifacts: &run.artifacts,
+        live: live.as_deref(),
+        children: &run.children,
+    })
+    .map_err(|e| AppError::refused(format!("{}: {e}", run_dir.plan().display())))?;
+    Ok((page, held))
+}
+
+/// How deep subgraphs nest (the executor's own limit).
+const MAX_CHILD_DEPTH: usize = 8;
+
+/// A run's records, as recorded, read through the runtime API, with those
+/// of its subgraph nodes' child runs. Refused when its plan is not the
+/// plan it ran or its log's chain is broken.
+fn records(
+    runtime: &GraphRuntime,
+    dir: &Path,
+    node: &str,
+    depth: usize,
+) -> Result<bl_pages::ChildRun, AppError> {
     let status = runtime.status(dir)?;
-    let events: Vec<String> = runtime
-        .subscribe(dir, 0)
-        .poll()?
-        .into_iter()
-        .map(|e| e.raw)
-        .collect();
+    let logged = runtime.subscribe(dir, 0).poll()?;
     let run_dir = bl_store::RunDir::new(dir);
     let read = |path: &Path| {
         std::fs::read_to_string(path)
@@ -53,25 +83,58 @@ pub(crate) fn live_page(
         Some(path) => Some(read(&path)?),
         None => None,
     };
-    let artifacts = runtime.artifacts(dir)?;
-    let title = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| dir.display().to_string());
-    let held = events.len() as u64;
-    let live = live.map(|url| url(held));
-    let page = bl_pages::arena_html(&bl_pages::ArenaInput {
-        title: &title,
-        plan: &plan,
-        plan_id: &status.run.plan.plan_id,
-        events: &events,
-        checkpoint: checkpoint.as_deref(),
-        verifier,
-        artifacts: &artifacts,
-        live: live.as_deref(),
+    // A child run that cannot be read is shown as such; the parent's page
+    // is still made.
+    let mut named: Vec<(&str, &str)> = logged
+        .iter()
+        .filter(|_| depth < MAX_CHILD_DEPTH)
+        .filter_map(|e| {
+            Some((
+                e.payload["node_id"].as_str()?,
+                e.payload["child_run"]["path"].as_str()?,
+            ))
+        })
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    let children = named
+        .into_iter()
+        .map(|(node, path)| {
+            let inside = path.starts_with(&format!("{}/", bl_store::RunDir::SUBGRAPHS))
+                && !path.split('/').any(|part| part == "..");
+            let read = if inside {
+                records(runtime, &dir.join(path), node, depth + 1)
+            } else {
+                Err(AppError::refused(format!(
+                    "the child run path {path:?} is not under {}/",
+                    bl_store::RunDir::SUBGRAPHS
+                )))
+            };
+            match read {
+                Ok(child) => bl_pages::ChildRun {
+                    path: path.to_string(),
+                    ..child
+                },
+                Err(e) => bl_pages::ChildRun {
+                    node: node.to_string(),
+                    path: path.to_string(),
+                    unreadable: Some(e.message().to_string()),
+                    ..Default::default()
+                },
+            }
+        })
+        .collect();
+    Ok(bl_pages::ChildRun {
+        node: node.to_string(),
+        path: String::new(),
+        unreadable: None,
+        plan,
+        plan_id: status.run.plan.plan_id,
+        events: logged.into_iter().map(|e| e.raw).collect(),
+        checkpoint,
+        artifacts: runtime.artifacts(dir)?,
+        children,
     })
-    .map_err(|e| AppError::refused(format!("{}: {e}", run_dir.plan().display())))?;
-    Ok((page, held))
 }
 
 /// The checkpoint over the most events (`<size>.checkpoint`, zero-padded,

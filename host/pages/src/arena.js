@@ -40,36 +40,39 @@
   // Who signed, and which run's log: said with "Verified", for the reader
   // to hold against their own key and run.
   let signer = "";
-  async function check() {
+  // Checks one run's records: the page's own run, or a child run of one
+  // of its subgraph nodes (held to the same verifier key).
+  async function check(r) {
     const why = [];
-    if (run.failure) why.push("the server stopped reading the log: " + run.failure);
-    const planDigest = "sha256:" + toHex(await sha256(enc.encode(run.plan)));
-    if (planDigest !== run.plan_id) why.push("the plan's digest is not the plan id the run records");
-    const events = run.events.map((line) => { try { return JSON.parse(line); } catch { return null; } });
+    let signedBy = "";
+    if (r.failure) why.push("the server stopped reading the log: " + r.failure);
+    const planDigest = "sha256:" + toHex(await sha256(enc.encode(r.plan)));
+    if (planDigest !== r.plan_id) why.push("the plan's digest is not the plan id the run records");
+    const events = r.events.map((line) => { try { return JSON.parse(line); } catch { return null; } });
     if (events.some((e) => e === null)) why.push("an event line is not JSON");
-    if (events.some((e) => e && e.plan_digest !== run.plan_id)) why.push("an event names another plan");
-    const leaves = await Promise.all(run.events.map((line) => sha256(join(Uint8Array.of(0), enc.encode(line)))));
-    if (!run.checkpoint) {
+    if (events.some((e) => e && e.plan_digest !== r.plan_id)) why.push("an event names another plan");
+    const leaves = await Promise.all(r.events.map((line) => sha256(join(Uint8Array.of(0), enc.encode(line)))));
+    if (!r.checkpoint) {
       why.push("the run has no checkpoint, so nothing states what its log should hash to");
-      return { why, events };
+      return { why, events, signer: signedBy };
     }
-    const [head] = run.checkpoint.split("\n\n");
+    const [head] = r.checkpoint.split("\n\n");
     const body = head + "\n";
     const lines = head.split("\n");
     const size = Number(lines[1]);
-    if (!Number.isInteger(size) || size < 1 || size > run.events.length) {
-      why.push(`the checkpoint covers ${lines[1]} events but the page holds ${run.events.length}`);
+    if (!Number.isInteger(size) || size < 1 || size > r.events.length) {
+      why.push(`the checkpoint covers ${lines[1]} events but the page holds ${r.events.length}`);
     } else {
       const root = await rootOf(leaves, 0, size);
       if (!same(root, fromB64(lines[2]))) {
         why.push("the events do not hash to the checkpoint's root: the log or this page was altered");
       }
-      if (size < run.events.length) why.push(`${run.events.length - size} events came after the last checkpoint`);
+      if (size < r.events.length) why.push(`${r.events.length - size} events came after the last checkpoint`);
     }
     if (!lines.includes(`file ${planDigest} plan.json`)) why.push("the checkpoint does not seal this plan");
     if (!run.verifier) {
       why.push("no verifier key was given (bl graph arena --pubkey KEY), so the checkpoint's signature was not checked");
-      return { why, events };
+      return { why, events, signer: signedBy };
     }
     try {
       // <name>+<key id>+<base64(0x01 || public key)>; base64 may hold "+".
@@ -78,7 +81,7 @@
       const key = fromB64(parts.slice(2).join("+"));
       if (key.length !== 33 || key[0] !== 1) throw new Error("the verifier key is not an Ed25519 key");
       const id = (await sha256(join(enc.encode(name + "\n"), key))).slice(0, 4);
-      const signatures = run.checkpoint.split("\n\n")[1] || "";
+      const signatures = r.checkpoint.split("\n\n")[1] || "";
       const line = signatures.split("\n").find((l) => l.startsWith("\u2014 " + name + " "));
       if (!line) throw new Error(`the checkpoint is not signed by ${name}`);
       const signed = fromB64(line.split(" ")[2]);
@@ -86,11 +89,11 @@
       const publicKey = await crypto.subtle.importKey("raw", key.slice(1), { name: "Ed25519" }, false, ["verify"]);
       const good = await crypto.subtle.verify({ name: "Ed25519" }, publicKey, signed.slice(4), enc.encode(body));
       if (!good) throw new Error(`the signature by ${name} does not verify: the checkpoint was altered or signed by another key`);
-      signer = `key ${name} (id ${toHex(id)}), log ${lines[0]}`;
+      signedBy = `key ${name} (id ${toHex(id)}), log ${lines[0]}`;
     } catch (e) {
       why.push(e && e.message ? e.message : String(e));
     }
-    return { why, events };
+    return { why, events, signer: signedBy };
   }
 
   const plan = JSON.parse(run.plan);
@@ -129,7 +132,7 @@
       if (p.usage) { n.tokens += (p.usage.input_tokens || 0) + (p.usage.output_tokens || 0); n.cost += p.usage.cost_microunits || 0; }
     });
     const counts = {};
-    document.querySelectorAll("g.node").forEach((g) => {
+    document.querySelectorAll("#graph g.node").forEach((g) => {
       const n = nodes.get(g.dataset.node) || { state: "PENDING", attempts: 0 };
       counts[n.state] = (counts[n.state] || 0) + 1;
       g.setAttribute("class", "node state-" + n.state.toLowerCase() + (g.dataset.node === selected ? " selected" : ""));
@@ -158,6 +161,14 @@
       fact("spend", `${n.tokens} tokens, ${n.cost} microunits`);
     }
     details.append(facts);
+    if (childOf.has(id)) {
+      const open = el("button", expanded.has(id) ? "Child run shown below" : "Expand its child run");
+      open.type = "button";
+      open.id = "expand";
+      open.disabled = expanded.has(id);
+      open.addEventListener("click", async () => { open.disabled = true; await expand(id); open.textContent = "Child run shown below"; });
+      details.append(open);
+    }
     if (n && n.artifacts.size) {
       details.append(el("h3", "Artifacts"));
       const table = el("table");
@@ -183,7 +194,86 @@
       });
       details.append(list);
     }
-    document.querySelectorAll("g.node").forEach((g) => g.classList.toggle("selected", g.dataset.node === id));
+    document.querySelectorAll("#graph g.node").forEach((g) => g.classList.toggle("selected", g.dataset.node === id));
+  }
+
+  // Subgraph nodes' child runs, expanded in place on request. Each is
+  // checked as the run is (its chain, its checkpoint, the same key), and
+  // must end at the head its parent's log recorded for it.
+  const childOf = new Map((run.children || []).map((c) => [c.node, c]));
+  const expanded = new Set((new URLSearchParams(location.hash.slice(1)).get("expand") || "").split(",").filter(Boolean));
+
+  async function renderChild(child, parentEvents, box) {
+    const section = el("section", undefined, "child");
+    section.dataset.child = child.node;
+    const collapse = el("button", "Collapse");
+    collapse.type = "button";
+    collapse.addEventListener("click", () => { expanded.delete(child.node); section.remove(); markChildren(); });
+    section.append(el("h2", `${child.node}: its child run (${child.path}) `), collapse);
+    const trust = el("p", "Checking the child run…", "trust checking");
+    section.append(trust);
+    box.append(section);
+    if (child.unreadable) {
+      trust.className = "trust unverified";
+      trust.textContent = "LOCAL/UNVERIFIED: the child run could not be read: " + child.unreadable;
+      section.dataset.verified = "false";
+      return;
+    }
+    let checked;
+    try {
+      checked = await check({ ...child, failure: null });
+    } catch (e) {
+      checked = { why: ["this browser could not check the records: " + e], events: [] };
+    }
+    const recorded = parentEvents
+      .filter((e) => e && e.payload && e.payload.node_id === child.node && e.payload.child_run)
+      .map((e) => e.payload.child_run)
+      .pop();
+    const last = checked.events[checked.events.length - 1];
+    if (!recorded) checked.why.push("the parent's log records no head for this child run");
+    else if (!last || last.event_hash !== recorded.head_hash || last.sequence !== recorded.head_sequence) {
+      checked.why.push("the child's log does not end at the head its parent recorded");
+    }
+    trust.className = "trust " + (checked.why.length ? "unverified" : "verified");
+    trust.textContent = checked.why.length
+      ? "LOCAL/UNVERIFIED: " + checked.why.join("; ") + "."
+      : `Verified: ${child.events.length} events hash to the child's signed checkpoint (${checked.signer}), and end at the head its parent recorded.`;
+    section.dataset.verified = String(!checked.why.length);
+    const drawing = el("div", undefined, "child-graph");
+    // The drawing was made by bl from the child's plan, every name escaped.
+    drawing.innerHTML = child.svg;
+    section.append(drawing);
+    const states = new Map();
+    checked.events.forEach((e) => { const p = (e && e.payload) || {}; if (p.node_id && p.state) states.set(p.node_id, p.state); });
+    drawing.querySelectorAll("g.node").forEach((g) => {
+      const state = states.get(g.dataset.node) || "PENDING";
+      g.setAttribute("class", "node state-" + state.toLowerCase());
+      g.querySelector("text.state").textContent = state;
+    });
+    (child.children || []).forEach((grandchild) => {
+      const open = el("button", `Expand ${grandchild.node}'s child run`);
+      open.type = "button";
+      open.addEventListener("click", () => { open.remove(); renderChild(grandchild, checked.events, section); });
+      section.append(open);
+    });
+  }
+
+  // A subgraph node with a child run says so on its box.
+  function markChildren() {
+    document.querySelectorAll("#graph g.node").forEach((g) => {
+      if (!childOf.has(g.dataset.node)) return;
+      g.classList.add("has-child");
+      const state = g.querySelector("text.state");
+      state.textContent += expanded.has(g.dataset.node) ? " · ⊖ child run" : " · ⊕ child run";
+    });
+  }
+
+  async function expand(id) {
+    if (expanded.has(id) && document.querySelector(`#children section[data-child="${CSS.escape(id)}"]`)) return;
+    expanded.add(id);
+    await renderChild(childOf.get(id), result.events, $("children"));
+    project();
+    markChildren();
   }
 
   // When each attempt ran, on the log's own axis: its events in order.
@@ -282,7 +372,8 @@
 
   async function refresh() {
     try {
-      result = await check();
+      result = await check(run);
+      signer = result.signer;
     } catch (e) {
       result = { why: ["this browser could not check the records: " + e], events: [] };
     }
@@ -292,6 +383,7 @@
       ? "LOCAL/UNVERIFIED: " + result.why.join("; ") + "."
       : `Verified: ${run.events.length} events hash to the signed checkpoint's root, and the plan is the one it seals (${signer}).`;
     project();
+    markChildren();
     if (selected) show(selected);
     timeline();
     paint();
@@ -303,6 +395,11 @@
   $("prev").addEventListener("click", () => { page = Math.max(0, page - 1); paint(); });
   $("next").addEventListener("click", () => { page += 1; paint(); });
   await refresh();
+  // Child runs named in the address (#expand=a,b) open at once.
+  for (const id of [...expanded]) {
+    expanded.delete(id);
+    if (childOf.has(id)) await expand(id);
+  }
   document.body.dataset.ready = "true";
 
   // Live (bl graph watch): each event the server sends once, by sequence;

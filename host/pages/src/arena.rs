@@ -37,6 +37,27 @@ pub struct ArenaInput<'a> {
     /// server, of the Server-Sent Events that carry the events appended
     /// after these and each new checkpoint.
     pub live: Option<&'a str>,
+    /// The child runs of its subgraph nodes, which the page expands in
+    /// place and checks as it checks the run.
+    pub children: &'a [ChildRun],
+}
+
+/// A subgraph node's child run, as recorded in its own directory.
+#[derive(Debug, Clone, Default)]
+pub struct ChildRun {
+    /// The subgraph node of the parent run.
+    pub node: String,
+    /// Its directory, relative to the parent run (`subgraphs/<node>`).
+    pub path: String,
+    /// Why its records could not be read; the rest is then empty.
+    pub unreadable: Option<String>,
+    pub plan: String,
+    pub plan_id: String,
+    pub events: Vec<String>,
+    pub checkpoint: Option<String>,
+    pub artifacts: Vec<Value>,
+    /// Its own subgraph nodes' child runs.
+    pub children: Vec<ChildRun>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,31 +68,7 @@ pub enum PageError {
 
 /// The page, one HTML document with every asset inline.
 pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
-    let plan: Value =
-        serde_json::from_str(input.plan).map_err(|e| PageError::Plan(e.to_string()))?;
-    let ids: Vec<&str> = plan["nodes"]
-        .as_array()
-        .ok_or_else(|| PageError::Plan("it has no nodes".into()))?
-        .iter()
-        .map(|n| n["node_id"].as_str().unwrap_or_default())
-        .collect();
-    let index = |id: &str| ids.iter().position(|n| *n == id);
-    let edges: Vec<(usize, usize, Option<&str>)> = plan["edges"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|e| {
-            Some((
-                index(e["from_node"].as_str()?)?,
-                index(e["to_node"].as_str()?)?,
-                e["when"].as_str(),
-            ))
-        })
-        .collect();
-    let pairs: Vec<(usize, usize)> = edges.iter().map(|&(a, b, _)| (a, b)).collect();
-    let placed = layout(ids.len(), &pairs);
-    let svg = drawing(&ids, &vec![""; ids.len()], &edges, &placed);
+    let svg = plan_drawing(input.plan)?;
     let data = json!({
         "plan": input.plan,
         "plan_id": input.plan_id,
@@ -80,6 +77,7 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
         "verifier": input.verifier,
         "artifacts": input.artifacts,
         "live": input.live,
+        "children": children_json(input.children),
     });
     // No `<` at all inside the data element: `</script>` would end it,
     // and `<!--<script` would make the parser swallow the rest of the page.
@@ -106,6 +104,7 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
 <section id="graph" aria-label="the graph">{svg}</section>
 <aside id="details" aria-live="polite"><p class="hint">Click a node to see its events, verdicts, artifacts, route and spend.</p></aside>
 </main>
+<section id="children" aria-label="expanded child runs"></section>
 <section id="timeline" aria-label="when each attempt ran"><h2>Timeline</h2><p id="gantt-summary"></p><div id="gantt"></div></section>
 <section id="log" aria-label="the event log"><h2>Event log</h2><nav><button id="prev" type="button">Earlier</button> <span id="page"></span> <button id="next" type="button">Later</button></nav><ol id="events"></ol></section>
 <script type="application/json" id="bl-run">{data}</script>
@@ -116,6 +115,55 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
         head = head("arena", input.title, &csp),
         title = escape(input.title),
     ))
+}
+
+/// Each child run as the page's data holds it, with its drawing (a child
+/// whose plan is not a plan is drawn as unreadable).
+fn children_json(children: &[ChildRun]) -> Vec<Value> {
+    children
+        .iter()
+        .map(|c| {
+            let (svg, unreadable) = match (&c.unreadable, plan_drawing(&c.plan)) {
+                (Some(why), _) => (String::new(), Some(why.clone())),
+                (None, Ok(svg)) => (svg, None),
+                (None, Err(e)) => (String::new(), Some(e.to_string())),
+            };
+            json!({
+                "node": c.node, "path": c.path, "unreadable": unreadable, "svg": svg,
+                "plan": c.plan, "plan_id": c.plan_id, "events": c.events,
+                "checkpoint": c.checkpoint, "artifacts": c.artifacts,
+                "children": children_json(&c.children),
+            })
+        })
+        .collect()
+}
+
+/// A plan's DAG, laid out and drawn.
+fn plan_drawing(plan: &str) -> Result<String, PageError> {
+    let plan: Value = serde_json::from_str(plan).map_err(|e| PageError::Plan(e.to_string()))?;
+    let ids: Vec<&str> = plan["nodes"]
+        .as_array()
+        .ok_or_else(|| PageError::Plan("it has no nodes".into()))?
+        .iter()
+        .map(|n| n["node_id"].as_str().unwrap_or_default())
+        .collect();
+    let index = |id: &str| ids.iter().position(|n| *n == id);
+    let edges: Vec<(usize, usize, Option<&str>)> = plan["edges"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| {
+            Some((
+                index(e["from_node"].as_str()?)?,
+                index(e["to_node"].as_str()?)?,
+                e["when"].as_str(),
+            ))
+        })
+        .collect();
+    let pairs: Vec<(usize, usize)> = edges.iter().map(|&(a, b, _)| (a, b)).collect();
+    let placed = layout(ids.len(), &pairs);
+    Ok(drawing(&ids, &vec![""; ids.len()], &edges, &placed))
 }
 
 /// The start of every page, up to `<body>`: its policy, its title (`bl
@@ -214,6 +262,7 @@ mod tests {
             verifier: None,
             artifacts: &[],
             live: None,
+            children: &[],
         }
     }
 
@@ -227,9 +276,10 @@ mod tests {
         let page = arena_html(&input(plan, &events)).unwrap();
         assert_eq!(page, arena_html(&input(plan, &events)).unwrap());
         assert!(page.contains("default-src 'none'"));
-        assert!(
-            !page.contains("http://") || page.matches("http://").count() == 1,
-            "only the SVG namespace"
+        assert_eq!(
+            page.matches("http://").count(),
+            page.matches("http://www.w3.org/2000/svg").count(),
+            "no address but the SVG namespace"
         );
         assert!(!page.contains("src=\""), "nothing is loaded");
         assert!(page.contains(r#"data-node="a""#) && page.contains(r#"data-node="b""#));

@@ -10,7 +10,7 @@ mod layout;
 mod report;
 mod studio;
 
-pub use arena::{ArenaInput, PageError, arena_html};
+pub use arena::{ArenaInput, ChildRun, PageError, arena_html};
 pub use console::{ConsoleApproval, console_html};
 pub use layout::{Layout, Placed, layout};
 pub use report::{LoopReportInput, loop_report_html};

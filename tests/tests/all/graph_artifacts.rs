@@ -992,9 +992,9 @@ fn a_router_takes_one_route_and_what_lies_beyond_the_others_is_skipped() {
 /// A subgraph node runs a graph package (by digest) as a child run; the
 /// child's log is verified and its head recorded in the parent; `bl
 /// verify` of the parent finds a child log changed afterwards.
-#[test]
-fn a_subgraph_runs_as_a_verified_child_run() {
-    let case = Case::new();
+/// A graph whose node `inner` runs a one-node graph package as a child
+/// run, and a node `after` that takes its output.
+fn subgraph_graph(case: &Case) {
     let package = case.path("roots/child");
     std::fs::create_dir_all(&package).unwrap();
     let child = json!({
@@ -1016,7 +1016,7 @@ fn a_subgraph_runs_as_a_verified_child_run() {
     assert!(out.status.success(), "{}", text(&out));
     let digest = String::from_utf8(out.stdout).unwrap().trim().to_string();
     graph(
-        &case,
+        case,
         vec![
             node("inner", "subgraph", json!({"graph_package": digest})),
             agent("after", json!({})),
@@ -1030,7 +1030,13 @@ fn a_subgraph_runs_as_a_verified_child_run() {
         g["nodes"][0]["outputs"] = json!({"done": "text"});
         g["nodes"][1]["inputs"] = json!({"done": "text"});
     });
-    replies(&case, &[("after", "ok", &[])]);
+    replies(case, &[("after", "ok", &[])]);
+}
+
+#[test]
+fn a_subgraph_runs_as_a_verified_child_run() {
+    let case = Case::new();
+    subgraph_graph(&case);
     let run = case.run("r", &["--loop-roots", "roots"]);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
     let ok = case.event("r", "inner", "node.succeeded").unwrap();
@@ -1064,6 +1070,130 @@ fn a_subgraph_runs_as_a_verified_child_run() {
 
 /// A tool node with no connection runs its command in the tier it
 /// declares: in a cage it has no network and cannot write the host.
+/// The arena of a run with a subgraph node expands it, on a click, into
+/// its child run, checked in the browser as the run is (signed
+/// checkpoint, same key) and held to the head the parent recorded; a
+/// child log cut short afterwards makes the expanded child UNVERIFIED.
+#[test]
+fn the_arena_expands_a_subgraph_node_into_its_verified_child_run() {
+    use crate::browser::{Driver, available, headless};
+    if !available(true) {
+        return;
+    }
+    let case = Case::new();
+    let made = case.bl(&["keys", "generate", "--name", "sub", "--out", "sub.key"]);
+    assert!(made.status.success(), "{}", text(&made));
+    subgraph_graph(&case);
+    let run = case.run(
+        "r",
+        &["--loop-roots", "roots", "--checkpoint-key", "sub.key"],
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let arena = case.bl(&["graph", "arena", "--run", "r", "--pubkey", "sub.pub"]);
+    assert!(arena.status.success(), "{}", text(&arena));
+    let page = case.path("r.arena.html");
+
+    let (trust, child, mark) = Driver::start().drive(async |client| {
+        use fantoccini::Locator;
+        client
+            .goto(&format!("file://{}", page.display()))
+            .await
+            .unwrap();
+        client
+            .wait()
+            .for_element(Locator::Css(r#"body[data-ready="true"]"#))
+            .await
+            .unwrap();
+        let mark = client
+            .find(Locator::Css(
+                r#"#graph g.node[data-node="inner"] text.state"#,
+            ))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        client
+            .find(Locator::Css(r#"#graph g.node[data-node="inner"]"#))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        client
+            .find(Locator::Id("expand"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let section = client
+            .wait()
+            .for_element(Locator::Css(
+                r#"#children section[data-child="inner"][data-verified]"#,
+            ))
+            .await
+            .unwrap();
+        let child = section.text().await.unwrap();
+        let state = client
+            .find(Locator::Css(r#"#children g.node[data-node="make"]"#))
+            .await
+            .unwrap()
+            .attr("class")
+            .await
+            .unwrap();
+        let trust = client
+            .find(Locator::Id("trust"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        (
+            trust,
+            format!("{child}\n{}", state.unwrap_or_default()),
+            mark,
+        )
+    });
+    assert!(trust.starts_with("Verified:"), "{trust}");
+    assert!(mark.contains("child run"), "{mark}");
+    assert!(child.contains("subgraphs/inner"), "{child}");
+    assert!(
+        child.contains("Verified:") && child.contains("end at the head its parent recorded"),
+        "{child}"
+    );
+    assert!(child.contains("state-succeeded"), "{child}");
+
+    // The child's log cut short after the run: the page still opens, and
+    // says the child is not what its parent recorded.
+    let log = case.path("r/subgraphs/inner/controller-events.jsonl");
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    std::fs::write(&log, lines[..lines.len() - 1].join("\n") + "\n").unwrap();
+    let arena = case.bl(&["graph", "arena", "--run", "r", "--pubkey", "sub.pub"]);
+    assert!(arena.status.success(), "{}", text(&arena));
+    let profile = tempfile::tempdir().unwrap();
+    let dom = headless(profile.path())
+        .arg("--virtual-time-budget=10000")
+        .arg("--dump-dom")
+        .arg(format!("file://{}#expand=inner", page.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    let at = dom
+        .find(r#"data-child="inner""#)
+        .expect("the child is expanded");
+    let child = &dom[at..];
+    assert!(child.contains(r#"data-verified="false""#), "{child}");
+    assert!(
+        child.contains("does not end at the head its parent recorded"),
+        "{child}"
+    );
+}
+
 #[test]
 fn a_command_tool_runs_in_its_declared_tier() {
     if !bl_e2e::cage_works() {
