@@ -330,3 +330,35 @@ pub fn serving(command: &mut std::process::Command, says: &str) -> (std::process
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     (child, url)
 }
+
+/// A raw HTTP/1.0 request; the status line and the body.
+pub fn http_request(
+    url: &str,
+    method: &str,
+    path_suffix: &str,
+    headers: &[&str],
+    body: &[u8],
+) -> (String, String) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let slash = rest.find('/').unwrap();
+    let (host, path) = (&rest[..slash], &rest[slash..]);
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    let mut head = format!("{method} {path}{path_suffix} HTTP/1.0\r\nHost: {host}\r\n");
+    for h in headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    use std::io::{Read, Write};
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer.lines().next().unwrap_or_default().to_string();
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body)
+}

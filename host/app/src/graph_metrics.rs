@@ -151,4 +151,88 @@ impl RunMetrics {
             "attempts": spans,
         })
     }
+
+    /// The metrics as text: the run's figures, then a table of the nodes.
+    pub fn to_text(&self) -> String {
+        let mut text = String::new();
+        macro_rules! line {
+            ($($arg:tt)*) => {{
+                text.push_str(&format!($($arg)*));
+                text.push('\n');
+            }};
+        }
+        let doc = self.to_json();
+        let (totals, parallel) = (&doc["totals"], &doc["parallelism"]);
+        let seconds = |v: &Value| v.as_u64().map_or("—".to_string(), |s| format!("{s} s"));
+        line!(
+            "run          : {} ({})",
+            self.status.run.dir.display(),
+            doc["state"].as_str().unwrap_or_default()
+        );
+        line!(
+            "nodes        : {} ({} succeeded, {} failed, {} skipped)",
+            totals["nodes"],
+            totals["succeeded"],
+            totals["failed"],
+            totals["skipped"]
+        );
+        line!(
+            "attempts     : {} ({} failed), {} repairs, {} resumes, {} events",
+            totals["attempts"],
+            totals["failed_attempts"],
+            totals["repairs"],
+            totals["resumes"],
+            totals["events"]
+        );
+        line!(
+            "time         : {} wall, {} in attempts, {} queued, {} waiting for approval",
+            seconds(&totals["wall_s"]),
+            seconds(&totals["attempt_s"]),
+            seconds(&totals["queue_s"]),
+            seconds(&totals["waited_for_approval_s"])
+        );
+        line!(
+            "parallelism  : at most {} at once (counted in log order), {} on average",
+            parallel["max_at_once"],
+            parallel["mean"].as_f64().map_or(
+                "— (shorter than the log's one-second clock)".to_string(),
+                |m| format!("{m:.2}")
+            )
+        );
+        line!(
+            "spend        : {} tokens, {} microunits{}",
+            totals["tokens"],
+            totals["cost_microunits"],
+            if totals["spend_complete"] == true {
+                ""
+            } else {
+                " (some spend was not reported)"
+            }
+        );
+        line!("times are whole seconds, as the log records them\n");
+        let mut rows = vec![
+            [
+                "NODE", "KIND", "STATE", "ATTEMPTS", "RUN", "QUEUED", "WAITED", "TOKENS", "COST",
+            ]
+            .map(String::from),
+        ];
+        for n in self.nodes() {
+            rows.push([
+                n.node,
+                n.kind,
+                n.state,
+                format!("{} ({} failed)", n.attempts, n.failed_attempts),
+                format!("{} s", n.run_s),
+                format!("{} s", n.queue_s),
+                format!("{} s", n.waited_s),
+                n.tokens.to_string(),
+                n.cost_microunits.to_string(),
+            ]);
+        }
+        for row in bl_core::table::table_lines(&rows) {
+            text.push_str(&row);
+            text.push('\n');
+        }
+        text
+    }
 }

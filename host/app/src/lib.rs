@@ -22,6 +22,7 @@ pub mod loop_report;
 pub mod loop_run;
 pub mod loop_runtime;
 pub mod loop_trace;
+pub mod monitor;
 pub mod notes;
 pub mod paths;
 pub mod plugin_host;

@@ -314,6 +314,34 @@ pub fn console(dir: &Path, port: u16, key: Option<PathBuf>, flags: &DriveFlags) 
     Ok(Exit::Success)
 }
 
+/// `bl monitor`: serves the project's window on 127.0.0.1 until Ctrl-C.
+pub fn monitor(project: PathBuf, port: u16, open: bool, key: Option<PathBuf>) -> CliResult {
+    if !project.is_dir() {
+        return Err(CliError::refused(format!(
+            "monitor: {} is not a directory; name the project with --project DIR",
+            project.display()
+        )));
+    }
+    let page = serving(port, "monitor")?;
+    if open {
+        // A desktop's browser, when there is one; the address is printed
+        // either way.
+        let _ = std::process::Command::new("xdg-open")
+            .arg(&page.url)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+    }
+    let monitor = bl_web::Monitor {
+        project: bl_app::monitor::Project::new(project),
+        options: bl_app::graph_run::DriveOptions::default(),
+        key,
+    };
+    bl_web::serve_monitor(monitor, page, || bl_core::interrupt::requested().is_some())
+        .map_err(|e| CliError::refused(format!("monitor: {e}")))?;
+    Ok(Exit::Success)
+}
+
 /// Serves the run's live arena on 127.0.0.1 until Ctrl-C.
 pub fn watch(dir: &Path, port: u16, pubkey: Option<&str>) -> CliResult {
     let verifier = pubkey
@@ -349,78 +377,8 @@ pub fn metrics(dir: &Path) -> CliResult {
     let metrics = GraphRuntime::default().metrics(dir)?;
     if crate::output::json() {
         outln!("{}", python_json(&metrics.to_json()));
-        return Ok(Exit::Success);
-    }
-    let doc = metrics.to_json();
-    let (totals, parallel) = (&doc["totals"], &doc["parallelism"]);
-    let seconds = |v: &Value| v.as_u64().map_or("—".to_string(), |s| format!("{s} s"));
-    outln!(
-        "run          : {} ({})",
-        dir.display(),
-        doc["state"].as_str().unwrap_or_default()
-    );
-    outln!(
-        "nodes        : {} ({} succeeded, {} failed, {} skipped)",
-        totals["nodes"],
-        totals["succeeded"],
-        totals["failed"],
-        totals["skipped"]
-    );
-    outln!(
-        "attempts     : {} ({} failed), {} repairs, {} resumes, {} events",
-        totals["attempts"],
-        totals["failed_attempts"],
-        totals["repairs"],
-        totals["resumes"],
-        totals["events"]
-    );
-    outln!(
-        "time         : {} wall, {} in attempts, {} queued, {} waiting for approval",
-        seconds(&totals["wall_s"]),
-        seconds(&totals["attempt_s"]),
-        seconds(&totals["queue_s"]),
-        seconds(&totals["waited_for_approval_s"])
-    );
-    outln!(
-        "parallelism  : at most {} at once (counted in log order), {} on average",
-        parallel["max_at_once"],
-        parallel["mean"].as_f64().map_or(
-            "— (shorter than the log's one-second clock)".to_string(),
-            |m| format!("{m:.2}")
-        )
-    );
-    outln!(
-        "spend        : {} tokens, {} microunits{}",
-        totals["tokens"],
-        totals["cost_microunits"],
-        if totals["spend_complete"] == true {
-            ""
-        } else {
-            " (some spend was not reported)"
-        }
-    );
-    outln!("times are whole seconds, as the log records them\n");
-    let mut rows = vec![
-        [
-            "NODE", "KIND", "STATE", "ATTEMPTS", "RUN", "QUEUED", "WAITED", "TOKENS", "COST",
-        ]
-        .map(String::from),
-    ];
-    for n in metrics.nodes() {
-        rows.push([
-            n.node,
-            n.kind,
-            n.state,
-            format!("{} ({} failed)", n.attempts, n.failed_attempts),
-            format!("{} s", n.run_s),
-            format!("{} s", n.queue_s),
-            format!("{} s", n.waited_s),
-            n.tokens.to_string(),
-            n.cost_microunits.to_string(),
-        ]);
-    }
-    for line in crate::output::table_lines(&rows) {
-        outln!("{line}");
+    } else {
+        crate::output::stdout_bytes(metrics.to_text().as_bytes());
     }
     Ok(Exit::Success)
 }

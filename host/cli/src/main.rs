@@ -89,6 +89,24 @@ enum Command {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
     },
+    /// The live window onto a project on 127.0.0.1: every run under its
+    /// .bounded-loops/runs with state, spend and each node's receipt, each
+    /// run's live arena and approval console, and its graphs started after
+    /// a preview. Until Ctrl-C.
+    Monitor {
+        /// The project (default: here).
+        #[arg(long, default_value = ".")]
+        project: std::path::PathBuf,
+        /// The port on 127.0.0.1 (default: any free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Print the address without opening a browser.
+        #[arg(long)]
+        no_browser: bool,
+        /// Sign approvals made from the page with this private key.
+        #[arg(long)]
+        key: Option<std::path::PathBuf>,
+    },
     /// What this engine can actually do here.
     Capabilities,
     /// Scaffold a loop that lints and runs: NAME, from a template per gate kind.
@@ -205,6 +223,12 @@ fn main() -> ExitCode {
             loop_tools_cmd::receipt(&run_dir, write, output::json())
         }
         Command::Report { run_dir, out } => loop_tools_cmd::report(&run_dir, out.as_deref()),
+        Command::Monitor {
+            project,
+            port,
+            no_browser,
+            key,
+        } => graph_report::monitor(project, port, !no_browser, key),
         Command::Capabilities => loop_tools_cmd::capabilities(output::json()),
         Command::New {
             name,

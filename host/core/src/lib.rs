@@ -15,6 +15,7 @@ pub mod package;
 pub mod plugin;
 pub mod python;
 pub mod sha256;
+pub mod table;
 pub mod verdict;
 
 pub use canonical::{canonical_json, digest, python_json, sha256_hex};

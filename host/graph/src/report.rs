@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::model::Named;
+use crate::model::{Effect, Named, NodeKind};
 use crate::plan::{ExecutionBound, Plan};
 use crate::{Graph, Refusal, graph_digest};
 
@@ -138,4 +138,49 @@ pub fn plan_text(graph: &Graph, plan: &Plan, admission: &Admission) -> String {
         ));
     }
     out
+}
+
+/// The approvals a run of the graph would wait on, and the nodes that
+/// would act on the world (publish nodes, and any node with an effect that
+/// reaches the network), each with the approvals upstream of it.
+pub fn dry_run(graph: &Graph) -> Value {
+    let approvals_before = |id: &str| -> Vec<&str> {
+        graph
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.kind == NodeKind::Approval && crate::dag::is_strict_ancestor(graph, &n.id, id)
+            })
+            .map(|n| n.id.as_str())
+            .collect()
+    };
+    let detail = |node: &crate::model::GraphNode, key: &str| {
+        node.details
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or(Value::Null)
+    };
+    let approvals: Vec<Value> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Approval)
+        .map(|n| json!({"node": n.id, "required_role": detail(n, "required_role"), "after_approvals": approvals_before(&n.id)}))
+        .collect();
+    let effects: Vec<Value> = graph
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.kind == NodeKind::Publish || n.effects.iter().any(|e| Effect::reaches_network(*e))
+        })
+        .map(|n| {
+            json!({
+                "node": n.id, "kind": n.kind.name(),
+                "effects": n.effects.iter().map(|e| e.name()).collect::<Vec<_>>(),
+                "publication_policy": detail(n, "publication_policy"),
+                "after_approvals": approvals_before(&n.id),
+            })
+        })
+        .collect();
+    json!({ "approvals": approvals, "effects": effects })
 }

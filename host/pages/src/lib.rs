@@ -7,11 +7,13 @@
 mod arena;
 mod console;
 mod layout;
+mod monitor;
 mod report;
 mod studio;
 
 pub use arena::{ArenaInput, ChildRun, PageError, arena_html};
 pub use console::{ConsoleApproval, console_html};
 pub use layout::{Layout, Placed, layout};
+pub use monitor::monitor_html;
 pub use report::{LoopReportInput, loop_report_html};
 pub use studio::{studio_html, studio_report, studio_yaml};

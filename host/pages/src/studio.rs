@@ -4,7 +4,7 @@
 //! that wasm answers for each keystroke; [`studio_html`] is the page.
 
 use base64::Engine as _;
-use bl_graph::model::{Effect, Named, NodeKind};
+use bl_graph::model::Named;
 use bl_graph::{Format, Graph};
 use serde_json::{Value, json};
 
@@ -38,7 +38,7 @@ pub fn studio_report(text: &str, format: Format) -> Value {
         "lint": bl_graph::report::lint_json(&graph),
         "svg": draw(&graph),
         "warnings": warnings,
-        "dry_run": dry_run(&graph),
+        "dry_run": bl_graph::report::dry_run(&graph),
     })
 }
 
@@ -70,51 +70,6 @@ fn draw(graph: &Graph) -> String {
     let pairs: Vec<(usize, usize)> = edges.iter().map(|&(a, b, _)| (a, b)).collect();
     let kinds: Vec<&str> = graph.nodes.iter().map(|n| n.kind.name()).collect();
     drawing(&ids, &kinds, &edges, &layout(ids.len(), &pairs))
-}
-
-/// The approvals a run of the graph would wait on, and the nodes that
-/// would act on the world (publish nodes, and any node with an effect that
-/// reaches the network), each with the approvals upstream of it.
-fn dry_run(graph: &Graph) -> Value {
-    let approvals_before = |id: &str| -> Vec<&str> {
-        graph
-            .nodes
-            .iter()
-            .filter(|n| {
-                n.kind == NodeKind::Approval && bl_graph::dag::is_strict_ancestor(graph, &n.id, id)
-            })
-            .map(|n| n.id.as_str())
-            .collect()
-    };
-    let detail = |node: &bl_graph::model::GraphNode, key: &str| {
-        node.details
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-            .unwrap_or(Value::Null)
-    };
-    let approvals: Vec<Value> = graph
-        .nodes
-        .iter()
-        .filter(|n| n.kind == NodeKind::Approval)
-        .map(|n| json!({"node": n.id, "required_role": detail(n, "required_role"), "after_approvals": approvals_before(&n.id)}))
-        .collect();
-    let effects: Vec<Value> = graph
-        .nodes
-        .iter()
-        .filter(|n| {
-            n.kind == NodeKind::Publish || n.effects.iter().any(|e| Effect::reaches_network(*e))
-        })
-        .map(|n| {
-            json!({
-                "node": n.id, "kind": n.kind.name(),
-                "effects": n.effects.iter().map(|e| e.name()).collect::<Vec<_>>(),
-                "publication_policy": detail(n, "publication_policy"),
-                "after_approvals": approvals_before(&n.id),
-            })
-        })
-        .collect();
-    json!({ "approvals": approvals, "effects": effects })
 }
 
 /// The studio page: `manifest` in the editor (named `file_name`, which

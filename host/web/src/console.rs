@@ -39,9 +39,7 @@ pub struct Console {
 struct Served {
     console: Console,
     token: String,
-    origin: String,
-    /// A decision is being made: a second one waits for none, it is refused.
-    deciding: AtomicBool,
+    decider: Decider,
     decided: AtomicBool,
 }
 
@@ -68,8 +66,10 @@ pub fn serve_console(
     let served = Arc::new(Served {
         console,
         token,
-        origin: format!("http://{address}"),
-        deciding: AtomicBool::new(false),
+        decider: Decider {
+            origin: format!("http://{address}"),
+            deciding: AtomicBool::new(false),
+        },
         decided: AtomicBool::new(false),
     });
     let app = axum::Router::new()
@@ -87,13 +87,20 @@ async fn page(State(served): State<Arc<Served>>, Path(token): Path<String>) -> R
     if !holds_token(&*served, &token) {
         return refused(StatusCode::NOT_FOUND, "not found");
     }
+    let c = &served.console;
+    approvals_page(&c.runtime, &c.dir, format!("/{token}/decide")).await
+}
+
+/// The console page for the run at `dir`: what it waits on, with the
+/// evidence; decisions are posted to `decide`.
+pub(crate) async fn approvals_page(
+    runtime: &GraphRuntime,
+    dir: &std::path::Path,
+    decide: String,
+) -> Response {
     let read = {
-        let served = served.clone();
-        tokio::task::spawn_blocking(move || {
-            let c = &served.console;
-            c.runtime.pending_approvals(&c.dir)
-        })
-        .await
+        let (runtime, dir) = (runtime.clone(), dir.to_path_buf());
+        tokio::task::spawn_blocking(move || runtime.pending_approvals(&dir)).await
     };
     let pending = match read {
         Ok(Ok(pending)) => pending,
@@ -105,7 +112,6 @@ async fn page(State(served): State<Arc<Served>>, Path(token): Path<String>) -> R
             );
         }
     };
-    let console = &served.console;
     let approvals: Vec<bl_pages::ConsoleApproval> = pending
         .iter()
         .map(|p| bl_pages::ConsoleApproval {
@@ -114,16 +120,11 @@ async fn page(State(served): State<Arc<Served>>, Path(token): Path<String>) -> R
             evidence: &p.evidence,
         })
         .collect();
-    let title = console
-        .dir
+    let title = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    crate::html_page(bl_pages::console_html(
-        &title,
-        &approvals,
-        &format!("/{token}/decide"),
-    ))
+    crate::html_page(bl_pages::console_html(&title, &approvals, &decide))
 }
 
 async fn decide(
@@ -135,10 +136,54 @@ async fn decide(
     if !holds_token(&*served, &token) {
         return refused(StatusCode::NOT_FOUND, "not found");
     }
-    // Only the console's own page may decide: a page of any other origin
-    // (or none named) is refused, whatever its body says.
-    if headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) != Some(served.origin.as_str()) {
+    // One decision per console: a second request, even for another node,
+    // is refused rather than raced against the first.
+    if served.decided.load(Ordering::SeqCst) {
         return refused(
+            StatusCode::CONFLICT,
+            "this console has taken its decision; start another for the next",
+        );
+    }
+    let c = &served.console;
+    let (recorded, answer) = decision(
+        &c.runtime,
+        &c.dir,
+        c.key.clone(),
+        &served.decider,
+        &headers,
+        &body,
+    )
+    .await;
+    if recorded {
+        served.decided.store(true, Ordering::SeqCst);
+    }
+    answer
+}
+
+/// Who may decide on a server's page, one decision at a time.
+pub(crate) struct Decider {
+    /// The page's own origin (`http://127.0.0.1:<port>`).
+    pub origin: String,
+    /// A decision is being made: a second one waits for none, it is refused.
+    pub deciding: AtomicBool,
+}
+
+/// Records the decision a page posted on the run at `dir`, after seed
+/// 000's checks (own Origin, JSON, bound to the request digest the page
+/// showed); whether it was recorded, and the answer.
+pub(crate) async fn decision(
+    runtime: &GraphRuntime,
+    dir: &std::path::Path,
+    key: Option<PathBuf>,
+    decider: &Decider,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (bool, Response) {
+    let no = |status, text| (false, refused(status, text));
+    // Only the page's own origin may decide: a page of any other origin
+    // (or none named) is refused, whatever its body says.
+    if headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) != Some(decider.origin.as_str()) {
+        return no(
             StatusCode::FORBIDDEN,
             "a decision must come from the console's own page",
         );
@@ -148,17 +193,17 @@ async fn decide(
         .and_then(|c| c.to_str().ok())
         .is_some_and(|c| c.starts_with("application/json"));
     if !json {
-        return refused(StatusCode::UNSUPPORTED_MEDIA_TYPE, "a decision is JSON");
+        return no(StatusCode::UNSUPPORTED_MEDIA_TYPE, "a decision is JSON");
     }
-    let Ok(asked) = serde_json::from_slice::<serde_json::Value>(&body) else {
-        return refused(StatusCode::BAD_REQUEST, "a decision is a JSON object");
+    let Ok(asked) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return no(StatusCode::BAD_REQUEST, "a decision is a JSON object");
     };
     let (Some(node), Some(decision), Some(shown)) = (
         asked["node"].as_str().map(str::to_string),
         asked["decision"].as_str().map(str::to_string),
         asked["request_digest"].as_str().map(str::to_string),
     ) else {
-        return refused(
+        return no(
             StatusCode::BAD_REQUEST,
             "a decision names node, decision and request_digest",
         );
@@ -167,57 +212,50 @@ async fn decide(
         "approved" => true,
         "rejected" => false,
         _ => {
-            return refused(
+            return no(
                 StatusCode::BAD_REQUEST,
                 "the decision is approved or rejected",
             );
         }
     };
-    // One decision per console: a second request, even for another node,
-    // is refused rather than raced against the first.
-    if served.decided.load(Ordering::SeqCst)
-        || served
-            .deciding
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
+    if decider
+        .deciding
+        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+        .is_err()
     {
-        return refused(
+        return no(
             StatusCode::CONFLICT,
-            "this console has taken its decision; start another for the next",
+            "another decision is being recorded; try again when it is",
         );
     }
     let recorded = {
-        let served = served.clone();
+        let (runtime, dir) = (runtime.clone(), dir.to_path_buf());
         tokio::task::spawn_blocking(move || {
-            let c = &served.console;
-            let key = c.key.as_deref();
+            let key = key.as_deref();
             if approved {
-                c.runtime.approve(&c.dir, &node, &shown, key)
+                runtime.approve(&dir, &node, &shown, key)
             } else {
-                c.runtime.reject(&c.dir, &node, &shown, key)
+                runtime.reject(&dir, &node, &shown, key)
             }
         })
         .await
     };
+    decider.deciding.store(false, Ordering::SeqCst);
     match recorded {
         Ok(Ok(done)) => {
-            served.decided.store(true, Ordering::SeqCst);
             let text = format!(
                 "{decision}: recorded. The run is now {}.",
                 done.view.run_state
             );
-            (StatusCode::OK, hardened(), text).into_response()
+            (true, (StatusCode::OK, hardened(), text).into_response())
         }
-        Ok(Err(e)) => {
-            served.deciding.store(false, Ordering::SeqCst);
-            (StatusCode::CONFLICT, hardened(), e.to_string()).into_response()
-        }
-        Err(_) => {
-            served.deciding.store(false, Ordering::SeqCst);
-            refused(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the decision could not be made",
-            )
-        }
+        Ok(Err(e)) => (
+            false,
+            (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
+        ),
+        Err(_) => no(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the decision could not be made",
+        ),
     }
 }

@@ -3,12 +3,15 @@
 //! another one), kept current by Server-Sent Events that come from the
 //! runtime API's `subscribe`: each event once, by its sequence, so that a
 //! browser that reconnects with `Last-Event-ID` loses and repeats nothing.
-//! `bl graph console` ([`console`]) approves from a page. A front end on
-//! the application layer, like the CLI.
+//! `bl graph console` ([`console`]) approves from a page; `bl monitor`
+//! ([`monitor`]) serves a project's runs, their arenas and consoles, and
+//! starts its graphs. A front end on the application layer, like the CLI.
 
 mod console;
+mod monitor;
 
 pub use console::{Console, MAX_BODY, serve_console};
+pub use monitor::{Monitor, serve_monitor};
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -187,19 +190,27 @@ async fn page(State(served): State<Arc<Served>>, Path(token): Path<String>) -> R
     if !holds_token(&*served, &token) {
         return refused(StatusCode::NOT_FOUND, "not found");
     }
+    let watch = &served.watch;
+    let events = format!("/{token}/events");
+    live_arena(&watch.runtime, &watch.dir, watch.verifier.clone(), events).await
+}
+
+/// A run's live arena page, whose events come from `events` (a path on
+/// this server that takes `?after=`).
+pub(crate) async fn live_arena(
+    runtime: &GraphRuntime,
+    dir: &std::path::Path,
+    verifier: Option<String>,
+    events: String,
+) -> Response {
     // Reading and checking the run is file work: off the server's thread,
     // so that a page being made stalls no stream.
-    let made = {
-        let served = served.clone();
-        tokio::task::spawn_blocking(move || {
-            let watch = &served.watch;
-            let url = |held: u64| format!("/{token}/events?after={held}");
-            watch
-                .runtime
-                .live_arena(&watch.dir, watch.verifier.as_deref(), &url)
-        })
-        .await
-    };
+    let (runtime, dir) = (runtime.clone(), dir.to_path_buf());
+    let made = tokio::task::spawn_blocking(move || {
+        let url = |held: u64| format!("{events}?after={held}");
+        runtime.live_arena(&dir, verifier.as_deref(), &url)
+    })
+    .await;
     match made.unwrap_or_else(|_| {
         Err(bl_app::error::AppError::refused(
             "the page could not be made",
@@ -215,7 +226,8 @@ struct Stream {
     subscription: Subscription,
     waiting: VecDeque<(u64, String)>,
     checkpoint: Option<String>,
-    served: Arc<Served>,
+    runtime: GraphRuntime,
+    dir: PathBuf,
     ended: bool,
     _permit: OwnedSemaphorePermit,
 }
@@ -229,7 +241,27 @@ async fn events(
     if !holds_token(&*served, &token) {
         return refused(StatusCode::NOT_FOUND, "not found");
     }
-    let Ok(permit) = served.streams.clone().try_acquire_owned() else {
+    let watch = &served.watch;
+    event_stream(
+        &watch.runtime,
+        &watch.dir,
+        &served.streams,
+        &query,
+        &headers,
+    )
+}
+
+/// The run's events as Server-Sent Events, each once by its sequence,
+/// from where the browser says it got to; at most as many streams at once
+/// as `streams` has permits.
+pub(crate) fn event_stream(
+    runtime: &GraphRuntime,
+    dir: &std::path::Path,
+    streams: &Arc<Semaphore>,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Response {
+    let Ok(permit) = streams.clone().try_acquire_owned() else {
         return refused(
             StatusCode::SERVICE_UNAVAILABLE,
             "too many pages are watching this run; close one",
@@ -243,12 +275,12 @@ async fn events(
         .or(query.get("after").map(String::as_str))
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
-    let subscription = served.watch.runtime.subscribe(&served.watch.dir, after);
     let start = Stream {
-        subscription,
+        subscription: runtime.subscribe(dir, after),
         waiting: VecDeque::new(),
         checkpoint: None,
-        served,
+        runtime: runtime.clone(),
+        dir: dir.to_path_buf(),
         ended: false,
         _permit: permit,
     };
@@ -287,8 +319,7 @@ async fn events(
                     return Some((Ok(event), s));
                 }
             }
-            let watch = &s.served.watch;
-            if let Some((name, note)) = watch.runtime.latest_checkpoint(&watch.dir)
+            if let Some((name, note)) = s.runtime.latest_checkpoint(&s.dir)
                 && s.checkpoint.as_deref() != Some(name.as_str())
             {
                 s.checkpoint = Some(name);

@@ -6,13 +6,11 @@
 //! over 8 KiB, a body that is not JSON, and a decision on evidence other
 //! than what the page showed.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use bl_e2e::bl_binary;
+use bl_e2e::{bl_binary, http_request as request};
 
 /// The first graph, run until it waits on `review`.
 fn paused_run() -> tempfile::TempDir {
@@ -70,37 +68,6 @@ fn run_state(dir: &Path) -> String {
         .or(status["state"].as_str())
         .unwrap_or_default()
         .to_string()
-}
-
-/// A raw HTTP/1.0 request; the status line and the body.
-fn request(
-    url: &str,
-    method: &str,
-    path_suffix: &str,
-    headers: &[&str],
-    body: &[u8],
-) -> (String, String) {
-    let rest = url.strip_prefix("http://").unwrap();
-    let slash = rest.find('/').unwrap();
-    let (host, path) = (&rest[..slash], &rest[slash..]);
-    let mut stream = TcpStream::connect(host).unwrap();
-    let mut head = format!("{method} {path}{path_suffix} HTTP/1.0\r\nHost: {host}\r\n");
-    for h in headers {
-        head.push_str(h);
-        head.push_str("\r\n");
-    }
-    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-    stream.write_all(head.as_bytes()).unwrap();
-    let _ = stream.write_all(body);
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    let status = answer.lines().next().unwrap_or_default().to_string();
-    let body = answer
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
-    (status, body)
 }
 
 #[test]

@@ -1,0 +1,202 @@
+//! `bl monitor`: a project holding the newcomer's first graph and a run
+//! made before the monitor started. In real headless Chromium (through
+//! chromedriver) the page lists the earlier run, previews the graph,
+//! starts it, and approves the new run's `review` from its console; the
+//! run then completes. Over raw HTTP: a wrong token, a foreign Origin,
+//! and a start that does not name its preview's digest are refused.
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use bl_e2e::{bl_binary, http_request};
+
+/// A project with the first graph under `graphs/first`, and one run of it
+/// made by `bl graph run` into `.bounded-loops/runs/earlier`.
+fn project() -> tempfile::TempDir {
+    let project = tempfile::tempdir().unwrap();
+    let example = bl_e2e::first_graph();
+    let graph = project.path().join("graphs/first");
+    std::fs::create_dir_all(&graph).unwrap();
+    for entry in std::fs::read_dir(example.path()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), graph.join(entry.file_name())).unwrap();
+    }
+    let earlier = Command::new(bl_binary())
+        .args([
+            "graph",
+            "run",
+            "--execute",
+            "graph.yaml",
+            "--connections",
+            "connections.json",
+        ])
+        .args(["--inputs", "inputs.json", "--recorded", "replies.json"])
+        .args(["--out", "../../.bounded-loops/runs/earlier"])
+        .current_dir(&graph)
+        .output()
+        .unwrap();
+    assert_eq!(
+        earlier.status.code(),
+        Some(3),
+        "paused for approval: {earlier:?}"
+    );
+    project
+}
+
+fn monitor(project: &std::path::Path) -> (Child, String) {
+    bl_e2e::serving(
+        Command::new(bl_binary())
+            .args(["monitor", "--no-browser", "--project"])
+            .arg(project),
+        "monitor",
+    )
+}
+
+#[test]
+fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it() {
+    if !crate::browser::available(true) {
+        return;
+    }
+    let project = project();
+    let (mut child, url) = monitor(project.path());
+    let (listed, preview, started, outcome, ended) =
+        crate::browser::Driver::start().drive(async |client| {
+            use fantoccini::Locator;
+            client.goto(&url).await.unwrap();
+            client
+                .wait()
+                .for_element(Locator::Css(r#"body[data-ready="true"]"#))
+                .await
+                .unwrap();
+            let listed = client
+                .find(Locator::Css(r#"#runs tr[data-run="earlier"]"#))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            client
+                .find(Locator::Css(
+                    r#"button[data-manifest="graphs/first/graph.yaml"]"#,
+                ))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+            let start = client
+                .wait()
+                .for_element(Locator::Id("start"))
+                .await
+                .unwrap();
+            let preview = client
+                .find(Locator::Id("preview"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            start.click().await.unwrap();
+            let said = client
+                .wait()
+                .for_element(Locator::Css("#started[data-run]"))
+                .await
+                .unwrap();
+            let started = said.attr("data-run").await.unwrap().unwrap();
+            // The new run pauses at review; its row offers its console.
+            let approve = client
+                .wait()
+                .at_most(Duration::from_secs(60))
+                .for_element(Locator::Css(&format!(
+                    r#"#runs tr[data-run="{started}"] a.approve"#
+                )))
+                .await
+                .unwrap();
+            approve.click().await.unwrap();
+            let card = client
+                .wait()
+                .for_element(Locator::Css(r#"section.approval[data-node="review"]"#))
+                .await
+                .unwrap();
+            card.find(Locator::Css(r#"button[data-decision="approved"]"#))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+            let done = client
+                .wait()
+                .at_most(Duration::from_secs(60))
+                .for_element(Locator::Css("section.approval[data-outcome]"))
+                .await
+                .unwrap();
+            let outcome = done
+                .find(Locator::Css(".outcome"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            client.goto(&url).await.unwrap();
+            let row = client
+                .wait()
+                .for_element(Locator::Css(&format!(
+                    r#"#runs tr[data-run="{started}"][data-state="SUCCEEDED"]"#
+                )))
+                .await
+                .unwrap();
+            (listed, preview, started, outcome, row.text().await.unwrap())
+        });
+    assert!(
+        listed.contains("graph") && listed.contains("review"),
+        "{listed}"
+    );
+    assert!(preview.contains("valid, 5 nodes"), "{preview}");
+    assert!(preview.contains("review (role reviewer)"), "{preview}");
+    assert!(
+        preview.contains("publish: publishes after review"),
+        "{preview}"
+    );
+    assert!(
+        project
+            .path()
+            .join(".bounded-loops/runs")
+            .join(&started)
+            .is_dir(),
+        "{started}"
+    );
+    assert_eq!(outcome, "approved: recorded. The run is now SUCCEEDED.");
+    assert!(ended.contains("SUCCEEDED"), "{ended}");
+    // The monitor keeps serving after a decision (unlike a console).
+    assert!(child.try_wait().unwrap().is_none());
+
+    let origin = {
+        let rest = url.strip_prefix("http://").unwrap();
+        format!("Origin: http://{}", &rest[..rest.find('/').unwrap()])
+    };
+    let json = "Content-Type: application/json";
+    let wrong = url.replace(&url[url.len() - 33..url.len() - 1], &"0".repeat(32));
+    assert!(
+        http_request(&wrong, "GET", "runs.json", &[], b"")
+            .0
+            .contains("404")
+    );
+    let body = br#"{"manifest":"graphs/first/graph.yaml","digest":"sha256:00"}"#;
+    let (status, _) = http_request(
+        &url,
+        "POST",
+        "start",
+        &["Origin: http://evil.example", json],
+        body,
+    );
+    assert!(status.contains("403"), "{status}");
+    let (status, text) = http_request(&url, "POST", "start", &[&origin, json], body);
+    assert!(
+        status.contains("409") && text.contains("changed since the preview"),
+        "{status} {text}"
+    );
+    let (status, _) = http_request(&url, "GET", "run/..%2F..%2Fgraphs/", &[], b"");
+    assert!(status.contains("404"), "{status}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
