@@ -6,10 +6,13 @@
 // graph, fills the details of a clicked node and pages the log. Text from
 // the run only ever reaches the page as text, never as markup.
 (async () => {
-  const run = JSON.parse(document.getElementById("bl-run").textContent);
+  const fromB64 = (s) => (Uint8Array.fromBase64 ? Uint8Array.fromBase64(s) : Uint8Array.from(atob(s), (c) => c.charCodeAt(0)));
+  // The run's records come gzipped, in base64.
+  const packed = fromB64(document.getElementById("bl-run").textContent.trim());
+  const unpacked = new Blob([packed]).stream().pipeThrough(new DecompressionStream("gzip"));
+  const run = JSON.parse(await new Response(unpacked).text());
   const enc = new TextEncoder();
   const $ = (id) => document.getElementById(id);
-  const fromB64 = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
   const toHex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
   const sha256 = async (bytes) => new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
   const join = (...parts) => {
@@ -51,7 +54,12 @@
     const events = r.events.map((line) => { try { return JSON.parse(line); } catch { return null; } });
     if (events.some((e) => e === null)) why.push("an event line is not JSON");
     if (events.some((e) => e && e.plan_digest !== r.plan_id)) why.push("an event names another plan");
-    const leaves = await Promise.all(r.events.map((line) => sha256(join(Uint8Array.of(0), enc.encode(line)))));
+    // A live page checks again as events arrive: lines already hashed
+    // are not hashed again.
+    r.leaves = r.leaves || [];
+    const fresh = await Promise.all(r.events.slice(r.leaves.length).map((line) => sha256(join(Uint8Array.of(0), enc.encode(line)))));
+    for (const leaf of fresh) r.leaves.push(leaf);
+    const leaves = r.leaves;
     if (!r.checkpoint) {
       why.push("the run has no checkpoint, so nothing states what its log should hash to");
       return { why, events, signer: signedBy };

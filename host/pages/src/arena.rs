@@ -79,10 +79,10 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
         "live": input.live,
         "children": children_json(input.children),
     });
-    // No `<` at all inside the data element: `</script>` would end it,
-    // and `<!--<script` would make the parser swallow the rest of the page.
-    // In JSON a `<` can only be inside a string, where `\u003c` means it.
-    let data = data.to_string().replace('<', "\\u003c");
+    // The records, gzipped and in base64: a run of 100,000 events is tens
+    // of megabytes of JSON, a few as this; and base64 holds no `<`, so no
+    // record can close the element or open a comment in it.
+    let data = packed(&data);
     // A live page talks to its own server, and to nothing else.
     let connect = if input.live.is_some() {
         "; connect-src 'self'"
@@ -107,7 +107,7 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
 <section id="children" aria-label="expanded child runs"></section>
 <section id="timeline" aria-label="when each attempt ran"><h2>Timeline</h2><p id="gantt-summary"></p><div id="gantt"></div></section>
 <section id="log" aria-label="the event log"><h2>Event log</h2><nav><button id="prev" type="button">Earlier</button> <span id="page"></span> <button id="next" type="button">Later</button></nav><ol id="events"></ol></section>
-<script type="application/json" id="bl-run">{data}</script>
+<script type="application/octet-stream" id="bl-run" data-encoding="gzip+base64">{data}</script>
 <script>{SCRIPT}</script>
 </body>
 </html>
@@ -115,6 +115,17 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
         head = head("arena", input.title, &csp),
         title = escape(input.title),
     ))
+}
+
+/// JSON, gzipped (no timestamp in its header, so the same data gives the
+/// same bytes) and in base64.
+fn packed(data: &Value) -> String {
+    use std::io::Write as _;
+    let mut gz = flate2::GzBuilder::new().write(Vec::new(), flate2::Compression::default());
+    gz.write_all(data.to_string().as_bytes())
+        .and_then(|()| gz.try_finish())
+        .expect("writing to memory does not fail");
+    base64::engine::general_purpose::STANDARD.encode(gz.get_ref())
 }
 
 /// Each child run as the page's data holds it, with its drawing (a child

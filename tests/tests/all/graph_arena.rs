@@ -107,6 +107,30 @@ fn node_tag<'a>(dom: &'a str, node: &str) -> &'a str {
     &dom[start..end]
 }
 
+/// The page with its records (gzipped JSON, in base64) changed by `change`.
+fn with_records(page: &str, change: impl FnOnce(&str) -> String) -> String {
+    use base64::Engine as _;
+    use std::io::{Read, Write};
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let open = r#"data-encoding="gzip+base64">"#;
+    let start = page.find(open).expect("the page holds its records") + open.len();
+    let end = start + page[start..].find("</script>").unwrap();
+    let mut records = String::new();
+    flate2::read::GzDecoder::new(&b64.decode(&page[start..end]).unwrap()[..])
+        .read_to_string(&mut records)
+        .unwrap();
+    let changed = change(&records);
+    assert_ne!(changed, records, "the change changes something");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(changed.as_bytes()).unwrap();
+    format!(
+        "{}{}{}",
+        &page[..start],
+        b64.encode(gz.finish().unwrap()),
+        &page[end..]
+    )
+}
+
 fn trust_line(dom: &str) -> &str {
     let start = dom
         .find(r#"<p id="trust""#)
@@ -191,12 +215,14 @@ fn an_altered_byte_a_missing_key_or_another_key_make_the_page_say_unverified() {
     let (dir, _) = signed_arena(case.path());
     let page = std::fs::read_to_string(dir.join("run.arena.html")).unwrap();
 
-    // One byte of one event, changed in the page.
-    let altered = page.replacen(
-        "a non-empty, well-formed reply",
-        "a non-empty, well-formed replz",
-        1,
-    );
+    // One byte of one event, changed in the page's (gzipped) records.
+    let altered = with_records(&page, |records| {
+        records.replacen(
+            "a non-empty, well-formed reply",
+            "a non-empty, well-formed replz",
+            1,
+        )
+    });
     assert_ne!(altered, page);
     let path = case.path().join("altered.html");
     std::fs::write(&path, altered).unwrap();
