@@ -409,6 +409,8 @@
     if (childOf.has(id)) await expand(id);
   }
   document.body.dataset.ready = "true";
+  document.body.dataset.readyMs = performance.now().toFixed(0);
+  document.body.dataset.held = String(run.events.length);
 
   // Live (bl graph watch): each event the server sends once, by sequence;
   // a reconnect sends Last-Event-ID, so nothing is lost or repeated.
@@ -420,6 +422,8 @@
         pending = null;
         await refresh();
         document.body.dataset.events = String(run.events.length);
+        // When each count of events was on screen (the pages benchmark).
+        (window.blShownAt = window.blShownAt || []).push([run.events.length, Date.now()]);
       }, 100);
     };
     const source = new EventSource(run.live);

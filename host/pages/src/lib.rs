@@ -16,4 +16,4 @@ pub use console::{ConsoleApproval, console_html};
 pub use layout::{Layout, Placed, layout};
 pub use monitor::monitor_html;
 pub use report::{LoopReportInput, loop_report_html};
-pub use studio::{studio_html, studio_report, studio_yaml};
+pub use studio::{LayoutCache, studio_html, studio_report, studio_report_cached, studio_yaml};

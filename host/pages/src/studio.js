@@ -44,15 +44,30 @@
     text.focus();
     text.setSelectionRange(at, at);
   }
+  // One number per line, made again only when the count of lines
+  // changes; a keystroke otherwise only moves the marks.
+  let lines = 0;
+  const marked = [];
   function drawGutter(marks) {
     const count = text.value.split("\n").length;
-    gutter.replaceChildren();
-    for (let i = 1; i <= count; i++) {
-      const mark = marks.get(i);
-      const line = el("div", mark ? { class: mark.kind, title: mark.message } : {}, String(i));
-      gutter.append(line);
+    if (count !== lines) {
+      const numbers = document.createDocumentFragment();
+      for (let i = 1; i <= count; i++) numbers.append(el("div", {}, String(i)));
+      gutter.replaceChildren(numbers);
+      lines = count;
+      marked.length = 0;
     }
-    gutter.scrollTop = text.scrollTop;
+    for (const line of marked.splice(0)) {
+      line.removeAttribute("class");
+      line.removeAttribute("title");
+    }
+    for (const [at, mark] of marks) {
+      const line = gutter.children[at - 1];
+      if (!line) continue;
+      line.className = mark.kind;
+      line.title = mark.message;
+      marked.push(line);
+    }
   }
   function dryRun(plan) {
     const box = $("dryrun");
@@ -70,6 +85,7 @@
     box.append(el("h3", {}, "Approvals it would wait on"), plan.approvals.length ? approvals : el("p", {}, "none"),
       el("h3", {}, "Effects it would have"), plan.effects.length ? effects : el("p", {}, "none: every node is read-only or writes only its workspace"));
   }
+  let drawn = "";
   function lint() {
     const started = performance.now();
     const report = api.lint(text.value, format.value);
@@ -84,7 +100,8 @@
     if (result.valid) {
       verdict.className = "ok";
       verdict.textContent = `Valid: ${result.node_ids.length} nodes, ${result.edge_count} edges · ${result.digest}`;
-      $("graph").innerHTML = report.svg;
+      // The same drawing is not drawn again.
+      if (report.svg !== drawn) { $("graph").innerHTML = report.svg; drawn = report.svg; }
       $("graph").classList.remove("stale");
       dryRun(report.dry_run);
       for (const w of report.warnings) {

@@ -20,6 +20,33 @@ const SCRIPT: &str = include_str!("studio.js");
 /// approvals the graph would wait on and the effects it would have on the
 /// world, each with the approvals that come before it.
 pub fn studio_report(text: &str, format: Format) -> Value {
+    studio_report_cached(text, format, &mut LayoutCache::default())
+}
+
+/// The last graph's shape and where its nodes went: a keystroke that
+/// changes no node and no edge is drawn again without being laid out
+/// again (the layout is most of the time a large graph takes).
+#[derive(Debug, Default)]
+pub struct LayoutCache {
+    count: usize,
+    edges: Vec<(usize, usize)>,
+    layout: Option<crate::Layout>,
+}
+
+impl LayoutCache {
+    fn layout(&mut self, count: usize, edges: Vec<(usize, usize)>) -> &crate::Layout {
+        if self.layout.is_none() || self.count != count || self.edges != edges {
+            self.layout = Some(layout(count, &edges));
+            self.count = count;
+            self.edges = edges;
+        }
+        self.layout.get_or_insert_with(|| layout(count, &[]))
+    }
+}
+
+/// [`studio_report`], reusing the layout in `cache` when the graph's shape
+/// is the one it holds.
+pub fn studio_report_cached(text: &str, format: Format, cache: &mut LayoutCache) -> Value {
     let graph = match bl_graph::lint(text, format) {
         Ok(graph) => graph,
         Err(refusal) => return json!({ "lint": bl_graph::report::refusal_json(&refusal) }),
@@ -36,7 +63,7 @@ pub fn studio_report(text: &str, format: Format) -> Value {
         .collect();
     json!({
         "lint": bl_graph::report::lint_json(&graph),
-        "svg": draw(&graph),
+        "svg": draw(&graph, cache),
         "warnings": warnings,
         "dry_run": bl_graph::report::dry_run(&graph),
     })
@@ -53,23 +80,24 @@ pub fn studio_yaml(text: &str, format: Format) -> Option<String> {
     }
 }
 
-fn draw(graph: &Graph) -> String {
+fn draw(graph: &Graph, cache: &mut LayoutCache) -> String {
     let ids: Vec<&str> = graph.nodes.iter().map(|n| n.id.as_str()).collect();
-    let index = |id: &str| ids.iter().position(|n| *n == id);
+    let at: std::collections::HashMap<&str, usize> =
+        ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
     let edges: Vec<(usize, usize, Option<&str>)> = graph
         .edges
         .iter()
         .filter_map(|e| {
             Some((
-                index(&e.from_node)?,
-                index(&e.to_node)?,
+                *at.get(e.from_node.as_str())?,
+                *at.get(e.to_node.as_str())?,
                 e.when.map(|w| w.name()),
             ))
         })
         .collect();
     let pairs: Vec<(usize, usize)> = edges.iter().map(|&(a, b, _)| (a, b)).collect();
     let kinds: Vec<&str> = graph.nodes.iter().map(|n| n.kind.name()).collect();
-    drawing(&ids, &kinds, &edges, &layout(ids.len(), &pairs))
+    drawing(&ids, &kinds, &edges, cache.layout(ids.len(), pairs))
 }
 
 /// The studio page: `manifest` in the editor (named `file_name`, which

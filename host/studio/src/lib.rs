@@ -11,6 +11,9 @@ use bl_graph::Format;
 /// The last answer, kept until the next call so the script can read it.
 static RESULT: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
+/// The last graph's layout, reused while keystrokes leave its shape alone.
+static LAYOUT: Mutex<Option<bl_pages::LayoutCache>> = Mutex::new(None);
+
 /// `len` bytes for the script to write its input into; the next call
 /// takes them back.
 #[unsafe(no_mangle)]
@@ -33,7 +36,9 @@ pub extern "C" fn bl_result() -> *const u8 {
 pub unsafe extern "C" fn bl_studio_lint(ptr: *mut u8, len: usize, format: u32) -> usize {
     // SAFETY: the caller passes what bl_alloc returned, once.
     let text = unsafe { take(ptr, len) };
-    let report = bl_pages::studio_report(&text, format_of(format));
+    let mut cache = LAYOUT.lock().unwrap_or_else(|e| e.into_inner());
+    let report =
+        bl_pages::studio_report_cached(&text, format_of(format), cache.get_or_insert_default());
     answer(report.to_string().into_bytes())
 }
 
