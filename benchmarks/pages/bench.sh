@@ -55,6 +55,7 @@ python3 "$here/measure.py" "$port" arena "$big/arena.html" n00000 "n$(printf %05
 echo "  $(cat "$work/arena.json")"
 check "page size (MB)" "$size" 30
 check "first paint (ms)" "$(field "$work/arena.json" first_paint_ms)" 1500
+check "the drawing on screen: largest contentful paint (ms)" "$(field "$work/arena.json" largest_contentful_paint_ms)" 1500
 check "slowest click (ms)" "$(field "$work/arena.json" click_max_ms)" 100
 echo "  every event verified in the browser after $(field "$work/arena.json" verified_ms) ms (no target)"
 

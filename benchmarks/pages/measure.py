@@ -62,6 +62,14 @@ try:
         paints = run("return performance.getEntriesByType('paint').map(e => [e.name, e.startTime])")
         out["first_paint_ms"] = dict(paints).get("first-paint")
         out["first_contentful_paint_ms"] = dict(paints).get("first-contentful-paint")
+        out["largest_contentful_paint_ms"] = run_async("""
+            const done = arguments[arguments.length - 1];
+            new PerformanceObserver((list) => {
+              const all = list.getEntries();
+              done(all.length ? all[all.length - 1].startTime : null);
+            }).observe({type: "largest-contentful-paint", buffered: true});
+            setTimeout(() => done(null), 2000);
+        """)
         out["verified_ms"] = float(wait_for("return document.body.dataset.readyMs"))
         out["trust"] = run("return document.getElementById('trust').textContent")[:160]
         clicks = []

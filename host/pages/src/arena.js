@@ -143,7 +143,7 @@
     document.querySelectorAll("#graph g.node").forEach((g) => {
       const n = nodes.get(g.dataset.node) || { state: "PENDING", attempts: 0 };
       counts[n.state] = (counts[n.state] || 0) + 1;
-      g.setAttribute("class", "node state-" + n.state.toLowerCase() + (g.dataset.node === selected ? " selected" : ""));
+      g.setAttribute("class", "node state-" + n.state.toLowerCase());
       g.querySelector("text.state").textContent = `${n.state} · ${n.attempts} attempt${n.attempts === 1 ? "" : "s"}`;
     });
     $("summary").textContent = `run ${runState}; ` + Object.entries(counts).map(([s, c]) => `${c} ${s}`).join(", ") + `; ${run.events.length} events`;
@@ -202,7 +202,18 @@
       });
       details.append(list);
     }
-    document.querySelectorAll("#graph g.node").forEach((g) => g.classList.toggle("selected", g.dataset.node === id));
+    // The selection is a frame laid over the drawing, not a change to it:
+    // any change inside an SVG of 10,000 boxes makes the browser paint all
+    // of it again.
+    const box = document.querySelector(`#graph g.node[data-node="${CSS.escape(id)}"]`);
+    const frame = $("selected");
+    frame.dataset.node = id;
+    const at = box && /translate\(([-\d.]+),([-\d.]+)\)/.exec(box.getAttribute("transform"));
+    frame.hidden = !at;
+    if (at) {
+      frame.style.left = at[1] + "px";
+      frame.style.top = at[2] + "px";
+    }
   }
 
   // Subgraph nodes' child runs, expanded in place on request. Each is

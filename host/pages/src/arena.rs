@@ -101,7 +101,7 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
 <p id="summary"></p>
 </header>
 <main>
-<section id="graph" aria-label="the graph">{svg}</section>
+<section id="graph" aria-label="the graph">{svg}<div id="selected" hidden></div></section>
 <aside id="details" aria-live="polite"><p class="hint">Click a node to see its events, verdicts, artifacts, route and spend.</p></aside>
 </main>
 <section id="children" aria-label="expanded child runs"></section>

@@ -25,6 +25,8 @@ const MARGIN: f64 = 16.0;
 const PART_GAP: f64 = 24.0;
 /// The largest graph whose crossings are also cut by swapping neighbours.
 const TRANSPOSE_UP_TO: usize = 100;
+/// The largest graph ranked to keep its edges short.
+const SHORT_EDGES_UP_TO: usize = 1000;
 /// A row of parts is wrapped past this width.
 const ROW_WIDTH: f64 = 1800.0;
 
@@ -43,6 +45,14 @@ pub fn layout(count: usize, edges: &[(usize, usize)]) -> Layout {
         // Swapping neighbours to cut crossings further costs more than the
         // rest of the layout together on a graph of hundreds of nodes.
         transpose: count <= TRANSPOSE_UP_TO,
+        // Ranking to keep edges short (network simplex) grows much faster
+        // than the graph: 10,000 nodes would take minutes. Above this, each
+        // node goes as high as its parents let it (linear time).
+        ranking_type: if count <= SHORT_EDGES_UP_TO {
+            rust_sugiyama::configure::RankingType::MinimizeEdgeLength
+        } else {
+            rust_sugiyama::configure::RankingType::Up
+        },
         ..Default::default()
     };
     let mut parts: Vec<Vec<(usize, (f64, f64))>> =

@@ -76,6 +76,9 @@ pub fn serve_console(
         .route("/{token}/", get(page))
         .route("/{token}/decide", post(decide))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            crate::BODY_TIMEOUT,
+        ))
         .with_state(served.clone());
     let started = Instant::now();
     crate::run_server(listener, app, move || {

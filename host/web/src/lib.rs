@@ -30,6 +30,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// How many event streams are served at once; one more is told to wait.
 pub const MAX_STREAMS: usize = 8;
 
+/// How long a request's body may take to arrive: a page's request is a
+/// few hundred bytes, and a client that trickles one holds a connection.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How often a stream looks for new events and checkpoints.
 const POLL: Duration = Duration::from_millis(100);
 

@@ -86,6 +86,9 @@ pub fn serve_monitor(
         .route("/{token}/run/{name}/console", get(run_console))
         .route("/{token}/run/{name}/decide", post(run_decide))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            crate::BODY_TIMEOUT,
+        ))
         .with_state(served.clone());
     let served_result = crate::run_server(listener, app, stop);
     let started = std::mem::take(&mut *served.started.lock().unwrap_or_else(|e| e.into_inner()));

@@ -180,7 +180,12 @@ fn the_arena_of_a_signed_run_is_verified_in_the_browser_with_every_node_drawn_in
             "{node} drawn as succeeded: {tag}"
         );
     }
-    assert!(node_tag(&dom, "n00001").contains("selected"));
+    let frame = &dom[dom.find(r#"id="selected""#).expect("the selection's frame")..];
+    assert!(
+        frame[..frame.find('>').unwrap()].contains(r#"data-node="n00001""#),
+        "the frame is on the node named in the address: {}",
+        &frame[..200.min(frame.len())]
+    );
     // The clicked node's details: its artifact's digest, size and producer.
     let details = &dom[dom.find("<h2>n00001</h2>").expect("details of n00001")..];
     assert!(

@@ -124,6 +124,27 @@ fn the_console_refuses_a_wrong_token_a_foreign_origin_a_large_body_and_changed_e
         .0
         .contains("415")
     );
+    // A body that never comes is given up on, not waited for.
+    let started = Instant::now();
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut slow = std::net::TcpStream::connect(host).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        slow,
+        "POST {path}decide HTTP/1.0\r\nHost: {host}\r\n{json}\r\n{origin}\r\nContent-Length: 64\r\n\r\n{{"
+    )
+    .unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = slow.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.0 4"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
     let (status, said) = request(&url, "POST", "decide", &[json, &origin], stale.as_bytes());
     assert!(status.contains("409"), "{status}");
     assert!(said.contains("changed since it was shown"), "{said}");
