@@ -113,3 +113,15 @@ impl Driver {
         })
     }
 }
+
+/// The page as the browser shows it is not blank: a PNG of the window
+/// holds more than a blank window's few kilobytes.
+pub async fn assert_not_blank(client: &fantoccini::Client, page: &str) {
+    let png = client.screenshot().await.expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "{page}: not a PNG");
+    assert!(
+        png.len() > 8_000,
+        "{page} looks blank: a {} byte screenshot",
+        png.len()
+    );
+}

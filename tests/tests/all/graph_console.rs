@@ -158,6 +158,50 @@ fn the_console_refuses_a_wrong_token_a_foreign_origin_a_large_body_and_changed_e
     let _ = child.wait();
 }
 
+/// Two decisions sent at the same moment: one is recorded, the other is
+/// refused, never both.
+#[test]
+fn two_decisions_at_once_record_one() {
+    let case = paused_run();
+    let (mut child, url) = console(case.path());
+    let origin = {
+        let rest = url.strip_prefix("http://").unwrap();
+        format!("Origin: http://{}", &rest[..rest.find('/').unwrap()])
+    };
+    let (_, page) = request(&url, "GET", "", &[], b"");
+    let at = page
+        .find(r#"data-request=""#)
+        .expect("the page names its request")
+        + 14;
+    let digest = page[at..at + page[at..].find('"').unwrap()].to_string();
+    let answers: Vec<String> = std::thread::scope(|scope| {
+        let sent: Vec<_> = ["approved", "rejected"]
+            .into_iter()
+            .map(|decision| {
+                let (url, origin, digest) = (&url, &origin, &digest);
+                scope.spawn(move || {
+                    let body = format!(
+                        r#"{{"node":"review","decision":"{decision}","request_digest":"{digest}"}}"#
+                    );
+                    let json = "Content-Type: application/json";
+                    request(url, "POST", "decide", &[json, origin], body.as_bytes()).0
+                })
+            })
+            .collect();
+        sent.into_iter().map(|s| s.join().unwrap()).collect()
+    });
+    let recorded = answers.iter().filter(|a| a.contains(" 200")).count();
+    let refused = answers.iter().filter(|a| a.contains(" 409")).count();
+    assert_eq!((recorded, refused), (1, 1), "{answers:?}");
+    let state = run_state(case.path());
+    assert!(
+        state == "SUCCEEDED" || state == "FAILED",
+        "one decision drove the run: {state}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 #[test]
 fn a_click_on_approve_in_the_browser_records_the_decision_and_the_run_completes() {
     if !crate::browser::available(true) {
@@ -178,6 +222,7 @@ fn a_click_on_approve_in_the_browser_records_the_decision_and_the_run_completes(
             .await
             .unwrap();
         let evidence = card.text().await.unwrap();
+        crate::browser::assert_not_blank(client, "console").await;
         card.find(Locator::Css(r#"button[data-decision="approved"]"#))
             .await
             .unwrap()

@@ -257,6 +257,7 @@ fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
+        crate::browser::assert_not_blank(client, "watch").await;
         (early, summary, trust)
     });
     assert!(run.wait().unwrap().success());

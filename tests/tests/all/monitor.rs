@@ -75,6 +75,7 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 .text()
                 .await
                 .unwrap();
+            crate::browser::assert_not_blank(client, "monitor").await;
             client
                 .find(Locator::Css(
                     r#"button[data-manifest="graphs/first/graph.yaml"]"#,
