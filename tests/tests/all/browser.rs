@@ -125,3 +125,32 @@ pub async fn assert_not_blank(client: &fantoccini::Client, page: &str) {
         png.len()
     );
 }
+
+/// On a console page: clicks Approve on the `review` card and waits for
+/// what the page says came of it.
+pub async fn approve_review(client: &fantoccini::Client) -> String {
+    use fantoccini::Locator;
+    let card = client
+        .wait()
+        .for_element(Locator::Css(r#"section.approval[data-node="review"]"#))
+        .await
+        .unwrap();
+    card.find(Locator::Css(r#"button[data-decision="approved"]"#))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let done = client
+        .wait()
+        .at_most(Duration::from_secs(60))
+        .for_element(Locator::Css("section.approval[data-outcome]"))
+        .await
+        .unwrap();
+    done.find(Locator::Css(".outcome"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}

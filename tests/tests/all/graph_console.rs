@@ -223,25 +223,7 @@ fn a_click_on_approve_in_the_browser_records_the_decision_and_the_run_completes(
             .unwrap();
         let evidence = card.text().await.unwrap();
         crate::browser::assert_not_blank(client, "console").await;
-        card.find(Locator::Css(r#"button[data-decision="approved"]"#))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        let done = client
-            .wait()
-            .at_most(Duration::from_secs(60))
-            .for_element(Locator::Css("section.approval[data-outcome]"))
-            .await
-            .unwrap();
-        let outcome = done
-            .find(Locator::Css(".outcome"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let outcome = crate::browser::approve_review(client).await;
         (evidence, outcome)
     });
     assert!(

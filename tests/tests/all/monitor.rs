@@ -114,30 +114,7 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 .await
                 .unwrap();
             approve.click().await.unwrap();
-            let card = client
-                .wait()
-                .for_element(Locator::Css(r#"section.approval[data-node="review"]"#))
-                .await
-                .unwrap();
-            card.find(Locator::Css(r#"button[data-decision="approved"]"#))
-                .await
-                .unwrap()
-                .click()
-                .await
-                .unwrap();
-            let done = client
-                .wait()
-                .at_most(Duration::from_secs(60))
-                .for_element(Locator::Css("section.approval[data-outcome]"))
-                .await
-                .unwrap();
-            let outcome = done
-                .find(Locator::Css(".outcome"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let outcome = crate::browser::approve_review(client).await;
             client.goto(&url).await.unwrap();
             let row = client
                 .wait()
