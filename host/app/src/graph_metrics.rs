@@ -5,6 +5,7 @@
 //! Times are whole seconds, as the log records them; how many attempts
 //! ran at once is counted from the order of events, which is exact.
 
+use std::fmt::Write as _;
 use std::path::Path;
 
 use bl_graph::model::Named;
@@ -155,51 +156,53 @@ impl RunMetrics {
     /// The metrics as text: the run's figures, then a table of the nodes.
     pub fn to_text(&self) -> String {
         let mut text = String::new();
-        macro_rules! line {
-            ($($arg:tt)*) => {{
-                text.push_str(&format!($($arg)*));
-                text.push('\n');
-            }};
-        }
         let doc = self.to_json();
         let (totals, parallel) = (&doc["totals"], &doc["parallelism"]);
         let seconds = |v: &Value| v.as_u64().map_or("—".to_string(), |s| format!("{s} s"));
-        line!(
+        writeln!(
+            text,
             "run          : {} ({})",
             self.status.run.dir.display(),
             doc["state"].as_str().unwrap_or_default()
-        );
-        line!(
+        )
+        .expect("a String takes any text");
+        writeln!(
+            text,
             "nodes        : {} ({} succeeded, {} failed, {} skipped)",
-            totals["nodes"],
-            totals["succeeded"],
-            totals["failed"],
-            totals["skipped"]
-        );
-        line!(
+            totals["nodes"], totals["succeeded"], totals["failed"], totals["skipped"]
+        )
+        .expect("a String takes any text");
+        writeln!(
+            text,
             "attempts     : {} ({} failed), {} repairs, {} resumes, {} events",
             totals["attempts"],
             totals["failed_attempts"],
             totals["repairs"],
             totals["resumes"],
             totals["events"]
-        );
-        line!(
+        )
+        .expect("a String takes any text");
+        writeln!(
+            text,
             "time         : {} wall, {} in attempts, {} queued, {} waiting for approval",
             seconds(&totals["wall_s"]),
             seconds(&totals["attempt_s"]),
             seconds(&totals["queue_s"]),
             seconds(&totals["waited_for_approval_s"])
-        );
-        line!(
+        )
+        .expect("a String takes any text");
+        writeln!(
+            text,
             "parallelism  : at most {} at once (counted in log order), {} on average",
             parallel["max_at_once"],
             parallel["mean"].as_f64().map_or(
                 "— (shorter than the log's one-second clock)".to_string(),
                 |m| format!("{m:.2}")
             )
-        );
-        line!(
+        )
+        .expect("a String takes any text");
+        writeln!(
+            text,
             "spend        : {} tokens, {} microunits{}",
             totals["tokens"],
             totals["cost_microunits"],
@@ -208,8 +211,10 @@ impl RunMetrics {
             } else {
                 " (some spend was not reported)"
             }
-        );
-        line!("times are whole seconds, as the log records them\n");
+        )
+        .expect("a String takes any text");
+        writeln!(text, "times are whole seconds, as the log records them\n")
+            .expect("a String takes any text");
         let mut rows = vec![
             [
                 "NODE", "KIND", "STATE", "ATTEMPTS", "RUN", "QUEUED", "WAITED", "TOKENS", "COST",

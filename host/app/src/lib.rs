@@ -31,6 +31,7 @@ pub mod plugin_scaffold;
 pub mod run_adapters;
 pub mod runtime;
 mod state_md;
+pub mod status_text;
 pub mod stop;
 pub mod studio;
 

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use bl_app::graph_run::{self, DriveOptions, Driven, Watcher};
 use bl_app::runtime::GraphRuntime;
+use bl_app::status_text::{agents_in_words, shown_artifact, state_in_words};
 use bl_core::python_json;
-use bl_graph::model::Named;
 use bl_run::executor::RunEnd;
-use bl_run::projection::{NodeState, RunState, RunView};
+use bl_run::projection::{NodeState, RunState};
 use serde_json::{Value, json};
 
 use crate::exit::{CliError, CliResult, Exit};
@@ -400,7 +400,6 @@ pub fn studio(from: Option<&Path>, out: Option<&Path>) -> CliResult {
 /// `bl graph status --run D [--json] [--format md]`
 pub fn status(dir: &Path, markdown: bool) -> CliResult {
     let status = GraphRuntime::default().status(dir)?;
-    let (run, view) = (&status.run, &status.view);
     if crate::output::json() {
         outln!("{}", python_json(&status.to_json()));
         return Ok(Exit::Success);
@@ -409,52 +408,7 @@ pub fn status(dir: &Path, markdown: bool) -> CliResult {
         crate::output::stdout_bytes(status.to_markdown().as_bytes());
         return Ok(Exit::Success);
     }
-    let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
-    let awaiting = view.awaiting(order.iter().copied());
-    outln!("run       : {}", dir.display());
-    outln!(
-        "state     : {}",
-        state_in_words(view, &awaiting, status.live)
-    );
-    outln!("agents    : {}", agents_in_words(&run.plan));
-    outln!(
-        "read from : this run's own event log, on this machine (`bl verify {}` checks it)",
-        dir.display()
-    );
-    outln!();
-    let mut rows = vec![
-        [
-            "NODE",
-            "KIND",
-            "STATE",
-            "ISOLATION",
-            "EFFECTS",
-            "ARTIFACTS",
-            "REASON",
-        ]
-        .map(String::from),
-    ];
-    for node in &run.graph.nodes {
-        let n = view.node(&node.id);
-        let effects: Vec<&str> = node.effects.iter().map(|e| e.name()).collect();
-        let artifact = shown_artifact(node, &n.artifact_digests, 20);
-        let reason = match (n.state, &n.reason) {
-            (NodeState::Succeeded, _) | (_, None) => "-".to_string(),
-            (_, Some(reason)) => reason.clone(),
-        };
-        rows.push([
-            node.id.clone(),
-            node.kind.name().to_string(),
-            n.state.to_string(),
-            node.isolation.name().to_string(),
-            effects.join(","),
-            artifact,
-            reason,
-        ]);
-    }
-    for line in crate::output::table_lines(&rows) {
-        outln!("{line}");
-    }
+    crate::output::stdout_bytes(status.to_text().as_bytes());
     Ok(Exit::Success)
 }
 
@@ -506,81 +460,6 @@ pub fn artifacts(dir: &Path) -> CliResult {
         );
     }
     Ok(Exit::Success)
-}
-
-/// The run's state as a person reads it: a run waiting for a decision or a
-/// larger budget is PAUSED, though its log (and `--json`, as bounded-loops
-/// defines it) still says RUNNING.
-fn state_in_words(view: &RunView, awaiting: &[String], live: bool) -> String {
-    if view.run_state != RunState::Running {
-        return view.run_state.to_string();
-    }
-    if !awaiting.is_empty() {
-        return format!(
-            "PAUSED, waiting for your decision on {}",
-            awaiting.join(", ")
-        );
-    }
-    if let Some(pause) = &view.budget_pause {
-        let reason = pause["reason"]
-            .as_str()
-            .unwrap_or("a budget ceiling was reached");
-        return format!("PAUSED, {reason}");
-    }
-    if live {
-        "RUNNING".into()
-    } else {
-        "STOPPED before it ended: `bl graph resume` continues it".into()
-    }
-}
-
-/// Which agents did the work: the providers the plan bound, and whether
-/// they were live or recorded replies.
-fn agents_in_words(plan: &bl_graph::Plan) -> String {
-    let providers: std::collections::BTreeSet<&str> = plan
-        .node_bindings
-        .values()
-        .map(|b| b.provider_id.as_str())
-        .collect();
-    if providers.is_empty() {
-        return "none (no node calls an agent)".into();
-    }
-    providers
-        .into_iter()
-        .map(|p| {
-            if p == bl_workers::recorded::PROVIDER {
-                "recorded replies (no agent was called)".to_string()
-            } else {
-                format!("{p} (live)")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The artifact a person looks for in a node's line, cut to `width`: its
-/// first declared file (what reaches the outbox), which the log lists
-/// after its reply; else its first artifact. `+N` counts the others
-/// (`bl graph artifacts` lists them all).
-fn shown_artifact(node: &bl_graph::model::GraphNode, digests: &[String], width: usize) -> String {
-    let files = node
-        .artifact_ports
-        .iter()
-        .filter(|p| p.direction == bl_graph::model::Direction::Output && p.path.is_some())
-        .count();
-    let at = if files > 0 && digests.len() >= files {
-        digests.len() - files
-    } else {
-        0
-    };
-    let Some(digest) = digests.get(at) else {
-        return "-".into();
-    };
-    let more = match digests.len() - 1 {
-        0 => String::new(),
-        n => format!(" +{n}"),
-    };
-    format!("{}...{more}", &digest[..digest.len().min(width)])
 }
 
 /// The mark before a node's line in a run's report.

@@ -1,0 +1,151 @@
+//! A run's status as a person reads it (`bl graph status` without
+//! `--json`): its state in words, which agents worked, and a table of the
+//! nodes. Like the Markdown view, a projection of the local log.
+
+use std::fmt::Write as _;
+
+use bl_graph::model::Named;
+use bl_run::projection::{NodeState, RunState, RunView};
+
+use crate::graph_run::RunStatus;
+
+impl RunStatus {
+    /// The status as text: the run's state, agents and where it was read
+    /// from, then a table of the nodes.
+    pub fn to_text(&self) -> String {
+        let (run, view) = (&self.run, &self.view);
+        let mut text = String::new();
+        let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
+        let awaiting = view.awaiting(order.iter().copied());
+        writeln!(text, "run       : {}", run.dir.display()).expect("a String takes any text");
+        writeln!(
+            text,
+            "state     : {}",
+            state_in_words(view, &awaiting, self.live)
+        )
+        .expect("a String takes any text");
+        writeln!(text, "agents    : {}", agents_in_words(&run.plan))
+            .expect("a String takes any text");
+        writeln!(
+            text,
+            "read from : this run's own event log, on this machine (`bl verify {}` checks it)",
+            run.dir.display()
+        )
+        .expect("a String takes any text");
+        text.push('\n');
+        let mut rows = vec![
+            [
+                "NODE",
+                "KIND",
+                "STATE",
+                "ISOLATION",
+                "EFFECTS",
+                "ARTIFACTS",
+                "REASON",
+            ]
+            .map(String::from),
+        ];
+        for node in &run.graph.nodes {
+            let n = view.node(&node.id);
+            let effects: Vec<&str> = node.effects.iter().map(|e| e.name()).collect();
+            let artifact = shown_artifact(node, &n.artifact_digests, 20);
+            let reason = match (n.state, &n.reason) {
+                (NodeState::Succeeded, _) | (_, None) => "-".to_string(),
+                (_, Some(reason)) => reason.clone(),
+            };
+            rows.push([
+                node.id.clone(),
+                node.kind.name().to_string(),
+                n.state.to_string(),
+                node.isolation.name().to_string(),
+                effects.join(","),
+                artifact,
+                reason,
+            ]);
+        }
+        for row in bl_core::table::table_lines(&rows) {
+            text.push_str(&row);
+            text.push('\n');
+        }
+        text
+    }
+}
+
+/// The run's state as a person reads it: a run waiting for a decision or a
+/// larger budget is PAUSED, though its log (and `--json`, as bounded-loops
+/// defines it) still says RUNNING.
+pub fn state_in_words(view: &RunView, awaiting: &[String], live: bool) -> String {
+    if view.run_state != RunState::Running {
+        return view.run_state.to_string();
+    }
+    if !awaiting.is_empty() {
+        return format!(
+            "PAUSED, waiting for your decision on {}",
+            awaiting.join(", ")
+        );
+    }
+    if let Some(pause) = &view.budget_pause {
+        let reason = pause["reason"]
+            .as_str()
+            .unwrap_or("a budget ceiling was reached");
+        return format!("PAUSED, {reason}");
+    }
+    if live {
+        "RUNNING".into()
+    } else {
+        "STOPPED before it ended: `bl graph resume` continues it".into()
+    }
+}
+
+/// Which agents did the work: the providers the plan bound, and whether
+/// they were live or recorded replies.
+pub fn agents_in_words(plan: &bl_graph::Plan) -> String {
+    let providers: std::collections::BTreeSet<&str> = plan
+        .node_bindings
+        .values()
+        .map(|b| b.provider_id.as_str())
+        .collect();
+    if providers.is_empty() {
+        return "none (no node calls an agent)".into();
+    }
+    providers
+        .into_iter()
+        .map(|p| {
+            if p == bl_workers::recorded::PROVIDER {
+                "recorded replies (no agent was called)".to_string()
+            } else {
+                format!("{p} (live)")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The artifact a person looks for in a node's line, cut to `width`: its
+/// first declared file (what reaches the outbox), which the log lists
+/// after its reply; else its first artifact. `+N` counts the others
+/// (`bl graph artifacts` lists them all).
+pub fn shown_artifact(
+    node: &bl_graph::model::GraphNode,
+    digests: &[String],
+    width: usize,
+) -> String {
+    let files = node
+        .artifact_ports
+        .iter()
+        .filter(|p| p.direction == bl_graph::model::Direction::Output && p.path.is_some())
+        .count();
+    let at = if files > 0 && digests.len() >= files {
+        digests.len() - files
+    } else {
+        0
+    };
+    let Some(digest) = digests.get(at) else {
+        return "-".into();
+    };
+    let more = match digests.len() - 1 {
+        0 => String::new(),
+        n => format!(" +{n}"),
+    };
+    format!("{}...{more}", &digest[..digest.len().min(width)])
+}
