@@ -28,19 +28,29 @@ pub fn studio_report(text: &str, format: Format) -> Value {
 /// again (the layout is most of the time a large graph takes).
 #[derive(Debug, Default)]
 pub struct LayoutCache {
+    last: Option<Laid>,
+}
+
+/// A graph's shape (its node count and edges) and where its nodes went.
+#[derive(Debug)]
+struct Laid {
     count: usize,
     edges: Vec<(usize, usize)>,
-    layout: Option<crate::Layout>,
+    layout: crate::Layout,
 }
 
 impl LayoutCache {
     fn layout(&mut self, count: usize, edges: Vec<(usize, usize)>) -> &crate::Layout {
-        if self.layout.is_none() || self.count != count || self.edges != edges {
-            self.layout = Some(layout(count, &edges));
-            self.count = count;
-            self.edges = edges;
+        let same = matches!(&self.last, Some(l) if l.count == count && l.edges == edges);
+        if !same {
+            let layout = layout(count, &edges);
+            self.last = Some(Laid {
+                count,
+                edges,
+                layout,
+            });
         }
-        self.layout.get_or_insert_with(|| layout(count, &[]))
+        &self.last.as_ref().expect("laid out just above").layout
     }
 }
 

@@ -154,3 +154,13 @@ pub async fn approve_review(client: &fantoccini::Client) -> String {
         .await
         .unwrap()
 }
+
+/// Goes to `url` and waits until the page's script says it is ready.
+pub async fn open(client: &fantoccini::Client, url: &str) {
+    client.goto(url).await.unwrap();
+    client
+        .wait()
+        .for_element(fantoccini::Locator::Css(r#"body[data-ready="true"]"#))
+        .await
+        .unwrap();
+}

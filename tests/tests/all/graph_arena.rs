@@ -330,15 +330,7 @@ fn a_click_on_a_node_shows_its_artifact_digests() {
     let page = dir.join("run.arena.html");
     let (trust, before, after) = Driver::start().drive(async |client| {
         use fantoccini::Locator;
-        client
-            .goto(&format!("file://{}", page.display()))
-            .await
-            .unwrap();
-        client
-            .wait()
-            .for_element(Locator::Css(r#"body[data-ready="true"]"#))
-            .await
-            .unwrap();
+        crate::browser::open(client, &format!("file://{}", page.display())).await;
         let text = async |id| {
             client
                 .find(Locator::Id(id))

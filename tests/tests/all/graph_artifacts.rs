@@ -1095,15 +1095,7 @@ fn the_arena_expands_a_subgraph_node_into_its_verified_child_run() {
 
     let (trust, child, mark) = Driver::start().drive(async |client| {
         use fantoccini::Locator;
-        client
-            .goto(&format!("file://{}", page.display()))
-            .await
-            .unwrap();
-        client
-            .wait()
-            .for_element(Locator::Css(r#"body[data-ready="true"]"#))
-            .await
-            .unwrap();
+        crate::browser::open(client, &format!("file://{}", page.display())).await;
         let mark = client
             .find(Locator::Css(
                 r#"#graph g.node[data-node="inner"] text.state"#,

@@ -211,12 +211,7 @@ fn a_click_on_approve_in_the_browser_records_the_decision_and_the_run_completes(
     let (mut child, url) = console(case.path());
     let (evidence, outcome) = crate::browser::Driver::start().drive(async |client| {
         use fantoccini::Locator;
-        client.goto(&url).await.unwrap();
-        client
-            .wait()
-            .for_element(Locator::Css(r#"body[data-ready="true"]"#))
-            .await
-            .unwrap();
+        crate::browser::open(client, &url).await;
         let card = client
             .find(Locator::Css(r#"section.approval[data-node="review"]"#))
             .await

@@ -62,15 +62,7 @@ fn lint_json(file: &Path) -> Value {
 }
 
 async fn open(client: &fantoccini::Client, page: &Path) {
-    client
-        .goto(&format!("file://{}", page.display()))
-        .await
-        .unwrap();
-    client
-        .wait()
-        .for_element(fantoccini::Locator::Css(r#"body[data-ready="true"]"#))
-        .await
-        .unwrap();
+    crate::browser::open(client, &format!("file://{}", page.display())).await;
 }
 
 /// The verdict line's text and what it says in data attributes.

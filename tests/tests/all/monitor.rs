@@ -62,12 +62,7 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
     let (listed, preview, started, outcome, ended) =
         crate::browser::Driver::start().drive(async |client| {
             use fantoccini::Locator;
-            client.goto(&url).await.unwrap();
-            client
-                .wait()
-                .for_element(Locator::Css(r#"body[data-ready="true"]"#))
-                .await
-                .unwrap();
+            crate::browser::open(client, &url).await;
             let listed = client
                 .find(Locator::Css(r#"#runs tr[data-run="earlier"]"#))
                 .await
