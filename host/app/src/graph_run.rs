@@ -714,18 +714,22 @@ pub fn default_out(workspace: Option<PathBuf>) -> Result<PathBuf, AppError> {
     let root = workspace
         .or_else(|| std::env::var_os("BOUNDED_LOOPS_WORKSPACE").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("."));
+    Ok(root.join(".bounded-loops/runs").join(fresh_run_name()?))
+}
+
+/// A new run's name: the time in UTC, then a random suffix
+/// (`20261203T071500Z-1a2b3c4d`), so names sort by when runs began.
+pub fn fresh_run_name() -> Result<String, AppError> {
     let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
         .to_string()
         .replace(['-', ':'], "");
     let mut nonce = [0u8; 4];
     getrandom::fill(&mut nonce).map_err(|e| {
         refused(format!(
-            "graph run: no entropy to name the run directory ({e}): pass --out DIR"
+            "no entropy to name the run directory ({e}): pass --out DIR (or --run-id ID)"
         ))
     })?;
-    Ok(root
-        .join(".bounded-loops/runs")
-        .join(format!("{stamp}-{}", hex::encode(nonce))))
+    Ok(format!("{stamp}-{}", hex::encode(nonce)))
 }
 
 /// Whether a run is the operator's or a subgraph's child (how deep).

@@ -1,6 +1,7 @@
 "use strict";
 // bl monitor: the project's runs, read from this page's own server every
-// moment; its graph manifests, each previewed before it can be started.
+// moment; its graph manifests and loop packages, each previewed before it
+// can be started.
 (() => {
   const data = JSON.parse(document.getElementById("bl-monitor").textContent);
   const $ = (id) => document.getElementById(id);
@@ -20,9 +21,13 @@
 
   function row(run) {
     const tr = el("tr", undefined, { "data-run": run.name, "data-state": run.state });
-    const spend = run.spend ? `${run.spend.tokens} / ${run.caps && run.caps.tokens != null ? run.caps.tokens : "no cap"}` : (run.iterations != null ? `${run.iterations} laps` : "");
-    const nodes = (run.nodes || []).map((n) => `${n.node} ${n.state}`).join(", ");
+    const spend = run.spend ? `${run.spend.tokens} / ${run.caps && run.caps.tokens != null ? run.caps.tokens : "no cap"}` : (run.laps != null ? `${run.laps} lap${run.laps === 1 ? "" : "s"}` : "");
+    const nodes = run.nodes ? run.nodes.map((n) => `${n.node} ${n.state}`).join(", ") : [run.loop || run.package, run.reason].filter(Boolean).join(": ");
     const actions = el("td");
+    if (run.kind === "loop" && run.state !== "UNFINISHED" && run.state !== "RUNNING") {
+      const where = run.package ? `?package=${encodeURIComponent(run.package)}` : "";
+      actions.append(el("a", "report", { href: `loop/${encodeURIComponent(run.name)}/report${where}`, class: "report" }));
+    }
     if (run.kind === "graph") {
       actions.append(el("a", "watch", { href: `run/${encodeURIComponent(run.name)}/`, class: "watch" }));
       if ((run.awaiting || []).length) {
@@ -65,7 +70,7 @@
         body.append(row(run));
         if (open.has(run.name) && run.nodes) body.append(receipts(run));
       }
-      $("status").textContent = `${runs.length} run${runs.length === 1 ? "" : "s"} under .bounded-loops/runs; read ${new Date().toLocaleTimeString()}`;
+      $("status").textContent = `${runs.length} run${runs.length === 1 ? "" : "s"} under .bounded-loops/runs (the project's and its loop packages'); read ${new Date().toLocaleTimeString()}`;
       document.body.dataset.runs = String(runs.length);
     } catch (e) {
       $("status").textContent = "The monitor's server did not answer: " + e;
@@ -77,8 +82,20 @@
     box.replaceChildren(el("h3", `Preview: ${p.manifest}`));
     const facts = el("dl");
     const fact = (k, v) => facts.append(el("dt", k), el("dd", v));
-    fact("lint", p.lint.valid ? `valid, ${p.lint.node_ids.length} nodes, digest ${p.lint.digest}` : `[${p.lint.code}] ${p.lint.pointer} — ${p.lint.message}`);
-    fact("takes", Object.entries(p.beside).map(([what, file]) => `${what} (${file})`).join(", ") || "nothing beside the manifest");
+    if (p.kind === "loop") {
+      const l = p.lint;
+      fact("package", l.valid ? `sound: loop ${l.name}, digest ${p.package_digest}` : `refused: ${l.message}`);
+      if (l.valid) {
+        const b = l.bounds;
+        fact("worker", l.runner);
+        fact("gate", l.gate);
+        fact("bounds", `at most ${b.max_iterations} laps, ${b.max_tokens != null ? b.max_tokens + " tokens" : "no token cap"}, ${b.max_wallclock_s} s, no progress for ${b.no_progress_window} laps`);
+        fact("approval", l.needs_approval ? "a pass needs a human's approval; started here, the run stops PAUSED at it" : "none: the gate alone decides");
+      }
+    } else {
+      fact("lint", p.lint.valid ? `valid, ${p.lint.node_ids.length} nodes, digest ${p.lint.digest}` : `[${p.lint.code}] ${p.lint.pointer} — ${p.lint.message}`);
+      fact("takes", Object.entries(p.beside).map(([what, file]) => `${what} (${file})`).join(", ") || "nothing beside the manifest");
+    }
     fact("runs into", p.runs_into);
     if (p.dry_run) {
       fact("waits on", p.dry_run.approvals.map((a) => `${a.node} (role ${a.required_role})`).join(", ") || "no approval");
@@ -108,13 +125,13 @@
     const list = $("manifests");
     const found = await (await fetch("manifests.json")).json();
     list.replaceChildren();
-    if (!found.length) list.append(el("li", "No graph manifest (bounded-loops.dev/graph/v1) in this project."));
+    if (!found.length) list.append(el("li", "No graph manifest (bounded-loops.dev/graph/v1) or loop package (loop.yaml) in this project."));
     for (const m of found) {
-      const preview = el("button", "preview", { type: "button", "data-manifest": m });
+      const preview = el("button", "preview", { type: "button", "data-manifest": m.path });
       preview.addEventListener("click", async () => {
-        try { showPreview(await post("preview", { manifest: m })); } catch (e) { $("preview").replaceChildren(el("p", "refused: " + e.message)); }
+        try { showPreview(await post("preview", { manifest: m.path })); } catch (e) { $("preview").replaceChildren(el("p", "refused: " + e.message)); }
       });
-      list.append(el("li", m + " "));
+      list.append(el("li", `${m.path} (${m.kind}) `));
       list.lastChild.append(preview);
     }
   }

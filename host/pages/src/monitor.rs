@@ -1,7 +1,8 @@
 //! `bl monitor`'s page: a project's runs (state, spend against caps, each
 //! node's state and receipt), kept current from its own server; links to
-//! each run's live arena and console; and the project's graph manifests,
-//! each started only after a preview, by that preview's digest.
+//! each graph run's live arena and console and each loop run's report; and
+//! the project's graph manifests and loop packages, each started only
+//! after a preview, by that preview's digest.
 
 use serde_json::json;
 
@@ -23,8 +24,8 @@ pub fn monitor_html(title: &str) -> String {
     format!(
         r#"{head}<header><h1>bl monitor <span class="run">{title}</span></h1><p id="status" aria-live="polite">Reading the project…</p></header>
 <main class="monitor">
-<section id="runs-box" aria-label="runs"><h2>Runs</h2><table id="runs"><thead><tr><th>run</th><th>kind</th><th>state</th><th>spend (tokens / cap)</th><th>nodes</th><th></th></tr></thead><tbody></tbody></table></section>
-<section id="start-box" aria-label="start a run"><h2>Start a graph</h2><ul id="manifests"></ul><div id="preview"></div></section>
+<section id="runs-box" aria-label="runs"><h2>Runs</h2><table id="runs"><thead><tr><th>run</th><th>kind</th><th>state</th><th>spend (tokens / cap, or laps)</th><th>nodes, or loop</th><th></th></tr></thead><tbody></tbody></table></section>
+<section id="start-box" aria-label="start a run"><h2>Start a graph or a loop</h2><ul id="manifests"></ul><div id="preview"></div></section>
 </main>
 <script type="application/json" id="bl-monitor">{data}</script>
 <script>{SCRIPT}</script>

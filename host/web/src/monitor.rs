@@ -2,7 +2,8 @@
 //! made for this one invocation. It lists the project's runs through the
 //! application layer, serves each run's live arena and console (the same
 //! handlers `bl graph watch` and `bl graph console` use), and starts a
-//! graph of the project after a preview, by the preview's digest. Every
+//! graph or a loop of the project after a preview, by the preview's
+//! digest, and shows a loop run's report. Every
 //! request that changes anything must come from the page's own origin, as
 //! JSON of at most 8 KiB.
 
@@ -16,8 +17,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bl_app::graph_run::DriveOptions;
-use bl_app::monitor::Project;
-use bl_app::runtime::{GraphRuntime, RunHandle};
+use bl_app::monitor::{Project, Started};
+use bl_app::runtime::GraphRuntime;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -39,9 +40,9 @@ struct Served {
     token: String,
     decider: Decider,
     streams: Arc<Semaphore>,
-    /// The runs started from the page, stopped (and kept resumable) when
-    /// the monitor stops.
-    started: Mutex<Vec<RunHandle>>,
+    /// The runs started from the page, by name, stopped (what they
+    /// recorded kept) when the monitor stops.
+    started: Mutex<Vec<(String, Started)>>,
 }
 
 impl crate::Tokened for Served {
@@ -85,6 +86,7 @@ pub fn serve_monitor(
         .route("/{token}/run/{name}/events", get(run_events))
         .route("/{token}/run/{name}/console", get(run_console))
         .route("/{token}/run/{name}/decide", post(run_decide))
+        .route("/{token}/loop/{name}/report", get(loop_report))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             crate::BODY_TIMEOUT,
@@ -92,11 +94,11 @@ pub fn serve_monitor(
         .with_state(served.clone());
     let served_result = crate::run_server(listener, app, stop);
     let started = std::mem::take(&mut *served.started.lock().unwrap_or_else(|e| e.into_inner()));
-    for run in &started {
+    for (_, run) in &started {
         run.cancel();
     }
-    for run in started {
-        let _ = run.wait();
+    for (_, run) in started {
+        run.wait();
     }
     served_result
 }
@@ -141,7 +143,23 @@ async fn runs(State(served): State<Arc<Served>>, Path(token): Path<String>) -> R
     if !holds_token(&*served, &token) {
         return not_found();
     }
-    match blocking(&served, |s| s.monitor.project.runs(&s.runtime)).await {
+    let listed = blocking(&served, |s| {
+        let mut runs = s.monitor.project.runs(&s.runtime);
+        // A loop this monitor started and that has not ended is running,
+        // which its records alone cannot tell.
+        let started = s.started.lock().unwrap_or_else(|e| e.into_inner());
+        for run in &mut runs {
+            let going = started
+                .iter()
+                .any(|(name, r)| run["name"] == name.as_str() && !r.is_finished());
+            if going && run["state"] == "UNFINISHED" {
+                run["state"] = json!("RUNNING");
+            }
+        }
+        runs
+    })
+    .await;
+    match listed {
         Some(runs) => json_answer(&json!(runs)),
         None => refused(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -240,14 +258,14 @@ async fn start(
         );
     };
     let started = blocking(&served, move |s| {
-        let (name, handle) = s
+        let (name, run) = s
             .monitor
             .project
             .start(&manifest, &digest, &s.monitor.options)?;
         s.started
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(handle);
+            .push((name.clone(), run));
         Ok::<_, bl_app::AppError>(name)
     })
     .await;
@@ -315,4 +333,28 @@ async fn run_decide(
     decision(&served.runtime, &dir, key, &served.decider, &headers, &body)
         .await
         .1
+}
+
+/// A loop run's report (as `bl report` writes it), by the package
+/// `runs.json` names it under (`?package=`, none for the project's own).
+async fn loop_report(
+    State(served): State<Arc<Served>>,
+    Path((token, name)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    if !holds_token(&*served, &token) {
+        return not_found();
+    }
+    let package = query.get("package").cloned().unwrap_or_default();
+    let page = blocking(&served, move |s| {
+        let dir = s.monitor.project.loop_run_dir(&package, &name)?;
+        Some(bl_app::loop_report::page(&dir))
+    })
+    .await
+    .flatten();
+    match page {
+        Some(Ok(html)) => crate::html_page(html),
+        Some(Err(e)) => (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
+        None => not_found(),
+    }
 }

@@ -2,18 +2,25 @@
 //! made before the monitor started. In real headless Chromium (through
 //! chromedriver) the page lists the earlier run, previews the graph,
 //! starts it, and approves the new run's `review` from its console; the
-//! run then completes. Over raw HTTP: a wrong token, a foreign Origin,
-//! and a start that does not name its preview's digest are refused.
+//! run then completes. It previews the project's loop package, starts it,
+//! and opens the ended loop run's report, whose ledger verifies. Over raw
+//! HTTP: a wrong token, a foreign Origin, and a start that does not name
+//! its preview's digest are refused.
 
 use std::process::{Child, Command};
 use std::time::Duration;
 
 use bl_e2e::{bl_binary, http_request};
 
-/// A project with the first graph under `graphs/first`, and one run of it
-/// made by `bl graph run` into `.bounded-loops/runs/earlier`.
+/// A project with the first graph under `graphs/first`, one run of it
+/// made by `bl graph run` into `.bounded-loops/runs/earlier`, and the
+/// records-shell loop package under `loops/records`.
 fn project() -> tempfile::TempDir {
     let project = tempfile::tempdir().unwrap();
+    bl_e2e::copy_tree(
+        &bl_e2e::repo_root().join("examples/loops/records-shell"),
+        &project.path().join("loops/records"),
+    );
     let example = bl_e2e::first_graph();
     let graph = project.path().join("graphs/first");
     std::fs::create_dir_all(&graph).unwrap();
@@ -59,7 +66,7 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
     }
     let project = project();
     let (mut child, url) = monitor(project.path());
-    let (listed, preview, started, outcome, ended) =
+    let (listed, preview, started, outcome, ended, looped) =
         crate::browser::Driver::start().drive(async |client| {
             use fantoccini::Locator;
             crate::browser::open(client, &url).await;
@@ -118,8 +125,81 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 )))
                 .await
                 .unwrap();
-            (listed, preview, started, outcome, row.text().await.unwrap())
+            let ended = row.text().await.unwrap();
+            // The loop package: previewed, started, and its report opened.
+            client
+                .find(Locator::Css(
+                    r#"button[data-manifest="loops/records/loop.yaml"]"#,
+                ))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+            let start = client
+                .wait()
+                .for_element(Locator::Id("start"))
+                .await
+                .unwrap();
+            let loop_preview = client
+                .find(Locator::Id("preview"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            start.click().await.unwrap();
+            let said = client
+                .wait()
+                .for_element(Locator::Css("#started[data-run]"))
+                .await
+                .unwrap();
+            let loop_run = said.attr("data-run").await.unwrap().unwrap();
+            let report = client
+                .wait()
+                .at_most(Duration::from_secs(120))
+                .for_element(Locator::Css(&format!(
+                    r#"#runs tr[data-run="{loop_run}"][data-state="DONE"] a.report"#
+                )))
+                .await
+                .unwrap();
+            report.click().await.unwrap();
+            let report = client
+                .wait()
+                .for_element(Locator::Css("header"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            (
+                listed,
+                preview,
+                started,
+                outcome,
+                ended,
+                (loop_preview, loop_run, report),
+            )
         });
+    let (loop_preview, loop_run, report) = looped;
+    assert!(
+        loop_preview.contains("sound: loop records-shell")
+            && loop_preview.contains("command: python3 seed/check_records.py")
+            && loop_preview.contains("loops/records/.bounded-loops/runs"),
+        "{loop_preview}"
+    );
+    let loop_records = project
+        .path()
+        .join("loops/records/.bounded-loops/runs")
+        .join(&loop_run);
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(loop_records.join("metadata.json")).unwrap())
+            .unwrap();
+    assert_eq!(metadata["status"], "DONE", "{metadata}");
+    assert!(
+        report.contains("DONE") && report.contains("Ledger verified"),
+        "{report}"
+    );
     assert!(
         listed.contains("graph") && listed.contains("review"),
         "{listed}"
