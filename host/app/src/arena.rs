@@ -28,6 +28,7 @@ pub(crate) fn live_page(
     live: Option<&dyn Fn(u64) -> String>,
 ) -> Result<(String, u64), AppError> {
     let run = records(runtime, dir, "", 0)?;
+    let audit = audit_coverage(runtime, dir)?;
     let run_dir = bl_store::RunDir::new(dir);
     let title = dir
         .file_name()
@@ -45,9 +46,103 @@ pub(crate) fn live_page(
         artifacts: &run.artifacts,
         live: live.as_deref(),
         children: &run.children,
+        audit: audit.as_ref(),
     })
     .map_err(|e| AppError::refused(format!("{}: {e}", run_dir.plan().display())))?;
     Ok((page, held))
+}
+
+/// The coverage table and release verdict of the run's audit plan
+/// (`audit-plan.json`, which `--audit-plan` keeps), from the audit results
+/// its succeeded audit nodes produced (each artifact read and checked
+/// against its digest); None without a plan. A plan that cannot be read,
+/// is not a plain file, or is not the plan the log recorded gives the
+/// verdict failed closed: release blocked, and why.
+pub fn audit_coverage(
+    runtime: &GraphRuntime,
+    dir: &Path,
+) -> Result<Option<serde_json::Value>, AppError> {
+    use bl_graph::audit::{self, AuditPlan, AuditResult, Lane};
+    let path = bl_store::RunDir::new(dir).audit_plan();
+    let Ok(file) = std::fs::symlink_metadata(&path) else {
+        return Ok(None);
+    };
+    let status = runtime.status(dir)?;
+    let events = runtime.subscribe(dir, 0).poll()?;
+    let logged: Option<String> = events
+        .iter()
+        .find(|e| e.event_type == "audit.plan.created")
+        .and_then(|e| e.payload["plan_digest"].as_str().map(str::to_string));
+    let plan = if file.is_file() {
+        std::fs::read(&path).map_err(|e| e.to_string())
+    } else {
+        Err(format!("{} is not a plain file", bl_store::RunDir::AUDIT_PLAN))
+    }
+    .and_then(|bytes| {
+        let digest = bl_core::Sha256Digest::of(&bytes).to_string();
+        match &logged {
+            Some(recorded) if *recorded != digest => Err(format!(
+                "{} is {digest}, not the plan the run's log recorded ({recorded}): it was altered after the run began",
+                bl_store::RunDir::AUDIT_PLAN
+            )),
+            _ => Ok((AuditPlan::parse(&bytes).map_err(|e| e.to_string())?, digest)),
+        }
+    });
+    let (plan, digest) = match plan {
+        Ok(read) => read,
+        Err(why) => {
+            let mut failed = serde_json::to_value(audit::failed_closed(&why)).expect("json");
+            failed["plan_digest"] = serde_json::json!(null);
+            failed["logged_plan_digest"] = serde_json::json!(logged);
+            return Ok(Some(failed));
+        }
+    };
+    let store = bl_store::ArtifactStore::new(bl_store::RunDir::new(dir).artifacts(), 64 << 20);
+    let mut lanes = Vec::new();
+    for node in &status.run.graph.nodes {
+        if node.kind != bl_graph::model::NodeKind::Audit
+            || status.view.node(&node.id).state.as_str() != "SUCCEEDED"
+        {
+            continue;
+        }
+        // What the node's success published: its outputs as bl records
+        // them, or (a bounded-loops run) the success's artifact digests.
+        let Some(success) = events
+            .iter()
+            .rev()
+            .find(|e| e.event_type == "node.succeeded" && e.payload["node_id"] == node.id)
+        else {
+            continue;
+        };
+        let published: Vec<&str> = match success.payload["outputs"].as_array() {
+            Some(outputs) => outputs
+                .iter()
+                .filter_map(|o| o["digest"].as_str())
+                .collect(),
+            None => success.payload["artifact_digests"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|d| d.as_str()).collect())
+                .unwrap_or_default(),
+        };
+        for artifact in published {
+            let result = match store.get(artifact) {
+                Ok(bytes) => AuditResult::parse(&bytes),
+                Err(e) => Err(audit::AuditRefusal {
+                    code: "artifact",
+                    pointer: String::new(),
+                    message: e.to_string(),
+                }),
+            };
+            lanes.push(Lane {
+                source: format!("node '{}' artifact '{artifact}'", node.id),
+                result,
+            });
+        }
+    }
+    let mut coverage = serde_json::to_value(audit::reconcile(&plan, &lanes)).expect("json");
+    coverage["plan_digest"] = serde_json::json!(digest);
+    coverage["logged_plan_digest"] = serde_json::json!(logged);
+    Ok(Some(coverage))
 }
 
 /// How deep subgraphs nest (the executor's own limit).

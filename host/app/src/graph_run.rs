@@ -77,6 +77,10 @@ pub struct DriveOptions {
     /// let those nodes fail when the run reaches them, as bounded-loops 0.7
     /// does.
     pub deny_at_run_time: bool,
+    /// An audit plan (JSON) whose coverage table and release verdict the
+    /// run's arena shows; checked before anything runs, kept with the run
+    /// as `audit-plan.json`, and its digest recorded in the log.
+    pub audit_plan: Option<PathBuf>,
     /// Who watches a top-level drive's events (a child run is unwatched).
     pub watch: Option<Watcher>,
     /// A stop asked of this drive alone (besides a process-wide signal).
@@ -355,6 +359,20 @@ impl RunContext {
     }
 }
 
+/// The `audit.plan.created` payload of the audit plan kept in `dir`, when
+/// there is one that reads (one that does not is shown failed closed by
+/// the arena, and not recorded).
+fn audit_plan_event(dir: &Path) -> Option<Value> {
+    let bytes = std::fs::read(RunDir::new(dir).audit_plan()).ok()?;
+    let plan = bl_graph::audit::AuditPlan::parse(&bytes).ok()?;
+    Some(json!({
+        "artifact_digest": plan.artifact_digest,
+        "cell_count": plan.cells.len(),
+        "plan_digest": bl_core::Sha256Digest::of(&bytes).to_string(),
+        "rubric_digest": plan.rubric_digest,
+    }))
+}
+
 /// Files a run keeps so that `resume` and `approve` see what `run` saw.
 const KEPT_RECORDED: &str = RunDir::RECORDED_REPLIES;
 const KEPT_DECISIONS: &str = RunDir::RECORDED_DECISIONS;
@@ -523,6 +541,16 @@ fn run_context(dir: &Path, flags: &DriveOptions, fresh: bool) -> Result<RunConte
             "loop_roots": loop_roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>(),
         });
         keep.push((KEPT_INPUTS, python_json(&inputs)));
+        if let Some(path) = &flags.audit_plan {
+            let text = read_text(path, "audit plan")?;
+            bl_graph::audit::AuditPlan::parse(text.as_bytes()).map_err(|e| {
+                refused(format!(
+                    "graph run: --audit-plan {}: {e}; nothing was run",
+                    path.display()
+                ))
+            })?;
+            keep.push((RunDir::AUDIT_PLAN, text));
+        }
     }
     Ok(RunContext {
         recorded: recorded.map(|(r, _)| r),
@@ -1070,6 +1098,7 @@ fn drive(
         resume_ordinal,
         prices,
         gate_grants: ctx.gate_grants.clone(),
+        audit_plan: audit_plan_event(&run.dir),
     };
     // One thread drives the controller and polls the node tasks; workers
     // run on the blocking pool. A node then costs two thread hand-offs

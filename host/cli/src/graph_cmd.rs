@@ -53,6 +53,11 @@ pub enum GraphCommand {
         /// left out (also $BOUNDED_LOOPS_WORKSPACE; default: here).
         #[arg(long)]
         workspace: Option<PathBuf>,
+        /// An audit plan (JSON: cells, who audits each); the run's arena
+        /// shows its coverage table and release verdict. Checked before
+        /// anything runs and kept with the run.
+        #[arg(long = "audit-plan", value_name = "FILE")]
+        audit_plan: Option<PathBuf>,
         #[command(flatten)]
         flags: crate::graph_report::DriveFlags,
     },
@@ -244,6 +249,7 @@ pub fn run(cmd: GraphCommand) -> CliResult {
             connections,
             out,
             workspace,
+            audit_plan,
             flags,
         } => match (manifest, execute) {
             (Some(manifest), true) => {
@@ -251,7 +257,13 @@ pub fn run(cmd: GraphCommand) -> CliResult {
                     Some(out) => out,
                     None => crate::graph_report::default_out(workspace)?,
                 };
-                crate::graph_report::run(&manifest, connections.as_deref(), &out, &flags)
+                let run = crate::graph_report::Run {
+                    manifest: &manifest,
+                    connections: connections.as_deref(),
+                    out: &out,
+                    audit_plan,
+                };
+                crate::graph_report::run(run, &flags)
             }
             (Some(manifest), false) => plan(
                 &manifest,

@@ -93,6 +93,7 @@ impl DriveFlags {
             decisions: self.decisions.clone(),
             grants: self.grants.clone(),
             deny_at_run_time: self.deny_at_run_time,
+            audit_plan: None,
             cancel: None,
             watch: Some(Watcher(Arc::new(|schedule| {
                 Box::new(crate::graph_progress::Progress::new(schedule))
@@ -109,15 +110,25 @@ pub fn default_out(workspace: Option<PathBuf>) -> Result<PathBuf, CliError> {
 /// The heading of a run's report.
 const RUN_TITLE: &str = "Graph run";
 
+/// What `bl graph run --execute` runs, beside its drive flags.
+pub struct Run<'a> {
+    pub manifest: &'a Path,
+    pub connections: Option<&'a Path>,
+    pub out: &'a Path,
+    pub audit_plan: Option<PathBuf>,
+}
+
 /// `bl graph run --execute MANIFEST --out D ...`
-pub fn run(
-    manifest: &Path,
-    connections: Option<&Path>,
-    out: &Path,
-    flags: &DriveFlags,
-) -> CliResult {
-    let handle =
-        GraphRuntime::new(flags.options()).run(manifest, connections.map(Path::to_path_buf), out);
+pub fn run(run: Run<'_>, flags: &DriveFlags) -> CliResult {
+    let options = DriveOptions {
+        audit_plan: run.audit_plan,
+        ..flags.options()
+    };
+    let handle = GraphRuntime::new(options).run(
+        run.manifest,
+        run.connections.map(Path::to_path_buf),
+        run.out,
+    );
     report_drive(&handle.wait()?, RUN_TITLE, flags)
 }
 

@@ -16,6 +16,7 @@
 //! reading and the graph executor (later) does the running.
 
 pub mod artifacts;
+pub mod audit;
 pub mod connect;
 pub mod dag;
 pub mod doc;

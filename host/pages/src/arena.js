@@ -389,6 +389,52 @@
     $("next").disabled = page + 1 >= pages;
   }
 
+  // The audit plan's coverage table and release verdict, computed where
+  // the page was made from audit nodes' artifacts (each checked against
+  // its digest). Here the plan's digest is held against the
+  // audit.plan.created event of the log this page verified.
+  function audit() {
+    const a = run.audit;
+    if (!a) return;
+    const box = $("audit");
+    box.hidden = false;
+    box.replaceChildren(el("h2", "Cross-Model Audit"), el("p", "Independent coverage of each cell, reconciled against the audit plan. A mandatory cell that no one audited, that only its producer audited, or that holds an open S0 or S1 finding blocks release. Independence is what each auditor's result asserts (its assessor is not its producer)."));
+    const logged = (result.events || []).find((e) => e && e.event_type === "audit.plan.created");
+    const recorded = logged && logged.payload ? logged.payload.plan_digest : null;
+    const bound = !!(a.plan_digest && recorded === a.plan_digest && !result.why.length);
+    let binding;
+    if (!a.plan_digest) binding = "The audit plan could not be used, so release is blocked.";
+    else if (result.why.length) binding = `The audit plan ${a.plan_digest} is shown, but the log did not verify, so neither does the plan it records.`;
+    else if (!recorded) binding = `The audit plan ${a.plan_digest} is not recorded in the run's log (bounded-loops makes such runs): shown, not verified.`;
+    else if (bound) binding = `The audit plan ${a.plan_digest} is the one the verified log recorded.`;
+    else binding = `The audit plan ${a.plan_digest} is NOT the one the verified log recorded (${recorded}).`;
+    box.dataset.bound = String(bound);
+    box.append(el("p", binding, "audit-binding " + (bound ? "verified" : "unverified")));
+    if (a.cells.length) {
+      const table = el("table");
+      table.id = "audit-cells";
+      const head = el("tr");
+      head.append(...["Cell", "Required", "Covered by", "Severity", "Status"].map((h) => el("th", h)));
+      table.append(head);
+      for (const c of a.cells) {
+        const status = (c.missing ? "missing" : c.producer_only ? "self-only" : c.blocking ? "blocks" : "clear") + (c.dissent ? " · dissent" : "");
+        const row = el("tr");
+        row.dataset.cell = c.cell;
+        row.dataset.status = status;
+        row.append(el("td", c.cell), el("td", c.mandatory ? "yes" : "—"), el("td", c.covered_by.length ? c.covered_by.join(", ") : "—"),
+          el("td", c.verdict_severity + (c.blocking_finding_ids.length ? ` (open: ${c.blocking_finding_ids.join(", ")})` : "")), el("td", status));
+        table.append(row);
+      }
+      box.append(table);
+    }
+    const said = (a.released ? "RELEASED" : "BLOCKED") + ": " + a.reason + (a.blocking_cells.length ? `. Blocking: ${a.blocking_cells.join(", ")}` : "");
+    const verdict = el("p", (a.plan_digest && !bound ? "UNVERIFIED — " : "") + said, "verdict " + (a.released && bound ? "verified" : "unverified"));
+    verdict.id = "audit-verdict";
+    verdict.dataset.released = String(a.released);
+    box.append(verdict);
+    for (const note of a.notes) box.append(el("p", note, "audit-note"));
+  }
+
   async function refresh() {
     try {
       result = await check(run);
@@ -405,6 +451,7 @@
     markChildren();
     if (selected) show(selected);
     timeline();
+    audit();
     paint();
   }
 

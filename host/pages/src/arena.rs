@@ -40,6 +40,10 @@ pub struct ArenaInput<'a> {
     /// The child runs of its subgraph nodes, which the page expands in
     /// place and checks as it checks the run.
     pub children: &'a [ChildRun],
+    /// The audit plan's coverage table and release verdict, when the run
+    /// has a plan (with `plan_digest`, and the `logged_plan_digest` its log
+    /// recorded, which the page holds against the verified log).
+    pub audit: Option<&'a Value>,
 }
 
 /// A subgraph node's child run, as recorded in its own directory.
@@ -78,6 +82,7 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
         "artifacts": input.artifacts,
         "live": input.live,
         "children": children_json(input.children),
+        "audit": input.audit,
     });
     // The records, gzipped and in base64: a run of 100,000 events is tens
     // of megabytes of JSON, a few as this; and base64 holds no `<`, so no
@@ -104,6 +109,7 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
 <section id="graph" aria-label="the graph">{svg}<div id="selected" hidden></div></section>
 <aside id="details" aria-live="polite"><p class="hint">Click a node to see its events, verdicts, artifacts, route and spend.</p></aside>
 </main>
+<section id="audit" aria-label="the audit plan's coverage" hidden></section>
 <section id="children" aria-label="expanded child runs"></section>
 <section id="timeline" aria-label="when each attempt ran"><h2>Timeline</h2><p id="gantt-summary"></p><div id="gantt"></div></section>
 <section id="log" aria-label="the event log"><h2>Event log</h2><nav><button id="prev" type="button">Earlier</button> <span id="page"></span> <button id="next" type="button">Later</button></nav><ol id="events"></ol></section>
@@ -274,6 +280,7 @@ mod tests {
             artifacts: &[],
             live: None,
             children: &[],
+            audit: None,
         }
     }
 

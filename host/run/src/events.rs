@@ -408,6 +408,17 @@ pub fn run_state(kind: &'static str, state: &str) -> Event {
     }
 }
 
+/// The audit plan the run was given, bound into its log: the plan file's
+/// digest and what it audits (bounded-loops 0.7's payload shape). Recorded
+/// once; a resume records the same.
+pub fn audit_plan_created(payload: Value) -> Event {
+    Event {
+        key: "audit.plan.created".to_string(),
+        kind: "audit.plan.created",
+        payload,
+    }
+}
+
 pub fn run_created() -> Event {
     run_state("run.created", "PENDING")
 }

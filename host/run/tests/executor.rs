@@ -310,6 +310,7 @@ fn settings(caps: Caps) -> RunSettings {
         resume_ordinal: None,
         prices: HashMap::new(),
         gate_grants: HashMap::new(),
+        audit_plan: None,
     }
 }
 

@@ -44,6 +44,8 @@ impl RunDir {
     pub const RECORDED_REPLIES: &'static str = "recorded-replies.json";
     pub const RECORDED_DECISIONS: &'static str = "recorded-decisions.json";
     pub const INPUTS: &'static str = "bl-inputs.json";
+    /// The audit plan `--audit-plan` gave the run, byte for byte.
+    pub const AUDIT_PLAN: &'static str = "audit-plan.json";
     /// Each attempt's process identity, under [`Self::WORK`].
     pub const PROCESSES: &'static str = "processes.jsonl";
 
@@ -122,6 +124,9 @@ impl RunDir {
     }
     pub fn inputs(&self) -> PathBuf {
         self.root.join(Self::INPUTS)
+    }
+    pub fn audit_plan(&self) -> PathBuf {
+        self.root.join(Self::AUDIT_PLAN)
     }
 
     /// Whether the directory holds a run (its event log).

@@ -360,3 +360,291 @@ fn a_click_on_a_node_shows_its_artifact_digests() {
     );
     assert!(after.contains("n00002 (attempt 1)"), "{after}");
 }
+
+/// A graph whose draft is audited by three audit nodes (recorded replies:
+/// no key, no network), in `dir`.
+fn audited_graph(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let audit = |id: &str| {
+        format!(
+            "  - id: {id}\n    kind: audit\n    audit_profile: editorial-v1\n    connection_slot: {id}\n    inputs: {{draft: markdown}}\n    outputs: {{result: json}}\n    budget: {{max_attempts: 1, max_wallclock_s: 60}}\n    effects: [workspace_write]\n    isolation: workspace_only\n"
+        )
+    };
+    let manifest = format!(
+        "api_version: bounded-loops.dev/graph/v1\ngraph_id: audited\nversion: 1.0.0\nnodes:\n  - id: draft\n    kind: research_claim\n    connection_slot: draft\n    inputs: {{}}\n    outputs: {{text: markdown}}\n    budget: {{max_attempts: 1, max_wallclock_s: 60}}\n    effects: [workspace_write]\n    isolation: workspace_only\n{}{}{}edges:\n{}connection_slots:\n{}policies: {{data_class: internal, fail_mode: fail_closed}}\n",
+        audit("review-a"),
+        audit("review-b"),
+        audit("review-c"),
+        ["review-a", "review-b", "review-c"]
+            .map(|n| format!(
+                "  - {{from_node: draft, from_port: text, to_node: {n}, to_port: draft}}\n"
+            ))
+            .concat(),
+        ["draft", "review-a", "review-b", "review-c"]
+            .map(|n| format!("  - {{id: {n}, requires: [research], data_class_max: internal}}\n"))
+            .concat(),
+    );
+    std::fs::write(dir.join("graph.yaml"), manifest).unwrap();
+    // Without artifact ports, a node's output is its reply.
+    let result = |id: &str, content: serde_json::Value| serde_json::json!({"node_id": id, "attempt": "*", "reply": content.to_string()});
+    let replies = serde_json::json!({
+        "api_version": "bl.dev/recorded-replies/v1",
+        "replies": [
+            {"node_id": "draft", "attempt": "*", "reply": "# Draft"},
+            result("review-a", serde_json::json!({"cell": "facts", "assessor": "model-b", "producer": "model-a", "finding": null})),
+            result("review-b", serde_json::json!({"cell": "style", "assessor": "model-c", "producer": "model-a",
+                "finding": {"finding_id": "F-1", "severity": "S1", "disposition": "open"}})),
+            result("review-c", serde_json::json!({"cell": "safety", "assessor": "model-a", "producer": "model-a", "finding": null})),
+        ]
+    });
+    std::fs::write(dir.join("replies.json"), replies.to_string()).unwrap();
+    let inputs: serde_json::Map<String, serde_json::Value> =
+        ["draft", "review-a", "review-b", "review-c"]
+            .iter()
+            .map(|n| (n.to_string(), serde_json::json!("Do your part.")))
+            .collect();
+    std::fs::write(
+        dir.join("inputs.json"),
+        serde_json::Value::Object(inputs).to_string(),
+    )
+    .unwrap();
+    let key = bl(
+        &[
+            "keys",
+            "generate",
+            "--name",
+            "audit-test",
+            "--out",
+            "audit.key",
+        ],
+        dir,
+    );
+    assert!(key.status.success(), "{key:?}");
+    let connect = bl(
+        &["graph", "connect", "graph.yaml", "--provider", "recorded"],
+        dir,
+    );
+    assert!(connect.status.success(), "{connect:?}");
+    std::fs::write(dir.join("connections.json"), &connect.stdout).unwrap();
+}
+
+/// An audit plan over `cells` (name, mandatory), each assigned.
+fn audit_plan(cells: &[(&str, bool)]) -> String {
+    let d = format!("sha256:{}", "ab".repeat(32));
+    serde_json::json!({
+        "artifact_digest": d, "rubric_digest": d,
+        "mandatory_cells": cells.iter().map(|(n, m)| serde_json::json!({"name": n, "mandatory": m})).collect::<Vec<_>>(),
+        "assignments": cells.iter().map(|(n, _)| serde_json::json!({"cell": n, "model_id": "model-b",
+            "tool_id": "rubric", "version": "1", "rubric_digest": d, "independence": "assessor != producer"})).collect::<Vec<_>>(),
+    })
+    .to_string()
+}
+
+/// Runs the audited graph into `out` with `plan`, its checkpoints signed by
+/// `audit.key` (made by `audited_graph`).
+fn run_audited(dir: &Path, out: &str, plan: &str) -> std::process::Output {
+    bl(
+        &[
+            "graph",
+            "run",
+            "--execute",
+            "graph.yaml",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--recorded",
+            "replies.json",
+            "--audit-plan",
+            plan,
+            "--checkpoint-key",
+            "audit.key",
+            "--out",
+            out,
+        ],
+        dir,
+    )
+}
+
+/// The text of the element with `id` in the rendered DOM.
+fn element_text(dom: &str, id: &str) -> String {
+    let start = dom
+        .find(&format!(r#"id="{id}""#))
+        .unwrap_or_else(|| panic!("#{id} in {dom}"));
+    let start = dom[..start].rfind('<').unwrap();
+    let tag = dom[start + 1..].split([' ', '>']).next().unwrap();
+    let end = start + dom[start..].find(&format!("</{tag}>")).unwrap();
+    let mut text = String::new();
+    let mut inside = false;
+    for c in dom[start..end].chars() {
+        match c {
+            '<' => inside = true,
+            '>' => {
+                inside = false;
+                text.push(' ');
+            }
+            c if !inside => text.push(c),
+            _ => {}
+        }
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn an_audit_plan_gives_the_arena_its_coverage_table_and_release_verdict() {
+    if !available(true) {
+        return;
+    }
+    let case = tempfile::tempdir().unwrap();
+    let dir = case.path().join("audited");
+    audited_graph(&dir);
+    // A plan that is not well formed is refused before anything runs.
+    std::fs::write(
+        dir.join("bad-plan.json"),
+        r#"{"artifact_digest":"sha256:00"}"#,
+    )
+    .unwrap();
+    let refused = run_audited(&dir, "bad", "bad-plan.json");
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("bad-plan.json") && said.contains("audit_digest at /artifact_digest"),
+        "{said}"
+    );
+    assert!(!dir.join("bad").exists());
+
+    // facts: independent and clean; style: an open S1; safety: only its
+    // producer audited it; tone: optional and unaudited.
+    let plan = audit_plan(&[
+        ("facts", true),
+        ("style", true),
+        ("safety", true),
+        ("tone", false),
+    ]);
+    std::fs::write(dir.join("plan.json"), &plan).unwrap();
+    let run = run_audited(&dir, "blocked", "plan.json");
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("blocked/audit-plan.json")).unwrap(),
+        plan,
+        "kept byte for byte"
+    );
+    let made = bl(
+        &[
+            "graph",
+            "arena",
+            "--run",
+            "blocked",
+            "--pubkey",
+            "audit.pub",
+        ],
+        &dir,
+    );
+    assert!(made.status.success(), "{made:?}");
+    let dom = rendered(&dir.join("blocked.arena.html"), "");
+    assert!(
+        trust_line(&dom).contains("Verified"),
+        "{}",
+        trust_line(&dom)
+    );
+    let audit = element_text(&dom, "audit");
+    assert!(
+        audit.contains("Cross-Model Audit")
+            && audit.contains("is the one the verified log recorded"),
+        "{audit}"
+    );
+    for (cell, status) in [
+        ("facts", "clear"),
+        ("style", "blocks"),
+        ("safety", "self-only"),
+        ("tone", "clear"),
+    ] {
+        assert!(
+            dom.contains(&format!(r#"data-cell="{cell}" data-status="{status}""#)),
+            "{cell} {status}: {audit}"
+        );
+    }
+    assert!(
+        audit.contains("model-a (self)") && audit.contains("S1 (open: F-1)"),
+        "{audit}"
+    );
+    assert_eq!(
+        element_text(&dom, "audit-verdict"),
+        "BLOCKED: release blocked on cells: style, safety. Blocking: style, safety"
+    );
+    // bounded-loops reads the run, audit.plan.created event and all.
+    if let Some(statuses) = bl_e2e::upstream_status(&[dir.join("blocked")]) {
+        assert_eq!(
+            statuses[0].1, 0,
+            "bounded-loops refuses it: {}",
+            statuses[0].2
+        );
+    }
+
+    // Only facts mandatory: released.
+    std::fs::write(
+        dir.join("plan.json"),
+        audit_plan(&[("facts", true), ("tone", false)]),
+    )
+    .unwrap();
+    assert!(run_audited(&dir, "released", "plan.json").status.success());
+    assert!(
+        bl(
+            &[
+                "graph",
+                "arena",
+                "--run",
+                "released",
+                "--pubkey",
+                "audit.pub"
+            ],
+            &dir
+        )
+        .status
+        .success()
+    );
+    let dom = rendered(&dir.join("released.arena.html"), "");
+    assert!(
+        dom.contains(r#"data-bound="true""#),
+        "{}",
+        element_text(&dom, "audit")
+    );
+    assert!(dom.contains(r#"data-released="true""#));
+    assert!(
+        element_text(&dom, "audit-verdict").starts_with("RELEASED: release cleared"),
+        "{}",
+        element_text(&dom, "audit-verdict")
+    );
+    assert!(
+        dom.contains("cell 'style' is not in the audit plan; ignored"),
+        "a result for no cell of the plan is noted: {}",
+        element_text(&dom, "audit")
+    );
+
+    // The plan changed after the run: the verdict fails closed.
+    let kept = dir.join("released/audit-plan.json");
+    std::fs::write(&kept, audit_plan(&[("facts", false)])).unwrap();
+    assert!(
+        bl(
+            &[
+                "graph",
+                "arena",
+                "--run",
+                "released",
+                "--pubkey",
+                "audit.pub"
+            ],
+            &dir
+        )
+        .status
+        .success()
+    );
+    let dom = rendered(&dir.join("released.arena.html"), "");
+    let verdict = element_text(&dom, "audit-verdict");
+    assert!(
+        verdict.starts_with("BLOCKED: audit plan present but projection failed closed")
+            && verdict.contains("altered after the run began"),
+        "{verdict}"
+    );
+    assert!(dom.contains(r#"data-released="false""#));
+}

@@ -92,6 +92,8 @@ pub struct RunSettings {
     pub prices: std::collections::HashMap<String, Price>,
     /// Capabilities the operator grants each node's gate plugin, by node id.
     pub gate_grants: std::collections::HashMap<String, Vec<String>>,
+    /// The `audit.plan.created` payload, when the run has an audit plan.
+    pub audit_plan: Option<serde_json::Value>,
 }
 
 /// An attempt in flight.
@@ -232,6 +234,9 @@ pub async fn drive(
     };
     c.record(&events::run_created())?;
     c.record(&events::run_started())?;
+    if let Some(plan) = &settings.audit_plan {
+        c.record(&events::audit_plan_created(plan.clone()))?;
+    }
     if let Some(ordinal) = settings.resume_ordinal {
         c.record(&events::run_resumed(ordinal))?;
     }
