@@ -133,15 +133,73 @@ pub(crate) fn run_server(
         .map_err(failed)?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener).map_err(failed)?;
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                while !stop() {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            })
-            .await
-            .map_err(failed)
+        serve_http1(listener, app, stop).await;
+        Ok(())
     })
+}
+
+/// How long a client has to send a whole request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connections still open at a stop are given to finish.
+const CLOSING_GRACE: Duration = Duration::from_secs(30);
+
+/// Serves `app` over HTTP/1 until `stop` says so. A request head that
+/// does not arrive within [`HEAD_TIMEOUT`] ends its connection (an idle
+/// keep-alive connection too); at a stop, connections finish the response
+/// in flight, and any still open after [`CLOSING_GRACE`] (a live event
+/// stream) are closed.
+async fn serve_http1(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    stop: impl Fn() -> bool + Send + 'static,
+) {
+    let (closing, closed) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    let mut ticks = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of descriptors or a reset before accept: back off a
+                // moment rather than spin.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = ticks.tick() => {
+                if stop() {
+                    break;
+                }
+                // Reap finished connections so the set stays small.
+                while connections.try_join_next().is_some() {}
+                continue;
+            }
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut closed = closed.clone();
+        connections.spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT);
+            let connection =
+                builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                _ = closed.changed() => connection.as_mut().graceful_shutdown(),
+            }
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    let _ = closing.send(true);
+    let _ = tokio::time::timeout(CLOSING_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    connections.abort_all();
 }
 
 /// A server that hands out its pages only under its token.

@@ -253,3 +253,42 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A client that opens a connection and never finishes its request head
+/// (slowloris) is cut off after the head timeout, not held forever; and a
+/// complete request still gets its answer meanwhile.
+#[test]
+fn a_request_head_that_never_ends_is_cut_off() {
+    use std::io::{Read, Write};
+    let project = tempfile::tempdir().unwrap();
+    let (mut child, url) = monitor(project.path());
+    let host = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .to_string();
+    let mut slow = std::net::TcpStream::connect(&host).unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let began = std::time::Instant::now();
+    slow.set_read_timeout(Some(Duration::from_secs(25)))
+        .unwrap();
+    // Meanwhile, the server answers others.
+    let (status, _) = http_request(&url, "GET", "runs.json", &[], b"");
+    assert!(status.contains("200"), "{status}");
+    let mut answer = Vec::new();
+    let ended = slow.read_to_end(&mut answer);
+    let waited = began.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        ended.is_ok()
+            || ended
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the connection was closed, not left open: {ended:?}"
+    );
+    assert!(
+        waited >= Duration::from_secs(9) && waited < Duration::from_secs(20),
+        "cut off after the 10 s head timeout, not {waited:?}"
+    );
+}
