@@ -288,6 +288,13 @@ impl GraphRuntime {
         crate::arena::page(self, dir, verifier)
     }
 
+    /// The coverage table and release verdict of the run's audit plan, as
+    /// its arena shows them (see [`crate::arena::audit_coverage`]); None
+    /// when the run has no plan.
+    pub fn audit_coverage(&self, dir: &Path) -> Result<Option<Value>, AppError> {
+        crate::arena::audit_coverage(self, dir)
+    }
+
     /// Writes the arena to `out`, or beside the run as `<run>.arena.html`;
     /// `pubkey` is a verifier key's text or its file. Returns where.
     pub fn write_arena(

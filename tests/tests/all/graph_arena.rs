@@ -648,3 +648,85 @@ fn an_audit_plan_gives_the_arena_its_coverage_table_and_release_verdict() {
     );
     assert!(dom.contains(r#"data-released="false""#));
 }
+
+/// bounded-loops' own runs with audit plans (tests/corpus/audit-runs):
+/// bl reconciles each as bounded-loops' arena did, and differs only where
+/// the corpus README says it does on purpose.
+#[test]
+fn audit_corpus_runs_reconcile_as_bounded_loops_reconciled_them() {
+    let corpus = repo_root().join("tests/corpus/audit-runs");
+    let runtime = bl_app::runtime::GraphRuntime::default();
+    let mut cases = 0;
+    for entry in std::fs::read_dir(&corpus).unwrap() {
+        let case = entry.unwrap().path();
+        let Ok(expected) = std::fs::read(case.join("expected.json")) else {
+            continue;
+        };
+        cases += 1;
+        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+        let theirs: serde_json::Value = serde_json::from_slice(&expected).unwrap();
+        let theirs = &theirs["audit_coverage"];
+        let copy = tempfile::tempdir().unwrap();
+        bl_e2e::copy_tree(&case.join("run"), copy.path());
+        let mine = runtime
+            .audit_coverage(copy.path())
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .unwrap_or_else(|| panic!("{name}: the run has an audit plan"));
+        let failed_closed = |c: &serde_json::Value| {
+            c["released"] == false
+                && c["blocking_cells"] == serde_json::json!(["*"])
+                && c["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("audit plan present but projection failed closed: ")
+        };
+        if failed_closed(theirs) {
+            assert!(failed_closed(&mine), "{name}: {mine}");
+            continue;
+        }
+        if name == "mandatory_str" {
+            assert!(
+                failed_closed(&mine)
+                    && mine["reason"].to_string().contains("must be true or false"),
+                "{name}: {mine}"
+            );
+            assert_eq!(
+                theirs["released"], true,
+                "what bl refuses, bounded-loops released"
+            );
+            continue;
+        }
+        let fields = [
+            "cell",
+            "mandatory",
+            "covered_by",
+            "verdict_severity",
+            "dissent",
+            "missing",
+            "producer_only",
+            "blocking",
+        ];
+        let cells = |c: &serde_json::Value| -> Vec<serde_json::Value> {
+            c["cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|cell| {
+                    fields
+                        .iter()
+                        .map(|f| (f.to_string(), cell[f].clone()))
+                        .collect()
+                })
+                .collect()
+        };
+        assert_eq!(cells(&mine), cells(theirs), "{name}");
+        for field in ["released", "reason", "blocking_cells"] {
+            assert_eq!(mine[field], theirs[field], "{name}: {field}");
+        }
+        assert!(
+            mine["notes"].as_array().unwrap().len() >= theirs["notes"].as_array().unwrap().len(),
+            "{name}: every result bounded-loops could not use is noted: {mine}"
+        );
+    }
+    assert_eq!(cases, 25, "the corpus has its 25 recorded runs");
+}
