@@ -23,6 +23,7 @@ mod hostile_input;
 mod loop_catalog;
 mod loop_report;
 mod loop_run;
+mod mcp;
 mod monitor;
 mod plugin_cli;
 mod plugin_pipeline;

@@ -1,0 +1,383 @@
+//! `bl mcp`: bl as a Model Context Protocol server, for agents. It offers
+//! bounded-loops 0.7's MCP tools by the same names and argument shapes,
+//! each a thin call into the application layer (`bl_app`), and answers as
+//! bounded-loops does: one text block holding a JSON object, with a tool's
+//! own failure inside it (`ok: false`, or `status: "error"`) and `isError`
+//! only for a call that could not be made at all.
+//!
+//! What it owns: the protocol (rmcp, over stdio), the tools' argument
+//! types (their JSON Schemas are generated from them), where a run named
+//! by a model may be (only under the workspace's `.bounded-loops/runs`,
+//! by name, never by path), and the cap on a result's size (a longer one
+//! comes back in pages, by `cursor`).
+//!
+//! This slice holds the tools that only read: `graph_lint`, `graph_runs`,
+//! `graph_status`, `graph_state_md`, `graph_metrics`, `bl_gates` and
+//! `bl_capabilities`. The ones that change anything come with previews
+//! bound to a token, and approvals only a person can make.
+
+use std::path::{Path, PathBuf};
+
+use bl_app::runtime::GraphRuntime;
+use bl_graph::model::Named;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// At most this many bytes of a result's JSON in one answer; the rest is
+/// paged (a result of megabytes breaks some clients' transports).
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// Where the server works.
+#[derive(Debug, Clone)]
+pub struct McpConfig {
+    /// The directory whose `.bounded-loops/runs` holds the runs the tools
+    /// name (as `bl graph run` puts them without `--out`).
+    pub workspace: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("the MCP server could not start: {0}")]
+    Start(std::io::Error),
+    #[error("the MCP session failed: {0}")]
+    Session(String),
+}
+
+/// Serves MCP on this process's stdin and stdout until the client closes
+/// them.
+pub fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(McpError::Start)?;
+    runtime.block_on(async move {
+        let service = BlServer::new(config)
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| McpError::Session(e.to_string()))?;
+        service
+            .waiting()
+            .await
+            .map_err(|e| McpError::Session(e.to_string()))?;
+        Ok(())
+    })
+}
+
+/// A manifest given as text.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ManifestArgs {
+    /// The graph manifest (graph/v1), as YAML (or JSON) text.
+    pub manifest_yaml: String,
+    /// Where to go on in a result that came back in pages.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// A run, by its name under the workspace's `.bounded-loops/runs`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RunArgs {
+    /// The run's name (a directory under `.bounded-loops/runs`), never a path.
+    pub run: String,
+    /// Where to go on in a result that came back in pages.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// Only where to go on, for the tools that take nothing else.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct PageArgs {
+    /// Where to go on in a result that came back in pages.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+#[derive(Clone)]
+pub struct BlServer {
+    config: McpConfig,
+    tool_router: ToolRouter<BlServer>,
+}
+
+/// A run name as bounded-loops accepts one: 1-128 letters, digits, `.`,
+/// `_` or `-`, starting with a letter or digit (so never a path).
+fn valid_run_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// The answer: `value` as one text block of JSON, or its page at `cursor`
+/// when it is longer than [`MAX_RESULT_BYTES`], with where the next page
+/// starts (`_page`: the page, their number, and `next_cursor`).
+fn answer(value: &Value, cursor: Option<&str>) -> Result<CallToolResult, ErrorData> {
+    let text = serde_json::to_string_pretty(value).expect("a JSON value serialises");
+    if text.len() <= MAX_RESULT_BYTES && cursor.is_none() {
+        return Ok(CallToolResult::success(vec![ContentBlock::text(text)]));
+    }
+    let start: usize = match cursor {
+        None => 0,
+        Some(c) => c
+            .parse()
+            .ok()
+            .filter(|&at| at < text.len() && text.is_char_boundary(at))
+            .ok_or_else(|| {
+                ErrorData::invalid_params(format!("cursor {c:?} is not one this result gave"), None)
+            })?,
+    };
+    let mut end = (start + MAX_RESULT_BYTES).min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let pages = text.len().div_ceil(MAX_RESULT_BYTES);
+    let page = json!({
+        "_page": {
+            "page": start / MAX_RESULT_BYTES + 1,
+            "of": pages,
+            "bytes": text.len(),
+            "next_cursor": (end < text.len()).then(|| end.to_string()),
+            "what": "this result is longer than one answer: the text below is a slice of its JSON; call again with cursor = next_cursor for the rest",
+        },
+        "text": &text[start..end],
+    });
+    Ok(CallToolResult::success(vec![ContentBlock::text(
+        serde_json::to_string_pretty(&page).expect("a JSON value serialises"),
+    )]))
+}
+
+#[tool_router]
+impl BlServer {
+    pub fn new(config: McpConfig) -> BlServer {
+        BlServer {
+            config,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    fn runs_dir(&self) -> PathBuf {
+        self.config.workspace.join(".bounded-loops/runs")
+    }
+
+    /// The run named `run`, or the answer that says why not.
+    fn run_dir(&self, run: &str) -> Result<PathBuf, Value> {
+        if !valid_run_name(run) {
+            return Err(
+                json!({"ok": false, "error": "run_id must be 1-128 chars: letters, digits, '.', '_', '-' only; must start with a letter or digit"}),
+            );
+        }
+        let dir = self.runs_dir().join(run);
+        if !dir.is_dir() {
+            return Err(
+                json!({"ok": false, "error": format!("no run named '{run}' in {}", self.runs_dir().display())}),
+            );
+        }
+        Ok(dir)
+    }
+
+    /// Reads the run `run` with `read`, as `{ok, run, <key>: ...}`.
+    fn about_run(
+        &self,
+        run: &str,
+        key: &str,
+        read: impl FnOnce(&GraphRuntime, &Path) -> Result<Value, bl_app::AppError>,
+    ) -> Value {
+        let dir = match self.run_dir(run) {
+            Ok(dir) => dir,
+            Err(refused) => return refused,
+        };
+        match read(&GraphRuntime::default(), &dir) {
+            Ok(value) => json!({"ok": true, "run": run, key: value}),
+            Err(e) => json!({"ok": false, "run": run, "error": e.message()}),
+        }
+    }
+
+    #[tool(
+        description = "Lint a graph/v1 manifest (YAML text): its id, version, nodes and edge count, or the refusal with its code, JSON pointer, line and column, and the fix. Nothing runs."
+    )]
+    async fn graph_lint(
+        &self,
+        Parameters(args): Parameters<ManifestArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let format = if args.manifest_yaml.trim_start().starts_with('{') {
+            bl_graph::Format::Json
+        } else {
+            bl_graph::Format::Yaml
+        };
+        let value = match bl_graph::lint(&args.manifest_yaml, format) {
+            Ok(graph) => json!({
+                "ok": true,
+                "graph_id": graph.graph_id,
+                "version": graph.version,
+                "nodes": graph.nodes.iter().map(|n| json!({"id": n.id, "kind": n.kind.name()})).collect::<Vec<_>>(),
+                "edges": graph.edges.len(),
+            }),
+            Err(refusal) => {
+                let mut detail = bl_graph::report::refusal_json(&refusal);
+                if let Some(fields) = detail.as_object_mut() {
+                    fields.remove("valid");
+                    fields.insert("means".into(), Value::Null);
+                    let fix = fields.remove("hints").and_then(|h| {
+                        h.as_array().map(|lines| {
+                            lines
+                                .iter()
+                                .filter_map(Value::as_str)
+                                .collect::<Vec<_>>()
+                                .join("\n")
+                        })
+                    });
+                    fields.insert("fix".into(), json!(fix));
+                }
+                json!({"ok": false, "refusal": detail})
+            }
+        };
+        answer(&value, args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "The graph runs in this workspace (the names under .bounded-loops/runs), newest name last."
+    )]
+    async fn graph_runs(
+        &self,
+        Parameters(args): Parameters<PageArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut runs: Vec<String> = std::fs::read_dir(self.runs_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("run-meta.json").is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        runs.sort();
+        let value = json!({
+            "ok": true,
+            "workspace": self.config.workspace.join(".bounded-loops").display().to_string(),
+            "runs": runs,
+        });
+        answer(&value, args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "A graph run's state, projected from its verified event log (bounded-loops' status object: the run's state, each node's state, attempts, gate and spend). `run` is a run's name under .bounded-loops/runs."
+    )]
+    async fn graph_status(
+        &self,
+        Parameters(args): Parameters<RunArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let value = self.about_run(&args.run, "projection", |runtime, dir| {
+            Ok(runtime.status(dir)?.to_json())
+        });
+        answer(&value, args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "A graph run's state as Markdown (STATE.md): a projection of its event log, not a record. `run` is a run's name under .bounded-loops/runs."
+    )]
+    async fn graph_state_md(
+        &self,
+        Parameters(args): Parameters<RunArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let value = self.about_run(&args.run, "markdown", |runtime, dir| {
+            Ok(json!(runtime.status(dir)?.to_markdown()))
+        });
+        answer(&value, args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "A graph run's counts, durations, spend, queue and approval waits, and the parallelism it achieved, per node and for the run, read from its verified log. `run` is a run's name under .bounded-loops/runs."
+    )]
+    async fn graph_metrics(
+        &self,
+        Parameters(args): Parameters<RunArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let value = self.about_run(&args.run, "metrics", |runtime, dir| {
+            Ok(runtime.metrics(dir)?.to_json())
+        });
+        answer(&value, args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "The gate kinds a bounded loop can use, whether each is available on this machine, and what it needs."
+    )]
+    async fn bl_gates(
+        &self,
+        Parameters(args): Parameters<PageArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let gates = tokio::task::spawn_blocking(bl_app::loop_info::gates)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&json!({"gates": gates}), args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "What this engine can do: node kinds, gates, isolation tiers, budgets, failure policies, run states, data classes and refusal codes."
+    )]
+    async fn bl_capabilities(
+        &self,
+        Parameters(args): Parameters<PageArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let capabilities = bl_app::loop_info::capabilities();
+        answer(
+            &json!({"status": "ok", "capabilities": capabilities}),
+            args.cursor.as_deref(),
+        )
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for BlServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("bl", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "bl runs AI-agent work so that the agent never grades itself: an independent gate decides each turn. These tools lint and inspect graphs and their runs; a run is named by its name under the workspace's .bounded-loops/runs.",
+            )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_of(result: &CallToolResult) -> String {
+        serde_json::to_value(result).unwrap()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn a_long_result_comes_back_in_pages_that_join_to_the_whole() {
+        let big = json!({"rows": (0..20_000).map(|i| format!("row {i} ü")).collect::<Vec<_>>()});
+        let whole = serde_json::to_string_pretty(&big).unwrap();
+        let mut joined = String::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page: Value =
+                serde_json::from_str(&text_of(&answer(&big, cursor.as_deref()).unwrap())).unwrap();
+            assert!(page["text"].as_str().unwrap().len() <= MAX_RESULT_BYTES);
+            joined.push_str(page["text"].as_str().unwrap());
+            match page["_page"]["next_cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(joined, whole);
+        assert!(answer(&big, Some("no")).is_err());
+    }
+
+    #[test]
+    fn a_run_is_named_never_given_as_a_path() {
+        for bad in ["", "../x", "/tmp/run", ".hidden", "a/b", &"x".repeat(129)] {
+            assert!(!valid_run_name(bad), "{bad}");
+        }
+        assert!(valid_run_name("20261203T071500Z-1a2b3c4d"));
+    }
+}

@@ -1,0 +1,51 @@
+"""A real MCP client (the `mcp` package from PyPI) driving `bl mcp` over stdio.
+
+Usage: client.py BL WORKSPACE SCRIPT.json
+SCRIPT.json is a list of [tool, arguments] calls. The client initializes,
+lists the tools, makes each call (following `_page.next_cursor` until a
+paged result is whole), and prints one JSON report on stdout:
+{"protocol_version", "server", "tools": [...], "calls": [{tool, arguments,
+is_error, result (the text block parsed as JSON), pages}]}.
+"""
+import json
+import sys
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+
+async def main(bl, workspace, script):
+    params = StdioServerParameters(command=bl, args=["mcp", "--workspace", workspace], cwd=workspace)
+    report = {"calls": []}
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            report["protocol_version"] = str(init.protocol_version)
+            report["server"] = init.server_info.model_dump(mode="json", exclude_none=True)
+            tools = await session.list_tools()
+            report["tools"] = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools.tools]
+            for tool, arguments in script:
+                result = await session.call_tool(tool, arguments)
+                text = result.content[0].text if result.content else ""
+                pages = 1
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    value = text
+                # A paged result: follow its cursor and join the slices.
+                if isinstance(value, dict) and "_page" in value:
+                    joined = value["text"]
+                    while value["_page"]["next_cursor"] is not None:
+                        more = await session.call_tool(tool, {**arguments, "cursor": value["_page"]["next_cursor"]})
+                        value = json.loads(more.content[0].text)
+                        joined += value["text"]
+                        pages += 1
+                    value = json.loads(joined)
+                report["calls"].append({"tool": tool, "arguments": arguments, "is_error": bool(result.is_error),
+                                        "result": value, "pages": pages})
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1], sys.argv[2], json.load(open(sys.argv[3])))

@@ -1,0 +1,276 @@
+//! `bl mcp` driven by a real MCP client: the `mcp` package from PyPI
+//! (pinned; `scripts/dev test` installs it in a throwaway venv), through
+//! `tests/mcp/client.py`, over stdio. The tools bl offers have
+//! bounded-loops' names and argument shapes (as recorded from its own MCP
+//! server in `tests/corpus/mcp/upstream-tools.json`), answer as it does,
+//! name runs only by name, and page a result too long for one answer.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bl_e2e::{bl_binary, repo_root};
+use serde_json::{Value, json};
+
+/// The venv's python with the `mcp` client; None (said loudly) without
+/// it, except under CI=true, where setup must have made it.
+fn client_python() -> Option<PathBuf> {
+    let python = repo_root().join("target/mcp/venv/bin/python3");
+    if python.is_file() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but the MCP client is not installed at {}: scripts/dev test should have made that venv",
+        python.display()
+    );
+    eprintln!(
+        "SKIPPED: the MCP client is not installed ({})",
+        python.display()
+    );
+    None
+}
+
+/// What the client made of `calls` ([tool, arguments] pairs) against
+/// `bl mcp --workspace workspace`.
+fn drive(python: &Path, workspace: &Path, calls: &Value) -> Value {
+    let script = workspace.join("calls.json");
+    std::fs::write(&script, calls.to_string()).unwrap();
+    let out = Command::new(python)
+        .arg(repo_root().join("tests/mcp/client.py"))
+        .arg(bl_binary())
+        .arg(workspace)
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the MCP client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn bl(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(bl_binary())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// A workspace with two runs: `first` (the first graph, paused at its
+/// approval) and `wide` (400 independent nodes, ended).
+fn workspace() -> tempfile::TempDir {
+    let workspace = tempfile::tempdir().unwrap();
+    let first = bl_e2e::first_graph();
+    let out = workspace.path().join(".bounded-loops/runs/first");
+    let run = bl(
+        &[
+            "graph",
+            "run",
+            "--execute",
+            "graph.yaml",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--recorded",
+            "replies.json",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        first.path(),
+    );
+    assert_eq!(run.status.code(), Some(3), "paused for approval: {run:?}");
+    let wide = workspace.path().join("wide");
+    let made = Command::new("python3")
+        .arg(repo_root().join("benchmarks/graph/make_graph.py"))
+        .args(["400", "workspace_only"])
+        .arg(&wide)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let run = Command::new(bl_binary())
+        .args(&bl_e2e::GRAPH_RUN[..bl_e2e::GRAPH_RUN.len() - 1])
+        .arg(workspace.path().join(".bounded-loops/runs/wide"))
+        .current_dir(&wide)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                wide.join("fake-bin").display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    workspace
+}
+
+#[test]
+fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
+    let Some(python) = client_python() else {
+        return;
+    };
+    let workspace = workspace();
+    let manifest =
+        std::fs::read_to_string(repo_root().join("examples/graphs/first-graph/graph.yaml"))
+            .unwrap();
+    let broken = manifest.replacen("kind: research_claim", "kind: no_such_kind", 1);
+    let calls = json!([
+        ["graph_lint", {"manifest_yaml": manifest}],
+        ["graph_lint", {"manifest_yaml": broken}],
+        ["graph_runs", {}],
+        ["graph_status", {"run": "first"}],
+        ["graph_state_md", {"run": "first"}],
+        ["graph_metrics", {"run": "first"}],
+        ["graph_status", {"run": "../first"}],
+        ["graph_status", {"run": workspace.path().join(".bounded-loops/runs/first")}],
+        ["graph_status", {"run": "nope"}],
+        ["graph_status", {"run": "wide"}],
+        ["bl_gates", {}],
+        ["bl_capabilities", {}],
+        ["graph_lint", {}],
+    ]);
+    let report = drive(&python, workspace.path(), &calls);
+    assert_eq!(report["protocol_version"], "2025-11-25");
+    assert_eq!(report["server"]["name"], "bl");
+
+    // Every tool is one of bounded-loops', with its required arguments
+    // and its properties of the same types (bl adds only `cursor`).
+    let upstream: Value = serde_json::from_slice(
+        &std::fs::read(repo_root().join("tests/corpus/mcp/upstream-tools.json")).unwrap(),
+    )
+    .unwrap();
+    let mut offered: Vec<&str> = Vec::new();
+    for tool in report["tools"].as_array().unwrap() {
+        let name = tool["name"].as_str().unwrap();
+        offered.push(name);
+        let theirs = upstream["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is not one of bounded-loops' tools"));
+        let schema = &tool["inputSchema"];
+        let mut required: Vec<&str> = schema["required"]
+            .as_array()
+            .map(|r| r.iter().map(|v| v.as_str().unwrap()).collect())
+            .unwrap_or_default();
+        required.sort_unstable();
+        assert_eq!(
+            json!(required),
+            theirs["required"],
+            "{name}'s required arguments"
+        );
+        for (property, shape) in theirs["properties"].as_object().unwrap() {
+            let mine = &schema["properties"][property];
+            let types: Vec<Value> = match &mine["type"] {
+                Value::Array(types) => types.clone(),
+                one => vec![one.clone()],
+            };
+            for wanted in shape["type"].as_array().unwrap() {
+                assert!(
+                    types.contains(wanted),
+                    "{name}.{property}: {mine} lacks {wanted}"
+                );
+            }
+        }
+        let extra: Vec<&String> = schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| theirs["properties"].get(k.as_str()).is_none())
+            .collect();
+        assert!(
+            extra.iter().all(|k| *k == "cursor"),
+            "{name} adds {extra:?}"
+        );
+    }
+    offered.sort_unstable();
+    assert_eq!(
+        offered,
+        [
+            "bl_capabilities",
+            "bl_gates",
+            "graph_lint",
+            "graph_metrics",
+            "graph_runs",
+            "graph_state_md",
+            "graph_status",
+        ]
+    );
+
+    let call = |i: usize| &report["calls"][i];
+    let lint = &call(0)["result"];
+    assert_eq!(lint["ok"], true, "{lint}");
+    assert_eq!(lint["graph_id"], "first-graph");
+    assert_eq!(lint["nodes"].as_array().unwrap().len(), 5);
+    assert_eq!(lint["edges"], 4);
+    let refused = &call(1)["result"];
+    assert_eq!(refused["ok"], false);
+    assert_eq!(refused["refusal"]["code"], "unknown_node_kind", "{refused}");
+    assert_eq!(refused["refusal"]["pointer"], "/nodes/0/kind");
+    assert!(refused["refusal"]["line"].as_u64().is_some(), "{refused}");
+    assert_eq!(call(2)["result"]["runs"], json!(["first", "wide"]));
+
+    // The status is the command line's own.
+    let status = &call(3)["result"];
+    assert_eq!(status["ok"], true, "{status}");
+    let cli = bl(
+        &[
+            "--json",
+            "graph",
+            "status",
+            "--run",
+            ".bounded-loops/runs/first",
+        ],
+        workspace.path(),
+    );
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(status["projection"]["run_state"], cli["run_state"], "{cli}");
+    assert_eq!(status["projection"]["nodes"], cli["nodes"]);
+    let markdown = call(4)["result"]["markdown"].as_str().unwrap().to_string();
+    assert!(markdown.contains("review"), "{markdown}");
+    assert_eq!(call(5)["result"]["ok"], true, "{}", call(5)["result"]);
+    assert!(call(5)["result"]["metrics"].is_object());
+
+    // A run is a name under .bounded-loops/runs, never a path.
+    for i in [6, 7] {
+        let refused = &call(i)["result"];
+        assert_eq!(refused["ok"], false);
+        assert!(
+            refused["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("run_id must be 1-128 chars"),
+            "{refused}"
+        );
+    }
+    assert!(
+        call(8)["result"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("no run named 'nope'"),
+        "{}",
+        call(8)["result"]
+    );
+
+    // A status too long for one answer comes in pages that join to it.
+    let wide = call(9);
+    assert!(wide["pages"].as_u64().unwrap() > 1, "{}", wide["pages"]);
+    assert_eq!(wide["result"]["ok"], true);
+    assert_eq!(
+        wide["result"]["projection"]["nodes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        400
+    );
+
+    assert!(call(10)["result"]["gates"].as_array().unwrap().len() > 3);
+    assert_eq!(call(11)["result"]["status"], "ok");
+    // A call without its required argument is not made.
+    assert_eq!(call(12)["is_error"], true, "{}", call(12));
+}
