@@ -107,11 +107,10 @@ enum Command {
         #[arg(long)]
         key: Option<std::path::PathBuf>,
     },
-    /// Serve bl to an agent over the Model Context Protocol (stdio): lint
-    /// graphs, list runs and read their state, metrics and STATE.md.
+    /// Serve bl to an agent over the Model Context Protocol (stdio).
     Mcp {
-        /// The directory whose .bounded-loops/runs holds the runs the tools
-        /// name (also $BOUNDED_LOOPS_WORKSPACE; default: here).
+        /// Whose .bounded-loops/runs the tools read (also
+        /// $BOUNDED_LOOPS_WORKSPACE; default: here).
         #[arg(long)]
         workspace: Option<std::path::PathBuf>,
     },
@@ -237,16 +236,9 @@ fn main() -> ExitCode {
             no_browser,
             key,
         } => graph_report::monitor(project, port, !no_browser, key),
-        Command::Mcp { workspace } => {
-            let workspace = workspace
-                .or_else(|| std::env::var_os("BOUNDED_LOOPS_WORKSPACE").map(Into::into))
-                .unwrap_or_else(|| ".".into());
-            bl_mcp::serve_stdio(bl_mcp::McpConfig {
-                workspace: std::path::absolute(&workspace).unwrap_or(workspace),
-            })
+        Command::Mcp { workspace } => bl_mcp::serve_stdio(bl_mcp::McpConfig::new(workspace))
             .map(|()| exit::Exit::Success)
-            .map_err(|e| exit::CliError::refused(format!("mcp: {e}")))
-        }
+            .map_err(|e| exit::CliError::refused(format!("mcp: {e}"))),
         Command::Capabilities => loop_tools_cmd::capabilities(output::json()),
         Command::New {
             name,

@@ -40,6 +40,19 @@ pub struct McpConfig {
     pub workspace: PathBuf,
 }
 
+impl McpConfig {
+    /// The server of `workspace`, else of `$BOUNDED_LOOPS_WORKSPACE`, else
+    /// of the directory it was started in (as an absolute path).
+    pub fn new(workspace: Option<PathBuf>) -> McpConfig {
+        let workspace = workspace
+            .or_else(|| std::env::var_os("BOUNDED_LOOPS_WORKSPACE").map(Into::into))
+            .unwrap_or_else(|| ".".into());
+        McpConfig {
+            workspace: std::path::absolute(&workspace).unwrap_or(workspace),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
     #[error("the MCP server could not start: {0}")]
