@@ -109,8 +109,7 @@ enum Command {
     },
     /// Serve bl to an agent over the Model Context Protocol (stdio).
     Mcp {
-        /// Whose .bounded-loops/runs the tools read (also
-        /// $BOUNDED_LOOPS_WORKSPACE; default: here).
+        /// Whose .bounded-loops/runs the tools read ($BOUNDED_LOOPS_WORKSPACE, else here).
         #[arg(long)]
         workspace: Option<std::path::PathBuf>,
     },
