@@ -1,7 +1,10 @@
 """A real MCP client (the `mcp` package from PyPI) driving `bl mcp` over stdio.
 
 Usage: client.py BL WORKSPACE SCRIPT.json
-SCRIPT.json is a list of [tool, arguments] calls. The client initializes,
+SCRIPT.json is a list of [tool, arguments] calls, or [tool, arguments,
+{"until": TEXT}] to call again every 0.2 s (for at most 60 s) until the
+answer holds TEXT; an argument written "$token:N" is replaced by the
+confirm_token call N answered with. The client initializes,
 lists the tools, makes each call (following `_page.next_cursor` until a
 paged result is whole), and prints one JSON report on stdout:
 {"protocol_version", "server", "tools": [...], "calls": [{tool, arguments,
@@ -15,6 +18,12 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 
+def token_of(report, value):
+    if isinstance(value, str) and value.startswith("$token:"):
+        return report["calls"][int(value.split(":")[1])]["result"]["confirm_token"]
+    return value
+
+
 async def main(bl, workspace, script):
     params = StdioServerParameters(command=bl, args=["mcp", "--workspace", workspace], cwd=workspace)
     report = {"calls": []}
@@ -25,9 +34,16 @@ async def main(bl, workspace, script):
             report["server"] = init.server_info.model_dump(mode="json", exclude_none=True)
             tools = await session.list_tools()
             report["tools"] = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools.tools]
-            for tool, arguments in script:
+            for tool, arguments, *until in script:
+                arguments = {key: token_of(report, value) for key, value in arguments.items()}
                 result = await session.call_tool(tool, arguments)
                 text = result.content[0].text if result.content else ""
+                waited = 0.0
+                while until and until[0]["until"] not in text and waited < 60:
+                    await anyio.sleep(0.2)
+                    waited += 0.2
+                    result = await session.call_tool(tool, arguments)
+                    text = result.content[0].text if result.content else ""
                 pages = 1
                 try:
                     value = json.loads(text)

@@ -147,3 +147,33 @@ pub fn write_receipt(run_dir: &Path, receipt: &LoopReceipt) -> Result<Vec<PathBu
     }
     Ok(written)
 }
+
+/// A loop run's summary, from its metadata (its end) or, before it ends,
+/// its ledger: `{name, kind: "loop", state, loop, laps, reason}`; None when
+/// `dir` holds neither.
+pub fn loop_run_summary(name: &str, dir: &Path) -> Option<Value> {
+    let records = bl_store::LoopRunDir::new(dir);
+    if let Some(meta) = std::fs::read(records.metadata())
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    {
+        let loop_name = meta["loop_dir"]
+            .as_str()
+            .and_then(|d| Path::new(d).file_name())
+            .map(|n| n.to_string_lossy().into_owned());
+        return Some(json!({
+            "name": name, "kind": "loop",
+            "state": meta["status"].as_str().unwrap_or("UNREADABLE"),
+            "loop": loop_name,
+            "laps": meta["laps"].clone(),
+            "reason": meta["reason"].clone(),
+        }));
+    }
+    // No end recorded: a loop still running, or one stopped before its end.
+    let ledger = std::fs::read_to_string(records.ledger()).ok()?;
+    Some(json!({
+        "name": name, "kind": "loop", "state": "UNFINISHED",
+        "laps": ledger.lines().filter(|l| !l.trim().is_empty()).count(),
+        "reason": "no end recorded yet: running, or stopped before its end",
+    }))
+}

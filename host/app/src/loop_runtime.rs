@@ -55,6 +55,17 @@ use crate::loop_run::{self, LoopRequest, LoopRun};
 use crate::runtime::{VerifyOptions, VerifyReport};
 use crate::stop::Cancel;
 
+/// The approver of a front end with no person at it (the monitor, MCP): a
+/// pass that needs a human's approval is not approved, and the run stops
+/// PAUSED there. A model's own say-so is never an approval.
+pub struct NoOneHere;
+
+impl Approver for NoOneHere {
+    fn approved(&mut self, _lap: u32, _detail: &str) -> bool {
+        false
+    }
+}
+
 /// Runs loops and answers about them. Every call names the loop or run
 /// directory it is about, so one runtime serves many loops.
 #[derive(Clone, Debug, Default)]

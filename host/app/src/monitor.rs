@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::graph_run::DriveOptions;
 use crate::loop_run::LoopRequest;
-use crate::loop_runtime::{Approver, LoopHandle, LoopRuntime};
+use crate::loop_runtime::{LoopHandle, LoopRuntime};
 use crate::runtime::{GraphRuntime, RunHandle};
 use crate::{AppError, AppResult};
 
@@ -77,17 +77,6 @@ impl Started {
             Started::Graph(run) => drop(run.wait()),
             Started::Loop(run) => drop(run.wait()),
         }
-    }
-}
-
-/// A loop started from the monitor has no one at a terminal to ask: a pass
-/// that needs a human's approval is not approved, and the run stops
-/// PAUSED there (the preview says so before it starts).
-struct NoOneAtTheMonitor;
-
-impl Approver for NoOneAtTheMonitor {
-    fn approved(&mut self, _lap: u32, _detail: &str) -> bool {
-        false
     }
 }
 
@@ -276,7 +265,7 @@ impl Project {
                 redact: "off".into(),
                 ..Default::default()
             };
-            let run = LoopRuntime::new().run(request, Box::new(NoOneAtTheMonitor))?;
+            let run = LoopRuntime::new().run(request, Box::new(crate::loop_runtime::NoOneHere))?;
             return Ok((name, Started::Loop(run)));
         }
         let take = |file: &str| Some(dir.join(file)).filter(|p| p.is_file());
@@ -418,35 +407,10 @@ fn summary(runtime: &GraphRuntime, name: &str, dir: &Path) -> Value {
             }
         };
     }
-    let loop_dir = bl_store::LoopRunDir::new(dir);
-    let loop_name = |meta: &Value| {
-        meta["loop_dir"]
-            .as_str()
-            .and_then(|d| Path::new(d).file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-    };
-    if let Some(meta) = std::fs::read(loop_dir.metadata())
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-    {
-        return json!({
-            "name": name, "kind": "loop",
-            "state": meta["status"].as_str().unwrap_or("UNREADABLE"),
-            "loop": loop_name(&meta),
-            "laps": meta["laps"].clone(),
-            "reason": meta["reason"].clone(),
-        });
-    }
-    // No end recorded: a loop still running, or one stopped before its end.
-    match std::fs::read_to_string(loop_dir.ledger()) {
-        Ok(ledger) => json!({
-            "name": name, "kind": "loop", "state": "UNFINISHED",
-            "laps": ledger.lines().filter(|l| !l.trim().is_empty()).count(),
-            "reason": "no end recorded yet: running, or stopped before its end",
-        }),
-        Err(_) => json!({"name": name, "kind": "unknown", "state": "UNREADABLE",
-                         "error": "neither a graph run nor a loop run"}),
-    }
+    crate::loop_info::loop_run_summary(name, dir).unwrap_or_else(|| {
+        json!({"name": name, "kind": "unknown", "state": "UNREADABLE",
+               "error": "neither a graph run nor a loop run"})
+    })
 }
 
 fn graph_summary(name: &str, status: &crate::graph_run::RunStatus) -> Value {

@@ -11,13 +11,20 @@
 //! by name, never by path), and the cap on a result's size (a longer one
 //! comes back in pages, by `cursor`).
 //!
-//! This slice holds the tools that only read: `graph_lint`, `graph_runs`,
-//! `graph_status`, `graph_state_md`, `graph_metrics`, `bl_gates` and
-//! `bl_capabilities`. The ones that change anything come with previews
-//! bound to a token, and approvals only a person can make.
+//! The tools that read: `graph_lint`, `graph_runs`, `graph_status`,
+//! `graph_state_md`, `graph_metrics`, `bl_runs`, `bl_gates` and
+//! `bl_capabilities`. The one that runs something, `bl_run`, previews
+//! first: a run starts only when the call brings back the preview's
+//! confirm token ([`confirm`]), and no pass a person must approve is ever
+//! approved here.
+
+pub mod confirm;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
+use bl_app::loop_run::LoopRequest;
+use bl_app::loop_runtime::{LoopHandle, LoopRuntime, NoOneHere};
 use bl_app::runtime::GraphRuntime;
 use bl_graph::model::Named;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -68,8 +75,10 @@ pub fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
         .enable_all()
         .build()
         .map_err(McpError::Start)?;
-    runtime.block_on(async move {
-        let service = BlServer::new(config)
+    let server = BlServer::new(config).map_err(|e| McpError::Start(std::io::Error::other(e)))?;
+    let loops = server.started.clone();
+    let served = runtime.block_on(async move {
+        let service = server
             .serve(rmcp::transport::stdio())
             .await
             .map_err(|e| McpError::Session(e.to_string()))?;
@@ -78,7 +87,23 @@ pub fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
             .await
             .map_err(|e| McpError::Session(e.to_string()))?;
         Ok(())
-    })
+    });
+    // The client is gone: the loops it started stop before their next lap
+    // (the lap in flight is finished and recorded).
+    let loops = std::mem::take(&mut *loops.lock().unwrap_or_else(|e| e.into_inner()));
+    for (_, run) in &loops {
+        run.cancel();
+    }
+    for (_, run) in loops {
+        let _ = run.wait();
+    }
+    served
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// A manifest given as text.
@@ -109,9 +134,49 @@ pub struct PageArgs {
     pub cursor: Option<String>,
 }
 
+/// `bl_run`'s arguments (bounded-loops' shape).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RunLoopArgs {
+    /// The loop package's directory, relative to the workspace (or absolute, inside it).
+    pub loop_dir: String,
+    /// false: preview, change nothing, and hand out a confirm_token;
+    /// true: run, with the confirm_token of that preview.
+    pub confirm: bool,
+    /// Overrides loop.yaml's runner.default.
+    #[serde(default)]
+    pub runner: Option<String>,
+    /// A command that replaces the loop's gate (exit 0 passes).
+    #[serde(default)]
+    pub gate_override: Option<String>,
+    #[serde(default)]
+    pub max_iterations: Option<u32>,
+    /// Keep the records under the package's .bounded-loops/runs/<run_id>
+    /// (default: a fresh name).
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// Continue the run run_id names, in its workspace.
+    #[serde(default)]
+    pub resume: bool,
+    /// The token the preview handed out (confirm=true only).
+    #[serde(default)]
+    pub confirm_token: Option<String>,
+}
+
+/// `bl_runs`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct LoopDirArgs {
+    /// The loop package's directory, relative to the workspace (or absolute, inside it).
+    pub loop_dir: String,
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
 #[derive(Clone)]
 pub struct BlServer {
     config: McpConfig,
+    confirmations: Arc<confirm::Confirmations>,
+    /// The loops started here (by run id), stopped when the client goes.
+    started: Arc<Mutex<Vec<(String, LoopHandle)>>>,
     tool_router: ToolRouter<BlServer>,
 }
 
@@ -168,11 +233,167 @@ fn answer(value: &Value, cursor: Option<&str>) -> Result<CallToolResult, ErrorDa
 
 #[tool_router]
 impl BlServer {
-    pub fn new(config: McpConfig) -> BlServer {
-        BlServer {
+    /// A server for `config`, with a fresh key for its confirm tokens.
+    pub fn new(config: McpConfig) -> Result<BlServer, getrandom::Error> {
+        Ok(BlServer {
             config,
+            confirmations: Arc::new(confirm::Confirmations::new()?),
+            started: Arc::default(),
             tool_router: Self::tool_router(),
+        })
+    }
+
+    /// `path` (relative to the workspace, or absolute), resolved, only
+    /// when it is inside the workspace: a model names nothing outside it.
+    fn contained(&self, path: &str) -> Result<PathBuf, String> {
+        let joined = self.config.workspace.join(path);
+        let real = std::fs::canonicalize(&joined).map_err(|_| {
+            format!(
+                "'{}' is not a directory or does not exist.",
+                joined.display()
+            )
+        })?;
+        let root = std::fs::canonicalize(&self.config.workspace)
+            .unwrap_or_else(|_| self.config.workspace.clone());
+        if !real.starts_with(&root) {
+            return Err(format!(
+                "'{path}' is outside the workspace this server was started with ({}); only paths inside it are taken",
+                root.display()
+            ));
         }
+        Ok(real)
+    }
+
+    /// bl_run: the preview, or the run started with the preview's token.
+    fn run_loop(&self, args: RunLoopArgs) -> Value {
+        let error = |message: String| json!({"status": "error", "error_type": "ManifestError", "message": message});
+        let dir = match self.contained(&args.loop_dir) {
+            Ok(dir) => dir,
+            Err(message) => return error(message),
+        };
+        let request = LoopRequest {
+            loop_dir: dir.clone(),
+            runner: args.runner.clone(),
+            gate_override: args.gate_override.clone(),
+            max_iterations: args.max_iterations,
+            run_id: args.run_id.clone(),
+            resume: args.resume,
+            redact: "off".into(),
+            ..Default::default()
+        };
+        let prepared = match bl_app::loop_run::prepare(&request) {
+            Ok(prepared) => prepared,
+            Err(e) => return error(e.message().to_string()),
+        };
+        let manifest = &prepared.package.manifest;
+        let preview = json!({
+            "loop": manifest.name,
+            "runner": prepared.runner,
+            "gate": args.gate_override.clone().or_else(|| manifest.gate.run.clone()).unwrap_or_else(|| manifest.gate.kind.clone()),
+            "agent_cmd": manifest.runner.agent_cmd.clone().unwrap_or_default(),
+            "cassette": manifest.runner.cassette.clone().unwrap_or_default(),
+        });
+        // The token binds the exact request and the package's content: a
+        // loop changed since its preview is previewed again.
+        let package = match bl_packages::digest(&dir) {
+            Ok(digest) => digest,
+            Err(e) => return error(format!("{}: {e}", dir.display())),
+        };
+        let bound = json!({
+            "loop_dir": dir, "runner": args.runner, "gate_override": args.gate_override,
+            "max_iterations": args.max_iterations, "run_id": args.run_id, "resume": args.resume,
+            "package": package,
+        });
+        let now = unix_now();
+        let token = self.confirmations.issue("bl_run", &bound, now);
+        if !args.confirm {
+            return json!({"status": "not_confirmed", "preview": preview, "confirm_token": token});
+        }
+        if let Err(refused) =
+            self.confirmations
+                .take("bl_run", &bound, args.confirm_token.as_deref(), now)
+        {
+            return json!({"status": "not_confirmed", "error": refused.to_string(), "preview": preview, "confirm_token": token});
+        }
+        let run_id = match args
+            .run_id
+            .clone()
+            .map_or_else(bl_app::graph_run::fresh_run_name, Ok)
+        {
+            Ok(id) => id,
+            Err(e) => return error(e.message().to_string()),
+        };
+        let request = LoopRequest {
+            run_id: Some(run_id.clone()),
+            ..request
+        };
+        match LoopRuntime::new().run(request, Box::new(NoOneHere)) {
+            Ok(run) => {
+                self.started
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((run_id.clone(), run));
+                json!({
+                    "status": "started",
+                    "run_id": run_id,
+                    "loop": manifest.name,
+                    "follow": "bl_runs with this loop_dir: each run's status and laps",
+                })
+            }
+            Err(e) => error(e.message().to_string()),
+        }
+    }
+
+    /// bl_runs: the package's runs, newest name last.
+    fn loop_runs(&self, loop_dir: &str) -> Value {
+        let dir = match self.contained(loop_dir) {
+            Ok(dir) => dir,
+            Err(message) => {
+                return json!({"status": "error", "error_type": "ManifestError", "message": message});
+            }
+        };
+        let runs_dir = dir.join(".bounded-loops/runs");
+        let going = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        // A run started here is listed even before its records appear.
+        let mut names: Vec<String> = std::fs::read_dir(&runs_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .chain(
+                going
+                    .iter()
+                    .filter(|(_, run)| run.ledger().starts_with(&runs_dir))
+                    .map(|(id, _)| id.clone()),
+            )
+            .collect();
+        names.sort();
+        names.dedup();
+        let runs: Vec<Value> = names
+            .iter()
+            .filter_map(|name| {
+                let running = going
+                    .iter()
+                    .any(|(id, run)| id == name && !run.is_finished());
+                let run = bl_app::loop_info::loop_run_summary(name, &runs_dir.join(name));
+                let (status, laps, reason) = match &run {
+                    Some(run) if !(running && run["state"] == "UNFINISHED") => (
+                        run["state"].clone(),
+                        run["laps"].clone(),
+                        run["reason"].clone(),
+                    ),
+                    _ if running => (
+                        json!("RUNNING"),
+                        run.map_or(json!(0), |r| r["laps"].clone()),
+                        Value::Null,
+                    ),
+                    _ => return None,
+                };
+                Some(json!({"run_id": name, "status": status, "laps": laps, "reason": reason}))
+            })
+            .collect();
+        json!({"status": "ok", "runs": runs})
     }
 
     fn runs_dir(&self) -> PathBuf {
@@ -314,6 +535,30 @@ impl BlServer {
             Ok(runtime.metrics(dir)?.to_json())
         });
         answer(&value, args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "Run a bounded loop. confirm=false previews it (its loop, runner and gate) and hands out a confirm_token; confirm=true with that token starts it, in the background (bl_runs follows it). The token holds for the exact arguments and the package as previewed, for 15 minutes, once. A pass that needs a human's approval is never approved here: the run stops PAUSED. `loop_dir` is inside the workspace."
+    )]
+    async fn bl_run(
+        &self,
+        Parameters(args): Parameters<RunLoopArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let server = self.clone();
+        let value = tokio::task::spawn_blocking(move || server.run_loop(args))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, None)
+    }
+
+    #[tool(
+        description = "A loop package's runs (under its .bounded-loops/runs): each run's id, status (DONE, HALT, PAUSE, KILLED, ERROR, RUNNING, or UNFINISHED when no end was recorded), laps and reason."
+    )]
+    async fn bl_runs(
+        &self,
+        Parameters(args): Parameters<LoopDirArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        answer(&self.loop_runs(&args.loop_dir), args.cursor.as_deref())
     }
 
     #[tool(

@@ -59,9 +59,14 @@ fn bl(args: &[&str], dir: &Path) -> std::process::Output {
 }
 
 /// A workspace with two runs: `first` (the first graph, paused at its
-/// approval) and `wide` (400 independent nodes, ended).
+/// approval) and `wide` (400 independent nodes, ended); and the
+/// records-shell loop package under `loops/records`.
 fn workspace() -> tempfile::TempDir {
     let workspace = tempfile::tempdir().unwrap();
+    bl_e2e::copy_tree(
+        &repo_root().join("examples/loops/records-shell"),
+        &workspace.path().join("loops/records"),
+    );
     let first = bl_e2e::first_graph();
     let out = workspace.path().join(".bounded-loops/runs/first");
     let run = bl(
@@ -194,6 +199,8 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         [
             "bl_capabilities",
             "bl_gates",
+            "bl_run",
+            "bl_runs",
             "graph_lint",
             "graph_metrics",
             "graph_runs",
@@ -273,4 +280,99 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
     assert_eq!(call(11)["result"]["status"], "ok");
     // A call without its required argument is not made.
     assert_eq!(call(12)["is_error"], true, "{}", call(12));
+}
+
+/// `bl_run` runs nothing without the preview's token: a token for other
+/// arguments, none, a used one or another server's is refused; a path
+/// outside the workspace is refused; the confirmed run goes on in the
+/// background, `bl_runs` follows it, and it ends DONE.
+#[test]
+fn a_loop_runs_over_mcp_only_with_the_token_of_its_own_preview() {
+    let Some(python) = client_python() else {
+        return;
+    };
+    let workspace = workspace();
+    let run = json!({"loop_dir": "loops/records", "gate_override": "true"});
+    let with = |extra: Value| {
+        let mut args = run.clone();
+        args.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        args
+    };
+    let calls = json!([
+        ["bl_run", with(json!({"confirm": false}))],
+        ["bl_run", with(json!({"confirm": true, "max_iterations": 5, "confirm_token": "$token:0"}))],
+        ["bl_run", with(json!({"confirm": true}))],
+        ["bl_run", with(json!({"confirm": true, "confirm_token": "$token:0"}))],
+        ["bl_run", with(json!({"confirm": true, "confirm_token": "$token:0"}))],
+        ["bl_run", {"loop_dir": "..", "confirm": false}],
+        ["bl_runs", {"loop_dir": "loops/records"}],
+        ["bl_runs", {"loop_dir": "loops/records"}, {"until": "DONE"}],
+    ]);
+    let report = drive(&python, workspace.path(), &calls);
+    let call = |i: usize| report["calls"][i]["result"].clone();
+    let preview = call(0);
+    assert_eq!(preview["status"], "not_confirmed", "{preview}");
+    assert_eq!(preview["preview"]["loop"], "records-shell");
+    assert_eq!(preview["preview"]["gate"], "true");
+    let token = preview["confirm_token"].as_str().unwrap().to_string();
+    let (issued, tag) = token.split_once('.').unwrap();
+    assert!(issued.parse::<u64>().is_ok() && tag.len() == 64, "{token}");
+    assert!(
+        call(1)["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("confirm_token does not match these arguments"),
+        "{}",
+        call(1)
+    );
+    assert!(
+        call(2)["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("no confirm_token"),
+        "{}",
+        call(2)
+    );
+    let started = call(3);
+    assert_eq!(started["status"], "started", "{started}");
+    let run_id = started["run_id"].as_str().unwrap().to_string();
+    assert!(
+        call(4)["error"].as_str().unwrap().contains("already used"),
+        "{}",
+        call(4)
+    );
+    assert!(
+        call(5)["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside the workspace"),
+        "{}",
+        call(5)
+    );
+    assert_eq!(call(6)["runs"][0]["run_id"], run_id.as_str(), "{}", call(6));
+    // Only the confirmed call ran anything.
+    let runs = workspace.path().join("loops/records/.bounded-loops/runs");
+    assert_eq!(std::fs::read_dir(&runs).unwrap().count(), 1);
+
+    assert_eq!(call(7)["runs"][0]["status"], "DONE", "{}", call(7));
+    // A new session: the run is listed from its records, and the old
+    // server's token is not this one's.
+    let calls = json!([
+        ["bl_runs", {"loop_dir": "loops/records"}],
+        ["bl_run", with(json!({"confirm": true, "confirm_token": token}))],
+    ]);
+    let report = drive(&python, workspace.path(), &calls);
+    let runs = &report["calls"][0]["result"]["runs"];
+    assert_eq!(runs[0]["status"], "DONE", "{runs}");
+    assert_eq!(runs[0]["laps"], 1);
+    assert!(
+        report["calls"][1]["result"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("confirm_token does not match"),
+        "{}",
+        report["calls"][1]["result"]
+    );
 }
