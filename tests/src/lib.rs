@@ -293,6 +293,22 @@ pub const GRAPH_RUN: &[&str] = &[
     "run",
 ];
 
+/// `bl graph run` of a graph whose connector nodes are bound to recorded
+/// replies (the first graph's layout: `graph.yaml`, `connections.json`,
+/// `inputs.json`, `replies.json`); the caller adds `--out` and the rest.
+pub const RECORDED_GRAPH_RUN: &[&str] = &[
+    "graph",
+    "run",
+    "--execute",
+    "graph.yaml",
+    "--connections",
+    "connections.json",
+    "--inputs",
+    "inputs.json",
+    "--recorded",
+    "replies.json",
+];
+
 /// A copy of examples/graphs/first-graph (its graph, connections, inputs
 /// and recorded replies) in a fresh directory, to run in.
 pub fn first_graph() -> tempfile::TempDir {

@@ -77,6 +77,17 @@ fn is_sha256(text: &str) -> bool {
     })
 }
 
+/// `bytes` as JSON, or where they are not.
+fn json_of(bytes: &[u8]) -> Result<Value, AuditRefusal> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        refusal(
+            "invalid_json",
+            "",
+            format!("line {} column {}: {e}", e.line(), e.column()),
+        )
+    })
+}
+
 fn object<'a>(
     value: &'a Value,
     pointer: &str,
@@ -148,13 +159,7 @@ impl AuditPlan {
     /// at least one cell, cell names unique, each mandatory cell assigned.
     /// Extra fields are ignored, as bounded-loops ignores them.
     pub fn parse(bytes: &[u8]) -> Result<AuditPlan, AuditRefusal> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-            refusal(
-                "invalid_json",
-                "",
-                format!("line {} column {}: {e}", e.line(), e.column()),
-            )
-        })?;
+        let value = json_of(bytes)?;
         let top = object(&value, "", "audit_plan")?;
         let artifact_digest = digest(top, "", "artifact_digest")?;
         let rubric_digest = digest(top, "", "rubric_digest")?;
@@ -275,13 +280,7 @@ pub struct AuditResult {
 
 impl AuditResult {
     pub fn parse(bytes: &[u8]) -> Result<AuditResult, AuditRefusal> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-            refusal(
-                "invalid_json",
-                "",
-                format!("line {} column {}: {e}", e.line(), e.column()),
-            )
-        })?;
+        let value = json_of(bytes)?;
         let top = object(&value, "", "audit_result")?;
         let string = |name| text(top, "", name, "audit_result");
         let (cell, assessor, producer) =

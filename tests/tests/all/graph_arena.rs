@@ -443,27 +443,25 @@ fn audit_plan(cells: &[(&str, bool)]) -> String {
 /// Runs the audited graph into `out` with `plan`, its checkpoints signed by
 /// `audit.key` (made by `audited_graph`).
 fn run_audited(dir: &Path, out: &str, plan: &str) -> std::process::Output {
-    bl(
-        &[
-            "graph",
-            "run",
-            "--execute",
-            "graph.yaml",
-            "--connections",
-            "connections.json",
-            "--inputs",
-            "inputs.json",
-            "--recorded",
-            "replies.json",
-            "--audit-plan",
-            plan,
-            "--checkpoint-key",
-            "audit.key",
-            "--out",
-            out,
-        ],
+    let with = [
+        "--audit-plan",
+        plan,
+        "--checkpoint-key",
+        "audit.key",
+        "--out",
+        out,
+    ];
+    bl(&[bl_e2e::RECORDED_GRAPH_RUN, &with].concat(), dir)
+}
+
+/// The arena of the audited run `run`, made with its key, as rendered.
+fn audited_arena(dir: &Path, run: &str) -> String {
+    let made = bl(
+        &["graph", "arena", "--run", run, "--pubkey", "audit.pub"],
         dir,
-    )
+    );
+    assert!(made.status.success(), "{made:?}");
+    rendered(&dir.join(format!("{run}.arena.html")), "")
 }
 
 /// The text of the element with `id` in the rendered DOM.
@@ -529,19 +527,7 @@ fn an_audit_plan_gives_the_arena_its_coverage_table_and_release_verdict() {
         plan,
         "kept byte for byte"
     );
-    let made = bl(
-        &[
-            "graph",
-            "arena",
-            "--run",
-            "blocked",
-            "--pubkey",
-            "audit.pub",
-        ],
-        &dir,
-    );
-    assert!(made.status.success(), "{made:?}");
-    let dom = rendered(&dir.join("blocked.arena.html"), "");
+    let dom = audited_arena(&dir, "blocked");
     assert!(
         trust_line(&dom).contains("Verified"),
         "{}",
@@ -588,22 +574,7 @@ fn an_audit_plan_gives_the_arena_its_coverage_table_and_release_verdict() {
     )
     .unwrap();
     assert!(run_audited(&dir, "released", "plan.json").status.success());
-    assert!(
-        bl(
-            &[
-                "graph",
-                "arena",
-                "--run",
-                "released",
-                "--pubkey",
-                "audit.pub"
-            ],
-            &dir
-        )
-        .status
-        .success()
-    );
-    let dom = rendered(&dir.join("released.arena.html"), "");
+    let dom = audited_arena(&dir, "released");
     assert!(
         dom.contains(r#"data-bound="true""#),
         "{}",
@@ -624,22 +595,7 @@ fn an_audit_plan_gives_the_arena_its_coverage_table_and_release_verdict() {
     // The plan changed after the run: the verdict fails closed.
     let kept = dir.join("released/audit-plan.json");
     std::fs::write(&kept, audit_plan(&[("facts", false)])).unwrap();
-    assert!(
-        bl(
-            &[
-                "graph",
-                "arena",
-                "--run",
-                "released",
-                "--pubkey",
-                "audit.pub"
-            ],
-            &dir
-        )
-        .status
-        .success()
-    );
-    let dom = rendered(&dir.join("released.arena.html"), "");
+    let dom = audited_arena(&dir, "released");
     let verdict = element_text(&dom, "audit-verdict");
     assert!(
         verdict.starts_with("BLOCKED: audit plan present but projection failed closed")

@@ -16,20 +16,8 @@ use bl_e2e::{bl_binary, http_request as request};
 fn paused_run() -> tempfile::TempDir {
     let case = bl_e2e::first_graph();
     let run = Command::new(bl_binary())
-        .args([
-            "graph",
-            "run",
-            "--execute",
-            "graph.yaml",
-            "--connections",
-            "connections.json",
-            "--inputs",
-            "inputs.json",
-            "--recorded",
-            "replies.json",
-            "--out",
-            "run",
-        ])
+        .args(bl_e2e::RECORDED_GRAPH_RUN)
+        .args(["--out", "run"])
         .current_dir(case.path())
         .output()
         .unwrap();

@@ -62,18 +62,7 @@ fn edit(path: &Path, from: &str, to: &str) {
     std::fs::write(path, text.replace(from, to)).unwrap();
 }
 
-const RUN: &[&str] = &[
-    "graph",
-    "run",
-    "--execute",
-    "graph.yaml",
-    "--connections",
-    "connections.json",
-    "--inputs",
-    "inputs.json",
-    "--recorded",
-    "replies.json",
-];
+const RUN: &[&str] = bl_e2e::RECORDED_GRAPH_RUN;
 
 fn run_to(dir: &Path, out: &str) -> Said {
     let mut args = RUN.to_vec();

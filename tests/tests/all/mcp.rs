@@ -71,19 +71,10 @@ fn workspace() -> tempfile::TempDir {
     let out = workspace.path().join(".bounded-loops/runs/first");
     let run = bl(
         &[
-            "graph",
-            "run",
-            "--execute",
-            "graph.yaml",
-            "--connections",
-            "connections.json",
-            "--inputs",
-            "inputs.json",
-            "--recorded",
-            "replies.json",
-            "--out",
-            out.to_str().unwrap(),
-        ],
+            bl_e2e::RECORDED_GRAPH_RUN,
+            &["--out", out.to_str().unwrap()],
+        ]
+        .concat(),
         first.path(),
     );
     assert_eq!(run.status.code(), Some(3), "paused for approval: {run:?}");

@@ -29,15 +29,7 @@ fn project() -> tempfile::TempDir {
         std::fs::copy(entry.path(), graph.join(entry.file_name())).unwrap();
     }
     let earlier = Command::new(bl_binary())
-        .args([
-            "graph",
-            "run",
-            "--execute",
-            "graph.yaml",
-            "--connections",
-            "connections.json",
-        ])
-        .args(["--inputs", "inputs.json", "--recorded", "replies.json"])
+        .args(bl_e2e::RECORDED_GRAPH_RUN)
         .args(["--out", "../../.bounded-loops/runs/earlier"])
         .current_dir(&graph)
         .output()
@@ -59,6 +51,40 @@ fn monitor(project: &std::path::Path) -> (Child, String) {
     )
 }
 
+/// Previews `manifest` on the monitor's page and starts it: what the
+/// preview said, and the started run's name.
+async fn preview_and_start(client: &fantoccini::Client, manifest: &str) -> (String, String) {
+    use fantoccini::Locator;
+    client
+        .find(Locator::Css(&format!(
+            r#"button[data-manifest="{manifest}"]"#
+        )))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let start = client
+        .wait()
+        .for_element(Locator::Id("start"))
+        .await
+        .unwrap();
+    let preview = client
+        .find(Locator::Id("preview"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    start.click().await.unwrap();
+    let said = client
+        .wait()
+        .for_element(Locator::Css("#started[data-run]"))
+        .await
+        .unwrap();
+    (preview, said.attr("data-run").await.unwrap().unwrap())
+}
+
 #[test]
 fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it() {
     if !crate::browser::available(true) {
@@ -78,34 +104,7 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 .await
                 .unwrap();
             crate::browser::assert_not_blank(client, "monitor").await;
-            client
-                .find(Locator::Css(
-                    r#"button[data-manifest="graphs/first/graph.yaml"]"#,
-                ))
-                .await
-                .unwrap()
-                .click()
-                .await
-                .unwrap();
-            let start = client
-                .wait()
-                .for_element(Locator::Id("start"))
-                .await
-                .unwrap();
-            let preview = client
-                .find(Locator::Id("preview"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            start.click().await.unwrap();
-            let said = client
-                .wait()
-                .for_element(Locator::Css("#started[data-run]"))
-                .await
-                .unwrap();
-            let started = said.attr("data-run").await.unwrap().unwrap();
+            let (preview, started) = preview_and_start(client, "graphs/first/graph.yaml").await;
             // The new run pauses at review; its row offers its console.
             let approve = client
                 .wait()
@@ -127,34 +126,8 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 .unwrap();
             let ended = row.text().await.unwrap();
             // The loop package: previewed, started, and its report opened.
-            client
-                .find(Locator::Css(
-                    r#"button[data-manifest="loops/records/loop.yaml"]"#,
-                ))
-                .await
-                .unwrap()
-                .click()
-                .await
-                .unwrap();
-            let start = client
-                .wait()
-                .for_element(Locator::Id("start"))
-                .await
-                .unwrap();
-            let loop_preview = client
-                .find(Locator::Id("preview"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            start.click().await.unwrap();
-            let said = client
-                .wait()
-                .for_element(Locator::Css("#started[data-run]"))
-                .await
-                .unwrap();
-            let loop_run = said.attr("data-run").await.unwrap().unwrap();
+            let (loop_preview, loop_run) =
+                preview_and_start(client, "loops/records/loop.yaml").await;
             let report = client
                 .wait()
                 .at_most(Duration::from_secs(120))

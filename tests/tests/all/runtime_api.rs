@@ -311,20 +311,7 @@ fn the_command_line_approves_only_against_the_request_digest_it_is_given() {
             .output()
             .unwrap()
     };
-    let ran = bl(&[
-        "graph",
-        "run",
-        "--execute",
-        "graph.yaml",
-        "--connections",
-        "connections.json",
-        "--inputs",
-        "inputs.json",
-        "--recorded",
-        "replies.json",
-        "--out",
-        "run",
-    ]);
+    let ran = bl(&[bl_e2e::RECORDED_GRAPH_RUN, &["--out", "run"]].concat());
     assert!(
         String::from_utf8_lossy(&ran.stdout).contains("--node review"),
         "{}\n{}",
