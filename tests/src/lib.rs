@@ -79,6 +79,15 @@ pub fn bl(args: &[&str], cache: &Path) -> Output {
         .expect("bl runs")
 }
 
+/// `bl ARGS`, run in `dir`.
+pub fn bl_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(bl_binary())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("bl runs")
+}
+
 /// The identity of the run the crash tests' log writer writes.
 pub fn crash_run_identity() -> bl_store::RunIdentity {
     bl_store::RunIdentity {

@@ -31,11 +31,7 @@ fn rendered(page: &Path, fragment: &str) -> String {
 }
 
 fn bl(args: &[&str], dir: &Path) -> std::process::Output {
-    Command::new(bl_binary())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
+    bl_e2e::bl_in(dir, args)
 }
 
 /// A run of three nodes with a checkpoint signed by a fresh key; returns

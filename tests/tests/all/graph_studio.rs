@@ -5,19 +5,14 @@
 //! every case of the lint corpus.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use bl_e2e::{bl_binary, repo_root};
+use bl_e2e::repo_root;
 use serde_json::{Value, json};
 
 use crate::browser::{Driver, available};
 
 fn bl(args: &[&str], dir: &Path) -> std::process::Output {
-    Command::new(bl_binary())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
+    bl_e2e::bl_in(dir, args)
 }
 
 fn corpus() -> PathBuf {

@@ -4,18 +4,13 @@
 //! verified.
 
 use std::path::Path;
-use std::process::Command;
 
-use bl_e2e::{bl_binary, copy_tree, repo_root};
+use bl_e2e::{copy_tree, repo_root};
 
 use crate::browser::{available, headless};
 
 fn bl(args: &[&str], dir: &Path) -> std::process::Output {
-    Command::new(bl_binary())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
+    bl_e2e::bl_in(dir, args)
 }
 
 /// The DOM Chromium made of `page`.

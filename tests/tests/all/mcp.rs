@@ -51,11 +51,7 @@ fn drive(python: &Path, workspace: &Path, calls: &Value) -> Value {
 }
 
 fn bl(args: &[&str], dir: &Path) -> std::process::Output {
-    Command::new(bl_binary())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
+    bl_e2e::bl_in(dir, args)
 }
 
 /// A workspace with two runs: `first` (the first graph, paused at its
