@@ -416,21 +416,26 @@ impl BlServer {
         Ok(dir)
     }
 
-    /// Reads the run `run` with `read`, as `{ok, run, <key>: ...}`.
-    fn about_run(
+    /// Reads the run `run` with `read`, as `{ok, run, <key>: ...}`, off the
+    /// server's thread (reading and verifying a long log takes a while, and
+    /// the session goes on meanwhile).
+    async fn about_run(
         &self,
         run: &str,
         key: &str,
-        read: impl FnOnce(&GraphRuntime, &Path) -> Result<Value, bl_app::AppError>,
-    ) -> Value {
+        read: impl FnOnce(&GraphRuntime, &Path) -> Result<Value, bl_app::AppError> + Send + 'static,
+    ) -> Result<Value, ErrorData> {
         let dir = match self.run_dir(run) {
             Ok(dir) => dir,
-            Err(refused) => return refused,
+            Err(refused) => return Ok(refused),
         };
-        match read(&GraphRuntime::default(), &dir) {
+        let read = tokio::task::spawn_blocking(move || read(&GraphRuntime::default(), &dir))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(match read {
             Ok(value) => json!({"ok": true, "run": run, key: value}),
             Err(e) => json!({"ok": false, "run": run, "error": e.message()}),
-        }
+        })
     }
 
     #[tool(
@@ -505,9 +510,11 @@ impl BlServer {
         &self,
         Parameters(args): Parameters<RunArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let value = self.about_run(&args.run, "projection", |runtime, dir| {
-            Ok(runtime.status(dir)?.to_json())
-        });
+        let value = self
+            .about_run(&args.run, "projection", |runtime, dir| {
+                Ok(runtime.status(dir)?.to_json())
+            })
+            .await?;
         answer(&value, args.cursor.as_deref())
     }
 
@@ -518,9 +525,11 @@ impl BlServer {
         &self,
         Parameters(args): Parameters<RunArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let value = self.about_run(&args.run, "markdown", |runtime, dir| {
-            Ok(json!(runtime.status(dir)?.to_markdown()))
-        });
+        let value = self
+            .about_run(&args.run, "markdown", |runtime, dir| {
+                Ok(json!(runtime.status(dir)?.to_markdown()))
+            })
+            .await?;
         answer(&value, args.cursor.as_deref())
     }
 
@@ -531,9 +540,11 @@ impl BlServer {
         &self,
         Parameters(args): Parameters<RunArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let value = self.about_run(&args.run, "metrics", |runtime, dir| {
-            Ok(runtime.metrics(dir)?.to_json())
-        });
+        let value = self
+            .about_run(&args.run, "metrics", |runtime, dir| {
+                Ok(runtime.metrics(dir)?.to_json())
+            })
+            .await?;
         answer(&value, args.cursor.as_deref())
     }
 
