@@ -120,17 +120,27 @@
     run.artifacts.find((a) => a.digest === digest) || {};
   const nodeName = (x) => (x && typeof x === "object" ? x.node_id || JSON.stringify(x) : x ?? "");
 
+  // Edges by the node they lead to, found once: an edge into a node that
+  // was skipped (a route not taken) is drawn as excluded.
+  let edgesInto = null;
+  const excluded = new Set();
+
   function project() {
     nodes = new Map();
+    const repairs = [];
     let runState = "PENDING";
     result.events.forEach((e, i) => {
       if (!e) return;
       const p = e.payload || {};
       if (e.event_type && e.event_type.startsWith("run.") && p.state) runState = p.state;
+      if (e.event_type === "run.repair.round") repairs.push(p);
       if (!p.node_id) return;
-      const n = nodes.get(p.node_id) || { events: [], state: "PENDING", attempts: 0, artifacts: new Set(), tokens: 0, cost: 0 };
+      const n = nodes.get(p.node_id) || { events: [], state: "PENDING", attempts: 0, artifacts: new Set(), tokens: 0, cost: 0, rounds: [] };
       nodes.set(p.node_id, n);
       n.events.push(i);
+      const at = Date.parse(e.timestamp);
+      if (!Number.isNaN(at)) { n.first = n.first ?? at; n.last = at; }
+      if (e.event_type === "node.repaired") n.rounds.push(`round ${p.round}: reset from ${p.from_state}`);
       if (p.state) n.state = p.state;
       if (p.attempt) n.attempts = Math.max(n.attempts, p.attempt);
       (p.artifact_digests || []).forEach((d) => n.artifacts.add(d));
@@ -144,8 +154,30 @@
       const n = nodes.get(g.dataset.node) || { state: "PENDING", attempts: 0 };
       counts[n.state] = (counts[n.state] || 0) + 1;
       g.setAttribute("class", "node state-" + n.state.toLowerCase());
-      g.querySelector("text.state").textContent = `${n.state} · ${n.attempts} attempt${n.attempts === 1 ? "" : "s"}`;
+      const took = n.first !== undefined ? ` · ${Math.round((n.last - n.first) / 1000)} s` : "";
+      const spent = n.tokens ? ` · ${n.tokens} tok` : "";
+      g.querySelector("text.state").textContent = `${n.state} · ${n.attempts} attempt${n.attempts === 1 ? "" : "s"}${took}${spent}`;
     });
+    for (const r of repairs) {
+      const n = nodes.get(r.target_node);
+      if (n) n.rounds.push(`round ${r.round}: ${r.reason}`);
+    }
+    if (!edgesInto) {
+      edgesInto = new Map();
+      document.querySelectorAll("#graph path.edge").forEach((path) => {
+        const list = edgesInto.get(path.dataset.to) || [];
+        list.push(path);
+        edgesInto.set(path.dataset.to, list);
+      });
+    }
+    // Only what changed is touched: 30,000 edges are not restyled per event.
+    for (const [id, paths] of edgesInto) {
+      const out = (nodes.get(id) || {}).state === "SKIPPED";
+      if (out !== excluded.has(id)) {
+        out ? excluded.add(id) : excluded.delete(id);
+        paths.forEach((path) => path.classList.toggle("excluded", out));
+      }
+    }
     $("summary").textContent = `run ${runState}; ` + Object.entries(counts).map(([s, c]) => `${c} ${s}`).join(", ") + `; ${run.events.length} events`;
   }
 
@@ -167,6 +199,8 @@
       if (n.reason) fact("reason", n.reason);
       if (n.route) fact("route", `${n.route.provider_id} / ${n.route.model_id} (${n.route.region})`);
       fact("spend", `${n.tokens} tokens, ${n.cost} microunits`);
+      if (n.first !== undefined) fact("duration", `${Math.round((n.last - n.first) / 1000)} s, from its first event to its last`);
+      fact("repair rounds", n.rounds.join("; ") || "none");
     }
     details.append(facts);
     if (childOf.has(id)) {

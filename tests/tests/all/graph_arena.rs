@@ -13,7 +13,7 @@ use bl_e2e::{bl_binary, repo_root};
 use crate::browser::{Driver, available, headless};
 
 /// The page's DOM once its script has run (`fragment`: after `#`).
-fn rendered(page: &Path, fragment: &str) -> String {
+pub(crate) fn rendered(page: &Path, fragment: &str) -> String {
     let profile = tempfile::tempdir().unwrap();
     let out = headless(profile.path())
         .arg("--virtual-time-budget=10000")
@@ -189,6 +189,21 @@ fn the_arena_of_a_signed_run_is_verified_in_the_browser_with_every_node_drawn_in
     );
     assert!(details.contains("<td>5</td>") && details.contains("n00001 (attempt 1)"));
     assert!(details.contains("node.succeeded"));
+    // Each box says its state, attempts and how long it took; the details
+    // add its duration and its repair rounds (none here).
+    let mark = &dom[dom.find(r#"data-node="n00001""#).unwrap()..];
+    let mark = &mark[mark.find(r#"class="state""#).unwrap()..];
+    let mark = &mark[mark.find('>').unwrap() + 1..mark.find("</text>").unwrap()];
+    let seconds = mark
+        .strip_prefix("SUCCEEDED · 1 attempt · ")
+        .and_then(|rest| rest.split(" s").next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(seconds.is_some(), "{mark}");
+    assert!(
+        details.contains("<dt>duration</dt>")
+            && details.contains("<dt>repair rounds</dt><dd>none</dd>"),
+        "{details}"
+    );
     // The page renders to something, not a blank screen.
     let shot = case.path().join("arena.png");
     let profile = tempfile::tempdir().unwrap();

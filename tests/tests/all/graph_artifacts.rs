@@ -951,6 +951,33 @@ fn a_router_takes_one_route_and_what_lies_beyond_the_others_is_skipped() {
             .starts_with("branch not taken"),
         "{skipped}"
     );
+    // The arena draws the edges into the skipped nodes as excluded, and
+    // only those.
+    if crate::browser::available(true) {
+        let arena = case.bl(&["graph", "arena", "--run", "reply"]);
+        assert!(arena.status.success(), "{}", text(&arena));
+        let dom = crate::graph_arena::rendered(&case.path("reply.arena.html"), "");
+        let edge = |to: &str| {
+            let at = dom
+                .find(&format!(r#"data-to="{to}""#))
+                .unwrap_or_else(|| panic!("an edge into {to}"));
+            let start = dom[..at].rfind('<').unwrap();
+            dom[start..at].to_string()
+        };
+        for (to, out) in [
+            ("fix", true),
+            ("after-fix", true),
+            ("ship", false),
+            ("after-ship", false),
+        ] {
+            assert_eq!(
+                edge(to).contains("excluded"),
+                out,
+                "the edge into {to}: {}",
+                edge(to)
+            );
+        }
+    }
 
     // A reply that names no route takes the default.
     let mut entries = all();
