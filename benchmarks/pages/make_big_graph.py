@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a graph for the pages benchmark: N local_cli nodes, each (after
-the first few) fed by up to PARENTS earlier nodes, so edges are about
-PARENTS*N; a fake `claude` that fails each node's first attempt and every
+the first few) fed by PARENTS distinct earlier nodes (every 40th by one
+more), so edges are a little over PARENTS*N; a fake `claude` that fails each node's first attempt and every
 other node's second, so the run logs about 10 events a node; and its
 connections and inputs. Also writes `studio-500.yaml`, a valid manifest of
 500 nodes for the studio's keystroke figure.
@@ -20,7 +20,10 @@ def graph(count, with_slots):
     nodes, edges, slots, conns, inputs = [], [], [], [], {}
     for i in range(count):
         nid = f"n{i:05d}"
-        feeds = sorted(set(rng.randrange(max(0, i - 200), i) for _ in range(parents))) if i >= parents else []
+        # PARENTS distinct earlier nodes (one more for every 40th), so a
+        # graph of 10,000 nodes has a little over 30,000 edges.
+        lo = max(0, i - 200)
+        feeds = sorted(rng.sample(range(lo, i), min(i - lo, parents + (i % 40 == 0))))
         node = {"id": nid, "kind": "research_claim",
                 "inputs": {f"in{k}": "text" for k in range(len(feeds))}, "outputs": {"out": "text"},
                 "budget": {"max_attempts": 3, "max_wallclock_s": 60}, "effects": ["read_only"],

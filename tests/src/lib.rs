@@ -364,6 +364,24 @@ pub fn http_request(
     headers: &[&str],
     body: &[u8],
 ) -> (String, String) {
+    let (status, _, body) = http_exchange(url, method, path_suffix, headers, body);
+    (status, body)
+}
+
+/// The headers of the answer to a raw HTTP/1.0 GET, lower-cased, a line each.
+pub fn http_headers(url: &str, path_suffix: &str) -> Vec<String> {
+    http_exchange(url, "GET", path_suffix, &[], b"").1
+}
+
+/// A raw HTTP/1.0 request; the status line, the headers (lower-cased) and
+/// the body.
+fn http_exchange(
+    url: &str,
+    method: &str,
+    path_suffix: &str,
+    headers: &[&str],
+    body: &[u8],
+) -> (String, Vec<String>, String) {
     let rest = url.strip_prefix("http://").unwrap();
     let slash = rest.find('/').unwrap();
     let (host, path) = (&rest[..slash], &rest[slash..]);
@@ -379,11 +397,9 @@ pub fn http_request(
     let _ = stream.write_all(body);
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
-    let status = answer.lines().next().unwrap_or_default().to_string();
-    let body = answer
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
-    (status, body)
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let mut lines = head.lines();
+    let status = lines.next().unwrap_or_default().to_string();
+    let headers = lines.map(str::to_ascii_lowercase).collect();
+    (status, headers, body.to_string())
 }

@@ -242,6 +242,12 @@ pub(crate) fn hardened() -> HeaderMap {
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::REFERRER_POLICY, "no-referrer"),
+        // The pages' own policy is in each page; what only a header can
+        // say (no framing) and what no page needs, here.
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "frame-ancestors 'none'; base-uri 'none'; form-action 'none'; object-src 'none'",
+        ),
     ] {
         headers.insert(name, HeaderValue::from_static(value));
     }

@@ -79,6 +79,25 @@ fn the_console_refuses_a_wrong_token_a_foreign_origin_a_large_body_and_changed_e
     let (status, page) = request(&url, "GET", "", &[], b"");
     assert!(status.contains("200"), "{status}");
     assert!(page.contains(r#"data-node="review""#), "{page}");
+    // Hardened: not framed, not sniffed, not kept, no referrer, and a
+    // policy in the page that runs only its own script.
+    let headers = bl_e2e::http_headers(&url, "");
+    for wanted in [
+        "x-frame-options: deny",
+        "x-content-type-options: nosniff",
+        "cache-control: no-store",
+        "referrer-policy: no-referrer",
+        "content-security-policy: frame-ancestors 'none'; base-uri 'none'; form-action 'none'; object-src 'none'",
+    ] {
+        assert!(
+            headers.iter().any(|h| h == wanted),
+            "{wanted} in {headers:?}"
+        );
+    }
+    assert!(
+        page.contains("script-src 'sha256-"),
+        "the page's own policy"
+    );
     assert!(
         request(&url, "POST", "decide", &[json], stale.as_bytes())
             .0
