@@ -27,6 +27,11 @@ fn paused_run() -> tempfile::TempDir {
 
 /// `bl graph console` on a free port, and the page's address.
 fn console(dir: &Path) -> (Child, String) {
+    console_with(dir, &[])
+}
+
+/// `bl graph console` with `extra` arguments.
+fn console_with(dir: &Path, extra: &[&str]) -> (Child, String) {
     bl_e2e::serving(
         Command::new(bl_binary())
             .args([
@@ -39,6 +44,7 @@ fn console(dir: &Path) -> (Child, String) {
                 "--recorded",
                 "replies.json",
             ])
+            .args(extra)
             .current_dir(dir),
         "console",
     )
@@ -267,4 +273,66 @@ fn the_state_of_a_paused_run_reads_as_markdown_with_what_waits_for_a_decision() 
     );
     assert!(md.contains("| publish | publish | PENDING | 0 |"), "{md}");
     assert!(md.contains("| write-brief | review | — |"), "{md}");
+}
+
+/// With `--key`, a decision made in the console is signed on the same
+/// path as `bl graph approve`: `bl verify` holds the signature against the
+/// key's public half, and the run completes.
+#[test]
+fn a_decision_made_in_a_console_with_a_key_is_signed_and_verifies() {
+    let case = paused_run();
+    let made = bl_e2e::bl_in(
+        case.path(),
+        &[
+            "keys",
+            "generate",
+            "--name",
+            "reviewer",
+            "--out",
+            "reviewer.key",
+        ],
+    );
+    assert!(made.status.success(), "{made:?}");
+    let (mut child, url) = console_with(case.path(), &["--key", "reviewer.key"]);
+    let (_, page) = request(&url, "GET", "", &[], b"");
+    let digest = page
+        .split(r#"data-node="review" data-request=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page names the request it shows")
+        .to_string();
+    let origin = {
+        let rest = url.strip_prefix("http://").unwrap();
+        format!("Origin: http://{}", &rest[..rest.find('/').unwrap()])
+    };
+    let body = format!(r#"{{"node":"review","decision":"approved","request_digest":"{digest}"}}"#);
+    let (status, said) = request(
+        &url,
+        "POST",
+        "decide",
+        &[&origin, "Content-Type: application/json"],
+        body.as_bytes(),
+    );
+    assert!(status.contains("200"), "{status} {said}");
+    let _ = child.wait();
+    assert_eq!(run_state(case.path()), "SUCCEEDED");
+    let verify = bl_e2e::bl_in(
+        case.path(),
+        &["verify", "run", "--json", "--pubkey", "reviewer.pub"],
+    );
+    let report: serde_json::Value = serde_json::from_slice(&verify.stdout).unwrap();
+    let approvals = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "approvals")
+        .unwrap();
+    assert_eq!(approvals["status"], "ok", "{report}");
+    assert!(
+        approvals["detail"]
+            .as_str()
+            .unwrap()
+            .contains("1 signatures hold"),
+        "{approvals}"
+    );
 }
