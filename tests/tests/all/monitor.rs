@@ -92,7 +92,7 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
     }
     let project = project();
     let (mut child, url) = monitor(project.path());
-    let (listed, preview, started, outcome, ended, looped) =
+    let (listed, preview, started, outcome, ended, looped, (receipts, watched)) =
         crate::browser::Driver::start().drive(async |client| {
             use fantoccini::Locator;
             crate::browser::open(client, &url).await;
@@ -104,6 +104,23 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 .await
                 .unwrap();
             crate::browser::assert_not_blank(client, "monitor").await;
+            // Its receipts: each node's state, gate, artifacts and spend
+            // against its cap.
+            client
+                .find(Locator::Css(r#"#runs tr[data-run="earlier"] button"#))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+            let receipts = client
+                .wait()
+                .for_element(Locator::Css(r#"tr.receipts[data-receipts="earlier"]"#))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
             let (preview, started) = preview_and_start(client, "graphs/first/graph.yaml").await;
             // The new run pauses at review; its row offers its console.
             let approve = client
@@ -125,6 +142,22 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 .await
                 .unwrap();
             let ended = row.text().await.unwrap();
+            // Its watch link opens the run's live arena.
+            row.find(Locator::Css("a.watch"))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+            let watched = client
+                .wait()
+                .for_element(Locator::Css(r#"body[data-ready="true"] #summary"#))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            client.goto(&url).await.unwrap();
             // The loop package: previewed, started, and its report opened.
             let (loop_preview, loop_run) =
                 preview_and_start(client, "loops/records/loop.yaml").await;
@@ -152,9 +185,20 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 outcome,
                 ended,
                 (loop_preview, loop_run, report),
+                (receipts, watched),
             )
         });
     let (loop_preview, loop_run, report) = looped;
+    for shown in ["research-users", "SUCCEEDED", "passed", "sha256:", "20000"] {
+        assert!(
+            receipts.contains(shown),
+            "{shown} in the receipts: {receipts}"
+        );
+    }
+    assert!(
+        watched.starts_with("run SUCCEEDED; 5 SUCCEEDED"),
+        "the watch page: {watched}"
+    );
     assert!(
         loop_preview.contains("sound: loop records-shell")
             && loop_preview.contains("command: python3 seed/check_records.py")
