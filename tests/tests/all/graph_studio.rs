@@ -98,6 +98,14 @@ fn a_broken_manifest_gets_lints_code_and_place_and_a_keystroke_that_fixes_it_dra
             .execute("return document.getElementById('graph').className", vec![])
             .await
             .unwrap();
+        // The lines the gutter marks as refused, by number.
+        let marked = client
+            .execute(
+                "return [...document.querySelectorAll('#gutter .bad')].map((l) => [...l.parentNode.children].indexOf(l) + 1)",
+                vec![],
+            )
+            .await
+            .unwrap();
         // The fix is one keystroke: the text up to the missing letter is
         // put in place, and the letter is typed.
         let at = broken.find("kind: approva").unwrap() + "kind: approva".len();
@@ -130,8 +138,14 @@ fn a_broken_manifest_gets_lints_code_and_place_and_a_keystroke_that_fixes_it_dra
             )
             .await
             .unwrap();
-        (before, stale, after, dry_run, gutter)
+        (before, (stale, marked), after, dry_run, gutter)
     });
+    let (stale, marked) = stale;
+    assert_eq!(
+        marked,
+        json!([want["line"]]),
+        "the refused line, and only it, is marked"
+    );
     let (text, marks) = before;
     assert_eq!(marks["valid"], "false");
     assert_eq!(marks["code"], want["code"], "{text}");
