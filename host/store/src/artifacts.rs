@@ -32,7 +32,13 @@ pub fn verify_artifacts(dir: &Path) -> Result<usize, ArtifactError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(artifact_io(&objects)(e)),
     };
-    let mut names: Vec<_> = entries.filter_map(|e| e.ok()).collect();
+    // A write killed before its rename leaves its temporary file
+    // (`.<digest>.tmp.<pid>`): no event names it and it is not an object.
+    let unfinished = |name: &str| name.starts_with('.') && name.contains(".tmp.");
+    let mut names: Vec<_> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| !unfinished(&e.file_name().to_string_lossy()))
+        .collect();
     names.sort_by_key(|e| e.file_name());
     for entry in &names {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -322,6 +328,23 @@ mod tests {
         assert_eq!(ours, theirs);
         assert_eq!(store.get(&digest).unwrap(), bytes);
         assert_eq!(verify_artifacts(dir.path()).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_write_killed_before_its_rename_leaves_no_object_to_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(dir.path(), 1 << 20);
+        let digest = store.put(b"kept", &META).unwrap();
+        // What a kill -9 between create and rename leaves behind.
+        let objects = dir.path().join(OBJECTS);
+        std::fs::write(objects.join(format!(".{}.tmp.4242", &digest[7..])), b"").unwrap();
+        assert_eq!(verify_artifacts(dir.path()).unwrap(), 1);
+        // A misnamed object is still refused.
+        std::fs::write(objects.join("0".repeat(64)), b"not zeros").unwrap();
+        assert!(matches!(
+            verify_artifacts(dir.path()),
+            Err(ArtifactError::Misnamed { .. })
+        ));
     }
 
     #[test]
