@@ -245,21 +245,22 @@ impl BlServer {
 
     /// `path` (relative to the workspace, or absolute), resolved, only
     /// when it is inside the workspace: a model names nothing outside it.
-    fn contained(&self, path: &str) -> Result<PathBuf, String> {
+    fn contained(&self, path: &str) -> Result<PathBuf, Value> {
+        let refused = |message: String| json!({"status": "error", "error_type": "ManifestError", "message": message});
         let joined = self.config.workspace.join(path);
         let real = std::fs::canonicalize(&joined).map_err(|_| {
-            format!(
+            refused(format!(
                 "'{}' is not a directory or does not exist.",
                 joined.display()
-            )
+            ))
         })?;
         let root = std::fs::canonicalize(&self.config.workspace)
             .unwrap_or_else(|_| self.config.workspace.clone());
         if !real.starts_with(&root) {
-            return Err(format!(
+            return Err(refused(format!(
                 "'{path}' is outside the workspace this server was started with ({}); only paths inside it are taken",
                 root.display()
-            ));
+            )));
         }
         Ok(real)
     }
@@ -269,7 +270,7 @@ impl BlServer {
         let error = |message: String| json!({"status": "error", "error_type": "ManifestError", "message": message});
         let dir = match self.contained(&args.loop_dir) {
             Ok(dir) => dir,
-            Err(message) => return error(message),
+            Err(refused) => return refused,
         };
         let request = LoopRequest {
             loop_dir: dir.clone(),
@@ -348,9 +349,7 @@ impl BlServer {
     fn loop_runs(&self, loop_dir: &str) -> Value {
         let dir = match self.contained(loop_dir) {
             Ok(dir) => dir,
-            Err(message) => {
-                return json!({"status": "error", "error_type": "ManifestError", "message": message});
-            }
+            Err(refused) => return refused,
         };
         let runs_dir = dir.join(".bounded-loops/runs");
         let going = self.started.lock().unwrap_or_else(|e| e.into_inner());
