@@ -68,7 +68,7 @@ pub fn audit_coverage(
         return Ok(None);
     };
     let status = runtime.status(dir)?;
-    let events = runtime.subscribe(dir, 0).poll()?;
+    let events = runtime.subscribe(dir, 0).read_to_end()?;
     let logged: Option<String> = events
         .iter()
         .find(|e| e.event_type == "audit.plan.created")
@@ -158,7 +158,7 @@ fn records(
     depth: usize,
 ) -> Result<bl_pages::ChildRun, AppError> {
     let status = runtime.status(dir)?;
-    let logged = runtime.subscribe(dir, 0).poll()?;
+    let logged = runtime.subscribe(dir, 0).read_to_end()?;
     let run_dir = bl_store::RunDir::new(dir);
     let read = |path: &Path| {
         std::fs::read_to_string(path)

@@ -44,7 +44,7 @@ impl GraphRuntime {
     /// The run's metrics, read through the verified log.
     pub fn metrics(&self, dir: &Path) -> Result<RunMetrics, AppError> {
         let status = self.status(dir)?;
-        let events = self.subscribe(dir, 0).poll()?;
+        let events = self.subscribe(dir, 0).read_to_end()?;
         let timeline = timeline(events.iter().map(|e| TimedEvent {
             sequence: e.sequence,
             timestamp: e.line["timestamp"].as_str().unwrap_or_default(),

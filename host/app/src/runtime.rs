@@ -368,6 +368,10 @@ pub struct Subscription {
     lines: usize,
 }
 
+/// The most of a log one [`Subscription::poll`] reads (a line longer than
+/// this is still read whole).
+pub const READ_AHEAD: usize = 1 << 20;
+
 /// How often [`Subscription::wait`] looks for new events.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -378,10 +382,26 @@ impl Subscription {
         self.position
     }
 
-    /// The events appended since the last call (none yet: empty). Only
-    /// whole lines whose chain verifies are handed out; a line being
-    /// written waits for the next call, and a broken chain (or a log that
-    /// shrank) is an error.
+    /// Every event from where this subscription stands to the end of the
+    /// log as it is now, in as many reads as that takes: for readers that
+    /// need the whole log at once (a page being made, the metrics).
+    pub fn read_to_end(&mut self) -> Result<Vec<LogEvent>, AppError> {
+        let mut all = Vec::new();
+        loop {
+            let more = self.poll()?;
+            if more.is_empty() {
+                return Ok(all);
+            }
+            all.extend(more);
+        }
+    }
+
+    /// The events appended since the last call (none yet: empty), at most
+    /// [`READ_AHEAD`] bytes of them (or one line, if a line is longer), so
+    /// that a watcher's memory stays bounded however long the log: call
+    /// again for the rest. Only whole lines whose chain verifies are
+    /// handed out; a line being written waits for the next call, and a
+    /// broken chain (or a log that shrank) is an error.
     pub fn poll(&mut self) -> Result<Vec<LogEvent>, AppError> {
         use std::io::{Read, Seek, SeekFrom};
         let refused =
@@ -391,41 +411,58 @@ impl Subscription {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(refused(&e)),
         };
-        let verified = self.head.verified_len;
         let len = file.metadata().map_err(|e| refused(&e))?.len();
-        if len < verified {
+        if len < self.head.verified_len {
             return Err(refused(&format!(
-                "the log shrank from {verified} to {len} bytes since it was read: a log is only ever appended to"
+                "the log shrank from {} to {len} bytes since it was read: a log is only ever appended to",
+                self.head.verified_len
             )));
         }
-        let mut appended = Vec::new();
-        file.seek(SeekFrom::Start(verified))
-            .and_then(|_| file.read_to_end(&mut appended))
-            .map_err(|e| refused(&e))?;
-        let whole = memchr_last_newline(&appended);
         let mut events = Vec::new();
-        for line in appended[..whole].split(|b| *b == b'\n') {
-            if line.is_empty() {
-                continue;
-            }
-            self.lines += 1;
-            bl_store::chain::verify_line(&mut self.head, self.lines, line)
+        // Lines at or before `position` are verified and passed over: a
+        // reader that starts late reads on until it has something.
+        loop {
+            file.seek(SeekFrom::Start(self.head.verified_len))
                 .map_err(|e| refused(&e))?;
-            let raw = std::str::from_utf8(line)
-                .map_err(|e| refused(&e))?
-                .to_string();
-            let line: Value = serde_json::from_slice(line).map_err(|e| refused(&e))?;
-            let sequence = line["sequence"].as_u64().unwrap_or(0);
-            if sequence <= self.position {
-                continue;
+            // Read ahead a bounded amount; only a line longer than that
+            // makes the read go on, to the end of that line.
+            let mut appended = Vec::new();
+            let (mut whole, mut at_end) = (0, false);
+            while whole == 0 && !at_end {
+                let before = appended.len();
+                (&mut file)
+                    .take(READ_AHEAD as u64)
+                    .read_to_end(&mut appended)
+                    .map_err(|e| refused(&e))?;
+                whole = memchr_last_newline(&appended);
+                at_end = appended.len() - before < READ_AHEAD;
             }
-            events.push(LogEvent {
-                sequence,
-                event_type: line["event_type"].as_str().unwrap_or_default().to_string(),
-                payload: line["payload"].clone(),
-                line,
-                raw,
-            });
+            for line in appended[..whole].split(|b| *b == b'\n') {
+                if line.is_empty() {
+                    continue;
+                }
+                self.lines += 1;
+                bl_store::chain::verify_line(&mut self.head, self.lines, line)
+                    .map_err(|e| refused(&e))?;
+                let raw = std::str::from_utf8(line)
+                    .map_err(|e| refused(&e))?
+                    .to_string();
+                let line: Value = serde_json::from_slice(line).map_err(|e| refused(&e))?;
+                let sequence = line["sequence"].as_u64().unwrap_or(0);
+                if sequence <= self.position {
+                    continue;
+                }
+                events.push(LogEvent {
+                    sequence,
+                    event_type: line["event_type"].as_str().unwrap_or_default().to_string(),
+                    payload: line["payload"].clone(),
+                    line,
+                    raw,
+                });
+            }
+            if !events.is_empty() || at_end || whole == 0 {
+                break;
+            }
         }
         if let Some(last) = events.last() {
             self.position = last.sequence;

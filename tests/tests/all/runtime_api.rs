@@ -363,3 +363,65 @@ fn the_command_line_approves_only_against_the_request_digest_it_is_given() {
         "SUCCEEDED"
     );
 }
+
+/// A watcher's memory is bounded however long the log: a poll reads at
+/// most `READ_AHEAD` bytes of lines, the next poll goes on from there, and
+/// a watcher that starts late reads on until it has what it asked for.
+#[test]
+fn a_long_log_is_handed_out_in_bounded_pieces_in_order() {
+    use bl_app::runtime::READ_AHEAD;
+    let case = tempfile::tempdir().unwrap();
+    let run = case.path().join("run");
+    let log = bl_store::RunDir::new(&run).events();
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    let identity = bl_e2e::crash_run_identity();
+    let mut head = bl_store::ChainHead::default();
+    let mut bytes = Vec::new();
+    let count = 5_000;
+    for n in 0..count {
+        let payload = serde_json::json!({"node_id": format!("n{n}"), "note": "x".repeat(700)});
+        let (line, hash) = bl_store::chain::build_line(
+            &head,
+            &identity,
+            &format!("e{n}"),
+            "node.spend",
+            &payload,
+            "2026-12-03T10:00:00Z",
+        );
+        head.sequence += 1;
+        head.hash = hash;
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+    }
+    assert!(bytes.len() > 3 * READ_AHEAD, "{}", bytes.len());
+    std::fs::write(&log, &bytes).unwrap();
+
+    let runtime = GraphRuntime::new(DriveOptions::default());
+    let mut watcher = runtime.subscribe(&run, 0);
+    let mut seen = 0u64;
+    let mut polls = 0;
+    loop {
+        let got = watcher.poll().unwrap();
+        if got.is_empty() {
+            break;
+        }
+        polls += 1;
+        let read: usize = got.iter().map(|e| e.raw.len() + 1).sum();
+        assert!(read <= READ_AHEAD, "one poll held {read} bytes");
+        for event in got {
+            seen += 1;
+            assert_eq!(event.sequence, seen, "in order, each once");
+        }
+    }
+    assert_eq!(seen, count);
+    assert!(polls >= 3, "{polls} polls");
+    // Starting near the end: the first poll has the last five, no more.
+    let late = runtime.subscribe(&run, count - 5).poll().unwrap();
+    let sequences: Vec<u64> = late.iter().map(|e| e.sequence).collect();
+    assert_eq!(sequences, (count - 4..=count).collect::<Vec<_>>());
+    // Whole-log readers still get everything.
+    assert_eq!(
+        runtime.subscribe(&run, 0).read_to_end().unwrap().len() as u64,
+        count
+    );
+}
