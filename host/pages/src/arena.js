@@ -521,7 +521,12 @@
     const source = new EventSource(run.live);
     source.onmessage = (m) => {
       const sequence = Number(m.lastEventId);
-      if (sequence === run.events.length + 1) { run.events.push(m.data); later(); }
+      if (sequence === run.events.length + 1) { run.events.push(m.data); later(); return; }
+      // Never expected: the server sends each event once, in order. Counted
+      // so that a test sees it, and never drawn.
+      const said = document.body.dataset;
+      if (sequence <= run.events.length) said.repeated = String(Number(said.repeated || 0) + 1);
+      else said.gaps = String(Number(said.gaps || 0) + 1);
     };
     source.addEventListener("checkpoint", (m) => { run.checkpoint = m.data; later(); });
     // The log broke or shrank: nothing the page shows is verified any more.

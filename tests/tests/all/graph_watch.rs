@@ -1,14 +1,16 @@
 //! `bl graph watch`: a run's arena served live on 127.0.0.1. A run being
 //! written by another process is watched in real headless Chromium
-//! (through chromedriver) until it ends, verified; the event stream is
+//! (through chromedriver) until it ends, verified, across a network cut
+//! after which the browser reconnects by itself; the event stream is
 //! read over raw HTTP to show that a reconnect with `Last-Event-ID` loses
 //! and repeats nothing, that a wrong token finds nothing and that a ninth
 //! stream is turned away.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bl_e2e::{bl_binary, repo_root};
@@ -38,8 +40,9 @@ fn watch(dir: &Path, extra: &[&str]) -> Watching {
 }
 
 /// A graph of `n` nodes whose stand-in agent answers at once, or, with
-/// `held`, only once that file exists: the test decides when the run
-/// may end, whatever the machine's load.
+/// `held`, only once that file exists (or, for the k-th agent to start,
+/// `<held>.k`): the test decides when the run may go on, whatever the
+/// machine's load.
 fn graph(case: &Path, n: usize, held: Option<&Path>) -> PathBuf {
     let dir = case.join("graph");
     let made = Command::new("python3")
@@ -53,9 +56,10 @@ fn graph(case: &Path, n: usize, held: Option<&Path>) -> PathBuf {
     if let Some(held) = held {
         let claude = dir.join("fake-bin/claude");
         let script = std::fs::read_to_string(&claude).unwrap();
+        let held = held.display();
         let wait = format!(
-            "cat >/dev/null\nwhile [ ! -e '{}' ]; do sleep 0.05; done\n",
-            held.display()
+            "cat >/dev/null\nk=1\nwhile ! mkdir '{held}.ticket'$k 2>/dev/null; do k=$((k+1)); done\n\
+             while [ ! -e '{held}' ] && [ ! -e '{held}.'$k ]; do sleep 0.05; done\n"
         );
         std::fs::write(&claude, script.replacen("cat >/dev/null\n", &wait, 1)).unwrap();
     }
@@ -107,6 +111,81 @@ fn stream_ids(url: &str, last_event_id: Option<u64>, after: u64, last: u64) -> V
         }
     }
     ids
+}
+
+/// A loopback TCP relay between the browser and `bl graph watch`, which
+/// records what the browser asks and can cut every connection at once:
+/// a real network failure, after which the browser reconnects by itself.
+struct Relay {
+    address: String,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+    asked: Arc<Mutex<String>>,
+}
+
+impl Relay {
+    fn to(upstream: &str) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let asked: Arc<Mutex<String>> = Arc::default();
+        let (upstream, held, heard) = (upstream.to_string(), open.clone(), asked.clone());
+        std::thread::spawn(move || {
+            for browser in listener.incoming() {
+                let Ok(mut browser) = browser else { return };
+                let Ok(mut server) = TcpStream::connect(&upstream) else {
+                    return;
+                };
+                held.lock()
+                    .unwrap()
+                    .extend([browser.try_clone().unwrap(), server.try_clone().unwrap()]);
+                let (mut to_server, mut to_browser) =
+                    (server.try_clone().unwrap(), browser.try_clone().unwrap());
+                let heard = heard.clone();
+                std::thread::spawn(move || {
+                    let mut buffer = [0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = browser.read(&mut buffer) {
+                        heard
+                            .lock()
+                            .unwrap()
+                            .push_str(&String::from_utf8_lossy(&buffer[..n]));
+                        if to_server.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to_server.shutdown(std::net::Shutdown::Both);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut server, &mut to_browser);
+                    let _ = to_browser.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        Relay {
+            address,
+            open,
+            asked,
+        }
+    }
+
+    /// Every connection so far, closed at both ends.
+    fn cut(&self) {
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// The `Last-Event-ID`s the browser sent, in order.
+    fn last_event_ids(&self) -> Vec<u64> {
+        let asked = self.asked.lock().unwrap();
+        asked
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("Last-Event-ID: ")
+                    .or(l.strip_prefix("last-event-id: "))
+            })
+            .filter_map(|id| id.trim().parse().ok())
+            .collect()
+    }
 }
 
 /// `http://host:port/token/` → ("host:port", "/token/").
@@ -226,9 +305,14 @@ fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
         &["--pubkey", case.path().join("watch.pub").to_str().unwrap()],
     );
 
+    // The browser reaches the page through a relay that the test cuts.
+    let (host, path) = split(&watching.url);
+    let relay = Relay::to(host);
+    let relayed = format!("http://{}{path}", relay.address);
+
     let seen = crate::browser::Driver::start().drive(async |client| {
         use fantoccini::Locator;
-        client.goto(&watching.url).await.unwrap();
+        client.goto(&relayed).await.unwrap();
         let text = async |id| {
             client
                 .find(Locator::Id(id))
@@ -245,7 +329,28 @@ fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
             .await
             .unwrap();
         let early = text("summary").await;
-        // Only now may the agents answer.
+        let held = |name: &'static str| async move {
+            let said = client
+                .find(Locator::Css("body"))
+                .await
+                .unwrap()
+                .attr(name)
+                .await
+                .unwrap();
+            said.and_then(|n| n.parse::<usize>().ok()).unwrap_or(0)
+        };
+        let loaded = held("data-held").await;
+        // One agent answers; its events reach the page over the stream.
+        std::fs::write(format!("{}.1", go.display()), "").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while held("data-events").await <= loaded {
+            assert!(Instant::now() < deadline, "no event came over the stream");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let before_cut = held("data-events").await;
+        // The network fails; then the rest of the agents answer while the
+        // browser is reconnecting.
+        relay.cut();
         std::fs::write(&go, "").unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         let (summary, trust) = loop {
@@ -258,10 +363,19 @@ fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
         crate::browser::assert_not_blank(client, "watch").await;
-        (early, summary, trust)
+        let (repeated, gaps) = (held("data-repeated").await, held("data-gaps").await);
+        (early, summary, trust, before_cut, repeated, gaps)
     });
     assert!(run.wait().unwrap().success());
-    let (early, summary, trust) = seen;
+    let (early, summary, trust, before_cut, repeated, gaps) = seen;
+    // The browser came back saying how far it had got, and was sent
+    // nothing twice and nothing out of order.
+    let ids = relay.last_event_ids();
+    assert!(
+        ids.iter().any(|id| *id as usize >= before_cut),
+        "no reconnect said Last-Event-ID of at least {before_cut}: {ids:?}"
+    );
+    assert_eq!((repeated, gaps), (0, 0), "events sent twice, or skipped");
     assert!(
         !early.starts_with("run SUCCEEDED"),
         "watched from the start: {early}"
