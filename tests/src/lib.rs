@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use serde_json::{Value, json};
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -98,6 +100,43 @@ pub fn crash_run_identity() -> bl_store::RunIdentity {
         plan_digest: format!("sha256:{}", "2".repeat(64)),
         policy_digest: format!("sha256:{}", "a".repeat(64)),
     }
+}
+
+/// `PATH` with `dir/fake-bin` (a case's stand-in agent CLIs) first.
+pub fn path_with_fakes(dir: &Path) -> String {
+    format!(
+        "{}:{}",
+        dir.join("fake-bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// The recorded `repair_succeeds` case with an approval `gate` between
+/// `fetch` and the rest, written to `dir`: fetch → gate (an approval) →
+/// verify, which fails once and repairs from fetch, so that `gate` is
+/// asked again in round 1.
+pub fn approval_in_a_repair(dir: &Path) {
+    copy_tree(
+        &repo_root().join("tests/corpus/graph-runs/repair_succeeds"),
+        dir,
+    );
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    // fetch → gate (an approval) → verify (fails once, repairs from fetch).
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    manifest["nodes"].as_array_mut().unwrap().push(json!({
+        "id": "gate", "kind": "approval", "inputs": {"in_fetch": "text"}, "outputs": {"out": "text"},
+        "budget": {"max_attempts": 1, "max_wallclock_s": 60}, "effects": ["read_only"],
+        "isolation": "workspace_only", "required_role": "editor"}));
+    for edge in manifest["edges"].as_array_mut().unwrap() {
+        if edge["from_node"] == "fetch" {
+            edge["from_node"] = json!("gate");
+        }
+    }
+    manifest["edges"].as_array_mut().unwrap().push(
+        json!({"from_node": "fetch", "from_port": "out", "to_node": "gate", "to_port": "in_fetch"}),
+    );
+    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
 }
 
 /// Copies a directory tree (skipping any `target/`), for tests that change

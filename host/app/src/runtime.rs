@@ -108,9 +108,45 @@ pub struct PendingApproval {
     pub round: u64,
     /// The digests of what its parents produced.
     pub evidence: Vec<String>,
+    /// The same evidence, in the same order, as a person reads it: which
+    /// node made each artifact, its name and its size.
+    pub described: Vec<EvidenceEntry>,
     /// What `approve` and `reject` must be given back: it commits to the
     /// plan, the node, the round and the evidence.
     pub request_digest: String,
+}
+
+/// One artifact an approval would let through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvidenceEntry {
+    pub digest: String,
+    /// The node that published it.
+    pub producer: String,
+    /// Its output port, where the graph names one.
+    pub port: Option<String>,
+    /// Its path in the producer's workspace, where it has one.
+    pub path: Option<String>,
+    pub size: u64,
+    pub media_type: String,
+}
+
+impl EvidenceEntry {
+    /// What the run's artifact list says of `digest` (nothing known: only
+    /// the digest).
+    fn of(digest: &str, artifacts: &[Value]) -> EvidenceEntry {
+        let row = artifacts.iter().find(|a| a["digest"] == digest);
+        let text = |v: &Value| v.as_str().map(str::to_string);
+        EvidenceEntry {
+            digest: digest.to_string(),
+            producer: row
+                .and_then(|r| text(&r["producer"]["node_id"]))
+                .unwrap_or_default(),
+            port: row.and_then(|r| text(&r["port"])),
+            path: row.and_then(|r| text(&r["path"])),
+            size: row.and_then(|r| r["size"].as_u64()).unwrap_or(0),
+            media_type: row.and_then(|r| text(&r["media_type"])).unwrap_or_default(),
+        }
+    }
 }
 
 impl GraphRuntime {
@@ -178,9 +214,13 @@ impl GraphRuntime {
         let status = graph_run::status(dir)?;
         let (run, view) = (&status.run, &status.view);
         let round = graph_run::repair_round(dir)?;
-        let order = run.graph.nodes.iter().map(|n| n.id.as_str());
-        Ok(view
-            .awaiting(order)
+        let waiting = view.awaiting(run.graph.nodes.iter().map(|n| n.id.as_str()));
+        let artifacts = if waiting.is_empty() {
+            Vec::new()
+        } else {
+            graph_run::artifacts(dir)?
+        };
+        Ok(waiting
             .into_iter()
             .filter(|id| {
                 run.graph
@@ -189,7 +229,12 @@ impl GraphRuntime {
             })
             .map(|node_id| {
                 let evidence = approvals::evidence(&run.graph, view, &node_id);
+                let described = evidence
+                    .iter()
+                    .map(|d| EvidenceEntry::of(d, &artifacts))
+                    .collect();
                 PendingApproval {
+                    described,
                     request_digest: approvals::request_digest(
                         &run.plan.plan_id,
                         &node_id,

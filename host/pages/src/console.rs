@@ -15,8 +15,18 @@ const SCRIPT: &str = include_str!("console.js");
 pub struct ConsoleApproval<'a> {
     pub node: &'a str,
     pub request_digest: &'a str,
-    /// The digests of what its parents produced.
-    pub evidence: &'a [String],
+    /// What its parents produced.
+    pub evidence: Vec<ConsoleEvidence<'a>>,
+}
+
+/// One artifact an approval would let through.
+pub struct ConsoleEvidence<'a> {
+    pub digest: &'a str,
+    /// The node that made it.
+    pub producer: &'a str,
+    /// Its port or path, whichever the run names (both: the path).
+    pub name: Option<&'a str>,
+    pub size: u64,
 }
 
 /// The console page: `decide` is the path decisions are posted to.
@@ -26,7 +36,17 @@ pub fn console_html(title: &str, approvals: &[ConsoleApproval], decide: &str) ->
         let evidence: String = a
             .evidence
             .iter()
-            .map(|d| format!("<li class=\"digest\">{}</li>", escape(d)))
+            .map(|e| {
+                let made = match e.name {
+                    Some(name) => format!("{} from {}", escape(name), escape(e.producer)),
+                    None => format!("from {}", escape(e.producer)),
+                };
+                format!(
+                    r#"<li class="evidence"><span class="what">{made}</span>, <span class="size">{size} bytes</span><br><span class="digest">{digest}</span></li>"#,
+                    size = e.size,
+                    digest = escape(e.digest),
+                )
+            })
             .collect();
         cards.push_str(&format!(
             r#"<section class="approval" data-node="{node}" data-request="{request}"><h2>{node}</h2><p>Approving lets the run go on with this evidence, and nothing else:</p><ul>{evidence}</ul><p class="request">request {request}</p><button type="button" data-decision="approved">Approve</button> <button type="button" data-decision="rejected">Reject</button><p class="outcome" aria-live="polite"></p></section>"#,
@@ -64,18 +84,26 @@ mod tests {
 
     #[test]
     fn each_approval_shows_its_evidence_and_request_and_the_script_is_allowed_by_hash() {
-        let evidence = vec!["sha256:ab".to_string()];
         let page = console_html(
             "r",
             &[ConsoleApproval {
                 node: "review",
                 request_digest: "sha256:cd",
-                evidence: &evidence,
+                evidence: vec![ConsoleEvidence {
+                    digest: "sha256:ab",
+                    producer: "write-<brief>",
+                    name: Some("workspace/brief.md"),
+                    size: 1234,
+                }],
             }],
             "/t/decide",
         );
         assert!(page.contains(r#"data-node="review" data-request="sha256:cd""#));
         assert!(page.contains("sha256:ab"));
+        assert!(
+            page.contains("workspace/brief.md from write-&lt;brief&gt;</span>, <span class=\"size\">1234 bytes"),
+            "{page}"
+        );
         assert!(page.contains(&csp_hash(SCRIPT)));
         assert!(page.contains("connect-src 'self'"));
     }

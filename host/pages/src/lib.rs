@@ -12,7 +12,7 @@ mod report;
 mod studio;
 
 pub use arena::{ArenaInput, ChildRun, PageError, arena_html};
-pub use console::{ConsoleApproval, console_html};
+pub use console::{ConsoleApproval, ConsoleEvidence, console_html};
 pub use layout::{Layout, Placed, layout};
 pub use monitor::monitor_html;
 pub use report::{LoopReportInput, loop_report_html};

@@ -120,7 +120,16 @@ pub(crate) async fn approvals_page(
         .map(|p| bl_pages::ConsoleApproval {
             node: &p.node_id,
             request_digest: &p.request_digest,
-            evidence: &p.evidence,
+            evidence: p
+                .described
+                .iter()
+                .map(|e| bl_pages::ConsoleEvidence {
+                    digest: &e.digest,
+                    producer: &e.producer,
+                    name: e.path.as_deref().or(e.port.as_deref()),
+                    size: e.size,
+                })
+                .collect(),
         })
         .collect();
     let title = dir

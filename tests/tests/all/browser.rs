@@ -126,13 +126,15 @@ pub async fn assert_not_blank(client: &fantoccini::Client, page: &str) {
     );
 }
 
-/// On a console page: clicks Approve on the `review` card and waits for
+/// On a console page: clicks Approve on `node`'s card and waits for
 /// what the page says came of it.
-pub async fn approve_review(client: &fantoccini::Client) -> String {
+pub async fn approve(client: &fantoccini::Client, node: &str) -> String {
     use fantoccini::Locator;
     let card = client
         .wait()
-        .for_element(Locator::Css(r#"section.approval[data-node="review"]"#))
+        .for_element(Locator::Css(&format!(
+            r#"section.approval[data-node="{node}"]"#
+        )))
         .await
         .unwrap();
     card.find(Locator::Css(r#"button[data-decision="approved"]"#))

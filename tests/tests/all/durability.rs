@@ -22,11 +22,7 @@ fn syncs_of_a_run(n: usize) -> u64 {
         .unwrap();
     assert!(made.success());
     let counts = case.path().join("strace.txt");
-    let path = format!(
-        "{}:{}",
-        dir.join("fake-bin").display(),
-        std::env::var("PATH").unwrap()
-    );
+    let path = bl_e2e::path_with_fakes(&dir);
     let run = Command::new("strace")
         .args(["-f", "-c", "-e", "trace=fsync,fdatasync", "-o"])
         .arg(&counts)

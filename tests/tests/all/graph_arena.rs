@@ -58,11 +58,7 @@ fn signed_run(case: &Path) -> (PathBuf, PathBuf) {
         .status()
         .unwrap();
     assert!(graph.success());
-    let path = format!(
-        "{}:{}",
-        dir.join("fake-bin").display(),
-        std::env::var("PATH").unwrap()
-    );
+    let path = bl_e2e::path_with_fakes(&dir);
     let run = Command::new(bl_binary())
         .args(bl_e2e::GRAPH_RUN)
         .args(["--checkpoint-key", key.to_str().unwrap()])
@@ -370,6 +366,132 @@ fn a_click_on_a_node_shows_its_artifact_digests() {
         "{after}"
     );
     assert!(after.contains("n00002 (attempt 1)"), "{after}");
+}
+
+/// A run in which `verify` failed once and a repair round reset `fetch`
+/// and `gate`: each reset node's details name the round; and a log longer
+/// than a page is shown a page at a time, never whole.
+#[test]
+fn a_repaired_run_shows_its_rounds_and_a_long_log_a_page_at_a_time() {
+    if !available(true) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("case");
+    bl_e2e::approval_in_a_repair(&dir);
+    let in_case = |dir: &Path, args: &[&str]| {
+        let out = Command::new(bl_binary())
+            .args(args)
+            .current_dir(dir)
+            .env("PATH", bl_e2e::path_with_fakes(dir))
+            .output()
+            .unwrap();
+        out.status.code()
+    };
+    let run = [
+        "graph",
+        "run",
+        "--execute",
+        "manifest.json",
+        "--connections",
+        "connections.json",
+        "--inputs",
+        "inputs.json",
+        "--out",
+        "mine",
+    ];
+    assert_eq!(in_case(&dir, &run), Some(3));
+    let approve = [
+        "graph",
+        "approve",
+        "--run",
+        "mine",
+        "--node",
+        "gate",
+        "--decision",
+        "approved",
+        "--inputs",
+        "inputs.json",
+    ];
+    assert_eq!(in_case(&dir, &approve), Some(3), "round 1 waits again");
+    assert_eq!(in_case(&dir, &approve), Some(0));
+    let arena = ["graph", "arena", "--run", "mine", "--out", "repaired.html"];
+    assert_eq!(in_case(&dir, &arena), Some(0));
+
+    // A long log: 20 independent nodes log well over a page of events.
+    let wide = tmp.path().join("wide");
+    let graph = Command::new("python3")
+        .arg(repo_root().join("benchmarks/graph/make_graph.py"))
+        .args(["20", "workspace_only"])
+        .arg(&wide)
+        .status()
+        .unwrap();
+    assert!(graph.success());
+    assert_eq!(in_case(&wide, bl_e2e::GRAPH_RUN), Some(0));
+    assert_eq!(
+        in_case(
+            &wide,
+            &["graph", "arena", "--run", "run", "--out", "long.html"]
+        ),
+        Some(0)
+    );
+    let logged = std::fs::read_to_string(wide.join("run/controller-events.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!((101..=200).contains(&logged), "{logged} events: two pages");
+
+    let page_of = |path: PathBuf| format!("file://{}", path.display());
+    let (fetch, verify, first, second) = Driver::start().drive(async |client| {
+        use fantoccini::Locator;
+        let text = async |css: &str| {
+            client
+                .find(Locator::Css(css))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        };
+        let click = async |css: &str| {
+            client
+                .find(Locator::Css(css))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap()
+        };
+        crate::browser::open(client, &page_of(dir.join("repaired.html"))).await;
+        click(r#"g.node[data-node="fetch"]"#).await;
+        let fetch = text("#details").await;
+        click(r#"g.node[data-node="verify"]"#).await;
+        let verify = text("#details").await;
+
+        crate::browser::open(client, &page_of(wide.join("long.html"))).await;
+        let listed = async || {
+            let items = client.find_all(Locator::Css("#events li")).await.unwrap();
+            let start = client
+                .find(Locator::Id("events"))
+                .await
+                .unwrap()
+                .attr("start")
+                .await
+                .unwrap();
+            (items.len(), start, text("#page").await)
+        };
+        let first = listed().await;
+        click("#next").await;
+        let second = listed().await;
+        (fetch, verify, first, second)
+    });
+    assert!(fetch.contains("round 1: reset from"), "{fetch}");
+    assert!(verify.contains("round 1: reset from"), "{verify}");
+    assert_eq!(first, (100, Some("1".into()), "page 1 of 2".into()));
+    assert_eq!(
+        second,
+        (logged - 100, Some("101".into()), "page 2 of 2".into())
+    );
 }
 
 /// A graph whose draft is audited by three audit nodes (recorded replies:

@@ -231,12 +231,14 @@ fn a_click_on_approve_in_the_browser_records_the_decision_and_the_run_completes(
             .unwrap();
         let evidence = card.text().await.unwrap();
         crate::browser::assert_not_blank(client, "console").await;
-        let outcome = crate::browser::approve_review(client).await;
+        let outcome = crate::browser::approve(client, "review").await;
         (evidence, outcome)
     });
     assert!(
-        evidence.contains("sha256:"),
-        "the evidence is in view: {evidence}"
+        evidence.contains("sha256:")
+            && evidence.contains("workspace/brief.md from write-brief")
+            && evidence.contains(" bytes"),
+        "the evidence is in view, named, with its size: {evidence}"
     );
     assert_eq!(outcome, "approved: recorded. The run is now SUCCEEDED.");
     // Used once, the console stops by itself.
@@ -335,4 +337,105 @@ fn a_decision_made_in_a_console_with_a_key_is_signed_and_verifies() {
             .contains("1 signatures hold"),
         "{approvals}"
     );
+}
+
+/// A page shown in one repair round cannot approve the next: `gate` is
+/// shown in round 0, decided meanwhile on the command line, and asked
+/// again in round 1 after the repair; the click on the page as it was
+/// shown is refused, and nothing more is recorded.
+#[test]
+fn a_click_on_evidence_that_changed_since_the_page_was_shown_is_refused() {
+    if !crate::browser::available(true) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("case");
+    bl_e2e::approval_in_a_repair(&dir);
+    let in_case = |args: &[&str]| {
+        Command::new(bl_binary())
+            .args(args)
+            .current_dir(&dir)
+            .env("PATH", bl_e2e::path_with_fakes(&dir))
+            .output()
+            .unwrap()
+    };
+    let approve_on_the_command_line = || {
+        in_case(&[
+            "graph",
+            "approve",
+            "--run",
+            "mine",
+            "--node",
+            "gate",
+            "--decision",
+            "approved",
+            "--inputs",
+            "inputs.json",
+        ])
+    };
+    let first = in_case(&[
+        "graph",
+        "run",
+        "--execute",
+        "manifest.json",
+        "--connections",
+        "connections.json",
+        "--inputs",
+        "inputs.json",
+        "--out",
+        "mine",
+    ]);
+    assert_eq!(first.status.code(), Some(3), "{first:?}");
+    let (mut child, url) = bl_e2e::serving(
+        Command::new(bl_binary())
+            .args([
+                "graph",
+                "console",
+                "--run",
+                "mine",
+                "--inputs",
+                "inputs.json",
+            ])
+            .current_dir(&dir)
+            .env("PATH", bl_e2e::path_with_fakes(&dir)),
+        "console",
+    );
+    let approvals = || std::fs::read_to_string(dir.join("mine/approvals.json")).unwrap();
+    let (shown, outcome, recorded) = crate::browser::Driver::start().drive(async |client| {
+        use fantoccini::Locator;
+        crate::browser::open(client, &url).await;
+        let card = client
+            .find(Locator::Css(r#"section.approval[data-node="gate"]"#))
+            .await
+            .unwrap();
+        let shown = card.attr("data-request").await.unwrap().unwrap();
+        // Meanwhile: approved on the command line; verify fails, the
+        // repair resets fetch and gate, and gate waits again in round 1.
+        let second = approve_on_the_command_line();
+        assert_eq!(second.status.code(), Some(3), "{second:?}");
+        let recorded = approvals();
+        (
+            shown,
+            crate::browser::approve(client, "gate").await,
+            recorded,
+        )
+    });
+    assert!(
+        outcome.contains("has changed since it was shown") && outcome.contains(&shown),
+        "{outcome}"
+    );
+    assert_eq!(approvals(), recorded, "the refused click recorded nothing");
+    let record: serde_json::Value = serde_json::from_str(&recorded).unwrap();
+    let rounds: Vec<u64> = record["commits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["repair_round"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rounds, [0], "only round 0 was decided");
+    assert!(child.try_wait().unwrap().is_none(), "still serving");
+    let _ = child.kill();
+    let _ = child.wait();
+    // Round 1, decided on the command line, ends the run.
+    assert_eq!(approve_on_the_command_line().status.code(), Some(0));
 }

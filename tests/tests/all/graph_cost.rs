@@ -29,11 +29,7 @@ fn cpu_of_a_run(case: &Path, n: usize, isolation: &str) -> Duration {
         .status()
         .unwrap();
     assert!(made.success());
-    let path = format!(
-        "{}:{}",
-        dir.join("fake-bin").display(),
-        std::env::var("PATH").unwrap()
-    );
+    let path = bl_e2e::path_with_fakes(&dir);
     let stderr = std::fs::File::create(case.join("stderr.txt")).unwrap();
     let child = Command::new(bl_binary())
         .args(bl_e2e::GRAPH_RUN)

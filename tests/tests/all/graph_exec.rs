@@ -72,19 +72,11 @@ fn case_dir(root: &Path, n: usize, isolation: &str, prompt: &str) -> PathBuf {
     dir
 }
 
-fn path_with_fakes(dir: &Path) -> String {
-    format!(
-        "{}:{}",
-        dir.join("fake-bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
-}
-
 fn bl_in(dir: &Path, args: &[&str]) -> Output {
     Command::new(bl_binary())
         .args(args)
         .current_dir(dir)
-        .env("PATH", path_with_fakes(dir))
+        .env("PATH", bl_e2e::path_with_fakes(dir))
         .output()
         .unwrap()
 }
@@ -259,7 +251,7 @@ fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
         let mut child = Command::new(bl_binary())
             .args(run_args(&run, "2"))
             .current_dir(&dir)
-            .env("PATH", path_with_fakes(&dir))
+            .env("PATH", bl_e2e::path_with_fakes(&dir))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -828,27 +820,7 @@ fn a_signed_approval_is_bound_to_what_it_approves_and_verifies() {
 fn a_decision_is_bound_to_its_repair_round() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("case");
-    copy_tree(
-        &repo_root().join("tests/corpus/graph-runs/repair_succeeds"),
-        &dir,
-    );
-    std::fs::create_dir_all(dir.join("state")).unwrap();
-    // fetch → gate (an approval) → verify (fails once, repairs from fetch).
-    let mut manifest: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
-    manifest["nodes"].as_array_mut().unwrap().push(json!({
-        "id": "gate", "kind": "approval", "inputs": {"in_fetch": "text"}, "outputs": {"out": "text"},
-        "budget": {"max_attempts": 1, "max_wallclock_s": 60}, "effects": ["read_only"],
-        "isolation": "workspace_only", "required_role": "editor"}));
-    for edge in manifest["edges"].as_array_mut().unwrap() {
-        if edge["from_node"] == "fetch" {
-            edge["from_node"] = json!("gate");
-        }
-    }
-    manifest["edges"].as_array_mut().unwrap().push(
-        json!({"from_node": "fetch", "from_port": "out", "to_node": "gate", "to_port": "in_fetch"}),
-    );
-    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+    bl_e2e::approval_in_a_repair(&dir);
     let mut args = vec!["graph", "run", "--execute", "manifest.json"];
     args.extend([
         "--connections",
@@ -1251,7 +1223,7 @@ fn progress_is_live_on_a_terminal_plain_in_a_pipe_and_absent_with_json() {
     let tty = Command::new("script")
         .args(["-q", "-e", "-c", &command, "/dev/null"])
         .current_dir(&slow)
-        .env("PATH", path_with_fakes(&slow))
+        .env("PATH", bl_e2e::path_with_fakes(&slow))
         .output()
         .expect("util-linux `script` runs a command on a pseudo-terminal");
     let screen = String::from_utf8_lossy(&tty.stdout);
@@ -1364,7 +1336,7 @@ fn kill_when_logged(dir: &Path, args: &[&str], run: &str, marker: &str) {
     let mut child = Command::new(bl_binary())
         .args(args)
         .current_dir(dir)
-        .env("PATH", path_with_fakes(dir))
+        .env("PATH", bl_e2e::path_with_fakes(dir))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -27,11 +27,7 @@ fn metrics_count_attempts_spend_and_the_parallelism_the_run_achieved() {
         script.replacen("cat >/dev/null\n", "cat >/dev/null\nsleep 1.2\n", 1),
     )
     .unwrap();
-    let path = format!(
-        "{}:{}",
-        dir.join("fake-bin").display(),
-        std::env::var("PATH").unwrap()
-    );
+    let path = bl_e2e::path_with_fakes(dir);
     let ran = Command::new(bl_binary())
         .args(bl_e2e::GRAPH_RUN)
         .args(["--concurrency", "2"])

@@ -77,14 +77,10 @@ fn write_case(
 
 fn command(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(bl_binary());
-    command.args(args).current_dir(dir).env(
-        "PATH",
-        format!(
-            "{}:{}",
-            dir.join("fake-bin").display(),
-            std::env::var("PATH").unwrap_or_default()
-        ),
-    );
+    command
+        .args(args)
+        .current_dir(dir)
+        .env("PATH", bl_e2e::path_with_fakes(dir));
     command
 }
 

@@ -67,11 +67,7 @@ fn graph(case: &Path, n: usize, held: Option<&Path>) -> PathBuf {
 }
 
 fn start_run(dir: &Path, key: Option<&Path>) -> Child {
-    let path = format!(
-        "{}:{}",
-        dir.join("fake-bin").display(),
-        std::env::var("PATH").unwrap()
-    );
+    let path = bl_e2e::path_with_fakes(dir);
     let mut command = Command::new(bl_binary());
     command
         .args(bl_e2e::GRAPH_RUN)

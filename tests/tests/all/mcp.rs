@@ -86,14 +86,7 @@ fn workspace() -> tempfile::TempDir {
         .args(&bl_e2e::GRAPH_RUN[..bl_e2e::GRAPH_RUN.len() - 1])
         .arg(workspace.path().join(".bounded-loops/runs/wide"))
         .current_dir(&wide)
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                wide.join("fake-bin").display(),
-                std::env::var("PATH").unwrap()
-            ),
-        )
+        .env("PATH", bl_e2e::path_with_fakes(&wide))
         .output()
         .unwrap();
     assert!(run.status.success(), "{run:?}");

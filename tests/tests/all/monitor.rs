@@ -132,7 +132,7 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 .await
                 .unwrap();
             approve.click().await.unwrap();
-            let outcome = crate::browser::approve_review(client).await;
+            let outcome = crate::browser::approve(client, "review").await;
             client.goto(&url).await.unwrap();
             let row = client
                 .wait()
