@@ -6,6 +6,7 @@
   const data = JSON.parse(document.getElementById("bl-studio").textContent);
   const $ = (id) => document.getElementById(id);
   const text = $("text"), gutter = $("gutter"), verdict = $("verdict"), format = $("format");
+  const backdrop = $("backdrop");
   const enc = new TextEncoder(), dec = new TextDecoder();
   let linter;
   try {
@@ -36,13 +37,47 @@
     for (const c of children) node.append(c);
     return node;
   }
-  function goTo(line, column) {
-    const lines = text.value.split("\n");
+  // Where (line, column) is in the text, as an offset; never past the
+  // end of that line.
+  function offsetOf(value, line, column) {
     let at = 0;
-    for (let i = 0; i < line - 1 && i < lines.length; i++) at += lines[i].length + 1;
-    at += Math.max(0, (column || 1) - 1);
+    for (let i = 1; i < line; i++) {
+      const next = value.indexOf("\n", at);
+      if (next < 0) return value.length;
+      at = next + 1;
+    }
+    const end = value.indexOf("\n", at);
+    return Math.min(at + Math.max(0, (column || 1) - 1), end < 0 ? value.length : end);
+  }
+  function goTo(line, column) {
+    const at = offsetOf(text.value, line, column);
     text.focus();
     text.setSelectionRange(at, at);
+  }
+  // Each mark, drawn under the text itself at its line and column: the
+  // word it points at (or one cell, at the end of a line) is highlighted
+  // in a copy of the text behind the transparent text area. Only the
+  // text up to the last mark is copied.
+  function drawInline(marks) {
+    const value = text.value, parts = [];
+    let from = 0;
+    const spots = [...marks.values()]
+      .filter((m) => m.line)
+      .map((m) => ({ ...m, at: offsetOf(value, m.line, m.column) }))
+      .sort((a, b) => a.at - b.at);
+    for (const m of spots) {
+      if (m.at < from) continue;
+      let stop = m.at;
+      while (stop < value.length && !/[\s,:\[\]{}"']/.test(value[stop])) stop++;
+      if (stop === m.at && stop < value.length && value[stop] !== "\n") stop++;
+      parts.push(value.slice(from, m.at));
+      parts.push(el("mark", { class: m.kind, title: m.message, "data-line": m.line, "data-column": m.column || 1 },
+        value.slice(m.at, stop) || " "));
+      from = stop;
+    }
+    backdrop.replaceChildren(...parts);
+    backdrop.scrollTop = text.scrollTop;
+    backdrop.scrollLeft = text.scrollLeft;
   }
   // One number per line, made again only when the count of lines
   // changes; a keystroke otherwise only moves the marks.
@@ -105,7 +140,7 @@
       $("graph").classList.remove("stale");
       dryRun(report.dry_run);
       for (const w of report.warnings) {
-        if (w.line) marks.set(w.line, { kind: "warn", message: w.message });
+        if (w.line) marks.set(w.line, { kind: "warn", message: w.message, line: w.line, column: w.column });
         const item = el("li", { "data-rule": w.rule }, `line ${w.line || "?"}: [${w.rule}] ${w.message}`);
         item.addEventListener("click", () => w.line && goTo(w.line, w.column));
         warnings.append(item);
@@ -114,15 +149,19 @@
       verdict.className = "bad";
       const place = result.line ? ` at line ${result.line}, column ${result.column}` : "";
       verdict.textContent = `[${result.code}] ${result.pointer} — ${result.message}${place}`;
-      if (result.line) marks.set(result.line, { kind: "bad", message: result.message });
+      if (result.line) marks.set(result.line, { kind: "bad", message: result.message, line: result.line, column: result.column });
       // The last valid drawing stays, faded, so the page does not jump.
       $("graph").classList.add("stale");
     }
     drawGutter(marks);
+    drawInline(marks);
   }
   verdict.addEventListener("click", () => verdict.dataset.line && goTo(+verdict.dataset.line, +verdict.dataset.column));
   text.addEventListener("input", lint);
-  text.addEventListener("scroll", () => { gutter.scrollTop = text.scrollTop; });
+  text.addEventListener("scroll", () => {
+    gutter.scrollTop = backdrop.scrollTop = text.scrollTop;
+    backdrop.scrollLeft = text.scrollLeft;
+  });
   format.addEventListener("change", lint);
   $("export").addEventListener("click", () => {
     const yaml = api.yaml(text.value, format.value);

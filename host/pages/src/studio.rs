@@ -134,7 +134,7 @@ pub fn studio_html(file_name: &str, manifest: &str, format: Format, linter: &[u8
 <p id="verdict" class="checking" aria-live="polite">Loading the linter…</p>
 </header>
 <main class="studio">
-<section id="editor" aria-label="the manifest"><div class="toolbar"><label>Format <select id="format"><option value="yaml">YAML</option><option value="json">JSON</option></select></label> <button id="export" type="button">Export YAML</button> <span id="took"></span></div><div class="editor"><pre id="gutter" aria-hidden="true"></pre><textarea id="text" spellcheck="false" autocomplete="off" aria-label="manifest text"></textarea></div><ul id="warnings"></ul></section>
+<section id="editor" aria-label="the manifest"><div class="toolbar"><label>Format <select id="format"><option value="yaml">YAML</option><option value="json">JSON</option></select></label> <button id="export" type="button">Export YAML</button> <span id="took"></span></div><div class="editor"><pre id="gutter" aria-hidden="true"></pre><div class="field"><pre id="backdrop" aria-hidden="true"></pre><textarea id="text" spellcheck="false" autocomplete="off" aria-label="manifest text"></textarea></div></div><ul id="warnings"></ul></section>
 <section id="drawn" aria-label="the graph"><div id="graph"></div><h2>Dry run</h2><div id="dryrun"></div></section>
 </main>
 <script type="application/json" id="bl-studio">{data}</script>

@@ -106,6 +106,16 @@ fn a_broken_manifest_gets_lints_code_and_place_and_a_keystroke_that_fixes_it_dra
             )
             .await
             .unwrap();
+        // The refused place, highlighted in the text itself: line, column,
+        // the word there, and drawn level with the gutter's mark.
+        let inline = client
+            .execute(
+                "const g = document.querySelector('#gutter .bad'); return [...document.querySelectorAll('#backdrop mark.bad')].map((m) => [Number(m.dataset.line), Number(m.dataset.column), m.textContent, Math.abs(m.getBoundingClientRect().top - g.getBoundingClientRect().top) < 3])",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let marked = (marked, inline);
         // The fix is one keystroke: the text up to the missing letter is
         // put in place, and the letter is typed.
         let at = broken.find("kind: approva").unwrap() + "kind: approva".len();
@@ -133,18 +143,32 @@ fn a_broken_manifest_gets_lints_code_and_place_and_a_keystroke_that_fixes_it_dra
             .unwrap();
         let gutter = client
             .execute(
-                "return document.querySelectorAll('#gutter .bad').length",
+                "return document.querySelectorAll('#gutter .bad, #backdrop mark.bad').length",
                 vec![],
             )
             .await
             .unwrap();
         (before, (stale, marked), after, dry_run, gutter)
     });
-    let (stale, marked) = stale;
+    let (stale, (marked, inline)) = stale;
     assert_eq!(
         marked,
         json!([want["line"]]),
         "the refused line, and only it, is marked"
+    );
+    let (line, column) = (
+        want["line"].as_u64().unwrap() as usize,
+        want["column"].as_u64().unwrap() as usize,
+    );
+    let word: String = broken.lines().nth(line - 1).unwrap()[column - 1..]
+        .chars()
+        .take_while(|c| !c.is_whitespace() && !",:[]{}\"'".contains(*c))
+        .collect();
+    assert!(!word.is_empty(), "lint points at a word");
+    assert_eq!(
+        inline,
+        json!([[line, column, word, true]]),
+        "the refused place is marked in the text, level with its line"
     );
     let (text, marks) = before;
     assert_eq!(marks["valid"], "false");
