@@ -368,6 +368,80 @@ fn a_click_on_a_node_shows_its_artifact_digests() {
     assert!(after.contains("n00002 (attempt 1)"), "{after}");
 }
 
+/// The README's first command ends by writing the demo run's arena, as
+/// here: signed with a key of its own, the page verifies in the browser
+/// and draws all seven nodes succeeded.
+#[test]
+fn the_demo_runs_arena_verifies_with_every_node_succeeded() {
+    if !available(false) {
+        return;
+    }
+    let case = tempfile::tempdir().unwrap();
+    let demo = repo_root().join("examples/graphs/panel-demo");
+    let arg = |name: &str| demo.join(name).display().to_string();
+    let key = bl(
+        &["keys", "generate", "--name", "demo", "--out", "demo.key"],
+        case.path(),
+    );
+    assert!(key.status.success(), "{key:?}");
+    let run = bl(
+        &[
+            "graph",
+            "run",
+            "--execute",
+            &arg("graph.yaml"),
+            "--connections",
+            &arg("connections.json"),
+            "--inputs",
+            &arg("inputs.json"),
+            "--recorded",
+            &arg("replies.json"),
+            "--decisions",
+            &arg("decisions.json"),
+            "--checkpoint-key",
+            "demo.key",
+            "--out",
+            "panel-demo",
+        ],
+        case.path(),
+    );
+    assert!(run.status.success(), "{run:?}");
+    let made = bl(
+        &[
+            "graph",
+            "arena",
+            "--run",
+            "panel-demo",
+            "--pubkey",
+            "demo.pub",
+        ],
+        case.path(),
+    );
+    assert!(made.status.success(), "{made:?}");
+    let page = case.path().join("panel-demo.arena.html");
+    assert!(
+        String::from_utf8_lossy(&made.stdout).contains("panel-demo.arena.html"),
+        "the path is printed: {made:?}"
+    );
+    let dom = rendered(&page, "");
+    let trust = trust_line(&dom);
+    assert!(trust.contains(r#"class="verified""#), "{trust}");
+    assert!(trust.contains("key demo (id "), "{trust}");
+    assert!(dom.contains("run SUCCEEDED; 7 SUCCEEDED"), "{dom}");
+    for node in [
+        "lens-security",
+        "lens-performance",
+        "lens-maintainability",
+        "anonymize-panel",
+        "synthesizer",
+        "approve-plan",
+        "publish-plan",
+    ] {
+        let tag = node_tag(&dom, node);
+        assert!(tag.contains("state-succeeded"), "{node}: {tag}");
+    }
+}
+
 /// A run in which `verify` failed once and a repair round reset `fetch`
 /// and `gate`: each reset node's details name the round; and a log longer
 /// than a page is shown a page at a time, never whole.
