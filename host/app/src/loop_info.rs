@@ -1,6 +1,7 @@
 //! What a loop front end shows besides a run: the gate kinds and whether
 //! this machine can run each, what this bl can do here (`capabilities`),
-//! and a loop run's receipt read back from its ledger. The CLI prints them;
+//! a loop run's receipt read back from its ledger, and the loop packages
+//! of a directory (listed, linted, shown). The CLI prints them;
 //! the MCP server will answer with them.
 
 use std::path::{Path, PathBuf};
@@ -175,5 +176,112 @@ pub fn loop_run_summary(name: &str, dir: &Path) -> Option<Value> {
         "name": name, "kind": "loop", "state": "UNFINISHED",
         "laps": ledger.lines().filter(|l| !l.trim().is_empty()).count(),
         "reason": "no end recorded yet: running, or stopped before its end",
+    }))
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Loop packages under `root`: `root/loops/*` and `root/*`.
+pub fn discover(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for base in [root.join("loops"), root.to_path_buf()] {
+        let Ok(entries) = std::fs::read_dir(&base) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.join("loop.yaml").is_file() && !found.contains(&path) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The loop packages under `root` (see [`discover`]), each as bounded-loops
+/// lists one: `{name, path, role, rung, gate}`, or `{path, error}` for a
+/// package that does not read.
+pub fn list(root: &Path) -> Vec<(PathBuf, Value)> {
+    discover(root)
+        .into_iter()
+        .map(|dir| {
+            let row = match crate::loop_run::read_package(&dir) {
+                Ok(p) => json!({"name": p.manifest.name, "path": absolute(&dir), "role": p.manifest.role,
+                                "rung": format!("{:?}", p.manifest.rung), "gate": p.manifest.gate.kind}),
+                Err(e) => json!({"path": absolute(&dir), "error": e.to_string()}),
+            };
+            (dir, row)
+        })
+        .collect()
+}
+
+/// Whether the package at `dir` reads and lints: None when it does, else
+/// why not (as `bl lint` says it).
+pub fn lint(dir: &Path) -> Option<String> {
+    if !dir.is_dir() {
+        return Some(format!("'{}' is not a directory", absolute(dir).display()));
+    }
+    crate::loop_run::read_package(dir).err().map(|e| {
+        e.message()
+            .trim_start_matches("bl run: manifest error — ")
+            .trim_start_matches("bl run: ")
+            .to_string()
+    })
+}
+
+/// What `bl show` flags about a loop, as bounded-loops flags it: who takes
+/// the turns (a keyless stub or callable, or a local command), what the
+/// gate runs (a local command, an external scanner), the approval rung, and
+/// whether production bounds are shipped beside the demo ones.
+fn risk(p: &crate::loop_run::Package, production: bool) -> Vec<&'static str> {
+    let m = &p.manifest;
+    let mut flags = Vec::new();
+    match m.runner.default.as_str() {
+        "stub" | "python_callable" => flags.push("keyless-runner"),
+        "shell" => flags.push("local-runner-command"),
+        _ => {}
+    }
+    match m.gate.kind.as_str() {
+        "command" => flags.push("local-gate-command"),
+        // bounded-loops flags these two scanners only.
+        "osv" | "checkov" => flags.push("external-scanner"),
+        _ => {}
+    }
+    if p.bounds.require_approval {
+        flags.push("approval-required");
+    } else if !matches!(m.rung, bl_loops::manifest::Rung::L1) {
+        flags.push("demo-approval-bypass");
+    }
+    if production {
+        flags.push("production-bounds-available");
+    }
+    flags
+}
+
+/// A loop package as `bl show --json` (and bounded-loops) shows it: its
+/// runner, gate, bounds, content hash and risk flags.
+pub fn show(dir: &Path) -> Result<Value, AppError> {
+    let p = crate::loop_run::read_package(dir)?;
+    let (m, b) = (&p.manifest, &p.bounds);
+    let digest = bl_packages::digest(dir).map_err(|e| AppError::refused(e.to_string()))?;
+    let production = dir.join("bounds.production.yaml");
+    let production = production.is_file().then(|| absolute(&production));
+    let risk = risk(&p, production.is_some());
+    Ok(json!({
+        "name": m.name, "path": absolute(dir), "role": m.role, "pattern": m.pattern,
+        "rung": format!("{:?}", m.rung),
+        "runner": {"kind": m.runner.default, "cassette": m.runner.cassette.clone().unwrap_or_else(|| "cassettes/default.json".into()),
+                   "agent_cmd": m.runner.agent_cmd, "env_passthrough": m.runner.env_passthrough},
+        "gate": {"kind": m.gate.kind, "run": m.gate.run, "schema": m.gate.schema.clone().or(b.schema.clone())},
+        "bounds": {"max_iterations": b.max_iterations, "no_progress_window": b.no_progress_window, "max_tokens": b.max_tokens,
+                   "max_wallclock_s": b.max_wallclock_s, "handoff_reserve_s": b.handoff_reserve_s, "sandbox": b.sandbox,
+                   "quarantine_inputs": b.quarantine_inputs, "schema": b.schema, "trace": b.trace, "require_approval": b.require_approval},
+        "approval_required": b.require_approval,
+        "production_bounds": production,
+        "content_hash": digest,
+        "risk": risk,
     }))
 }

@@ -11,7 +11,6 @@ use serde_json::{Value, json};
 
 use crate::exit::{CliError, Exit};
 use crate::output::{errln, outln};
-use bl_app::loop_run::{Package, read_package};
 
 /// bl's catalog: `examples/loops`, written for bl, keyless and offline.
 static CATALOG: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../examples/loops");
@@ -33,21 +32,11 @@ pub fn lint(dirs: &[PathBuf]) -> Result<Exit, CliError> {
     let mut failed = false;
     for dir in dirs {
         let shown = absolute(dir);
-        if !dir.is_dir() {
-            outln!("[FAIL] {}", shown.display());
-            errln!("       '{}' is not a directory", shown.display());
-            failed = true;
-            continue;
-        }
-        match read_package(dir) {
-            Ok(_) => outln!("[PASS] {}", shown.display()),
-            Err(e) => {
+        match bl_app::loop_info::lint(dir) {
+            None => outln!("[PASS] {}", shown.display()),
+            Some(why) => {
                 outln!("[FAIL] {}", shown.display());
-                let message = e
-                    .message()
-                    .trim_start_matches("bl run: manifest error — ")
-                    .trim_start_matches("bl run: ");
-                for line in message.lines() {
+                for line in why.lines() {
                     errln!("       {}", line.trim_start());
                 }
                 failed = true;
@@ -57,66 +46,36 @@ pub fn lint(dirs: &[PathBuf]) -> Result<Exit, CliError> {
     Ok(if failed { Exit::No } else { Exit::Success })
 }
 
-/// Loop packages under `root`: `root/loops/*` and `root/*`.
-fn discover(root: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for base in [root.join("loops"), root.to_path_buf()] {
-        let Ok(entries) = std::fs::read_dir(&base) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.join("loop.yaml").is_file() && !found.contains(&path) {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
-}
-
-fn gate_name(p: &Package) -> String {
-    p.manifest.gate.kind.clone()
-}
-
 /// `bl list [DIR]`.
 pub fn list(root: Option<&Path>, json_out: bool) -> Result<Exit, CliError> {
     let root = root
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
-    let mut rows = Vec::new();
-    for dir in discover(&root) {
-        match read_package(&dir) {
-            Ok(p) => rows.push((dir, Ok(p))),
-            Err(e) => rows.push((dir, Err(e.to_string()))),
-        }
-    }
+    let rows = bl_app::loop_info::list(&root);
     if json_out {
-        let loops: Vec<Value> = rows
-            .iter()
-            .map(|(dir, p)| match p {
-                Ok(p) => {
-                    json!({"name": p.manifest.name, "path": absolute(dir), "role": p.manifest.role,
-                                "rung": format!("{:?}", p.manifest.rung), "gate": gate_name(p)})
-                }
-                Err(e) => json!({"path": absolute(dir), "error": e}),
-            })
-            .collect();
+        let loops: Vec<Value> = rows.iter().map(|(_, row)| row.clone()).collect();
         outln!("{}", json!({"loops": loops}));
         return Ok(Exit::Success);
     }
     outln!("{:<30} {:<20} {:<6} {:<20}", "NAME", "ROLE", "RUNG", "GATE");
     outln!("{}", "-".repeat(79));
-    for (dir, p) in &rows {
-        match p {
-            Ok(p) => outln!(
+    for (dir, row) in &rows {
+        match row["error"].as_str() {
+            None => outln!(
                 "{:<30} {:<20} {:<6} {:<20}",
-                p.manifest.name,
-                p.manifest.role.join(","),
-                format!("{:?}", p.manifest.rung),
-                gate_name(p)
+                row["name"].as_str().unwrap_or_default(),
+                row["role"]
+                    .as_array()
+                    .map(|r| r
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(","))
+                    .unwrap_or_default(),
+                row["rung"].as_str().unwrap_or_default(),
+                row["gate"].as_str().unwrap_or_default()
             ),
-            Err(e) => errln!("{}: {e}", dir.display()),
+            Some(e) => errln!("{}: {e}", dir.display()),
         }
     }
     if rows.is_empty() {
@@ -160,87 +119,57 @@ pub fn gates(json_out: bool) -> Result<Exit, CliError> {
     Ok(Exit::Success)
 }
 
-/// What `bl show` flags about a loop, as bounded-loops flags it: who takes
-/// the turns (a keyless stub or callable, or a local command), what the
-/// gate runs (a local command, an external scanner), the approval rung, and
-/// whether production bounds are shipped beside the demo ones.
-fn risk(p: &Package, production: bool) -> Vec<&'static str> {
-    let m = &p.manifest;
-    let mut flags = Vec::new();
-    match m.runner.default.as_str() {
-        "stub" | "python_callable" => flags.push("keyless-runner"),
-        "shell" => flags.push("local-runner-command"),
-        _ => {}
-    }
-    match m.gate.kind.as_str() {
-        "command" => flags.push("local-gate-command"),
-        // bounded-loops flags these two scanners only.
-        "osv" | "checkov" => flags.push("external-scanner"),
-        _ => {}
-    }
-    if p.bounds.require_approval {
-        flags.push("approval-required");
-    } else if !matches!(m.rung, bl_loops::manifest::Rung::L1) {
-        flags.push("demo-approval-bypass");
-    }
-    if production {
-        flags.push("production-bounds-available");
-    }
-    flags
-}
-
 /// `bl show DIR`.
 pub fn show(dir: &Path, json_out: bool) -> Result<Exit, CliError> {
-    let p = read_package(dir)?;
-    let m = &p.manifest;
-    let digest = bl_packages::digest(dir).map_err(|e| CliError::refused(e.to_string()))?;
-    let production = dir.join("bounds.production.yaml");
-    let production = production.is_file().then(|| absolute(&production));
-    let risk = risk(&p, production.is_some());
+    let shown = bl_app::loop_info::show(dir)?;
     if json_out {
-        let b = &p.bounds;
-        outln!(
-            "{}",
-            json!({
-                "name": m.name, "path": absolute(dir), "role": m.role, "pattern": m.pattern,
-                "rung": format!("{:?}", m.rung),
-                "runner": {"kind": m.runner.default, "cassette": m.runner.cassette.clone().unwrap_or_else(|| "cassettes/default.json".into()),
-                           "agent_cmd": m.runner.agent_cmd, "env_passthrough": m.runner.env_passthrough},
-                "gate": {"kind": m.gate.kind, "run": m.gate.run, "schema": m.gate.schema.clone().or(b.schema.clone())},
-                "bounds": {"max_iterations": b.max_iterations, "no_progress_window": b.no_progress_window, "max_tokens": b.max_tokens,
-                           "max_wallclock_s": b.max_wallclock_s, "handoff_reserve_s": b.handoff_reserve_s, "sandbox": b.sandbox,
-                           "quarantine_inputs": b.quarantine_inputs, "schema": b.schema, "trace": b.trace, "require_approval": b.require_approval},
-                "approval_required": b.require_approval,
-                "production_bounds": production,
-                "content_hash": digest,
-                "risk": risk,
-            })
-        );
+        outln!("{shown}");
         return Ok(Exit::Success);
     }
-    outln!("name: {}", m.name);
-    outln!("path: {}", absolute(dir).display());
-    outln!("pattern: {}", m.pattern);
-    outln!("role: {}", m.role.join(", "));
-    outln!("rung: {:?}", m.rung);
-    outln!("runner: {}", m.runner.default);
-    match &m.gate.run {
-        Some(run) => outln!("gate: {} [{run}]", m.gate.kind),
-        None => outln!("gate: {}", m.gate.kind),
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    outln!("name: {}", text(&shown["name"]));
+    outln!("path: {}", text(&shown["path"]));
+    outln!("pattern: {}", text(&shown["pattern"]));
+    outln!(
+        "role: {}",
+        shown["role"]
+            .as_array()
+            .map(|r| r
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
+    );
+    outln!("rung: {}", text(&shown["rung"]));
+    outln!("runner: {}", text(&shown["runner"]["kind"]));
+    match shown["gate"]["run"].as_str() {
+        Some(run) => outln!("gate: {} [{run}]", text(&shown["gate"]["kind"])),
+        None => outln!("gate: {}", text(&shown["gate"]["kind"])),
     }
     outln!(
         "approval_required: {}",
-        if p.bounds.require_approval {
+        if shown["approval_required"] == true {
             "True"
         } else {
             "False"
         }
     );
-    if let Some(prod) = production {
-        outln!("production_bounds: {}", prod.display());
+    if let Some(prod) = shown["production_bounds"].as_str() {
+        outln!("production_bounds: {prod}");
     }
-    outln!("risk: {}", risk.join(", "));
-    outln!("content_hash: {digest}");
+    outln!(
+        "risk: {}",
+        shown["risk"]
+            .as_array()
+            .map(|r| r
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
+    );
+    outln!("content_hash: {}", text(&shown["content_hash"]));
     Ok(Exit::Success)
 }
 
