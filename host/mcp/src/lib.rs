@@ -162,6 +162,13 @@ pub struct RunLoopArgs {
     pub confirm_token: Option<String>,
 }
 
+/// `bl_lint`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct LintLoopsArgs {
+    /// Loop package directories, relative to the workspace (or absolute, inside it).
+    pub loop_dirs: Vec<String>,
+}
+
 /// `bl_runs`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct LoopDirArgs {
@@ -569,6 +576,85 @@ impl BlServer {
         Parameters(args): Parameters<LoopDirArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         answer(&self.loop_runs(&args.loop_dir), args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "The loop packages in the workspace (./loops/*/ and ./*/): each one's name, role, rung, gate kind and path, or why it does not read."
+    )]
+    async fn bl_list(
+        &self,
+        Parameters(args): Parameters<PageArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let root = self.config.workspace.clone();
+        let rows = tokio::task::spawn_blocking(move || bl_app::loop_info::list(&root))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let loops: Vec<Value> = rows
+            .into_iter()
+            .map(|(_, row)| {
+                let broken = row["error"].is_string();
+                json!({
+                    "name": if broken { row["path"].as_str().and_then(|p| p.rsplit('/').next()).map(Value::from).unwrap_or_default() } else { row["name"].clone() },
+                    "role": if broken { json!([]) } else { row["role"].clone() },
+                    "rung": if broken { json!("?") } else { row["rung"].clone() },
+                    "gate_kind": if broken { json!("?") } else { row["gate"].clone() },
+                    "path": row["path"],
+                    "error": row["error"],
+                })
+            })
+            .collect();
+        answer(&json!({"loops": loops}), args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "Lint loop packages (loop.yaml, bounds.yaml): whether each passes, and why not. Nothing runs. Each directory is inside the workspace."
+    )]
+    async fn bl_lint(
+        &self,
+        Parameters(args): Parameters<LintLoopsArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let server = self.clone();
+        let results = tokio::task::spawn_blocking(move || {
+            args.loop_dirs
+                .iter()
+                .map(|dir| {
+                    let shown = std::path::absolute(server.config.workspace.join(dir))
+                        .unwrap_or_else(|_| dir.into());
+                    let why = match server.contained(dir) {
+                        Ok(real) => bl_app::loop_info::lint(&real),
+                        Err(refused) if shown.is_dir() => {
+                            Some(refused["message"].as_str().unwrap_or_default().to_string())
+                        }
+                        Err(_) => Some(format!("'{}' is not a directory", shown.display())),
+                    };
+                    json!({"path": shown, "passed": why.is_none(), "errors": why.into_iter().collect::<Vec<_>>()})
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let all_passed = results.iter().all(|r| r["passed"] == true);
+        answer(&json!({"results": results, "all_passed": all_passed}), None)
+    }
+
+    #[tool(
+        description = "A loop package's runner, gate, bounds, content hash and risk flags. `loop_dir` is inside the workspace."
+    )]
+    async fn bl_show(
+        &self,
+        Parameters(args): Parameters<LoopDirArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let server = self.clone();
+        let value = tokio::task::spawn_blocking(move || match server.contained(&args.loop_dir) {
+            Ok(dir) => match bl_app::loop_info::show(&dir) {
+                Ok(shown) => json!({"status": "ok", "loop": shown}),
+                Err(e) => json!({"status": "error", "error_type": "ManifestError", "message": e.message()}),
+            },
+            Err(refused) => refused,
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, None)
     }
 
     #[tool(

@@ -99,6 +99,16 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         return;
     };
     let workspace = workspace();
+    // A package whose loop.yaml does not read.
+    bl_e2e::copy_tree(
+        &repo_root().join("examples/loops/records-shell"),
+        &workspace.path().join("loops/broken"),
+    );
+    std::fs::write(
+        workspace.path().join("loops/broken/loop.yaml"),
+        "name: broken\n",
+    )
+    .unwrap();
     let manifest =
         std::fs::read_to_string(repo_root().join("examples/graphs/first-graph/graph.yaml"))
             .unwrap();
@@ -117,6 +127,11 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         ["bl_gates", {}],
         ["bl_capabilities", {}],
         ["graph_lint", {}],
+        ["bl_list", {}],
+        ["bl_lint", {"loop_dirs": ["loops/records", "loops/broken", "loops/nope", "/etc"]}],
+        ["bl_show", {"loop_dir": "loops/records"}],
+        ["bl_show", {"loop_dir": "loops/broken"}],
+        ["bl_show", {"loop_dir": "/etc"}],
     ]);
     let report = drive(&python, workspace.path(), &calls);
     assert_eq!(report["protocol_version"], "2025-11-25");
@@ -179,8 +194,11 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         [
             "bl_capabilities",
             "bl_gates",
+            "bl_lint",
+            "bl_list",
             "bl_run",
             "bl_runs",
+            "bl_show",
             "graph_lint",
             "graph_metrics",
             "graph_runs",
@@ -260,6 +278,68 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
     assert_eq!(call(11)["result"]["status"], "ok");
     // A call without its required argument is not made.
     assert_eq!(call(12)["is_error"], true, "{}", call(12));
+
+    // The loop packages: listed, linted and shown as bounded-loops does,
+    // the same facts as the command line's, and nothing outside the
+    // workspace.
+    let listed = call(13)["result"]["loops"].as_array().unwrap().clone();
+    let by_name = |dir: &str| {
+        listed
+            .iter()
+            .find(|l| l["path"].as_str().unwrap().ends_with(dir))
+            .cloned()
+    };
+    let records = by_name("/loops/records").expect("records is listed");
+    assert_eq!(records["error"], Value::Null, "{records}");
+    assert!(records["gate_kind"].is_string() && records["rung"].is_string());
+    let broken = by_name("/loops/broken").expect("broken is listed");
+    assert_eq!(broken["name"], "broken");
+    assert_eq!(
+        (&broken["rung"], &broken["gate_kind"]),
+        (&json!("?"), &json!("?"))
+    );
+    assert!(broken["error"].is_string(), "{broken}");
+    let lint = &call(14)["result"];
+    assert_eq!(lint["all_passed"], false);
+    let passed: Vec<&Value> = lint["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["passed"])
+        .collect();
+    assert_eq!(
+        passed,
+        [&json!(true), &json!(false), &json!(false), &json!(false)]
+    );
+    assert!(
+        lint["results"][2]["errors"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("loops/nope' is not a directory"),
+        "{lint}"
+    );
+    assert!(
+        lint["results"][3]["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("outside the workspace"),
+        "{lint}"
+    );
+    let shown = &call(15)["result"];
+    assert_eq!(shown["status"], "ok");
+    let cli = bl(&["--json", "show", "loops/records"], workspace.path());
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(shown["loop"], cli, "the command line's own");
+    assert_eq!(call(16)["result"]["status"], "error");
+    assert_eq!(call(16)["result"]["error_type"], "ManifestError");
+    assert!(
+        call(17)["result"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside the workspace"),
+        "{}",
+        call(17)["result"]
+    );
 }
 
 /// `bl_run` runs nothing without the preview's token: a token for other
