@@ -1,6 +1,7 @@
 """A real MCP client (the `mcp` package from PyPI) driving `bl mcp` over stdio.
 
-Usage: client.py BL WORKSPACE SCRIPT.json
+Usage: client.py BL WORKSPACE SCRIPT.json [EXTRA_ARGS.json]
+EXTRA_ARGS.json (optional) is a list of further arguments to `bl mcp`.
 SCRIPT.json is a list of [tool, arguments] calls, or [tool, arguments,
 {"until": TEXT}] to call again every 0.2 s (for at most 60 s) until the
 answer holds TEXT; an argument written "$token:N" is replaced by the
@@ -8,9 +9,12 @@ confirm_token call N answered with. The client initializes,
 lists the tools, makes each call (following `_page.next_cursor` until a
 paged result is whole), and prints one JSON report on stdout:
 {"protocol_version", "server", "tools": [...], "calls": [{tool, arguments,
-is_error, result (the text block parsed as JSON), pages}]}.
+is_error, result (the text block parsed as JSON), pages}]}. With
+$MCP_PROGRESS set, each call's record is also appended to that file as one
+JSON line as soon as it is made (a test acts on it while the session goes on).
 """
 import json
+import os
 import sys
 
 import anyio
@@ -24,8 +28,8 @@ def token_of(report, value):
     return value
 
 
-async def main(bl, workspace, script):
-    params = StdioServerParameters(command=bl, args=["mcp", "--workspace", workspace], cwd=workspace)
+async def main(bl, workspace, script, extra):
+    params = StdioServerParameters(command=bl, args=["mcp", "--workspace", workspace, *extra], cwd=workspace)
     report = {"calls": []}
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
@@ -58,10 +62,15 @@ async def main(bl, workspace, script):
                         joined += value["text"]
                         pages += 1
                     value = json.loads(joined)
-                report["calls"].append({"tool": tool, "arguments": arguments, "is_error": bool(result.is_error),
-                                        "result": value, "pages": pages})
+                record = {"tool": tool, "arguments": arguments, "is_error": bool(result.is_error),
+                          "result": value, "pages": pages}
+                report["calls"].append(record)
+                if os.environ.get("MCP_PROGRESS"):
+                    with open(os.environ["MCP_PROGRESS"], "a") as progress:
+                        progress.write(json.dumps(record) + "\n")
     print(json.dumps(report))
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], sys.argv[2], json.load(open(sys.argv[3])))
+    extra = json.load(open(sys.argv[4])) if len(sys.argv) > 4 else []
+    anyio.run(main, sys.argv[1], sys.argv[2], json.load(open(sys.argv[3])), extra)

@@ -45,6 +45,7 @@ pub fn request_digest(plan_id: &str, node: &str, round: u64, evidence: &[String]
 pub(crate) struct RecordedDecision {
     pub approved: bool,
     pub by: String,
+    pub source: String,
     pub at: String,
 }
 
@@ -63,6 +64,7 @@ pub(crate) fn recorded(
         .map(|c| RecordedDecision {
             approved: true,
             by: c.decided_by.clone(),
+            source: c.decided_by_source.clone(),
             at: c.decided_at.clone(),
         });
     let rejected = record
@@ -72,6 +74,7 @@ pub(crate) fn recorded(
         .map(|r| RecordedDecision {
             approved: false,
             by: r.decided_by.clone(),
+            source: r.decided_by_source.clone(),
             at: r.decided_at.clone(),
         });
     Ok(approved.or(rejected))
@@ -85,7 +88,7 @@ pub struct ApprovalEntry<'a> {
     /// The digests of what is approved (its parents' artifacts).
     pub evidence: &'a [String],
     pub decided_by: String,
-    /// `os_user`, or `recorded` for a decision from --decisions.
+    /// `os_user`, `recorded` for a decision from --decisions, or `agent`.
     pub source: &'a str,
 }
 

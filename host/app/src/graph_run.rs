@@ -1443,6 +1443,7 @@ fn record_decision(
     round: u64,
     shown: Option<&str>,
     key: Option<&Path>,
+    by: DecidedBy<'_>,
 ) -> Result<(), AppError> {
     let key = match key {
         Some(path) => Some(
@@ -1461,14 +1462,20 @@ fn record_decision(
             )));
         }
     }
-    let actor = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    let (decided_by, source) = match by {
+        DecidedBy::Person => (
+            std::env::var("USER").unwrap_or_else(|_| "operator".into()),
+            "os_user",
+        ),
+        DecidedBy::Agent(name) => (name.to_string(), "agent"),
+    };
     let entry = ApprovalEntry {
         node,
         approved,
         round,
         evidence: &evidence,
-        decided_by: actor,
-        source: "os_user",
+        decided_by,
+        source,
     };
     approvals::commit(&run.dir, &run.plan.plan_id, &entry, key.as_ref())
         .map_err(|e| refused(format!("graph approve: {}", e.message())))
@@ -1631,12 +1638,23 @@ pub fn repair_round(dir: &Path) -> Result<u64, AppError> {
 /// `bl graph approve --run D --node N --decision approved|rejected`: the
 /// decision is recorded (signed with `key`) and the run driven on. A
 /// decision is final: the opposite one is refused, naming the first.
+/// Who a decision is recorded as made by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy<'a> {
+    /// The person at this machine (`$USER`): `decided_by_source: os_user`.
+    Person,
+    /// An agent, allowed by its operator to decide (`bl mcp
+    /// --agent-approvals`), named here: `decided_by_source: agent`.
+    Agent(&'a str),
+}
+
 pub fn approve(
     dir: &Path,
     node_id: &str,
     approved: bool,
     shown: Option<&str>,
     key: Option<&Path>,
+    by: DecidedBy<'_>,
     options: &DriveOptions,
 ) -> Result<Approved, AppError> {
     let run = load_run(dir, "approve")?;
@@ -1685,7 +1703,7 @@ pub fn approve(
     }
     check_prompt_keys(&schedule, &prompts, options)?;
     check_prompts("approve", &schedule, &view, &prompts)?;
-    record_decision(&run, node_id, approved, round, shown, key)?;
+    record_decision(&run, node_id, approved, round, shown, key, by)?;
     let (end, after) = continue_run(&run, &schedule, &view, prompts, options, Depth::Top)?;
     Ok(Approved {
         node_id: node_id.to_string(),

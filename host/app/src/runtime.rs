@@ -54,7 +54,7 @@ use serde_json::Value;
 
 use crate::approvals;
 use crate::error::AppError;
-use crate::graph_run::{self, Approved, DriveOptions, Driven, RunStatus};
+use crate::graph_run::{self, Approved, DecidedBy, DriveOptions, Driven, RunStatus};
 
 pub use bl_verify::{Options as VerifyOptions, Report as VerifyReport};
 
@@ -114,6 +114,18 @@ pub struct PendingApproval {
     /// What `approve` and `reject` must be given back: it commits to the
     /// plan, the node, the round and the evidence.
     pub request_digest: String,
+}
+
+/// A decision on record for an approval node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub approved: bool,
+    pub decided_by: String,
+    /// `os_user` (a person here), `recorded` (`--decisions`), `agent`
+    /// (an agent its operator allowed), or what bounded-loops wrote.
+    pub decided_by_source: String,
+    pub decided_at: String,
+    pub round: u64,
 }
 
 /// One artifact an approval would let through.
@@ -260,7 +272,7 @@ impl GraphRuntime {
         shown: &str,
         key: Option<&Path>,
     ) -> Result<Approved, AppError> {
-        self.decide(dir, node, shown, true, key)
+        self.decide(dir, node, shown, true, key, DecidedBy::Person)
     }
 
     /// Decides `node` as it waits now, for a person who names the node
@@ -275,7 +287,15 @@ impl GraphRuntime {
         approved: bool,
         key: Option<&Path>,
     ) -> Result<Approved, AppError> {
-        graph_run::approve(dir, node, approved, None, key, &self.options)
+        graph_run::approve(
+            dir,
+            node,
+            approved,
+            None,
+            key,
+            DecidedBy::Person,
+            &self.options,
+        )
     }
 
     /// Rejects `node`, as [`GraphRuntime::approve`] approves it.
@@ -286,7 +306,34 @@ impl GraphRuntime {
         shown: &str,
         key: Option<&Path>,
     ) -> Result<Approved, AppError> {
-        self.decide(dir, node, shown, false, key)
+        self.decide(dir, node, shown, false, key, DecidedBy::Person)
+    }
+
+    /// Decides `node` for an agent that its operator allowed to decide
+    /// (`bl mcp --agent-approvals`), as it was shown (`shown`); recorded
+    /// as the agent's (`decided_by_source: agent`), never as a person's.
+    pub fn decide_as_agent(
+        &self,
+        dir: &Path,
+        node: &str,
+        shown: &str,
+        approved: bool,
+        agent: &str,
+    ) -> Result<Approved, AppError> {
+        self.decide(dir, node, shown, approved, None, DecidedBy::Agent(agent))
+    }
+
+    /// The decision on record for `node` in the run's current repair
+    /// round, if any.
+    pub fn decision(&self, dir: &Path, node: &str) -> Result<Option<Decision>, AppError> {
+        let round = graph_run::repair_round(dir)?;
+        Ok(approvals::recorded(dir, node, round)?.map(|d| Decision {
+            approved: d.approved,
+            decided_by: d.by,
+            decided_by_source: d.source,
+            decided_at: d.at,
+            round,
+        }))
     }
 
     fn decide(
@@ -296,6 +343,7 @@ impl GraphRuntime {
         shown: &str,
         approved: bool,
         key: Option<&Path>,
+        by: DecidedBy<'_>,
     ) -> Result<Approved, AppError> {
         let pending = self.pending_approvals(dir)?;
         let Some(waiting) = pending.iter().find(|p| p.node_id == node) else {
@@ -311,7 +359,7 @@ impl GraphRuntime {
             )));
         }
         // Checked again where it is recorded, on the evidence recorded.
-        graph_run::approve(dir, node, approved, Some(shown), key, &self.options)
+        graph_run::approve(dir, node, approved, Some(shown), key, by, &self.options)
     }
 
     /// Every artifact the run's log names (see [`graph_run::artifacts`]).

@@ -112,6 +112,12 @@ enum Command {
         /// Whose .bounded-loops/runs the tools read ($BOUNDED_LOOPS_WORKSPACE, else here).
         #[arg(long)]
         workspace: Option<std::path::PathBuf>,
+        /// Signs the decisions people make on the approval links graph_approve hands out (a key from `bl keys generate`).
+        #[arg(long)]
+        key: Option<std::path::PathBuf>,
+        /// Let agents decide approvals through graph_approve, recorded as the agent's (decided_by_source: agent). Without it only a person decides, on the link graph_approve hands out.
+        #[arg(long)]
+        agent_approvals: bool,
     },
     /// What this engine can actually do here.
     Capabilities,
@@ -235,9 +241,17 @@ fn main() -> ExitCode {
             no_browser,
             key,
         } => graph_report::monitor(project, port, !no_browser, key),
-        Command::Mcp { workspace } => bl_mcp::serve_stdio(bl_mcp::McpConfig::new(workspace))
-            .map(|()| exit::Exit::Success)
-            .map_err(|e| exit::CliError::refused(format!("mcp: {e}"))),
+        Command::Mcp {
+            workspace,
+            key,
+            agent_approvals,
+        } => bl_mcp::serve_stdio(bl_mcp::McpConfig {
+            key,
+            agent_approvals,
+            ..bl_mcp::McpConfig::new(workspace)
+        })
+        .map(|()| exit::Exit::Success)
+        .map_err(|e| exit::CliError::refused(format!("mcp: {e}"))),
         Command::Capabilities => loop_tools_cmd::capabilities(output::json()),
         Command::New {
             name,

@@ -18,6 +18,7 @@
 //! confirm token ([`confirm`]), and no pass a person must approve is ever
 //! approved here.
 
+pub mod approve;
 pub mod confirm;
 
 use std::path::{Path, PathBuf};
@@ -45,6 +46,11 @@ pub struct McpConfig {
     /// The directory whose `.bounded-loops/runs` holds the runs the tools
     /// name (as `bl graph run` puts them without `--out`).
     pub workspace: PathBuf,
+    /// Signs the decisions people make on the consoles graph_approve opens.
+    pub key: Option<PathBuf>,
+    /// Agents may decide approvals (recorded as theirs): the operator's
+    /// choice, never the default.
+    pub agent_approvals: bool,
 }
 
 impl McpConfig {
@@ -56,6 +62,8 @@ impl McpConfig {
             .unwrap_or_else(|| ".".into());
         McpConfig {
             workspace: std::path::absolute(&workspace).unwrap_or(workspace),
+            key: None,
+            agent_approvals: false,
         }
     }
 }
@@ -77,6 +85,7 @@ pub fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
         .map_err(McpError::Start)?;
     let server = BlServer::new(config).map_err(|e| McpError::Start(std::io::Error::other(e)))?;
     let loops = server.started.clone();
+    let consoles = server.consoles.clone();
     let served = runtime.block_on(async move {
         let service = server
             .serve(rmcp::transport::stdio())
@@ -97,6 +106,7 @@ pub fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
     for (_, run) in loops {
         let _ = run.wait();
     }
+    consoles.close();
     served
 }
 
@@ -184,6 +194,8 @@ pub struct BlServer {
     confirmations: Arc<confirm::Confirmations>,
     /// The loops started here (by run id), stopped when the client goes.
     started: Arc<Mutex<Vec<(String, LoopHandle)>>>,
+    /// The approval consoles opened for people, closed when the client goes.
+    consoles: Arc<approve::Consoles>,
     tool_router: ToolRouter<BlServer>,
 }
 
@@ -246,6 +258,7 @@ impl BlServer {
             config,
             confirmations: Arc::new(confirm::Confirmations::new()?),
             started: Arc::default(),
+            consoles: Arc::default(),
             tool_router: Self::tool_router(),
         })
     }
@@ -651,6 +664,39 @@ impl BlServer {
                 Err(e) => json!({"status": "error", "error_type": "ManifestError", "message": e.message()}),
             },
             Err(refused) => refused,
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, None)
+    }
+
+    #[tool(
+        description = "Approve or reject an approval node of a paused graph run. Only a person approves: confirm=false previews (the evidence and its digest); confirm=true hands back a one-time link on this machine where a person sees the evidence and decides, and nothing is recorded by the call itself. Call again to see the decision. `run` is a run's name under .bounded-loops/runs."
+    )]
+    async fn graph_approve(
+        &self,
+        Parameters(args): Parameters<approve::ApproveArgs>,
+        peer: rmcp::Peer<rmcp::RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let dir = match self.run_dir(&args.run) {
+            Ok(dir) => dir,
+            Err(refused) => return answer(&refused, None),
+        };
+        // Who decides, when agents may: the client the session says it is,
+        // never a name from the model's arguments.
+        let agent = peer.peer_info().map_or_else(
+            || "mcp-client".to_string(),
+            |info| format!("mcp:{}", info.client_info.name),
+        );
+        let server = self.clone();
+        let value = tokio::task::spawn_blocking(move || {
+            approve::Approver {
+                consoles: &server.consoles,
+                key: server.config.key.clone(),
+                agent_approvals: server.config.agent_approvals,
+                agent,
+            }
+            .answer(&args.run, &dir, &args)
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;

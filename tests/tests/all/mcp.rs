@@ -199,6 +199,7 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
             "bl_run",
             "bl_runs",
             "bl_show",
+            "graph_approve",
             "graph_lint",
             "graph_metrics",
             "graph_runs",
@@ -434,5 +435,174 @@ fn a_loop_runs_over_mcp_only_with_the_token_of_its_own_preview() {
             .starts_with("confirm_token does not match"),
         "{}",
         report["calls"][1]["result"]
+    );
+}
+
+/// Only a person approves. Over MCP, `graph_approve` previews the
+/// evidence, and confirmed it records nothing: it hands back a one-time
+/// console link, even when the model sends a confirm token along. A person
+/// opens the link in Chromium and approves; the next call reports that
+/// decision, by a person, and the run has completed. With
+/// `--agent-approvals`, the operator's choice, a decision is recorded as
+/// the agent's, named by the client the session says it is.
+#[test]
+fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
+    let Some(python) = client_python() else {
+        return;
+    };
+    if !crate::browser::available(true) {
+        return;
+    }
+    let workspace = workspace();
+    let approvals = workspace
+        .path()
+        .join(".bounded-loops/runs/first/approvals.json");
+    let before = std::fs::read(&approvals).ok();
+    let approve = json!({"run": "first", "node_id": "review", "decision": "approved"});
+    let confirmed = json!({"run": "first", "node_id": "review", "decision": "approved",
+        "confirm": true, "confirm_token": "$token:0"});
+    let calls = json!([
+        ["bl_run", {"loop_dir": "loops/records", "confirm": false}],
+        ["graph_approve", approve],
+        ["graph_approve", confirmed],
+        ["graph_approve", {"run": "first", "node_id": "review", "decision": "maybe"}],
+        ["graph_approve", {"run": "first", "node_id": "write-brief", "decision": "approved"}],
+        ["graph_approve", approve, {"until": "by_a_person"}],
+        ["graph_status", {"run": "first"}],
+    ]);
+    let script = workspace.path().join("calls.json");
+    std::fs::write(&script, calls.to_string()).unwrap();
+    let progress = workspace.path().join("progress.jsonl");
+    let client = Command::new(&python)
+        .arg(repo_root().join("tests/mcp/client.py"))
+        .arg(bl_binary())
+        .arg(workspace.path())
+        .arg(&script)
+        .env("MCP_PROGRESS", &progress)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The link, as soon as the call that hands it out is made.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let link = loop {
+        let made: Vec<Value> = std::fs::read_to_string(&progress)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if let Some(url) = made
+            .get(2)
+            .and_then(|c| c["result"]["console_url"].as_str())
+        {
+            break url.to_string();
+        }
+        assert!(std::time::Instant::now() < until, "no link came: {made:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(
+        std::fs::read(&approvals).ok(),
+        before,
+        "the confirmed call recorded nothing"
+    );
+    // The person, in a browser: the evidence is in view; they approve.
+    let (evidence, outcome) = crate::browser::Driver::start().drive(async |client| {
+        use fantoccini::Locator;
+        crate::browser::open(client, &link).await;
+        let card = client
+            .find(Locator::Css(r#"section.approval[data-node="review"]"#))
+            .await
+            .unwrap();
+        let evidence = card.text().await.unwrap();
+        (evidence, crate::browser::approve(client, "review").await)
+    });
+    assert!(
+        evidence.contains("workspace/brief.md from write-brief"),
+        "{evidence}"
+    );
+    assert_eq!(outcome, "approved: recorded. The run is now SUCCEEDED.");
+    let out = client.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let call = |i: usize| report["calls"][i]["result"].clone();
+    let preview = call(1);
+    assert_eq!(preview["preview"], true, "{preview}");
+    assert!(
+        preview["request_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert_eq!(
+        preview["evidence"][0]["producer"], "write-brief",
+        "{preview}"
+    );
+    let linked = call(2);
+    assert_eq!(linked["needs_person"], true, "{linked}");
+    assert_eq!(linked["request_digest"], preview["request_digest"]);
+    assert_eq!(call(3)["error"]["pointer"], "/decision", "{}", call(3));
+    assert_eq!(call(4)["error"]["pointer"], "/node_id", "{}", call(4));
+    let reported = call(5);
+    assert_eq!(reported["by_a_person"], true, "{reported}");
+    assert_eq!(reported["decided"]["decision"], "approved");
+    assert_eq!(reported["decided"]["decided_by_source"], "os_user");
+    assert_eq!(
+        call(6)["projection"]["run_state"],
+        "SUCCEEDED",
+        "{}",
+        call(6)
+    );
+
+    // The operator's choice: agents decide, and it says so.
+    let agents = tempfile::tempdir().unwrap();
+    let first = bl_e2e::first_graph();
+    let out = agents.path().join(".bounded-loops/runs/first");
+    let run = bl(
+        &[
+            bl_e2e::RECORDED_GRAPH_RUN,
+            &["--out", out.to_str().unwrap()],
+        ]
+        .concat(),
+        first.path(),
+    );
+    assert_eq!(run.status.code(), Some(3), "{run:?}");
+    let extra = agents.path().join("extra.json");
+    std::fs::write(&extra, json!(["--agent-approvals"]).to_string()).unwrap();
+    let calls = json!([
+        ["graph_approve", {"run": "first", "node_id": "review", "decision": "approved", "confirm": true}],
+        ["graph_status", {"run": "first"}],
+    ]);
+    std::fs::write(agents.path().join("calls.json"), calls.to_string()).unwrap();
+    let out = Command::new(&python)
+        .arg(repo_root().join("tests/mcp/client.py"))
+        .arg(bl_binary())
+        .arg(agents.path())
+        .arg(agents.path().join("calls.json"))
+        .arg(&extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let decided = &report["calls"][0]["result"];
+    assert_eq!(decided["by_a_person"], false, "{decided}");
+    assert_eq!(decided["decided"]["decided_by_source"], "agent");
+    assert!(
+        decided["decided"]["decided_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("mcp:"),
+        "named by the session: {decided}"
+    );
+    assert_eq!(
+        report["calls"][1]["result"]["projection"]["run_state"],
+        "SUCCEEDED"
     );
 }
