@@ -67,6 +67,42 @@ impl RunStatus {
             text.push_str(&row);
             text.push('\n');
         }
+        // Who decided each approval, and whether a person did.
+        if let Ok(record) = bl_store::Approvals::new(&run.dir).read() {
+            let decisions = record
+                .commits
+                .iter()
+                .map(|c| {
+                    (
+                        "approved",
+                        &c.node_id,
+                        &c.decided_by,
+                        &c.decided_by_source,
+                        c.repair_round,
+                    )
+                })
+                .chain(record.rejections.iter().map(|r| {
+                    (
+                        "rejected",
+                        &r.node_id,
+                        &r.decided_by,
+                        &r.decided_by_source,
+                        r.repair_round,
+                    )
+                }));
+            for (decision, node, by, source, round) in decisions {
+                let who = match source.as_str() {
+                    "agent" => format!("{by}, an agent (not a person)"),
+                    "recorded" => format!("{by}, from recorded decisions"),
+                    _ => by.clone(),
+                };
+                writeln!(
+                    text,
+                    "decision  : {node} {decision} by {who}, round {round}"
+                )
+                .expect("a String takes any text");
+            }
+        }
         text
     }
 }

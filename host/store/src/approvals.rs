@@ -350,6 +350,8 @@ impl Approvals {
 pub struct ApprovalReport {
     pub decisions: usize,
     pub signed: usize,
+    /// Decisions an agent made (`decided_by_source: agent`), not a person.
+    pub by_agents: usize,
 }
 
 /// Checks every signed decision (against `trusted` when given, else against
@@ -424,7 +426,18 @@ pub fn verify_approvals(
             signed += 1;
         }
     }
-    Ok(Some(ApprovalReport { decisions, signed }))
+    let by_agents = record
+        .commits
+        .iter()
+        .map(|c| &c.decided_by_source)
+        .chain(record.rejections.iter().map(|r| &r.decided_by_source))
+        .filter(|source| *source == "agent")
+        .count();
+    Ok(Some(ApprovalReport {
+        decisions,
+        signed,
+        by_agents,
+    }))
 }
 
 #[cfg(test)]

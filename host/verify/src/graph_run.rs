@@ -249,19 +249,26 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
     }
     match bl_store::verify_approvals(&run_dir, key) {
         Ok(None) => checks.push(Check::not_applicable("approvals", "no approvals.json")),
-        Ok(Some(report)) => checks.push(Check::from_result(
-            "approvals",
-            Ok::<_, Finding>(match &key {
-                Some(_) => format!(
-                    "{} decisions, {} signatures hold",
-                    report.decisions, report.signed
-                ),
-                None => format!(
-                    "{} decisions consistent; signatures not checked (no --pubkey)",
-                    report.decisions
-                ),
-            }),
-        )),
+        Ok(Some(report)) => {
+            // Said every time: a decision an agent made is not a person's.
+            let agents = match report.by_agents {
+                0 => String::new(),
+                n => format!("; {n} made by an agent, not a person (decided_by_source: agent)"),
+            };
+            checks.push(Check::from_result(
+                "approvals",
+                Ok::<_, Finding>(match &key {
+                    Some(_) => format!(
+                        "{} decisions, {} signatures hold{agents}",
+                        report.decisions, report.signed
+                    ),
+                    None => format!(
+                        "{} decisions consistent; signatures not checked (no --pubkey){agents}",
+                        report.decisions
+                    ),
+                }),
+            ))
+        }
         Err(e) => checks.push(Check::from_result("approvals", Err(e))),
     }
     GraphReport {

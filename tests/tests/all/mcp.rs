@@ -605,4 +605,19 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
         report["calls"][1]["result"]["projection"]["run_state"],
         "SUCCEEDED"
     );
+    // Status and verify say an agent decided, not a person.
+    let run = ".bounded-loops/runs/first";
+    let status = bl(&["graph", "status", "--run", run], agents.path());
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(
+        status.contains("decision  : review approved by mcp:")
+            && status.contains("an agent (not a person)"),
+        "{status}"
+    );
+    let verified = bl(&["verify", run], agents.path());
+    let verified = String::from_utf8_lossy(&verified.stdout).into_owned();
+    assert!(
+        verified.contains("1 made by an agent, not a person"),
+        "{verified}"
+    );
 }
