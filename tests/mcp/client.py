@@ -5,7 +5,7 @@ EXTRA_ARGS.json (optional) is a list of further arguments to `bl mcp`.
 SCRIPT.json is a list of [tool, arguments] calls, or [tool, arguments,
 {"until": TEXT}] to call again every 0.2 s (for at most 60 s) until the
 answer holds TEXT; an argument written "$token:N" is replaced by the
-confirm_token call N answered with. The client initializes,
+confirm_token call N answered with, and "$run:N" by the run it named. The client initializes,
 lists the tools, makes each call (following `_page.next_cursor` until a
 paged result is whole), and prints one JSON report on stdout:
 {"protocol_version", "server", "tools": [...], "calls": [{tool, arguments,
@@ -23,8 +23,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 
 def token_of(report, value):
-    if isinstance(value, str) and value.startswith("$token:"):
-        return report["calls"][int(value.split(":")[1])]["result"]["confirm_token"]
+    for mark, key in (("$token:", "confirm_token"), ("$run:", "run")):
+        if isinstance(value, str) and value.startswith(mark):
+            return report["calls"][int(value[len(mark):])]["result"][key]
     return value
 
 

@@ -276,3 +276,81 @@ pub fn connect(
     let made = bl_graph::connect::candidates(&graph, &wanted);
     Ok((graph, made))
 }
+
+/// A manifest given as text (an agent's), linted and compiled with
+/// `connections` (a connections.json) against the loop packages under
+/// `loop_roots`: its graph and plan, or the refusal. Without connections a
+/// graph whose nodes need them is refused (`no_admitted_connection`), as
+/// bounded-loops refuses it.
+pub fn compile_text(
+    text: &str,
+    connections: Option<&Path>,
+    loop_roots: &[PathBuf],
+) -> Result<(Graph, Plan), PlanFailure> {
+    let format = match text.bytes().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Format::Json,
+        _ => Format::Yaml,
+    };
+    let given = |refusal: Refusal| {
+        PlanFailure::Manifest(Box::new(ManifestRefusal {
+            path: PathBuf::from("manifest_yaml"),
+            what: "graph plan: compile failed".into(),
+            refusal,
+            early: None,
+        }))
+    };
+    let graph = bl_graph::lint(text, format).map_err(given)?;
+    let connections = connections.map(read_connections).transpose()?;
+    // An unusable catalogue admits no package: a loop node is refused.
+    let packages: BTreeSet<String> = bl_packages::Catalogue::discover(loop_roots)
+        .map(|c| c.digests().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let input = CompileInput {
+        connections: connections.as_deref(),
+        available_packages: Some(&packages),
+        policy_digest: DEFAULT_POLICY_DIGEST,
+    };
+    let plan = bl_graph::compile(&graph, &input).map_err(given)?;
+    Ok((graph, plan))
+}
+
+/// A compiled plan as an agent reads it (bounded-loops' MCP shape): each
+/// node's kind, isolation, effects and budget, the edges, and the nodes
+/// where the run would wait for a person.
+pub fn plan_summary(graph: &Graph, plan: &Plan) -> Value {
+    use bl_graph::model::NodeKind;
+    let nodes: Vec<Value> = graph
+        .nodes
+        .iter()
+        .map(|n| {
+            serde_json::json!({
+                "node_id": n.id, "kind": n.kind.name(), "isolation": n.isolation.name(),
+                "effects": n.effects.iter().map(|e| e.name()).collect::<Vec<_>>(),
+                "max_attempts": n.budget.max_attempts,
+                "hard_deadline_ms": n.budget.max_wallclock_s * 1000,
+                "max_tokens": n.budget.max_tokens,
+                "max_cost_microunits": n.budget.max_cost_microunits,
+                "pauses_for_a_human": n.kind == NodeKind::Approval,
+            })
+        })
+        .collect();
+    let edges: Vec<Value> = graph
+        .edges
+        .iter()
+        .map(|e| {
+            serde_json::json!({"from_node": e.from_node, "from_port": e.from_port,
+                "to_node": e.to_node, "to_port": e.to_port, "when": e.when.map(|w| w.name())})
+        })
+        .collect();
+    let pauses_at: Vec<&str> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Approval)
+        .map(|n| n.id.as_str())
+        .collect();
+    serde_json::json!({
+        "ok": true, "plan_id": plan.plan_id, "graph_digest": plan.graph_digest,
+        "nodes": nodes, "edges": edges, "pauses_at": pauses_at,
+        "compiled_only": "This is a plan. Nothing has run and no run directory exists.",
+    })
+}

@@ -20,6 +20,7 @@
 
 pub mod approve;
 pub mod confirm;
+pub mod graph_runs;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -86,6 +87,7 @@ pub fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
     let server = BlServer::new(config).map_err(|e| McpError::Start(std::io::Error::other(e)))?;
     let loops = server.started.clone();
     let consoles = server.consoles.clone();
+    let graphs = server.graphs.clone();
     let served = runtime.block_on(async move {
         let service = server
             .serve(rmcp::transport::stdio())
@@ -106,6 +108,7 @@ pub fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
     for (_, run) in loops {
         let _ = run.wait();
     }
+    graphs.stop();
     consoles.close();
     served
 }
@@ -196,6 +199,8 @@ pub struct BlServer {
     started: Arc<Mutex<Vec<(String, LoopHandle)>>>,
     /// The approval consoles opened for people, closed when the client goes.
     consoles: Arc<approve::Consoles>,
+    /// The graph runs started here, stopped (resumable) when the client goes.
+    graphs: Arc<graph_runs::Started>,
     tool_router: ToolRouter<BlServer>,
 }
 
@@ -250,6 +255,40 @@ fn answer(value: &Value, cursor: Option<&str>) -> Result<CallToolResult, ErrorDa
     )]))
 }
 
+/// A manifest's refusal as bounded-loops' MCP server says it: its code,
+/// JSON pointer (and line and column, which bl adds), message, and fix.
+fn refused_manifest(refusal: &bl_graph::Refusal) -> Value {
+    let mut detail = bl_graph::report::refusal_json(refusal);
+    if let Some(fields) = detail.as_object_mut() {
+        fields.remove("valid");
+        fields.insert("means".into(), Value::Null);
+        let fix = fields.remove("hints").and_then(|h| {
+            h.as_array().map(|lines| {
+                lines
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+        });
+        fields.insert("fix".into(), json!(fix));
+    }
+    json!({"ok": false, "refusal": detail})
+}
+
+/// A compiled manifest's plan, or why it was refused.
+pub(crate) fn plan_answer(
+    compiled: Result<(bl_graph::Graph, bl_graph::Plan), bl_app::graph_plan::PlanFailure>,
+) -> Value {
+    match compiled {
+        Ok((graph, plan)) => bl_app::graph_plan::plan_summary(&graph, &plan),
+        Err(bl_app::graph_plan::PlanFailure::Manifest(m)) => refused_manifest(&m.refusal),
+        Err(bl_app::graph_plan::PlanFailure::App(e)) => {
+            json!({"ok": false, "error": {"code": "graph_plan", "pointer": "/", "message": e.message()}})
+        }
+    }
+}
+
 #[tool_router]
 impl BlServer {
     /// A server for `config`, with a fresh key for its confirm tokens.
@@ -259,6 +298,7 @@ impl BlServer {
             confirmations: Arc::new(confirm::Confirmations::new()?),
             started: Arc::default(),
             consoles: Arc::default(),
+            graphs: Arc::default(),
             tool_router: Self::tool_router(),
         })
     }
@@ -477,26 +517,29 @@ impl BlServer {
                 "nodes": graph.nodes.iter().map(|n| json!({"id": n.id, "kind": n.kind.name()})).collect::<Vec<_>>(),
                 "edges": graph.edges.len(),
             }),
-            Err(refusal) => {
-                let mut detail = bl_graph::report::refusal_json(&refusal);
-                if let Some(fields) = detail.as_object_mut() {
-                    fields.remove("valid");
-                    fields.insert("means".into(), Value::Null);
-                    let fix = fields.remove("hints").and_then(|h| {
-                        h.as_array().map(|lines| {
-                            lines
-                                .iter()
-                                .filter_map(Value::as_str)
-                                .collect::<Vec<_>>()
-                                .join("\n")
-                        })
-                    });
-                    fields.insert("fix".into(), json!(fix));
-                }
-                json!({"ok": false, "refusal": detail})
-            }
+            Err(refusal) => refused_manifest(&refusal),
         };
         answer(&value, args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "Compile a graph/v1 manifest (YAML text) into its plan: the plan id, each node's kind, isolation, effects and budget, the edges, and where the run would wait for a person. Nothing runs and no run directory is made."
+    )]
+    async fn graph_plan(
+        &self,
+        Parameters(args): Parameters<ManifestArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let roots = vec![self.config.workspace.clone()];
+        let value = tokio::task::spawn_blocking(move || {
+            plan_answer(bl_app::graph_plan::compile_text(
+                &args.manifest_yaml,
+                None,
+                &roots,
+            ))
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, None)
     }
 
     #[tool(
@@ -664,6 +707,59 @@ impl BlServer {
                 Err(e) => json!({"status": "error", "error_type": "ManifestError", "message": e.message()}),
             },
             Err(refused) => refused,
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, None)
+    }
+
+    /// What `graph_run` and `graph_resume` work with, now.
+    fn graph_tools<'a>(
+        &'a self,
+        contained: &'a dyn Fn(&str) -> Result<PathBuf, Value>,
+    ) -> graph_runs::GraphRuns<'a> {
+        graph_runs::GraphRuns {
+            workspace: &self.config.workspace,
+            runs_dir: self.runs_dir(),
+            confirmations: &self.confirmations,
+            started: &self.graphs,
+            contained,
+            now: unix_now(),
+        }
+    }
+
+    #[tool(
+        description = "Run a graph/v1 manifest (YAML text). confirm=false gives its plan (nodes, edges, where it waits for a person) and a confirm_token, and runs nothing; confirm=true with that token starts the run in the background and answers at once with its name and state (graph_status follows it). A graph with agent nodes needs `connections` (and `inputs`, or `recorded` replies to run keyless), files inside the workspace. An approval node waits for a person."
+    )]
+    async fn graph_run(
+        &self,
+        Parameters(args): Parameters<graph_runs::GraphRunArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let server = self.clone();
+        let value = tokio::task::spawn_blocking(move || {
+            let contained = |p: &str| server.contained(p);
+            server.graph_tools(&contained).run(&args)
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, None)
+    }
+
+    #[tool(
+        description = "Resume a graph run that a stop, a crash or a spent budget left unfinished, optionally with new ceilings (max_tokens, max_cost_usd). confirm=false says what it would do and gives a confirm_token; confirm=true with that token resumes it in the background (graph_status follows it). It never approves anything. `run` is a run's name under .bounded-loops/runs."
+    )]
+    async fn graph_resume(
+        &self,
+        Parameters(args): Parameters<graph_runs::GraphResumeArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let dir = match self.run_dir(&args.run) {
+            Ok(dir) => dir,
+            Err(refused) => return answer(&refused, None),
+        };
+        let server = self.clone();
+        let value = tokio::task::spawn_blocking(move || {
+            let contained = |p: &str| server.contained(p);
+            server.graph_tools(&contained).resume(&dir, &args)
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;

@@ -111,6 +111,23 @@ fn plan(view: &CageView) -> Result<Vec<Step>, CommandError> {
     for path in [view.workspace, view.workspace_source] {
         c_path(path)?;
     }
+    // The staged workspace is bound from where it was made: a cover over
+    // it (a directory the caged user cannot search, such as a /tmp made
+    // private with mode 0700) would hide it, and the command would fail
+    // to start with a misleading "No such file or directory".
+    if let Some(over) = view
+        .covered
+        .iter()
+        .chain(view.hidden)
+        .find(|c| view.workspace_source.starts_with(c))
+    {
+        return Err(CommandError::Denied(format!(
+            "the cage's staging directory {} lies under {}, which the cage must hide (the caged user cannot search it, or it is hidden by policy); make {} searchable by others (for /tmp: chmod 1777 /tmp) or set TMPDIR to a directory that is",
+            view.workspace_source.display(),
+            over.display(),
+            over.display()
+        )));
+    }
     steps.extend([
         Step::Tmpfs(c_path(private)?),
         Step::Dir(c_path(&private.join("home"))?),
@@ -667,6 +684,26 @@ mod tests {
                     link: p(&home.join(".local/bin/claude")),
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_staging_directory_the_cage_would_hide_is_refused_by_name() {
+        let covered = vec![PathBuf::from("/tmp")];
+        let view = CageView {
+            workspace: Path::new("/tmp/case/ws"),
+            workspace_source: Path::new("/tmp/bl-cage-x/workspace"),
+            writable: true,
+            private_root: Path::new("/run/private"),
+            covered: &covered,
+            shown: &[],
+            hidden: &[],
+            links: &[],
+        };
+        let err = plan(&view).unwrap_err();
+        assert!(
+            matches!(&err, CommandError::Denied(m) if m.contains("lies under /tmp") && m.contains("chmod 1777 /tmp")),
+            "{err:?}"
         );
     }
 

@@ -183,8 +183,21 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
             .keys()
             .filter(|k| theirs["properties"].get(k.as_str()).is_none())
             .collect();
+        // bl's additions: paging, and what running a graph for real needs
+        // (a preview's token, and the files of a run with agent nodes).
+        let added: &[&str] = match name {
+            "graph_run" => &[
+                "confirm",
+                "confirm_token",
+                "connections",
+                "inputs",
+                "recorded",
+            ],
+            "graph_resume" => &["confirm_token", "inputs"],
+            _ => &["cursor"],
+        };
         assert!(
-            extra.iter().all(|k| *k == "cursor"),
+            extra.iter().all(|k| added.contains(&k.as_str())),
             "{name} adds {extra:?}"
         );
     }
@@ -202,6 +215,9 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
             "graph_approve",
             "graph_lint",
             "graph_metrics",
+            "graph_plan",
+            "graph_resume",
+            "graph_run",
             "graph_runs",
             "graph_state_md",
             "graph_status",
@@ -620,4 +636,137 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
         verified.contains("1 made by an agent, not a person"),
         "{verified}"
     );
+}
+
+/// The graph tools that run something preview first. `graph_plan` gives a
+/// slot-free graph's plan and refuses one whose nodes need connections,
+/// as bounded-loops does; `graph_run` gives the plan and a token, runs
+/// nothing without it, and with it starts the run in the background,
+/// answering at once; `graph_status` follows it to its approval; and
+/// `graph_resume` of that paused run resumes only with its own token, and
+/// approves nothing.
+#[test]
+fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
+    let Some(python) = client_python() else {
+        return;
+    };
+    let workspace = workspace();
+    let example = repo_root().join("examples/graphs/first-graph");
+    for file in [
+        "graph.yaml",
+        "connections.json",
+        "inputs.json",
+        "replies.json",
+    ] {
+        std::fs::copy(example.join(file), workspace.path().join(file)).unwrap();
+    }
+    let manifest = std::fs::read_to_string(example.join("graph.yaml")).unwrap();
+    let mini = "api_version: bounded-loops.dev/graph/v1\ngraph_id: mini\nversion: 1.0.0\n\
+        connection_slots: []\nnodes:\n\
+        - {id: a, kind: research_claim, inputs: {}, outputs: {out: text}, effects: [], isolation: workspace_only, budget: {max_attempts: 1, max_wallclock_s: 300}}\n\
+        - {id: ok, kind: approval, required_role: reviewer, inputs: {in: text}, outputs: {out: text}, effects: [read_only], isolation: workspace_only, budget: {max_attempts: 1, max_wallclock_s: 300}}\n\
+        edges:\n- {from_node: a, from_port: out, to_node: ok, to_port: in}\n\
+        policies: {data_class: internal, fail_mode: fail_closed}\n";
+    let run = json!({"manifest_yaml": manifest, "connections": "connections.json",
+        "inputs": "inputs.json", "recorded": "replies.json"});
+    let with = |extra: Value| {
+        let mut args = run.clone();
+        args.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        args
+    };
+    let calls = json!([
+        ["graph_plan", {"manifest_yaml": manifest}],
+        ["graph_plan", {"manifest_yaml": mini}],
+        ["graph_run", run],
+        ["graph_run", with(json!({"confirm": true}))],
+        ["graph_run", with(json!({"confirm": true, "inputs": "replies.json", "confirm_token": "$token:2"}))],
+        ["graph_run", with(json!({"confirm": true, "confirm_token": "$token:2"}))],
+        ["graph_status", {"run": "$run:5"}, {"until": "AWAITING_APPROVAL"}],
+        ["graph_resume", {"run": "$run:5"}],
+        ["graph_resume", {"run": "$run:5", "confirm": true, "confirm_token": "$token:7"}],
+        ["graph_resume", {"run": "$run:5", "confirm": true, "confirm_token": "$token:7"}],
+        ["graph_run", {"manifest_yaml": manifest, "connections": "/etc/passwd"}],
+    ]);
+    let before: Vec<_> = std::fs::read_dir(workspace.path().join(".bounded-loops/runs"))
+        .unwrap()
+        .collect();
+    let report = drive(&python, workspace.path(), &calls);
+    let call = |i: usize| report["calls"][i]["result"].clone();
+    let refused = call(0);
+    assert_eq!(
+        refused["refusal"]["code"], "no_admitted_connection",
+        "{refused}"
+    );
+    let plan = call(1);
+    assert_eq!(plan["ok"], true, "{plan}");
+    assert_eq!(plan["pauses_at"], json!(["ok"]));
+    assert!(plan["plan_id"].as_str().unwrap().starts_with("sha256:"));
+    let preview = call(2);
+    assert_eq!(preview["executed"], false, "{preview}");
+    assert_eq!(preview["pauses_at"], json!(["review"]));
+    assert!(preview["confirm_token"].is_string());
+    assert!(
+        call(3)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("no confirm_token"),
+        "{}",
+        call(3)
+    );
+    assert!(
+        call(4)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("confirm_token does not match"),
+        "{}",
+        call(4)
+    );
+    let started = call(5);
+    assert_eq!(started["executed"], true, "{started}");
+    assert_eq!(started["plan_id"], preview["plan_id"]);
+    let name = started["run"].as_str().unwrap();
+    let status = call(6);
+    let review = status["projection"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node_id"] == "review")
+        .unwrap()
+        .clone();
+    assert_eq!(review["state"], "AWAITING_APPROVAL", "{status}");
+    let resume = call(7);
+    assert_eq!(resume["preview"], true, "{resume}");
+    let resumed = call(8);
+    assert_eq!(resumed["resumed"], true, "{resumed}");
+    assert_eq!(
+        resumed["state"], "AWAITING_APPROVAL",
+        "approves nothing: {resumed}"
+    );
+    assert!(
+        call(9)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already used"),
+        "{}",
+        call(9)
+    );
+    assert!(
+        call(10)["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside the workspace"),
+        "{}",
+        call(10)
+    );
+    // Only the confirmed call made a run, and nothing decided its approval.
+    let after: Vec<_> = std::fs::read_dir(workspace.path().join(".bounded-loops/runs"))
+        .unwrap()
+        .collect();
+    assert_eq!(after.len(), before.len() + 1);
+    let run = workspace.path().join(".bounded-loops/runs").join(name);
+    assert!(!run.join("approvals.json").exists());
+    let verified = bl(&["verify", run.to_str().unwrap()], workspace.path());
+    assert!(verified.status.success(), "{verified:?}");
 }
