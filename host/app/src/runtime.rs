@@ -430,6 +430,8 @@ impl GraphRuntime {
             position: after,
             head: bl_store::ChainHead::default(),
             lines: 0,
+            seen: Default::default(),
+            keyed: Default::default(),
         }
     }
 }
@@ -459,6 +461,11 @@ pub struct Subscription {
     head: bl_store::ChainHead,
     /// Lines verified so far.
     lines: usize,
+    /// A 64-bit hash of each idempotency key verified so far (under this
+    /// reader's own random key): a key appended twice is still refused,
+    /// in 8 bytes a line rather than the key itself.
+    seen: std::collections::HashSet<u64>,
+    keyed: std::collections::hash_map::RandomState,
 }
 
 /// The most of a log one [`Subscription::poll`] reads (a line longer than
@@ -541,6 +548,14 @@ impl Subscription {
                     .map_err(|e| refused(&e))?
                     .to_string();
                 let line: Value = serde_json::from_slice(line).map_err(|e| refused(&e))?;
+                use std::hash::BuildHasher;
+                let key = line["idempotency_key"].as_str().unwrap_or_default();
+                if !self.seen.insert(self.keyed.hash_one(key)) {
+                    return Err(refused(&format!(
+                        "line {}: idempotency_key {key} appears twice",
+                        self.lines
+                    )));
+                }
                 let sequence = line["sequence"].as_u64().unwrap_or(0);
                 if sequence <= self.position {
                     continue;
@@ -553,6 +568,10 @@ impl Subscription {
                     raw,
                 });
             }
+            // The chain's own key index holds whole keys; this reader
+            // keeps only their hashes (above), so a long log costs it 8
+            // bytes a line.
+            self.head.keys = Default::default();
             if !events.is_empty() || at_end || whole == 0 {
                 break;
             }

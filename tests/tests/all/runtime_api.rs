@@ -424,4 +424,19 @@ fn a_long_log_is_handed_out_in_bounded_pieces_in_order() {
         runtime.subscribe(&run, 0).read_to_end().unwrap().len() as u64,
         count
     );
+    // A key appended again, pieces after its first line, is refused.
+    let payload = serde_json::json!({"again": true});
+    let (line, _) = bl_store::chain::build_line(
+        &head,
+        &identity,
+        "e0",
+        "node.spend",
+        &payload,
+        "2026-12-03T10:00:00Z",
+    );
+    bytes.extend_from_slice(line.as_bytes());
+    bytes.push(b'\n');
+    std::fs::write(&log, &bytes).unwrap();
+    let refused = runtime.subscribe(&run, 0).read_to_end().unwrap_err();
+    assert!(refused.message().contains("appears twice"), "{refused}");
 }
