@@ -2,7 +2,8 @@
 
 Usage: client.py BL WORKSPACE SCRIPT.json [EXTRA_ARGS.json]
 EXTRA_ARGS.json (optional) is a list of further arguments to `bl mcp`.
-SCRIPT.json is a list of [tool, arguments] calls, or [tool, arguments,
+SCRIPT.json is a list of [tool, arguments] calls ("$resource" {uri} reads
+a resource, "$prompt" {name, arguments} gets a prompt), or [tool, arguments,
 {"until": TEXT}] to call again every 0.2 s (for at most 60 s) until the
 answer holds TEXT; an argument written "$token:N" is replaced by the
 confirm_token call N answered with, and "$run:N" by the run it named. The client initializes,
@@ -39,7 +40,25 @@ async def main(bl, workspace, script, extra):
             report["server"] = init.server_info.model_dump(mode="json", exclude_none=True)
             tools = await session.list_tools()
             report["tools"] = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools.tools]
+            dump = lambda items: [i.model_dump(mode="json", by_alias=True, exclude_none=True) for i in items]
+            report["resources"] = dump((await session.list_resources()).resources)
+            report["resource_templates"] = dump((await session.list_resource_templates()).resource_templates)
+            report["prompts"] = dump((await session.list_prompts()).prompts)
             for tool, arguments, *until in script:
+                # "$resource" {uri} and "$prompt" {name, arguments}: read one,
+                # or the protocol's error for it.
+                if tool in ("$resource", "$prompt"):
+                    try:
+                        if tool == "$resource":
+                            got = await session.read_resource(arguments["uri"])
+                        else:
+                            got = await session.get_prompt(arguments["name"], arguments.get("arguments"))
+                        record = {"tool": tool, "arguments": arguments, "is_error": False,
+                                  "result": got.model_dump(mode="json", by_alias=True, exclude_none=True)}
+                    except Exception as e:  # the server's JSON-RPC error
+                        record = {"tool": tool, "arguments": arguments, "is_error": True, "result": str(e)}
+                    report["calls"].append(record)
+                    continue
                 arguments = {key: token_of(report, value) for key, value in arguments.items()}
                 result = await session.call_tool(tool, arguments)
                 text = result.content[0].text if result.content else ""

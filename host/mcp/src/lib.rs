@@ -21,6 +21,7 @@
 pub mod approve;
 pub mod confirm;
 pub mod graph_runs;
+pub mod library;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -830,11 +831,68 @@ impl BlServer {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for BlServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_prompts()
+                .build(),
+        )
             .with_server_info(Implementation::new("bl", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "bl runs AI-agent work so that the agent never grades itself: an independent gate decides each turn. These tools lint and inspect graphs and their runs; a run is named by its name under the workspace's .bounded-loops/runs.",
             )
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        Ok(rmcp::model::ListResourcesResult::with_all_items(
+            library::resources(),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(
+            library::templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        let workspace = self.config.workspace.clone();
+        let read = tokio::task::spawn_blocking(move || library::read(&workspace, &request.uri))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))??;
+        Ok(rmcp::model::ReadResourceResult::new(vec![read]).into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
+        Ok(rmcp::model::ListPromptsResult::with_all_items(
+            library::prompts(),
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        let arguments = request.arguments.unwrap_or_default();
+        Ok(library::prompt(&request.name, &arguments)?.into())
     }
 }
 

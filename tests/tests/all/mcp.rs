@@ -132,6 +132,13 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         ["bl_show", {"loop_dir": "loops/records"}],
         ["bl_show", {"loop_dir": "loops/broken"}],
         ["bl_show", {"loop_dir": "/etc"}],
+        ["$resource", {"uri": "bounded-loops://catalog"}],
+        ["$resource", {"uri": "bounded-loops://loop/records-shell/manifest"}],
+        ["$resource", {"uri": "bounded-loops://loop/records-shell/prompt"}],
+        ["$resource", {"uri": "bounded-loops://loop/no-such-loop/manifest"}],
+        ["$prompt", {"name": "run_loop", "arguments": {"loop_dir": "loops/records"}}],
+        ["$prompt", {"name": "write_loop", "arguments": {"loop_name": "release-notes"}}],
+        ["$prompt", {"name": "audit_loop", "arguments": {}}],
     ]);
     let report = drive(&python, workspace.path(), &calls);
     assert_eq!(report["protocol_version"], "2025-11-25");
@@ -356,6 +363,75 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
             .contains("outside the workspace"),
         "{}",
         call(17)["result"]
+    );
+
+    // Resources and prompts by bounded-loops' names.
+    let uris = |list: &str, key: &str| -> Vec<String> {
+        report[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[key].as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut theirs = |list: &str| -> Vec<String> {
+        let mut names: Vec<String> = upstream[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map_or_else(|| v["name"].as_str().unwrap().to_string(), str::to_string)
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(uris("resources", "uri"), theirs("resources"));
+    let mut templates = uris("resource_templates", "uriTemplate");
+    templates.sort();
+    assert_eq!(templates, theirs("resource_templates"));
+    let mut prompts = uris("prompts", "name");
+    prompts.sort();
+    assert_eq!(prompts, theirs("prompts"));
+    let contents = |i: usize| {
+        call(i)["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}", call(i)))
+            .to_string()
+    };
+    assert!(
+        contents(18).contains("| records-shell |"),
+        "{}",
+        contents(18)
+    );
+    let manifest: Value = serde_json::from_str(&contents(19)).unwrap();
+    assert_eq!(manifest, cli, "bl show's own");
+    let prompt = std::fs::read_to_string(workspace.path().join("loops/records/PROMPT.md")).unwrap();
+    assert_eq!(contents(20), prompt);
+    assert_eq!(report["calls"][21]["is_error"], true, "{}", call(21));
+    let text = |i: usize| {
+        call(i)["result"]["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        text(22).ends_with("Loop directory: loops/records"),
+        "{}",
+        text(22)
+    );
+    assert!(text(22).contains("confirm=false"), "{}", text(22));
+    assert!(
+        text(23).ends_with("Loop name: release-notes. Gate kind: pytest."),
+        "{}",
+        text(23)
+    );
+    assert_eq!(
+        report["calls"][24]["is_error"],
+        true,
+        "a missing argument: {}",
+        call(24)
     );
 }
 
