@@ -374,7 +374,7 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
             .map(|r| r[key].as_str().unwrap().to_string())
             .collect()
     };
-    let mut theirs = |list: &str| -> Vec<String> {
+    let theirs = |list: &str| -> Vec<String> {
         let mut names: Vec<String> = upstream[list]
             .as_array()
             .unwrap()
