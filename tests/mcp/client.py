@@ -10,7 +10,7 @@ confirm_token call N answered with, and "$run:N" by the run it named. The client
 lists the tools, makes each call (following `_page.next_cursor` until a
 paged result is whole), and prints one JSON report on stdout:
 {"protocol_version", "server", "tools": [...], "calls": [{tool, arguments,
-is_error, result (the text block parsed as JSON), pages}]}. With
+is_error, result (the text block parsed as JSON), pages, meta (its _meta)}]}. With
 $MCP_PROGRESS set, each call's record is also appended to that file as one
 JSON line as soon as it is made (a test acts on it while the session goes on).
 """
@@ -83,7 +83,8 @@ async def main(bl, workspace, script, extra):
                         pages += 1
                     value = json.loads(joined)
                 record = {"tool": tool, "arguments": arguments, "is_error": bool(result.is_error),
-                          "result": value, "pages": pages}
+                          "result": value, "pages": pages,
+                          "meta": result.model_dump(mode="json", by_alias=True).get("_meta")}
                 report["calls"].append(record)
                 if os.environ.get("MCP_PROGRESS"):
                     with open(os.environ["MCP_PROGRESS"], "a") as progress:

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// `graph_approve`'s arguments (bounded-loops' shape).
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, serde::Serialize, JsonSchema)]
 pub struct ApproveArgs {
     /// The run's name under .bounded-loops/runs, never a path.
     pub run: String,

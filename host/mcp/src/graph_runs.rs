@@ -20,7 +20,7 @@ use crate::confirm::Confirmations;
 /// `graph_run`'s arguments: bounded-loops' `manifest_yaml`, and what bl
 /// adds to run it (a preview first, its token, and the files a run of a
 /// graph with agent nodes needs, each inside the workspace).
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, serde::Serialize, JsonSchema)]
 pub struct GraphRunArgs {
     /// The graph manifest (graph/v1), as YAML (or JSON) text.
     pub manifest_yaml: String,
@@ -43,7 +43,7 @@ pub struct GraphRunArgs {
 }
 
 /// `graph_resume`'s arguments (bounded-loops' shape, with the token).
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, serde::Serialize, JsonSchema)]
 pub struct GraphResumeArgs {
     /// The run's name under .bounded-loops/runs, never a path.
     pub run: String,

@@ -19,6 +19,7 @@
 //! approved here.
 
 pub mod approve;
+pub mod audit;
 pub mod confirm;
 pub mod graph_runs;
 pub mod library;
@@ -149,7 +150,7 @@ pub struct PageArgs {
 }
 
 /// `bl_run`'s arguments (bounded-loops' shape).
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, serde::Serialize, JsonSchema)]
 pub struct RunLoopArgs {
     /// The loop package's directory, relative to the workspace (or absolute, inside it).
     pub loop_dir: String,
@@ -275,6 +276,44 @@ fn refused_manifest(refusal: &bl_graph::Refusal) -> Value {
         fields.insert("fix".into(), json!(fix));
     }
     json!({"ok": false, "refusal": detail})
+}
+
+/// Who the session says its client is (never what a model's arguments say).
+fn client_of(peer: &rmcp::Peer<rmcp::RoleServer>) -> String {
+    peer.peer_info().map_or_else(
+        || "mcp-client".to_string(),
+        |info| format!("mcp:{}", info.client_info.name),
+    )
+}
+
+/// The answer to a confirmed call on the run at `run_dir`, recorded in its
+/// MCP audit log first, with the record's inclusion proof in `_meta`. A
+/// run directory that does not exist (nothing was started) records nothing.
+fn audited(
+    run_dir: Option<&Path>,
+    tool: &str,
+    arguments: &Value,
+    value: &Value,
+    client: &str,
+) -> Result<CallToolResult, ErrorData> {
+    let mut result = answer(value, None)?;
+    let Some(dir) = run_dir.filter(|d| d.is_dir()) else {
+        return Ok(result);
+    };
+    // What came of it, without the bulk (plans, evidence, projections).
+    let mut outcome = value.clone();
+    if let Some(fields) = outcome.as_object_mut() {
+        for bulky in ["nodes", "edges", "evidence", "projection", "preview"] {
+            fields.remove(bulky);
+        }
+    }
+    let meta = match audit::record(dir, tool, arguments, &outcome, client) {
+        Ok(meta) => meta,
+        // The call was made; say plainly that its record was not.
+        Err(e) => json!({"bl/audit": {"error": e.to_string()}}),
+    };
+    result.meta = meta.as_object().cloned().map(rmcp::model::MetaObject);
+    Ok(result)
 }
 
 /// A compiled manifest's plan, or why it was refused.
@@ -617,12 +656,26 @@ impl BlServer {
     async fn bl_run(
         &self,
         Parameters(args): Parameters<RunLoopArgs>,
+        peer: rmcp::Peer<rmcp::RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        let asked = serde_json::to_value(&args).unwrap_or_default();
+        let confirmed = args.confirm;
+        let package = self.contained(&args.loop_dir).ok();
         let server = self.clone();
         let value = tokio::task::spawn_blocking(move || server.run_loop(args))
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, None)
+        let run_dir = match (confirmed, package, value["run_id"].as_str()) {
+            (true, Some(package), Some(id)) => Some(package.join(".bounded-loops/runs").join(id)),
+            _ => None,
+        };
+        audited(
+            run_dir.as_deref(),
+            "bl_run",
+            &asked,
+            &value,
+            &client_of(&peer),
+        )
     }
 
     #[tool(
@@ -735,7 +788,9 @@ impl BlServer {
     async fn graph_run(
         &self,
         Parameters(args): Parameters<graph_runs::GraphRunArgs>,
+        peer: rmcp::Peer<rmcp::RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        let asked = serde_json::to_value(&args).unwrap_or_default();
         let server = self.clone();
         let value = tokio::task::spawn_blocking(move || {
             let contained = |p: &str| server.contained(p);
@@ -743,7 +798,21 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, None)
+        let run_dir = value["run"].as_str().map(|run| self.runs_dir().join(run));
+        if let Some(dir) = &run_dir {
+            // The run makes its directory as it starts, on its own thread.
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !dir.join(bl_store::RunDir::META).is_file() && std::time::Instant::now() < until {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+        audited(
+            run_dir.as_deref(),
+            "graph_run",
+            &asked,
+            &value,
+            &client_of(&peer),
+        )
     }
 
     #[tool(
@@ -752,11 +821,14 @@ impl BlServer {
     async fn graph_resume(
         &self,
         Parameters(args): Parameters<graph_runs::GraphResumeArgs>,
+        peer: rmcp::Peer<rmcp::RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let dir = match self.run_dir(&args.run) {
             Ok(dir) => dir,
             Err(refused) => return answer(&refused, None),
         };
+        let confirmed = args.confirm.then(|| dir.clone());
+        let asked = serde_json::to_value(&args).unwrap_or_default();
         let server = self.clone();
         let value = tokio::task::spawn_blocking(move || {
             let contained = |p: &str| server.contained(p);
@@ -764,7 +836,13 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, None)
+        audited(
+            confirmed.as_deref(),
+            "graph_resume",
+            &asked,
+            &value,
+            &client_of(&peer),
+        )
     }
 
     #[tool(
@@ -779,12 +857,11 @@ impl BlServer {
             Ok(dir) => dir,
             Err(refused) => return answer(&refused, None),
         };
+        let confirmed = args.confirm.then(|| dir.clone());
+        let asked = serde_json::to_value(&args).unwrap_or_default();
         // Who decides, when agents may: the client the session says it is,
         // never a name from the model's arguments.
-        let agent = peer.peer_info().map_or_else(
-            || "mcp-client".to_string(),
-            |info| format!("mcp:{}", info.client_info.name),
-        );
+        let agent = client_of(&peer);
         let server = self.clone();
         let value = tokio::task::spawn_blocking(move || {
             approve::Approver {
@@ -797,7 +874,13 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, None)
+        audited(
+            confirmed.as_deref(),
+            "graph_approve",
+            &asked,
+            &value,
+            &client_of(&peer),
+        )
     }
 
     #[tool(

@@ -43,7 +43,9 @@ fn checkpoint_path(run_dir: &Path, size: u64) -> PathBuf {
 }
 
 /// Files a checkpoint does not list: the log (its root covers it), the
-/// checkpoints themselves, and lock files (empty; only their locks matter).
+/// checkpoints themselves, lock files (empty; only their locks matter),
+/// and the MCP audit log, appended to by calls made after a checkpoint; it
+/// is chained on its own, and each call's answer carries its proof.
 /// The attempts' work directories in a graph run directory.
 pub const WORK_DIR: &str = "work";
 
@@ -56,6 +58,7 @@ fn is_sealed(relative: &str) -> bool {
         && relative != CHECKPOINT_DIR
         && !relative.starts_with(&format!("{CHECKPOINT_DIR}/"))
         && !relative.ends_with(".lock")
+        && relative != crate::RunDir::MCP_AUDIT
 }
 
 /// Every sealed file of the run directory with its `sha256:` digest,

@@ -29,6 +29,9 @@ impl RunDir {
     pub const LEDGER: &'static str = crate::ledger::LEDGER_FILE;
     pub const INTENTS: &'static str = crate::ledger::INTENTS_FILE;
     pub const EGRESS_EVENTS: &'static str = crate::egress_log::EGRESS_EVENTS;
+    /// The calls an MCP client made on this run (`bl mcp`), chained as an
+    /// event log of their own.
+    pub const MCP_AUDIT: &'static str = "mcp-audit.jsonl";
     /// The allowlist proxy's decisions for the run's local agent CLIs.
     pub const EGRESS_DECISIONS: &'static str = "egress-decisions.jsonl";
     pub const CHECKPOINTS: &'static str = crate::provable::CHECKPOINT_DIR;

@@ -125,6 +125,15 @@ fn verify_egress_log(controller: &Path, egress: &Path) -> Result<String, Finding
     ))
 }
 
+/// The chain of the calls an MCP client made on the run (`bl mcp`).
+fn verify_mcp_audit(audit: &Path) -> Result<String, Finding> {
+    let head = chain_head(audit)?;
+    Ok(format!(
+        "{} MCP call(s) recorded, head {}",
+        head.sequence, head.hash
+    ))
+}
+
 /// A run directory, or (when `path` is a file) its event log alone plus the
 /// checkpoints and approvals beside it.
 pub fn verify(path: &Path, options: &Options) -> GraphReport {
@@ -153,6 +162,10 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
                 "egress",
                 "no egress-events.jsonl (no broker request)",
             ));
+        }
+        let audit = path.join(RunDir::MCP_AUDIT);
+        if audit.is_file() {
+            checks.push(Check::from_result("mcp audit", verify_mcp_audit(&audit)));
         }
         if path.join(RunDir::PLAN).is_file() {
             checks.push(Check::from_result("plan", verify_plan(path)));

@@ -845,4 +845,67 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
     assert!(!run.join("approvals.json").exists());
     let verified = bl(&["verify", run.to_str().unwrap()], workspace.path());
     assert!(verified.status.success(), "{verified:?}");
+
+    // Every confirmed call on the run is in its MCP audit log, the refused
+    // one too, and each answer proves its line is there.
+    let log = std::fs::read_to_string(run.join("mcp-audit.jsonl")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let tools: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["payload"]["tool"].clone())
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            json!("graph_run"),
+            json!("graph_resume"),
+            json!("graph_resume")
+        ]
+    );
+    let first: Value = serde_json::from_str(lines[0]).unwrap();
+    assert!(
+        first["payload"]["arguments"]["manifest_yaml"]["sha256"].is_string(),
+        "a manifest is kept by its digest: {first}"
+    );
+    assert!(
+        first["payload"]["client"]
+            .as_str()
+            .unwrap()
+            .starts_with("mcp:")
+    );
+    let hash = |hex_text: &Value| -> [u8; 32] {
+        hex::decode(hex_text.as_str().unwrap())
+            .unwrap()
+            .try_into()
+            .unwrap()
+    };
+    for (call_at, line_at) in [(5, 0), (8, 1), (9, 2)] {
+        let proof = &report["calls"][call_at]["meta"]["bl/audit"];
+        assert_eq!(proof["sequence"], line_at + 1, "{proof}");
+        let leaf = bl_store::merkle::leaf_hash(lines[line_at].as_bytes());
+        assert_eq!(leaf, hash(&proof["leaf"]));
+        let path: Vec<[u8; 32]> = proof["proof"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(hash)
+            .collect();
+        assert!(bl_store::merkle::verify_inclusion(
+            &leaf,
+            line_at,
+            proof["size"].as_u64().unwrap() as usize,
+            &path,
+            &hash(&proof["root"])
+        ));
+    }
+    let said = String::from_utf8_lossy(&verified.stdout).into_owned();
+    assert!(said.contains("3 MCP call(s) recorded"), "{said}");
+    // An altered record fails verification.
+    std::fs::write(
+        run.join("mcp-audit.jsonl"),
+        log.replacen("graph_resume", "graph_resumf", 1),
+    )
+    .unwrap();
+    let altered = bl(&["verify", run.to_str().unwrap()], workspace.path());
+    assert!(!altered.status.success(), "{altered:?}");
 }
