@@ -76,8 +76,14 @@ async def main(bl, workspace, script, extra):
                 # A paged result: follow its cursor and join the slices.
                 if isinstance(value, dict) and "_page" in value:
                     joined = value["text"]
+                    seen = set()
                     while value["_page"]["next_cursor"] is not None:
-                        more = await session.call_tool(tool, {**arguments, "cursor": value["_page"]["next_cursor"]})
+                        cursor = value["_page"]["next_cursor"]
+                        # A server that hands the same page again is a bug, not a wait.
+                        if cursor in seen:
+                            raise RuntimeError(f"{tool}: the cursor {cursor} came back twice")
+                        seen.add(cursor)
+                        more = await session.call_tool(tool, {**arguments, "cursor": cursor})
                         value = json.loads(more.content[0].text)
                         joined += value["text"]
                         pages += 1

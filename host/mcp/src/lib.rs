@@ -21,6 +21,7 @@
 pub mod approve;
 pub mod audit;
 pub mod confirm;
+pub mod evidence;
 pub mod graph_runs;
 pub mod library;
 
@@ -177,6 +178,29 @@ pub struct RunLoopArgs {
     pub confirm_token: Option<String>,
 }
 
+/// `bl_graph_terminal_runs`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct TerminalRunsArgs {
+    /// At most this many runs.
+    #[serde(default = "a_hundred")]
+    pub limit: u64,
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+fn a_hundred() -> u64 {
+    100
+}
+
+/// The evidence tools' arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RunRefArgs {
+    /// A finished run's name under .bounded-loops/runs (bl_graph_terminal_runs' run_ref).
+    pub run_ref: String,
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
 /// `bl_lint`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct LintLoopsArgs {
@@ -208,7 +232,7 @@ pub struct BlServer {
 
 /// A run name as bounded-loops accepts one: 1-128 letters, digits, `.`,
 /// `_` or `-`, starting with a letter or digit (so never a path).
-fn valid_run_name(name: &str) -> bool {
+pub(crate) fn valid_run_name(name: &str) -> bool {
     (1..=128).contains(&name.len())
         && name
             .chars()
@@ -881,6 +905,54 @@ impl BlServer {
             &value,
             &client_of(&peer),
         )
+    }
+
+    #[tool(
+        description = "The finished graph runs of this workspace (SUCCEEDED or FAILED), last name first: each run's run_ref (its name), run_id, state and when it ended."
+    )]
+    async fn bl_graph_terminal_runs(
+        &self,
+        Parameters(args): Parameters<TerminalRunsArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let runs_dir = self.runs_dir();
+        let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+        let value = tokio::task::spawn_blocking(move || evidence::terminal_runs(&runs_dir, limit))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "What a finished graph run proves, from its verified log: outcome, identity, digests, receipt head and each node's state, gate, attempts and artifact digests (contract slm-bridge/v1). `run_ref` is a run's name from bl_graph_terminal_runs."
+    )]
+    async fn bl_graph_evidence(
+        &self,
+        Parameters(args): Parameters<RunRefArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let (workspace, runs_dir) = (self.config.workspace.clone(), self.runs_dir());
+        let run_ref = args.run_ref.clone();
+        let value = tokio::task::spawn_blocking(move || {
+            evidence::evidence(&workspace, &runs_dir, &run_ref)
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "A finished graph run's execution-learning signal (contract slm-bridge/v2). bl records none, so this says so for every finished run. `run_ref` is a run's name from bl_graph_terminal_runs."
+    )]
+    async fn bl_graph_execution_evidence(
+        &self,
+        Parameters(args): Parameters<RunRefArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let runs_dir = self.runs_dir();
+        let value = tokio::task::spawn_blocking(move || {
+            evidence::execution_evidence(&runs_dir, &args.run_ref)
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, None)
     }
 
     #[tool(

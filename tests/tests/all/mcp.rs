@@ -139,6 +139,12 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         ["$prompt", {"name": "run_loop", "arguments": {"loop_dir": "loops/records"}}],
         ["$prompt", {"name": "write_loop", "arguments": {"loop_name": "release-notes"}}],
         ["$prompt", {"name": "audit_loop", "arguments": {}}],
+        ["bl_graph_terminal_runs", {}],
+        ["bl_graph_terminal_runs", {"limit": 0}],
+        ["bl_graph_evidence", {"run_ref": "wide"}],
+        ["bl_graph_evidence", {"run_ref": "first"}],
+        ["bl_graph_evidence", {"run_ref": "../etc"}],
+        ["bl_graph_execution_evidence", {"run_ref": "wide"}],
     ]);
     let report = drive(&python, workspace.path(), &calls);
     assert_eq!(report["protocol_version"], "2025-11-25");
@@ -214,6 +220,9 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         [
             "bl_capabilities",
             "bl_gates",
+            "bl_graph_evidence",
+            "bl_graph_execution_evidence",
+            "bl_graph_terminal_runs",
             "bl_lint",
             "bl_list",
             "bl_run",
@@ -433,6 +442,40 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         "a missing argument: {}",
         call(24)
     );
+
+    // The evidence tools: finished runs only, by name, never a path.
+    let terminal = &call(25)["result"];
+    assert_eq!(terminal["contract"], "bounded-loops.dev/slm-bridge/v1");
+    let runs = terminal["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{terminal}");
+    assert_eq!(runs[0]["run_ref"], "wide");
+    assert_eq!(runs[0]["run_state"], "SUCCEEDED");
+    assert!(runs[0]["terminal_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(call(26)["result"]["runs"], json!([]));
+    let evidence = &call(27)["result"];
+    assert_eq!(evidence["status"], "ok", "{evidence}");
+    assert_eq!(evidence["evidence"]["outcome"], "SUCCEEDED");
+    assert_eq!(evidence["evidence"]["nodes"].as_array().unwrap().len(), 400);
+    assert_eq!(
+        evidence["evidence"]["receipt"]["trust"],
+        "local_hash_chain_only"
+    );
+    assert!(
+        !evidence
+            .to_string()
+            .contains(workspace.path().to_str().unwrap()),
+        "no path"
+    );
+    assert_eq!(
+        call(28)["result"]["reason"],
+        "this run is RUNNING, not finished"
+    );
+    assert_eq!(call(29)["result"]["reason"], "not a usable run reference");
+    assert_eq!(
+        call(30)["result"]["contract"],
+        "bounded-loops.dev/slm-bridge/v2"
+    );
+    assert_eq!(call(30)["result"]["status"], "unavailable");
 }
 
 /// `bl_run` runs nothing without the preview's token: a token for other
