@@ -111,6 +111,44 @@ pub fn path_with_fakes(dir: &Path) -> String {
     )
 }
 
+/// `bl graph run` of [`approval_in_a_repair`]'s case, into `mine/`.
+pub const REPAIR_RUN: &[&str] = &[
+    "graph",
+    "run",
+    "--execute",
+    "manifest.json",
+    "--connections",
+    "connections.json",
+    "--inputs",
+    "inputs.json",
+    "--out",
+    "mine",
+];
+
+/// `bl graph approve` of that run's `gate`, as it waits now.
+pub const APPROVE_GATE: &[&str] = &[
+    "graph",
+    "approve",
+    "--run",
+    "mine",
+    "--node",
+    "gate",
+    "--decision",
+    "approved",
+    "--inputs",
+    "inputs.json",
+];
+
+/// `bl args` in the case directory `dir`, its stand-in agents first on PATH.
+pub fn bl_with_fakes(dir: &Path, args: &[&str]) -> Output {
+    Command::new(bl_binary())
+        .args(args)
+        .current_dir(dir)
+        .env("PATH", path_with_fakes(dir))
+        .output()
+        .expect("bl runs")
+}
+
 /// The recorded `repair_succeeds` case with an approval `gate` between
 /// `fetch` and the rest, written to `dir`: fetch → gate (an approval) →
 /// verify, which fails once and repairs from fetch, so that `gate` is

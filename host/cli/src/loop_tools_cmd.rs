@@ -46,6 +46,19 @@ pub fn lint(dirs: &[PathBuf]) -> Result<Exit, CliError> {
     Ok(if failed { Exit::No } else { Exit::Success })
 }
 
+/// A JSON list of strings, joined by `sep` (anything else: empty).
+fn joined(list: &Value, sep: &str) -> String {
+    list.as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(sep)
+        })
+        .unwrap_or_default()
+}
+
 /// `bl list [DIR]`.
 pub fn list(root: Option<&Path>, json_out: bool) -> Result<Exit, CliError> {
     let root = root
@@ -64,14 +77,7 @@ pub fn list(root: Option<&Path>, json_out: bool) -> Result<Exit, CliError> {
             None => outln!(
                 "{:<30} {:<20} {:<6} {:<20}",
                 row["name"].as_str().unwrap_or_default(),
-                row["role"]
-                    .as_array()
-                    .map(|r| r
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(","))
-                    .unwrap_or_default(),
+                joined(&row["role"], ","),
                 row["rung"].as_str().unwrap_or_default(),
                 row["gate"].as_str().unwrap_or_default()
             ),
@@ -95,15 +101,7 @@ pub fn gates(json_out: bool) -> Result<Exit, CliError> {
         return Ok(Exit::Success);
     }
     for g in &table {
-        let deps = g["dependencies"]
-            .as_array()
-            .map(|d| {
-                d.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
-            .unwrap_or_default();
+        let deps = joined(&g["dependencies"], ",");
         outln!(
             "{:<20} {:<10} deps={:<20} {}",
             g["kind"].as_str().unwrap_or_default(),
@@ -130,17 +128,7 @@ pub fn show(dir: &Path, json_out: bool) -> Result<Exit, CliError> {
     outln!("name: {}", text(&shown["name"]));
     outln!("path: {}", text(&shown["path"]));
     outln!("pattern: {}", text(&shown["pattern"]));
-    outln!(
-        "role: {}",
-        shown["role"]
-            .as_array()
-            .map(|r| r
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(", "))
-            .unwrap_or_default()
-    );
+    outln!("role: {}", joined(&shown["role"], ", "));
     outln!("rung: {}", text(&shown["rung"]));
     outln!("runner: {}", text(&shown["runner"]["kind"]));
     match shown["gate"]["run"].as_str() {
@@ -158,17 +146,7 @@ pub fn show(dir: &Path, json_out: bool) -> Result<Exit, CliError> {
     if let Some(prod) = shown["production_bounds"].as_str() {
         outln!("production_bounds: {prod}");
     }
-    outln!(
-        "risk: {}",
-        shown["risk"]
-            .as_array()
-            .map(|r| r
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(", "))
-            .unwrap_or_default()
-    );
+    outln!("risk: {}", joined(&shown["risk"], ", "));
     outln!("content_hash: {}", text(&shown["content_hash"]));
     Ok(Exit::Success)
 }

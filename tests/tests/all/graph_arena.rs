@@ -453,42 +453,11 @@ fn a_repaired_run_shows_its_rounds_and_a_long_log_a_page_at_a_time() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("case");
     bl_e2e::approval_in_a_repair(&dir);
-    let in_case = |dir: &Path, args: &[&str]| {
-        let out = Command::new(bl_binary())
-            .args(args)
-            .current_dir(dir)
-            .env("PATH", bl_e2e::path_with_fakes(dir))
-            .output()
-            .unwrap();
-        out.status.code()
-    };
-    let run = [
-        "graph",
-        "run",
-        "--execute",
-        "manifest.json",
-        "--connections",
-        "connections.json",
-        "--inputs",
-        "inputs.json",
-        "--out",
-        "mine",
-    ];
-    assert_eq!(in_case(&dir, &run), Some(3));
-    let approve = [
-        "graph",
-        "approve",
-        "--run",
-        "mine",
-        "--node",
-        "gate",
-        "--decision",
-        "approved",
-        "--inputs",
-        "inputs.json",
-    ];
-    assert_eq!(in_case(&dir, &approve), Some(3), "round 1 waits again");
-    assert_eq!(in_case(&dir, &approve), Some(0));
+    let in_case = |dir: &Path, args: &[&str]| bl_e2e::bl_with_fakes(dir, args).status.code();
+    assert_eq!(in_case(&dir, bl_e2e::REPAIR_RUN), Some(3));
+    let approve = bl_e2e::APPROVE_GATE;
+    assert_eq!(in_case(&dir, approve), Some(3), "round 1 waits again");
+    assert_eq!(in_case(&dir, approve), Some(0));
     let arena = ["graph", "arena", "--run", "mine", "--out", "repaired.html"];
     assert_eq!(in_case(&dir, &arena), Some(0));
 

@@ -351,40 +351,8 @@ fn a_click_on_evidence_that_changed_since_the_page_was_shown_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("case");
     bl_e2e::approval_in_a_repair(&dir);
-    let in_case = |args: &[&str]| {
-        Command::new(bl_binary())
-            .args(args)
-            .current_dir(&dir)
-            .env("PATH", bl_e2e::path_with_fakes(&dir))
-            .output()
-            .unwrap()
-    };
-    let approve_on_the_command_line = || {
-        in_case(&[
-            "graph",
-            "approve",
-            "--run",
-            "mine",
-            "--node",
-            "gate",
-            "--decision",
-            "approved",
-            "--inputs",
-            "inputs.json",
-        ])
-    };
-    let first = in_case(&[
-        "graph",
-        "run",
-        "--execute",
-        "manifest.json",
-        "--connections",
-        "connections.json",
-        "--inputs",
-        "inputs.json",
-        "--out",
-        "mine",
-    ]);
+    let approve_on_the_command_line = || bl_e2e::bl_with_fakes(&dir, bl_e2e::APPROVE_GATE);
+    let first = bl_e2e::bl_with_fakes(&dir, bl_e2e::REPAIR_RUN);
     assert_eq!(first.status.code(), Some(3), "{first:?}");
     let (mut child, url) = bl_e2e::serving(
         Command::new(bl_binary())

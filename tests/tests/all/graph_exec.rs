@@ -821,39 +821,14 @@ fn a_decision_is_bound_to_its_repair_round() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("case");
     bl_e2e::approval_in_a_repair(&dir);
-    let mut args = vec!["graph", "run", "--execute", "manifest.json"];
-    args.extend([
-        "--connections",
-        "connections.json",
-        "--inputs",
-        "inputs.json",
-        "--out",
-        "mine",
-    ]);
-    let first = bl_in(&dir, &args);
+    let first = bl_in(&dir, bl_e2e::REPAIR_RUN);
     assert_eq!(
         first.status.code(),
         Some(3),
         "{}",
         String::from_utf8_lossy(&first.stderr)
     );
-    let approve = || {
-        bl_in(
-            &dir,
-            &[
-                "graph",
-                "approve",
-                "--run",
-                "mine",
-                "--node",
-                "gate",
-                "--decision",
-                "approved",
-                "--inputs",
-                "inputs.json",
-            ],
-        )
-    };
+    let approve = || bl_in(&dir, bl_e2e::APPROVE_GATE);
     let rounds = || -> Vec<u64> {
         let record: Value = serde_json::from_slice(
             &std::fs::read(dir.join("mine").join(RunDir::APPROVALS)).unwrap(),

@@ -54,17 +54,11 @@ fn bl(args: &[&str], dir: &Path) -> std::process::Output {
     bl_e2e::bl_in(dir, args)
 }
 
-/// A workspace with two runs: `first` (the first graph, paused at its
-/// approval) and `wide` (400 independent nodes, ended); and the
-/// records-shell loop package under `loops/records`.
-fn workspace() -> tempfile::TempDir {
-    let workspace = tempfile::tempdir().unwrap();
-    bl_e2e::copy_tree(
-        &repo_root().join("examples/loops/records-shell"),
-        &workspace.path().join("loops/records"),
-    );
+/// The first graph, run in `workspace` as `first` until it waits on its
+/// `review` approval.
+fn paused_first_graph(workspace: &Path) {
     let first = bl_e2e::first_graph();
-    let out = workspace.path().join(".bounded-loops/runs/first");
+    let out = workspace.join(".bounded-loops/runs/first");
     let run = bl(
         &[
             bl_e2e::RECORDED_GRAPH_RUN,
@@ -74,6 +68,18 @@ fn workspace() -> tempfile::TempDir {
         first.path(),
     );
     assert_eq!(run.status.code(), Some(3), "paused for approval: {run:?}");
+}
+
+/// A workspace with two runs: `first` (the first graph, paused at its
+/// approval) and `wide` (400 independent nodes, ended); and the
+/// records-shell loop package under `loops/records`.
+fn workspace() -> tempfile::TempDir {
+    let workspace = tempfile::tempdir().unwrap();
+    bl_e2e::copy_tree(
+        &repo_root().join("examples/loops/records-shell"),
+        &workspace.path().join("loops/records"),
+    );
+    paused_first_graph(workspace.path());
     let wide = workspace.path().join("wide");
     let made = Command::new("python3")
         .arg(repo_root().join("benchmarks/graph/make_graph.py"))
@@ -694,17 +700,7 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
 
     // The operator's choice: agents decide, and it says so.
     let agents = tempfile::tempdir().unwrap();
-    let first = bl_e2e::first_graph();
-    let out = agents.path().join(".bounded-loops/runs/first");
-    let run = bl(
-        &[
-            bl_e2e::RECORDED_GRAPH_RUN,
-            &["--out", out.to_str().unwrap()],
-        ]
-        .concat(),
-        first.path(),
-    );
-    assert_eq!(run.status.code(), Some(3), "{run:?}");
+    paused_first_graph(agents.path());
     let extra = agents.path().join("extra.json");
     std::fs::write(&extra, json!(["--agent-approvals"]).to_string()).unwrap();
     let calls = json!([
