@@ -480,44 +480,22 @@ fn resume_refuses_a_log_altered_after_it_was_written() {
         &dir,
     );
     std::fs::create_dir_all(dir.join("state")).unwrap();
-    let mut args = vec!["graph", "run", "--execute", "manifest.json"];
-    args.extend([
-        "--connections",
-        "connections.json",
-        "--inputs",
-        "inputs.json",
-        "--out",
-        "mine",
-    ]);
-    assert_eq!(bl_in(&dir, &args).status.code(), Some(3));
+    assert_eq!(bl_in(&dir, bl_e2e::REPAIR_RUN).status.code(), Some(3));
     let log = dir.join("mine").join(RunDir::EVENTS);
     let text = std::fs::read_to_string(&log).unwrap();
     let altered = text.replacen("\"state\":\"READY\"", "\"state\":\"READZ\"", 1);
     assert_ne!(altered, text);
     std::fs::write(&log, &altered).unwrap();
-    for verb in [
-        vec![
-            "graph",
-            "resume",
-            "--run",
-            "mine",
-            "--inputs",
-            "inputs.json",
-        ],
-        vec![
-            "graph",
-            "approve",
-            "--run",
-            "mine",
-            "--node",
-            "gate",
-            "--decision",
-            "approved",
-            "--inputs",
-            "inputs.json",
-        ],
-    ] {
-        let out = bl_in(&dir, &verb);
+    let resume: &[&str] = &[
+        "graph",
+        "resume",
+        "--run",
+        "mine",
+        "--inputs",
+        "inputs.json",
+    ];
+    for verb in [resume, bl_e2e::APPROVE_GATE] {
+        let out = bl_in(&dir, verb);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{verb:?}: {stderr}");
         assert!(stderr.contains("controller-events.jsonl"), "{stderr}");
