@@ -10,7 +10,8 @@ confirm_token call N answered with, and "$run:N" by the run it named. The client
 lists the tools, makes each call (following `_page.next_cursor` until a
 paged result is whole), and prints one JSON report on stdout:
 {"protocol_version", "server", "tools": [...], "calls": [{tool, arguments,
-is_error, result (the text block parsed as JSON), pages, meta (its _meta)}]}. With
+is_error, result (the text block parsed as JSON), pages, meta (its _meta)}]}. With $MCP_URL set
+it speaks Streamable HTTP to that endpoint instead (see `transport`). With
 $MCP_PROGRESS set, each call's record is also appended to that file as one
 JSON line as soon as it is made (a test acts on it while the session goes on).
 """
@@ -30,10 +31,21 @@ def token_of(report, value):
     return value
 
 
-async def main(bl, workspace, script, extra):
+def transport(bl, workspace, extra):
+    """stdio to a `bl mcp` it starts; or, with $MCP_URL (and $MCP_TOKEN as
+    the bearer token), Streamable HTTP to a `bl mcp --http` already serving."""
+    if os.environ.get("MCP_URL"):
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+        headers = {"Authorization": f"Bearer {os.environ['MCP_TOKEN']}"} if os.environ.get("MCP_TOKEN") else {}
+        return streamable_http_client(os.environ["MCP_URL"], http_client=create_mcp_http_client(headers=headers))
     params = StdioServerParameters(command=bl, args=["mcp", "--workspace", workspace, *extra], cwd=workspace)
+    return stdio_client(params)
+
+
+async def main(bl, workspace, script, extra):
     report = {"calls": []}
-    async with stdio_client(params) as (read, write):
+    async with transport(bl, workspace, extra) as (read, write, *_):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
             report["protocol_version"] = str(init.protocol_version)

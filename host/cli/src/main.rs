@@ -118,6 +118,12 @@ enum Command {
         /// Let agents decide approvals through graph_approve, recorded as the agent's (decided_by_source: agent). Without it only a person decides, on the link graph_approve hands out.
         #[arg(long)]
         agent_approvals: bool,
+        /// Serve MCP's Streamable HTTP transport on this loopback address (for example 127.0.0.1:8808) instead of stdio; every request needs the bearer token.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// With --http: the bearer token is kept in this file (made, mode 0600, when missing); without it a fresh token is printed.
+        #[arg(long, requires = "http")]
+        token_file: Option<std::path::PathBuf>,
     },
     /// What this engine can actually do here.
     Capabilities,
@@ -245,11 +251,19 @@ fn main() -> ExitCode {
             workspace,
             key,
             agent_approvals,
-        } => bl_mcp::serve_stdio(bl_mcp::McpConfig {
-            key,
-            agent_approvals,
-            ..bl_mcp::McpConfig::new(workspace)
-        })
+            http,
+            token_file,
+        } => {
+            let config = bl_mcp::McpConfig {
+                key,
+                agent_approvals,
+                ..bl_mcp::McpConfig::new(workspace)
+            };
+            match http {
+                None => bl_mcp::serve_stdio(config),
+                Some(address) => serve_mcp_http(config, address, token_file.as_deref()),
+            }
+        }
         .map(|()| exit::Exit::Success)
         .map_err(|e| exit::CliError::refused(format!("mcp: {e}"))),
         Command::Capabilities => loop_tools_cmd::capabilities(output::json()),
@@ -334,6 +348,35 @@ fn man_pages(dir: &std::path::Path) -> exit::CliResult {
             exit::Exit::Success
         })
         .map_err(|e| exit::CliError::refused(format!("man: {}: {e}", dir.display())))
+}
+
+/// `bl mcp --http ADDR`: says where and with which token, then serves
+/// until Ctrl-C.
+fn serve_mcp_http(
+    config: bl_mcp::McpConfig,
+    address: std::net::SocketAddr,
+    token_file: Option<&std::path::Path>,
+) -> Result<(), bl_mcp::McpError> {
+    let (token, told) = match token_file {
+        Some(file) => (
+            bl_mcp::http::token_in(file)?,
+            format!("token: in {}", file.display()),
+        ),
+        None => {
+            let token = bl_mcp::http::fresh_token()
+                .map_err(|e| bl_mcp::McpError::Start(std::io::Error::other(e)))?;
+            (token.clone(), format!("token: {token}"))
+        }
+    };
+    bl_mcp::http::serve_http(
+        config,
+        bl_mcp::http::HttpOptions { address, token },
+        |url| {
+            output::outln!("mcp: {url}");
+            output::errln!("bl mcp: bearer {told}");
+        },
+        || bl_core::interrupt::requested().is_some(),
+    )
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ pub mod audit;
 pub mod confirm;
 pub mod evidence;
 pub mod graph_runs;
+pub mod http;
 pub mod library;
 
 use std::path::{Path, PathBuf};
@@ -76,6 +77,12 @@ impl McpConfig {
 pub enum McpError {
     #[error("the MCP server could not start: {0}")]
     Start(std::io::Error),
+    #[error("{0}: the bearer token cannot be read or written: {1}")]
+    Token(PathBuf, std::io::Error),
+    #[error(
+        "{0} is not a loopback address: bl mcp serves HTTP on this machine only (127.0.0.1 or ::1)"
+    )]
+    NotLoopback(std::net::SocketAddr),
     #[error("the MCP session failed: {0}")]
     Session(String),
 }
@@ -102,8 +109,18 @@ pub fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
             .map_err(|e| McpError::Session(e.to_string()))?;
         Ok(())
     });
-    // The client is gone: the loops it started stop before their next lap
-    // (the lap in flight is finished and recorded).
+    stop_started(&loops, &graphs, &consoles);
+    served
+}
+
+/// The client is gone: the loops it started stop before their next lap
+/// (the lap in flight is finished and recorded), its graph runs at their
+/// next step (resumable), and the approval pages it opened close.
+pub(crate) fn stop_started(
+    loops: &Mutex<Vec<(String, LoopHandle)>>,
+    graphs: &graph_runs::Started,
+    consoles: &approve::Consoles,
+) {
     let loops = std::mem::take(&mut *loops.lock().unwrap_or_else(|e| e.into_inner()));
     for (_, run) in &loops {
         run.cancel();
@@ -113,7 +130,6 @@ pub fn serve_stdio(config: McpConfig) -> Result<(), McpError> {
     }
     graphs.stop();
     consoles.close();
-    served
 }
 
 fn unix_now() -> u64 {

@@ -948,3 +948,133 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
     let altered = bl(&["verify", run.to_str().unwrap()], workspace.path());
     assert!(!altered.status.success(), "{altered:?}");
 }
+
+/// `bl mcp --http`: the same tools over Streamable HTTP, on loopback only,
+/// behind a bearer token. The PyPI client (protocol 2025-11-25, with its
+/// session) lints and reads a run with the token; a request without it,
+/// or with another, is refused before MCP; a foreign Host is refused; a
+/// client of the stateless 2026-07-28 revision asks `server/discover`
+/// with no session and is answered; and a non-loopback address is refused
+/// before anything listens.
+#[test]
+fn over_http_it_needs_its_token_and_speaks_both_revisions() {
+    let Some(python) = client_python() else {
+        return;
+    };
+    let workspace = workspace();
+    let token_file = workspace.path().join("mcp.token");
+    let (mut server, url) = bl_e2e::serving(
+        Command::new(bl_binary())
+            .args(["mcp", "--http", "127.0.0.1:0", "--token-file"])
+            .arg(&token_file)
+            .arg("--workspace")
+            .arg(workspace.path()),
+        "mcp",
+    );
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(token.len(), 64);
+
+    let calls = json!([
+        ["graph_runs", {}],
+        ["graph_status", {"run": "first"}],
+    ]);
+    std::fs::write(workspace.path().join("calls.json"), calls.to_string()).unwrap();
+    let over_http = |token: &str| {
+        Command::new(&python)
+            .arg(repo_root().join("tests/mcp/client.py"))
+            .arg(bl_binary())
+            .arg(workspace.path())
+            .arg(workspace.path().join("calls.json"))
+            .env("MCP_URL", &url)
+            .env("MCP_TOKEN", token)
+            .output()
+            .unwrap()
+    };
+    let out = over_http(&token);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["protocol_version"], "2025-11-25");
+    assert_eq!(
+        report["calls"][0]["result"]["runs"],
+        json!(["first", "wide"])
+    );
+    assert_eq!(report["calls"][1]["result"]["ok"], true);
+    assert!(
+        !over_http(&"0".repeat(64)).status.success(),
+        "another token"
+    );
+
+    let initialize = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let accept = "Accept: application/json, text/event-stream";
+    let json_body = "Content-Type: application/json";
+    let bearer = format!("Authorization: Bearer {token}");
+    let (status, _) = bl_e2e::http_request(&url, "POST", "", &[accept, json_body], initialize);
+    assert!(status.contains("401"), "no token: {status}");
+    let (status, _) = bl_e2e::http_request(
+        &url,
+        "POST",
+        "",
+        &[accept, json_body, "Authorization: Bearer nope"],
+        initialize,
+    );
+    assert!(status.contains("401"), "a wrong token: {status}");
+    // A page elsewhere that rebinds a name of its own to 127.0.0.1.
+    let port = url.split(':').nth(2).unwrap().split('/').next().unwrap();
+    let rest = url.strip_prefix("http://").unwrap();
+    let path = &rest[rest.find('/').unwrap()..];
+    let mut stream = std::net::TcpStream::connect(&rest[..rest.find('/').unwrap()]).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "POST {path} HTTP/1.0\r\nHost: evil.example:{port}\r\n{accept}\r\n{json_body}\r\n{bearer}\r\nContent-Length: {}\r\n\r\n",
+        initialize.len()
+    )
+    .unwrap();
+    stream.write_all(initialize).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.0 403") || answer.starts_with("HTTP/1.1 403"),
+        "{answer}"
+    );
+
+    // The stateless revision: discovery with no session at all.
+    let discover = br#"{"jsonrpc":"2.0","id":7,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let (status, body) = bl_e2e::http_request(
+        &url,
+        "POST",
+        "",
+        &[
+            accept,
+            json_body,
+            &bearer,
+            "MCP-Protocol-Version: 2026-07-28",
+            "Mcp-Method: server/discover",
+        ],
+        discover,
+    );
+    assert!(status.contains("200"), "{status}: {body}");
+    assert!(
+        body.contains("\"id\":7") && body.contains("\"name\":\"bl\""),
+        "{body}"
+    );
+    assert!(body.contains("2026-07-28"), "{body}");
+
+    let _ = server.kill();
+    let _ = server.wait();
+    let refused = bl(&["mcp", "--http", "0.0.0.0:0"], workspace.path());
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not a loopback address"),
+        "{refused:?}"
+    );
+}
