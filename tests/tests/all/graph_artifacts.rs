@@ -1168,6 +1168,20 @@ fn the_arena_expands_a_subgraph_node_into_its_verified_child_run() {
             .text()
             .await
             .unwrap();
+        // Collapsed, the child run is gone from the page.
+        section
+            .find(Locator::Css("button"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let left = client
+            .find_all(Locator::Css(r#"#children section[data-child="inner"]"#))
+            .await
+            .unwrap()
+            .len();
+        assert_eq!(left, 0, "Collapse removes the child run");
         (
             trust,
             format!("{child}\n{}", state.unwrap_or_default()),

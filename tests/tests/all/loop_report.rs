@@ -52,6 +52,40 @@ fn a_loop_runs_report_shows_each_lap_and_whether_its_ledger_verifies() {
     assert!(dom.contains(r#"<tr class="failed"><td>1</td>"#), "{dom}");
     assert!(dom.contains(r#"<tr class="passed"><td>2</td>"#), "{dom}");
     assert!(dom.contains("DONE: gate-passed; 2 laps"), "{dom}");
+    // Each lap's spend so far is the ledger's own.
+    let ledger: Vec<serde_json::Value> = bl_e2e::json_lines(&run.join("ledger.jsonl"));
+    for lap in &ledger {
+        let spent = &lap["budget_spent"];
+        let cell = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        let tail = format!(
+            "<td>{}</td><td>{}</td></tr>",
+            cell(&spent["tokens"]),
+            cell(&spent["wallclock_s"])
+        );
+        let row = format!("<td>{}</td>", lap["lap"]);
+        let at = dom
+            .find(&format!(r#"">{}"#, &row[..row.len()]))
+            .unwrap_or(0);
+        assert!(
+            dom[at..]
+                .split("</tr>")
+                .next()
+                .map(|r| format!("{r}</tr>"))
+                .is_some_and(|r| r.ends_with(&tail)),
+            "lap {}: {tail} in {dom}",
+            lap["lap"]
+        );
+    }
+    assert!(
+        ledger
+            .iter()
+            .any(|l| l["budget_spent"]["wallclock_s"].is_number()),
+        "the ledger records spend"
+    );
 
     // One byte of the first lap, changed after the run.
     let ledger = run.join("ledger.jsonl");
