@@ -245,6 +245,27 @@ fn an_altered_byte_a_missing_key_or_another_key_make_the_page_say_unverified() {
         "{trust}"
     );
 
+    // The checkpoint's signature altered, its key id kept: the page checks
+    // the signature itself, not only whose it claims to be.
+    let forged = with_records(&page, |records| {
+        let mark = ["\\u2014 arena-test ", "— arena-test "]
+            .iter()
+            .find_map(|m| records.find(m).map(|at| at + m.len()))
+            .expect("the checkpoint's signature line");
+        // Past the key id's base64 (its first 4 bytes), inside the signature.
+        let at = mark + 20;
+        let flipped = if &records[at..=at] == "A" { "B" } else { "A" };
+        format!("{}{flipped}{}", &records[..at], &records[at + 1..])
+    });
+    let path = case.path().join("forged.html");
+    std::fs::write(&path, forged).unwrap();
+    let trust = trust_line(&rendered(&path, "")).to_string();
+    assert!(trust.contains("LOCAL/UNVERIFIED"), "{trust}");
+    assert!(
+        trust.contains("the signature by arena-test does not verify"),
+        "checked by WebCrypto, the key id still matching: {trust}"
+    );
+
     // No key: the signature is not checked, and the page says so.
     let made = bl(
         &["graph", "arena", "--run", "run", "--out", "nokey.html"],
@@ -288,7 +309,8 @@ fn an_altered_byte_a_missing_key_or_another_key_make_the_page_say_unverified() {
     assert!(made.status.success(), "{made:?}");
     let trust = trust_line(&rendered(&dir.join("other.html"), "")).to_string();
     assert!(
-        trust.contains("LOCAL/UNVERIFIED") && trust.contains("another key"),
+        trust.contains("LOCAL/UNVERIFIED")
+            && trust.contains("the signature is by another key than arena-test"),
         "{trust}"
     );
 }
