@@ -275,7 +275,10 @@ pub(crate) async fn live_arena(
     // pages asked for at once cost one log's memory, not one each.
     static MAKING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
     let Ok(_making) = MAKING.acquire().await else {
-        return refused(StatusCode::SERVICE_UNAVAILABLE, "the page could not be made");
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the page could not be made",
+        );
     };
     // Reading and checking the run is file work: off the server's thread,
     // so that a page being made stalls no stream.

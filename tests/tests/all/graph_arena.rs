@@ -462,6 +462,42 @@ fn the_demo_runs_arena_verifies_with_every_node_succeeded() {
         let tag = node_tag(&dom, node);
         assert!(tag.contains("state-succeeded"), "{node}: {tag}");
     }
+
+    // A lens's details: its gate's verdict, its route, its spend (the
+    // log's), and its report handed to the anonymizer.
+    let status = bl(
+        &["--json", "graph", "status", "--run", "panel-demo"],
+        case.path(),
+    );
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let tokens = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node_id"] == "lens-security")
+        .unwrap()["spend_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(tokens > 0, "{status}");
+    let dom = rendered(&page, "node=lens-security");
+    let details = &dom[dom.find("<h2>lens-security</h2>").expect("its details")..];
+    for fact in [
+        "<dt>verdict</dt><dd>passed: artifact completion".to_string(),
+        "<dt>route</dt><dd>recorded / recorded-replies (local)</dd>".to_string(),
+        format!("<dt>spend</dt><dd>{tokens} tokens, 0 microunits</dd>"),
+        "<td>consumer</td><td>lens-security (attempt 1)</td><td>anonymize-panel.security</td>"
+            .to_string(),
+    ] {
+        assert!(details.contains(&fact), "{fact} in {details}");
+    }
+    assert!(
+        dom.contains(&format!(" · {tokens} tok")),
+        "the box shows its spend"
+    );
+    // The anonymizer's label map is kept from every agent.
+    let dom = rendered(&page, "node=anonymize-panel");
+    let details = &dom[dom.find("<h2>anonymize-panel</h2>").expect("its details")..];
+    assert!(details.contains("<td>system_only</td>"), "{details}");
 }
 
 /// A run in which `verify` failed once and a repair round reset `fetch`
