@@ -920,3 +920,54 @@ fn audit_corpus_runs_reconcile_as_bounded_loops_reconciled_them() {
     }
     assert_eq!(cases, 25, "the corpus has its 25 recorded runs");
 }
+
+/// Runs bounded-loops made open too: the arena of a run bounded-loops
+/// 0.7.6 recorded (tests/corpus/audit-runs) draws every node in the state
+/// its status gives, counts its events, and says plainly that nothing
+/// signed it rather than claiming it verified.
+#[test]
+fn the_arena_opens_a_run_that_bounded_loops_made() {
+    if !available(false) {
+        return;
+    }
+    let case = tempfile::tempdir().unwrap();
+    let run = repo_root().join("tests/corpus/audit-runs/all_optional/run");
+    let page = case.path().join("theirs.html");
+    let made = bl(
+        &[
+            "graph",
+            "arena",
+            "--run",
+            run.to_str().unwrap(),
+            "--out",
+            page.to_str().unwrap(),
+        ],
+        case.path(),
+    );
+    assert!(made.status.success(), "{made:?}");
+    let dom = rendered(&page, "");
+    let trust = trust_line(&dom);
+    assert!(
+        trust.contains("LOCAL/UNVERIFIED") && trust.contains("no checkpoint"),
+        "{trust}"
+    );
+    let status = bl(
+        &["--json", "graph", "status", "--run", run.to_str().unwrap()],
+        case.path(),
+    );
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let events = std::fs::read_to_string(run.join("controller-events.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        dom.contains(&format!("{events} events")),
+        "every event counted: {events}"
+    );
+    for node in status["nodes"].as_array().unwrap() {
+        let id = node["node_id"].as_str().unwrap();
+        let state = node["state"].as_str().unwrap().to_lowercase();
+        let tag = node_tag(&dom, id);
+        assert!(tag.contains(&format!("state-{state}")), "{id}: {tag}");
+    }
+}
