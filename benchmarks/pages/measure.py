@@ -113,6 +113,8 @@ try:
         # Only the events that came while the page was open.
         delays = [(first_shown[n] - appended[n]) * 1000 for n in appended if n > held and n in first_shown]
         out["events_appended"] = len(appended)
+        # Those appended after the page had loaded; each must have been shown.
+        out["events_after_open"] = sum(1 for n in appended if n > held)
         out["events_timed"] = len(delays)
         out["delay_p50_ms"] = sorted(delays)[len(delays) // 2] if delays else None
         out["delay_p95_ms"] = p95(delays)

@@ -54,30 +54,54 @@
     text.focus();
     text.setSelectionRange(at, at);
   }
-  // Each mark, drawn under the text itself at its line and column: the
-  // word it points at (or one cell, at the end of a line) is highlighted
-  // in a copy of the text behind the transparent text area. Only the
-  // text up to the last mark is copied.
-  function drawInline(marks) {
-    const value = text.value, parts = [];
-    let from = 0;
-    const spots = [...marks.values()]
-      .filter((m) => m.line)
-      .map((m) => ({ ...m, at: offsetOf(value, m.line, m.column) }))
-      .sort((a, b) => a.at - b.at);
-    for (const m of spots) {
-      if (m.at < from) continue;
-      let stop = m.at;
-      while (stop < value.length && !/[\s,:\[\]{}"']/.test(value[stop])) stop++;
-      if (stop === m.at && stop < value.length && value[stop] !== "\n") stop++;
-      parts.push(value.slice(from, m.at));
-      parts.push(el("mark", { class: m.kind, title: m.message, "data-line": m.line, "data-column": m.column || 1 },
-        value.slice(m.at, stop) || " "));
-      from = stop;
+  // Each error, drawn under the text at its line and column: the word it
+  // points at (or one cell, at the end of a line) gets a highlight placed
+  // by the monospace grid, behind the transparent text area. Only marks a
+  // screen or so from the view are drawn: a keystroke costs what is on
+  // screen, not the length of the manifest.
+  const LINE = 18, PAD = 6;
+  let cell = 0;
+  let shownMarks = [];
+  const view = { top: 0, left: 0, height: 0 };
+  function measureView() {
+    view.top = text.scrollTop;
+    view.left = text.scrollLeft;
+    view.height = text.clientHeight;
+    if (!cell) {
+      const probe = el("span", {}, "x".repeat(100));
+      backdrop.append(probe);
+      cell = probe.getBoundingClientRect().width / 100 || 7.8;
+      probe.remove();
     }
-    backdrop.replaceChildren(...parts);
-    backdrop.scrollTop = text.scrollTop;
-    backdrop.scrollLeft = text.scrollLeft;
+  }
+  function drawInline(marks) {
+    // Errors only: a warning is marked in the gutter, and a manifest may
+    // have hundreds of them, which would cost every keystroke.
+    if (marks) shownMarks = [...marks.values()].filter((m) => m.line && m.kind === "bad");
+    // The view as the last scroll left it: reading the text area's layout
+    // here, after a keystroke, would force it to be laid out at once.
+    const value = text.value, top = Math.floor(view.top / LINE);
+    const first = top - 300, last = top + Math.ceil(view.height / LINE) + 300;
+    // Where each line starts, found once: a mark then costs its own word.
+    const starts = [0];
+    for (let at = value.indexOf("\n"); at >= 0 && starts.length <= last; at = value.indexOf("\n", at + 1)) starts.push(at + 1);
+    const drawn = [];
+    for (const m of shownMarks) {
+      if (m.line < first || m.line > last || m.line > starts.length) continue;
+      const lineStart = starts[m.line - 1];
+      const lineEnd = m.line < starts.length ? starts[m.line] - 1 : value.length;
+      const at = Math.min(lineStart + Math.max(0, (m.column || 1) - 1), lineEnd);
+      let stop = at;
+      while (stop < lineEnd && !/[\s,:\[\]{}"']/.test(value[stop])) stop++;
+      if (stop === at && stop < lineEnd) stop++;
+      const mark = el("mark", { class: m.kind, title: m.message, "data-line": m.line, "data-column": m.column || 1 },
+        value.slice(at, stop) || " ");
+      mark.style.top = `${PAD + (m.line - 1) * LINE - view.top}px`;
+      mark.style.left = `${PAD + (at - lineStart) * cell - view.left}px`;
+      mark.style.width = `${Math.max(1, stop - at) * cell}px`;
+      drawn.push(mark);
+    }
+    if (drawn.length || backdrop.firstChild) backdrop.replaceChildren(...drawn);
   }
   // One number per line, made again only when the count of lines
   // changes; a keystroke otherwise only moves the marks.
@@ -158,10 +182,14 @@
   }
   verdict.addEventListener("click", () => verdict.dataset.line && goTo(+verdict.dataset.line, +verdict.dataset.column));
   text.addEventListener("input", lint);
+  let placing = false;
   text.addEventListener("scroll", () => {
-    gutter.scrollTop = backdrop.scrollTop = text.scrollTop;
-    backdrop.scrollLeft = text.scrollLeft;
+    gutter.scrollTop = text.scrollTop;
+    if (placing) return;
+    placing = true;
+    requestAnimationFrame(() => { placing = false; measureView(); drawInline(); });
   });
+  window.addEventListener("resize", () => { measureView(); drawInline(); });
   format.addEventListener("change", lint);
   $("export").addEventListener("click", () => {
     const yaml = api.yaml(text.value, format.value);
@@ -173,6 +201,7 @@
   });
   text.value = data.manifest;
   format.value = data.format;
+  measureView();
   lint();
   document.body.dataset.ready = "true";
 })();

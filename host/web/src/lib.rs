@@ -138,6 +138,11 @@ pub(crate) fn run_server(
     })
 }
 
+/// At most this many connections are served at once (the event streams
+/// and as many again for pages and decisions); more wait to be accepted,
+/// so a server's memory stays bounded whatever its clients do.
+pub const MAX_CONNECTIONS: usize = 2 * MAX_STREAMS;
+
 /// How long a client has to send a whole request head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connections still open at a stop are given to finish.
@@ -157,6 +162,18 @@ async fn serve_http1(
     let mut connections = tokio::task::JoinSet::new();
     let mut ticks = tokio::time::interval(Duration::from_millis(100));
     loop {
+        if connections.len() >= MAX_CONNECTIONS {
+            // Full: accept nothing more until a connection ends.
+            tokio::select! {
+                _ = connections.join_next() => {}
+                _ = ticks.tick() => {
+                    if stop() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,

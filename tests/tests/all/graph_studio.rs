@@ -89,6 +89,12 @@ fn a_broken_manifest_gets_lints_code_and_place_and_a_keystroke_that_fixes_it_dra
         "lint gives a place: {want}"
     );
     let page = studio(case.path(), &manifest);
+    let good_nodes = {
+        let fixed = case.path().join("good.yaml");
+        std::fs::write(&fixed, &good).unwrap();
+        lint_json(&fixed)["node_ids"].as_array().map_or(0, Vec::len)
+    };
+    assert!(good_nodes > 0);
 
     let (before, stale, after, dry_run, gutter) = Driver::start().drive(async |client| {
         use fantoccini::Locator;
@@ -141,6 +147,15 @@ fn a_broken_manifest_gets_lints_code_and_place_and_a_keystroke_that_fixes_it_dra
             .text()
             .await
             .unwrap();
+        // The fixed graph drawn again, a box a node, no longer faded.
+        let drawn = client
+            .execute(
+                "const g = document.getElementById('graph'); return [g.querySelectorAll('g.node').length, g.classList.contains('stale')]",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(drawn, json!([good_nodes, false]), "the fixed graph is drawn");
         let gutter = client
             .execute(
                 "return document.querySelectorAll('#gutter .bad, #backdrop mark.bad').length",

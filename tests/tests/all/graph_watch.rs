@@ -275,6 +275,44 @@ fn a_reconnect_with_last_event_id_loses_and_repeats_nothing_and_streams_are_boun
     assert!(!rest.iter().any(|l| l.starts_with("id: ")), "{rest:?}");
 }
 
+/// A server holds at most `MAX_CONNECTIONS` at once: one more waits to be
+/// accepted (no answer comes), and is served as soon as one ends.
+#[test]
+fn connections_beyond_the_cap_wait_until_one_ends() {
+    let case = tempfile::tempdir().unwrap();
+    let dir = graph(case.path(), 1, None);
+    let mut run = start_run(&dir, None);
+    assert!(run.wait().unwrap().success());
+    let watching = watch(&dir, &[]);
+    let (host, path) = split(&watching.url);
+    let idle: Vec<TcpStream> = (0..bl_web::MAX_CONNECTIONS)
+        .map(|_| TcpStream::connect(host).unwrap())
+        .collect();
+    let ask = || {
+        let mut stream = TcpStream::connect(host).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(1500)))
+            .unwrap();
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+        let mut first = String::new();
+        let _ = BufReader::new(stream).read_line(&mut first);
+        first
+    };
+    assert_eq!(ask(), "", "answered past the cap");
+    drop(idle);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = ask();
+        if answer.contains("200") {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "not served once the others ended: {answer:?}"
+        );
+    }
+}
+
 #[test]
 fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
     if !crate::browser::available(true) {
