@@ -79,6 +79,24 @@ impl Started {
             .push((name, run));
     }
 
+    /// Whether the run `name` started here has not ended yet.
+    pub fn is_running(&self, name: &str) -> bool {
+        self.runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(n, run)| n == name && !run.is_finished())
+    }
+
+    /// Stops the run `name` at its next step, resumable.
+    pub fn cancel(&self, name: &str) {
+        for (n, run) in self.runs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if n == name {
+                run.cancel();
+            }
+        }
+    }
+
     /// The client is gone: each run stops at its next step, resumable.
     pub fn stop(&self) {
         let runs = std::mem::take(&mut *self.runs.lock().unwrap_or_else(|e| e.into_inner()));

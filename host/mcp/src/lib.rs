@@ -25,6 +25,7 @@ pub mod evidence;
 pub mod graph_runs;
 pub mod http;
 pub mod library;
+mod tasks;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -233,6 +234,94 @@ pub struct LoopDirArgs {
     pub cursor: Option<String>,
 }
 
+/// `bl_catalog`'s filters.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct CatalogArgs {
+    /// Only loops with this role (any case).
+    #[serde(default)]
+    pub role: Option<String>,
+    /// Only loops whose gate is of this kind (any case).
+    #[serde(default)]
+    pub gate_kind: Option<String>,
+    /// true: only loops that need no key; false: only those that do.
+    #[serde(default)]
+    pub keyless: Option<bool>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// `bl_search_loops`' arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SearchLoopsArgs {
+    /// The task, in a person's words.
+    pub task_description: String,
+    /// At most this many candidates (1 to 50).
+    #[serde(default = "eight")]
+    pub limit: i64,
+}
+
+fn eight() -> i64 {
+    8
+}
+
+/// `bl_audit_loops`' arguments.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct AuditLoopsArgs {
+    /// Directories inside the workspace: a loop package, or one holding
+    /// packages (in `loops/` or directly). Omitted: the workspace.
+    #[serde(default)]
+    pub dirs: Option<Vec<String>>,
+}
+
+/// `graph_compose`'s arguments (bounded-loops' shape).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ComposeArgs {
+    pub graph_id: String,
+    /// The nodes, each a mapping with at least a string `id` and a `kind`.
+    pub nodes: Vec<Value>,
+    #[serde(default)]
+    pub edges: Option<Vec<Value>>,
+    #[serde(default = "first_version")]
+    pub version: String,
+    /// Replaces the default policies wholesale when given (and not empty).
+    #[serde(default)]
+    pub policies: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    pub connection_slots: Option<Vec<Value>>,
+}
+
+fn first_version() -> String {
+    "1.0.0".into()
+}
+
+/// `graph_interview`'s arguments: a saved graph's name, or a manifest.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct InterviewArgs {
+    /// A graph saved as .bounded-loops/graphs/<name>.yaml.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A manifest as YAML text (taken over `name` when both are given).
+    #[serde(default)]
+    pub manifest_yaml: Option<String>,
+}
+
+/// One change `graph_configure` makes.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ConfigureArgs {
+    /// A graph saved as .bounded-loops/graphs/<name>.yaml.
+    pub name: String,
+    /// Each `{pointer, value}`: a JSON pointer into the manifest (as
+    /// graph_interview gives them) and the value to put there.
+    pub changes: Vec<Value>,
+    /// false: the proposed manifest and a confirm_token, nothing written;
+    /// true: write it, with that token.
+    #[serde(default)]
+    pub confirm: bool,
+    /// The token the preview handed out (confirm=true only).
+    #[serde(default)]
+    pub confirm_token: Option<String>,
+}
+
 #[derive(Clone)]
 pub struct BlServer {
     config: McpConfig,
@@ -243,6 +332,8 @@ pub struct BlServer {
     consoles: Arc<approve::Consoles>,
     /// The graph runs started here, stopped (resumable) when the client goes.
     graphs: Arc<graph_runs::Started>,
+    /// The long calls made tasks of, for clients that asked ([`tasks`]).
+    tasks: rmcp::task_manager::TaskManager,
     tool_router: ToolRouter<BlServer>,
 }
 
@@ -300,22 +391,7 @@ fn answer(value: &Value, cursor: Option<&str>) -> Result<CallToolResult, ErrorDa
 /// A manifest's refusal as bounded-loops' MCP server says it: its code,
 /// JSON pointer (and line and column, which bl adds), message, and fix.
 fn refused_manifest(refusal: &bl_graph::Refusal) -> Value {
-    let mut detail = bl_graph::report::refusal_json(refusal);
-    if let Some(fields) = detail.as_object_mut() {
-        fields.remove("valid");
-        fields.insert("means".into(), Value::Null);
-        let fix = fields.remove("hints").and_then(|h| {
-            h.as_array().map(|lines| {
-                lines
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-        });
-        fields.insert("fix".into(), json!(fix));
-    }
-    json!({"ok": false, "refusal": detail})
+    json!({"ok": false, "refusal": bl_app::graph_authoring::refusal_for_agents(refusal)})
 }
 
 /// Who the session says its client is (never what a model's arguments say).
@@ -379,6 +455,7 @@ impl BlServer {
             started: Arc::default(),
             consoles: Arc::default(),
             graphs: Arc::default(),
+            tasks: rmcp::task_manager::TaskManager::new(),
             tool_router: Self::tool_router(),
         })
     }
@@ -972,6 +1049,166 @@ impl BlServer {
     }
 
     #[tool(
+        description = "The loop packages this workspace offers (itself, ./loops, or the nearest loops/ above), each with its roles, gate kind, runner, whether it needs a key, its description's first line, and its content digest (loop_package) to pin in a graph's loop node. Filters: role, gate_kind, keyless. Packages that do not read are listed with why, whatever the filters."
+    )]
+    async fn bl_catalog(
+        &self,
+        Parameters(args): Parameters<CatalogArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let root = self.config.workspace.clone();
+        let filter = bl_app::loop_library::CatalogFilter {
+            role: args.role,
+            gate_kind: args.gate_kind,
+            keyless: args.keyless,
+        };
+        let value =
+            tokio::task::spawn_blocking(move || bl_app::loop_library::catalog(&root, &filter))
+                .await
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, args.cursor.as_deref())
+    }
+
+    #[tool(
+        description = "Loop packages that share words with a task description, best first (a name counts 5, a role or the gate kind 3, the description 1). Word overlap only: read each candidate's gate before trusting it for the task."
+    )]
+    async fn bl_search_loops(
+        &self,
+        Parameters(args): Parameters<SearchLoopsArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let root = self.config.workspace.clone();
+        let value = tokio::task::spawn_blocking(move || {
+            bl_app::loop_library::search(&root, &args.task_description, args.limit)
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, None)
+    }
+
+    #[tool(
+        description = "Audit loop packages for what a shippable one carries beyond lint: PROMPT.md, README.md, bounds.yaml and seed/, a cassette for a stub runner, a schema for a jsonschema gate, guardrails in the prompt, production guidance in the README. `dirs` are inside the workspace (default: the workspace)."
+    )]
+    async fn bl_audit_loops(
+        &self,
+        Parameters(args): Parameters<AuditLoopsArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let server = self.clone();
+        let value = tokio::task::spawn_blocking(move || {
+            let dirs = args
+                .dirs
+                .filter(|d| !d.is_empty())
+                .unwrap_or_else(|| vec![".".into()]);
+            let mut bases = Vec::new();
+            for dir in &dirs {
+                match server.contained(dir) {
+                    Ok(real) => bases.push(real),
+                    // A directory that is not there holds no package.
+                    Err(_) if !server.config.workspace.join(dir).exists() => {}
+                    Err(refused) => return refused,
+                }
+            }
+            bl_app::loop_library::audit(&bases)
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answer(&value, None)
+    }
+
+    #[tool(
+        description = "Draft a graph/v1 manifest from nodes (each at least an id and a kind), edges, policies and connection slots. What is left out is filled at the safe end of its range (one attempt, 300 s, no effects, workspace_only; fail closed, no repair budget) and said so; what cannot be invented (a loop node's package digest) comes back as a gap. The draft is linted, never run or saved."
+    )]
+    async fn graph_compose(
+        &self,
+        Parameters(args): Parameters<ComposeArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let draft = bl_app::graph_authoring::Draft {
+            graph_id: args.graph_id,
+            nodes: args.nodes,
+            edges: args.edges.unwrap_or_default(),
+            version: args.version,
+            policies: args.policies.map(Value::Object),
+            connection_slots: args.connection_slots.unwrap_or_default(),
+        };
+        answer(&bl_app::graph_authoring::compose(&draft), None)
+    }
+
+    #[tool(
+        description = "The questions a person should answer about a graph before it runs, weightiest first: what each node may change, who approves, spend and retry limits, failure handling, data sensitivity, confinement. Each names the JSON pointer its answer goes to (graph_configure takes them). Give manifest_yaml, or the name of a graph saved under .bounded-loops/graphs. Reads only."
+    )]
+    async fn graph_interview(
+        &self,
+        Parameters(args): Parameters<InterviewArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let value = bl_app::graph_authoring::interview(
+            &self.config.workspace,
+            args.name.as_deref(),
+            args.manifest_yaml.as_deref(),
+        );
+        answer(&value, None)
+    }
+
+    #[tool(
+        description = "Change a graph saved under .bounded-loops/graphs/<name>.yaml by JSON-pointer assignments ({pointer, value}; an existing list item or any key of an existing mapping, never new structure). The result is linted; confirm=false shows the proposed manifest and writes nothing, confirm=true writes it (only when it lints)."
+    )]
+    async fn graph_configure(
+        &self,
+        Parameters(args): Parameters<ConfigureArgs>,
+        peer: rmcp::Peer<rmcp::RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let graphs = bl_app::graph_authoring::saved_graphs(&self.config.workspace);
+        // The token binds the changes and the file as it is now: a graph
+        // changed since its preview is previewed again.
+        let file = std::fs::read(graphs.join(format!("{}.yaml", args.name)))
+            .ok()
+            .map(|bytes| bl_core::Sha256Digest::of(&bytes).to_string());
+        let bound = json!({"name": args.name, "changes": args.changes, "file": file});
+        let now = unix_now();
+        let token = self.confirmations.issue("graph_configure", &bound, now);
+        let refused = if args.confirm {
+            self.confirmations
+                .take(
+                    "graph_configure",
+                    &bound,
+                    args.confirm_token.as_deref(),
+                    now,
+                )
+                .err()
+        } else {
+            None
+        };
+        let value = match refused {
+            Some(refused) => {
+                json!({"ok": false, "written": false, "error": {"code": "confirm_token", "pointer": "/confirm_token", "message": refused.to_string()}, "confirm_token": token})
+            }
+            None => {
+                let mut value = bl_app::graph_authoring::configure(
+                    &self.config.workspace,
+                    &args.name,
+                    &args.changes,
+                    args.confirm,
+                );
+                if !args.confirm && value["ok"] == true {
+                    value["confirm_token"] = json!(token);
+                    value["next"] = json!(
+                        "call again with confirm=true and this confirm_token to write it (it holds 15 minutes, once)"
+                    );
+                }
+                value
+            }
+        };
+        let asked = serde_json::to_value(&args.changes).unwrap_or_default();
+        let asked = json!({"name": args.name, "changes": asked, "confirm": args.confirm});
+        // Every confirmed call is recorded beside the saved graphs.
+        let confirmed = args.confirm.then_some(graphs.as_path());
+        audited(
+            confirmed,
+            "graph_configure",
+            &asked,
+            &value,
+            &client_of(&peer),
+        )
+    }
+
+    #[tool(
         description = "The gate kinds a bounded loop can use, whether each is available on this machine, and what it needs."
     )]
     async fn bl_gates(
@@ -1007,12 +1244,43 @@ impl ServerHandler for BlServer {
                 .enable_tools()
                 .enable_resources()
                 .enable_prompts()
+                .enable_tasks()
                 .build(),
         )
             .with_server_info(Implementation::new("bl", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "bl runs AI-agent work so that the agent never grades itself: an independent gate decides each turn. These tools lint and inspect graphs and their runs; a run is named by its name under the workspace's .bounded-loops/runs.",
             )
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        if tasks::wanted(&request, &context) {
+            return Ok(tasks::start(self, request, context));
+        }
+        let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        self.tool_router.call(call).await
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        Ok(rmcp::model::GetTaskResult::new(
+            self.tasks.get_task(&request.task_id)?,
+        ))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks.cancel_task(&request.task_id)
     }
 
     async fn list_resources(

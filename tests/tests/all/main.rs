@@ -24,6 +24,7 @@ mod loop_catalog;
 mod loop_report;
 mod loop_run;
 mod mcp;
+mod mcp_tasks;
 mod monitor;
 mod plugin_cli;
 mod plugin_pipeline;

@@ -213,6 +213,7 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
                 "recorded",
             ],
             "graph_resume" => &["confirm_token", "inputs"],
+            "graph_configure" => &["confirm_token"],
             _ => &["cursor"],
         };
         assert!(
@@ -224,7 +225,9 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
     assert_eq!(
         offered,
         [
+            "bl_audit_loops",
             "bl_capabilities",
+            "bl_catalog",
             "bl_gates",
             "bl_graph_evidence",
             "bl_graph_execution_evidence",
@@ -233,8 +236,12 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
             "bl_list",
             "bl_run",
             "bl_runs",
+            "bl_search_loops",
             "bl_show",
             "graph_approve",
+            "graph_compose",
+            "graph_configure",
+            "graph_interview",
             "graph_lint",
             "graph_metrics",
             "graph_plan",
@@ -1076,5 +1083,277 @@ fn over_http_it_needs_its_token_and_speaks_both_revisions() {
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("not a loopback address"),
         "{refused:?}"
+    );
+}
+
+/// The tools that find, audit and draft: the catalog, search and audit of
+/// the workspace's loop packages (bl's example loops, the ones bounded-loops
+/// was recorded with, so its answers are the reference), and composing,
+/// interviewing and configuring a graph, where only a confirmed call with
+/// its preview's token writes the saved graph.
+#[test]
+fn an_agent_finds_audits_and_drafts_loops_and_graphs_over_mcp() {
+    let Some(python) = client_python() else {
+        return;
+    };
+    let workspace = tempfile::tempdir().unwrap();
+    for name in [
+        "config-contract",
+        "order-schema",
+        "readme-sections",
+        "records-shell",
+        "tests-green",
+    ] {
+        bl_e2e::copy_tree(
+            &repo_root().join("examples/loops").join(name),
+            &workspace.path().join("loops").join(name),
+        );
+    }
+    let broken = workspace.path().join("loops/broken-loop");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("loop.yaml"), "name: broken-loop\n").unwrap();
+    let graphs = workspace.path().join(".bounded-loops/graphs");
+    std::fs::create_dir_all(&graphs).unwrap();
+    let demo = "api_version: bounded-loops.dev/graph/v1\ngraph_id: demo\nversion: 1.0.0\n\
+        connection_slots: []\nnodes:\n\
+        - {id: a, kind: research_claim, inputs: {}, outputs: {out: text}, effects: [], isolation: workspace_only, budget: {max_attempts: 1, max_wallclock_s: 300}}\n\
+        - {id: ok, kind: approval, inputs: {in: text}, outputs: {out: text}, effects: [read_only], isolation: workspace_only, budget: {max_attempts: 1, max_wallclock_s: 300}}\n\
+        edges:\n- {from_node: a, from_port: out, to_node: ok, to_port: in}\npolicies: {}\n";
+    std::fs::write(graphs.join("demo.yaml"), demo).unwrap();
+    let first = std::fs::read_to_string(repo_root().join("examples/graphs/first-graph/graph.yaml"))
+        .unwrap();
+    let role = json!({"pointer": "/nodes/1/required_role", "value": "reviewer"});
+    let answers = json!([role,
+        {"pointer": "/policies/data_class", "value": "internal"},
+        {"pointer": "/policies/fail_mode", "value": "fail_closed"}]);
+    let calls = json!([
+        ["bl_catalog", {}],
+        ["bl_catalog", {"role": "BACKEND"}],
+        ["bl_catalog", {"keyless": false}],
+        ["bl_search_loops", {"task_description": "make the failing pytest tests pass", "limit": 3}],
+        ["bl_search_loops", {"task_description": "json schema order", "limit": 0}],
+        ["bl_search_loops", {"task_description": "qqq zzzz"}],
+        ["bl_audit_loops", {"dirs": ["loops/order-schema"]}],
+        ["bl_audit_loops", {}],
+        ["bl_audit_loops", {"dirs": ["/etc"]}],
+        ["graph_compose", {"graph_id": "demo", "nodes": [{"id": "a", "kind": "research_claim"}]}],
+        ["graph_compose", {"graph_id": "g", "nodes": [{"id": "check", "kind": "loop"}]}],
+        ["graph_compose", {"graph_id": "g", "nodes": [{"id": "x", "kind": "nope"}]}],
+        ["graph_interview", {}],
+        ["graph_interview", {"manifest_yaml": first}],
+        ["graph_interview", {"name": "demo"}],
+        ["graph_interview", {"name": "../demo"}],
+        ["graph_configure", {"name": "demo", "changes": [{"pointer": "/nodes/0/isolation", "value": "bogus"}]}],
+        ["graph_configure", {"name": "demo", "changes": answers}],
+        ["graph_configure", {"name": "demo", "changes": answers, "confirm": true}],
+        ["graph_configure", {"name": "demo", "changes": answers, "confirm": true, "confirm_token": "$token:17"}],
+        ["graph_configure", {"name": "demo", "changes": answers, "confirm": true, "confirm_token": "$token:17"}],
+        ["graph_configure", {"name": "demo", "changes": [{"pointer": "/nodes/9/id", "value": "x"}]}],
+        ["graph_interview", {"name": "demo"}],
+    ]);
+    let report = drive(&python, workspace.path(), &calls);
+    let call = |i: usize| report["calls"][i]["result"].clone();
+    let names = |list: &Value| -> Vec<String> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    let catalog = call(0);
+    assert_eq!(catalog["total_discovered"], 6, "{catalog}");
+    assert_eq!(catalog["unreadable"], json!(["broken-loop"]));
+    let records = catalog["loops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "records-shell")
+        .unwrap()
+        .clone();
+    assert_eq!(records["keyless"], true);
+    assert_eq!(records["runner"], "shell");
+    let shown = bl(&["show", "--json", "loops/records-shell"], workspace.path());
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(
+        records["loop_package"], shown["content_hash"],
+        "the digest a loop node pins"
+    );
+    assert_eq!(
+        names(&call(1)["loops"]),
+        ["broken-loop", "order-schema", "tests-green"],
+        "{}",
+        call(1)
+    );
+    assert_eq!(
+        names(&call(2)["loops"]),
+        ["broken-loop"],
+        "unreadable ones pass every filter"
+    );
+
+    // The rankings bounded-loops gave for the same packages.
+    let found = call(3);
+    assert_eq!(
+        names(&found["candidates"]),
+        ["tests-green", "config-contract"],
+        "{found}"
+    );
+    assert_eq!(found["candidates"][0]["score"], 11);
+    assert_eq!(found["candidates"][1]["score"], 1);
+    assert_eq!(
+        found["query_terms"],
+        json!(["failing", "pass", "pytest", "tests"])
+    );
+    let found = call(4);
+    assert_eq!(
+        (found["total_scored"].clone(), found["returned"].clone()),
+        (json!(3), json!(1)),
+        "{found}"
+    );
+    assert_eq!(found["candidates"][0]["name"], "order-schema");
+    assert_eq!(found["candidates"][0]["score"], 13);
+    assert!(found["candidates"][0].get("loop_package").is_none());
+    assert!(call(5)["no_match_means"].is_string());
+    assert_eq!(call(3)["no_match_means"], Value::Null);
+
+    let audit = call(6);
+    assert_eq!(
+        audit,
+        json!({"results": [{"path": std::fs::canonicalize(workspace.path().join("loops/order-schema")).unwrap(),
+            "name": "order-schema", "passed": false, "errors": ["missing required file: README.md"],
+            "warnings": ["PROMPT.md lacks explicit guardrail/forbidden-action language"]}], "all_passed": false})
+    );
+    let audit = call(7);
+    assert_eq!(audit["results"].as_array().unwrap().len(), 6, "{audit}");
+    let errors = &audit["results"][0]["errors"];
+    assert_eq!(audit["results"][0]["name"], "broken-loop");
+    assert!(
+        errors
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e.as_str().unwrap().starts_with("manifest error: ")),
+        "{errors}"
+    );
+    assert!(
+        call(8)["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside the workspace"),
+        "{}",
+        call(8)
+    );
+
+    // Compose: bounded-loops' own draft, value for value (bl's YAML quotes
+    // and indents its own way).
+    let composed = call(9);
+    assert_eq!(composed["ok"], true, "{composed}");
+    let yaml = |text: &str| {
+        bl_graph::parse_document(text, bl_graph::Format::Yaml)
+            .unwrap()
+            .to_json()
+    };
+    assert_eq!(
+        yaml(composed["manifest"].as_str().unwrap()),
+        yaml(
+            "api_version: bounded-loops.dev/graph/v1\ngraph_id: demo\nversion: 1.0.0\nconnection_slots: []\nnodes:\n- id: a\n  kind: research_claim\n  inputs: {}\n  outputs: {}\n  effects: []\n  isolation: workspace_only\n  budget:\n    max_attempts: 1\n    max_wallclock_s: 300\nedges: []\npolicies:\n  data_class: internal\n  fail_mode: fail_closed\n  repair_budget: 0\n"
+        )
+    );
+    assert!(
+        composed["defaults_applied"]
+            .as_str()
+            .unwrap()
+            .contains("NO declared effects")
+    );
+    let gap = call(10);
+    assert_eq!(gap["gaps"][0]["gap"], "no loop_package digest", "{gap}");
+    assert_eq!(gap["refusal"]["code"], "missing_field", "{gap}");
+    assert_eq!(call(11)["refusal"]["pointer"], "/nodes/0/kind");
+    assert_eq!(call(11)["refusal"]["code"], "unknown_node_kind");
+
+    // Interview: what a person must answer.
+    assert_eq!(
+        call(12)["error"],
+        "pass either a saved graph name or manifest_yaml"
+    );
+    assert_eq!(
+        call(13)["questions"],
+        json!([]),
+        "the first graph states every field: {}",
+        call(13)
+    );
+    let asked = call(14);
+    assert_eq!(asked["must_ask"], json!(["required_role:ok"]), "{asked}");
+    let keys: Vec<&str> = asked["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        ["required_role:ok", "data_class", "fail_mode"],
+        "{asked}"
+    );
+    assert_eq!(asked["questions"][0]["pointer"], "/nodes/1/required_role");
+    assert!(
+        call(15)["error"]
+            .as_str()
+            .unwrap()
+            .contains("no paths or dots")
+    );
+
+    // Configure: previewed, then written only with the preview's token.
+    let refused = call(16);
+    assert_eq!(refused["ok"], false);
+    assert_eq!(refused["refusal"]["code"], "enum", "{refused}");
+    assert_eq!(refused["applied"][0]["from"], "workspace_only");
+    let preview = call(17);
+    assert_eq!(preview["written"], false, "{preview}");
+    assert_eq!(
+        preview["applied"][0],
+        json!({"pointer": "/nodes/1/required_role", "from": null, "to": "reviewer"})
+    );
+    assert!(
+        preview["manifest"]
+            .as_str()
+            .unwrap()
+            .contains("required_role: reviewer")
+    );
+    assert!(
+        call(18)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("no confirm_token"),
+        "{}",
+        call(18)
+    );
+    let written = call(19);
+    assert_eq!(written["written"], true, "{written}");
+    // Its token is spent, and bound to the file as it was before.
+    assert!(
+        call(20)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Preview again"),
+        "{}",
+        call(20)
+    );
+    assert_eq!(
+        call(21)["error"],
+        "/nodes/9/id: index 9 is past the end of a 2-item list"
+    );
+    assert_eq!(
+        call(22)["must_ask"],
+        json!([]),
+        "the answer is in the saved graph"
+    );
+    let saved = std::fs::read_to_string(graphs.join("demo.yaml")).unwrap();
+    assert!(saved.contains("required_role: reviewer"), "{saved}");
+    let log = std::fs::read_to_string(graphs.join("mcp-audit.jsonl")).unwrap();
+    assert_eq!(
+        log.lines().count(),
+        3,
+        "each confirmed call is recorded: {log}"
     );
 }
