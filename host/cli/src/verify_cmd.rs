@@ -90,7 +90,7 @@ fn print_loop(report: &bl_verify::LoopReport, as_json: bool) {
         chain.lines,
         chain.verified_lines
     );
-    let rows = [
+    let mut rows = vec![
         (
             "chain",
             report.chain_passed(),
@@ -110,6 +110,10 @@ fn print_loop(report: &bl_verify::LoopReport, as_json: bool) {
             &report.completeness_detail,
         ),
     ];
+    if let Some(audit) = &report.mcp_audit {
+        let status = if audit.passed { "VERIFIED" } else { "BROKEN" };
+        rows.push(("mcp audit", audit.passed, status, &audit.detail));
+    }
     for (name, passed, status, detail) in rows {
         let mark = if passed { "\u{2713}" } else { "\u{2717}" };
         outln!("{mark} {name:<13} {status}\n  {detail}");

@@ -402,6 +402,15 @@ fn client_of(peer: &rmcp::Peer<rmcp::RoleServer>) -> String {
     )
 }
 
+/// Waits (up to 5 s) for `path` to exist: a run makes its directory as it
+/// starts, on its own thread, and its audit record goes in there.
+async fn appeared(path: &Path) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !path.exists() && std::time::Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// The answer to a confirmed call on the run at `run_dir`, recorded in its
 /// MCP audit log first, with the record's inclusion proof in `_meta`. A
 /// run directory that does not exist (nothing was started) records nothing.
@@ -786,6 +795,9 @@ impl BlServer {
             (true, Some(package), Some(id)) => Some(package.join(".bounded-loops/runs").join(id)),
             _ => None,
         };
+        if let Some(dir) = &run_dir {
+            appeared(dir).await;
+        }
         audited(
             run_dir.as_deref(),
             "bl_run",
@@ -917,11 +929,7 @@ impl BlServer {
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let run_dir = value["run"].as_str().map(|run| self.runs_dir().join(run));
         if let Some(dir) = &run_dir {
-            // The run makes its directory as it starts, on its own thread.
-            let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while !dir.join(bl_store::RunDir::META).is_file() && std::time::Instant::now() < until {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
+            appeared(&dir.join(bl_store::RunDir::META)).await;
         }
         audited(
             run_dir.as_deref(),

@@ -14,7 +14,7 @@ pub use bl_store::EGRESS_EVENTS;
 
 /// What a failed check of a graph run found, naming the file.
 #[derive(Debug, thiserror::Error)]
-enum Finding {
+pub(crate) enum Finding {
     #[error("{}: {source}", path.display())]
     Unreadable {
         path: PathBuf,
@@ -126,7 +126,7 @@ fn verify_egress_log(controller: &Path, egress: &Path) -> Result<String, Finding
 }
 
 /// The chain of the calls an MCP client made on the run (`bl mcp`).
-fn verify_mcp_audit(audit: &Path) -> Result<String, Finding> {
+pub(crate) fn verify_mcp_audit(audit: &Path) -> Result<String, Finding> {
     let head = chain_head(audit)?;
     Ok(format!(
         "{} MCP call(s) recorded, head {}",

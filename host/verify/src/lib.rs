@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use bl_store::VerifierKey;
 
 pub use graph_run::EGRESS_EVENTS;
-pub use loop_run::{Anchor, LoopReport};
+pub use loop_run::{Anchor, LoopReport, McpAuditCheck};
 
 /// What a check concluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -31,6 +31,15 @@ pub struct LoopReport {
     /// `Some(recorded rows)` when metadata records them.
     pub recorded_rows: Option<u64>,
     pub completeness_detail: String,
+    /// The calls an MCP client made on the run (`bl mcp`), when it made any.
+    pub mcp_audit: Option<McpAuditCheck>,
+}
+
+/// Whether a run's MCP audit log holds as a chain, and what it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpAuditCheck {
+    pub passed: bool,
+    pub detail: String,
 }
 
 const NO_WITNESS: &str = "no recorded head to compare against, so the chain is only evidence against an adversary who cannot recompute it: pass --expect-head with the digest printed when the run ended";
@@ -51,7 +60,10 @@ impl LoopReport {
     }
 
     pub fn verified(&self) -> bool {
-        self.chain_passed() && self.anchor_passed() && self.completeness_passed()
+        self.chain_passed()
+            && self.anchor_passed()
+            && self.completeness_passed()
+            && self.mcp_audit.as_ref().is_none_or(|a| a.passed)
     }
 
     pub fn anchor_status(&self) -> &'static str {
@@ -94,7 +106,7 @@ impl LoopReport {
             Anchor::External => "external",
             _ => "co-located",
         });
-        let checks = [
+        let mut checks = vec![
             check(
                 "chain",
                 self.chain_passed(),
@@ -117,6 +129,18 @@ impl LoopReport {
                 &self.completeness_detail,
             ),
         ];
+        // Only a run an MCP client touched has this check (bounded-loops'
+        // runs never do).
+        if let Some(audit) = &self.mcp_audit {
+            let status = if audit.passed { "VERIFIED" } else { "BROKEN" };
+            checks.push(check(
+                "mcp audit",
+                audit.passed,
+                status,
+                None,
+                &audit.detail,
+            ));
+        }
         format!(
             "{{\"subcommand\": \"verify\", \"ledger_path\": {}, \"verified\": {}, \"head\": {}, \"lines\": {}, \"verified_lines\": {}, \"checks\": [{}]}}",
             text(&self.ledger_path.display().to_string()),
@@ -200,7 +224,22 @@ pub fn verify(path: &Path, options: &Options) -> LoopReport {
             chain.lines
         ),
     };
+    let audit = ledger_path
+        .parent()
+        .map(|dir| dir.join(bl_store::RunDir::MCP_AUDIT))
+        .filter(|audit| audit.is_file());
+    let mcp_audit = audit.map(|audit| match crate::graph_run::verify_mcp_audit(&audit) {
+        Ok(detail) => McpAuditCheck {
+            passed: true,
+            detail,
+        },
+        Err(finding) => McpAuditCheck {
+            passed: false,
+            detail: finding.to_string(),
+        },
+    });
     LoopReport {
+        mcp_audit,
         ledger_path,
         chain,
         anchor,

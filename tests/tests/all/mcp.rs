@@ -584,6 +584,48 @@ fn a_loop_runs_over_mcp_only_with_the_token_of_its_own_preview() {
         "{}",
         report["calls"][1]["result"]
     );
+
+    // `bl verify` of the run checks the MCP audit log the confirmed call
+    // left beside its ledger; an altered record fails it.
+    let run_dir = runs_dir_of(&workspace, &run_id);
+    let verified = bl(
+        &["verify", "--json", run_dir.to_str().unwrap()],
+        workspace.path(),
+    );
+    let said: Value = serde_json::from_slice(&verified.stdout).unwrap();
+    let audit = said["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "mcp audit")
+        .cloned();
+    assert_eq!(
+        audit.as_ref().map(|c| c["passed"].clone()),
+        Some(json!(true)),
+        "{said}"
+    );
+    assert!(
+        audit.unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 MCP call(s) recorded")
+    );
+    let log = run_dir.join("mcp-audit.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    std::fs::write(&log, text.replacen("bl_run", "bl_ran", 1)).unwrap();
+    let altered = bl(&["verify", run_dir.to_str().unwrap()], workspace.path());
+    assert!(!altered.status.success(), "{altered:?}");
+    assert!(
+        String::from_utf8_lossy(&altered.stdout).contains("\u{2717} mcp audit"),
+        "{altered:?}"
+    );
+}
+
+fn runs_dir_of(workspace: &tempfile::TempDir, run_id: &str) -> PathBuf {
+    workspace
+        .path()
+        .join("loops/records/.bounded-loops/runs")
+        .join(run_id)
 }
 
 /// Only a person approves. Over MCP, `graph_approve` previews the
