@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use serde_json::{Value, json};
+
 use crate::error::AppError;
 use crate::runtime::GraphRuntime;
 
@@ -47,9 +49,29 @@ pub(crate) fn live_page(
         live: live.as_deref(),
         children: &run.children,
         audit: audit.as_ref(),
+        decisions: &decisions(dir)?,
     })
     .map_err(|e| AppError::refused(format!("{}: {e}", run_dir.plan().display())))?;
     Ok((page, held))
+}
+
+/// The decisions recorded on the run's approval nodes, approvals and
+/// rejections, as the page shows them.
+fn decisions(dir: &Path) -> Result<Vec<Value>, AppError> {
+    let record = bl_store::approvals::Approvals::new(dir)
+        .read()
+        .map_err(|e| AppError::refused(e.to_string()))?;
+    let approved = record.commits.iter().map(|c| {
+        json!({"node_id": c.node_id, "decision": "approved", "decided_by": c.decided_by,
+               "decided_by_source": c.decided_by_source, "decided_at": c.decided_at,
+               "repair_round": c.repair_round, "signed": c.signature.is_some()})
+    });
+    let rejected = record.rejections.iter().map(|r| {
+        json!({"node_id": r.node_id, "decision": "rejected", "decided_by": r.decided_by,
+               "decided_by_source": r.decided_by_source, "decided_at": r.decided_at,
+               "repair_round": r.repair_round, "signed": r.signature.is_some()})
+    });
+    Ok(approved.chain(rejected).collect())
 }
 
 /// The coverage table and release verdict of the run's audit plan

@@ -178,7 +178,16 @@
         paths.forEach((path) => path.classList.toggle("excluded", out));
       }
     }
-    $("summary").textContent = `run ${runState}; ` + Object.entries(counts).map(([s, c]) => `${c} ${s}`).join(", ") + `; ${run.events.length} events`;
+    const byAgents = (run.decisions || []).filter((d) => d.decided_by_source === "agent").length;
+    $("summary").textContent = `run ${runState}; ` + Object.entries(counts).map(([s, c]) => `${c} ${s}`).join(", ") + `; ${run.events.length} events` +
+      (byAgents ? `; ${byAgents} approval decision${byAgents > 1 ? "s" : ""} made by an agent, not a person` : "");
+  }
+
+  // Who decided an approval, as status says it: an agent's decision is
+  // never shown as a person's.
+  function decided(d) {
+    const who = { agent: `${d.decided_by}, an agent (not a person)`, recorded: `${d.decided_by}, from recorded decisions` }[d.decided_by_source] || d.decided_by;
+    return `${d.decision} by ${who}, round ${d.repair_round}, ${d.signed ? "signed" : "unsigned"}, at ${d.decided_at}`;
   }
 
   function show(id) {
@@ -202,6 +211,7 @@
       if (n.first !== undefined) fact("duration", `${Math.round((n.last - n.first) / 1000)} s, from its first event to its last`);
       fact("repair rounds", n.rounds.join("; ") || "none");
     }
+    (run.decisions || []).filter((d) => d.node_id === id).forEach((d) => fact("decision", decided(d)));
     details.append(facts);
     if (childOf.has(id)) {
       const open = el("button", expanded.has(id) ? "Child run shown below" : "Expand its child run");

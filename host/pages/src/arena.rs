@@ -44,6 +44,11 @@ pub struct ArenaInput<'a> {
     /// has a plan (with `plan_digest`, and the `logged_plan_digest` its log
     /// recorded, which the page holds against the verified log).
     pub audit: Option<&'a Value>,
+    /// The decisions recorded on the run's approval nodes (approvals.json):
+    /// each `{node_id, decision, decided_by, decided_by_source, decided_at,
+    /// repair_round, signed}`, so that a decision an agent made is shown as
+    /// an agent's, never as a person's.
+    pub decisions: &'a [Value],
 }
 
 /// A subgraph node's child run, as recorded in its own directory.
@@ -83,6 +88,7 @@ pub fn arena_html(input: &ArenaInput) -> Result<String, PageError> {
         "live": input.live,
         "children": children_json(input.children),
         "audit": input.audit,
+        "decisions": input.decisions,
     });
     // The records, gzipped and in base64: a run of 100,000 events is tens
     // of megabytes of JSON, a few as this; and base64 holds no `<`, so no
@@ -281,6 +287,7 @@ mod tests {
             live: None,
             children: &[],
             audit: None,
+            decisions: &[],
         }
     }
 

@@ -658,7 +658,8 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
         ["graph_approve", {"run": "first", "node_id": "review", "decision": "maybe"}],
         ["graph_approve", {"run": "first", "node_id": "write-brief", "decision": "approved"}],
         ["graph_approve", approve, {"until": "by_a_person"}],
-        ["graph_status", {"run": "first"}],
+        // The decision is recorded before the console has driven the run on.
+        ["graph_status", {"run": "first"}, {"until": "\"run_state\": \"SUCCEEDED\""}],
     ]);
     let script = workspace.path().join("calls.json");
     std::fs::write(&script, calls.to_string()).unwrap();
@@ -799,6 +800,40 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
     assert!(
         verified.contains("1 made by an agent, not a person"),
         "{verified}"
+    );
+    // And so does the arena, in the summary and in the gate's details.
+    let made = bl(&["graph", "arena", "--run", run], agents.path());
+    assert!(made.status.success(), "{made:?}");
+    let page = agents.path().join(format!("{run}.arena.html"));
+    let (summary, details) = crate::browser::Driver::start().drive(async |client| {
+        use fantoccini::Locator;
+        crate::browser::open(client, &format!("file://{}", page.display())).await;
+        let text = async |id| {
+            client
+                .find(Locator::Id(id))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        };
+        client
+            .find(Locator::Css(r#"g.node[data-node="review"]"#))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        (text("summary").await, text("details").await)
+    });
+    assert!(
+        summary.ends_with("1 approval decision made by an agent, not a person"),
+        "{summary}"
+    );
+    assert!(
+        details.contains("approved by mcp:")
+            && details.contains("an agent (not a person), round 0, unsigned"),
+        "{details}"
     );
 }
 
