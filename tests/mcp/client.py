@@ -39,7 +39,10 @@ def transport(bl, workspace, extra):
         from mcp.shared._httpx_utils import create_mcp_http_client
         headers = {"Authorization": f"Bearer {os.environ['MCP_TOKEN']}"} if os.environ.get("MCP_TOKEN") else {}
         return streamable_http_client(os.environ["MCP_URL"], http_client=create_mcp_http_client(headers=headers))
-    params = StdioServerParameters(command=bl, args=["mcp", "--workspace", workspace, *extra], cwd=workspace)
+    # The client passes the server only a safe part of its environment;
+    # $MCP_SERVER_ENV (a JSON object) adds to it.
+    env = json.loads(os.environ.get("MCP_SERVER_ENV", "null"))
+    params = StdioServerParameters(command=bl, args=["mcp", "--workspace", workspace, *extra], cwd=workspace, env=env)
     return stdio_client(params)
 
 

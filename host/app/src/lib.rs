@@ -7,6 +7,7 @@
 
 pub mod approvals;
 mod arena;
+pub mod bundled_loops;
 pub mod cage;
 pub mod egress_proxy;
 pub mod error;

@@ -49,8 +49,28 @@ fn packages_in(dir: &Path, found: &mut Vec<PathBuf>) {
 
 /// The loop packages a workspace offers: `root` and `root/loops` (each
 /// itself and its subdirectories), then the `loops/` of the nearest
-/// directory above that has one. Each package once, in path order.
+/// directory above that has one; when there are none, bl's own catalog
+/// ([`crate::bundled_loops`]). Each package once, in path order.
 pub fn discover(root: &Path) -> Vec<PathBuf> {
+    offered(root).0
+}
+
+/// The packages [`discover`] finds, and whether they are bl's own catalog.
+fn offered(root: &Path) -> (Vec<PathBuf>, bool) {
+    let found = in_workspace(root);
+    if !found.is_empty() {
+        return (found, false);
+    }
+    // Nothing here: bl's own catalog, unpacked (an unpackable one is none).
+    let mut bundled = Vec::new();
+    if let Ok(catalog) = crate::bundled_loops::unpacked() {
+        packages_in(&catalog, &mut bundled);
+    }
+    bundled.sort();
+    (bundled, true)
+}
+
+fn in_workspace(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     packages_in(root, &mut found);
     packages_in(&root.join("loops"), &mut found);
@@ -157,7 +177,8 @@ impl CatalogFilter {
 /// `bl_catalog`: the workspace's packages, filtered, each with its
 /// content digest (`loop_package`), and the names of those that do not read.
 pub fn catalog(root: &Path, filter: &CatalogFilter) -> Value {
-    let all: Vec<Entry> = discover(root).iter().map(|d| entry(d)).collect();
+    let (found, bundled) = offered(root);
+    let all: Vec<Entry> = found.iter().map(|d| entry(d)).collect();
     let kept: Vec<&Entry> = all.iter().filter(|e| filter.keeps(e)).collect();
     let unreadable: Vec<&Value> = kept
         .iter()
@@ -172,9 +193,9 @@ pub fn catalog(root: &Path, filter: &CatalogFilter) -> Value {
         "loops": kept.iter().map(|e| &e.value).collect::<Vec<_>>(),
         "unreadable": unreadable,
     });
-    if all.is_empty() {
+    if bundled {
         answer["hint"] = json!(
-            "no loop packages here: `bl loops list` shows bl's own catalog and `bl loops install NAME` copies one into ./loops"
+            "no loop packages in this workspace, so these are bl's own catalog: `bl loops install NAME` copies one into ./loops"
         );
     }
     answer

@@ -5,15 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
+use bl_app::bundled_loops::{CATALOG, catalog_loop, extract};
 use clap::Subcommand;
-use include_dir::{Dir, include_dir};
 use serde_json::{Value, json};
 
 use crate::exit::{CliError, Exit};
 use crate::output::{errln, outln};
-
-/// bl's catalog: `examples/loops`, written for bl, keyless and offline.
-static CATALOG: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../examples/loops");
 
 /// Templates `bl new` starts from: a catalog loop for each gate kind.
 const TEMPLATES: &[(&str, &str)] = &[
@@ -203,30 +200,6 @@ pub fn capabilities(json_out: bool) -> Result<Exit, CliError> {
         outln!("(--json for everything, including the gates)");
     }
     Ok(Exit::Success)
-}
-
-/// Writes an embedded catalog directory to `dest` (which must not exist).
-fn extract(dir: &Dir, dest: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dest)?;
-    for file in dir.files() {
-        let rel = file.path().strip_prefix(dir.path()).unwrap_or(file.path());
-        let target = dest.join(rel);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(target, file.contents())?;
-    }
-    for sub in dir.dirs() {
-        let rel = sub.path().strip_prefix(dir.path()).unwrap_or(sub.path());
-        extract(sub, &dest.join(rel))?;
-    }
-    Ok(())
-}
-
-fn catalog_loop(name: &str) -> Option<&'static Dir<'static>> {
-    CATALOG
-        .get_dir(name)
-        .filter(|d| d.get_file(d.path().join("loop.yaml")).is_some())
 }
 
 #[derive(Subcommand)]

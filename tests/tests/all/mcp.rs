@@ -33,6 +33,11 @@ fn client_python() -> Option<PathBuf> {
 /// What the client made of `calls` ([tool, arguments] pairs) against
 /// `bl mcp --workspace workspace`.
 fn drive(python: &Path, workspace: &Path, calls: &Value) -> Value {
+    drive_with(python, workspace, calls, &[])
+}
+
+/// [`drive`], the server having `env` set too.
+fn drive_with(python: &Path, workspace: &Path, calls: &Value, env: &[(&str, &Path)]) -> Value {
     let script = workspace.join("calls.json");
     std::fs::write(&script, calls.to_string()).unwrap();
     let out = Command::new(python)
@@ -40,6 +45,10 @@ fn drive(python: &Path, workspace: &Path, calls: &Value) -> Value {
         .arg(bl_binary())
         .arg(workspace)
         .arg(&script)
+        .env(
+            "MCP_SERVER_ENV",
+            Value::Object(env.iter().map(|(k, v)| (k.to_string(), json!(v))).collect()).to_string(),
+        )
         .output()
         .unwrap();
     assert!(
@@ -1432,5 +1441,48 @@ fn an_agent_finds_audits_and_drafts_loops_and_graphs_over_mcp() {
         log.lines().count(),
         3,
         "each confirmed call is recorded: {log}"
+    );
+
+    // A workspace with no packages is offered bl's own catalog, unpacked
+    // once in the user's cache.
+    let empty = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let calls = json!([
+        ["bl_catalog", {}],
+        ["bl_search_loops", {"task_description": "json schema order"}],
+    ]);
+    let report = drive_with(
+        &python,
+        empty.path(),
+        &calls,
+        &[("XDG_CACHE_HOME", cache.path())],
+    );
+    let catalog = &report["calls"][0]["result"];
+    assert_eq!(
+        names(&catalog["loops"]),
+        [
+            "config-contract",
+            "order-schema",
+            "readme-sections",
+            "records-shell",
+            "tests-green"
+        ],
+        "{catalog}"
+    );
+    assert!(
+        catalog["hint"]
+            .as_str()
+            .unwrap()
+            .contains("bl's own catalog")
+    );
+    assert!(
+        catalog["loops"][0]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with(cache.path().to_str().unwrap())
+    );
+    assert_eq!(
+        report["calls"][1]["result"]["candidates"][0]["name"],
+        "order-schema"
     );
 }
