@@ -3,7 +3,8 @@
 Usage: client.py BL WORKSPACE SCRIPT.json [EXTRA_ARGS.json]
 EXTRA_ARGS.json (optional) is a list of further arguments to `bl mcp`.
 SCRIPT.json is a list of [tool, arguments] calls ("$resource" {uri} reads
-a resource, "$prompt" {name, arguments} gets a prompt), or [tool, arguments,
+a resource, "$prompt" {name, arguments} gets a prompt, "$sleep" {seconds}
+waits), or [tool, arguments,
 {"until": TEXT}] to call again every 0.2 s (for at most 60 s) until the
 answer holds TEXT; an argument written "$token:N" is replaced by the
 confirm_token call N answered with, and "$run:N" by the run it named. The client initializes,
@@ -60,6 +61,11 @@ async def main(bl, workspace, script, extra):
             report["resource_templates"] = dump((await session.list_resource_templates()).resource_templates)
             report["prompts"] = dump((await session.list_prompts()).prompts)
             for tool, arguments, *until in script:
+                # "$sleep" {seconds}: wait (a token's lifetime, say).
+                if tool == "$sleep":
+                    await anyio.sleep(arguments["seconds"])
+                    report["calls"].append({"tool": tool, "arguments": arguments, "result": None})
+                    continue
                 # "$resource" {uri} and "$prompt" {name, arguments}: read one,
                 # or the protocol's error for it.
                 if tool in ("$resource", "$prompt"):

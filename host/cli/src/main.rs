@@ -118,6 +118,9 @@ enum Command {
         /// Let agents decide approvals through graph_approve, recorded as the agent's (decided_by_source: agent). Without it only a person decides, on the link graph_approve hands out.
         #[arg(long)]
         agent_approvals: bool,
+        /// Seconds a preview's confirm token holds: 900 (15 minutes) at most.
+        #[arg(long, value_name = "SECONDS", default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..=900))]
+        confirm_token_lifetime: u64,
         /// Serve MCP's Streamable HTTP transport on this loopback address (for example 127.0.0.1:8808) instead of stdio; every request needs the bearer token.
         #[arg(long, value_name = "ADDR")]
         http: Option<std::net::SocketAddr>,
@@ -251,12 +254,14 @@ fn main() -> ExitCode {
             workspace,
             key,
             agent_approvals,
+            confirm_token_lifetime,
             http,
             token_file,
         } => {
             let config = bl_mcp::McpConfig {
                 key,
                 agent_approvals,
+                token_lifetime_s: confirm_token_lifetime,
                 ..bl_mcp::McpConfig::new(workspace)
             };
             match http {

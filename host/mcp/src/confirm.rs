@@ -14,7 +14,7 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-/// How long a token holds.
+/// How long a token holds, unless the operator shortens it.
 pub const TOKEN_LIFETIME_S: u64 = 15 * 60;
 
 /// Why a confirmed call was not made (said as bounded-loops says it).
@@ -30,8 +30,8 @@ pub enum Refused {
         "confirm_token does not match these arguments — it was issued for a different run. Preview again with confirm=false."
     )]
     Mismatch,
-    #[error("confirm_token expired ({TOKEN_LIFETIME_S}s limit). Preview again with confirm=false.")]
-    Expired,
+    #[error("confirm_token expired ({0}s limit). Preview again with confirm=false.")]
+    Expired(u64),
     #[error("confirm_token is not yet valid (issued in the future)")]
     NotYetValid,
     #[error("confirm_token was already used: preview again with confirm=false")]
@@ -41,6 +41,8 @@ pub enum Refused {
 /// The tokens of one server process.
 pub struct Confirmations {
     key: [u8; 32],
+    /// Seconds a token holds.
+    lifetime_s: u64,
     /// Tokens taken, with when they were issued (forgotten once expired).
     taken: Mutex<HashMap<String, u64>>,
 }
@@ -53,12 +55,18 @@ fn canonical(tool: &str, request: &Value) -> Vec<u8> {
 }
 
 impl Confirmations {
-    /// Tokens under a fresh random key.
+    /// Tokens under a fresh random key, each holding 15 minutes.
     pub fn new() -> Result<Confirmations, getrandom::Error> {
+        Confirmations::lasting(TOKEN_LIFETIME_S)
+    }
+
+    /// Tokens that hold `lifetime_s` seconds (at most 15 minutes).
+    pub fn lasting(lifetime_s: u64) -> Result<Confirmations, getrandom::Error> {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key)?;
         Ok(Confirmations {
             key,
+            lifetime_s: lifetime_s.min(TOKEN_LIFETIME_S),
             taken: Mutex::default(),
         })
     }
@@ -101,11 +109,11 @@ impl Confirmations {
         if issued > now + 60 {
             return Err(Refused::NotYetValid);
         }
-        if now.saturating_sub(issued) > TOKEN_LIFETIME_S {
-            return Err(Refused::Expired);
+        if now.saturating_sub(issued) > self.lifetime_s {
+            return Err(Refused::Expired(self.lifetime_s));
         }
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
-        taken.retain(|_, at| now.saturating_sub(*at) <= TOKEN_LIFETIME_S);
+        taken.retain(|_, at| now.saturating_sub(*at) <= self.lifetime_s);
         if taken.insert(token.to_string(), issued).is_some() {
             return Err(Refused::Used);
         }
@@ -147,7 +155,7 @@ mod tests {
                 Some(&token),
                 1_000 + TOKEN_LIFETIME_S + 1
             ),
-            Err(Refused::Expired)
+            Err(Refused::Expired(TOKEN_LIFETIME_S))
         );
         assert_eq!(tokens.take("bl_run", &request, Some(&token), 1_001), Ok(()));
         assert_eq!(

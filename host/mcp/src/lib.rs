@@ -57,6 +57,9 @@ pub struct McpConfig {
     /// Agents may decide approvals (recorded as theirs): the operator's
     /// choice, never the default.
     pub agent_approvals: bool,
+    /// Seconds a preview's confirm token holds (15 minutes, or less when
+    /// the operator says so).
+    pub token_lifetime_s: u64,
 }
 
 impl McpConfig {
@@ -70,6 +73,7 @@ impl McpConfig {
             workspace: std::path::absolute(&workspace).unwrap_or(workspace),
             key: None,
             agent_approvals: false,
+            token_lifetime_s: confirm::TOKEN_LIFETIME_S,
         }
     }
 }
@@ -459,8 +463,8 @@ impl BlServer {
     /// A server for `config`, with a fresh key for its confirm tokens.
     pub fn new(config: McpConfig) -> Result<BlServer, getrandom::Error> {
         Ok(BlServer {
+            confirmations: Arc::new(confirm::Confirmations::lasting(config.token_lifetime_s)?),
             config,
-            confirmations: Arc::new(confirm::Confirmations::new()?),
             started: Arc::default(),
             consoles: Arc::default(),
             graphs: Arc::default(),

@@ -33,18 +33,27 @@ fn client_python() -> Option<PathBuf> {
 /// What the client made of `calls` ([tool, arguments] pairs) against
 /// `bl mcp --workspace workspace`.
 fn drive(python: &Path, workspace: &Path, calls: &Value) -> Value {
-    drive_with(python, workspace, calls, &[])
+    drive_with(python, workspace, calls, &[], &[])
 }
 
-/// [`drive`], the server having `env` set too.
-fn drive_with(python: &Path, workspace: &Path, calls: &Value, env: &[(&str, &Path)]) -> Value {
+/// [`drive`], the server having `env` set too, and `args` after `bl mcp`'s.
+fn drive_with(
+    python: &Path,
+    workspace: &Path,
+    calls: &Value,
+    env: &[(&str, &Path)],
+    args: &[&str],
+) -> Value {
     let script = workspace.join("calls.json");
     std::fs::write(&script, calls.to_string()).unwrap();
+    let extra = workspace.join("extra.json");
+    std::fs::write(&extra, json!(args).to_string()).unwrap();
     let out = Command::new(python)
         .arg(repo_root().join("tests/mcp/client.py"))
         .arg(bl_binary())
         .arg(workspace)
         .arg(&script)
+        .arg(&extra)
         .env(
             "MCP_SERVER_ENV",
             Value::Object(env.iter().map(|(k, v)| (k.to_string(), json!(v))).collect()).to_string(),
@@ -592,6 +601,30 @@ fn a_loop_runs_over_mcp_only_with_the_token_of_its_own_preview() {
             .starts_with("confirm_token does not match"),
         "{}",
         report["calls"][1]["result"]
+    );
+
+    // A server whose operator shortened the tokens' lifetime to a second
+    // refuses a token two seconds old as expired.
+    let calls = json!([
+        ["bl_run", with(json!({"confirm": false}))],
+        ["$sleep", {"seconds": 2.5}],
+        ["bl_run", with(json!({"confirm": true, "confirm_token": "$token:0"}))],
+    ]);
+    let report = drive_with(
+        &python,
+        workspace.path(),
+        &calls,
+        &[],
+        &["--confirm-token-lifetime", "1"],
+    );
+    let expired = &report["calls"][2]["result"];
+    assert_eq!(expired["status"], "not_confirmed", "{expired}");
+    assert!(
+        expired["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("confirm_token expired (1s limit)"),
+        "{expired}"
     );
 
     // `bl verify` of the run checks the MCP audit log the confirmed call
@@ -1456,6 +1489,7 @@ fn an_agent_finds_audits_and_drafts_loops_and_graphs_over_mcp() {
         empty.path(),
         &calls,
         &[("XDG_CACHE_HOME", cache.path())],
+        &[],
     );
     let catalog = &report["calls"][0]["result"];
     assert_eq!(
