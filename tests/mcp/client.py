@@ -11,7 +11,8 @@ confirm_token call N answered with, and "$run:N" by the run it named. The client
 lists the tools, makes each call (following `_page.next_cursor` until a
 paged result is whole), and prints one JSON report on stdout:
 {"protocol_version", "server", "tools": [...], "calls": [{tool, arguments,
-is_error, result (the text block parsed as JSON), pages, meta (its _meta)}]}. With $MCP_URL set
+is_error, result (the text block parsed as JSON), pages, largest_page (in
+bytes), meta (its _meta)}]}. With $MCP_URL set
 it speaks Streamable HTTP to that endpoint instead (see `transport`). With
 $MCP_PROGRESS set, each call's record is also appended to that file as one
 JSON line as soon as it is made (a test acts on it while the session goes on).
@@ -89,7 +90,7 @@ async def main(bl, workspace, script, extra):
                     waited += 0.2
                     result = await session.call_tool(tool, arguments)
                     text = result.content[0].text if result.content else ""
-                pages = 1
+                pages, largest = 1, len(text.encode())
                 try:
                     value = json.loads(text)
                 except ValueError:
@@ -105,12 +106,13 @@ async def main(bl, workspace, script, extra):
                             raise RuntimeError(f"{tool}: the cursor {cursor} came back twice")
                         seen.add(cursor)
                         more = await session.call_tool(tool, {**arguments, "cursor": cursor})
+                        largest = max(largest, len(more.content[0].text.encode()))
                         value = json.loads(more.content[0].text)
                         joined += value["text"]
                         pages += 1
                     value = json.loads(joined)
                 record = {"tool": tool, "arguments": arguments, "is_error": bool(result.is_error),
-                          "result": value, "pages": pages,
+                          "result": value, "pages": pages, "largest_page": largest,
                           "meta": result.model_dump(mode="json", by_alias=True).get("_meta")}
                 report["calls"].append(record)
                 if os.environ.get("MCP_PROGRESS"):

@@ -25,6 +25,7 @@ pub mod evidence;
 pub mod graph_runs;
 pub mod http;
 pub mod library;
+pub mod paging;
 mod tasks;
 
 use std::path::{Path, PathBuf};
@@ -42,9 +43,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// At most this many bytes of a result's JSON in one answer; the rest is
-/// paged (a result of megabytes breaks some clients' transports).
-pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+pub use paging::MAX_RESULT_BYTES;
 
 /// Where the server works.
 #[derive(Debug, Clone)]
@@ -336,6 +335,8 @@ pub struct BlServer {
     consoles: Arc<approve::Consoles>,
     /// The graph runs started here, stopped (resumable) when the client goes.
     graphs: Arc<graph_runs::Started>,
+    /// Long answers, kept for their pages.
+    pages: Arc<paging::Pages>,
     /// The long calls made tasks of, for clients that asked ([`tasks`]).
     tasks: rmcp::task_manager::TaskManager,
     tool_router: ToolRouter<BlServer>,
@@ -354,42 +355,11 @@ pub(crate) fn valid_run_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
-/// The answer: `value` as one text block of JSON, or its page at `cursor`
-/// when it is longer than [`MAX_RESULT_BYTES`], with where the next page
-/// starts (`_page`: the page, their number, and `next_cursor`).
-fn answer(value: &Value, cursor: Option<&str>) -> Result<CallToolResult, ErrorData> {
+/// The answer: `value` as one text block of JSON (a long one goes back in
+/// pages, by [`paging`]).
+fn answer(value: &Value) -> Result<CallToolResult, ErrorData> {
     let text = serde_json::to_string_pretty(value).expect("a JSON value serialises");
-    if text.len() <= MAX_RESULT_BYTES && cursor.is_none() {
-        return Ok(CallToolResult::success(vec![ContentBlock::text(text)]));
-    }
-    let start: usize = match cursor {
-        None => 0,
-        Some(c) => c
-            .parse()
-            .ok()
-            .filter(|&at| at < text.len() && text.is_char_boundary(at))
-            .ok_or_else(|| {
-                ErrorData::invalid_params(format!("cursor {c:?} is not one this result gave"), None)
-            })?,
-    };
-    let mut end = (start + MAX_RESULT_BYTES).min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let pages = text.len().div_ceil(MAX_RESULT_BYTES);
-    let page = json!({
-        "_page": {
-            "page": start / MAX_RESULT_BYTES + 1,
-            "of": pages,
-            "bytes": text.len(),
-            "next_cursor": (end < text.len()).then(|| end.to_string()),
-            "what": "this result is longer than one answer: the text below is a slice of its JSON; call again with cursor = next_cursor for the rest",
-        },
-        "text": &text[start..end],
-    });
-    Ok(CallToolResult::success(vec![ContentBlock::text(
-        serde_json::to_string_pretty(&page).expect("a JSON value serialises"),
-    )]))
+    Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
 }
 
 /// A manifest's refusal as bounded-loops' MCP server says it: its code,
@@ -425,7 +395,7 @@ fn audited(
     value: &Value,
     client: &str,
 ) -> Result<CallToolResult, ErrorData> {
-    let mut result = answer(value, None)?;
+    let mut result = answer(value)?;
     let Some(dir) = run_dir.filter(|d| d.is_dir()) else {
         return Ok(result);
     };
@@ -468,6 +438,7 @@ impl BlServer {
             started: Arc::default(),
             consoles: Arc::default(),
             graphs: Arc::default(),
+            pages: Arc::default(),
             tasks: rmcp::task_manager::TaskManager::new(),
             tool_router: Self::tool_router(),
         })
@@ -689,7 +660,7 @@ impl BlServer {
             }),
             Err(refusal) => refused_manifest(&refusal),
         };
-        answer(&value, args.cursor.as_deref())
+        answer(&value)
     }
 
     #[tool(
@@ -709,7 +680,7 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, None)
+        answer(&value)
     }
 
     #[tool(
@@ -717,7 +688,7 @@ impl BlServer {
     )]
     async fn graph_runs(
         &self,
-        Parameters(args): Parameters<PageArgs>,
+        Parameters(_page): Parameters<PageArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let mut runs: Vec<String> = std::fs::read_dir(self.runs_dir())
             .into_iter()
@@ -732,7 +703,7 @@ impl BlServer {
             "workspace": self.config.workspace.join(".bounded-loops").display().to_string(),
             "runs": runs,
         });
-        answer(&value, args.cursor.as_deref())
+        answer(&value)
     }
 
     #[tool(
@@ -747,7 +718,7 @@ impl BlServer {
                 Ok(runtime.status(dir)?.to_json())
             })
             .await?;
-        answer(&value, args.cursor.as_deref())
+        answer(&value)
     }
 
     #[tool(
@@ -762,7 +733,7 @@ impl BlServer {
                 Ok(json!(runtime.status(dir)?.to_markdown()))
             })
             .await?;
-        answer(&value, args.cursor.as_deref())
+        answer(&value)
     }
 
     #[tool(
@@ -777,7 +748,7 @@ impl BlServer {
                 Ok(runtime.metrics(dir)?.to_json())
             })
             .await?;
-        answer(&value, args.cursor.as_deref())
+        answer(&value)
     }
 
     #[tool(
@@ -818,7 +789,7 @@ impl BlServer {
         &self,
         Parameters(args): Parameters<LoopDirArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(&self.loop_runs(&args.loop_dir), args.cursor.as_deref())
+        answer(&self.loop_runs(&args.loop_dir))
     }
 
     #[tool(
@@ -826,7 +797,7 @@ impl BlServer {
     )]
     async fn bl_list(
         &self,
-        Parameters(args): Parameters<PageArgs>,
+        Parameters(_page): Parameters<PageArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let root = self.config.workspace.clone();
         let rows = tokio::task::spawn_blocking(move || bl_app::loop_info::list(&root))
@@ -846,7 +817,7 @@ impl BlServer {
                 })
             })
             .collect();
-        answer(&json!({"loops": loops}), args.cursor.as_deref())
+        answer(&json!({"loops": loops}))
     }
 
     #[tool(
@@ -877,7 +848,7 @@ impl BlServer {
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let all_passed = results.iter().all(|r| r["passed"] == true);
-        answer(&json!({"results": results, "all_passed": all_passed}), None)
+        answer(&json!({"results": results, "all_passed": all_passed}))
     }
 
     #[tool(
@@ -897,7 +868,7 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, None)
+        answer(&value)
     }
 
     /// What `graph_run` and `graph_resume` work with, now.
@@ -954,7 +925,7 @@ impl BlServer {
     ) -> Result<CallToolResult, ErrorData> {
         let dir = match self.run_dir(&args.run) {
             Ok(dir) => dir,
-            Err(refused) => return answer(&refused, None),
+            Err(refused) => return answer(&refused),
         };
         let confirmed = args.confirm.then(|| dir.clone());
         let asked = serde_json::to_value(&args).unwrap_or_default();
@@ -984,7 +955,7 @@ impl BlServer {
     ) -> Result<CallToolResult, ErrorData> {
         let dir = match self.run_dir(&args.run) {
             Ok(dir) => dir,
-            Err(refused) => return answer(&refused, None),
+            Err(refused) => return answer(&refused),
         };
         let confirmed = args.confirm.then(|| dir.clone());
         let asked = serde_json::to_value(&args).unwrap_or_default();
@@ -1024,7 +995,7 @@ impl BlServer {
         let value = tokio::task::spawn_blocking(move || evidence::terminal_runs(&runs_dir, limit))
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, args.cursor.as_deref())
+        answer(&value)
     }
 
     #[tool(
@@ -1041,7 +1012,7 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, args.cursor.as_deref())
+        answer(&value)
     }
 
     #[tool(
@@ -1057,7 +1028,7 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, None)
+        answer(&value)
     }
 
     #[tool(
@@ -1077,7 +1048,7 @@ impl BlServer {
             tokio::task::spawn_blocking(move || bl_app::loop_library::catalog(&root, &filter))
                 .await
                 .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, args.cursor.as_deref())
+        answer(&value)
     }
 
     #[tool(
@@ -1093,7 +1064,7 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, None)
+        answer(&value)
     }
 
     #[tool(
@@ -1122,7 +1093,7 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&value, None)
+        answer(&value)
     }
 
     #[tool(
@@ -1140,7 +1111,7 @@ impl BlServer {
             policies: args.policies.map(Value::Object),
             connection_slots: args.connection_slots.unwrap_or_default(),
         };
-        answer(&bl_app::graph_authoring::compose(&draft), None)
+        answer(&bl_app::graph_authoring::compose(&draft))
     }
 
     #[tool(
@@ -1155,7 +1126,7 @@ impl BlServer {
             args.name.as_deref(),
             args.manifest_yaml.as_deref(),
         );
-        answer(&value, None)
+        answer(&value)
     }
 
     #[tool(
@@ -1225,12 +1196,12 @@ impl BlServer {
     )]
     async fn bl_gates(
         &self,
-        Parameters(args): Parameters<PageArgs>,
+        Parameters(_page): Parameters<PageArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let gates = tokio::task::spawn_blocking(bl_app::loop_info::gates)
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answer(&json!({"gates": gates}), args.cursor.as_deref())
+        answer(&json!({"gates": gates}))
     }
 
     #[tool(
@@ -1238,13 +1209,10 @@ impl BlServer {
     )]
     async fn bl_capabilities(
         &self,
-        Parameters(args): Parameters<PageArgs>,
+        Parameters(_page): Parameters<PageArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let capabilities = bl_app::loop_info::capabilities();
-        answer(
-            &json!({"status": "ok", "capabilities": capabilities}),
-            args.cursor.as_deref(),
-        )
+        answer(&json!({"status": "ok", "capabilities": capabilities}))
     }
 }
 
@@ -1270,11 +1238,24 @@ impl ServerHandler for BlServer {
         request: rmcp::model::CallToolRequestParams,
         context: rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        // The next page of a long answer: read from where it is kept;
+        // nothing runs again.
+        if let Some(cursor) = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("cursor"))
+            .and_then(Value::as_str)
+        {
+            return Ok(self.pages.next(cursor)?.into());
+        }
         if tasks::wanted(&request, &context) {
             return Ok(tasks::start(self, request, context));
         }
         let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
-        self.tool_router.call(call).await
+        Ok(match self.tool_router.call(call).await? {
+            rmcp::model::CallToolResponse::Complete(result) => self.pages.first(result).into(),
+            other => other,
+        })
     }
 
     async fn get_task(
@@ -1356,26 +1337,6 @@ mod tests {
             .as_str()
             .unwrap()
             .to_string()
-    }
-
-    #[test]
-    fn a_long_result_comes_back_in_pages_that_join_to_the_whole() {
-        let big = json!({"rows": (0..20_000).map(|i| format!("row {i} ü")).collect::<Vec<_>>()});
-        let whole = serde_json::to_string_pretty(&big).unwrap();
-        let mut joined = String::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page: Value =
-                serde_json::from_str(&text_of(&answer(&big, cursor.as_deref()).unwrap())).unwrap();
-            assert!(page["text"].as_str().unwrap().len() <= MAX_RESULT_BYTES);
-            joined.push_str(page["text"].as_str().unwrap());
-            match page["_page"]["next_cursor"].as_str() {
-                Some(next) => cursor = Some(next.to_string()),
-                None => break,
-            }
-        }
-        assert_eq!(joined, whole);
-        assert!(answer(&big, Some("no")).is_err());
     }
 
     #[test]

@@ -257,14 +257,14 @@ impl BlServer {
         notifier.say(&line).await;
         // The start's audit record stays with the answer.
         value["started"] = answered(&started);
-        let mut result = crate::answer(&value, None).map_err(TaskExit::Error)?;
+        let mut result = crate::answer(&value).map_err(TaskExit::Error)?;
         result.meta = started.meta;
         Ok(result)
     }
 }
 
-/// A graph run's state, read from its log: a line, and bounded-loops'
-/// status object.
+/// A graph run's state, read from its log: a line, and the run's state
+/// with how many nodes are in each.
 fn graph_now(name: &str, dir: &Path) -> (String, Value) {
     match bl_app::runtime::GraphRuntime::default().status(dir) {
         Ok(status) => {
@@ -278,19 +278,24 @@ fn graph_now(name: &str, dir: &Path) -> (String, Value) {
             let awaiting = status.view.awaiting(ids.iter().copied());
             let words = bl_app::status_text::state_in_words(&status.view, &awaiting, status.live);
             let projection = status.to_json();
-            let ended = projection["nodes"].as_array().map_or(0, |nodes| {
-                nodes
-                    .iter()
-                    .filter(|n| {
-                        matches!(
-                            n["state"].as_str(),
-                            Some("SUCCEEDED" | "FAILED" | "SKIPPED")
-                        )
-                    })
-                    .count()
-            });
+            // How many nodes are in each state: a task's result is not
+            // paged, so the nodes themselves are graph_status's to give.
+            let mut states = serde_json::Map::new();
+            for node in projection["nodes"].as_array().into_iter().flatten() {
+                let state = node["state"].as_str().unwrap_or("?").to_string();
+                let count = states.get(&state).and_then(Value::as_u64).unwrap_or(0);
+                states.insert(state, json!(count + 1));
+            }
+            let ended: u64 = ["SUCCEEDED", "FAILED", "SKIPPED"]
+                .iter()
+                .filter_map(|s| states.get(*s).and_then(Value::as_u64))
+                .sum();
             let line = format!("run {name}: {words}; {ended} of {} nodes ended", ids.len());
-            let value = json!({"ok": true, "run": name, "state": projection["run_state"], "in_words": words, "projection": projection});
+            let value = json!({
+                "ok": true, "run": name, "state": projection["run_state"], "in_words": words,
+                "nodes": states, "receipt_head_hash": projection["receipt_head_hash"],
+                "follow": "graph_status with this run: each node's state",
+            });
             (line, value)
         }
         // The run has not written its log yet.

@@ -137,6 +137,8 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         std::fs::read_to_string(repo_root().join("examples/graphs/first-graph/graph.yaml"))
             .unwrap();
     let broken = manifest.replacen("kind: research_claim", "kind: no_such_kind", 1);
+    let wide_manifest =
+        std::fs::read_to_string(workspace.path().join("wide/manifest.json")).unwrap();
     let calls = json!([
         ["graph_lint", {"manifest_yaml": manifest}],
         ["graph_lint", {"manifest_yaml": broken}],
@@ -169,6 +171,7 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         ["bl_graph_evidence", {"run_ref": "first"}],
         ["bl_graph_evidence", {"run_ref": "../etc"}],
         ["bl_graph_execution_evidence", {"run_ref": "wide"}],
+        ["graph_run", {"manifest_yaml": wide_manifest, "connections": "wide/connections.json"}],
     ]);
     let report = drive(&python, workspace.path(), &calls);
     assert_eq!(report["protocol_version"], "2025-11-25");
@@ -326,9 +329,30 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         call(8)["result"]
     );
 
-    // A status too long for one answer comes in pages that join to it.
+    // A status too long for one answer comes in pages that join to it,
+    // each within the cap.
     let wide = call(9);
     assert!(wide["pages"].as_u64().unwrap() > 1, "{}", wide["pages"]);
+    assert!(
+        wide["largest_page"].as_u64().unwrap() <= 64 * 1024,
+        "{}",
+        wide["largest_page"]
+    );
+    // So does a preview of 400 nodes, made once: its pages are one answer,
+    // with one token.
+    let preview = call(31);
+    assert!(
+        preview["pages"].as_u64().unwrap() > 1,
+        "{}",
+        preview["pages"]
+    );
+    assert!(preview["largest_page"].as_u64().unwrap() <= 64 * 1024);
+    assert_eq!(preview["result"]["nodes"].as_array().unwrap().len(), 400);
+    assert!(
+        preview["result"]["confirm_token"].is_string(),
+        "{}",
+        preview["result"]
+    );
     assert_eq!(wide["result"]["ok"], true);
     assert_eq!(
         wide["result"]["projection"]["nodes"]
