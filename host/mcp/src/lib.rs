@@ -1332,13 +1332,6 @@ impl ServerHandler for BlServer {
 mod tests {
     use super::*;
 
-    fn text_of(result: &CallToolResult) -> String {
-        serde_json::to_value(result).unwrap()["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    }
-
     #[test]
     fn a_run_is_named_never_given_as_a_path() {
         for bad in ["", "../x", "/tmp/run", ".hidden", "a/b", &"x".repeat(129)] {
