@@ -37,6 +37,10 @@ pub struct ApproveArgs {
     /// agent's).
     #[serde(default)]
     pub confirm: bool,
+    /// Only on a server started with --agent-approvals: the token the
+    /// preview handed out. Anywhere else a token approves nothing.
+    #[serde(default)]
+    pub confirm_token: Option<String>,
 }
 
 /// The approval consoles this server opened, one per run, each until a
@@ -129,6 +133,9 @@ pub struct Approver<'a> {
     pub agent_approvals: bool,
     /// Who the session says its client is.
     pub agent: String,
+    /// The server's confirm tokens (an agent's decision needs its preview's).
+    pub confirmations: &'a crate::confirm::Confirmations,
+    pub now: u64,
 }
 
 impl Approver<'_> {
@@ -171,10 +178,17 @@ impl Approver<'_> {
                 format!("node '{node}' of run '{run}' is not waiting for a decision"),
             );
         };
+        // An agent's decision is bound, as any mutation, to the exact
+        // preview it follows.
+        let bound = json!({"run": run, "node": node, "decision": args.decision, "request_digest": waiting.request_digest});
+        let token = self
+            .agent_approvals
+            .then(|| self.confirmations.issue("graph_approve", &bound, self.now));
         if !args.confirm {
             return json!({
                 "ok": true,
                 "preview": true,
+                "confirm_token": token,
                 "would": format!("{} approval node '{node}' in run '{run}'", args.decision),
                 "hint": if self.agent_approvals {
                     "re-call with confirm=true to apply; it is recorded as this agent's decision, not a person's"
@@ -186,6 +200,14 @@ impl Approver<'_> {
             });
         }
         if self.agent_approvals {
+            if let Err(refused_token) = self.confirmations.take(
+                "graph_approve",
+                &bound,
+                args.confirm_token.as_deref(),
+                self.now,
+            ) {
+                return json!({"ok": false, "error": {"code": "confirm_token", "pointer": "/confirm_token", "message": refused_token.to_string()}, "confirm_token": token});
+            }
             return match runtime.decide_as_agent(
                 dir,
                 node,
@@ -204,9 +226,15 @@ impl Approver<'_> {
                 Err(e) => refused("graph_integrity", "/", e.message().to_string()),
             };
         }
+        // A token a model sends along is not an approval, and is said so.
+        let not_an_approval = args.confirm_token.as_ref().map(|_| {
+            json!({"code": "not_an_approval", "pointer": "/confirm_token",
+                   "message": "a confirm token is not an approval: only a person decides, on the link this answer gives"})
+        });
         match self.consoles.link(dir, self.key.clone()) {
             Ok(url) => json!({
                 "ok": true,
+                "refused": not_an_approval,
                 "needs_person": true,
                 "console_url": url,
                 "node_id": node,

@@ -969,6 +969,8 @@ impl BlServer {
                 key: server.config.key.clone(),
                 agent_approvals: server.config.agent_approvals,
                 agent,
+                confirmations: &server.confirmations,
+                now: unix_now(),
             }
             .answer(&args.run, &dir, &args)
         })

@@ -730,11 +730,28 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
     let script = workspace.path().join("calls.json");
     std::fs::write(&script, calls.to_string()).unwrap();
     let progress = workspace.path().join("progress.jsonl");
+    // The server signs the decisions people make on its links.
+    let key = workspace.path().join("reviewer.key");
+    let made = bl(
+        &[
+            "keys",
+            "generate",
+            "--name",
+            "reviewer",
+            "--out",
+            key.to_str().unwrap(),
+        ],
+        workspace.path(),
+    );
+    assert!(made.status.success(), "{made:?}");
+    let extra = workspace.path().join("extra.json");
+    std::fs::write(&extra, json!(["--key", key]).to_string()).unwrap();
     let client = Command::new(&python)
         .arg(repo_root().join("tests/mcp/client.py"))
         .arg(bl_binary())
         .arg(workspace.path())
         .arg(&script)
+        .arg(&extra)
         .env("MCP_PROGRESS", &progress)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -800,6 +817,10 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
     );
     let linked = call(2);
     assert_eq!(linked["needs_person"], true, "{linked}");
+    assert_eq!(
+        linked["refused"]["code"], "not_an_approval",
+        "a token approves nothing: {linked}"
+    );
     assert_eq!(linked["request_digest"], preview["request_digest"]);
     assert_eq!(call(3)["error"]["pointer"], "/decision", "{}", call(3));
     assert_eq!(call(4)["error"]["pointer"], "/node_id", "{}", call(4));
@@ -814,13 +835,40 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
         call(6)
     );
 
+    // The person's decision carries the server's signature, which
+    // `bl verify --pubkey` holds.
+    let recorded = std::fs::read_to_string(&approvals).unwrap();
+    assert!(recorded.contains("\"signature\""), "{recorded}");
+    let verified = bl(
+        &[
+            "verify",
+            ".bounded-loops/runs/first",
+            "--pubkey",
+            workspace.path().join("reviewer.pub").to_str().unwrap(),
+        ],
+        workspace.path(),
+    );
+    // (The run's checkpoints are not the reviewer's to sign.)
+    let said = String::from_utf8_lossy(&verified.stdout);
+    assert!(
+        said.contains("ok   approvals  1 decisions, 1 signatures hold"),
+        "{said}"
+    );
+
     // The operator's choice: agents decide, and it says so.
     let agents = tempfile::tempdir().unwrap();
     paused_first_graph(agents.path());
     let extra = agents.path().join("extra.json");
     std::fs::write(&extra, json!(["--agent-approvals"]).to_string()).unwrap();
+    let decide = json!({"run": "first", "node_id": "review", "decision": "approved"});
+    let mut confirmed = decide.clone();
+    confirmed["confirm"] = json!(true);
+    let mut with_token = confirmed.clone();
+    with_token["confirm_token"] = json!("$token:1");
     let calls = json!([
-        ["graph_approve", {"run": "first", "node_id": "review", "decision": "approved", "confirm": true}],
+        ["graph_approve", confirmed],
+        ["graph_approve", decide],
+        ["graph_approve", with_token],
         ["graph_status", {"run": "first"}],
     ]);
     std::fs::write(agents.path().join("calls.json"), calls.to_string()).unwrap();
@@ -838,7 +886,10 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let decided = &report["calls"][0]["result"];
+    // Even an agent's decision needs its preview's token.
+    let untokened = &report["calls"][0]["result"];
+    assert_eq!(untokened["error"]["code"], "confirm_token", "{untokened}");
+    let decided = &report["calls"][2]["result"];
     assert_eq!(decided["by_a_person"], false, "{decided}");
     assert_eq!(decided["decided"]["decided_by_source"], "agent");
     assert!(
@@ -849,7 +900,7 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
         "named by the session: {decided}"
     );
     assert_eq!(
-        report["calls"][1]["result"]["projection"]["run_state"],
+        report["calls"][3]["result"]["projection"]["run_state"],
         "SUCCEEDED"
     );
     // Status and verify say an agent decided, not a person.
