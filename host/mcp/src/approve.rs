@@ -44,7 +44,7 @@ pub struct ApproveArgs {
 }
 
 /// The approval consoles this server opened, one per run, each until a
-/// decision is made there, a quarter of an hour passes unused, or the
+/// decision is made there, a quarter of an hour after it opened, or the
 /// server stops.
 #[derive(Default)]
 pub struct Consoles {

@@ -596,6 +596,19 @@ impl BlServer {
         json!({"status": "ok", "runs": runs})
     }
 
+    /// Where a call's audit record goes: nowhere for a preview; the run's
+    /// own log when the call has a run; else (a refused start, a saved
+    /// graph's change) the workspace's, `.bounded-loops/mcp-audit.jsonl`.
+    fn audit_place(&self, confirmed: bool, run_dir: Option<PathBuf>) -> Option<PathBuf> {
+        if !confirmed {
+            return None;
+        }
+        run_dir.filter(|d| d.is_dir()).or_else(|| {
+            let workspace = self.config.workspace.join(".bounded-loops");
+            std::fs::create_dir_all(&workspace).ok().map(|()| workspace)
+        })
+    }
+
     fn runs_dir(&self) -> PathBuf {
         self.config.workspace.join(".bounded-loops/runs")
     }
@@ -773,8 +786,9 @@ impl BlServer {
         if let Some(dir) = &run_dir {
             appeared(dir).await;
         }
+        let audit = self.audit_place(confirmed, run_dir);
         audited(
-            run_dir.as_deref(),
+            audit.as_deref(),
             "bl_run",
             &asked,
             &value,
@@ -895,6 +909,7 @@ impl BlServer {
         peer: rmcp::Peer<rmcp::RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let asked = serde_json::to_value(&args).unwrap_or_default();
+        let confirmed = args.confirm;
         let server = self.clone();
         let value = tokio::task::spawn_blocking(move || {
             let contained = |p: &str| server.contained(p);
@@ -906,8 +921,9 @@ impl BlServer {
         if let Some(dir) = &run_dir {
             appeared(&dir.join(bl_store::RunDir::META)).await;
         }
+        let audit = self.audit_place(confirmed, run_dir);
         audited(
-            run_dir.as_deref(),
+            audit.as_deref(),
             "graph_run",
             &asked,
             &value,
@@ -1182,10 +1198,9 @@ impl BlServer {
         };
         let asked = serde_json::to_value(&args.changes).unwrap_or_default();
         let asked = json!({"name": args.name, "changes": asked, "confirm": args.confirm});
-        // Every confirmed call is recorded beside the saved graphs.
-        let confirmed = args.confirm.then_some(graphs.as_path());
+        let audit = self.audit_place(args.confirm, None);
         audited(
-            confirmed,
+            audit.as_deref(),
             "graph_configure",
             &asked,
             &value,

@@ -234,7 +234,7 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
                 "recorded",
             ],
             "graph_resume" => &["confirm_token", "inputs"],
-            "graph_configure" => &["confirm_token"],
+            "graph_configure" | "graph_approve" => &["confirm_token"],
             _ => &["cursor"],
         };
         assert!(
@@ -626,6 +626,17 @@ fn a_loop_runs_over_mcp_only_with_the_token_of_its_own_preview() {
         "{}",
         report["calls"][1]["result"]
     );
+
+    // The confirmed calls that were refused made no run: they are in the
+    // workspace's audit log (two mismatched or missing tokens, a used one,
+    // another server's).
+    let refused =
+        std::fs::read_to_string(workspace.path().join(".bounded-loops/mcp-audit.jsonl")).unwrap();
+    let tools: Vec<Value> = refused
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["payload"]["tool"].clone())
+        .collect();
+    assert_eq!(tools, vec![json!("bl_run"); 4], "{refused}");
 
     // A server whose operator shortened the tokens' lifetime to a second
     // refuses a token two seconds old as expired.
@@ -1544,7 +1555,16 @@ fn an_agent_finds_audits_and_drafts_loops_and_graphs_over_mcp() {
     );
     let saved = std::fs::read_to_string(graphs.join("demo.yaml")).unwrap();
     assert!(saved.contains("required_role: reviewer"), "{saved}");
-    let log = std::fs::read_to_string(graphs.join("mcp-audit.jsonl")).unwrap();
+    // Each confirmed call is recorded in the workspace's audit log, which
+    // bl verify checks.
+    let audit = workspace.path().join(".bounded-loops/mcp-audit.jsonl");
+    let log = std::fs::read_to_string(&audit).unwrap();
+    let verified = bl(&["verify", audit.to_str().unwrap()], workspace.path());
+    assert!(verified.status.success(), "{verified:?}");
+    assert!(
+        String::from_utf8_lossy(&verified.stdout).contains("ok   chain      3 events"),
+        "{verified:?}"
+    );
     assert_eq!(
         log.lines().count(),
         3,

@@ -226,6 +226,22 @@ fn long_calls_are_tasks_that_report_progress_for_clients_that_ask() {
             std::fs::read_to_string(audit).unwrap().contains("\"graph_run\""),
             "the call the task made is audited as any call is"
         );
+        // Resumed as a task, it waits for the person again.
+        let preview = call(&client, "graph_resume", json!({"run": name})).await;
+        let id = task(
+            &client,
+            "graph_resume",
+            json!({"run": name, "confirm": true, "confirm_token": preview["confirm_token"]}),
+            "resume",
+        )
+        .await;
+        let (status, resumed) = settled(&client, &id).await;
+        assert_eq!(status, TaskStatus::Completed, "{resumed}");
+        assert_eq!(resumed["started"]["resumed"], true, "{resumed}");
+        assert!(
+            resumed["in_words"].as_str().unwrap().starts_with("PAUSED, waiting for your decision on review"),
+            "{resumed}"
+        );
 
         // Cancelling a task stops its run before the next turn.
         let preview = call(&client, "bl_run", json!({"loop_dir": "loops/slow", "confirm": false, "run_id": "cut"})).await;
