@@ -399,15 +399,7 @@ pub const RECORDED_GRAPH_RUN: &[&str] = &[
 /// and recorded replies) in a fresh directory, to run in.
 pub fn first_graph() -> tempfile::TempDir {
     let case = tempfile::tempdir().expect("a temporary directory");
-    let example = repo_root().join("examples/graphs/first-graph");
-    for file in [
-        "graph.yaml",
-        "connections.json",
-        "inputs.json",
-        "replies.json",
-    ] {
-        std::fs::copy(example.join(file), case.path().join(file)).expect("the example's files");
-    }
+    copy_first_graph(case.path());
     case
 }
 
@@ -479,4 +471,18 @@ fn http_exchange(
     let status = lines.next().unwrap_or_default().to_string();
     let headers = lines.map(str::to_ascii_lowercase).collect();
     (status, headers, body.to_string())
+}
+
+/// Copies examples/graphs/first-graph's graph, connections, inputs and
+/// recorded replies into `dir`.
+pub fn copy_first_graph(dir: &Path) {
+    let example = repo_root().join("examples/graphs/first-graph");
+    for file in [
+        "graph.yaml",
+        "connections.json",
+        "inputs.json",
+        "replies.json",
+    ] {
+        std::fs::copy(example.join(file), dir.join(file)).expect("the example's files");
+    }
 }

@@ -166,3 +166,14 @@ pub async fn open(client: &fantoccini::Client, url: &str) {
         .await
         .unwrap();
 }
+
+/// The text of the element with `id`.
+pub async fn text(client: &fantoccini::Client, id: &str) -> String {
+    client
+        .find(fantoccini::Locator::Id(id))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}

@@ -360,15 +360,7 @@ fn a_click_on_a_node_shows_its_artifact_digests() {
     let (trust, before, after) = Driver::start().drive(async |client| {
         use fantoccini::Locator;
         crate::browser::open(client, &format!("file://{}", page.display())).await;
-        let text = async |id| {
-            client
-                .find(Locator::Id(id))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        };
+        let text = async |id| crate::browser::text(client, id).await;
         let trust = text("trust").await;
         let before = text("details").await;
         client

@@ -347,15 +347,7 @@ fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
     let seen = crate::browser::Driver::start().drive(async |client| {
         use fantoccini::Locator;
         client.goto(&relayed).await.unwrap();
-        let text = async |id| {
-            client
-                .find(Locator::Id(id))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        };
+        let text = async |id| crate::browser::text(client, id).await;
         // The first look: the run is still going.
         client
             .wait()

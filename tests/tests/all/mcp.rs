@@ -936,15 +936,7 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
     let (summary, details) = crate::browser::Driver::start().drive(async |client| {
         use fantoccini::Locator;
         crate::browser::open(client, &format!("file://{}", page.display())).await;
-        let text = async |id| {
-            client
-                .find(Locator::Id(id))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        };
+        let text = async |id| crate::browser::text(client, id).await;
         client
             .find(Locator::Css(r#"g.node[data-node="review"]"#))
             .await
@@ -978,16 +970,8 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
         return;
     };
     let workspace = workspace();
-    let example = repo_root().join("examples/graphs/first-graph");
-    for file in [
-        "graph.yaml",
-        "connections.json",
-        "inputs.json",
-        "replies.json",
-    ] {
-        std::fs::copy(example.join(file), workspace.path().join(file)).unwrap();
-    }
-    let manifest = std::fs::read_to_string(example.join("graph.yaml")).unwrap();
+    bl_e2e::copy_first_graph(workspace.path());
+    let manifest = std::fs::read_to_string(workspace.path().join("graph.yaml")).unwrap();
     let mini = "api_version: bounded-loops.dev/graph/v1\ngraph_id: mini\nversion: 1.0.0\n\
         connection_slots: []\nnodes:\n\
         - {id: a, kind: research_claim, inputs: {}, outputs: {out: text}, effects: [], isolation: workspace_only, budget: {max_attempts: 1, max_wallclock_s: 300}}\n\

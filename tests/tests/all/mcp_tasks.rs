@@ -125,15 +125,7 @@ fn long_calls_are_tasks_that_report_progress_for_clients_that_ask() {
     let agent = package.join("seed/agent.py");
     let code = std::fs::read_to_string(&agent).unwrap();
     std::fs::write(&agent, format!("import time\ntime.sleep(2)\n{code}")).unwrap();
-    let example = repo_root().join("examples/graphs/first-graph");
-    for file in [
-        "graph.yaml",
-        "connections.json",
-        "inputs.json",
-        "replies.json",
-    ] {
-        std::fs::copy(example.join(file), workspace.path().join(file)).unwrap();
-    }
+    bl_e2e::copy_first_graph(workspace.path());
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
