@@ -25,6 +25,12 @@ pub const NODE_KINDS: [&str; 10] = [
     "tool",
 ];
 
+/// Why a saved graph, a manifest or a change cannot be used, in the words
+/// the agent gets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unusable(pub String);
+
 /// Where the saved graphs a name refers to live.
 pub fn saved_graphs(workspace: &Path) -> PathBuf {
     workspace.join(".bounded-loops/graphs")
@@ -206,29 +212,31 @@ pub fn compose(draft: &Draft) -> Value {
 }
 
 /// The saved graph `name`'s path, or why a name cannot be one.
-fn saved(workspace: &Path, name: &str) -> Result<PathBuf, String> {
+fn saved(workspace: &Path, name: &str) -> Result<PathBuf, Unusable> {
     let plain: String = name.chars().filter(|c| !matches!(c, '-' | '_')).collect();
     if name.chars().count() > 64 || plain.is_empty() || !plain.chars().all(char::is_alphanumeric) {
-        return Err(
+        return Err(Unusable(
             "a graph name may hold only letters, digits, '-' and '_' — no paths or dots".into(),
-        );
+        ));
     }
     let path = saved_graphs(workspace).join(format!("{name}.yaml"));
     if path.is_symlink() {
-        return Err(format!("{name}.yaml is a symlink; refusing to follow it"));
+        return Err(Unusable(format!(
+            "{name}.yaml is a symlink; refusing to follow it"
+        )));
     }
     if !path.is_file() {
-        return Err(format!("no saved graph named '{name}'"));
+        return Err(Unusable(format!("no saved graph named '{name}'")));
     }
     Ok(path)
 }
 
 /// A manifest's text parsed, as long as it is a mapping.
-fn parsed(text: &str) -> Result<Node, String> {
+fn parsed(text: &str) -> Result<Node, Unusable> {
     let doc = bl_graph::parse_document(text, Format::Yaml)
-        .map_err(|e| format!("the manifest is not parseable YAML: {e}"))?;
+        .map_err(|e| Unusable(format!("the manifest is not parseable YAML: {e}")))?;
     if doc.as_map().is_none() {
-        return Err("a manifest must be a mapping".into());
+        return Err(Unusable("a manifest must be a mapping".into()));
     }
     Ok(doc)
 }
@@ -269,13 +277,16 @@ pub fn interview(workspace: &Path, name: Option<&str>, manifest: Option<&str>) -
     let text = match (manifest, name.filter(|n| !n.is_empty())) {
         (Some(text), _) => Ok(text.to_string()),
         (None, Some(name)) => saved(workspace, name).and_then(|p| {
-            std::fs::read_to_string(&p).map_err(|e| format!("cannot read {name}.yaml: {e}"))
+            std::fs::read_to_string(&p)
+                .map_err(|e| Unusable(format!("cannot read {name}.yaml: {e}")))
         }),
-        (None, None) => Err("pass either a saved graph name or manifest_yaml".into()),
+        (None, None) => Err(Unusable(
+            "pass either a saved graph name or manifest_yaml".into(),
+        )),
     };
     let doc = match text.and_then(|t| parsed(&t)) {
         Ok(doc) => doc,
-        Err(error) => return json!({"ok": false, "error": error}),
+        Err(error) => return json!({"ok": false, "error": error.to_string()}),
     };
     let nodes: Vec<&Node> = doc
         .get("nodes")
@@ -402,16 +413,16 @@ fn type_name(node: &Node) -> &'static str {
     }
 }
 
-fn list_index(segment: &str, len: usize) -> Result<usize, String> {
+fn list_index(segment: &str, len: usize) -> Result<usize, Unusable> {
     let index: usize = segment
         .parse()
         .ok()
         .filter(|_| segment.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or_else(|| format!("'{segment}' is not a list index"))?;
+        .ok_or_else(|| Unusable(format!("'{segment}' is not a list index")))?;
     if index >= len {
-        return Err(format!(
+        return Err(Unusable(format!(
             "index {index} is past the end of a {len}-item list"
-        ));
+        )));
     }
     Ok(index)
 }
@@ -419,9 +430,9 @@ fn list_index(segment: &str, len: usize) -> Result<usize, String> {
 /// Sets the value at `pointer` in `doc`: an existing list item, or any key
 /// of an existing mapping; never new structure on the way. The value it
 /// replaced (null when there was none).
-pub fn set_at(doc: &mut Node, pointer: &str, value: &Value) -> Result<Value, String> {
+pub fn set_at(doc: &mut Node, pointer: &str, value: &Value) -> Result<Value, Unusable> {
     let Some(rest) = pointer.strip_prefix('/') else {
-        return Err("a pointer must start with '/'".into());
+        return Err(Unusable("a pointer must start with '/'".into()));
     };
     let segments: Vec<String> = rest
         .split('/')
@@ -441,12 +452,12 @@ pub fn set_at(doc: &mut Node, pointer: &str, value: &Value) -> Result<Value, Str
             Kind::Map(entries) => match entries.iter_mut().find(|(k, _)| k == segment) {
                 Some((_, v)) => v,
                 None => {
-                    return Err(format!(
+                    return Err(Unusable(format!(
                         "'{segment}' does not exist; this tool does not create new structure"
-                    ));
+                    )));
                 }
             },
-            _ => return Err(format!("cannot descend into a {name}")),
+            _ => return Err(Unusable(format!("cannot descend into a {name}"))),
         };
     }
     let name = type_name(at);
@@ -462,7 +473,7 @@ pub fn set_at(doc: &mut Node, pointer: &str, value: &Value) -> Result<Value, Str
                 Ok(Value::Null)
             }
         },
-        _ => Err(format!("cannot set '{last}' on a {name}")),
+        _ => Err(Unusable(format!("cannot set '{last}' on a {name}"))),
     }
 }
 
@@ -472,14 +483,14 @@ pub fn set_at(doc: &mut Node, pointer: &str, value: &Value) -> Result<Value, Str
 pub fn configure(workspace: &Path, name: &str, changes: &[Value], confirm: bool) -> Value {
     let path = match saved(workspace, name) {
         Ok(path) => path,
-        Err(error) => return json!({"ok": false, "error": error}),
+        Err(error) => return json!({"ok": false, "error": error.to_string()}),
     };
     let mut doc = match std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {name}.yaml: {e}"))
+        .map_err(|e| Unusable(format!("cannot read {name}.yaml: {e}")))
         .and_then(|t| parsed(&t))
     {
         Ok(doc) => doc,
-        Err(error) => return json!({"ok": false, "error": error}),
+        Err(error) => return json!({"ok": false, "error": error.to_string()}),
     };
     let mut applied = Vec::new();
     for change in changes {
@@ -506,5 +517,72 @@ pub fn configure(workspace: &Path, name: &str, changes: &[Value], confirm: bool)
     match std::fs::write(&path, manifest) {
         Ok(()) => json!({"ok": true, "applied": applied, "written": true, "path": path}),
         Err(e) => json!({"ok": false, "error": format!("cannot write {name}.yaml: {e}")}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc() -> Node {
+        bl_graph::parse_document(
+            "nodes:\n- id: a\n  budget: {max_attempts: 1}\npolicies: {}\n",
+            Format::Yaml,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pointer_sets_what_exists_or_a_new_key_and_never_makes_structure() {
+        let mut d = doc();
+        assert_eq!(
+            set_at(&mut d, "/nodes/0/budget/max_attempts", &json!(3)),
+            Ok(json!(1))
+        );
+        assert_eq!(
+            set_at(&mut d, "/policies/data_class", &json!("internal")),
+            Ok(Value::Null)
+        );
+        assert_eq!(d.to_json()["nodes"][0]["budget"]["max_attempts"], 3);
+        let refused = |pointer: &str| set_at(&mut doc(), pointer, &json!(1)).unwrap_err().0;
+        assert_eq!(refused("nodes"), "a pointer must start with '/'");
+        assert_eq!(
+            refused("/nodes/1/id"),
+            "index 1 is past the end of a 1-item list"
+        );
+        assert_eq!(refused("/nodes/-/id"), "'-' is not a list index");
+        assert_eq!(
+            refused("/edges/0"),
+            "'edges' does not exist; this tool does not create new structure"
+        );
+        assert_eq!(refused("/nodes/0/id/x"), "cannot set 'x' on a string");
+    }
+
+    #[test]
+    fn interview_questions_come_weightiest_first() {
+        let asked = interview(
+            Path::new("/nonexistent"),
+            None,
+            Some(
+                "nodes:\n- {id: send, kind: publish, effects: [external_write], budget: {max_attempts: 2}}\n",
+            ),
+        );
+        let keys: Vec<&str> = asked["questions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q["key"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "approval:send",
+                "retry:send",
+                "data_class",
+                "fail_mode",
+                "isolation:send"
+            ]
+        );
+        assert_eq!(asked["must_ask"], json!(["approval:send", "retry:send"]));
     }
 }
