@@ -211,8 +211,9 @@ pub fn compose(draft: &Draft) -> Value {
     answer
 }
 
-/// The saved graph `name`'s path, or why a name cannot be one.
-fn saved(workspace: &Path, name: &str) -> Result<PathBuf, Unusable> {
+/// The saved graph `name`'s path (a plain file under the workspace's
+/// `.bounded-loops/graphs`), or why a name cannot be one.
+pub fn saved(workspace: &Path, name: &str) -> Result<PathBuf, Unusable> {
     let plain: String = name.chars().filter(|c| !matches!(c, '-' | '_')).collect();
     if name.chars().count() > 64 || plain.is_empty() || !plain.chars().all(char::is_alphanumeric) {
         return Err(Unusable(

@@ -48,8 +48,7 @@ fn packages_in(dir: &Path, found: &mut Vec<PathBuf>) {
 }
 
 /// The loop packages a workspace offers: `root` and `root/loops` (each
-/// itself and its subdirectories), then the `loops/` of the nearest
-/// directory above that has one; when there are none, bl's own catalog
+/// itself and its subdirectories); when there are none, bl's own catalog
 /// ([`crate::bundled_loops`]). Each package once, in path order.
 pub fn discover(root: &Path) -> Vec<PathBuf> {
     offered(root).0
@@ -71,23 +70,19 @@ fn offered(root: &Path) -> (Vec<PathBuf>, bool) {
 }
 
 fn in_workspace(root: &Path) -> Vec<PathBuf> {
+    // Only the workspace: bounded-loops also lists the `loops/` of the
+    // nearest directory above, but a server is contained to its workspace.
     let mut found = Vec::new();
     packages_in(root, &mut found);
     packages_in(&root.join("loops"), &mut found);
-    for above in root.ancestors().skip(1) {
-        if above.join("loops").is_dir() {
-            packages_in(&above.join("loops"), &mut found);
-            if !found.is_empty() {
-                break;
-            }
-        }
-    }
+    let home = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
     let mut seen = BTreeSet::new();
     let mut unique: Vec<(String, PathBuf)> = found
         .into_iter()
         .filter_map(|dir| {
-            let real = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
-            seen.insert(real.clone())
+            let real = std::fs::canonicalize(&dir).ok()?;
+            // A link to a package elsewhere is not the workspace's.
+            (real.starts_with(&home) && seen.insert(real.clone()))
                 .then(|| (real.to_string_lossy().into_owned(), dir))
         })
         .collect();

@@ -41,6 +41,9 @@ pub struct ApproveArgs {
     /// preview handed out. Anywhere else a token approves nothing.
     #[serde(default)]
     pub confirm_token: Option<String>,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// The approval consoles this server opened, one per run, each until a
@@ -206,7 +209,15 @@ impl Approver<'_> {
                 args.confirm_token.as_deref(),
                 self.now,
             ) {
-                return json!({"ok": false, "error": {"code": "confirm_token", "pointer": "/confirm_token", "message": refused_token.to_string()}, "confirm_token": token});
+                // Answered with the preview itself (and a fresh token).
+                return json!({
+                    "ok": false,
+                    "error": {"code": "confirm_token", "pointer": "/confirm_token", "message": refused_token.to_string()},
+                    "would": format!("{} approval node '{node}' in run '{run}'", args.decision),
+                    "request_digest": waiting.request_digest,
+                    "evidence": evidence(waiting),
+                    "confirm_token": token,
+                });
             }
             return match runtime.decide_as_agent(
                 dir,

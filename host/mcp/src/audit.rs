@@ -62,17 +62,21 @@ pub fn record(
     });
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     log.append_durable(&format!("call-{sequence}"), "mcp.call", &payload, &now)?;
-    drop(log);
+    // Read while the log is still held: another call's line appended in
+    // between would make the proof one of its line, not this one's.
     let bytes = std::fs::read(&path).map_err(|source| StoreError::Io {
         path: path.clone(),
         source,
     })?;
+    drop(log);
     let leaves: Vec<bl_store::merkle::Hash> = bytes
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
         .map(bl_store::merkle::leaf_hash)
         .collect();
-    let index = leaves.len() - 1;
+    let index = usize::try_from(sequence - 1)
+        .unwrap_or(usize::MAX)
+        .min(leaves.len() - 1);
     let proof = bl_store::merkle::inclusion_proof(&leaves, index).unwrap_or_default();
     Ok(json!({
         "bl/audit": {

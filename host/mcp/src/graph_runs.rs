@@ -40,6 +40,9 @@ pub struct GraphRunArgs {
     /// Recorded replies to run keyless (inside the workspace).
     #[serde(default)]
     pub recorded: Option<String>,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// `graph_resume`'s arguments (bounded-loops' shape, with the token).
@@ -63,6 +66,9 @@ pub struct GraphResumeArgs {
     /// The node prompts, when nodes still to run need them (inside the workspace).
     #[serde(default)]
     pub inputs: Option<String>,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// The graph runs this server started, by name.
@@ -202,7 +208,13 @@ impl GraphRuns<'_> {
             self.confirmations
                 .take("graph_run", &bound, args.confirm_token.as_deref(), self.now)
         {
-            return json!({"ok": false, "executed": false, "error": {"code": "confirm_token", "pointer": "/confirm_token", "message": refused.to_string()}, "confirm_token": token});
+            // Answered with the plan itself (and a fresh token): confirming
+            // always follows a preview.
+            plan["ok"] = json!(false);
+            plan["executed"] = json!(false);
+            plan["error"] = json!({"code": "confirm_token", "pointer": "/confirm_token", "message": refused.to_string()});
+            plan["confirm_token"] = json!(token);
+            return plan;
         }
         let name = match bl_app::graph_run::fresh_run_name() {
             Ok(name) => name,
@@ -259,7 +271,12 @@ impl GraphRuns<'_> {
             args.confirm_token.as_deref(),
             self.now,
         ) {
-            return json!({"ok": false, "error": {"code": "confirm_token", "pointer": "/confirm_token", "message": refused.to_string()}, "confirm_token": token});
+            return json!({
+                "ok": false,
+                "error": {"code": "confirm_token", "pointer": "/confirm_token", "message": refused.to_string()},
+                "would": format!("resume run '{}'", args.run),
+                "confirm_token": token,
+            });
         }
         let runtime = GraphRuntime::new(DriveOptions {
             inputs,

@@ -196,6 +196,9 @@ pub struct RunLoopArgs {
     /// The token the preview handed out (confirm=true only).
     #[serde(default)]
     pub confirm_token: Option<String>,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// `bl_graph_terminal_runs`'s arguments.
@@ -226,6 +229,9 @@ pub struct RunRefArgs {
 pub struct LintLoopsArgs {
     /// Loop package directories, relative to the workspace (or absolute, inside it).
     pub loop_dirs: Vec<String>,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// `bl_runs`'s arguments.
@@ -261,6 +267,9 @@ pub struct SearchLoopsArgs {
     /// At most this many candidates (1 to 50).
     #[serde(default = "eight")]
     pub limit: i64,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 fn eight() -> i64 {
@@ -274,6 +283,9 @@ pub struct AuditLoopsArgs {
     /// packages (in `loops/` or directly). Omitted: the workspace.
     #[serde(default)]
     pub dirs: Option<Vec<String>>,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// `graph_compose`'s arguments (bounded-loops' shape).
@@ -291,6 +303,9 @@ pub struct ComposeArgs {
     pub policies: Option<serde_json::Map<String, Value>>,
     #[serde(default)]
     pub connection_slots: Option<Vec<Value>>,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 fn first_version() -> String {
@@ -306,6 +321,9 @@ pub struct InterviewArgs {
     /// A manifest as YAML text (taken over `name` when both are given).
     #[serde(default)]
     pub manifest_yaml: Option<String>,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// One change `graph_configure` makes.
@@ -323,6 +341,9 @@ pub struct ConfigureArgs {
     /// The token the preview handed out (confirm=true only).
     #[serde(default)]
     pub confirm_token: Option<String>,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 #[derive(Clone)]
@@ -402,7 +423,15 @@ fn audited(
     // What came of it, without the bulk (plans, evidence, projections).
     let mut outcome = value.clone();
     if let Some(fields) = outcome.as_object_mut() {
-        for bulky in ["nodes", "edges", "evidence", "projection", "preview"] {
+        // (And never the console link: it is a person's capability.)
+        for bulky in [
+            "nodes",
+            "edges",
+            "evidence",
+            "projection",
+            "preview",
+            "console_url",
+        ] {
             fields.remove(bulky);
         }
     }
@@ -448,7 +477,16 @@ impl BlServer {
     /// when it is inside the workspace: a model names nothing outside it.
     fn contained(&self, path: &str) -> Result<PathBuf, Value> {
         let refused = |message: String| json!({"status": "error", "error_type": "ManifestError", "message": message});
+        let outside = |root: &Path| {
+            refused(format!(
+                "'{path}' is outside the workspace this server was started with ({}); only paths inside it are taken",
+                root.display()
+            ))
+        };
         let joined = self.config.workspace.join(path);
+        if self.outside_by_name(path) {
+            return Err(outside(&self.config.workspace));
+        }
         let real = std::fs::canonicalize(&joined).map_err(|_| {
             refused(format!(
                 "'{}' is not a directory or does not exist.",
@@ -458,12 +496,26 @@ impl BlServer {
         let root = std::fs::canonicalize(&self.config.workspace)
             .unwrap_or_else(|_| self.config.workspace.clone());
         if !real.starts_with(&root) {
-            return Err(refused(format!(
-                "'{path}' is outside the workspace this server was started with ({}); only paths inside it are taken",
-                root.display()
-            )));
+            return Err(outside(&root));
         }
         Ok(real)
+    }
+
+    /// Whether `path` names a place outside the workspace by its words
+    /// alone (`..`, an absolute path elsewhere): refused before anything is
+    /// looked at, so a refusal never tells whether such a path exists.
+    fn outside_by_name(&self, path: &str) -> bool {
+        let mut lexical = PathBuf::new();
+        for part in self.config.workspace.join(path).components() {
+            match part {
+                std::path::Component::ParentDir => {
+                    lexical.pop();
+                }
+                std::path::Component::CurDir => {}
+                other => lexical.push(other),
+            }
+        }
+        !lexical.starts_with(&self.config.workspace)
     }
 
     /// bl_run: the preview, or the run started with the preview's token.
@@ -850,7 +902,7 @@ impl BlServer {
                         .unwrap_or_else(|_| dir.into());
                     let why = match server.contained(dir) {
                         Ok(real) => bl_app::loop_info::lint(&real),
-                        Err(refused) if shown.is_dir() => {
+                        Err(refused) if server.outside_by_name(dir) || shown.is_dir() => {
                             Some(refused["message"].as_str().unwrap_or_default().to_string())
                         }
                         Err(_) => Some(format!("'{}' is not a directory", shown.display())),
@@ -941,7 +993,19 @@ impl BlServer {
     ) -> Result<CallToolResult, ErrorData> {
         let dir = match self.run_dir(&args.run) {
             Ok(dir) => dir,
-            Err(refused) => return answer(&refused),
+            Err(refused) => {
+                // No such run: a confirmed call is still recorded, in the
+                // workspace's log.
+                let asked = serde_json::to_value(&args).unwrap_or_default();
+                let audit = self.audit_place(args.confirm, None);
+                return audited(
+                    audit.as_deref(),
+                    "graph_resume",
+                    &asked,
+                    &refused,
+                    &client_of(&peer),
+                );
+            }
         };
         let confirmed = args.confirm.then(|| dir.clone());
         let asked = serde_json::to_value(&args).unwrap_or_default();
@@ -971,7 +1035,19 @@ impl BlServer {
     ) -> Result<CallToolResult, ErrorData> {
         let dir = match self.run_dir(&args.run) {
             Ok(dir) => dir,
-            Err(refused) => return answer(&refused),
+            Err(refused) => {
+                // No such run: a confirmed call is still recorded, in the
+                // workspace's log.
+                let asked = serde_json::to_value(&args).unwrap_or_default();
+                let audit = self.audit_place(args.confirm, None);
+                return audited(
+                    audit.as_deref(),
+                    "graph_approve",
+                    &asked,
+                    &refused,
+                    &client_of(&peer),
+                );
+            }
         };
         let confirmed = args.confirm.then(|| dir.clone());
         let asked = serde_json::to_value(&args).unwrap_or_default();
@@ -1102,6 +1178,7 @@ impl BlServer {
             for dir in &dirs {
                 match server.contained(dir) {
                     Ok(real) => bases.push(real),
+                    Err(refused) if server.outside_by_name(dir) => return refused,
                     // A directory that is not there holds no package.
                     Err(_) if !server.config.workspace.join(dir).exists() => {}
                     Err(refused) => return refused,
@@ -1155,11 +1232,12 @@ impl BlServer {
         Parameters(args): Parameters<ConfigureArgs>,
         peer: rmcp::Peer<rmcp::RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let graphs = bl_app::graph_authoring::saved_graphs(&self.config.workspace);
         // The token binds the changes and the file as it is now: a graph
         // changed since its preview is previewed again.
-        let file = std::fs::read(graphs.join(format!("{}.yaml", args.name)))
+        // (Only a name that is a saved graph's is read.)
+        let file = bl_app::graph_authoring::saved(&self.config.workspace, &args.name)
             .ok()
+            .and_then(|path| std::fs::read(path).ok())
             .map(|bytes| bl_core::Sha256Digest::of(&bytes).to_string());
         let bound = json!({"name": args.name, "changes": args.changes, "file": file});
         let now = unix_now();
@@ -1176,26 +1254,25 @@ impl BlServer {
         } else {
             None
         };
-        let value = match refused {
-            Some(refused) => {
-                json!({"ok": false, "written": false, "error": {"code": "confirm_token", "pointer": "/confirm_token", "message": refused.to_string()}, "confirm_token": token})
-            }
-            None => {
-                let mut value = bl_app::graph_authoring::configure(
-                    &self.config.workspace,
-                    &args.name,
-                    &args.changes,
-                    args.confirm,
-                );
-                if !args.confirm && value["ok"] == true {
-                    value["confirm_token"] = json!(token);
-                    value["next"] = json!(
-                        "call again with confirm=true and this confirm_token to write it (it holds 15 minutes, once)"
-                    );
-                }
-                value
-            }
-        };
+        // A refused token is answered with the preview itself (and a fresh
+        // token), so confirming always follows a preview.
+        let previewing = !args.confirm || refused.is_some();
+        let mut value = bl_app::graph_authoring::configure(
+            &self.config.workspace,
+            &args.name,
+            &args.changes,
+            !previewing,
+        );
+        if previewing && value["ok"] == true {
+            value["confirm_token"] = json!(token);
+            value["next"] = json!(
+                "call again with confirm=true and this confirm_token to write it (it holds 15 minutes, once)"
+            );
+        }
+        if let Some(refused) = refused {
+            value["ok"] = json!(false);
+            value["error"] = json!({"code": "confirm_token", "pointer": "/confirm_token", "message": refused.to_string()});
+        }
         let asked = serde_json::to_value(&args.changes).unwrap_or_default();
         let asked = json!({"name": args.name, "changes": asked, "confirm": args.confirm});
         let audit = self.audit_place(args.confirm, None);

@@ -232,9 +232,10 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
                 "connections",
                 "inputs",
                 "recorded",
+                "cursor",
             ],
-            "graph_resume" => &["confirm_token", "inputs"],
-            "graph_configure" | "graph_approve" => &["confirm_token"],
+            "graph_resume" => &["confirm_token", "inputs", "cursor"],
+            "graph_configure" | "graph_approve" => &["confirm_token", "cursor"],
             _ => &["cursor"],
         };
         assert!(
@@ -844,6 +845,20 @@ fn only_a_person_approves_on_the_link_graph_approve_hands_out() {
         "SUCCEEDED",
         "{}",
         call(6)
+    );
+
+    // The confirmed calls are in the run's audit log, and the link, a
+    // person's capability, is not.
+    let audit = std::fs::read_to_string(
+        workspace
+            .path()
+            .join(".bounded-loops/runs/first/mcp-audit.jsonl"),
+    )
+    .unwrap();
+    assert!(audit.contains("\"graph_approve\""), "{audit}");
+    assert!(
+        !audit.contains(&link) && !audit.contains("console_url"),
+        "{audit}"
     );
 
     // The person's decision carries the server's signature, which
