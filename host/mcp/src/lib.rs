@@ -162,6 +162,22 @@ pub struct RunArgs {
     pub cursor: Option<String>,
 }
 
+/// `graph_status`'s arguments: a run, and whether to give its history.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct StatusArgs {
+    /// The run's name (a directory under `.bounded-loops/runs`), never a path.
+    pub run: String,
+    /// Also give the run's event history, every event as its log holds it
+    /// (long: it comes in pages). Without it the history is given by its
+    /// digest only: the log's head (`receipt_head_hash`) and length
+    /// (`receipt_sequence`).
+    #[serde(default)]
+    pub events: bool,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
 /// Only where to go on, for the tools that take nothing else.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct PageArgs {
@@ -772,15 +788,24 @@ impl BlServer {
     }
 
     #[tool(
-        description = "A graph run's state, projected from its verified event log (bounded-loops' status object: the run's state, each node's state, attempts, gate and spend). `run` is a run's name under .bounded-loops/runs."
+        description = "A graph run's state, projected from its verified event log (bounded-loops' status object: the run's state, each node's state, attempts, gate and spend). The history itself is given by its digest (receipt_head_hash, receipt_sequence) unless `events` is true. `run` is a run's name under .bounded-loops/runs."
     )]
     async fn graph_status(
         &self,
-        Parameters(args): Parameters<RunArgs>,
+        Parameters(args): Parameters<StatusArgs>,
     ) -> Result<CallToolResult, ErrorData> {
+        let with_events = args.events;
         let value = self
-            .about_run(&args.run, "projection", |runtime, dir| {
-                Ok(runtime.status(dir)?.to_json())
+            .about_run(&args.run, "projection", move |runtime, dir| {
+                let mut projection = runtime.status(dir)?.to_json();
+                if with_events {
+                    // Read through the same check as every reader: each
+                    // line chained to the last.
+                    let events = runtime.subscribe(dir, 0).read_to_end()?;
+                    projection["events"] =
+                        Value::Array(events.into_iter().map(|e| e.line).collect());
+                }
+                Ok(projection)
             })
             .await?;
         answer(&value)

@@ -172,6 +172,7 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         ["bl_graph_evidence", {"run_ref": "../etc"}],
         ["bl_graph_execution_evidence", {"run_ref": "wide"}],
         ["graph_run", {"manifest_yaml": wide_manifest, "connections": "wide/connections.json"}],
+        ["graph_status", {"run": "first", "events": true}],
     ]);
     let report = drive(&python, workspace.path(), &calls);
     assert_eq!(report["protocol_version"], "2025-11-25");
@@ -236,6 +237,7 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
             ],
             "graph_resume" => &["confirm_token", "inputs", "cursor"],
             "graph_configure" | "graph_approve" => &["confirm_token", "cursor"],
+            "graph_status" => &["events", "cursor"],
             _ => &["cursor"],
         };
         assert!(
@@ -339,6 +341,24 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         "{}",
         wide["largest_page"]
     );
+    // The history is given by its digest, unless asked for.
+    let status = &call(3)["result"]["projection"];
+    assert!(status.get("events").is_none(), "{status}");
+    assert!(status["receipt_head_hash"].is_string());
+    let history = &call(32)["result"]["projection"];
+    let events = history["events"].as_array().unwrap();
+    assert_eq!(
+        json!(events.len()),
+        history["receipt_sequence"],
+        "{history}"
+    );
+    assert_eq!(events[0]["event_type"], "run.created");
+    assert_eq!(
+        json!(events.last().unwrap()["event_hash"]),
+        history["receipt_head_hash"],
+        "the history ends at the head its digest names"
+    );
+
     // So does a preview of 400 nodes, made once: its pages are one answer,
     // with one token.
     let preview = call(31);
