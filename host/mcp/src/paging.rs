@@ -19,8 +19,9 @@ use serde_json::json;
 /// some clients' transports).
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
-/// Room a page keeps for its own fields around the slice.
-const ENVELOPE_BYTES: usize = 512;
+/// Room a page keeps for its own fields around the slice, and for the
+/// message around the page (its JSON-RPC fields, the audit `_meta`).
+const ENVELOPE_BYTES: usize = 4 * 1024;
 
 /// How long a long answer is kept for its pages, and how many are.
 const KEPT_FOR: Duration = Duration::from_secs(15 * 60);
@@ -38,6 +39,19 @@ fn escaped_len(c: char) -> usize {
         '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
         c if (c as u32) < 0x20 => 6,
         c => c.len_utf8(),
+    }
+}
+
+/// The bytes `c` of a slice takes in the message: escaped in the page's
+/// JSON, which is escaped again as the message's text block.
+fn carried_len(c: char) -> usize {
+    match c {
+        // `"` becomes `\"`, then `\\\"`; a newline `\n`, then `\\n`.
+        '"' | '\\' => 4,
+        '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 3,
+        // `\u00XX`, then `\\u00XX`.
+        c if (c as u32) < 0x20 => 7,
+        c => escaped_len(c),
     }
 }
 
@@ -117,7 +131,7 @@ fn page(id: &str, text: &str, from: usize) -> String {
     let mut room = MAX_RESULT_BYTES - ENVELOPE_BYTES;
     let mut end = from;
     for c in text[from..].chars() {
-        let n = escaped_len(c);
+        let n = carried_len(c);
         if n > room {
             break;
         }
@@ -155,7 +169,9 @@ mod tests {
         let mut joined = String::new();
         loop {
             let text = text_of(&result).unwrap().to_string();
-            assert!(text.len() <= MAX_RESULT_BYTES, "{}", text.len());
+            // The whole message, the text block escaped again, fits too.
+            let message = serde_json::to_string(&result).unwrap();
+            assert!(message.len() <= MAX_RESULT_BYTES, "{}", message.len());
             let page: Value = serde_json::from_str(&text).unwrap();
             joined.push_str(page["text"].as_str().unwrap());
             match page["_page"]["next_cursor"].as_str() {
