@@ -246,16 +246,31 @@ fn a_reconnect_with_last_event_id_loses_and_repeats_nothing_and_streams_are_boun
     drop(held);
 
     // A log that shrinks under a stream ends it with a failure, which the
-    // page shows as LOCAL/UNVERIFIED; nothing after it is sent.
-    let mut stream = TcpStream::connect(host).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
+    // page shows as LOCAL/UNVERIFIED; nothing after it is sent. (The server
+    // frees a dropped stream's place when it next writes to it: until then
+    // a new stream may still be turned away, so ask until one is taken.)
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let stream = loop {
+        let mut stream = TcpStream::connect(host).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        write!(
+            stream,
+            "GET {path}events?after={total} HTTP/1.0\r\nHost: {host}\r\n\r\n"
+        )
         .unwrap();
-    write!(
-        stream,
-        "GET {path}events?after={total} HTTP/1.0\r\nHost: {host}\r\n\r\n"
-    )
-    .unwrap();
+        let mut first = [0u8; 12];
+        stream.read_exact(&mut first).unwrap();
+        if &first == b"HTTP/1.0 200" {
+            break stream;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "no stream was taken again"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let mut lines = BufReader::new(stream).lines();
     // The stream is going once its checkpoint has come.
     for line in lines.by_ref() {
