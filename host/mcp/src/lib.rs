@@ -677,6 +677,21 @@ impl BlServer {
         })
     }
 
+    /// The answer to `tool`'s call, recorded first when it was confirmed
+    /// (see [`BlServer::audit_place`] for where).
+    fn recorded(
+        &self,
+        confirmed: bool,
+        run_dir: Option<PathBuf>,
+        tool: &str,
+        asked: &Value,
+        value: &Value,
+        peer: &rmcp::Peer<rmcp::RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let place = self.audit_place(confirmed, run_dir);
+        audited(place.as_deref(), tool, asked, value, &client_of(peer))
+    }
+
     fn runs_dir(&self) -> PathBuf {
         self.config.workspace.join(".bounded-loops/runs")
     }
@@ -863,14 +878,7 @@ impl BlServer {
         if let Some(dir) = &run_dir {
             appeared(dir).await;
         }
-        let audit = self.audit_place(confirmed, run_dir);
-        audited(
-            audit.as_deref(),
-            "bl_run",
-            &asked,
-            &value,
-            &client_of(&peer),
-        )
+        self.recorded(confirmed, run_dir, "bl_run", &asked, &value, &peer)
     }
 
     #[tool(
@@ -998,14 +1006,7 @@ impl BlServer {
         if let Some(dir) = &run_dir {
             appeared(&dir.join(bl_store::RunDir::META)).await;
         }
-        let audit = self.audit_place(confirmed, run_dir);
-        audited(
-            audit.as_deref(),
-            "graph_run",
-            &asked,
-            &value,
-            &client_of(&peer),
-        )
+        self.recorded(confirmed, run_dir, "graph_run", &asked, &value, &peer)
     }
 
     #[tool(
@@ -1016,24 +1017,17 @@ impl BlServer {
         Parameters(args): Parameters<graph_runs::GraphResumeArgs>,
         peer: rmcp::Peer<rmcp::RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        let asked = serde_json::to_value(&args).unwrap_or_default();
+        let confirmed = args.confirm;
         let dir = match self.run_dir(&args.run) {
             Ok(dir) => dir,
+            // No such run: a confirmed call is still recorded (in the
+            // workspace's log).
             Err(refused) => {
-                // No such run: a confirmed call is still recorded, in the
-                // workspace's log.
-                let asked = serde_json::to_value(&args).unwrap_or_default();
-                let audit = self.audit_place(args.confirm, None);
-                return audited(
-                    audit.as_deref(),
-                    "graph_resume",
-                    &asked,
-                    &refused,
-                    &client_of(&peer),
-                );
+                return self.recorded(confirmed, None, "graph_resume", &asked, &refused, &peer);
             }
         };
-        let confirmed = args.confirm.then(|| dir.clone());
-        let asked = serde_json::to_value(&args).unwrap_or_default();
+        let run_dir = Some(dir.clone());
         let server = self.clone();
         let value = tokio::task::spawn_blocking(move || {
             let contained = |p: &str| server.contained(p);
@@ -1041,13 +1035,7 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        audited(
-            confirmed.as_deref(),
-            "graph_resume",
-            &asked,
-            &value,
-            &client_of(&peer),
-        )
+        self.recorded(confirmed, run_dir, "graph_resume", &asked, &value, &peer)
     }
 
     #[tool(
@@ -1058,24 +1046,17 @@ impl BlServer {
         Parameters(args): Parameters<approve::ApproveArgs>,
         peer: rmcp::Peer<rmcp::RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        let asked = serde_json::to_value(&args).unwrap_or_default();
+        let confirmed = args.confirm;
         let dir = match self.run_dir(&args.run) {
             Ok(dir) => dir,
+            // No such run: a confirmed call is still recorded (in the
+            // workspace's log).
             Err(refused) => {
-                // No such run: a confirmed call is still recorded, in the
-                // workspace's log.
-                let asked = serde_json::to_value(&args).unwrap_or_default();
-                let audit = self.audit_place(args.confirm, None);
-                return audited(
-                    audit.as_deref(),
-                    "graph_approve",
-                    &asked,
-                    &refused,
-                    &client_of(&peer),
-                );
+                return self.recorded(confirmed, None, "graph_approve", &asked, &refused, &peer);
             }
         };
-        let confirmed = args.confirm.then(|| dir.clone());
-        let asked = serde_json::to_value(&args).unwrap_or_default();
+        let run_dir = Some(dir.clone());
         // Who decides, when agents may: the client the session says it is,
         // never a name from the model's arguments.
         let agent = client_of(&peer);
@@ -1093,13 +1074,7 @@ impl BlServer {
         })
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        audited(
-            confirmed.as_deref(),
-            "graph_approve",
-            &asked,
-            &value,
-            &client_of(&peer),
-        )
+        self.recorded(confirmed, run_dir, "graph_approve", &asked, &value, &peer)
     }
 
     #[tool(
@@ -1300,14 +1275,7 @@ impl BlServer {
         }
         let asked = serde_json::to_value(&args.changes).unwrap_or_default();
         let asked = json!({"name": args.name, "changes": asked, "confirm": args.confirm});
-        let audit = self.audit_place(args.confirm, None);
-        audited(
-            audit.as_deref(),
-            "graph_configure",
-            &asked,
-            &value,
-            &client_of(&peer),
-        )
+        self.recorded(args.confirm, None, "graph_configure", &asked, &value, &peer)
     }
 
     #[tool(
