@@ -99,6 +99,14 @@ fn a_broken_manifest_gets_lints_code_and_place_and_a_keystroke_that_fixes_it_dra
     let (before, stale, after, dry_run, gutter) = Driver::start().drive(async |client| {
         use fantoccini::Locator;
         open(client, &page).await;
+        // The marks are drawn with the first lint; wait for them rather
+        // than read a page a busy machine has not finished drawing.
+        client
+            .wait()
+            .at_most(std::time::Duration::from_secs(30))
+            .for_element(Locator::Css("#backdrop mark.bad"))
+            .await
+            .expect("the refused place is marked in the text");
         let before = verdict(client).await;
         let stale = client
             .execute("return document.getElementById('graph').className", vec![])
@@ -139,6 +147,24 @@ fn a_broken_manifest_gets_lints_code_and_place_and_a_keystroke_that_fixes_it_dra
             .send_keys("l")
             .await
             .unwrap();
+        // The keystroke's input event lints again; on a busy machine the
+        // event may land after send_keys returns, so wait for its verdict.
+        let relinted = client
+            .wait()
+            .at_most(std::time::Duration::from_secs(30))
+            .for_element(Locator::Css(r#"#verdict[data-valid="true"]"#))
+            .await;
+        if relinted.is_err() {
+            let typed = client
+                .execute("return document.getElementById('text').value", vec![])
+                .await
+                .unwrap();
+            panic!(
+                "the keystroke did not fix the manifest: the verdict is {:?}, and the text {} the good manifest",
+                verdict(client).await,
+                if typed == json!(good) { "is" } else { "is not" }
+            );
+        }
         let after = verdict(client).await;
         let dry_run = client
             .find(Locator::Id("dryrun"))
