@@ -29,6 +29,7 @@ pub mod monitor;
 pub mod notes;
 pub mod paths;
 pub mod plugin_host;
+pub mod plugin_registry;
 pub mod plugin_run;
 pub mod plugin_scaffold;
 pub mod run_adapters;

@@ -61,6 +61,14 @@ enum Judge {
         file: String,
         schema: Value,
     },
+    /// A gate plugin a project installed (`kind: plugin`), judging with its config.
+    Plugin {
+        plugin: GatePlugin,
+        name: String,
+        config: String,
+        /// Installed unsigned, as the operator allowed.
+        unsigned: bool,
+    },
     All(Vec<Judge>),
 }
 
@@ -163,11 +171,18 @@ impl LoopGate {
             }
             None => {
                 let judge = build(&plugins, spec, package, outputs, schema, &mut digests)?;
+                let unsigned = matches!(&judge, Judge::Plugin { unsigned: true, .. });
                 (
                     judge,
                     GateRecord {
                         kind: spec.kind.clone(),
-                        source: "shipped".into(),
+                        // A plugin gate is the project's own, and says so
+                        // when the operator allowed it unsigned.
+                        source: match (&spec.plugin, unsigned) {
+                            (None, _) => "shipped".into(),
+                            (Some(_), false) => "plugin".into(),
+                            (Some(_), true) => "plugin-unsigned".into(),
+                        },
                         implementation: implementation(&spec.kind),
                         component: None,
                     },
@@ -261,6 +276,21 @@ fn build(
                 plugin,
                 file,
                 schema,
+            }
+        }
+        bl_loops::manifest::PLUGIN_GATE => {
+            let name = spec.plugin.clone().unwrap_or_default();
+            // Granted nothing: a loop's plugin gate judges the workspace alone.
+            let found = plugins.host.find(&name).map_err(unprepared)?;
+            let unsigned = found.unsigned;
+            let (plugin, digest) = plugins.load(&name, &[])?;
+            digests.push(digest);
+            let config = spec.config.clone().unwrap_or_else(|| json!({})).to_string();
+            Judge::Plugin {
+                plugin,
+                name,
+                config,
+                unsigned,
             }
         }
         "composite" => Judge::All(
@@ -515,6 +545,32 @@ impl LoopGate {
                     Err(e) => gate_error("JsonSchemaGate", &plain(&e.to_string())),
                 }
             }
+            Judge::Plugin {
+                plugin,
+                name,
+                config,
+                ..
+            } => match self.plugins.check(plugin, ws, config) {
+                Ok(inv) => {
+                    let v = inv.value;
+                    let findings: Vec<Ordered> =
+                        v.findings.iter().map(|f| f.message.clone().into()).collect();
+                    Judgement {
+                        outcome: if v.passed {
+                            Outcome::Pass
+                        } else {
+                            Outcome::Fail
+                        },
+                        detail: format!("gate plugin {name}: {}", v.summary),
+                        evidence: Ordered::object([
+                            ("plugin", name.clone().into()),
+                            ("findings", Ordered::Array(findings)),
+                        ]),
+                    }
+                }
+                Err(_) if ran_out() => out_of_time(),
+                Err(e) => gate_error("PluginGate", &format!("{name}: {}", plain(&e.to_string()))),
+            },
             Judge::All(children) => {
                 let results: Vec<Judgement> =
                     children.iter().map(|c| self.run_judge(c, until)).collect();

@@ -12,6 +12,22 @@ pub fn plugin_search_path() -> Vec<PathBuf> {
     shipped_dirs("BL_PLUGIN_PATH", "plugins")
 }
 
+/// Where the registry shipped with bl is looked for: `registry` beside
+/// bl, above it, under `lib/bl`, then this checkout's own.
+pub fn registry_search_path() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(exe_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        dirs.push(exe_dir.join("registry"));
+        dirs.push(exe_dir.join("../registry"));
+        dirs.push(exe_dir.join("../lib/bl/registry"));
+    }
+    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../registry"));
+    dirs
+}
+
 /// Directories searched for the wasm modules bl's pages run in the
 /// browser (the studio's linter): as for plugins, with `pages` in place of
 /// `plugins` and `BL_PAGE_MODULE_PATH` first.

@@ -1,7 +1,8 @@
 //! The process's one plugin host: one wasmtime engine, the compiled-component
 //! cache and the plugin search path, shared by every use case. The
 //! composition root installs it (choosing the allocator); a use case that
-//! runs before that gets one with the defaults.
+//! runs before that gets one with the defaults. In a project with a
+//! `bl.lock`, its installed plugins are searched first and pinned.
 
 use std::sync::{Arc, OnceLock};
 
@@ -32,5 +33,18 @@ fn build(allocator: AllocatorChoice) -> PluginHost {
         command_runner: None,
         ..Default::default()
     };
-    PluginHost::new(config, paths::plugin_search_path())
+    // A project's installed plugins come first, pinned by its lock.
+    let project = crate::plugin_registry::Project::current()
+        .ok()
+        .filter(|p| p.lock_path().is_file());
+    let mut search = paths::plugin_search_path();
+    let Some(project) = project else {
+        return PluginHost::new(config, search);
+    };
+    search.insert(0, project.installed_dir());
+    let host = PluginHost::new(config, search);
+    match project.pins() {
+        Ok(pins) => host.with_pins(pins),
+        Err(e) => host.refusing(format!("{e}; no plugin runs until the lock reads")),
+    }
 }

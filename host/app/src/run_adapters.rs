@@ -288,6 +288,7 @@ impl RunLedger {
             plugin: found.name(),
             component_digest: found.digest.clone(),
             component: std::sync::Arc::new(found.package.bytes.clone()),
+            unsigned: found.unsigned,
         });
         let approvals: Vec<bl_plugins::Approval> = order
             .approvals

@@ -41,9 +41,10 @@ fn confirm(args: &RunArgs, m: &LoopManifest, runner: &str) -> Result<(), CliErro
     if args.gate_override.is_some() {
         return Ok(());
     }
-    let gate = match (&m.gate.run, m.gate.kind.as_str()) {
+    let gate = match (&m.gate.run, &m.gate.plugin) {
         (Some(run), _) => run.clone(),
-        (None, kind) => format!("<{kind} gate>"),
+        (None, Some(plugin)) => format!("plugin {plugin}"),
+        (None, None) => format!("<{} gate>", m.gate.kind),
     };
     // Under --json stdout carries only the outcome: the preview goes to
     // stderr. (bounded-loops' readers take the outcome from the last line.)

@@ -4,18 +4,19 @@ use crate::output::outln;
 use std::path::{Path, PathBuf};
 
 use bl_core::GateOutcome;
-use bl_pluginbuild::{BuildOptions, PluginManifest, WasmToolchain};
-use bl_plugins::{PluginPackage, World};
+use bl_pluginbuild::{BuildOptions, WasmToolchain};
+use bl_plugins::World;
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 
-use bl_app::paths;
 use bl_app::plugin_run::{self, PluginRunRequest};
 
 use crate::exit::{CliError, CliResult, Exit};
 
 #[derive(Subcommand)]
 pub enum PluginCommand {
+    #[command(flatten)]
+    Registry(crate::plugin_registry_cmd::RegistryCommand),
     /// Write a new plugin crate that builds as it is.
     New {
         /// The plugin's name; the crate goes in a directory of that name.
@@ -140,6 +141,7 @@ impl Allocator {
 
 pub fn run(cmd: PluginCommand) -> CliResult {
     match cmd {
+        PluginCommand::Registry(cmd) => crate::plugin_registry_cmd::run(cmd),
         PluginCommand::New {
             name,
             kind,
@@ -301,74 +303,16 @@ fn build(
     }
 }
 
-/// One component found on the plugin path.
-struct Listed {
-    name: String,
-    path: PathBuf,
-    /// Its summary and manifest, or why they could not be read.
-    read: Result<(bl_pluginbuild::ComponentSummary, Option<PluginManifest>), String>,
-    /// The directory whose component of the same name is used instead.
-    shadowed_by: Option<PathBuf>,
-}
-
 fn list(as_json: bool) -> CliResult {
-    // Shown as the directories they are (`bin/../plugins` once).
-    let mut search: Vec<PathBuf> = Vec::new();
-    for dir in paths::plugin_search_path() {
-        let dir = dir.canonicalize().unwrap_or(dir);
-        if !search.contains(&dir) {
-            search.push(dir);
-        }
-    }
-    let mut found: Vec<Listed> = Vec::new();
-    for dir in &search {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        let mut wasm: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
-            .collect();
-        wasm.sort();
-        for path in wasm {
-            let name = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let shadowed_by = found
-                .iter()
-                .find(|l| l.name == name && l.shadowed_by.is_none())
-                .and_then(|l| l.path.parent().map(Path::to_path_buf));
-            let read = PluginPackage::open(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|package| {
-                    bl_pluginbuild::summarize(&package.bytes)
-                        .map(|summary| (summary, package.manifest))
-                        .map_err(|e| e.to_string())
-                });
-            found.push(Listed {
-                name,
-                path,
-                read,
-                shadowed_by,
-            });
-        }
-    }
+    let (search, found) = bl_app::plugin_registry::list_plugins();
     if as_json {
-        let plugins: Vec<serde_json::Value> = found.iter().map(listed_json).collect();
-        outln!(
-            "{}",
-            json!({
-                "search_path": search.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
-                "plugins": plugins,
-            })
-        );
+        outln!("{}", json!({"search_path": search, "plugins": found}));
         return Ok(Exit::Success);
     }
     if found.is_empty() {
         let dirs: Vec<String> = search.iter().map(|d| d.display().to_string()).collect();
         outln!(
-            "No plugins found in {}. Build the first-party ones with `scripts/dev setup`, or point BL_PLUGIN_PATH at a directory of .wasm components.",
+            "No plugins found in {}. Build the first-party ones with `scripts/dev setup`, install one with `bl plugin install NAME`, or point BL_PLUGIN_PATH at a directory of .wasm components.",
             dirs.join(", ")
         );
         return Ok(Exit::Success);
@@ -378,6 +322,7 @@ fn list(as_json: bool) -> CliResult {
             "NAME",
             "WORLD",
             "VERSION",
+            "TRUST",
             "DIGEST",
             "CAPABILITIES",
             "WHERE",
@@ -385,55 +330,42 @@ fn list(as_json: bool) -> CliResult {
         .map(String::from),
     ];
     for l in &found {
-        let place = match &l.shadowed_by {
-            Some(dir) => format!("{} (shadowed by {})", l.path.display(), dir.display()),
-            None => l.path.display().to_string(),
+        let mut place = l.path.display().to_string();
+        if let Some(dir) = &l.shadowed_by {
+            place = format!("{place} (shadowed by {})", dir.display());
+        }
+        if let Some(why) = &l.error {
+            place = format!("{place}: {why}");
+        }
+        let version = match l.manifest_matches {
+            Some(false) => "(manifest is stale)".into(),
+            _ => l.version.clone().unwrap_or_else(|| "-".into()),
         };
-        let row = match &l.read {
-            Ok((summary, manifest)) => [
-                l.name.clone(),
-                summary
-                    .world
-                    .clone()
-                    .unwrap_or_else(|| "(not a bl plugin)".into()),
-                manifest_version(summary, manifest.as_ref()),
-                short_digest(&summary.component_digest),
-                if summary.capabilities.is_empty() {
-                    "none".into()
-                } else {
-                    summary.capabilities.join(",")
-                },
-                place,
-            ],
-            Err(why) => [
-                l.name.clone(),
-                "(unreadable)".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                format!("{place}: {why}"),
-            ],
-        };
-        rows.push(row);
+        rows.push([
+            l.name.clone(),
+            match (&l.error, &l.world) {
+                (Some(_), _) => "(unreadable)".into(),
+                (None, world) => world.clone().unwrap_or_else(|| "(not a bl plugin)".into()),
+            },
+            version,
+            l.trust.clone().unwrap_or_else(|| "unpinned".into()),
+            l.component_digest
+                .as_deref()
+                .map_or("-".into(), short_digest),
+            match (&l.error, l.capabilities.is_empty()) {
+                (Some(_), _) => "-".into(),
+                (None, true) => "none".into(),
+                (None, false) => l.capabilities.join(","),
+            },
+            place,
+        ]);
     }
     for line in crate::output::table_lines(&rows) {
         outln!("{line}");
     }
     outln!();
-    outln!("`bl plugin inspect NAME` shows one in full.");
+    outln!("`bl plugin inspect NAME` shows one in full; TRUST is what the project's bl.lock pins.");
     Ok(Exit::Success)
-}
-
-/// The version its manifest declares, when the manifest is of these bytes.
-fn manifest_version(
-    summary: &bl_pluginbuild::ComponentSummary,
-    manifest: Option<&PluginManifest>,
-) -> String {
-    match manifest {
-        Some(m) if m.component_digest == summary.component_digest => m.version.clone(),
-        Some(_) => "(manifest is stale)".into(),
-        None => "-".into(),
-    }
 }
 
 fn short_digest(digest: &str) -> String {
@@ -441,62 +373,18 @@ fn short_digest(digest: &str) -> String {
     format!("{}…", &digest[..cut])
 }
 
-fn listed_json(l: &Listed) -> serde_json::Value {
-    let mut v = json!({
-        "name": l.name,
-        "path": l.path.display().to_string(),
-        "shadowed_by": l.shadowed_by.as_ref().map(|d| d.display().to_string()),
-    });
-    match &l.read {
-        Ok((summary, manifest)) => {
-            v["world"] = json!(summary.world);
-            v["version"] = json!(manifest.as_ref().map(|m| &m.version));
-            v["manifest_matches"] = json!(
-                manifest
-                    .as_ref()
-                    .map(|m| m.component_digest == summary.component_digest)
-            );
-            v["component_digest"] = json!(summary.component_digest);
-            v["capabilities"] = json!(summary.capabilities);
-            v["wit_package"] = json!(summary.wit_package);
-        }
-        Err(why) => v["error"] = json!(why),
-    }
-    v
-}
-
 fn inspect(plugin: &str, as_json: bool) -> CliResult {
-    let result = (|| {
-        let path = bl_app::plugin_host::shared()
-            .resolve(plugin)
-            .map_err(|e| e.to_string())?;
-        let package = PluginPackage::open(&path).map_err(|e| e.to_string())?;
-        let summary = bl_pluginbuild::summarize(&package.bytes)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let manifest = package.manifest;
-        Ok::<_, String>((path, summary, manifest))
-    })();
-    let (path, summary, manifest) = match result {
-        Ok(r) => r,
-        Err(e) => {
-            return Err(CliError::refused(e.to_string()));
-        }
-    };
-    let manifest_matches = manifest
-        .as_ref()
-        .map(|m| m.component_digest == summary.component_digest);
+    let found = bl_app::plugin_registry::inspect(plugin)?;
     if as_json {
-        outln!(
-            "{}",
-            json!({
-                "path": path.display().to_string(),
-                "summary": summary,
-                "manifest": manifest,
-                "manifest_matches": manifest_matches,
-            })
-        );
+        outln!("{}", json!(found));
         return Ok(Exit::Success);
     }
+    let (path, summary, manifest, manifest_matches) = (
+        found.path,
+        found.summary,
+        found.manifest,
+        found.manifest_matches,
+    );
     let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
     outln!("{}", path.display());
     outln!("  world         {}", or_unknown(&summary.world));

@@ -45,6 +45,7 @@ impl Plugins {
             plugin: found.name(),
             component_digest: found.digest.clone(),
             component: Arc::new(found.package.bytes.clone()),
+            unsigned: found.unsigned,
         };
         Ok((found, used))
     }

@@ -56,6 +56,7 @@ const GATE_KEYS: &[&str] = &[
     "gates",
     "kind",
     "mode",
+    "plugin",
     "run",
     "schema",
     "severity",
@@ -82,7 +83,10 @@ pub const PATTERNS: &[&str] = &[
     "prompt-chaining",
     "routing",
 ];
-/// Gate kinds a loop may declare.
+/// bl's own gate kind: a gate plugin named by `gate.plugin`.
+pub const PLUGIN_GATE: &str = "plugin";
+
+/// Gate kinds a loop may declare (bounded-loops' own).
 pub const GATE_KINDS: &[&str] = &[
     "axe",
     "checkov",
@@ -167,6 +171,9 @@ pub struct GateSpec {
     pub schema: Option<String>,
     /// Free-form settings for the gate's plugin (JSON).
     pub config: Option<serde_json::Value>,
+    /// For `kind: plugin` (a bl extension): the gate plugin, by name, as a
+    /// project installs it or the plugin path holds it.
+    pub plugin: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -376,7 +383,23 @@ fn gate(node: &Node, top: bool) -> Result<GateSpec, ManifestError> {
     closed(file, "gate", map, GATE_KEYS)?;
     let kind_node = node.get("kind");
     let kind = opt_string(file, kind_node, "gate.kind")?.unwrap_or_else(|| "command".into());
-    if !GATE_KINDS.contains(&kind.as_str()) {
+    let plugin = opt_string(file, node.get("plugin"), "gate.plugin")?;
+    if kind == PLUGIN_GATE {
+        if plugin.as_deref().is_none_or(|p| p.trim().is_empty()) {
+            return Err(err(
+                file,
+                Some(node),
+                "loop.yaml: gate.plugin is required when gate.kind=plugin. Name the gate plugin, for example gate.plugin: word-count (`bl plugin list` shows what is installed)",
+            ));
+        }
+    } else if plugin.is_some() {
+        return Err(err(
+            file,
+            node.get("plugin"),
+            "loop.yaml: gate.plugin is only for gate.kind=plugin",
+        ));
+    }
+    if kind != PLUGIN_GATE && !GATE_KINDS.contains(&kind.as_str()) {
         return Err(err(
             file,
             kind_node,
@@ -437,6 +460,7 @@ fn gate(node: &Node, top: bool) -> Result<GateSpec, ManifestError> {
         gates,
         schema: opt_string(file, node.get("schema"), "gate.schema")?,
         config: node.get("config").map(Node::to_json),
+        plugin,
     })
 }
 

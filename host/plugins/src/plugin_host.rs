@@ -2,8 +2,11 @@
 //! a run without plugins never pays for it), the compiled-component cache,
 //! and the directories plugins are found in by name. Every use case loads
 //! its gates, contracts, transforms and policies through it, each plugin
-//! with its own grants, command runner and per-call deadline.
+//! with its own grants, command runner and per-call deadline. A project's
+//! lock pins plugins by digest: a pinned plugin whose bytes differ is
+//! never found, whatever directory it is in.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -19,7 +22,24 @@ use crate::worlds::{ContractPlugin, GatePlugin, PolicyPlugin, TransformPlugin};
 pub struct PluginHost {
     config: RuntimeConfig,
     search_path: Vec<PathBuf>,
+    /// What a project's lock pins, by plugin name.
+    pins: BTreeMap<String, Pin>,
+    /// Why no plugin may be found at all (a lock that cannot be read:
+    /// its pins cannot be checked, so nothing runs).
+    refusal: Option<String>,
     runtime: OnceLock<Result<Runtime, PluginError>>,
+}
+
+/// A plugin as a project's lock pins it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    /// `sha256:<hex>` its component must have.
+    pub digest: String,
+    /// Where the lock says it is (whichever file is found, the digest decides).
+    pub lock: PathBuf,
+    /// Installed unsigned because the operator allowed it by name; runs
+    /// that use it record so.
+    pub unsigned: bool,
 }
 
 /// Why a named plugin could not be had: it is nowhere on the search path,
@@ -37,6 +57,18 @@ pub enum FindError {
     },
     #[error(transparent)]
     Package(#[from] PackageError),
+    #[error("{0}")]
+    Refused(String),
+    #[error(
+        "plugin {name:?} at {path} has {found}, but {lock} pins {pinned}; nothing was run. Install the pinned version again (`bl plugin install {name}`), or see what changed with `bl plugin verify`"
+    )]
+    PinMismatch {
+        name: String,
+        path: PathBuf,
+        found: String,
+        pinned: String,
+        lock: PathBuf,
+    },
 }
 
 /// A plugin found and read, not yet loaded: what a run records about it
@@ -48,6 +80,8 @@ pub struct FoundPlugin {
     pub declared: Option<Vec<Capability>>,
     /// `sha256:` and the hex digest of its component.
     pub digest: String,
+    /// Pinned by a lock that records it was installed unsigned.
+    pub unsigned: bool,
 }
 
 impl FoundPlugin {
@@ -81,8 +115,26 @@ impl PluginHost {
         PluginHost {
             config,
             search_path,
+            pins: BTreeMap::new(),
+            refusal: None,
             runtime: OnceLock::new(),
         }
+    }
+
+    /// The host, with plugins pinned by digest (a project's lock).
+    pub fn with_pins(mut self, pins: BTreeMap<String, Pin>) -> PluginHost {
+        self.pins = pins;
+        self
+    }
+
+    /// The host, refusing every plugin for `why`.
+    pub fn refusing(mut self, why: String) -> PluginHost {
+        self.refusal = Some(why);
+        self
+    }
+
+    pub fn pins(&self) -> &BTreeMap<String, Pin> {
+        &self.pins
     }
 
     /// The engine and everything shared across calls, made on first use.
@@ -116,15 +168,31 @@ impl PluginHost {
 
     /// Finds and reads a plugin, with its manifest's declarations.
     pub fn find(&self, name: &str) -> Result<FoundPlugin, FindError> {
+        if let Some(why) = &self.refusal {
+            return Err(FindError::Refused(why.clone()));
+        }
         let path = self.resolve(name)?;
         let package = PluginPackage::open(&path)?;
         let declared = package.declared()?;
         let digest = bl_core::Sha256Digest::of(&package.bytes).to_string();
+        let pin = self.pins.get(&package.name());
+        if let Some(pin) = pin
+            && pin.digest != digest
+        {
+            return Err(FindError::PinMismatch {
+                name: package.name(),
+                path,
+                found: digest,
+                pinned: pin.digest.clone(),
+                lock: pin.lock.clone(),
+            });
+        }
         Ok(FoundPlugin {
             path,
             package,
             declared,
             digest,
+            unsigned: pin.is_some_and(|p| p.unsigned),
         })
     }
 

@@ -23,7 +23,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use bl_store::{SigningKey, VerifierKey};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// The index's format tag.
@@ -64,11 +64,13 @@ pub enum RegistryError {
     },
     #[error("no plugin {name:?} in the registry at {registry}")]
     NoSuchPlugin { name: String, registry: PathBuf },
-    #[error("{name}: no signed version matches {wanted} (versions that verify: {verified})")]
+    #[error("{name}: no version that may be used matches {wanted} (usable: {usable}){refused}")]
     NoMatch {
         name: String,
         wanted: String,
-        verified: String,
+        usable: String,
+        /// The versions left out and why, each as `; VERSION is TRUST: why`.
+        refused: String,
     },
     #[error(
         "{name}@{version}: the component's sha256 is {found}, but the signed index says {signed}; refused"
@@ -159,6 +161,18 @@ pub enum Trust {
 }
 
 impl Trust {
+    /// Its label and why, in words.
+    pub fn explain(&self) -> String {
+        match self {
+            Trust::Verified { key } => format!("Verified (signed by {key})"),
+            Trust::NotSigned => "NotSigned (it carries no signature)".into(),
+            Trust::UntrustedKey { key_id } => {
+                format!("UntrustedKey (signed by key {key_id}, which is not in the trust file)")
+            }
+            Trust::VerificationFailed { why } => format!("VerificationFailed ({why})"),
+        }
+    }
+
     pub fn label(&self) -> &'static str {
         match self {
             Trust::Verified { .. } => "Verified",
@@ -181,6 +195,15 @@ pub fn statement(name: &str, version: &Version) -> Vec<u8> {
     let mut bytes = format!("{FORMAT} statement\n").into_bytes();
     bytes.extend_from_slice(bl_core::canonical_json(&fields).as_bytes());
     bytes
+}
+
+/// The id a key is named by in an index (`publisher_key_id`).
+pub fn key_id(key: &VerifierKey) -> String {
+    key.to_text()
+        .split('+')
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// A plugin name that is a name, never a path: 1-64 of `a-z`, `0-9`, `-`,
@@ -242,10 +265,7 @@ fn check_version(name: &str, v: &Version, trusted: &[VerifierKey]) -> Trust {
     let Some(signature) = &v.signature else {
         return Trust::NotSigned;
     };
-    let Some(key) = trusted
-        .iter()
-        .find(|k| k.to_text().split('+').nth(1) == Some(v.publisher_key_id.as_str()))
-    else {
+    let Some(key) = trusted.iter().find(|k| key_id(k) == v.publisher_key_id) else {
         return Trust::UntrustedKey {
             key_id: v.publisher_key_id.clone(),
         };
@@ -337,6 +357,18 @@ impl Registry {
     /// The highest version of `name` that matches `wanted` (a semver
     /// requirement such as `^1.2` or `=1.0.0`; `*` for any) and verifies.
     pub fn resolve(&self, name: &str, wanted: &str) -> Result<&Version, RegistryError> {
+        self.resolve_among(name, wanted, |t| matches!(t, Trust::Verified { .. }))
+    }
+
+    /// As [`Registry::resolve`], among the versions whose trust `usable`
+    /// accepts (an operator may allow one plugin unsigned; a version whose
+    /// signature fails is never usable).
+    pub fn resolve_among(
+        &self,
+        name: &str,
+        wanted: &str,
+        usable: impl Fn(&Trust) -> bool,
+    ) -> Result<&Version, RegistryError> {
         let versions = self
             .index
             .plugins
@@ -353,12 +385,7 @@ impl Registry {
             })?;
         let verified: Vec<&Version> = versions
             .iter()
-            .filter(|v| {
-                matches!(
-                    self.trust_of(name, &v.version),
-                    Some(Trust::Verified { .. })
-                )
-            })
+            .filter(|v| self.trust_of(name, &v.version).is_some_and(&usable))
             .collect();
         verified
             .iter()
@@ -373,7 +400,7 @@ impl Registry {
             .ok_or_else(|| RegistryError::NoMatch {
                 name: name.into(),
                 wanted: wanted.into(),
-                verified: if verified.is_empty() {
+                usable: if verified.is_empty() {
                     "none".into()
                 } else {
                     verified
@@ -382,6 +409,13 @@ impl Registry {
                         .collect::<Vec<_>>()
                         .join(", ")
                 },
+                refused: versions
+                    .iter()
+                    .filter_map(|v| {
+                        let trust = self.trust_of(name, &v.version)?;
+                        (!usable(trust)).then(|| format!("; {} is {}", v.version, trust.explain()))
+                    })
+                    .collect(),
             })
     }
 
@@ -409,21 +443,37 @@ impl Registry {
 
     /// Versions matching `text` in their name (or every one for ""), as
     /// listed: name, version, trust and what each asks for.
-    pub fn search(&self, text: &str) -> Vec<Value> {
+    pub fn search(&self, text: &str) -> Vec<Hit> {
         let text = text.to_lowercase();
         self.index
             .plugins
             .iter()
             .filter(|(name, _)| name.contains(&text))
             .flat_map(|(name, versions)| {
-                versions.iter().map(move |v| {
-                    json!({"name": name, "version": v.version, "world": v.world,
-                           "capabilities": v.capabilities, "component_sha256": v.component_sha256,
-                           "trust": self.trust_of(name, &v.version).map(Trust::label)})
+                versions.iter().map(move |v| Hit {
+                    name: name.clone(),
+                    version: v.version.clone(),
+                    world: v.world.clone(),
+                    capabilities: v.capabilities.clone(),
+                    component_sha256: v.component_sha256.clone(),
+                    trust: self
+                        .trust_of(name, &v.version)
+                        .map_or("NotSigned", Trust::label),
                 })
             })
             .collect()
     }
+}
+
+/// One version a search found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Hit {
+    pub name: String,
+    pub version: String,
+    pub world: String,
+    pub capabilities: Vec<String>,
+    pub component_sha256: String,
+    pub trust: &'static str,
 }
 
 /// Where `name@version`'s component lives in a registry.
@@ -480,13 +530,7 @@ pub fn publish(
         return Err(refused("that version is already in the registry, and a signed version is never rewritten: publish a new version".into()));
     }
     version.component_sha256 = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
-    version.publisher_key_id = key
-        .verifier()
-        .to_text()
-        .split('+')
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
+    version.publisher_key_id = key_id(&key.verifier());
     version.signature = None;
     version.signature = Some(B64.encode(key.sign(&statement(name, &version))));
     let component = component_path(root, name, &version.version);
@@ -619,7 +663,7 @@ mod tests {
         );
         assert_eq!(registry.trust_of("files", "2.0.0"), Some(&Trust::NotSigned));
         assert!(
-            matches!(registry.resolve("files", "*"), Err(RegistryError::NoMatch { verified, .. }) if verified == "none")
+            matches!(registry.resolve("files", "*"), Err(RegistryError::NoMatch { usable, .. }) if usable == "none")
         );
     }
 

@@ -184,11 +184,18 @@ pub struct PluginUse {
     pub component_digest: String,
     /// The component itself, kept with the run so its digest can be checked.
     pub component: std::sync::Arc<Vec<u8>>,
+    /// Run unsigned, because the operator allowed this plugin by name.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsigned: bool,
 }
 
 impl PluginUse {
     pub(crate) fn to_json(&self) -> Value {
-        json!({"component_digest": self.component_digest, "plugin": self.plugin, "role": self.role})
+        let mut record = json!({"component_digest": self.component_digest, "plugin": self.plugin, "role": self.role});
+        if self.unsigned {
+            record["unsigned"] = json!(true);
+        }
+        record
     }
 }
 

@@ -1,0 +1,714 @@
+//! Plugins from a registry, in a project: publishing a built plugin into a
+//! registry directory, searching it, installing a version into a project
+//! (verified before anything is written, cached or compiled), the
+//! project's lock (`bl.lock`) that pins each installed plugin by digest,
+//! the trust file (`bl.trust`) of publisher keys, and re-checking what is
+//! installed against the lock.
+//!
+//! A project is the nearest directory, from where bl runs, that holds a
+//! `bl.lock`; installed components live in its `.bl/plugins/`, which the
+//! process's plugin host searches first, and the lock's digests are the
+//! host's pins.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use bl_core::plugin::PluginManifest;
+use bl_plugins::Pin;
+use bl_registry::{Registry, RegistryError, Trust};
+use bl_store::VerifierKey;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{AppError, AppResult};
+
+/// The lock file's name and format tag.
+pub const LOCK: &str = "bl.lock";
+pub const LOCK_FORMAT: &str = "bl-lock/1";
+/// The trust file: one publisher verifier key a line.
+pub const TRUST: &str = "bl.trust";
+/// Where a project's installed components are, under the project.
+pub const INSTALLED: &str = ".bl/plugins";
+
+/// One plugin as the lock pins it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Locked {
+    pub version: String,
+    pub component_sha256: String,
+    pub world: String,
+    pub wit_version: String,
+    /// What the component asks for.
+    pub capabilities: Vec<String>,
+    /// What the operator granted it: a later version asking for more
+    /// needs them granted again.
+    pub granted: Vec<String>,
+    /// The registry it came from, as given at install.
+    pub registry: String,
+    pub publisher_key_id: String,
+    /// Verified, NotSigned or UntrustedKey (the last two only when the
+    /// operator allowed this plugin unsigned).
+    pub trust: String,
+    #[serde(default)]
+    pub allowed_unsigned: bool,
+}
+
+/// The lock file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lock {
+    pub format: String,
+    pub plugins: BTreeMap<String, Locked>,
+}
+
+impl Default for Lock {
+    fn default() -> Self {
+        Lock {
+            format: LOCK_FORMAT.into(),
+            plugins: BTreeMap::new(),
+        }
+    }
+}
+
+/// A project: the directory of its lock.
+#[derive(Debug, Clone)]
+pub struct Project {
+    pub dir: PathBuf,
+}
+
+impl Project {
+    /// The nearest directory from `from` upward that holds a lock.
+    pub fn find(from: &Path) -> Option<Project> {
+        from.ancestors()
+            .find(|d| d.join(LOCK).is_file())
+            .map(|d| Project {
+                dir: d.to_path_buf(),
+            })
+    }
+
+    /// The project the current directory belongs to, or the current
+    /// directory itself when none does (where a first install makes one).
+    pub fn current() -> AppResult<Project> {
+        let here = std::env::current_dir()
+            .map_err(|e| AppError::refused(format!("the current directory: {e}")))?;
+        Ok(Project::find(&here).unwrap_or(Project { dir: here }))
+    }
+
+    pub fn lock_path(&self) -> PathBuf {
+        self.dir.join(LOCK)
+    }
+
+    pub fn trust_path(&self) -> PathBuf {
+        self.dir.join(TRUST)
+    }
+
+    pub fn installed_dir(&self) -> PathBuf {
+        self.dir.join(INSTALLED)
+    }
+
+    /// The lock, or an empty one when there is none yet. A lock that does
+    /// not read is refused with its place: it is never silently replaced.
+    pub fn lock(&self) -> AppResult<Lock> {
+        let path = self.lock_path();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Lock::default()),
+            Err(e) => return Err(AppError::refused(format!("{}: {e}", path.display()))),
+        };
+        let lock: Lock = serde_json::from_str(&text).map_err(|e| {
+            AppError::refused(format!(
+                "{}: line {}, column {}: {e}; it is not a bl.lock (restore it from version control, or delete it and install again)",
+                path.display(),
+                e.line(),
+                e.column()
+            ))
+        })?;
+        if lock.format != LOCK_FORMAT {
+            return Err(AppError::refused(format!(
+                "{} at /format: {:?} is not {LOCK_FORMAT:?}",
+                path.display(),
+                lock.format
+            )));
+        }
+        Ok(lock)
+    }
+
+    /// The host's pins: each locked plugin's digest.
+    pub fn pins(&self) -> AppResult<BTreeMap<String, Pin>> {
+        Ok(self
+            .lock()?
+            .plugins
+            .into_iter()
+            .map(|(name, locked)| {
+                let pin = Pin {
+                    digest: locked.component_sha256,
+                    lock: self.lock_path(),
+                    unsigned: locked.allowed_unsigned,
+                };
+                (name, pin)
+            })
+            .collect())
+    }
+
+    /// The publisher keys this project trusts.
+    pub fn trusted(&self) -> AppResult<Vec<VerifierKey>> {
+        let path = self.trust_path();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(AppError::refused(format!("{}: {e}", path.display()))),
+        };
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .map(|(i, l)| {
+                VerifierKey::parse(l.trim()).map_err(|e| {
+                    AppError::refused(format!(
+                        "{}: line {}: {e}; each line is a verifier key as `bl keys generate` writes it (NAME.pub)",
+                        path.display(),
+                        i + 1
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// Adds a publisher's verifier key to the trust file (once).
+    pub fn trust(&self, key: &VerifierKey) -> AppResult<bool> {
+        if self.trusted()?.iter().any(|k| k.to_text() == key.to_text()) {
+            return Ok(false);
+        }
+        let path = self.trust_path();
+        let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(key.to_text().trim());
+        text.push('\n');
+        write_replacing(&path, text.as_bytes())?;
+        Ok(true)
+    }
+
+    fn write_lock(&self, lock: &Lock) -> AppResult<()> {
+        let text = serde_json::to_string_pretty(lock).expect("a lock serialises") + "\n";
+        write_replacing(&self.lock_path(), text.as_bytes())
+    }
+}
+
+/// Writes `path` whole or not at all: a staged file renamed over it.
+fn write_replacing(path: &Path, bytes: &[u8]) -> AppResult<()> {
+    let failed = |e: std::io::Error| AppError::refused(format!("{}: {e}", path.display()));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+    }
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let staged = path.with_file_name(format!(".{name}.new"));
+    std::fs::write(&staged, bytes).map_err(failed)?;
+    std::fs::rename(&staged, path).map_err(failed)
+}
+
+fn registry_error(e: RegistryError) -> AppError {
+    AppError::refused(e.to_string())
+}
+
+/// The registry to use: the one named, else `BL_REGISTRY`, else the one
+/// shipped beside bl.
+pub fn registry_dir(named: Option<&Path>) -> AppResult<PathBuf> {
+    if let Some(dir) = named {
+        return Ok(dir.to_path_buf());
+    }
+    if let Some(dir) = std::env::var_os("BL_REGISTRY") {
+        return Ok(PathBuf::from(dir));
+    }
+    crate::paths::registry_search_path()
+        .into_iter()
+        .find(|d| d.join(bl_registry::INDEX).is_file())
+        .ok_or_else(|| {
+            AppError::refused(
+                "no plugin registry: name one with --registry DIR (a directory holding index.json), or set BL_REGISTRY",
+            )
+        })
+}
+
+/// Reads a registry, checking every signature against the project's trust.
+pub fn open_registry(project: &Project, dir: &Path) -> AppResult<Registry> {
+    Registry::load(dir, &project.trusted()?).map_err(registry_error)
+}
+
+/// What `install` is asked for.
+pub struct InstallRequest<'a> {
+    pub registry: &'a Path,
+    pub name: &'a str,
+    /// A semver requirement (`*` for the highest).
+    pub wanted: &'a str,
+    /// The plugin the operator allows to be installed unsigned (or signed
+    /// by a key the project does not trust), by name. Never a failed signature.
+    pub allow_unsigned: Option<&'a str>,
+    /// Capabilities the operator grants beyond what the lock granted.
+    pub grants: &'a [String],
+}
+
+/// What was installed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Installed {
+    pub name: String,
+    pub locked: Locked,
+    pub path: PathBuf,
+    pub lock: PathBuf,
+}
+
+/// `NAME[@REQ]` split into the name and its requirement (`*` when none).
+pub fn parse_wanted(arg: &str) -> (&str, &str) {
+    arg.split_once('@').unwrap_or((arg, "*"))
+}
+
+/// Installs `name` into the project: resolves it, reads its component only
+/// when the bytes are the signed ones, checks what it asks for against the
+/// component itself and against what the lock granted, and only then
+/// writes it under `.bl/plugins`, compiles it into the cache and pins it
+/// in the lock. A refusal leaves the project and the cache as they were.
+pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Installed> {
+    let name = request.name;
+    if !bl_registry::valid_name(name) {
+        return Err(AppError::refused(format!(
+            "{name:?} is not a plugin name: 1-64 of a-z, 0-9 and '-', starting with a letter"
+        )));
+    }
+    if let Some(other) = request.allow_unsigned.filter(|n| *n != name) {
+        return Err(AppError::refused(format!(
+            "--allow-unsigned names {other}, not {name}: it allows one plugin, by name"
+        )));
+    }
+    let allow_unsigned = request.allow_unsigned.is_some();
+    let registry = open_registry(project, request.registry)?;
+    let version = registry
+        .resolve_among(name, request.wanted, |trust| match trust {
+            Trust::Verified { .. } => true,
+            Trust::NotSigned | Trust::UntrustedKey { .. } => allow_unsigned,
+            Trust::VerificationFailed { .. } => false,
+        })
+        .map_err(|e| match e {
+            RegistryError::NoMatch { .. } if !allow_unsigned => AppError::refused(format!(
+                "{e}. Unsigned and untrusted plugins are refused: trust the publisher's key (`bl plugin trust KEY.pub`), or, knowing what it is, install it with --allow-unsigned {name}"
+            )),
+            e => registry_error(e),
+        })?;
+    let trust = registry
+        .trust_of(name, &version.version)
+        .cloned()
+        .unwrap_or(Trust::NotSigned);
+    let bytes = registry.component(name, version).map_err(registry_error)?;
+    // What the component imports is what it can ask for, whatever the
+    // index says: a component asking for more than its signed entry is refused.
+    let summary = bl_pluginbuild::summarize(&bytes)
+        .map_err(|e| AppError::refused(format!("{name}@{}: {e}", version.version)))?;
+    let signed: BTreeSet<&String> = version.capabilities.iter().collect();
+    let unsigned_asks: Vec<&String> = summary
+        .capabilities
+        .iter()
+        .filter(|c| !signed.contains(c))
+        .collect();
+    if !unsigned_asks.is_empty() {
+        return Err(AppError::refused(format!(
+            "{name}@{}: the component imports {} but its signed entry asks only for [{}]; refused",
+            version.version,
+            join(&unsigned_asks),
+            join(&version.capabilities.iter().collect::<Vec<_>>())
+        )));
+    }
+    let mut lock = project.lock()?;
+    let mut granted: BTreeSet<String> = request.grants.iter().cloned().collect();
+    if let Some(before) = lock.plugins.get(name) {
+        granted.extend(before.granted.iter().cloned());
+        let more: Vec<&String> = version
+            .capabilities
+            .iter()
+            .filter(|c| !granted.contains(*c))
+            .collect();
+        if !more.is_empty() {
+            return Err(AppError::refused(format!(
+                "{name}@{} asks for {} that {}@{} was not granted; nothing was installed. Grant them again if you mean to: {}",
+                version.version,
+                join(&more),
+                name,
+                before.version,
+                more.iter()
+                    .map(|c| format!("--grant {c}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )));
+        }
+    } else {
+        granted.extend(version.capabilities.iter().cloned());
+    }
+    let dir = project.installed_dir();
+    let path = dir.join(format!("{name}.wasm"));
+    write_replacing(&path, &bytes)?;
+    let manifest = PluginManifest {
+        name: name.to_string(),
+        version: version.version.clone(),
+        description: String::new(),
+        world: version.world.clone(),
+        wit_package: format!("bl:plugin@{}", version.wit_version),
+        capabilities: version.capabilities.clone(),
+        config_schema: None,
+        contract_patterns: Vec::new(),
+        source_digest: version.source.digest.clone().unwrap_or_default(),
+        component_digest: version.component_sha256.clone(),
+    };
+    let manifest_text = serde_json::to_string_pretty(&manifest).expect("a manifest serialises");
+    write_replacing(
+        &dir.join(format!("{name}.plugin.json")),
+        manifest_text.as_bytes(),
+    )?;
+    // Compiled now, so the first run does not pay for it.
+    crate::plugin_host::shared()
+        .runtime()
+        .and_then(|runtime| runtime.exports(name, &bytes))
+        .map_err(|e| AppError::Undecided(format!("{name}: {e}")))?;
+    let locked = Locked {
+        version: version.version.clone(),
+        component_sha256: version.component_sha256.clone(),
+        world: version.world.clone(),
+        wit_version: version.wit_version.clone(),
+        capabilities: version.capabilities.clone(),
+        granted: granted.into_iter().collect(),
+        // Absolute, so `bl plugin verify` finds it from anywhere in the project.
+        registry: std::path::absolute(request.registry)
+            .unwrap_or_else(|_| request.registry.to_path_buf())
+            .display()
+            .to_string(),
+        publisher_key_id: version.publisher_key_id.clone(),
+        trust: trust.label().to_string(),
+        allowed_unsigned: !matches!(trust, Trust::Verified { .. }),
+    };
+    lock.plugins.insert(name.to_string(), locked.clone());
+    project.write_lock(&lock)?;
+    Ok(Installed {
+        name: name.to_string(),
+        locked,
+        path,
+        lock: project.lock_path(),
+    })
+}
+
+fn join(items: &[&String]) -> String {
+    items
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One installed plugin, re-checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Checked {
+    pub name: String,
+    pub version: String,
+    /// Verified, NotSigned or VerificationFailed.
+    pub trust: String,
+    pub component_sha256: String,
+    pub capabilities: Vec<String>,
+    /// Why it does not hold, when it does not.
+    pub problem: Option<String>,
+}
+
+/// Re-checks every plugin in the lock: the installed bytes against the
+/// pinned digest, and the registry's signed entry (when the registry can
+/// still be read) against the lock.
+pub fn verify(project: &Project) -> AppResult<Vec<Checked>> {
+    let lock = project.lock()?;
+    let trusted = project.trusted()?;
+    let mut registries: BTreeMap<String, Result<Registry, String>> = BTreeMap::new();
+    let mut checked = Vec::new();
+    for (name, locked) in &lock.plugins {
+        let path = project.installed_dir().join(format!("{name}.wasm"));
+        let problem = match std::fs::read(&path) {
+            Err(e) => Some(format!("{}: {e}", path.display())),
+            Ok(bytes) => {
+                let found = bl_core::Sha256Digest::of(&bytes).to_string();
+                (found != locked.component_sha256).then(|| {
+                    format!(
+                        "{} has {found}, but the lock pins {}",
+                        path.display(),
+                        locked.component_sha256
+                    )
+                })
+            }
+        };
+        let registry = registries
+            .entry(locked.registry.clone())
+            .or_insert_with(|| {
+                Registry::load(Path::new(&locked.registry), &trusted).map_err(|e| e.to_string())
+            });
+        let problem = problem.or_else(|| match registry {
+            // Offline from its registry, the pin still holds.
+            Err(_) => None,
+            Ok(registry) => {
+                let entry = registry
+                    .index
+                    .plugins
+                    .get(name)
+                    .and_then(|vs| vs.iter().find(|v| v.version == locked.version));
+                match (entry, registry.trust_of(name, &locked.version)) {
+                    (None, _) | (_, None) => None,
+                    (Some(v), _) if v.component_sha256 != locked.component_sha256 => Some(format!(
+                        "the registry now signs {} for {name}@{}, but the lock pins {}",
+                        v.component_sha256, locked.version, locked.component_sha256
+                    )),
+                    (_, Some(Trust::VerificationFailed { why })) => {
+                        Some(format!("its registry entry does not verify: {why}"))
+                    }
+                    (_, Some(Trust::UntrustedKey { key_id })) if !locked.allowed_unsigned => {
+                        Some(format!(
+                            "its publisher key {key_id} is no longer in {}",
+                            project.trust_path().display()
+                        ))
+                    }
+                    _ => None,
+                }
+            }
+        });
+        checked.push(Checked {
+            name: name.clone(),
+            version: locked.version.clone(),
+            trust: if problem.is_some() {
+                "VerificationFailed".into()
+            } else if locked.allowed_unsigned {
+                "NotSigned".into()
+            } else {
+                "Verified".into()
+            },
+            component_sha256: locked.component_sha256.clone(),
+            capabilities: locked.capabilities.clone(),
+            problem,
+        });
+    }
+    Ok(checked)
+}
+
+/// What `publish` is asked for.
+pub struct PublishRequest<'a> {
+    /// A plugin crate (it holds Cargo.toml) or a component (`.wasm`, with
+    /// its `.plugin.json` beside it).
+    pub plugin: &'a Path,
+    pub registry: &'a Path,
+    pub key: &'a Path,
+}
+
+/// Builds (when given a crate), signs and adds a plugin version to a
+/// registry directory (made when it does not exist).
+pub fn publish(request: &PublishRequest) -> AppResult<(String, bl_registry::Version)> {
+    let key = crate::keys::read_signing_key(request.key)?;
+    let (component, manifest, recipe) = if request.plugin.join("Cargo.toml").is_file() {
+        let toolchain = bl_pluginbuild::WasmToolchain::detect()
+            .map_err(|e| AppError::refused(e.to_string()))?;
+        let options = bl_pluginbuild::BuildOptions::beside(request.plugin)
+            .map_err(|e| AppError::refused(format!("{}: {e}", request.plugin.display())))?;
+        let built = match bl_pluginbuild::build(request.plugin, &toolchain, &options) {
+            Ok(bl_pluginbuild::Built::Plugin(built)) => built,
+            Ok(bl_pluginbuild::Built::PageModule(_)) => {
+                return Err(AppError::refused(format!(
+                    "{} is a page module, not a plugin; only plugins are published",
+                    request.plugin.display()
+                )));
+            }
+            Err(e) => {
+                return Err(AppError::refused(format!(
+                    "plugin build {}: {e}",
+                    request.plugin.display()
+                )));
+            }
+        };
+        let recipe = bl_registry::Recipe {
+            language: "rust".into(),
+            toolchain: format!("{} ({} wasm toolchain)", rustc_version(), toolchain.name()),
+            command: "bl plugin build .".into(),
+        };
+        (built.component_path, built.manifest, recipe)
+    } else {
+        let package = bl_plugins::PluginPackage::open(request.plugin)
+            .map_err(|e| AppError::refused(e.to_string()))?;
+        let manifest = package.manifest.clone().ok_or_else(|| {
+            AppError::refused(format!(
+                "{}: no manifest beside it ({}); write one with `bl plugin build`, or publish the plugin's crate directory",
+                request.plugin.display(),
+                request.plugin.with_extension("plugin.json").display()
+            ))
+        })?;
+        let recipe = bl_registry::Recipe {
+            language: "unknown".into(),
+            toolchain: "unknown".into(),
+            command: "unknown".into(),
+        };
+        (request.plugin.to_path_buf(), manifest, recipe)
+    };
+    let bytes = std::fs::read(&component)
+        .map_err(|e| AppError::refused(format!("{}: {e}", component.display())))?;
+    let version = bl_registry::Version {
+        version: manifest.version.clone(),
+        component_sha256: String::new(),
+        world: manifest.world.clone(),
+        wit_version: manifest
+            .wit_package
+            .rsplit_once('@')
+            .map(|(_, v)| v.to_string())
+            .unwrap_or_default(),
+        capabilities: manifest.capabilities.clone(),
+        source: bl_registry::Source {
+            repository: None,
+            commit: None,
+            digest: Some(manifest.source_digest.clone()),
+        },
+        recipe,
+        publisher_key_id: String::new(),
+        signature: None,
+    };
+    let version = bl_registry::publish(request.registry, &manifest.name, version, &bytes, &key)
+        .map_err(registry_error)?;
+    Ok((manifest.name, version))
+}
+
+fn rustc_version() -> String {
+    std::process::Command::new("rustc")
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "rustc (version unknown)".into())
+}
+
+/// One component found on the plugin path, for `bl plugin list`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    pub name: String,
+    pub path: PathBuf,
+    /// The directory whose component of the same name is used instead.
+    pub shadowed_by: Option<PathBuf>,
+    pub world: Option<String>,
+    /// The version its manifest declares, when the manifest is of these bytes.
+    pub version: Option<String>,
+    pub manifest_matches: Option<bool>,
+    pub component_digest: Option<String>,
+    pub capabilities: Vec<String>,
+    pub wit_package: Option<String>,
+    /// Verified or NotSigned as the lock pins it, VerificationFailed when
+    /// its bytes are not the pinned ones; `None` when no lock pins it.
+    pub trust: Option<String>,
+    /// Why it could not be read.
+    pub error: Option<String>,
+}
+
+/// Every component on the plugin path (the project's installed ones
+/// first), in order, with the search path as shown.
+pub fn list_plugins() -> (Vec<PathBuf>, Vec<Listed>) {
+    let host = crate::plugin_host::shared();
+    // Shown as the directories they are (`bin/../plugins` once).
+    let mut search: Vec<PathBuf> = Vec::new();
+    for dir in host.search_path() {
+        let dir = dir.canonicalize().unwrap_or(dir.clone());
+        if !search.contains(&dir) {
+            search.push(dir);
+        }
+    }
+    let pins = host.pins();
+    let mut found: Vec<Listed> = Vec::new();
+    for dir in &search {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut wasm: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
+            .collect();
+        wasm.sort();
+        for path in wasm {
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let shadowed_by = found
+                .iter()
+                .find(|l| l.name == name && l.shadowed_by.is_none())
+                .and_then(|l| l.path.parent().map(Path::to_path_buf));
+            let mut listed = Listed {
+                name,
+                path,
+                shadowed_by,
+                world: None,
+                version: None,
+                manifest_matches: None,
+                component_digest: None,
+                capabilities: Vec::new(),
+                wit_package: None,
+                trust: None,
+                error: None,
+            };
+            let read = bl_plugins::PluginPackage::open(&listed.path)
+                .map_err(|e| e.to_string())
+                .and_then(|package| {
+                    bl_pluginbuild::summarize(&package.bytes)
+                        .map(|summary| (summary, package.manifest))
+                        .map_err(|e| e.to_string())
+                });
+            match read {
+                Ok((summary, manifest)) => {
+                    let matches = manifest
+                        .as_ref()
+                        .map(|m| m.component_digest == summary.component_digest);
+                    listed.version = manifest
+                        .filter(|m| m.component_digest == summary.component_digest)
+                        .map(|m| m.version);
+                    listed.manifest_matches = matches;
+                    listed.trust = pins.get(&listed.name).map(|pin| {
+                        if pin.digest != summary.component_digest {
+                            "VerificationFailed".into()
+                        } else if pin.unsigned {
+                            "NotSigned".into()
+                        } else {
+                            "Verified".into()
+                        }
+                    });
+                    listed.world = summary.world;
+                    listed.component_digest = Some(summary.component_digest);
+                    listed.capabilities = summary.capabilities;
+                    listed.wit_package = summary.wit_package;
+                }
+                Err(why) => listed.error = Some(why),
+            }
+            found.push(listed);
+        }
+    }
+    (search, found)
+}
+
+/// A plugin read for `bl plugin inspect`: where it is, its summary, and
+/// its manifest (with whether the manifest is of these bytes).
+#[derive(Debug, Clone, Serialize)]
+pub struct Inspected {
+    pub path: PathBuf,
+    pub summary: bl_pluginbuild::ComponentSummary,
+    pub manifest: Option<PluginManifest>,
+    pub manifest_matches: Option<bool>,
+}
+
+/// Reads `plugin` (a path, or a name on the plugin path) for inspection.
+pub fn inspect(plugin: &str) -> AppResult<Inspected> {
+    let path = crate::plugin_host::shared()
+        .resolve(plugin)
+        .map_err(|e| AppError::refused(e.to_string()))?;
+    let package =
+        bl_plugins::PluginPackage::open(&path).map_err(|e| AppError::refused(e.to_string()))?;
+    let summary = bl_pluginbuild::summarize(&package.bytes)
+        .map_err(|e| AppError::refused(format!("{}: {e}", path.display())))?;
+    let manifest_matches = package
+        .manifest
+        .as_ref()
+        .map(|m| m.component_digest == summary.component_digest);
+    Ok(Inspected {
+        path,
+        summary,
+        manifest: package.manifest,
+        manifest_matches,
+    })
+}

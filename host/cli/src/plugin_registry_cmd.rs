@@ -1,0 +1,163 @@
+//! `bl plugin publish|search|install|verify|trust`: plugins from a registry.
+
+use std::path::PathBuf;
+
+use bl_app::plugin_registry::{self as registry, InstallRequest, Project, PublishRequest};
+use clap::Subcommand;
+use serde_json::json;
+
+use crate::exit::{CliResult, Exit};
+use crate::output::{answer, outln};
+
+#[derive(Subcommand)]
+pub enum RegistryCommand {
+    /// Build a plugin crate (or take a built component), sign it with your
+    /// key and add it to a registry directory.
+    Publish {
+        /// The plugin's crate directory, or a component with its .plugin.json.
+        dir: PathBuf,
+        #[arg(long)]
+        registry: PathBuf,
+        /// Your private key (`bl keys generate`).
+        #[arg(long)]
+        key: PathBuf,
+    },
+    /// Find plugins in a registry by name.
+    Search {
+        #[arg(default_value = "")]
+        text: String,
+        /// The registry (default: BL_REGISTRY, then the one shipped with bl).
+        #[arg(long)]
+        registry: Option<PathBuf>,
+    },
+    /// Install NAME[@REQ] into this project: verified, compiled, pinned in bl.lock.
+    Install {
+        plugin: String,
+        #[arg(long)]
+        registry: Option<PathBuf>,
+        /// Allow this one plugin to be unsigned or signed by an untrusted key.
+        #[arg(long, value_name = "NAME")]
+        allow_unsigned: Option<String>,
+        /// Grant a capability a new version asks for beyond what was granted.
+        #[arg(long = "grant", value_name = "CAPABILITY")]
+        grants: Vec<String>,
+    },
+    /// Re-check every installed plugin against bl.lock and its registry.
+    Verify,
+    /// Trust a publisher's verifier key (NAME.pub) in this project's bl.trust.
+    Trust { key: String },
+}
+
+pub fn run(cmd: RegistryCommand) -> CliResult {
+    let project = Project::current()?;
+    match cmd {
+        RegistryCommand::Publish { dir, registry, key } => {
+            let request = PublishRequest {
+                plugin: &dir,
+                registry: &registry,
+                key: &key,
+            };
+            let (name, v) = registry::publish(&request)?;
+            answer(
+                || json!({"published": name, "version": v, "registry": registry}),
+                || {
+                    format!(
+                        "published {name} {} ({}) to {}, signed by key {}",
+                        v.version,
+                        v.component_sha256,
+                        registry.display(),
+                        v.publisher_key_id
+                    )
+                },
+            );
+        }
+        RegistryCommand::Search { text, registry } => {
+            let dir = registry::registry_dir(registry.as_deref())?;
+            let found = registry::open_registry(&project, &dir)?.search(&text);
+            if crate::output::json() {
+                outln!("{}", json!({"registry": dir, "plugins": found}));
+                return Ok(Exit::Success);
+            }
+            let mut rows =
+                vec![["NAME", "VERSION", "WORLD", "TRUST", "CAPABILITIES"].map(String::from)];
+            for h in found {
+                let caps = h.capabilities.join(",");
+                rows.push([h.name, h.version, h.world, h.trust.into(), caps]);
+            }
+            for line in crate::output::table_lines(&rows) {
+                outln!("{line}");
+            }
+        }
+        RegistryCommand::Install {
+            plugin,
+            registry,
+            allow_unsigned,
+            grants,
+        } => {
+            let (name, wanted) = registry::parse_wanted(&plugin);
+            let dir = registry::registry_dir(registry.as_deref())?;
+            let request = InstallRequest {
+                registry: &dir,
+                name,
+                wanted,
+                allow_unsigned: allow_unsigned.as_deref(),
+                grants: &grants,
+            };
+            let done = registry::install(&project, &request)?;
+            answer(
+                || json!(done),
+                || {
+                    format!(
+                        "installed {} {} ({}, {}) into {}; pinned in {}",
+                        done.name,
+                        done.locked.version,
+                        done.locked.trust,
+                        done.locked.component_sha256,
+                        done.path.display(),
+                        done.lock.display()
+                    )
+                },
+            );
+        }
+        RegistryCommand::Verify => {
+            let checked = registry::verify(&project)?;
+            let failed = checked.iter().filter(|c| c.problem.is_some()).count();
+            if crate::output::json() {
+                outln!(
+                    "{}",
+                    json!({"lock": project.lock_path(), "plugins": checked, "failed": failed})
+                );
+            } else {
+                for c in &checked {
+                    outln!(
+                        "{} {}: {} {}{}",
+                        c.name,
+                        c.version,
+                        c.trust,
+                        c.component_sha256,
+                        c.problem
+                            .as_deref()
+                            .map(|p| format!(" — {p}"))
+                            .unwrap_or_default()
+                    );
+                }
+                outln!(
+                    "{} plugin(s) in {}, {failed} failed",
+                    checked.len(),
+                    project.lock_path().display()
+                );
+            }
+            return Ok(if failed == 0 { Exit::Success } else { Exit::No });
+        }
+        RegistryCommand::Trust { key } => {
+            let key = bl_app::keys::read_verifier_key(&key)?;
+            let added = project.trust(&key)?;
+            let (name, file) = (key.name(), project.trust_path());
+            answer(
+                || json!({"trusted": name, "added": added, "trust_file": file}),
+                || format!("{name} is trusted in {} (added: {added})", file.display()),
+            );
+        }
+    }
+    Ok(Exit::Success)
+}
