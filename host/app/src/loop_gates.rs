@@ -553,8 +553,11 @@ impl LoopGate {
             } => match self.plugins.check(plugin, ws, config) {
                 Ok(inv) => {
                     let v = inv.value;
-                    let findings: Vec<Ordered> =
-                        v.findings.iter().map(|f| f.message.clone().into()).collect();
+                    let findings: Vec<Ordered> = v
+                        .findings
+                        .iter()
+                        .map(|f| f.message.clone().into())
+                        .collect();
                     Judgement {
                         outcome: if v.passed {
                             Outcome::Pass

@@ -553,6 +553,7 @@ pub fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn version(v: &str) -> Version {
         Version {
@@ -616,7 +617,7 @@ mod tests {
         ));
         let v = registry.resolve("files", "^1").unwrap();
         assert_eq!(registry.component("files", v).unwrap(), b"one-two");
-        assert_eq!(registry.search("fil")[0]["trust"], "Verified");
+        assert_eq!(registry.search("fil")[0].trust, "Verified");
         // Another key is not trusted; no key at all trusts nothing.
         let stranger = SigningKey::generate("stranger").unwrap();
         let untrusted = Registry::load(root.path(), &[stranger.verifier()]).unwrap();

@@ -16,12 +16,12 @@ use serde_json::{Value, json};
 
 /// A graph case in a temporary directory: its manifest, connections,
 /// recorded replies and prompts, and the runs made from them.
-struct Case {
+pub(crate) struct Case {
     dir: tempfile::TempDir,
 }
 
 impl Case {
-    fn new() -> Case {
+    pub(crate) fn new() -> Case {
         let dir = tempfile::tempdir().unwrap();
         // The caged user (nobody) must be able to reach attempt workspaces.
         std::fs::set_permissions(
@@ -32,11 +32,11 @@ impl Case {
         Case { dir }
     }
 
-    fn path(&self, rel: &str) -> PathBuf {
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
 
-    fn write(&self, name: &str, value: &Value) {
+    pub(crate) fn write(&self, name: &str, value: &Value) {
         let path = self.path(name);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, serde_json::to_string_pretty(value).unwrap()).unwrap();
@@ -50,7 +50,7 @@ impl Case {
         self.write(name, &v);
     }
 
-    fn bl(&self, args: &[&str]) -> Output {
+    pub(crate) fn bl(&self, args: &[&str]) -> Output {
         Command::new(bl_binary())
             .args(args)
             .current_dir(self.dir.path())
@@ -60,7 +60,7 @@ impl Case {
     }
 
     /// `graph run --execute graph.json` with the case's files, into `out`.
-    fn run(&self, out: &str, extra: &[&str]) -> Output {
+    pub(crate) fn run(&self, out: &str, extra: &[&str]) -> Output {
         let mut args = vec![
             "graph",
             "run",
@@ -79,7 +79,7 @@ impl Case {
         self.bl(&args)
     }
 
-    fn events(&self, out: &str) -> Vec<Value> {
+    pub(crate) fn events(&self, out: &str) -> Vec<Value> {
         std::fs::read_to_string(self.path(out).join(RunDir::EVENTS))
             .unwrap()
             .lines()
@@ -88,7 +88,7 @@ impl Case {
     }
 
     /// The payload of `node`'s last event of `kind`.
-    fn event(&self, out: &str, node: &str, kind: &str) -> Option<Value> {
+    pub(crate) fn event(&self, out: &str, node: &str, kind: &str) -> Option<Value> {
         self.events(out)
             .into_iter()
             .rev()
@@ -116,7 +116,7 @@ impl Case {
     }
 }
 
-fn text(out: &Output) -> String {
+pub(crate) fn text(out: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -125,7 +125,7 @@ fn text(out: &Output) -> String {
 }
 
 /// A node with the given kind and fields, in the workspace_only tier.
-fn node(id: &str, kind: &str, fields: Value) -> Value {
+pub(crate) fn node(id: &str, kind: &str, fields: Value) -> Value {
     let mut n = json!({
         "id": id, "kind": kind, "inputs": {}, "outputs": {},
         "budget": {"max_attempts": 1, "max_wallclock_s": 120},
@@ -138,7 +138,7 @@ fn node(id: &str, kind: &str, fields: Value) -> Value {
 }
 
 /// A connector node on its own slot (named after it), publishing `outputs`.
-fn agent(id: &str, fields: Value) -> Value {
+pub(crate) fn agent(id: &str, fields: Value) -> Value {
     let mut n = node(id, "research_claim", fields);
     n["connection_slot"] = json!(format!("slot-{id}"));
     n
@@ -150,7 +150,7 @@ fn edge(from: &str, from_port: &str, to: &str, to_port: &str) -> Value {
 
 /// A graph using the artifact-ports extension, with a slot (and a recorded
 /// connection) for every connector node.
-fn graph(case: &Case, nodes: Vec<Value>, edges: Vec<Value>, fail_mode: &str) {
+pub(crate) fn graph(case: &Case, nodes: Vec<Value>, edges: Vec<Value>, fail_mode: &str) {
     let slots = bl_e2e::slots_of(&nodes);
     let connections: Vec<Value> = slots
         .iter()
@@ -195,9 +195,9 @@ fn case_nodes(case: &Case) -> Vec<String> {
 }
 
 /// One recorded reply: (node, reply, the files it writes as (path, content)).
-type Reply<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+pub(crate) type Reply<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
 
-fn replies(case: &Case, entries: &[Reply]) {
+pub(crate) fn replies(case: &Case, entries: &[Reply]) {
     let list: Vec<Value> = entries
         .iter()
         .map(|(node, reply, files)| {

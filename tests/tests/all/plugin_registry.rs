@@ -1,0 +1,567 @@
+//! The plugin registry, end to end with the real `bl`: a third party's
+//! plugin published to a registry directory, installed into a fresh
+//! project only when its signature and digest hold, pinned in `bl.lock`,
+//! and used by a loop and by a graph run; and every way a registry can be
+//! wrong refused with its own error, leaving nothing installed or cached.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use bl_e2e::{bl_binary, plugin_dir, repo_root};
+use serde_json::{Value, json};
+
+use crate::graph_artifacts::{Case, agent, graph, replies, text};
+
+/// `bl ARGS` in `project`, with its own compiled-component cache.
+fn bl_in(project: &Path, cache: &Path, args: &[&str]) -> Output {
+    Command::new(bl_binary())
+        .args(args)
+        .current_dir(project)
+        .env("BL_PLUGIN_PATH", plugin_dir())
+        .env("BL_CACHE_DIR", cache)
+        .env_remove("BL_REGISTRY")
+        .output()
+        .unwrap()
+}
+
+/// A publisher's key pair, as `bl keys generate` writes it: (private, public).
+fn keys(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let private = dir.join(format!("{name}.key"));
+    let out = Command::new(bl_binary())
+        .args(["keys", "generate", "--name", name, "--out"])
+        .arg(&private)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    (private.clone(), private.with_extension("pub"))
+}
+
+/// A first-party component renamed `name` at `version`, with its manifest
+/// saying so and asking for `capabilities`, ready to publish.
+fn staged(dir: &Path, from: &str, name: &str, version: &str, capabilities: &[&str]) -> PathBuf {
+    let stage = dir.join(format!("stage-{name}-{version}"));
+    std::fs::create_dir_all(&stage).unwrap();
+    let component = stage.join(format!("{name}.wasm"));
+    std::fs::copy(plugin_dir().join(format!("{from}.wasm")), &component).unwrap();
+    let mut manifest: Value = serde_json::from_slice(
+        &std::fs::read(plugin_dir().join(format!("{from}.plugin.json"))).unwrap(),
+    )
+    .unwrap();
+    manifest["name"] = json!(name);
+    manifest["version"] = json!(version);
+    manifest["capabilities"] = json!(capabilities);
+    std::fs::write(
+        component.with_extension("plugin.json"),
+        manifest.to_string(),
+    )
+    .unwrap();
+    component
+}
+
+fn publish(dir: &Path, what: &Path, registry: &Path, key: &Path) {
+    let out = bl_in(
+        dir,
+        &dir.join("cache"),
+        &[
+            "plugin",
+            "publish",
+            what.to_str().unwrap(),
+            "--registry",
+            registry.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// Changes `registry/index.json`.
+fn edit_index(registry: &Path, change: impl FnOnce(&mut Value)) {
+    let path = registry.join("index.json");
+    let mut index: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    change(&mut index);
+    std::fs::write(&path, serde_json::to_string_pretty(&index).unwrap()).unwrap();
+}
+
+/// Files in `dir` and under it (none when it does not exist).
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// A node gated by `plugin`, writing a report of `words` words.
+fn gated_graph(case: &Case, plugin: &str, words: &str) {
+    let gate = json!({"plugin": plugin, "config": {"file": "workspace/report.md", "min_words": 3}});
+    graph(
+        case,
+        vec![agent("writer", json!({"gate": gate}))],
+        vec![],
+        "continue_declared",
+    );
+    replies(
+        case,
+        &[("writer", "wrote it", &[("workspace/report.md", words)])],
+    );
+}
+
+#[test]
+fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_graph() {
+    let publisher = tempfile::tempdir().unwrap();
+    let (key, public) = keys(publisher.path(), "acme");
+    let registry = publisher.path().join("registry");
+    publish(
+        publisher.path(),
+        &repo_root().join("examples/plugins/word-count"),
+        &registry,
+        &key,
+    );
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(registry.join("index.json")).unwrap()).unwrap();
+    let entry = &index["plugins"]["word-count"][0];
+    assert_eq!(entry["recipe"]["language"], "rust", "{entry}");
+    assert!(
+        entry["source"]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    let signed = entry["component_sha256"].as_str().unwrap().to_string();
+
+    // A fresh project: the publisher's key is not trusted yet.
+    let case = Case::new();
+    let project = case.path("");
+    let cache = case.path("cache");
+    let install = |extra: &[&str]| {
+        let mut args = vec!["plugin", "install", "word-count@^0.1", "--registry"];
+        args.push(registry.to_str().unwrap());
+        args.extend(extra);
+        bl_in(&project, &cache, &args)
+    };
+    let refused = install(&[]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    let said = text(&refused);
+    assert!(
+        said.contains("UntrustedKey") && said.contains("bl plugin trust"),
+        "{said}"
+    );
+    assert!(!case.path("bl.lock").exists() && files_in(&case.path(".bl")).is_empty());
+
+    let trusted = bl_in(
+        &project,
+        &cache,
+        &["plugin", "trust", public.to_str().unwrap()],
+    );
+    assert!(trusted.status.success(), "{}", text(&trusted));
+    let installed = install(&["--json"]);
+    assert!(installed.status.success(), "{}", text(&installed));
+    let lock: Value =
+        serde_json::from_slice(&std::fs::read(case.path("bl.lock")).unwrap()).unwrap();
+    let pin = &lock["plugins"]["word-count"];
+    assert_eq!(pin["component_sha256"], signed.as_str(), "{lock}");
+    assert_eq!(pin["trust"], "Verified");
+    assert_eq!(pin["version"], "0.1.0");
+    // Compiled at install, so the first run does not pay for it.
+    assert!(
+        !files_in(&cache).is_empty(),
+        "the component was precompiled"
+    );
+
+    let listed = bl_in(&project, &cache, &["plugin", "list", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let first = &listed["plugins"][0];
+    assert_eq!(
+        (first["name"].as_str(), first["trust"].as_str()),
+        (Some("word-count"), Some("Verified")),
+        "the project's plugins come first: {listed}"
+    );
+
+    // A graph run uses it and records its digest.
+    gated_graph(&case, "word-count", "one two three four");
+    let run = case.run("run-1", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let done = case.event("run-1", "writer", "node.succeeded").unwrap();
+    assert_eq!(done["plugins"][0]["plugin"], "word-count", "{done}");
+    assert_eq!(done["plugins"][0]["component_digest"], signed.as_str());
+    assert!(done["plugins"][0].get("unsigned").is_none(), "{done}");
+
+    // A loop uses it too (gate.kind: plugin), and its ledger names the digest.
+    let package = case.path("loops/wc");
+    std::fs::create_dir_all(package.join("cassettes")).unwrap();
+    std::fs::create_dir_all(package.join("seed")).unwrap();
+    std::fs::write(package.join("seed/notes.md"), "one\n").unwrap();
+    std::fs::write(package.join("PROMPT.md"), "Write at least five words.\n").unwrap();
+    std::fs::write(
+        package.join("loop.yaml"),
+        "name: wc\ndescription: Five words in notes.md.\npattern: evaluator-optimizer\nrole: [docs]\nrung: L1\nspec: PROMPT.md\nrunner:\n  default: stub\ngate:\n  kind: plugin\n  plugin: word-count\n  config: {file: seed/notes.md, min_words: 5}\nbounds: bounds.yaml\n",
+    )
+    .unwrap();
+    std::fs::write(package.join("bounds.yaml"), "max_iterations: 3\n").unwrap();
+    let lap = |n: u32, words: &str| {
+        json!({"lap": n, "agent_output": "wrote", "agent_claimed_done": true, "changed": true, "tokens": 10,
+               "actions": [{"type": "write_file", "path": "seed/notes.md", "content": words}]})
+    };
+    std::fs::write(
+        package.join("cassettes/default.json"),
+        json!({"version": 1, "loop": "wc", "interactions": [lap(1, "one two"), lap(2, "one two three four five")]})
+            .to_string(),
+    )
+    .unwrap();
+    let looped = bl_in(
+        &project,
+        &cache,
+        &["run", "loops/wc", "--yes", "--run-id", "wc-1", "--json"],
+    );
+    assert_eq!(looped.status.code(), Some(0), "{}", text(&looped));
+    let ledger =
+        std::fs::read_to_string(package.join(".bounded-loops/runs/wc-1/ledger.jsonl")).unwrap();
+    let laps: Vec<Value> = ledger
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        laps.len(),
+        2,
+        "the gate rejected lap 1 and passed lap 2: {ledger}"
+    );
+    assert_eq!(laps[0]["verdict"]["passed"], false);
+    assert_eq!(laps[1]["gate"]["component"], signed.as_str(), "{ledger}");
+    assert_eq!(laps[1]["gate"]["source"], "plugin");
+
+    // The installed bytes changed: every run refuses, naming both digests,
+    // and verify says so.
+    let installed_at = case.path(".bl/plugins/word-count.wasm");
+    let mut bytes = std::fs::read(&installed_at).unwrap();
+    bytes.extend_from_slice(b"\0");
+    std::fs::write(&installed_at, &bytes).unwrap();
+    let run = case.run("run-2", &[]);
+    assert_ne!(run.status.code(), Some(0), "{}", text(&run));
+    let said = text(&run);
+    assert!(
+        said.contains(&signed) && said.contains("bl.lock pins"),
+        "{said}"
+    );
+    let verify = bl_in(&project, &cache, &["plugin", "verify"]);
+    assert_eq!(verify.status.code(), Some(1), "{}", text(&verify));
+    assert!(
+        text(&verify).contains("VerificationFailed"),
+        "{}",
+        text(&verify)
+    );
+    let looped = bl_in(&project, &cache, &["run", "loops/wc", "--yes", "--json"]);
+    assert_ne!(looped.status.code(), Some(0), "{}", text(&looped));
+    assert!(text(&looped).contains("pins"), "{}", text(&looped));
+
+    // Installing again restores the pinned bytes.
+    assert!(install(&[]).status.success());
+    let verify = bl_in(&project, &cache, &["plugin", "verify"]);
+    assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));
+}
+
+#[test]
+fn every_wrong_registry_is_refused_with_its_own_error_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = keys(dir.path(), "acme");
+    let (stranger, _) = keys(dir.path(), "stranger");
+    let registry = dir.path().join("registry");
+    publish(
+        dir.path(),
+        &staged(dir.path(), "files", "mygate", "1.0.0", &[]),
+        &registry,
+        &key,
+    );
+
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let cache = dir.path().join("project-cache");
+    let trust = bl_in(
+        &project,
+        &cache,
+        &["plugin", "trust", public.to_str().unwrap()],
+    );
+    assert!(trust.status.success(), "{}", text(&trust));
+    let install_from = |registry: &Path, wanted: &str, extra: &[&str]| {
+        let mut args = vec![
+            "plugin",
+            "install",
+            wanted,
+            "--registry",
+            registry.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        bl_in(&project, &cache, &args)
+    };
+    // Each refusal: exit 2, its own words, and nothing installed, locked or compiled.
+    let refused = |registry: &Path, wanted: &str, extra: &[&str], says: &[&str]| {
+        let out = install_from(registry, wanted, extra);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{said}");
+        for words in says {
+            assert!(said.contains(words), "expected {words:?} in: {said}");
+        }
+        assert!(
+            files_in(&project.join(".bl")).is_empty(),
+            "nothing installed: {said}"
+        );
+        assert!(files_in(&cache).is_empty(), "nothing compiled: {said}");
+        assert!(!project.join("bl.lock").exists(), "nothing locked: {said}");
+    };
+    // A copy of the good registry, damaged by `damage`.
+    let copy = |name: &str, damage: &dyn Fn(&Path)| {
+        let to = dir.path().join(name);
+        let status = Command::new("cp")
+            .arg("-r")
+            .arg(&registry)
+            .arg(&to)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        damage(&to);
+        to
+    };
+    let component = |root: &Path| root.join("plugins/mygate/1.0.0/mygate.wasm");
+
+    let tampered = copy("tampered", &|r| {
+        let mut bytes = std::fs::read(component(r)).unwrap();
+        bytes[100] ^= 1;
+        std::fs::write(component(r), bytes).unwrap();
+    });
+    refused(
+        &tampered,
+        "mygate",
+        &[],
+        &["the component's sha256 is", "the signed index says"],
+    );
+
+    let edited = copy("edited", &|r| {
+        edit_index(r, |i| {
+            i["plugins"]["mygate"][0]["capabilities"] = json!(["command"])
+        });
+    });
+    refused(
+        &edited,
+        "mygate",
+        &[],
+        &["VerificationFailed", "changed after signing"],
+    );
+    // Allowing it unsigned does not let a failed signature through.
+    refused(
+        &edited,
+        "mygate",
+        &["--allow-unsigned", "mygate"],
+        &["VerificationFailed"],
+    );
+
+    let truncated = copy("truncated", &|r| {
+        edit_index(r, |i| {
+            let cut = i["plugins"]["mygate"][0]["signature"].as_str().unwrap()[..40].to_string();
+            i["plugins"]["mygate"][0]["signature"] = json!(cut);
+        });
+    });
+    refused(&truncated, "mygate", &[], &["VerificationFailed", "not 64"]);
+
+    let foreign = dir.path().join("foreign");
+    publish(
+        dir.path(),
+        &staged(dir.path(), "files", "mygate", "1.0.0", &[]),
+        &foreign,
+        &stranger,
+    );
+    refused(
+        &foreign,
+        "mygate",
+        &[],
+        &["UntrustedKey", "--allow-unsigned mygate"],
+    );
+
+    let traversal = copy("traversal", &|r| {
+        edit_index(r, |i| {
+            let entry = i["plugins"]["mygate"].clone();
+            i["plugins"]["../evil"] = entry;
+        });
+    });
+    refused(
+        &traversal,
+        "mygate",
+        &[],
+        &["/plugins/../evil", "never a path"],
+    );
+    refused(&registry, "../evil", &[], &["is not a plugin name"]);
+
+    let linked = copy("linked", &|r| {
+        let real = r.join("real.wasm");
+        std::fs::rename(component(r), &real).unwrap();
+        std::os::unix::fs::symlink(&real, component(r)).unwrap();
+    });
+    refused(&linked, "mygate", &[], &["is a symlink"]);
+
+    let oversized = copy("oversized", &|r| {
+        let mut text = std::fs::read_to_string(r.join("index.json")).unwrap();
+        text.push_str(&" ".repeat(4 * 1024 * 1024));
+        std::fs::write(r.join("index.json"), text).unwrap();
+    });
+    refused(&oversized, "mygate", &[], &["over the 4194304-byte cap"]);
+
+    // A component importing more than its signed entry asks for.
+    let lying = dir.path().join("lying");
+    publish(
+        dir.path(),
+        &staged(dir.path(), "command", "mygate", "1.0.0", &[]),
+        &lying,
+        &key,
+    );
+    refused(
+        &lying,
+        "mygate",
+        &[],
+        &["imports command", "asks only for []"],
+    );
+
+    // A new version asking for more than the lock granted needs the grant again.
+    let ok = install_from(&registry, "mygate", &[]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    let lock_before = std::fs::read(project.join("bl.lock")).unwrap();
+    let installed_before = std::fs::read(project.join(".bl/plugins/mygate.wasm")).unwrap();
+    publish(
+        dir.path(),
+        &staged(dir.path(), "command", "mygate", "1.1.0", &["command"]),
+        &registry,
+        &key,
+    );
+    let more = install_from(&registry, "mygate@^1", &[]);
+    assert_eq!(more.status.code(), Some(2), "{}", text(&more));
+    let said = text(&more);
+    assert!(
+        said.contains("asks for command") && said.contains("--grant command"),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read(project.join("bl.lock")).unwrap(),
+        lock_before,
+        "lock unchanged"
+    );
+    assert_eq!(
+        std::fs::read(project.join(".bl/plugins/mygate.wasm")).unwrap(),
+        installed_before,
+        "the installed version stays"
+    );
+    let granted = install_from(&registry, "mygate@^1", &["--grant", "command", "--json"]);
+    assert!(granted.status.success(), "{}", text(&granted));
+    let lock: Value =
+        serde_json::from_slice(&std::fs::read(project.join("bl.lock")).unwrap()).unwrap();
+    assert_eq!(lock["plugins"]["mygate"]["version"], "1.1.0");
+    assert_eq!(lock["plugins"]["mygate"]["granted"], json!(["command"]));
+}
+
+#[test]
+fn versions_resolve_by_semver_and_an_unsigned_one_runs_only_when_allowed_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = keys(dir.path(), "acme");
+    let registry = dir.path().join("registry");
+    for version in ["1.0.0", "1.2.0", "2.0.0"] {
+        publish(
+            dir.path(),
+            &staged(dir.path(), "files", "mygate", version, &[]),
+            &registry,
+            &key,
+        );
+    }
+    let case = Case::new();
+    let project = case.path("");
+    let cache = case.path("cache");
+    let reg = registry.to_str().unwrap();
+    assert!(
+        bl_in(
+            &project,
+            &cache,
+            &["plugin", "trust", public.to_str().unwrap()]
+        )
+        .status
+        .success()
+    );
+    let installed = |wanted: &str, extra: &[&str]| -> Result<String, String> {
+        let mut args = vec!["plugin", "install", wanted, "--registry", reg, "--json"];
+        args.extend(extra);
+        let out = bl_in(&project, &cache, &args);
+        if !out.status.success() {
+            return Err(text(&out));
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        Ok(v["locked"]["version"].as_str().unwrap().to_string())
+    };
+    assert_eq!(installed("mygate@^1", &[]).unwrap(), "1.2.0");
+    assert_eq!(installed("mygate@=1.0.0", &[]).unwrap(), "1.0.0");
+    assert_eq!(installed("mygate", &[]).unwrap(), "2.0.0");
+    assert_eq!(installed("mygate@~1.2", &[]).unwrap(), "1.2.0");
+    let none = installed("mygate@^3", &[]).unwrap_err();
+    assert!(none.contains("usable: 1.0.0, 1.2.0, 2.0.0"), "{none}");
+    assert!(
+        installed("mygate@not-a-version", &[])
+            .unwrap_err()
+            .contains("not a version requirement")
+    );
+
+    // An unsigned version: refused, unless the operator names it.
+    publish(
+        dir.path(),
+        &staged(dir.path(), "files", "mygate", "2.1.0", &[]),
+        &registry,
+        &key,
+    );
+    edit_index(&registry, |i| {
+        let versions = i["plugins"]["mygate"].as_array_mut().unwrap();
+        versions
+            .last_mut()
+            .unwrap()
+            .as_object_mut()
+            .unwrap()
+            .remove("signature");
+    });
+    let unsigned = installed("mygate@=2.1.0", &[]).unwrap_err();
+    assert!(unsigned.contains("2.1.0 is NotSigned"), "{unsigned}");
+    let other = installed("mygate@=2.1.0", &["--allow-unsigned", "other"]).unwrap_err();
+    assert!(other.contains("it allows one plugin, by name"), "{other}");
+    assert_eq!(
+        installed("mygate@=2.1.0", &["--allow-unsigned", "mygate"]).unwrap(),
+        "2.1.0"
+    );
+    let lock: Value =
+        serde_json::from_slice(&std::fs::read(case.path("bl.lock")).unwrap()).unwrap();
+    assert_eq!(lock["plugins"]["mygate"]["trust"], "NotSigned");
+    assert_eq!(lock["plugins"]["mygate"]["allowed_unsigned"], true);
+
+    // A run that uses it records that it was unsigned.
+    let gate = json!({"plugin": "mygate", "config": {"required": ["workspace/report.md"]}});
+    graph(
+        &case,
+        vec![agent("writer", json!({"gate": gate}))],
+        vec![],
+        "continue_declared",
+    );
+    replies(
+        &case,
+        &[("writer", "wrote it", &[("workspace/report.md", "done\n")])],
+    );
+    let run = case.run("run-1", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let done = case.event("run-1", "writer", "node.succeeded").unwrap();
+    assert_eq!(done["plugins"][0]["unsigned"], true, "{done}");
+    let listed = bl_in(&project, &cache, &["plugin", "list"]);
+    assert!(
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .any(|l| l.starts_with("mygate") && l.contains("NotSigned")),
+        "{}",
+        text(&listed)
+    );
+}
