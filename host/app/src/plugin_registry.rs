@@ -28,6 +28,9 @@ pub const LOCK_FORMAT: &str = "bl-lock/1";
 pub const TRUST: &str = "bl.trust";
 /// Where a project's installed components are, under the project.
 pub const INSTALLED: &str = ".bl/plugins";
+/// The bl project's publisher key, which signs the first-party plugins in
+/// the registry shipped with bl: trusted like bl itself.
+pub const PROJECT_KEY: &str = include_str!("../../../registry/bl-project.pub");
 
 /// One plugin as the lock pins it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,8 +152,13 @@ impl Project {
             .collect())
     }
 
-    /// The publisher keys this project trusts.
+    /// The publisher keys this project trusts: bl's own, and its trust file's.
     pub fn trusted(&self) -> AppResult<Vec<VerifierKey>> {
+        let own = VerifierKey::parse(PROJECT_KEY.trim()).expect("bl's project key parses");
+        Ok(std::iter::once(own).chain(self.trust_file()?).collect())
+    }
+
+    fn trust_file(&self) -> AppResult<Vec<VerifierKey>> {
         let path = self.trust_path();
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
@@ -500,28 +508,11 @@ pub struct PublishRequest<'a> {
 pub fn publish(request: &PublishRequest) -> AppResult<(String, bl_registry::Version)> {
     let key = crate::keys::read_signing_key(request.key)?;
     let (component, manifest, recipe) = if request.plugin.join("Cargo.toml").is_file() {
-        let toolchain = bl_pluginbuild::WasmToolchain::detect()
-            .map_err(|e| AppError::refused(e.to_string()))?;
-        let options = bl_pluginbuild::BuildOptions::beside(request.plugin)
-            .map_err(|e| AppError::refused(format!("{}: {e}", request.plugin.display())))?;
-        let built = match bl_pluginbuild::build(request.plugin, &toolchain, &options) {
-            Ok(bl_pluginbuild::Built::Plugin(built)) => built,
-            Ok(bl_pluginbuild::Built::PageModule(_)) => {
-                return Err(AppError::refused(format!(
-                    "{} is a page module, not a plugin; only plugins are published",
-                    request.plugin.display()
-                )));
-            }
-            Err(e) => {
-                return Err(AppError::refused(format!(
-                    "plugin build {}: {e}",
-                    request.plugin.display()
-                )));
-            }
-        };
+        let (built, toolchain) =
+            crate::plugin_scaffold::build_plugin(request.plugin, None, None, false)?;
         let recipe = bl_registry::Recipe {
             language: "rust".into(),
-            toolchain: format!("{} ({} wasm toolchain)", rustc_version(), toolchain.name()),
+            toolchain: format!("{} ({toolchain} wasm toolchain)", rustc_version()),
             command: "bl plugin build .".into(),
         };
         (built.component_path, built.manifest, recipe)
@@ -711,4 +702,138 @@ pub fn inspect(plugin: &str) -> AppResult<Inspected> {
         manifest: package.manifest,
         manifest_matches,
     })
+}
+
+/// What `rebuild` is asked for.
+pub struct RebuildRequest<'a> {
+    pub name: &'a str,
+    /// The plugin's source: the crate directory its recipe builds.
+    pub source: &'a Path,
+    pub registry: &'a Path,
+    /// The version to rebuild: the locked one by default, else the highest
+    /// that verifies.
+    pub version: Option<&'a str>,
+    /// Cargo's target directory (default: a fresh one, so nothing built
+    /// before takes part).
+    pub target_dir: Option<&'a Path>,
+}
+
+/// A rebuild, compared with what was signed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rebuilt {
+    pub name: String,
+    pub version: String,
+    pub signed: String,
+    pub built: String,
+    pub reproduced: bool,
+    pub recipe: bl_registry::Recipe,
+}
+
+/// Follows a published version's recipe from `source`, in a fresh target
+/// directory, and compares the component's digest with the signed one.
+/// Source that is not what was published is refused before building.
+pub fn rebuild(project: &Project, request: &RebuildRequest) -> AppResult<Rebuilt> {
+    let name = request.name;
+    let registry = open_registry(project, request.registry)?;
+    let wanted = match request.version {
+        Some(v) => format!("={v}"),
+        None => project
+            .lock()?
+            .plugins
+            .get(name)
+            .map_or_else(|| "*".to_string(), |l| format!("={}", l.version)),
+    };
+    let version = registry
+        .resolve_among(name, &wanted, |t| {
+            !matches!(t, Trust::VerificationFailed { .. })
+        })
+        .map_err(registry_error)?;
+    if version.recipe.language != "rust" {
+        return Err(AppError::refused(format!(
+            "{name}@{}: its recipe is in {}; bl rebuilds Rust plugins (its recipe says: {})",
+            version.version, version.recipe.language, version.recipe.command
+        )));
+    }
+    let failed = |e: bl_pluginbuild::BuildError| {
+        AppError::refused(format!("rebuild {}: {e}", request.source.display()))
+    };
+    let source = bl_pluginbuild::source_digest(request.source).map_err(failed)?;
+    if version.source.digest.as_deref() != Some(source.digest.as_str()) {
+        return Err(AppError::refused(format!(
+            "{} has source {}, but {name}@{} was published from {}; check out the source it was built from",
+            request.source.display(),
+            source.digest,
+            version.version,
+            version
+                .source
+                .digest
+                .as_deref()
+                .unwrap_or("a source with no digest")
+        )));
+    }
+    let scratch = tempfile::tempdir()
+        .map_err(|e| AppError::refused(format!("a scratch directory for the build: {e}")))?;
+    let target = request
+        .target_dir
+        .map_or_else(|| scratch.path().join("target"), Path::to_path_buf);
+    let (built, _) = crate::plugin_scaffold::build_plugin(
+        request.source,
+        Some(scratch.path().join("out")),
+        Some(target),
+        true,
+    )?;
+    let built = built.manifest.component_digest;
+    Ok(Rebuilt {
+        name: name.to_string(),
+        version: version.version.clone(),
+        reproduced: built == version.component_sha256,
+        signed: version.component_sha256.clone(),
+        built,
+        recipe: version.recipe.clone(),
+    })
+}
+
+impl std::fmt::Display for Installed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let l = &self.locked;
+        write!(
+            f,
+            "installed {} {} ({}, {}) into {}; pinned in {}",
+            self.name,
+            l.version,
+            l.trust,
+            l.component_sha256,
+            self.path.display(),
+            self.lock.display()
+        )
+    }
+}
+
+impl std::fmt::Display for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {} {}",
+            self.name, self.version, self.trust, self.component_sha256
+        )?;
+        match &self.problem {
+            Some(problem) => write!(f, " — {problem}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Display for Rebuilt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verdict = if self.reproduced {
+            "reproduced"
+        } else {
+            "DIFFERS"
+        };
+        write!(
+            f,
+            "{verdict}: {} {} built {}, signed {}",
+            self.name, self.version, self.built, self.signed
+        )
+    }
 }

@@ -1,10 +1,51 @@
 //! A new plugin crate (`bl plugin new`) that builds and runs as it is: a
 //! gate, transform, completion contract or publication policy against the
-//! SDK, with its config schema.
+//! SDK, with its config schema; and building a plugin crate with this
+//! machine's wasm toolchain (`bl plugin build`, publish, rebuild).
 
 use std::path::{Path, PathBuf};
 
 use crate::error::AppError;
+
+/// Builds the plugin crate at `dir` (into `out` and `target_dir`, by
+/// default `target/plugins` and `target/wasm` under its cargo workspace),
+/// with the toolchain's name.
+pub fn build(
+    dir: &Path,
+    out: Option<PathBuf>,
+    target_dir: Option<PathBuf>,
+    force: bool,
+) -> Result<(bl_pluginbuild::Built, &'static str), AppError> {
+    let toolchain =
+        bl_pluginbuild::WasmToolchain::detect().map_err(|e| AppError::refused(e.to_string()))?;
+    let refused = |e: bl_pluginbuild::BuildError| {
+        AppError::refused(format!("plugin build {}: {e}", dir.display()))
+    };
+    let defaults = bl_pluginbuild::BuildOptions::beside(dir).map_err(refused)?;
+    let options = bl_pluginbuild::BuildOptions {
+        out_dir: out.unwrap_or(defaults.out_dir),
+        target_dir: target_dir.unwrap_or(defaults.target_dir),
+        force,
+    };
+    let built = bl_pluginbuild::build(dir, &toolchain, &options).map_err(refused)?;
+    Ok((built, toolchain.name()))
+}
+
+/// Builds a plugin crate that must be a plugin (not a page module).
+pub fn build_plugin(
+    dir: &Path,
+    out: Option<PathBuf>,
+    target_dir: Option<PathBuf>,
+    force: bool,
+) -> Result<(bl_pluginbuild::BuiltPlugin, &'static str), AppError> {
+    match build(dir, out, target_dir, force)? {
+        (bl_pluginbuild::Built::Plugin(built), toolchain) => Ok((built, toolchain)),
+        (bl_pluginbuild::Built::PageModule(_), _) => Err(AppError::refused(format!(
+            "{} is a page module, not a plugin",
+            dir.display()
+        ))),
+    }
+}
 
 /// The kind of plugin to scaffold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

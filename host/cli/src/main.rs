@@ -389,6 +389,12 @@ fn serve_mcp_http(
 mod tests {
     use super::*;
 
+    /// clap's own checks (unique names, valid defaults) on every command.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
     /// Every argument of every command says what it is for.
     #[test]
     fn every_flag_has_help() {

@@ -4,7 +4,6 @@ use crate::output::outln;
 use std::path::{Path, PathBuf};
 
 use bl_core::GateOutcome;
-use bl_pluginbuild::{BuildOptions, WasmToolchain};
 use bl_plugins::World;
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
@@ -227,80 +226,50 @@ pub fn run(cmd: PluginCommand) -> CliResult {
     }
 }
 
-fn build(
-    dir: PathBuf,
-    out: Option<PathBuf>,
-    target_dir: Option<PathBuf>,
-    force: bool,
-) -> CliResult {
-    let toolchain = match WasmToolchain::detect() {
-        Ok(t) => t,
-        Err(e) => {
-            return Err(CliError::refused(format!("{e}")));
+fn build(dir: PathBuf, out: Option<PathBuf>, target: Option<PathBuf>, force: bool) -> CliResult {
+    let (built, toolchain) = bl_app::plugin_scaffold::build(&dir, out, target, force)?;
+    let state = |rebuilt| if rebuilt { "built" } else { "up to date" };
+    match built {
+        bl_pluginbuild::Built::PageModule(b) => crate::output::answer(
+            || {
+                json!({"rebuilt": b.rebuilt, "page_module": b.module_path, "name": b.name,
+                      "module_digest": b.module_digest, "source_digest": b.source_digest, "toolchain": toolchain})
+            },
+            || {
+                format!(
+                    "{}: {} (a page module, {toolchain} toolchain)\n  module {}  {}\n  source {}",
+                    state(b.rebuilt),
+                    b.name,
+                    b.module_path.display(),
+                    b.module_digest,
+                    b.source_digest
+                )
+            },
+        ),
+        bl_pluginbuild::Built::Plugin(b) => {
+            let m = &b.manifest;
+            crate::output::answer(
+                || {
+                    json!({"rebuilt": b.rebuilt, "component": b.component_path,
+                          "manifest_path": b.manifest_path, "manifest": m, "toolchain": toolchain})
+                },
+                || {
+                    format!(
+                        "{}: {} {} ({} world of {}, {toolchain} toolchain)\n  component {}  {}\n  source    {}",
+                        state(b.rebuilt),
+                        m.name,
+                        m.version,
+                        m.world,
+                        m.wit_package,
+                        b.component_path.display(),
+                        m.component_digest,
+                        m.source_digest
+                    )
+                },
+            )
         }
-    };
-    let refused = |e: bl_pluginbuild::BuildError| {
-        CliError::refused(format!("plugin build {}: {e}", dir.display()))
-    };
-    let defaults = BuildOptions::beside(&dir).map_err(refused)?;
-    let options = BuildOptions {
-        out_dir: out.unwrap_or(defaults.out_dir),
-        target_dir: target_dir.unwrap_or(defaults.target_dir),
-        force,
-    };
-    match bl_pluginbuild::build(&dir, &toolchain, &options) {
-        Ok(bl_pluginbuild::Built::PageModule(built)) => {
-            let state = if built.rebuilt { "built" } else { "up to date" };
-            if crate::output::json() {
-                outln!(
-                    "{}",
-                    json!({
-                        "rebuilt": built.rebuilt, "page_module": built.module_path,
-                        "name": built.name, "module_digest": built.module_digest,
-                        "source_digest": built.source_digest, "toolchain": toolchain.name(),
-                    })
-                );
-                return Ok(Exit::Success);
-            }
-            outln!(
-                "{state}: {} (a page module, {} toolchain)\n  module {}  {}\n  source {}",
-                built.name,
-                toolchain.name(),
-                built.module_path.display(),
-                built.module_digest,
-                built.source_digest
-            );
-            Ok(Exit::Success)
-        }
-        Ok(bl_pluginbuild::Built::Plugin(built)) => {
-            let m = &built.manifest;
-            let state = if built.rebuilt { "built" } else { "up to date" };
-            if crate::output::json() {
-                outln!(
-                    "{}",
-                    json!({
-                        "rebuilt": built.rebuilt, "component": built.component_path,
-                        "manifest_path": built.manifest_path, "manifest": m,
-                        "toolchain": toolchain.name(),
-                    })
-                );
-                return Ok(Exit::Success);
-            }
-            outln!(
-                "{state}: {} {} ({} world of {}, {} toolchain)\n  component {}  {}\n  source    {}",
-                m.name,
-                m.version,
-                m.world,
-                m.wit_package,
-                toolchain.name(),
-                built.component_path.display(),
-                m.component_digest,
-                m.source_digest
-            );
-            Ok(Exit::Success)
-        }
-        Err(e) => Err(refused(e)),
     }
+    Ok(Exit::Success)
 }
 
 fn list(as_json: bool) -> CliResult {

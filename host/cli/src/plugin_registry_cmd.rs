@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use bl_app::plugin_registry::{self as registry, InstallRequest, Project, PublishRequest};
+use bl_app::plugin_registry::{
+    self as registry, InstallRequest, Project, PublishRequest, RebuildRequest,
+};
 use clap::Subcommand;
 use serde_json::json;
 
@@ -16,6 +18,7 @@ pub enum RegistryCommand {
     Publish {
         /// The plugin's crate directory, or a component with its .plugin.json.
         dir: PathBuf,
+        /// The registry directory to add it to (made when missing).
         #[arg(long)]
         registry: PathBuf,
         /// Your private key (`bl keys generate`).
@@ -24,6 +27,7 @@ pub enum RegistryCommand {
     },
     /// Find plugins in a registry by name.
     Search {
+        /// Text in the plugin's name (all plugins when empty).
         #[arg(default_value = "")]
         text: String,
         /// The registry (default: BL_REGISTRY, then the one shipped with bl).
@@ -32,7 +36,9 @@ pub enum RegistryCommand {
     },
     /// Install NAME[@REQ] into this project: verified, compiled, pinned in bl.lock.
     Install {
+        /// NAME, or NAME@REQ with a semver requirement such as ^1.2 or =1.0.0.
         plugin: String,
+        /// The registry (default: BL_REGISTRY, then the one shipped with bl).
         #[arg(long)]
         registry: Option<PathBuf>,
         /// Allow this one plugin to be unsigned or signed by an untrusted key.
@@ -44,8 +50,28 @@ pub enum RegistryCommand {
     },
     /// Re-check every installed plugin against bl.lock and its registry.
     Verify,
+    /// Follow a published version's recipe from its source and compare digests.
+    Rebuild {
+        /// The plugin's name in the registry.
+        name: String,
+        /// The plugin's crate directory, as published.
+        #[arg(long)]
+        source: PathBuf,
+        /// The registry (default: BL_REGISTRY, then the one shipped with bl).
+        #[arg(long)]
+        registry: Option<PathBuf>,
+        /// The version (default: the locked one, else the highest).
+        #[arg(long = "plugin-version", value_name = "VERSION")]
+        plugin_version: Option<String>,
+        /// Cargo's target directory to build in (default: a fresh one).
+        #[arg(long)]
+        target_dir: Option<PathBuf>,
+    },
     /// Trust a publisher's verifier key (NAME.pub) in this project's bl.trust.
-    Trust { key: String },
+    Trust {
+        /// The key: a NAME.pub file, or its text.
+        key: String,
+    },
 }
 
 pub fn run(cmd: RegistryCommand) -> CliResult {
@@ -104,20 +130,7 @@ pub fn run(cmd: RegistryCommand) -> CliResult {
                 grants: &grants,
             };
             let done = registry::install(&project, &request)?;
-            answer(
-                || json!(done),
-                || {
-                    format!(
-                        "installed {} {} ({}, {}) into {}; pinned in {}",
-                        done.name,
-                        done.locked.version,
-                        done.locked.trust,
-                        done.locked.component_sha256,
-                        done.path.display(),
-                        done.lock.display()
-                    )
-                },
-            );
+            answer(|| json!(done), || done.to_string());
         }
         RegistryCommand::Verify => {
             let checked = registry::verify(&project)?;
@@ -128,26 +141,38 @@ pub fn run(cmd: RegistryCommand) -> CliResult {
                     json!({"lock": project.lock_path(), "plugins": checked, "failed": failed})
                 );
             } else {
-                for c in &checked {
-                    outln!(
-                        "{} {}: {} {}{}",
-                        c.name,
-                        c.version,
-                        c.trust,
-                        c.component_sha256,
-                        c.problem
-                            .as_deref()
-                            .map(|p| format!(" — {p}"))
-                            .unwrap_or_default()
-                    );
-                }
+                checked.iter().for_each(|c| outln!("{c}"));
+                let lock = project.lock_path();
                 outln!(
                     "{} plugin(s) in {}, {failed} failed",
                     checked.len(),
-                    project.lock_path().display()
+                    lock.display()
                 );
             }
             return Ok(if failed == 0 { Exit::Success } else { Exit::No });
+        }
+        RegistryCommand::Rebuild {
+            name,
+            source,
+            registry,
+            plugin_version,
+            target_dir,
+        } => {
+            let dir = registry::registry_dir(registry.as_deref())?;
+            let request = RebuildRequest {
+                name: &name,
+                source: &source,
+                registry: &dir,
+                version: plugin_version.as_deref(),
+                target_dir: target_dir.as_deref(),
+            };
+            let r = registry::rebuild(&project, &request)?;
+            answer(|| json!(r), || r.to_string());
+            return Ok(if r.reproduced {
+                Exit::Success
+            } else {
+                Exit::No
+            });
         }
         RegistryCommand::Trust { key } => {
             let key = bl_app::keys::read_verifier_key(&key)?;

@@ -216,10 +216,17 @@ impl WasmToolchain {
         }
         // Plugins have no randomness capability: crates that want OS entropy
         // (hash-map seeds) get the SDK's fixed source instead of failing to build.
-        cmd.env(
-            "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS",
-            "--cfg getrandom_backend=\"custom\"",
-        );
+        // Where cargo keeps downloaded crates differs between machines and
+        // lands in panic messages: named alike everywhere, a rebuild from
+        // the same source and toolchain gives the same bytes.
+        let cargo_home = std::env::var_os("CARGO_HOME")
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+        let mut flags = "--cfg getrandom_backend=\"custom\"".to_string();
+        if let Some(home) = cargo_home.filter(|h| !h.to_string_lossy().contains(' ')) {
+            flags.push_str(&format!(" --remap-path-prefix={}=/cargo", home.display()));
+        }
+        cmd.env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS", flags);
         cmd
     }
 }

@@ -137,6 +137,27 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
             .starts_with("sha256:")
     );
     let signed = entry["component_sha256"].as_str().unwrap().to_string();
+    // Its recipe, followed in a fresh target directory, gives the same bytes.
+    let rebuilt = bl_in(
+        publisher.path(),
+        &publisher.path().join("cache"),
+        &[
+            "plugin",
+            "rebuild",
+            "word-count",
+            "--source",
+            repo_root()
+                .join("examples/plugins/word-count")
+                .to_str()
+                .unwrap(),
+            "--registry",
+            registry.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(rebuilt.status.code(), Some(0), "{}", text(&rebuilt));
+    let rebuilt: Value = serde_json::from_slice(&rebuilt.stdout).unwrap();
+    assert_eq!(rebuilt["built"], signed.as_str(), "{rebuilt}");
 
     // A fresh project: the publisher's key is not trusted yet.
     let case = Case::new();
@@ -564,4 +585,83 @@ fn versions_resolve_by_semver_and_an_unsigned_one_runs_only_when_allowed_by_name
         "{}",
         text(&listed)
     );
+}
+
+/// The registry shipped in the repository: every first-party plugin in it
+/// verifies under the project key, and rebuilding each from `plugins/` by
+/// its recipe gives exactly the signed bytes.
+#[test]
+fn the_shipped_registry_verifies_and_each_first_party_plugin_rebuilds_to_its_signed_bytes() {
+    let registry = repo_root().join("registry");
+    let project = tempfile::tempdir().unwrap();
+    let cache = project.path().join("cache");
+    let search = bl_in(
+        project.path(),
+        &cache,
+        &[
+            "plugin",
+            "search",
+            "--registry",
+            registry.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(search.status.success(), "{}", text(&search));
+    let found: Value = serde_json::from_slice(&search.stdout).unwrap();
+    let hits = found["plugins"].as_array().unwrap();
+    let mut names: Vec<&str> = hits.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    names.dedup();
+    let mut crates: Vec<String> = std::fs::read_dir(repo_root().join("plugins"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    crates.sort();
+    assert_eq!(names, crates, "every first-party plugin is in registry/");
+    for hit in hits {
+        assert_eq!(hit["trust"], "Verified", "{hit}");
+    }
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(registry.join("index.json")).unwrap()).unwrap();
+    let rustc = Command::new("rustc").arg("--version").output().unwrap();
+    let rustc = String::from_utf8_lossy(&rustc.stdout).trim().to_string();
+    for name in &names {
+        let versions = index["plugins"][name].as_array().unwrap();
+        let latest = versions.last().unwrap();
+        let toolchain = latest["recipe"]["toolchain"].as_str().unwrap();
+        if !toolchain.starts_with(&rustc) {
+            assert!(
+                std::env::var("CI").is_err(),
+                "{name} was built with {toolchain}, and this machine has {rustc}: setup installs the toolchain the recipes name"
+            );
+            eprintln!("skipped: {name} was built with {toolchain}, this machine has {rustc}");
+            continue;
+        }
+        let out = bl_in(
+            project.path(),
+            &cache,
+            &[
+                "plugin",
+                "rebuild",
+                name,
+                "--source",
+                repo_root().join("plugins").join(name).to_str().unwrap(),
+                "--registry",
+                registry.to_str().unwrap(),
+                "--plugin-version",
+                latest["version"].as_str().unwrap(),
+                "--target-dir",
+                repo_root().join("target/wasm").to_str().unwrap(),
+                "--json",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{name}: {}\nChanged a first-party plugin? Publish a new version of it to registry/ (docs/registry.md, The registry shipped with bl).",
+            text(&out)
+        );
+        let rebuilt: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(rebuilt["reproduced"], true, "{rebuilt}");
+    }
 }
