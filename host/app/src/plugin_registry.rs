@@ -507,9 +507,26 @@ pub struct PublishRequest<'a> {
 /// registry directory (made when it does not exist).
 pub fn publish(request: &PublishRequest) -> AppResult<(String, bl_registry::Version)> {
     let key = crate::keys::read_signing_key(request.key)?;
-    let (component, manifest, recipe) = if request.plugin.join("Cargo.toml").is_file() {
-        let (built, toolchain) =
-            crate::plugin_scaffold::build_plugin(request.plugin, None, None, false)?;
+    let (component, manifest, recipe) = if bl_pluginbuild::python::is_python_plugin(request.plugin)
+    {
+        let (built, tool) = crate::plugin_scaffold::build(request.plugin, None, None, false)?;
+        let bl_pluginbuild::Built::Plugin(built) = built else {
+            unreachable!("a Python plugin builds into a plugin")
+        };
+        let recipe = bl_registry::Recipe {
+            language: "python".into(),
+            toolchain: tool,
+            command: "bl plugin build .".into(),
+        };
+        (built.component_path, built.manifest, recipe)
+    } else if request.plugin.join("Cargo.toml").is_file() {
+        let defaults = bl_pluginbuild::BuildOptions::beside(request.plugin)
+            .map_err(|e| AppError::refused(format!("{}: {e}", request.plugin.display())))?;
+        let (built, toolchain) = crate::plugin_scaffold::build_plugin(
+            request.plugin,
+            defaults.out_dir,
+            defaults.target_dir.join("reproducible"),
+        )?;
         let recipe = bl_registry::Recipe {
             language: "rust".into(),
             toolchain: format!("{} ({toolchain} wasm toolchain)", rustc_version()),
@@ -776,12 +793,8 @@ pub fn rebuild(project: &Project, request: &RebuildRequest) -> AppResult<Rebuilt
     let target = request
         .target_dir
         .map_or_else(|| scratch.path().join("target"), Path::to_path_buf);
-    let (built, _) = crate::plugin_scaffold::build_plugin(
-        request.source,
-        Some(scratch.path().join("out")),
-        Some(target),
-        true,
-    )?;
+    let (built, _) =
+        crate::plugin_scaffold::build_plugin(request.source, scratch.path().join("out"), target)?;
     let built = built.manifest.component_digest;
     Ok(Rebuilt {
         name: name.to_string(),

@@ -15,7 +15,13 @@ pub fn build(
     out: Option<PathBuf>,
     target_dir: Option<PathBuf>,
     force: bool,
-) -> Result<(bl_pluginbuild::Built, &'static str), AppError> {
+) -> Result<(bl_pluginbuild::Built, String), AppError> {
+    if bl_pluginbuild::python::is_python_plugin(dir) {
+        let out = out.unwrap_or_else(|| dir.join("target/plugins"));
+        let (built, tool) = bl_pluginbuild::python::build_python(dir, &out, force)
+            .map_err(|e| AppError::refused(format!("plugin build {}: {e}", dir.display())))?;
+        return Ok((bl_pluginbuild::Built::Plugin(built), tool));
+    }
     let toolchain =
         bl_pluginbuild::WasmToolchain::detect().map_err(|e| AppError::refused(e.to_string()))?;
     let refused = |e: bl_pluginbuild::BuildError| {
@@ -28,17 +34,28 @@ pub fn build(
         force,
     };
     let built = bl_pluginbuild::build(dir, &toolchain, &options).map_err(refused)?;
-    Ok((built, toolchain.name()))
+    Ok((built, toolchain.name().to_string()))
 }
 
-/// Builds a plugin crate that must be a plugin (not a page module).
+/// Builds a plugin crate that must be a plugin (not a page module), from
+/// a copy of its sources at one fixed place, so that the same sources and
+/// toolchain give the same bytes on any machine (for publishing and
+/// rebuilding).
 pub fn build_plugin(
     dir: &Path,
-    out: Option<PathBuf>,
-    target_dir: Option<PathBuf>,
-    force: bool,
+    out: PathBuf,
+    target_dir: PathBuf,
 ) -> Result<(bl_pluginbuild::BuiltPlugin, &'static str), AppError> {
-    match build(dir, out, target_dir, force)? {
+    let toolchain =
+        bl_pluginbuild::WasmToolchain::detect().map_err(|e| AppError::refused(e.to_string()))?;
+    let options = bl_pluginbuild::BuildOptions {
+        out_dir: out,
+        target_dir,
+        force: true,
+    };
+    let built = bl_pluginbuild::build_reproducibly(dir, &toolchain, &options)
+        .map_err(|e| AppError::refused(format!("plugin build {}: {e}", dir.display())))?;
+    match (built, toolchain.name()) {
         (bl_pluginbuild::Built::Plugin(built), toolchain) => Ok((built, toolchain)),
         (bl_pluginbuild::Built::PageModule(_), _) => Err(AppError::refused(format!(
             "{} is a page module, not a plugin",

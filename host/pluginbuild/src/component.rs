@@ -49,6 +49,14 @@ fn digest_section(source_digest: &str) -> CustomSection<'_> {
     }
 }
 
+/// Stamps a finished component with `source_digest` (a custom section may
+/// end a component): for components another tool made.
+pub fn stamp_component(component: &mut Vec<u8>, source_digest: &str) {
+    let section = digest_section(source_digest);
+    component.push(ComponentSection::id(&section));
+    section.encode(component);
+}
+
 /// Stamps a plain core module with `source_digest`, in the same custom
 /// section a component carries (a custom section may end a module).
 pub fn stamp_module(module: &mut Vec<u8>, source_digest: &str) {

@@ -12,6 +12,8 @@
 //! loads or runs a plugin (that is `bl-plugins`).
 
 pub mod component;
+pub mod python;
+pub mod reproducible;
 pub mod source;
 pub mod toolchain;
 
@@ -21,6 +23,7 @@ use std::process::Command;
 pub use component::{
     ComponentSummary, SOURCE_DIGEST_SECTION, imports, read_source_digest, summarize,
 };
+pub use reproducible::build_reproducibly;
 pub use source::{SourceSet, source_digest};
 pub use toolchain::{ToolchainError, WasmToolchain, doctor_check};
 
@@ -55,7 +58,7 @@ pub enum BuildError {
     },
 }
 
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
+pub(crate) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
     move |source| BuildError::Io {
         path: path.to_path_buf(),
         source,
@@ -288,7 +291,11 @@ pub fn requested_capabilities(imports: &[bl_core::plugin::Import]) -> Vec<String
     names
 }
 
-fn up_to_date(component: &Path, manifest: &Path, digest: &str) -> Option<PluginManifest> {
+pub(crate) fn up_to_date(
+    component: &Path,
+    manifest: &Path,
+    digest: &str,
+) -> Option<PluginManifest> {
     let bytes = std::fs::read(component).ok()?;
     let manifest: PluginManifest = serde_json::from_slice(&std::fs::read(manifest).ok()?).ok()?;
     let stamped = read_source_digest(&bytes).ok()??;
@@ -301,7 +308,7 @@ fn up_to_date(component: &Path, manifest: &Path, digest: &str) -> Option<PluginM
 
 /// Writes through a temp file in the same directory and renames it over the
 /// target, so a reader never sees half a component.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     std::fs::write(&tmp, bytes).map_err(io_error(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io_error(path))

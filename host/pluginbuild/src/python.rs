@@ -1,0 +1,285 @@
+//! Plugins written in Python. A Python plugin is a directory with a
+//! `bl-plugin.toml` (its name, version, kind and entry module) and its
+//! modules. componentize-py builds it against bl's minimal worlds
+//! (`wit-minimal`, which import only the world's own capability), with the
+//! Python SDK (`sdk-py`) on its path; the component is stamped with the
+//! digest of everything that went into it, and gets a manifest, as a Rust
+//! plugin does.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::component::{stamp_component, summarize};
+use crate::{BuildError, BuiltPlugin, PluginManifest, io_error, up_to_date, write_atomically};
+
+/// The file that makes a directory a Python plugin.
+pub const PLUGIN_FILE: &str = "bl-plugin.toml";
+
+/// The componentize-py release bl builds with.
+pub const COMPONENTIZE_PY: &str = "0.25.1";
+
+/// `bl-plugin.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginFile {
+    pub name: String,
+    pub version: String,
+    #[serde(default)]
+    pub description: String,
+    /// gate, completion-contract, transform or publication-policy.
+    pub kind: String,
+    /// python (the only one bl builds so far).
+    pub language: String,
+    /// The module that defines `WitWorld` (default `app`).
+    #[serde(default = "default_entry")]
+    pub entry: String,
+    /// A JSON Schema file for the config, relative to the plugin.
+    #[serde(default)]
+    pub config_schema: Option<String>,
+}
+
+fn default_entry() -> String {
+    "app".into()
+}
+
+/// Whether `dir` holds a plugin written in Python.
+pub fn is_python_plugin(dir: &Path) -> bool {
+    dir.join(PLUGIN_FILE).is_file()
+}
+
+/// Reads `bl-plugin.toml`, refusing what bl cannot build.
+pub fn read_plugin_file(dir: &Path) -> Result<PluginFile, BuildError> {
+    let path = dir.join(PLUGIN_FILE);
+    let text = std::fs::read_to_string(&path).map_err(io_error(&path))?;
+    let file: PluginFile = toml::from_str(&text).map_err(|e| BuildError::Source {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    let refuse = |message: String| BuildError::Source {
+        path: path.clone(),
+        message,
+    };
+    if file.language != "python" {
+        return Err(refuse(format!(
+            "language = {:?}: bl builds python plugins from a bl-plugin.toml (Rust plugins are crates)",
+            file.language
+        )));
+    }
+    if ![
+        "gate",
+        "completion-contract",
+        "transform",
+        "publication-policy",
+    ]
+    .contains(&file.kind.as_str())
+    {
+        return Err(refuse(format!(
+            "kind = {:?}: use gate, completion-contract, transform or publication-policy",
+            file.kind
+        )));
+    }
+    Ok(file)
+}
+
+/// Where bl's own files for other languages are: beside the bl executable
+/// (`share/bl/…`), else this checkout's.
+fn shipped(leaf: &str) -> Result<PathBuf, BuildError> {
+    let mut candidates = Vec::new();
+    if let Some(exe_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        candidates.push(exe_dir.join("../share/bl").join(leaf));
+    }
+    candidates.push(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(leaf),
+    );
+    candidates
+        .iter()
+        .find(|c| c.is_dir())
+        .map(|c| c.canonicalize().unwrap_or_else(|_| c.clone()))
+        .ok_or_else(|| BuildError::Source {
+            path: candidates[0].clone(),
+            message: format!("bl's {leaf} directory is not installed beside bl"),
+        })
+}
+
+/// componentize-py: `BL_COMPONENTIZE_PY`, else the one `scripts/dev setup`
+/// installs in this checkout, else the one on PATH; with its version.
+fn componentize_py() -> Result<(PathBuf, String), BuildError> {
+    let mut candidates: Vec<PathBuf> = std::env::var_os("BL_COMPONENTIZE_PY")
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
+    candidates.push(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target/polyglot/venv/bin/componentize-py"),
+    );
+    candidates.push(PathBuf::from("componentize-py"));
+    for program in candidates {
+        if let Ok(out) = Command::new(&program).arg("--version").output()
+            && out.status.success()
+        {
+            let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            return Ok((program, version));
+        }
+    }
+    Err(BuildError::Source {
+        path: PathBuf::from("componentize-py"),
+        message: format!(
+            "componentize-py is not installed: run `scripts/dev setup`, or `pip install componentize-py=={COMPONENTIZE_PY}` and put it on PATH (or set BL_COMPONENTIZE_PY)"
+        ),
+    })
+}
+
+/// Every plain file under `dir`, but dot files, `target` and `__pycache__`.
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), BuildError> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(io_error(dir))?
+        .collect::<Result<_, _>>()
+        .map_err(io_error(dir))?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name == "target" || name == "__pycache__" {
+            continue;
+        }
+        let kind = entry.file_type().map_err(io_error(dir))?;
+        if kind.is_dir() {
+            files_under(&entry.path(), out)?;
+        } else if kind.is_file() {
+            out.push(entry.path());
+        }
+    }
+    Ok(())
+}
+
+/// The digest of a Python plugin's build inputs: its files, the Python
+/// SDK, the WIT it is built against, and the componentize-py version.
+fn inputs_digest(roots: &[(&str, &Path)], tool: &str) -> Result<String, BuildError> {
+    let mut hasher = Sha256::new();
+    hasher.update((tool.len() as u64).to_le_bytes());
+    hasher.update(tool.as_bytes());
+    for (label, root) in roots {
+        let mut files = Vec::new();
+        files_under(root, &mut files)?;
+        for file in files {
+            let name = format!(
+                "{label}/{}",
+                file.strip_prefix(root).unwrap_or(&file).display()
+            );
+            let bytes = std::fs::read(&file).map_err(io_error(&file))?;
+            hasher.update((name.len() as u64).to_le_bytes());
+            hasher.update(name.as_bytes());
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(&bytes);
+        }
+    }
+    Ok(bl_core::Sha256Digest::finish(hasher).to_string())
+}
+
+/// Builds the Python plugin at `dir` into `out_dir` (unless a build of the
+/// same inputs is there already).
+pub fn build_python(
+    dir: &Path,
+    out_dir: &Path,
+    force: bool,
+) -> Result<(BuiltPlugin, String), BuildError> {
+    let file = read_plugin_file(dir)?;
+    let (tool, version) = componentize_py()?;
+    let sdk = shipped("sdk-py")?;
+    let wit = shipped("wit-minimal")?;
+    let wit_plugin = shipped("wit/plugin")?;
+    let digest = inputs_digest(
+        &[
+            ("plugin", dir),
+            ("sdk-py", &sdk),
+            ("wit-minimal", &wit),
+            ("wit/plugin", &wit_plugin),
+        ],
+        &version,
+    )?;
+    std::fs::create_dir_all(out_dir).map_err(io_error(out_dir))?;
+    let component_path = out_dir.join(format!("{}.wasm", file.name));
+    let manifest_path = out_dir.join(format!("{}.plugin.json", file.name));
+    if !force && let Some(manifest) = up_to_date(&component_path, &manifest_path, &digest) {
+        let built = BuiltPlugin {
+            component_path,
+            manifest_path,
+            manifest,
+            rebuilt: false,
+        };
+        return Ok((built, version));
+    }
+    let staged = out_dir.join(format!(".{}.componentize.wasm", file.name));
+    let out = Command::new(&tool)
+        .arg("-d")
+        .arg(&wit)
+        .args([
+            "-w",
+            &format!("bl:minimal/{}", file.kind),
+            "componentize",
+            "-p",
+        ])
+        .arg(dir)
+        .arg("-p")
+        .arg(&sdk)
+        .arg(&file.entry)
+        .arg("-o")
+        .arg(&staged)
+        .output()
+        .map_err(io_error(&tool))?;
+    if !out.status.success() {
+        return Err(BuildError::Source {
+            path: dir.to_path_buf(),
+            message: format!(
+                "componentize-py could not build it: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    let mut bytes = std::fs::read(&staged).map_err(io_error(&staged))?;
+    let _ = std::fs::remove_file(&staged);
+    stamp_component(&mut bytes, &digest);
+    let summary = summarize(&bytes)?;
+    let config_schema = match &file.config_schema {
+        None => None,
+        Some(rel) => {
+            let path = dir.join(rel);
+            let text = std::fs::read_to_string(&path).map_err(io_error(&path))?;
+            Some(serde_json::from_str(&text).map_err(|e| BuildError::Source {
+                path: path.clone(),
+                message: format!("the config schema is not JSON: {e}"),
+            })?)
+        }
+    };
+    let manifest = PluginManifest {
+        name: file.name.clone(),
+        version: file.version.clone(),
+        description: file.description.clone(),
+        world: file.kind.clone(),
+        wit_package: summary.wit_package.clone().unwrap_or_default(),
+        capabilities: summary.capabilities.clone(),
+        config_schema,
+        contract_patterns: Vec::new(),
+        source_digest: digest,
+        component_digest: summary.component_digest.clone(),
+    };
+    write_atomically(&component_path, &bytes)?;
+    let text = serde_json::to_string_pretty(&manifest).expect("a manifest serialises");
+    write_atomically(&manifest_path, text.as_bytes())?;
+    Ok((
+        BuiltPlugin {
+            component_path,
+            manifest_path,
+            manifest,
+            rebuilt: true,
+        },
+        version,
+    ))
+}

@@ -1,0 +1,85 @@
+"""Typed helpers for bl plugins written in Python.
+
+A plugin defines ``WitWorld`` in its entry module (``app.py``) with the
+function its world exports (a gate's ``check(root, config)``). These helpers
+build the verdicts and errors bl expects, read the JSON config, and read
+files from the workspace handle, so a plugin rarely touches the generated
+bindings directly. ``bl plugin build`` puts this module on the path.
+"""
+
+import json
+from typing import Iterable, Optional
+
+from componentize_py_types import Err
+from wit_world.imports import types, workspace
+
+SEVERITIES = {
+    "info": types.Severity.INFO,
+    "low": types.Severity.LOW,
+    "medium": types.Severity.MEDIUM,
+    "high": types.Severity.HIGH,
+    "critical": types.Severity.CRITICAL,
+}
+
+
+def bad_config(message: str) -> Err:
+    """An error for a config that does not fit: raise it. A plugin that
+    cannot decide errs; it never fails the work instead."""
+    return Err(types.PluginError_BadConfig(message))
+
+
+def internal(message: str) -> Err:
+    """An error for anything else that keeps the plugin from deciding."""
+    return Err(types.PluginError_Internal(message))
+
+
+def config(text: str, required: dict) -> dict:
+    """The config as a dict, checked: ``required`` maps each key that must
+    be there to its type (``{"file": str, "min_words": int}``); any other
+    key is refused, as a Rust plugin's ``deny_unknown_fields`` does."""
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise bad_config(f"the config is not JSON: {e}")
+    if not isinstance(value, dict):
+        raise bad_config("the config must be a JSON object")
+    for key in value:
+        if key not in required:
+            raise bad_config(f"unknown field `{key}`, expected one of {', '.join(required)}")
+    for key, kind in required.items():
+        if key not in value:
+            raise bad_config(f"missing field `{key}`")
+        found = value[key]
+        if kind is int and (isinstance(found, bool) or not isinstance(found, int)):
+            raise bad_config(f"`{key}` must be an integer")
+        if not isinstance(found, kind):
+            raise bad_config(f"`{key}` must be a {kind.__name__}")
+    return value
+
+
+def finding(message: str, severity: str = "medium", rule: Optional[str] = None,
+            path: Optional[str] = None, line: Optional[int] = None) -> types.Finding:
+    """One finding; ``path`` (relative to the workspace) and ``line`` place it."""
+    location = types.Location(path, line, None) if path is not None else None
+    return types.Finding(SEVERITIES[severity], message, rule, location)
+
+
+def passed(summary: str, findings: Iterable[types.Finding] = ()) -> types.Verdict:
+    return types.Verdict(True, summary, list(findings), None)
+
+
+def failed(summary: str, findings: Iterable[types.Finding] = ()) -> types.Verdict:
+    return types.Verdict(False, summary, list(findings), None)
+
+
+def read_text(root: workspace.Dir, path: str) -> Optional[str]:
+    """The file's text (UTF-8, undecodable bytes replaced), or None when it
+    does not exist. Any other refusal (a path outside the workspace, a
+    directory, a file too large) raises an error: the plugin cannot decide."""
+    try:
+        data = root.read(path)
+    except Err as e:
+        if isinstance(e.value, workspace.FsError_NotFound):
+            return None
+        raise internal(f"{path}: {type(e.value).__name__.split('_')[-1]}: {e.value.value}")
+    return bytes(data).decode("utf-8", "replace")
