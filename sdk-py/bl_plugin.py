@@ -11,7 +11,12 @@ import json
 from typing import Iterable, Optional
 
 from componentize_py_types import Err
-from wit_world.imports import types, workspace
+from wit_world.imports import types
+
+try:  # Only the worlds that judge a workspace import it.
+    from wit_world.imports import workspace
+except ImportError:
+    workspace = None
 
 SEVERITIES = {
     "info": types.Severity.INFO,
@@ -72,7 +77,7 @@ def failed(summary: str, findings: Iterable[types.Finding] = ()) -> types.Verdic
     return types.Verdict(False, summary, list(findings), None)
 
 
-def read_text(root: workspace.Dir, path: str) -> Optional[str]:
+def read_text(root, path: str) -> Optional[str]:
     """The file's text (UTF-8, undecodable bytes replaced), or None when it
     does not exist. Any other refusal (a path outside the workspace, a
     directory, a file too large) raises an error: the plugin cannot decide."""

@@ -362,3 +362,165 @@ impl Policy for Plugin {
 
 bl_plugin_sdk::export_policy!(Plugin);
 "##;
+
+/// The world a kind's component exports, as `bl-plugin.toml` names it.
+fn world_of(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Gate => "gate",
+        Kind::Contract => "completion-contract",
+        Kind::Transform => "transform",
+        Kind::Policy => "publication-policy",
+    }
+}
+
+/// Writes a Python plugin `name` into `dir` (by default `./NAME`): its
+/// `bl-plugin.toml` and `app.py`, which build as they are with `bl plugin
+/// build` and use the Python SDK (`bl_plugin`). Refuses a directory that
+/// exists.
+pub fn new_python_plugin(
+    name: &str,
+    kind: Kind,
+    dir: Option<PathBuf>,
+) -> Result<PathBuf, AppError> {
+    let refused = |why: String| AppError::refused(format!("plugin new {name}: {why}"));
+    if !valid_name(name) {
+        return Err(refused(
+            "a plugin name is lowercase letters, digits and `-`, starting with a letter".into(),
+        ));
+    }
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    if dir.exists() {
+        return Err(refused(format!(
+            "{} already exists; pick another name or --dir",
+            dir.display()
+        )));
+    }
+    let write = |file: &str, text: &str| {
+        std::fs::write(dir.join(file), text)
+            .map_err(|e| refused(format!("{}: {e}", dir.join(file).display())))
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| refused(format!("{}: {e}", dir.display())))?;
+    write(
+        "bl-plugin.toml",
+        &format!(
+            "name = \"{name}\"\nversion = \"0.1.0\"\ndescription = \"A {} written in Python.\"\nkind = \"{}\"\nlanguage = \"python\"\nentry = \"app\"\n",
+            kind.name(),
+            world_of(kind)
+        ),
+    )?;
+    let app = match kind {
+        Kind::Gate => PY_GATE,
+        Kind::Contract => PY_CONTRACT,
+        Kind::Transform => PY_TRANSFORM,
+        Kind::Policy => PY_POLICY,
+    };
+    write("app.py", app)?;
+    Ok(dir)
+}
+
+const PY_GATE: &str = r#""""A gate: passes when the file named in its config exists and is not empty.
+Config: {"file": "report.md"}."""
+
+import bl_plugin
+import wit_world
+
+
+class WitWorld(wit_world.WitWorld):
+    def check(self, root, config):
+        path = bl_plugin.config(config, {"file": str})["file"]
+        text = bl_plugin.read_text(root, path)
+        if text is None:
+            return bl_plugin.failed(f"{path} is missing")
+        if not text.strip():
+            return bl_plugin.failed(f"{path} is empty", [bl_plugin.finding("empty", rule="empty", path=path)])
+        return bl_plugin.passed(f"{path} is there")
+"#;
+
+const PY_CONTRACT: &str = r#""""A completion contract: the declared output must exist and not be empty."""
+
+import bl_plugin
+import wit_world
+
+
+class WitWorld(wit_world.WitWorld):
+    def check(self, root, request, config):
+        bl_plugin.config(config, {})
+        text = bl_plugin.read_text(root, request.artifact)
+        if not text:
+            return bl_plugin.failed(f"{request.artifact} is missing or empty")
+        return bl_plugin.passed(f"{request.artifact} is there")
+"#;
+
+const PY_TRANSFORM: &str = r#""""A transform: writes each declared output as the inputs' names, one a line."""
+
+import bl_plugin
+import wit_world
+from wit_world.imports import types
+
+
+class WitWorld(wit_world.WitWorld):
+    def run(self, inputs, outputs, seed, config):
+        bl_plugin.config(config, {})
+        names = "".join(f"{entry.name}\n" for entry in inputs.entries())
+        for output in outputs.declared():
+            outputs.write(output.name, names.encode())
+        return types.TransformReport(f"wrote {len(outputs.declared())} output(s)")
+"#;
+
+const PY_POLICY: &str = r#""""A publication policy: allows an effect only once an approval said yes."""
+
+import bl_plugin
+import wit_world
+from wit_world.imports import types
+
+
+class WitWorld(wit_world.WitWorld):
+    def decide(self, request, config):
+        bl_plugin.config(config, {})
+        if any(a.approved for a in request.approvals):
+            return types.PublishDecision(True, "approved")
+        return types.PublishDecision(False, "no approval said yes")
+"#;
+
+/// A new plugin, and how to build and try it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Scaffolded {
+    pub created: PathBuf,
+    pub kind: &'static str,
+    pub build: String,
+    pub test: String,
+}
+
+/// Writes a new plugin in `lang`, `rust` or `python` (see [`new_plugin`],
+/// [`new_python_plugin`]).
+pub fn scaffold(
+    name: &str,
+    kind: Kind,
+    lang: &str,
+    dir: Option<PathBuf>,
+    sdk: Option<PathBuf>,
+) -> Result<Scaffolded, AppError> {
+    let (created, test) = match lang {
+        "rust" => {
+            let dir = new_plugin(name, kind, dir, sdk)?;
+            let test = format!("cargo test --manifest-path {}/Cargo.toml", dir.display());
+            (dir, test)
+        }
+        "python" => {
+            let dir = new_python_plugin(name, kind, dir)?;
+            let plugin = dir.join(format!("target/plugins/{name}.wasm"));
+            (dir, format!("bl plugin run {} …", plugin.display()))
+        }
+        other => {
+            return Err(AppError::refused(format!(
+                "plugin new {name}: --lang {other}: bl writes plugins in rust or python"
+            )));
+        }
+    };
+    Ok(Scaffolded {
+        build: format!("bl plugin build {}", created.display()),
+        kind: kind.name(),
+        created,
+        test,
+    })
+}

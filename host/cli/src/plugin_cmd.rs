@@ -29,6 +29,9 @@ pub enum PluginCommand {
         /// The bl plugin SDK to depend on (default: the one beside this bl).
         #[arg(long)]
         sdk: Option<PathBuf>,
+        /// The language it is written in: a Rust crate, or a Python plugin.
+        #[arg(long, default_value = "rust", value_parser = ["rust", "python"])]
+        lang: String,
     },
     /// Build a plugin crate into a component stamped with its source digest.
     Build {
@@ -146,18 +149,18 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             kind,
             dir,
             sdk,
+            lang,
         } => {
-            let kind = kind.kind();
-            let dir = bl_app::plugin_scaffold::new_plugin(&name, kind, dir, sdk)?;
+            let s = bl_app::plugin_scaffold::scaffold(&name, kind.kind(), &lang, dir, sdk)?;
             crate::output::answer(
-                || json!({"created": dir, "kind": kind.name()}),
+                || json!(s),
                 || {
                     format!(
-                        "created {} ({})\n  build it:  bl plugin build {}\n  test it:   cargo test --manifest-path {}/Cargo.toml",
-                        dir.display(),
-                        kind.name(),
-                        dir.display(),
-                        dir.display()
+                        "created {} ({})\n  build it:  {}\n  test it:   {}",
+                        s.created.display(),
+                        s.kind,
+                        s.build,
+                        s.test
                     )
                 },
             );
@@ -332,8 +335,9 @@ fn list(as_json: bool) -> CliResult {
     for line in crate::output::table_lines(&rows) {
         outln!("{line}");
     }
-    outln!();
-    outln!("`bl plugin inspect NAME` shows one in full; TRUST is what the project's bl.lock pins.");
+    outln!(
+        "\n`bl plugin inspect NAME` shows one in full; TRUST is what the project's bl.lock pins."
+    );
     Ok(Exit::Success)
 }
 

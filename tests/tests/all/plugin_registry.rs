@@ -652,7 +652,10 @@ fn the_shipped_registry_verifies_and_each_first_party_plugin_rebuilds_to_its_sig
                 "--plugin-version",
                 latest["version"].as_str().unwrap(),
                 "--target-dir",
-                repo_root().join("target/wasm-reproducible").to_str().unwrap(),
+                repo_root()
+                    .join("target/wasm-reproducible")
+                    .to_str()
+                    .unwrap(),
                 "--json",
             ],
         );
