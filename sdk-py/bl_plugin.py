@@ -38,10 +38,16 @@ def internal(message: str) -> Err:
     return Err(types.PluginError_Internal(message))
 
 
+# A config field that is a count: a whole number from 0 to 2**64 - 1, as a
+# Rust plugin's `usize` field reads it.
+COUNT = "count"
+
+
 def config(text: str, required: dict) -> dict:
     """The config as a dict, checked: ``required`` maps each key that must
-    be there to its type (``{"file": str, "min_words": int}``); any other
-    key is refused, as a Rust plugin's ``deny_unknown_fields`` does."""
+    be there to its type (``str``, ``int``, ``bool``, ``list``, ``dict`` or
+    ``COUNT``), as ``{"file": str, "min_words": COUNT}``; any other key is
+    refused, as a Rust plugin's ``deny_unknown_fields`` does."""
     try:
         value = json.loads(text)
     except ValueError as e:
@@ -55,6 +61,10 @@ def config(text: str, required: dict) -> dict:
         if key not in value:
             raise bad_config(f"missing field `{key}`")
         found = value[key]
+        if kind == COUNT:
+            if isinstance(found, bool) or not isinstance(found, int) or not 0 <= found < 2**64:
+                raise bad_config(f"`{key}` must be a whole number from 0 up")
+            continue
         if kind is int and (isinstance(found, bool) or not isinstance(found, int)):
             raise bad_config(f"`{key}` must be an integer")
         if not isinstance(found, kind):
@@ -78,13 +88,42 @@ def failed(summary: str, findings: Iterable[types.Finding] = ()) -> types.Verdic
 
 
 def read_text(root, path: str) -> Optional[str]:
-    """The file's text (UTF-8, undecodable bytes replaced), or None when it
-    does not exist. Any other refusal (a path outside the workspace, a
-    directory, a file too large) raises an error: the plugin cannot decide."""
+    """The file's text, or None when it does not exist. Any other refusal
+    (a path outside the workspace, a directory, a file too large, bytes
+    that are not UTF-8) raises a capability error: the plugin cannot
+    decide. As the Rust SDK's ``read_to_string`` with ``?`` does."""
     try:
         data = root.read(path)
     except Err as e:
         if isinstance(e.value, workspace.FsError_NotFound):
             return None
-        raise internal(f"{path}: {type(e.value).__name__.split('_')[-1]}: {e.value.value}")
-    return bytes(data).decode("utf-8", "replace")
+        raise Err(types.PluginError_Capability(f"{path}: {e.value.value}"))
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        raise Err(types.PluginError_Capability(f"{path}: not UTF-8 text"))
+
+
+# Unicode's White_Space characters: what Rust's split_whitespace splits on.
+# Python's str.split() also splits on U+001C..U+001F, so a gate counting
+# words with it would disagree with the same gate in Rust.
+_WHITE_SPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def split_words(text: str) -> list:
+    """The words of ``text``, split on Unicode White_Space as Rust's
+    ``str::split_whitespace`` splits them."""
+    words, word = [], []
+    for ch in text:
+        if ch in _WHITE_SPACE:
+            if word:
+                words.append("".join(word))
+                word = []
+        else:
+            word.append(ch)
+    if word:
+        words.append("".join(word))
+    return words

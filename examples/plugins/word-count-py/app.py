@@ -7,12 +7,12 @@ import wit_world
 
 class WitWorld(wit_world.WitWorld):
     def check(self, root, config):
-        cfg = bl_plugin.config(config, {"file": str, "min_words": int})
+        cfg = bl_plugin.config(config, {"file": str, "min_words": bl_plugin.COUNT})
         path, minimum = cfg["file"], cfg["min_words"]
         text = bl_plugin.read_text(root, path)
         if text is None:
             return bl_plugin.failed(f"{path} is missing")
-        words = len(text.split())
+        words = len(bl_plugin.split_words(text))
         if words >= minimum:
             return bl_plugin.passed(f"{path} has {words} words")
         return bl_plugin.failed(
