@@ -144,8 +144,11 @@ fn every_python_scaffold_builds_as_it_is_runs_and_asks_for_no_capability() {
     assert_eq!(decide("ok=me:rejected"), 1);
 }
 
+/// A workspace's files, as (relative path, bytes).
+type Files = Vec<(String, Vec<u8>)>;
+
 /// The conformance corpus: workspaces and configs, ordinary and hostile.
-fn corpus() -> Vec<(String, Vec<(String, Vec<u8>)>, Value)> {
+fn corpus() -> Vec<(String, Files, Value)> {
     let mut cases = Vec::new();
     let separators = [
         " ", "\t", "\n", "\r\n", "  \n\t ", "\u{a0}", "\u{2003}", "\u{3000}", "\u{1f}", "\u{85}",
@@ -165,7 +168,7 @@ fn corpus() -> Vec<(String, Vec<(String, Vec<u8>)>, Value)> {
             }
         }
     }
-    let hostile: Vec<(&str, Vec<(String, Vec<u8>)>, Value)> = vec![
+    let hostile: Vec<(&str, Files, Value)> = vec![
         ("missing", vec![], json!({"file": "r.md", "min_words": 1})),
         (
             "not-utf8",
