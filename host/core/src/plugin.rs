@@ -138,7 +138,14 @@ pub fn classify_import(name: &str) -> ImportClass {
         "bl:plugin/log" => ImportClass::Capability(Capability::Log),
         n if n.starts_with("wasi:clocks/") => ImportClass::Capability(Capability::Clock),
         n if n.starts_with("wasi:random/") => ImportClass::Capability(Capability::Random),
-        n if n.starts_with("wasi:") => ImportClass::DenyAllWasi,
+        // What the host links, deny-all; any other WASI (wasi:http, say) is
+        // refused at admission rather than failing to link.
+        n if ["wasi:cli/", "wasi:io/", "wasi:filesystem/", "wasi:sockets/"]
+            .iter()
+            .any(|linked| n.starts_with(linked)) =>
+        {
+            ImportClass::DenyAllWasi
+        }
         _ => ImportClass::Unknown,
     }
 }
@@ -184,7 +191,12 @@ impl Grants {
 /// cannot load:".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdmitError {
-    #[error("it imports `{0}`, which bl does not provide to plugins")]
+    #[error(
+        "it imports `{0}`, which bl does not provide to plugins (bl links only its own \
+         interfaces and WASI's cli, io, clocks, random, filesystem and sockets, all deny-all; \
+         never wasi:http); build it against bl's worlds (wit/plugin, or wit-minimal for Python \
+         and JavaScript), which import nothing else"
+    )]
     Unprovided(String),
     #[error("it imports `{import}` ({capability}), which a {world} plugin is never handed")]
     NotForWorld {
@@ -338,6 +350,28 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn an_interface_bl_does_not_link_is_refused_with_the_fix() {
+        let http = imports(&["wasi:http/outgoing-handler@0.2.9", "wasi:cli/stderr@0.2.9"]);
+        let refused = admit(&http, World::Gate, None, &Grants::none()).unwrap_err();
+        assert_eq!(
+            refused,
+            AdmitError::Unprovided("wasi:http/outgoing-handler@0.2.9".into())
+        );
+        let said = refused.to_string();
+        assert!(
+            said.contains("never wasi:http") && said.contains("wit-minimal"),
+            "{said}"
+        );
+        // What a Python plugin imports from WASI loads (deny-all).
+        let python = imports(&[
+            "wasi:cli/stderr@0.2.9",
+            "wasi:filesystem/preopens@0.2.9",
+            "wasi:sockets/tcp@0.2.9",
+        ]);
+        assert!(admit(&python, World::Gate, None, &Grants::none()).is_ok());
     }
 
     #[test]

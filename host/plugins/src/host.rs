@@ -58,6 +58,61 @@ pub(crate) struct HostState {
     pub escapes: Vec<String>,
     pub log: Vec<LogEntry>,
     log_bytes: usize,
+    /// The last bytes the guest wrote to stderr (a Python traceback, a
+    /// panic message), shown when it traps.
+    pub stderr: StderrTail,
+}
+
+/// How much of a guest's stderr is kept: its tail.
+pub(crate) const STDERR_TAIL_BYTES: usize = 4096;
+
+/// A guest's stderr, of which only the last [`STDERR_TAIL_BYTES`] are kept.
+#[derive(Clone, Default)]
+pub(crate) struct StderrTail(Arc<std::sync::Mutex<std::collections::VecDeque<u8>>>);
+
+impl StderrTail {
+    pub fn text(&self) -> String {
+        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&kept.iter().copied().collect::<Vec<u8>>()).into_owned()
+    }
+}
+
+impl tokio::io::AsyncWrite for StderrTail {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.extend(buf);
+        let over = kept.len().saturating_sub(STDERR_TAIL_BYTES);
+        kept.drain(..over);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl wasmtime_wasi::cli::IsTerminal for StderrTail {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl wasmtime_wasi::cli::StdoutStream for StderrTail {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
 }
 
 impl HostState {
@@ -67,9 +122,11 @@ impl HostState {
         workspace_root: Option<PathBuf>,
         runner: Option<Arc<dyn CommandRunner>>,
     ) -> Self {
+        let stderr = StderrTail::default();
         HostState {
             table: ResourceTable::new(),
-            wasi: deny_all_wasi(&grants),
+            wasi: deny_all_wasi(&grants, &stderr),
+            stderr,
             limiter: MemoryLimiter {
                 limit: limits.memory_bytes,
                 hit: false,
@@ -89,9 +146,10 @@ impl HostState {
 /// WASI with nothing in it: no environment, arguments, files or sockets, an
 /// empty stdin and discarded stdout/stderr. Clocks are frozen at the epoch
 /// and randomness is a fixed stream unless `clock` / `random` were granted.
-fn deny_all_wasi(grants: &Grants) -> WasiCtx {
+fn deny_all_wasi(grants: &Grants, stderr: &StderrTail) -> WasiCtx {
     let mut builder = WasiCtxBuilder::new();
     builder
+        .stderr(stderr.clone())
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false)

@@ -347,7 +347,16 @@ impl Runtime {
                 elapsed: started.elapsed(),
             }),
             Ok(Err(error)) => Err(plugin_error(name, error)),
-            Err(error) => Err(classify_trap(limits, name, error, store.data().limiter.hit)),
+            Err(error) => {
+                let stderr = store.data().stderr.text();
+                Err(classify_trap(
+                    limits,
+                    name,
+                    error,
+                    store.data().limiter.hit,
+                    &stderr,
+                ))
+            }
         }
     }
 }
@@ -357,6 +366,7 @@ fn classify_trap(
     plugin: String,
     error: wasmtime::Error,
     memory_hit: bool,
+    stderr: &str,
 ) -> PluginError {
     match error.downcast_ref::<HostStop>() {
         Some(HostStop::LimitExceeded { what, limit_bytes }) => {
@@ -396,10 +406,13 @@ fn classify_trap(
             limit_bytes: limits.memory_bytes,
         };
     }
-    PluginError::Trap {
-        plugin,
-        message: format!("{error:#}"),
-    }
+    // What the guest last said on stderr (a Python traceback, a Rust
+    // panic's message) comes first: it says why in the plugin's own words.
+    let message = match stderr.trim() {
+        "" => format!("{error:#}"),
+        said => format!("its stderr ended with:\n{said}\n{error:#}"),
+    };
+    PluginError::Trap { plugin, message }
 }
 
 fn plugin_error(plugin: String, error: bindings::types::PluginError) -> PluginError {

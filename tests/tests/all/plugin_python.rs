@@ -142,6 +142,21 @@ fn every_python_scaffold_builds_as_it_is_runs_and_asks_for_no_capability() {
     };
     assert_eq!(decide("ok=me"), 0);
     assert_eq!(decide("ok=me:rejected"), 1);
+    // An exception the plugin does not catch is an error, and its
+    // traceback reaches the operator.
+    std::fs::write(
+        here.join("py-gate/app.py"),
+        "import wit_world\n\nclass WitWorld(wit_world.WitWorld):\n    def check(self, root, config):\n        raise ValueError('the gate broke here')\n",
+    )
+    .unwrap();
+    let (code, out, err) = bl(here, &["plugin", "build", "py-gate", "--out", "out"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, _) = run_gate(r#"{"file": "report.md"}"#);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("Traceback") && out.contains("ValueError: the gate broke here"),
+        "{out}"
+    );
 }
 
 /// A workspace's files, as (relative path, bytes).
