@@ -850,3 +850,93 @@ impl std::fmt::Display for Rebuilt {
         )
     }
 }
+
+impl std::fmt::Display for Inspected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.summary;
+        let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
+        writeln!(f, "{}", self.path.display())?;
+        writeln!(f, "  world         {}", or_none(&s.world))?;
+        writeln!(f, "  wit           {}", or_none(&s.wit_package))?;
+        writeln!(f, "  exports       {}", s.exports.join(", "))?;
+        writeln!(f, "  imports       {}", s.imports.join(", "))?;
+        let asks = match s.capabilities.is_empty() {
+            true => "(none requested)".to_string(),
+            false => s.capabilities.join(", "),
+        };
+        writeln!(f, "  capabilities  {asks}")?;
+        writeln!(f, "  digest        {}", s.component_digest)?;
+        writeln!(f, "  source        {}", or_none(&s.source_digest))?;
+        match (&self.manifest, self.manifest_matches) {
+            (Some(m), Some(true)) => {
+                write!(
+                    f,
+                    "  manifest      {} {}: {}",
+                    m.name, m.version, m.description
+                )?;
+                if !m.contract_patterns.is_empty() {
+                    write!(f, "\n  contracts     {}", m.contract_patterns.join(", "))?;
+                }
+                if m.config_schema.is_some() {
+                    write!(f, "\n  config        has a JSON Schema (see --json)")?;
+                }
+                Ok(())
+            }
+            (Some(_), _) => write!(
+                f,
+                "  manifest      DOES NOT MATCH these bytes (rebuild the plugin)"
+            ),
+            (None, _) => write!(
+                f,
+                "  manifest      (none beside it; `bl plugin manifest {}` writes one)",
+                self.path.display()
+            ),
+        }
+    }
+}
+
+/// Writes the manifest (`NAME.plugin.json`) of a component that has none,
+/// from what the component itself says: its world, WIT package and the
+/// capabilities it imports. For a component built by another toolchain.
+/// An existing manifest is kept unless `force`.
+pub fn write_manifest(component: &Path, version: &str, force: bool) -> AppResult<Inspected> {
+    let found = inspect(&component.display().to_string())?;
+    let path = found.path.with_extension("plugin.json");
+    if path.exists() && !force {
+        return Err(AppError::refused(format!(
+            "{} exists; give --force to write it again from the component",
+            path.display()
+        )));
+    }
+    semver::Version::parse(version).map_err(|e| {
+        AppError::refused(format!("--version {version}: not MAJOR.MINOR.PATCH ({e})"))
+    })?;
+    let s = &found.summary;
+    let world = s.world.clone().ok_or_else(|| {
+        AppError::refused(format!(
+            "{}: not a bl plugin: it exports {}, which matches no bl world",
+            found.path.display(),
+            s.exports.join(", ")
+        ))
+    })?;
+    let name = found
+        .path
+        .file_stem()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let manifest = PluginManifest {
+        name,
+        version: version.to_string(),
+        description: String::new(),
+        world,
+        wit_package: s.wit_package.clone().unwrap_or_default(),
+        capabilities: s.capabilities.clone(),
+        config_schema: None,
+        contract_patterns: Vec::new(),
+        source_digest: s.source_digest.clone().unwrap_or_default(),
+        component_digest: s.component_digest.clone(),
+    };
+    let text = serde_json::to_string_pretty(&manifest).expect("a manifest serialises");
+    write_replacing(&path, text.as_bytes())?;
+    inspect(&found.path.display().to_string())
+}

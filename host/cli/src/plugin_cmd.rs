@@ -54,6 +54,18 @@ pub enum PluginCommand {
     /// and the capabilities it asks for. A name found twice is used from
     /// the first directory; later ones are marked shadowed.
     List,
+    /// Write the manifest (NAME.plugin.json) of a component built by another
+    /// toolchain, from what the component itself says.
+    Manifest {
+        /// The component (.wasm).
+        component: PathBuf,
+        /// The version the manifest records.
+        #[arg(long = "plugin-version", default_value = "0.1.0")]
+        plugin_version: String,
+        /// Write it again when one is there.
+        #[arg(long)]
+        force: bool,
+    },
     /// Show a component's world, WIT version, imports, exports, requested
     /// capabilities and digests.
     Inspect {
@@ -172,7 +184,17 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             target_dir,
             force,
         } => build(dir, out, target_dir, force),
-        PluginCommand::Inspect { plugin } => inspect(&plugin, crate::output::json()),
+        PluginCommand::Inspect { plugin } => inspect(&plugin),
+        PluginCommand::Manifest {
+            component,
+            plugin_version,
+            force,
+        } => {
+            let written =
+                bl_app::plugin_registry::write_manifest(&component, &plugin_version, force)?;
+            crate::output::answer(|| json!(written), || written.to_string());
+            Ok(Exit::Success)
+        }
         PluginCommand::List => list(crate::output::json()),
         PluginCommand::Run {
             plugin,
@@ -346,52 +368,9 @@ fn short_digest(digest: &str) -> String {
     format!("{}…", &digest[..cut])
 }
 
-fn inspect(plugin: &str, as_json: bool) -> CliResult {
+fn inspect(plugin: &str) -> CliResult {
     let found = bl_app::plugin_registry::inspect(plugin)?;
-    if as_json {
-        outln!("{}", json!(found));
-        return Ok(Exit::Success);
-    }
-    let (path, summary, manifest, manifest_matches) = (
-        found.path,
-        found.summary,
-        found.manifest,
-        found.manifest_matches,
-    );
-    let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
-    outln!("{}", path.display());
-    outln!("  world         {}", or_unknown(&summary.world));
-    outln!("  wit           {}", or_unknown(&summary.wit_package));
-    outln!("  exports       {}", summary.exports.join(", "));
-    outln!("  imports       {}", summary.imports.join(", "));
-    outln!(
-        "  capabilities  {}",
-        if summary.capabilities.is_empty() {
-            "(none requested)".to_string()
-        } else {
-            summary.capabilities.join(", ")
-        }
-    );
-    outln!("  digest        {}", summary.component_digest);
-    outln!("  source        {}", or_unknown(&summary.source_digest));
-    match (&manifest, manifest_matches) {
-        (Some(m), Some(true)) => {
-            outln!(
-                "  manifest      {} {}: {}",
-                m.name,
-                m.version,
-                m.description
-            );
-            if !m.contract_patterns.is_empty() {
-                outln!("  contracts     {}", m.contract_patterns.join(", "));
-            }
-            if m.config_schema.is_some() {
-                outln!("  config        has a JSON Schema (see --json)");
-            }
-        }
-        (Some(_), _) => outln!("  manifest      DOES NOT MATCH these bytes (rebuild the plugin)"),
-        (None, _) => outln!("  manifest      (none beside it)"),
-    }
+    crate::output::answer(|| json!(found), || found.to_string());
     Ok(Exit::Success)
 }
 

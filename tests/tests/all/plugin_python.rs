@@ -436,3 +436,45 @@ fn a_python_plugin_is_published_installed_and_decides_a_graph_run() {
     assert_eq!(done["plugins"][0]["plugin"], "word-count-py", "{done}");
     assert_eq!(done["plugins"][0]["component_digest"], signed.as_str());
 }
+
+/// A component another toolchain built has no manifest: `bl plugin
+/// manifest` writes one from the component itself, and keeps it unless told.
+#[test]
+fn a_manifest_is_written_for_a_component_from_another_toolchain() {
+    let built = test_plugin_dir().join("word-count-py.wasm");
+    if !built.is_file() {
+        assert!(
+            componentize_py(),
+            "componentize-py is here, so the example is built"
+        );
+        panic!("{} is missing: run scripts/dev test", built.display());
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let here = scratch.path();
+    std::fs::copy(&built, here.join("bare.wasm")).unwrap();
+    let (code, out, err) = bl(
+        here,
+        &[
+            "plugin",
+            "manifest",
+            "bare.wasm",
+            "--plugin-version",
+            "1.2.3",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let written: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(written["manifest_matches"], true, "{out}");
+    assert_eq!(written["manifest"]["world"], "gate");
+    assert_eq!(written["manifest"]["version"], "1.2.3");
+    assert_eq!(written["manifest"]["name"], "bare");
+    let (code, _, err) = bl(here, &["plugin", "manifest", "bare.wasm"]);
+    assert_eq!(code, 2, "an existing manifest is kept: {err}");
+    assert!(err.contains("--force"), "{err}");
+    let (code, _, err) = bl(here, &["plugin", "manifest", "bare.wasm", "--force"]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(here.join("not.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let (code, _, err) = bl(here, &["plugin", "manifest", "not.wasm"]);
+    assert_eq!(code, 2, "{err}");
+}
