@@ -507,14 +507,18 @@ pub struct PublishRequest<'a> {
 /// registry directory (made when it does not exist).
 pub fn publish(request: &PublishRequest) -> AppResult<(String, bl_registry::Version)> {
     let key = crate::keys::read_signing_key(request.key)?;
-    let (component, manifest, recipe) = if bl_pluginbuild::python::is_python_plugin(request.plugin)
-    {
+    let (component, manifest, recipe) = if bl_pluginbuild::polyglot::is_polyglot_plugin(
+        request.plugin,
+    ) {
         let (built, tool) = crate::plugin_scaffold::build(request.plugin, None, None, false)?;
         let bl_pluginbuild::Built::Plugin(built) = built else {
-            unreachable!("a Python plugin builds into a plugin")
+            unreachable!("a Python or JavaScript plugin builds into a plugin")
         };
+        let language = bl_pluginbuild::polyglot::read_plugin_file(request.plugin)
+            .map_err(|e| AppError::refused(e.to_string()))?
+            .language;
         let recipe = bl_registry::Recipe {
-            language: "python".into(),
+            language,
             toolchain: tool,
             command: "bl plugin build .".into(),
         };

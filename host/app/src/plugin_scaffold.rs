@@ -16,9 +16,9 @@ pub fn build(
     target_dir: Option<PathBuf>,
     force: bool,
 ) -> Result<(bl_pluginbuild::Built, String), AppError> {
-    if bl_pluginbuild::python::is_python_plugin(dir) {
+    if bl_pluginbuild::polyglot::is_polyglot_plugin(dir) {
         let out = out.unwrap_or_else(|| dir.join("target/plugins"));
-        let (built, tool) = bl_pluginbuild::python::build_python(dir, &out, force)
+        let (built, tool) = bl_pluginbuild::polyglot::build_polyglot(dir, &out, force)
             .map_err(|e| AppError::refused(format!("plugin build {}: {e}", dir.display())))?;
         return Ok((bl_pluginbuild::Built::Plugin(built), tool));
     }
@@ -373,13 +373,14 @@ fn world_of(kind: Kind) -> &'static str {
     }
 }
 
-/// Writes a Python plugin `name` into `dir` (by default `./NAME`): its
-/// `bl-plugin.toml` and `app.py`, which build as they are with `bl plugin
-/// build` and use the Python SDK (`bl_plugin`). Refuses a directory that
-/// exists.
-pub fn new_python_plugin(
+/// Writes a Python or JavaScript (`js`) plugin `name` into `dir` (by
+/// default `./NAME`): its `bl-plugin.toml` and `app.py` or `app.js`, which
+/// build as they are with `bl plugin build` and use bl's SDK for the
+/// language. Refuses a directory that exists.
+pub fn new_polyglot_plugin(
     name: &str,
     kind: Kind,
+    lang: &str,
     dir: Option<PathBuf>,
 ) -> Result<PathBuf, AppError> {
     let refused = |why: String| AppError::refused(format!("plugin new {name}: {why}"));
@@ -403,18 +404,23 @@ pub fn new_python_plugin(
     write(
         "bl-plugin.toml",
         &format!(
-            "name = \"{name}\"\nversion = \"0.1.0\"\ndescription = \"A {} written in Python.\"\nkind = \"{}\"\nlanguage = \"python\"\nentry = \"app\"\n",
+            "name = \"{name}\"\nversion = \"0.1.0\"\ndescription = \"A {} written in {}.\"\nkind = \"{}\"\nlanguage = \"{lang}\"\n",
             kind.name(),
+            if lang == "js" { "JavaScript" } else { "Python" },
             world_of(kind)
         ),
     )?;
-    let app = match kind {
-        Kind::Gate => PY_GATE,
-        Kind::Contract => PY_CONTRACT,
-        Kind::Transform => PY_TRANSFORM,
-        Kind::Policy => PY_POLICY,
+    let (file, app) = match (lang, kind) {
+        ("js", Kind::Gate) => ("app.js", JS_GATE),
+        ("js", Kind::Contract) => ("app.js", JS_CONTRACT),
+        ("js", Kind::Transform) => ("app.js", JS_TRANSFORM),
+        ("js", Kind::Policy) => ("app.js", JS_POLICY),
+        (_, Kind::Gate) => ("app.py", PY_GATE),
+        (_, Kind::Contract) => ("app.py", PY_CONTRACT),
+        (_, Kind::Transform) => ("app.py", PY_TRANSFORM),
+        (_, Kind::Policy) => ("app.py", PY_POLICY),
     };
-    write("app.py", app)?;
+    write(file, app)?;
     Ok(dir)
 }
 
@@ -491,8 +497,8 @@ pub struct Scaffolded {
     pub test: String,
 }
 
-/// Writes a new plugin in `lang`, `rust` or `python` (see [`new_plugin`],
-/// [`new_python_plugin`]).
+/// Writes a new plugin in `lang`, `rust`, `python` or `js` (see
+/// [`new_plugin`], [`new_polyglot_plugin`]).
 pub fn scaffold(
     name: &str,
     kind: Kind,
@@ -506,14 +512,14 @@ pub fn scaffold(
             let test = format!("cargo test --manifest-path {}/Cargo.toml", dir.display());
             (dir, test)
         }
-        "python" => {
-            let dir = new_python_plugin(name, kind, dir)?;
+        "python" | "js" => {
+            let dir = new_polyglot_plugin(name, kind, lang, dir)?;
             let plugin = dir.join(format!("target/plugins/{name}.wasm"));
             (dir, format!("bl plugin run {} …", plugin.display()))
         }
         other => {
             return Err(AppError::refused(format!(
-                "plugin new {name}: --lang {other}: bl writes plugins in rust or python"
+                "plugin new {name}: --lang {other}: bl writes plugins in rust, python or js"
             )));
         }
     };
@@ -524,3 +530,53 @@ pub fn scaffold(
         test,
     })
 }
+
+const JS_GATE: &str = r#"// A gate: passes when the file named in its config exists and is not empty.
+// Config: {"file": "report.md"}.
+
+import * as bl from './bl_plugin.js';
+
+export function check(root, config) {
+  const { file } = bl.config(config, { file: 'string' });
+  const text = bl.readText(root, file);
+  if (text === undefined) return bl.failed(`${file} is missing`);
+  if (!text.trim()) return bl.failed(`${file} is empty`, [bl.finding('empty', 'medium', { rule: 'empty', path: file })]);
+  return bl.passed(`${file} is there`);
+}
+"#;
+
+const JS_CONTRACT: &str = r#"// A completion contract: the declared output must exist and not be empty.
+
+import * as bl from './bl_plugin.js';
+
+export function check(root, request, config) {
+  bl.config(config, {});
+  const text = bl.readText(root, request.artifact);
+  if (!text) return bl.failed(`${request.artifact} is missing or empty`);
+  return bl.passed(`${request.artifact} is there`);
+}
+"#;
+
+const JS_TRANSFORM: &str = r#"// A transform: writes each declared output as the inputs' names, one a line.
+
+import * as bl from './bl_plugin.js';
+
+export function run(inputs, outputs, seed, config) {
+  bl.config(config, {});
+  const names = inputs.entries().map((entry) => `${entry.name}\n`).join('');
+  const declared = outputs.declared();
+  for (const output of declared) outputs.write(output.name, new TextEncoder().encode(names));
+  return { summary: `wrote ${declared.length} output(s)` };
+}
+"#;
+
+const JS_POLICY: &str = r#"// A publication policy: allows an effect only once an approval said yes.
+
+import * as bl from './bl_plugin.js';
+
+export function decide(request, config) {
+  bl.config(config, {});
+  if (request.approvals.some((a) => a.approved)) return { allow: true, reason: 'approved' };
+  return { allow: false, reason: 'no approval said yes' };
+}
+"#;

@@ -29,8 +29,8 @@ pub enum PluginCommand {
         /// The bl plugin SDK to depend on (default: the one beside this bl).
         #[arg(long)]
         sdk: Option<PathBuf>,
-        /// The language it is written in: a Rust crate, or a Python plugin.
-        #[arg(long, default_value = "rust", value_parser = ["rust", "python"])]
+        /// The language: a Rust crate, or a Python or JavaScript (js) plugin.
+        #[arg(long, default_value = "rust", value_parser = ["rust", "python", "js"])]
         lang: String,
     },
     /// Build a plugin crate into a component stamped with its source digest.

@@ -12,7 +12,7 @@
 //! loads or runs a plugin (that is `bl-plugins`).
 
 pub mod component;
-pub mod python;
+pub mod polyglot;
 pub mod reproducible;
 pub mod source;
 pub mod toolchain;

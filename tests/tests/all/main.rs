@@ -28,7 +28,7 @@ mod mcp_tasks;
 mod monitor;
 mod plugin_cli;
 mod plugin_pipeline;
-mod plugin_python;
+mod plugin_polyglot;
 mod plugin_registry;
 mod plugin_runtime;
 mod provable_log;

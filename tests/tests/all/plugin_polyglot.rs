@@ -1,8 +1,9 @@
-//! Plugins written in Python, with the real componentize-py and the real
-//! `bl`: every scaffold kind builds as it is and asks for no capability; the
-//! Python word-count gives the Rust word-count's verdict JSON, byte for
-//! byte, over a corpus of ordinary and hostile workspaces; and it travels
-//! through a registry into a project and decides a graph run's node.
+//! Plugins written in Python and JavaScript, with the real componentize-py,
+//! componentize-js and `bl`: every scaffold kind builds as it is and asks
+//! for no capability, and an uncaught error reaches the operator; the Python
+//! and JavaScript word-counts give the Rust word-count's verdict JSON, byte
+//! for byte, over a corpus of ordinary and hostile workspaces; and each
+//! travels through a registry into a project and decides a graph run's node.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,17 +13,24 @@ use serde_json::{Value, json};
 
 use crate::graph_artifacts::{Case, agent, graph, replies, text};
 
-/// Whether componentize-py is here; under CI it must be (setup installs it).
-fn componentize_py() -> bool {
-    let installed = repo_root().join("target/polyglot/venv/bin/componentize-py");
-    if installed.is_file() {
+/// Whether both plugin toolchains are here; under CI they must be (setup
+/// installs them).
+fn polyglot_toolchains() -> bool {
+    let polyglot = repo_root().join("target/polyglot");
+    let installed = polyglot.join("venv/bin/componentize-py").is_file()
+        && polyglot
+            .join("node_modules/@bytecodealliance/componentize-js/src/cli.js")
+            .is_file();
+    if installed {
         return true;
     }
     assert!(
         std::env::var("CI").is_err(),
-        "componentize-py is missing: scripts/dev test installs it in target/polyglot/venv"
+        "componentize-py or componentize-js is missing: scripts/dev test installs them under target/polyglot"
     );
-    eprintln!("skipped: componentize-py is not installed (scripts/dev test installs it)");
+    eprintln!(
+        "skipped: componentize-py or componentize-js is not installed (scripts/dev test installs them)"
+    );
     false
 }
 
@@ -40,10 +48,29 @@ fn bl(dir: &Path, args: &[&str]) -> (i32, String, String) {
 }
 
 #[test]
-fn every_python_scaffold_builds_as_it_is_runs_and_asks_for_no_capability() {
-    if !componentize_py() {
+fn every_python_and_javascript_scaffold_builds_as_it_is_runs_and_asks_for_no_capability() {
+    if !polyglot_toolchains() {
         return;
     }
+    for (lang, uncaught, says) in [
+        (
+            "python",
+            "import wit_world\n\nclass WitWorld(wit_world.WitWorld):\n    def check(self, root, config):\n        raise ValueError('the gate broke here')\n",
+            "ValueError: the gate broke here",
+        ),
+        (
+            "js",
+            "export function check(root, config) {\n  null.boom();\n}\n",
+            "TypeError",
+        ),
+    ] {
+        scaffolds_of(lang, uncaught, says);
+    }
+}
+
+/// Every kind scaffolded in `lang` builds, inspects as its world, runs;
+/// then a gate whose code throws `uncaught` errs, saying `says`.
+fn scaffolds_of(lang: &str, uncaught: &str, says: &str) {
     let scratch = tempfile::tempdir().unwrap();
     let here = scratch.path();
     for (kind, world) in [
@@ -52,14 +79,14 @@ fn every_python_scaffold_builds_as_it_is_runs_and_asks_for_no_capability() {
         ("transform", "transform"),
         ("policy", "publication-policy"),
     ] {
-        let name = format!("py-{kind}");
+        let name = format!("{lang}-{kind}");
         let (code, _, err) = bl(
             here,
-            &["plugin", "new", &name, "--kind", kind, "--lang", "python"],
+            &["plugin", "new", &name, "--kind", kind, "--lang", lang],
         );
         assert_eq!(code, 0, "{err}");
         let (code, out, err) = bl(here, &["plugin", "build", &name, "--out", "out", "--json"]);
-        assert_eq!(code, 0, "{kind}: {out}{err}");
+        assert_eq!(code, 0, "{lang} {kind}: {out}{err}");
         let built: Value = serde_json::from_str(&out).unwrap();
         assert_eq!(built["manifest"]["world"], world, "{out}");
         let component = here.join(format!("out/{name}.wasm"));
@@ -71,17 +98,13 @@ fn every_python_scaffold_builds_as_it_is_runs_and_asks_for_no_capability() {
         let inspected: Value = serde_json::from_str(&out).unwrap();
         assert_eq!(inspected["summary"]["world"], world, "{out}");
         assert_eq!(inspected["manifest_matches"], true);
-        // The minimal worlds: no bl capability but the world's own. (The
-        // Python runtime's clock and randomness are WASI's, served
-        // deny-all: clocks at zero, fixed bytes.)
-        let asks = inspected["summary"]["capabilities"]
-            .as_array()
-            .unwrap()
-            .clone();
-        for cap in &asks {
+        // The minimal worlds: no bl capability but the world's own. (A
+        // runtime's clock and randomness are WASI's, served deny-all:
+        // clocks at zero, fixed bytes.)
+        for cap in inspected["summary"]["capabilities"].as_array().unwrap() {
             assert!(
                 cap == "clock" || cap == "random",
-                "{kind} asks for {cap}: {out}"
+                "{lang} {kind} asks for {cap}: {out}"
             );
         }
         // A second build with no edits is up to date.
@@ -94,7 +117,7 @@ fn every_python_scaffold_builds_as_it_is_runs_and_asks_for_no_capability() {
     }
     // The gate decides from the workspace, granted nothing.
     std::fs::create_dir(here.join("ws")).unwrap();
-    let gate = here.join("out/py-gate.wasm");
+    let gate = here.join(format!("out/{lang}-gate.wasm"));
     let run_gate = |config: &str| {
         bl(
             here,
@@ -121,7 +144,7 @@ fn every_python_scaffold_builds_as_it_is_runs_and_asks_for_no_capability() {
     assert!(out.contains("outside its workspace"), "{out}");
     // The policy decides on the approvals.
     std::fs::write(here.join("payload.txt"), "p").unwrap();
-    let policy = here.join("out/py-policy.wasm");
+    let policy = here.join(format!("out/{lang}-policy.wasm"));
     let decide = |approval: &str| {
         let args = [
             "plugin",
@@ -142,19 +165,19 @@ fn every_python_scaffold_builds_as_it_is_runs_and_asks_for_no_capability() {
     };
     assert_eq!(decide("ok=me"), 0);
     assert_eq!(decide("ok=me:rejected"), 1);
-    // An exception the plugin does not catch is an error, and its
-    // traceback reaches the operator.
-    std::fs::write(
-        here.join("py-gate/app.py"),
-        "import wit_world\n\nclass WitWorld(wit_world.WitWorld):\n    def check(self, root, config):\n        raise ValueError('the gate broke here')\n",
-    )
-    .unwrap();
-    let (code, out, err) = bl(here, &["plugin", "build", "py-gate", "--out", "out"]);
+    // An error the plugin does not catch is an error, and what the
+    // runtime said about it reaches the operator.
+    let entry = if lang == "js" { "app.js" } else { "app.py" };
+    std::fs::write(here.join(format!("{lang}-gate/{entry}")), uncaught).unwrap();
+    let (code, out, err) = bl(
+        here,
+        &["plugin", "build", &format!("{lang}-gate"), "--out", "out"],
+    );
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, _) = run_gate(r#"{"file": "report.md"}"#);
     assert_eq!(code, 3, "{out}");
     assert!(
-        out.contains("Traceback") && out.contains("ValueError: the gate broke here"),
+        out.contains("its stderr ended with") && out.contains(says),
         "{out}"
     );
 }
@@ -304,13 +327,14 @@ fn verdict_of(dir: &Path, component: &Path, workspace: &Path, config: &Value) ->
 }
 
 #[test]
-fn the_python_word_count_gives_the_rust_word_counts_verdicts_over_the_corpus() {
-    if !componentize_py() {
+fn the_python_and_javascript_word_counts_give_the_rust_word_counts_verdicts_over_the_corpus() {
+    if !polyglot_toolchains() {
         return;
     }
     let rust = test_plugin_dir().join("word-count.wasm");
     let python = test_plugin_dir().join("word-count-py.wasm");
-    for c in [&rust, &python] {
+    let js = test_plugin_dir().join("word-count-js.wasm");
+    for c in [&rust, &python, &js] {
         assert!(
             c.is_file(),
             "{} is missing: run scripts/dev test (it builds the examples)",
@@ -332,12 +356,14 @@ fn the_python_word_count_gives_the_rust_word_counts_verdicts_over_the_corpus() {
             std::os::unix::fs::symlink("/etc/hostname", ws.join("link")).unwrap();
         }
         let from_rust = verdict_of(scratch.path(), &rust, &ws, config);
-        let from_python = verdict_of(scratch.path(), &python, &ws, config);
-        assert_eq!(
-            from_rust.to_string(),
-            from_python.to_string(),
-            "{name}: the Rust and the Python gate disagree"
-        );
+        for (lang, other) in [("Python", &python), ("JavaScript", &js)] {
+            let theirs = verdict_of(scratch.path(), other, &ws, config);
+            assert_eq!(
+                from_rust.to_string(),
+                theirs.to_string(),
+                "{name}: the Rust and the {lang} gate disagree"
+            );
+        }
         decided += usize::from(from_rust.get("verdict").is_some());
     }
     assert!(
@@ -347,10 +373,15 @@ fn the_python_word_count_gives_the_rust_word_counts_verdicts_over_the_corpus() {
 }
 
 #[test]
-fn a_python_plugin_is_published_installed_and_decides_a_graph_run() {
-    if !componentize_py() {
+fn python_and_javascript_plugins_are_published_installed_and_decide_a_graph_run() {
+    if !polyglot_toolchains() {
         return;
     }
+    published_installed_and_used("word-count-py", "python");
+    published_installed_and_used("word-count-js", "js");
+}
+
+fn published_installed_and_used(name: &str, language: &str) {
     let publisher = tempfile::tempdir().unwrap();
     let key = publisher.path().join("acme.key");
     let (code, _, err) = bl(
@@ -366,7 +397,7 @@ fn a_python_plugin_is_published_installed_and_decides_a_graph_run() {
     );
     assert_eq!(code, 0, "{err}");
     let registry = publisher.path().join("registry");
-    let example: PathBuf = repo_root().join("examples/plugins/word-count-py");
+    let example: PathBuf = repo_root().join("examples/plugins").join(name);
     let (code, out, err) = bl(
         publisher.path(),
         &[
@@ -383,14 +414,14 @@ fn a_python_plugin_is_published_installed_and_decides_a_graph_run() {
     assert_eq!(code, 0, "{out}{err}");
     let published: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
-        published["version"]["recipe"]["language"], "python",
+        published["version"]["recipe"]["language"], language,
         "{out}"
     );
     assert!(
         published["version"]["recipe"]["toolchain"]
             .as_str()
             .unwrap()
-            .starts_with("componentize-py 0.25"),
+            .starts_with("componentize-"),
         "{out}"
     );
     let signed = published["version"]["component_sha256"]
@@ -408,14 +439,14 @@ fn a_python_plugin_is_published_installed_and_decides_a_graph_run() {
         &[
             "plugin",
             "install",
-            "word-count-py",
+            name,
             "--registry",
             registry.to_str().unwrap(),
             "--json",
         ],
     );
     assert_eq!(code, 0, "{out}{err}");
-    let gate = json!({"plugin": "word-count-py", "config": {"file": "workspace/report.md", "min_words": 3}});
+    let gate = json!({"plugin": name, "config": {"file": "workspace/report.md", "min_words": 3}});
     graph(
         &case,
         vec![agent("writer", json!({"gate": gate}))],
@@ -433,7 +464,7 @@ fn a_python_plugin_is_published_installed_and_decides_a_graph_run() {
     let run = case.run("run-1", &[]);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
     let done = case.event("run-1", "writer", "node.succeeded").unwrap();
-    assert_eq!(done["plugins"][0]["plugin"], "word-count-py", "{done}");
+    assert_eq!(done["plugins"][0]["plugin"], name, "{done}");
     assert_eq!(done["plugins"][0]["component_digest"], signed.as_str());
 }
 
@@ -444,7 +475,7 @@ fn a_manifest_is_written_for_a_component_from_another_toolchain() {
     let built = test_plugin_dir().join("word-count-py.wasm");
     if !built.is_file() {
         assert!(
-            componentize_py(),
+            polyglot_toolchains(),
             "componentize-py is here, so the example is built"
         );
         panic!("{} is missing: run scripts/dev test", built.display());

@@ -1,10 +1,11 @@
-//! Plugins written in Python. A Python plugin is a directory with a
-//! `bl-plugin.toml` (its name, version, kind and entry module) and its
-//! modules. componentize-py builds it against bl's minimal worlds
-//! (`wit-minimal`, which import only the world's own capability), with the
-//! Python SDK (`sdk-py`) on its path; the component is stamped with the
-//! digest of everything that went into it, and gets a manifest, as a Rust
-//! plugin does.
+//! Plugins written in Python or JavaScript. Such a plugin is a directory
+//! with a `bl-plugin.toml` (its name, version, kind, language and entry)
+//! and its modules. componentize-py (Python) or componentize-js
+//! (JavaScript) builds it against bl's minimal worlds (`wit-minimal`, which
+//! import only the world's own capability), with bl's SDK for the language
+//! (`sdk-py`, `sdk-js`) beside it; the component is stamped with the digest
+//! of everything that went into it, and gets a manifest, as a Rust plugin
+//! does.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,11 +16,14 @@ use sha2::{Digest, Sha256};
 use crate::component::{stamp_component, summarize};
 use crate::{BuildError, BuiltPlugin, PluginManifest, io_error, up_to_date, write_atomically};
 
-/// The file that makes a directory a Python plugin.
+/// The file that makes a directory a Python or JavaScript plugin.
 pub const PLUGIN_FILE: &str = "bl-plugin.toml";
 
-/// The componentize-py release bl builds with.
+/// The componentize-py release bl builds Python plugins with.
 pub const COMPONENTIZE_PY: &str = "0.25.1";
+
+/// The componentize-js release bl builds JavaScript plugins with.
+pub const COMPONENTIZE_JS: &str = "0.23.0";
 
 /// `bl-plugin.toml`.
 #[derive(Debug, Clone, Deserialize)]
@@ -31,22 +35,33 @@ pub struct PluginFile {
     pub description: String,
     /// gate, completion-contract, transform or publication-policy.
     pub kind: String,
-    /// python (the only one bl builds so far).
+    /// python or js.
     pub language: String,
-    /// The module that defines `WitWorld` (default `app`).
-    #[serde(default = "default_entry")]
-    pub entry: String,
+    /// Python: the module that defines `WitWorld` (default `app`).
+    /// JavaScript: the file that exports the world's function (default
+    /// `app.js`).
+    #[serde(default)]
+    pub entry: Option<String>,
     /// A JSON Schema file for the config, relative to the plugin.
     #[serde(default)]
     pub config_schema: Option<String>,
 }
 
-fn default_entry() -> String {
-    "app".into()
+impl PluginFile {
+    fn entry(&self) -> String {
+        self.entry.clone().unwrap_or_else(|| {
+            if self.language == "js" {
+                "app.js"
+            } else {
+                "app"
+            }
+            .to_string()
+        })
+    }
 }
 
-/// Whether `dir` holds a plugin written in Python.
-pub fn is_python_plugin(dir: &Path) -> bool {
+/// Whether `dir` holds a plugin written in Python or JavaScript.
+pub fn is_polyglot_plugin(dir: &Path) -> bool {
     dir.join(PLUGIN_FILE).is_file()
 }
 
@@ -62,9 +77,9 @@ pub fn read_plugin_file(dir: &Path) -> Result<PluginFile, BuildError> {
         path: path.clone(),
         message,
     };
-    if file.language != "python" {
+    if !["python", "js"].contains(&file.language.as_str()) {
         return Err(refuse(format!(
-            "language = {:?}: bl builds python plugins from a bl-plugin.toml (Rust plugins are crates)",
+            "language = {:?}: bl builds python and js plugins from a bl-plugin.toml (Rust plugins are crates)",
             file.language
         )));
     }
@@ -137,6 +152,52 @@ fn componentize_py() -> Result<(PathBuf, String), BuildError> {
     })
 }
 
+/// componentize-js's command line: `BL_COMPONENTIZE_JS` (its `cli.js`),
+/// else the one `scripts/dev setup` installs in this checkout; run by node.
+fn componentize_js() -> Result<(PathBuf, String), BuildError> {
+    let cli = std::env::var_os("BL_COMPONENTIZE_JS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(
+                "../../target/polyglot/node_modules/@bytecodealliance/componentize-js/src/cli.js",
+            )
+        });
+    let runs = Command::new("node")
+        .arg(&cli)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !runs {
+        return Err(BuildError::Source {
+            path: cli,
+            message: format!(
+                "componentize-js (with node) is not installed: run `scripts/dev setup`, or `npm install @bytecodealliance/componentize-js@{COMPONENTIZE_JS}` and set BL_COMPONENTIZE_JS to its src/cli.js"
+            ),
+        });
+    }
+    let version = Command::new("node")
+        .arg(&cli)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    Ok((cli, format!("componentize-js {version}")))
+}
+
+/// Copies the plain files under `from` into `to` (as [`files_under`] lists them).
+fn copy_sources(from: &Path, to: &Path) -> Result<(), BuildError> {
+    let mut files = Vec::new();
+    files_under(from, &mut files)?;
+    for file in files {
+        let dest = to.join(file.strip_prefix(from).unwrap_or(&file));
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+        }
+        std::fs::copy(&file, &dest).map_err(io_error(&file))?;
+    }
+    Ok(())
+}
+
 /// Every plain file under `dir`, but dot files, `target` and `__pycache__`.
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), BuildError> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
@@ -183,22 +244,27 @@ fn inputs_digest(roots: &[(&str, &Path)], tool: &str) -> Result<String, BuildErr
     Ok(bl_core::Sha256Digest::finish(hasher).to_string())
 }
 
-/// Builds the Python plugin at `dir` into `out_dir` (unless a build of the
-/// same inputs is there already).
-pub fn build_python(
+/// Builds the Python or JavaScript plugin at `dir` into `out_dir` (unless
+/// a build of the same inputs is there already); with the tool's version.
+pub fn build_polyglot(
     dir: &Path,
     out_dir: &Path,
     force: bool,
 ) -> Result<(BuiltPlugin, String), BuildError> {
     let file = read_plugin_file(dir)?;
-    let (tool, version) = componentize_py()?;
-    let sdk = shipped("sdk-py")?;
+    let python = file.language == "python";
+    let (tool, version) = if python {
+        componentize_py()?
+    } else {
+        componentize_js()?
+    };
+    let sdk = shipped(if python { "sdk-py" } else { "sdk-js" })?;
     let wit = shipped("wit-minimal")?;
     let wit_plugin = shipped("wit/plugin")?;
     let digest = inputs_digest(
         &[
             ("plugin", dir),
-            ("sdk-py", &sdk),
+            ("sdk", &sdk),
             ("wit-minimal", &wit),
             ("wit/plugin", &wit_plugin),
         ],
@@ -217,29 +283,58 @@ pub fn build_python(
         return Ok((built, version));
     }
     let staged = out_dir.join(format!(".{}.componentize.wasm", file.name));
-    let out = Command::new(&tool)
-        .arg("-d")
-        .arg(&wit)
-        .args([
-            "-w",
-            &format!("bl:minimal/{}", file.kind),
-            "componentize",
-            "-p",
-        ])
-        .arg(dir)
-        .arg("-p")
-        .arg(&sdk)
-        .arg(&file.entry)
-        .arg("-o")
-        .arg(&staged)
-        .output()
-        .map_err(io_error(&tool))?;
+    let out = if python {
+        Command::new(&tool)
+            .arg("-d")
+            .arg(&wit)
+            .args([
+                "-w",
+                &format!("bl:minimal/{}", file.kind),
+                "componentize",
+                "-p",
+            ])
+            .arg(dir)
+            .arg("-p")
+            .arg(&sdk)
+            .arg(file.entry())
+            .arg("-o")
+            .arg(&staged)
+            .output()
+    } else {
+        // The SDK is imported as `./bl_plugin.js`: the plugin and the SDK
+        // are put side by side in a scratch copy, and built from there.
+        let scratch = out_dir.join(format!(".{}.js-build", file.name));
+        let _ = std::fs::remove_dir_all(&scratch);
+        copy_sources(dir, &scratch)?;
+        copy_sources(&sdk, &scratch)?;
+        let out = Command::new("node")
+            .arg(&tool)
+            .arg(scratch.join(file.entry()))
+            .arg("-w")
+            .arg(&wit)
+            .args([
+                "-n",
+                &file.kind,
+                "-d",
+                "random",
+                "clocks",
+                "http",
+                "fetch-event",
+                "-o",
+            ])
+            .arg(&staged)
+            .output();
+        let _ = std::fs::remove_dir_all(&scratch);
+        out
+    }
+    .map_err(io_error(&tool))?;
     if !out.status.success() {
         return Err(BuildError::Source {
             path: dir.to_path_buf(),
             message: format!(
-                "componentize-py could not build it: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
+                "{version} could not build it: {}{}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                String::from_utf8_lossy(&out.stdout).trim()
             ),
         });
     }

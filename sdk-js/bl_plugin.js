@@ -1,0 +1,182 @@
+// Typed helpers for bl plugins written in JavaScript.
+//
+// A plugin's entry (app.js) exports the function its world exports (a
+// gate's `check(root, config)`) and imports these helpers as
+// `./bl_plugin.js`; `bl plugin build` puts this file beside it. They build
+// the verdicts and errors bl expects, read the JSON config as a Rust
+// plugin's serde would, and read files from the workspace handle.
+
+/** A count: a whole number from 0 to 2**64 - 1, as a Rust `usize` field reads it. */
+export const COUNT = 'count';
+
+/** An error for a config that does not fit: throw it. A plugin that cannot
+ * decide errs; it never fails the work instead. */
+export function badConfig(message) {
+  return { tag: 'bad-config', val: message };
+}
+
+/** An error for a refused capability call. */
+export function capability(message) {
+  return { tag: 'capability', val: message };
+}
+
+/** An error for anything else that keeps the plugin from deciding. */
+export function internal(message) {
+  return { tag: 'internal', val: message };
+}
+
+// A number in the config, as written.
+class JsonNumber {
+  constructor(text) {
+    this.text = text;
+  }
+}
+
+// JSON, parsed keeping each number's text, so that `1.0` is not taken for
+// the whole number 1 (JSON.parse cannot tell them apart; serde can).
+function parseJson(text) {
+  let at = 0;
+  const fail = (what) => { throw badConfig(`the config is not JSON: ${what} at offset ${at}`); };
+  const space = () => { while (at < text.length && ' \t\n\r'.includes(text[at])) at++; };
+  const value = () => {
+    space();
+    const c = text[at];
+    if (c === '{') {
+      at++;
+      const out = {};
+      space();
+      if (text[at] === '}') { at++; return out; }
+      for (;;) {
+        space();
+        if (text[at] !== '"') fail('a key');
+        const key = string();
+        space();
+        if (text[at++] !== ':') fail('a colon');
+        out[key] = value();
+        space();
+        if (text[at] === ',') { at++; continue; }
+        if (text[at++] === '}') return out;
+        fail('a comma or a brace');
+      }
+    }
+    if (c === '[') {
+      at++;
+      const out = [];
+      space();
+      if (text[at] === ']') { at++; return out; }
+      for (;;) {
+        out.push(value());
+        space();
+        if (text[at] === ',') { at++; continue; }
+        if (text[at++] === ']') return out;
+        fail('a comma or a bracket');
+      }
+    }
+    if (c === '"') return string();
+    for (const [word, v] of [['true', true], ['false', false], ['null', null]]) {
+      if (text.startsWith(word, at)) { at += word.length; return v; }
+    }
+    const number = /^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/.exec(text.slice(at));
+    if (!number) fail('a value');
+    at += number[0].length;
+    return new JsonNumber(number[0]);
+  };
+  const string = () => {
+    const match = /^"((?:[^"\\\u0000-\u001f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*)"/.exec(text.slice(at));
+    if (!match) fail('a string');
+    at += match[0].length;
+    return JSON.parse(match[0]);
+  };
+  const out = value();
+  space();
+  if (at !== text.length) fail('the end');
+  return out;
+}
+
+/** The config as an object, checked: `required` maps each key that must be
+ * there to its type ('string', 'boolean', 'number', COUNT), as
+ * `{file: 'string', min_words: COUNT}`; any other key is refused, as a Rust
+ * plugin's `deny_unknown_fields` does. */
+export function config(text, required) {
+  const value = parseJson(text);
+  if (value === null || typeof value !== 'object' || Array.isArray(value) || value instanceof JsonNumber) {
+    throw badConfig('the config must be a JSON object');
+  }
+  const out = {};
+  for (const key of Object.keys(value)) {
+    if (!(key in required)) throw badConfig(`unknown field \`${key}\`, expected one of ${Object.keys(required).join(', ')}`);
+  }
+  for (const [key, kind] of Object.entries(required)) {
+    if (!(key in value)) throw badConfig(`missing field \`${key}\``);
+    const found = value[key];
+    const isNumber = found instanceof JsonNumber;
+    if (kind === COUNT) {
+      if (!isNumber || !/^\d+$/.test(found.text) || BigInt(found.text) >= 2n ** 64n) {
+        throw badConfig(`\`${key}\` must be a whole number from 0 up`);
+      }
+      out[key] = Number(found.text);
+    } else if (kind === 'number') {
+      if (!isNumber) throw badConfig(`\`${key}\` must be a number`);
+      out[key] = Number(found.text);
+    } else {
+      if (typeof found !== kind) throw badConfig(`\`${key}\` must be a ${kind}`);
+      out[key] = found;
+    }
+  }
+  return out;
+}
+
+/** One finding; `path` (relative to the workspace) and `line` place it. */
+export function finding(message, severity = 'medium', { rule, path, line } = {}) {
+  const location = path === undefined ? undefined : { path, line, column: undefined };
+  return { severity, message, rule, location };
+}
+
+export function passed(summary, findings = []) {
+  return { passed: true, summary, findings, evidenceDigest: undefined };
+}
+
+export function failed(summary, findings = []) {
+  return { passed: false, summary, findings, evidenceDigest: undefined };
+}
+
+/** The file's text, or undefined when it does not exist. Any other refusal
+ * (a path outside the workspace, a directory, a file too large, bytes that
+ * are not UTF-8) throws a capability error: the plugin cannot decide. As
+ * the Rust SDK's `read_to_string` with `?` does. */
+export function readText(root, path) {
+  let bytes;
+  try {
+    bytes = root.read(path);
+  } catch (e) {
+    const refused = e && e.payload !== undefined ? e.payload : e;
+    if (refused && refused.tag === 'not-found') return undefined;
+    throw capability(`${path}: ${refused && refused.val !== undefined ? refused.val : String(refused)}`);
+  }
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    throw capability(`${path}: not UTF-8 text`);
+  }
+}
+
+// Unicode's White_Space characters: what Rust's split_whitespace splits on.
+// A regular expression's \s differs (it takes U+FEFF and leaves out U+0085).
+const WHITE_SPACE = new Set('\t\n\v\f\r \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000');
+
+/** The words of `text`, split on Unicode White_Space as Rust's
+ * `str::split_whitespace` splits them. */
+export function splitWords(text) {
+  const words = [];
+  let word = '';
+  for (const ch of text) {
+    if (WHITE_SPACE.has(ch)) {
+      if (word) words.push(word);
+      word = '';
+    } else {
+      word += ch;
+    }
+  }
+  if (word) words.push(word);
+  return words;
+}
