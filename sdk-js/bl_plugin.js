@@ -6,7 +6,8 @@
 // the verdicts and errors bl expects, read the JSON config as a Rust
 // plugin's serde would, and read files from the workspace handle.
 
-/** A count: a whole number from 0 to 2**64 - 1, as a Rust `usize` field reads it. */
+/** A count: a whole number from 0 to 2**32 - 1, as a Rust `usize` field
+ * reads it (usize is 32 bits in wasm32). */
 export const COUNT = 'count';
 
 /** An error for a config that does not fit: throw it. A plugin that cannot
@@ -111,7 +112,7 @@ export function config(text, required) {
     const found = value[key];
     const isNumber = found instanceof JsonNumber;
     if (kind === COUNT) {
-      if (!isNumber || !/^\d+$/.test(found.text) || BigInt(found.text) >= 2n ** 64n) {
+      if (!isNumber || !/^\d+$/.test(found.text) || BigInt(found.text) >= 2n ** 32n) {
         throw badConfig(`\`${key}\` must be a whole number from 0 up`);
       }
       out[key] = Number(found.text);

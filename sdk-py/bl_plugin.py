@@ -38,8 +38,8 @@ def internal(message: str) -> Err:
     return Err(types.PluginError_Internal(message))
 
 
-# A config field that is a count: a whole number from 0 to 2**64 - 1, as a
-# Rust plugin's `usize` field reads it.
+# A config field that is a count: a whole number from 0 to 2**32 - 1, as a
+# Rust plugin's `usize` field reads it (usize is 32 bits in wasm32).
 COUNT = "count"
 
 
@@ -62,7 +62,7 @@ def config(text: str, required: dict) -> dict:
             raise bad_config(f"missing field `{key}`")
         found = value[key]
         if kind == COUNT:
-            if isinstance(found, bool) or not isinstance(found, int) or not 0 <= found < 2**64:
+            if isinstance(found, bool) or not isinstance(found, int) or not 0 <= found < 2**32:
                 raise bad_config(f"`{key}` must be a whole number from 0 up")
             continue
         if kind is int and (isinstance(found, bool) or not isinstance(found, int)):

@@ -154,8 +154,12 @@ impl Project {
 
     /// The publisher keys this project trusts: bl's own, and its trust file's.
     pub fn trusted(&self) -> AppResult<Vec<VerifierKey>> {
-        let own = VerifierKey::parse(PROJECT_KEY.trim()).expect("bl's project key parses");
-        Ok(std::iter::once(own).chain(self.trust_file()?).collect())
+        // One key a line: a rotated key is added beside the old one.
+        let own = PROJECT_KEY
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .map(|l| VerifierKey::parse(l.trim()).expect("bl's project keys parse"));
+        Ok(own.chain(self.trust_file()?).collect())
     }
 
     fn trust_file(&self) -> AppResult<Vec<VerifierKey>> {
@@ -309,6 +313,14 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
     // index says: a component asking for more than its signed entry is refused.
     let summary = bl_pluginbuild::summarize(&bytes)
         .map_err(|e| AppError::refused(format!("{name}@{}: {e}", version.version)))?;
+    if summary.world.as_deref() != Some(version.world.as_str()) {
+        return Err(AppError::refused(format!(
+            "{name}@{}: its signed entry says it is a {} plugin, but the component is {}; refused",
+            version.version,
+            version.world,
+            summary.world.as_deref().unwrap_or("no bl plugin")
+        )));
+    }
     let signed: BTreeSet<&String> = version.capabilities.iter().collect();
     let unsigned_asks: Vec<&String> = summary
         .capabilities
@@ -348,6 +360,12 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
     } else {
         granted.extend(version.capabilities.iter().cloned());
     }
+    // Compiled first (into the cache, keyed by digest): a component that
+    // will not compile leaves the project as it was.
+    crate::plugin_host::shared()
+        .runtime()
+        .and_then(|runtime| runtime.exports(name, &bytes))
+        .map_err(|e| AppError::Undecided(format!("{name}: {e}")))?;
     let dir = project.installed_dir();
     let path = dir.join(format!("{name}.wasm"));
     write_replacing(&path, &bytes)?;
@@ -368,11 +386,6 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
         &dir.join(format!("{name}.plugin.json")),
         manifest_text.as_bytes(),
     )?;
-    // Compiled now, so the first run does not pay for it.
-    crate::plugin_host::shared()
-        .runtime()
-        .and_then(|runtime| runtime.exports(name, &bytes))
-        .map_err(|e| AppError::Undecided(format!("{name}: {e}")))?;
     let locked = Locked {
         version: version.version.clone(),
         component_sha256: version.component_sha256.clone(),
@@ -426,7 +439,8 @@ pub struct Checked {
 pub fn verify(project: &Project) -> AppResult<Vec<Checked>> {
     let lock = project.lock()?;
     let trusted = project.trusted()?;
-    let mut registries: BTreeMap<String, Result<Registry, String>> = BTreeMap::new();
+    // Each registry read once; `None` when it cannot be read (offline).
+    let mut registries: BTreeMap<String, Option<Registry>> = BTreeMap::new();
     let mut checked = Vec::new();
     for (name, locked) in &lock.plugins {
         let path = project.installed_dir().join(format!("{name}.wasm"));
@@ -445,20 +459,21 @@ pub fn verify(project: &Project) -> AppResult<Vec<Checked>> {
         };
         let registry = registries
             .entry(locked.registry.clone())
-            .or_insert_with(|| {
-                Registry::load(Path::new(&locked.registry), &trusted).map_err(|e| e.to_string())
-            });
+            .or_insert_with(|| Registry::load(Path::new(&locked.registry), &trusted).ok());
         let problem = problem.or_else(|| match registry {
             // Offline from its registry, the pin still holds.
-            Err(_) => None,
-            Ok(registry) => {
+            None => None,
+            Some(registry) => {
                 let entry = registry
                     .index
                     .plugins
                     .get(name)
                     .and_then(|vs| vs.iter().find(|v| v.version == locked.version));
                 match (entry, registry.trust_of(name, &locked.version)) {
-                    (None, _) | (_, None) => None,
+                    (None, _) | (_, None) => Some(format!(
+                        "{name}@{} is no longer in its registry {}",
+                        locked.version, locked.registry
+                    )),
                     (Some(v), _) if v.component_sha256 != locked.component_sha256 => Some(format!(
                         "the registry now signs {} for {name}@{}, but the lock pins {}",
                         v.component_sha256, locked.version, locked.component_sha256

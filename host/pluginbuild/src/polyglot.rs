@@ -77,6 +77,18 @@ pub fn read_plugin_file(dir: &Path) -> Result<PluginFile, BuildError> {
         path: path.clone(),
         message,
     };
+    let name_ok = (1..=64).contains(&file.name.len())
+        && file.name.starts_with(|c: char| c.is_ascii_lowercase())
+        && file
+            .name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !name_ok {
+        return Err(refuse(format!(
+            "name = {:?}: a plugin name is 1-64 of a-z, 0-9 and '-', starting with a letter",
+            file.name
+        )));
+    }
     if !["python", "js"].contains(&file.language.as_str()) {
         return Err(refuse(format!(
             "language = {:?}: bl builds python and js plugins from a bl-plugin.toml (Rust plugins are crates)",

@@ -175,12 +175,17 @@ impl PluginHost {
         let package = PluginPackage::open(&path)?;
         let declared = package.declared()?;
         let digest = bl_core::Sha256Digest::of(&package.bytes).to_string();
-        let pin = self.pins.get(&package.name());
+        // Pinned under the name it was asked by or the name its manifest
+        // gives: a manifest edited to another name does not escape the pin.
+        let pin = self
+            .pins
+            .get(name)
+            .or_else(|| self.pins.get(&package.name()));
         if let Some(pin) = pin
             && pin.digest != digest
         {
             return Err(FindError::PinMismatch {
-                name: package.name(),
+                name: name.to_string(),
                 path,
                 found: digest,
                 pinned: pin.digest.clone(),
@@ -203,6 +208,7 @@ impl PluginHost {
             commands: grant.commands.clone(),
             deadline: grant.deadline,
             command_timeout: grant.command_timeout,
+            hex_digest: plugin.digest.strip_prefix("sha256:"),
         }
     }
 

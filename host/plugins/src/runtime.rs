@@ -35,6 +35,9 @@ pub struct LoadOptions<'a> {
     pub deadline: Option<Duration>,
     /// The longest one of its commands may take; the runtime's when `None`.
     pub command_timeout: Option<Duration>,
+    /// The component's sha256 (hex) when the caller took it already, so a
+    /// large component (a Python one is 18 MB) is hashed once, not twice.
+    pub hex_digest: Option<&'a str>,
 }
 
 /// How instances get their memory.
@@ -259,7 +262,10 @@ impl Runtime {
             message,
         };
         // One hash of the bytes: the cache key and the digest the caller records.
-        let hex_digest = bl_core::sha256_hex(bytes);
+        let hex_digest = match options.hex_digest {
+            Some(known) => known.to_string(),
+            None => bl_core::sha256_hex(bytes),
+        };
         let component = self.compile_with_digest(name, bytes, &hex_digest)?;
         let grants = &options.grants;
         let requested = admit(&self.imports(&component), world, options.declared, grants)

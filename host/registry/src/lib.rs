@@ -341,10 +341,14 @@ impl Registry {
                         ),
                     ));
                 }
-                trust.insert(
-                    (name.clone(), v.version.clone()),
-                    check_version(name, v, trusted),
-                );
+                let key = (name.clone(), v.version.clone());
+                if trust.contains_key(&key) {
+                    return Err(malformed(
+                        format!("/plugins/{name}/{i}/version"),
+                        format!("{} is listed twice; a version is published once", v.version),
+                    ));
+                }
+                trust.insert(key, check_version(name, v, trusted));
             }
         }
         Ok(Registry {
@@ -665,6 +669,23 @@ mod tests {
         assert_eq!(registry.trust_of("files", "2.0.0"), Some(&Trust::NotSigned));
         assert!(
             matches!(registry.resolve("files", "*"), Err(RegistryError::NoMatch { usable, .. }) if usable == "none")
+        );
+    }
+
+    #[test]
+    fn a_version_listed_twice_refuses_the_registry() {
+        let (root, key) = published();
+        edit_index(root.path(), |index| {
+            let mut copy = index["plugins"]["files"][0].clone();
+            copy.as_object_mut().unwrap().remove("signature");
+            index["plugins"]["files"].as_array_mut().unwrap().push(copy);
+        });
+        let refused = Registry::load(root.path(), &[key.verifier()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("/plugins/files/3/version") && refused.contains("listed twice"),
+            "{refused}"
         );
     }
 

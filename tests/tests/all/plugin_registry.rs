@@ -100,9 +100,9 @@ fn files_in(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// A node gated by `plugin`, writing a report of `words` words.
-fn gated_graph(case: &Case, plugin: &str, words: &str) {
-    let gate = json!({"plugin": plugin, "config": {"file": "workspace/report.md", "min_words": 3}});
+/// A graph of one node, `writer`, gated by the plugin `gate` names (with
+/// its config), whose recorded reply writes `report` to workspace/report.md.
+pub(crate) fn gated_graph(case: &Case, gate: Value, report: &str) {
     graph(
         case,
         vec![agent("writer", json!({"gate": gate}))],
@@ -111,8 +111,13 @@ fn gated_graph(case: &Case, plugin: &str, words: &str) {
     );
     replies(
         case,
-        &[("writer", "wrote it", &[("workspace/report.md", words)])],
+        &[("writer", "wrote it", &[("workspace/report.md", report)])],
     );
+}
+
+/// The gate config the word-count examples take, in every language.
+pub(crate) fn word_count_gate(plugin: &str) -> Value {
+    json!({"plugin": plugin, "config": {"file": "workspace/report.md", "min_words": 3}})
 }
 
 #[test]
@@ -208,7 +213,7 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
     );
 
     // A graph run uses it and records its digest.
-    gated_graph(&case, "word-count", "one two three four");
+    gated_graph(&case, word_count_gate("word-count"), "one two three four");
     let run = case.run("run-1", &[]);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
     let done = case.event("run-1", "writer", "node.succeeded").unwrap();
@@ -282,6 +287,15 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
     let looped = bl_in(&project, &cache, &["run", "loops/wc", "--yes", "--json"]);
     assert_ne!(looped.status.code(), Some(0), "{}", text(&looped));
     assert!(text(&looped).contains("pins"), "{}", text(&looped));
+    // Renaming the plugin in its manifest does not escape the pin.
+    let manifest = case.path(".bl/plugins/word-count.plugin.json");
+    let renamed = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .replace("\"name\": \"word-count\"", "\"name\": \"not-pinned\"");
+    std::fs::write(&manifest, renamed).unwrap();
+    let run = case.run("run-3", &[]);
+    assert_ne!(run.status.code(), Some(0), "{}", text(&run));
+    assert!(text(&run).contains("bl.lock pins"), "{}", text(&run));
 
     // Installing again restores the pinned bytes.
     assert!(install(&[]).status.success());
@@ -563,16 +577,7 @@ fn versions_resolve_by_semver_and_an_unsigned_one_runs_only_when_allowed_by_name
 
     // A run that uses it records that it was unsigned.
     let gate = json!({"plugin": "mygate", "config": {"required": ["workspace/report.md"]}});
-    graph(
-        &case,
-        vec![agent("writer", json!({"gate": gate}))],
-        vec![],
-        "continue_declared",
-    );
-    replies(
-        &case,
-        &[("writer", "wrote it", &[("workspace/report.md", "done\n")])],
-    );
+    gated_graph(&case, gate, "done\n");
     let run = case.run("run-1", &[]);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
     let done = case.event("run-1", "writer", "node.succeeded").unwrap();
