@@ -28,6 +28,7 @@ pub mod loop_trace;
 pub mod monitor;
 pub mod notes;
 pub mod paths;
+pub mod plugin_conformance;
 pub mod plugin_host;
 pub mod plugin_registry;
 pub mod plugin_run;

@@ -509,6 +509,30 @@ pub fn verify(project: &Project) -> AppResult<Vec<Checked>> {
     Ok(checked)
 }
 
+/// A version added to a registry.
+#[derive(Debug, Clone, Serialize)]
+pub struct Published {
+    /// The plugin's name.
+    pub published: String,
+    pub version: bl_registry::Version,
+    pub registry: PathBuf,
+}
+
+impl std::fmt::Display for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = &self.version;
+        write!(
+            f,
+            "published {} {} ({}) to {}, signed by key {}",
+            self.published,
+            v.version,
+            v.component_sha256,
+            self.registry.display(),
+            v.publisher_key_id
+        )
+    }
+}
+
 /// What `publish` is asked for.
 pub struct PublishRequest<'a> {
     /// A plugin crate (it holds Cargo.toml) or a component (`.wasm`, with
@@ -520,7 +544,7 @@ pub struct PublishRequest<'a> {
 
 /// Builds (when given a crate), signs and adds a plugin version to a
 /// registry directory (made when it does not exist).
-pub fn publish(request: &PublishRequest) -> AppResult<(String, bl_registry::Version)> {
+pub fn publish(request: &PublishRequest) -> AppResult<Published> {
     let key = crate::keys::read_signing_key(request.key)?;
     let (component, manifest, recipe) = if bl_pluginbuild::polyglot::is_polyglot_plugin(
         request.plugin,
@@ -592,7 +616,11 @@ pub fn publish(request: &PublishRequest) -> AppResult<(String, bl_registry::Vers
     };
     let version = bl_registry::publish(request.registry, &manifest.name, version, &bytes, &key)
         .map_err(registry_error)?;
-    Ok((manifest.name, version))
+    Ok(Published {
+        published: manifest.name,
+        version,
+        registry: request.registry.to_path_buf(),
+    })
 }
 
 fn rustc_version() -> String {

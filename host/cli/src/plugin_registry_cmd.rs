@@ -50,6 +50,17 @@ pub enum RegistryCommand {
     },
     /// Re-check every installed plugin against bl.lock and its registry.
     Verify,
+    /// Run a gate over a conformance corpus (exit 1 when a case disagrees).
+    Test {
+        /// The gate: a component path, or a name on the plugin path.
+        plugin: String,
+        /// The corpus: a directory of cases (config.json, workspace/, expected.json).
+        #[arg(long)]
+        corpus: PathBuf,
+        /// Record this gate's verdicts as the cases' expectations.
+        #[arg(long)]
+        record: bool,
+    },
     /// Follow a published version's recipe from its source and compare digests.
     Rebuild {
         /// The plugin's name in the registry.
@@ -83,19 +94,8 @@ pub fn run(cmd: RegistryCommand) -> CliResult {
                 registry: &registry,
                 key: &key,
             };
-            let (name, v) = registry::publish(&request)?;
-            answer(
-                || json!({"published": name, "version": v, "registry": registry}),
-                || {
-                    format!(
-                        "published {name} {} ({}) to {}, signed by key {}",
-                        v.version,
-                        v.component_sha256,
-                        registry.display(),
-                        v.publisher_key_id
-                    )
-                },
-            );
+            let published = registry::publish(&request)?;
+            answer(|| json!(published), || published.to_string());
         }
         RegistryCommand::Search { text, registry } => {
             let dir = registry::registry_dir(registry.as_deref())?;
@@ -169,6 +169,19 @@ pub fn run(cmd: RegistryCommand) -> CliResult {
             let r = registry::rebuild(&project, &request)?;
             answer(|| json!(r), || r.to_string());
             return Ok(if r.reproduced {
+                Exit::Success
+            } else {
+                Exit::No
+            });
+        }
+        RegistryCommand::Test {
+            plugin,
+            corpus,
+            record,
+        } => {
+            let run = bl_app::plugin_conformance::test(&plugin, &corpus, record)?;
+            answer(|| json!(run), || run.to_string());
+            return Ok(if run.disagreements() == 0 {
                 Exit::Success
             } else {
                 Exit::No
