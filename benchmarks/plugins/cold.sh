@@ -41,9 +41,12 @@ for name in word-count word-count-py word-count-js; do
   "$bl" plugin run "$plugins/$name.wasm" --workspace "$work/ws" --config "$config" >/dev/null
 done
 anchor=$(median_ms "$bl" plugin inspect "$plugins/word-count.wasm")
-printf '%-16s %10s %10s\n' "gate" "median ms" "x anchor"
-printf '%-16s %10s %10s\n' "(anchor)" "$anchor" "1.00"
-for name in word-count word-count-py word-count-js; do
+printf '%-16s %10s %10s %10s\n' "gate" "median ms" "x anchor" "target ms"
+printf '%-16s %10s %10s %10s\n' "(anchor)" "$anchor" "1.00" "-"
+for pair in word-count:10 word-count-py:50 word-count-js:30; do
+  name="${pair%%:*}" target="${pair##*:}"
   ms=$(median_ms "$bl" plugin run "$plugins/$name.wasm" --workspace "$work/ws" --config "$config")
-  printf '%-16s %10s %10s\n' "$name" "$ms" "$(awk -v a="$ms" -v b="$anchor" 'BEGIN {printf "%.2f", a/b}')"
+  verdict=$(awk -v a="$ms" -v t="$target" 'BEGIN {print (a <= t) ? "met" : "MISSED"}')
+  printf '%-16s %10s %10s %10s %s\n' "$name" "$ms" "$(awk -v a="$ms" -v b="$anchor" 'BEGIN {printf "%.2f", a/b}')" "$target" "$verdict"
 done
+echo "a warm call of a Rust gate (target ≤ 50 µs): cargo bench -p bl-plugins --bench invoke -- warm"

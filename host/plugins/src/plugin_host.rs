@@ -60,6 +60,15 @@ pub enum FindError {
     #[error("{0}")]
     Refused(String),
     #[error(
+        "plugin {name:?} at {path} is version {found}, which does not meet {requirement}; install one that does (`bl plugin install {name}@{requirement}`)"
+    )]
+    Version {
+        name: String,
+        requirement: String,
+        found: String,
+        path: PathBuf,
+    },
+    #[error(
         "plugin {name:?} at {path} has {found}, but {lock} pins {pinned}; nothing was run. Install the pinned version again (`bl plugin install {name}`), or see what changed with `bl plugin verify`"
     )]
     PinMismatch {
@@ -82,6 +91,14 @@ pub struct FoundPlugin {
     pub digest: String,
     /// Pinned by a lock that records it was installed unsigned.
     pub unsigned: bool,
+}
+
+/// `NAME@REQ` as the name and the version requirement (none without `@`).
+pub fn split_requirement(name: &str) -> (&str, Option<&str>) {
+    match name.split_once('@') {
+        Some((name, requirement)) => (name, Some(requirement)),
+        None => (name, None),
+    }
 }
 
 impl FoundPlugin {
@@ -156,6 +173,7 @@ impl PluginHost {
         if as_path.is_file() {
             return Ok(as_path.to_path_buf());
         }
+        let (name, _) = split_requirement(name);
         self.search_path
             .iter()
             .map(|dir| dir.join(format!("{name}.wasm")))
@@ -166,13 +184,38 @@ impl PluginHost {
             })
     }
 
-    /// Finds and reads a plugin, with its manifest's declarations.
+    /// Finds and reads a plugin, with its manifest's declarations. `name`
+    /// may carry a version requirement, `NAME@REQ` (`files@^1.2`): the
+    /// plugin found must declare a version that meets it.
     pub fn find(&self, name: &str) -> Result<FoundPlugin, FindError> {
         if let Some(why) = &self.refusal {
             return Err(FindError::Refused(why.clone()));
         }
         let path = self.resolve(name)?;
+        let (name, requirement) = match Path::new(name).is_file() {
+            true => (name, None),
+            false => split_requirement(name),
+        };
         let package = PluginPackage::open(&path)?;
+        if let Some(requirement) = requirement {
+            let found = package.manifest.as_ref().map(|m| m.version.clone());
+            let meets = semver::VersionReq::parse(requirement)
+                .ok()
+                .zip(
+                    found
+                        .as_deref()
+                        .and_then(|v| semver::Version::parse(v).ok()),
+                )
+                .is_some_and(|(req, version)| req.matches(&version));
+            if !meets {
+                return Err(FindError::Version {
+                    name: name.to_string(),
+                    requirement: requirement.to_string(),
+                    found: found.unwrap_or_else(|| "no version (no manifest)".into()),
+                    path,
+                });
+            }
+        }
         let declared = package.declared()?;
         let digest = bl_core::Sha256Digest::of(&package.bytes).to_string();
         // Pinned under the name it was asked by or the name its manifest

@@ -220,6 +220,29 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
     assert_eq!(done["plugins"][0]["plugin"], "word-count", "{done}");
     assert_eq!(done["plugins"][0]["component_digest"], signed.as_str());
     assert!(done["plugins"][0].get("unsigned").is_none(), "{done}");
+    // A manifest may name the version it needs: met, it runs; not met, the
+    // run is refused before anything runs, naming both.
+    gated_graph(
+        &case,
+        word_count_gate("word-count@^0.1"),
+        "one two three four",
+    );
+    let run = case.run("run-versioned", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    gated_graph(
+        &case,
+        word_count_gate("word-count@^2"),
+        "one two three four",
+    );
+    let run = case.run("run-too-old", &[]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    let said = text(&run);
+    assert!(
+        said.contains("needs word-count ^2") && said.contains("is version 0.1.0"),
+        "{said}"
+    );
+    assert!(said.contains("nothing was run"), "{said}");
+    gated_graph(&case, word_count_gate("word-count"), "one two three four");
 
     // A loop uses it too (gate.kind: plugin), and its ledger names the digest.
     let package = case.path("loops/wc");
@@ -229,7 +252,7 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
     std::fs::write(package.join("PROMPT.md"), "Write at least five words.\n").unwrap();
     std::fs::write(
         package.join("loop.yaml"),
-        "name: wc\ndescription: Five words in notes.md.\npattern: evaluator-optimizer\nrole: [docs]\nrung: L1\nspec: PROMPT.md\nrunner:\n  default: stub\ngate:\n  kind: plugin\n  plugin: word-count\n  config: {file: seed/notes.md, min_words: 5}\nbounds: bounds.yaml\n",
+        "name: wc\ndescription: Five words in notes.md.\npattern: evaluator-optimizer\nrole: [docs]\nrung: L1\nspec: PROMPT.md\nrunner:\n  default: stub\ngate:\n  kind: plugin\n  plugin: word-count@^0.1\n  config: {file: seed/notes.md, min_words: 5}\nbounds: bounds.yaml\n",
     )
     .unwrap();
     std::fs::write(package.join("bounds.yaml"), "max_iterations: 3\n").unwrap();
