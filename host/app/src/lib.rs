@@ -33,6 +33,7 @@ pub mod plugin_host;
 pub mod plugin_registry;
 pub mod plugin_run;
 pub mod plugin_scaffold;
+pub mod registry_mirror;
 pub mod run_adapters;
 pub mod runtime;
 mod state_md;

@@ -225,18 +225,22 @@ fn registry_error(e: RegistryError) -> AppError {
 /// The registry to use: the one named, else `BL_REGISTRY`, else the one
 /// shipped beside bl.
 pub fn registry_dir(named: Option<&Path>) -> AppResult<PathBuf> {
+    let named = named
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("BL_REGISTRY").map(PathBuf::from));
     if let Some(dir) = named {
-        return Ok(dir.to_path_buf());
-    }
-    if let Some(dir) = std::env::var_os("BL_REGISTRY") {
-        return Ok(PathBuf::from(dir));
+        // A static web tree is mirrored, then read as a directory.
+        return match dir.to_str().filter(|d| crate::registry_mirror::is_url(d)) {
+            Some(url) => crate::registry_mirror::mirror(url),
+            None => Ok(dir),
+        };
     }
     crate::paths::registry_search_path()
         .into_iter()
         .find(|d| d.join(bl_registry::INDEX).is_file())
         .ok_or_else(|| {
             AppError::refused(
-                "no plugin registry: name one with --registry DIR (a directory holding index.json), or set BL_REGISTRY",
+                "no plugin registry: name one with --registry DIR (a directory holding index.json) or URL (a static web tree of one), or set BL_REGISTRY",
             )
         })
 }
@@ -308,6 +312,7 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
         .trust_of(name, &version.version)
         .cloned()
         .unwrap_or(Trust::NotSigned);
+    crate::registry_mirror::fetch_component(request.registry, name, &version.version)?;
     let bytes = registry.component(name, version).map_err(registry_error)?;
     // What the component imports is what it can ask for, whatever the
     // index says: a component asking for more than its signed entry is refused.
@@ -393,11 +398,14 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
         wit_version: version.wit_version.clone(),
         capabilities: version.capabilities.clone(),
         granted: granted.into_iter().collect(),
-        // Absolute, so `bl plugin verify` finds it from anywhere in the project.
-        registry: std::path::absolute(request.registry)
-            .unwrap_or_else(|_| request.registry.to_path_buf())
-            .display()
-            .to_string(),
+        // Its URL, or an absolute path, so `bl plugin verify` finds it from
+        // anywhere in the project.
+        registry: crate::registry_mirror::source_of(request.registry).unwrap_or_else(|| {
+            std::path::absolute(request.registry)
+                .unwrap_or_else(|_| request.registry.to_path_buf())
+                .display()
+                .to_string()
+        }),
         publisher_key_id: version.publisher_key_id.clone(),
         trust: trust.label().to_string(),
         allowed_unsigned: !matches!(trust, Trust::Verified { .. }),
@@ -459,7 +467,11 @@ pub fn verify(project: &Project) -> AppResult<Vec<Checked>> {
         };
         let registry = registries
             .entry(locked.registry.clone())
-            .or_insert_with(|| Registry::load(Path::new(&locked.registry), &trusted).ok());
+            .or_insert_with(|| {
+                registry_dir(Some(Path::new(&locked.registry)))
+                    .ok()
+                    .and_then(|dir| Registry::load(&dir, &trusted).ok())
+            });
         let problem = problem.or_else(|| match registry {
             // Offline from its registry, the pin still holds.
             None => None,

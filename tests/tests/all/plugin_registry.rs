@@ -696,3 +696,105 @@ fn the_shipped_registry_verifies_and_each_first_party_plugin_rebuilds_to_its_sig
         assert_eq!(rebuilt["reproduced"], true, "{rebuilt}");
     }
 }
+
+/// A registry served as a static web tree, on loopback: installed from by
+/// URL, verified as a directory is, and a component changed on the server
+/// is refused.
+#[test]
+fn a_registry_served_over_http_is_mirrored_and_verified_like_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = keys(dir.path(), "acme");
+    let registry = dir.path().join("registry");
+    publish(
+        dir.path(),
+        &staged(dir.path(), "files", "mygate", "1.0.0", &[]),
+        &registry,
+        &key,
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // A real static web server: Python's, on loopback only.
+    let mut server = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port.to_string(),
+            "--directory",
+        ])
+        .arg(&registry)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the web server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let url = format!("http://127.0.0.1:{port}");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let cache = dir.path().join("cache");
+    assert!(
+        bl_in(
+            &project,
+            &cache,
+            &["plugin", "trust", public.to_str().unwrap()]
+        )
+        .status
+        .success()
+    );
+    let installed = bl_in(
+        &project,
+        &cache,
+        &["plugin", "install", "mygate", "--registry", &url, "--json"],
+    );
+    let said = text(&installed);
+    assert!(installed.status.success(), "{said}");
+    let lock: Value =
+        serde_json::from_slice(&std::fs::read(project.join("bl.lock")).unwrap()).unwrap();
+    assert_eq!(
+        lock["plugins"]["mygate"]["registry"],
+        url.as_str(),
+        "{lock}"
+    );
+    assert_eq!(lock["plugins"]["mygate"]["trust"], "Verified");
+    let verify = bl_in(&project, &cache, &["plugin", "verify"]);
+    assert!(verify.status.success(), "{}", text(&verify));
+    // The server now serves other bytes: a fresh install refuses them.
+    let served = registry.join("plugins/mygate/1.0.0/mygate.wasm");
+    let mut bytes = std::fs::read(&served).unwrap();
+    bytes[100] ^= 1;
+    std::fs::write(&served, bytes).unwrap();
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let other_cache = dir.path().join("other-cache");
+    assert!(
+        bl_in(
+            &other,
+            &other_cache,
+            &["plugin", "trust", public.to_str().unwrap()]
+        )
+        .status
+        .success()
+    );
+    let refused = bl_in(
+        &other,
+        &other_cache,
+        &["plugin", "install", "mygate", "--registry", &url],
+    );
+    let said = text(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("the signed index says"), "{said}");
+    assert!(!other.join("bl.lock").exists() && files_in(&other.join(".bl")).is_empty());
+    let _ = server.kill();
+    let _ = server.wait();
+}
