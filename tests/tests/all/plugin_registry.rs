@@ -75,6 +75,20 @@ fn publish(dir: &Path, what: &Path, registry: &Path, key: &Path) {
     assert!(out.status.success(), "{}", text(&out));
 }
 
+/// A fresh project `name` under `dir` that trusts the key `public`, with a
+/// compiled-component cache of its own: (project, cache).
+fn trusting_project(dir: &Path, name: &str, public: &Path) -> (PathBuf, PathBuf) {
+    let (project, cache) = (dir.join(name), dir.join(format!("{name}-cache")));
+    std::fs::create_dir_all(&project).unwrap();
+    let trusted = bl_in(
+        &project,
+        &cache,
+        &["plugin", "trust", public.to_str().unwrap()],
+    );
+    assert!(trusted.status.success(), "{}", text(&trusted));
+    (project, cache)
+}
+
 /// Changes `registry/index.json`.
 fn edit_index(registry: &Path, change: impl FnOnce(&mut Value)) {
     let path = registry.join("index.json");
@@ -339,15 +353,7 @@ fn every_wrong_registry_is_refused_with_its_own_error_and_leaves_nothing_behind(
         &key,
     );
 
-    let project = dir.path().join("project");
-    std::fs::create_dir_all(&project).unwrap();
-    let cache = dir.path().join("project-cache");
-    let trust = bl_in(
-        &project,
-        &cache,
-        &["plugin", "trust", public.to_str().unwrap()],
-    );
-    assert!(trust.status.success(), "{}", text(&trust));
+    let (project, cache) = trusting_project(dir.path(), "project", &public);
     let install_from = |registry: &Path, wanted: &str, extra: &[&str]| {
         let mut args = vec![
             "plugin",
@@ -740,18 +746,7 @@ fn a_registry_served_over_http_is_mirrored_and_verified_like_a_directory() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let url = format!("http://127.0.0.1:{port}");
-    let project = dir.path().join("project");
-    std::fs::create_dir_all(&project).unwrap();
-    let cache = dir.path().join("cache");
-    assert!(
-        bl_in(
-            &project,
-            &cache,
-            &["plugin", "trust", public.to_str().unwrap()]
-        )
-        .status
-        .success()
-    );
+    let (project, cache) = trusting_project(dir.path(), "project", &public);
     let installed = bl_in(
         &project,
         &cache,
@@ -774,18 +769,7 @@ fn a_registry_served_over_http_is_mirrored_and_verified_like_a_directory() {
     let mut bytes = std::fs::read(&served).unwrap();
     bytes[100] ^= 1;
     std::fs::write(&served, bytes).unwrap();
-    let other = dir.path().join("other");
-    std::fs::create_dir_all(&other).unwrap();
-    let other_cache = dir.path().join("other-cache");
-    assert!(
-        bl_in(
-            &other,
-            &other_cache,
-            &["plugin", "trust", public.to_str().unwrap()]
-        )
-        .status
-        .success()
-    );
+    let (other, other_cache) = trusting_project(dir.path(), "other", &public);
     let refused = bl_in(
         &other,
         &other_cache,
