@@ -19,8 +19,6 @@ mod loop_cmd;
 mod loop_tools_cmd;
 mod output;
 mod plugin_cmd;
-mod plugin_registry_cmd;
-mod plugin_worlds;
 mod sandbox_cmd;
 mod verify_cmd;
 

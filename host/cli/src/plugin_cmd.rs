@@ -12,10 +12,15 @@ use bl_app::plugin_run::{self, PluginRunRequest};
 
 use crate::exit::{CliError, CliResult, Exit};
 
+// Parts of `bl plugin`: the registry's subcommands, and running the worlds
+// that do not judge a workspace.
+mod registry;
+mod worlds;
+
 #[derive(Subcommand)]
 pub enum PluginCommand {
     #[command(flatten)]
-    Registry(crate::plugin_registry_cmd::RegistryCommand),
+    Registry(registry::RegistryCommand),
     /// Write a new plugin crate that builds as it is.
     New {
         /// The plugin's name; the crate goes in a directory of that name.
@@ -109,9 +114,9 @@ pub enum PluginCommand {
         isolation: String,
         // Boxed: they make the variant large and are used only by two worlds.
         #[command(flatten)]
-        transform: Box<crate::plugin_worlds::TransformArgs>,
+        transform: Box<worlds::TransformArgs>,
         #[command(flatten)]
-        policy: Box<crate::plugin_worlds::PolicyArgs>,
+        policy: Box<worlds::PolicyArgs>,
     },
 }
 
@@ -155,7 +160,7 @@ impl Allocator {
 
 pub fn run(cmd: PluginCommand) -> CliResult {
     match cmd {
-        PluginCommand::Registry(cmd) => crate::plugin_registry_cmd::run(cmd),
+        PluginCommand::Registry(cmd) => registry::run(cmd),
         PluginCommand::New {
             name,
             kind,
@@ -223,10 +228,10 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             let opened = plugin_run::open(&request)?;
             match opened.world {
                 World::Transform => {
-                    return crate::plugin_worlds::run_transform(&opened, &config, &transform);
+                    return worlds::run_transform(&opened, &config, &transform);
                 }
                 World::PublicationPolicy => {
-                    return crate::plugin_worlds::run_policy(&opened, &config, &policy);
+                    return worlds::run_policy(&opened, &config, &policy);
                 }
                 World::Gate | World::CompletionContract => {}
             }

@@ -1,4 +1,4 @@
-//! `bl plugin publish|search|install|verify|trust`: plugins from a registry.
+//! `bl plugin publish|search|install|verify|rebuild|test|trust`: plugins from a registry.
 
 use std::path::PathBuf;
 
