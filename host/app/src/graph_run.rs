@@ -597,18 +597,14 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
                 m.world
             )));
         }
-        if let (plugin, Some(wanted)) = bl_plugins::split_requirement(name) {
-            let meets = semver::VersionReq::parse(wanted)
-                .ok()
-                .zip(semver::Version::parse(&m.version).ok())
-                .is_some_and(|(req, version)| req.matches(&version));
-            if !meets {
-                return Err(refused(format!(
-                    "graph run: node '{node}' needs {plugin} {wanted}, but {} is version {}; install one that meets it (`bl plugin install {name}`); nothing was run",
-                    path.display(),
-                    m.version
-                )));
-            }
+        if let (plugin, Some(wanted)) = bl_plugins::split_requirement(name)
+            && !bl_plugins::meets_requirement(&m.version, wanted)
+        {
+            return Err(refused(format!(
+                "graph run: node '{node}' needs {plugin} {wanted}, but {} is version {}; install one that meets it (`bl plugin install {name}`); nothing was run",
+                path.display(),
+                m.version
+            )));
         }
         Ok(Some(m))
     };

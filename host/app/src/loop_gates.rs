@@ -93,6 +93,17 @@ pub struct GatePlugins {
 impl GatePlugins {
     /// A plugin, loaded once for the run.
     fn load(&self, name: &str, grants: &[&str]) -> Result<(GatePlugin, String), GateUnprepared> {
+        self.load_pinned(name, grants)
+            .map(|(plugin, digest, _)| (plugin, digest))
+    }
+
+    /// As [`GatePlugins::load`], with whether a project's lock says the
+    /// plugin was installed unsigned.
+    fn load_pinned(
+        &self,
+        name: &str,
+        grants: &[&str],
+    ) -> Result<(GatePlugin, String, bool), GateUnprepared> {
         let found = self.host.find(name).map_err(unprepared)?;
         let grant = Grant {
             grants: Grants::parse(grants).map_err(unprepared)?,
@@ -102,7 +113,7 @@ impl GatePlugins {
             command_timeout: Some(self.deadline),
         };
         let plugin = self.host.load_gate(&found, &grant).map_err(unprepared)?;
-        Ok((plugin, found.digest))
+        Ok((plugin, found.digest, found.unsigned))
     }
 
     fn check(
@@ -281,9 +292,7 @@ fn build(
         bl_loops::manifest::PLUGIN_GATE => {
             let name = spec.plugin.clone().unwrap_or_default();
             // Granted nothing: a loop's plugin gate judges the workspace alone.
-            let found = plugins.host.find(&name).map_err(unprepared)?;
-            let unsigned = found.unsigned;
-            let (plugin, digest) = plugins.load(&name, &[])?;
+            let (plugin, digest, unsigned) = plugins.load_pinned(&name, &[])?;
             digests.push(digest);
             let config = spec.config.clone().unwrap_or_else(|| json!({})).to_string();
             Judge::Plugin {

@@ -35,7 +35,9 @@ pub use error::PluginError;
 pub use host::LogEntry;
 pub use limits::Limits;
 pub use package::{PackageError, PluginPackage};
-pub use plugin_host::{FindError, FoundPlugin, Grant, Pin, PluginHost, split_requirement};
+pub use plugin_host::{
+    FindError, FoundPlugin, Grant, Pin, PluginHost, meets_requirement, split_requirement,
+};
 pub use runtime::{AllocatorChoice, Invocation, LoadOptions, Runtime, RuntimeConfig};
 pub use worlds::{
     Approval, ContractPlugin, ContractRequest, GatePlugin, PolicyPlugin, PublishDecision,

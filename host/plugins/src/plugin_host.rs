@@ -101,6 +101,15 @@ pub fn split_requirement(name: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// Whether `version` (MAJOR.MINOR.PATCH) meets the semver `requirement`;
+/// either one unreadable never does.
+pub fn meets_requirement(version: &str, requirement: &str) -> bool {
+    semver::VersionReq::parse(requirement)
+        .ok()
+        .zip(semver::Version::parse(version).ok())
+        .is_some_and(|(req, version)| req.matches(&version))
+}
+
 impl FoundPlugin {
     pub fn name(&self) -> String {
         self.package.name()
@@ -199,15 +208,10 @@ impl PluginHost {
         let package = PluginPackage::open(&path)?;
         if let Some(requirement) = requirement {
             let found = package.manifest.as_ref().map(|m| m.version.clone());
-            let meets = semver::VersionReq::parse(requirement)
-                .ok()
-                .zip(
-                    found
-                        .as_deref()
-                        .and_then(|v| semver::Version::parse(v).ok()),
-                )
-                .is_some_and(|(req, version)| req.matches(&version));
-            if !meets {
+            if !found
+                .as_deref()
+                .is_some_and(|v| meets_requirement(v, requirement))
+            {
                 return Err(FindError::Version {
                     name: name.to_string(),
                     requirement: requirement.to_string(),
