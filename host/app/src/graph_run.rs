@@ -570,17 +570,29 @@ fn run_context(dir: &Path, flags: &DriveOptions, fresh: bool) -> Result<RunConte
 /// for, each contract a completion contract (and the first-party contracts
 /// when an output's name calls for them). Refused before anything runs.
 fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
-    // Only the manifest beside each component is read: the component is
-    // loaded (and its digest taken) when a node uses it.
+    // Each component is found and trusted (pinned, shipped with bl, signed,
+    // or allowed by name) before anything runs; it is loaded when a node
+    // uses it. Its version is checked against the manifest beside it.
     let manifest = |node: &str,
                     name: &str,
                     world: &str|
      -> Result<Option<bl_plugins::PluginManifest>, AppError> {
-        let path = crate::plugin_host::shared().resolve(name).map_err(|e| {
+        // The version is checked below, against the manifest, to say so.
+        let bare = match std::path::Path::new(name).is_file() {
+            true => name,
+            false => bl_plugins::split_requirement(name).0,
+        };
+        let found = crate::plugin_host::shared().find(bare).map_err(|e| {
+            let said = e.to_string();
+            let tail = match said.contains("nothing was run") {
+                true => "",
+                false => "; nothing was run",
+            };
             refused(format!(
-                "graph run: node '{node}' needs plugin '{name}': {e}; nothing was run"
+                "graph run: node '{node}' needs plugin '{name}': {said}{tail}"
             ))
         })?;
+        let path = found.path;
         let beside = path.with_extension("plugin.json");
         let Ok(text) = std::fs::read(&beside) else {
             return Ok(None);

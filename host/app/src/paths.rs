@@ -12,6 +12,19 @@ pub fn plugin_search_path() -> Vec<PathBuf> {
     shipped_dirs("BL_PLUGIN_PATH", "plugins")
 }
 
+/// The directories of the plugins that ship with bl itself: the search
+/// path without `BL_PLUGIN_PATH`'s entries. Their components are trusted
+/// as the executable beside them is.
+pub fn bundled_plugin_dirs() -> Vec<PathBuf> {
+    let from_env: Vec<PathBuf> = std::env::var_os("BL_PLUGIN_PATH")
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
+    shipped_dirs("BL_PLUGIN_PATH", "plugins")
+        .into_iter()
+        .skip(from_env.len())
+        .collect()
+}
+
 /// Where the registry shipped with bl is looked for: `registry` beside
 /// bl, above it, under `lib/bl`, then this checkout's own.
 pub fn registry_search_path() -> Vec<PathBuf> {

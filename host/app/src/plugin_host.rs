@@ -2,15 +2,44 @@
 //! cache and the plugin search path, shared by every use case. The
 //! composition root installs it (choosing the allocator); a use case that
 //! runs before that gets one with the defaults. In a project with a
-//! `bl.lock`, its installed plugins are searched first and pinned.
+//! `bl.lock`, its installed plugins are searched first and pinned. A
+//! plugin no lock pins runs only when it ships with bl, a publisher the
+//! project trusts signed it (in the registry shipped with bl, or the one
+//! `BL_REGISTRY` names), or the operator allowed it unsigned by name.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 
-use bl_plugins::{AllocatorChoice, PluginHost, RuntimeConfig};
+use bl_plugins::{AllocatorChoice, PluginHost, RuntimeConfig, TrustPolicy};
 
 use crate::paths;
 
 static HOST: OnceLock<Arc<PluginHost>> = OnceLock::new();
+static ALLOWED_UNSIGNED: OnceLock<BTreeSet<String>> = OnceLock::new();
+
+/// The plugins the operator allows to run unsigned, by name
+/// (`--allow-unsigned NAME`), for this process; call it before the host is
+/// first used. `BL_ALLOW_UNSIGNED` (comma-separated names) adds to them.
+pub fn allow_unsigned(names: &[String]) {
+    let _ = ALLOWED_UNSIGNED.set(names.iter().cloned().collect());
+}
+
+/// Every name allowed unsigned: the operator's and `BL_ALLOW_UNSIGNED`'s.
+pub fn allowed_unsigned() -> BTreeSet<String> {
+    let from_env = std::env::var("BL_ALLOW_UNSIGNED").unwrap_or_default();
+    let from_env = from_env
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string);
+    ALLOWED_UNSIGNED
+        .get()
+        .into_iter()
+        .flatten()
+        .cloned()
+        .chain(from_env)
+        .collect()
+}
 
 /// Makes the process's host with `allocator`, unless one was made already
 /// (then that one is returned as it is).
@@ -33,16 +62,26 @@ fn build(allocator: AllocatorChoice) -> PluginHost {
         command_runner: None,
         ..Default::default()
     };
+    let here = crate::plugin_registry::Project::current().ok();
+    let trust = TrustPolicy::new(
+        &paths::bundled_plugin_dirs(),
+        allowed_unsigned(),
+        Box::new(move || {
+            here.as_ref()
+                .map(crate::plugin_registry::signed_digests)
+                .unwrap_or_default()
+        }),
+    );
     // A project's installed plugins come first, pinned by its lock.
     let project = crate::plugin_registry::Project::current()
         .ok()
         .filter(|p| p.lock_path().is_file());
     let mut search = paths::plugin_search_path();
     let Some(project) = project else {
-        return PluginHost::new(config, search);
+        return PluginHost::new(config, search).with_trust(trust);
     };
     search.insert(0, project.installed_dir());
-    let host = PluginHost::new(config, search);
+    let host = PluginHost::new(config, search).with_trust(trust);
     match project.pins() {
         Ok(pins) => host.with_pins(pins),
         Err(e) => host.refusing(format!("{e}; no plugin runs until the lock reads")),

@@ -245,6 +245,25 @@ pub fn registry_dir(named: Option<&Path>) -> AppResult<PathBuf> {
         })
 }
 
+/// The component digests a key the project trusts signed, in the registry
+/// shipped with bl and in the directory `BL_REGISTRY` names (a web
+/// registry is not fetched for this: install from it instead). A registry
+/// that does not read signs nothing.
+pub fn signed_digests(project: &Project) -> BTreeSet<String> {
+    let named = std::env::var_os("BL_REGISTRY")
+        .map(PathBuf::from)
+        .filter(|d| d.join(bl_registry::INDEX).is_file());
+    let shipped = crate::paths::registry_search_path()
+        .into_iter()
+        .find(|d| d.join(bl_registry::INDEX).is_file());
+    named
+        .into_iter()
+        .chain(shipped)
+        .filter_map(|dir| open_registry(project, &dir).ok())
+        .flat_map(|registry| registry.signed_digests())
+        .collect()
+}
+
 /// Reads a registry, checking every signature against the project's trust.
 pub fn open_registry(project: &Project, dir: &Path) -> AppResult<Registry> {
     Registry::load(dir, &project.trusted()?).map_err(registry_error)
@@ -256,9 +275,9 @@ pub struct InstallRequest<'a> {
     pub name: &'a str,
     /// A semver requirement (`*` for the highest).
     pub wanted: &'a str,
-    /// The plugin the operator allows to be installed unsigned (or signed
+    /// The plugins the operator allows to be installed unsigned (or signed
     /// by a key the project does not trust), by name. Never a failed signature.
-    pub allow_unsigned: Option<&'a str>,
+    pub allowed_unsigned: &'a BTreeSet<String>,
     /// Capabilities the operator grants beyond what the lock granted.
     pub grants: &'a [String],
 }
@@ -289,12 +308,7 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
             "{name:?} is not a plugin name: 1-64 of a-z, 0-9 and '-', starting with a letter"
         )));
     }
-    if let Some(other) = request.allow_unsigned.filter(|n| *n != name) {
-        return Err(AppError::refused(format!(
-            "--allow-unsigned names {other}, not {name}: it allows one plugin, by name"
-        )));
-    }
-    let allow_unsigned = request.allow_unsigned.is_some();
+    let allow_unsigned = request.allowed_unsigned.contains(name);
     let registry = open_registry(project, request.registry)?;
     let version = registry
         .resolve_among(name, request.wanted, |trust| match trust {
@@ -634,7 +648,6 @@ pub fn publish(request: &PublishRequest) -> AppResult<Published> {
         registry: request.registry.to_path_buf(),
     })
 }
-
 fn rustc_version() -> String {
     std::process::Command::new("rustc")
         .arg("--version")
@@ -645,7 +658,7 @@ fn rustc_version() -> String {
         .unwrap_or_else(|| "rustc (version unknown)".into())
 }
 
-/// One component found on the plugin path, for `bl plugin list`.
+/// One component on the plugin path, as `bl plugin list` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Listed {
     pub name: String,
@@ -659,16 +672,27 @@ pub struct Listed {
     pub component_digest: Option<String>,
     pub capabilities: Vec<String>,
     pub wit_package: Option<String>,
-    /// Verified or NotSigned as the lock pins it, VerificationFailed when
-    /// its bytes are not the pinned ones; `None` when no lock pins it.
+    /// Verified (its bytes are the ones the lock pins, or a trusted key
+    /// signed them), NotSigned, or VerificationFailed (not the pinned bytes).
     pub trust: Option<String>,
+    /// Whether it runs, and why: `pinned`, `ships with bl`, `signed`,
+    /// `allowed unsigned`, or `refused: …`.
+    pub runs: Option<String>,
     /// Why it could not be read.
     pub error: Option<String>,
 }
 
+/// Every component on the plugin path, in the order it is searched.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginList {
+    pub search_path: Vec<PathBuf>,
+    pub plugins: Vec<Listed>,
+}
+
 /// Every component on the plugin path (the project's installed ones
-/// first), in order, with the search path as shown.
-pub fn list_plugins() -> (Vec<PathBuf>, Vec<Listed>) {
+/// first), in order, with the search path as shown, each with its trust
+/// and whether a run may use it.
+pub fn list_plugins() -> PluginList {
     let host = crate::plugin_host::shared();
     // Shown as the directories they are (`bin/../plugins` once).
     let mut search: Vec<PathBuf> = Vec::new();
@@ -678,7 +702,6 @@ pub fn list_plugins() -> (Vec<PathBuf>, Vec<Listed>) {
             search.push(dir);
         }
     }
-    let pins = host.pins();
     let mut found: Vec<Listed> = Vec::new();
     for dir in &search {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -690,63 +713,161 @@ pub fn list_plugins() -> (Vec<PathBuf>, Vec<Listed>) {
             .collect();
         wasm.sort();
         for path in wasm {
-            let name = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let shadowed_by = found
-                .iter()
-                .find(|l| l.name == name && l.shadowed_by.is_none())
-                .and_then(|l| l.path.parent().map(Path::to_path_buf));
-            let mut listed = Listed {
-                name,
-                path,
-                shadowed_by,
-                world: None,
-                version: None,
-                manifest_matches: None,
-                component_digest: None,
-                capabilities: Vec::new(),
-                wit_package: None,
-                trust: None,
-                error: None,
-            };
-            let read = bl_plugins::PluginPackage::open(&listed.path)
-                .map_err(|e| e.to_string())
-                .and_then(|package| {
-                    bl_pluginbuild::summarize(&package.bytes)
-                        .map(|summary| (summary, package.manifest))
-                        .map_err(|e| e.to_string())
-                });
-            match read {
-                Ok((summary, manifest)) => {
-                    let matches = manifest
-                        .as_ref()
-                        .map(|m| m.component_digest == summary.component_digest);
-                    listed.version = manifest
-                        .filter(|m| m.component_digest == summary.component_digest)
-                        .map(|m| m.version);
-                    listed.manifest_matches = matches;
-                    listed.trust = pins.get(&listed.name).map(|pin| {
-                        if pin.digest != summary.component_digest {
-                            "VerificationFailed".into()
-                        } else if pin.unsigned {
-                            "NotSigned".into()
-                        } else {
-                            "Verified".into()
-                        }
-                    });
-                    listed.world = summary.world;
-                    listed.component_digest = Some(summary.component_digest);
-                    listed.capabilities = summary.capabilities;
-                    listed.wit_package = summary.wit_package;
-                }
-                Err(why) => listed.error = Some(why),
-            }
+            let listed = listed(&host, path, &found);
             found.push(listed);
         }
     }
-    (search, found)
+    PluginList {
+        search_path: search,
+        plugins: found,
+    }
+}
+
+/// One component read for the list; `before` is what was listed already.
+fn listed(host: &bl_plugins::PluginHost, path: PathBuf, before: &[Listed]) -> Listed {
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let shadowed_by = before
+        .iter()
+        .find(|l| l.name == name && l.shadowed_by.is_none())
+        .and_then(|l| l.path.parent().map(Path::to_path_buf));
+    let mut listed = Listed {
+        name,
+        path,
+        shadowed_by,
+        world: None,
+        version: None,
+        manifest_matches: None,
+        component_digest: None,
+        capabilities: Vec::new(),
+        wit_package: None,
+        trust: None,
+        runs: None,
+        error: None,
+    };
+    let read = bl_plugins::PluginPackage::open(&listed.path)
+        .map_err(|e| e.to_string())
+        .and_then(|package| {
+            bl_pluginbuild::summarize(&package.bytes)
+                .map(|summary| (summary, package.manifest))
+                .map_err(|e| e.to_string())
+        });
+    let (summary, manifest) = match read {
+        Ok(read) => read,
+        Err(why) => {
+            listed.error = Some(why);
+            return listed;
+        }
+    };
+    let matches = manifest
+        .as_ref()
+        .map(|m| m.component_digest == summary.component_digest);
+    listed.version = manifest
+        .filter(|m| m.component_digest == summary.component_digest)
+        .map(|m| m.version);
+    listed.manifest_matches = matches;
+    // What a run would decide about these bytes, by the same rules.
+    let signed = host.is_signed(&summary.component_digest);
+    let (trust, runs) = match host.find(&listed.path.display().to_string()) {
+        Ok(found) => match found.provenance {
+            Some(bl_plugins::Provenance::Pinned) => ("Verified", "pinned".to_string()),
+            Some(bl_plugins::Provenance::Signed) => ("Verified", "signed".into()),
+            Some(bl_plugins::Provenance::Bundled) if signed => ("Verified", "ships with bl".into()),
+            Some(bl_plugins::Provenance::Bundled) => ("NotSigned", "ships with bl".into()),
+            Some(bl_plugins::Provenance::Unsigned) | None => {
+                ("NotSigned", "allowed unsigned".into())
+            }
+        },
+        Err(bl_plugins::FindError::PinMismatch { .. }) => (
+            "VerificationFailed",
+            "refused: not the bytes bl.lock pins".into(),
+        ),
+        Err(bl_plugins::FindError::Unsigned { .. }) => (
+            "NotSigned",
+            format!("refused unless --allow-unsigned {}", listed.name),
+        ),
+        Err(e) => ("NotSigned", format!("refused: {e}")),
+    };
+    listed.trust = Some(trust.into());
+    listed.runs = Some(runs);
+    listed.world = summary.world;
+    listed.component_digest = Some(summary.component_digest);
+    listed.capabilities = summary.capabilities;
+    listed.wit_package = summary.wit_package;
+    listed
+}
+
+impl std::fmt::Display for PluginList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.plugins.is_empty() {
+            let dirs: Vec<String> = self
+                .search_path
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            return write!(
+                f,
+                "No plugins found in {}. Build the first-party ones with `scripts/dev setup`, install one with `bl plugin install NAME`, or point BL_PLUGIN_PATH at a directory of .wasm components.",
+                dirs.join(", ")
+            );
+        }
+        let header = [
+            "NAME",
+            "WORLD",
+            "VERSION",
+            "TRUST",
+            "RUNS",
+            "DIGEST",
+            "CAPABILITIES",
+            "WHERE",
+        ];
+        let mut rows = vec![header.map(String::from)];
+        for l in &self.plugins {
+            let mut place = l.path.display().to_string();
+            if let Some(dir) = &l.shadowed_by {
+                place = format!("{place} (shadowed by {})", dir.display());
+            }
+            if let Some(why) = &l.error {
+                place = format!("{place}: {why}");
+            }
+            let version = match l.manifest_matches {
+                Some(false) => "(manifest is stale)".into(),
+                _ => l.version.clone().unwrap_or_else(|| "-".into()),
+            };
+            let world = match (&l.error, &l.world) {
+                (Some(_), _) => "(unreadable)".into(),
+                (None, world) => world.clone().unwrap_or_else(|| "(not a bl plugin)".into()),
+            };
+            let digest = l.component_digest.as_deref().map_or("-".into(), |d| {
+                format!("{}…", &d[..d.len().min("sha256:".len() + 12)])
+            });
+            let capabilities = match (&l.error, l.capabilities.is_empty()) {
+                (Some(_), _) => "-".into(),
+                (None, true) => "none".into(),
+                (None, false) => l.capabilities.join(","),
+            };
+            let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+            rows.push([
+                l.name.clone(),
+                world,
+                version,
+                or_dash(&l.trust),
+                or_dash(&l.runs),
+                digest,
+                capabilities,
+                place,
+            ]);
+        }
+        for line in bl_core::table::table_lines(&rows) {
+            writeln!(f, "{line}")?;
+        }
+        write!(
+            f,
+            "\n`bl plugin inspect NAME` shows one in full. TRUST: Verified (the bytes bl.lock pins, or signed by a key this project trusts), NotSigned, or VerificationFailed; RUNS says whether a run may use it, and why."
+        )
+    }
 }
 
 /// A plugin read for `bl plugin inspect`: where it is, its summary, and

@@ -67,8 +67,9 @@ pub fn read_config(config: &str) -> Result<String, AppError> {
 pub fn open(request: &PluginRunRequest) -> Result<Opened, AppError> {
     let undecided = |m: String| AppError::Undecided(m);
     let host = crate::plugin_host::shared();
+    // The operator named it here: a file given by its path runs unsigned.
     let found = host
-        .find(request.plugin)
+        .find_operator_named(request.plugin)
         .map_err(|e| undecided(e.to_string()))?;
     let grants = Grants::parse(request.grants).map_err(|e| undecided(format!("--grant: {e}")))?;
     let tier = bl_sandbox::Tier::parse(request.isolation)

@@ -46,6 +46,10 @@ struct Cli {
     /// command's JSON, it is printed exactly as bounded-loops prints it.
     #[arg(long, global = true)]
     json: bool,
+    /// Run (or install) the plugin NAME although no trusted key signed it;
+    /// what uses it records that it was unsigned. Repeat it for more.
+    #[arg(long = "allow-unsigned", value_name = "NAME", global = true)]
+    allow_unsigned: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -227,6 +231,7 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     output::set_json(cli.json);
+    bl_app::plugin_host::allow_unsigned(&cli.allow_unsigned);
     // A daemon an agent leaves behind is re-parented to bl, which ends it;
     // what bl started dies with bl, through its watchdog.
     bl_sandbox::containment::become_subreaper();

@@ -200,7 +200,7 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             crate::output::answer(|| json!(written), || written.to_string());
             Ok(Exit::Success)
         }
-        PluginCommand::List => list(crate::output::json()),
+        PluginCommand::List => list(),
         PluginCommand::Run {
             plugin,
             workspace,
@@ -302,75 +302,10 @@ fn build(dir: PathBuf, out: Option<PathBuf>, target: Option<PathBuf>, force: boo
     Ok(Exit::Success)
 }
 
-fn list(as_json: bool) -> CliResult {
-    let (search, found) = bl_app::plugin_registry::list_plugins();
-    if as_json {
-        outln!("{}", json!({"search_path": search, "plugins": found}));
-        return Ok(Exit::Success);
-    }
-    if found.is_empty() {
-        let dirs: Vec<String> = search.iter().map(|d| d.display().to_string()).collect();
-        outln!(
-            "No plugins found in {}. Build the first-party ones with `scripts/dev setup`, install one with `bl plugin install NAME`, or point BL_PLUGIN_PATH at a directory of .wasm components.",
-            dirs.join(", ")
-        );
-        return Ok(Exit::Success);
-    }
-    let mut rows = vec![
-        [
-            "NAME",
-            "WORLD",
-            "VERSION",
-            "TRUST",
-            "DIGEST",
-            "CAPABILITIES",
-            "WHERE",
-        ]
-        .map(String::from),
-    ];
-    for l in &found {
-        let mut place = l.path.display().to_string();
-        if let Some(dir) = &l.shadowed_by {
-            place = format!("{place} (shadowed by {})", dir.display());
-        }
-        if let Some(why) = &l.error {
-            place = format!("{place}: {why}");
-        }
-        let version = match l.manifest_matches {
-            Some(false) => "(manifest is stale)".into(),
-            _ => l.version.clone().unwrap_or_else(|| "-".into()),
-        };
-        rows.push([
-            l.name.clone(),
-            match (&l.error, &l.world) {
-                (Some(_), _) => "(unreadable)".into(),
-                (None, world) => world.clone().unwrap_or_else(|| "(not a bl plugin)".into()),
-            },
-            version,
-            l.trust.clone().unwrap_or_else(|| "unpinned".into()),
-            l.component_digest
-                .as_deref()
-                .map_or("-".into(), short_digest),
-            match (&l.error, l.capabilities.is_empty()) {
-                (Some(_), _) => "-".into(),
-                (None, true) => "none".into(),
-                (None, false) => l.capabilities.join(","),
-            },
-            place,
-        ]);
-    }
-    for line in crate::output::table_lines(&rows) {
-        outln!("{line}");
-    }
-    outln!(
-        "\n`bl plugin inspect NAME` shows one in full; TRUST is what the project's bl.lock pins."
-    );
+fn list() -> CliResult {
+    let list = bl_app::plugin_registry::list_plugins();
+    crate::output::answer(|| json!(list), || list.to_string());
     Ok(Exit::Success)
-}
-
-fn short_digest(digest: &str) -> String {
-    let cut = digest.len().min("sha256:".len() + 12);
-    format!("{}…", &digest[..cut])
 }
 
 fn inspect(plugin: &str) -> CliResult {

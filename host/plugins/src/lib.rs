@@ -36,7 +36,8 @@ pub use host::LogEntry;
 pub use limits::Limits;
 pub use package::{PackageError, PluginPackage};
 pub use plugin_host::{
-    FindError, FoundPlugin, Grant, Pin, PluginHost, meets_requirement, split_requirement,
+    FindError, FoundPlugin, Grant, Pin, PluginHost, Provenance, SignedDigests, TrustPolicy,
+    meets_requirement, split_requirement,
 };
 pub use runtime::{AllocatorChoice, Invocation, LoadOptions, Runtime, RuntimeConfig};
 pub use worlds::{

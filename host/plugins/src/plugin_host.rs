@@ -4,9 +4,12 @@
 //! its gates, contracts, transforms and policies through it, each plugin
 //! with its own grants, command runner and per-call deadline. A project's
 //! lock pins plugins by digest: a pinned plugin whose bytes differ is
-//! never found, whatever directory it is in.
+//! never found, whatever directory it is in. A host with a trust policy
+//! (bl's own always has one) finds an unpinned plugin only when it ships
+//! with bl, a trusted publisher signed its bytes, or the operator allowed
+//! it unsigned by name.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -27,7 +30,69 @@ pub struct PluginHost {
     /// Why no plugin may be found at all (a lock that cannot be read:
     /// its pins cannot be checked, so nothing runs).
     refusal: Option<String>,
+    trust: Option<TrustPolicy>,
     runtime: OnceLock<Result<Runtime, PluginError>>,
+}
+
+/// Which plugins that no lock pins may run. Everything else is refused
+/// before it is loaded: an unsigned plugin is never run by default.
+pub struct TrustPolicy {
+    /// Directories of components that ship with bl itself (beside its
+    /// executable, or the plugins its checkout built): trusted as bl is.
+    bundled: Vec<PathBuf>,
+    /// Plugins the operator allows unsigned, by name (`--allow-unsigned`).
+    allowed_unsigned: BTreeSet<String>,
+    /// Reads the digests trusted publishers signed, on first need (only a
+    /// plugin that is neither pinned nor bundled needs them).
+    signed: Option<SignedDigests>,
+    signed_read: OnceLock<BTreeSet<String>>,
+}
+
+/// Reads the component digests (`sha256:<hex>`) that a trusted key signed.
+pub type SignedDigests = Box<dyn Fn() -> BTreeSet<String> + Send + Sync>;
+
+/// How a plugin came to be trusted, as a run records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provenance {
+    /// Its bytes are the ones a project's lock pins (checked at install).
+    Pinned,
+    /// It ships with bl.
+    Bundled,
+    /// A trusted publisher signed its bytes.
+    Signed,
+    /// Neither: the operator allowed it by name, or named its file.
+    Unsigned,
+}
+
+impl TrustPolicy {
+    /// A policy trusting the components in `bundled` (canonicalised here),
+    /// those whose digest `signed` lists, and those allowed by name.
+    pub fn new(
+        bundled: &[PathBuf],
+        allowed_unsigned: BTreeSet<String>,
+        signed: SignedDigests,
+    ) -> TrustPolicy {
+        TrustPolicy {
+            bundled: bundled
+                .iter()
+                .filter_map(|d| d.canonicalize().ok())
+                .collect(),
+            allowed_unsigned,
+            signed: Some(signed),
+            signed_read: OnceLock::new(),
+        }
+    }
+
+    fn is_bundled(&self, path: &Path) -> bool {
+        let dir = path.parent().and_then(|d| d.canonicalize().ok());
+        dir.is_some_and(|dir| self.bundled.contains(&dir))
+    }
+
+    fn is_signed(&self, digest: &str) -> bool {
+        self.signed_read
+            .get_or_init(|| self.signed.as_ref().map(|read| read()).unwrap_or_default())
+            .contains(digest)
+    }
 }
 
 /// A plugin as a project's lock pins it.
@@ -60,6 +125,14 @@ pub enum FindError {
     #[error("{0}")]
     Refused(String),
     #[error(
+        "plugin {name:?} at {path} ({digest}) is not signed by a key this project trusts, no bl.lock pins it, and it does not ship with bl; nothing was run. Install it from a registry (`bl plugin install {name}`), or run it anyway, recorded as unsigned, with `--allow-unsigned {name}` (or BL_ALLOW_UNSIGNED={name})"
+    )]
+    Unsigned {
+        name: String,
+        path: PathBuf,
+        digest: String,
+    },
+    #[error(
         "plugin {name:?} at {path} is version {found}, which does not meet {requirement}; install one that does (`bl plugin install {name}@{requirement}`)"
     )]
     Version {
@@ -89,8 +162,11 @@ pub struct FoundPlugin {
     pub declared: Option<Vec<Capability>>,
     /// `sha256:` and the hex digest of its component.
     pub digest: String,
-    /// Pinned by a lock that records it was installed unsigned.
+    /// Pinned by a lock that records it was installed unsigned, or
+    /// allowed unsigned by the operator.
     pub unsigned: bool,
+    /// How it came to be trusted (`None` for a host without a trust policy).
+    pub provenance: Option<Provenance>,
 }
 
 /// `NAME@REQ` as the name and the version requirement (none without `@`).
@@ -143,8 +219,15 @@ impl PluginHost {
             search_path,
             pins: BTreeMap::new(),
             refusal: None,
+            trust: None,
             runtime: OnceLock::new(),
         }
+    }
+
+    /// The host, finding unpinned plugins only as `policy` allows.
+    pub fn with_trust(mut self, policy: TrustPolicy) -> PluginHost {
+        self.trust = Some(policy);
+        self
     }
 
     /// The host, with plugins pinned by digest (a project's lock).
@@ -157,6 +240,11 @@ impl PluginHost {
     pub fn refusing(mut self, why: String) -> PluginHost {
         self.refusal = Some(why);
         self
+    }
+
+    /// Whether a trusted publisher signed `digest` (never, without a policy).
+    pub fn is_signed(&self, digest: &str) -> bool {
+        self.trust.as_ref().is_some_and(|t| t.is_signed(digest))
     }
 
     pub fn pins(&self) -> &BTreeMap<String, Pin> {
@@ -195,8 +283,21 @@ impl PluginHost {
 
     /// Finds and reads a plugin, with its manifest's declarations. `name`
     /// may carry a version requirement, `NAME@REQ` (`files@^1.2`): the
-    /// plugin found must declare a version that meets it.
+    /// plugin found must declare a version that meets it. Under a trust
+    /// policy, a plugin no lock pins must ship with bl, be signed by a
+    /// trusted key, or be allowed unsigned by name.
     pub fn find(&self, name: &str) -> Result<FoundPlugin, FindError> {
+        self.find_as(name, false)
+    }
+
+    /// As [`find`](Self::find), for a plugin the operator named on the
+    /// command line (`bl plugin run FILE`): a file given by its path runs
+    /// even unsigned, as if allowed by name, and is reported unsigned.
+    pub fn find_operator_named(&self, name: &str) -> Result<FoundPlugin, FindError> {
+        self.find_as(name, Path::new(name).is_file())
+    }
+
+    fn find_as(&self, name: &str, operator_named_file: bool) -> Result<FoundPlugin, FindError> {
         if let Some(why) = &self.refusal {
             return Err(FindError::Refused(why.clone()));
         }
@@ -239,12 +340,53 @@ impl PluginHost {
                 lock: pin.lock.clone(),
             });
         }
+        let provenance = match (&self.trust, pin) {
+            (None, _) => None,
+            (Some(_), Some(pin)) if pin.unsigned => Some(Provenance::Unsigned),
+            (Some(_), Some(_)) => Some(Provenance::Pinned),
+            (Some(policy), None) => Some(self.unpinned_provenance(
+                policy,
+                name,
+                &package,
+                &path,
+                &digest,
+                operator_named_file,
+            )?),
+        };
         Ok(FoundPlugin {
             path,
             package,
             declared,
             digest,
-            unsigned: pin.is_some_and(|p| p.unsigned),
+            unsigned: provenance == Some(Provenance::Unsigned) || pin.is_some_and(|p| p.unsigned),
+            provenance,
+        })
+    }
+
+    /// Why an unpinned plugin may run, or why it may not.
+    fn unpinned_provenance(
+        &self,
+        policy: &TrustPolicy,
+        name: &str,
+        package: &PluginPackage,
+        path: &Path,
+        digest: &str,
+        operator_named_file: bool,
+    ) -> Result<Provenance, FindError> {
+        if policy.is_bundled(path) {
+            return Ok(Provenance::Bundled);
+        }
+        if policy.is_signed(digest) {
+            return Ok(Provenance::Signed);
+        }
+        let allowed = |n: &str| policy.allowed_unsigned.contains(n);
+        if operator_named_file || allowed(name) || allowed(&package.name()) {
+            return Ok(Provenance::Unsigned);
+        }
+        Err(FindError::Unsigned {
+            name: package.name(),
+            path: path.to_path_buf(),
+            digest: digest.to_string(),
         })
     }
 

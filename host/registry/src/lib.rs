@@ -423,6 +423,23 @@ impl Registry {
             })
     }
 
+    /// The component digests of every version whose signature verifies
+    /// under a trusted key.
+    pub fn signed_digests(&self) -> std::collections::BTreeSet<String> {
+        self.index
+            .plugins
+            .iter()
+            .flat_map(|(name, versions)| versions.iter().map(move |v| (name, v)))
+            .filter(|(name, v)| {
+                matches!(
+                    self.trust_of(name, &v.version),
+                    Some(Trust::Verified { .. })
+                )
+            })
+            .map(|(_, v)| v.component_sha256.clone())
+            .collect()
+    }
+
     pub fn trust_of(&self, name: &str, version: &str) -> Option<&Trust> {
         self.trust.get(&(name.to_string(), version.to_string()))
     }

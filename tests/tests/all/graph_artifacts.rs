@@ -1773,6 +1773,7 @@ fn a_second_signal_ends_a_stop_that_waits_with_the_same_record() {
         ])
         .current_dir(case.path(""))
         .env("BL_PLUGIN_PATH", plugins)
+        .env("BL_ALLOW_UNSIGNED", "hostile")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -12,7 +12,7 @@ use bl_e2e::{bl_binary, repo_root, test_plugin_dir};
 use serde_json::Value;
 
 use crate::graph_artifacts::{Case, text};
-use crate::plugin_registry::{gated_graph, word_count_gate};
+use crate::plugin_registry::{gated_graph, ledger_laps, word_count_gate, word_count_loop};
 
 /// Whether both plugin toolchains are here; under CI they must be (setup
 /// installs them).
@@ -245,7 +245,7 @@ fn the_python_and_javascript_word_counts_give_the_rust_word_counts_verdicts_over
 }
 
 #[test]
-fn python_and_javascript_plugins_are_published_installed_and_decide_a_graph_run() {
+fn python_and_javascript_plugins_are_published_installed_and_decide_a_graph_run_and_a_loop() {
     if !polyglot_toolchains() {
         return;
     }
@@ -324,6 +324,18 @@ fn published_installed_and_used(name: &str, language: &str) {
     let done = case.event("run-1", "writer", "node.succeeded").unwrap();
     assert_eq!(done["plugins"][0]["plugin"], name, "{done}");
     assert_eq!(done["plugins"][0]["component_digest"], signed.as_str());
+
+    // A loop gated by it: lap 1 (two words) fails, lap 2 (five) passes,
+    // and the ledger names the signed component.
+    let package = word_count_loop(&case, &format!("{name}@^0.1"));
+    let (code, out, err) = bl(&project, &["run", "loops/wc", "--yes", "--run-id", "wc-1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let laps = ledger_laps(&package, "wc-1");
+    assert_eq!(laps.len(), 2, "{laps:?}");
+    assert_eq!(laps[0]["verdict"]["passed"], false, "{laps:?}");
+    assert_eq!(laps[1]["verdict"]["passed"], true, "{laps:?}");
+    assert_eq!(laps[1]["gate"]["component"], signed.as_str(), "{laps:?}");
+    assert_eq!(laps[1]["gate"]["source"], "plugin", "{laps:?}");
 }
 
 /// A component another toolchain built has no manifest: `bl plugin

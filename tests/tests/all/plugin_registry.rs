@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use bl_e2e::{bl_binary, plugin_dir, repo_root};
+use bl_store::RunDir;
 use serde_json::{Value, json};
 
 use crate::graph_artifacts::{Case, agent, graph, replies, text};
@@ -132,6 +133,44 @@ pub(crate) fn gated_graph(case: &Case, gate: Value, report: &str) {
 /// The gate config the word-count examples take, in every language.
 pub(crate) fn word_count_gate(plugin: &str) -> Value {
     json!({"plugin": plugin, "config": {"file": "workspace/report.md", "min_words": 3}})
+}
+
+/// A loop package, `loops/wc` in `case`, gated by the word-count plugin
+/// `plugin` names: its recorded worker writes two words, then five, so the
+/// gate rejects the first lap and passes the second.
+pub(crate) fn word_count_loop(case: &Case, plugin: &str) -> PathBuf {
+    let package = case.path("loops/wc");
+    std::fs::create_dir_all(package.join("cassettes")).unwrap();
+    std::fs::create_dir_all(package.join("seed")).unwrap();
+    std::fs::write(package.join("seed/notes.md"), "one\n").unwrap();
+    std::fs::write(package.join("PROMPT.md"), "Write at least five words.\n").unwrap();
+    std::fs::write(
+        package.join("loop.yaml"),
+        format!("name: wc\ndescription: Five words in notes.md.\npattern: evaluator-optimizer\nrole: [docs]\nrung: L1\nspec: PROMPT.md\nrunner:\n  default: stub\ngate:\n  kind: plugin\n  plugin: {plugin}\n  config: {{file: seed/notes.md, min_words: 5}}\nbounds: bounds.yaml\n"),
+    )
+    .unwrap();
+    std::fs::write(package.join("bounds.yaml"), "max_iterations: 3\n").unwrap();
+    let lap = |n: u32, words: &str| {
+        json!({"lap": n, "agent_output": "wrote", "agent_claimed_done": true, "changed": true, "tokens": 10,
+               "actions": [{"type": "write_file", "path": "seed/notes.md", "content": words}]})
+    };
+    std::fs::write(
+        package.join("cassettes/default.json"),
+        json!({"version": 1, "loop": "wc", "interactions": [lap(1, "one two"), lap(2, "one two three four five")]})
+            .to_string(),
+    )
+    .unwrap();
+    package
+}
+
+/// The laps a loop run recorded in its ledger.
+pub(crate) fn ledger_laps(package: &Path, run: &str) -> Vec<Value> {
+    let ledger = package.join(format!(".bounded-loops/runs/{run}/ledger.jsonl"));
+    std::fs::read_to_string(&ledger)
+        .unwrap_or_else(|e| panic!("{}: {e}", ledger.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
@@ -259,46 +298,21 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
     gated_graph(&case, word_count_gate("word-count"), "one two three four");
 
     // A loop uses it too (gate.kind: plugin), and its ledger names the digest.
-    let package = case.path("loops/wc");
-    std::fs::create_dir_all(package.join("cassettes")).unwrap();
-    std::fs::create_dir_all(package.join("seed")).unwrap();
-    std::fs::write(package.join("seed/notes.md"), "one\n").unwrap();
-    std::fs::write(package.join("PROMPT.md"), "Write at least five words.\n").unwrap();
-    std::fs::write(
-        package.join("loop.yaml"),
-        "name: wc\ndescription: Five words in notes.md.\npattern: evaluator-optimizer\nrole: [docs]\nrung: L1\nspec: PROMPT.md\nrunner:\n  default: stub\ngate:\n  kind: plugin\n  plugin: word-count@^0.1\n  config: {file: seed/notes.md, min_words: 5}\nbounds: bounds.yaml\n",
-    )
-    .unwrap();
-    std::fs::write(package.join("bounds.yaml"), "max_iterations: 3\n").unwrap();
-    let lap = |n: u32, words: &str| {
-        json!({"lap": n, "agent_output": "wrote", "agent_claimed_done": true, "changed": true, "tokens": 10,
-               "actions": [{"type": "write_file", "path": "seed/notes.md", "content": words}]})
-    };
-    std::fs::write(
-        package.join("cassettes/default.json"),
-        json!({"version": 1, "loop": "wc", "interactions": [lap(1, "one two"), lap(2, "one two three four five")]})
-            .to_string(),
-    )
-    .unwrap();
+    let package = word_count_loop(&case, "word-count@^0.1");
     let looped = bl_in(
         &project,
         &cache,
         &["run", "loops/wc", "--yes", "--run-id", "wc-1", "--json"],
     );
     assert_eq!(looped.status.code(), Some(0), "{}", text(&looped));
-    let ledger =
-        std::fs::read_to_string(package.join(".bounded-loops/runs/wc-1/ledger.jsonl")).unwrap();
-    let laps: Vec<Value> = ledger
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let laps = ledger_laps(&package, "wc-1");
     assert_eq!(
         laps.len(),
         2,
-        "the gate rejected lap 1 and passed lap 2: {ledger}"
+        "the gate rejected lap 1 and passed lap 2: {laps:?}"
     );
     assert_eq!(laps[0]["verdict"]["passed"], false);
-    assert_eq!(laps[1]["gate"]["component"], signed.as_str(), "{ledger}");
+    assert_eq!(laps[1]["gate"]["component"], signed.as_str(), "{laps:?}");
     assert_eq!(laps[1]["gate"]["source"], "plugin");
 
     // The installed bytes changed: every run refuses, naming both digests,
@@ -594,7 +608,7 @@ fn versions_resolve_by_semver_and_an_unsigned_one_runs_only_when_allowed_by_name
     let unsigned = installed("mygate@=2.1.0", &[]).unwrap_err();
     assert!(unsigned.contains("2.1.0 is NotSigned"), "{unsigned}");
     let other = installed("mygate@=2.1.0", &["--allow-unsigned", "other"]).unwrap_err();
-    assert!(other.contains("it allows one plugin, by name"), "{other}");
+    assert!(other.contains("--allow-unsigned mygate"), "{other}");
     assert_eq!(
         installed("mygate@=2.1.0", &["--allow-unsigned", "mygate"]).unwrap(),
         "2.1.0"
@@ -781,4 +795,202 @@ fn a_registry_served_over_http_is_mirrored_and_verified_like_a_directory() {
     assert!(!other.join("bl.lock").exists() && files_in(&other.join(".bl")).is_empty());
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// A plugin no lock pins runs only when it ships with bl, a key the
+/// project trusts signed its bytes, or the operator allows it by name, and
+/// then what used it records that it was unsigned. Otherwise a graph run
+/// is refused before anything runs, and a loop does not start.
+#[test]
+fn an_unpinned_plugin_runs_only_when_it_ships_with_bl_is_signed_or_is_allowed_by_name() {
+    let case = Case::new();
+    let project = case.path("");
+    let cache = case.path("cache");
+    // `mygate` (the files gate under another name) on BL_PLUGIN_PATH.
+    let elsewhere = staged(&case.path("elsewhere"), "files", "mygate", "1.0.0", &[]);
+    let path = std::env::join_paths([elsewhere.parent().unwrap(), &plugin_dir()]).unwrap();
+    let bl = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = Command::new(bl_binary());
+        command
+            .args(args)
+            .current_dir(&project)
+            .env("BL_PLUGIN_PATH", &path)
+            .env("BL_CACHE_DIR", &cache)
+            .env_remove("BL_REGISTRY")
+            .env_remove("BL_ALLOW_UNSIGNED");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.output().unwrap()
+    };
+    let run = |out: &str, extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec![
+            "graph",
+            "run",
+            "--execute",
+            "graph.json",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--recorded",
+            "replies.json",
+            "--out",
+            out,
+        ];
+        args.extend(extra);
+        bl(&args, env)
+    };
+    let gate = json!({"plugin": "mygate", "config": {"required": ["workspace/report.md"]}});
+    gated_graph(&case, gate, "done\n");
+
+    let refused = run("refused", &[], &[]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    let said = text(&refused);
+    assert!(
+        said.contains("is not signed by a key this project trusts")
+            && said.contains("--allow-unsigned mygate")
+            && said.contains("nothing was run"),
+        "{said}"
+    );
+    assert!(
+        !case.path("refused").join(RunDir::EVENTS).exists(),
+        "refused before the run began"
+    );
+    // Allowed by name, on the command line or in the environment: it runs,
+    // and the node's record says it was unsigned.
+    for (out, extra, env) in [
+        ("allowed", &["--allow-unsigned", "mygate"][..], &[][..]),
+        (
+            "allowed-env",
+            &[][..],
+            &[("BL_ALLOW_UNSIGNED", "other,mygate")][..],
+        ),
+    ] {
+        let allowed = run(out, extra, env);
+        assert_eq!(allowed.status.code(), Some(0), "{}", text(&allowed));
+        let done = case.event(out, "writer", "node.succeeded").unwrap();
+        assert_eq!(done["plugins"][0]["unsigned"], true, "{done}");
+    }
+    let other = run("other", &["--allow-unsigned", "other"], &[]);
+    assert_eq!(other.status.code(), Some(2), "{}", text(&other));
+
+    // The same bytes, signed by a key the project trusts in the registry
+    // BL_REGISTRY names: they run as signed.
+    let (key, public) = keys(&case.path("keys"), "acme");
+    let registry = case.path("registry");
+    publish(&case.path("keys"), &elsewhere, &registry, &key);
+    let signed_env = [("BL_REGISTRY", registry.to_str().unwrap())];
+    let untrusted = run("untrusted", &[], &signed_env);
+    assert_eq!(untrusted.status.code(), Some(2), "{}", text(&untrusted));
+    let trusted = bl(&["plugin", "trust", public.to_str().unwrap()], &[]);
+    assert!(trusted.status.success(), "{}", text(&trusted));
+    let signed = run("signed", &[], &signed_env);
+    assert_eq!(signed.status.code(), Some(0), "{}", text(&signed));
+    let done = case.event("signed", "writer", "node.succeeded").unwrap();
+    assert!(done["plugins"][0].get("unsigned").is_none(), "{done}");
+
+    // The list says what a run would decide, and why.
+    let listed = |env: &[(&str, &str)]| -> Value {
+        let out = bl(&["plugin", "list", "--json"], env);
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let row = |list: &Value, name: &str| -> (String, String) {
+        let p = list["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {list}"))
+            .clone();
+        (
+            p["trust"].as_str().unwrap().into(),
+            p["runs"].as_str().unwrap().into(),
+        )
+    };
+    let plain = listed(&[]);
+    assert_eq!(
+        row(&plain, "mygate"),
+        (
+            "NotSigned".into(),
+            "refused unless --allow-unsigned mygate".into()
+        )
+    );
+    assert_eq!(row(&plain, "files").1, "ships with bl");
+    assert_eq!(
+        row(&listed(&signed_env), "mygate"),
+        ("Verified".into(), "signed".into())
+    );
+    assert_eq!(
+        row(&listed(&[("BL_ALLOW_UNSIGNED", "mygate")]), "mygate"),
+        ("NotSigned".into(), "allowed unsigned".into())
+    );
+
+    // A loop whose gate is unsigned does not start; allowed, its ledger
+    // says the gate was an unsigned plugin.
+    let package = word_count_loop(&case, "word-count");
+    let wc = case.path("elsewhere/stage-word-count");
+    std::fs::create_dir_all(&wc).unwrap();
+    for file in ["word-count.wasm", "word-count.plugin.json"] {
+        std::fs::copy(bl_e2e::test_plugin_dir().join(file), wc.join(file)).unwrap();
+    }
+    let path = std::env::join_paths([wc.as_path(), &plugin_dir()]).unwrap();
+    let looped = |extra: &[&str]| {
+        let mut args = vec!["run", "loops/wc", "--yes", "--json"];
+        args.extend(extra);
+        Command::new(bl_binary())
+            .args(&args)
+            .current_dir(&project)
+            .env("BL_PLUGIN_PATH", &path)
+            .env("BL_CACHE_DIR", &cache)
+            .env_remove("BL_ALLOW_UNSIGNED")
+            .output()
+            .unwrap()
+    };
+    let refused = looped(&["--run-id", "wc-refused"]);
+    assert_ne!(refused.status.code(), Some(0), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("--allow-unsigned word-count"),
+        "{}",
+        text(&refused)
+    );
+    let allowed = looped(&["--run-id", "wc-allowed", "--allow-unsigned", "word-count"]);
+    assert_eq!(allowed.status.code(), Some(0), "{}", text(&allowed));
+    let laps = ledger_laps(&package, "wc-allowed");
+    assert_eq!(laps[1]["gate"]["source"], "plugin-unsigned", "{laps:?}");
+
+    // By hand, a plugin's file named on the command line runs (its author
+    // trying it); by name from the path it is refused like any run.
+    let workspace = case.path("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("done.md"), "done\n").unwrap();
+    let config = r#"{"required": ["done.md"]}"#;
+    let by_name = bl(
+        &[
+            "plugin",
+            "run",
+            "mygate",
+            "--workspace",
+            workspace.to_str().unwrap(),
+            "--config",
+            config,
+        ],
+        &[],
+    );
+    assert_eq!(by_name.status.code(), Some(3), "{}", text(&by_name));
+    assert!(text(&by_name).contains("--allow-unsigned mygate"));
+    let by_file = bl(
+        &[
+            "plugin",
+            "run",
+            elsewhere.to_str().unwrap(),
+            "--workspace",
+            workspace.to_str().unwrap(),
+            "--config",
+            config,
+        ],
+        &[],
+    );
+    assert_eq!(by_file.status.code(), Some(0), "{}", text(&by_file));
 }

@@ -41,9 +41,6 @@ pub enum RegistryCommand {
         /// The registry (default: BL_REGISTRY, then the one shipped with bl).
         #[arg(long)]
         registry: Option<PathBuf>,
-        /// Allow this one plugin to be unsigned or signed by an untrusted key.
-        #[arg(long, value_name = "NAME")]
-        allow_unsigned: Option<String>,
         /// Grant a capability a new version asks for beyond what was granted.
         #[arg(long = "grant", value_name = "CAPABILITY")]
         grants: Vec<String>,
@@ -117,7 +114,6 @@ pub fn run(cmd: RegistryCommand) -> CliResult {
         RegistryCommand::Install {
             plugin,
             registry,
-            allow_unsigned,
             grants,
         } => {
             let (name, wanted) = registry::parse_wanted(&plugin);
@@ -126,7 +122,7 @@ pub fn run(cmd: RegistryCommand) -> CliResult {
                 registry: &dir,
                 name,
                 wanted,
-                allow_unsigned: allow_unsigned.as_deref(),
+                allowed_unsigned: &bl_app::plugin_host::allowed_unsigned(),
                 grants: &grants,
             };
             let done = registry::install(&project, &request)?;
