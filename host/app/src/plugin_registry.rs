@@ -904,8 +904,10 @@ pub fn inspect(plugin: &str) -> AppResult<Inspected> {
 /// What `rebuild` is asked for.
 pub struct RebuildRequest<'a> {
     pub name: &'a str,
-    /// The plugin's source: the crate directory its recipe builds.
-    pub source: &'a Path,
+    /// The plugin's source: the crate directory its recipe builds. When
+    /// `None`, the directory whose source digest is the signed one is
+    /// looked for (see [`find_source`]).
+    pub source: Option<&'a Path>,
     pub registry: &'a Path,
     /// The version to rebuild: the locked one by default, else the highest
     /// that verifies.
@@ -920,6 +922,8 @@ pub struct RebuildRequest<'a> {
 pub struct Rebuilt {
     pub name: String,
     pub version: String,
+    /// The source built.
+    pub source: PathBuf,
     pub signed: String,
     pub built: String,
     pub reproduced: bool,
@@ -947,18 +951,25 @@ pub fn rebuild(project: &Project, request: &RebuildRequest) -> AppResult<Rebuilt
         .map_err(registry_error)?;
     if version.recipe.language != "rust" {
         return Err(AppError::refused(format!(
-            "{name}@{}: its recipe is in {}; bl rebuilds Rust plugins (its recipe says: {})",
-            version.version, version.recipe.language, version.recipe.command
+            "{name}@{} is a {} plugin, built with {}: that toolchain does not give the same bytes twice (its pre-initialised snapshot differs from build to build), so only Rust plugins can be rebuilt and compared; its signed source digest ({}) still names the source it was built from",
+            version.version,
+            version.recipe.language,
+            version.recipe.toolchain,
+            version.source.digest.as_deref().unwrap_or("none recorded")
         )));
     }
-    let failed = |e: bl_pluginbuild::BuildError| {
-        AppError::refused(format!("rebuild {}: {e}", request.source.display()))
+    let source_dir = match request.source {
+        Some(dir) => dir.to_path_buf(),
+        None => find_source(version, request.registry)?,
     };
-    let source = bl_pluginbuild::source_digest(request.source).map_err(failed)?;
+    let failed = |e: bl_pluginbuild::BuildError| {
+        AppError::refused(format!("rebuild {}: {e}", source_dir.display()))
+    };
+    let source = bl_pluginbuild::source_digest(&source_dir).map_err(failed)?;
     if version.source.digest.as_deref() != Some(source.digest.as_str()) {
         return Err(AppError::refused(format!(
             "{} has source {}, but {name}@{} was published from {}; check out the source it was built from",
-            request.source.display(),
+            source_dir.display(),
             source.digest,
             version.version,
             version
@@ -974,16 +985,85 @@ pub fn rebuild(project: &Project, request: &RebuildRequest) -> AppResult<Rebuilt
         .target_dir
         .map_or_else(|| scratch.path().join("target"), Path::to_path_buf);
     let (built, _) =
-        crate::plugin_scaffold::build_plugin(request.source, scratch.path().join("out"), target)?;
+        crate::plugin_scaffold::build_plugin(&source_dir, scratch.path().join("out"), target)?;
     let built = built.manifest.component_digest;
     Ok(Rebuilt {
         name: name.to_string(),
         version: version.version.clone(),
+        source: source_dir.clone(),
         reproduced: built == version.component_sha256,
         signed: version.component_sha256.clone(),
         built,
         recipe: version.recipe.clone(),
     })
+}
+
+/// The source a version was published from, found by its signed source
+/// digest: the first crate directory (at most three levels down, skipping
+/// `target` and hidden ones) under the current directory, the registry's
+/// parent, or the checkout bl was built from, whose source digest is the
+/// one the registry signed. The digest decides, so a directory found this
+/// way is exactly the source that was published.
+pub fn find_source(version: &bl_registry::Version, registry: &Path) -> AppResult<PathBuf> {
+    let wanted = version.source.digest.as_deref().ok_or_else(|| {
+        AppError::refused(format!(
+            "{}: its entry records no source digest to look for; give --source DIR",
+            version.version
+        ))
+    })?;
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let roots = [here, registry.join(".."), checkout];
+    let mut searched = Vec::new();
+    for root in roots.iter().filter_map(|r| r.canonicalize().ok()) {
+        if searched.contains(&root) {
+            continue;
+        }
+        let mut crates = Vec::new();
+        crate_dirs(&root, 3, &mut crates);
+        let found = crates
+            .into_iter()
+            .find(|dir| bl_pluginbuild::source_digest(dir).is_ok_and(|s| s.digest == wanted));
+        if let Some(dir) = found {
+            return Ok(dir);
+        }
+        searched.push(root);
+    }
+    Err(AppError::refused(format!(
+        "no crate with source {wanted} under {}; check out the source it was published from and give --source DIR",
+        searched
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+/// Directories holding a `Cargo.toml` under `dir`, `depth` levels down.
+fn crate_dirs(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) {
+    if dir.join("Cargo.toml").is_file() {
+        found.push(dir.to_path_buf());
+    }
+    let Some(depth) = depth.checked_sub(1) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut subdirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            !name.starts_with('.') && name != "target" && name != "node_modules"
+        })
+        .map(|e| e.path())
+        .collect();
+    subdirs.sort();
+    for sub in subdirs {
+        crate_dirs(&sub, depth, found);
+    }
 }
 
 impl std::fmt::Display for Installed {
@@ -1025,8 +1105,12 @@ impl std::fmt::Display for Rebuilt {
         };
         write!(
             f,
-            "{verdict}: {} {} built {}, signed {}",
-            self.name, self.version, self.built, self.signed
+            "{verdict}: {} {} from {} built {}, signed {}",
+            self.name,
+            self.version,
+            self.source.display(),
+            self.built,
+            self.signed
         )
     }
 }

@@ -636,8 +636,9 @@ fn versions_resolve_by_semver_and_an_unsigned_one_runs_only_when_allowed_by_name
 }
 
 /// The registry shipped in the repository: every first-party plugin in it
-/// verifies under the project key, and rebuilding each from `plugins/` by
-/// its recipe gives exactly the signed bytes.
+/// verifies under the project key, and `bl plugin rebuild NAME` (which
+/// finds the source in `plugins/` by its signed digest) follows its recipe
+/// to exactly the signed bytes.
 #[test]
 fn the_shipped_registry_verifies_and_each_first_party_plugin_rebuilds_to_its_signed_bytes() {
     let registry = repo_root().join("registry");
@@ -693,8 +694,6 @@ fn the_shipped_registry_verifies_and_each_first_party_plugin_rebuilds_to_its_sig
                 "plugin",
                 "rebuild",
                 name,
-                "--source",
-                repo_root().join("plugins").join(name).to_str().unwrap(),
                 "--registry",
                 registry.to_str().unwrap(),
                 "--plugin-version",
@@ -714,6 +713,16 @@ fn the_shipped_registry_verifies_and_each_first_party_plugin_rebuilds_to_its_sig
         );
         let rebuilt: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(rebuilt["reproduced"], true, "{rebuilt}");
+        let source = Path::new(rebuilt["source"].as_str().unwrap());
+        assert_eq!(
+            source,
+            repo_root()
+                .join("plugins")
+                .join(name)
+                .canonicalize()
+                .unwrap(),
+            "found by its digest"
+        );
     }
 }
 

@@ -62,9 +62,11 @@ pub enum RegistryCommand {
     Rebuild {
         /// The plugin's name in the registry.
         name: String,
-        /// The plugin's crate directory, as published.
+        /// The plugin's crate directory, as published (default: the one
+        /// whose source digest is the signed one, looked for here, beside
+        /// the registry, and in bl's checkout).
         #[arg(long)]
-        source: PathBuf,
+        source: Option<PathBuf>,
         /// The registry (default: BL_REGISTRY, then the one shipped with bl).
         #[arg(long)]
         registry: Option<PathBuf>,
@@ -157,7 +159,7 @@ pub fn run(cmd: RegistryCommand) -> CliResult {
             let dir = registry::registry_dir(registry.as_deref())?;
             let request = RebuildRequest {
                 name: &name,
-                source: &source,
+                source: source.as_deref(),
                 registry: &dir,
                 version: plugin_version.as_deref(),
                 target_dir: target_dir.as_deref(),
