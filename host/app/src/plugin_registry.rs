@@ -750,8 +750,9 @@ fn listed(host: &bl_plugins::PluginHost, path: PathBuf, before: &[Listed]) -> Li
     let read = bl_plugins::PluginPackage::open(&listed.path)
         .map_err(|e| e.to_string())
         .and_then(|package| {
-            bl_pluginbuild::summarize(&package.bytes)
-                .map(|summary| (summary, package.manifest))
+            let bytes = package.bytes().map_err(|e| e.to_string())?;
+            bl_pluginbuild::summarize(bytes)
+                .map(|summary| (summary, package.manifest.clone()))
                 .map_err(|e| e.to_string())
         });
     let (summary, manifest) = match read {
@@ -887,7 +888,10 @@ pub fn inspect(plugin: &str) -> AppResult<Inspected> {
         .map_err(|e| AppError::refused(e.to_string()))?;
     let package =
         bl_plugins::PluginPackage::open(&path).map_err(|e| AppError::refused(e.to_string()))?;
-    let summary = bl_pluginbuild::summarize(&package.bytes)
+    let bytes = package
+        .bytes()
+        .map_err(|e| AppError::refused(e.to_string()))?;
+    let summary = bl_pluginbuild::summarize(bytes)
         .map_err(|e| AppError::refused(format!("{}: {e}", path.display())))?;
     let manifest_matches = package
         .manifest

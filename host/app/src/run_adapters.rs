@@ -287,7 +287,11 @@ impl RunLedger {
             role: "policy".into(),
             plugin: found.name(),
             component_digest: found.digest.clone(),
-            component: std::sync::Arc::new(found.package.bytes.clone()),
+            component: std::sync::Arc::new(
+                found
+                    .verified_bytes()
+                    .map_err(|e| AppError::Refused(e.to_string()))?,
+            ),
             unsigned: found.unsigned,
         });
         let approvals: Vec<bl_plugins::Approval> = order

@@ -44,7 +44,7 @@ impl Plugins {
             role: role.to_string(),
             plugin: found.name(),
             component_digest: found.digest.clone(),
-            component: Arc::new(found.package.bytes.clone()),
+            component: Arc::new(found.verified_bytes().map_err(unavailable)?),
             unsigned: found.unsigned,
         };
         Ok((found, used))

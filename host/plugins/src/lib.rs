@@ -30,6 +30,7 @@ pub use artifacts::{
 pub use bl_core::plugin::{
     Capability, Grants, Import, ImportClass, World, admit, classify, classify_import,
 };
+pub use cache::ComponentSource;
 pub use compose::{ContractRegistry, ContractReport, PatternError, judge_all};
 pub use error::PluginError;
 pub use host::LogEntry;

@@ -4,6 +4,7 @@
 //! executor load.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use bl_core::plugin::{Capability, PluginManifest, World};
 
@@ -36,22 +37,31 @@ pub enum PackageError {
     Load(PluginError),
 }
 
-/// A component and the manifest beside it.
+/// A component and the manifest beside it. The component's bytes are read
+/// on first need: a run whose compiled component is cached, and whose
+/// digest is known, never reads them.
 #[derive(Debug, Clone)]
 pub struct PluginPackage {
     pub path: PathBuf,
-    pub bytes: Vec<u8>,
     pub manifest: Option<PluginManifest>,
+    bytes: OnceLock<Vec<u8>>,
 }
 
 impl PluginPackage {
-    /// Reads the component at `path` and, if there is one, the manifest
-    /// beside it.
+    /// Opens the component at `path` (a file, read on first need) and
+    /// reads the manifest beside it, if there is one.
     pub fn open(path: &Path) -> Result<PluginPackage, PackageError> {
-        let bytes = std::fs::read(path).map_err(|source| PackageError::Read {
+        let read_error = |source| PackageError::Read {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let meta = std::fs::metadata(path).map_err(read_error)?;
+        if !meta.is_file() {
+            return Err(read_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a file",
+            )));
+        }
         let manifest_path = path.with_extension("plugin.json");
         let manifest = match std::fs::read(&manifest_path) {
             Ok(text) => {
@@ -72,9 +82,21 @@ impl PluginPackage {
         };
         Ok(PluginPackage {
             path: path.to_path_buf(),
-            bytes,
             manifest,
+            bytes: OnceLock::new(),
         })
+    }
+
+    /// The component's bytes, read the first time they are asked for.
+    pub fn bytes(&self) -> Result<&[u8], PackageError> {
+        if let Some(bytes) = self.bytes.get() {
+            return Ok(bytes);
+        }
+        let bytes = std::fs::read(&self.path).map_err(|source| PackageError::Read {
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(self.bytes.get_or_init(|| bytes))
     }
 
     /// The manifest's name, else the file's stem.
@@ -119,7 +141,7 @@ impl PluginPackage {
             });
         }
         let exports = runtime
-            .exports(&self.name(), &self.bytes)
+            .exports(&self.name(), self.bytes()?)
             .map_err(PackageError::Load)?;
         world_by_exports(&exports).ok_or_else(|| PackageError::NotAPlugin {
             path: self.path.clone(),

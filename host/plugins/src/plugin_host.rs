@@ -17,6 +17,7 @@ use std::time::Duration;
 use bl_core::CommandRunner;
 use bl_core::plugin::{Capability, Grants};
 
+use crate::cache::{ComponentSource, DigestMemo};
 use crate::error::PluginError;
 use crate::package::{PackageError, PluginPackage};
 use crate::runtime::{LoadOptions, Runtime, RuntimeConfig};
@@ -32,6 +33,7 @@ pub struct PluginHost {
     refusal: Option<String>,
     trust: Option<TrustPolicy>,
     runtime: OnceLock<Result<Runtime, PluginError>>,
+    memo: Option<DigestMemo>,
 }
 
 /// Which plugins that no lock pins may run. Everything else is refused
@@ -190,6 +192,21 @@ impl FoundPlugin {
     pub fn name(&self) -> String {
         self.package.name()
     }
+
+    /// Where its bytes are read from, if it must be compiled.
+    fn source(&self) -> ComponentSource<'_> {
+        ComponentSource::File(&self.path)
+    }
+
+    /// Its bytes, read now and checked to be the ones its digest names
+    /// (what a run stores beside its record).
+    pub fn verified_bytes(&self) -> Result<Vec<u8>, FindError> {
+        let hex = self.digest.strip_prefix("sha256:").unwrap_or(&self.digest);
+        ComponentSource::File(&self.path)
+            .read(hex)
+            .map(|bytes| bytes.into_owned())
+            .map_err(|e| FindError::Refused(format!("{e:#}")))
+    }
 }
 
 /// What one plugin is loaded with: the capabilities granted it, what its
@@ -215,6 +232,7 @@ impl Grant {
 impl PluginHost {
     pub fn new(config: RuntimeConfig, search_path: Vec<PathBuf>) -> PluginHost {
         PluginHost {
+            memo: config.cache_dir.as_deref().map(DigestMemo::new),
             config,
             search_path,
             pins: BTreeMap::new(),
@@ -322,7 +340,7 @@ impl PluginHost {
             }
         }
         let declared = package.declared()?;
-        let digest = bl_core::Sha256Digest::of(&package.bytes).to_string();
+        let digest = format!("sha256:{}", self.hex_digest(&package)?);
         // Pinned under the name it was asked by or the name its manifest
         // gives: a manifest edited to another name does not escape the pin.
         let pin = self
@@ -361,6 +379,19 @@ impl PluginHost {
             unsigned: provenance == Some(Provenance::Unsigned) || pin.is_some_and(|p| p.unsigned),
             provenance,
         })
+    }
+
+    /// The component's sha256: memoised for a file unchanged since it was
+    /// last hashed, else read and hashed (and memoised).
+    fn hex_digest(&self, package: &PluginPackage) -> Result<String, FindError> {
+        if let Some(hex) = self.memo.as_ref().and_then(|m| m.get(&package.path)) {
+            return Ok(hex);
+        }
+        let hex = bl_core::sha256_hex(package.bytes()?);
+        if let Some(memo) = &self.memo {
+            memo.put(&package.path, &hex);
+        }
+        Ok(hex)
     }
 
     /// Why an unpinned plugin may run, or why it may not.
@@ -408,7 +439,7 @@ impl PluginHost {
     ) -> Result<GatePlugin, PluginError> {
         let options = Self::options(plugin, grant);
         self.runtime()?
-            .load_gate(&plugin.name(), &plugin.package.bytes, &options)
+            .load_gate(&plugin.name(), plugin.source(), &options)
     }
 
     pub fn load_contract(
@@ -418,7 +449,7 @@ impl PluginHost {
     ) -> Result<ContractPlugin, PluginError> {
         let options = Self::options(plugin, grant);
         self.runtime()?
-            .load_contract(&plugin.name(), &plugin.package.bytes, &options)
+            .load_contract(&plugin.name(), plugin.source(), &options)
     }
 
     pub fn load_transform(
@@ -428,7 +459,7 @@ impl PluginHost {
     ) -> Result<TransformPlugin, PluginError> {
         let options = Self::options(plugin, grant);
         self.runtime()?
-            .load_transform(&plugin.name(), &plugin.package.bytes, &options)
+            .load_transform(&plugin.name(), plugin.source(), &options)
     }
 
     pub fn load_policy(
@@ -438,6 +469,6 @@ impl PluginHost {
     ) -> Result<PolicyPlugin, PluginError> {
         let options = Self::options(plugin, grant);
         self.runtime()?
-            .load_policy(&plugin.name(), &plugin.package.bytes, &options)
+            .load_policy(&plugin.name(), plugin.source(), &options)
     }
 }

@@ -11,7 +11,7 @@ use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
 use crate::bindings;
-use crate::cache::ComponentCache;
+use crate::cache::{ComponentCache, ComponentSource};
 use crate::error::PluginError;
 use crate::host::{HostState, HostStop, LogEntry};
 use crate::limits::Limits;
@@ -191,18 +191,20 @@ impl Runtime {
     /// Compiles (or loads from the cache) a component and returns its import
     /// names, for admission and for `bl plugin inspect`.
     pub(crate) fn compile(&self, name: &str, bytes: &[u8]) -> Result<Component, PluginError> {
-        self.compile_with_digest(name, bytes, &bl_core::sha256_hex(bytes))
+        self.compile_with_digest(name, bytes.into(), &bl_core::sha256_hex(bytes))
     }
 
     fn compile_with_digest(
         &self,
         name: &str,
-        bytes: &[u8],
+        source: ComponentSource,
         hex_digest: &str,
     ) -> Result<Component, PluginError> {
         match &self.cache {
-            Some(cache) => cache.load(&self.engine, bytes, hex_digest),
-            None => Component::new(&self.engine, bytes),
+            Some(cache) => cache.load(&self.engine, source, hex_digest),
+            None => source
+                .read(hex_digest)
+                .and_then(|bytes| Component::new(&self.engine, &bytes)),
         }
         .map_err(|e| PluginError::Load {
             plugin: name.to_string(),
@@ -252,7 +254,7 @@ impl Runtime {
     pub(crate) fn load<P>(
         &self,
         name: &str,
-        bytes: &[u8],
+        source: ComponentSource,
         world: World,
         options: &LoadOptions,
         typed: impl FnOnce(InstancePre<HostState>) -> wasmtime::Result<P>,
@@ -262,11 +264,16 @@ impl Runtime {
             message,
         };
         // One hash of the bytes: the cache key and the digest the caller records.
-        let hex_digest = match options.hex_digest {
-            Some(known) => known.to_string(),
-            None => bl_core::sha256_hex(bytes),
+        let hex_digest = match (options.hex_digest, source) {
+            (Some(known), _) => known.to_string(),
+            (None, ComponentSource::Bytes(bytes)) => bl_core::sha256_hex(bytes),
+            (None, ComponentSource::File(path)) => {
+                let bytes = std::fs::read(path)
+                    .map_err(|e| load_error(format!("{}: {e}", path.display())))?;
+                bl_core::sha256_hex(&bytes)
+            }
         };
-        let component = self.compile_with_digest(name, bytes, &hex_digest)?;
+        let component = self.compile_with_digest(name, source, &hex_digest)?;
         let grants = &options.grants;
         let requested = admit(&self.imports(&component), world, options.declared, grants)
             .map_err(|e| load_error(e.to_string()))?;

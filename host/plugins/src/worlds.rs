@@ -8,6 +8,7 @@ use wasmtime::component::Resource;
 
 use crate::artifacts::{InputArtifact, InputSet, OutputDeclaration, OutputSink, PublishedOutput};
 use crate::bindings::{self, types};
+use crate::cache::ComponentSource;
 use crate::error::PluginError;
 use crate::runtime::{CallContext, Invocation, LoadOptions, Loaded, Runtime};
 use crate::workspace::WorkspaceDir;
@@ -100,15 +101,15 @@ pub struct TransformOutput {
 }
 
 impl Runtime {
-    pub fn load_gate(
+    pub fn load_gate<'a>(
         &self,
         name: &str,
-        bytes: &[u8],
+        source: impl Into<ComponentSource<'a>>,
         options: &LoadOptions,
     ) -> Result<GatePlugin, PluginError> {
         self.load(
             name,
-            bytes,
+            source.into(),
             World::Gate,
             options,
             bindings::gate::GatePre::new,
@@ -116,15 +117,15 @@ impl Runtime {
         .map(GatePlugin)
     }
 
-    pub fn load_contract(
+    pub fn load_contract<'a>(
         &self,
         name: &str,
-        bytes: &[u8],
+        source: impl Into<ComponentSource<'a>>,
         options: &LoadOptions,
     ) -> Result<ContractPlugin, PluginError> {
         self.load(
             name,
-            bytes,
+            source.into(),
             World::CompletionContract,
             options,
             bindings::contract::CompletionContractPre::new,
@@ -132,15 +133,15 @@ impl Runtime {
         .map(ContractPlugin)
     }
 
-    pub fn load_transform(
+    pub fn load_transform<'a>(
         &self,
         name: &str,
-        bytes: &[u8],
+        source: impl Into<ComponentSource<'a>>,
         options: &LoadOptions,
     ) -> Result<TransformPlugin, PluginError> {
         self.load(
             name,
-            bytes,
+            source.into(),
             World::Transform,
             options,
             bindings::transform::TransformPre::new,
@@ -148,15 +149,15 @@ impl Runtime {
         .map(TransformPlugin)
     }
 
-    pub fn load_policy(
+    pub fn load_policy<'a>(
         &self,
         name: &str,
-        bytes: &[u8],
+        source: impl Into<ComponentSource<'a>>,
         options: &LoadOptions,
     ) -> Result<PolicyPlugin, PluginError> {
         self.load(
             name,
-            bytes,
+            source.into(),
             World::PublicationPolicy,
             options,
             bindings::policy::PublicationPolicyPre::new,

@@ -265,6 +265,9 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
         "the project's plugins come first: {listed}"
     );
 
+    // Left unchanged a while, its digest is memoised by the runs below,
+    // which then do not read it; the memo must not hide the change later.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
     // A graph run uses it and records its digest.
     gated_graph(&case, word_count_gate("word-count"), "one two three four");
     let run = case.run("run-1", &[]);
