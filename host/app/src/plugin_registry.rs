@@ -269,6 +269,26 @@ pub fn open_registry(project: &Project, dir: &Path) -> AppResult<Registry> {
     Registry::load(dir, &project.trusted()?).map_err(registry_error)
 }
 
+/// The registry a lock entry came from, for `verify`: `Ok(None)` when it
+/// cannot be reached (a web registry offline, a directory gone).
+fn read_locked_registry(
+    registry: &str,
+    trusted: &[VerifierKey],
+) -> Result<Option<Registry>, String> {
+    let is_url = crate::registry_mirror::is_url(registry);
+    if !is_url && !Path::new(registry).exists() {
+        return Ok(None);
+    }
+    let dir = match registry_dir(Some(Path::new(registry))) {
+        Ok(dir) => dir,
+        Err(_) if is_url => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    Registry::load(&dir, trusted)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
 /// What `install` is asked for.
 pub struct InstallRequest<'a> {
     pub registry: &'a Path,
@@ -326,7 +346,7 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
         .trust_of(name, &version.version)
         .cloned()
         .unwrap_or(Trust::NotSigned);
-    crate::registry_mirror::fetch_component(request.registry, name, &version.version)?;
+    crate::registry_mirror::fetch_component(request.registry, name, version)?;
     let bytes = registry.component(name, version).map_err(registry_error)?;
     // What the component imports is what it can ask for, whatever the
     // index says: a component asking for more than its signed entry is refused.
@@ -461,8 +481,10 @@ pub struct Checked {
 pub fn verify(project: &Project) -> AppResult<Vec<Checked>> {
     let lock = project.lock()?;
     let trusted = project.trusted()?;
-    // Each registry read once; `None` when it cannot be read (offline).
-    let mut registries: BTreeMap<String, Option<Registry>> = BTreeMap::new();
+    // Each registry read once: `Ok(None)` when it cannot be reached (a
+    // web registry offline, a directory no longer there), `Err` when it is
+    // there but does not read as a registry (then nothing of it is trusted).
+    let mut registries: BTreeMap<String, Result<Option<Registry>, String>> = BTreeMap::new();
     let mut checked = Vec::new();
     for (name, locked) in &lock.plugins {
         let path = project.installed_dir().join(format!("{name}.wasm"));
@@ -481,15 +503,15 @@ pub fn verify(project: &Project) -> AppResult<Vec<Checked>> {
         };
         let registry = registries
             .entry(locked.registry.clone())
-            .or_insert_with(|| {
-                registry_dir(Some(Path::new(&locked.registry)))
-                    .ok()
-                    .and_then(|dir| Registry::load(&dir, &trusted).ok())
-            });
+            .or_insert_with(|| read_locked_registry(&locked.registry, &trusted));
         let problem = problem.or_else(|| match registry {
             // Offline from its registry, the pin still holds.
-            None => None,
-            Some(registry) => {
+            Ok(None) => None,
+            Err(why) => Some(format!(
+                "its registry {} does not read: {why}",
+                locked.registry
+            )),
+            Ok(Some(registry)) => {
                 let entry = registry
                     .index
                     .plugins
@@ -507,6 +529,10 @@ pub fn verify(project: &Project) -> AppResult<Vec<Checked>> {
                     (_, Some(Trust::VerificationFailed { why })) => {
                         Some(format!("its registry entry does not verify: {why}"))
                     }
+                    (_, Some(Trust::NotSigned)) if !locked.allowed_unsigned => Some(
+                        "its registry entry is no longer signed, but it was installed as signed"
+                            .to_string(),
+                    ),
                     (_, Some(Trust::UntrustedKey { key_id })) if !locked.allowed_unsigned => {
                         Some(format!(
                             "its publisher key {key_id} is no longer in {}",

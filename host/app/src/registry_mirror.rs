@@ -27,8 +27,9 @@ fn mirror_of(url: &str) -> AppResult<PathBuf> {
     Ok(cache.join("registries").join(&digest[..16]))
 }
 
-/// Fetches `url` into `to`, refusing a body over `limit` bytes.
-fn fetch(url: &str, to: &Path, limit: u64) -> AppResult<()> {
+/// Fetches `url` into `to`, refusing a body over `limit` bytes, and one
+/// whose sha256 is not `signed` (when given) before anything is written.
+fn fetch(url: &str, to: &Path, limit: u64, signed: Option<&str>) -> AppResult<()> {
     let failed = |why: String| AppError::refused(format!("{url}: {why}"));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -52,6 +53,14 @@ fn fetch(url: &str, to: &Path, limit: u64) -> AppResult<()> {
         }
         Ok(body)
     })?;
+    if let Some(signed) = signed {
+        let found = format!("sha256:{}", bl_core::sha256_hex(&bytes));
+        if found != signed {
+            return Err(failed(format!(
+                "its bytes have {found}, but the signed index says {signed}; nothing was written"
+            )));
+        }
+    }
     if let Some(dir) = to.parent() {
         std::fs::create_dir_all(dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
     }
@@ -69,6 +78,7 @@ pub fn mirror(url: &str) -> AppResult<PathBuf> {
         &format!("{base}/{}", bl_registry::INDEX),
         &dir.join(bl_registry::INDEX),
         bl_registry::MAX_INDEX_BYTES,
+        None,
     )?;
     std::fs::write(dir.join(SOURCE), base)
         .map_err(|e| AppError::refused(format!("{}: {e}", dir.display())))?;
@@ -81,9 +91,11 @@ pub fn source_of(dir: &Path) -> Option<String> {
 }
 
 /// Fetches `name@version`'s component into the mirror at `dir`, when `dir`
-/// is a mirror (a directory registry has it already). The name and version
-/// were checked by the index's reader: a name is never a path.
-pub fn fetch_component(dir: &Path, name: &str, version: &str) -> AppResult<()> {
+/// is a mirror (a directory registry has it already), refused before it is
+/// written when its bytes are not the ones the index signed. The name and
+/// version were checked by the index's reader: a name is never a path.
+pub fn fetch_component(dir: &Path, name: &str, version: &bl_registry::Version) -> AppResult<()> {
+    let (signed, version) = (version.component_sha256.as_str(), version.version.as_str());
     let Some(base) = source_of(dir) else {
         return Ok(());
     };
@@ -97,5 +109,6 @@ pub fn fetch_component(dir: &Path, name: &str, version: &str) -> AppResult<()> {
         &format!("{base}/{rel}"),
         &path,
         bl_registry::MAX_COMPONENT_BYTES,
+        Some(signed),
     )
 }
