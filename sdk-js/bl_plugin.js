@@ -44,13 +44,16 @@ function parseJson(text) {
     const c = text[at];
     if (c === '{') {
       at++;
-      const out = {};
+      // No prototype: a key such as `__proto__` is only a key.
+      const out = Object.create(null);
       space();
       if (text[at] === '}') { at++; return out; }
       for (;;) {
         space();
         if (text[at] !== '"') fail('a key');
         const key = string();
+        // serde refuses a field given twice; so does every bl SDK.
+        if (Object.prototype.hasOwnProperty.call(out, key)) fail(`duplicate field \`${key}\``);
         space();
         if (text[at++] !== ':') fail('a colon');
         out[key] = value();
@@ -85,8 +88,13 @@ function parseJson(text) {
   const string = () => {
     const match = /^"((?:[^"\\\u0000-\u001f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*)"/.exec(text.slice(at));
     if (!match) fail('a string');
+    const decoded = JSON.parse(match[0]);
+    // A lone surrogate (`\ud800`) is no Unicode text: serde refuses it.
+    if (/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(decoded)) {
+      fail('a lone surrogate in a string');
+    }
     at += match[0].length;
-    return JSON.parse(match[0]);
+    return decoded;
   };
   const out = value();
   space();
@@ -155,7 +163,8 @@ export function readText(root, path) {
     throw capability(`${path}: ${refused && refused.val !== undefined ? refused.val : String(refused)}`);
   }
   try {
-    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    // A byte-order mark is kept, as Rust's from_utf8 keeps it.
+    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
   } catch {
     throw capability(`${path}: not UTF-8 text`);
   }

@@ -43,14 +43,31 @@ def internal(message: str) -> Err:
 COUNT = "count"
 
 
+def _no_duplicates(pairs):
+    # serde refuses a field given twice; so does every bl SDK.
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate field `{key}`")
+        out[key] = value
+    return out
+
+
+def _no_constant(name):
+    # NaN and Infinity are not JSON, though Python's json reads them.
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def config(text: str, required: dict) -> dict:
     """The config as a dict, checked: ``required`` maps each key that must
     be there to its type (``str``, ``int``, ``bool``, ``list``, ``dict`` or
     ``COUNT``), as ``{"file": str, "min_words": COUNT}``; any other key is
     refused, as a Rust plugin's ``deny_unknown_fields`` does."""
     try:
-        value = json.loads(text)
-    except ValueError as e:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        # A lone surrogate (`\ud800`) is no Unicode text: serde refuses it.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeEncodeError) as e:
         raise bad_config(f"the config is not JSON: {e}")
     if not isinstance(value, dict):
         raise bad_config("the config must be a JSON object")

@@ -60,6 +60,25 @@ def main():
     case("empty-path", [], {"file": "", "min_words": 1})
     case("dot-path", [], {"file": ".", "min_words": 1})
     case("symlink-out", [], {"file": "link", "min_words": 1}, link=("link", "/etc/hostname"))
+    # Config text that JSON parsers disagree on: each must be refused
+    # (bad-config) the same way in every language.
+    two = [("r.md", b"one two"), ("o.md", b"one")]
+    case("dup-key-file", two, '{"file": "r.md", "file": "o.md", "min_words": 2}')
+    case("dup-key-min", two, '{"file": "r.md", "min_words": 5, "min_words": 1}')
+    case("bom-config", two, '\ufeff{"file": "r.md", "min_words": 1}')
+    case("nan-min", two, '{"file": "r.md", "min_words": NaN}')
+    case("infinity-min", two, '{"file": "r.md", "min_words": Infinity}')
+    case("trailing-garbage", two, '{"file": "r.md", "min_words": 1} x')
+    case("lone-surrogate", two, '{"file": "r\\ud800.md", "min_words": 1}')
+    case("min-as-string", two, '{"file": "r.md", "min_words": "1"}')
+    case("key-case", two, '{"File": "r.md", "min_words": 1}')
+    case("null-file", two, '{"file": null, "min_words": 1}')
+    case("empty-config", two, "")
+    # Workspace text at the edges of "a word".
+    case("bom-in-file", [("r.md", "\ufeffone two".encode())], {"file": "r.md", "min_words": 2})
+    case("only-bom", [("r.md", "\ufeff".encode())], {"file": "r.md", "min_words": 1})
+    case("zero-width-space", [("r.md", "one\u200btwo".encode())], {"file": "r.md", "min_words": 2})
+    case("crlf-only", [("r.md", b"\r\n\r\n")], {"file": "r.md", "min_words": 1})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 //! A gate's conformance test (`bl plugin test`): a corpus of cases, each a
 //! workspace and a config with the verdict it expects, run against a gate
 //! in one process. What is compared is what bl acts on: the verdict
-//! (passed, summary, findings) as JSON, or that the gate could not decide.
+//! (passed, summary, findings) as JSON, or that the gate could not decide
+//! and the kind of failure (`bad-config`, `trap`, `timeout`, …), which is
+//! the same in every language where the message is not.
 //! A reference gate records the expectations (`--record`); any gate that
 //! claims to be the same gate, in any language, must then agree.
 //!
@@ -11,8 +13,8 @@
 
 use std::path::{Path, PathBuf};
 
-use bl_core::GateOutcome;
-use bl_plugins::World;
+use bl_core::Verdict;
+use bl_plugins::{Invocation, PluginError, World};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -43,13 +45,13 @@ impl Conformance {
     }
 }
 
-/// What bl acts on in an outcome.
-fn acted_on(outcome: &GateOutcome) -> Value {
-    match outcome {
-        GateOutcome::Passed(v) | GateOutcome::Failed(v) => json!({
+/// What bl acts on in a gate's answer.
+fn acted_on(answer: Result<Invocation<Verdict>, PluginError>) -> Value {
+    match answer {
+        Ok(Invocation { value: v, .. }) => json!({
             "verdict": {"passed": v.passed, "summary": v.summary, "findings": v.findings}
         }),
-        GateOutcome::Error(_) => json!({"outcome": "error"}),
+        Err(e) => json!({"outcome": "error", "kind": e.kind()}),
     }
 }
 
@@ -85,6 +87,11 @@ pub fn test(plugin: &str, corpus: &Path, record: bool) -> AppResult<Conformance>
             opened.world
         )));
     }
+    // Loaded once: every case is a call of the same gate.
+    let gate = opened
+        .host
+        .load_gate(&opened.found, &opened.grant)
+        .and_then(|gate| opened.runtime().map(|runtime| (gate, runtime)));
     let empty = tempfile::tempdir().map_err(|e| refused(format!("a scratch directory: {e}")))?;
     let mut cases = Vec::new();
     for name in names {
@@ -97,7 +104,11 @@ pub fn test(plugin: &str, corpus: &Path, record: bool) -> AppResult<Conformance>
         } else {
             empty.path().to_path_buf()
         };
-        let got = acted_on(&plugin_run::judge(&request, &opened, &workspace, &config));
+        let answer = match &gate {
+            Ok((gate, runtime)) => runtime.check(gate, &workspace, &config),
+            Err(e) => Err(e.clone()),
+        };
+        let got = acted_on(answer);
         let expected_path = dir.join("expected.json");
         let expected = if record {
             let text = serde_json::to_string_pretty(&got).expect("JSON serialises") + "\n";

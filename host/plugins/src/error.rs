@@ -39,6 +39,27 @@ pub enum PluginError {
 }
 
 impl PluginError {
+    /// What kind of failure it is, in one word, the same whatever the
+    /// plugin's language (`bad-config`, `trap`, `timeout`, …): what a
+    /// conformance corpus compares when a gate cannot decide.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PluginError::Load { .. } => "load",
+            PluginError::Timeout { .. } => "timeout",
+            PluginError::FuelExhausted { .. } => "fuel",
+            PluginError::MemoryLimit { .. } => "memory-limit",
+            PluginError::OutputLimit { .. } => "output-limit",
+            PluginError::Trap { .. } => "trap",
+            PluginError::BadConfig { .. } => "bad-config",
+            PluginError::Capability { .. } => "capability",
+            PluginError::Escape { .. } => "escape",
+            PluginError::MissingOutput { .. } => "missing-output",
+            PluginError::Internal { .. } => "internal",
+            PluginError::Workspace { .. } => "workspace",
+            PluginError::Runtime(_) => "runtime",
+        }
+    }
+
     /// The plugin the error is about, when it is about one.
     pub fn plugin(&self) -> Option<&str> {
         match self {

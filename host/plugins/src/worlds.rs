@@ -181,6 +181,7 @@ impl Runtime {
         workspace: &Path,
         config: &str,
     ) -> Result<Invocation<Verdict>, PluginError> {
+        no_byte_order_mark(&gate.0.name, config)?;
         let dir = self.open_workspace(workspace)?;
         let context = CallContext {
             workspace_root: Some(workspace.to_path_buf()),
@@ -209,6 +210,7 @@ impl Runtime {
         request: &ContractRequest,
         config: &str,
     ) -> Result<Invocation<Verdict>, PluginError> {
+        no_byte_order_mark(&contract.0.name, config)?;
         let dir = self.open_workspace(workspace)?;
         let context = CallContext {
             workspace_root: Some(workspace.to_path_buf()),
@@ -354,6 +356,20 @@ impl Runtime {
             log: invocation.log,
             elapsed: invocation.elapsed,
         })
+    }
+}
+
+/// A config that starts with a byte-order mark is refused before any
+/// plugin sees it: JSON text must not start with one, serde refuses it, and
+/// some languages' bindings drop it silently, so one plugin would judge
+/// what another refuses.
+fn no_byte_order_mark(plugin: &str, config: &str) -> Result<(), PluginError> {
+    match config.starts_with('\u{feff}') {
+        true => Err(PluginError::BadConfig {
+            plugin: plugin.to_string(),
+            message: "the config starts with a byte-order mark (U+FEFF); JSON text must not: save it without one".into(),
+        }),
+        false => Ok(()),
     }
 }
 
