@@ -572,12 +572,13 @@ fn run_context(dir: &Path, flags: &DriveOptions, fresh: bool) -> Result<RunConte
 fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
     // Each component is found and trusted (pinned, shipped with bl, signed,
     // or allowed by name) before anything runs; it is loaded when a node
-    // uses it. Its version is checked against the manifest beside it.
+    // uses it. Its version (the lock's, else its manifest's) must meet
+    // what the manifest asks for.
     let manifest = |node: &str,
                     name: &str,
                     world: &str|
      -> Result<Option<bl_plugins::PluginManifest>, AppError> {
-        // The version is checked below, against the manifest, to say so.
+        // The version is checked below, to say which was found where.
         let bare = match std::path::Path::new(name).is_file() {
             true => name,
             false => bl_plugins::split_requirement(name).0,
@@ -592,30 +593,27 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
                 "graph run: node '{node}' needs plugin '{name}': {said}{tail}"
             ))
         })?;
-        let path = found.path;
-        let beside = path.with_extension("plugin.json");
-        let Ok(text) = std::fs::read(&beside) else {
+        // The version a pinned plugin has is the lock's; else its manifest's.
+        if let (plugin, Some(wanted)) = bl_plugins::split_requirement(name)
+            && bare != name
+            && !found
+                .version
+                .as_deref()
+                .is_some_and(|v| bl_plugins::meets_requirement(v, wanted))
+        {
+            return Err(refused(format!(
+                "graph run: node '{node}' needs {plugin} {wanted}, but {} is version {}; install one that meets it (`bl plugin install {name}`); nothing was run",
+                found.path.display(),
+                found.version.as_deref().unwrap_or("unknown (no manifest)")
+            )));
+        }
+        let Some(m) = found.package.manifest else {
             return Ok(None);
         };
-        let m: bl_plugins::PluginManifest = serde_json::from_slice(&text).map_err(|e| {
-            refused(format!(
-                "graph run: node '{node}': {}: not a plugin manifest: {e}; nothing was run",
-                beside.display()
-            ))
-        })?;
         if m.world != world {
             return Err(refused(format!(
                 "graph run: node '{node}' needs '{name}' as a {world} plugin, but it is a {} plugin; nothing was run",
                 m.world
-            )));
-        }
-        if let (plugin, Some(wanted)) = bl_plugins::split_requirement(name)
-            && !bl_plugins::meets_requirement(&m.version, wanted)
-        {
-            return Err(refused(format!(
-                "graph run: node '{node}' needs {plugin} {wanted}, but {} is version {}; install one that meets it (`bl plugin install {name}`); nothing was run",
-                path.display(),
-                m.version
             )));
         }
         Ok(Some(m))

@@ -12,17 +12,25 @@ pub fn plugin_search_path() -> Vec<PathBuf> {
     shipped_dirs("BL_PLUGIN_PATH", "plugins")
 }
 
-/// The directories of the plugins that ship with bl itself: the search
-/// path without `BL_PLUGIN_PATH`'s entries. Their components are trusted
-/// as the executable beside them is.
+/// The directories of the plugins that ship with bl itself: those beside
+/// the `bl` executable, and this checkout's `target/plugins` only when this
+/// `bl` is the one built in it (a copy elsewhere trusts only what is beside
+/// it). Their components are trusted as the executable beside them is.
 pub fn bundled_plugin_dirs() -> Vec<PathBuf> {
-    let from_env: Vec<PathBuf> = std::env::var_os("BL_PLUGIN_PATH")
-        .map(|v| std::env::split_paths(&v).collect())
-        .unwrap_or_default();
-    shipped_dirs("BL_PLUGIN_PATH", "plugins")
-        .into_iter()
-        .skip(from_env.len())
-        .collect()
+    let exe = std::env::current_exe().and_then(|e| e.canonicalize()).ok();
+    let mut dirs = Vec::new();
+    if let Some(exe_dir) = exe.as_deref().and_then(Path::parent) {
+        dirs.push(exe_dir.join("plugins"));
+        dirs.push(exe_dir.join("../plugins"));
+        dirs.push(exe_dir.join("../lib/bl/plugins"));
+    }
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if let (Ok(checkout), Some(exe)) = (checkout.canonicalize(), &exe)
+        && exe.starts_with(checkout.join("target"))
+    {
+        dirs.push(checkout.join("target/plugins"));
+    }
+    dirs
 }
 
 /// Where the registry shipped with bl is looked for: `registry` beside

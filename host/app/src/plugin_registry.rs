@@ -146,6 +146,7 @@ impl Project {
                     digest: locked.component_sha256,
                     lock: self.lock_path(),
                     unsigned: locked.allowed_unsigned,
+                    version: locked.version,
                 };
                 (name, pin)
             })

@@ -50,6 +50,13 @@ pub struct TrustPolicy {
     signed_read: OnceLock<BTreeSet<String>>,
 }
 
+/// Whether only its owner may write to `dir`: a directory that others may
+/// write to is no part of an installation, whatever is beside it.
+fn not_writable_by_others(dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o022 == 0)
+}
+
 /// Reads the component digests (`sha256:<hex>`) that a trusted key signed.
 pub type SignedDigests = Box<dyn Fn() -> BTreeSet<String> + Send + Sync>;
 
@@ -67,8 +74,9 @@ pub enum Provenance {
 }
 
 impl TrustPolicy {
-    /// A policy trusting the components in `bundled` (canonicalised here),
-    /// those whose digest `signed` lists, and those allowed by name.
+    /// A policy trusting the components in `bundled` (canonicalised here;
+    /// one that others may write to is left out), those whose digest
+    /// `signed` lists, and those allowed by name.
     pub fn new(
         bundled: &[PathBuf],
         allowed_unsigned: BTreeSet<String>,
@@ -78,6 +86,7 @@ impl TrustPolicy {
             bundled: bundled
                 .iter()
                 .filter_map(|d| d.canonicalize().ok())
+                .filter(|d| not_writable_by_others(d))
                 .collect(),
             allowed_unsigned,
             signed: Some(signed),
@@ -107,6 +116,9 @@ pub struct Pin {
     /// Installed unsigned because the operator allowed it by name; runs
     /// that use it record so.
     pub unsigned: bool,
+    /// The version the lock records (from the signed registry entry at
+    /// install): what a `NAME@REQ` is checked against, not the manifest.
+    pub version: String,
 }
 
 /// Why a named plugin could not be had: it is nowhere on the search path,
@@ -169,6 +181,8 @@ pub struct FoundPlugin {
     pub unsigned: bool,
     /// How it came to be trusted (`None` for a host without a trust policy).
     pub provenance: Option<Provenance>,
+    /// Its version: the lock's for a pinned plugin, else its manifest's.
+    pub version: Option<String>,
 }
 
 /// `NAME@REQ` as the name and the version requirement (none without `@`).
@@ -325,20 +339,6 @@ impl PluginHost {
             false => split_requirement(name),
         };
         let package = PluginPackage::open(&path)?;
-        if let Some(requirement) = requirement {
-            let found = package.manifest.as_ref().map(|m| m.version.clone());
-            if !found
-                .as_deref()
-                .is_some_and(|v| meets_requirement(v, requirement))
-            {
-                return Err(FindError::Version {
-                    name: name.to_string(),
-                    requirement: requirement.to_string(),
-                    found: found.unwrap_or_else(|| "no version (no manifest)".into()),
-                    path,
-                });
-            }
-        }
         let declared = package.declared()?;
         let digest = format!("sha256:{}", self.hex_digest(&package)?);
         // Pinned under the name it was asked by or the name its manifest
@@ -356,6 +356,24 @@ impl PluginHost {
                 found: digest,
                 pinned: pin.digest.clone(),
                 lock: pin.lock.clone(),
+            });
+        }
+        // A pinned plugin's version is the lock's (signed at install); the
+        // manifest beside a component is only its author's word.
+        let version = match pin {
+            Some(pin) => Some(pin.version.clone()),
+            None => package.manifest.as_ref().map(|m| m.version.clone()),
+        };
+        if let Some(requirement) = requirement
+            && !version
+                .as_deref()
+                .is_some_and(|v| meets_requirement(v, requirement))
+        {
+            return Err(FindError::Version {
+                name: name.to_string(),
+                requirement: requirement.to_string(),
+                found: version.unwrap_or_else(|| "no version (no manifest)".into()),
+                path,
             });
         }
         let provenance = match (&self.trust, pin) {
@@ -378,6 +396,7 @@ impl PluginHost {
             digest,
             unsigned: provenance == Some(Provenance::Unsigned) || pin.is_some_and(|p| p.unsigned),
             provenance,
+            version,
         })
     }
 

@@ -734,6 +734,37 @@ fn a_copied_bl_finds_its_plugins_or_says_where_it_looked() {
     let beside = dir.path().join("bin/plugins");
     assert!(stderr.contains(&beside.display().to_string()), "{stderr}");
     assert!(stderr.contains("BL_PLUGIN_PATH"), "{stderr}");
+
+    // What ships with bl is what is beside it: the checkout's plugins are
+    // not this copy's, and a directory others may write to is no one's.
+    let runs_of = |dir_of: &std::path::Path| -> String {
+        let out = run(&["plugin", "list", "--json"]);
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let dir_of = dir_of.canonicalize().unwrap();
+        list["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| {
+                p["name"] == "files"
+                    && std::path::Path::new(p["path"].as_str().unwrap()).parent()
+                        == Some(dir_of.as_path())
+            })
+            .unwrap_or_else(|| panic!("files in {}: {list}", dir_of.display()))["runs"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_ne!(runs_of(&bl_e2e::plugin_dir()), "ships with bl");
+    std::fs::create_dir_all(&beside).unwrap();
+    for file in ["files.wasm", "files.plugin.json"] {
+        std::fs::copy(bl_e2e::plugin_dir().join(file), beside.join(file)).unwrap();
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(runs_of(&beside), "ships with bl");
+    std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o775)).unwrap();
+    assert_ne!(runs_of(&beside), "ships with bl");
 }
 
 /// `bl sandbox run` is connected to the terminal: stdin goes in, output

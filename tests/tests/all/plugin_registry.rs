@@ -298,6 +298,17 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
         "{said}"
     );
     assert!(said.contains("nothing was run"), "{said}");
+    // The manifest beside it is only its author's word: edited to claim
+    // 2.0.0, the pinned plugin is still the lock's 0.1.0.
+    let manifest = case.path(".bl/plugins/word-count.plugin.json");
+    let honest = std::fs::read_to_string(&manifest).unwrap();
+    let claims = honest.replace("\"version\": \"0.1.0\"", "\"version\": \"2.0.0\"");
+    assert_ne!(claims, honest);
+    std::fs::write(&manifest, claims).unwrap();
+    let run = case.run("run-claims-2", &[]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    assert!(text(&run).contains("is version 0.1.0"), "{}", text(&run));
+    std::fs::write(&manifest, honest).unwrap();
     gated_graph(&case, word_count_gate("word-count"), "one two three four");
 
     // A loop uses it too (gate.kind: plugin), and its ledger names the digest.
