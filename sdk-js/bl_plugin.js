@@ -26,6 +26,21 @@ export function internal(message) {
   return { tag: 'internal', val: message };
 }
 
+/** A publication policy's decision to let the effect go out. */
+export function allow(reason) {
+  return { allow: true, reason };
+}
+
+/** A publication policy's decision to hold the effect back. */
+export function deny(reason) {
+  return { allow: false, reason };
+}
+
+/** What a transform returns once it has written its outputs. */
+export function report(summary) {
+  return { summary };
+}
+
 // A number in the config, as written.
 class JsonNumber {
   constructor(text) {

@@ -38,6 +38,26 @@ def internal(message: str) -> Err:
     return Err(types.PluginError_Internal(message))
 
 
+def capability(message: str) -> Err:
+    """An error for a capability that refused what the plugin asked."""
+    return Err(types.PluginError_Capability(message))
+
+
+def allow(reason: str) -> types.PublishDecision:
+    """A publication policy's decision to let the effect go out."""
+    return types.PublishDecision(True, reason)
+
+
+def deny(reason: str) -> types.PublishDecision:
+    """A publication policy's decision to hold the effect back."""
+    return types.PublishDecision(False, reason)
+
+
+def report(summary: str) -> types.TransformReport:
+    """What a transform returns once it has written its outputs."""
+    return types.TransformReport(summary)
+
+
 # A config field that is a count: a whole number from 0 to 2**32 - 1, as a
 # Rust plugin's `usize` field reads it (usize is 32 bits in wasm32).
 COUNT = "count"

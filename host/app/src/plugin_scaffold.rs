@@ -461,7 +461,6 @@ const PY_TRANSFORM: &str = r#""""A transform: writes each declared output as the
 
 import bl_plugin
 import wit_world
-from wit_world.imports import types
 
 
 class WitWorld(wit_world.WitWorld):
@@ -470,22 +469,21 @@ class WitWorld(wit_world.WitWorld):
         names = "".join(f"{entry.name}\n" for entry in inputs.entries())
         for output in outputs.declared():
             outputs.write(output.name, names.encode())
-        return types.TransformReport(f"wrote {len(outputs.declared())} output(s)")
+        return bl_plugin.report(f"wrote {len(outputs.declared())} output(s)")
 "#;
 
 const PY_POLICY: &str = r#""""A publication policy: allows an effect only once an approval said yes."""
 
 import bl_plugin
 import wit_world
-from wit_world.imports import types
 
 
 class WitWorld(wit_world.WitWorld):
     def decide(self, request, config):
         bl_plugin.config(config, {})
         if any(a.approved for a in request.approvals):
-            return types.PublishDecision(True, "approved")
-        return types.PublishDecision(False, "no approval said yes")
+            return bl_plugin.allow("approved")
+        return bl_plugin.deny("no approval said yes")
 "#;
 
 /// A new plugin, and how to build and try it.
@@ -566,7 +564,7 @@ export function run(inputs, outputs, seed, config) {
   const names = inputs.entries().map((entry) => `${entry.name}\n`).join('');
   const declared = outputs.declared();
   for (const output of declared) outputs.write(output.name, new TextEncoder().encode(names));
-  return { summary: `wrote ${declared.length} output(s)` };
+  return bl.report(`wrote ${declared.length} output(s)`);
 }
 "#;
 
@@ -576,7 +574,7 @@ import * as bl from './bl_plugin.js';
 
 export function decide(request, config) {
   bl.config(config, {});
-  if (request.approvals.some((a) => a.approved)) return { allow: true, reason: 'approved' };
-  return { allow: false, reason: 'no approval said yes' };
+  if (request.approvals.some((a) => a.approved)) return bl.allow('approved');
+  return bl.deny('no approval said yes');
 }
 "#;
