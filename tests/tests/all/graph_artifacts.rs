@@ -61,6 +61,11 @@ impl Case {
 
     /// `graph run --execute graph.json` with the case's files, into `out`.
     pub(crate) fn run(&self, out: &str, extra: &[&str]) -> Output {
+        self.bl(&Case::run_args(out, extra))
+    }
+
+    /// The arguments of [`Case::run`], for a `bl` run another way.
+    pub(crate) fn run_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         let mut args = vec![
             "graph",
             "run",
@@ -76,7 +81,7 @@ impl Case {
             out,
         ];
         args.extend(extra);
-        self.bl(&args)
+        args
     }
 
     pub(crate) fn events(&self, out: &str) -> Vec<Value> {
@@ -1757,20 +1762,7 @@ fn a_second_signal_ends_a_stop_that_waits_with_the_same_record() {
     );
     let plugins = std::env::join_paths([bl_e2e::test_plugin_dir(), bl_e2e::plugin_dir()]).unwrap();
     let mut child = Command::new(bl_binary())
-        .args([
-            "graph",
-            "run",
-            "--execute",
-            "graph.json",
-            "--connections",
-            "connections.json",
-            "--inputs",
-            "inputs.json",
-            "--recorded",
-            "replies.json",
-            "--out",
-            "run",
-        ])
+        .args(Case::run_args("run", &[]))
         .current_dir(case.path(""))
         .env("BL_PLUGIN_PATH", plugins)
         .env("BL_ALLOW_UNSIGNED", "hostile")

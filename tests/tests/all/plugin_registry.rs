@@ -876,24 +876,8 @@ fn an_unpinned_plugin_runs_only_when_it_ships_with_bl_is_signed_or_is_allowed_by
         }
         command.output().unwrap()
     };
-    let run = |out: &str, extra: &[&str], env: &[(&str, &str)]| {
-        let mut args = vec![
-            "graph",
-            "run",
-            "--execute",
-            "graph.json",
-            "--connections",
-            "connections.json",
-            "--inputs",
-            "inputs.json",
-            "--recorded",
-            "replies.json",
-            "--out",
-            out,
-        ];
-        args.extend(extra);
-        bl(&args, env)
-    };
+    let run =
+        |out: &str, extra: &[&str], env: &[(&str, &str)]| bl(&Case::run_args(out, extra), env);
     let gate = json!({"plugin": "mygate", "config": {"required": ["workspace/report.md"]}});
     gated_graph(&case, gate, "done\n");
 
