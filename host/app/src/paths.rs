@@ -18,12 +18,7 @@ pub fn plugin_search_path() -> Vec<PathBuf> {
 /// it). Their components are trusted as the executable beside them is.
 pub fn bundled_plugin_dirs() -> Vec<PathBuf> {
     let exe = std::env::current_exe().and_then(|e| e.canonicalize()).ok();
-    let mut dirs = Vec::new();
-    if let Some(exe_dir) = exe.as_deref().and_then(Path::parent) {
-        dirs.push(exe_dir.join("plugins"));
-        dirs.push(exe_dir.join("../plugins"));
-        dirs.push(exe_dir.join("../lib/bl/plugins"));
-    }
+    let mut dirs = beside_exe("plugins");
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     if let (Ok(checkout), Some(exe)) = (checkout.canonicalize(), &exe)
         && exe.starts_with(checkout.join("target"))
@@ -56,20 +51,27 @@ pub fn page_module_search_path() -> Vec<PathBuf> {
     shipped_dirs("BL_PAGE_MODULE_PATH", "pages")
 }
 
+/// `<exe dir>/<leaf>`, `<exe dir>/../<leaf>` and `<exe dir>/../lib/bl/<leaf>`:
+/// where an installation puts what ships with bl.
+fn beside_exe(leaf: &str) -> Vec<PathBuf> {
+    let exe = std::env::current_exe().ok();
+    let Some(exe_dir) = exe.as_deref().and_then(Path::parent) else {
+        return Vec::new();
+    };
+    vec![
+        exe_dir.join(leaf),
+        exe_dir.join("..").join(leaf),
+        exe_dir.join("../lib/bl").join(leaf),
+    ]
+}
+
 /// `$env_var`'s entries, then `<exe dir>/<leaf>`, `<exe dir>/../<leaf>`,
 /// `<exe dir>/../lib/bl/<leaf>`, then this checkout's `target/<leaf>`.
 fn shipped_dirs(env_var: &str, leaf: &str) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os(env_var)
         .map(|v| std::env::split_paths(&v).collect())
         .unwrap_or_default();
-    if let Some(exe_dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    {
-        dirs.push(exe_dir.join(leaf));
-        dirs.push(exe_dir.join("..").join(leaf));
-        dirs.push(exe_dir.join("../lib/bl").join(leaf));
-    }
+    dirs.extend(beside_exe(leaf));
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../target")
         .join(leaf);

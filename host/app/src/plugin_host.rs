@@ -63,6 +63,8 @@ fn build(allocator: AllocatorChoice) -> PluginHost {
         ..Default::default()
     };
     let here = crate::plugin_registry::Project::current().ok();
+    // A project's installed plugins come first, pinned by its lock.
+    let project = here.clone().filter(|p| p.lock_path().is_file());
     let trust = TrustPolicy::new(
         &paths::bundled_plugin_dirs(),
         allowed_unsigned(),
@@ -72,10 +74,6 @@ fn build(allocator: AllocatorChoice) -> PluginHost {
                 .unwrap_or_default()
         }),
     );
-    // A project's installed plugins come first, pinned by its lock.
-    let project = crate::plugin_registry::Project::current()
-        .ok()
-        .filter(|p| p.lock_path().is_file());
     let mut search = paths::plugin_search_path();
     let Some(project) = project else {
         return PluginHost::new(config, search).with_trust(trust);

@@ -272,10 +272,7 @@ pub fn open_registry(project: &Project, dir: &Path) -> AppResult<Registry> {
 
 /// The registry a lock entry came from, for `verify`: `Ok(None)` when it
 /// cannot be reached (a web registry offline, a directory gone).
-fn read_locked_registry(
-    registry: &str,
-    trusted: &[VerifierKey],
-) -> Result<Option<Registry>, String> {
+fn read_locked_registry(registry: &str, trusted: &[VerifierKey]) -> AppResult<Option<Registry>> {
     let is_url = crate::registry_mirror::is_url(registry);
     if !is_url && !Path::new(registry).exists() {
         return Ok(None);
@@ -283,11 +280,11 @@ fn read_locked_registry(
     let dir = match registry_dir(Some(Path::new(registry))) {
         Ok(dir) => dir,
         Err(_) if is_url => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e),
     };
     Registry::load(&dir, trusted)
         .map(Some)
-        .map_err(|e| e.to_string())
+        .map_err(registry_error)
 }
 
 /// What `install` is asked for.
@@ -485,7 +482,7 @@ pub fn verify(project: &Project) -> AppResult<Vec<Checked>> {
     // Each registry read once: `Ok(None)` when it cannot be reached (a
     // web registry offline, a directory no longer there), `Err` when it is
     // there but does not read as a registry (then nothing of it is trusted).
-    let mut registries: BTreeMap<String, Result<Option<Registry>, String>> = BTreeMap::new();
+    let mut registries: BTreeMap<String, AppResult<Option<Registry>>> = BTreeMap::new();
     let mut checked = Vec::new();
     for (name, locked) in &lock.plugins {
         let path = project.installed_dir().join(format!("{name}.wasm"));

@@ -103,7 +103,7 @@ impl<'a> ComponentSource<'a> {
             ComponentSource::File(path) => {
                 let bytes = std::fs::read(path)
                     .map_err(|e| wasmtime::format_err!("{}: {e}", path.display()))?;
-                let found = hex::encode(Sha256::digest(&bytes));
+                let found = bl_core::sha256_hex(&bytes);
                 if found != hex_digest {
                     wasmtime::bail!(
                         "{} changed while it was being loaded (sha256:{found}, not sha256:{hex_digest}); nothing was run",

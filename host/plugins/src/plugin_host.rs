@@ -46,7 +46,7 @@ pub struct TrustPolicy {
     allowed_unsigned: BTreeSet<String>,
     /// Reads the digests trusted publishers signed, on first need (only a
     /// plugin that is neither pinned nor bundled needs them).
-    signed: Option<SignedDigests>,
+    signed: SignedDigests,
     signed_read: OnceLock<BTreeSet<String>>,
 }
 
@@ -89,7 +89,7 @@ impl TrustPolicy {
                 .filter(|d| not_writable_by_others(d))
                 .collect(),
             allowed_unsigned,
-            signed: Some(signed),
+            signed,
             signed_read: OnceLock::new(),
         }
     }
@@ -101,7 +101,7 @@ impl TrustPolicy {
 
     fn is_signed(&self, digest: &str) -> bool {
         self.signed_read
-            .get_or_init(|| self.signed.as_ref().map(|read| read()).unwrap_or_default())
+            .get_or_init(|| (self.signed)())
             .contains(digest)
     }
 }
@@ -216,7 +216,7 @@ impl FoundPlugin {
     /// (what a run stores beside its record).
     pub fn verified_bytes(&self) -> Result<Vec<u8>, FindError> {
         let hex = self.digest.strip_prefix("sha256:").unwrap_or(&self.digest);
-        ComponentSource::File(&self.path)
+        self.source()
             .read(hex)
             .map(|bytes| bytes.into_owned())
             .map_err(|e| FindError::Refused(format!("{e:#}")))

@@ -1003,31 +1003,24 @@ fn an_unpinned_plugin_runs_only_when_it_ships_with_bl_is_signed_or_is_allowed_by
     std::fs::create_dir_all(&workspace).unwrap();
     std::fs::write(workspace.join("done.md"), "done\n").unwrap();
     let config = r#"{"required": ["done.md"]}"#;
-    let by_name = bl(
-        &[
-            "plugin",
-            "run",
-            "mygate",
-            "--workspace",
-            workspace.to_str().unwrap(),
-            "--config",
-            config,
-        ],
-        &[],
-    );
+    let run_by_hand = |plugin: &str| {
+        let ws = workspace.to_str().unwrap();
+        bl(
+            &[
+                "plugin",
+                "run",
+                plugin,
+                "--workspace",
+                ws,
+                "--config",
+                config,
+            ],
+            &[],
+        )
+    };
+    let by_name = run_by_hand("mygate");
     assert_eq!(by_name.status.code(), Some(3), "{}", text(&by_name));
     assert!(text(&by_name).contains("--allow-unsigned mygate"));
-    let by_file = bl(
-        &[
-            "plugin",
-            "run",
-            elsewhere.to_str().unwrap(),
-            "--workspace",
-            workspace.to_str().unwrap(),
-            "--config",
-            config,
-        ],
-        &[],
-    );
+    let by_file = run_by_hand(elsewhere.to_str().unwrap());
     assert_eq!(by_file.status.code(), Some(0), "{}", text(&by_file));
 }
