@@ -380,15 +380,8 @@ type IdMapping = (u32, u32, u32, u32);
 /// Idmaps `tree` so that `owner`'s files appear as `user`'s.
 fn idmap(tree: &OwnedFd, owner: (u32, u32), user: CagedUser) -> std::io::Result<()> {
     let key = (owner.0, owner.1, user.uid, user.gid);
-    let mut cache = IDMAP_NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
-    if !cache.iter().any(|(k, _)| *k == key) {
-        let ns = mapping_namespace(
-            &format!("{} {} 1\n", owner.0, user.uid),
-            &format!("{} {} 1\n", owner.1, user.gid),
-        )?;
-        cache.push((key, ns));
-    }
-    let ns = &cache.iter().find(|(k, _)| *k == key).expect("just added").1;
+    let cache = idmap_namespace(key)?;
+    let ns = &cache.iter().find(|(k, _)| *k == key).expect("just made").1;
     set_mount_attr(
         tree,
         &MountAttr {
@@ -400,48 +393,85 @@ fn idmap(tree: &OwnedFd, owner: (u32, u32), user: CagedUser) -> std::io::Result<
     )
 }
 
+/// The idmapping namespaces, with `key`'s made if it was not.
+fn idmap_namespace(
+    key: IdMapping,
+) -> std::io::Result<std::sync::MutexGuard<'static, Vec<(IdMapping, OwnedFd)>>> {
+    let mut cache = IDMAP_NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
+    if !cache.iter().any(|(k, _)| *k == key) {
+        let (owner_uid, owner_gid, uid, gid) = key;
+        let ns = mapping_namespace(
+            &format!("{owner_uid} {uid} 1\n"),
+            &format!("{owner_gid} {gid} 1\n"),
+        )?;
+        cache.push((key, ns));
+    }
+    Ok(cache)
+}
+
+/// Makes, on a thread of its own, the idmapping that lends bl's own files
+/// (a scratch workspace bl made) to `user`, so that the first cage does
+/// not wait for it (it costs a fork).
+pub(crate) fn idmap_ahead(user: CagedUser) {
+    if !user.idmap {
+        return;
+    }
+    let key = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+        user.uid,
+        user.gid,
+    );
+    let _ = std::thread::Builder::new()
+        .name("bl-idmap".into())
+        .spawn(move || drop(idmap_namespace(key)));
+}
+
 /// A new user namespace with the given uid and gid maps, as a descriptor.
-/// A forked child makes it and waits; we write its maps, open it, let the
-/// child go.
+/// A child started in it (sharing bl's memory, so nothing is copied) waits
+/// while we write its maps and open it, then exits.
 fn mapping_namespace(uid_map: &str, gid_map: &str) -> std::io::Result<OwnedFd> {
-    use nix::unistd::{ForkResult, fork, pipe2};
-    let (ready_r, ready_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (done_r, done_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    // SAFETY: the child makes only async-signal-safe calls (unshare, write,
-    // read, _exit) before it exits.
-    match unsafe { fork() }? {
-        // SAFETY: system calls on descriptors this process owns.
-        ForkResult::Child => unsafe {
-            let ok: u8 = (libc::unshare(libc::CLONE_NEWUSER) == 0) as u8;
-            libc::write(ready_w.as_raw_fd(), (&ok as *const u8).cast(), 1);
-            // Our own copy of the write end would keep the read below from
-            // ever seeing the parent close its copy.
-            libc::close(done_w.as_raw_fd());
-            let mut byte = 0u8;
-            libc::read(done_r.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
-            libc::_exit(0);
-        },
-        ForkResult::Parent { child } => {
-            drop(ready_w);
-            drop(done_r);
-            let mut ok = [0u8; 1];
-            let outcome = (|| {
-                nix::unistd::read(&ready_r, &mut ok)?;
-                if ok[0] != 1 {
-                    return Err(std::io::Error::other(
-                        "could not make a user namespace for the idmapping",
-                    ));
-                }
-                std::fs::write(format!("/proc/{child}/uid_map"), uid_map)?;
-                std::fs::write(format!("/proc/{child}/gid_map"), gid_map)?;
-                let ns = std::fs::File::open(format!("/proc/{child}/ns/user"))?;
-                Ok(OwnedFd::from(ns))
-            })();
-            drop(done_w);
-            let _ = nix::sys::wait::waitpid(child, None);
-            outcome
+    let (done_r, done_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let stack = crate::spawn::Stack::new().map_err(std::io::Error::other)?;
+    extern "C" fn wait_for_parent(done: *mut libc::c_void) -> libc::c_int {
+        let mut byte = 0u8;
+        // SAFETY: a read on the descriptor passed in, then _exit; nothing
+        // else is touched in the memory it shares with bl.
+        unsafe {
+            libc::read(
+                done as usize as libc::c_int,
+                (&mut byte as *mut u8).cast(),
+                1,
+            );
+            libc::_exit(0)
         }
     }
+    // SAFETY: the child runs `wait_for_parent` on its own stack, which
+    // lives until the child was reaped below.
+    let child = unsafe {
+        libc::clone(
+            wait_for_parent,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
+            done_r.as_raw_fd() as usize as *mut libc::c_void,
+        )
+    };
+    if child < 0 {
+        return Err(std::io::Error::other(format!(
+            "could not make a user namespace for the idmapping: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let outcome = (|| {
+        std::fs::write(format!("/proc/{child}/uid_map"), uid_map)?;
+        std::fs::write(format!("/proc/{child}/gid_map"), gid_map)?;
+        let ns = std::fs::File::open(format!("/proc/{child}/ns/user"))?;
+        Ok(OwnedFd::from(ns))
+    })();
+    let _ = nix::unistd::write(&done_w, &[1]);
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
+    drop(stack);
+    outcome
 }
 
 /// How a workspace at `dir` would be lent to `user` (tries an idmapped
@@ -599,6 +629,8 @@ impl Staging {
                 .iter()
                 .map(|(fd, target)| (fd.as_raw_fd(), target.clone()))
                 .collect(),
+            // A network namespace made ahead, when one is ready.
+            net: cage.as_ref().and_then(|_| crate::spare_net::take()),
             cage,
             uid: self.user.uid,
             gid: self.user.gid,
@@ -702,6 +734,9 @@ pub(crate) struct ChildSteps {
     attach: Vec<(RawFd, CString)>,
     /// The whole cage, made here rather than by bubblewrap.
     cage: Option<Box<crate::root_cage::RootCage>>,
+    /// The cage's network namespace, made ahead (see spare_net); `None`:
+    /// the child is started in a new one.
+    net: Option<OwnedFd>,
     uid: u32,
     gid: u32,
 }
@@ -711,7 +746,12 @@ impl ChildSteps {
     /// own, and a pid namespace when it mounts the cage's /proc.
     pub(crate) fn clone_flags(&self) -> libc::c_int {
         if self.cage.is_some() {
-            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET
+            let net = if self.net.is_some() {
+                0
+            } else {
+                libc::CLONE_NEWNET
+            };
+            libc::CLONE_NEWNS | libc::CLONE_NEWPID | net
         } else {
             libc::CLONE_NEWNS
         }
@@ -742,6 +782,9 @@ impl ChildSteps {
         // SAFETY: plain system calls on descriptors and C strings that live
         // as long as `self`.
         unsafe {
+            if let Some(net) = &self.net {
+                check(libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) as libc::c_long)?;
+            }
             check(libc::mount(
                 std::ptr::null(),
                 c"/".as_ptr(),

@@ -26,6 +26,8 @@ mod sandbox;
 pub mod seatbelt;
 pub mod seccomp;
 #[cfg(target_os = "linux")]
+mod spare_net;
+#[cfg(target_os = "linux")]
 mod spawn;
 mod subprocess;
 mod tail;

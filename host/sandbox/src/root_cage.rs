@@ -579,7 +579,7 @@ fn open_parent_in_tmpfs(path: &CStr) -> std::io::Result<(Fd, &CStr)> {
 
 /// Brings up `lo` in the child's new network namespace, as bubblewrap
 /// does: the egress bridge listens on 127.0.0.1 there.
-fn loopback_up() -> std::io::Result<()> {
+pub(crate) fn loopback_up() -> std::io::Result<()> {
     // SAFETY: a socket used for two ioctls on a zeroed ifreq, then closed.
     unsafe {
         let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);

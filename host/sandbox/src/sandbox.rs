@@ -58,6 +58,13 @@ impl Sandbox {
 
     /// A runner that uses the bwrap at `bwrap` (`None`: this machine has none).
     pub fn with_bwrap(tier: Tier, bwrap: Option<PathBuf>) -> Self {
+        // Run by root, this tier's cages are bl's own: their network
+        // namespace can be made while the run gets ready.
+        #[cfg(target_os = "linux")]
+        if tier == Tier::ProcessRestricted && running_as_root() {
+            crate::spare_net::make_ahead();
+            crate::caged_user::idmap_ahead(CagedUser::NOBODY);
+        }
         Sandbox {
             tier,
             bwrap: bwrap.filter(|p| p.is_file()),
@@ -94,6 +101,10 @@ impl Sandbox {
     /// The same runner, with caged commands running as `user` when bl runs
     /// as root.
     pub fn with_caged_user(mut self, user: CagedUser) -> Self {
+        #[cfg(target_os = "linux")]
+        if user != self.user && self.tier == Tier::ProcessRestricted && running_as_root() {
+            crate::caged_user::idmap_ahead(user);
+        }
         self.user = user;
         self
     }

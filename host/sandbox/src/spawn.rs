@@ -222,7 +222,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 /// The child's stack: its own mapping, with a guard page below it.
-struct Stack {
+pub(crate) struct Stack {
     base: *mut libc::c_void,
     len: usize,
 }
@@ -230,7 +230,7 @@ struct Stack {
 impl Stack {
     const LEN: usize = 256 << 10;
 
-    fn new() -> Result<Self, CommandError> {
+    pub(crate) fn new() -> Result<Self, CommandError> {
         // SAFETY: a fresh anonymous mapping, released in Drop.
         let base = unsafe {
             libc::mmap(
@@ -262,7 +262,7 @@ impl Stack {
         Ok(stack)
     }
 
-    fn top(&self) -> *mut libc::c_void {
+    pub(crate) fn top(&self) -> *mut libc::c_void {
         // SAFETY: one past the end of the mapping; the stack grows down and
         // the length keeps it 16-byte aligned.
         unsafe { self.base.cast::<u8>().add(self.len).cast() }

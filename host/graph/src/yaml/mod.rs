@@ -232,6 +232,62 @@ mod tests {
     }
 
     #[test]
+    fn the_shortcuts_past_the_scalar_patterns_resolve_as_the_patterns_do() {
+        // Plain decimals and words skip the patterns; anything else that
+        // could be a number still goes through them.
+        for v in [
+            "0",
+            "7",
+            "10",
+            "007",
+            "0_1",
+            "1_0",
+            "99999999999999999999999999999999999999999",
+            "-3",
+            "+3",
+            ".5",
+            ".inf",
+            "-.inf",
+            ".nan",
+            "1:30",
+            "2026-01-02",
+            "0x1f",
+            "0b11",
+            "abc",
+            "a1",
+            "_1",
+            "~",
+            "yes",
+            "Off",
+            "1e5",
+            "1.0e+5",
+            "12abc",
+            "",
+        ] {
+            let shortcut = scalars::resolve_plain(v).map_err(|e| e.to_string());
+            let patterns = if v.is_empty() || ["~", "yes", "Off"].contains(&v) {
+                shortcut.clone()
+            } else if scalars::INT.is_match(v) {
+                scalars::yaml_int(v)
+                    .map(Kind::Int)
+                    .ok_or_else(|| format!("integer out of range: {v}"))
+            } else if scalars::FLOAT.is_match(v) {
+                Ok(Kind::Float(scalars::yaml_float(v).unwrap_or(f64::NAN)))
+            } else if scalars::TIMESTAMP.is_match(v) {
+                Ok(Kind::Other("timestamp"))
+            } else {
+                Ok(Kind::Str(v.to_string()))
+            };
+            match (&shortcut, &patterns) {
+                (Ok(Kind::Float(a)), Ok(Kind::Float(b))) if a.is_nan() => {
+                    assert!(b.is_nan(), "{v}")
+                }
+                _ => assert_eq!(shortcut, patterns, "{v}"),
+            }
+        }
+    }
+
+    #[test]
     fn yaml_refuses_duplicates_non_string_keys_and_second_documents() {
         assert_eq!(
             parse_yaml("a: 1\na: 2\n").unwrap_err().message,

@@ -105,6 +105,16 @@ pub(super) fn resolve_plain(value: &str) -> Result<Kind, ConstructError> {
                 tag: format!("{YAML_TAG}value"),
             });
         }
+        // Every int, float and timestamp pattern starts with a sign, a digit
+        // or a dot (PyYAML picks its resolvers by that first character), and
+        // a plain decimal needs no pattern: most scalars never compile one.
+        v if !v.starts_with(|c: char| c.is_ascii_digit() || matches!(c, '-' | '+' | '.')) => {
+            Kind::Str(v.to_string())
+        }
+        v if is_plain_decimal(v) => Kind::Int(
+            v.parse()
+                .map_err(|_| ConstructError::IntOutOfRange(v.to_string()))?,
+        ),
         v if INT.is_match(v) => {
             Kind::Int(yaml_int(v).ok_or_else(|| ConstructError::IntOutOfRange(v.to_string()))?)
         }
@@ -112,6 +122,12 @@ pub(super) fn resolve_plain(value: &str) -> Result<Kind, ConstructError> {
         v if TIMESTAMP.is_match(v) => Kind::Other("timestamp"),
         v => Kind::Str(v.to_string()),
     })
+}
+
+/// `0`, or digits not starting with `0` (which would be octal): the
+/// integers a manifest mostly holds, read without the INT pattern.
+fn is_plain_decimal(v: &str) -> bool {
+    v == "0" || (!v.starts_with('0') && !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// An integer as YAML 1.1 writes one (also under an explicit `!!int`):
