@@ -1,5 +1,6 @@
 //! Stamps `bl --version` with the commit it was built from (`unknown`
-//! outside a git checkout, as in a source tarball).
+//! outside a git checkout, as in a source tarball), and links `bl` at a
+//! fixed address on Linux.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,6 +26,13 @@ fn main() {
         for watched in ["HEAD", "refs", "packed-refs"] {
             println!("cargo:rerun-if-changed={}", dir.join(watched).display());
         }
+    }
+    // A position-independent bl spends about 0.4 ms of every start (and
+    // its watchdog's) relocating 74,000 pointers, copying each page they
+    // sit on: linked at a fixed address it maps them as they are. Shared
+    // libraries, the heap and the stacks stay randomised.
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-link-arg-bins=-no-pie");
     }
     println!("cargo:rerun-if-changed=build.rs");
 }

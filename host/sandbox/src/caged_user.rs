@@ -409,22 +409,18 @@ fn idmap_namespace(
     Ok(cache)
 }
 
-/// Makes, on a thread of its own, the idmapping that lends bl's own files
-/// (a scratch workspace bl made) to `user`, so that the first cage does
-/// not wait for it (it costs a fork).
-pub(crate) fn idmap_ahead(user: CagedUser) {
-    if !user.idmap {
-        return;
+/// Makes the idmapping that lends bl's own files (a scratch workspace bl
+/// made) to `user`, so that the first cage does not wait for it.
+pub(crate) fn prepare_idmap(user: CagedUser) {
+    if user.idmap {
+        let key = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+            user.uid,
+            user.gid,
+        );
+        drop(idmap_namespace(key));
     }
-    let key = (
-        nix::unistd::geteuid().as_raw(),
-        nix::unistd::getegid().as_raw(),
-        user.uid,
-        user.gid,
-    );
-    let _ = std::thread::Builder::new()
-        .name("bl-idmap".into())
-        .spawn(move || drop(idmap_namespace(key)));
 }
 
 /// A new user namespace with the given uid and gid maps, as a descriptor.

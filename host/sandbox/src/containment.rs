@@ -900,12 +900,25 @@ enum Tell {
     Forget(i32),
 }
 
-fn watchdog_tell(tell: Tell) {
+/// Decides how commands are contained (which makes bl's cgroup) and starts
+/// the watchdog, where the first command would otherwise wait for both.
+/// Called on a thread of its own ahead of that command.
+pub fn prepare() {
+    drop(watchdog());
+}
+
+/// The watchdog, started if it was not.
+fn watchdog() -> std::sync::MutexGuard<'static, Option<Watchdog>> {
     let state = state();
     let mut guard = lock(&state.watchdog);
     if guard.is_none() {
         *guard = start_watchdog(state.mode(), &state.children);
     }
+    guard
+}
+
+fn watchdog_tell(tell: Tell) {
+    let mut guard = watchdog();
     if let Some(w) = guard.as_mut() {
         let record = match tell {
             Tell::Watch(pgid) => pgid,

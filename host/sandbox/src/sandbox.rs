@@ -58,13 +58,7 @@ impl Sandbox {
 
     /// A runner that uses the bwrap at `bwrap` (`None`: this machine has none).
     pub fn with_bwrap(tier: Tier, bwrap: Option<PathBuf>) -> Self {
-        // Run by root, this tier's cages are bl's own: their network
-        // namespace can be made while the run gets ready.
-        #[cfg(target_os = "linux")]
-        if tier == Tier::ProcessRestricted && running_as_root() {
-            crate::spare_net::make_ahead();
-            crate::caged_user::idmap_ahead(CagedUser::NOBODY);
-        }
+        prepare_ahead(tier, CagedUser::NOBODY);
         Sandbox {
             tier,
             bwrap: bwrap.filter(|p| p.is_file()),
@@ -101,9 +95,8 @@ impl Sandbox {
     /// The same runner, with caged commands running as `user` when bl runs
     /// as root.
     pub fn with_caged_user(mut self, user: CagedUser) -> Self {
-        #[cfg(target_os = "linux")]
-        if user != self.user && self.tier == Tier::ProcessRestricted && running_as_root() {
-            crate::caged_user::idmap_ahead(user);
+        if user != self.user {
+            prepare_ahead(self.tier, user);
         }
         self.user = user;
         self
@@ -501,6 +494,40 @@ impl CommandRunner for Sandbox {
             }
         }
     }
+}
+
+/// Makes, on threads of bl's while the run gets ready, what the first
+/// command would otherwise wait for: the containment (bl's cgroup and its
+/// watchdog) and, for the cages bl makes itself as root, the idmapping and
+/// a network namespace.
+fn prepare_ahead(tier: Tier, user: CagedUser) {
+    #[cfg(target_os = "linux")]
+    {
+        // Once per process and caged user: a graph makes a runner per node.
+        static PREPARED: std::sync::Mutex<Vec<(bool, CagedUser)>> =
+            std::sync::Mutex::new(Vec::new());
+        let own_cage = tier == Tier::ProcessRestricted && running_as_root();
+        if own_cage {
+            crate::spare_net::make_ahead();
+        }
+        {
+            let mut prepared = PREPARED.lock().unwrap_or_else(|e| e.into_inner());
+            if prepared.contains(&(own_cage, user)) {
+                return;
+            }
+            prepared.push((own_cage, user));
+        }
+        let _ = std::thread::Builder::new()
+            .name("bl-ahead".into())
+            .spawn(move || {
+                if own_cage {
+                    crate::caged_user::prepare_idmap(user);
+                }
+                crate::containment::prepare();
+            });
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (tier, user);
 }
 
 /// The compiled filter (raw cBPF), compiled once per process.
