@@ -8,6 +8,7 @@
 
 pub mod canonical;
 pub mod egress_audit;
+pub mod evidence;
 pub mod exec;
 pub mod health;
 pub mod interrupt;

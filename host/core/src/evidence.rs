@@ -1,0 +1,1086 @@
+//! The decision evidence state machine of seed 004, with no I/O: what an
+//! app built on another agent framework (LangGraph) may record about one
+//! consequential decision, in which order, and what it may not. The
+//! evidence service appends each accepted event to a signed, hash-chained
+//! log; replaying that log through [`Decision::apply`] gives the same state
+//! again, which is how a restart and an offline verifier read it.
+//!
+//! The rules, each a [`Refusal`] that names what differs:
+//! - a decision is created once per operation id; a retry with the same
+//!   binding is the same decision, with another binding it is refused;
+//! - a policy must be evaluated before anything is requested; a block is
+//!   final;
+//! - an approval answers the approval request the app made (its
+//!   checkpoint namespace and interrupt id), for this decision, identity,
+//!   thread, arguments and policy version, before it expires; anything
+//!   else is not authority;
+//! - a rejection is terminal, even if an approval follows;
+//! - a tool is reserved once, for exactly the tool and arguments decided;
+//!   a second reservation is refused, never acknowledged;
+//! - after a reservation, anything ambiguous (a failed callback, a lost
+//!   process) needs reconciliation by a person, and nothing is replayed;
+//! - an outcome needs an external reference, a status and a source.
+
+use serde::{Deserialize, Serialize};
+
+/// One event of a decision, as the evidence log records it (`event` names
+/// its type, in seed 004's words).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+pub enum EvidenceEvent {
+    DecisionCreated(DecisionBinding),
+    /// What the app saw the model answer, from its explicit call only.
+    ModelCompleted {
+        output_digest: String,
+    },
+    PolicyEvaluated(PolicyRecord),
+    /// The app paused for a person (a LangGraph `interrupt`), before the
+    /// action.
+    ApprovalRequested {
+        checkpoint_ns: String,
+        interrupt_id: String,
+    },
+    HumanApproved(Approval),
+    HumanRejected {
+        reviewer: String,
+        reason: String,
+    },
+    /// The reservation: the one permission to call the tool, for exactly
+    /// these arguments.
+    ToolRequested {
+        tool: String,
+        args_digest: String,
+    },
+    /// The callback returned (`ok`) or raised. A return is not proof the
+    /// effect happened outside.
+    ToolExecuted {
+        ok: bool,
+        detail: String,
+    },
+    ToolResult {
+        result_digest: String,
+    },
+    OutcomeObserved {
+        external_ref: String,
+        status: String,
+        source: String,
+    },
+    /// Something after the reservation is unknown; the cause is recorded.
+    ReconciliationRequired {
+        cause: String,
+    },
+    /// A person said what happened to a reservation left unknown.
+    Reconciled {
+        executed: bool,
+        reviewer: String,
+    },
+}
+
+impl EvidenceEvent {
+    /// The event's type, as recorded.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EvidenceEvent::DecisionCreated(_) => "decision_created",
+            EvidenceEvent::ModelCompleted { .. } => "model_completed",
+            EvidenceEvent::PolicyEvaluated(_) => "policy_evaluated",
+            EvidenceEvent::ApprovalRequested { .. } => "approval_requested",
+            EvidenceEvent::HumanApproved(_) => "human_approved",
+            EvidenceEvent::HumanRejected { .. } => "human_rejected",
+            EvidenceEvent::ToolRequested { .. } => "tool_requested",
+            EvidenceEvent::ToolExecuted { .. } => "tool_executed",
+            EvidenceEvent::ToolResult { .. } => "tool_result",
+            EvidenceEvent::OutcomeObserved { .. } => "outcome_observed",
+            EvidenceEvent::ReconciliationRequired { .. } => "reconciliation_required",
+            EvidenceEvent::Reconciled { .. } => "reconciled",
+        }
+    }
+}
+
+/// What one decision is about. The operation id stays the same across the
+/// app's retries; the arguments are known only by their (redacted) digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBinding {
+    pub operation_id: String,
+    pub thread_id: String,
+    /// Who the app acts for (the delegated identity).
+    pub identity: String,
+    pub tool: String,
+    pub args_digest: String,
+}
+
+/// A deterministic policy's answer, as its plugin gave it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyRecord {
+    pub policy_id: String,
+    pub version: String,
+    pub component_digest: String,
+    /// The digest of exactly what the policy was asked.
+    pub input_commitment: String,
+    pub allow: bool,
+    /// Whether a person must approve before the tool is requested.
+    pub needs_approval: bool,
+    pub reason: String,
+}
+
+/// A reviewer's approval and everything it is bound to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    pub reviewer: String,
+    pub operation_id: String,
+    pub identity: String,
+    pub thread_id: String,
+    pub checkpoint_ns: String,
+    pub interrupt_id: String,
+    pub args_digest: String,
+    pub policy_version: String,
+    /// Seconds since the Unix epoch after which it is no authority.
+    pub expires_at: u64,
+}
+
+/// Where a decision stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Created,
+    /// The policy allowed it; a person must approve first.
+    AwaitingApproval,
+    /// The request may be reserved.
+    Cleared,
+    Blocked,
+    Rejected,
+    Reserved,
+    Executed,
+    ReconciliationRequired,
+    /// Reconciled as not executed: the consequence did not happen; a new
+    /// attempt is a new decision.
+    Abandoned,
+}
+
+/// Why an event is not accepted. Each names what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the decision must be created first (decision_created)")]
+    NotCreated,
+    #[error(
+        "operation {operation_id} was already created with another {field}: a retry keeps the decision's binding; a new consequence needs a new operation id"
+    )]
+    CreatedDifferently {
+        operation_id: String,
+        field: &'static str,
+    },
+    #[error("no policy was evaluated for this decision: evaluate one before {0}")]
+    NoPolicy(&'static str),
+    #[error("the policy was already evaluated; its answer stands")]
+    PolicyAlreadyEvaluated,
+    #[error("the policy blocked this decision: {0}")]
+    Blocked(String),
+    #[error("this decision needs a person's approval before the tool is requested")]
+    ApprovalRequired,
+    #[error("no approval was requested for this decision (approval_requested comes first)")]
+    NoApprovalRequest,
+    #[error("this decision needs no approval: the policy cleared it")]
+    ApprovalNotNeeded,
+    #[error("the decision was rejected by {0}; a rejection is final")]
+    Rejected(String),
+    #[error("the decision was already approved; it cannot be rejected now")]
+    AlreadyApproved,
+    #[error(
+        "the approval is not authority for this decision: its {field} is {found:?}, not {expected:?}"
+    )]
+    ApprovalMismatch {
+        field: &'static str,
+        expected: String,
+        found: String,
+    },
+    #[error("the approval expired at {expires_at} (now {now})")]
+    ApprovalExpired { expires_at: u64, now: u64 },
+    #[error("an approval needs a named reviewer")]
+    NoReviewer,
+    #[error("the tool was already requested for this decision; a second request is never granted")]
+    AlreadyReserved,
+    #[error("the request is not the decided one: its {field} is {found:?}, not {expected:?}")]
+    RequestMismatch {
+        field: &'static str,
+        expected: String,
+        found: String,
+    },
+    #[error("the tool was not requested (tool_requested): nothing may be recorded as executed")]
+    NotReserved,
+    #[error("the tool's execution is already recorded")]
+    AlreadyExecuted,
+    #[error(
+        "reconciliation is required: what happened after the request is unknown; a person records it (reconciled), nothing is replayed"
+    )]
+    ReconciliationRequired,
+    #[error("nothing is waiting for reconciliation")]
+    NothingToReconcile,
+    #[error(
+        "an outcome needs its {0}: it is recorded from the system it happened in, never invented"
+    )]
+    OutcomeIncomplete(&'static str),
+    #[error("an outcome is observed only after the tool was executed")]
+    NotExecuted,
+    #[error("the decision was abandoned at reconciliation; a new attempt needs a new operation id")]
+    Abandoned,
+}
+
+/// One decision's state, made by applying its events in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub binding: DecisionBinding,
+    pub stage: Stage,
+    pub policy: Option<PolicyRecord>,
+    /// The approval request's (checkpoint namespace, interrupt id).
+    pub approval_request: Option<(String, String)>,
+    pub approval: Option<Approval>,
+    pub rejected_by: Option<String>,
+    pub model_outputs: Vec<String>,
+    pub outcomes: usize,
+}
+
+impl Decision {
+    /// The decision a `decision_created` event makes.
+    pub fn create(binding: DecisionBinding) -> Decision {
+        Decision {
+            binding,
+            stage: Stage::Created,
+            policy: None,
+            approval_request: None,
+            approval: None,
+            rejected_by: None,
+            model_outputs: Vec::new(),
+            outcomes: 0,
+        }
+    }
+
+    /// Replays a decision's events from its first (`decision_created`).
+    /// `Err` holds the index of the first event refused and why.
+    pub fn replay<'a>(
+        events: impl IntoIterator<Item = (&'a EvidenceEvent, u64)>,
+    ) -> Result<Option<Decision>, (usize, Refusal)> {
+        let mut decision: Option<Decision> = None;
+        for (i, (event, now)) in events.into_iter().enumerate() {
+            match &mut decision {
+                None => match event {
+                    EvidenceEvent::DecisionCreated(binding) => {
+                        decision = Some(Decision::create(binding.clone()))
+                    }
+                    _ => return Err((i, Refusal::NotCreated)),
+                },
+                Some(d) => d.apply(event, now).map_err(|r| (i, r))?,
+            }
+        }
+        Ok(decision)
+    }
+
+    /// Whether `event`, at `now` (seconds since the epoch), is accepted;
+    /// accepted, it is applied. A refused event changes nothing.
+    pub fn apply(&mut self, event: &EvidenceEvent, now: u64) -> Result<(), Refusal> {
+        use EvidenceEvent as E;
+        // What no event may pass, whatever it is.
+        match (self.stage, event) {
+            (Stage::Rejected, E::HumanRejected { .. } | E::ModelCompleted { .. }) => {}
+            (Stage::Rejected, _) => {
+                return Err(Refusal::Rejected(
+                    self.rejected_by.clone().unwrap_or_default(),
+                ));
+            }
+            (Stage::Abandoned, E::ModelCompleted { .. }) => {}
+            (Stage::Abandoned, _) => return Err(Refusal::Abandoned),
+            _ => {}
+        }
+        match event {
+            E::DecisionCreated(binding) => {
+                self.same_binding(binding)?;
+                // A retry of the same decision: nothing new.
+            }
+            E::ModelCompleted { output_digest } => {
+                self.model_outputs.push(output_digest.clone());
+            }
+            E::PolicyEvaluated(policy) => {
+                if self.policy.is_some() {
+                    return Err(Refusal::PolicyAlreadyEvaluated);
+                }
+                self.stage = match (policy.allow, policy.needs_approval) {
+                    (false, _) => Stage::Blocked,
+                    (true, true) => Stage::AwaitingApproval,
+                    (true, false) => Stage::Cleared,
+                };
+                self.policy = Some(policy.clone());
+            }
+            E::ApprovalRequested {
+                checkpoint_ns,
+                interrupt_id,
+            } => {
+                self.expect_awaiting_approval()?;
+                // The latest request is the one an approval must answer (a
+                // resumed graph may interrupt again).
+                self.approval_request = Some((checkpoint_ns.clone(), interrupt_id.clone()));
+            }
+            E::HumanApproved(approval) => {
+                self.expect_awaiting_approval()?;
+                self.check_approval(approval, now)?;
+                self.approval = Some(approval.clone());
+                self.stage = Stage::Cleared;
+            }
+            E::HumanRejected { reviewer, .. } => {
+                if reviewer.trim().is_empty() {
+                    return Err(Refusal::NoReviewer);
+                }
+                match self.stage {
+                    Stage::Rejected => return Ok(()),
+                    Stage::Created => return Err(Refusal::NoPolicy("a review")),
+                    Stage::AwaitingApproval | Stage::Blocked => {}
+                    Stage::Cleared if self.approval.is_none() => {
+                        return Err(Refusal::ApprovalNotNeeded);
+                    }
+                    _ => return Err(Refusal::AlreadyApproved),
+                }
+                self.stage = Stage::Rejected;
+                self.rejected_by = Some(reviewer.clone());
+            }
+            E::ToolRequested { tool, args_digest } => {
+                match self.stage {
+                    Stage::Created => return Err(Refusal::NoPolicy("the tool is requested")),
+                    Stage::Blocked => return Err(self.blocked()),
+                    Stage::AwaitingApproval => return Err(Refusal::ApprovalRequired),
+                    Stage::Reserved | Stage::Executed => return Err(Refusal::AlreadyReserved),
+                    Stage::ReconciliationRequired => return Err(Refusal::ReconciliationRequired),
+                    Stage::Cleared => {}
+                    Stage::Rejected | Stage::Abandoned => unreachable!("refused above"),
+                }
+                let want = &self.binding;
+                differs("tool", &want.tool, tool).map_err(request_mismatch)?;
+                differs("args_digest", &want.args_digest, args_digest).map_err(request_mismatch)?;
+                // The approval must still hold now, not only when given.
+                if let Some(approval) = &self.approval
+                    && now > approval.expires_at
+                {
+                    return Err(Refusal::ApprovalExpired {
+                        expires_at: approval.expires_at,
+                        now,
+                    });
+                }
+                self.stage = Stage::Reserved;
+            }
+            E::ToolExecuted { ok, .. } => {
+                match self.stage {
+                    Stage::Reserved => {}
+                    Stage::Executed => return Err(Refusal::AlreadyExecuted),
+                    Stage::ReconciliationRequired => return Err(Refusal::ReconciliationRequired),
+                    _ => return Err(Refusal::NotReserved),
+                }
+                // A callback that raised may have acted before it did.
+                self.stage = if *ok {
+                    Stage::Executed
+                } else {
+                    Stage::ReconciliationRequired
+                };
+            }
+            E::ToolResult { .. } => {
+                if self.stage != Stage::Executed {
+                    return Err(self.not_executed());
+                }
+            }
+            E::OutcomeObserved {
+                external_ref,
+                status,
+                source,
+            } => {
+                if self.stage != Stage::Executed {
+                    return Err(self.not_executed());
+                }
+                for (field, value) in [
+                    ("external reference", external_ref),
+                    ("status", status),
+                    ("source", source),
+                ] {
+                    if value.trim().is_empty() {
+                        return Err(Refusal::OutcomeIncomplete(field));
+                    }
+                }
+                self.outcomes += 1;
+            }
+            E::ReconciliationRequired { .. } => match self.stage {
+                Stage::Reserved | Stage::ReconciliationRequired => {
+                    self.stage = Stage::ReconciliationRequired;
+                }
+                _ => return Err(Refusal::NotReserved),
+            },
+            E::Reconciled { executed, reviewer } => {
+                if self.stage != Stage::ReconciliationRequired {
+                    return Err(Refusal::NothingToReconcile);
+                }
+                if reviewer.trim().is_empty() {
+                    return Err(Refusal::NoReviewer);
+                }
+                self.stage = if *executed {
+                    Stage::Executed
+                } else {
+                    Stage::Abandoned
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the next step may call the tool: only a reservation this
+    /// decision holds and has not used.
+    pub fn may_call_tool(&self) -> bool {
+        self.stage == Stage::Reserved
+    }
+
+    fn same_binding(&self, other: &DecisionBinding) -> Result<(), Refusal> {
+        let mine = &self.binding;
+        for (field, a, b) in [
+            ("operation_id", &mine.operation_id, &other.operation_id),
+            ("thread_id", &mine.thread_id, &other.thread_id),
+            ("identity", &mine.identity, &other.identity),
+            ("tool", &mine.tool, &other.tool),
+            ("args_digest", &mine.args_digest, &other.args_digest),
+        ] {
+            if a != b {
+                return Err(Refusal::CreatedDifferently {
+                    operation_id: mine.operation_id.clone(),
+                    field,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn expect_awaiting_approval(&self) -> Result<(), Refusal> {
+        match self.stage {
+            Stage::AwaitingApproval => Ok(()),
+            Stage::Created => Err(Refusal::NoPolicy("an approval")),
+            Stage::Blocked => Err(self.blocked()),
+            Stage::Cleared if self.approval.is_none() => Err(Refusal::ApprovalNotNeeded),
+            Stage::Cleared => Err(Refusal::AlreadyApproved),
+            _ => Err(Refusal::AlreadyReserved),
+        }
+    }
+
+    fn check_approval(&self, approval: &Approval, now: u64) -> Result<(), Refusal> {
+        if approval.reviewer.trim().is_empty() {
+            return Err(Refusal::NoReviewer);
+        }
+        let (checkpoint_ns, interrupt_id) = self
+            .approval_request
+            .as_ref()
+            .ok_or(Refusal::NoApprovalRequest)?;
+        let policy = self
+            .policy
+            .as_ref()
+            .ok_or(Refusal::NoPolicy("an approval"))?;
+        let want = &self.binding;
+        for (field, expected, found) in [
+            ("operation_id", &want.operation_id, &approval.operation_id),
+            ("identity", &want.identity, &approval.identity),
+            ("thread_id", &want.thread_id, &approval.thread_id),
+            ("checkpoint_ns", checkpoint_ns, &approval.checkpoint_ns),
+            ("interrupt_id", interrupt_id, &approval.interrupt_id),
+            ("args_digest", &want.args_digest, &approval.args_digest),
+            ("policy_version", &policy.version, &approval.policy_version),
+        ] {
+            differs(field, expected, found).map_err(approval_mismatch)?;
+        }
+        if now > approval.expires_at {
+            return Err(Refusal::ApprovalExpired {
+                expires_at: approval.expires_at,
+                now,
+            });
+        }
+        Ok(())
+    }
+
+    fn blocked(&self) -> Refusal {
+        Refusal::Blocked(
+            self.policy
+                .as_ref()
+                .map(|p| p.reason.clone())
+                .unwrap_or_default(),
+        )
+    }
+
+    fn not_executed(&self) -> Refusal {
+        match self.stage {
+            Stage::ReconciliationRequired => Refusal::ReconciliationRequired,
+            _ => Refusal::NotExecuted,
+        }
+    }
+}
+
+/// `(field, expected, found)` when they differ.
+fn differs(
+    field: &'static str,
+    expected: &str,
+    found: &str,
+) -> Result<(), (&'static str, String, String)> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err((field, expected.to_string(), found.to_string()))
+    }
+}
+
+fn approval_mismatch((field, expected, found): (&'static str, String, String)) -> Refusal {
+    Refusal::ApprovalMismatch {
+        field,
+        expected,
+        found,
+    }
+}
+
+fn request_mismatch((field, expected, found): (&'static str, String, String)) -> Refusal {
+    Refusal::RequestMismatch {
+        field,
+        expected,
+        found,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use EvidenceEvent as E;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn binding() -> DecisionBinding {
+        DecisionBinding {
+            operation_id: "op-1".into(),
+            thread_id: "thread-1".into(),
+            identity: "alice@example.org".into(),
+            tool: "refund".into(),
+            args_digest: "sha256:aa".into(),
+        }
+    }
+
+    fn policy(allow: bool, needs_approval: bool) -> E {
+        E::PolicyEvaluated(PolicyRecord {
+            policy_id: "refunds".into(),
+            version: "3".into(),
+            component_digest: "sha256:cc".into(),
+            input_commitment: "sha256:ii".into(),
+            allow,
+            needs_approval,
+            reason: if allow {
+                "under the limit"
+            } else {
+                "over the limit"
+            }
+            .into(),
+        })
+    }
+
+    fn requested() -> E {
+        E::ApprovalRequested {
+            checkpoint_ns: "review:1".into(),
+            interrupt_id: "int-1".into(),
+        }
+    }
+
+    fn approval() -> Approval {
+        Approval {
+            reviewer: "bob".into(),
+            operation_id: "op-1".into(),
+            identity: "alice@example.org".into(),
+            thread_id: "thread-1".into(),
+            checkpoint_ns: "review:1".into(),
+            interrupt_id: "int-1".into(),
+            args_digest: "sha256:aa".into(),
+            policy_version: "3".into(),
+            expires_at: NOW + 600,
+        }
+    }
+
+    fn reserve() -> E {
+        E::ToolRequested {
+            tool: "refund".into(),
+            args_digest: "sha256:aa".into(),
+        }
+    }
+
+    /// A decision after `events`, each accepted at NOW.
+    fn after(events: &[E]) -> Decision {
+        let mut d = Decision::create(binding());
+        for e in events {
+            d.apply(e, NOW)
+                .unwrap_or_else(|r| panic!("{} refused: {r}", e.kind()));
+        }
+        d
+    }
+
+    fn approved() -> Decision {
+        after(&[
+            policy(true, true),
+            requested(),
+            E::HumanApproved(approval()),
+        ])
+    }
+
+    #[test]
+    fn allowed_approved_reserved_executed_observed() {
+        let mut d = approved();
+        d.apply(&reserve(), NOW).unwrap();
+        assert!(d.may_call_tool());
+        for e in [
+            E::ToolExecuted {
+                ok: true,
+                detail: String::new(),
+            },
+            E::ToolResult {
+                result_digest: "sha256:rr".into(),
+            },
+            E::OutcomeObserved {
+                external_ref: "refund/991".into(),
+                status: "settled".into(),
+                source: "payments-api".into(),
+            },
+        ] {
+            d.apply(&e, NOW).unwrap();
+        }
+        assert_eq!((d.stage, d.outcomes), (Stage::Executed, 1));
+        assert!(!d.may_call_tool());
+    }
+
+    #[test]
+    fn a_policy_that_needs_no_approval_clears_the_request() {
+        let mut d = after(&[policy(true, false)]);
+        d.apply(&reserve(), NOW).unwrap();
+        assert_eq!(d.stage, Stage::Reserved);
+    }
+
+    #[test]
+    fn nothing_is_requested_before_a_policy_and_a_block_is_final() {
+        let mut d = after(&[]);
+        assert_eq!(
+            d.apply(&reserve(), NOW),
+            Err(Refusal::NoPolicy("the tool is requested"))
+        );
+        let mut d = after(&[policy(false, false)]);
+        assert_eq!(
+            d.apply(&reserve(), NOW),
+            Err(Refusal::Blocked("over the limit".into()))
+        );
+        assert_eq!(
+            d.apply(&E::HumanApproved(approval()), NOW),
+            Err(Refusal::Blocked("over the limit".into()))
+        );
+        assert_eq!(
+            d.apply(&policy(true, false), NOW),
+            Err(Refusal::PolicyAlreadyEvaluated)
+        );
+        assert_eq!(d.stage, Stage::Blocked);
+    }
+
+    #[test]
+    fn a_request_before_approval_is_refused() {
+        let mut d = after(&[policy(true, true), requested()]);
+        assert_eq!(d.apply(&reserve(), NOW), Err(Refusal::ApprovalRequired));
+    }
+
+    #[test]
+    fn an_approval_answers_a_request_the_app_made() {
+        let mut d = after(&[policy(true, true)]);
+        assert_eq!(
+            d.apply(&E::HumanApproved(approval()), NOW),
+            Err(Refusal::NoApprovalRequest)
+        );
+        let mut d = after(&[policy(true, false)]);
+        assert_eq!(
+            d.apply(&E::HumanApproved(approval()), NOW),
+            Err(Refusal::ApprovalNotNeeded)
+        );
+    }
+
+    #[test]
+    fn an_approval_bound_to_anything_else_is_no_authority_and_names_the_field() {
+        type Change = fn(&mut Approval);
+        let cases: [(&str, Change); 7] = [
+            ("operation_id", |a| a.operation_id = "op-2".into()),
+            ("identity", |a| a.identity = "mallory".into()),
+            ("thread_id", |a| a.thread_id = "thread-2".into()),
+            ("checkpoint_ns", |a| a.checkpoint_ns = "review:0".into()),
+            ("interrupt_id", |a| a.interrupt_id = "int-0".into()),
+            ("args_digest", |a| a.args_digest = "sha256:bb".into()),
+            ("policy_version", |a| a.policy_version = "2".into()),
+        ];
+        for (field, change) in cases {
+            let mut d = after(&[policy(true, true), requested()]);
+            let mut other = approval();
+            change(&mut other);
+            match d.apply(&E::HumanApproved(other), NOW) {
+                Err(Refusal::ApprovalMismatch { field: f, .. }) => assert_eq!(f, field),
+                outcome => panic!("{field}: {outcome:?}"),
+            }
+            assert_eq!(d.stage, Stage::AwaitingApproval, "{field}: nothing changed");
+        }
+    }
+
+    #[test]
+    fn an_approval_for_an_earlier_interrupt_does_not_answer_a_later_one() {
+        // LangGraph's stale resume value (#8837): the graph interrupted again.
+        let mut d = after(&[
+            policy(true, true),
+            requested(),
+            E::ApprovalRequested {
+                checkpoint_ns: "review:1".into(),
+                interrupt_id: "int-2".into(),
+            },
+        ]);
+        assert!(matches!(
+            d.apply(&E::HumanApproved(approval()), NOW),
+            Err(Refusal::ApprovalMismatch {
+                field: "interrupt_id",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn an_expired_approval_is_refused_when_given_and_when_used() {
+        let mut d = after(&[policy(true, true), requested()]);
+        assert_eq!(
+            d.apply(&E::HumanApproved(approval()), NOW + 601),
+            Err(Refusal::ApprovalExpired {
+                expires_at: NOW + 600,
+                now: NOW + 601
+            })
+        );
+        let mut d = approved();
+        assert_eq!(
+            d.apply(&reserve(), NOW + 601),
+            Err(Refusal::ApprovalExpired {
+                expires_at: NOW + 600,
+                now: NOW + 601
+            })
+        );
+    }
+
+    #[test]
+    fn an_approval_and_a_rejection_need_a_reviewer() {
+        let mut d = after(&[policy(true, true), requested()]);
+        let mut anonymous = approval();
+        anonymous.reviewer = " ".into();
+        assert_eq!(
+            d.apply(&E::HumanApproved(anonymous), NOW),
+            Err(Refusal::NoReviewer)
+        );
+        assert_eq!(
+            d.apply(
+                &E::HumanRejected {
+                    reviewer: String::new(),
+                    reason: "no".into()
+                },
+                NOW
+            ),
+            Err(Refusal::NoReviewer)
+        );
+    }
+
+    #[test]
+    fn a_rejection_is_final_even_if_an_approval_follows() {
+        let mut d = after(&[
+            policy(true, true),
+            requested(),
+            E::HumanRejected {
+                reviewer: "carol".into(),
+                reason: "not this customer".into(),
+            },
+        ]);
+        for e in [
+            E::HumanApproved(approval()),
+            reserve(),
+            requested(),
+            policy(true, false),
+        ] {
+            assert_eq!(
+                d.apply(&e, NOW),
+                Err(Refusal::Rejected("carol".into())),
+                "{}",
+                e.kind()
+            );
+        }
+        assert_eq!(d.stage, Stage::Rejected);
+    }
+
+    #[test]
+    fn an_approved_decision_cannot_be_rejected_afterwards() {
+        let mut d = approved();
+        assert_eq!(
+            d.apply(
+                &E::HumanRejected {
+                    reviewer: "carol".into(),
+                    reason: "late".into()
+                },
+                NOW
+            ),
+            Err(Refusal::AlreadyApproved)
+        );
+    }
+
+    #[test]
+    fn the_request_must_be_the_decided_tool_and_arguments() {
+        let mut d = approved();
+        let other_args = E::ToolRequested {
+            tool: "refund".into(),
+            args_digest: "sha256:bb".into(),
+        };
+        assert!(matches!(
+            d.apply(&other_args, NOW),
+            Err(Refusal::RequestMismatch {
+                field: "args_digest",
+                ..
+            })
+        ));
+        let other_tool = E::ToolRequested {
+            tool: "transfer".into(),
+            args_digest: "sha256:aa".into(),
+        };
+        assert!(matches!(
+            d.apply(&other_tool, NOW),
+            Err(Refusal::RequestMismatch { field: "tool", .. })
+        ));
+        assert_eq!(d.stage, Stage::Cleared);
+    }
+
+    #[test]
+    fn a_second_reservation_is_never_granted() {
+        let mut d = approved();
+        d.apply(&reserve(), NOW).unwrap();
+        assert_eq!(d.apply(&reserve(), NOW), Err(Refusal::AlreadyReserved));
+        d.apply(
+            &E::ToolExecuted {
+                ok: true,
+                detail: String::new(),
+            },
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(d.apply(&reserve(), NOW), Err(Refusal::AlreadyReserved));
+        assert_eq!(
+            d.apply(
+                &E::ToolExecuted {
+                    ok: true,
+                    detail: String::new()
+                },
+                NOW
+            ),
+            Err(Refusal::AlreadyExecuted)
+        );
+    }
+
+    #[test]
+    fn a_failed_callback_or_a_lost_process_needs_reconciliation_and_nothing_replays() {
+        for ambiguity in [
+            E::ToolExecuted {
+                ok: false,
+                detail: "timeout".into(),
+            },
+            E::ReconciliationRequired {
+                cause: "the app restarted after the reservation".into(),
+            },
+        ] {
+            let mut d = approved();
+            d.apply(&reserve(), NOW).unwrap();
+            d.apply(&ambiguity, NOW).unwrap();
+            assert_eq!(d.stage, Stage::ReconciliationRequired);
+            assert_eq!(
+                d.apply(&reserve(), NOW),
+                Err(Refusal::ReconciliationRequired)
+            );
+            assert_eq!(
+                d.apply(
+                    &E::ToolExecuted {
+                        ok: true,
+                        detail: String::new()
+                    },
+                    NOW
+                ),
+                Err(Refusal::ReconciliationRequired)
+            );
+            assert_eq!(
+                d.apply(
+                    &E::OutcomeObserved {
+                        external_ref: "x".into(),
+                        status: "y".into(),
+                        source: "z".into()
+                    },
+                    NOW
+                ),
+                Err(Refusal::ReconciliationRequired)
+            );
+            assert!(!d.may_call_tool());
+        }
+    }
+
+    #[test]
+    fn a_person_reconciles_and_a_new_attempt_needs_a_new_operation() {
+        let mut d = approved();
+        d.apply(&reserve(), NOW).unwrap();
+        assert_eq!(
+            d.apply(
+                &E::Reconciled {
+                    executed: false,
+                    reviewer: "bob".into()
+                },
+                NOW
+            ),
+            Err(Refusal::NothingToReconcile)
+        );
+        d.apply(
+            &E::ReconciliationRequired {
+                cause: "crash".into(),
+            },
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(
+            d.apply(
+                &E::Reconciled {
+                    executed: false,
+                    reviewer: String::new()
+                },
+                NOW
+            ),
+            Err(Refusal::NoReviewer)
+        );
+        d.apply(
+            &E::Reconciled {
+                executed: false,
+                reviewer: "bob".into(),
+            },
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(d.stage, Stage::Abandoned);
+        assert_eq!(d.apply(&reserve(), NOW), Err(Refusal::Abandoned));
+    }
+
+    #[test]
+    fn nothing_is_executed_or_observed_without_a_reservation() {
+        let mut d = approved();
+        assert_eq!(
+            d.apply(
+                &E::ToolExecuted {
+                    ok: true,
+                    detail: String::new()
+                },
+                NOW
+            ),
+            Err(Refusal::NotReserved)
+        );
+        assert_eq!(
+            d.apply(
+                &E::ToolResult {
+                    result_digest: "sha256:rr".into()
+                },
+                NOW
+            ),
+            Err(Refusal::NotExecuted)
+        );
+        assert_eq!(
+            d.apply(&E::ReconciliationRequired { cause: "?".into() }, NOW),
+            Err(Refusal::NotReserved)
+        );
+    }
+
+    #[test]
+    fn an_outcome_needs_a_reference_a_status_and_a_source() {
+        let mut d = approved();
+        d.apply(&reserve(), NOW).unwrap();
+        d.apply(
+            &E::ToolExecuted {
+                ok: true,
+                detail: String::new(),
+            },
+            NOW,
+        )
+        .unwrap();
+        for (missing, event) in [
+            (
+                "external reference",
+                E::OutcomeObserved {
+                    external_ref: String::new(),
+                    status: "settled".into(),
+                    source: "payments-api".into(),
+                },
+            ),
+            (
+                "status",
+                E::OutcomeObserved {
+                    external_ref: "refund/1".into(),
+                    status: " ".into(),
+                    source: "payments-api".into(),
+                },
+            ),
+            (
+                "source",
+                E::OutcomeObserved {
+                    external_ref: "refund/1".into(),
+                    status: "settled".into(),
+                    source: String::new(),
+                },
+            ),
+        ] {
+            assert_eq!(
+                d.apply(&event, NOW),
+                Err(Refusal::OutcomeIncomplete(missing))
+            );
+        }
+        assert_eq!(d.outcomes, 0);
+    }
+
+    #[test]
+    fn a_retry_is_the_same_decision_and_another_binding_is_refused() {
+        let mut d = after(&[policy(true, false)]);
+        d.apply(&E::DecisionCreated(binding()), NOW).unwrap();
+        assert_eq!(d.stage, Stage::Cleared, "a retry changes nothing");
+        let mut other = binding();
+        other.args_digest = "sha256:bb".into();
+        assert_eq!(
+            d.apply(&E::DecisionCreated(other), NOW),
+            Err(Refusal::CreatedDifferently {
+                operation_id: "op-1".into(),
+                field: "args_digest"
+            })
+        );
+    }
+
+    #[test]
+    fn replay_rebuilds_the_state_and_names_the_first_refused_event() {
+        let events = [
+            E::DecisionCreated(binding()),
+            policy(true, true),
+            requested(),
+            E::HumanApproved(approval()),
+            reserve(),
+            reserve(),
+        ];
+        let at = |n: usize| events[..n].iter().map(|e| (e, NOW));
+        let d = Decision::replay(at(5)).unwrap().unwrap();
+        assert_eq!(d.stage, Stage::Reserved);
+        assert_eq!(Decision::replay(at(6)), Err((5, Refusal::AlreadyReserved)));
+        assert_eq!(
+            Decision::replay([(&reserve(), NOW)]),
+            Err((0, Refusal::NotCreated))
+        );
+    }
+
+    #[test]
+    fn events_read_back_as_written_under_seed_004s_names() {
+        let event = E::HumanApproved(approval());
+        let text = serde_json::to_string(&event).unwrap();
+        assert!(text.starts_with(r#"{"event":"human_approved","#), "{text}");
+        assert_eq!(serde_json::from_str::<E>(&text).unwrap(), event);
+        let smuggled = text.replace(r#""reviewer""#, r#""approved_by_model":true,"reviewer""#);
+        assert!(
+            serde_json::from_str::<E>(&smuggled).is_err(),
+            "unknown fields are refused"
+        );
+    }
+}
