@@ -11,6 +11,7 @@ pub mod bundled_loops;
 pub mod cage;
 pub mod egress_proxy;
 pub mod error;
+pub mod evidence;
 pub mod graph_authoring;
 pub mod graph_metrics;
 pub mod graph_nodes;

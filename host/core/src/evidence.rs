@@ -21,7 +21,13 @@
 //!   process) needs reconciliation by a person, and nothing is replayed;
 //! - an outcome needs an external reference, a status and a source.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
+
+/// The project id every evidence log's lines carry: what tells an evidence
+/// log from a graph run's.
+pub const EVIDENCE_PROJECT: &str = "bl-evidence";
 
 /// One event of a decision, as the evidence log records it (`event` names
 /// its type, in seed 004's words).
@@ -509,6 +515,85 @@ impl Decision {
         match self.stage {
             Stage::ReconciliationRequired => Refusal::ReconciliationRequired,
             _ => Refusal::NotExecuted,
+        }
+    }
+}
+
+/// What one line of an evidence log carries (its payload): the event, for
+/// which operation, at what time (seconds since the epoch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoggedEvent {
+    pub operation_id: String,
+    pub at: u64,
+    pub evidence: EvidenceEvent,
+}
+
+/// Every decision of an evidence log, by operation id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decisions(BTreeMap<String, Decision>);
+
+impl Decisions {
+    pub fn get(&self, operation_id: &str) -> Option<&Decision> {
+        self.0.get(operation_id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Decision)> {
+        self.0.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The decision `event` would leave behind, or `None` for a retry of
+    /// `decision_created` that changes nothing. Nothing is changed here:
+    /// [`Decisions::commit`] does, once the event is recorded.
+    pub fn accept(
+        &self,
+        operation_id: &str,
+        event: &EvidenceEvent,
+        now: u64,
+    ) -> Result<Option<Decision>, Refusal> {
+        match (self.0.get(operation_id), event) {
+            (None, EvidenceEvent::DecisionCreated(binding)) => {
+                if binding.operation_id != operation_id {
+                    return Err(Refusal::CreatedDifferently {
+                        operation_id: operation_id.to_string(),
+                        field: "operation_id",
+                    });
+                }
+                Ok(Some(Decision::create(binding.clone())))
+            }
+            (None, _) => Err(Refusal::NotCreated),
+            (Some(decision), EvidenceEvent::DecisionCreated(_)) => {
+                decision.clone().apply(event, now).map(|()| None)
+            }
+            (Some(decision), _) => {
+                let mut next = decision.clone();
+                next.apply(event, now)?;
+                Ok(Some(next))
+            }
+        }
+    }
+
+    pub fn commit(&mut self, operation_id: &str, decision: Decision) {
+        self.0.insert(operation_id.to_string(), decision);
+    }
+
+    /// Applies a logged event as [`Decisions::accept`] and
+    /// [`Decisions::commit`] would; `Ok(false)`: a retry, nothing changed.
+    pub fn replay(&mut self, logged: &LoggedEvent) -> Result<bool, Refusal> {
+        match self.accept(&logged.operation_id, &logged.evidence, logged.at)? {
+            Some(decision) => {
+                self.commit(&logged.operation_id, decision);
+                Ok(true)
+            }
+            None => Ok(false),
         }
     }
 }

@@ -60,6 +60,8 @@ pub(crate) enum Finding {
     Handoff(String),
     #[error("{0}")]
     Causality(String),
+    #[error("{0}")]
+    Evidence(String),
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, Finding> {
@@ -144,6 +146,13 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
         let log = path.join(EVENT_LOG);
         if log.is_file() {
             checks.push(Check::from_result("chain", verify_log(&log, expect_head)));
+            match crate::evidence::verify_evidence(&log) {
+                Ok(None) => {}
+                Ok(Some(detail)) => {
+                    checks.push(Check::from_result("evidence", Ok::<_, Finding>(detail)))
+                }
+                Err(e) => checks.push(Check::from_result("evidence", Err::<String, _>(e))),
+            }
         } else {
             checks.push(Check::not_applicable("chain", "no controller-events.jsonl"));
         }

@@ -9,6 +9,7 @@
 //! `bl-store` (event chain, checkpoints, artifacts, approvals, loop
 //! ledgers) and `bl-graph` (recompiling the plan).
 
+mod evidence;
 mod graph_run;
 mod loop_run;
 

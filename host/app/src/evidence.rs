@@ -1,0 +1,397 @@
+//! The evidence plane's store (seed 004): one workspace directory per app,
+//! holding one hash-chained event log of its decisions, in the event-log
+//! format of a graph run, with a checkpoint signed by the workspace's key
+//! after every event. An event is appended only when the decision state
+//! machine (`bl_core::evidence`) accepts it, and durably before the answer
+//! is given; the state is rebuilt from the log when the store is opened, so
+//! a restarted service refuses what the lost one would have refused.
+//! `bl verify` checks such a workspace as it checks a run: the chain, the
+//! Merkle tree and the signatures.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use bl_core::evidence::{Decision, Decisions, EvidenceEvent, LoggedEvent, Refusal, Stage};
+use bl_store::provable::{EVENTS_FILE, write_checkpoint};
+use bl_store::{EventLog, RunIdentity, SigningKey, StoreError};
+use serde_json::Value;
+
+/// The run id every evidence log carries: a workspace can be copied for
+/// verification elsewhere and still reads as what it is.
+pub const EVIDENCE_RUN_ID: &str = "evidence";
+
+/// Why an event was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum EvidenceError {
+    /// The state machine refused it; nothing was written.
+    #[error("{event} for operation {operation_id} refused: {refusal}")]
+    Refused {
+        operation_id: String,
+        event: &'static str,
+        refusal: Refusal,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{}: checkpoint: {source}", dir.display())]
+    Checkpoint {
+        dir: PathBuf,
+        source: bl_store::provable::SealError,
+    },
+    /// The log holds a line the rules would have refused, or one that is
+    /// not an evidence event: it was written by something else.
+    #[error("{}: line {line}: {message}", path.display())]
+    NotEvidence {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// An event as it was recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// Its position in the log (from 1); for a retried `decision_created`,
+    /// the position of the first.
+    pub sequence: u64,
+    pub hash: String,
+    /// Where its decision stands now.
+    pub stage: Stage,
+    /// A retry of what was already recorded: nothing was appended.
+    pub retry: bool,
+}
+
+/// One workspace's evidence: its log, open and locked, and every decision's
+/// state.
+pub struct EvidenceStore {
+    dir: PathBuf,
+    log: EventLog,
+    key: SigningKey,
+    decisions: Decisions,
+    /// Where each decision was created, for its retries.
+    created_at: BTreeMap<String, (u64, String)>,
+}
+
+fn identity() -> RunIdentity {
+    let none = format!("sha256:{}", "0".repeat(64));
+    RunIdentity {
+        organization_id: "local-org".into(),
+        project_id: bl_core::evidence::EVIDENCE_PROJECT.into(),
+        run_id: EVIDENCE_RUN_ID.into(),
+        graph_digest: none.clone(),
+        plan_digest: none.clone(),
+        policy_digest: none,
+    }
+}
+
+impl EvidenceStore {
+    /// Opens (or makes) the workspace at `dir`, signing with `key`; the
+    /// log is read back through the rules. Another process holding it is
+    /// refused (`StoreError::Locked`).
+    pub fn open(dir: &Path, key: SigningKey) -> Result<EvidenceStore, EvidenceError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join(EVENTS_FILE);
+        let log = EventLog::open(&path, identity())?;
+        let mut store = EvidenceStore {
+            dir: dir.to_path_buf(),
+            log,
+            key,
+            decisions: Decisions::default(),
+            created_at: BTreeMap::new(),
+        };
+        store.replay(&path)?;
+        Ok(store)
+    }
+
+    fn replay(&mut self, path: &Path) -> Result<(), EvidenceError> {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for (i, line) in text.lines().enumerate() {
+            let not_evidence = |message: String| EvidenceError::NotEvidence {
+                path: path.to_path_buf(),
+                line: i + 1,
+                message,
+            };
+            let row: Value = serde_json::from_str(line).map_err(|e| not_evidence(e.to_string()))?;
+            let logged: LoggedEvent = serde_json::from_value(row["payload"].clone())
+                .map_err(|e| not_evidence(format!("not an evidence event: {e}")))?;
+            let changed = self.decisions.replay(&logged).map_err(|refusal| {
+                not_evidence(format!("{} refused: {refusal}", logged.evidence.kind()))
+            })?;
+            if changed && matches!(logged.evidence, EvidenceEvent::DecisionCreated(_)) {
+                let sequence = row["sequence"].as_u64().unwrap_or_default();
+                let hash = row["event_hash"].as_str().unwrap_or_default().to_string();
+                self.created_at
+                    .insert(logged.operation_id, (sequence, hash));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records `event` for `operation_id` at `now` (seconds since the
+    /// epoch), if the rules accept it: appended and made durable, then a
+    /// signed checkpoint is written, before this returns.
+    pub fn record(
+        &mut self,
+        operation_id: &str,
+        event: EvidenceEvent,
+        now: u64,
+    ) -> Result<Recorded, EvidenceError> {
+        let refused = |refusal| EvidenceError::Refused {
+            operation_id: operation_id.to_string(),
+            event: event.kind(),
+            refusal,
+        };
+        let Some(next) = self
+            .decisions
+            .accept(operation_id, &event, now)
+            .map_err(refused)?
+        else {
+            let (sequence, hash) = self.created_at[operation_id].clone();
+            return Ok(Recorded {
+                sequence,
+                hash,
+                stage: self
+                    .decisions
+                    .get(operation_id)
+                    .map_or(Stage::Created, |d| d.stage),
+                retry: true,
+            });
+        };
+        let sequence = self.log.head().sequence + 1;
+        let payload = serde_json::to_value(LoggedEvent {
+            operation_id: operation_id.to_string(),
+            at: now,
+            evidence: event.clone(),
+        })
+        .expect("an evidence event is JSON");
+        let timestamp = humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(now),
+        )
+        .to_string();
+        let key = format!("{operation_id}/{sequence}");
+        self.log
+            .append_durable(&key, event.kind(), &payload, &timestamp)?;
+        let hash = self.log.head().hash.clone();
+        write_checkpoint(&self.dir, Some(&self.key)).map_err(|source| {
+            EvidenceError::Checkpoint {
+                dir: self.dir.clone(),
+                source,
+            }
+        })?;
+        if matches!(event, EvidenceEvent::DecisionCreated(_)) {
+            self.created_at
+                .insert(operation_id.to_string(), (sequence, hash.clone()));
+        }
+        let stage = next.stage;
+        self.decisions.commit(operation_id, next);
+        Ok(Recorded {
+            sequence,
+            hash,
+            stage,
+            retry: false,
+        })
+    }
+
+    /// A decision's state, as the log makes it.
+    pub fn decision(&self, operation_id: &str) -> Option<&Decision> {
+        self.decisions.get(operation_id)
+    }
+
+    /// Every decision, by operation id.
+    pub fn decisions(&self) -> &Decisions {
+        &self.decisions
+    }
+
+    /// The workspace directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bl_core::evidence::{Approval, DecisionBinding, PolicyRecord};
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn created() -> EvidenceEvent {
+        EvidenceEvent::DecisionCreated(DecisionBinding {
+            operation_id: "op-1".into(),
+            thread_id: "t-1".into(),
+            identity: "alice".into(),
+            tool: "refund".into(),
+            args_digest: "sha256:aa".into(),
+        })
+    }
+
+    fn policy() -> EvidenceEvent {
+        EvidenceEvent::PolicyEvaluated(PolicyRecord {
+            policy_id: "refunds".into(),
+            version: "1".into(),
+            component_digest: "sha256:cc".into(),
+            input_commitment: "sha256:ii".into(),
+            allow: true,
+            needs_approval: true,
+            reason: "under the limit".into(),
+        })
+    }
+
+    fn approval() -> EvidenceEvent {
+        EvidenceEvent::HumanApproved(Approval {
+            reviewer: "bob".into(),
+            operation_id: "op-1".into(),
+            identity: "alice".into(),
+            thread_id: "t-1".into(),
+            checkpoint_ns: "ns".into(),
+            interrupt_id: "i-1".into(),
+            args_digest: "sha256:aa".into(),
+            policy_version: "1".into(),
+            expires_at: NOW + 60,
+        })
+    }
+
+    fn reserve() -> EvidenceEvent {
+        EvidenceEvent::ToolRequested {
+            tool: "refund".into(),
+            args_digest: "sha256:aa".into(),
+        }
+    }
+
+    fn key() -> SigningKey {
+        SigningKey::generate("evidence-test").unwrap()
+    }
+
+    #[test]
+    fn accepted_events_are_chained_and_checkpointed_and_a_reopened_store_refuses_as_before() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ws");
+        let signer = key();
+        let same_key = || SigningKey::parse(&signer.to_text()).unwrap();
+        {
+            let mut store = EvidenceStore::open(&dir, same_key()).unwrap();
+            let first = store.record("op-1", created(), NOW).unwrap();
+            assert_eq!((first.sequence, first.retry), (1, false));
+            let retry = store.record("op-1", created(), NOW + 5).unwrap();
+            assert_eq!(
+                retry,
+                Recorded {
+                    retry: true,
+                    ..first.clone()
+                }
+            );
+            store.record("op-1", policy(), NOW).unwrap();
+            store
+                .record(
+                    "op-1",
+                    EvidenceEvent::ApprovalRequested {
+                        checkpoint_ns: "ns".into(),
+                        interrupt_id: "i-1".into(),
+                    },
+                    NOW,
+                )
+                .unwrap();
+            store.record("op-1", approval(), NOW).unwrap();
+            let reserved = store.record("op-1", reserve(), NOW).unwrap();
+            assert_eq!((reserved.sequence, reserved.stage), (5, Stage::Reserved));
+            // The process is lost here, after the reservation.
+        }
+        let mut store = EvidenceStore::open(&dir, same_key()).unwrap();
+        assert_eq!(store.decision("op-1").unwrap().stage, Stage::Reserved);
+        match store.record("op-1", reserve(), NOW) {
+            Err(EvidenceError::Refused {
+                refusal: Refusal::AlreadyReserved,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        // Nothing refused was written; five events, five signed checkpoints.
+        let lines = std::fs::read_to_string(dir.join(EVENTS_FILE)).unwrap();
+        assert_eq!(lines.lines().count(), 5);
+        let report = bl_store::provable::verify_checkpoints(&dir, Some(&signer.verifier()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(report.checked, 5);
+        assert!(report.signatures_checked);
+        // `bl verify` with the public key alone: integrity, order, who approved.
+        let options = bl_verify::Options {
+            verifier: Some(signer.verifier()),
+            ..Default::default()
+        };
+        let bl_verify::Report::Graph(report) = bl_verify::verify(&dir, &options).unwrap() else {
+            panic!("an evidence workspace verifies as an event log");
+        };
+        assert!(report.ok(), "{report:?}");
+        let evidence = report.checks.iter().find(|c| c.name == "evidence").unwrap();
+        assert!(
+            evidence.detail.contains("1 reserved and not yet executed")
+                && evidence.detail.contains("op-1 approved by bob for alice")
+                && evidence.detail.contains("Not established"),
+            "{}",
+            evidence.detail
+        );
+    }
+
+    #[test]
+    fn events_for_an_unknown_decision_and_a_second_writer_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = EvidenceStore::open(tmp.path(), key()).unwrap();
+        assert!(matches!(
+            store.record("op-9", reserve(), NOW),
+            Err(EvidenceError::Refused {
+                refusal: Refusal::NotCreated,
+                ..
+            })
+        ));
+        assert!(matches!(
+            store.record("op-2", created(), NOW),
+            Err(EvidenceError::Refused {
+                refusal: Refusal::CreatedDifferently {
+                    field: "operation_id",
+                    ..
+                },
+                ..
+            })
+        ));
+        assert!(matches!(
+            EvidenceStore::open(tmp.path(), key()),
+            Err(EvidenceError::Store(StoreError::Locked { .. }))
+        ));
+    }
+
+    #[test]
+    fn a_log_with_an_event_the_rules_refuse_does_not_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(EVENTS_FILE);
+        {
+            // Written past the rules: a reservation with no decision.
+            let mut log = EventLog::open(&path, identity()).unwrap();
+            let payload =
+                serde_json::json!({"operation_id": "op-1", "at": NOW, "evidence": reserve()});
+            log.append_durable("op-1/1", "tool_requested", &payload, "2027-01-15T08:00:00Z")
+                .unwrap();
+        }
+        match EvidenceStore::open(tmp.path(), key()) {
+            Err(EvidenceError::NotEvidence {
+                line: 1, message, ..
+            }) => {
+                assert!(message.contains("decision_created"), "{message}")
+            }
+            other => panic!("{:?}", other.err()),
+        }
+        let bl_verify::Report::Graph(report) =
+            bl_verify::verify(tmp.path(), &bl_verify::Options::default()).unwrap()
+        else {
+            panic!("an event log");
+        };
+        let evidence = report.checks.iter().find(|c| c.name == "evidence").unwrap();
+        assert_eq!(evidence.status, bl_verify::Status::Fail, "{evidence:?}");
+        assert!(
+            evidence.detail.contains("line 1: tool_requested"),
+            "{}",
+            evidence.detail
+        );
+    }
+}

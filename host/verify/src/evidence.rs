@@ -1,0 +1,86 @@
+//! An evidence workspace's log (seed 004) read back through the decision
+//! rules: every event must be one the evidence service could have
+//! accepted, in that order. What it establishes, and what it cannot.
+
+use std::path::Path;
+
+use bl_core::evidence::{Decisions, EVIDENCE_PROJECT, LoggedEvent, Stage};
+use serde_json::Value;
+
+use crate::graph_run::Finding;
+
+/// `Ok(None)`: the log is not an evidence log.
+pub(crate) fn verify_evidence(log: &Path) -> Result<Option<String>, Finding> {
+    let text = std::fs::read_to_string(log).map_err(|source| Finding::Unreadable {
+        path: log.to_path_buf(),
+        source,
+    })?;
+    let rows = text.lines().map(serde_json::from_str::<Value>);
+    let mut decisions = Decisions::default();
+    for (i, row) in rows.enumerate() {
+        let line = i + 1;
+        let row = row.map_err(|e| Finding::Evidence(format!("line {line}: {e}")))?;
+        if row["project_id"] != EVIDENCE_PROJECT {
+            return match line {
+                1 => Ok(None),
+                _ => Err(Finding::Evidence(format!(
+                    "line {line}: not of the evidence log"
+                ))),
+            };
+        }
+        let logged: LoggedEvent = serde_json::from_value(row["payload"].clone())
+            .map_err(|e| Finding::Evidence(format!("line {line}: not an evidence event: {e}")))?;
+        if row["event_type"] != logged.evidence.kind() {
+            return Err(Finding::Evidence(format!(
+                "line {line}: recorded as {}, but holds {}",
+                row["event_type"],
+                logged.evidence.kind()
+            )));
+        }
+        decisions.replay(&logged).map_err(|refusal| {
+            Finding::Evidence(format!(
+                "line {line}: {} for operation {} breaks the rules: {refusal}",
+                logged.evidence.kind(),
+                logged.operation_id
+            ))
+        })?;
+    }
+    if decisions.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(summary(&decisions)))
+}
+
+fn summary(decisions: &Decisions) -> String {
+    let count = |stage: Stage| decisions.iter().filter(|(_, d)| d.stage == stage).count();
+    let approvals: Vec<String> = decisions
+        .iter()
+        .filter_map(|(op, d)| {
+            d.approval
+                .as_ref()
+                .map(|a| format!("{op} approved by {} for {}", a.reviewer, d.binding.identity))
+        })
+        .chain(decisions.iter().filter_map(|(op, d)| {
+            d.rejected_by
+                .as_ref()
+                .map(|r| format!("{op} rejected by {r}"))
+        }))
+        .collect();
+    let outcomes: usize = decisions.iter().map(|(_, d)| d.outcomes).sum();
+    format!(
+        "{} decision(s), every event in an order the rules accept: {} executed, {} reserved and not yet executed, {} awaiting reconciliation, {} abandoned, {} rejected, {} blocked, {} not yet requested; {}; {outcomes} outcome(s) observed, as their sources reported them. Not established: that any action or outcome was right in the world outside",
+        decisions.len(),
+        count(Stage::Executed),
+        count(Stage::Reserved),
+        count(Stage::ReconciliationRequired),
+        count(Stage::Abandoned),
+        count(Stage::Rejected),
+        count(Stage::Blocked),
+        count(Stage::Created) + count(Stage::AwaitingApproval) + count(Stage::Cleared),
+        if approvals.is_empty() {
+            "no human decisions".to_string()
+        } else {
+            approvals.join(", ")
+        },
+    )
+}
