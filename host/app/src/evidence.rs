@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bl_core::evidence::{Decision, Decisions, EvidenceEvent, LoggedEvent, Refusal, Stage};
+use bl_core::evidence::{
+    Decision, Decisions, EvidenceEvent, LoggedEvent, PolicyRecord, Refusal, Stage,
+};
 use bl_store::provable::{EVENTS_FILE, write_checkpoint};
 use bl_store::{EventLog, RunIdentity, SigningKey, StoreError};
 use serde_json::Value;
@@ -19,6 +21,12 @@ use serde_json::Value;
 /// The run id every evidence log carries: a workspace can be copied for
 /// verification elsewhere and still reads as what it is.
 pub const EVIDENCE_RUN_ID: &str = "evidence";
+
+/// The kind of effect a policy is asked about for a decision.
+pub const TOOL_CALL: &str = "tool-call";
+
+/// The approval a policy names when a person must approve the call.
+pub const HUMAN_APPROVAL: &str = "human";
 
 /// Why an event was not recorded.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +38,9 @@ pub enum EvidenceError {
         event: &'static str,
         refusal: Refusal,
     },
+    /// The policy plugin could not be found, loaded or run: no answer.
+    #[error("policy {plugin} could not decide: {message}")]
+    Policy { plugin: String, message: String },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{}: checkpoint: {source}", dir.display())]
@@ -192,6 +203,87 @@ impl EvidenceStore {
             stage,
             retry: false,
         })
+    }
+
+    /// Asks the publication-policy plugin `plugin` (with `config`) about a
+    /// decision, and records its answer: the plugin, its version and
+    /// component digest, and the digest of exactly what it was asked. It
+    /// is asked twice, without an approval and with one named `human`:
+    /// allowed without, the decision is cleared; allowed only with, a
+    /// person must approve; allowed by neither, it is blocked. A policy
+    /// that cannot decide is an error, and nothing is recorded.
+    pub fn evaluate_policy(
+        &mut self,
+        host: &bl_plugins::PluginHost,
+        operation_id: &str,
+        plugin: &str,
+        config: &str,
+        now: u64,
+    ) -> Result<Recorded, EvidenceError> {
+        let binding = self
+            .decisions
+            .get(operation_id)
+            .ok_or_else(|| EvidenceError::Refused {
+                operation_id: operation_id.to_string(),
+                event: "policy_evaluated",
+                refusal: Refusal::NotCreated,
+            })?
+            .binding
+            .clone();
+        let cannot = |message: String| EvidenceError::Policy {
+            plugin: plugin.to_string(),
+            message,
+        };
+        let found = host.find(plugin).map_err(|e| cannot(e.to_string()))?;
+        // A policy is granted nothing: it decides from the request alone.
+        let policy = host
+            .load_policy(&found, &bl_plugins::Grant::default())
+            .map_err(|e| cannot(e.to_string()))?;
+        let request = |approved: bool| bl_plugins::PublishRequest {
+            effect_key: operation_id.to_string(),
+            kind: TOOL_CALL.into(),
+            target: binding.tool.clone(),
+            payload_digest: binding.args_digest.clone(),
+            approvals: approved
+                .then(|| bl_plugins::Approval {
+                    name: HUMAN_APPROVAL.into(),
+                    approver: "reviewer".into(),
+                    approved: true,
+                })
+                .into_iter()
+                .collect(),
+        };
+        let ask = |approved: bool| {
+            host.runtime()
+                .and_then(|runtime| runtime.decide(&policy, &request(approved), config))
+                .map(|invocation| invocation.value)
+                .map_err(|e| cannot(e.to_string()))
+        };
+        let (alone, approved) = (ask(false)?, ask(true)?);
+        let asked = serde_json::json!({
+            "config": config,
+            "effect_key": operation_id,
+            "kind": TOOL_CALL,
+            "target": binding.tool,
+            "payload_digest": binding.args_digest,
+        });
+        let record = PolicyRecord {
+            policy_id: found.name(),
+            version: found.version.clone().unwrap_or_default(),
+            component_digest: found.digest.clone(),
+            input_commitment: bl_core::Sha256Digest::of(
+                bl_core::canonical::canonical_json(&asked).as_bytes(),
+            )
+            .to_string(),
+            allow: alone.allow || approved.allow,
+            needs_approval: !alone.allow && approved.allow,
+            reason: if alone.allow {
+                alone.reason
+            } else {
+                approved.reason
+            },
+        };
+        self.record(operation_id, EvidenceEvent::PolicyEvaluated(record), now)
     }
 
     /// A decision's state, as the log makes it.
@@ -358,6 +450,57 @@ mod tests {
         assert!(matches!(
             EvidenceStore::open(tmp.path(), key()),
             Err(EvidenceError::Store(StoreError::Locked { .. }))
+        ));
+    }
+
+    /// The first-party plugins `scripts/dev setup` builds.
+    fn first_party_plugins() -> Option<std::sync::Arc<bl_plugins::PluginHost>> {
+        let built =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins/deny-all.wasm");
+        if built.is_file() {
+            return Some(crate::plugin_host::shared());
+        }
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{} is missing: scripts/dev setup builds it",
+            built.display()
+        );
+        eprintln!("SKIPPED: no {}", built.display());
+        None
+    }
+
+    #[test]
+    fn a_policy_plugin_decides_and_its_answer_is_recorded_with_what_it_was_asked() {
+        let Some(host) = first_party_plugins() else {
+            return;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = EvidenceStore::open(tmp.path(), key()).unwrap();
+        store.record("op-1", created(), NOW).unwrap();
+        // A policy that cannot decide is an error, and nothing is recorded.
+        assert!(matches!(
+            store.evaluate_policy(&host, "op-1", "no-such-policy", "{}", NOW),
+            Err(EvidenceError::Policy { .. })
+        ));
+        let recorded = store
+            .evaluate_policy(&host, "op-1", "deny-all", "{}", NOW)
+            .unwrap();
+        assert_eq!((recorded.sequence, recorded.stage), (2, Stage::Blocked));
+        let policy = store.decision("op-1").unwrap().policy.clone().unwrap();
+        let wasm = std::fs::read(host.find("deny-all").unwrap().path).unwrap();
+        assert_eq!(
+            policy.component_digest,
+            bl_core::Sha256Digest::of(&wasm).to_string()
+        );
+        assert_eq!(policy.policy_id, "deny-all");
+        assert!(policy.input_commitment.starts_with("sha256:"), "{policy:?}");
+        assert!(!policy.allow && !policy.needs_approval);
+        assert!(matches!(
+            store.record("op-1", reserve(), NOW),
+            Err(EvidenceError::Refused {
+                refusal: Refusal::Blocked(_),
+                ..
+            })
         ));
     }
 
