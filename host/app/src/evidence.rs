@@ -38,6 +38,12 @@ pub enum EvidenceError {
         event: &'static str,
         refusal: Refusal,
     },
+    /// A review that is not authority: nothing was recorded.
+    #[error("review of operation {operation_id} refused: {refusal}")]
+    Review {
+        operation_id: String,
+        refusal: ReviewRefusal,
+    },
     /// The policy plugin could not be found, loaded or run: no answer.
     #[error("policy {plugin} could not decide: {message}")]
     Policy { plugin: String, message: String },
@@ -56,6 +62,93 @@ pub enum EvidenceError {
         line: usize,
         message: String,
     },
+}
+
+/// What a reviewer decides about a decision: only these reach the log
+/// from a person, and only signed by a key the workspace trusts.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "review", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Review {
+    Approve(bl_core::evidence::Approval),
+    Reject {
+        operation_id: String,
+        reviewer: String,
+        reason: String,
+    },
+    Reconcile {
+        operation_id: String,
+        reviewer: String,
+        executed: bool,
+    },
+}
+
+impl Review {
+    fn operation_id(&self) -> &str {
+        match self {
+            Review::Approve(a) => &a.operation_id,
+            Review::Reject { operation_id, .. } | Review::Reconcile { operation_id, .. } => {
+                operation_id
+            }
+        }
+    }
+
+    fn reviewer(&self) -> &str {
+        match self {
+            Review::Approve(a) => &a.reviewer,
+            Review::Reject { reviewer, .. } | Review::Reconcile { reviewer, .. } => reviewer,
+        }
+    }
+
+    fn event(&self) -> EvidenceEvent {
+        match self.clone() {
+            Review::Approve(approval) => EvidenceEvent::HumanApproved(approval),
+            Review::Reject {
+                reviewer, reason, ..
+            } => EvidenceEvent::HumanRejected { reviewer, reason },
+            Review::Reconcile {
+                reviewer, executed, ..
+            } => EvidenceEvent::Reconciled { executed, reviewer },
+        }
+    }
+
+    /// The bytes a reviewer signs: the review's canonical JSON.
+    fn signed_bytes(&self) -> Vec<u8> {
+        bl_core::canonical::canonical_json_of(self)
+            .expect("a review is JSON")
+            .into_bytes()
+    }
+
+    /// The review signed with `key`; the reviewer named in it must be the
+    /// key's name.
+    pub fn sign(self, key: &SigningKey) -> SignedReview {
+        SignedReview {
+            signature: hex::encode(key.sign(&self.signed_bytes())),
+            key: key.verifier().to_text(),
+            review: self,
+        }
+    }
+}
+
+/// A review with its reviewer's key and signature.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedReview {
+    pub review: Review,
+    /// The reviewer's verifier key, as `bl keys public` prints it.
+    pub key: String,
+    /// Ed25519 over the review's canonical JSON, in hex.
+    pub signature: String,
+}
+
+/// Why a review is not authority.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReviewRefusal {
+    #[error("the key is not one this workspace trusts for reviews ({0}); add it with --reviewer")]
+    UntrustedKey(String),
+    #[error("the signature does not match the review and the key")]
+    BadSignature,
+    #[error("the review names {named} as its reviewer, but it is signed by {signer}")]
+    NotTheSigner { named: String, signer: String },
 }
 
 /// An event as it was recorded.
@@ -286,6 +379,41 @@ impl EvidenceStore {
         self.record(operation_id, EvidenceEvent::PolicyEvaluated(record), now)
     }
 
+    /// Records a person's review, if one of `reviewers` (verifier keys,
+    /// as `bl keys public` prints them) signed it and it names that key as
+    /// its reviewer; the rules then apply as to any event. Nothing else
+    /// records an approval, a rejection or a reconciliation.
+    pub fn review(
+        &mut self,
+        signed: &SignedReview,
+        reviewers: &[bl_store::VerifierKey],
+        now: u64,
+    ) -> Result<Recorded, EvidenceError> {
+        let review = &signed.review;
+        let refused = |refusal| EvidenceError::Review {
+            operation_id: review.operation_id().to_string(),
+            refusal,
+        };
+        let key = reviewers
+            .iter()
+            .find(|k| k.to_text() == signed.key.trim())
+            .ok_or_else(|| refused(ReviewRefusal::UntrustedKey(signed.key.trim().to_string())))?;
+        let signature: [u8; 64] = hex::decode(&signed.signature)
+            .ok()
+            .and_then(|bytes| bytes.try_into().ok())
+            .ok_or_else(|| refused(ReviewRefusal::BadSignature))?;
+        if !key.verify(&review.signed_bytes(), &signature) {
+            return Err(refused(ReviewRefusal::BadSignature));
+        }
+        if review.reviewer() != key.name() {
+            return Err(refused(ReviewRefusal::NotTheSigner {
+                named: review.reviewer().to_string(),
+                signer: key.name().to_string(),
+            }));
+        }
+        self.record(review.operation_id(), review.event(), now)
+    }
+
     /// A decision's state, as the log makes it.
     pub fn decision(&self, operation_id: &str) -> Option<&Decision> {
         self.decisions.get(operation_id)
@@ -499,6 +627,79 @@ mod tests {
             store.record("op-1", reserve(), NOW),
             Err(EvidenceError::Refused {
                 refusal: Refusal::Blocked(_),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn only_a_trusted_reviewers_signed_review_is_recorded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = EvidenceStore::open(tmp.path(), key()).unwrap();
+        for event in [
+            created(),
+            policy(),
+            EvidenceEvent::ApprovalRequested {
+                checkpoint_ns: "ns".into(),
+                interrupt_id: "i-1".into(),
+            },
+        ] {
+            store.record("op-1", event, NOW).unwrap();
+        }
+        let bob = SigningKey::generate("bob").unwrap();
+        let mallory = SigningKey::generate("mallory").unwrap();
+        let trusted = [bob.verifier()];
+        let EvidenceEvent::HumanApproved(approval) = approval() else {
+            unreachable!()
+        };
+        let refusal = |outcome: Result<Recorded, EvidenceError>| match outcome {
+            Err(EvidenceError::Review { refusal, .. }) => refusal,
+            other => panic!("{other:?}"),
+        };
+        // Signed by a key the workspace does not trust.
+        let mut by_mallory = approval.clone();
+        by_mallory.reviewer = "mallory".into();
+        assert!(matches!(
+            refusal(store.review(&Review::Approve(by_mallory).sign(&mallory), &trusted, NOW)),
+            ReviewRefusal::UntrustedKey(_)
+        ));
+        // Bob's key, but the review was changed after he signed it.
+        let mut tampered = Review::Approve(approval.clone()).sign(&bob);
+        if let Review::Approve(a) = &mut tampered.review {
+            a.expires_at += 3600;
+        }
+        assert_eq!(
+            refusal(store.review(&tampered, &trusted, NOW)),
+            ReviewRefusal::BadSignature
+        );
+        // Bob signing in another reviewer's name.
+        let mut as_carol = approval.clone();
+        as_carol.reviewer = "carol".into();
+        assert_eq!(
+            refusal(store.review(&Review::Approve(as_carol).sign(&bob), &trusted, NOW)),
+            ReviewRefusal::NotTheSigner {
+                named: "carol".into(),
+                signer: "bob".into()
+            }
+        );
+        assert_eq!(
+            store.decision("op-1").unwrap().stage,
+            Stage::AwaitingApproval
+        );
+        // Bob's own: recorded, and then a rejection comes too late.
+        let recorded = store
+            .review(&Review::Approve(approval).sign(&bob), &trusted, NOW)
+            .unwrap();
+        assert_eq!(recorded.stage, Stage::Cleared);
+        let late = Review::Reject {
+            operation_id: "op-1".into(),
+            reviewer: "bob".into(),
+            reason: "second thoughts".into(),
+        };
+        assert!(matches!(
+            store.review(&late.sign(&bob), &trusted, NOW),
+            Err(EvidenceError::Refused {
+                refusal: Refusal::AlreadyApproved,
                 ..
             })
         ));
