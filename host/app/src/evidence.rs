@@ -151,6 +151,46 @@ pub enum ReviewRefusal {
     NotTheSigner { named: String, signer: String },
 }
 
+/// The workspace's own signing key, made on first use (mode 0600, named
+/// `evidence`) in bl's keys directory, out of the workspace it signs: a
+/// copy of the workspace never carries it.
+pub fn workspace_key(dir: &Path) -> crate::error::AppResult<SigningKey> {
+    use crate::error::AppError;
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let id = bl_core::sha256_hex(absolute.as_os_str().as_encoded_bytes());
+    let keys = crate::paths::keys_dir().ok_or_else(|| {
+        AppError::refused("evidence: no HOME to keep the workspace's key in: pass --key")
+    })?;
+    let path = keys.join(format!("evidence-{}.key", &id[..16]));
+    if path.is_file() {
+        return crate::keys::read_signing_key(&path);
+    }
+    let failed = |e: std::io::Error| {
+        AppError::refused(format!(
+            "evidence: cannot write the workspace's key {}: {e}",
+            path.display()
+        ))
+    };
+    let key = SigningKey::generate("evidence")
+        .map_err(|e| AppError::refused(format!("evidence: {e}")))?;
+    std::fs::create_dir_all(&keys).map_err(failed)?;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(format!("{}\n", key.to_text()).as_bytes()))
+        .map_err(failed)?;
+    std::fs::write(
+        path.with_extension("pub"),
+        format!("{}\n", key.verifier().to_text()),
+    )
+    .map_err(failed)?;
+    Ok(key)
+}
+
 /// An event as it was recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recorded {

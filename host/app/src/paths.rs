@@ -2,6 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
+/// Where bl keeps keys by default: `$XDG_CONFIG_HOME/bl/keys`, else
+/// `~/.config/bl/keys` (`None`: neither is set).
+pub fn keys_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .map(|base| base.join("bl/keys"))
+}
+
 /// Directories searched for `<name>.wasm` when a plugin is named rather than
 /// given as a path: each entry of `BL_PLUGIN_PATH`, then the directories
 /// shipped beside the `bl` executable (`<exe dir>/plugins`,

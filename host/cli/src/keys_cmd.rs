@@ -29,11 +29,8 @@ pub enum KeysCommand {
 }
 
 fn default_key_path(name: &str) -> Result<PathBuf, String> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
-        .ok_or("no HOME: pass --out")?;
-    Ok(base.join("bl/keys").join(format!("{name}.key")))
+    let dir = bl_app::paths::keys_dir().ok_or("no HOME: pass --out")?;
+    Ok(dir.join(format!("{name}.key")))
 }
 
 /// The files only a run directory holds (a graph run's, or a loop run's

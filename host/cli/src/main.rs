@@ -5,6 +5,7 @@
 
 mod doctor_cmd;
 mod egress_cmd;
+mod evidence_cmd;
 mod exit;
 mod graph_cmd;
 mod graph_progress;
@@ -185,6 +186,10 @@ enum Command {
     /// Ed25519 keys that sign checkpoints.
     #[command(subcommand)]
     Keys(keys_cmd::KeysCommand),
+    /// The decision evidence plane for apps on other agent frameworks
+    /// (LangGraph): policy, approval and exactly-once tool requests.
+    #[command(subcommand)]
+    Evidence(evidence_cmd::EvidenceCommand),
     /// Print a shell completion script: `bl completions bash > /etc/bash_completion.d/bl`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -284,6 +289,7 @@ fn main() -> ExitCode {
         Command::Loops(cmd) => loop_tools_cmd::loops(cmd, output::json()),
         Command::Graph(cmd) => graph_cmd::run(*cmd),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
+        Command::Evidence(cmd) => evidence_cmd::run(cmd),
         Command::Verify {
             path,
             expect_head,

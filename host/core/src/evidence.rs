@@ -233,6 +233,48 @@ pub enum Refusal {
     Abandoned,
 }
 
+impl Refusal {
+    /// The refusal's name, stable for clients to branch on
+    /// (`ReconciliationRequired` is seed 004's own).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::NotCreated => "NotCreated",
+            Refusal::CreatedDifferently { .. } => "CreatedDifferently",
+            Refusal::NoPolicy(_) => "NoPolicy",
+            Refusal::PolicyAlreadyEvaluated => "PolicyAlreadyEvaluated",
+            Refusal::Blocked(_) => "Blocked",
+            Refusal::ApprovalRequired => "ApprovalRequired",
+            Refusal::NoApprovalRequest => "NoApprovalRequest",
+            Refusal::ApprovalNotNeeded => "ApprovalNotNeeded",
+            Refusal::Rejected(_) => "Rejected",
+            Refusal::AlreadyApproved => "AlreadyApproved",
+            Refusal::ApprovalMismatch { .. } => "ApprovalMismatch",
+            Refusal::ApprovalExpired { .. } => "ApprovalExpired",
+            Refusal::NoReviewer => "NoReviewer",
+            Refusal::AlreadyReserved => "AlreadyReserved",
+            Refusal::RequestMismatch { .. } => "RequestMismatch",
+            Refusal::NotReserved => "NotReserved",
+            Refusal::AlreadyExecuted => "AlreadyExecuted",
+            Refusal::ReconciliationRequired => "ReconciliationRequired",
+            Refusal::NothingToReconcile => "NothingToReconcile",
+            Refusal::OutcomeIncomplete(_) => "OutcomeIncomplete",
+            Refusal::NotExecuted => "NotExecuted",
+            Refusal::Abandoned => "Abandoned",
+        }
+    }
+
+    /// The field that differs, for the refusals that name one.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Refusal::CreatedDifferently { field, .. }
+            | Refusal::ApprovalMismatch { field, .. }
+            | Refusal::RequestMismatch { field, .. } => Some(field),
+            Refusal::OutcomeIncomplete(field) => Some(field),
+            _ => None,
+        }
+    }
+}
+
 /// One decision's state, made by applying its events in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {

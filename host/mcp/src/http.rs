@@ -10,13 +10,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::extract::Request;
-use axum::http::StatusCode;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use subtle::ConstantTimeEq;
 
 use crate::{BlServer, McpConfig, McpError};
 
@@ -30,49 +25,10 @@ pub struct HttpOptions {
 /// The token kept in `file`, or a fresh one written there (mode 0600)
 /// when the file does not exist yet.
 pub fn token_in(file: &Path) -> Result<String, McpError> {
-    match std::fs::read_to_string(file) {
-        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(McpError::Token(file.to_path_buf(), e)),
-    }
-    let token = fresh_token().map_err(|e| McpError::Start(std::io::Error::other(e)))?;
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(file)
-        .and_then(|mut f| f.write_all(token.as_bytes()))
-        .map_err(|e| McpError::Token(file.to_path_buf(), e))?;
-    Ok(token)
+    bl_web::bearer::token_in(file).map_err(|e| McpError::Token(file.to_path_buf(), e))
 }
 
-/// 32 random bytes, as hex.
-pub fn fresh_token() -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)?;
-    Ok(hex::encode(bytes))
-}
-
-async fn bearer(token: Arc<String>, request: Request, next: Next) -> Response {
-    let given = request
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
-            "bl mcp: this server needs its bearer token (Authorization: Bearer <token>)",
-        )
-            .into_response();
-    }
-    next.run(request).await
-}
+pub use bl_web::bearer::fresh_token;
 
 /// Serves MCP over HTTP at `options.address` until `stop` says so;
 /// `announce` is told the endpoint's URL once it listens.
@@ -114,7 +70,7 @@ pub fn serve_http(
             axum::Router::new()
                 .nest_service("/mcp", service)
                 .layer(axum::middleware::from_fn(move |request, next| {
-                    bearer(token.clone(), request, next)
+                    bl_web::bearer::require(token.clone(), "bl mcp", request, next)
                 }));
         announce(&format!("http://{at}/mcp"));
         let stopping = async move {

@@ -7,6 +7,7 @@
 //! ([`monitor`]) serves a project's runs, their arenas and consoles, and
 //! starts its graphs. A front end on the application layer, like the CLI.
 
+pub mod bearer;
 mod console;
 mod monitor;
 
@@ -113,7 +114,7 @@ pub fn serve(
 }
 
 /// Runs `app` on `listener` on a runtime of its own until `stop` says so.
-pub(crate) fn run_server(
+pub fn run_server(
     listener: std::net::TcpListener,
     app: axum::Router,
     stop: impl Fn() -> bool + Send + 'static,

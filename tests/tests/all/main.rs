@@ -7,6 +7,7 @@ mod browser;
 mod durability;
 mod egress_cli;
 mod egress_sandbox;
+mod evidence;
 mod graph_arena;
 mod graph_artifacts;
 mod graph_cli;

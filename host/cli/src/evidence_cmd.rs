@@ -1,0 +1,129 @@
+//! `bl evidence …`: the decision evidence plane (seed 004) for apps built
+//! on other agent frameworks.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+use crate::exit::{CliError, CliResult, Exit};
+use crate::output;
+
+#[derive(Subcommand)]
+pub enum EvidenceCommand {
+    /// Serve a workspace's decision evidence to an app, on loopback, behind
+    /// a bearer token; prints `evidence: URL` when it listens.
+    Serve {
+        /// The workspace directory (made if missing): its evidence log and
+        /// signed checkpoints.
+        #[arg(long)]
+        workspace: PathBuf,
+        /// The loopback address to listen on (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        http: SocketAddr,
+        /// Keep the bearer token in this file (made, mode 0600, if missing);
+        /// without it a fresh token is printed on stderr.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// The key that signs the checkpoints (default: the workspace's
+        /// own, made on first use in ~/.config/bl/keys).
+        #[arg(long)]
+        key: Option<PathBuf>,
+        /// A reviewer's verifier key (a file, or the key text) whose signed
+        /// reviews are recorded; repeat for each reviewer.
+        #[arg(long = "reviewer")]
+        reviewers: Vec<String>,
+        /// The publication-policy plugin asked when the app names none.
+        #[arg(long)]
+        policy: Option<String>,
+        /// That policy's config, as JSON.
+        #[arg(long, default_value = "{}")]
+        policy_config: String,
+    },
+    /// Sign a review (JSON: approve, reject or reconcile) with a reviewer's
+    /// key, and print it as `POST /v1/reviews` takes it.
+    SignReview {
+        /// The reviewer's private key (`bl keys generate --name NAME`).
+        #[arg(long)]
+        key: PathBuf,
+        /// The review, a JSON file.
+        review: PathBuf,
+    },
+}
+
+pub fn run(cmd: EvidenceCommand) -> CliResult {
+    match cmd {
+        EvidenceCommand::Serve {
+            workspace,
+            http,
+            token_file,
+            key,
+            reviewers,
+            policy,
+            policy_config,
+        } => {
+            let key = match key {
+                Some(path) => bl_app::keys::read_signing_key(&path)?,
+                None => bl_app::evidence::workspace_key(&workspace)?,
+            };
+            let verifier = key.verifier().to_text();
+            let reviewers = reviewers
+                .iter()
+                .map(|k| bl_app::keys::read_verifier_key(k))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (token, told) = match &token_file {
+                Some(file) => (
+                    bl_web::bearer::token_in(file).map_err(|e| {
+                        CliError::refused(format!("evidence: token file {}: {e}", file.display()))
+                    })?,
+                    format!("in {}", file.display()),
+                ),
+                None => {
+                    let token = bl_web::bearer::fresh_token()
+                        .map_err(|e| CliError::refused(format!("evidence: no token: {e}")))?;
+                    (token.clone(), token)
+                }
+            };
+            let store = bl_app::evidence::EvidenceStore::open(&workspace, key)
+                .map_err(|e| CliError::refused(format!("evidence: {e}")))?;
+            let listener = std::net::TcpListener::bind(http).map_err(|e| {
+                CliError::refused(format!("evidence: cannot listen on {http}: {e}"))
+            })?;
+            let at = listener
+                .local_addr()
+                .map_err(|e| CliError::refused(format!("evidence: {e}")))?;
+            output::outln!("evidence: http://{at}/v1");
+            output::errln!("bl evidence: bearer token {told}");
+            output::errln!("bl evidence: checkpoints are signed by {verifier}");
+            bl_evidence::serve(
+                bl_evidence::ServeOptions {
+                    store,
+                    listener,
+                    token,
+                    reviewers,
+                    policy: policy.map(|p| (p, policy_config)),
+                    plugins: bl_app::plugin_host::shared(),
+                },
+                || bl_core::interrupt::requested().is_some(),
+            )
+            .map_err(|e| CliError::refused(e.to_string()))?;
+            Ok(Exit::Success)
+        }
+        EvidenceCommand::SignReview { key, review } => {
+            let key = bl_app::keys::read_signing_key(&key)?;
+            let text = std::fs::read_to_string(&review)
+                .map_err(|e| CliError::refused(format!("evidence: {}: {e}", review.display())))?;
+            let review: bl_app::evidence::Review = serde_json::from_str(&text).map_err(|e| {
+                CliError::refused(format!(
+                    "evidence: {}: not a review ({e}); write {{\"review\": \"approve\" | \"reject\" | \"reconcile\", …}}",
+                    review.display()
+                ))
+            })?;
+            output::outln!(
+                "{}",
+                serde_json::to_string(&review.sign(&key)).expect("a signed review is JSON")
+            );
+            Ok(Exit::Success)
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! `bl evidence serve`: the decision evidence plane of seed 004, for an app
+//! built on another agent framework (LangGraph). The app asks it, before
+//! each consequential action, what the policy says, whether a person
+//! approved, and whether the action may be requested, exactly once; then
+//! it records what happened. Everything goes through the application
+//! layer's `EvidenceStore` (the rules, the signed log); this crate only
+//! speaks HTTP, on loopback, behind a bearer token. A person's review
+//! arrives signed by a reviewer key the workspace trusts, never on the
+//! app's word: the app's token cannot record an approval.
+//!
+//! Routes (JSON bodies, `Authorization: Bearer <token>`):
+//! - `POST /v1/decisions`: a decision's binding (`decision_created`);
+//! - `POST /v1/decisions/{op}/policy`: the policy plugin decides;
+//! - `POST /v1/decisions/{op}/events`: an event from the app;
+//! - `POST /v1/reviews`: a signed review;
+//! - `GET /v1/decisions/{op}`: where the decision stands.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bl_app::evidence::{EvidenceError, EvidenceStore, Recorded, SignedReview};
+use bl_core::evidence::{DecisionBinding, EvidenceEvent};
+use bl_store::VerifierKey;
+use serde_json::{Value, json};
+
+/// What the service serves and whom it lets in.
+pub struct ServeOptions {
+    pub store: EvidenceStore,
+    pub listener: std::net::TcpListener,
+    /// The bearer token the app must send.
+    pub token: String,
+    /// The keys whose signed reviews are recorded.
+    pub reviewers: Vec<VerifierKey>,
+    /// The policy plugin (a publication policy) and its config, asked when
+    /// the app does not name one.
+    pub policy: Option<(String, String)>,
+    pub plugins: Arc<bl_plugins::PluginHost>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("evidence serve: {0} is not a loopback address; the service listens on loopback only")]
+    NotLoopback(String),
+    #[error(transparent)]
+    Web(#[from] bl_web::WebError),
+}
+
+struct Service {
+    store: Mutex<EvidenceStore>,
+    reviewers: Vec<VerifierKey>,
+    policy: Option<(String, String)>,
+    plugins: Arc<bl_plugins::PluginHost>,
+}
+
+/// Serves until `stop` says so.
+pub fn serve(
+    options: ServeOptions,
+    stop: impl Fn() -> bool + Send + 'static,
+) -> Result<(), ServeError> {
+    let address = options.listener.local_addr().ok();
+    if !address.is_some_and(|a| a.ip().is_loopback()) {
+        return Err(ServeError::NotLoopback(format!("{address:?}")));
+    }
+    let service = Arc::new(Service {
+        store: Mutex::new(options.store),
+        reviewers: options.reviewers,
+        policy: options.policy,
+        plugins: options.plugins,
+    });
+    let token = Arc::new(options.token);
+    let app = axum::Router::new()
+        .route("/v1/decisions", post(create))
+        .route("/v1/decisions/{op}", get(show))
+        .route("/v1/decisions/{op}/policy", post(policy))
+        .route("/v1/decisions/{op}/events", post(event))
+        .route("/v1/reviews", post(review))
+        .with_state(service)
+        .layer(axum::middleware::from_fn(move |request, next| {
+            bl_web::bearer::require(token.clone(), "bl evidence", request, next)
+        }));
+    Ok(bl_web::run_server(options.listener, app, stop)?)
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Service {
+    fn store(&self) -> std::sync::MutexGuard<'_, EvidenceStore> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The answer to a recording: what was recorded, or why not.
+fn answer(outcome: Result<Recorded, EvidenceError>) -> Response {
+    match outcome {
+        Ok(recorded) => Json(json!({
+            "sequence": recorded.sequence,
+            "event_hash": recorded.hash,
+            "stage": recorded.stage,
+            "retry": recorded.retry,
+        }))
+        .into_response(),
+        Err(EvidenceError::Refused {
+            operation_id,
+            event,
+            refusal,
+        }) => (
+            StatusCode::CONFLICT,
+            Json(json!({"refused": {
+                "code": refusal.code(),
+                "field": refusal.field(),
+                "event": event,
+                "operation_id": operation_id,
+                "message": refusal.to_string(),
+            }})),
+        )
+            .into_response(),
+        Err(EvidenceError::Review {
+            operation_id,
+            refusal,
+        }) => (
+            StatusCode::FORBIDDEN,
+            Json(json!({"refused": {
+                "code": "NotAuthority",
+                "operation_id": operation_id,
+                "message": refusal.to_string(),
+            }})),
+        )
+            .into_response(),
+        // A policy that cannot decide is no answer: fail closed.
+        Err(e @ EvidenceError::Policy { .. }) => (
+            StatusCode::BAD_GATEWAY,
+            Json(json!({"error": {"code": "PolicyError", "message": e.to_string()}})),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({"error": {"code": "StoreError", "message": e.to_string()}})),
+        )
+            .into_response(),
+    }
+}
+
+fn bad_request(message: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({"error": {"code": "BadRequest", "message": message}})),
+    )
+        .into_response()
+}
+
+/// A JSON body as `T`, or the 400 that says what is wrong with it.
+fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Box<Response>> {
+    serde_json::from_slice(bytes).map_err(|e| Box::new(bad_request(format!("the body: {e}"))))
+}
+
+async fn create(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -> Response {
+    let binding: DecisionBinding = match body(&bytes) {
+        Ok(b) => b,
+        Err(refused) => return *refused,
+    };
+    let op = binding.operation_id.clone();
+    answer(
+        service
+            .store()
+            .record(&op, EvidenceEvent::DecisionCreated(binding), now()),
+    )
+}
+
+async fn event(
+    State(service): State<Arc<Service>>,
+    Path(op): Path<String>,
+    bytes: axum::body::Bytes,
+) -> Response {
+    let event: EvidenceEvent = match body(&bytes) {
+        Ok(e) => e,
+        Err(refused) => return *refused,
+    };
+    // What only a person or the policy may record never comes from the app.
+    use EvidenceEvent as E;
+    if let E::DecisionCreated(_)
+    | E::PolicyEvaluated(_)
+    | E::HumanApproved(_)
+    | E::HumanRejected { .. }
+    | E::Reconciled { .. } = event
+    {
+        return (
+            StatusCode::FORBIDDEN,
+            Json(json!({"refused": {
+                "code": "NotFromTheApp",
+                "event": event.kind(),
+                "message": format!("{} is not recorded on the app's word: decisions are created at /v1/decisions, policies decide at /policy, and people sign reviews", event.kind()),
+            }})),
+        )
+            .into_response();
+    }
+    answer(service.store().record(&op, event, now()))
+}
+
+async fn policy(
+    State(service): State<Arc<Service>>,
+    Path(op): Path<String>,
+    bytes: axum::body::Bytes,
+) -> Response {
+    let asked: Value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        match body(&bytes) {
+            Ok(v) => v,
+            Err(refused) => return *refused,
+        }
+    };
+    let chosen = match (asked["plugin"].as_str(), &service.policy) {
+        (Some(plugin), _) => (
+            plugin.to_string(),
+            asked["config"]
+                .as_str()
+                .map_or_else(|| "{}".to_string(), str::to_string),
+        ),
+        (None, Some(default)) => default.clone(),
+        (None, None) => {
+            return bad_request(
+                "no policy: name one ({\"plugin\": NAME}) or start the service with --policy NAME"
+                    .into(),
+            );
+        }
+    };
+    let plugins = service.plugins.clone();
+    answer(
+        service
+            .store()
+            .evaluate_policy(&plugins, &op, &chosen.0, &chosen.1, now()),
+    )
+}
+
+async fn review(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -> Response {
+    let signed: SignedReview = match body(&bytes) {
+        Ok(r) => r,
+        Err(refused) => return *refused,
+    };
+    answer(service.store().review(&signed, &service.reviewers, now()))
+}
+
+async fn show(State(service): State<Arc<Service>>, Path(op): Path<String>) -> Response {
+    let store = service.store();
+    match store.decision(&op) {
+        Some(d) => Json(json!({
+            "operation_id": op,
+            "stage": d.stage,
+            "may_call_tool": d.may_call_tool(),
+            "policy": d.policy,
+            "approval": d.approval,
+            "rejected_by": d.rejected_by,
+            "outcomes": d.outcomes,
+        }))
+        .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": {"code": "NotCreated", "message": format!("no decision {op}")}})),
+        )
+            .into_response(),
+    }
+}

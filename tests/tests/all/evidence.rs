@@ -1,0 +1,228 @@
+//! `bl evidence serve` over real HTTP on loopback: the app's requests, its
+//! refusals, a person's signed review, the real `deny-all` policy plugin,
+//! a restart that reads the state back from the log, and `bl verify` with
+//! the workspace's public key alone.
+
+use std::path::Path;
+use std::process::Command;
+
+use bl_e2e::{bl_binary, bl_in, http_request, serving};
+use serde_json::{Value, json};
+
+struct Service {
+    child: std::process::Child,
+    url: String,
+    token: String,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Service {
+    fn start(dir: &Path) -> Service {
+        let mut command = Command::new(bl_binary());
+        command.current_dir(dir).args([
+            "evidence",
+            "serve",
+            "--workspace",
+            "ws",
+            "--key",
+            "ws.key",
+            "--token-file",
+            "token",
+            "--reviewer",
+            "bob.pub",
+        ]);
+        let (child, url) = serving(&mut command, "evidence");
+        let token = std::fs::read_to_string(dir.join("token")).unwrap();
+        Service { child, url, token }
+    }
+
+    /// (status code, JSON answer)
+    fn call(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
+        let auth = format!("Authorization: Bearer {}", self.token.trim());
+        let body = if body.is_null() {
+            Vec::new()
+        } else {
+            body.to_string().into_bytes()
+        };
+        let (status, text) = http_request(
+            &self.url,
+            method,
+            path,
+            &[&auth, "Content-Type: application/json"],
+            &body,
+        );
+        let code = status.split(' ').nth(1).unwrap_or("0").parse().unwrap();
+        (
+            code,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+}
+
+fn keys(dir: &Path) {
+    for (name, file) in [
+        ("evidence", "ws.key"),
+        ("bob", "bob.key"),
+        ("mallory", "mallory.key"),
+    ] {
+        let made = bl_in(dir, &["keys", "generate", "--name", name, "--out", file]);
+        assert!(made.status.success(), "{made:?}");
+    }
+}
+
+fn decision(op: &str) -> Value {
+    json!({"operation_id": op, "thread_id": "t-1", "identity": "alice", "tool": "refund", "args_digest": "sha256:aa"})
+}
+
+#[test]
+fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    keys(dir);
+    let service = Service::start(dir);
+
+    // No token, no service.
+    let (status, _) = http_request(&service.url, "GET", "/decisions/op-1", &[], b"");
+    assert!(status.contains(" 401 "), "{status}");
+
+    let (code, created) = service.call("POST", "/decisions", &decision("op-1"));
+    assert_eq!(
+        (code, created["sequence"].clone()),
+        (200, json!(1)),
+        "{created}"
+    );
+    let (code, retry) = service.call("POST", "/decisions", &decision("op-1"));
+    assert_eq!(
+        (code, retry["retry"].clone(), retry["sequence"].clone()),
+        (200, json!(true), json!(1))
+    );
+
+    // The app cannot record what only a person or the policy may.
+    let forged = json!({"event": "human_rejected", "reviewer": "bob", "reason": "forged"});
+    let (code, refused) = service.call("POST", "/decisions/op-1/events", &forged);
+    assert_eq!(
+        (code, refused["refused"]["code"].clone()),
+        (403, json!("NotFromTheApp"))
+    );
+
+    // Nothing is requested before a policy decides.
+    let reserve = json!({"event": "tool_requested", "tool": "refund", "args_digest": "sha256:aa"});
+    let (code, refused) = service.call("POST", "/decisions/op-1/events", &reserve);
+    assert_eq!(
+        (code, refused["refused"]["code"].clone()),
+        (409, json!("NoPolicy")),
+        "{refused}"
+    );
+
+    // A policy that cannot run is no answer, and nothing is recorded.
+    let (code, failed) = service.call(
+        "POST",
+        "/decisions/op-1/policy",
+        &json!({"plugin": "no-such-policy"}),
+    );
+    assert_eq!(
+        (code, failed["error"]["code"].clone()),
+        (502, json!("PolicyError")),
+        "{failed}"
+    );
+
+    // The real deny-all policy blocks it, and a block is final.
+    let (code, blocked) = service.call(
+        "POST",
+        "/decisions/op-1/policy",
+        &json!({"plugin": "deny-all"}),
+    );
+    assert_eq!(
+        (code, blocked["stage"].clone()),
+        (200, json!("blocked")),
+        "{blocked}"
+    );
+    let (code, refused) = service.call("POST", "/decisions/op-1/events", &reserve);
+    assert_eq!(
+        (code, refused["refused"]["code"].clone()),
+        (409, json!("Blocked"))
+    );
+
+    // A review signed by a key the workspace does not trust is no authority.
+    let review = json!({"review": "reject", "operation_id": "op-1", "reviewer": "mallory", "reason": "mine"});
+    std::fs::write(dir.join("review.json"), review.to_string()).unwrap();
+    let signed = bl_in(
+        dir,
+        &[
+            "evidence",
+            "sign-review",
+            "--key",
+            "mallory.key",
+            "review.json",
+        ],
+    );
+    assert!(signed.status.success(), "{signed:?}");
+    let signed: Value = serde_json::from_slice(&signed.stdout).unwrap();
+    let (code, refused) = service.call("POST", "/reviews", &signed);
+    assert_eq!(
+        (code, refused["refused"]["code"].clone()),
+        (403, json!("NotAuthority")),
+        "{refused}"
+    );
+    // Bob's, trusted: his rejection of the blocked decision is recorded.
+    let review = json!({"review": "reject", "operation_id": "op-1", "reviewer": "bob", "reason": "over the limit"});
+    std::fs::write(dir.join("review.json"), review.to_string()).unwrap();
+    let signed = bl_in(
+        dir,
+        &["evidence", "sign-review", "--key", "bob.key", "review.json"],
+    );
+    let signed: Value = serde_json::from_slice(&signed.stdout).unwrap();
+    let (code, recorded) = service.call("POST", "/reviews", &signed);
+    assert_eq!(
+        (code, recorded["stage"].clone()),
+        (200, json!("rejected")),
+        "{recorded}"
+    );
+
+    // A restarted service reads the state back from the log.
+    drop(service);
+    let service = Service::start(dir);
+    let (code, shown) = service.call("GET", "/decisions/op-1", &Value::Null);
+    assert_eq!(
+        (code, shown["stage"].clone(), shown["rejected_by"].clone()),
+        (200, json!("rejected"), json!("bob"))
+    );
+    assert_eq!(shown["may_call_tool"], json!(false));
+    drop(service);
+
+    // Anyone with the workspace's public key alone verifies it.
+    let public = bl_in(dir, &["keys", "public", "ws.key"]);
+    let public = String::from_utf8(public.stdout).unwrap();
+    let verified = bl_in(dir, &["verify", "ws", "--pubkey", public.trim(), "--json"]);
+    assert!(verified.status.success(), "{verified:?}");
+    let report: Value = serde_json::from_slice(&verified.stdout).unwrap();
+    let check = |name: &str| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} check: {report}"))
+    };
+    assert_eq!(check("signatures")["status"], json!("ok"), "{report}");
+    let evidence = check("evidence");
+    let detail = evidence["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("1 rejected")
+            && detail.contains("op-1 rejected by bob")
+            && detail.contains("Not established"),
+        "{detail}"
+    );
+    // Another key is not the workspace's.
+    let other = bl_in(dir, &["keys", "public", "mallory.key"]);
+    let other = String::from_utf8(other.stdout).unwrap();
+    let refused = bl_in(dir, &["verify", "ws", "--pubkey", other.trim()]);
+    assert_eq!(refused.status.code(), Some(1));
+}
