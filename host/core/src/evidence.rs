@@ -724,6 +724,13 @@ mod tests {
         }
     }
 
+    fn executed() -> E {
+        E::ToolExecuted {
+            ok: true,
+            detail: String::new(),
+        }
+    }
+
     fn reserve() -> E {
         E::ToolRequested {
             tool: "refund".into(),
@@ -755,10 +762,7 @@ mod tests {
         d.apply(&reserve(), NOW).unwrap();
         assert!(d.may_call_tool());
         for e in [
-            E::ToolExecuted {
-                ok: true,
-                detail: String::new(),
-            },
+            executed(),
             E::ToolResult {
                 result_digest: "sha256:rr".into(),
             },
@@ -980,25 +984,9 @@ mod tests {
         let mut d = approved();
         d.apply(&reserve(), NOW).unwrap();
         assert_eq!(d.apply(&reserve(), NOW), Err(Refusal::AlreadyReserved));
-        d.apply(
-            &E::ToolExecuted {
-                ok: true,
-                detail: String::new(),
-            },
-            NOW,
-        )
-        .unwrap();
+        d.apply(&executed(), NOW).unwrap();
         assert_eq!(d.apply(&reserve(), NOW), Err(Refusal::AlreadyReserved));
-        assert_eq!(
-            d.apply(
-                &E::ToolExecuted {
-                    ok: true,
-                    detail: String::new()
-                },
-                NOW
-            ),
-            Err(Refusal::AlreadyExecuted)
-        );
+        assert_eq!(d.apply(&executed(), NOW), Err(Refusal::AlreadyExecuted));
     }
 
     #[test]
@@ -1021,13 +1009,7 @@ mod tests {
                 Err(Refusal::ReconciliationRequired)
             );
             assert_eq!(
-                d.apply(
-                    &E::ToolExecuted {
-                        ok: true,
-                        detail: String::new()
-                    },
-                    NOW
-                ),
+                d.apply(&executed(), NOW),
                 Err(Refusal::ReconciliationRequired)
             );
             assert_eq!(
@@ -1091,16 +1073,7 @@ mod tests {
     #[test]
     fn nothing_is_executed_or_observed_without_a_reservation() {
         let mut d = approved();
-        assert_eq!(
-            d.apply(
-                &E::ToolExecuted {
-                    ok: true,
-                    detail: String::new()
-                },
-                NOW
-            ),
-            Err(Refusal::NotReserved)
-        );
+        assert_eq!(d.apply(&executed(), NOW), Err(Refusal::NotReserved));
         assert_eq!(
             d.apply(
                 &E::ToolResult {
@@ -1120,14 +1093,7 @@ mod tests {
     fn an_outcome_needs_a_reference_a_status_and_a_source() {
         let mut d = approved();
         d.apply(&reserve(), NOW).unwrap();
-        d.apply(
-            &E::ToolExecuted {
-                ok: true,
-                detail: String::new(),
-            },
-            NOW,
-        )
-        .unwrap();
+        d.apply(&executed(), NOW).unwrap();
         for (missing, event) in [
             (
                 "external reference",

@@ -76,6 +76,17 @@ fn keys(dir: &Path) {
     }
 }
 
+/// `review` signed with `key` by `bl evidence sign-review`.
+fn sign(dir: &Path, key: &str, review: &Value) -> Value {
+    std::fs::write(dir.join("review.json"), review.to_string()).unwrap();
+    let signed = bl_in(
+        dir,
+        &["evidence", "sign-review", "--key", key, "review.json"],
+    );
+    assert!(signed.status.success(), "{signed:?}");
+    serde_json::from_slice(&signed.stdout).unwrap()
+}
+
 fn decision(op: &str) -> Value {
     json!({"operation_id": op, "thread_id": "t-1", "identity": "alice", "tool": "refund", "args_digest": "sha256:aa"})
 }
@@ -151,20 +162,7 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
 
     // A review signed by a key the workspace does not trust is no authority.
     let review = json!({"review": "reject", "operation_id": "op-1", "reviewer": "mallory", "reason": "mine"});
-    std::fs::write(dir.join("review.json"), review.to_string()).unwrap();
-    let signed = bl_in(
-        dir,
-        &[
-            "evidence",
-            "sign-review",
-            "--key",
-            "mallory.key",
-            "review.json",
-        ],
-    );
-    assert!(signed.status.success(), "{signed:?}");
-    let signed: Value = serde_json::from_slice(&signed.stdout).unwrap();
-    let (code, refused) = service.call("POST", "/reviews", &signed);
+    let (code, refused) = service.call("POST", "/reviews", &sign(dir, "mallory.key", &review));
     assert_eq!(
         (code, refused["refused"]["code"].clone()),
         (403, json!("NotAuthority")),
@@ -172,13 +170,7 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     );
     // Bob's, trusted: his rejection of the blocked decision is recorded.
     let review = json!({"review": "reject", "operation_id": "op-1", "reviewer": "bob", "reason": "over the limit"});
-    std::fs::write(dir.join("review.json"), review.to_string()).unwrap();
-    let signed = bl_in(
-        dir,
-        &["evidence", "sign-review", "--key", "bob.key", "review.json"],
-    );
-    let signed: Value = serde_json::from_slice(&signed.stdout).unwrap();
-    let (code, recorded) = service.call("POST", "/reviews", &signed);
+    let (code, recorded) = service.call("POST", "/reviews", &sign(dir, "bob.key", &review));
     assert_eq!(
         (code, recorded["stage"].clone()),
         (200, json!("rejected")),
