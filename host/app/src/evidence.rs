@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 
 use bl_core::evidence::{
     Decision, Decisions, EvidenceEvent, LoggedEvent, PolicyRecord, Refusal, Stage,
+    review_signed_bytes,
 };
+pub use bl_core::evidence::{Review, SignedReview};
 use bl_store::provable::{EVENTS_FILE, write_checkpoint};
 use bl_store::{EventLog, RunIdentity, SigningKey, StoreError};
 use serde_json::Value;
@@ -38,6 +40,14 @@ pub enum EvidenceError {
         event: &'static str,
         refusal: Refusal,
     },
+    /// A person's decision offered without the signed review it must come
+    /// from.
+    #[error("{0} is recorded only from a reviewer's signed review")]
+    NeedsReview(&'static str),
+    /// An earlier write failed after the log may have changed; the store
+    /// must be opened again.
+    #[error("the evidence store stopped recording after a failed write ({0}); restart the service")]
+    Broken(String),
     /// A review that is not authority: nothing was recorded.
     #[error("review of operation {operation_id} refused: {refusal}")]
     Review {
@@ -64,80 +74,48 @@ pub enum EvidenceError {
     },
 }
 
-/// What a reviewer decides about a decision: only these reach the log
-/// from a person, and only signed by a key the workspace trusts.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "review", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Review {
-    Approve(bl_core::evidence::Approval),
-    Reject {
-        operation_id: String,
-        reviewer: String,
-        reason: String,
-    },
-    Reconcile {
-        operation_id: String,
-        reviewer: String,
-        executed: bool,
-    },
-}
-
-impl Review {
-    fn operation_id(&self) -> &str {
-        match self {
-            Review::Approve(a) => &a.operation_id,
-            Review::Reject { operation_id, .. } | Review::Reconcile { operation_id, .. } => {
-                operation_id
-            }
-        }
-    }
-
-    fn reviewer(&self) -> &str {
-        match self {
-            Review::Approve(a) => &a.reviewer,
-            Review::Reject { reviewer, .. } | Review::Reconcile { reviewer, .. } => reviewer,
-        }
-    }
-
-    fn event(&self) -> EvidenceEvent {
-        match self.clone() {
-            Review::Approve(approval) => EvidenceEvent::HumanApproved(approval),
-            Review::Reject {
-                reviewer, reason, ..
-            } => EvidenceEvent::HumanRejected { reviewer, reason },
-            Review::Reconcile {
-                reviewer, executed, ..
-            } => EvidenceEvent::Reconciled { executed, reviewer },
-        }
-    }
-
-    /// The bytes a reviewer signs: the review's canonical JSON.
-    fn signed_bytes(&self) -> Vec<u8> {
-        bl_core::canonical::canonical_json_of(self)
-            .expect("a review is JSON")
-            .into_bytes()
-    }
-
-    /// The review signed with `key`; the reviewer named in it must be the
-    /// key's name.
-    pub fn sign(self, key: &SigningKey) -> SignedReview {
-        SignedReview {
-            signature: hex::encode(key.sign(&self.signed_bytes())),
-            key: key.verifier().to_text(),
-            review: self,
-        }
+/// `review` for the workspace whose checkpoints `workspace` verifies,
+/// signed with `key`; the reviewer it names must be the key's name.
+pub fn sign_review(review: Review, workspace: &str, key: &SigningKey) -> SignedReview {
+    SignedReview {
+        signature: hex::encode(key.sign(&review_signed_bytes(workspace, &review))),
+        key: key.verifier().to_text(),
+        workspace: workspace.to_string(),
+        review,
     }
 }
 
-/// A review with its reviewer's key and signature.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignedReview {
-    pub review: Review,
-    /// The reviewer's verifier key, as `bl keys public` prints it.
-    pub key: String,
-    /// Ed25519 over the review's canonical JSON, in hex.
-    pub signature: String,
+/// Whether `signed` is authority here: for this workspace, signed by one
+/// of `reviewers`, naming that key's owner as its reviewer.
+fn check_review(
+    signed: &SignedReview,
+    workspace: &str,
+    reviewers: &[bl_store::VerifierKey],
+) -> Result<(), ReviewRefusal> {
+    if signed.workspace.trim() != workspace {
+        return Err(ReviewRefusal::OtherWorkspace);
+    }
+    let key = reviewers
+        .iter()
+        .find(|k| k.to_text() == signed.key.trim())
+        .ok_or_else(|| ReviewRefusal::UntrustedKey(signed.key.trim().to_string()))?;
+    let signature: [u8; 64] = hex::decode(&signed.signature)
+        .ok()
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or(ReviewRefusal::BadSignature)?;
+    if !key.verify(
+        &review_signed_bytes(&signed.workspace, &signed.review),
+        &signature,
+    ) {
+        return Err(ReviewRefusal::BadSignature);
+    }
+    if signed.review.reviewer() != key.name() {
+        return Err(ReviewRefusal::NotTheSigner {
+            named: signed.review.reviewer().to_string(),
+            signer: key.name().to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Why a review is not authority.
@@ -145,6 +123,8 @@ pub struct SignedReview {
 pub enum ReviewRefusal {
     #[error("the key is not one this workspace trusts for reviews ({0}); add it with --reviewer")]
     UntrustedKey(String),
+    #[error("the review is for another workspace (its `workspace` is not this one's verifier key)")]
+    OtherWorkspace,
     #[error("the signature does not match the review and the key")]
     BadSignature,
     #[error("the review names {named} as its reviewer, but it is signed by {signer}")]
@@ -210,7 +190,12 @@ pub struct EvidenceStore {
     dir: PathBuf,
     log: EventLog,
     key: SigningKey,
+    /// The keys whose signed reviews are authority here.
+    reviewers: Vec<bl_store::VerifierKey>,
     decisions: Decisions,
+    /// Set when a write failed after the log may have changed: the store
+    /// refuses everything until it is opened again and read back.
+    broken: Option<String>,
     /// Where each decision was created, for its retries.
     created_at: BTreeMap<String, (u64, String)>,
 }
@@ -231,7 +216,11 @@ impl EvidenceStore {
     /// Opens (or makes) the workspace at `dir`, signing with `key`; the
     /// log is read back through the rules. Another process holding it is
     /// refused (`StoreError::Locked`).
-    pub fn open(dir: &Path, key: SigningKey) -> Result<EvidenceStore, EvidenceError> {
+    pub fn open(
+        dir: &Path,
+        key: SigningKey,
+        reviewers: Vec<bl_store::VerifierKey>,
+    ) -> Result<EvidenceStore, EvidenceError> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
             path: dir.to_path_buf(),
             source,
@@ -242,15 +231,48 @@ impl EvidenceStore {
             dir: dir.to_path_buf(),
             log,
             key,
+            reviewers,
             decisions: Decisions::default(),
+            broken: None,
             created_at: BTreeMap::new(),
         };
         store.replay(&path)?;
+        store.end_lost_reservations()?;
         Ok(store)
     }
 
+    /// A reservation still open when the store is opened was held by a
+    /// service that stopped: whether the tool ran is unknown, so it needs a
+    /// person (seed 004: an interrupted process), never a replay.
+    fn end_lost_reservations(&mut self) -> Result<(), EvidenceError> {
+        let lost: Vec<String> = self
+            .decisions
+            .iter()
+            .filter(|(_, d)| d.stage == Stage::Reserved)
+            .map(|(op, _)| op.clone())
+            .collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        for op in lost {
+            let cause = "the evidence service stopped while the tool was reserved; whether it ran is unknown".to_string();
+            self.record(&op, EvidenceEvent::ReconciliationRequired { cause }, now)?;
+        }
+        Ok(())
+    }
+
     fn replay(&mut self, path: &Path) -> Result<(), EvidenceError> {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                }
+                .into());
+            }
+        };
         for (i, line) in text.lines().enumerate() {
             let not_evidence = |message: String| EvidenceError::NotEvidence {
                 path: path.to_path_buf(),
@@ -260,6 +282,29 @@ impl EvidenceStore {
             let row: Value = serde_json::from_str(line).map_err(|e| not_evidence(e.to_string()))?;
             let logged: LoggedEvent = serde_json::from_value(row["payload"].clone())
                 .map_err(|e| not_evidence(format!("not an evidence event: {e}")))?;
+            if row["event_type"] != logged.evidence.kind() {
+                return Err(not_evidence(format!(
+                    "recorded as {}, but holds {}",
+                    row["event_type"],
+                    logged.evidence.kind()
+                )));
+            }
+            if logged.needs_review() {
+                let workspace = self.key.verifier().to_text();
+                match &logged.review {
+                    Some(signed) if logged.review_matches() => {
+                        check_review(signed, &workspace, &self.reviewers).map_err(|refusal| {
+                            not_evidence(format!("{}: {refusal}", logged.evidence.kind()))
+                        })?
+                    }
+                    _ => {
+                        return Err(not_evidence(format!(
+                            "{} without the signed review it must come from",
+                            logged.evidence.kind()
+                        )));
+                    }
+                }
+            }
             let changed = self.decisions.replay(&logged).map_err(|refusal| {
                 not_evidence(format!("{} refused: {refusal}", logged.evidence.kind()))
             })?;
@@ -282,6 +327,28 @@ impl EvidenceStore {
         event: EvidenceEvent,
         now: u64,
     ) -> Result<Recorded, EvidenceError> {
+        self.record_reviewed(operation_id, event, None, now)
+    }
+
+    fn record_reviewed(
+        &mut self,
+        operation_id: &str,
+        event: EvidenceEvent,
+        review: Option<SignedReview>,
+        now: u64,
+    ) -> Result<Recorded, EvidenceError> {
+        if let Some(why) = &self.broken {
+            return Err(EvidenceError::Broken(why.clone()));
+        }
+        let needs_review = matches!(
+            event,
+            EvidenceEvent::HumanApproved(_)
+                | EvidenceEvent::HumanRejected { .. }
+                | EvidenceEvent::Reconciled { .. }
+        );
+        if needs_review && review.is_none() {
+            return Err(EvidenceError::NeedsReview(event.kind()));
+        }
         let refused = |refusal| EvidenceError::Refused {
             operation_id: operation_id.to_string(),
             event: event.kind(),
@@ -308,6 +375,7 @@ impl EvidenceStore {
             operation_id: operation_id.to_string(),
             at: now,
             evidence: event.clone(),
+            review,
         })
         .expect("an evidence event is JSON");
         let timestamp = humantime::format_rfc3339_seconds(
@@ -315,21 +383,31 @@ impl EvidenceStore {
         )
         .to_string();
         let key = format!("{operation_id}/{sequence}");
-        self.log
-            .append_durable(&key, event.kind(), &payload, &timestamp)?;
+        // From here a failure may leave the line written: the state is
+        // committed with it, and any error breaks the store until it is
+        // opened again and read back, so nothing is granted twice.
+        if let Err(e) = self
+            .log
+            .append_durable(&key, event.kind(), &payload, &timestamp)
+        {
+            self.broken = Some(e.to_string());
+            return Err(e.into());
+        }
         let hash = self.log.head().hash.clone();
-        write_checkpoint(&self.dir, Some(&self.key)).map_err(|source| {
-            EvidenceError::Checkpoint {
-                dir: self.dir.clone(),
-                source,
-            }
-        })?;
         if matches!(event, EvidenceEvent::DecisionCreated(_)) {
             self.created_at
                 .insert(operation_id.to_string(), (sequence, hash.clone()));
         }
         let stage = next.stage;
         self.decisions.commit(operation_id, next);
+        if let Err(source) = write_checkpoint(&self.dir, Some(&self.key)) {
+            let e = EvidenceError::Checkpoint {
+                dir: self.dir.clone(),
+                source,
+            };
+            self.broken = Some(e.to_string());
+            return Err(e);
+        }
         Ok(Recorded {
             sequence,
             hash,
@@ -419,39 +497,31 @@ impl EvidenceStore {
         self.record(operation_id, EvidenceEvent::PolicyEvaluated(record), now)
     }
 
-    /// Records a person's review, if one of `reviewers` (verifier keys,
-    /// as `bl keys public` prints them) signed it and it names that key as
-    /// its reviewer; the rules then apply as to any event. Nothing else
-    /// records an approval, a rejection or a reconciliation.
-    pub fn review(
-        &mut self,
-        signed: &SignedReview,
-        reviewers: &[bl_store::VerifierKey],
-        now: u64,
-    ) -> Result<Recorded, EvidenceError> {
-        let review = &signed.review;
-        let refused = |refusal| EvidenceError::Review {
-            operation_id: review.operation_id().to_string(),
-            refusal,
-        };
-        let key = reviewers
-            .iter()
-            .find(|k| k.to_text() == signed.key.trim())
-            .ok_or_else(|| refused(ReviewRefusal::UntrustedKey(signed.key.trim().to_string())))?;
-        let signature: [u8; 64] = hex::decode(&signed.signature)
-            .ok()
-            .and_then(|bytes| bytes.try_into().ok())
-            .ok_or_else(|| refused(ReviewRefusal::BadSignature))?;
-        if !key.verify(&review.signed_bytes(), &signature) {
-            return Err(refused(ReviewRefusal::BadSignature));
-        }
-        if review.reviewer() != key.name() {
-            return Err(refused(ReviewRefusal::NotTheSigner {
-                named: review.reviewer().to_string(),
-                signer: key.name().to_string(),
-            }));
-        }
-        self.record(review.operation_id(), review.event(), now)
+    /// Records a person's review, if it is authority here (see
+    /// `check_review`); the rules then apply as to any event, and the
+    /// signed review is kept with it. Nothing else records an approval, a
+    /// rejection or a reconciliation.
+    pub fn review(&mut self, signed: &SignedReview, now: u64) -> Result<Recorded, EvidenceError> {
+        let workspace = self.key.verifier().to_text();
+        check_review(signed, &workspace, &self.reviewers).map_err(|refusal| {
+            EvidenceError::Review {
+                operation_id: signed.review.operation_id().to_string(),
+                refusal,
+            }
+        })?;
+        let event = signed.review.event();
+        self.record_reviewed(
+            signed.review.operation_id(),
+            event,
+            Some(signed.clone()),
+            now,
+        )
+    }
+
+    /// The verifier key of this workspace's checkpoints: what a review
+    /// names as its workspace, and what verifies the workspace offline.
+    pub fn verifier(&self) -> String {
+        self.key.verifier().to_text()
     }
 
     /// A decision's state, as the log makes it.
@@ -507,7 +577,9 @@ mod tests {
             thread_id: "t-1".into(),
             checkpoint_ns: "ns".into(),
             interrupt_id: "i-1".into(),
+            tool: "refund".into(),
             args_digest: "sha256:aa".into(),
+            policy_id: "refunds".into(),
             policy_version: "1".into(),
             expires_at: NOW + 60,
         })
@@ -518,6 +590,21 @@ mod tests {
             tool: "refund".into(),
             args_digest: "sha256:aa".into(),
         }
+    }
+
+    /// One reviewer key for the whole test process.
+    fn bob() -> SigningKey {
+        static BOB: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        SigningKey::parse(BOB.get_or_init(|| SigningKey::generate("bob").unwrap().to_text()))
+            .unwrap()
+    }
+
+    /// `event` (an approval), as bob's signed review for `store`.
+    fn reviewed(store: &EvidenceStore, event: EvidenceEvent) -> SignedReview {
+        let EvidenceEvent::HumanApproved(approval) = event else {
+            panic!("an approval")
+        };
+        sign_review(Review::Approve(approval), &store.verifier(), &bob())
     }
 
     fn key() -> SigningKey {
@@ -531,7 +618,7 @@ mod tests {
         let signer = key();
         let same_key = || SigningKey::parse(&signer.to_text()).unwrap();
         {
-            let mut store = EvidenceStore::open(&dir, same_key()).unwrap();
+            let mut store = EvidenceStore::open(&dir, same_key(), vec![bob().verifier()]).unwrap();
             let first = store.record("op-1", created(), NOW).unwrap();
             assert_eq!((first.sequence, first.retry), (1, false));
             let retry = store.record("op-1", created(), NOW + 5).unwrap();
@@ -553,27 +640,36 @@ mod tests {
                     NOW,
                 )
                 .unwrap();
-            store.record("op-1", approval(), NOW).unwrap();
+            assert!(matches!(
+                store.record("op-1", approval(), NOW),
+                Err(EvidenceError::NeedsReview("human_approved"))
+            ));
+            let signed = reviewed(&store, approval());
+            store.review(&signed, NOW).unwrap();
             let reserved = store.record("op-1", reserve(), NOW).unwrap();
             assert_eq!((reserved.sequence, reserved.stage), (5, Stage::Reserved));
             // The process is lost here, after the reservation.
         }
-        let mut store = EvidenceStore::open(&dir, same_key()).unwrap();
-        assert_eq!(store.decision("op-1").unwrap().stage, Stage::Reserved);
+        // Reopened, the lost reservation needs a person: nothing replays.
+        let mut store = EvidenceStore::open(&dir, same_key(), vec![bob().verifier()]).unwrap();
+        assert_eq!(
+            store.decision("op-1").unwrap().stage,
+            Stage::ReconciliationRequired
+        );
         match store.record("op-1", reserve(), NOW) {
             Err(EvidenceError::Refused {
-                refusal: Refusal::AlreadyReserved,
+                refusal: Refusal::ReconciliationRequired,
                 ..
             }) => {}
             other => panic!("{other:?}"),
         }
         // Nothing refused was written; five events, five signed checkpoints.
         let lines = std::fs::read_to_string(dir.join(EVENTS_FILE)).unwrap();
-        assert_eq!(lines.lines().count(), 5);
+        assert_eq!(lines.lines().count(), 6);
         let report = bl_store::provable::verify_checkpoints(&dir, Some(&signer.verifier()))
             .unwrap()
             .unwrap();
-        assert_eq!(report.checked, 5);
+        assert_eq!(report.checked, 6);
         assert!(report.signatures_checked);
         // `bl verify` with the public key alone: integrity, order, who approved.
         let options = bl_verify::Options {
@@ -586,7 +682,7 @@ mod tests {
         assert!(report.ok(), "{report:?}");
         let evidence = report.checks.iter().find(|c| c.name == "evidence").unwrap();
         assert!(
-            evidence.detail.contains("1 reserved and not yet executed")
+            evidence.detail.contains("1 awaiting reconciliation")
                 && evidence.detail.contains("op-1 approved by bob for alice")
                 && evidence.detail.contains("Not established"),
             "{}",
@@ -597,7 +693,7 @@ mod tests {
     #[test]
     fn events_for_an_unknown_decision_and_a_second_writer_are_refused() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut store = EvidenceStore::open(tmp.path(), key()).unwrap();
+        let mut store = EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]).unwrap();
         assert!(matches!(
             store.record("op-9", reserve(), NOW),
             Err(EvidenceError::Refused {
@@ -616,7 +712,7 @@ mod tests {
             })
         ));
         assert!(matches!(
-            EvidenceStore::open(tmp.path(), key()),
+            EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]),
             Err(EvidenceError::Store(StoreError::Locked { .. }))
         ));
     }
@@ -643,7 +739,7 @@ mod tests {
             return;
         };
         let tmp = tempfile::tempdir().unwrap();
-        let mut store = EvidenceStore::open(tmp.path(), key()).unwrap();
+        let mut store = EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]).unwrap();
         store.record("op-1", created(), NOW).unwrap();
         // A policy that cannot decide is an error, and nothing is recorded.
         assert!(matches!(
@@ -675,7 +771,7 @@ mod tests {
     #[test]
     fn only_a_trusted_reviewers_signed_review_is_recorded() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut store = EvidenceStore::open(tmp.path(), key()).unwrap();
+        let mut store = EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]).unwrap();
         for event in [
             created(),
             policy(),
@@ -686,9 +782,8 @@ mod tests {
         ] {
             store.record("op-1", event, NOW).unwrap();
         }
-        let bob = SigningKey::generate("bob").unwrap();
-        let mallory = SigningKey::generate("mallory").unwrap();
-        let trusted = [bob.verifier()];
+        let (bob, mallory) = (bob(), SigningKey::generate("mallory").unwrap());
+        let here = store.verifier();
         let EvidenceEvent::HumanApproved(approval) = approval() else {
             unreachable!()
         };
@@ -699,24 +794,33 @@ mod tests {
         // Signed by a key the workspace does not trust.
         let mut by_mallory = approval.clone();
         by_mallory.reviewer = "mallory".into();
+        let signed = sign_review(Review::Approve(by_mallory), &here, &mallory);
         assert!(matches!(
-            refusal(store.review(&Review::Approve(by_mallory).sign(&mallory), &trusted, NOW)),
+            refusal(store.review(&signed, NOW)),
             ReviewRefusal::UntrustedKey(_)
         ));
         // Bob's key, but the review was changed after he signed it.
-        let mut tampered = Review::Approve(approval.clone()).sign(&bob);
+        let mut tampered = sign_review(Review::Approve(approval.clone()), &here, &bob);
         if let Review::Approve(a) = &mut tampered.review {
             a.expires_at += 3600;
         }
         assert_eq!(
-            refusal(store.review(&tampered, &trusted, NOW)),
+            refusal(store.review(&tampered, NOW)),
             ReviewRefusal::BadSignature
+        );
+        // Bob's, but for another workspace.
+        let elsewhere = key().verifier().to_text();
+        let signed = sign_review(Review::Approve(approval.clone()), &elsewhere, &bob);
+        assert_eq!(
+            refusal(store.review(&signed, NOW)),
+            ReviewRefusal::OtherWorkspace
         );
         // Bob signing in another reviewer's name.
         let mut as_carol = approval.clone();
         as_carol.reviewer = "carol".into();
+        let signed = sign_review(Review::Approve(as_carol), &here, &bob);
         assert_eq!(
-            refusal(store.review(&Review::Approve(as_carol).sign(&bob), &trusted, NOW)),
+            refusal(store.review(&signed, NOW)),
             ReviewRefusal::NotTheSigner {
                 named: "carol".into(),
                 signer: "bob".into()
@@ -726,23 +830,75 @@ mod tests {
             store.decision("op-1").unwrap().stage,
             Stage::AwaitingApproval
         );
-        // Bob's own: recorded, and then a rejection comes too late.
-        let recorded = store
-            .review(&Review::Approve(approval).sign(&bob), &trusted, NOW)
-            .unwrap();
-        assert_eq!(recorded.stage, Stage::Cleared);
+        // Bob's own: recorded with its signature, and a rejection comes too late.
+        let signed = sign_review(Review::Approve(approval), &here, &bob);
+        assert_eq!(store.review(&signed, NOW).unwrap().stage, Stage::Cleared);
         let late = Review::Reject {
             operation_id: "op-1".into(),
             reviewer: "bob".into(),
             reason: "second thoughts".into(),
         };
         assert!(matches!(
-            store.review(&late.sign(&bob), &trusted, NOW),
+            store.review(&sign_review(late, &here, &bob), NOW),
             Err(EvidenceError::Refused {
                 refusal: Refusal::AlreadyApproved,
                 ..
             })
         ));
+        let log = std::fs::read_to_string(tmp.path().join(EVENTS_FILE)).unwrap();
+        let last: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+        assert_eq!(
+            last["payload"]["review"],
+            serde_json::to_value(&signed).unwrap()
+        );
+    }
+
+    #[test]
+    fn an_approval_written_past_the_service_does_not_open_or_verify() {
+        let tmp = tempfile::tempdir().unwrap();
+        let signer = key();
+        let verifier = signer.verifier().to_text();
+        {
+            let mut store =
+                EvidenceStore::open(tmp.path(), signer, vec![bob().verifier()]).unwrap();
+            for event in [
+                created(),
+                policy(),
+                EvidenceEvent::ApprovalRequested {
+                    checkpoint_ns: "ns".into(),
+                    interrupt_id: "i-1".into(),
+                },
+            ] {
+                store.record("op-1", event, NOW).unwrap();
+            }
+        }
+        {
+            // Whoever can write the file appends an approval with no review.
+            let mut log = EventLog::open(&tmp.path().join(EVENTS_FILE), identity()).unwrap();
+            let payload =
+                serde_json::json!({"operation_id": "op-1", "at": NOW, "evidence": approval()});
+            log.append_durable("op-1/4", "human_approved", &payload, "2027-01-15T08:00:00Z")
+                .unwrap();
+        }
+        match EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]) {
+            Err(EvidenceError::NotEvidence {
+                line: 4, message, ..
+            }) => {
+                assert!(message.contains("signed review"), "{message}")
+            }
+            other => panic!("{:?}", other.err()),
+        }
+        let options = bl_verify::Options {
+            verifier: Some(bl_store::VerifierKey::parse(&verifier).unwrap()),
+            ..Default::default()
+        };
+        let bl_verify::Report::Graph(report) = bl_verify::verify(tmp.path(), &options).unwrap()
+        else {
+            panic!("an event log");
+        };
+        let evidence = report.checks.iter().find(|c| c.name == "evidence").unwrap();
+        assert_eq!(evidence.status, bl_verify::Status::Fail, "{evidence:?}");
+        assert!(evidence.detail.contains("line 4"), "{}", evidence.detail);
     }
 
     #[test]
@@ -757,7 +913,7 @@ mod tests {
             log.append_durable("op-1/1", "tool_requested", &payload, "2027-01-15T08:00:00Z")
                 .unwrap();
         }
-        match EvidenceStore::open(tmp.path(), key()) {
+        match EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]) {
             Err(EvidenceError::NotEvidence {
                 line: 1, message, ..
             }) => {

@@ -33,9 +33,9 @@ pub enum EvidenceCommand {
         /// reviews are recorded; repeat for each reviewer.
         #[arg(long = "reviewer")]
         reviewers: Vec<String>,
-        /// The publication-policy plugin asked when the app names none.
+        /// The publication-policy plugin that decides every decision.
         #[arg(long)]
-        policy: Option<String>,
+        policy: String,
         /// That policy's config, as JSON.
         #[arg(long, default_value = "{}")]
         policy_config: String,
@@ -46,6 +46,10 @@ pub enum EvidenceCommand {
         /// The reviewer's private key (`bl keys generate --name NAME`).
         #[arg(long)]
         key: PathBuf,
+        /// The workspace's verifier key (printed by `serve`, a file or the
+        /// text): the review is authority there only.
+        #[arg(long = "for")]
+        workspace: String,
         /// The review, a JSON file.
         review: PathBuf,
     },
@@ -84,7 +88,7 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
                     (token.clone(), token)
                 }
             };
-            let store = bl_app::evidence::EvidenceStore::open(&workspace, key)
+            let store = bl_app::evidence::EvidenceStore::open(&workspace, key, reviewers)
                 .map_err(|e| CliError::refused(format!("evidence: {e}")))?;
             let listener = std::net::TcpListener::bind(http).map_err(|e| {
                 CliError::refused(format!("evidence: cannot listen on {http}: {e}"))
@@ -100,8 +104,7 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
                     store,
                     listener,
                     token,
-                    reviewers,
-                    policy: policy.map(|p| (p, policy_config)),
+                    policy: (policy, policy_config),
                     plugins: bl_app::plugin_host::shared(),
                 },
                 || bl_core::interrupt::requested().is_some(),
@@ -109,8 +112,13 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
             .map_err(|e| CliError::refused(e.to_string()))?;
             Ok(Exit::Success)
         }
-        EvidenceCommand::SignReview { key, review } => {
+        EvidenceCommand::SignReview {
+            key,
+            workspace,
+            review,
+        } => {
             let key = bl_app::keys::read_signing_key(&key)?;
+            let workspace = bl_app::keys::read_verifier_key(&workspace)?.to_text();
             let text = std::fs::read_to_string(&review)
                 .map_err(|e| CliError::refused(format!("evidence: {}: {e}", review.display())))?;
             let review: bl_app::evidence::Review = serde_json::from_str(&text).map_err(|e| {
@@ -121,7 +129,8 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
             })?;
             output::outln!(
                 "{}",
-                serde_json::to_string(&review.sign(&key)).expect("a signed review is JSON")
+                serde_json::to_string(&bl_app::evidence::sign_review(review, &workspace, &key))
+                    .expect("a signed review is JSON")
             );
             Ok(Exit::Success)
         }

@@ -136,11 +136,13 @@ pub struct PolicyRecord {
 pub struct Approval {
     pub reviewer: String,
     pub operation_id: String,
+    pub tool: String,
     pub identity: String,
     pub thread_id: String,
     pub checkpoint_ns: String,
     pub interrupt_id: String,
     pub args_digest: String,
+    pub policy_id: String,
     pub policy_version: String,
     /// Seconds since the Unix epoch after which it is no authority.
     pub expires_at: u64,
@@ -189,6 +191,13 @@ pub enum Refusal {
     NoApprovalRequest,
     #[error("this decision needs no approval: the policy cleared it")]
     ApprovalNotNeeded,
+    #[error(
+        "approval was already requested at {checkpoint_ns}/{interrupt_id}: each pause for a person has its own interrupt id"
+    )]
+    RequestRepeated {
+        checkpoint_ns: String,
+        interrupt_id: String,
+    },
     #[error("the decision was rejected by {0}; a rejection is final")]
     Rejected(String),
     #[error("the decision was already approved; it cannot be rejected now")]
@@ -246,6 +255,7 @@ impl Refusal {
             Refusal::ApprovalRequired => "ApprovalRequired",
             Refusal::NoApprovalRequest => "NoApprovalRequest",
             Refusal::ApprovalNotNeeded => "ApprovalNotNeeded",
+            Refusal::RequestRepeated { .. } => "RequestRepeated",
             Refusal::Rejected(_) => "Rejected",
             Refusal::AlreadyApproved => "AlreadyApproved",
             Refusal::ApprovalMismatch { .. } => "ApprovalMismatch",
@@ -281,8 +291,11 @@ pub struct Decision {
     pub binding: DecisionBinding,
     pub stage: Stage,
     pub policy: Option<PolicyRecord>,
-    /// The approval request's (checkpoint namespace, interrupt id).
+    /// The approval request's (checkpoint namespace, interrupt id): the
+    /// latest, which an approval must answer.
     pub approval_request: Option<(String, String)>,
+    /// Every request made, so that none is made again.
+    pub approval_requests: Vec<(String, String)>,
     pub approval: Option<Approval>,
     pub rejected_by: Option<String>,
     pub model_outputs: Vec<String>,
@@ -297,6 +310,7 @@ impl Decision {
             stage: Stage::Created,
             policy: None,
             approval_request: None,
+            approval_requests: Vec::new(),
             approval: None,
             rejected_by: None,
             model_outputs: Vec::new(),
@@ -365,8 +379,17 @@ impl Decision {
             } => {
                 self.expect_awaiting_approval()?;
                 // The latest request is the one an approval must answer (a
-                // resumed graph may interrupt again).
-                self.approval_request = Some((checkpoint_ns.clone(), interrupt_id.clone()));
+                // resumed graph may interrupt again); an earlier one is never
+                // made current again, or its stale approval would answer.
+                let request = (checkpoint_ns.clone(), interrupt_id.clone());
+                if self.approval_requests.contains(&request) {
+                    return Err(Refusal::RequestRepeated {
+                        checkpoint_ns: request.0,
+                        interrupt_id: request.1,
+                    });
+                }
+                self.approval_requests.push(request.clone());
+                self.approval_request = Some(request);
             }
             E::HumanApproved(approval) => {
                 self.expect_awaiting_approval()?;
@@ -530,7 +553,9 @@ impl Decision {
             ("thread_id", &want.thread_id, &approval.thread_id),
             ("checkpoint_ns", checkpoint_ns, &approval.checkpoint_ns),
             ("interrupt_id", interrupt_id, &approval.interrupt_id),
+            ("tool", &want.tool, &approval.tool),
             ("args_digest", &want.args_digest, &approval.args_digest),
+            ("policy_id", &policy.policy_id, &approval.policy_id),
             ("policy_version", &policy.version, &approval.policy_version),
         ] {
             differs(field, expected, found).map_err(approval_mismatch)?;
@@ -562,13 +587,108 @@ impl Decision {
 }
 
 /// What one line of an evidence log carries (its payload): the event, for
-/// which operation, at what time (seconds since the epoch).
+/// which operation, at what time (seconds since the epoch), and for a
+/// person's decision the signed review it came from, kept whole so that
+/// anyone can check the signature again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoggedEvent {
     pub operation_id: String,
     pub at: u64,
     pub evidence: EvidenceEvent,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<SignedReview>,
+}
+
+impl LoggedEvent {
+    /// Whether the event is one only a person's signed review may record.
+    pub fn needs_review(&self) -> bool {
+        matches!(
+            self.evidence,
+            EvidenceEvent::HumanApproved(_)
+                | EvidenceEvent::HumanRejected { .. }
+                | EvidenceEvent::Reconciled { .. }
+        )
+    }
+
+    /// Whether the review it carries is for exactly this event.
+    pub fn review_matches(&self) -> bool {
+        self.review.as_ref().is_some_and(|signed| {
+            signed.review.operation_id() == self.operation_id
+                && signed.review.event() == self.evidence
+        })
+    }
+}
+
+/// What a reviewer decides about a decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "review", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Review {
+    Approve(Approval),
+    Reject {
+        operation_id: String,
+        reviewer: String,
+        reason: String,
+    },
+    Reconcile {
+        operation_id: String,
+        reviewer: String,
+        executed: bool,
+    },
+}
+
+impl Review {
+    pub fn operation_id(&self) -> &str {
+        match self {
+            Review::Approve(a) => &a.operation_id,
+            Review::Reject { operation_id, .. } | Review::Reconcile { operation_id, .. } => {
+                operation_id
+            }
+        }
+    }
+
+    pub fn reviewer(&self) -> &str {
+        match self {
+            Review::Approve(a) => &a.reviewer,
+            Review::Reject { reviewer, .. } | Review::Reconcile { reviewer, .. } => reviewer,
+        }
+    }
+
+    /// The event the review records.
+    pub fn event(&self) -> EvidenceEvent {
+        match self.clone() {
+            Review::Approve(approval) => EvidenceEvent::HumanApproved(approval),
+            Review::Reject {
+                reviewer, reason, ..
+            } => EvidenceEvent::HumanRejected { reviewer, reason },
+            Review::Reconcile {
+                reviewer, executed, ..
+            } => EvidenceEvent::Reconciled { executed, reviewer },
+        }
+    }
+}
+
+/// A review for one workspace, with its reviewer's key and signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedReview {
+    /// The verifier key of the workspace the review is for: a review is
+    /// no authority in another workspace.
+    pub workspace: String,
+    pub review: Review,
+    /// The reviewer's verifier key.
+    pub key: String,
+    /// Ed25519 over [`review_signed_bytes`], in hex.
+    pub signature: String,
+}
+
+/// The bytes a reviewer signs: a tag, then the canonical JSON of the
+/// workspace and the review.
+pub fn review_signed_bytes(workspace: &str, review: &Review) -> Vec<u8> {
+    let body = serde_json::json!({"workspace": workspace, "review": review});
+    let mut bytes = b"bl-evidence-review/v1\n".to_vec();
+    bytes.extend(crate::canonical::canonical_json(&body).into_bytes());
+    bytes
 }
 
 /// Every decision of an evidence log, by operation id.
@@ -614,6 +734,12 @@ impl Decisions {
             (None, _) => Err(Refusal::NotCreated),
             (Some(decision), EvidenceEvent::DecisionCreated(_)) => {
                 decision.clone().apply(event, now).map(|()| None)
+            }
+            // A rejection given again (a relayed review retried): the same.
+            (Some(decision), EvidenceEvent::HumanRejected { .. })
+                if decision.stage == Stage::Rejected =>
+            {
+                Ok(None)
             }
             (Some(decision), _) => {
                 let mut next = decision.clone();
@@ -718,7 +844,9 @@ mod tests {
             thread_id: "thread-1".into(),
             checkpoint_ns: "review:1".into(),
             interrupt_id: "int-1".into(),
+            tool: "refund".into(),
             args_digest: "sha256:aa".into(),
+            policy_id: "refunds".into(),
             policy_version: "3".into(),
             expires_at: NOW + 600,
         }
@@ -831,8 +959,10 @@ mod tests {
     #[test]
     fn an_approval_bound_to_anything_else_is_no_authority_and_names_the_field() {
         type Change = fn(&mut Approval);
-        let cases: [(&str, Change); 7] = [
+        let cases: [(&str, Change); 9] = [
             ("operation_id", |a| a.operation_id = "op-2".into()),
+            ("tool", |a| a.tool = "transfer".into()),
+            ("policy_id", |a| a.policy_id = "other-policy".into()),
             ("identity", |a| a.identity = "mallory".into()),
             ("thread_id", |a| a.thread_id = "thread-2".into()),
             ("checkpoint_ns", |a| a.checkpoint_ns = "review:0".into()),
@@ -870,6 +1000,51 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn an_earlier_interrupt_is_never_requested_again() {
+        let mut d = after(&[
+            policy(true, true),
+            requested(),
+            E::ApprovalRequested {
+                checkpoint_ns: "review:1".into(),
+                interrupt_id: "int-2".into(),
+            },
+        ]);
+        assert!(matches!(
+            d.apply(&requested(), NOW),
+            Err(Refusal::RequestRepeated { .. })
+        ));
+        assert_eq!(
+            d.approval_request,
+            Some(("review:1".into(), "int-2".into()))
+        );
+    }
+
+    #[test]
+    fn a_rejection_given_again_is_the_same_rejection() {
+        let mut decisions = Decisions::default();
+        let rejected = E::HumanRejected {
+            reviewer: "carol".into(),
+            reason: "no".into(),
+        };
+        for e in [
+            E::DecisionCreated(binding()),
+            policy(true, true),
+            rejected.clone(),
+        ] {
+            assert!(
+                decisions.accept("op-1", &e, NOW).unwrap().is_some(),
+                "{}",
+                e.kind()
+            );
+            let next = decisions.accept("op-1", &e, NOW).unwrap();
+            if let Some(d) = next {
+                decisions.commit("op-1", d);
+            }
+        }
+        assert_eq!(decisions.accept("op-1", &rejected, NOW), Ok(None));
     }
 
     #[test]

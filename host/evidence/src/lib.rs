@@ -10,10 +10,12 @@
 //!
 //! Routes (JSON bodies, `Authorization: Bearer <token>`):
 //! - `POST /v1/decisions`: a decision's binding (`decision_created`);
-//! - `POST /v1/decisions/{op}/policy`: the policy plugin decides;
+//! - `POST /v1/decisions/{op}/policy`: the operator's policy plugin
+//!   decides (the app cannot choose it);
 //! - `POST /v1/decisions/{op}/events`: an event from the app;
 //! - `POST /v1/reviews`: a signed review;
-//! - `GET /v1/decisions/{op}`: where the decision stands.
+//! - `GET /v1/decisions/{op}`: where the decision stands. Permission to
+//!   call the tool is the answer to `tool_requested` alone, given once.
 
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +26,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bl_app::evidence::{EvidenceError, EvidenceStore, Recorded, SignedReview};
 use bl_core::evidence::{DecisionBinding, EvidenceEvent};
-use bl_store::VerifierKey;
 use serde_json::{Value, json};
 
 /// What the service serves and whom it lets in.
@@ -33,11 +34,9 @@ pub struct ServeOptions {
     pub listener: std::net::TcpListener,
     /// The bearer token the app must send.
     pub token: String,
-    /// The keys whose signed reviews are recorded.
-    pub reviewers: Vec<VerifierKey>,
-    /// The policy plugin (a publication policy) and its config, asked when
-    /// the app does not name one.
-    pub policy: Option<(String, String)>,
+    /// The policy plugin (a publication policy) and its config: the
+    /// operator's choice, never the app's.
+    pub policy: (String, String),
     pub plugins: Arc<bl_plugins::PluginHost>,
 }
 
@@ -51,8 +50,7 @@ pub enum ServeError {
 
 struct Service {
     store: Mutex<EvidenceStore>,
-    reviewers: Vec<VerifierKey>,
-    policy: Option<(String, String)>,
+    policy: (String, String),
     plugins: Arc<bl_plugins::PluginHost>,
 }
 
@@ -67,7 +65,6 @@ pub fn serve(
     }
     let service = Arc::new(Service {
         store: Mutex::new(options.store),
-        reviewers: options.reviewers,
         policy: options.policy,
         plugins: options.plugins,
     });
@@ -85,10 +82,12 @@ pub fn serve(
     Ok(bl_web::run_server(options.listener, app, stop)?)
 }
 
+/// Seconds since the epoch; a clock before it makes every approval
+/// expired (fail closed), never none.
 fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .map_or(u64::MAX, |d| d.as_secs())
 }
 
 impl Service {
@@ -132,6 +131,11 @@ fn answer(outcome: Result<Recorded, EvidenceError>) -> Response {
                 "operation_id": operation_id,
                 "message": refusal.to_string(),
             }})),
+        )
+            .into_response(),
+        Err(e @ (EvidenceError::NeedsReview(_) | EvidenceError::Broken(_))) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": {"code": "NotRecorded", "message": e.to_string()}})),
         )
             .into_response(),
         // A policy that cannot decide is no answer: fail closed.
@@ -209,6 +213,7 @@ async fn policy(
     Path(op): Path<String>,
     bytes: axum::body::Bytes,
 ) -> Response {
+    // The policy is the operator's: an app that names one is refused.
     let asked: Value = if bytes.is_empty() {
         Value::Null
     } else {
@@ -217,26 +222,23 @@ async fn policy(
             Err(refused) => return *refused,
         }
     };
-    let chosen = match (asked["plugin"].as_str(), &service.policy) {
-        (Some(plugin), _) => (
-            plugin.to_string(),
-            asked["config"]
-                .as_str()
-                .map_or_else(|| "{}".to_string(), str::to_string),
-        ),
-        (None, Some(default)) => default.clone(),
-        (None, None) => {
-            return bad_request(
-                "no policy: name one ({\"plugin\": NAME}) or start the service with --policy NAME"
-                    .into(),
-            );
-        }
-    };
+    if asked.as_object().is_some_and(|o| !o.is_empty()) {
+        return (
+            StatusCode::FORBIDDEN,
+            Json(json!({"refused": {
+                "code": "NotFromTheApp",
+                "event": "policy_evaluated",
+                "message": "the policy and its config are the operator's (bl evidence serve --policy); send an empty body",
+            }})),
+        )
+            .into_response();
+    }
+    let (plugin, config) = &service.policy;
     let plugins = service.plugins.clone();
     answer(
         service
             .store()
-            .evaluate_policy(&plugins, &op, &chosen.0, &chosen.1, now()),
+            .evaluate_policy(&plugins, &op, plugin, config, now()),
     )
 }
 
@@ -245,7 +247,7 @@ async fn review(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -
         Ok(r) => r,
         Err(refused) => return *refused,
     };
-    answer(service.store().review(&signed, &service.reviewers, now()))
+    answer(service.store().review(&signed, now()))
 }
 
 async fn show(State(service): State<Arc<Service>>, Path(op): Path<String>) -> Response {
@@ -254,7 +256,6 @@ async fn show(State(service): State<Arc<Service>>, Path(op): Path<String>) -> Re
         Some(d) => Json(json!({
             "operation_id": op,
             "stage": d.stage,
-            "may_call_tool": d.may_call_tool(),
             "policy": d.policy,
             "approval": d.approval,
             "rejected_by": d.rejected_by,

@@ -4,13 +4,16 @@
 
 use std::path::Path;
 
-use bl_core::evidence::{Decisions, EVIDENCE_PROJECT, LoggedEvent, Stage};
+use bl_core::evidence::{Decisions, EVIDENCE_PROJECT, LoggedEvent, Stage, review_signed_bytes};
 use serde_json::Value;
 
 use crate::graph_run::Finding;
 
 /// `Ok(None)`: the log is not an evidence log.
-pub(crate) fn verify_evidence(log: &Path) -> Result<Option<String>, Finding> {
+pub(crate) fn verify_evidence(
+    log: &Path,
+    workspace_key: Option<&bl_store::VerifierKey>,
+) -> Result<Option<String>, Finding> {
     let text = std::fs::read_to_string(log).map_err(|source| Finding::Unreadable {
         path: log.to_path_buf(),
         source,
@@ -37,6 +40,11 @@ pub(crate) fn verify_evidence(log: &Path) -> Result<Option<String>, Finding> {
                 logged.evidence.kind()
             )));
         }
+        if logged.needs_review() {
+            check_review(&logged, workspace_key).map_err(|why| {
+                Finding::Evidence(format!("line {line}: {} {why}", logged.evidence.kind()))
+            })?;
+        }
         decisions.replay(&logged).map_err(|refusal| {
             Finding::Evidence(format!(
                 "line {line}: {} for operation {} breaks the rules: {refusal}",
@@ -49,6 +57,38 @@ pub(crate) fn verify_evidence(log: &Path) -> Result<Option<String>, Finding> {
         return Ok(None);
     }
     Ok(Some(summary(&decisions)))
+}
+
+/// A person's decision must carry the review it came from, for this
+/// workspace (when its key is known), signed by the key it names.
+fn check_review(
+    logged: &LoggedEvent,
+    workspace_key: Option<&bl_store::VerifierKey>,
+) -> Result<(), &'static str> {
+    let signed = match &logged.review {
+        Some(signed) if logged.review_matches() => signed,
+        Some(_) => return Err("carries a review for another event"),
+        None => return Err("carries no signed review"),
+    };
+    if workspace_key.is_some_and(|k| k.to_text() != signed.workspace.trim()) {
+        return Err("carries a review for another workspace");
+    }
+    let key =
+        bl_store::VerifierKey::parse(&signed.key).map_err(|_| "names no valid reviewer key")?;
+    let signature: [u8; 64] = hex::decode(&signed.signature)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or("carries no valid signature")?;
+    if !key.verify(
+        &review_signed_bytes(&signed.workspace, &signed.review),
+        &signature,
+    ) {
+        return Err("carries a review whose signature does not match");
+    }
+    if signed.review.reviewer() != key.name() {
+        return Err("names another reviewer than the key that signed it");
+    }
+    Ok(())
 }
 
 fn summary(decisions: &Decisions) -> String {
@@ -68,7 +108,7 @@ fn summary(decisions: &Decisions) -> String {
         .collect();
     let outcomes: usize = decisions.iter().map(|(_, d)| d.outcomes).sum();
     format!(
-        "{} decision(s), every event in an order the rules accept: {} executed, {} reserved and not yet executed, {} awaiting reconciliation, {} abandoned, {} rejected, {} blocked, {} not yet requested; {}; {outcomes} outcome(s) observed, as their sources reported them. Not established: that any action or outcome was right in the world outside",
+        "{} decision(s), every event in an order the rules accept: {} executed, {} reserved and not yet executed, {} awaiting reconciliation, {} abandoned, {} rejected, {} blocked, {} not yet requested; {}; {outcomes} outcome(s) observed, as the app reported them. Not established: that any action or outcome was right in the world outside, or that a reviewer's key belongs to the person it names",
         decisions.len(),
         count(Stage::Executed),
         count(Stage::Reserved),

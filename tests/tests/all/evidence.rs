@@ -23,19 +23,22 @@ impl Drop for Service {
 }
 
 impl Service {
-    fn start(dir: &Path) -> Service {
+    /// The service for workspace `ws`, deciding with the policy plugin `policy`.
+    fn start(dir: &Path, ws: &str, policy: &str) -> Service {
         let mut command = Command::new(bl_binary());
         command.current_dir(dir).args([
             "evidence",
             "serve",
             "--workspace",
-            "ws",
+            ws,
             "--key",
             "ws.key",
             "--token-file",
             "token",
             "--reviewer",
             "bob.pub",
+            "--policy",
+            policy,
         ]);
         let (child, url) = serving(&mut command, "evidence");
         let token = std::fs::read_to_string(dir.join("token")).unwrap();
@@ -81,7 +84,15 @@ fn sign(dir: &Path, key: &str, review: &Value) -> Value {
     std::fs::write(dir.join("review.json"), review.to_string()).unwrap();
     let signed = bl_in(
         dir,
-        &["evidence", "sign-review", "--key", key, "review.json"],
+        &[
+            "evidence",
+            "sign-review",
+            "--key",
+            key,
+            "--for",
+            "ws.pub",
+            "review.json",
+        ],
     );
     assert!(signed.status.success(), "{signed:?}");
     serde_json::from_slice(&signed.stdout).unwrap()
@@ -96,7 +107,7 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     keys(dir);
-    let service = Service::start(dir);
+    let service = Service::start(dir, "ws", "deny-all");
 
     // No token, no service.
     let (status, _) = http_request(&service.url, "GET", "/decisions/op-1", &[], b"");
@@ -131,24 +142,19 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
         "{refused}"
     );
 
-    // A policy that cannot run is no answer, and nothing is recorded.
-    let (code, failed) = service.call(
+    // The policy is the operator's: an app that names one is refused.
+    let (code, refused) = service.call(
         "POST",
         "/decisions/op-1/policy",
-        &json!({"plugin": "no-such-policy"}),
+        &json!({"plugin": "allow-everything"}),
     );
     assert_eq!(
-        (code, failed["error"]["code"].clone()),
-        (502, json!("PolicyError")),
-        "{failed}"
+        (code, refused["refused"]["code"].clone()),
+        (403, json!("NotFromTheApp"))
     );
 
     // The real deny-all policy blocks it, and a block is final.
-    let (code, blocked) = service.call(
-        "POST",
-        "/decisions/op-1/policy",
-        &json!({"plugin": "deny-all"}),
-    );
+    let (code, blocked) = service.call("POST", "/decisions/op-1/policy", &Value::Null);
     assert_eq!(
         (code, blocked["stage"].clone()),
         (200, json!("blocked")),
@@ -179,14 +185,26 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
 
     // A restarted service reads the state back from the log.
     drop(service);
-    let service = Service::start(dir);
+    let service = Service::start(dir, "ws", "deny-all");
     let (code, shown) = service.call("GET", "/decisions/op-1", &Value::Null);
     assert_eq!(
         (code, shown["stage"].clone(), shown["rejected_by"].clone()),
         (200, json!("rejected"), json!("bob"))
     );
-    assert_eq!(shown["may_call_tool"], json!(false));
     drop(service);
+
+    // A policy that cannot run is no answer, and nothing is recorded.
+    let broken = Service::start(dir, "ws2", "no-such-policy");
+    broken.call("POST", "/decisions", &decision("op-2"));
+    let (code, failed) = broken.call("POST", "/decisions/op-2/policy", &Value::Null);
+    assert_eq!(
+        (code, failed["error"]["code"].clone()),
+        (502, json!("PolicyError")),
+        "{failed}"
+    );
+    let (_, shown) = broken.call("GET", "/decisions/op-2", &Value::Null);
+    assert_eq!(shown["stage"], json!("created"));
+    drop(broken);
 
     // Anyone with the workspace's public key alone verifies it.
     let public = bl_in(dir, &["keys", "public", "ws.key"]);
