@@ -768,20 +768,22 @@ mod tests {
         ));
     }
 
+    /// Records op-1 up to a person's approval being asked for.
+    fn awaiting_approval(store: &mut EvidenceStore) {
+        let asked = EvidenceEvent::ApprovalRequested {
+            checkpoint_ns: "ns".into(),
+            interrupt_id: "i-1".into(),
+        };
+        for event in [created(), policy(), asked] {
+            store.record("op-1", event, NOW).unwrap();
+        }
+    }
+
     #[test]
     fn only_a_trusted_reviewers_signed_review_is_recorded() {
         let tmp = tempfile::tempdir().unwrap();
         let mut store = EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]).unwrap();
-        for event in [
-            created(),
-            policy(),
-            EvidenceEvent::ApprovalRequested {
-                checkpoint_ns: "ns".into(),
-                interrupt_id: "i-1".into(),
-            },
-        ] {
-            store.record("op-1", event, NOW).unwrap();
-        }
+        awaiting_approval(&mut store);
         let (bob, mallory) = (bob(), SigningKey::generate("mallory").unwrap());
         let here = store.verifier();
         let EvidenceEvent::HumanApproved(approval) = approval() else {
@@ -861,77 +863,62 @@ mod tests {
         {
             let mut store =
                 EvidenceStore::open(tmp.path(), signer, vec![bob().verifier()]).unwrap();
-            for event in [
-                created(),
-                policy(),
-                EvidenceEvent::ApprovalRequested {
-                    checkpoint_ns: "ns".into(),
-                    interrupt_id: "i-1".into(),
-                },
-            ] {
-                store.record("op-1", event, NOW).unwrap();
-            }
+            awaiting_approval(&mut store);
         }
-        {
-            // Whoever can write the file appends an approval with no review.
-            let mut log = EventLog::open(&tmp.path().join(EVENTS_FILE), identity()).unwrap();
-            let payload =
-                serde_json::json!({"operation_id": "op-1", "at": NOW, "evidence": approval()});
-            log.append_durable("op-1/4", "human_approved", &payload, "2027-01-15T08:00:00Z")
-                .unwrap();
-        }
-        match EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]) {
+        // Whoever can write the file appends an approval with no review.
+        written_past_the_service(tmp.path(), 4, approval());
+        let message = refused_on_open(tmp.path(), 4);
+        assert!(message.contains("signed review"), "{message}");
+        let detail = failed_verify(tmp.path(), Some(&verifier));
+        assert!(detail.contains("line 4"), "{detail}");
+    }
+
+    /// Appends `evidence` as line `n` of `dir`'s log, as something other
+    /// than the service would.
+    fn written_past_the_service(dir: &Path, n: u64, evidence: EvidenceEvent) {
+        let mut log = EventLog::open(&dir.join(EVENTS_FILE), identity()).unwrap();
+        let payload = serde_json::json!({"operation_id": "op-1", "at": NOW, "evidence": evidence});
+        log.append_durable(
+            &format!("op-1/{n}"),
+            evidence.kind(),
+            &payload,
+            "2027-01-15T08:00:00Z",
+        )
+        .unwrap();
+    }
+
+    /// Why the store at `dir` does not open: its line `line` is refused.
+    fn refused_on_open(dir: &Path, line: usize) -> String {
+        match EvidenceStore::open(dir, key(), vec![bob().verifier()]) {
             Err(EvidenceError::NotEvidence {
-                line: 4, message, ..
-            }) => {
-                assert!(message.contains("signed review"), "{message}")
-            }
+                line: l, message, ..
+            }) if l == line => message,
             other => panic!("{:?}", other.err()),
         }
+    }
+
+    /// The failed evidence check of `bl verify` on `dir`.
+    fn failed_verify(dir: &Path, workspace_key: Option<&str>) -> String {
         let options = bl_verify::Options {
-            verifier: Some(bl_store::VerifierKey::parse(&verifier).unwrap()),
+            verifier: workspace_key.map(|k| bl_store::VerifierKey::parse(k).unwrap()),
             ..Default::default()
         };
-        let bl_verify::Report::Graph(report) = bl_verify::verify(tmp.path(), &options).unwrap()
-        else {
+        let bl_verify::Report::Graph(report) = bl_verify::verify(dir, &options).unwrap() else {
             panic!("an event log");
         };
         let evidence = report.checks.iter().find(|c| c.name == "evidence").unwrap();
         assert_eq!(evidence.status, bl_verify::Status::Fail, "{evidence:?}");
-        assert!(evidence.detail.contains("line 4"), "{}", evidence.detail);
+        evidence.detail.clone()
     }
 
     #[test]
     fn a_log_with_an_event_the_rules_refuse_does_not_open() {
         let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join(EVENTS_FILE);
-        {
-            // Written past the rules: a reservation with no decision.
-            let mut log = EventLog::open(&path, identity()).unwrap();
-            let payload =
-                serde_json::json!({"operation_id": "op-1", "at": NOW, "evidence": reserve()});
-            log.append_durable("op-1/1", "tool_requested", &payload, "2027-01-15T08:00:00Z")
-                .unwrap();
-        }
-        match EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]) {
-            Err(EvidenceError::NotEvidence {
-                line: 1, message, ..
-            }) => {
-                assert!(message.contains("decision_created"), "{message}")
-            }
-            other => panic!("{:?}", other.err()),
-        }
-        let bl_verify::Report::Graph(report) =
-            bl_verify::verify(tmp.path(), &bl_verify::Options::default()).unwrap()
-        else {
-            panic!("an event log");
-        };
-        let evidence = report.checks.iter().find(|c| c.name == "evidence").unwrap();
-        assert_eq!(evidence.status, bl_verify::Status::Fail, "{evidence:?}");
-        assert!(
-            evidence.detail.contains("line 1: tool_requested"),
-            "{}",
-            evidence.detail
-        );
+        // Written past the rules: a reservation with no decision.
+        written_past_the_service(tmp.path(), 1, reserve());
+        let message = refused_on_open(tmp.path(), 1);
+        assert!(message.contains("decision_created"), "{message}");
+        let detail = failed_verify(tmp.path(), None);
+        assert!(detail.contains("line 1: tool_requested"), "{detail}");
     }
 }

@@ -982,17 +982,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_approval_for_an_earlier_interrupt_does_not_answer_a_later_one() {
-        // LangGraph's stale resume value (#8837): the graph interrupted again.
-        let mut d = after(&[
+    /// Approval was asked at int-1, then (the graph resumed and paused
+    /// again) at int-2.
+    fn interrupted_twice() -> Decision {
+        after(&[
             policy(true, true),
             requested(),
             E::ApprovalRequested {
                 checkpoint_ns: "review:1".into(),
                 interrupt_id: "int-2".into(),
             },
-        ]);
+        ])
+    }
+
+    #[test]
+    fn an_approval_for_an_earlier_interrupt_does_not_answer_a_later_one() {
+        // LangGraph's stale resume value (#8837): the graph interrupted again.
+        let mut d = interrupted_twice();
         assert!(matches!(
             d.apply(&E::HumanApproved(approval()), NOW),
             Err(Refusal::ApprovalMismatch {
@@ -1004,14 +1010,7 @@ mod tests {
 
     #[test]
     fn an_earlier_interrupt_is_never_requested_again() {
-        let mut d = after(&[
-            policy(true, true),
-            requested(),
-            E::ApprovalRequested {
-                checkpoint_ns: "review:1".into(),
-                interrupt_id: "int-2".into(),
-            },
-        ]);
+        let mut d = interrupted_twice();
         assert!(matches!(
             d.apply(&requested(), NOW),
             Err(Refusal::RequestRepeated { .. })
