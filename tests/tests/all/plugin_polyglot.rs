@@ -162,10 +162,13 @@ fn scaffolds_of(lang: &str, uncaught: &str, says: &str) {
             "--approval",
             approval,
         ];
-        bl(here, &args).0
+        let (code, out, err) = bl(here, &args);
+        (code, format!("{out}{err}"))
     };
-    assert_eq!(decide("ok=me"), 0);
-    assert_eq!(decide("ok=me:rejected"), 1);
+    let (code, said) = decide("ok=me");
+    assert_eq!(code, 0, "{lang}: {said}");
+    let (code, said) = decide("ok=me:rejected");
+    assert_eq!(code, 1, "{lang}: {said}");
     // An error the plugin does not catch is an error, and what the
     // runtime said about it reaches the operator.
     let entry = if lang == "js" { "app.js" } else { "app.py" };
