@@ -136,7 +136,10 @@ pub enum ReviewRefusal {
 /// copy of the workspace never carries it.
 pub fn workspace_key(dir: &Path) -> crate::error::AppResult<SigningKey> {
     use crate::error::AppError;
-    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    // The same workspace by any path (a symlink, `..`) has the same key.
+    let absolute = std::fs::create_dir_all(dir)
+        .and_then(|()| dir.canonicalize())
+        .map_err(|e| AppError::refused(format!("evidence: {}: {e}", dir.display())))?;
     let id = bl_core::sha256_hex(absolute.as_os_str().as_encoded_bytes());
     let keys = crate::paths::keys_dir().ok_or_else(|| {
         AppError::refused("evidence: no HOME to keep the workspace's key in: pass --key")
@@ -471,13 +474,25 @@ impl EvidenceStore {
                 .map_err(|e| cannot(e.to_string()))
         };
         let (alone, approved) = (ask(false)?, ask(true)?);
-        let asked = serde_json::json!({
-            "config": config,
-            "effect_key": operation_id,
-            "kind": TOOL_CALL,
-            "target": binding.tool,
-            "payload_digest": binding.args_digest,
-        });
+        // Exactly what it was asked: both requests, and the config.
+        let requests: Vec<serde_json::Value> = [request(false), request(true)]
+            .iter()
+            .map(|r| {
+                let approvals: Vec<serde_json::Value> = r
+                    .approvals
+                    .iter()
+                    .map(|a| serde_json::json!({"name": a.name, "approver": a.approver, "approved": a.approved}))
+                    .collect();
+                serde_json::json!({
+                    "effect_key": r.effect_key,
+                    "kind": r.kind,
+                    "target": r.target,
+                    "payload_digest": r.payload_digest,
+                    "approvals": approvals,
+                })
+            })
+            .collect();
+        let asked = serde_json::json!({"config": config, "requests": requests});
         let record = PolicyRecord {
             policy_id: found.name(),
             version: found.version.clone().unwrap_or_default(),

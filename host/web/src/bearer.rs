@@ -20,7 +20,14 @@ pub fn fresh_token() -> Result<String, getrandom::Error> {
 /// The token kept in `file`, or a fresh one written there (mode 0600)
 /// when the file does not exist yet.
 pub fn token_in(file: &Path) -> std::io::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
     match std::fs::read_to_string(file) {
+        // A token others can read is no secret: refuse it.
+        Ok(_) if std::fs::metadata(file)?.permissions().mode() & 0o077 != 0 => {
+            return Err(std::io::Error::other(
+                "others may read it: chmod 600 it, or remove it for a fresh one",
+            ));
+        }
         Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -66,4 +73,24 @@ pub async fn require(
             .into_response();
     }
     next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_token_file_is_made_for_its_owner_alone_and_one_others_may_read_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("token");
+        let made = token_in(&file).unwrap();
+        assert_eq!(made.len(), 64);
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(token_in(&file).unwrap(), made, "kept, not made again");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let refused = token_in(&file).unwrap_err();
+        assert!(refused.to_string().contains("chmod 600"), "{refused}");
+    }
 }
