@@ -211,8 +211,10 @@ fn the_arena_of_a_signed_run_is_verified_in_the_browser_with_every_node_drawn_in
         .unwrap();
     assert!(taken.status.success(), "{taken:?}");
     let png = std::fs::read(&shot).unwrap();
+    // Measured here: a blank page is 4.5 KB, a heading and a line 6.6 KB;
+    // the arena draws 19 to 25 KB, depending on when the shot is taken.
     assert!(
-        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        png.starts_with(b"\x89PNG") && png.len() > 12_000,
         "{} bytes",
         png.len()
     );
