@@ -95,25 +95,16 @@ fn check_review(
     if signed.workspace.trim() != workspace {
         return Err(ReviewRefusal::OtherWorkspace);
     }
-    let key = reviewers
-        .iter()
-        .find(|k| k.to_text() == signed.key.trim())
-        .ok_or_else(|| ReviewRefusal::UntrustedKey(signed.key.trim().to_string()))?;
-    let signature: [u8; 64] = hex::decode(&signed.signature)
-        .ok()
-        .and_then(|bytes| bytes.try_into().ok())
-        .ok_or(ReviewRefusal::BadSignature)?;
-    if !key.verify(
-        &review_signed_bytes(&signed.workspace, &signed.review),
-        &signature,
-    ) {
-        return Err(ReviewRefusal::BadSignature);
-    }
-    if signed.review.reviewer() != key.name() {
-        return Err(ReviewRefusal::NotTheSigner {
-            named: signed.review.reviewer().to_string(),
-            signer: key.name().to_string(),
-        });
+    let untrusted = || ReviewRefusal::UntrustedKey(signed.key.trim().to_string());
+    let key = bl_verify::review_signer(signed).map_err(|e| match e {
+        bl_verify::ReviewSignatureError::BadKey => untrusted(),
+        bl_verify::ReviewSignatureError::BadSignature => ReviewRefusal::BadSignature,
+        bl_verify::ReviewSignatureError::NotTheSigner { named, signer } => {
+            ReviewRefusal::NotTheSigner { named, signer }
+        }
+    })?;
+    if !reviewers.iter().any(|k| k.to_text() == key.to_text()) {
+        return Err(untrusted());
     }
     Ok(())
 }
@@ -343,13 +334,7 @@ impl EvidenceStore {
         if let Some(why) = &self.broken {
             return Err(EvidenceError::Broken(why.clone()));
         }
-        let needs_review = matches!(
-            event,
-            EvidenceEvent::HumanApproved(_)
-                | EvidenceEvent::HumanRejected { .. }
-                | EvidenceEvent::Reconciled { .. }
-        );
-        if needs_review && review.is_none() {
+        if event.needs_review() && review.is_none() {
             return Err(EvidenceError::NeedsReview(event.kind()));
         }
         let refused = |refusal| EvidenceError::Refused {

@@ -83,6 +83,16 @@ pub enum EvidenceEvent {
 }
 
 impl EvidenceEvent {
+    /// Whether only a person's signed review may record it.
+    pub fn needs_review(&self) -> bool {
+        matches!(
+            self,
+            EvidenceEvent::HumanApproved(_)
+                | EvidenceEvent::HumanRejected { .. }
+                | EvidenceEvent::Reconciled { .. }
+        )
+    }
+
     /// The event's type, as recorded.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -603,12 +613,7 @@ pub struct LoggedEvent {
 impl LoggedEvent {
     /// Whether the event is one only a person's signed review may record.
     pub fn needs_review(&self) -> bool {
-        matches!(
-            self.evidence,
-            EvidenceEvent::HumanApproved(_)
-                | EvidenceEvent::HumanRejected { .. }
-                | EvidenceEvent::Reconciled { .. }
-        )
+        self.evidence.needs_review()
     }
 
     /// Whether the review it carries is for exactly this event.

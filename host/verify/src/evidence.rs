@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use bl_core::evidence::{Decisions, EVIDENCE_PROJECT, LoggedEvent, Stage, review_signed_bytes};
+use bl_core::evidence::{
+    Decisions, EVIDENCE_PROJECT, LoggedEvent, SignedReview, Stage, review_signed_bytes,
+};
 use serde_json::Value;
 
 use crate::graph_run::Finding;
@@ -41,9 +43,7 @@ pub(crate) fn verify_evidence(
             )));
         }
         if logged.needs_review() {
-            check_review(&logged, workspace_key).map_err(|why| {
-                Finding::Evidence(format!("line {line}: {} {why}", logged.evidence.kind()))
-            })?;
+            check_review(&logged, workspace_key, line)?;
         }
         decisions.replay(&logged).map_err(|refusal| {
             Finding::Evidence(format!(
@@ -59,36 +59,62 @@ pub(crate) fn verify_evidence(
     Ok(Some(summary(&decisions)))
 }
 
+/// Why a signed review's signature does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReviewSignatureError {
+    #[error("names no valid reviewer key")]
+    BadKey,
+    #[error("its signature does not match the review and the key")]
+    BadSignature,
+    #[error("names {named} as its reviewer, but {signer} signed it")]
+    NotTheSigner { named: String, signer: String },
+}
+
+/// The key that signed `signed`, when its signature holds over the review
+/// and its workspace and the review names that key's owner. Whether the
+/// key is trusted is the caller's to decide.
+pub fn review_signer(signed: &SignedReview) -> Result<bl_store::VerifierKey, ReviewSignatureError> {
+    let key = bl_store::VerifierKey::parse(signed.key.trim())
+        .map_err(|_| ReviewSignatureError::BadKey)?;
+    let signature: [u8; 64] = hex::decode(&signed.signature)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or(ReviewSignatureError::BadSignature)?;
+    if !key.verify(
+        &review_signed_bytes(&signed.workspace, &signed.review),
+        &signature,
+    ) {
+        return Err(ReviewSignatureError::BadSignature);
+    }
+    if signed.review.reviewer() != key.name() {
+        return Err(ReviewSignatureError::NotTheSigner {
+            named: signed.review.reviewer().to_string(),
+            signer: key.name().to_string(),
+        });
+    }
+    Ok(key)
+}
+
 /// A person's decision must carry the review it came from, for this
 /// workspace (when its key is known), signed by the key it names.
 fn check_review(
     logged: &LoggedEvent,
     workspace_key: Option<&bl_store::VerifierKey>,
-) -> Result<(), &'static str> {
+    line: usize,
+) -> Result<(), Finding> {
+    let fail =
+        |why: String| Finding::Evidence(format!("line {line}: {} {why}", logged.evidence.kind()));
     let signed = match &logged.review {
         Some(signed) if logged.review_matches() => signed,
-        Some(_) => return Err("carries a review for another event"),
-        None => return Err("carries no signed review"),
+        Some(_) => return Err(fail("carries a review for another event".into())),
+        None => return Err(fail("carries no signed review".into())),
     };
     if workspace_key.is_some_and(|k| k.to_text() != signed.workspace.trim()) {
-        return Err("carries a review for another workspace");
+        return Err(fail("carries a review for another workspace".into()));
     }
-    let key =
-        bl_store::VerifierKey::parse(&signed.key).map_err(|_| "names no valid reviewer key")?;
-    let signature: [u8; 64] = hex::decode(&signed.signature)
-        .ok()
-        .and_then(|b| b.try_into().ok())
-        .ok_or("carries no valid signature")?;
-    if !key.verify(
-        &review_signed_bytes(&signed.workspace, &signed.review),
-        &signature,
-    ) {
-        return Err("carries a review whose signature does not match");
-    }
-    if signed.review.reviewer() != key.name() {
-        return Err("names another reviewer than the key that signed it");
-    }
-    Ok(())
+    review_signer(signed)
+        .map(drop)
+        .map_err(|e| fail(format!("carries a review that {e}")))
 }
 
 fn summary(decisions: &Decisions) -> String {

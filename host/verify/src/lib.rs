@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use bl_store::VerifierKey;
 
+pub use evidence::{ReviewSignatureError, review_signer};
 pub use graph_run::EGRESS_EVENTS;
 pub use loop_run::{Anchor, LoopReport, McpAuditCheck};
 
