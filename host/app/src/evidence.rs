@@ -1,10 +1,17 @@
 //! The evidence plane's store (seed 004): one workspace directory per app,
 //! holding one hash-chained event log of its decisions, in the event-log
 //! format of a graph run, with a checkpoint signed by the workspace's key
-//! after every event. An event is appended only when the decision state
+//! after every request. An event is appended only when the decision state
 //! machine (`bl_core::evidence`) accepts it, and durably before the answer
 //! is given; the state is rebuilt from the log when the store is opened, so
 //! a restarted service refuses what the lost one would have refused.
+//!
+//! Speed: the events one request records share one fdatasync, and the
+//! tree head grows with the log (`merkle::Frontier`), so a request costs
+//! the same at the millionth event as at the first. The checkpoint after a
+//! request is written without waiting for the disk, and replaces the one
+//! before it; opening the store writes a synced one over the whole log, so
+//! what a lost machine loses is made again from the durable log.
 //! `bl verify` checks such a workspace as it checks a run: the chain, the
 //! Merkle tree and the signatures.
 
@@ -12,11 +19,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bl_core::evidence::{
-    Decision, Decisions, EvidenceEvent, LoggedEvent, PolicyRecord, Refusal, Stage,
+    Decision, DecisionBinding, Decisions, EvidenceEvent, LoggedEvent, PolicyRecord, Refusal, Stage,
     review_signed_bytes,
 };
 pub use bl_core::evidence::{Review, SignedReview};
-use bl_store::provable::{EVENTS_FILE, write_checkpoint};
+use bl_store::merkle::Frontier;
+use bl_store::provable::{Durability, EVENTS_FILE, TreeHead, write_checkpoint_at};
 use bl_store::{EventLog, RunIdentity, SigningKey, StoreError};
 use serde_json::Value;
 
@@ -192,6 +200,16 @@ pub struct EvidenceStore {
     broken: Option<String>,
     /// Where each decision was created, for its retries.
     created_at: BTreeMap<String, (u64, String)>,
+    /// The log's Merkle tree, as far as it is written.
+    tree: Frontier,
+    /// The last checkpoint written since the store was opened (unsynced):
+    /// the next one replaces it.
+    superseded: Option<PathBuf>,
+    /// Lines appended that are not yet synced and checkpointed.
+    unsealed: bool,
+    /// The policy plugin, found and loaded once: the operator's, for the
+    /// life of the store (what it records is the component it loaded).
+    policy: Option<(String, bl_plugins::FoundPlugin, bl_plugins::PolicyPlugin)>,
 }
 
 fn identity() -> RunIdentity {
@@ -229,9 +247,16 @@ impl EvidenceStore {
             decisions: Decisions::default(),
             broken: None,
             created_at: BTreeMap::new(),
+            tree: Frontier::default(),
+            superseded: None,
+            unsealed: false,
+            policy: None,
         };
         store.replay(&path)?;
         store.end_lost_reservations()?;
+        // A synced checkpoint over the whole log, whatever was lost with
+        // the last one.
+        store.checkpoint(Durability::Synced)?;
         Ok(store)
     }
 
@@ -250,9 +275,14 @@ impl EvidenceStore {
             .map_or(0, |d| d.as_secs());
         for op in lost {
             let cause = "the evidence service stopped while the tool was reserved; whether it ran is unknown".to_string();
-            self.record(&op, EvidenceEvent::ReconciliationRequired { cause }, now)?;
+            self.append(
+                &op,
+                EvidenceEvent::ReconciliationRequired { cause },
+                None,
+                now,
+            )?;
         }
-        Ok(())
+        self.seal()
     }
 
     fn replay(&mut self, path: &Path) -> Result<(), EvidenceError> {
@@ -273,6 +303,7 @@ impl EvidenceStore {
                 line: i + 1,
                 message,
             };
+            self.tree.push(bl_store::merkle::leaf_hash(line.as_bytes()));
             let row: Value = serde_json::from_str(line).map_err(|e| not_evidence(e.to_string()))?;
             let logged: LoggedEvent = serde_json::from_value(row["payload"].clone())
                 .map_err(|e| not_evidence(format!("not an evidence event: {e}")))?;
@@ -321,10 +352,20 @@ impl EvidenceStore {
         event: EvidenceEvent,
         now: u64,
     ) -> Result<Recorded, EvidenceError> {
-        self.record_reviewed(operation_id, event, None, now)
+        let recorded = self.append(operation_id, event, None, now);
+        self.sealed(recorded)
     }
 
-    fn record_reviewed(
+    /// `outcome`, once what was appended for it is durable and
+    /// checkpointed; a failure to seal is the answer instead.
+    fn sealed<T>(&mut self, outcome: Result<T, EvidenceError>) -> Result<T, EvidenceError> {
+        self.seal()?;
+        outcome
+    }
+
+    /// Appends `event` if the rules accept it, without waiting for the
+    /// disk: nothing may be answered until `seal`.
+    fn append(
         &mut self,
         operation_id: &str,
         event: EvidenceEvent,
@@ -374,13 +415,20 @@ impl EvidenceStore {
         // From here a failure may leave the line written: the state is
         // committed with it, and any error breaks the store until it is
         // opened again and read back, so nothing is granted twice.
-        if let Err(e) = self
-            .log
-            .append_durable(&key, event.kind(), &payload, &timestamp)
-        {
-            self.broken = Some(e.to_string());
-            return Err(e.into());
-        }
+        let leaf = match self.log.append(&key, event.kind(), &payload, &timestamp) {
+            Ok(bl_store::Appended::Written { leaf, .. }) => leaf,
+            Ok(bl_store::Appended::AlreadyRecorded) => {
+                let why = format!("{key} was already in the log");
+                self.broken = Some(why.clone());
+                return Err(EvidenceError::Broken(why));
+            }
+            Err(e) => {
+                self.broken = Some(e.to_string());
+                return Err(e.into());
+            }
+        };
+        self.tree.push(leaf);
+        self.unsealed = true;
         let hash = self.log.head().hash.clone();
         if matches!(event, EvidenceEvent::DecisionCreated(_)) {
             self.created_at
@@ -388,20 +436,60 @@ impl EvidenceStore {
         }
         let stage = next.stage;
         self.decisions.commit(operation_id, next);
-        if let Err(source) = write_checkpoint(&self.dir, Some(&self.key)) {
-            let e = EvidenceError::Checkpoint {
-                dir: self.dir.clone(),
-                source,
-            };
-            self.broken = Some(e.to_string());
-            return Err(e);
-        }
         Ok(Recorded {
             sequence,
             hash,
             stage,
             retry: false,
         })
+    }
+
+    /// Makes every line appended since the last seal durable (one
+    /// fdatasync for them all), then signs a checkpoint over the log.
+    fn seal(&mut self) -> Result<(), EvidenceError> {
+        if !self.unsealed {
+            return Ok(());
+        }
+        if let Err(e) = self.log.sync() {
+            self.broken = Some(e.to_string());
+            return Err(e.into());
+        }
+        self.unsealed = false;
+        self.checkpoint(Durability::Written)
+    }
+
+    /// Writes the signed checkpoint of the log as it is, and removes the
+    /// unsynced one it supersedes.
+    fn checkpoint(&mut self, durability: Durability) -> Result<(), EvidenceError> {
+        if self.tree.size() == 0 {
+            return Ok(());
+        }
+        let head = TreeHead {
+            run_id: EVIDENCE_RUN_ID,
+            size: self.tree.size(),
+            root: self.tree.root(),
+        };
+        match write_checkpoint_at(&self.dir, &head, Some(&self.key), durability) {
+            Ok((path, _)) => {
+                if let Some(old) = self.superseded.take().filter(|old| *old != path) {
+                    // A superseded checkpoint left behind is harmless: it
+                    // still verifies against the log's prefix.
+                    let _ = std::fs::remove_file(old);
+                }
+                if durability == Durability::Written {
+                    self.superseded = Some(path);
+                }
+                Ok(())
+            }
+            Err(source) => {
+                let e = EvidenceError::Checkpoint {
+                    dir: self.dir.clone(),
+                    source,
+                };
+                self.broken = Some(e.to_string());
+                Err(e)
+            }
+        }
     }
 
     /// Asks the publication-policy plugin `plugin` (with `config`) about a
@@ -419,6 +507,54 @@ impl EvidenceStore {
         config: &str,
         now: u64,
     ) -> Result<Recorded, EvidenceError> {
+        let event = self.ask_policy(host, operation_id, plugin, config)?;
+        self.record(operation_id, event, now)
+    }
+
+    /// A proposal: the decision is created (or found, on a retry) and, if
+    /// no policy has decided it yet, the policy decides, in one durable
+    /// step. The answer is where the decision stands after both.
+    pub fn propose(
+        &mut self,
+        host: &bl_plugins::PluginHost,
+        binding: DecisionBinding,
+        plugin: &str,
+        config: &str,
+        now: u64,
+    ) -> Result<Recorded, EvidenceError> {
+        let operation_id = binding.operation_id.clone();
+        let created = self.append(
+            &operation_id,
+            EvidenceEvent::DecisionCreated(binding),
+            None,
+            now,
+        );
+        let decided = match created {
+            Ok(created)
+                if self
+                    .decisions
+                    .get(&operation_id)
+                    .is_some_and(|d| d.policy.is_some()) =>
+            {
+                Ok(created)
+            }
+            Ok(_) => self
+                .ask_policy(host, &operation_id, plugin, config)
+                .and_then(|event| self.append(&operation_id, event, None, now)),
+            Err(e) => Err(e),
+        };
+        self.sealed(decided)
+    }
+
+    /// What the policy plugin says of a created decision, as the event
+    /// that records it.
+    fn ask_policy(
+        &mut self,
+        host: &bl_plugins::PluginHost,
+        operation_id: &str,
+        plugin: &str,
+        config: &str,
+    ) -> Result<EvidenceEvent, EvidenceError> {
         let binding = self
             .decisions
             .get(operation_id)
@@ -433,11 +569,15 @@ impl EvidenceStore {
             plugin: plugin.to_string(),
             message,
         };
-        let found = host.find(plugin).map_err(|e| cannot(e.to_string()))?;
-        // A policy is granted nothing: it decides from the request alone.
-        let policy = host
-            .load_policy(&found, &bl_plugins::Grant::default())
-            .map_err(|e| cannot(e.to_string()))?;
+        if self.policy.as_ref().is_none_or(|(name, ..)| name != plugin) {
+            let found = host.find(plugin).map_err(|e| cannot(e.to_string()))?;
+            // A policy is granted nothing: it decides from the request alone.
+            let loaded = host
+                .load_policy(&found, &bl_plugins::Grant::default())
+                .map_err(|e| cannot(e.to_string()))?;
+            self.policy = Some((plugin.to_string(), found, loaded));
+        }
+        let (_, found, policy) = self.policy.as_ref().expect("loaded above");
         let request = |approved: bool| bl_plugins::PublishRequest {
             effect_key: operation_id.to_string(),
             kind: TOOL_CALL.into(),
@@ -454,7 +594,7 @@ impl EvidenceStore {
         };
         let ask = |approved: bool| {
             host.runtime()
-                .and_then(|runtime| runtime.decide(&policy, &request(approved), config))
+                .and_then(|runtime| runtime.decide(policy, &request(approved), config))
                 .map(|invocation| invocation.value)
                 .map_err(|e| cannot(e.to_string()))
         };
@@ -494,7 +634,7 @@ impl EvidenceStore {
                 approved.reason
             },
         };
-        self.record(operation_id, EvidenceEvent::PolicyEvaluated(record), now)
+        Ok(EvidenceEvent::PolicyEvaluated(record))
     }
 
     /// Records a person's review, if it is authority here (see
@@ -510,12 +650,13 @@ impl EvidenceStore {
             }
         })?;
         let event = signed.review.event();
-        self.record_reviewed(
+        let recorded = self.append(
             signed.review.operation_id(),
             event,
             Some(signed.clone()),
             now,
-        )
+        );
+        self.sealed(recorded)
     }
 
     /// The verifier key of this workspace's checkpoints: what a review
@@ -663,13 +804,22 @@ mod tests {
             }) => {}
             other => panic!("{other:?}"),
         }
-        // Nothing refused was written; five events, five signed checkpoints.
+        // Nothing refused was written. Each checkpoint replaced the one
+        // before it: the first store's last (5 events) and the second's (6).
         let lines = std::fs::read_to_string(dir.join(EVENTS_FILE)).unwrap();
         assert_eq!(lines.lines().count(), 6);
         let report = bl_store::provable::verify_checkpoints(&dir, Some(&signer.verifier()))
             .unwrap()
             .unwrap();
-        assert_eq!(report.checked, 6);
+        assert_eq!(report.checked, 2);
+        let kept: Vec<_> = std::fs::read_dir(dir.join("checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(
+            kept.contains(&"000000000006.checkpoint".to_string()),
+            "{kept:?}"
+        );
         assert!(report.signatures_checked);
         // `bl verify` with the public key alone: integrity, order, who approved.
         let options = bl_verify::Options {
@@ -766,6 +916,47 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_proposal_creates_and_decides_in_one_step_and_a_retry_records_nothing() {
+        let Some(host) = first_party_plugins() else {
+            return;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]).unwrap();
+        let EvidenceEvent::DecisionCreated(binding) = created() else {
+            unreachable!()
+        };
+        let config = r#"{"needs_approval": ["refund"]}"#;
+        let first = store
+            .propose(&host, binding.clone(), "tool-policy", config, NOW)
+            .unwrap();
+        assert_eq!((first.sequence, first.stage), (2, Stage::AwaitingApproval));
+        let again = store
+            .propose(&host, binding.clone(), "tool-policy", config, NOW)
+            .unwrap();
+        assert_eq!((again.stage, again.retry), (Stage::AwaitingApproval, true));
+        let lines = std::fs::read_to_string(tmp.path().join(EVENTS_FILE)).unwrap();
+        assert_eq!(lines.lines().count(), 2);
+        // Another tool under the same operation id is another decision.
+        let other = DecisionBinding {
+            tool: "delete".into(),
+            ..binding
+        };
+        assert!(matches!(
+            store.propose(&host, other, "tool-policy", config, NOW),
+            Err(EvidenceError::Refused {
+                refusal: Refusal::CreatedDifferently { field: "tool", .. },
+                ..
+            })
+        ));
+        // One checkpoint, the newest, covers both lines.
+        let report =
+            bl_store::provable::verify_checkpoints(tmp.path(), Some(&store.key.verifier()))
+                .unwrap()
+                .unwrap();
+        assert_eq!(report.checked, 1);
     }
 
     /// Records op-1 up to a person's approval being asked for.

@@ -12,6 +12,8 @@
 //! - `POST /v1/decisions`: a decision's binding (`decision_created`);
 //! - `POST /v1/decisions/{op}/policy`: the operator's policy plugin
 //!   decides (the app cannot choose it);
+//! - `POST /v1/proposals`: both at once, in one durable step (a retry
+//!   finds the decision and its policy as they were);
 //! - `POST /v1/decisions/{op}/events`: an event from the app;
 //! - `POST /v1/reviews`: a signed review;
 //! - `GET /v1/decisions/{op}`: where the decision stands. Permission to
@@ -71,6 +73,7 @@ pub fn serve(
     let token = Arc::new(options.token);
     let app = axum::Router::new()
         .route("/v1/decisions", post(create))
+        .route("/v1/proposals", post(propose))
         .route("/v1/decisions/{op}", get(show))
         .route("/v1/decisions/{op}/policy", post(policy))
         .route("/v1/decisions/{op}/events", post(event))
@@ -176,6 +179,38 @@ async fn create(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -
             .store()
             .record(&op, EvidenceEvent::DecisionCreated(binding), now()),
     )
+}
+
+async fn propose(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -> Response {
+    let binding: DecisionBinding = match body(&bytes) {
+        Ok(b) => b,
+        Err(refused) => return *refused,
+    };
+    let (plugin, config) = &service.policy;
+    let plugins = service.plugins.clone();
+    let mut store = service.store();
+    let outcome = store.propose(&plugins, binding.clone(), plugin, config, now());
+    with_policy(outcome, store.decision(&binding.operation_id))
+}
+
+/// The answer to a proposal: what was recorded, with the policy's verdict
+/// (`policy`: its record, or null when none decided).
+fn with_policy(
+    outcome: Result<Recorded, EvidenceError>,
+    decision: Option<&bl_core::evidence::Decision>,
+) -> Response {
+    let policy = decision.and_then(|d| d.policy.clone());
+    match outcome {
+        Ok(recorded) => Json(json!({
+            "sequence": recorded.sequence,
+            "event_hash": recorded.hash,
+            "stage": recorded.stage,
+            "retry": recorded.retry,
+            "policy": policy,
+        }))
+        .into_response(),
+        Err(e) => answer(Err(e)),
+    }
 }
 
 async fn event(

@@ -45,8 +45,13 @@ pub enum StoreError {
 /// The result of an append.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Appended {
-    /// A new line, with its sequence and hash.
-    Written { sequence: u64, hash: String },
+    /// A new line, with its sequence, its hash in the chain and its leaf
+    /// in the Merkle tree.
+    Written {
+        sequence: u64,
+        hash: String,
+        leaf: crate::merkle::Hash,
+    },
     /// The same key with the same content was already there: a no-op.
     AlreadyRecorded,
 }
@@ -217,6 +222,7 @@ impl EventLog {
             payload,
             timestamp,
         );
+        let leaf = crate::merkle::leaf_hash(line.as_bytes());
         let mut bytes = line.into_bytes();
         bytes.push(b'\n');
         let written = bytes.len() as u64;
@@ -236,6 +242,7 @@ impl EventLog {
         Ok(Appended::Written {
             sequence: self.head.sequence,
             hash,
+            leaf,
         })
     }
 

@@ -31,6 +31,52 @@ fn split(n: usize) -> usize {
     1 << (usize::BITS - 1 - (n - 1).leading_zeros())
 }
 
+/// The right edge of a tree as leaves are appended: the heads of its
+/// perfect subtrees, tallest first. A log that grows one line at a time
+/// gets its tree head in O(log n) instead of rehashing every leaf.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Frontier {
+    size: u64,
+    /// (height, head) of each perfect subtree, heights strictly falling.
+    peaks: Vec<(u32, Hash)>,
+}
+
+impl Frontier {
+    /// Appends one (leaf-hashed) leaf.
+    pub fn push(&mut self, leaf: Hash) {
+        let (mut height, mut node) = (0, leaf);
+        while let Some(&(h, left)) = self.peaks.last() {
+            if h != height {
+                break;
+            }
+            self.peaks.pop();
+            node = node_hash(&left, &node);
+            height += 1;
+        }
+        self.peaks.push((height, node));
+        self.size += 1;
+    }
+
+    /// How many leaves it holds.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The tree head, as `root` gives it over the same leaves: RFC 6962
+    /// splits at the largest power of two below n, which is the tallest
+    /// peak, so the head folds the peaks from the right.
+    pub fn root(&self) -> Hash {
+        let mut peaks = self.peaks.iter().rev();
+        let Some(&(_, mut head)) = peaks.next() else {
+            return Sha256::digest([]).into();
+        };
+        for (_, left) in peaks {
+            head = node_hash(left, &head);
+        }
+        head
+    }
+}
+
 /// The Merkle tree head over `leaves` (already leaf-hashed); the empty tree's
 /// head is `SHA-256("")`.
 pub fn root(leaves: &[Hash]) -> Hash {
@@ -183,6 +229,18 @@ mod tests {
         (0..n)
             .map(|i| leaf_hash(format!("event {i}").as_bytes()))
             .collect()
+    }
+
+    #[test]
+    fn the_frontier_gives_the_same_head_as_the_whole_tree_at_every_size() {
+        let all = leaves(70);
+        let mut frontier = Frontier::default();
+        assert_eq!(frontier.root(), root(&[]));
+        for (n, leaf) in all.iter().enumerate() {
+            frontier.push(*leaf);
+            assert_eq!(frontier.size(), n as u64 + 1);
+            assert_eq!(frontier.root(), root(&all[..=n]), "at size {}", n + 1);
+        }
     }
 
     #[test]

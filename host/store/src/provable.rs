@@ -115,10 +115,49 @@ pub fn write_checkpoint(
     if leaves.is_empty() {
         return Err(SealError::EmptyLog);
     }
-    let checkpoint = Checkpoint {
-        origin: Checkpoint::origin_for(&run_id),
+    let head = TreeHead {
+        run_id: &run_id,
         size: leaves.len() as u64,
         root: merkle::root(&leaves),
+    };
+    write_checkpoint_at(run_dir, &head, key, Durability::Synced)
+}
+
+/// The head of a log's tree, as its writer knows it without reading the
+/// log back.
+pub struct TreeHead<'a> {
+    pub run_id: &'a str,
+    pub size: u64,
+    pub root: Hash,
+}
+
+/// Whether a checkpoint waits for the disk before it is reported written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The file and its directory are synced.
+    Synced,
+    /// Written, not synced: for a writer whose log is durable and that
+    /// writes a synced checkpoint again when it opens the log, so a
+    /// checkpoint lost with the machine is made again from the log.
+    Written,
+}
+
+/// Writes (and signs, with `key`) the checkpoint of `head`, a head the
+/// caller computed over the log it writes: the same as `write_checkpoint`
+/// without reading the log back.
+pub fn write_checkpoint_at(
+    run_dir: &Path,
+    head: &TreeHead<'_>,
+    key: Option<&SigningKey>,
+    durability: Durability,
+) -> Result<(PathBuf, Checkpoint), SealError> {
+    if head.size == 0 {
+        return Err(SealError::EmptyLog);
+    }
+    let checkpoint = Checkpoint {
+        origin: Checkpoint::origin_for(head.run_id),
+        size: head.size,
+        root: head.root,
         files: seal_files(run_dir)?,
     };
     let note = match key {
@@ -144,12 +183,17 @@ pub fn write_checkpoint(
         .open(&tmp)
         .map_err(SealError::io(&tmp))?;
     file.write_all(note.as_bytes())
-        .and_then(|_| file.sync_all())
+        .and_then(|_| match durability {
+            Durability::Synced => file.sync_all(),
+            Durability::Written => Ok(()),
+        })
         .map_err(SealError::io(&tmp))?;
     std::fs::rename(&tmp, &path).map_err(SealError::io(&path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(SealError::io(dir))?;
+    if durability == Durability::Synced {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(SealError::io(dir))?;
+    }
     Ok((path, checkpoint))
 }
 
