@@ -12,6 +12,7 @@ pub mod cage;
 pub mod egress_proxy;
 pub mod error;
 pub mod evidence;
+pub mod evidence_reviewer;
 pub mod graph_authoring;
 pub mod graph_metrics;
 pub mod graph_nodes;

@@ -53,6 +53,53 @@ pub enum EvidenceCommand {
         /// The review, a JSON file.
         review: PathBuf,
     },
+    /// Approve the pause a decision is at: read it from the service, sign
+    /// the approval with your key (bound to the decision, its arguments,
+    /// the policy's version, the pause, an expiry) and submit it.
+    Approve {
+        #[command(flatten)]
+        reviewer: Reviewer,
+        /// How long the approval holds, e.g. `15m` or `1h`.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        valid_for: std::time::Duration,
+    },
+    /// Reject a decision, for good: nothing leads to its action after.
+    Reject {
+        #[command(flatten)]
+        reviewer: Reviewer,
+        /// Why, recorded with the rejection.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Say what happened to a decision awaiting reconciliation.
+    Reconcile {
+        #[command(flatten)]
+        reviewer: Reviewer,
+        /// Whether the tool did run (`true`) or did not (`false`).
+        #[arg(long, action = clap::ArgAction::Set)]
+        executed: bool,
+    },
+}
+
+/// Who reviews which decision, at which service.
+#[derive(clap::Args)]
+pub struct Reviewer {
+    /// The decision's operation id.
+    operation_id: String,
+    /// The reviewer's private key (`bl keys generate --name NAME`); the
+    /// review names NAME as its reviewer.
+    #[arg(long)]
+    key: PathBuf,
+    /// The service, as `serve` printed it (`http://127.0.0.1:PORT/v1`).
+    #[arg(long)]
+    url: String,
+    /// The file holding the service's bearer token.
+    #[arg(long)]
+    token_file: PathBuf,
+    /// The workspace key you expect the service to sign with (a file or
+    /// the text); a service signing with another is refused.
+    #[arg(long = "for")]
+    workspace: Option<String>,
 }
 
 pub fn run(cmd: EvidenceCommand) -> CliResult {
@@ -134,5 +181,56 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
             );
             Ok(Exit::Success)
         }
+        EvidenceCommand::Approve {
+            reviewer,
+            valid_for,
+        } => submit(
+            reviewer,
+            bl_app::evidence_reviewer::Verdict::Approve { valid_for },
+        ),
+        EvidenceCommand::Reject { reviewer, reason } => submit(
+            reviewer,
+            bl_app::evidence_reviewer::Verdict::Reject { reason },
+        ),
+        EvidenceCommand::Reconcile { reviewer, executed } => submit(
+            reviewer,
+            bl_app::evidence_reviewer::Verdict::Reconcile { executed },
+        ),
     }
+}
+
+fn submit(reviewer: Reviewer, verdict: bl_app::evidence_reviewer::Verdict) -> CliResult {
+    let key = bl_app::keys::read_signing_key(&reviewer.key)?;
+    let workspace = match &reviewer.workspace {
+        Some(k) => Some(bl_app::keys::read_verifier_key(k)?.to_text()),
+        None => None,
+    };
+    let token = std::fs::read_to_string(&reviewer.token_file).map_err(|e| {
+        CliError::refused(format!(
+            "evidence: token file {}: {e}",
+            reviewer.token_file.display()
+        ))
+    })?;
+    let service = bl_app::evidence_reviewer::Service {
+        url: reviewer.url,
+        token: token.trim().to_string(),
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(u64::MAX, |d| d.as_secs());
+    let answer = bl_app::evidence_reviewer::review(
+        &service,
+        &reviewer.operation_id,
+        verdict,
+        &key,
+        workspace.as_deref(),
+        now,
+    )?;
+    output::outln!(
+        "{}: {} (event {})",
+        reviewer.operation_id,
+        answer["stage"].as_str().unwrap_or("?"),
+        answer["sequence"]
+    );
+    Ok(Exit::Success)
 }

@@ -354,13 +354,17 @@ impl Decision {
         use EvidenceEvent as E;
         // What no event may pass, whatever it is.
         match (self.stage, event) {
-            (Stage::Rejected, E::HumanRejected { .. } | E::ModelCompleted { .. }) => {}
+            // Asking again about the same decision learns it is closed.
+            (
+                Stage::Rejected,
+                E::HumanRejected { .. } | E::ModelCompleted { .. } | E::DecisionCreated(_),
+            ) => {}
             (Stage::Rejected, _) => {
                 return Err(Refusal::Rejected(
                     self.rejected_by.clone().unwrap_or_default(),
                 ));
             }
-            (Stage::Abandoned, E::ModelCompleted { .. }) => {}
+            (Stage::Abandoned, E::ModelCompleted { .. } | E::DecisionCreated(_)) => {}
             (Stage::Abandoned, _) => return Err(Refusal::Abandoned),
             _ => {}
         }
@@ -1116,6 +1120,18 @@ mod tests {
             );
         }
         assert_eq!(d.stage, Stage::Rejected);
+        // The app asking again about the same decision learns it is closed;
+        // another binding under its id is still refused.
+        assert_eq!(d.apply(&E::DecisionCreated(binding()), NOW), Ok(()));
+        assert_eq!(d.stage, Stage::Rejected);
+        let other = DecisionBinding {
+            tool: "delete".into(),
+            ..binding()
+        };
+        assert!(matches!(
+            d.apply(&E::DecisionCreated(other), NOW),
+            Err(Refusal::CreatedDifferently { field: "tool", .. })
+        ));
     }
 
     #[test]

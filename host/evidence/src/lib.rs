@@ -290,6 +290,9 @@ async fn show(State(service): State<Arc<Service>>, Path(op): Path<String>) -> Re
     match store.decision(&op) {
         Some(d) => Json(json!({
             "operation_id": op,
+            "workspace": store.verifier(),
+            "binding": d.binding,
+            "approval_request": d.approval_request,
             "stage": d.stage,
             "policy": d.policy,
             "approval": d.approval,

@@ -1,0 +1,234 @@
+"""`LangGraphBridge`: StateGraph-native nodes that put bl's evidence plane
+in front of a consequential tool call.
+
+- `make_decision_node()` proposes the call (operation id, thread, identity,
+  tool, the arguments' digest) and has the operator's policy decide it. If a
+  person must approve, it pauses the graph with `interrupt()` before the
+  action; on `Command(resume=...)` it asks bl whether a signed approval for
+  this very interrupt was recorded. A resume value is never an approval.
+- `make_guarded_node()` calls the tool only with bl's reservation, which is
+  granted once: a node run again (a resume, a retry, a crash and restart)
+  never calls the tool again. Anything unknown after the reservation gives
+  `reconciliation_required`, and nothing is replayed.
+- `make_verify_node()` records what the outside system says happened.
+
+Each node returns a state update under `state_key` (default `evidence`):
+`{"operation_id", "tool", "args_digest", "status", ...}`, where `status` is
+`cleared`, `blocked`, `rejected`, `executed` or `reconciliation_required`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, Mapping, Protocol
+
+from .client import CoreClient, Refused, args_digest
+
+State = Mapping[str, Any]
+try:
+    # LangGraph passes a node its config only when the parameter is typed so.
+    from langchain_core.runnables import RunnableConfig
+except ImportError:  # without LangGraph, a node is a plain function
+    RunnableConfig = Mapping[str, Any]  # type: ignore[misc,assignment]
+Config = RunnableConfig
+
+
+class DispatchLease(Protocol):
+    """Serialises dispatch of one operation across the app's processes."""
+
+    def hold(self, operation_id: str) -> ContextManager[object]: ...
+
+
+def _configurable(config: Config | None) -> Mapping[str, Any]:
+    return (config or {}).get("configurable", {}) or {}
+
+
+class LangGraphBridge:
+    """Builds the nodes; `client` speaks to `bl evidence serve`, and
+    `identity` is who the app acts for (the delegated identity).
+
+    `dispatch_lease` serialises the reservation and the call across the
+    app's processes; with `require_dispatch_lease=True` a bridge without one
+    refuses to be built, so a deployment cannot forget it.
+    """
+
+    def __init__(self, client: CoreClient, *, identity: str, state_key: str = "evidence",
+                 dispatch_lease: DispatchLease | None = None, require_dispatch_lease: bool = False):
+        if require_dispatch_lease and dispatch_lease is None:
+            raise ValueError("require_dispatch_lease=True, but no dispatch_lease= was given")
+        self.client = client
+        self.identity = identity
+        self.state_key = state_key
+        self.dispatch_lease = dispatch_lease
+
+    # -- the nodes -----------------------------------------------------------
+
+    def make_decision_node(self, *, tool: str | Callable[[State], str],
+                           args: Callable[[State], Mapping[str, Any]],
+                           operation_id: Callable[[State, Config], str] | None = None,
+                           approval_prompt: Callable[[State], Any] | None = None,
+                           ) -> Callable[[State, Config], dict[str, Any]]:
+        """The node that decides whether `tool` (a name, or a function of the
+        state that gives one) may be called with `args(state)`. The operation id is `operation_id(state, config)`, or
+        by default one made from the thread, the tool and the arguments'
+        digest: the same call in the same thread is the same decision, so a
+        node that runs again never makes a second one. Give `operation_id`
+        when the same call may rightly happen twice in a thread."""
+
+        def decide(state: State, config: RunnableConfig) -> dict[str, Any]:
+            from langgraph.types import interrupt
+
+            conf = _configurable(config)
+            thread = str(conf.get("thread_id", ""))
+            name = tool(state) if callable(tool) else tool
+            digest = args_digest(args(state))
+            op = operation_id(state, config) if operation_id else _default_operation_id(thread, name, digest)
+            answer = self.client.propose(operation_id=op, thread_id=thread, identity=self.identity,
+                                         tool=name, args_digest=digest)
+            record = {"operation_id": op, "tool": name, "args_digest": digest}
+            policy = answer.policy or {}
+            stage = answer.stage
+            # Pause for a person until bl holds a signed answer for the
+            # interrupt the graph is paused at; a resume value alone is
+            # never one (it may be stale: langgraph#8837).
+            while stage == "awaiting_approval":
+                namespace = str(conf.get("checkpoint_ns", ""))
+                prompt = approval_prompt(state) if approval_prompt else None
+                request = {"operation_id": op, "tool": name, "args_digest": digest,
+                           "reason": policy.get("reason", ""), "prompt": prompt}
+                try:
+                    interrupt(request)
+                except BaseException as paused:
+                    interrupt_id = _interrupt_id(paused)
+                    if interrupt_id is not None:
+                        self._request_approval(op, namespace, interrupt_id)
+                    raise
+                stage = self._stage_after_resume(op)
+            status = {"cleared": "cleared", "blocked": "blocked", "rejected": "rejected"}.get(stage, stage)
+            return {self.state_key: {**record, "status": status, "reason": policy.get("reason", "")}}
+
+        return decide
+
+    def make_guarded_node(self, tool_fn: Callable[[Mapping[str, Any]], Any], *,
+                          args: Callable[[State], Mapping[str, Any]],
+                          result_key: str | None = None) -> Callable[[State, Config], dict[str, Any]]:
+        """The node that calls `tool_fn(args(state))` at most once, with bl's
+        reservation for exactly these arguments (changed arguments are
+        refused: the decision was made for the old ones). Its return goes to
+        `result_key` in the state, if given."""
+
+        def guarded(state: State, config: RunnableConfig) -> dict[str, Any]:
+            decided = dict(state.get(self.state_key) or {})
+            if decided.get("status") != "cleared":
+                return {self.state_key: decided}
+            op, tool = decided["operation_id"], decided["tool"]
+            digest = args_digest(args(state))
+            lease = self.dispatch_lease.hold(op) if self.dispatch_lease else nullcontext()
+            with lease:
+                try:
+                    granted = self.client.reserve(op, tool=tool, args_digest=digest)
+                except Refused as refused:
+                    if refused.code in ("RequestMismatch",):
+                        raise
+                    return {self.state_key: {**decided, **self._after_lost_reservation(op, refused)}}
+                if granted.retry:
+                    return {self.state_key: {**decided, **self._after_lost_reservation(op, None)}}
+                try:
+                    result = tool_fn(args(state))
+                except Exception as error:  # it may have acted before it raised
+                    self.client.executed(op, ok=False, detail=f"{type(error).__name__}: {error}")
+                    return {self.state_key: {**decided, "status": "reconciliation_required",
+                                             "error": f"{type(error).__name__}: {error}"}}
+                # The effect happened: a lost receipt leaves the decision
+                # reserved, which bl turns into reconciliation_required.
+                self.client.executed(op, ok=True, detail=_digest_of(result))
+            update: dict[str, Any] = {self.state_key: {**decided, "status": "executed"}}
+            if result_key:
+                update[result_key] = result
+            return update
+
+        return guarded
+
+    def make_verify_node(self, observe: Callable[[State], tuple[str, str, str] | None] | None = None,
+                         ) -> Callable[[State, Config], dict[str, Any]]:
+        """The node after the call: `observe(state)` is the trusted host's
+        look at the outside system, `(external_ref, status, source)`, or
+        None when there is nothing to observe. It is recorded as
+        `outcome_observed`; bl never invents one. The update carries where
+        the decision stands in bl."""
+
+        def verify(state: State, config: RunnableConfig) -> dict[str, Any]:
+            decided = dict(state.get(self.state_key) or {})
+            op = decided.get("operation_id")
+            if not op:
+                return {}
+            if observe is not None and decided.get("status") == "executed":
+                seen = observe(state)
+                if seen is not None:
+                    ref, status, source = seen
+                    self.client.outcome(op, external_ref=ref, status=status, source=source)
+                    decided["outcome"] = {"external_ref": ref, "status": status, "source": source}
+            standing = self.client.decision(op) or {}
+            decided["stage"] = standing.get("stage")
+            return {self.state_key: decided}
+
+        return verify
+
+    # -- what the nodes share -----------------------------------------------
+
+    def _request_approval(self, op: str, namespace: str, interrupt_id: str) -> None:
+        try:
+            self.client.request_approval(op, checkpoint_ns=namespace, interrupt_id=interrupt_id)
+        except Refused as refused:
+            # The same pause recorded before (a node run again) is fine.
+            if refused.code != "RequestRepeated":
+                raise
+
+    def _stage_after_resume(self, op: str) -> str:
+        # bl's rules hold that an approval answers the latest pause recorded
+        # for the decision, which is this one.
+        return (self.client.decision(op) or {}).get("stage", "created")
+
+    def _after_lost_reservation(self, op: str, refused: Refused | None) -> dict[str, Any]:
+        """The reservation was not granted now: it was granted before (the
+        node ran again), or the decision was closed. The tool is not called;
+        a reservation with no receipt needs a person."""
+        standing = self.client.decision(op) or {}
+        stage = standing.get("stage")
+        if stage == "reserved":
+            self._record_failure(op, "the node ran again after its reservation; whether the tool ran is unknown")
+            return {"status": "reconciliation_required"}
+        if stage == "executed":
+            return {"status": "executed"}
+        if refused is not None and stage not in ("reconciliation_required", "abandoned", "rejected", "blocked"):
+            raise refused
+        return {"status": stage or "reconciliation_required"}
+
+    def _record_failure(self, op: str, cause: str) -> None:
+        try:
+            self.client.reconciliation_required(op, cause)
+        except Refused as refused:
+            if refused.code != "ReconciliationRequired":
+                raise
+
+
+def _default_operation_id(thread: str, tool: str, digest: str) -> str:
+    return "op-" + hashlib.sha256(f"{thread}\n{tool}\n{digest}".encode()).hexdigest()[:32]
+
+
+def _interrupt_id(paused: BaseException) -> str | None:
+    """The id LangGraph gave the interrupt that paused the node."""
+    interrupts = paused.args[0] if paused.args else ()
+    try:
+        return str(interrupts[0].id)
+    except (TypeError, IndexError, AttributeError):
+        return None
+
+
+def _digest_of(result: Any) -> str:
+    try:
+        text = repr(result)
+    except Exception:  # a result that cannot say what it is
+        text = type(result).__name__
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,213 @@
+"""`CoreClient`: the app's side of `bl evidence serve`.
+
+Every call is one HTTP request on loopback, on one kept-open connection,
+with the service's bearer token. The service answers only once what it
+recorded is on disk, so an answer is a receipt. A refusal raises
+`Refused`, naming the rule's code and the field that differs; nothing
+refused was recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+class EvidenceError(Exception):
+    """Anything that stops an event being recorded."""
+
+
+class Refused(EvidenceError):
+    """The rules refused the event (HTTP 409) or the caller is no authority
+    for it (403). Nothing was recorded."""
+
+    def __init__(self, code: str, message: str, *, field: str | None = None,
+                 event: str | None = None, operation_id: str | None = None):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.field = field
+        self.event = event
+        self.operation_id = operation_id
+
+
+class Unavailable(EvidenceError):
+    """The service could not be reached or could not record (a broken
+    store, a policy that could not run). Whether a request it was sent
+    was recorded is unknown: never act as if it was granted."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the service recorded: the event's place in the log, where the
+    decision stands now, and whether it was a retry of what was there."""
+
+    sequence: int
+    event_hash: str
+    stage: str
+    retry: bool
+    policy: dict[str, Any] | None = None
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces, UTF-8: the same value gives the same text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def args_digest(args: Mapping[str, Any]) -> str:
+    """The digest a decision is bound to: sha256 of the arguments' canonical
+    JSON. Only the digest leaves the app; changing any argument changes it,
+    so an approval for the old arguments is no authority for the new."""
+    return "sha256:" + hashlib.sha256(canonical_json(dict(args)).encode()).hexdigest()
+
+
+class CoreClient:
+    """A client for `bl evidence serve`.
+
+    `url` is what the service printed (`http://127.0.0.1:PORT/v1`); the
+    token is given, or read from `token_file` (the service's `--token-file`).
+    """
+
+    def __init__(self, url: str, token: str | None = None, *,
+                 token_file: str | os.PathLike[str] | None = None, timeout: float = 30.0):
+        if token is None:
+            if token_file is None:
+                raise ValueError("CoreClient needs the service's token, or the file it is in (token_file=)")
+            with open(token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise ValueError(f"{url!r} is not the service's http://HOST:PORT/v1 address")
+        self._host = parsed.hostname
+        self._port = parsed.port or 80
+        self._base = parsed.path.rstrip("/") or "/v1"
+        self._timeout = timeout
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self._connection: http.client.HTTPConnection | None = None
+
+    # -- the decision's life, in order -------------------------------------
+
+    def propose(self, *, operation_id: str, thread_id: str, identity: str, tool: str,
+                args_digest: str) -> Answer:
+        """Creates the decision (a retry with the same binding finds it) and
+        has the operator's policy decide it, in one durable step. The
+        answer's `stage` is `cleared`, `awaiting_approval` or `blocked`."""
+        return self._answer("POST", "/proposals", {
+            "operation_id": operation_id, "thread_id": thread_id, "identity": identity,
+            "tool": tool, "args_digest": args_digest,
+        })
+
+    def model_completed(self, operation_id: str, output_digest: str) -> Answer:
+        """What the app saw the model answer (its digest); never synthesised."""
+        return self.record(operation_id, {"event": "model_completed", "output_digest": output_digest})
+
+    def request_approval(self, operation_id: str, *, checkpoint_ns: str, interrupt_id: str) -> Answer:
+        """The app paused for a person at this interrupt; an approval must
+        name it."""
+        return self.record(operation_id, {
+            "event": "approval_requested", "checkpoint_ns": checkpoint_ns, "interrupt_id": interrupt_id,
+        })
+
+    def reserve(self, operation_id: str, *, tool: str, args_digest: str) -> Answer:
+        """The reservation: the one permission to call the tool, granted once.
+        Anything but a fresh (non-retry) answer is no permission."""
+        return self.record(operation_id, {"event": "tool_requested", "tool": tool, "args_digest": args_digest})
+
+    def executed(self, operation_id: str, *, ok: bool, detail: str = "") -> Answer:
+        """The tool returned (`ok`) or raised. A return is not the outside
+        world's success; a raise needs a person (reconciliation)."""
+        return self.record(operation_id, {"event": "tool_executed", "ok": ok, "detail": detail})
+
+    def outcome(self, operation_id: str, *, external_ref: str, status: str, source: str) -> Answer:
+        """What the outside system says happened, with its reference."""
+        return self.record(operation_id, {
+            "event": "outcome_observed", "external_ref": external_ref, "status": status, "source": source,
+        })
+
+    def reconciliation_required(self, operation_id: str, cause: str) -> Answer:
+        """Whether the tool ran is unknown: a person must say."""
+        return self.record(operation_id, {"event": "reconciliation_required", "cause": cause})
+
+    def record(self, operation_id: str, event: Mapping[str, Any]) -> Answer:
+        """Any event the app may record, as the service's JSON."""
+        return self._answer("POST", f"/decisions/{urllib.parse.quote(operation_id, safe='')}/events", dict(event))
+
+    def decision(self, operation_id: str) -> dict[str, Any] | None:
+        """Where a decision stands (its binding, stage, policy, approval
+        request, approval), or None if there is none."""
+        status, body = self._call("GET", f"/decisions/{urllib.parse.quote(operation_id, safe='')}", None)
+        if status == 404:
+            return None
+        return self._checked(status, body)
+
+    def review(self, signed_review: Mapping[str, Any]) -> Answer:
+        """Submits a reviewer's signed review (from `bl evidence approve`);
+        the signature, not this call, is the authority."""
+        return self._answer("POST", "/reviews", dict(signed_review))
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def __enter__(self) -> "CoreClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the wire ------------------------------------------------------------
+
+    def _answer(self, method: str, path: str, body: Any) -> Answer:
+        status, payload = self._call(method, path, body)
+        data = self._checked(status, payload)
+        return Answer(sequence=data["sequence"], event_hash=data["event_hash"], stage=data["stage"],
+                      retry=data["retry"], policy=data.get("policy"))
+
+    def _checked(self, status: int, payload: Any) -> Any:
+        if status == 200:
+            return payload
+        if status in (403, 409) and isinstance(payload, dict) and "refused" in payload:
+            r = payload["refused"]
+            raise Refused(r.get("code", "Refused"), r.get("message", ""), field=r.get("field"),
+                          event=r.get("event"), operation_id=r.get("operation_id"))
+        error = payload.get("error", {}) if isinstance(payload, dict) else {}
+        message = error.get("message") or str(payload)
+        if status == 401:
+            raise EvidenceError(f"the service refused the token (401): {message}")
+        if status == 400:
+            raise EvidenceError(f"the service could not read the request (400): {message}")
+        raise Unavailable(f"{error.get('code', status)}: {message}")
+
+    def _call(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        data = b"" if body is None else json.dumps(body).encode()
+        # A kept-open connection the service closed while idle fails on
+        # reuse; the request is sent once more on a new connection. That is
+        # safe even if the first reached the service: a decision proposed
+        # again is a retry, and a reservation is never granted twice. Any
+        # other failure is Unavailable: whether it was recorded is unknown.
+        for fresh in (self._connection is None, True):
+            if fresh:
+                self.close()
+                self._connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+            try:
+                self._connection.request(method, self._base + path, body=data, headers=self._headers)
+                response = self._connection.getresponse()
+                text = response.read()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                self.close()
+                if fresh:
+                    raise Unavailable(f"the evidence service at {self._host}:{self._port}: {e}") from e
+            except OSError as e:
+                self.close()
+                raise Unavailable(f"the evidence service at {self._host}:{self._port}: {e}") from e
+        try:
+            payload = json.loads(text) if text else None
+        except ValueError:
+            payload = text.decode(errors="replace")
+        return response.status, payload

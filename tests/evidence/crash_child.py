@@ -1,0 +1,23 @@
+"""Runs the reference app on a SqliteSaver and dies (SIGKILL) inside the
+tool, after its effect and before bl is told: the worst place to crash."""
+
+import os
+import signal
+import sys
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+import refund_app as app
+from bl_evidence import LangGraphBridge
+
+
+def effect_then_die(args):
+    app.effect(args)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+db, order = sys.argv[1], sys.argv[2]
+bridge = LangGraphBridge(app.client(), identity="alice@example.com")
+with SqliteSaver.from_conn_string(db) as saver:
+    graph = app.build(bridge, tool_fn=effect_then_die).compile(checkpointer=saver)
+    graph.invoke({"order": order, "tool": "lookup"}, {"configurable": {"thread_id": "crash-1"}})

@@ -1,0 +1,278 @@
+"""A real LangGraph app against a real `bl evidence serve`: allow, block,
+approve, reject, a resume that is not an approval, a crash after the
+reservation, a restart on SqliteSaver, and the three LangGraph bug shapes
+(an interrupt in a loop, a subgraph resume, a stale resume value). Run by
+tests/tests/all/evidence_langgraph.rs, which started the service; exits
+non-zero at the first thing that does not hold."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
+
+import refund_app as app
+from bl_evidence import EvidenceGraphCallback, LangGraphBridge, Refused, SqliteDispatchLease
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+bridge = LangGraphBridge(app.client(), identity="alice@example.com")
+memory = app.build(bridge).compile(checkpointer=InMemorySaver())
+
+
+def thread() -> dict:
+    return {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:12]}"}}
+
+
+def effects_for(order: str) -> list[dict]:
+    return [e for e in app.effects() if e["order"] == order]
+
+
+def stage(op: str) -> str:
+    return (bridge.client.decision(op) or {}).get("stage")
+
+
+def allow() -> None:
+    out = memory.invoke({"order": "A-1", "tool": "lookup"}, thread())
+    assert out["evidence"]["status"] == "executed", out
+    assert out["tool_result"] == {"done": "lookup", "order": "A-1"}, out
+    assert len(effects_for("A-1")) == 1
+
+
+def block() -> None:
+    out = memory.invoke({"order": "B-1", "tool": "delete"}, thread())
+    assert out["evidence"]["status"] == "blocked", out
+    assert "not a tool this policy allows" in out["evidence"]["reason"], out
+    assert effects_for("B-1") == []
+
+
+def approve() -> None:
+    config = thread()
+    callback = EvidenceGraphCallback()
+    config["callbacks"] = [callback]
+    paused = memory.invoke({"order": "C-1", "tool": "refund", "amount": 30}, config)
+    op = app.pending_operation(paused)
+    assert op and stage(op) == "awaiting_approval", paused
+    assert effects_for("C-1") == []
+    reviewed = app.review("approve", op, "--valid-for", "10m")
+    assert reviewed.returncode == 0, reviewed.stderr
+    out = memory.invoke(Command(resume={"approved": True}), config)
+    assert out["evidence"]["status"] == "executed", out
+    assert out["evidence"]["stage"] == "executed", out
+    assert out["evidence"]["outcome"]["external_ref"] == "ledger:C-1", out
+    assert len(effects_for("C-1")) == 1
+    # The callback saw the pause and the resume, and recorded nothing.
+    kinds = [e["kind"] for e in callback.events]
+    assert "interrupt" in kinds and "resume" in kinds, callback.events
+
+
+def reject() -> None:
+    config = thread()
+    paused = memory.invoke({"order": "D-1", "tool": "refund", "amount": 900}, config)
+    op = app.pending_operation(paused)
+    reviewed = app.review("reject", op, "--reason", "over the limit")
+    assert reviewed.returncode == 0, reviewed.stderr
+    out = memory.invoke(Command(resume={"approved": True}), config)
+    assert out["evidence"]["status"] == "rejected", out
+    assert effects_for("D-1") == []
+    # Terminal: a later approval is refused, and nothing runs.
+    late = app.review("approve", op)
+    assert late.returncode != 0 and "Rejected" in late.stderr + late.stdout, late
+    assert stage(op) == "rejected"
+
+
+def resume_is_not_approval() -> None:
+    config = thread()
+    paused = memory.invoke({"order": "E-1", "tool": "refund", "amount": 10}, config)
+    op = app.pending_operation(paused)
+    # The app resumes with "approved" on its own: the graph pauses again.
+    again = memory.invoke(Command(resume={"approved": True}), config)
+    assert app.pending_operation(again) == op, again
+    assert effects_for("E-1") == [] and stage(op) == "awaiting_approval"
+    # An approval for the first pause no longer answers: it was superseded.
+    requests = bridge.client.decision(op)["approval_request"]
+    assert requests is not None
+    assert app.review("approve", op).returncode == 0
+    out = memory.invoke(Command(resume="whatever"), config)
+    assert out["evidence"]["status"] == "executed" and len(effects_for("E-1")) == 1, out
+
+
+def changed_args_are_refused() -> None:
+    """An approval is for the arguments it saw. Changed while the graph
+    waits, they are a new decision that waits again; changed after the
+    decision and before the call, the call is refused (the field named),
+    never made."""
+    config = thread()
+    paused = memory.invoke({"order": "F-1", "tool": "refund", "amount": 20}, config)
+    op = app.pending_operation(paused)
+    assert app.review("approve", op).returncode == 0
+    memory.update_state(config, {"amount": 2000})
+    again = memory.invoke(Command(resume=True), config)
+    assert app.pending_operation(again) not in (None, op), again
+    assert effects_for("F-1") == []
+    stopped = app.build(bridge).compile(checkpointer=InMemorySaver(), interrupt_before=["call"])
+    config = thread()
+    stopped.invoke({"order": "F-2", "tool": "lookup"}, config)
+    stopped.update_state(config, {"order": "F-3"})
+    try:
+        stopped.invoke(None, config)
+    except Refused as refused:
+        assert refused.code == "RequestMismatch" and refused.field == "args_digest", refused
+    else:
+        raise AssertionError("a call with changed arguments was not refused")
+    assert effects_for("F-2") == [] and effects_for("F-3") == []
+
+
+def crash_after_reservation(db: str) -> None:
+    """The app dies after bl granted the reservation, in the tool; restarted
+    on its SqliteSaver, the node runs again and gets no second permission:
+    reconciliation_required, one effect at most."""
+    config = {"configurable": {"thread_id": "crash-1"}}
+    child = subprocess.run([sys.executable, os.path.join(HERE, "crash_child.py"), db, "G-1"],
+                           capture_output=True, text=True)
+    assert child.returncode == -9, (child.returncode, child.stderr)
+    assert len(effects_for("G-1")) == 1
+    with SqliteSaver.from_conn_string(db) as saver:
+        graph = app.build(bridge).compile(checkpointer=saver)
+        out = graph.invoke(None, config)
+    assert out["evidence"]["status"] == "reconciliation_required", out
+    assert len(effects_for("G-1")) == 1
+    op = out["evidence"]["operation_id"]
+    assert stage(op) == "reconciliation_required"
+    # A person says it ran; nothing is replayed.
+    assert app.review("reconcile", op, "--executed", "true").returncode == 0
+    assert stage(op) == "executed"
+
+
+def restart_on_sqlite(db: str) -> None:
+    """Paused in one process, approved, resumed in another."""
+    config = {"configurable": {"thread_id": "sqlite-1"}}
+    with SqliteSaver.from_conn_string(db) as saver:
+        paused = app.build(bridge).compile(checkpointer=saver).invoke(
+            {"order": "H-1", "tool": "refund", "amount": 5}, config)
+    op = app.pending_operation(paused)
+    assert app.review("approve", op).returncode == 0
+    child = subprocess.run([sys.executable, os.path.join(HERE, "resume_child.py"), db, "sqlite-1"],
+                           capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout)["evidence"]["status"] == "executed", child.stdout
+    assert len(effects_for("H-1")) == 1
+
+
+def interrupt_in_a_loop() -> None:
+    """langgraph#7780: an interrupt in a loop, resumed more often than it
+    paused. Every extra resume finds the call made: one effect each."""
+    graph = StateGraph(app.State)
+    graph.add_node("decide", bridge.make_decision_node(tool=lambda s: s["tool"], args=app.call_args))
+    graph.add_node("call", bridge.make_guarded_node(app.effect, args=app.call_args))
+    graph.add_node("next", lambda s: {"amount": s["amount"] + 1})
+    graph.add_edge(START, "decide")
+    graph.add_edge("decide", "call")
+    graph.add_edge("call", "next")
+    graph.add_conditional_edges("next", lambda s: END if s["amount"] > 2 else "decide")
+    loop = graph.compile(checkpointer=InMemorySaver())
+    config = thread()
+    result = loop.invoke({"order": "L-1", "tool": "refund", "amount": 1}, config)
+    for _ in range(8):  # more resumes than pauses
+        op = app.pending_operation(result)
+        if op and stage(op) == "awaiting_approval":
+            assert app.review("approve", op).returncode == 0
+        result = loop.invoke(Command(resume={"approved": True}), config)
+    amounts = Counter(e["amount"] for e in effects_for("L-1"))
+    assert amounts == Counter({1: 1, 2: 1}), amounts
+
+
+def subgraph_resume() -> None:
+    """langgraph#6792: resuming a subgraph runs its earlier tasks again.
+    The lookup before the pause is not made twice."""
+    inner = StateGraph(app.State)
+    inner.add_node("look", lambda s: {"tool": "lookup"})
+    inner.add_node("decide_lookup", bridge.make_decision_node(tool="lookup", args=app.call_args))
+    inner.add_node("call_lookup", bridge.make_guarded_node(app.effect, args=app.call_args))
+    inner.add_node("refund", lambda s: {"tool": "refund"})
+    inner.add_node("decide_refund", bridge.make_decision_node(tool="refund", args=app.call_args))
+    inner.add_node("call_refund", bridge.make_guarded_node(app.effect, args=app.call_args))
+    for a, b in [(START, "look"), ("look", "decide_lookup"), ("decide_lookup", "call_lookup"),
+                 ("call_lookup", "refund"), ("refund", "decide_refund"), ("decide_refund", "call_refund"),
+                 ("call_refund", END)]:
+        inner.add_edge(a, b)
+    sub = inner.compile()
+    outer = StateGraph(app.State)
+    # Invoked from inside a node: on resume the node, and so the whole
+    # subgraph, runs again from its start.
+    outer.add_node("work", lambda s: sub.invoke(s))
+    outer.add_edge(START, "work")
+    outer.add_edge("work", END)
+    graph = outer.compile(checkpointer=InMemorySaver())
+    config = thread()
+    paused = graph.invoke({"order": "S-1", "tool": "lookup", "amount": 7}, config)
+    op = app.pending_operation(paused)
+    assert op, paused
+    assert app.review("approve", op).returncode == 0
+    graph.invoke(Command(resume=True), config)
+    tools = Counter(e["tool"] for e in effects_for("S-1"))
+    assert tools == Counter({"lookup": 1, "refund": 1}), tools
+
+
+def stale_resume_value() -> None:
+    """langgraph#8837: a resume value consumed by one interrupt answers a
+    later one. Two refunds need approval; only the first is approved, and
+    one resume value is sent: the second is not made."""
+    config = thread()
+    first = memory.invoke({"order": "R-1", "tool": "refund", "amount": 1}, config)
+    op1 = app.pending_operation(first)
+    assert app.review("approve", op1).returncode == 0
+    memory.invoke(Command(resume={"approved": True}), config)
+    # The same thread goes on to a second refund, and the stale value is
+    # sent again.
+    config2 = dict(config)
+    second = memory.invoke({"order": "R-1", "tool": "refund", "amount": 2}, config2)
+    op2 = app.pending_operation(second)
+    assert op2 and op2 != op1, (op1, op2)
+    again = memory.invoke(Command(resume={"approved": True}), config2)
+    assert app.pending_operation(again) == op2, again
+    assert [e["amount"] for e in effects_for("R-1")] == [1]
+    # bl's approval for the first decision is no authority for the second.
+    assert stage(op2) == "awaiting_approval"
+
+
+def dispatch_lease(tmp: str) -> None:
+    try:
+        LangGraphBridge(bridge.client, identity="x", require_dispatch_lease=True)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("require_dispatch_lease=True without a lease was accepted")
+    leased = LangGraphBridge(bridge.client, identity="alice@example.com",
+                             dispatch_lease=SqliteDispatchLease(os.path.join(tmp, "lease.db")),
+                             require_dispatch_lease=True)
+    out = app.build(leased).compile(checkpointer=InMemorySaver()).invoke({"order": "Q-1", "tool": "lookup"}, thread())
+    assert out["evidence"]["status"] == "executed" and len(effects_for("Q-1")) == 1, out
+
+
+def main() -> None:
+    tmp = os.environ["WORK"]
+    ran = []
+    for name, case in [
+        ("allow", allow), ("block", block), ("approve", approve), ("reject", reject),
+        ("resume_is_not_approval", resume_is_not_approval), ("changed_args_are_refused", changed_args_are_refused),
+        ("crash_after_reservation", lambda: crash_after_reservation(os.path.join(tmp, "crash.db"))),
+        ("restart_on_sqlite", lambda: restart_on_sqlite(os.path.join(tmp, "restart.db"))),
+        ("interrupt_in_a_loop", interrupt_in_a_loop), ("subgraph_resume", subgraph_resume),
+        ("stale_resume_value", stale_resume_value), ("dispatch_lease", lambda: dispatch_lease(tmp)),
+    ]:
+        print(f"--- {name}", file=sys.stderr, flush=True)
+        case()
+        ran.append(name)
+    print(json.dumps({"passed": ran, "effects": len(app.effects())}))
+
+
+if __name__ == "__main__":
+    main()
