@@ -173,6 +173,81 @@ pub fn workspace_key(dir: &Path) -> crate::error::AppResult<SigningKey> {
     Ok(key)
 }
 
+/// What `export` wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exported {
+    pub events: u64,
+    pub checkpoints: usize,
+}
+
+/// Copies the evidence of `workspace` into the new directory `out`, as a
+/// bundle anyone verifies with the workspace's public key alone (`bl
+/// verify OUT --pubkey KEY`): the log's complete lines and the signed
+/// checkpoints over them. A service may be writing meanwhile: a line or a
+/// checkpoint newer than the copy is left out, never half copied. The key
+/// is not in the bundle; it must reach the verifier another way.
+pub fn export(workspace: &Path, out: &Path) -> crate::error::AppResult<Exported> {
+    use crate::error::AppError;
+    let failed = |path: &Path, e: std::io::Error| {
+        AppError::refused(format!("evidence export: {}: {e}", path.display()))
+    };
+    let log = workspace.join(EVENTS_FILE);
+    let bytes = std::fs::read(&log).map_err(|e| failed(&log, e))?;
+    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let events = bytes[..complete].iter().filter(|b| **b == b'\n').count() as u64;
+    if events == 0 {
+        return Err(AppError::refused(format!(
+            "evidence export: {} holds no events yet",
+            log.display()
+        )));
+    }
+    if out.exists() {
+        return Err(AppError::refused(format!(
+            "evidence export: {} exists; name a new directory",
+            out.display()
+        )));
+    }
+    // The checkpoints over complete lines; the log is cut at the newest, so
+    // every line in the bundle is under a signature.
+    let source = workspace.join(bl_store::provable::CHECKPOINT_DIR);
+    let mut signed: Vec<(u64, PathBuf)> = Vec::new();
+    for entry in std::fs::read_dir(&source).map_err(|e| failed(&source, e))? {
+        let path = entry.map_err(|e| failed(&source, e))?.path();
+        let size = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".checkpoint"))
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(size) = size.filter(|size| *size <= events) {
+            signed.push((size, path));
+        }
+    }
+    let Some(newest) = signed.iter().map(|(size, _)| *size).max() else {
+        return Err(AppError::refused(format!(
+            "evidence export: no signed checkpoint in {} covers the log yet; open the workspace with bl evidence serve first",
+            source.display()
+        )));
+    };
+    let cut = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(newest as usize - 1)
+        .map_or(complete, |(i, _)| i + 1);
+    let checkpoints = out.join(bl_store::provable::CHECKPOINT_DIR);
+    std::fs::create_dir_all(&checkpoints).map_err(|e| failed(&checkpoints, e))?;
+    std::fs::write(out.join(EVENTS_FILE), &bytes[..cut])
+        .map_err(|e| failed(&out.join(EVENTS_FILE), e))?;
+    for (_, path) in &signed {
+        let to = checkpoints.join(path.file_name().expect("a named file"));
+        std::fs::copy(path, &to).map_err(|e| failed(path, e))?;
+    }
+    Ok(Exported {
+        events: newest,
+        checkpoints: signed.len(),
+    })
+}
+
 /// An event as it was recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recorded {

@@ -53,6 +53,15 @@ pub enum EvidenceCommand {
         /// The review, a JSON file.
         review: PathBuf,
     },
+    /// Copy a workspace's evidence into a new directory that verifies
+    /// with the workspace's public key alone (`bl verify DIR --pubkey K`).
+    Export {
+        /// The workspace directory.
+        workspace: PathBuf,
+        /// The new directory to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Approve the pause a decision is at: read it from the service, sign
     /// the approval with your key (bound to the decision, its arguments,
     /// the policy's version, the pause, an expiry) and submit it.
@@ -178,6 +187,17 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
                 "{}",
                 serde_json::to_string(&bl_app::evidence::sign_review(review, &workspace, &key))
                     .expect("a signed review is JSON")
+            );
+            Ok(Exit::Success)
+        }
+        EvidenceCommand::Export { workspace, out } => {
+            let exported = bl_app::evidence::export(&workspace, &out)?;
+            output::outln!(
+                "exported {} events and {} signed checkpoint(s) to {}; verify with: bl verify {} --pubkey WORKSPACE_KEY",
+                exported.events,
+                exported.checkpoints,
+                out.display(),
+                out.display()
             );
             Ok(Exit::Success)
         }

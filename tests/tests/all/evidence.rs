@@ -25,6 +25,11 @@ impl Drop for Service {
 impl Service {
     /// The service for workspace `ws`, deciding with the policy plugin `policy`.
     fn start(dir: &Path, ws: &str, policy: &str) -> Service {
+        Service::start_with(dir, ws, policy, "{}")
+    }
+
+    /// [`start`](Service::start), the policy given `config`.
+    fn start_with(dir: &Path, ws: &str, policy: &str, config: &str) -> Service {
         let mut command = Command::new(bl_binary());
         command.current_dir(dir).args([
             "evidence",
@@ -39,6 +44,8 @@ impl Service {
             "bob.pub",
             "--policy",
             policy,
+            "--policy-config",
+            config,
         ]);
         let (child, url) = serving(&mut command, "evidence");
         let token = std::fs::read_to_string(dir.join("token")).unwrap();
@@ -235,4 +242,139 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     let other = String::from_utf8(other.stdout).unwrap();
     let refused = bl_in(dir, &["verify", "ws", "--pubkey", other.trim()]);
     assert_eq!(refused.status.code(), Some(1));
+}
+
+/// The venv with LangGraph and bl's Python client; None (said loudly)
+/// without it, except under CI=true, where setup must have made it.
+fn langgraph_python() -> Option<std::path::PathBuf> {
+    let python = bl_e2e::repo_root().join("target/evidence/venv/bin/python3");
+    let ready = python.is_file()
+        && Command::new(&python)
+            .args(["-c", "import langgraph, bl_evidence"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if ready {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but LangGraph and bl_evidence are not installed at {}: scripts/dev test should have made that venv",
+        python.display()
+    );
+    eprintln!("SKIPPED: no LangGraph venv at {}", python.display());
+    None
+}
+
+/// Runs tests/evidence/SCRIPT with `python` against `service`; its last
+/// stdout line, as JSON.
+fn run_app(python: &Path, script: &str, dir: &Path, service: &Service) -> Value {
+    let out = Command::new(python)
+        .arg(script)
+        .current_dir(bl_e2e::repo_root().join("tests/evidence"))
+        .env("BL", bl_binary())
+        .env("BL_EVIDENCE_URL", &service.url)
+        .env("BL_EVIDENCE_TOKEN_FILE", dir.join("token"))
+        .env("REVIEWER_KEY", dir.join("bob.key"))
+        .env("EFFECTS", dir.join(format!("{script}.effects")))
+        .env("WORK", dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{script}: {e}: {stdout}"))
+}
+
+/// The LangGraph app's policy: lookups pass, refunds need a person,
+/// everything else is blocked.
+const REFUND_POLICY: &str = r#"{"allow": ["lookup"], "needs_approval": ["refund"]}"#;
+
+#[test]
+fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_alone() {
+    let Some(python) = langgraph_python() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    keys(dir);
+    let service = Service::start_with(dir, "ws", "tool-policy", REFUND_POLICY);
+    let summary = run_app(&python, "scenarios.py", dir, &service);
+    let passed: Vec<&str> = summary["passed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for case in [
+        "allow",
+        "block",
+        "approve",
+        "reject",
+        "resume_is_not_approval",
+        "changed_args_are_refused",
+        "crash_after_reservation",
+        "restart_on_sqlite",
+        "interrupt_in_a_loop",
+        "subgraph_resume",
+        "stale_resume_value",
+        "dispatch_lease",
+    ] {
+        assert!(passed.contains(&case), "{case} did not run: {summary}");
+    }
+    drop(service);
+
+    // Offline, with the workspace's public key alone: the whole workspace,
+    // and the bundle exported from it.
+    let verified = bl_in(dir, &["verify", "ws", "--pubkey", "ws.pub"]);
+    let report = String::from_utf8_lossy(&verified.stdout);
+    assert!(verified.status.success(), "{report}");
+    assert!(
+        report.contains("approved by bob for alice@example.com")
+            && report.contains("rejected by bob")
+            && report.contains("Not established"),
+        "{report}"
+    );
+    let exported = bl_in(dir, &["evidence", "export", "ws", "--out", "bundle"]);
+    assert!(exported.status.success(), "{exported:?}");
+    let bundle = bl_in(dir, &["verify", "bundle", "--pubkey", "ws.pub"]);
+    assert!(bundle.status.success(), "{bundle:?}");
+    let other = bl_in(dir, &["verify", "bundle", "--pubkey", "mallory.pub"]);
+    assert!(
+        !other.status.success(),
+        "a bundle verified with another key"
+    );
+}
+
+#[test]
+fn an_app_killed_at_every_step_boundary_never_repeats_an_effect() {
+    let Some(python) = langgraph_python() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    keys(dir);
+    let service = Service::start_with(dir, "ws", "tool-policy", REFUND_POLICY);
+    let summary = run_app(&python, "torture.py", dir, &service);
+    // Six recordings and the tool's own effect: a kill at each, and one
+    // run never killed.
+    assert_eq!(summary["boundaries"], json!(7), "{summary}");
+    assert_eq!(summary["duplicates"], json!(0), "{summary}");
+    let ended = summary["executed_once"].as_u64().unwrap()
+        + summary["reconciliation_required"].as_u64().unwrap();
+    assert_eq!(ended, 8, "{summary}");
+    // Killed inside the tool, after its effect: whether it ran is for a
+    // person to say, never replayed.
+    let in_tool = summary["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kill_at"] == "tool")
+        .unwrap();
+    assert_eq!(in_tool["stage"], "reconciliation_required", "{summary}");
+    assert_eq!(in_tool["effects"], json!(1), "{summary}");
 }
