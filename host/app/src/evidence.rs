@@ -277,9 +277,9 @@ pub struct EvidenceStore {
     created_at: BTreeMap<String, (u64, String)>,
     /// The log's Merkle tree, as far as it is written.
     tree: Frontier,
-    /// The last checkpoint written since the store was opened (unsynced):
-    /// the next one replaces it.
-    superseded: Option<PathBuf>,
+    /// Signs the checkpoints after the one made at open, off the path of
+    /// the answers.
+    sealer: Option<crate::evidence_sealer::Sealer>,
     /// Lines appended that are not yet synced and checkpointed.
     unsealed: bool,
     /// The policy plugin, found and loaded once: the operator's, for the
@@ -323,7 +323,7 @@ impl EvidenceStore {
             broken: None,
             created_at: BTreeMap::new(),
             tree: Frontier::default(),
-            superseded: None,
+            sealer: None,
             unsealed: false,
             policy: None,
         };
@@ -331,7 +331,17 @@ impl EvidenceStore {
         store.end_lost_reservations()?;
         // A synced checkpoint over the whole log, whatever was lost with
         // the last one.
-        store.checkpoint(Durability::Synced)?;
+        store.checkpoint_synced()?;
+        let key = SigningKey::parse(&store.key.to_text()).map_err(|e| StoreError::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        store.sealer = Some(crate::evidence_sealer::Sealer::start(
+            dir.to_path_buf(),
+            EVIDENCE_RUN_ID,
+            key,
+            store.tree.size(),
+        ));
         Ok(store)
     }
 
@@ -520,7 +530,8 @@ impl EvidenceStore {
     }
 
     /// Makes every line appended since the last seal durable (one
-    /// fdatasync for them all), then signs a checkpoint over the log.
+    /// fdatasync for them all), and has the sealer sign a checkpoint over
+    /// the log.
     fn seal(&mut self) -> Result<(), EvidenceError> {
         if !self.unsealed {
             return Ok(());
@@ -530,12 +541,33 @@ impl EvidenceStore {
             return Err(e.into());
         }
         self.unsealed = false;
-        self.checkpoint(Durability::Written)
+        let failed = match &self.sealer {
+            Some(sealer) => sealer.request(self.tree.size(), self.tree.root()),
+            None => None,
+        };
+        match failed {
+            Some(why) => {
+                self.broken = Some(why.clone());
+                Err(EvidenceError::Broken(why))
+            }
+            None => Ok(()),
+        }
     }
 
-    /// Writes the signed checkpoint of the log as it is, and removes the
-    /// unsynced one it supersedes.
-    fn checkpoint(&mut self, durability: Durability) -> Result<(), EvidenceError> {
+    /// Waits until the checkpoint over every event recorded so far is
+    /// written.
+    pub fn flush_checkpoints(&mut self) -> Result<(), EvidenceError> {
+        match self.sealer.as_ref().and_then(|s| s.flush()) {
+            Some(why) => {
+                self.broken = Some(why.clone());
+                Err(EvidenceError::Broken(why))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the synced checkpoint of the log as it is, now.
+    fn checkpoint_synced(&mut self) -> Result<(), EvidenceError> {
         if self.tree.size() == 0 {
             return Ok(());
         }
@@ -544,35 +576,20 @@ impl EvidenceStore {
             size: self.tree.size(),
             root: self.tree.root(),
         };
-        match write_checkpoint_at(&self.dir, &head, Some(&self.key), durability) {
-            Ok((path, _)) => {
-                if let Some(old) = self.superseded.take().filter(|old| *old != path) {
-                    // A superseded checkpoint left behind is harmless: it
-                    // still verifies against the log's prefix.
-                    let _ = std::fs::remove_file(old);
-                }
-                if durability == Durability::Written {
-                    self.superseded = Some(path);
-                }
-                Ok(())
-            }
-            Err(source) => {
-                let e = EvidenceError::Checkpoint {
-                    dir: self.dir.clone(),
-                    source,
-                };
-                self.broken = Some(e.to_string());
-                Err(e)
-            }
-        }
+        write_checkpoint_at(&self.dir, &head, Some(&self.key), Durability::Synced)
+            .map(|_| ())
+            .map_err(|source| EvidenceError::Checkpoint {
+                dir: self.dir.clone(),
+                source,
+            })
     }
 
     /// Asks the publication-policy plugin `plugin` (with `config`) about a
     /// decision, and records its answer: the plugin, its version and
     /// component digest, and the digest of exactly what it was asked. It
-    /// is asked twice, without an approval and with one named `human`:
-    /// allowed without, the decision is cleared; allowed only with, a
-    /// person must approve; allowed by neither, it is blocked. A policy
+    /// is asked without an approval, and if that is denied, again with one
+    /// named `human`: allowed without, the decision is cleared; allowed
+    /// only with, a person must approve; allowed by neither, it is blocked. A policy
     /// that cannot decide is an error, and nothing is recorded.
     pub fn evaluate_policy(
         &mut self,
@@ -673,9 +690,16 @@ impl EvidenceStore {
                 .map(|invocation| invocation.value)
                 .map_err(|e| cannot(e.to_string()))
         };
-        let (alone, approved) = (ask(false)?, ask(true)?);
-        // Exactly what it was asked: both requests, and the config.
-        let requests: Vec<serde_json::Value> = [request(false), request(true)]
+        // Allowed as it is, it is not asked about an approval at all.
+        let alone = ask(false)?;
+        let approved = if alone.allow { None } else { Some(ask(true)?) };
+        // Exactly what it was asked: each request, and the config.
+        let asked_requests = if approved.is_some() {
+            vec![request(false), request(true)]
+        } else {
+            vec![request(false)]
+        };
+        let requests: Vec<serde_json::Value> = asked_requests
             .iter()
             .map(|r| {
                 let approvals: Vec<serde_json::Value> = r
@@ -701,13 +725,9 @@ impl EvidenceStore {
                 bl_core::canonical::canonical_json(&asked).as_bytes(),
             )
             .to_string(),
-            allow: alone.allow || approved.allow,
-            needs_approval: !alone.allow && approved.allow,
-            reason: if alone.allow {
-                alone.reason
-            } else {
-                approved.reason
-            },
+            allow: alone.allow || approved.as_ref().is_some_and(|a| a.allow),
+            needs_approval: approved.as_ref().is_some_and(|a| a.allow),
+            reason: approved.map_or(alone.reason, |a| a.reason),
         };
         Ok(EvidenceEvent::PolicyEvaluated(record))
     }
@@ -1027,6 +1047,7 @@ mod tests {
             })
         ));
         // One checkpoint, the newest, covers both lines.
+        store.flush_checkpoints().unwrap();
         let report =
             bl_store::provable::verify_checkpoints(tmp.path(), Some(&store.key.verifier()))
                 .unwrap()

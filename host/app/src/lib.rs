@@ -13,6 +13,7 @@ pub mod egress_proxy;
 pub mod error;
 pub mod evidence;
 pub mod evidence_reviewer;
+mod evidence_sealer;
 pub mod graph_authoring;
 pub mod graph_metrics;
 pub mod graph_nodes;

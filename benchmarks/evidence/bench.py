@@ -1,0 +1,126 @@
+"""The cost bl's bridge adds to a guarded LangGraph step (issue 34).
+
+The same graph, decide -> call, runs N times in three forms, on a
+SqliteSaver, each run one invoke with durability="sync", in blocks that
+alternate so a drift of the machine lands on all three:
+
+- plain: neither node speaks to bl;
+- decided: the bridge's decision node (the proposal and the policy), then
+  the plain call;
+- guarded: the bridge's decision node, then its guarded node (the
+  reservation, the call, the receipt).
+
+The guarded step's cost is guarded minus decided; the decision step's is
+decided minus plain; both together, guarded minus plain. Prints each at
+p50 and p99; exits 1 when the guarded step's p99 is over the target.
+
+    python bench.py URL TOKEN_FILE WORKDIR [N]
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any, TypedDict
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from bl_evidence import CoreClient, LangGraphBridge
+
+TARGET_MS = 2.0
+
+
+class State(TypedDict, total=False):
+    n: int
+    evidence: dict[str, Any]
+    tool_result: Any
+
+
+def tool(args):
+    return {"looked_up": args["n"]}
+
+
+def args(state):
+    return {"n": state["n"]}
+
+
+def plain_graph():
+    g = StateGraph(State)
+    g.add_node("decide", lambda s: {})
+    g.add_node("call", lambda s: {"tool_result": tool(args(s))})
+    g.add_edge(START, "decide")
+    g.add_edge("decide", "call")
+    g.add_edge("call", END)
+    return g
+
+
+def bridged_graph(bridge, guarded):
+    g = StateGraph(State)
+    g.add_node("decide", bridge.make_decision_node(tool="lookup", args=args,
+                                                   operation_id=lambda s, c: f"{c['configurable']['thread_id']}-{s['n']}"))
+    if guarded:
+        g.add_node("call", bridge.make_guarded_node(tool, args=args, result_key="tool_result"))
+    else:
+        g.add_node("call", lambda s: {"tool_result": tool(args(s))})
+    g.add_edge(START, "decide")
+    g.add_edge("decide", "call")
+    g.add_edge("call", END)
+    return g
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def main():
+    url, token_file, work = sys.argv[1:4]
+    n = int(sys.argv[4]) if len(sys.argv) > 4 else 1000
+    bridge = LangGraphBridge(CoreClient(url, token_file=token_file), identity="bench")
+    forms = ("plain", "decided", "guarded")
+    times = {name: [] for name in forms}
+    run = str(int(time.time() * 1000))
+    with SqliteSaver.from_conn_string(os.path.join(work, f"bench-{run}.db")) as saver:
+        graphs = {"plain": plain_graph().compile(checkpointer=saver),
+                  "decided": bridged_graph(bridge, guarded=False).compile(checkpointer=saver),
+                  "guarded": bridged_graph(bridge, guarded=True).compile(checkpointer=saver)}
+        warm = 20
+        block = 25
+        for start in range(0, n + warm, block):
+            for name in forms:
+                graph = graphs[name]
+                for i in range(start, start + block):
+                    config = {"configurable": {"thread_id": f"{name}-{run}"}}
+                    t0 = time.perf_counter()
+                    out = graph.invoke({"n": i}, config, durability="sync")
+                    elapsed = (time.perf_counter() - t0) * 1000
+                    if name == "guarded":
+                        assert out["evidence"]["status"] == "executed", out
+                    if i >= warm:
+                        times[name].append(elapsed)
+
+    def added(a, b, p):
+        return pct(times[a], p) - pct(times[b], p)
+
+    print(f"runs: {len(times['plain'])} of each form, durability=sync, SqliteSaver")
+    for name in forms:
+        xs = times[name]
+        print(f"{name:8} decide -> call   p50 {pct(xs, 50):6.2f} ms   p99 {pct(xs, 99):6.2f} ms   mean {statistics.mean(xs):6.2f} ms")
+    guarded_p99 = added("guarded", "decided", 99)
+    print(f"the guarded step adds   {added('guarded', 'decided', 50):5.2f} ms at p50, {guarded_p99:5.2f} ms at p99"
+          f"  (target: at most {TARGET_MS} ms at p99)")
+    print(f"the decision step adds  {added('decided', 'plain', 50):5.2f} ms at p50, {added('decided', 'plain', 99):5.2f} ms at p99")
+    print(f"both together add       {added('guarded', 'plain', 50):5.2f} ms at p50, {added('guarded', 'plain', 99):5.2f} ms at p99"
+          f"  ({pct(times['guarded'], 99) / pct(times['plain'], 99):.2f}x the plain run at p99)")
+    print(json.dumps({"guarded_step_p99_ms": round(guarded_p99, 3),
+                      "decision_step_p99_ms": round(added("decided", "plain", 99), 3),
+                      "both_p99_ms": round(added("guarded", "plain", 99), 3)}))
+    if guarded_p99 > TARGET_MS:
+        print("MISSED: the guarded step's p99 cost is over the target", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

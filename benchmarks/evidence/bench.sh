@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The evidence plane's cost per guarded LangGraph step (issue 34, point 6):
+# a release bl serves a fresh workspace with the tool-policy plugin, and
+# bench.py runs the same graph with and without the bridge, durability
+# "sync", SqliteSaver, and prints what the bridge adds at p50 and p99.
+# Exits non-zero when the p99 is over 2 ms.
+#
+#   benchmarks/evidence/bench.sh [STEPS]      (default 1000)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+cargo build --quiet --release -p bl-cli
+bl="$root/target/release/bl"
+[ -f target/plugins/tool-policy.wasm ] || "$bl" plugin build plugins/tool-policy --out target/plugins --target-dir target/wasm
+venv="$root/target/evidence/venv"
+if ! "$venv/bin/python3" -c 'import langgraph.checkpoint.sqlite, bl_evidence' 2>/dev/null; then
+  echo "no LangGraph venv at $venv: run scripts/dev test once (it installs LangGraph and the client)" >&2
+  exit 2
+fi
+work="$(mktemp -d)"
+trap 'kill "$server" 2>/dev/null; rm -rf "$work"' EXIT
+"$bl" keys generate --name bench --out "$work/ws.key" >/dev/null
+BL_PLUGIN_PATH="$root/target/plugins" "$bl" evidence serve --workspace "$work/ws" --key "$work/ws.key" \
+  --token-file "$work/token" --policy tool-policy --policy-config '{"allow": ["lookup"]}' \
+  > "$work/serve.out" 2> "$work/serve.err" &
+server=$!
+for _ in $(seq 100); do grep -q '^evidence: ' "$work/serve.out" 2>/dev/null && break; sleep 0.05; done
+url="$(sed -n 's/^evidence: //p' "$work/serve.out")"
+[ -n "$url" ] || { cat "$work/serve.err" >&2; exit 1; }
+echo "machine: $(nproc) cores; bl $("$bl" --version)"
+"$venv/bin/python3" "${BENCH_PY:-$root/benchmarks/evidence/bench.py}" "$url" "$work/token" "$work" "${1:-1000}"
