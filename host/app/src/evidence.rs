@@ -259,6 +259,9 @@ pub struct Recorded {
     pub stage: Stage,
     /// A retry of what was already recorded: nothing was appended.
     pub retry: bool,
+    /// The workspace key's signature (hex) over `receipt_signed_bytes` of
+    /// the operation, the sequence and the hash.
+    pub receipt: String,
 }
 
 /// One workspace's evidence: its log, open and locked, and every decision's
@@ -475,6 +478,7 @@ impl EvidenceStore {
         else {
             let (sequence, hash) = self.created_at[operation_id].clone();
             return Ok(Recorded {
+                receipt: self.receipt(operation_id, sequence, &hash),
                 sequence,
                 hash,
                 stage: self
@@ -522,11 +526,17 @@ impl EvidenceStore {
         let stage = next.stage;
         self.decisions.commit(operation_id, next);
         Ok(Recorded {
+            receipt: self.receipt(operation_id, sequence, &hash),
             sequence,
             hash,
             stage,
             retry: false,
         })
+    }
+
+    fn receipt(&self, operation_id: &str, sequence: u64, hash: &str) -> String {
+        let bytes = bl_core::evidence::receipt_signed_bytes(operation_id, sequence, hash);
+        hex::encode(self.key.sign(&bytes))
     }
 
     /// Makes every line appended since the last seal durable (one
@@ -865,6 +875,14 @@ mod tests {
                     ..first.clone()
                 }
             );
+            // The receipt is the workspace key's signature over the event.
+            let signature: [u8; 64] = hex::decode(&first.receipt).unwrap().try_into().unwrap();
+            let signed = bl_core::evidence::receipt_signed_bytes("op-1", 1, &first.hash);
+            assert!(signer.verifier().verify(&signed, &signature));
+            assert!(!signer.verifier().verify(
+                &bl_core::evidence::receipt_signed_bytes("op-1", 2, &first.hash),
+                &signature
+            ));
             store.record("op-1", policy(), NOW).unwrap();
             store
                 .record(

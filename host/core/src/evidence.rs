@@ -700,6 +700,20 @@ pub fn review_signed_bytes(workspace: &str, review: &Review) -> Vec<u8> {
     bytes
 }
 
+/// The bytes the workspace's key signs as the receipt of an event it
+/// recorded: the answer an app keeps, checkable with the public key alone
+/// (a reservation's receipt is the signed permission to call the tool).
+pub fn receipt_signed_bytes(operation_id: &str, sequence: u64, event_hash: &str) -> Vec<u8> {
+    let body = serde_json::json!({
+        "operation_id": operation_id,
+        "sequence": sequence,
+        "event_hash": event_hash,
+    });
+    let mut bytes = b"bl-evidence-receipt/v1\n".to_vec();
+    bytes.extend(crate::canonical::canonical_json(&body).into_bytes());
+    bytes
+}
+
 /// Every decision of an evidence log, by operation id.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decisions(BTreeMap<String, Decision>);

@@ -107,6 +107,7 @@ fn answer(outcome: Result<Recorded, EvidenceError>) -> Response {
             "event_hash": recorded.hash,
             "stage": recorded.stage,
             "retry": recorded.retry,
+            "receipt": recorded.receipt,
         }))
         .into_response(),
         Err(EvidenceError::Refused {
@@ -206,6 +207,7 @@ fn with_policy(
             "event_hash": recorded.hash,
             "stage": recorded.stage,
             "retry": recorded.retry,
+            "receipt": recorded.receipt,
             "policy": policy,
         }))
         .into_response(),

@@ -378,3 +378,88 @@ fn an_app_killed_at_every_step_boundary_never_repeats_an_effect() {
     assert_eq!(in_tool["stage"], "reconciliation_required", "{summary}");
     assert_eq!(in_tool["effects"], json!(1), "{summary}");
 }
+
+/// The app docs/evidence.md shows, as written there: it pauses for a
+/// person, `bl evidence approve` approves from another process, and the
+/// refund is made once.
+#[test]
+fn the_documented_langgraph_app_runs_as_written() {
+    use std::io::BufRead;
+    let Some(python) = langgraph_python() else {
+        return;
+    };
+    let doc = std::fs::read_to_string(bl_e2e::repo_root().join("docs/evidence.md")).unwrap();
+    let example = doc
+        .split("```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("docs/evidence.md shows a Python app");
+    assert!(
+        example.lines().count() < 40,
+        "the example is 40 lines or more"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    keys(dir);
+    std::fs::write(dir.join("app.py"), example).unwrap();
+    let service = Service::start_with(
+        dir,
+        "ws",
+        "tool-policy",
+        r#"{"needs_approval": ["refund"]}"#,
+    );
+    let mut app = Command::new(&python)
+        .arg("app.py")
+        .current_dir(dir)
+        .env("BL_EVIDENCE_URL", &service.url)
+        .env("BL_EVIDENCE_TOKEN_FILE", dir.join("token"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(app.stdout.take().unwrap()).lines();
+    let waiting = lines.next().unwrap().unwrap();
+    let operation = waiting
+        .strip_prefix("waiting for: bl evidence approve ")
+        .unwrap_or_else(|| panic!("{waiting}"));
+    let approved = bl_in(
+        dir,
+        &[
+            "evidence",
+            "approve",
+            operation,
+            "--key",
+            "bob.key",
+            "--url",
+            &service.url,
+            "--token-file",
+            "token",
+            "--for",
+            "ws.pub",
+        ],
+    );
+    assert!(approved.status.success(), "{approved:?}");
+    let done = lines.next().unwrap().unwrap();
+    assert_eq!(done, "executed {'refunded': '42', 'amount': 30}");
+    assert!(app.wait().unwrap().success());
+    // A reviewer who expects another workspace's key signs nothing.
+    let elsewhere = bl_in(
+        dir,
+        &[
+            "evidence",
+            "reject",
+            operation,
+            "--reason",
+            "x",
+            "--key",
+            "bob.key",
+            "--url",
+            &service.url,
+            "--token-file",
+            "token",
+            "--for",
+            "mallory.pub",
+        ],
+    );
+    assert!(!elsewhere.status.success(), "{elsewhere:?}");
+    assert!(String::from_utf8_lossy(&elsewhere.stderr).contains("nothing was signed"));
+}

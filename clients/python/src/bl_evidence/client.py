@@ -50,6 +50,9 @@ class Answer:
     event_hash: str
     stage: str
     retry: bool
+    #: The workspace key's signature over the event (hex): the reservation's
+    #: is the signed permission to call the tool.
+    receipt: str = ""
     policy: dict[str, Any] | None = None
 
 
@@ -166,7 +169,7 @@ class CoreClient:
         status, payload = self._call(method, path, body)
         data = self._checked(status, payload)
         return Answer(sequence=data["sequence"], event_hash=data["event_hash"], stage=data["stage"],
-                      retry=data["retry"], policy=data.get("policy"))
+                      retry=data["retry"], receipt=data.get("receipt", ""), policy=data.get("policy"))
 
     def _checked(self, status: int, payload: Any) -> Any:
         if status == 200:
