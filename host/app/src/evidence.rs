@@ -947,7 +947,23 @@ mod tests {
         assert!(
             evidence.detail.contains("1 awaiting reconciliation")
                 && evidence.detail.contains("op-1 approved by bob for alice")
-                && evidence.detail.contains("Not established"),
+                && evidence.detail.contains("Not established")
+                && !evidence.detail.contains("under no signed checkpoint"),
+            "{}",
+            evidence.detail
+        );
+        // Without its newest checkpoint, the last event is said to be
+        // under no signature.
+        drop(store);
+        std::fs::remove_file(dir.join("checkpoints/000000000006.checkpoint")).unwrap();
+        let bl_verify::Report::Graph(report) = bl_verify::verify(&dir, &options).unwrap() else {
+            unreachable!()
+        };
+        let evidence = report.checks.iter().find(|c| c.name == "evidence").unwrap();
+        assert!(
+            evidence
+                .detail
+                .contains("the newest 1 event(s) are under no signed checkpoint yet"),
             "{}",
             evidence.detail
         );

@@ -20,6 +20,7 @@ pub(crate) fn verify_evidence(
         path: log.to_path_buf(),
         source,
     })?;
+    let lines = text.lines().count();
     let rows = text.lines().map(serde_json::from_str::<Value>);
     let mut decisions = Decisions::default();
     for (i, row) in rows.enumerate() {
@@ -56,7 +57,38 @@ pub(crate) fn verify_evidence(
     if decisions.is_empty() {
         return Ok(None);
     }
-    Ok(Some(summary(&decisions)))
+    let mut said = summary(&decisions);
+    // The service signs a checkpoint shortly after each answer: a tail
+    // past the newest is not under any signature yet.
+    let signed = newest_checkpoint(log);
+    if signed < lines {
+        said.push_str(&format!(
+            "; the newest {} event(s) are under no signed checkpoint yet (the newest covers {signed})",
+            lines - signed
+        ));
+    }
+    Ok(Some(said))
+}
+
+/// The size of the newest checkpoint beside `log`, 0 if there is none.
+fn newest_checkpoint(log: &Path) -> usize {
+    let dir = log
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(bl_store::provable::CHECKPOINT_DIR);
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_suffix(".checkpoint")?
+                .parse::<usize>()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Why a signed review's signature does not hold.
