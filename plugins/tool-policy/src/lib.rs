@@ -29,7 +29,11 @@ impl Policy for ToolPolicy {
     type Config = Config;
 
     fn decide(request: &PublishRequest, config: Config) -> Result<PublishDecision, PluginError> {
-        if let Some(both) = config.allow.iter().find(|t| config.needs_approval.contains(t)) {
+        if let Some(both) = config
+            .allow
+            .iter()
+            .find(|t| config.needs_approval.contains(t))
+        {
             return Err(PluginError::BadConfig(format!(
                 "`{both}` is in both `allow` and `needs_approval`; name it in one"
             )));
@@ -49,7 +53,11 @@ impl Policy for ToolPolicy {
                 "{tool} is not a tool this policy allows"
             )));
         }
-        let human: Vec<_> = request.approvals.iter().filter(|a| a.name == HUMAN).collect();
+        let human: Vec<_> = request
+            .approvals
+            .iter()
+            .filter(|a| a.name == HUMAN)
+            .collect();
         if let Some(rejected) = human.iter().find(|a| !a.approved) {
             return Ok(PublishDecision::deny(format!(
                 "{tool} was rejected by {}",
@@ -110,6 +118,9 @@ mod tests {
     #[test]
     fn a_tool_in_both_lists_is_a_bad_config() {
         let both = r#"{"allow": ["refund"], "needs_approval": ["refund"]}"#;
-        assert!(matches!(ask("refund", &[], both), Err(PluginError::BadConfig(_))));
+        assert!(matches!(
+            ask("refund", &[], both),
+            Err(PluginError::BadConfig(_))
+        ));
     }
 }
