@@ -16,8 +16,8 @@ def effect_then_die(args):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-db, order = sys.argv[1], sys.argv[2]
+db, order, thread, durability = sys.argv[1:5]
 bridge = LangGraphBridge(app.client(), identity="alice@example.com")
 with SqliteSaver.from_conn_string(db) as saver:
     graph = app.build(bridge, tool_fn=effect_then_die).compile(checkpointer=saver)
-    graph.invoke({"order": order, "tool": "lookup"}, {"configurable": {"thread_id": "crash-1"}})
+    graph.invoke({"order": order, "tool": "lookup"}, {"configurable": {"thread_id": thread}}, durability=durability)

@@ -1,9 +1,10 @@
 """A real LangGraph app against a real `bl evidence serve`: allow, block,
 approve, reject, a resume that is not an approval, a crash after the
-reservation, a restart on SqliteSaver, and the three LangGraph bug shapes
-(an interrupt in a loop, a subgraph resume, a stale resume value). Run by
-tests/tests/all/evidence_langgraph.rs, which started the service; exits
-non-zero at the first thing that does not hold."""
+reservation, a tool that raises, an approval that expired, a restart on
+SqliteSaver, and the three LangGraph bug shapes (an interrupt in a loop, a
+subgraph resume, a stale resume value). Run by tests/tests/all/evidence.rs,
+which started the service; exits non-zero at the first thing that does
+not hold."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 
@@ -92,13 +94,14 @@ def resume_is_not_approval() -> None:
     config = thread()
     paused = memory.invoke({"order": "E-1", "tool": "refund", "amount": 10}, config)
     op = app.pending_operation(paused)
-    # The app resumes with "approved" on its own: the graph pauses again.
+    first_pause = bridge.client.decision(op)["approval_request"]
+    # The app resumes with "approved" on its own: the graph pauses again,
+    # at a new interrupt, which is the one an approval must now answer.
     again = memory.invoke(Command(resume={"approved": True}), config)
     assert app.pending_operation(again) == op, again
     assert effects_for("E-1") == [] and stage(op) == "awaiting_approval"
-    # An approval for the first pause no longer answers: it was superseded.
-    requests = bridge.client.decision(op)["approval_request"]
-    assert requests is not None
+    second_pause = bridge.client.decision(op)["approval_request"]
+    assert first_pause and second_pause and first_pause[1] != second_pause[1], (first_pause, second_pause)
     assert app.review("approve", op).returncode == 0
     out = memory.invoke(Command(resume="whatever"), config)
     assert out["evidence"]["status"] == "executed" and len(effects_for("E-1")) == 1, out
@@ -135,7 +138,7 @@ def crash_after_reservation(db: str) -> None:
     on its SqliteSaver, the node runs again and gets no second permission:
     reconciliation_required, one effect at most."""
     config = {"configurable": {"thread_id": "crash-1"}}
-    child = subprocess.run([sys.executable, os.path.join(HERE, "crash_child.py"), db, "G-1"],
+    child = subprocess.run([sys.executable, os.path.join(HERE, "crash_child.py"), db, "G-1", "crash-1", "async"],
                            capture_output=True, text=True)
     assert child.returncode == -9, (child.returncode, child.stderr)
     assert len(effects_for("G-1")) == 1
@@ -149,6 +152,61 @@ def crash_after_reservation(db: str) -> None:
     # A person says it ran; nothing is replayed.
     assert app.review("reconcile", op, "--executed", "true").returncode == 0
     assert stage(op) == "executed"
+
+
+def crash_with_durability_exit(db: str) -> None:
+    """As above, but LangGraph saves its checkpoint only when the run exits
+    (durability="exit"): restarted, the run begins again at the decision,
+    which finds the decision reserved; the guarded node records
+    reconciliation_required and does not call the tool."""
+    config = {"configurable": {"thread_id": "crash-exit"}}
+    child = subprocess.run([sys.executable, os.path.join(HERE, "crash_child.py"), db, "G-2", "crash-exit", "exit"],
+                           capture_output=True, text=True)
+    assert child.returncode == -9, (child.returncode, child.stderr)
+    with SqliteSaver.from_conn_string(db) as saver:
+        graph = app.build(bridge).compile(checkpointer=saver)
+        out = graph.invoke({"order": "G-2", "tool": "lookup"}, config, durability="exit")
+    assert out["evidence"]["status"] == "reconciliation_required", out
+    assert stage(out["evidence"]["operation_id"]) == "reconciliation_required"
+    assert len(effects_for("G-2")) == 1
+
+
+def tool_raises() -> None:
+    """A tool that raises may have acted before it did: a person decides,
+    and the call is not made again."""
+    def failing(args):
+        app.effect(args)
+        raise RuntimeError("the payment API timed out")
+
+    graph = app.build(bridge, tool_fn=failing).compile(checkpointer=InMemorySaver())
+    config = thread()
+    out = graph.invoke({"order": "K-1", "tool": "lookup"}, config)
+    assert out["evidence"]["status"] == "reconciliation_required", out
+    assert "payment API timed out" in out["evidence"]["error"], out
+    assert stage(out["evidence"]["operation_id"]) == "reconciliation_required"
+    again = graph.invoke({"order": "K-1", "tool": "lookup"}, config)
+    assert again["evidence"]["status"] == "reconciliation_required", again
+    assert len(effects_for("K-1")) == 1
+
+
+def expired_approval() -> None:
+    """An approval that expires before the call is no authority; asked
+    again, the app pauses at a new interrupt, and a fresh approval lets the
+    call through, once."""
+    config = thread()
+    paused = memory.invoke({"order": "X-1", "tool": "refund", "amount": 3}, config)
+    op = app.pending_operation(paused)
+    assert app.review("approve", op, "--valid-for", "1s").returncode == 0
+    time.sleep(2.2)
+    out = memory.invoke(Command(resume=True), config)
+    assert out["evidence"]["status"] == "approval_expired", out
+    assert effects_for("X-1") == []
+    again = memory.invoke({"order": "X-1", "tool": "refund", "amount": 3}, config)
+    assert app.pending_operation(again) == op, again
+    assert stage(op) == "awaiting_approval"
+    assert app.review("approve", op).returncode == 0
+    done = memory.invoke(Command(resume=True), config)
+    assert done["evidence"]["status"] == "executed" and len(effects_for("X-1")) == 1, done
 
 
 def restart_on_sqlite(db: str) -> None:
@@ -264,6 +322,8 @@ def main() -> None:
         ("allow", allow), ("block", block), ("approve", approve), ("reject", reject),
         ("resume_is_not_approval", resume_is_not_approval), ("changed_args_are_refused", changed_args_are_refused),
         ("crash_after_reservation", lambda: crash_after_reservation(os.path.join(tmp, "crash.db"))),
+        ("crash_with_durability_exit", lambda: crash_with_durability_exit(os.path.join(tmp, "crash-exit.db"))),
+        ("tool_raises", tool_raises), ("expired_approval", expired_approval),
         ("restart_on_sqlite", lambda: restart_on_sqlite(os.path.join(tmp, "restart.db"))),
         ("interrupt_in_a_loop", interrupt_in_a_loop), ("subgraph_resume", subgraph_resume),
         ("stale_resume_value", stale_resume_value), ("dispatch_lease", lambda: dispatch_lease(tmp)),

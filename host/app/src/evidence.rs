@@ -946,17 +946,30 @@ mod tests {
         let evidence = report.checks.iter().find(|c| c.name == "evidence").unwrap();
         assert!(
             evidence.detail.contains("1 awaiting reconciliation")
-                && evidence.detail.contains("op-1 approved by bob for alice")
+                && evidence.detail.contains("op-1 approved by bob (key ")
                 && evidence.detail.contains("Not established")
                 && !evidence.detail.contains("under no signed checkpoint"),
             "{}",
             evidence.detail
         );
-        // Without its newest checkpoint, the last event is said to be
-        // under no signature.
+        // Without its newest checkpoint, the last event is under no
+        // signature: against the key that fails; without a key it is said.
         drop(store);
         std::fs::remove_file(dir.join("checkpoints/000000000006.checkpoint")).unwrap();
         let bl_verify::Report::Graph(report) = bl_verify::verify(&dir, &options).unwrap() else {
+            unreachable!()
+        };
+        assert!(!report.ok(), "{report:?}");
+        let evidence = report.checks.iter().find(|c| c.name == "evidence").unwrap();
+        assert!(
+            evidence
+                .detail
+                .contains("1 of the 6 events are under no checkpoint signed by the key"),
+            "{}",
+            evidence.detail
+        );
+        let unkeyed = bl_verify::Options::default();
+        let bl_verify::Report::Graph(report) = bl_verify::verify(&dir, &unkeyed).unwrap() else {
             unreachable!()
         };
         let evidence = report.checks.iter().find(|c| c.name == "evidence").unwrap();

@@ -37,11 +37,19 @@ pub enum Verdict {
     },
 }
 
+/// A review as it was signed and submitted.
+pub struct Reviewed {
+    /// Exactly what was signed.
+    pub review: Review,
+    /// The service's answer (its `stage`, `sequence`, `receipt`).
+    pub answer: Value,
+}
+
 /// Reads decision `operation_id` from `service`, signs `verdict` on it
 /// with `key` (its name is the reviewer), and submits it. `workspace`, if
 /// given, is the verifier key the reviewer expects the service to sign
 /// with; a service signing with another is refused before anything is
-/// signed. Returns the service's answer.
+/// signed.
 pub fn review(
     service: &Service,
     operation_id: &str,
@@ -49,7 +57,7 @@ pub fn review(
     key: &SigningKey,
     workspace: Option<&str>,
     now: u64,
-) -> AppResult<Value> {
+) -> AppResult<Reviewed> {
     let standing = service.call(
         reqwest::Method::GET,
         &format!("/decisions/{}", path_segment(operation_id)),
@@ -103,12 +111,13 @@ pub fn review(
             executed,
         },
     };
-    let signed: SignedReview = sign_review(review, &served, key);
-    service.call(
+    let signed: SignedReview = sign_review(review.clone(), &served, key);
+    let answer = service.call(
         reqwest::Method::POST,
         "/reviews",
         Some(serde_json::to_value(&signed).expect("a review is JSON")),
-    )
+    )?;
+    Ok(Reviewed { review, answer })
 }
 
 fn text(value: &Value, pointer: &str) -> AppResult<String> {

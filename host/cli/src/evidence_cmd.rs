@@ -238,7 +238,7 @@ fn submit(reviewer: Reviewer, verdict: bl_app::evidence_reviewer::Verdict) -> Cl
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(u64::MAX, |d| d.as_secs());
-    let answer = bl_app::evidence_reviewer::review(
+    let reviewed = bl_app::evidence_reviewer::review(
         &service,
         &reviewer.operation_id,
         verdict,
@@ -246,11 +246,43 @@ fn submit(reviewer: Reviewer, verdict: bl_app::evidence_reviewer::Verdict) -> Cl
         workspace.as_deref(),
         now,
     )?;
+    // What the reviewer's key signed, in full.
+    use bl_app::evidence::Review;
+    match &reviewed.review {
+        Review::Approve(a) => output::outln!(
+            "approved {}: {} for {} in thread {}, arguments {}, under policy {} {}, at pause {} / {}, until {}",
+            a.operation_id,
+            a.tool,
+            a.identity,
+            a.thread_id,
+            a.args_digest,
+            a.policy_id,
+            a.policy_version,
+            a.checkpoint_ns,
+            a.interrupt_id,
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(a.expires_at)
+            )
+        ),
+        Review::Reject {
+            operation_id,
+            reason,
+            ..
+        } => output::outln!("rejected {operation_id}: {reason}"),
+        Review::Reconcile {
+            operation_id,
+            executed,
+            ..
+        } => output::outln!(
+            "reconciled {operation_id}: the tool did {}run",
+            if *executed { "" } else { "not " }
+        ),
+    }
     output::outln!(
-        "{}: {} (event {})",
+        "{}: now {} (event {})",
         reviewer.operation_id,
-        answer["stage"].as_str().unwrap_or("?"),
-        answer["sequence"]
+        reviewed.answer["stage"].as_str().unwrap_or("?"),
+        reviewed.answer["sequence"]
     );
     Ok(Exit::Success)
 }

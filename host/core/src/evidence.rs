@@ -391,6 +391,12 @@ impl Decision {
                 checkpoint_ns,
                 interrupt_id,
             } => {
+                // An approval that expired before the tool was requested
+                // is no authority: a person is asked again.
+                if self.approval_expired(now) {
+                    self.approval = None;
+                    self.stage = Stage::AwaitingApproval;
+                }
                 self.expect_awaiting_approval()?;
                 // The latest request is the one an approval must answer (a
                 // resumed graph may interrupt again); an earlier one is never
@@ -535,6 +541,12 @@ impl Decision {
             }
         }
         Ok(())
+    }
+
+    /// Cleared by an approval whose expiry has passed at `now`, and not
+    /// yet requested.
+    pub fn approval_expired(&self, now: u64) -> bool {
+        self.stage == Stage::Cleared && self.approval.as_ref().is_some_and(|a| now > a.expires_at)
     }
 
     fn expect_awaiting_approval(&self) -> Result<(), Refusal> {
@@ -1086,6 +1098,23 @@ mod tests {
                 expires_at: NOW + 600,
                 now: NOW + 601
             })
+        );
+        // Not a dead end: a person is asked again at a new pause, and the
+        // old approval no longer counts.
+        let again = E::ApprovalRequested {
+            checkpoint_ns: "ns".into(),
+            interrupt_id: "i-2".into(),
+        };
+        assert_eq!(d.apply(&again, NOW), Err(Refusal::AlreadyApproved));
+        assert!(d.approval_expired(NOW + 601));
+        assert_eq!(d.apply(&again, NOW + 601), Ok(()));
+        assert_eq!(
+            (d.stage, d.approval.is_none()),
+            (Stage::AwaitingApproval, true)
+        );
+        assert_eq!(
+            d.apply(&reserve(), NOW + 601),
+            Err(Refusal::ApprovalRequired)
         );
     }
 

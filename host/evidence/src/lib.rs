@@ -201,6 +201,8 @@ fn with_policy(
     decision: Option<&bl_core::evidence::Decision>,
 ) -> Response {
     let policy = decision.and_then(|d| d.policy.clone());
+    // An approval that has expired unused: the app asks a person again.
+    let approval_expired = decision.is_some_and(|d| d.approval_expired(now()));
     match outcome {
         Ok(recorded) => Json(json!({
             "sequence": recorded.sequence,
@@ -209,6 +211,7 @@ fn with_policy(
             "retry": recorded.retry,
             "receipt": recorded.receipt,
             "policy": policy,
+            "approval_expired": approval_expired,
         }))
         .into_response(),
         Err(e) => answer(Err(e)),

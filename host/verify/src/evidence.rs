@@ -23,6 +23,8 @@ pub(crate) fn verify_evidence(
     let lines = text.lines().count();
     let rows = text.lines().map(serde_json::from_str::<Value>);
     let mut decisions = Decisions::default();
+    // Each decision's latest reviewer key, to name beside its reviewer.
+    let mut reviewer_keys: std::collections::BTreeMap<String, String> = Default::default();
     for (i, row) in rows.enumerate() {
         let line = i + 1;
         let row = row.map_err(|e| Finding::Evidence(format!("line {line}: {e}")))?;
@@ -44,7 +46,8 @@ pub(crate) fn verify_evidence(
             )));
         }
         if logged.needs_review() {
-            check_review(&logged, workspace_key, line)?;
+            let key = check_review(&logged, workspace_key, line)?;
+            reviewer_keys.insert(logged.operation_id.clone(), key.to_text());
         }
         decisions.replay(&logged).map_err(|refusal| {
             Finding::Evidence(format!(
@@ -57,10 +60,18 @@ pub(crate) fn verify_evidence(
     if decisions.is_empty() {
         return Ok(None);
     }
-    let mut said = summary(&decisions);
+    let mut said = summary(&decisions, &reviewer_keys);
     // The service signs a checkpoint shortly after each answer: a tail
-    // past the newest is not under any signature yet.
+    // past the newest is not under any signature yet. Verified against the
+    // workspace's key, every event must be (a log without checkpoints is
+    // anyone's to write: its chain has no key).
     let signed = newest_checkpoint(log);
+    if workspace_key.is_some() && signed < lines {
+        return Err(Finding::Evidence(format!(
+            "{} of the {lines} events are under no checkpoint signed by the key (the newest covers {signed}); a live service signs within 50 ms: verify again, or verify a bundle from `bl evidence export`",
+            lines - signed
+        )));
+    }
     if signed < lines {
         said.push_str(&format!(
             "; the newest {} event(s) are under no signed checkpoint yet (the newest covers {signed})",
@@ -133,7 +144,7 @@ fn check_review(
     logged: &LoggedEvent,
     workspace_key: Option<&bl_store::VerifierKey>,
     line: usize,
-) -> Result<(), Finding> {
+) -> Result<bl_store::VerifierKey, Finding> {
     let fail =
         |why: String| Finding::Evidence(format!("line {line}: {} {why}", logged.evidence.kind()));
     let signed = match &logged.review {
@@ -144,24 +155,38 @@ fn check_review(
     if workspace_key.is_some_and(|k| k.to_text() != signed.workspace.trim()) {
         return Err(fail("carries a review for another workspace".into()));
     }
-    review_signer(signed)
-        .map(drop)
-        .map_err(|e| fail(format!("carries a review that {e}")))
+    review_signer(signed).map_err(|e| fail(format!("carries a review that {e}")))
 }
 
-fn summary(decisions: &Decisions) -> String {
+fn summary(
+    decisions: &Decisions,
+    reviewer_keys: &std::collections::BTreeMap<String, String>,
+) -> String {
     let count = |stage: Stage| decisions.iter().filter(|(_, d)| d.stage == stage).count();
+    // A reviewer is named with the key that signed: a name alone is any
+    // key's to claim.
+    let key = |op: &str| {
+        reviewer_keys
+            .get(op)
+            .and_then(|k| k.split('+').nth(1))
+            .map_or(String::new(), |id| format!(" (key {id})"))
+    };
     let approvals: Vec<String> = decisions
         .iter()
         .filter_map(|(op, d)| {
-            d.approval
-                .as_ref()
-                .map(|a| format!("{op} approved by {} for {}", a.reviewer, d.binding.identity))
+            d.approval.as_ref().map(|a| {
+                format!(
+                    "{op} approved by {}{} for {}",
+                    a.reviewer,
+                    key(op),
+                    d.binding.identity
+                )
+            })
         })
         .chain(decisions.iter().filter_map(|(op, d)| {
             d.rejected_by
                 .as_ref()
-                .map(|r| format!("{op} rejected by {r}"))
+                .map(|r| format!("{op} rejected by {r}{}", key(op)))
         }))
         .collect();
     let outcomes: usize = decisions.iter().map(|(_, d)| d.outcomes).sum();

@@ -318,6 +318,9 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
         "resume_is_not_approval",
         "changed_args_are_refused",
         "crash_after_reservation",
+        "crash_with_durability_exit",
+        "tool_raises",
+        "expired_approval",
         "restart_on_sqlite",
         "interrupt_in_a_loop",
         "subgraph_resume",
@@ -334,7 +337,8 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
     let report = String::from_utf8_lossy(&verified.stdout);
     assert!(verified.status.success(), "{report}");
     assert!(
-        report.contains("approved by bob for alice@example.com")
+        report.contains("approved by bob (key ")
+            && report.contains("for alice@example.com")
             && report.contains("rejected by bob")
             && report.contains("Not established"),
         "{report}"
@@ -347,6 +351,16 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
     assert!(
         !other.status.success(),
         "a bundle verified with another key"
+    );
+    // A bundle stripped of its checkpoints is anyone's to have written.
+    for entry in std::fs::read_dir(dir.join("bundle/checkpoints")).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    let stripped = bl_in(dir, &["verify", "bundle", "--pubkey", "ws.pub"]);
+    assert!(!stripped.status.success(), "{stripped:?}");
+    assert!(
+        String::from_utf8_lossy(&stripped.stdout).contains("under no checkpoint signed by the key"),
+        "{stripped:?}"
     );
 }
 

@@ -88,7 +88,7 @@ class LangGraphBridge:
                                          tool=name, args_digest=digest)
             record = {"operation_id": op, "tool": name, "args_digest": digest}
             policy = answer.policy or {}
-            stage = answer.stage
+            stage = "awaiting_approval" if answer.approval_expired else answer.stage
             # Pause for a person until bl holds a signed answer for the
             # interrupt the graph is paused at; a resume value alone is
             # never one (it may be stale: langgraph#8837).
@@ -120,7 +120,12 @@ class LangGraphBridge:
 
         def guarded(state: State, config: RunnableConfig) -> dict[str, Any]:
             decided = dict(state.get(self.state_key) or {})
-            if decided.get("status") != "cleared":
+            status = decided.get("status")
+            if status == "reserved":
+                # Reserved before this run, by a process that is gone:
+                # whether the tool ran is unknown, and it is not run again.
+                return {self.state_key: {**decided, **self._after_lost_reservation(decided["operation_id"], None)}}
+            if status != "cleared":
                 return {self.state_key: decided}
             op, tool = decided["operation_id"], decided["tool"]
             digest = args_digest(args(state))
@@ -129,8 +134,11 @@ class LangGraphBridge:
                 try:
                     granted = self.client.reserve(op, tool=tool, args_digest=digest)
                 except Refused as refused:
-                    if refused.code in ("RequestMismatch",):
+                    if refused.code == "RequestMismatch":
                         raise
+                    if refused.code == "ApprovalExpired":
+                        # Route back to the decision node: it asks again.
+                        return {self.state_key: {**decided, "status": "approval_expired"}}
                     return {self.state_key: {**decided, **self._after_lost_reservation(op, refused)}}
                 if granted.retry:
                     return {self.state_key: {**decided, **self._after_lost_reservation(op, None)}}
@@ -142,7 +150,12 @@ class LangGraphBridge:
                                              "error": f"{type(error).__name__}: {error}"}}
                 # The effect happened: a lost receipt leaves the decision
                 # reserved, which bl turns into reconciliation_required.
-                self.client.executed(op, ok=True, detail=_digest_of(result))
+                try:
+                    self.client.executed(op, ok=True, detail=_digest_of(result))
+                except Refused as refused:
+                    # A receipt sent again after a lost answer was recorded.
+                    if refused.code != "AlreadyExecuted":
+                        raise
             update: dict[str, Any] = {self.state_key: {**decided, "status": "executed"}}
             if result_key:
                 update[result_key] = result

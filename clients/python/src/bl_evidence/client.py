@@ -54,6 +54,9 @@ class Answer:
     #: is the signed permission to call the tool.
     receipt: str = ""
     policy: dict[str, Any] | None = None
+    #: A proposal's answer: the decision's approval expired unused, and a
+    #: person must be asked again.
+    approval_expired: bool = False
 
 
 def canonical_json(value: Any) -> str:
@@ -169,7 +172,8 @@ class CoreClient:
         status, payload = self._call(method, path, body)
         data = self._checked(status, payload)
         return Answer(sequence=data["sequence"], event_hash=data["event_hash"], stage=data["stage"],
-                      retry=data["retry"], receipt=data.get("receipt", ""), policy=data.get("policy"))
+                      retry=data["retry"], receipt=data.get("receipt", ""), policy=data.get("policy"),
+                      approval_expired=bool(data.get("approval_expired")))
 
     def _checked(self, status: int, payload: Any) -> Any:
         if status == 200:
