@@ -22,7 +22,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 import refund_app as app
-from bl_evidence import EvidenceGraphCallback, LangGraphBridge, Refused, SqliteDispatchLease
+from bl_evidence import EvidenceGraphCallback, LangGraphBridge, Refused, SqliteDispatchLease, args_digest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 bridge = LangGraphBridge(app.client(), identity="alice@example.com")
@@ -310,9 +310,14 @@ def dispatch_lease(tmp: str) -> None:
         raise AssertionError("require_dispatch_lease=True without a lease was accepted")
     leased = LangGraphBridge(bridge.client, identity="alice@example.com",
                              dispatch_lease=SqliteDispatchLease(os.path.join(tmp, "lease.db")),
-                             require_dispatch_lease=True)
+                             require_dispatch_lease=True, digest_key=b"the app's own secret")
     out = app.build(leased).compile(checkpointer=InMemorySaver()).invoke({"order": "Q-1", "tool": "lookup"}, thread())
     assert out["evidence"]["status"] == "executed" and len(effects_for("Q-1")) == 1, out
+    # Keyed, the digest bl holds cannot be guessed back from likely values.
+    keyed = out["evidence"]["args_digest"]
+    plain = args_digest({"tool": "lookup", "order": "Q-1", "amount": 0})
+    assert keyed.startswith("hmac-sha256:") and keyed[len("hmac-"):] != plain, (keyed, plain)
+    assert bridge.client.decision(out["evidence"]["operation_id"])["binding"]["args_digest"] == keyed
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Crash torture: the reference app (a refund a person must approve) is
-killed at every step boundary, after each answer of the evidence service
-and inside the tool after its effect, then run again until it stops.
+killed at every step boundary: with each recording sent and its answer
+not read, after each answer of the evidence service, and inside the tool
+after its effect; then it is run again until it stops.
 Across all kills: no effect happens twice, and every run ends approved
 and executed once, or in reconciliation_required. Prints a summary."""
 
@@ -53,11 +54,12 @@ def main() -> None:
     assert clean["stage"] == "executed" and clean["killed"] == 0, clean
     recordings = int(open(os.path.join(work, "torture-never.died.count")).read())
     results = [clean]
-    for kill_at in [str(n) for n in range(1, recordings + 1)] + ["tool"]:
+    boundaries = [point for n in range(1, recordings + 1) for point in (f"sent-{n}", str(n))] + ["tool"]
+    for kill_at in boundaries:
         results.append(run_to_the_end(kill_at))
         assert results[-1]["killed"] == 1, results[-1]
     print(json.dumps({
-        "boundaries": recordings + 1,
+        "boundaries": len(boundaries),
         "duplicates": sum(max(r["effects"] - 1, 0) for r in results),
         "executed_once": sum(r["stage"] == "executed" for r in results),
         "reconciliation_required": sum(r["stage"] == "reconciliation_required" for r in results),

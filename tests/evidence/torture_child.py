@@ -5,6 +5,7 @@ KILL_AT is `tool`, once per thread (a marker file says it died). It
 starts, resumes or continues the thread as its checkpoint says, and
 prints where the run stopped."""
 
+import http.client
 import json
 import os
 import signal
@@ -26,17 +27,23 @@ def die() -> None:
 
 
 class Killable(CoreClient):
-    recorded = 0
+    """Dies at the KILL_AT-th recording: after its answer (`N`), or with the
+    request sent and its answer not read (`sent-N`)."""
 
     def _call(self, method, path, body):
+        if method != "POST":
+            return super()._call(method, path, body)
+        counter = marker + ".count"
+        n = (int(open(counter).read()) if os.path.exists(counter) else 0) + 1
+        with open(counter, "w") as f:
+            f.write(str(n))
+        if armed and kill_at == f"sent-{n}":
+            connection = http.client.HTTPConnection(self._host, self._port)
+            connection.request(method, self._base + path, body=json.dumps(body).encode(), headers=self._headers)
+            die()
         answer = super()._call(method, path, body)
-        if method == "POST":
-            counter = marker + ".count"
-            seen = int(open(counter).read()) if os.path.exists(counter) else 0
-            with open(counter, "w") as f:
-                f.write(str(seen + 1))
-            if armed and kill_at == str(seen + 1):
-                die()
+        if armed and kill_at == str(n):
+            die()
         return answer
 
 

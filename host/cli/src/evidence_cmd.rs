@@ -161,7 +161,9 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
                     listener,
                     token,
                     policy: (policy, policy_config),
-                    plugins: bl_app::plugin_host::shared(),
+                    // A long-lived service asks its policy for every
+                    // decision: a pool of instances, reserved once, pays.
+                    plugins: bl_app::plugin_host::install(bl_plugins::AllocatorChoice::Auto),
                 },
                 || bl_core::interrupt::requested().is_some(),
             )

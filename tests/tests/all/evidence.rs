@@ -132,13 +132,31 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
         (200, json!(true), json!(1))
     );
 
-    // The app cannot record what only a person or the policy may.
-    let forged = json!({"event": "human_rejected", "reviewer": "bob", "reason": "forged"});
-    let (code, refused) = service.call("POST", "/decisions/op-1/events", &forged);
-    assert_eq!(
-        (code, refused["refused"]["code"].clone()),
-        (403, json!("NotFromTheApp"))
-    );
+    // The app cannot record what only a person, the policy or a proposal
+    // may, whatever the shape.
+    let approval = json!({"event": "human_approved", "reviewer": "bob", "operation_id": "op-1",
+        "tool": "refund", "identity": "alice", "thread_id": "t-1", "checkpoint_ns": "ns",
+        "interrupt_id": "i", "args_digest": "sha256:aa", "policy_id": "p", "policy_version": "1",
+        "expires_at": 4_000_000_000u64});
+    let policy = json!({"event": "policy_evaluated", "policy_id": "p", "version": "1",
+        "component_digest": "sha256:cc", "input_commitment": "sha256:ii", "allow": true,
+        "needs_approval": false, "reason": "forged"});
+    let mut create = decision("op-1");
+    create["event"] = json!("decision_created");
+    for forged in [
+        json!({"event": "human_rejected", "reviewer": "bob", "reason": "forged"}),
+        json!({"event": "reconciled", "reviewer": "bob", "executed": true}),
+        approval,
+        policy,
+        create,
+    ] {
+        let (code, refused) = service.call("POST", "/decisions/op-1/events", &forged);
+        assert_eq!(
+            (code, refused["refused"]["code"].clone()),
+            (403, json!("NotFromTheApp")),
+            "{forged}: {refused}"
+        );
+    }
 
     // Nothing is requested before a policy decides.
     let reserve = json!({"event": "tool_requested", "tool": "refund", "args_digest": "sha256:aa"});
@@ -374,13 +392,13 @@ fn an_app_killed_at_every_step_boundary_never_repeats_an_effect() {
     keys(dir);
     let service = Service::start_with(dir, "ws", "tool-policy", REFUND_POLICY);
     let summary = run_app(&python, "torture.py", dir, &service);
-    // Six recordings and the tool's own effect: a kill at each, and one
-    // run never killed.
-    assert_eq!(summary["boundaries"], json!(7), "{summary}");
+    // Six recordings, each killed in flight and after its answer, and the
+    // tool's own effect: a kill at each, and one run never killed.
+    assert_eq!(summary["boundaries"], json!(13), "{summary}");
     assert_eq!(summary["duplicates"], json!(0), "{summary}");
     let ended = summary["executed_once"].as_u64().unwrap()
         + summary["reconciliation_required"].as_u64().unwrap();
-    assert_eq!(ended, 8, "{summary}");
+    assert_eq!(ended, 14, "{summary}");
     // Killed inside the tool, after its effect: whether it ran is for a
     // person to say, never replayed.
     let in_tool = summary["results"]

@@ -50,14 +50,17 @@ class LangGraphBridge:
 
     `dispatch_lease` serialises the reservation and the call across the
     app's processes; with `require_dispatch_lease=True` a bridge without one
-    refuses to be built, so a deployment cannot forget it.
+    refuses to be built, so a deployment cannot forget it. `digest_key`
+    keys the arguments' digests (see `args_digest`).
     """
 
     def __init__(self, client: CoreClient, *, identity: str, state_key: str = "evidence",
-                 dispatch_lease: DispatchLease | None = None, require_dispatch_lease: bool = False):
+                 dispatch_lease: DispatchLease | None = None, require_dispatch_lease: bool = False,
+                 digest_key: bytes | None = None):
         if require_dispatch_lease and dispatch_lease is None:
             raise ValueError("require_dispatch_lease=True, but no dispatch_lease= was given")
         self.client = client
+        self.digest_key = digest_key
         self.identity = identity
         self.state_key = state_key
         self.dispatch_lease = dispatch_lease
@@ -82,7 +85,7 @@ class LangGraphBridge:
             conf = _configurable(config)
             thread = str(conf.get("thread_id", ""))
             name = tool(state) if callable(tool) else tool
-            digest = args_digest(args(state))
+            digest = args_digest(args(state), self.digest_key)
             op = operation_id(state, config) if operation_id else _default_operation_id(thread, name, digest)
             answer = self.client.propose(operation_id=op, thread_id=thread, identity=self.identity,
                                          tool=name, args_digest=digest)
@@ -128,7 +131,7 @@ class LangGraphBridge:
             if status != "cleared":
                 return {self.state_key: decided}
             op, tool = decided["operation_id"], decided["tool"]
-            digest = args_digest(args(state))
+            digest = args_digest(args(state), self.digest_key)
             lease = self.dispatch_lease.hold(op) if self.dispatch_lease else nullcontext()
             with lease:
                 try:

@@ -10,6 +10,7 @@ refused was recorded.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -64,11 +65,19 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def args_digest(args: Mapping[str, Any]) -> str:
-    """The digest a decision is bound to: sha256 of the arguments' canonical
+def args_digest(args: Mapping[str, Any], key: bytes | None = None) -> str:
+    """The digest a decision is bound to, over the arguments' canonical
     JSON. Only the digest leaves the app; changing any argument changes it,
-    so an approval for the old arguments is no authority for the new."""
-    return "sha256:" + hashlib.sha256(canonical_json(dict(args)).encode()).hexdigest()
+    so an approval for the old arguments is no authority for the new.
+
+    A plain sha256 (`sha256:…`) of a few guessable values (an order id, an
+    amount) can be guessed back by trying them. With `key` (a secret the
+    app keeps, the same across its processes) it is an HMAC-SHA256
+    (`hmac-sha256:…`) that only the key's holder can link to arguments."""
+    text = canonical_json(dict(args)).encode()
+    if key is None:
+        return "sha256:" + hashlib.sha256(text).hexdigest()
+    return "hmac-sha256:" + hmac.new(key, text, hashlib.sha256).hexdigest()
 
 
 class CoreClient:
