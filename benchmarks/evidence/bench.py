@@ -46,28 +46,29 @@ def args(state):
     return {"n": state["n"]}
 
 
-def plain_graph():
+def graph(decide, call):
     g = StateGraph(State)
-    g.add_node("decide", lambda s: {})
-    g.add_node("call", lambda s: {"tool_result": tool(args(s))})
+    g.add_node("decide", decide)
+    g.add_node("call", call)
     g.add_edge(START, "decide")
     g.add_edge("decide", "call")
     g.add_edge("call", END)
     return g
+
+
+def plain_call(state):
+    return {"tool_result": tool(args(state))}
+
+
+def plain_graph():
+    return graph(lambda s: {}, plain_call)
 
 
 def bridged_graph(bridge, guarded):
-    g = StateGraph(State)
-    g.add_node("decide", bridge.make_decision_node(tool="lookup", args=args,
-                                                   operation_id=lambda s, c: f"{c['configurable']['thread_id']}-{s['n']}"))
-    if guarded:
-        g.add_node("call", bridge.make_guarded_node(tool, args=args, result_key="tool_result"))
-    else:
-        g.add_node("call", lambda s: {"tool_result": tool(args(s))})
-    g.add_edge(START, "decide")
-    g.add_edge("decide", "call")
-    g.add_edge("call", END)
-    return g
+    decide = bridge.make_decision_node(tool="lookup", args=args,
+                                       operation_id=lambda s, c: f"{c['configurable']['thread_id']}-{s['n']}")
+    call = bridge.make_guarded_node(tool, args=args, result_key="tool_result") if guarded else plain_call
+    return graph(decide, call)
 
 
 def pct(xs, p):

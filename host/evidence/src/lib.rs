@@ -99,17 +99,21 @@ impl Service {
     }
 }
 
+/// What was recorded, as the app is told it.
+fn recorded_json(recorded: &Recorded) -> Value {
+    json!({
+        "sequence": recorded.sequence,
+        "event_hash": recorded.hash,
+        "stage": recorded.stage,
+        "retry": recorded.retry,
+        "receipt": recorded.receipt,
+    })
+}
+
 /// The answer to a recording: what was recorded, or why not.
 fn answer(outcome: Result<Recorded, EvidenceError>) -> Response {
     match outcome {
-        Ok(recorded) => Json(json!({
-            "sequence": recorded.sequence,
-            "event_hash": recorded.hash,
-            "stage": recorded.stage,
-            "retry": recorded.retry,
-            "receipt": recorded.receipt,
-        }))
-        .into_response(),
+        Ok(recorded) => Json(recorded_json(&recorded)).into_response(),
         Err(EvidenceError::Refused {
             operation_id,
             event,
@@ -204,16 +208,12 @@ fn with_policy(
     // An approval that has expired unused: the app asks a person again.
     let approval_expired = decision.is_some_and(|d| d.approval_expired(now()));
     match outcome {
-        Ok(recorded) => Json(json!({
-            "sequence": recorded.sequence,
-            "event_hash": recorded.hash,
-            "stage": recorded.stage,
-            "retry": recorded.retry,
-            "receipt": recorded.receipt,
-            "policy": policy,
-            "approval_expired": approval_expired,
-        }))
-        .into_response(),
+        Ok(recorded) => {
+            let mut body = recorded_json(&recorded);
+            body["policy"] = json!(policy);
+            body["approval_expired"] = json!(approval_expired);
+            Json(body).into_response()
+        }
         Err(e) => answer(Err(e)),
     }
 }

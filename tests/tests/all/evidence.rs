@@ -312,15 +312,23 @@ fn run_app(python: &Path, script: &str, dir: &Path, service: &Service) -> Value 
 /// everything else is blocked.
 const REFUND_POLICY: &str = r#"{"allow": ["lookup"], "needs_approval": ["refund"]}"#;
 
+/// The LangGraph venv's python, a fresh directory with the keys, and the
+/// service deciding with [`REFUND_POLICY`] there; None where the venv is
+/// truly absent.
+fn langgraph_app_service() -> Option<(std::path::PathBuf, tempfile::TempDir, Service)> {
+    let python = langgraph_python()?;
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let service = Service::start_with(tmp.path(), "ws", "tool-policy", REFUND_POLICY);
+    Some((python, tmp, service))
+}
+
 #[test]
 fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_alone() {
-    let Some(python) = langgraph_python() else {
+    let Some((python, tmp, service)) = langgraph_app_service() else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    keys(dir);
-    let service = Service::start_with(dir, "ws", "tool-policy", REFUND_POLICY);
     let summary = run_app(&python, "scenarios.py", dir, &service);
     let passed: Vec<&str> = summary["passed"]
         .as_array()
@@ -384,13 +392,10 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
 
 #[test]
 fn an_app_killed_at_every_step_boundary_never_repeats_an_effect() {
-    let Some(python) = langgraph_python() else {
+    let Some((python, tmp, service)) = langgraph_app_service() else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    keys(dir);
-    let service = Service::start_with(dir, "ws", "tool-policy", REFUND_POLICY);
     let summary = run_app(&python, "torture.py", dir, &service);
     // Six recordings, each killed in flight and after its answer, and the
     // tool's own effect: a kill at each, and one run never killed.
