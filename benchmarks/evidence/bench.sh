@@ -20,12 +20,15 @@ fi
 work="$(mktemp -d)"
 trap 'kill "$server" 2>/dev/null; rm -rf "$work"' EXIT
 "$bl" keys generate --name bench --out "$work/ws.key" >/dev/null
+# BENCH_TRANSPORT=http measures loopback TCP instead of the unix socket.
+listen=(--socket "$work/ev.sock")
+[ "${BENCH_TRANSPORT:-socket}" = http ] && listen=()
 BL_PLUGIN_PATH="$root/target/plugins" "$bl" evidence serve --workspace "$work/ws" --key "$work/ws.key" \
-  --token-file "$work/token" --policy tool-policy --policy-config '{"allow": ["lookup"]}' \
+  --token-file "$work/token" --policy tool-policy --policy-config '{"allow": ["lookup"]}' "${listen[@]}" \
   > "$work/serve.out" 2> "$work/serve.err" &
 server=$!
 for _ in $(seq 100); do grep -q '^evidence: ' "$work/serve.out" 2>/dev/null && break; sleep 0.05; done
 url="$(sed -n 's/^evidence: //p' "$work/serve.out")"
 [ -n "$url" ] || { cat "$work/serve.err" >&2; exit 1; }
-echo "machine: $(nproc) cores; bl $("$bl" --version)"
+echo "machine: $(nproc) cores; bl $("$bl" --version); the service on $url"
 "$venv/bin/python3" "${BENCH_PY:-$root/benchmarks/evidence/bench.py}" "$url" "$work/token" "$work" "${1:-1000}"

@@ -173,6 +173,31 @@ pub fn workspace_key(dir: &Path) -> crate::error::AppResult<SigningKey> {
     Ok(key)
 }
 
+/// Binds a unix socket at `path` that only its owner may connect to: made
+/// under a umask that leaves others nothing, so there is no moment when
+/// it is open to them. An existing file at `path` is refused, never
+/// replaced.
+pub fn bind_owner_only_socket(
+    path: &Path,
+) -> crate::error::AppResult<std::os::unix::net::UnixListener> {
+    use crate::error::AppError;
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Err(AppError::refused(format!(
+            "evidence: {} exists; remove it (a service that stopped leaves its socket) or name another",
+            path.display()
+        )));
+    }
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    bound.map_err(|e| {
+        AppError::refused(format!(
+            "evidence: cannot listen on {}: {e}",
+            path.display()
+        ))
+    })
+}
+
 /// What `export` wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exported {

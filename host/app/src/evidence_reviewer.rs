@@ -148,22 +148,12 @@ impl Service {
     fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> AppResult<Value> {
         let url = format!("{}{path}", self.url.trim_end_matches('/'));
         let failed = |e: &dyn std::fmt::Display| AppError::refused(format!("evidence: {url}: {e}"));
-        let client = reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| failed(&e))?;
-        let mut request = client.request(method, &url).bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request
-                .header("Content-Type", "application/json")
-                .body(body.to_string());
+        let (status, text) = match self.url.strip_prefix("unix:") {
+            Some(socket) => over_socket(socket, method, path, &self.token, body),
+            None => over_tcp(&url, method, &self.token, body),
         }
-        let response = request.send().map_err(|e| failed(&e))?;
-        let status = response.status();
-        let answer: Value = response
-            .text()
-            .map_err(|e| failed(&e))
-            .map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))?;
+        .map_err(|e| failed(&e))?;
+        let answer: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
             return Ok(answer);
         }
@@ -179,4 +169,57 @@ impl Service {
             .unwrap_or("");
         Err(failed(&format!("{status} {code}: {why}")))
     }
+}
+
+type Answered = Result<(reqwest::StatusCode, String), Box<dyn std::error::Error + Send + Sync>>;
+
+fn over_tcp(url: &str, method: reqwest::Method, token: &str, body: Option<Value>) -> Answered {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let mut request = client.request(method, url).bearer_auth(token);
+    if let Some(body) = body {
+        request = request
+            .header("Content-Type", "application/json")
+            .body(body.to_string());
+    }
+    let response = request.send()?;
+    let status = response.status();
+    Ok((status, response.text()?))
+}
+
+/// The same request to a service on a unix socket (`serve --socket`).
+fn over_socket(
+    socket: &str,
+    method: reqwest::Method,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> Answered {
+    use http_body_util::BodyExt;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let stream = tokio::net::UnixStream::connect(socket).await?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        let request = hyper::Request::builder()
+            .method(method.as_str())
+            .uri(format!("/v1{path}"))
+            .header("Host", "localhost")
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Content-Type", "application/json")
+            .body(http_body_util::Full::new(bytes_of(body)))?;
+        let response =
+            tokio::time::timeout(Duration::from_secs(30), sender.send_request(request)).await??;
+        let status = reqwest::StatusCode::from_u16(response.status().as_u16())?;
+        let bytes = response.into_body().collect().await?.to_bytes();
+        Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    })
+}
+
+fn bytes_of(body: Option<Value>) -> hyper::body::Bytes {
+    hyper::body::Bytes::from(body.map_or_else(String::new, |b| b.to_string()))
 }

@@ -19,8 +19,12 @@ pub enum EvidenceCommand {
         #[arg(long)]
         workspace: PathBuf,
         /// The loopback address to listen on (port 0: any free port).
-        #[arg(long, default_value = "127.0.0.1:0")]
+        #[arg(long, default_value = "127.0.0.1:0", conflicts_with = "socket")]
         http: SocketAddr,
+        /// Listen on a unix socket at this path instead (made owner-only;
+        /// an existing file is refused). Prints `evidence: unix:PATH`.
+        #[arg(long)]
+        socket: Option<PathBuf>,
         /// Keep the bearer token in this file (made, mode 0600, if missing);
         /// without it a fresh token is printed on stderr.
         #[arg(long)]
@@ -116,6 +120,7 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
         EvidenceCommand::Serve {
             workspace,
             http,
+            socket,
             token_file,
             key,
             reviewers,
@@ -146,16 +151,26 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
             };
             let store = bl_app::evidence::EvidenceStore::open(&workspace, key, reviewers)
                 .map_err(|e| CliError::refused(format!("evidence: {e}")))?;
-            let listener = std::net::TcpListener::bind(http).map_err(|e| {
-                CliError::refused(format!("evidence: cannot listen on {http}: {e}"))
-            })?;
-            let at = listener
-                .local_addr()
-                .map_err(|e| CliError::refused(format!("evidence: {e}")))?;
-            output::outln!("evidence: http://{at}/v1");
+            let listener = match &socket {
+                Some(path) => {
+                    let listener = bl_app::evidence::bind_owner_only_socket(path)?;
+                    output::outln!("evidence: unix:{}", path.display());
+                    bl_evidence::Listener::Socket(listener)
+                }
+                None => {
+                    let listener = std::net::TcpListener::bind(http).map_err(|e| {
+                        CliError::refused(format!("evidence: cannot listen on {http}: {e}"))
+                    })?;
+                    let at = listener
+                        .local_addr()
+                        .map_err(|e| CliError::refused(format!("evidence: {e}")))?;
+                    output::outln!("evidence: http://{at}/v1");
+                    bl_evidence::Listener::Loopback(listener)
+                }
+            };
             output::errln!("bl evidence: bearer token {told}");
             output::errln!("bl evidence: checkpoints are signed by {verifier}");
-            bl_evidence::serve(
+            let served = bl_evidence::serve(
                 bl_evidence::ServeOptions {
                     store,
                     listener,
@@ -166,8 +181,11 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
                     plugins: bl_app::plugin_host::install(bl_plugins::AllocatorChoice::Auto),
                 },
                 || bl_core::interrupt::requested().is_some(),
-            )
-            .map_err(|e| CliError::refused(e.to_string()))?;
+            );
+            if let Some(path) = &socket {
+                let _ = std::fs::remove_file(path);
+            }
+            served.map_err(|e| CliError::refused(e.to_string()))?;
             Ok(Exit::Success)
         }
         EvidenceCommand::SignReview {

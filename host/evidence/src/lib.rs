@@ -4,7 +4,8 @@
 //! approved, and whether the action may be requested, exactly once; then
 //! it records what happened. Everything goes through the application
 //! layer's `EvidenceStore` (the rules, the signed log); this crate only
-//! speaks HTTP, on loopback, behind a bearer token. A person's review
+//! speaks HTTP, on loopback or a unix socket only its owner may open,
+//! behind a bearer token. A person's review
 //! arrives signed by a reviewer key the workspace trusts, never on the
 //! app's word: the app's token cannot record an approval.
 //!
@@ -33,13 +34,21 @@ use serde_json::{Value, json};
 /// What the service serves and whom it lets in.
 pub struct ServeOptions {
     pub store: EvidenceStore,
-    pub listener: std::net::TcpListener,
+    pub listener: Listener,
     /// The bearer token the app must send.
     pub token: String,
     /// The policy plugin (a publication policy) and its config: the
     /// operator's choice, never the app's.
     pub policy: (String, String),
     pub plugins: Arc<bl_plugins::PluginHost>,
+}
+
+/// Where the service listens.
+pub enum Listener {
+    /// A loopback address (anything else is refused).
+    Loopback(std::net::TcpListener),
+    /// A unix socket, its file made owner-only by whoever bound it.
+    Socket(std::os::unix::net::UnixListener),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,9 +70,11 @@ pub fn serve(
     options: ServeOptions,
     stop: impl Fn() -> bool + Send + 'static,
 ) -> Result<(), ServeError> {
-    let address = options.listener.local_addr().ok();
-    if !address.is_some_and(|a| a.ip().is_loopback()) {
-        return Err(ServeError::NotLoopback(format!("{address:?}")));
+    if let Listener::Loopback(listener) = &options.listener {
+        let address = listener.local_addr().ok();
+        if !address.is_some_and(|a| a.ip().is_loopback()) {
+            return Err(ServeError::NotLoopback(format!("{address:?}")));
+        }
     }
     let service = Arc::new(Service {
         store: Mutex::new(options.store),
@@ -82,7 +93,11 @@ pub fn serve(
         .layer(axum::middleware::from_fn(move |request, next| {
             bl_web::bearer::require(token.clone(), "bl evidence", request, next)
         }));
-    Ok(bl_web::run_server(options.listener, app, stop)?)
+    match options.listener {
+        Listener::Loopback(listener) => bl_web::run_server(listener, app, stop)?,
+        Listener::Socket(listener) => bl_web::run_server_on_socket(listener, app, stop)?,
+    }
+    Ok(())
 }
 
 /// Seconds since the epoch; a clock before it makes every approval

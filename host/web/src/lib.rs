@@ -123,20 +123,81 @@ pub fn run_server(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
+    block_on_serving(
+        address,
+        || {
+            listener.set_nonblocking(true)?;
+            tokio::net::TcpListener::from_std(listener)
+        },
+        app,
+        stop,
+    )
+}
+
+/// [`run_server`] on a unix socket: only who may open the socket's file
+/// reaches the server.
+pub fn run_server_on_socket(
+    listener: std::os::unix::net::UnixListener,
+    app: axum::Router,
+    stop: impl Fn() -> bool + Send + 'static,
+) -> Result<(), WebError> {
+    let address = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+        .unwrap_or_default();
+    block_on_serving(
+        address,
+        || {
+            listener.set_nonblocking(true)?;
+            tokio::net::UnixListener::from_std(listener)
+        },
+        app,
+        stop,
+    )
+}
+
+/// Serves on the listener `listen` makes, inside a runtime of its own.
+fn block_on_serving<L: Accept>(
+    address: String,
+    listen: impl FnOnce() -> std::io::Result<L>,
+    app: axum::Router,
+    stop: impl Fn() -> bool + Send + 'static,
+) -> Result<(), WebError> {
     let failed = |source| WebError::Serve {
         address: address.clone(),
         source,
     };
-    listener.set_nonblocking(true).map_err(failed)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(failed)?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::from_std(listener).map_err(failed)?;
+        // Made inside the runtime: tokio's listeners need its reactor.
+        let listener = listen().map_err(failed)?;
         serve_http1(listener, app, stop).await;
         Ok(())
     })
+}
+
+/// A listener connections are accepted from.
+trait Accept {
+    type Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Stream>>;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn accept_one(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn accept_one(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
 }
 
 /// At most this many connections are served at once (the event streams
@@ -155,7 +216,7 @@ const CLOSING_GRACE: Duration = Duration::from_secs(30);
 /// in flight, and any still open after [`CLOSING_GRACE`] (a live event
 /// stream) are closed.
 async fn serve_http1(
-    listener: tokio::net::TcpListener,
+    listener: impl Accept,
     app: axum::Router,
     stop: impl Fn() -> bool + Send + 'static,
 ) {
@@ -176,8 +237,8 @@ async fn serve_http1(
             continue;
         }
         let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+            accepted = listener.accept_one() => match accepted {
+                Ok(stream) => stream,
                 // Out of descriptors or a reset before accept: back off a
                 // moment rather than spin.
                 Err(_) => {

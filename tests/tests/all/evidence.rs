@@ -500,3 +500,113 @@ fn the_documented_langgraph_app_runs_as_written() {
     assert!(!elsewhere.status.success(), "{elsewhere:?}");
     assert!(String::from_utf8_lossy(&elsewhere.stderr).contains("nothing was signed"));
 }
+
+/// `serve --socket`: a socket only its owner may open, an existing file
+/// never replaced, the Python client and `bl evidence reject` over it,
+/// and the socket gone when the service stops.
+#[test]
+fn the_service_listens_on_an_owner_only_unix_socket() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    let Some(python) = langgraph_python() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    keys(dir);
+    let start = |ws: &str| {
+        Command::new(bl_binary())
+            .current_dir(dir)
+            .args([
+                "evidence",
+                "serve",
+                "--workspace",
+                ws,
+                "--key",
+                "ws.key",
+                "--token-file",
+                "token",
+                "--reviewer",
+                "bob.pub",
+                "--policy",
+                "tool-policy",
+                "--policy-config",
+                REFUND_POLICY,
+                "--socket",
+                "ev.sock",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = start("ws");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "evidence: unix:ev.sock");
+    let mode = std::fs::metadata(dir.join("ev.sock"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "the socket is open to others: {mode:o}");
+
+    // A second service is refused the same path, and leaves it alone.
+    let second = start("ws2").wait_with_output().unwrap();
+    assert!(!second.status.success());
+    assert!(String::from_utf8_lossy(&second.stderr).contains("ev.sock exists"));
+    assert!(dir.join("ev.sock").exists());
+
+    let script = r#"
+import sys
+from bl_evidence import CoreClient, Refused
+client = CoreClient("unix:ev.sock", token_file="token")
+lookup = client.propose(operation_id="op-l", thread_id="t", identity="alice", tool="lookup", args_digest="sha256:aa")
+assert lookup.stage == "cleared", lookup
+assert not client.reserve("op-l", tool="lookup", args_digest="sha256:aa").retry
+assert client.executed("op-l", ok=True).stage == "executed"
+refund = client.propose(operation_id="op-r", thread_id="t", identity="alice", tool="refund", args_digest="sha256:bb")
+assert refund.stage == "awaiting_approval", refund
+print("ok")
+"#;
+    let ran = Command::new(&python)
+        .args(["-c", script])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{ran:?}");
+    let rejected = bl_in(
+        dir,
+        &[
+            "evidence",
+            "reject",
+            "op-r",
+            "--reason",
+            "no",
+            "--key",
+            "bob.key",
+            "--url",
+            "unix:ev.sock",
+            "--token-file",
+            "token",
+            "--for",
+            "ws.pub",
+        ],
+    );
+    assert!(rejected.status.success(), "{rejected:?}");
+    assert!(String::from_utf8_lossy(&rejected.stdout).contains("op-r: now rejected"));
+
+    // Stopped, it takes its socket with it.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let stopped = child.wait().unwrap();
+    assert!(
+        stopped.code().is_some(),
+        "it did not stop by itself: {stopped:?}"
+    );
+    assert!(!dir.join("ev.sock").exists());
+}

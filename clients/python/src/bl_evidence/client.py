@@ -14,6 +14,7 @@ import hmac
 import http.client
 import json
 import os
+import socket
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -83,8 +84,9 @@ def args_digest(args: Mapping[str, Any], key: bytes | None = None) -> str:
 class CoreClient:
     """A client for `bl evidence serve`.
 
-    `url` is what the service printed (`http://127.0.0.1:PORT/v1`); the
-    token is given, or read from `token_file` (the service's `--token-file`).
+    `url` is what the service printed (`http://127.0.0.1:PORT/v1`, or
+    `unix:PATH` with `--socket`); the token is given, or read from
+    `token_file` (the service's `--token-file`).
     """
 
     def __init__(self, url: str, token: str | None = None, *,
@@ -94,12 +96,17 @@ class CoreClient:
                 raise ValueError("CoreClient needs the service's token, or the file it is in (token_file=)")
             with open(token_file, encoding="utf-8") as f:
                 token = f.read().strip()
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme != "http" or not parsed.hostname:
-            raise ValueError(f"{url!r} is not the service's http://HOST:PORT/v1 address")
-        self._host = parsed.hostname
-        self._port = parsed.port or 80
-        self._base = parsed.path.rstrip("/") or "/v1"
+        self._socket: str | None = None
+        if url.startswith("unix:"):
+            # `serve --socket PATH` prints `unix:PATH`.
+            self._socket, self._host, self._port, self._base = url[len("unix:"):], "localhost", 80, "/v1"
+        else:
+            parsed = urllib.parse.urlsplit(url)
+            if parsed.scheme != "http" or not parsed.hostname:
+                raise ValueError(f"{url!r} is not what the service printed (http://HOST:PORT/v1 or unix:PATH)")
+            self._host = parsed.hostname
+            self._port = parsed.port or 80
+            self._base = parsed.path.rstrip("/") or "/v1"
         self._timeout = timeout
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         self._connection: http.client.HTTPConnection | None = None
@@ -209,7 +216,9 @@ class CoreClient:
         for fresh in (self._connection is None, True):
             if fresh:
                 self.close()
-                self._connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+                self._connection = (
+                    _UnixConnection(self._socket, self._timeout) if self._socket
+                    else http.client.HTTPConnection(self._host, self._port, timeout=self._timeout))
             try:
                 self._connection.request(method, self._base + path, body=data, headers=self._headers)
                 response = self._connection.getresponse()
@@ -218,12 +227,25 @@ class CoreClient:
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 self.close()
                 if fresh:
-                    raise Unavailable(f"the evidence service at {self._host}:{self._port}: {e}") from e
+                    raise Unavailable(f"the evidence service at {self._socket or f'{self._host}:{self._port}'}: {e}") from e
             except OSError as e:
                 self.close()
-                raise Unavailable(f"the evidence service at {self._host}:{self._port}: {e}") from e
+                raise Unavailable(f"the evidence service at {self._socket or f'{self._host}:{self._port}'}: {e}") from e
         try:
             payload = json.loads(text) if text else None
         except ValueError:
             payload = text.decode(errors="replace")
         return response.status, payload
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over the service's unix socket."""
+
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
