@@ -30,6 +30,14 @@ impl Service {
 
     /// [`start`](Service::start), the policy given `config`.
     fn start_with(dir: &Path, ws: &str, policy: &str, config: &str) -> Service {
+        let (child, url) = serving(&mut Service::command(dir, ws, policy, config), "evidence");
+        let token = std::fs::read_to_string(dir.join("token")).unwrap();
+        Service { child, url, token }
+    }
+
+    /// `bl evidence serve` for workspace `ws` in `dir`, with the keys
+    /// [`keys`] made and the policy `policy` given `config`.
+    fn command(dir: &Path, ws: &str, policy: &str, config: &str) -> Command {
         let mut command = Command::new(bl_binary());
         command.current_dir(dir).args([
             "evidence",
@@ -47,9 +55,7 @@ impl Service {
             "--policy-config",
             config,
         ]);
-        let (child, url) = serving(&mut command, "evidence");
-        let token = std::fs::read_to_string(dir.join("token")).unwrap();
-        Service { child, url, token }
+        command
     }
 
     /// (status code, JSON answer)
@@ -515,26 +521,8 @@ fn the_service_listens_on_an_owner_only_unix_socket() {
     let dir = tmp.path();
     keys(dir);
     let start = |ws: &str| {
-        Command::new(bl_binary())
-            .current_dir(dir)
-            .args([
-                "evidence",
-                "serve",
-                "--workspace",
-                ws,
-                "--key",
-                "ws.key",
-                "--token-file",
-                "token",
-                "--reviewer",
-                "bob.pub",
-                "--policy",
-                "tool-policy",
-                "--policy-config",
-                REFUND_POLICY,
-                "--socket",
-                "ev.sock",
-            ])
+        Service::command(dir, ws, "tool-policy", REFUND_POLICY)
+            .args(["--socket", "ev.sock"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
