@@ -8,10 +8,11 @@
 //!
 //! Speed: the events one request records share one fdatasync, and the
 //! tree head grows with the log (`merkle::Frontier`), so a request costs
-//! the same at the millionth event as at the first. The checkpoint after a
-//! request is written without waiting for the disk, and replaces the one
-//! before it; opening the store writes a synced one over the whole log, so
-//! what a lost machine loses is made again from the durable log.
+//! the same at the millionth event as at the first. The checkpoint over a
+//! request's events is signed and synced on a thread of its own, within
+//! 50 ms, off the answer's path, and replaces the one before it; opening
+//! the store signs one over the whole log, so a service killed before its
+//! last checkpoint has it made at its next start.
 //! `bl verify` checks such a workspace as it checks a run: the chain, the
 //! Merkle tree and the signatures.
 
@@ -24,7 +25,7 @@ use bl_core::evidence::{
 };
 pub use bl_core::evidence::{Review, SignedReview};
 use bl_store::merkle::Frontier;
-use bl_store::provable::{Durability, EVENTS_FILE, TreeHead, write_checkpoint_at};
+use bl_store::provable::{EVENTS_FILE, TreeHead, write_checkpoint_at};
 use bl_store::{EventLog, RunIdentity, SigningKey, StoreError};
 use serde_json::Value;
 
@@ -175,17 +176,32 @@ pub fn workspace_key(dir: &Path) -> crate::error::AppResult<SigningKey> {
 
 /// Binds a unix socket at `path` that only its owner may connect to: made
 /// under a umask that leaves others nothing, so there is no moment when
-/// it is open to them. An existing file at `path` is refused, never
-/// replaced.
+/// it is open to them. A socket no one listens on (left by a service that
+/// was killed) is replaced; any other file at `path` is refused. The
+/// umask is the process's: call this before other threads make files.
 pub fn bind_owner_only_socket(
     path: &Path,
 ) -> crate::error::AppResult<std::os::unix::net::UnixListener> {
     use crate::error::AppError;
-    if std::fs::symlink_metadata(path).is_ok() {
-        return Err(AppError::refused(format!(
-            "evidence: {} exists; remove it (a service that stopped leaves its socket) or name another",
-            path.display()
-        )));
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(found) = std::fs::symlink_metadata(path) {
+        // A socket no one listens on is what a killed service left: it
+        // is replaced. Anything else, or a live service's, is not.
+        let stale = found.file_type().is_socket()
+            && std::os::unix::net::UnixStream::connect(path)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
+        if !stale {
+            return Err(AppError::refused(format!(
+                "evidence: {} exists and is not a socket left by a stopped service; name another path",
+                path.display()
+            )));
+        }
+        std::fs::remove_file(path).map_err(|e| {
+            AppError::refused(format!(
+                "evidence: cannot remove the stale socket {}: {e}",
+                path.display()
+            ))
+        })?;
     }
     let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let bound = std::os::unix::net::UnixListener::bind(path);
@@ -611,7 +627,7 @@ impl EvidenceStore {
             size: self.tree.size(),
             root: self.tree.root(),
         };
-        write_checkpoint_at(&self.dir, &head, Some(&self.key), Durability::Synced)
+        write_checkpoint_at(&self.dir, &head, Some(&self.key))
             .map(|_| ())
             .map_err(|source| EvidenceError::Checkpoint {
                 dir: self.dir.clone(),
@@ -977,9 +993,24 @@ mod tests {
             "{}",
             evidence.detail
         );
+        // A checkpoint renamed to claim a later head is refused.
+        drop(store);
+        let checkpoints = dir.join("checkpoints");
+        std::fs::copy(
+            checkpoints.join("000000000005.checkpoint"),
+            checkpoints.join("000000000009.checkpoint"),
+        )
+        .unwrap();
+        let bl_verify::Report::Graph(report) = bl_verify::verify(&dir, &options).unwrap() else {
+            unreachable!()
+        };
+        assert!(
+            format!("{report:?}").contains("not the one its name says"),
+            "{report:?}"
+        );
+        std::fs::remove_file(checkpoints.join("000000000009.checkpoint")).unwrap();
         // Without its newest checkpoint, the last event is under no
         // signature: against the key that fails; without a key it is said.
-        drop(store);
         std::fs::remove_file(dir.join("checkpoints/000000000006.checkpoint")).unwrap();
         let bl_verify::Report::Graph(report) = bl_verify::verify(&dir, &options).unwrap() else {
             unreachable!()

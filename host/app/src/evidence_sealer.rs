@@ -2,8 +2,8 @@
 //! the path of the answers: a request's lines are durable before it is
 //! answered, and the checkpoint over them follows a moment later. Heads
 //! asked for while one is being written are coalesced into the newest.
-//! Each checkpoint replaces the one this sealer wrote before it; the one
-//! the store wrote, synced, when it opened stays.
+//! Each checkpoint is synced, and replaces the one this sealer wrote
+//! before it; the one the store wrote when it opened stays.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 
 use bl_store::SigningKey;
 use bl_store::merkle::Hash;
-use bl_store::provable::{Durability, TreeHead, write_checkpoint_at};
+use bl_store::provable::{TreeHead, write_checkpoint_at};
 
 #[derive(Default)]
 struct Progress {
@@ -122,7 +122,9 @@ fn seal_until_stopped(shared: &Shared, dir: &std::path::Path, run_id: &str, key:
             }
         };
         let head = TreeHead { run_id, size, root };
-        let written = write_checkpoint_at(dir, &head, Some(key), Durability::Written);
+        // Synced: off the answers' path, it costs them nothing, and a
+        // checkpoint that survives a power loss is whole.
+        let written = write_checkpoint_at(dir, &head, Some(key));
         let mut progress = lock(shared);
         match written {
             Ok((path, _)) => {

@@ -120,7 +120,7 @@ pub fn write_checkpoint(
         size: leaves.len() as u64,
         root: merkle::root(&leaves),
     };
-    write_checkpoint_at(run_dir, &head, key, Durability::Synced)
+    write_checkpoint_at(run_dir, &head, key)
 }
 
 /// The head of a log's tree, as its writer knows it without reading the
@@ -131,17 +131,6 @@ pub struct TreeHead<'a> {
     pub root: Hash,
 }
 
-/// Whether a checkpoint waits for the disk before it is reported written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// The file and its directory are synced.
-    Synced,
-    /// Written, not synced: for a writer whose log is durable and that
-    /// writes a synced checkpoint again when it opens the log, so a
-    /// checkpoint lost with the machine is made again from the log.
-    Written,
-}
-
 /// Writes (and signs, with `key`) the checkpoint of `head`, a head the
 /// caller computed over the log it writes: the same as `write_checkpoint`
 /// without reading the log back.
@@ -149,7 +138,6 @@ pub fn write_checkpoint_at(
     run_dir: &Path,
     head: &TreeHead<'_>,
     key: Option<&SigningKey>,
-    durability: Durability,
 ) -> Result<(PathBuf, Checkpoint), SealError> {
     if head.size == 0 {
         return Err(SealError::EmptyLog);
@@ -183,17 +171,12 @@ pub fn write_checkpoint_at(
         .open(&tmp)
         .map_err(SealError::io(&tmp))?;
     file.write_all(note.as_bytes())
-        .and_then(|_| match durability {
-            Durability::Synced => file.sync_all(),
-            Durability::Written => Ok(()),
-        })
+        .and_then(|_| file.sync_all())
         .map_err(SealError::io(&tmp))?;
     std::fs::rename(&tmp, &path).map_err(SealError::io(&path))?;
-    if durability == Durability::Synced {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(SealError::io(dir))?;
-    }
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(SealError::io(dir))?;
     Ok((path, checkpoint))
 }
 
@@ -329,6 +312,15 @@ pub fn verify_checkpoints(
                 file.display(),
                 checkpoint.origin,
                 Checkpoint::origin_for(&run_id)
+            )));
+        }
+        // The name says which head it is: one renamed to claim a later
+        // head would let events after its own pass as signed.
+        if file.file_name() != checkpoint_path(run_dir, checkpoint.size).file_name() {
+            return Err(Merkle(format!(
+                "{}: holds the checkpoint of {} events, not the one its name says",
+                file.display(),
+                checkpoint.size
             )));
         }
         let size = checkpoint.size as usize;

@@ -23,8 +23,8 @@ pub(crate) fn verify_evidence(
     let lines = text.lines().count();
     let rows = text.lines().map(serde_json::from_str::<Value>);
     let mut decisions = Decisions::default();
-    // Each decision's latest reviewer key, to name beside its reviewer.
-    let mut reviewer_keys: std::collections::BTreeMap<String, String> = Default::default();
+    // Every person's decision, in the log's order, with the key that signed.
+    let mut reviewed: Vec<String> = Vec::new();
     for (i, row) in rows.enumerate() {
         let line = i + 1;
         let row = row.map_err(|e| Finding::Evidence(format!("line {line}: {e}")))?;
@@ -47,7 +47,7 @@ pub(crate) fn verify_evidence(
         }
         if logged.needs_review() {
             let key = check_review(&logged, workspace_key, line)?;
-            reviewer_keys.insert(logged.operation_id.clone(), key.to_text());
+            reviewed.push(who_reviewed(&logged, &key));
         }
         decisions.replay(&logged).map_err(|refusal| {
             Finding::Evidence(format!(
@@ -60,7 +60,7 @@ pub(crate) fn verify_evidence(
     if decisions.is_empty() {
         return Ok(None);
     }
-    let mut said = summary(&decisions, &reviewer_keys);
+    let mut said = summary(&decisions, &reviewed);
     // The service signs a checkpoint shortly after each answer: a tail
     // past the newest is not under any signature yet. Verified against the
     // workspace's key, every event must be (a log without checkpoints is
@@ -158,37 +158,29 @@ fn check_review(
     review_signer(signed).map_err(|e| fail(format!("carries a review that {e}")))
 }
 
-fn summary(
-    decisions: &Decisions,
-    reviewer_keys: &std::collections::BTreeMap<String, String>,
-) -> String {
+/// What a person decided, named with the id of the key that signed it:
+/// a name alone is any key's to claim.
+fn who_reviewed(logged: &LoggedEvent, key: &bl_store::VerifierKey) -> String {
+    use bl_core::evidence::EvidenceEvent as E;
+    let text = key.to_text();
+    let id = text.split('+').nth(1).unwrap_or_default();
+    let op = &logged.operation_id;
+    match &logged.evidence {
+        E::HumanApproved(a) => format!(
+            "{op} approved by {} (key {id}) for {}",
+            a.reviewer, a.identity
+        ),
+        E::HumanRejected { reviewer, .. } => format!("{op} rejected by {reviewer} (key {id})"),
+        E::Reconciled { reviewer, executed } => format!(
+            "{op} reconciled by {reviewer} (key {id}): the tool {}",
+            if *executed { "ran" } else { "did not run" }
+        ),
+        other => format!("{op} {} (key {id})", other.kind()),
+    }
+}
+
+fn summary(decisions: &Decisions, reviewed: &[String]) -> String {
     let count = |stage: Stage| decisions.iter().filter(|(_, d)| d.stage == stage).count();
-    // A reviewer is named with the key that signed: a name alone is any
-    // key's to claim.
-    let key = |op: &str| {
-        reviewer_keys
-            .get(op)
-            .and_then(|k| k.split('+').nth(1))
-            .map_or(String::new(), |id| format!(" (key {id})"))
-    };
-    let approvals: Vec<String> = decisions
-        .iter()
-        .filter_map(|(op, d)| {
-            d.approval.as_ref().map(|a| {
-                format!(
-                    "{op} approved by {}{} for {}",
-                    a.reviewer,
-                    key(op),
-                    d.binding.identity
-                )
-            })
-        })
-        .chain(decisions.iter().filter_map(|(op, d)| {
-            d.rejected_by
-                .as_ref()
-                .map(|r| format!("{op} rejected by {r}{}", key(op)))
-        }))
-        .collect();
     let outcomes: usize = decisions.iter().map(|(_, d)| d.outcomes).sum();
     format!(
         "{} decision(s), every event in an order the rules accept: {} executed, {} reserved and not yet executed, {} awaiting reconciliation, {} abandoned, {} rejected, {} blocked, {} not yet requested; {}; {outcomes} outcome(s) observed, as the app reported them. Not established: that any action or outcome was right in the world outside, or that a reviewer's key belongs to the person it names",
@@ -200,10 +192,10 @@ fn summary(
         count(Stage::Rejected),
         count(Stage::Blocked),
         count(Stage::Created) + count(Stage::AwaitingApproval) + count(Stage::Cleared),
-        if approvals.is_empty() {
+        if reviewed.is_empty() {
             "no human decisions".to_string()
         } else {
-            approvals.join(", ")
+            reviewed.join(", ")
         },
     )
 }

@@ -16,7 +16,17 @@ struct Service {
 }
 
 impl Drop for Service {
+    /// Stops it as Ctrl-C does, so its last checkpoint is written; killed
+    /// only if it does not stop.
     fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        for _ in 0..100 {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -597,4 +607,31 @@ print("ok")
         "it did not stop by itself: {stopped:?}"
     );
     assert!(!dir.join("ev.sock").exists());
+
+    // A killed service leaves its socket: the next one replaces it. A
+    // file that is not a socket is never replaced.
+    let serving_at = |child: &mut std::process::Child| {
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.trim().to_string()
+    };
+    let mut killed = start("ws");
+    assert_eq!(serving_at(&mut killed), "evidence: unix:ev.sock");
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    assert!(dir.join("ev.sock").exists());
+    let mut again = start("ws");
+    assert_eq!(serving_at(&mut again), "evidence: unix:ev.sock");
+    again.kill().unwrap();
+    again.wait().unwrap();
+    std::fs::remove_file(dir.join("ev.sock")).unwrap();
+    std::fs::write(dir.join("ev.sock"), "not a socket").unwrap();
+    let refused = start("ws").wait_with_output().unwrap();
+    assert!(!refused.status.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ev.sock")).unwrap(),
+        "not a socket"
+    );
 }

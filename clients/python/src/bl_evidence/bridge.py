@@ -20,6 +20,7 @@ Each node returns a state update under `state_key` (default `evidence`):
 from __future__ import annotations
 
 import hashlib
+import hmac
 from contextlib import nullcontext
 from typing import Any, Callable, ContextManager, Mapping, Protocol
 
@@ -124,16 +125,17 @@ class LangGraphBridge:
         def guarded(state: State, config: RunnableConfig) -> dict[str, Any]:
             decided = dict(state.get(self.state_key) or {})
             status = decided.get("status")
-            if status == "reserved":
-                # Reserved before this run, by a process that is gone:
-                # whether the tool ran is unknown, and it is not run again.
-                return {self.state_key: {**decided, **self._after_lost_reservation(decided["operation_id"], None)}}
-            if status != "cleared":
+            if status not in ("cleared", "reserved"):
                 return {self.state_key: decided}
             op, tool = decided["operation_id"], decided["tool"]
             digest = args_digest(args(state), self.digest_key)
             lease = self.dispatch_lease.hold(op) if self.dispatch_lease else nullcontext()
             with lease:
+                if status == "reserved":
+                    # Reserved before this run began: by a process that is
+                    # gone, since the lease is ours. Whether the tool ran is
+                    # unknown, and it is not run again.
+                    return {self.state_key: {**decided, **self._after_lost_reservation(op, None)}}
                 try:
                     granted = self.client.reserve(op, tool=tool, args_digest=digest)
                 except Refused as refused:
@@ -148,13 +150,13 @@ class LangGraphBridge:
                 try:
                     result = tool_fn(args(state))
                 except Exception as error:  # it may have acted before it raised
-                    self.client.executed(op, ok=False, detail=f"{type(error).__name__}: {error}")
+                    self.client.executed(op, ok=False, detail=self._failure_detail(error))
                     return {self.state_key: {**decided, "status": "reconciliation_required",
                                              "error": f"{type(error).__name__}: {error}"}}
                 # The effect happened: a lost receipt leaves the decision
                 # reserved, which bl turns into reconciliation_required.
                 try:
-                    self.client.executed(op, ok=True, detail=_digest_of(result))
+                    self.client.executed(op, ok=True, detail=_digest_of(result, self.digest_key))
                 except Refused as refused:
                     # A receipt sent again after a lost answer was recorded.
                     if refused.code != "AlreadyExecuted":
@@ -221,6 +223,14 @@ class LangGraphBridge:
             raise refused
         return {"status": stage or "reconciliation_required"}
 
+    def _failure_detail(self, error: Exception) -> str:
+        """What bl is told of a tool's failure: its type and message, or,
+        with a digest key, its type and a keyed digest of the message
+        (which may quote the arguments)."""
+        if self.digest_key is None:
+            return f"{type(error).__name__}: {error}"
+        return f"{type(error).__name__}: {_digest_of(str(error), self.digest_key)}"
+
     def _record_failure(self, op: str, cause: str) -> None:
         try:
             self.client.reconciliation_required(op, cause)
@@ -242,9 +252,13 @@ def _interrupt_id(paused: BaseException) -> str | None:
         return None
 
 
-def _digest_of(result: Any) -> str:
+def _digest_of(result: Any, key: bytes | None) -> str:
+    """A digest of what the tool returned, keyed like the arguments' (a
+    result often repeats them)."""
     try:
         text = repr(result)
     except Exception:  # a result that cannot say what it is
         text = type(result).__name__
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    if key is None:
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return "hmac-sha256:" + hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
