@@ -10,7 +10,7 @@
 //! tree head grows with the log (`merkle::Frontier`), so a request costs
 //! the same at the millionth event as at the first. The checkpoint over a
 //! request's events is signed and synced on a thread of its own, within
-//! 50 ms, off the answer's path, and replaces the one before it; opening
+//! 250 ms, off the answer's path, and replaces the one before it; opening
 //! the store signs one over the whole log, so a service killed before its
 //! last checkpoint has it made at its next start.
 //! `bl verify` checks such a workspace as it checks a run: the chain, the

@@ -22,12 +22,14 @@ struct Progress {
     /// Why a checkpoint could not be written; the store stops recording.
     failed: Option<String>,
     stop: bool,
+    /// Someone waits for the checkpoint: write it now.
+    flushing: bool,
 }
 
 type Shared = Arc<(Mutex<Progress>, Condvar)>;
 
 /// How long a checkpoint waits for more requests to cover.
-const COALESCE: std::time::Duration = std::time::Duration::from_millis(50);
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(250);
 
 pub(crate) struct Sealer {
     shared: Shared,
@@ -80,6 +82,8 @@ impl Sealer {
     /// one did.
     pub(crate) fn flush(&self) -> Option<String> {
         let mut progress = lock(&self.shared);
+        progress.flushing = true;
+        self.shared.1.notify_all();
         while progress.wanted.is_some() && progress.failed.is_none() {
             progress = self
                 .shared
@@ -87,6 +91,7 @@ impl Sealer {
                 .wait(progress)
                 .unwrap_or_else(|e| e.into_inner());
         }
+        progress.flushing = false;
         progress.failed.clone()
     }
 }
@@ -104,17 +109,19 @@ impl Drop for Sealer {
 fn seal_until_stopped(shared: &Shared, dir: &std::path::Path, run_id: &str, key: &SigningKey) {
     let mut superseded: Option<PathBuf> = None;
     loop {
-        {
+        let (size, root) = {
             let mut progress = lock(shared);
             while progress.wanted.is_none() && !progress.stop {
                 progress = shared.1.wait(progress).unwrap_or_else(|e| e.into_inner());
             }
-        }
-        // The requests of a burst become one checkpoint, and the signing
-        // waits out the answer that asked for it (2 cores are shared).
-        std::thread::sleep(COALESCE);
-        let (size, root) = {
-            let progress = lock(shared);
+            // The requests of a burst become one checkpoint, and its disk
+            // writes stay out of the answers' way; a stop, or a flush,
+            // does not wait.
+            progress = shared
+                .1
+                .wait_timeout_while(progress, COALESCE, |p| !p.stop && !p.flushing)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
             // What was asked for before a stop is still written.
             match progress.wanted {
                 Some(head) => head,
