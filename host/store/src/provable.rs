@@ -120,7 +120,7 @@ pub fn write_checkpoint(
         size: leaves.len() as u64,
         root: merkle::root(&leaves),
     };
-    write_checkpoint_at(run_dir, &head, key)
+    write_checkpoint_at(run_dir, &head, key, Durability::Synced)
 }
 
 /// The head of a log's tree, as its writer knows it without reading the
@@ -134,10 +134,22 @@ pub struct TreeHead<'a> {
 /// Writes (and signs, with `key`) the checkpoint of `head`, a head the
 /// caller computed over the log it writes: the same as `write_checkpoint`
 /// without reading the log back.
+/// Whether a checkpoint waits for the disk before it is reported written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The file and its directory are synced.
+    Synced,
+    /// Written, not synced: for a writer whose log is durable, which signs
+    /// the log again when it opens it and sets aside a checkpoint a lost
+    /// machine left damaged.
+    Written,
+}
+
 pub fn write_checkpoint_at(
     run_dir: &Path,
     head: &TreeHead<'_>,
     key: Option<&SigningKey>,
+    durability: Durability,
 ) -> Result<(PathBuf, Checkpoint), SealError> {
     if head.size == 0 {
         return Err(SealError::EmptyLog);
@@ -171,12 +183,17 @@ pub fn write_checkpoint_at(
         .open(&tmp)
         .map_err(SealError::io(&tmp))?;
     file.write_all(note.as_bytes())
-        .and_then(|_| file.sync_all())
+        .and_then(|_| match durability {
+            Durability::Synced => file.sync_all(),
+            Durability::Written => Ok(()),
+        })
         .map_err(SealError::io(&tmp))?;
     std::fs::rename(&tmp, &path).map_err(SealError::io(&path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(SealError::io(dir))?;
+    if durability == Durability::Synced {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(SealError::io(dir))?;
+    }
     Ok((path, checkpoint))
 }
 

@@ -68,7 +68,7 @@ pub(crate) fn verify_evidence(
     let signed = newest_checkpoint(log);
     if workspace_key.is_some() && signed < lines {
         return Err(Finding::Evidence(format!(
-            "{} of the {lines} events are under no checkpoint signed by the key (the newest covers {signed}); a live service signs within 250 ms: verify again, or verify a bundle from `bl evidence export`",
+            "{} of the {lines} events are under no checkpoint signed by the key (the newest covers {signed}); a live service signs within 50 ms: verify again, or verify a bundle from `bl evidence export`",
             lines - signed
         )));
     }
