@@ -425,6 +425,9 @@ impl Decision {
                     Stage::Rejected => return Ok(()),
                     Stage::Created => return Err(Refusal::NoPolicy("a review")),
                     Stage::AwaitingApproval | Stage::Blocked => {}
+                    // An approval that expired unused no longer stands in
+                    // a person's way.
+                    Stage::Cleared if self.approval_expired(now) => {}
                     Stage::Cleared if self.approval.is_none() => {
                         return Err(Refusal::ApprovalNotNeeded);
                     }
@@ -1116,6 +1119,16 @@ mod tests {
             d.apply(&reserve(), NOW + 601),
             Err(Refusal::ApprovalRequired)
         );
+        // And a person may reject it once its approval has expired, not
+        // before.
+        let reject = E::HumanRejected {
+            reviewer: "carol".into(),
+            reason: "too late".into(),
+        };
+        let mut d = approved();
+        assert_eq!(d.apply(&reject, NOW), Err(Refusal::AlreadyApproved));
+        assert_eq!(d.apply(&reject, NOW + 601), Ok(()));
+        assert_eq!(d.stage, Stage::Rejected);
     }
 
     #[test]
