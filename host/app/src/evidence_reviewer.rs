@@ -37,11 +37,21 @@ pub enum Verdict {
     },
 }
 
+/// Whether the review is signed and submitted, or only shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submit {
+    SignAndSubmit,
+    /// Built from the decision as it stands, and returned unsigned: what
+    /// the reviewer would sign.
+    DryRun,
+}
+
 /// A review as it was signed and submitted.
 pub struct Reviewed {
     /// Exactly what was signed.
     pub review: Review,
-    /// The service's answer (its `stage`, `sequence`, `receipt`).
+    /// The service's answer (its `stage`, `sequence`, `receipt`); null
+    /// for a dry run.
     pub answer: Value,
 }
 
@@ -57,6 +67,7 @@ pub fn review(
     key: &SigningKey,
     workspace: Option<&str>,
     now: u64,
+    submit: Submit,
 ) -> AppResult<Reviewed> {
     let standing = service.call(
         reqwest::Method::GET,
@@ -111,6 +122,12 @@ pub fn review(
             executed,
         },
     };
+    if submit == Submit::DryRun {
+        return Ok(Reviewed {
+            review,
+            answer: Value::Null,
+        });
+    }
     let signed: SignedReview = sign_review(review.clone(), &served, key);
     let answer = service.call(
         reqwest::Method::POST,

@@ -113,6 +113,10 @@ pub struct Reviewer {
     /// the text); a service signing with another is refused.
     #[arg(long = "for")]
     workspace: Option<String>,
+    /// Show what would be signed, from the decision as it stands; sign
+    /// and submit nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 pub fn run(cmd: EvidenceCommand) -> CliResult {
@@ -265,12 +269,18 @@ fn submit(reviewer: Reviewer, verdict: bl_app::evidence_reviewer::Verdict) -> Cl
         &key,
         workspace.as_deref(),
         now,
+        if reviewer.dry_run {
+            bl_app::evidence_reviewer::Submit::DryRun
+        } else {
+            bl_app::evidence_reviewer::Submit::SignAndSubmit
+        },
     )?;
-    // What the reviewer's key signed, in full.
+    // What the reviewer's key signed (or would sign), in full.
     use bl_app::evidence::Review;
+    let would = if reviewer.dry_run { "would be " } else { "" };
     match &reviewed.review {
         Review::Approve(a) => output::outln!(
-            "approved {}: {} for {} in thread {}, arguments {}, under policy {} {}, at pause {} / {}, until {}",
+            "{would}approved {}: {} for {} in thread {}, arguments {}, under policy {} {}, at pause {} / {}, until {}",
             a.operation_id,
             a.tool,
             a.identity,
@@ -288,21 +298,25 @@ fn submit(reviewer: Reviewer, verdict: bl_app::evidence_reviewer::Verdict) -> Cl
             operation_id,
             reason,
             ..
-        } => output::outln!("rejected {operation_id}: {reason}"),
+        } => output::outln!("{would}rejected {operation_id}: {reason}"),
         Review::Reconcile {
             operation_id,
             executed,
             ..
         } => output::outln!(
-            "reconciled {operation_id}: the tool did {}run",
+            "{would}reconciled {operation_id}: the tool did {}run",
             if *executed { "" } else { "not " }
         ),
     }
-    output::outln!(
-        "{}: now {} (event {})",
-        reviewer.operation_id,
-        reviewed.answer["stage"].as_str().unwrap_or("?"),
-        reviewed.answer["sequence"]
-    );
+    if reviewer.dry_run {
+        output::outln!("dry run: nothing was signed or submitted");
+    } else {
+        output::outln!(
+            "{}: now {} (event {})",
+            reviewer.operation_id,
+            reviewed.answer["stage"].as_str().unwrap_or("?"),
+            reviewed.answer["sequence"]
+        );
+    }
     Ok(Exit::Success)
 }

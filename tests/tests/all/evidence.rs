@@ -474,6 +474,32 @@ fn the_documented_langgraph_app_runs_as_written() {
     let operation = waiting
         .strip_prefix("waiting for: bl evidence approve ")
         .unwrap_or_else(|| panic!("{waiting}"));
+    // A dry run shows what would be signed, and signs nothing.
+    let shown = bl_in(
+        dir,
+        &[
+            "evidence",
+            "approve",
+            operation,
+            "--key",
+            "bob.key",
+            "--url",
+            &service.url,
+            "--token-file",
+            "token",
+            "--dry-run",
+        ],
+    );
+    let said = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{shown:?}");
+    assert!(
+        said.contains(&format!(
+            "would be approved {operation}: refund for alice@example.com"
+        )) && said.contains("dry run: nothing was signed or submitted"),
+        "{said}"
+    );
+    let (_, standing) = service.call("GET", &format!("/decisions/{operation}"), &Value::Null);
+    assert_eq!(standing["stage"], "awaiting_approval", "{standing}");
     let approved = bl_in(
         dir,
         &[
