@@ -425,6 +425,17 @@ pub fn serving(command: &mut std::process::Command, says: &str) -> (std::process
     (child, url)
 }
 
+/// A child process killed (and reaped) when the test lets go of it, even
+/// by a failed assertion.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A raw HTTP/1.0 request; the status line and the body.
 pub fn http_request(
     url: &str,

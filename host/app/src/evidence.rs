@@ -83,6 +83,14 @@ pub enum EvidenceError {
     },
 }
 
+/// Seconds since the epoch, the clock approvals expire by; a clock before
+/// the epoch makes every approval expired (fail closed), never none.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(u64::MAX, |d| d.as_secs())
+}
+
 /// `review` for the workspace whose checkpoints `workspace` verifies,
 /// signed with `key`; the reviewer it names must be the key's name.
 pub fn sign_review(review: Review, workspace: &str, key: &SigningKey) -> SignedReview {

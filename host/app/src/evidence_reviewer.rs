@@ -1,5 +1,6 @@
 //! The reviewer's side of the evidence plane: `bl evidence approve`,
-//! `reject` and `reconcile`. A person's answer is read from where the
+//! `reject`, `reconcile` and the console page. What waits for a person is
+//! listed from a running service. A person's answer is read from where the
 //! decision stands in a running service, bound to everything the rules
 //! check (the decision, the identity, the thread, the pause it answers,
 //! the tool, the arguments' digest, the policy's version, an expiry),
@@ -17,9 +18,19 @@ use crate::evidence::{SignedReview, sign_review};
 
 /// A running `bl evidence serve`, as a reviewer reaches it.
 pub struct Service {
-    /// `http://HOST:PORT/v1`, as `serve` printed it.
+    /// `http://HOST:PORT/v1` or `unix:PATH`, as `serve` printed it.
     pub url: String,
     pub token: String,
+}
+
+/// A reviewer at a service: whose key signs, and which workspace key the
+/// reviewer expects the service to sign with (a service signing with
+/// another is refused before anything is signed).
+pub struct Reviewer {
+    pub service: Service,
+    /// Its name is the reviewer a review names.
+    pub key: SigningKey,
+    pub workspace: Option<String>,
 }
 
 /// What the reviewer decides.
@@ -38,12 +49,16 @@ pub enum Verdict {
 }
 
 /// Whether the review is signed and submitted, or only shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Submit {
     SignAndSubmit,
     /// Built from the decision as it stands, and returned unsigned: what
     /// the reviewer would sign.
     DryRun,
+    /// Signed and submitted only if the decision still stands as it did
+    /// when it was shown (its [`WaitingDecision::shown`] digest): a
+    /// reviewer never signs for what they did not see.
+    IfShown(String),
 }
 
 /// A review as it was signed and submitted.
@@ -55,86 +70,213 @@ pub struct Reviewed {
     pub answer: Value,
 }
 
-/// Reads decision `operation_id` from `service`, signs `verdict` on it
-/// with `key` (its name is the reviewer), and submits it. `workspace`, if
-/// given, is the verifier key the reviewer expects the service to sign
-/// with; a service signing with another is refused before anything is
-/// signed.
-pub fn review(
-    service: &Service,
-    operation_id: &str,
-    verdict: Verdict,
-    key: &SigningKey,
-    workspace: Option<&str>,
-    now: u64,
-    submit: Submit,
-) -> AppResult<Reviewed> {
-    let standing = service.call(
-        reqwest::Method::GET,
-        &format!("/decisions/{}", path_segment(operation_id)),
-        None,
-    )?;
-    let served = text(&standing, "/workspace")?;
-    if let Some(expected) = workspace
-        && expected.trim() != served
-    {
-        return Err(AppError::refused(format!(
-            "evidence: the service signs with {served}, not the workspace key you gave ({expected}); nothing was signed"
-        )));
+/// What waits for a person at a service.
+pub struct Waiting {
+    /// The workspace key the service signs with.
+    pub workspace: String,
+    pub decisions: Vec<WaitingDecision>,
+}
+
+/// A decision awaiting an approval (paused at an interrupt) or a
+/// reconciliation, as the service states it.
+pub struct WaitingDecision {
+    /// The service's view (`GET /v1/decisions/{op}`).
+    pub view: Value,
+    /// The digest of what a review binds in it, to send back with one.
+    pub shown: String,
+}
+
+impl Reviewer {
+    /// The name reviews are signed under.
+    pub fn name(&self) -> &str {
+        self.key.name()
     }
-    let reviewer = key.name().to_string();
-    let operation_id = operation_id.to_string();
-    let review = match verdict {
-        Verdict::Approve { valid_for } => {
-            let [checkpoint_ns, interrupt_id] = match standing.pointer("/approval_request") {
-                Some(Value::Array(pair)) if pair.len() == 2 => {
-                    [&pair[0], &pair[1]].map(|v| v.as_str().unwrap_or_default().to_string())
-                }
-                _ => {
-                    return Err(AppError::refused(format!(
-                        "evidence: {operation_id} is {}, not waiting for an approval; nothing was signed",
-                        standing["stage"]
-                    )));
-                }
-            };
-            Review::Approve(Approval {
-                reviewer,
-                tool: text(&standing, "/binding/tool")?,
-                identity: text(&standing, "/binding/identity")?,
-                thread_id: text(&standing, "/binding/thread_id")?,
-                args_digest: text(&standing, "/binding/args_digest")?,
-                policy_id: text(&standing, "/policy/policy_id")?,
-                policy_version: text(&standing, "/policy/version")?,
-                checkpoint_ns,
-                interrupt_id,
-                expires_at: now.saturating_add(valid_for.as_secs()),
-                operation_id,
-            })
+
+    /// Every decision that waits for a person.
+    pub fn waiting(&self) -> AppResult<Waiting> {
+        let listed = self
+            .service
+            .call(reqwest::Method::GET, "/decisions", None)?;
+        let workspace = self.expected_workspace(&listed)?;
+        let decisions = match listed.get("decisions") {
+            Some(Value::Array(all)) => all
+                .iter()
+                .map(|view| WaitingDecision {
+                    shown: shown_digest(view),
+                    view: view.clone(),
+                })
+                .collect(),
+            _ => return Err(not_a_service("/decisions")),
+        };
+        Ok(Waiting {
+            workspace,
+            decisions,
+        })
+    }
+
+    /// Reads decision `operation_id` from the service, signs `verdict` on
+    /// it and submits it, as `submit` says.
+    pub fn review(
+        &self,
+        operation_id: &str,
+        verdict: Verdict,
+        now: u64,
+        submit: Submit,
+    ) -> AppResult<Reviewed> {
+        let standing = self.service.call(
+            reqwest::Method::GET,
+            &format!("/decisions/{}", path_segment(operation_id)),
+            None,
+        )?;
+        let served = self.expected_workspace(&standing)?;
+        if let Submit::IfShown(shown) = &submit
+            && *shown != shown_digest(&standing)
+        {
+            return Err(AppError::refused(format!(
+                "evidence: {operation_id} changed since it was shown (it is now {}); look again before you decide; nothing was signed",
+                standing["stage"]
+            )));
         }
-        Verdict::Reject { reason } => Review::Reject {
-            operation_id,
-            reviewer,
-            reason,
-        },
-        Verdict::Reconcile { executed } => Review::Reconcile {
-            operation_id,
-            reviewer,
-            executed,
-        },
-    };
-    if submit == Submit::DryRun {
-        return Ok(Reviewed {
-            review,
-            answer: Value::Null,
-        });
+        let reviewer = self.name().to_string();
+        let operation_id = operation_id.to_string();
+        let review = match verdict {
+            Verdict::Approve { valid_for } => {
+                let [checkpoint_ns, interrupt_id] = match standing.pointer("/approval_request") {
+                    Some(Value::Array(pair)) if pair.len() == 2 => {
+                        [&pair[0], &pair[1]].map(|v| v.as_str().unwrap_or_default().to_string())
+                    }
+                    _ => {
+                        return Err(AppError::refused(format!(
+                            "evidence: {operation_id} is {}, not waiting for an approval; nothing was signed",
+                            standing["stage"]
+                        )));
+                    }
+                };
+                Review::Approve(Approval {
+                    reviewer,
+                    tool: text(&standing, "/binding/tool")?,
+                    identity: text(&standing, "/binding/identity")?,
+                    thread_id: text(&standing, "/binding/thread_id")?,
+                    args_digest: text(&standing, "/binding/args_digest")?,
+                    policy_id: text(&standing, "/policy/policy_id")?,
+                    policy_version: text(&standing, "/policy/version")?,
+                    checkpoint_ns,
+                    interrupt_id,
+                    expires_at: now.saturating_add(valid_for.as_secs()),
+                    operation_id,
+                })
+            }
+            Verdict::Reject { reason } => Review::Reject {
+                operation_id,
+                reviewer,
+                reason,
+            },
+            Verdict::Reconcile { executed } => Review::Reconcile {
+                operation_id,
+                reviewer,
+                executed,
+            },
+        };
+        if submit == Submit::DryRun {
+            return Ok(Reviewed {
+                review,
+                answer: Value::Null,
+            });
+        }
+        let signed: SignedReview = sign_review(review.clone(), &served, &self.key);
+        let answer = self.service.call(
+            reqwest::Method::POST,
+            "/reviews",
+            Some(serde_json::to_value(&signed).expect("a review is JSON")),
+        )?;
+        Ok(Reviewed { review, answer })
     }
-    let signed: SignedReview = sign_review(review.clone(), &served, key);
-    let answer = service.call(
-        reqwest::Method::POST,
-        "/reviews",
-        Some(serde_json::to_value(&signed).expect("a review is JSON")),
-    )?;
-    Ok(Reviewed { review, answer })
+
+    /// The workspace key a service's answer names, if it is the one the
+    /// reviewer expects.
+    fn expected_workspace(&self, answer: &Value) -> AppResult<String> {
+        let served = text(answer, "/workspace")?;
+        if let Some(expected) = &self.workspace
+            && expected.trim() != served
+        {
+            return Err(AppError::refused(format!(
+                "evidence: the service signs with {served}, not the workspace key you gave ({expected}); nothing was signed"
+            )));
+        }
+        Ok(served)
+    }
+}
+
+impl Reviewed {
+    /// What was signed (or, for a dry run, would be), in full, and where
+    /// the decision is now: the lines a reviewer is shown.
+    pub fn summary(&self) -> String {
+        let dry_run = self.answer.is_null();
+        let would = if dry_run { "would be " } else { "" };
+        let signed = match &self.review {
+            Review::Approve(a) => format!(
+                "{would}approved {}: {} for {} in thread {}, arguments {}, under policy {} {}, at pause {} / {}, until {}",
+                a.operation_id,
+                a.tool,
+                a.identity,
+                a.thread_id,
+                a.args_digest,
+                a.policy_id,
+                a.policy_version,
+                a.checkpoint_ns,
+                a.interrupt_id,
+                humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + Duration::from_secs(a.expires_at)
+                )
+            ),
+            Review::Reject {
+                operation_id,
+                reason,
+                ..
+            } => format!("{would}rejected {operation_id}: {reason}"),
+            Review::Reconcile {
+                operation_id,
+                executed,
+                ..
+            } => format!(
+                "{would}reconciled {operation_id}: the tool did {}run",
+                if *executed { "" } else { "not " }
+            ),
+        };
+        let after = if dry_run {
+            "dry run: nothing was signed or submitted".to_string()
+        } else {
+            format!(
+                "{}: now {} (event {})",
+                self.review.operation_id(),
+                self.answer["stage"].as_str().unwrap_or("?"),
+                self.answer["sequence"]
+            )
+        };
+        format!("{signed}\n{after}")
+    }
+}
+
+/// The digest of what a review binds in a decision's view: its binding,
+/// the pause it waits at, its policy and its stage. Any change to these
+/// between showing and signing refuses the review.
+pub fn shown_digest(view: &Value) -> String {
+    let bound = serde_json::json!({
+        "binding": view.get("binding"),
+        "approval_request": view.get("approval_request"),
+        "policy": view.get("policy"),
+        "stage": view.get("stage"),
+    });
+    format!(
+        "sha256:{}",
+        bl_core::canonical::sha256_hex(bl_core::canonical::canonical_json(&bound).as_bytes())
+    )
+}
+
+fn not_a_service(path: &str) -> AppError {
+    AppError::refused(format!(
+        "evidence: the service's answer to {path} is not what a bl evidence service answers"
+    ))
 }
 
 fn text(value: &Value, pointer: &str) -> AppResult<String> {
@@ -239,4 +381,34 @@ fn over_socket(
 
 fn bytes_of(body: Option<Value>) -> hyper::body::Bytes {
     hyper::body::Bytes::from(body.map_or_else(String::new, |b| b.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn what_was_shown_changes_with_what_a_review_binds_and_nothing_else() {
+        let view = json!({
+            "operation_id": "op", "workspace": "ws",
+            "binding": {"tool": "refund", "args_digest": "sha256:aa"},
+            "approval_request": ["ns", "i-1"], "stage": "awaiting_approval",
+            "policy": {"policy_id": "p", "version": "1"}, "outcomes": 0,
+        });
+        let shown = shown_digest(&view);
+        let mut counted = view.clone();
+        counted["outcomes"] = json!(1);
+        assert_eq!(shown_digest(&counted), shown);
+        for (pointer, changed) in [
+            ("/approval_request/1", json!("i-2")),
+            ("/binding/args_digest", json!("sha256:bb")),
+            ("/policy/version", json!("2")),
+            ("/stage", json!("cleared")),
+        ] {
+            let mut other = view.clone();
+            *other.pointer_mut(pointer).unwrap() = changed;
+            assert_ne!(shown_digest(&other), shown, "{pointer}");
+        }
+    }
 }

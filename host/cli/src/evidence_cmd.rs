@@ -66,6 +66,20 @@ pub enum EvidenceCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Serve a page on 127.0.0.1 where you approve, reject or reconcile
+    /// what waits for a person at a service; each click is signed with
+    /// your key, bound to what the page showed. Prints `console: URL`;
+    /// stops on Ctrl-C, or after 15 minutes unused.
+    Console {
+        #[command(flatten)]
+        at: ServiceArgs,
+        /// How long an approval given on the page holds, e.g. `15m`.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        valid_for: std::time::Duration,
+        /// The port on 127.0.0.1 (0: any free port).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+    },
     /// Approve the pause a decision is at: read it from the service, sign
     /// the approval with your key (bound to the decision, its arguments,
     /// the policy's version, the pause, an expiry) and submit it.
@@ -99,11 +113,23 @@ pub enum EvidenceCommand {
 pub struct Reviewer {
     /// The decision's operation id.
     operation_id: String,
-    /// The reviewer's private key (`bl keys generate --name NAME`); the
+    #[command(flatten)]
+    at: ServiceArgs,
+    /// Show what would be signed, from the decision as it stands; sign
+    /// and submit nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// A reviewer's key, and the service it reviews at.
+#[derive(clap::Args)]
+pub struct ServiceArgs {
+    /// The reviewer's private key (`bl keys generate --name NAME`); a
     /// review names NAME as its reviewer.
     #[arg(long)]
     key: PathBuf,
-    /// The service, as `serve` printed it (`http://127.0.0.1:PORT/v1`).
+    /// The service, as `serve` printed it (`http://127.0.0.1:PORT/v1` or
+    /// `unix:PATH`).
     #[arg(long)]
     url: String,
     /// The file holding the service's bearer token.
@@ -113,10 +139,6 @@ pub struct Reviewer {
     /// the text); a service signing with another is refused.
     #[arg(long = "for")]
     workspace: Option<String>,
-    /// Show what would be signed, from the decision as it stands; sign
-    /// and submit nothing.
-    #[arg(long)]
-    dry_run: bool,
 }
 
 pub fn run(cmd: EvidenceCommand) -> CliResult {
@@ -225,6 +247,27 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
             );
             Ok(Exit::Success)
         }
+        EvidenceCommand::Console {
+            at,
+            valid_for,
+            port,
+        } => {
+            let reviewer = reviewer(at)?;
+            // Refused here, before anything is served: a service that
+            // cannot be read, or that signs with another workspace's key.
+            reviewer.waiting()?;
+            let page = output::serving(port, "console")?;
+            bl_web::serve_evidence_console(
+                bl_web::EvidenceConsole {
+                    reviewer,
+                    valid_for,
+                },
+                page,
+                || bl_core::interrupt::requested().is_some(),
+            )
+            .map_err(|e| CliError::refused(format!("evidence console: {e}")))?;
+            Ok(Exit::Success)
+        }
         EvidenceCommand::Approve {
             reviewer,
             valid_for,
@@ -243,80 +286,40 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
     }
 }
 
-fn submit(reviewer: Reviewer, verdict: bl_app::evidence_reviewer::Verdict) -> CliResult {
-    let key = bl_app::keys::read_signing_key(&reviewer.key)?;
-    let workspace = match &reviewer.workspace {
-        Some(k) => Some(bl_app::keys::read_verifier_key(k)?.to_text()),
-        None => None,
-    };
-    let token = std::fs::read_to_string(&reviewer.token_file).map_err(|e| {
+/// The reviewer `at` names: their key, at the service.
+fn reviewer(at: ServiceArgs) -> Result<bl_app::evidence_reviewer::Reviewer, CliError> {
+    let token = std::fs::read_to_string(&at.token_file).map_err(|e| {
         CliError::refused(format!(
             "evidence: token file {}: {e}",
-            reviewer.token_file.display()
+            at.token_file.display()
         ))
     })?;
-    let service = bl_app::evidence_reviewer::Service {
-        url: reviewer.url,
-        token: token.trim().to_string(),
-    };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(u64::MAX, |d| d.as_secs());
-    let reviewed = bl_app::evidence_reviewer::review(
-        &service,
-        &reviewer.operation_id,
+    Ok(bl_app::evidence_reviewer::Reviewer {
+        service: bl_app::evidence_reviewer::Service {
+            url: at.url,
+            token: token.trim().to_string(),
+        },
+        key: bl_app::keys::read_signing_key(&at.key)?,
+        workspace: match &at.workspace {
+            Some(k) => Some(bl_app::keys::read_verifier_key(k)?.to_text()),
+            None => None,
+        },
+    })
+}
+
+fn submit(asked: Reviewer, verdict: bl_app::evidence_reviewer::Verdict) -> CliResult {
+    use bl_app::evidence_reviewer::Submit;
+    let reviewed = reviewer(asked.at)?.review(
+        &asked.operation_id,
         verdict,
-        &key,
-        workspace.as_deref(),
-        now,
-        if reviewer.dry_run {
-            bl_app::evidence_reviewer::Submit::DryRun
+        bl_app::evidence::unix_now(),
+        if asked.dry_run {
+            Submit::DryRun
         } else {
-            bl_app::evidence_reviewer::Submit::SignAndSubmit
+            Submit::SignAndSubmit
         },
     )?;
     // What the reviewer's key signed (or would sign), in full.
-    use bl_app::evidence::Review;
-    let would = if reviewer.dry_run { "would be " } else { "" };
-    match &reviewed.review {
-        Review::Approve(a) => output::outln!(
-            "{would}approved {}: {} for {} in thread {}, arguments {}, under policy {} {}, at pause {} / {}, until {}",
-            a.operation_id,
-            a.tool,
-            a.identity,
-            a.thread_id,
-            a.args_digest,
-            a.policy_id,
-            a.policy_version,
-            a.checkpoint_ns,
-            a.interrupt_id,
-            humantime::format_rfc3339_seconds(
-                std::time::UNIX_EPOCH + std::time::Duration::from_secs(a.expires_at)
-            )
-        ),
-        Review::Reject {
-            operation_id,
-            reason,
-            ..
-        } => output::outln!("{would}rejected {operation_id}: {reason}"),
-        Review::Reconcile {
-            operation_id,
-            executed,
-            ..
-        } => output::outln!(
-            "{would}reconciled {operation_id}: the tool did {}run",
-            if *executed { "" } else { "not " }
-        ),
-    }
-    if reviewer.dry_run {
-        output::outln!("dry run: nothing was signed or submitted");
-    } else {
-        output::outln!(
-            "{}: now {} (event {})",
-            reviewer.operation_id,
-            reviewed.answer["stage"].as_str().unwrap_or("?"),
-            reviewed.answer["sequence"]
-        );
-    }
+    output::outln!("{}", reviewed.summary());
     Ok(Exit::Success)
 }

@@ -300,14 +300,6 @@ fn report_drive(driven: &Driven, title: &str, flags: &DriveFlags) -> CliResult {
 }
 
 /// Where `command` serves its page on 127.0.0.1, said on stdout.
-fn serving(port: u16, command: &str) -> Result<bl_web::Loopback, CliError> {
-    let page = bl_web::Loopback::bind(port)
-        .map_err(|e| CliError::refused(format!("graph {command}: {e}")))?;
-    outln!("{command}: {}", page.url);
-    crate::output::flush();
-    Ok(page)
-}
-
 /// Serves the approval console on 127.0.0.1 until one decision is made.
 pub fn console(dir: &Path, port: u16, key: Option<PathBuf>, flags: &DriveFlags) -> CliResult {
     let runtime = GraphRuntime::new(flags.options());
@@ -318,7 +310,7 @@ pub fn console(dir: &Path, port: u16, key: Option<PathBuf>, flags: &DriveFlags) 
         key,
         runtime,
     };
-    bl_web::serve_console(console, serving(port, "console")?, || {
+    bl_web::serve_console(console, crate::output::serving(port, "console")?, || {
         bl_core::interrupt::requested().is_some()
     })
     .map_err(|e| CliError::refused(format!("graph console: {e}")))?;
@@ -333,7 +325,7 @@ pub fn monitor(project: PathBuf, port: u16, open: bool, key: Option<PathBuf>) ->
             project.display()
         )));
     }
-    let page = serving(port, "monitor")?;
+    let page = crate::output::serving(port, "monitor")?;
     if open {
         // A desktop's browser, when there is one; the address is printed
         // either way.
@@ -366,7 +358,7 @@ pub fn watch(dir: &Path, port: u16, pubkey: Option<&str>) -> CliResult {
         verifier,
         runtime: GraphRuntime::default(),
     };
-    bl_web::serve(watch, serving(port, "watch")?, || {
+    bl_web::serve(watch, crate::output::serving(port, "watch")?, || {
         bl_core::interrupt::requested().is_some()
     })
     .map_err(|e| CliError::refused(format!("graph watch: {e}")))?;

@@ -98,3 +98,13 @@ pub fn answer(json: impl FnOnce() -> serde_json::Value, text: impl FnOnce() -> S
 }
 
 pub use bl_core::table::table_lines;
+
+/// A page's loopback listener on `port`, its address printed as `SAYS:
+/// URL` (and flushed, for whoever waits for it) before anything is served.
+pub fn serving(port: u16, says: &str) -> Result<bl_web::Loopback, crate::exit::CliError> {
+    let page = bl_web::Loopback::bind(port)
+        .map_err(|e| crate::exit::CliError::refused(format!("{says}: {e}")))?;
+    crate::output::outln!("{says}: {}", page.url);
+    flush();
+    Ok(page)
+}

@@ -17,8 +17,13 @@
 //!   finds the decision and its policy as they were);
 //! - `POST /v1/decisions/{op}/events`: an event from the app;
 //! - `POST /v1/reviews`: a signed review;
-//! - `GET /v1/decisions/{op}`: where the decision stands. Permission to
-//!   call the tool is the answer to `tool_requested` alone, given once.
+//! - `GET /v1/decisions/{op}`: where the decision stands;
+//! - `GET /v1/decisions`: every decision that waits for a person (paused
+//!   for an approval, or awaiting reconciliation), as `bl evidence
+//!   console` lists them.
+//!
+//! Permission to call the tool is the answer to `tool_requested` alone,
+//! given once.
 
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +32,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bl_app::evidence::{EvidenceError, EvidenceStore, Recorded, SignedReview};
+use bl_app::evidence::{EvidenceError, EvidenceStore, Recorded, SignedReview, unix_now as now};
 use bl_core::evidence::{DecisionBinding, EvidenceEvent};
 use serde_json::{Value, json};
 
@@ -83,7 +88,7 @@ pub fn serve(
     });
     let token = Arc::new(options.token);
     let app = axum::Router::new()
-        .route("/v1/decisions", post(create))
+        .route("/v1/decisions", post(create).get(waiting))
         .route("/v1/proposals", post(propose))
         .route("/v1/decisions/{op}", get(show))
         .route("/v1/decisions/{op}/policy", post(policy))
@@ -98,14 +103,6 @@ pub fn serve(
         Listener::Socket(listener) => bl_web::run_server_on_socket(listener, app, stop)?,
     }
     Ok(())
-}
-
-/// Seconds since the epoch; a clock before it makes every approval
-/// expired (fail closed), never none.
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(u64::MAX, |d| d.as_secs())
 }
 
 impl Service {
@@ -308,22 +305,41 @@ async fn review(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -
 async fn show(State(service): State<Arc<Service>>, Path(op): Path<String>) -> Response {
     let store = service.store();
     match store.decision(&op) {
-        Some(d) => Json(json!({
-            "operation_id": op,
-            "workspace": store.verifier(),
-            "binding": d.binding,
-            "approval_request": d.approval_request,
-            "stage": d.stage,
-            "policy": d.policy,
-            "approval": d.approval,
-            "rejected_by": d.rejected_by,
-            "outcomes": d.outcomes,
-        }))
-        .into_response(),
+        Some(d) => Json(view(&store, &op, d)).into_response(),
         None => (
             StatusCode::NOT_FOUND,
             Json(json!({"error": {"code": "NotCreated", "message": format!("no decision {op}")}})),
         )
             .into_response(),
     }
+}
+
+async fn waiting(State(service): State<Arc<Service>>) -> Response {
+    use bl_core::evidence::Stage;
+    let store = service.store();
+    let decisions: Vec<Value> = store
+        .decisions()
+        .iter()
+        .filter(|(_, d)| {
+            (d.stage == Stage::AwaitingApproval && d.approval_request.is_some())
+                || d.stage == Stage::ReconciliationRequired
+        })
+        .map(|(op, d)| view(&store, op, d))
+        .collect();
+    Json(json!({"workspace": store.verifier(), "decisions": decisions})).into_response()
+}
+
+/// A decision as a reviewer reads it: enough to sign a review on.
+fn view(store: &EvidenceStore, op: &str, d: &bl_core::evidence::Decision) -> Value {
+    json!({
+        "operation_id": op,
+        "workspace": store.verifier(),
+        "binding": d.binding,
+        "approval_request": d.approval_request,
+        "stage": d.stage,
+        "policy": d.policy,
+        "approval": d.approval,
+        "rejected_by": d.rejected_by,
+        "outcomes": d.outcomes,
+    })
 }

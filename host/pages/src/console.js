@@ -1,22 +1,22 @@
 "use strict";
-// Each button posts its node, its decision and the request digest this
-// page was served with; what the server answers is shown as text.
+// Each button posts its card's fields (data-post, as the page was served),
+// its decision and, where the card asks for one, the reason typed; what
+// the server answers is shown as text.
 (() => {
   const { decide } = JSON.parse(document.getElementById("bl-console").textContent);
   document.querySelectorAll("button[data-decision]").forEach((button) => {
     button.addEventListener("click", async () => {
       const card = button.closest("section.approval");
       const outcome = card.querySelector(".outcome");
+      const reason = card.querySelector("input.reason");
       card.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+      const asked = Object.assign(JSON.parse(card.dataset.post), { decision: button.dataset.decision });
+      if (reason) asked.reason = reason.value;
       try {
         const answer = await fetch(decide, {
           method: "POST",
           headers: { "Content-Type": "application/json" },
-          body: JSON.stringify({
-            node: card.dataset.node,
-            decision: button.dataset.decision,
-            request_digest: card.dataset.request,
-          }),
+          body: JSON.stringify(asked),
         });
         outcome.textContent = await answer.text();
         card.dataset.outcome = answer.ok ? "recorded" : "refused";

@@ -9,7 +9,9 @@ use serde_json::json;
 
 use crate::arena::{STYLE, csp_hash, escape, head};
 
-const SCRIPT: &str = include_str!("console.js");
+/// The consoles' one script: it posts a card's `data-post` fields with
+/// the decision clicked.
+pub(crate) const SCRIPT: &str = include_str!("console.js");
 
 /// One approval a run waits on, as the runtime API states it.
 pub struct ConsoleApproval<'a> {
@@ -49,9 +51,12 @@ pub fn console_html(title: &str, approvals: &[ConsoleApproval], decide: &str) ->
             })
             .collect();
         cards.push_str(&format!(
-            r#"<section class="approval" data-node="{node}" data-request="{request}"><h2>{node}</h2><p>Approving lets the run go on with this evidence, and nothing else:</p><ul>{evidence}</ul><p class="request">request {request}</p><button type="button" data-decision="approved">Approve</button> <button type="button" data-decision="rejected">Reject</button><p class="outcome" aria-live="polite"></p></section>"#,
+            r#"<section class="approval" data-node="{node}" data-request="{request}" data-post="{post}"><h2>{node}</h2><p>Approving lets the run go on with this evidence, and nothing else:</p><ul>{evidence}</ul><p class="request">request {request}</p><button type="button" data-decision="approved">Approve</button> <button type="button" data-decision="rejected">Reject</button><p class="outcome" aria-live="polite"></p></section>"#,
             node = escape(a.node),
             request = escape(a.request_digest),
+            post = escape(
+                &json!({ "node": a.node, "request_digest": a.request_digest }).to_string()
+            ),
         ));
     }
     if approvals.is_empty() {

@@ -66,10 +66,7 @@ pub fn serve_console(
     let served = Arc::new(Served {
         console,
         token,
-        decider: Decider {
-            origin: format!("http://{address}"),
-            deciding: AtomicBool::new(false),
-        },
+        decider: Decider::new(format!("http://{address}")),
         decided: AtomicBool::new(false),
     });
     let app = axum::Router::new()
@@ -175,9 +172,78 @@ async fn decide(
 /// Who may decide on a server's page, one decision at a time.
 pub(crate) struct Decider {
     /// The page's own origin (`http://127.0.0.1:<port>`).
-    pub origin: String,
+    origin: String,
     /// A decision is being made: a second one waits for none, it is refused.
-    pub deciding: AtomicBool,
+    deciding: AtomicBool,
+}
+
+/// Clears `deciding` however the decision ends, even if its request is
+/// dropped half way (the client went away).
+struct Deciding<'a>(&'a AtomicBool);
+
+impl Drop for Deciding<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Decider {
+    pub(crate) fn new(origin: String) -> Decider {
+        Decider {
+            origin,
+            deciding: AtomicBool::new(false),
+        }
+    }
+
+    /// The JSON object a request that changes something carries, after
+    /// seed 000's checks: it came from the server's own page (a page of
+    /// any other origin, or none named, is refused whatever its body
+    /// says), as JSON.
+    pub(crate) fn admit(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<serde_json::Value, Box<Response>> {
+        let no = |status, text| Box::new(refused(status, text));
+        if headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) != Some(self.origin.as_str()) {
+            return Err(no(
+                StatusCode::FORBIDDEN,
+                "a request must come from this server's own page",
+            ));
+        }
+        let json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|c| c.to_str().ok())
+            .is_some_and(|c| c.starts_with("application/json"));
+        if !json {
+            return Err(no(StatusCode::UNSUPPORTED_MEDIA_TYPE, "a request is JSON"));
+        }
+        serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .filter(serde_json::Value::is_object)
+            .ok_or_else(|| no(StatusCode::BAD_REQUEST, "a request is a JSON object"))
+    }
+
+    /// Records a decision with `record` (called only once the way is
+    /// clear), unless another is being recorded: that one is not raced,
+    /// this one is refused.
+    pub(crate) async fn one_at_a_time<F: std::future::Future>(
+        &self,
+        record: impl FnOnce() -> F,
+    ) -> Result<F::Output, Box<Response>> {
+        if self
+            .deciding
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return Err(Box::new(refused(
+                StatusCode::CONFLICT,
+                "another decision is being recorded; try again when it is",
+            )));
+        }
+        let _deciding = Deciding(&self.deciding);
+        Ok(record().await)
+    }
 }
 
 /// Records the decision a page posted on the run at `dir`, after seed
@@ -192,23 +258,9 @@ pub(crate) async fn decision(
     body: &[u8],
 ) -> (bool, Response) {
     let no = |status, text| (false, refused(status, text));
-    // Only the page's own origin may decide: a page of any other origin
-    // (or none named) is refused, whatever its body says.
-    if headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) != Some(decider.origin.as_str()) {
-        return no(
-            StatusCode::FORBIDDEN,
-            "a decision must come from the console's own page",
-        );
-    }
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|c| c.to_str().ok())
-        .is_some_and(|c| c.starts_with("application/json"));
-    if !json {
-        return no(StatusCode::UNSUPPORTED_MEDIA_TYPE, "a decision is JSON");
-    }
-    let Ok(asked) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return no(StatusCode::BAD_REQUEST, "a decision is a JSON object");
+    let asked = match decider.admit(headers, body) {
+        Ok(asked) => asked,
+        Err(refusal) => return (false, *refusal),
     };
     let (Some(node), Some(decision), Some(shown)) = (
         asked["node"].as_str().map(str::to_string),
@@ -230,42 +282,33 @@ pub(crate) async fn decision(
             );
         }
     };
-    if decider
-        .deciding
-        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-        .is_err()
-    {
-        return no(
-            StatusCode::CONFLICT,
-            "another decision is being recorded; try again when it is",
-        );
-    }
-    let recorded = {
-        let (runtime, dir) = (runtime.clone(), dir.to_path_buf());
-        tokio::task::spawn_blocking(move || {
-            let key = key.as_deref();
-            if approved {
-                runtime.approve(&dir, &node, &shown, key)
-            } else {
-                runtime.reject(&dir, &node, &shown, key)
-            }
+    let recorded = decider
+        .one_at_a_time(|| {
+            let (runtime, dir) = (runtime.clone(), dir.to_path_buf());
+            tokio::task::spawn_blocking(move || {
+                let key = key.as_deref();
+                if approved {
+                    runtime.approve(&dir, &node, &shown, key)
+                } else {
+                    runtime.reject(&dir, &node, &shown, key)
+                }
+            })
         })
-        .await
-    };
-    decider.deciding.store(false, Ordering::SeqCst);
+        .await;
     match recorded {
-        Ok(Ok(done)) => {
+        Err(busy) => (false, *busy),
+        Ok(Ok(Ok(done))) => {
             let text = format!(
                 "{decision}: recorded. The run is now {}.",
                 done.view.run_state
             );
             (true, (StatusCode::OK, hardened(), text).into_response())
         }
-        Ok(Err(e)) => (
+        Ok(Ok(Err(e))) => (
             false,
             (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
         ),
-        Err(_) => no(
+        Ok(Err(_)) => no(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the decision could not be made",
         ),

@@ -3,15 +3,19 @@
 //! another one), kept current by Server-Sent Events that come from the
 //! runtime API's `subscribe`: each event once, by its sequence, so that a
 //! browser that reconnects with `Last-Event-ID` loses and repeats nothing.
-//! `bl graph console` ([`console`]) approves from a page; `bl monitor`
+//! `bl graph console` ([`console`]) approves from a page, and `bl
+//! evidence console` ([`evidence_console`]) reviews an evidence service's
+//! decisions; `bl monitor`
 //! ([`monitor`]) serves a project's runs, their arenas and consoles, and
 //! starts its graphs. A front end on the application layer, like the CLI.
 
 pub mod bearer;
 mod console;
+mod evidence_console;
 mod monitor;
 
 pub use console::{Console, MAX_BODY, serve_console};
+pub use evidence_console::{EvidenceConsole, serve_evidence_console};
 pub use monitor::{Monitor, serve_monitor};
 
 use std::collections::{HashMap, VecDeque};
@@ -302,8 +306,6 @@ pub(crate) fn refused(status: StatusCode, text: &'static str) -> Response {
     (status, hardened(), text).into_response()
 }
 
-/// Headers every answer carries: nothing is cached, sniffed, framed or
-/// referred elsewhere.
 /// A page, with the hardened headers.
 pub(crate) fn html_page(html: String) -> Response {
     let mut headers = hardened();
@@ -314,6 +316,8 @@ pub(crate) fn html_page(html: String) -> Response {
     (headers, html).into_response()
 }
 
+/// Headers every answer carries: nothing is cached, sniffed, framed or
+/// referred elsewhere.
 pub(crate) fn hardened() -> HeaderMap {
     let mut headers = HeaderMap::new();
     for (name, value) in [

@@ -8,7 +8,6 @@
 //! JSON of at most 8 KiB.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
@@ -69,10 +68,7 @@ pub fn serve_monitor(
         runtime: GraphRuntime::new(monitor.options.clone()),
         monitor,
         token,
-        decider: Decider {
-            origin: format!("http://{address}"),
-            deciding: AtomicBool::new(false),
-        },
+        decider: Decider::new(format!("http://{address}")),
         streams: Arc::new(Semaphore::new(MAX_STREAMS)),
         started: Mutex::new(Vec::new()),
     });
@@ -181,34 +177,6 @@ async fn manifests(State(served): State<Arc<Served>>, Path(token): Path<String>)
     }
 }
 
-/// The JSON object a request that changes something carries, after the
-/// checks every such request passes: the page's own Origin, and JSON.
-fn asked(
-    served: &Served,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Value, (StatusCode, &'static str)> {
-    if headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
-        != Some(served.decider.origin.as_str())
-    {
-        return Err((
-            StatusCode::FORBIDDEN,
-            "a request must come from the monitor's own page",
-        ));
-    }
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|c| c.to_str().ok())
-        .is_some_and(|c| c.starts_with("application/json"));
-    if !json {
-        return Err((StatusCode::UNSUPPORTED_MEDIA_TYPE, "a request is JSON"));
-    }
-    serde_json::from_slice::<Value>(body)
-        .ok()
-        .filter(Value::is_object)
-        .ok_or((StatusCode::BAD_REQUEST, "a request is a JSON object"))
-}
-
 async fn preview(
     State(served): State<Arc<Served>>,
     Path(token): Path<String>,
@@ -218,9 +186,9 @@ async fn preview(
     if !holds_token(&*served, &token) {
         return not_found();
     }
-    let asked = match asked(&served, &headers, &body) {
+    let asked = match served.decider.admit(&headers, &body) {
         Ok(asked) => asked,
-        Err((status, why)) => return refused(status, why),
+        Err(refusal) => return *refusal,
     };
     let Some(manifest) = asked["manifest"].as_str().map(str::to_string) else {
         return refused(StatusCode::BAD_REQUEST, "a preview names a manifest");
@@ -244,9 +212,9 @@ async fn start(
     if !holds_token(&*served, &token) {
         return not_found();
     }
-    let asked = match asked(&served, &headers, &body) {
+    let asked = match served.decider.admit(&headers, &body) {
         Ok(asked) => asked,
-        Err((status, why)) => return refused(status, why),
+        Err(refusal) => return *refusal,
     };
     let (Some(manifest), Some(digest)) = (
         asked["manifest"].as_str().map(str::to_string),

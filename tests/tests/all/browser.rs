@@ -129,27 +129,35 @@ pub async fn assert_not_blank(client: &fantoccini::Client, page: &str) {
 /// On a console page: clicks Approve on `node`'s card and waits for
 /// what the page says came of it.
 pub async fn approve(client: &fantoccini::Client, node: &str) -> String {
+    decide(
+        client,
+        &format!(r#"section.approval[data-node="{node}"]"#),
+        "approved",
+    )
+    .await
+}
+
+/// On a console page: clicks the button for `decision` on the card that
+/// `card` selects, and waits for what the page says came of it.
+pub async fn decide(client: &fantoccini::Client, card: &str, decision: &str) -> String {
     use fantoccini::Locator;
-    let card = client
-        .wait()
-        .for_element(Locator::Css(&format!(
-            r#"section.approval[data-node="{node}"]"#
+    let found = client.wait().for_element(Locator::Css(card)).await.unwrap();
+    found
+        .find(Locator::Css(&format!(
+            r#"button[data-decision="{decision}"]"#
         )))
-        .await
-        .unwrap();
-    card.find(Locator::Css(r#"button[data-decision="approved"]"#))
         .await
         .unwrap()
         .click()
         .await
         .unwrap();
-    let done = client
+    client
         .wait()
         .at_most(Duration::from_secs(60))
-        .for_element(Locator::Css("section.approval[data-outcome]"))
+        .for_element(Locator::Css(&format!("{card}[data-outcome]")))
         .await
-        .unwrap();
-    done.find(Locator::Css(".outcome"))
+        .unwrap()
+        .find(Locator::Css(".outcome"))
         .await
         .unwrap()
         .text()

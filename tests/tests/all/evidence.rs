@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use bl_e2e::{bl_binary, bl_in, http_request, serving};
+use bl_e2e::{KillOnDrop, bl_binary, bl_in, http_request, serving};
 use serde_json::{Value, json};
 
 struct Service {
@@ -660,4 +660,187 @@ print("ok")
         std::fs::read_to_string(dir.join("ev.sock")).unwrap(),
         "not a socket"
     );
+}
+
+/// `bl evidence console`: a reviewer's page in a real browser. It lists
+/// what waits for a person; a click signs with the reviewer's key, bound
+/// to what the card showed; a decision that changed since is refused with
+/// nothing signed, and a key the workspace does not trust is no authority.
+#[test]
+fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
+    if !crate::browser::available(true) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    keys(dir);
+    let service = Service::start_with(dir, "ws", "tool-policy", REFUND_POLICY);
+    let propose = |op: &str, tool: &str| {
+        let mut asked = decision(op);
+        asked["tool"] = json!(tool);
+        let (code, proposed) = service.call("POST", "/proposals", &asked);
+        assert_eq!(code, 200, "{proposed}");
+        proposed["stage"].as_str().unwrap().to_string()
+    };
+    let event = |op: &str, event: Value| {
+        let (code, answer) = service.call("POST", &format!("/decisions/{op}/events"), &event);
+        assert_eq!(code, 200, "{answer}");
+    };
+    let pause = |op: &str, interrupt: &str| {
+        event(
+            op,
+            json!({"event": "approval_requested", "checkpoint_ns": "refund:1", "interrupt_id": interrupt}),
+        );
+    };
+    for op in ["op-a", "op-c"] {
+        assert_eq!(propose(op, "refund"), "awaiting_approval");
+        pause(op, &format!("{op}-1"));
+    }
+    // op-b: reserved, then its call's outcome was lost.
+    assert_eq!(propose("op-b", "lookup"), "cleared");
+    event(
+        "op-b",
+        json!({"event": "tool_requested", "tool": "lookup", "args_digest": "sha256:aa"}),
+    );
+    event(
+        "op-b",
+        json!({"event": "reconciliation_required", "cause": "the callback raised"}),
+    );
+    // Created, never paused: nothing a person can answer yet.
+    assert_eq!(propose("op-d", "refund"), "awaiting_approval");
+
+    let console = |key: &str| {
+        let mut command = Command::new(bl_binary());
+        command.current_dir(dir).args([
+            "evidence",
+            "console",
+            "--key",
+            key,
+            "--url",
+            &service.url,
+            "--token-file",
+            "token",
+            "--for",
+            "ws.pub",
+        ]);
+        let (child, url) = serving(&mut command, "console");
+        (KillOnDrop(child), url)
+    };
+    let (_bob, url) = console("bob.key");
+    let origin = format!(
+        "Origin: {}",
+        url.split('/').take(3).collect::<Vec<_>>().join("/")
+    );
+    let post = |url: &str, headers: &[&str], body: &Value| {
+        let (status, text) =
+            http_request(url, "POST", "decide", headers, body.to_string().as_bytes());
+        (
+            status
+                .split(' ')
+                .nth(1)
+                .unwrap_or("0")
+                .parse::<u16>()
+                .unwrap(),
+            text,
+        )
+    };
+    let (status, page) = http_request(&url, "GET", "", &[], b"");
+    assert!(status.contains("200"), "{status}");
+    for shown in ["op-a", "op-b", "op-c"] {
+        assert!(
+            page.contains(&format!(r#"data-operation="{shown}""#)),
+            "{page}"
+        );
+    }
+    assert!(
+        !page.contains(r#"data-operation="op-d""#),
+        "op-d is not paused: {page}"
+    );
+    let shown_c = page
+        .split(r#"data-operation="op-c""#)
+        .nth(1)
+        .and_then(|card| card.split("shown ").nth(1))
+        .and_then(|s| s.split('<').next())
+        .unwrap()
+        .to_string();
+    let wrong_token = url.replace(&url[url.len() - 9..url.len() - 1], "00000000");
+    assert_eq!(post(&wrong_token, &[&origin], &json!({})).0, 404);
+    let asked = json!({"operation_id": "op-c", "decision": "approved", "shown": shown_c});
+    let json = "Content-Type: application/json";
+    assert_eq!(post(&url, &[json], &asked).0, 403, "no Origin");
+    assert_eq!(
+        post(&url, &["Origin: http://127.0.0.1:1", json], &asked).0,
+        403,
+        "a foreign Origin"
+    );
+    // The app paused op-c again (a new interrupt) after the page was shown:
+    // the card's approval would answer a pause that is no longer current.
+    pause("op-c", "op-c-2");
+    let (code, said) = post(&url, &[&origin, json], &asked);
+    assert_eq!(code, 409, "{said}");
+    assert!(
+        said.contains("changed since it was shown") && said.contains("nothing was signed"),
+        "{said}"
+    );
+    let (_, standing) = service.call("GET", "/decisions/op-c", &Value::Null);
+    assert_eq!(standing["approval"], Value::Null, "{standing}");
+
+    let (approved, reconciled) = crate::browser::Driver::start().drive(async |client| {
+        crate::browser::open(client, &url).await;
+        crate::browser::assert_not_blank(client, "evidence console").await;
+        let approved = crate::browser::decide(
+            client,
+            r#"section.approval[data-operation="op-a"]"#,
+            "approved",
+        )
+        .await;
+        let reconciled = crate::browser::decide(
+            client,
+            r#"section.approval[data-operation="op-b"]"#,
+            "not_executed",
+        )
+        .await;
+        (approved, reconciled)
+    });
+    assert!(
+        approved.contains("approved op-a: refund for alice in thread t-1, arguments sha256:aa")
+            && approved.contains("at pause refund:1 / op-a-1")
+            && approved.contains("op-a: now cleared"),
+        "{approved}"
+    );
+    assert!(
+        reconciled.contains("reconciled op-b: the tool did not run")
+            && reconciled.contains("op-b: now abandoned"),
+        "{reconciled}"
+    );
+    let (_, standing) = service.call("GET", "/decisions/op-a", &Value::Null);
+    assert_eq!(
+        (&standing["stage"], &standing["approval"]["reviewer"]),
+        (&json!("cleared"), &json!("bob")),
+        "{standing}"
+    );
+
+    // Mallory's console signs, and the service refuses her: no authority.
+    let (_mallory, url) = console("mallory.key");
+    let (_, page) = http_request(&url, "GET", "", &[], b"");
+    let shown_c = page
+        .split(r#"data-operation="op-c""#)
+        .nth(1)
+        .and_then(|card| card.split("shown ").nth(1))
+        .and_then(|s| s.split('<').next())
+        .unwrap()
+        .to_string();
+    let origin = format!(
+        "Origin: {}",
+        url.split('/').take(3).collect::<Vec<_>>().join("/")
+    );
+    let (code, said) = post(
+        &url,
+        &[&origin, json],
+        &json!({"operation_id": "op-c", "decision": "rejected", "shown": shown_c, "reason": "mine"}),
+    );
+    assert_eq!(code, 409, "{said}");
+    assert!(said.contains("NotAuthority"), "{said}");
+    let (_, standing) = service.call("GET", "/decisions/op-c", &Value::Null);
+    assert_eq!(standing["stage"], "awaiting_approval", "{standing}");
 }

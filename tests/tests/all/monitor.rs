@@ -133,7 +133,7 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 .unwrap();
             approve.click().await.unwrap();
             let outcome = crate::browser::approve(client, "review").await;
-            client.goto(&url).await.unwrap();
+            crate::browser::open(client, &url).await;
             let row = client
                 .wait()
                 .for_element(Locator::Css(&format!(
@@ -157,7 +157,7 @@ fn monitor_lists_a_projects_runs_starts_a_graph_after_a_preview_and_approves_it(
                 .text()
                 .await
                 .unwrap();
-            client.goto(&url).await.unwrap();
+            crate::browser::open(client, &url).await;
             // The loop package: previewed, started, and its report opened.
             let (loop_preview, loop_run) =
                 preview_and_start(client, "loops/records/loop.yaml").await;
