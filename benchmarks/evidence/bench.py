@@ -10,9 +10,11 @@ alternate so a drift of the machine lands on all three:
 - guarded: the bridge's decision node, then its guarded node (the
   reservation, the call, the receipt).
 
-The guarded step's cost is guarded minus decided; the decision step's is
-decided minus plain; both together, guarded minus plain. Prints each at
-p50 and p99; exits 1 when the guarded step's p99 is over the target.
+What the bridge adds is guarded minus plain: the same graph with and
+without it (issue 34's measure). It is split into the decision step
+(decided minus plain) and the guarded step (guarded minus decided).
+Prints each at p50 and p99; exits 1 when what the bridge adds is over
+the target at p99.
 
     python bench.py URL TOKEN_FILE WORKDIR [N]
 """
@@ -110,16 +112,16 @@ def main():
         xs = times[name]
         print(f"{name:8} decide -> call   p50 {pct(xs, 50):6.2f} ms   p99 {pct(xs, 99):6.2f} ms   mean {statistics.mean(xs):6.2f} ms")
     guarded_p99 = added("guarded", "decided", 99)
-    print(f"the guarded step adds   {added('guarded', 'decided', 50):5.2f} ms at p50, {guarded_p99:5.2f} ms at p99"
-          f"  (target: at most {TARGET_MS} ms at p99)")
-    print(f"the decision step adds  {added('decided', 'plain', 50):5.2f} ms at p50, {added('decided', 'plain', 99):5.2f} ms at p99")
-    print(f"both together add       {added('guarded', 'plain', 50):5.2f} ms at p50, {added('guarded', 'plain', 99):5.2f} ms at p99"
-          f"  ({pct(times['guarded'], 99) / pct(times['plain'], 99):.2f}x the plain run at p99)")
+    both_p99 = added("guarded", "plain", 99)
+    print(f"the bridge adds         {added('guarded', 'plain', 50):5.2f} ms at p50, {both_p99:5.2f} ms at p99"
+          f"  (target: at most {TARGET_MS} ms at p99; {pct(times['guarded'], 99) / pct(times['plain'], 99):.2f}x the plain run at p99)")
+    print(f"  its decision step     {added('decided', 'plain', 50):5.2f} ms at p50, {added('decided', 'plain', 99):5.2f} ms at p99")
+    print(f"  its guarded step      {added('guarded', 'decided', 50):5.2f} ms at p50, {guarded_p99:5.2f} ms at p99")
     print(json.dumps({"guarded_step_p99_ms": round(guarded_p99, 3),
                       "decision_step_p99_ms": round(added("decided", "plain", 99), 3),
-                      "both_p99_ms": round(added("guarded", "plain", 99), 3)}))
-    if guarded_p99 > TARGET_MS:
-        print("MISSED: the guarded step's p99 cost is over the target", file=sys.stderr)
+                      "both_p99_ms": round(both_p99, 3)}))
+    if both_p99 > TARGET_MS:
+        print("MISSED: what the bridge adds at p99 is over the target", file=sys.stderr)
         sys.exit(1)
 
 

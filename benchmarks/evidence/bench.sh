@@ -3,7 +3,7 @@
 # a release bl serves a fresh workspace with the tool-policy plugin, and
 # bench.py runs the same graph with and without the bridge, durability
 # "sync", SqliteSaver, and prints what the bridge adds at p50 and p99.
-# Exits non-zero when the p99 is over 2 ms.
+# Exits non-zero when what it adds at p99 is over 2 ms.
 #
 #   benchmarks/evidence/bench.sh [STEPS]      (default 1000)
 set -euo pipefail

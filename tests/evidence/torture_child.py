@@ -5,7 +5,6 @@ KILL_AT is `tool`, once per thread (a marker file says it died). It
 starts, resumes or continues the thread as its checkpoint says, and
 prints where the run stopped."""
 
-import http.client
 import json
 import os
 import signal
@@ -38,8 +37,7 @@ class Killable(CoreClient):
         with open(counter, "w") as f:
             f.write(str(n))
         if armed and kill_at == f"sent-{n}":
-            connection = http.client.HTTPConnection(self._host, self._port)
-            connection.request(method, self._base + path, body=json.dumps(body).encode(), headers=self._headers)
+            self._connect().sendall(self._request(method, path, body))
             die()
         answer = super()._call(method, path, body)
         if armed and kill_at == str(n):

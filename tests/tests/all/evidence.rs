@@ -545,7 +545,8 @@ fn the_documented_langgraph_app_runs_as_written() {
 
 /// `serve --socket`: a socket only its owner may open, an existing file
 /// never replaced, the Python client and `bl evidence reject` over it,
-/// and the socket gone when the service stops.
+/// the socket gone when the service stops; and a service killed (-9)
+/// with a tool reserved, under an app whose client stays open.
 #[test]
 fn the_service_listens_on_an_owner_only_unix_socket() {
     use std::io::BufRead;
@@ -643,15 +644,61 @@ print("ok")
             .unwrap();
         line.trim().to_string()
     };
+    // An app's client keeps its connection open across the service's
+    // death: its next call goes out on a fresh connection to whichever
+    // service listens now, and while none does, it says so (Unavailable).
+    // A service killed with a tool reserved finds, restarted, that whether
+    // it ran is unknown: reconciliation, and no second reservation.
+    let mut app = Command::new(&python)
+        .args(["-c", KEPT_OPEN])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut asks = app.stdin.take().unwrap();
+    let mut answers = std::io::BufReader::new(app.stdout.take().unwrap()).lines();
+    let mut ask = |expression: &str| {
+        use std::io::Write;
+        writeln!(asks, "{expression}").unwrap();
+        answers.next().unwrap().unwrap()
+    };
+    let stage = "client.decision('op-k')['stage']";
+    let reserve = "client.reserve('op-k', tool='lookup', args_digest='sha256:kk').retry";
     let mut killed = start("ws");
     assert_eq!(serving_at(&mut killed), "evidence: unix:ev.sock");
+    assert_eq!(
+        ask(
+            "client.propose(operation_id='op-k', thread_id='t', identity='alice', tool='lookup', args_digest='sha256:kk').stage"
+        ),
+        "ok cleared"
+    );
+    assert_eq!(ask(reserve), "ok False");
     killed.kill().unwrap();
     killed.wait().unwrap();
     assert!(dir.join("ev.sock").exists());
     let mut again = start("ws");
     assert_eq!(serving_at(&mut again), "evidence: unix:ev.sock");
+    assert_eq!(
+        ask(stage),
+        "ok reconciliation_required",
+        "the kept connection was to the killed service"
+    );
+    assert_eq!(ask(reserve), "refused: ReconciliationRequired");
     again.kill().unwrap();
     again.wait().unwrap();
+    let down = ask(stage);
+    assert!(
+        down.starts_with("unavailable: the evidence service at ev.sock"),
+        "{down}"
+    );
+    let mut back = start("ws");
+    assert_eq!(serving_at(&mut back), "evidence: unix:ev.sock");
+    assert_eq!(ask(stage), "ok reconciliation_required");
+    back.kill().unwrap();
+    back.wait().unwrap();
+    let _ = app.kill();
+    let _ = app.wait();
     std::fs::remove_file(dir.join("ev.sock")).unwrap();
     std::fs::write(dir.join("ev.sock"), "not a socket").unwrap();
     let refused = start("ws").wait_with_output().unwrap();
@@ -661,6 +708,21 @@ print("ok")
         "not a socket"
     );
 }
+
+/// An app on one kept-open client: each line it reads is a Python
+/// expression on `client`; it prints what came of it.
+const KEPT_OPEN: &str = r#"
+import sys
+from bl_evidence import CoreClient, Refused, Unavailable
+client = CoreClient("unix:ev.sock", token_file="token")
+for line in sys.stdin:
+    try:
+        print("ok", eval(line), flush=True)
+    except Refused as e:
+        print("refused:", e.code, flush=True)
+    except Unavailable as e:
+        print("unavailable:", e, flush=True)
+"#;
 
 /// `bl evidence console`: a reviewer's page in a real browser. It lists
 /// what waits for a person; a click signs with the reviewer's key, bound

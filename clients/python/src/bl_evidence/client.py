@@ -1,7 +1,10 @@
 """`CoreClient`: the app's side of `bl evidence serve`.
 
-Every call is one HTTP request on loopback, on one kept-open connection,
-with the service's bearer token. The service answers only once what it
+Every call is one HTTP/1.1 request on loopback or a unix socket, on one
+kept-open connection, with the service's bearer token. The wire is a few
+lines over a plain socket rather than `http.client`, whose header parsing
+cost a tenth of a millisecond a request: three requests guard each call,
+on the app's critical path. The service answers only once what it
 recorded is on disk, so an answer is a receipt. A refusal raises
 `Refused`, naming the rule's code and the field that differs; nothing
 refused was recorded.
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import http.client
 import json
 import os
 import socket
@@ -108,8 +110,9 @@ class CoreClient:
             self._port = parsed.port or 80
             self._base = parsed.path.rstrip("/") or "/v1"
         self._timeout = timeout
-        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        self._connection: http.client.HTTPConnection | None = None
+        self._head = (f"HTTP/1.1\r\nHost: {self._host}\r\nAuthorization: Bearer {token}\r\n"
+                      "Content-Type: application/json\r\nContent-Length: ")
+        self._connection: socket.socket | None = None
 
     # -- the decision's life, in order -------------------------------------
 
@@ -206,46 +209,93 @@ class CoreClient:
             raise EvidenceError(f"the service could not read the request (400): {message}")
         raise Unavailable(f"{error.get('code', status)}: {message}")
 
-    def _call(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+    def _request(self, method: str, path: str, body: Any) -> bytes:
+        """The whole request, as one write."""
         data = b"" if body is None else json.dumps(body).encode()
+        return f"{method} {self._base}{path} {self._head}{len(data)}\r\n\r\n".encode() + data
+
+    def _call(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        request = self._request(method, path, body)
         # A kept-open connection the service closed while idle fails on
         # reuse; the request is sent once more on a new connection. That is
         # safe even if the first reached the service: a decision proposed
         # again is a retry, and a reservation is never granted twice. Any
         # other failure is Unavailable: whether it was recorded is unknown.
         for fresh in (self._connection is None, True):
-            if fresh:
-                self.close()
-                self._connection = (
-                    _UnixConnection(self._socket, self._timeout) if self._socket
-                    else http.client.HTTPConnection(self._host, self._port, timeout=self._timeout))
             try:
-                self._connection.request(method, self._base + path, body=data, headers=self._headers)
-                response = self._connection.getresponse()
-                text = response.read()
+                if fresh:
+                    self.close()
+                    self._connection = self._connect()
+                assert self._connection is not None
+                self._connection.sendall(request)
+                status, text = self._response(self._connection)
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+            except (_ClosedBeforeAnswer, BrokenPipeError, ConnectionResetError) as e:
                 self.close()
                 if fresh:
-                    raise Unavailable(f"the evidence service at {self._socket or f'{self._host}:{self._port}'}: {e}") from e
+                    raise Unavailable(f"the evidence service at {self._where()}: {e}") from e
             except OSError as e:
                 self.close()
-                raise Unavailable(f"the evidence service at {self._socket or f'{self._host}:{self._port}'}: {e}") from e
+                raise Unavailable(f"the evidence service at {self._where()}: {e}") from e
+            except Unavailable:
+                self.close()
+                raise
         try:
             payload = json.loads(text) if text else None
         except ValueError:
             payload = text.decode(errors="replace")
-        return response.status, payload
+        return status, payload
+
+    def _where(self) -> str:
+        return self._socket or f"{self._host}:{self._port}"
+
+    def _connect(self) -> socket.socket:
+        if self._socket:
+            connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            connection.settimeout(self._timeout)
+            connection.connect(self._socket)
+        else:
+            connection = socket.create_connection((self._host, self._port), timeout=self._timeout)
+            # Each request is one write; Nagle's delay would only wait.
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return connection
+
+    def _response(self, connection: socket.socket) -> tuple[int, bytes]:
+        """One response: its status and body, framed by Content-Length (the
+        service always sends one) or by the connection's end."""
+        buffer = b""
+        while b"\r\n\r\n" not in buffer:
+            chunk = connection.recv(65536)
+            if not chunk:
+                if buffer:
+                    raise Unavailable(f"the evidence service at {self._where()} cut its answer short")
+                raise _ClosedBeforeAnswer("the connection was closed before an answer")
+            buffer += chunk
+        head, _, body = buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        try:
+            status = int(lines[0].split(" ", 2)[1])
+        except (IndexError, ValueError):
+            raise Unavailable(f"the evidence service at {self._where()} answered {lines[0]!r}") from None
+        headers = dict((k.strip().lower(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:]))
+        if headers.get("transfer-encoding"):
+            raise Unavailable(f"the evidence service at {self._where()} sent a body this client does not read "
+                              f"(transfer-encoding {headers['transfer-encoding']})")
+        length = headers.get("content-length")
+        if length is None:
+            while chunk := connection.recv(65536):
+                body += chunk
+            self.close()
+            return status, body
+        while len(body) < int(length):
+            chunk = connection.recv(65536)
+            if not chunk:
+                raise Unavailable(f"the evidence service at {self._where()} cut its answer short")
+            body += chunk
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return status, body
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP over the service's unix socket."""
-
-    def __init__(self, path: str, timeout: float):
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self._path)
+class _ClosedBeforeAnswer(ConnectionError):
+    """The service closed a kept-open connection before any answer."""
