@@ -134,7 +134,7 @@ impl Reviewer {
         {
             return Err(AppError::refused(format!(
                 "evidence: {operation_id} changed since it was shown (it is now {}); look again before you decide; nothing was signed",
-                standing["stage"]
+                standing["stage"].as_str().unwrap_or("gone")
             )));
         }
         let reviewer = self.name().to_string();
@@ -257,11 +257,14 @@ impl Reviewed {
     }
 }
 
-/// The digest of what a review binds in a decision's view: its binding,
-/// the pause it waits at, its policy and its stage. Any change to these
+/// The digest of what a review binds in a decision's view: the workspace
+/// key it is for, the operation, its binding, the pause it waits at, its
+/// policy and its stage. Any change to these
 /// between showing and signing refuses the review.
 pub fn shown_digest(view: &Value) -> String {
     let bound = serde_json::json!({
+        "workspace": view.get("workspace"),
+        "operation_id": view.get("operation_id"),
         "binding": view.get("binding"),
         "approval_request": view.get("approval_request"),
         "policy": view.get("policy"),
@@ -401,6 +404,7 @@ mod tests {
         counted["outcomes"] = json!(1);
         assert_eq!(shown_digest(&counted), shown);
         for (pointer, changed) in [
+            ("/workspace", json!("another")),
             ("/approval_request/1", json!("i-2")),
             ("/binding/args_digest", json!("sha256:bb")),
             ("/policy/version", json!("2")),

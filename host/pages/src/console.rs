@@ -7,7 +7,7 @@
 
 use serde_json::json;
 
-use crate::arena::{STYLE, csp_hash, escape, head};
+use crate::arena::{escape, head, own_server_policy, script_data};
 
 /// The consoles' one script: it posts a card's `data-post` fields with
 /// the decision clicked.
@@ -62,14 +62,8 @@ pub fn console_html(title: &str, approvals: &[ConsoleApproval], decide: &str) ->
     if approvals.is_empty() {
         cards.push_str("<p>Nothing in this run waits for a decision.</p>");
     }
-    let data = json!({ "decide": decide })
-        .to_string()
-        .replace('<', "\\u003c");
-    let csp = format!(
-        "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-        csp_hash(SCRIPT),
-        csp_hash(STYLE)
-    );
+    let data = script_data(&json!({ "decide": decide }));
+    let csp = own_server_policy(SCRIPT);
     format!(
         r#"{head}<header><h1>bl console <span class="run">{title}</span></h1></header>
 <main class="console">{cards}</main>
@@ -109,7 +103,7 @@ mod tests {
             page.contains("workspace/brief.md from write-&lt;brief&gt;</span>, <span class=\"size\">1234 bytes"),
             "{page}"
         );
-        assert!(page.contains(&csp_hash(SCRIPT)));
+        assert!(page.contains(&crate::arena::csp_hash(SCRIPT)));
         assert!(page.contains("connect-src 'self'"));
     }
 }

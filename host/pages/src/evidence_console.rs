@@ -7,7 +7,7 @@
 
 use serde_json::json;
 
-use crate::arena::{STYLE, csp_hash, escape, head};
+use crate::arena::{escape, head, own_server_policy, script_data};
 use crate::console::SCRIPT;
 
 /// A decision that waits for a person, as the service states it.
@@ -91,14 +91,8 @@ pub fn evidence_console_html(
     if cards.is_empty() {
         shown.push_str("<p>No decision waits for a person. Reload to look again.</p>");
     }
-    let data = json!({ "decide": decide })
-        .to_string()
-        .replace('<', "\\u003c");
-    let csp = format!(
-        "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-        csp_hash(SCRIPT),
-        csp_hash(STYLE)
-    );
+    let data = script_data(&json!({ "decide": decide }));
+    let csp = own_server_policy(SCRIPT);
     format!(
         r#"{head}<header><h1>bl evidence console</h1><p>You sign as <strong>{reviewer}</strong>, for the workspace key <span class="digest">{workspace}</span>.</p></header>
 <main class="console">{shown}</main>
@@ -162,6 +156,6 @@ mod tests {
         assert!(page.contains(" / int-1"));
         assert!(page.contains(r#"data-decision="not_executed""#));
         assert!(page.contains("<strong>alice</strong>"));
-        assert!(page.contains(&csp_hash(SCRIPT)));
+        assert!(page.contains(&crate::arena::csp_hash(SCRIPT)));
     }
 }

@@ -6,21 +6,15 @@
 
 use serde_json::json;
 
-use crate::arena::{STYLE, csp_hash, escape, head};
+use crate::arena::{escape, head, own_server_policy, script_data};
 
 const SCRIPT: &str = include_str!("monitor.js");
 
 /// The page for the project named `title`; everything it shows comes
 /// from its own server, under the page's own path.
 pub fn monitor_html(title: &str) -> String {
-    let data = json!({ "refresh_ms": 1500 })
-        .to_string()
-        .replace('<', "\\u003c");
-    let csp = format!(
-        "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-        csp_hash(SCRIPT),
-        csp_hash(STYLE)
-    );
+    let data = script_data(&json!({ "refresh_ms": 1500 }));
+    let csp = own_server_policy(SCRIPT);
     format!(
         r#"{head}<header><h1>bl monitor <span class="run">{title}</span></h1><p id="status" aria-live="polite">Reading the project…</p></header>
 <main class="monitor">
@@ -42,7 +36,7 @@ mod tests {
     #[test]
     fn the_page_runs_only_its_own_script_and_talks_only_to_its_server() {
         let page = super::monitor_html("p<x>");
-        assert!(page.contains(&super::csp_hash(super::SCRIPT)));
+        assert!(page.contains(&crate::arena::csp_hash(super::SCRIPT)));
         assert!(page.contains("connect-src 'self'"));
         assert!(page.contains("p&lt;x&gt;"));
         assert!(!page.contains("http://") && !page.contains("https://"));

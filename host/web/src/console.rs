@@ -56,17 +56,11 @@ pub fn serve_console(
     at: crate::Loopback,
     stop: impl Fn() -> bool + Send + 'static,
 ) -> Result<(), WebError> {
-    let crate::Loopback {
-        listener, token, ..
-    } = at;
-    let address = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let (listener, token, origin) = at.into_parts();
     let served = Arc::new(Served {
         console,
         token,
-        decider: Decider::new(format!("http://{address}")),
+        decider: Decider::new(origin),
         decided: AtomicBool::new(false),
     });
     let app = axum::Router::new()
@@ -174,14 +168,15 @@ pub(crate) struct Decider {
     /// The page's own origin (`http://127.0.0.1:<port>`).
     origin: String,
     /// A decision is being made: a second one waits for none, it is refused.
-    deciding: AtomicBool,
+    deciding: Arc<AtomicBool>,
 }
 
-/// Clears `deciding` however the decision ends, even if its request is
-/// dropped half way (the client went away).
-struct Deciding<'a>(&'a AtomicBool);
+/// Clears `deciding` when the decision's work ends, however it ends. It
+/// is held by the work, not the request: a browser that goes away half
+/// way drops its request, while the decision goes on being recorded.
+struct Deciding(Arc<AtomicBool>);
 
-impl Drop for Deciding<'_> {
+impl Drop for Deciding {
     fn drop(&mut self) {
         self.0.store(false, Ordering::SeqCst);
     }
@@ -191,7 +186,7 @@ impl Decider {
     pub(crate) fn new(origin: String) -> Decider {
         Decider {
             origin,
-            deciding: AtomicBool::new(false),
+            deciding: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -224,13 +219,13 @@ impl Decider {
             .ok_or_else(|| no(StatusCode::BAD_REQUEST, "a request is a JSON object"))
     }
 
-    /// Records a decision with `record` (called only once the way is
-    /// clear), unless another is being recorded: that one is not raced,
-    /// this one is refused.
-    pub(crate) async fn one_at_a_time<F: std::future::Future>(
+    /// Records a decision with `record`, on a blocking thread, unless
+    /// another is being recorded: that one is not raced, this one is
+    /// refused. The way stays closed until `record` returns.
+    pub(crate) async fn one_at_a_time<T: Send + 'static>(
         &self,
-        record: impl FnOnce() -> F,
-    ) -> Result<F::Output, Box<Response>> {
+        record: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<Result<T, tokio::task::JoinError>, Box<Response>> {
         if self
             .deciding
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
@@ -241,8 +236,12 @@ impl Decider {
                 "another decision is being recorded; try again when it is",
             )));
         }
-        let _deciding = Deciding(&self.deciding);
-        Ok(record().await)
+        let deciding = Deciding(self.deciding.clone());
+        Ok(tokio::task::spawn_blocking(move || {
+            let _deciding = deciding;
+            record()
+        })
+        .await)
     }
 }
 
@@ -283,16 +282,16 @@ pub(crate) async fn decision(
         }
     };
     let recorded = decider
-        .one_at_a_time(|| {
+        .one_at_a_time({
             let (runtime, dir) = (runtime.clone(), dir.to_path_buf());
-            tokio::task::spawn_blocking(move || {
+            move || {
                 let key = key.as_deref();
                 if approved {
                     runtime.approve(&dir, &node, &shown, key)
                 } else {
                     runtime.reject(&dir, &node, &shown, key)
                 }
-            })
+            }
         })
         .await;
     match recorded {

@@ -68,13 +68,7 @@ pub fn serve_evidence_console(
     at: crate::Loopback,
     stop: impl Fn() -> bool + Send + 'static,
 ) -> Result<(), WebError> {
-    let crate::Loopback {
-        listener, token, ..
-    } = at;
-    let origin = listener
-        .local_addr()
-        .map(|a| format!("http://{a}"))
-        .unwrap_or_default();
+    let (listener, token, origin) = at.into_parts();
     let served = Arc::new(Served {
         console,
         token,
@@ -196,14 +190,14 @@ async fn decide(
     };
     let reviewed = served
         .decider
-        .one_at_a_time(|| {
+        .one_at_a_time({
             let served = served.clone();
-            tokio::task::spawn_blocking(move || {
+            move || {
                 served
                     .console
                     .reviewer
                     .review(&op, verdict, unix_now(), Submit::IfShown(shown))
-            })
+            }
         })
         .await;
     match reviewed {

@@ -94,6 +94,17 @@ impl Loopback {
             token,
         })
     }
+
+    /// The listener, the token, and the page's own origin
+    /// (`http://127.0.0.1:<port>`), the only one its requests may come from.
+    pub(crate) fn into_parts(self) -> (std::net::TcpListener, String, String) {
+        let origin = self
+            .listener
+            .local_addr()
+            .map(|a| format!("http://{a}"))
+            .unwrap_or_default();
+        (self.listener, self.token, origin)
+    }
 }
 
 /// Serves `watch` at `at.url` until `stop` says so.

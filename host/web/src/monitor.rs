@@ -57,18 +57,12 @@ pub fn serve_monitor(
     at: crate::Loopback,
     stop: impl Fn() -> bool + Send + 'static,
 ) -> Result<(), WebError> {
-    let crate::Loopback {
-        listener, token, ..
-    } = at;
-    let address = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let (listener, token, origin) = at.into_parts();
     let served = Arc::new(Served {
         runtime: GraphRuntime::new(monitor.options.clone()),
         monitor,
         token,
-        decider: Decider::new(format!("http://{address}")),
+        decider: Decider::new(origin),
         streams: Arc::new(Semaphore::new(MAX_STREAMS)),
         started: Mutex::new(Vec::new()),
     });

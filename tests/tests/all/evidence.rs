@@ -674,6 +674,14 @@ print("ok")
         "ok cleared"
     );
     assert_eq!(ask(reserve), "ok False");
+    // Threads sharing the client (as a LangGraph step's nodes may) each
+    // get their own answer.
+    assert_eq!(
+        ask(
+            "all(__import__('concurrent.futures').futures.ThreadPoolExecutor(8).map(lambda i: client.decision(('op-k', 'op-l')[i % 2])['operation_id'] == ('op-k', 'op-l')[i % 2], range(400)))"
+        ),
+        "ok True"
+    );
     killed.kill().unwrap();
     killed.wait().unwrap();
     assert!(dir.join("ev.sock").exists());
@@ -724,6 +732,24 @@ for line in sys.stdin:
         print("unavailable:", e, flush=True)
 "#;
 
+/// The digest the console page shows on `operation`'s card.
+fn shown_on(page: &str, operation: &str) -> String {
+    page.split(&format!(r#"data-operation="{operation}""#))
+        .nth(1)
+        .and_then(|card| card.split("shown ").nth(1))
+        .and_then(|s| s.split('<').next())
+        .unwrap_or_else(|| panic!("no card for {operation}: {page}"))
+        .to_string()
+}
+
+/// The `Origin` header of the page at `url`.
+fn origin_of(url: &str) -> String {
+    format!(
+        "Origin: {}",
+        url.split('/').take(3).collect::<Vec<_>>().join("/")
+    )
+}
+
 /// `bl evidence console`: a reviewer's page in a real browser. It lists
 /// what waits for a person; a click signs with the reviewer's key, bound
 /// to what the card showed; a decision that changed since is refused with
@@ -754,20 +780,22 @@ fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
             json!({"event": "approval_requested", "checkpoint_ns": "refund:1", "interrupt_id": interrupt}),
         );
     };
-    for op in ["op-a", "op-c"] {
+    for op in ["op-a", "op-c", "op-e"] {
         assert_eq!(propose(op, "refund"), "awaiting_approval");
         pause(op, &format!("{op}-1"));
     }
-    // op-b: reserved, then its call's outcome was lost.
-    assert_eq!(propose("op-b", "lookup"), "cleared");
-    event(
-        "op-b",
-        json!({"event": "tool_requested", "tool": "lookup", "args_digest": "sha256:aa"}),
-    );
-    event(
-        "op-b",
-        json!({"event": "reconciliation_required", "cause": "the callback raised"}),
-    );
+    // op-b and op-f: reserved, then their calls' outcomes were lost.
+    for op in ["op-b", "op-f"] {
+        assert_eq!(propose(op, "lookup"), "cleared");
+        event(
+            op,
+            json!({"event": "tool_requested", "tool": "lookup", "args_digest": "sha256:aa"}),
+        );
+        event(
+            op,
+            json!({"event": "reconciliation_required", "cause": "the callback raised"}),
+        );
+    }
     // Created, never paused: nothing a person can answer yet.
     assert_eq!(propose("op-d", "refund"), "awaiting_approval");
 
@@ -789,10 +817,7 @@ fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
         (KillOnDrop(child), url)
     };
     let (_bob, url) = console("bob.key");
-    let origin = format!(
-        "Origin: {}",
-        url.split('/').take(3).collect::<Vec<_>>().join("/")
-    );
+    let origin = origin_of(&url);
     let post = |url: &str, headers: &[&str], body: &Value| {
         let (status, text) =
             http_request(url, "POST", "decide", headers, body.to_string().as_bytes());
@@ -818,18 +843,17 @@ fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
         !page.contains(r#"data-operation="op-d""#),
         "op-d is not paused: {page}"
     );
-    let shown_c = page
-        .split(r#"data-operation="op-c""#)
-        .nth(1)
-        .and_then(|card| card.split("shown ").nth(1))
-        .and_then(|s| s.split('<').next())
-        .unwrap()
-        .to_string();
+    let shown_c = shown_on(&page, "op-c");
     let wrong_token = url.replace(&url[url.len() - 9..url.len() - 1], "00000000");
     assert_eq!(post(&wrong_token, &[&origin], &json!({})).0, 404);
     let asked = json!({"operation_id": "op-c", "decision": "approved", "shown": shown_c});
     let json = "Content-Type: application/json";
     assert_eq!(post(&url, &[json], &asked).0, 403, "no Origin");
+    assert_eq!(
+        post(&url, &[&origin, "Content-Type: text/plain"], &asked).0,
+        415,
+        "not JSON"
+    );
     assert_eq!(
         post(&url, &["Origin: http://127.0.0.1:1", json], &asked).0,
         403,
@@ -847,23 +871,25 @@ fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
     let (_, standing) = service.call("GET", "/decisions/op-c", &Value::Null);
     assert_eq!(standing["approval"], Value::Null, "{standing}");
 
-    let (approved, reconciled) = crate::browser::Driver::start().drive(async |client| {
-        crate::browser::open(client, &url).await;
-        crate::browser::assert_not_blank(client, "evidence console").await;
-        let approved = crate::browser::decide(
-            client,
-            r#"section.approval[data-operation="op-a"]"#,
-            "approved",
-        )
-        .await;
-        let reconciled = crate::browser::decide(
-            client,
-            r#"section.approval[data-operation="op-b"]"#,
-            "not_executed",
-        )
-        .await;
-        (approved, reconciled)
-    });
+    let (approved, reconciled, rejected, ran) =
+        crate::browser::Driver::start().drive(async |client| {
+            use fantoccini::Locator;
+            crate::browser::open(client, &url).await;
+            crate::browser::assert_not_blank(client, "evidence console").await;
+            let card = |op: &str| format!(r#"section.approval[data-operation="{op}"]"#);
+            let approved = crate::browser::decide(client, &card("op-a"), "approved").await;
+            let reconciled = crate::browser::decide(client, &card("op-b"), "not_executed").await;
+            client
+                .find(Locator::Css(&format!("{} input.reason", card("op-e"))))
+                .await
+                .unwrap()
+                .send_keys("over the limit")
+                .await
+                .unwrap();
+            let rejected = crate::browser::decide(client, &card("op-e"), "rejected").await;
+            let ran = crate::browser::decide(client, &card("op-f"), "executed").await;
+            (approved, reconciled, rejected, ran)
+        });
     assert!(
         approved.contains("approved op-a: refund for alice in thread t-1, arguments sha256:aa")
             && approved.contains("at pause refund:1 / op-a-1")
@@ -875,6 +901,15 @@ fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
             && reconciled.contains("op-b: now abandoned"),
         "{reconciled}"
     );
+    assert!(
+        rejected.contains("rejected op-e: over the limit")
+            && rejected.contains("op-e: now rejected"),
+        "{rejected}"
+    );
+    assert!(
+        ran.contains("reconciled op-f: the tool did run") && ran.contains("op-f: now executed"),
+        "{ran}"
+    );
     let (_, standing) = service.call("GET", "/decisions/op-a", &Value::Null);
     assert_eq!(
         (&standing["stage"], &standing["approval"]["reviewer"]),
@@ -885,17 +920,8 @@ fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
     // Mallory's console signs, and the service refuses her: no authority.
     let (_mallory, url) = console("mallory.key");
     let (_, page) = http_request(&url, "GET", "", &[], b"");
-    let shown_c = page
-        .split(r#"data-operation="op-c""#)
-        .nth(1)
-        .and_then(|card| card.split("shown ").nth(1))
-        .and_then(|s| s.split('<').next())
-        .unwrap()
-        .to_string();
-    let origin = format!(
-        "Origin: {}",
-        url.split('/').take(3).collect::<Vec<_>>().join("/")
-    );
+    let shown_c = shown_on(&page, "op-c");
+    let origin = origin_of(&url);
     let (code, said) = post(
         &url,
         &[&origin, json],

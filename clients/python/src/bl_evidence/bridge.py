@@ -150,7 +150,13 @@ class LangGraphBridge:
                 try:
                     result = tool_fn(args(state))
                 except Exception as error:  # it may have acted before it raised
-                    self.client.executed(op, ok=False, detail=self._failure_detail(error))
+                    try:
+                        self.client.executed(op, ok=False, detail=self._failure_detail(error))
+                    except Refused as refused:
+                        # Sent again after a lost answer, it was recorded:
+                        # the decision already awaits reconciliation.
+                        if refused.code != "ReconciliationRequired":
+                            raise
                     return {self.state_key: {**decided, "status": "reconciliation_required",
                                              "error": f"{type(error).__name__}: {error}"}}
                 # The effect happened: a lost receipt leaves the decision

@@ -17,6 +17,7 @@ import hmac
 import json
 import os
 import socket
+import threading
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -113,6 +114,10 @@ class CoreClient:
         self._head = (f"HTTP/1.1\r\nHost: {self._host}\r\nAuthorization: Bearer {token}\r\n"
                       "Content-Type: application/json\r\nContent-Length: ")
         self._connection: socket.socket | None = None
+        # One request at a time on the one connection: LangGraph may run a
+        # step's nodes on several threads, and two requests interleaved on
+        # a socket would each read the other's answer.
+        self._lock = threading.Lock()
 
     # -- the decision's life, in order -------------------------------------
 
@@ -216,11 +221,22 @@ class CoreClient:
 
     def _call(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         request = self._request(method, path, body)
+        with self._lock:
+            status, text = self._exchange(request)
+        try:
+            payload = json.loads(text) if text else None
+        except ValueError:
+            payload = text.decode(errors="replace")
+        return status, payload
+
+    def _exchange(self, request: bytes) -> tuple[int, bytes]:
         # A kept-open connection the service closed while idle fails on
-        # reuse; the request is sent once more on a new connection. That is
-        # safe even if the first reached the service: a decision proposed
-        # again is a retry, and a reservation is never granted twice. Any
-        # other failure is Unavailable: whether it was recorded is unknown.
+        # reuse; the request is sent once more on a new connection. Even if
+        # the first reached the service, that never grants anything twice:
+        # a proposal sent again is a retry, a reservation is never granted
+        # twice, and an event recorded already is refused (AlreadyExecuted,
+        # say) rather than recorded again. Any other failure is Unavailable:
+        # whether it was recorded is unknown.
         for fresh in (self._connection is None, True):
             try:
                 if fresh:
@@ -228,8 +244,7 @@ class CoreClient:
                     self._connection = self._connect()
                 assert self._connection is not None
                 self._connection.sendall(request)
-                status, text = self._response(self._connection)
-                break
+                return self._response(self._connection)
             except (_ClosedBeforeAnswer, BrokenPipeError, ConnectionResetError) as e:
                 self.close()
                 if fresh:
@@ -237,14 +252,12 @@ class CoreClient:
             except OSError as e:
                 self.close()
                 raise Unavailable(f"the evidence service at {self._where()}: {e}") from e
-            except Unavailable:
+            except BaseException:
+                # Interrupted half way (Ctrl-C, a bad answer): an answer may
+                # be left unread, and must never be taken for the next one's.
                 self.close()
                 raise
-        try:
-            payload = json.loads(text) if text else None
-        except ValueError:
-            payload = text.decode(errors="replace")
-        return status, payload
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _where(self) -> str:
         return self._socket or f"{self._host}:{self._port}"
@@ -287,14 +300,17 @@ class CoreClient:
                 body += chunk
             self.close()
             return status, body
+        if not length.isdigit():
+            raise Unavailable(f"the evidence service at {self._where()} sent Content-Length {length!r}")
         while len(body) < int(length):
             chunk = connection.recv(65536)
             if not chunk:
                 raise Unavailable(f"the evidence service at {self._where()} cut its answer short")
             body += chunk
-        if headers.get("connection", "").lower() == "close":
+        # More than one answer's bytes: the connection is out of step.
+        if len(body) > int(length) or headers.get("connection", "").lower() == "close":
             self.close()
-        return status, body
+        return status, body[:int(length)]
 
 
 class _ClosedBeforeAnswer(ConnectionError):
