@@ -134,7 +134,7 @@ impl Reviewer {
         {
             return Err(AppError::refused(format!(
                 "evidence: {operation_id} changed since it was shown (it is now {}); look again before you decide; nothing was signed",
-                standing["stage"].as_str().unwrap_or("gone")
+                stage_of(&standing)
             )));
         }
         let reviewer = self.name().to_string();
@@ -148,7 +148,7 @@ impl Reviewer {
                     _ => {
                         return Err(AppError::refused(format!(
                             "evidence: {operation_id} is {}, not waiting for an approval; nothing was signed",
-                            standing["stage"]
+                            stage_of(&standing)
                         )));
                     }
                 };
@@ -274,6 +274,11 @@ pub fn shown_digest(view: &Value) -> String {
         "sha256:{}",
         bl_core::canonical::sha256_hex(bl_core::canonical::canonical_json(&bound).as_bytes())
     )
+}
+
+/// Where a decision's view says it stands, as words.
+fn stage_of(view: &Value) -> &str {
+    view["stage"].as_str().unwrap_or("unknown")
 }
 
 fn not_a_service(path: &str) -> AppError {

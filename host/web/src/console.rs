@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -63,14 +63,12 @@ pub fn serve_console(
         decider: Decider::new(origin),
         decided: AtomicBool::new(false),
     });
-    let app = axum::Router::new()
-        .route("/{token}/", get(page))
-        .route("/{token}/decide", post(decide))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            crate::BODY_TIMEOUT,
-        ))
-        .with_state(served.clone());
+    let app = crate::with_body_limits(
+        axum::Router::new()
+            .route("/{token}/", get(page))
+            .route("/{token}/decide", post(decide)),
+    )
+    .with_state(served.clone());
     let started = Instant::now();
     crate::run_server(listener, app, move || {
         stop() || served.decided.load(Ordering::SeqCst) || started.elapsed() > UNUSED_FOR

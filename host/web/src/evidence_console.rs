@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -20,7 +20,7 @@ use bl_app::evidence::unix_now;
 use bl_app::evidence_reviewer::{Reviewer, Submit, Verdict};
 use serde_json::Value;
 
-use crate::console::{Decider, MAX_BODY};
+use crate::console::Decider;
 use crate::{WebError, hardened, holds_token, refused};
 
 /// How long the console waits, unused, before it stops.
@@ -75,14 +75,12 @@ pub fn serve_evidence_console(
         decider: Decider::new(origin),
         last_used: Mutex::new(Instant::now()),
     });
-    let app = axum::Router::new()
-        .route("/{token}/", get(page))
-        .route("/{token}/decide", post(decide))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            crate::BODY_TIMEOUT,
-        ))
-        .with_state(served.clone());
+    let app = crate::with_body_limits(
+        axum::Router::new()
+            .route("/{token}/", get(page))
+            .route("/{token}/decide", post(decide)),
+    )
+    .with_state(served.clone());
     crate::run_server(listener, app, move || stop() || served.unused_too_long())
 }
 

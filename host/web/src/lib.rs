@@ -317,6 +317,18 @@ pub(crate) fn refused(status: StatusCode, text: &'static str) -> Response {
     (status, hardened(), text).into_response()
 }
 
+/// `router` with what every server that takes requests bounds them by:
+/// at most [`MAX_BODY`] bytes, arriving within [`BODY_TIMEOUT`].
+pub(crate) fn with_body_limits<S: Clone + Send + Sync + 'static>(
+    router: axum::Router<S>,
+) -> axum::Router<S> {
+    router
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_TIMEOUT,
+        ))
+}
+
 /// A page, with the hardened headers.
 pub(crate) fn html_page(html: String) -> Response {
     let mut headers = hardened();

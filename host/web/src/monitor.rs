@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::console::{Decider, approvals_page, decision};
-use crate::{MAX_BODY, MAX_STREAMS, WebError, hardened, holds_token, refused};
+use crate::{MAX_STREAMS, WebError, hardened, holds_token, refused};
 
 /// What `bl monitor` serves: one project.
 pub struct Monitor {
@@ -66,22 +66,20 @@ pub fn serve_monitor(
         streams: Arc::new(Semaphore::new(MAX_STREAMS)),
         started: Mutex::new(Vec::new()),
     });
-    let app = axum::Router::new()
-        .route("/{token}/", get(page))
-        .route("/{token}/runs.json", get(runs))
-        .route("/{token}/manifests.json", get(manifests))
-        .route("/{token}/preview", post(preview))
-        .route("/{token}/start", post(start))
-        .route("/{token}/run/{name}/", get(run_page))
-        .route("/{token}/run/{name}/events", get(run_events))
-        .route("/{token}/run/{name}/console", get(run_console))
-        .route("/{token}/run/{name}/decide", post(run_decide))
-        .route("/{token}/loop/{name}/report", get(loop_report))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            crate::BODY_TIMEOUT,
-        ))
-        .with_state(served.clone());
+    let app = crate::with_body_limits(
+        axum::Router::new()
+            .route("/{token}/", get(page))
+            .route("/{token}/runs.json", get(runs))
+            .route("/{token}/manifests.json", get(manifests))
+            .route("/{token}/preview", post(preview))
+            .route("/{token}/start", post(start))
+            .route("/{token}/run/{name}/", get(run_page))
+            .route("/{token}/run/{name}/events", get(run_events))
+            .route("/{token}/run/{name}/console", get(run_console))
+            .route("/{token}/run/{name}/decide", post(run_decide))
+            .route("/{token}/loop/{name}/report", get(loop_report)),
+    )
+    .with_state(served.clone());
     let served_result = crate::run_server(listener, app, stop);
     let started = std::mem::take(&mut *served.started.lock().unwrap_or_else(|e| e.into_inner()));
     for (_, run) in &started {
