@@ -72,8 +72,14 @@ impl Sealer {
     pub(crate) fn request(&self, size: u64, root: Hash) -> Option<String> {
         let mut progress = lock(&self.shared);
         if progress.failed.is_none() {
+            // A sealer that already has a head to write is coalescing and
+            // takes the newest when it wakes; waking it on every request
+            // would cost a context switch per answer.
+            let idle = progress.wanted.is_none();
             progress.wanted = Some((size, root));
-            self.shared.1.notify_all();
+            if idle {
+                self.shared.1.notify_all();
+            }
         }
         progress.failed.clone()
     }
