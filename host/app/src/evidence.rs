@@ -674,12 +674,31 @@ impl EvidenceStore {
             root: self.tree.root(),
         };
         self.set_aside_damaged_checkpoints()?;
-        write_checkpoint_at(&self.dir, &head, Some(&self.key), Durability::Synced)
-            .map(|_| ())
-            .map_err(|source| EvidenceError::Checkpoint {
+        match write_checkpoint_at(&self.dir, &head, Some(&self.key), Durability::Synced) {
+            Ok(_) => Ok(()),
+            // This head is checkpointed already, over other files: a torn
+            // tail `bl log recover` set aside since. The head is what the
+            // checkpoint vouches for; the set-aside bytes are no event, and
+            // the next checkpoint seals them with the directory.
+            Err(bl_store::provable::SealError::CheckpointDiffers { path })
+                if self.checkpoints_head(&path, head.size, &head.root) =>
+            {
+                Ok(())
+            }
+            Err(source) => Err(EvidenceError::Checkpoint {
                 dir: self.dir.clone(),
                 source,
-            })
+            }),
+        }
+    }
+
+    /// Whether the checkpoint at `path` is this workspace key's, over the
+    /// log's first `size` events with `root`.
+    fn checkpoints_head(&self, path: &Path, size: u64, root: &bl_store::merkle::Hash) -> bool {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|note| bl_store::Checkpoint::verify(&note, &self.key.verifier()).ok())
+            .is_some_and(|c| c.size == size && c.root == *root)
     }
 
     /// Asks the publication-policy plugin `plugin` (with `config`) about a

@@ -61,6 +61,15 @@ fn is_sealed(relative: &str) -> bool {
         && relative != crate::RunDir::MCP_AUDIT
 }
 
+/// Whether `relative` is where `bl log recover` set aside the log's torn
+/// tail: `<events file>.torn-<byte offset>`.
+fn is_set_aside_torn_tail(relative: &str) -> bool {
+    relative
+        .strip_prefix(EVENTS_FILE)
+        .and_then(|rest| rest.strip_prefix(".torn-"))
+        .is_some_and(|offset| !offset.is_empty() && offset.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Every sealed file of the run directory with its `sha256:` digest,
 /// sorted by path. A symlink, or a path that cannot be one line of a note,
 /// is an error: a run directory holds neither.
@@ -404,7 +413,13 @@ fn compare_seal(
             Some(_) => {}
         }
     }
-    if let Some(extra) = now_map.keys().find(|p| !sealed_map.contains_key(*p)) {
+    // A torn tail `bl log recover` set aside after the last checkpoint is
+    // no event and no record (the log verifies without it); the next
+    // checkpoint seals it with the rest.
+    if let Some(extra) = now_map
+        .keys()
+        .find(|p| !sealed_map.contains_key(*p) && !is_set_aside_torn_tail(p))
+    {
         return Err(SealMismatch::Added {
             path: extra.clone(),
             checkpoint: checkpoint_file.to_path_buf(),

@@ -278,6 +278,104 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     assert_eq!(refused.status.code(), Some(1));
 }
 
+/// A disk that refuses a write half way (the log's file may grow no more:
+/// RLIMIT_FSIZE, a real short write and then EFBIG) stops the service
+/// recording: the request that hit it is not recorded, and every one
+/// after it is refused until a restart. The restart refuses the torn log
+/// and says how to recover it; recovered, what was answered stands, the
+/// refused decision is unknown, and the workspace verifies.
+#[test]
+fn a_write_the_disk_refuses_stops_recording_until_the_torn_log_is_recovered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    keys(dir);
+    let serve = Service::command(dir, "ws", "deny-all", "{}");
+    // The shell ignores SIGXFSZ (which would kill bl) and caps any file
+    // bl writes at 16 KiB (32 blocks of 512 bytes); ignored, the signal
+    // stays ignored through the exec.
+    let mut limited = Command::new("sh");
+    limited
+        .current_dir(dir)
+        .arg("-c")
+        .arg(r#"trap "" XFSZ; ulimit -f 32; exec "$0" "$@""#)
+        .arg(serve.get_program())
+        .args(serve.get_args());
+    let (child, url) = serving(&mut limited, "evidence");
+    let token = std::fs::read_to_string(dir.join("token")).unwrap();
+    let service = Service { child, url, token };
+
+    let mut answered = Vec::new();
+    let failed = loop {
+        let op = format!("op-{}", answered.len());
+        let (code, body) = service.call("POST", "/decisions", &decision(&op));
+        if code != 200 {
+            break (op, code, body);
+        }
+        answered.push(op);
+        assert!(answered.len() < 100, "the log was never refused a write");
+    };
+    assert!(answered.len() >= 5, "{answered:?} {failed:?}");
+    assert_eq!(failed.1, 500, "{failed:?}");
+    assert!(
+        failed.2["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("events.jsonl"),
+        "{failed:?}"
+    );
+    // Broken: nothing more is recorded, not even a decision that would fit.
+    let (code, after) = service.call("POST", "/decisions", &decision("op-after"));
+    assert_eq!(
+        (code, after["error"]["code"].clone()),
+        (503, json!("NotRecorded")),
+        "{after}"
+    );
+    assert!(
+        after["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("restart the service"),
+        "{after}"
+    );
+    drop(service);
+
+    // The torn line is never read as an event, nor quietly cut off.
+    let mut again = Service::command(dir, "ws", "deny-all", "{}");
+    let refused = again.output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    // The error names the file, the line and the command that recovers it.
+    let fix = said
+        .split_once("run `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map(|(command, _)| command)
+        .unwrap_or_else(|| panic!("no fix named: {said}"));
+    assert!(said.contains("controller-events.jsonl: line "), "{said}");
+    assert!(said.contains("is torn"), "{said}");
+    let args: Vec<&str> = fix.split(' ').collect();
+    assert_eq!(args[..3], ["bl", "log", "recover"], "{said}");
+    let recovered = bl_in(dir, &args[1..]);
+    assert!(recovered.status.success(), "{recovered:?}");
+    let service = Service::start(dir, "ws", "deny-all");
+    let verified = bl_in(dir, &["verify", "ws", "--pubkey", "ws.pub"]);
+    assert!(verified.status.success(), "{verified:?}");
+    for op in &answered {
+        let (code, shown) = service.call("GET", &format!("/decisions/{op}"), &Value::Null);
+        assert_eq!(
+            (code, shown["stage"].clone()),
+            (200, json!("created")),
+            "{op}"
+        );
+    }
+    let (code, _) = service.call("GET", &format!("/decisions/{}", failed.0), &Value::Null);
+    assert_eq!(code, 404, "the refused decision was recorded");
+    let (code, _) = service.call("POST", "/decisions", &decision(&failed.0));
+    assert_eq!(code, 200);
+    drop(service);
+    let verified = bl_in(dir, &["verify", "ws", "--pubkey", "ws.pub"]);
+    assert!(verified.status.success(), "{verified:?}");
+}
+
 /// The venv with LangGraph and bl's Python client; None (said loudly)
 /// without it, except under CI=true, where setup must have made it.
 fn langgraph_python() -> Option<std::path::PathBuf> {
