@@ -314,12 +314,15 @@ fn path_segment(id: &str) -> String {
 impl Service {
     fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> AppResult<Value> {
         let url = format!("{}{path}", self.url.trim_end_matches('/'));
-        let failed = |e: &dyn std::fmt::Display| AppError::refused(format!("evidence: {url}: {e}"));
+        // A service that cannot be reached, or fails, decided nothing; a
+        // refusal is its answer.
+        let unanswered =
+            |e: &dyn std::fmt::Display| AppError::Undecided(format!("evidence: {url}: {e}"));
         let (status, text) = match self.url.strip_prefix("unix:") {
             Some(socket) => over_socket(socket, method, path, &self.token, body),
             None => over_tcp(&url, method, &self.token, body),
         }
-        .map_err(|e| failed(&e))?;
+        .map_err(|e| unanswered(&e))?;
         let answer: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
             return Ok(answer);
@@ -334,7 +337,12 @@ impl Service {
             .or_else(|| answer.pointer("/error/code"))
             .and_then(Value::as_str)
             .unwrap_or("");
-        Err(failed(&format!("{status} {code}: {why}")))
+        let said = format!("evidence: {url}: {status} {code}: {why}");
+        Err(if status.is_server_error() {
+            AppError::Undecided(said)
+        } else {
+            AppError::refused(said)
+        })
     }
 }
 

@@ -201,7 +201,12 @@ async fn decide(
     match reviewed {
         Err(busy) => *busy,
         Ok(Ok(Ok(done))) => (StatusCode::OK, hardened(), done.summary()).into_response(),
-        Ok(Ok(Err(e))) => (StatusCode::CONFLICT, hardened(), e.to_string()).into_response(),
+        // The service refused it (or it changed since it was shown): 409;
+        // the service could not be reached or failed: 502.
+        Ok(Ok(Err(e @ bl_app::AppError::Refused(_)))) => {
+            (StatusCode::CONFLICT, hardened(), e.to_string()).into_response()
+        }
+        Ok(Ok(Err(e))) => (StatusCode::BAD_GATEWAY, hardened(), e.to_string()).into_response(),
         Ok(Err(_)) => refused(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the decision could not be made",

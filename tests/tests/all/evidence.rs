@@ -637,8 +637,28 @@ fn the_documented_langgraph_app_runs_as_written() {
             "mallory.pub",
         ],
     );
-    assert!(!elsewhere.status.success(), "{elsewhere:?}");
+    assert_eq!(elsewhere.status.code(), Some(2), "{elsewhere:?}");
     assert!(String::from_utf8_lossy(&elsewhere.stderr).contains("nothing was signed"));
+    // A service that is gone decides nothing: exit 3, not a refusal.
+    let url = service.url.clone();
+    drop(service);
+    let unreached = bl_in(
+        dir,
+        &[
+            "evidence",
+            "reject",
+            operation,
+            "--reason",
+            "x",
+            "--key",
+            "bob.key",
+            "--url",
+            &url,
+            "--token-file",
+            "token",
+        ],
+    );
+    assert_eq!(unreached.status.code(), Some(3), "{unreached:?}");
 }
 
 /// `serve --socket`: a socket only its owner may open, an existing file
@@ -1029,4 +1049,17 @@ fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
     assert!(said.contains("NotAuthority"), "{said}");
     let (_, standing) = service.call("GET", "/decisions/op-c", &Value::Null);
     assert_eq!(standing["stage"], "awaiting_approval", "{standing}");
+
+    // With the service gone, nothing is decided, and the console says so
+    // as a failed gateway, not as a refusal.
+    drop(service);
+    let (code, said) = post(
+        &url,
+        &[&origin, json],
+        &json!({"operation_id": "op-c", "decision": "rejected", "shown": shown_c, "reason": "mine"}),
+    );
+    assert_eq!(code, 502, "{said}");
+    assert!(said.contains("evidence: "), "{said}");
+    let (status, _) = http_request(&url, "GET", "", &[], b"");
+    assert!(status.contains(" 502 "), "{status}");
 }
