@@ -320,6 +320,65 @@ def dispatch_lease(tmp: str) -> None:
     assert bridge.client.decision(out["evidence"]["operation_id"])["binding"]["args_digest"] == keyed
 
 
+def async_app() -> None:
+    """The same app with an async tool and an async observe, run with
+    ainvoke: the tool is awaited once, an approval pauses and resumes, and a
+    sync tool that only returns a coroutine is never recorded as executed."""
+    import asyncio
+
+    async def effect(args: dict) -> dict:
+        await asyncio.sleep(0)
+        return app.effect(args)
+
+    async def observe(state: dict):
+        await asyncio.sleep(0)
+        return (f"ledger:{state['order']}", "settled", "test-ledger") if state.get("tool") == "refund" else None
+
+    graph = StateGraph(app.State)
+    graph.add_node("decide", bridge.make_decision_node(tool=lambda s: s["tool"], args=app.call_args))
+    graph.add_node("call", bridge.make_guarded_node(effect, args=app.call_args, result_key="tool_result"))
+    graph.add_node("verify", bridge.make_verify_node(observe))
+    graph.add_edge(START, "decide")
+    graph.add_edge("decide", "call")
+    graph.add_edge("call", "verify")
+    graph.add_edge("verify", END)
+    compiled = graph.compile(checkpointer=InMemorySaver())
+
+    async def run() -> None:
+        out = await compiled.ainvoke({"order": "AS-1", "tool": "lookup"}, thread())
+        assert out["evidence"]["status"] == "executed", out
+        assert out["tool_result"] == {"done": "lookup", "order": "AS-1"}, out
+        assert len(effects_for("AS-1")) == 1
+        config = thread()
+        paused = await compiled.ainvoke({"order": "AS-2", "tool": "refund", "amount": 5}, config)
+        op = app.pending_operation(paused)
+        assert op and stage(op) == "awaiting_approval" and effects_for("AS-2") == [], paused
+        assert app.review("approve", op).returncode == 0
+        out = await compiled.ainvoke(Command(resume=True), config)
+        assert out["evidence"]["status"] == "executed", out
+        assert out["evidence"]["outcome"]["external_ref"] == "ledger:AS-2", out
+        assert out["evidence"]["stage"] == "executed" and len(effects_for("AS-2")) == 1, out
+
+    asyncio.run(run())
+
+    # A sync tool that only returns a coroutine: it never ran, and bl is
+    # not told it executed.
+    def looks_sync(args: dict):
+        return effect(args)
+
+    wrong = app.build(bridge, tool_fn=looks_sync).compile(checkpointer=InMemorySaver())
+    config = thread()
+    try:
+        wrong.invoke({"order": "AS-3", "tool": "lookup"}, config)
+    except TypeError as refused:
+        assert "returned an awaitable" in str(refused), refused
+    else:
+        raise AssertionError("a tool that returned a coroutine was taken as run")
+    assert effects_for("AS-3") == []
+    op = bridge.client.decision(wrong.get_state(config).values["evidence"]["operation_id"])
+    assert op["stage"] == "reconciliation_required", op
+
+
 def main() -> None:
     tmp = os.environ["WORK"]
     ran = []
@@ -332,6 +391,7 @@ def main() -> None:
         ("restart_on_sqlite", lambda: restart_on_sqlite(os.path.join(tmp, "restart.db"))),
         ("interrupt_in_a_loop", interrupt_in_a_loop), ("subgraph_resume", subgraph_resume),
         ("stale_resume_value", stale_resume_value), ("dispatch_lease", lambda: dispatch_lease(tmp)),
+        ("async_app", async_app),
     ]:
         print(f"--- {name}", file=sys.stderr, flush=True)
         case()

@@ -466,6 +466,7 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
         "subgraph_resume",
         "stale_resume_value",
         "dispatch_lease",
+        "async_app",
     ] {
         assert!(passed.contains(&case), "{case} did not run: {summary}");
     }

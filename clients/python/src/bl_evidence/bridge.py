@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import inspect
 from contextlib import nullcontext
-from typing import Any, Callable, ContextManager, Mapping, Protocol
+from typing import Any, Callable, ContextManager, Generator, Mapping, Protocol
 
 from .client import CoreClient, Refused, args_digest
 
@@ -116,90 +117,166 @@ class LangGraphBridge:
 
     def make_guarded_node(self, tool_fn: Callable[[Mapping[str, Any]], Any], *,
                           args: Callable[[State], Mapping[str, Any]],
-                          result_key: str | None = None) -> Callable[[State, Config], dict[str, Any]]:
+                          result_key: str | None = None) -> Callable[[State, Config], Any]:
         """The node that calls `tool_fn(args(state))` at most once, with bl's
         reservation for exactly these arguments (changed arguments are
         refused: the decision was made for the old ones). Its return goes to
-        `result_key` in the state, if given."""
+        `result_key` in the state, if given.
+
+        An `async def` tool gives an async node (for `ainvoke`/`astream`),
+        which awaits it; bl's requests are still made on the calling thread
+        (each a fraction of a millisecond). A tool that is not declared
+        async but returns an awaitable is refused once it has returned: it
+        was never run, bl records the call as failed (a person reconciles
+        it), and the node raises `TypeError`."""
+
+        if inspect.iscoroutinefunction(tool_fn):
+            async def guarded_async(state: State, config: RunnableConfig) -> dict[str, Any]:
+                steps = self._guarded_steps(state, args, result_key)
+                try:
+                    call_args = next(steps)
+                except StopIteration as done:
+                    return done.value
+                try:
+                    result = await tool_fn(call_args)
+                except Exception as error:  # it may have acted before it raised
+                    return _finish(steps, (False, error))
+                except BaseException:
+                    # Cancelled or stopped half way: whether the tool acted
+                    # is unknown; the reservation stays for a person.
+                    steps.close()
+                    raise
+                return _finish(steps, (True, result))
+
+            return guarded_async
 
         def guarded(state: State, config: RunnableConfig) -> dict[str, Any]:
-            decided = dict(state.get(self.state_key) or {})
-            status = decided.get("status")
-            if status not in ("cleared", "reserved"):
-                return {self.state_key: decided}
-            op, tool = decided["operation_id"], decided["tool"]
-            digest = args_digest(args(state), self.digest_key)
-            lease = self.dispatch_lease.hold(op) if self.dispatch_lease else nullcontext()
-            with lease:
-                if status == "reserved":
-                    # Reserved before this run began: by a process that is
-                    # gone, since the lease is ours. Whether the tool ran is
-                    # unknown, and it is not run again.
-                    return {self.state_key: {**decided, **self._after_lost_reservation(op, None)}}
-                try:
-                    granted = self.client.reserve(op, tool=tool, args_digest=digest)
-                except Refused as refused:
-                    if refused.code == "RequestMismatch":
-                        raise
-                    if refused.code == "ApprovalExpired":
-                        # Route back to the decision node: it asks again.
-                        return {self.state_key: {**decided, "status": "approval_expired"}}
-                    return {self.state_key: {**decided, **self._after_lost_reservation(op, refused)}}
-                if granted.retry:
-                    return {self.state_key: {**decided, **self._after_lost_reservation(op, None)}}
-                try:
-                    result = tool_fn(args(state))
-                except Exception as error:  # it may have acted before it raised
-                    try:
-                        self.client.executed(op, ok=False, detail=self._failure_detail(error))
-                    except Refused as refused:
-                        # Sent again after a lost answer, it was recorded:
-                        # the decision already awaits reconciliation.
-                        if refused.code != "ReconciliationRequired":
-                            raise
-                    return {self.state_key: {**decided, "status": "reconciliation_required",
-                                             "error": f"{type(error).__name__}: {error}"}}
-                # The effect happened: a lost receipt leaves the decision
-                # reserved, which bl turns into reconciliation_required.
-                try:
-                    self.client.executed(op, ok=True, detail=_digest_of(result, self.digest_key))
-                except Refused as refused:
-                    # A receipt sent again after a lost answer was recorded.
-                    if refused.code != "AlreadyExecuted":
-                        raise
-            update: dict[str, Any] = {self.state_key: {**decided, "status": "executed"}}
-            if result_key:
-                update[result_key] = result
-            return update
+            steps = self._guarded_steps(state, args, result_key)
+            try:
+                call_args = next(steps)
+            except StopIteration as done:
+                return done.value
+            try:
+                result = tool_fn(call_args)
+            except Exception as error:  # it may have acted before it raised
+                return _finish(steps, (False, error))
+            except BaseException:
+                steps.close()
+                raise
+            if inspect.isawaitable(result):
+                # A coroutine never awaited never ran: bl must not record a
+                # call that did not happen as executed.
+                close = getattr(result, "close", None)
+                if callable(close):
+                    close()
+                refused = TypeError(f"the tool {getattr(tool_fn, '__name__', tool_fn)!r} returned an awaitable, "
+                                    "which a sync node never runs: declare it `async def`, and run the graph "
+                                    "with ainvoke/astream")
+                _finish(steps, (False, refused))
+                raise refused
+            return _finish(steps, (True, result))
 
         return guarded
 
-    def make_verify_node(self, observe: Callable[[State], tuple[str, str, str] | None] | None = None,
-                         ) -> Callable[[State, Config], dict[str, Any]]:
+    def make_verify_node(self, observe: Callable[[State], Any] | None = None,
+                         ) -> Callable[[State, Config], Any]:
         """The node after the call: `observe(state)` is the trusted host's
         look at the outside system, `(external_ref, status, source)`, or
-        None when there is nothing to observe. It is recorded as
-        `outcome_observed`; bl never invents one. The update carries where
-        the decision stands in bl."""
+        None when there is nothing to observe (an `async def` observe gives
+        an async node). It is recorded as `outcome_observed`; bl never
+        invents one. The update carries where the decision stands in bl."""
+
+        def observed(state: State) -> bool:
+            decided = state.get(self.state_key) or {}
+            return observe is not None and bool(decided.get("operation_id")) \
+                and decided.get("status") == "executed"
+
+        if observe is not None and inspect.iscoroutinefunction(observe):
+            async def verify_async(state: State, config: RunnableConfig) -> dict[str, Any]:
+                seen = await observe(state) if observed(state) else None
+                return self._verified(state, seen)
+
+            return verify_async
 
         def verify(state: State, config: RunnableConfig) -> dict[str, Any]:
-            decided = dict(state.get(self.state_key) or {})
-            op = decided.get("operation_id")
-            if not op:
-                return {}
-            if observe is not None and decided.get("status") == "executed":
-                seen = observe(state)
-                if seen is not None:
-                    ref, status, source = seen
-                    self.client.outcome(op, external_ref=ref, status=status, source=source)
-                    decided["outcome"] = {"external_ref": ref, "status": status, "source": source}
-            standing = self.client.decision(op) or {}
-            decided["stage"] = standing.get("stage")
-            return {self.state_key: decided}
+            seen = observe(state) if observe is not None and observed(state) else None
+            return self._verified(state, seen)
 
         return verify
 
     # -- what the nodes share -----------------------------------------------
+
+    def _guarded_steps(self, state: State, args: Callable[[State], Mapping[str, Any]],
+                       result_key: str | None,
+                       ) -> Generator[Mapping[str, Any], tuple[bool, Any], dict[str, Any]]:
+        """The guarded node's work around the call, for a sync or an async
+        node alike: it yields the arguments once the call is reserved, and
+        is sent `(True, result)` or `(False, error)`; it returns the
+        node's update. The dispatch lease is held across the call."""
+        decided = dict(state.get(self.state_key) or {})
+        status = decided.get("status")
+        if status not in ("cleared", "reserved"):
+            return {self.state_key: decided}
+        op, tool = decided["operation_id"], decided["tool"]
+        call_args = args(state)
+        digest = args_digest(call_args, self.digest_key)
+        lease = self.dispatch_lease.hold(op) if self.dispatch_lease else nullcontext()
+        with lease:
+            if status == "reserved":
+                # Reserved before this run began: by a process that is
+                # gone, since the lease is ours. Whether the tool ran is
+                # unknown, and it is not run again.
+                return {self.state_key: {**decided, **self._after_lost_reservation(op, None)}}
+            try:
+                granted = self.client.reserve(op, tool=tool, args_digest=digest)
+            except Refused as refused:
+                if refused.code == "RequestMismatch":
+                    raise
+                if refused.code == "ApprovalExpired":
+                    # Route back to the decision node: it asks again.
+                    return {self.state_key: {**decided, "status": "approval_expired"}}
+                return {self.state_key: {**decided, **self._after_lost_reservation(op, refused)}}
+            if granted.retry:
+                return {self.state_key: {**decided, **self._after_lost_reservation(op, None)}}
+            ok, result = yield call_args
+            if not ok:
+                error = result
+                try:
+                    self.client.executed(op, ok=False, detail=self._failure_detail(error))
+                except Refused as refused:
+                    # Sent again after a lost answer, it was recorded: the
+                    # decision already awaits reconciliation.
+                    if refused.code != "ReconciliationRequired":
+                        raise
+                return {self.state_key: {**decided, "status": "reconciliation_required",
+                                         "error": f"{type(error).__name__}: {error}"}}
+            # The effect happened: a lost receipt leaves the decision
+            # reserved, which bl turns into reconciliation_required.
+            try:
+                self.client.executed(op, ok=True, detail=_digest_of(result, self.digest_key))
+            except Refused as refused:
+                # A receipt sent again after a lost answer was recorded.
+                if refused.code != "AlreadyExecuted":
+                    raise
+        update: dict[str, Any] = {self.state_key: {**decided, "status": "executed"}}
+        if result_key:
+            update[result_key] = result
+        return update
+
+    def _verified(self, state: State, seen: tuple[str, str, str] | None) -> dict[str, Any]:
+        """Records what `observe` saw, if anything, and where the decision
+        stands in bl."""
+        decided = dict(state.get(self.state_key) or {})
+        op = decided.get("operation_id")
+        if not op:
+            return {}
+        if seen is not None:
+            ref, status, source = seen
+            self.client.outcome(op, external_ref=ref, status=status, source=source)
+            decided["outcome"] = {"external_ref": ref, "status": status, "source": source}
+        standing = self.client.decision(op) or {}
+        decided["stage"] = standing.get("stage")
+        return {self.state_key: decided}
 
     def _request_approval(self, op: str, namespace: str, interrupt_id: str) -> None:
         try:
@@ -243,6 +320,16 @@ class LangGraphBridge:
         except Refused as refused:
             if refused.code != "ReconciliationRequired":
                 raise
+
+
+def _finish(steps: Generator[Mapping[str, Any], tuple[bool, Any], dict[str, Any]],
+            outcome: tuple[bool, Any]) -> dict[str, Any]:
+    """Sends the call's outcome to the guarded node's steps; their update."""
+    try:
+        steps.send(outcome)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("the guarded steps yield once")
 
 
 def _default_operation_id(thread: str, tool: str, digest: str) -> str:
