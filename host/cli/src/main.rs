@@ -163,6 +163,11 @@ enum Command {
         /// must carry.
         #[arg(long)]
         pubkey: Option<String>,
+        /// An evidence workspace's trusted reviewer key (text or file),
+        /// repeatable: every person's decision must be signed by one of
+        /// them.
+        #[arg(long = "reviewer", value_name = "KEY")]
+        reviewers: Vec<String>,
     },
     /// Maintain event logs.
     #[command(subcommand)]
@@ -294,10 +299,12 @@ fn main() -> ExitCode {
             path,
             expect_head,
             pubkey,
+            reviewers,
         } => verify_cmd::verify(
             &path,
             expect_head.as_deref(),
             pubkey.as_deref(),
+            &reviewers,
             output::json(),
         ),
         Command::Log(cmd) => log_cmd::run(cmd),

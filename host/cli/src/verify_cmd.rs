@@ -12,6 +12,7 @@ pub fn verify(
     path: &Path,
     expect_head: Option<&str>,
     pubkey: Option<&str>,
+    reviewers: &[String],
     as_json: bool,
 ) -> CliResult {
     let verifier = pubkey
@@ -21,6 +22,15 @@ pub fn verify(
     let options = bl_verify::Options {
         expect_head: expect_head.map(str::to_string),
         verifier,
+        reviewers: (!reviewers.is_empty())
+            .then(|| {
+                reviewers
+                    .iter()
+                    .map(|k| bl_app::keys::read_verifier_key(k))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()
+            .map_err(|e| CliError::refused(format!("verify: --reviewer: {e}")))?,
     };
     let report = bl_verify::verify(path, &options).map_err(|e| {
         CliError::refused(format!("verify: {e}")).with_detail(crate::exit::ErrorDetail {

@@ -15,6 +15,7 @@ use crate::graph_run::Finding;
 pub(crate) fn verify_evidence(
     log: &Path,
     workspace_key: Option<&bl_store::VerifierKey>,
+    trusted_reviewers: Option<&[bl_store::VerifierKey]>,
 ) -> Result<Option<String>, Finding> {
     let text = std::fs::read_to_string(log).map_err(|source| Finding::Unreadable {
         path: log.to_path_buf(),
@@ -47,6 +48,16 @@ pub(crate) fn verify_evidence(
         }
         if logged.needs_review() {
             let key = check_review(&logged, workspace_key, line)?;
+            if let Some(trusted) = trusted_reviewers
+                && !trusted.iter().any(|k| k.to_text() == key.to_text())
+            {
+                return Err(Finding::Evidence(format!(
+                    "line {line}: {} was signed by {} (key {}), which is not one of the reviewer keys given (--reviewer)",
+                    who_reviewed(&logged, &key),
+                    key.name(),
+                    key_id(&key)
+                )));
+            }
             reviewed.push(who_reviewed(&logged, &key));
         }
         decisions.replay(&logged).map_err(|refusal| {
@@ -60,7 +71,7 @@ pub(crate) fn verify_evidence(
     if decisions.is_empty() {
         return Ok(None);
     }
-    let mut said = summary(&decisions, &reviewed);
+    let mut said = summary(&decisions, &reviewed, trusted_reviewers.map(<[_]>::len));
     // The service signs a checkpoint shortly after each answer: a tail
     // past the newest is not under any signature yet. Verified against the
     // workspace's key, every event must be (a log without checkpoints is
@@ -162,8 +173,7 @@ fn check_review(
 /// a name alone is any key's to claim.
 fn who_reviewed(logged: &LoggedEvent, key: &bl_store::VerifierKey) -> String {
     use bl_core::evidence::EvidenceEvent as E;
-    let text = key.to_text();
-    let id = text.split('+').nth(1).unwrap_or_default();
+    let id = key_id(key);
     let op = &logged.operation_id;
     match &logged.evidence {
         E::HumanApproved(a) => format!(
@@ -179,11 +189,28 @@ fn who_reviewed(logged: &LoggedEvent, key: &bl_store::VerifierKey) -> String {
     }
 }
 
-fn summary(decisions: &Decisions, reviewed: &[String]) -> String {
+/// The id part of a key's text (`name+id+key`), as the reviews show it.
+fn key_id(key: &bl_store::VerifierKey) -> String {
+    key.to_text()
+        .split('+')
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// What the replayed log establishes; `trusted`: how many reviewer keys
+/// every review was checked against, if any were given.
+fn summary(decisions: &Decisions, reviewed: &[String], trusted: Option<usize>) -> String {
     let count = |stage: Stage| decisions.iter().filter(|(_, d)| d.stage == stage).count();
     let outcomes: usize = decisions.iter().map(|(_, d)| d.outcomes).sum();
+    let keys = match trusted {
+        Some(n) => format!(
+            "Every review is signed by one of the {n} reviewer key(s) given. Not established: that any action or outcome was right in the world outside"
+        ),
+        None => "Not established: that any action or outcome was right in the world outside, or that a reviewer's key belongs to the person it names (give --reviewer KEY to require the keys you trust)".to_string(),
+    };
     format!(
-        "{} decision(s), every event in an order the rules accept: {} executed, {} reserved and not yet executed, {} awaiting reconciliation, {} abandoned, {} rejected, {} blocked, {} not yet requested; {}; {outcomes} outcome(s) observed, as the app reported them. Not established: that any action or outcome was right in the world outside, or that a reviewer's key belongs to the person it names",
+        "{} decision(s), every event in an order the rules accept: {} executed, {} reserved and not yet executed, {} awaiting reconciliation, {} abandoned, {} rejected, {} blocked, {} not yet requested; {}; {outcomes} outcome(s) observed, as the app reported them. {keys}",
         decisions.len(),
         count(Stage::Executed),
         count(Stage::Reserved),

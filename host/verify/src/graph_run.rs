@@ -146,7 +146,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
         let log = path.join(EVENT_LOG);
         if log.is_file() {
             checks.push(Check::from_result("chain", verify_log(&log, expect_head)));
-            match crate::evidence::verify_evidence(&log, key) {
+            match crate::evidence::verify_evidence(&log, key, options.reviewers.as_deref()) {
                 Ok(None) => {}
                 Ok(Some(detail)) => {
                     checks.push(Check::from_result("evidence", Ok::<_, Finding>(detail)))

@@ -101,6 +101,9 @@ pub struct Options {
     pub expect_head: Option<String>,
     /// The key that must have signed the checkpoints and approvals.
     pub verifier: Option<VerifierKey>,
+    /// An evidence workspace's trusted reviewers: when given, every
+    /// person's decision in it must be signed by one of these keys.
+    pub reviewers: Option<Vec<VerifierKey>>,
 }
 
 pub const EVENT_LOG: &str = bl_store::RunDir::EVENTS;

@@ -276,6 +276,43 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     let other = String::from_utf8(other.stdout).unwrap();
     let refused = bl_in(dir, &["verify", "ws", "--pubkey", other.trim()]);
     assert_eq!(refused.status.code(), Some(1));
+    // The reviewers you trust: bob's key holds; a list without it fails,
+    // naming the review and the key that signed it.
+    let trusted = bl_in(
+        dir,
+        &[
+            "verify",
+            "ws",
+            "--pubkey",
+            "ws.pub",
+            "--reviewer",
+            "bob.pub",
+        ],
+    );
+    let said = String::from_utf8_lossy(&trusted.stdout);
+    assert!(trusted.status.success(), "{said}");
+    assert!(
+        said.contains("Every review is signed by one of the 1 reviewer key(s) given"),
+        "{said}"
+    );
+    let untrusted = bl_in(
+        dir,
+        &[
+            "verify",
+            "ws",
+            "--pubkey",
+            "ws.pub",
+            "--reviewer",
+            "mallory.pub",
+        ],
+    );
+    let said = String::from_utf8_lossy(&untrusted.stdout);
+    assert_eq!(untrusted.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("op-1 rejected by bob (key ")
+            && said.contains("not one of the reviewer keys given (--reviewer)"),
+        "{said}"
+    );
 }
 
 /// A disk that refuses a write half way (the log's file may grow no more:

@@ -161,8 +161,8 @@ fn every_single_byte_flip_in_a_generated_run_directory_is_detected() {
     let key = SigningKey::generate("ops").unwrap();
     generate_run(&run, &key);
     let options = bl_verify::Options {
-        expect_head: None,
         verifier: Some(key.verifier()),
+        ..Default::default()
     };
     let report = bl_verify::verify(&run, &options).unwrap();
     assert!(report.ok(), "{report:#?}");
