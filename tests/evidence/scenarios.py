@@ -63,6 +63,9 @@ def approve() -> None:
     op = app.pending_operation(paused)
     assert op and stage(op) == "awaiting_approval", paused
     assert effects_for("C-1") == []
+    # The reason a reviewer is shown is the policy's answer to the call as
+    # it stands, not its answer with an approval assumed.
+    assert paused["__interrupt__"][0].value["reason"] == "refund needs a person's approval", paused
     reviewed = app.review("approve", op, "--valid-for", "10m")
     assert reviewed.returncode == 0, reviewed.stderr
     out = memory.invoke(Command(resume={"approved": True}), config)
@@ -379,6 +382,122 @@ def async_app() -> None:
     assert op["stage"] == "reconciliation_required", op
 
 
+def user_mistakes() -> None:
+    """What an app gets wrong is said, and nothing is recorded or run."""
+    import datetime
+
+    from bl_evidence import CoreClient, EvidenceError
+
+    def refused(call, expected: type, says: str) -> None:
+        try:
+            call()
+        except expected as e:
+            assert says in str(e), (says, e)
+        else:
+            raise AssertionError(f"accepted: {says}")
+
+    # No thread: the default operation id would make every such call one.
+    stateless = app.build(bridge).compile()
+    refused(lambda: stateless.invoke({"order": "M-1", "tool": "lookup"}), ValueError, "no thread_id")
+    # Nobody to act for.
+    refused(lambda: LangGraphBridge(bridge.client, identity=" "), ValueError, "identity=")
+    # A guarded node with no decision before it.
+    lone = StateGraph(app.State)
+    lone.add_node("call", bridge.make_guarded_node(app.effect, args=app.call_args))
+    lone.add_edge(START, "call")
+    lone.add_edge("call", END)
+    refused(lambda: lone.compile().invoke({"order": "M-2", "tool": "lookup"}, thread()), ValueError,
+            "no decision in state['evidence']")
+    # Arguments that are not JSON cannot be digested.
+    refused(lambda: args_digest({"when": datetime.date(2026, 1, 1)}), TypeError, "must be JSON values")
+    # The service's URL with another path is no evidence API.
+    url = os.environ["BL_EVIDENCE_URL"]
+    wrong = CoreClient(url.rsplit("/v1", 1)[0] + "/v2", token_file=os.environ["BL_EVIDENCE_TOKEN_FILE"])
+    refused(lambda: wrong.decision("op-x"), EvidenceError, "is not an evidence service's API (404)")
+    # The service refuses a binding with an empty field, naming it.
+    refused(lambda: bridge.client.propose(operation_id="op-m3", thread_id="t", identity="", tool="lookup",
+                                          args_digest="sha256:aa"), EvidenceError, "`identity` is empty")
+    assert bridge.client.decision("op-m3") is None
+    assert effects_for("M-1") == [] and effects_for("M-2") == []
+
+
+def leases(tmp: str) -> None:
+    """Two async guarded calls share a lease without stalling the event
+    loop; a lease held elsewhere past its timeout is said as such, and
+    nothing is reserved."""
+    import asyncio
+    import sqlite3
+
+    from bl_evidence import LeaseTimeout
+
+    path = os.path.join(tmp, "async-lease.db")
+    leased = LangGraphBridge(bridge.client, identity="alice@example.com",
+                             dispatch_lease=SqliteDispatchLease(path, timeout=10), require_dispatch_lease=True)
+
+    async def slow_effect(args: dict) -> dict:
+        await asyncio.sleep(0.2)
+        return app.effect(args)
+
+    def branch(graph: StateGraph, key: str, order: str) -> None:
+        both = lambda s: {"tool": "lookup", "order": order, "amount": 0}  # noqa: E731
+        one = LangGraphBridge(bridge.client, identity="alice@example.com", state_key=key,
+                              dispatch_lease=leased.dispatch_lease)
+        graph.add_node(f"decide-{key}", one.make_decision_node(tool="lookup", args=both))
+        graph.add_node(f"call-{key}", one.make_guarded_node(slow_effect, args=both))
+        graph.add_edge(START, f"decide-{key}")
+        graph.add_edge(f"decide-{key}", f"call-{key}")
+        graph.add_edge(f"call-{key}", END)
+
+    class Two(app.State, total=False):
+        a: dict
+        b: dict
+
+    graph = StateGraph(Two)
+    branch(graph, "a", "LEASE-1")
+    branch(graph, "b", "LEASE-2")
+    compiled = graph.compile(checkpointer=InMemorySaver())
+
+    async def run() -> tuple[dict, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.02)
+                ticks += 1
+
+        beat = asyncio.create_task(ticker())
+        out = await compiled.ainvoke({}, thread())
+        beat.cancel()
+        return out, ticks
+
+    out, ticks = asyncio.run(run())
+    assert out["a"]["status"] == "executed" and out["b"]["status"] == "executed", out
+    assert len(effects_for("LEASE-1")) == 1 and len(effects_for("LEASE-2")) == 1, (effects_for("LEASE-1"), effects_for("LEASE-2"), out)
+    # The second call waited about 0.2 s for the lease; the loop kept going.
+    assert ticks >= 10, ticks
+
+    # Held by another process past the timeout: said, and nothing reserved.
+    short = LangGraphBridge(bridge.client, identity="alice@example.com",
+                            dispatch_lease=SqliteDispatchLease(path, timeout=0.3))
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    config = thread()
+    graph = app.build(short).compile(checkpointer=InMemorySaver())
+    try:
+        graph.invoke({"order": "LEASE-3", "tool": "lookup"}, config)
+    except LeaseTimeout as e:
+        assert "held by another dispatch" in str(e), e
+    else:
+        raise AssertionError("the call ran without the lease")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert effects_for("LEASE-3") == []
+    op = graph.get_state(config).values["evidence"]["operation_id"]
+    assert stage(op) == "cleared", stage(op)
+
+
 def main() -> None:
     tmp = os.environ["WORK"]
     ran = []
@@ -391,7 +510,7 @@ def main() -> None:
         ("restart_on_sqlite", lambda: restart_on_sqlite(os.path.join(tmp, "restart.db"))),
         ("interrupt_in_a_loop", interrupt_in_a_loop), ("subgraph_resume", subgraph_resume),
         ("stale_resume_value", stale_resume_value), ("dispatch_lease", lambda: dispatch_lease(tmp)),
-        ("async_app", async_app),
+        ("async_app", async_app), ("user_mistakes", user_mistakes), ("leases", lambda: leases(tmp)),
     ]:
         print(f"--- {name}", file=sys.stderr, flush=True)
         case()

@@ -844,7 +844,10 @@ impl EvidenceStore {
             .to_string(),
             allow: alone.allow || approved.as_ref().is_some_and(|a| a.allow),
             needs_approval: approved.as_ref().is_some_and(|a| a.allow),
-            reason: approved.map_or(alone.reason, |a| a.reason),
+            // The answer to the call as it stands ("refund needs a
+            // person's approval"); the answer with an approval assumed
+            // ("refund was approved") is no reason a reviewer should see.
+            reason: alone.reason,
         };
         Ok(EvidenceEvent::PolicyEvaluated(record))
     }

@@ -125,6 +125,23 @@ pub struct DecisionBinding {
     pub args_digest: String,
 }
 
+impl DecisionBinding {
+    /// The first field a decision cannot be bound to because it is empty:
+    /// an approval for no one, no tool or no arguments binds nothing.
+    /// (An empty thread is allowed: an app without threads has none.)
+    pub fn blank_field(&self) -> Option<&'static str> {
+        [
+            ("operation_id", &self.operation_id),
+            ("identity", &self.identity),
+            ("tool", &self.tool),
+            ("args_digest", &self.args_digest),
+        ]
+        .into_iter()
+        .find(|(_, value)| value.trim().is_empty())
+        .map(|(field, _)| field)
+    }
+}
+
 /// A deterministic policy's answer, as its plugin gave it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

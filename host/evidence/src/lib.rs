@@ -180,13 +180,25 @@ fn bad_request(message: String) -> Response {
         .into_response()
 }
 
+/// A decision's binding from a JSON body, with every field it binds
+/// given; or the 400 that names what is wrong.
+fn binding(bytes: &[u8]) -> Result<DecisionBinding, Box<Response>> {
+    let binding: DecisionBinding = body(bytes)?;
+    match binding.blank_field() {
+        Some(field) => Err(Box::new(bad_request(format!(
+            "the body: `{field}` is empty; a decision is bound to it"
+        )))),
+        None => Ok(binding),
+    }
+}
+
 /// A JSON body as `T`, or the 400 that says what is wrong with it.
 fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Box<Response>> {
     serde_json::from_slice(bytes).map_err(|e| Box::new(bad_request(format!("the body: {e}"))))
 }
 
 async fn create(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -> Response {
-    let binding: DecisionBinding = match body(&bytes) {
+    let binding: DecisionBinding = match binding(&bytes) {
         Ok(b) => b,
         Err(refused) => return *refused,
     };
@@ -199,7 +211,7 @@ async fn create(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -
 }
 
 async fn propose(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -> Response {
-    let binding: DecisionBinding = match body(&bytes) {
+    let binding: DecisionBinding = match binding(&bytes) {
         Ok(b) => b,
         Err(refused) => return *refused,
     };

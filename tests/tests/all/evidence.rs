@@ -504,6 +504,8 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
         "stale_resume_value",
         "dispatch_lease",
         "async_app",
+        "user_mistakes",
+        "leases",
     ] {
         assert!(passed.contains(&case), "{case} did not run: {summary}");
     }

@@ -8,7 +8,7 @@ its policy, a person's signed approval and an exactly-once tool call in
 from .bridge import DispatchLease, LangGraphBridge
 from .callback import EvidenceGraphCallback
 from .client import Answer, CoreClient, EvidenceError, Refused, Unavailable, args_digest, canonical_json
-from .lease import SqliteDispatchLease
+from .lease import LeaseTimeout, SqliteDispatchLease
 
 __all__ = [
     "Answer",
@@ -18,6 +18,7 @@ __all__ = [
     "EvidenceGraphCallback",
     "LangGraphBridge",
     "Refused",
+    "LeaseTimeout",
     "SqliteDispatchLease",
     "Unavailable",
     "args_digest",

@@ -19,6 +19,7 @@ Each node returns a state update under `state_key` (default `evidence`):
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import inspect
@@ -61,6 +62,8 @@ class LangGraphBridge:
                  digest_key: bytes | None = None):
         if require_dispatch_lease and dispatch_lease is None:
             raise ValueError("require_dispatch_lease=True, but no dispatch_lease= was given")
+        if not identity or not identity.strip():
+            raise ValueError("identity= is who the app acts for, and an approval is bound to it: it cannot be empty")
         self.client = client
         self.digest_key = digest_key
         self.identity = identity
@@ -87,7 +90,16 @@ class LangGraphBridge:
             conf = _configurable(config)
             thread = str(conf.get("thread_id", ""))
             name = tool(state) if callable(tool) else tool
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"the decision node's tool= gave {name!r}: it must name the tool, as a string")
             digest = args_digest(args(state), self.digest_key)
+            if operation_id is None and not thread:
+                # The default id is the thread's, the tool's and the
+                # arguments': with no thread, the same call anywhere would be
+                # one decision, and a second request would never run.
+                raise ValueError("no thread_id in config['configurable']: run the graph with "
+                                 "{'configurable': {'thread_id': ...}} (and a checkpointer), or give "
+                                 "make_decision_node an operation_id=")
             op = operation_id(state, config) if operation_id else _default_operation_id(thread, name, digest)
             answer = self.client.propose(operation_id=op, thread_id=thread, identity=self.identity,
                                          tool=name, args_digest=digest)
@@ -132,21 +144,23 @@ class LangGraphBridge:
 
         if inspect.iscoroutinefunction(tool_fn):
             async def guarded_async(state: State, config: RunnableConfig) -> dict[str, Any]:
+                # The lease and bl's requests may wait (another dispatch
+                # holds the lease): they run on a worker thread, never on
+                # the event loop, so other nodes go on meanwhile.
                 steps = self._guarded_steps(state, args, result_key)
+                started = await asyncio.to_thread(_start, steps)
+                if not started[0]:
+                    return started[1]
                 try:
-                    call_args = next(steps)
-                except StopIteration as done:
-                    return done.value
-                try:
-                    result = await tool_fn(call_args)
+                    result = await tool_fn(started[1])
                 except Exception as error:  # it may have acted before it raised
-                    return _finish(steps, (False, error))
+                    return await asyncio.to_thread(_finish, steps, (False, error))
                 except BaseException:
                     # Cancelled or stopped half way: whether the tool acted
                     # is unknown; the reservation stays for a person.
-                    steps.close()
+                    await asyncio.to_thread(steps.close)
                     raise
-                return _finish(steps, (True, result))
+                return await asyncio.to_thread(_finish, steps, (True, result))
 
             return guarded_async
 
@@ -214,6 +228,9 @@ class LangGraphBridge:
         is sent `(True, result)` or `(False, error)`; it returns the
         node's update. The dispatch lease is held across the call."""
         decided = dict(state.get(self.state_key) or {})
+        if not decided.get("operation_id"):
+            raise ValueError(f"no decision in state[{self.state_key!r}]: put the node from make_decision_node "
+                             "(of a bridge with the same state_key) before the guarded node, on every path to it")
         status = decided.get("status")
         if status not in ("cleared", "reserved"):
             return {self.state_key: decided}
@@ -320,6 +337,16 @@ class LangGraphBridge:
         except Refused as refused:
             if refused.code != "ReconciliationRequired":
                 raise
+
+
+def _start(steps: Generator[Mapping[str, Any], tuple[bool, Any], dict[str, Any]],
+           ) -> tuple[bool, Any]:
+    """Runs the guarded node's steps up to the call: `(True, arguments)`
+    once it is reserved, or `(False, update)` when there is no call."""
+    try:
+        return True, next(steps)
+    except StopIteration as done:
+        return False, done.value
 
 
 def _finish(steps: Generator[Mapping[str, Any], tuple[bool, Any], dict[str, Any]],

@@ -78,7 +78,11 @@ def args_digest(args: Mapping[str, Any], key: bytes | None = None) -> str:
     amount) can be guessed back by trying them. With `key` (a secret the
     app keeps, the same across its processes) it is an HMAC-SHA256
     (`hmac-sha256:…`) that only the key's holder can link to arguments."""
-    text = canonical_json(dict(args)).encode()
+    try:
+        text = canonical_json(dict(args)).encode()
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"a tool's arguments must be JSON values (str, number, bool, None, list, dict), "
+                        f"as they are digested: {e}") from None
     if key is None:
         return "sha256:" + hashlib.sha256(text).hexdigest()
     return "hmac-sha256:" + hmac.new(key, text, hashlib.sha256).hexdigest()
@@ -169,10 +173,11 @@ class CoreClient:
     def decision(self, operation_id: str) -> dict[str, Any] | None:
         """Where a decision stands (its binding, stage, policy, approval
         request, approval), or None if there is none."""
-        status, body = self._call("GET", f"/decisions/{urllib.parse.quote(operation_id, safe='')}", None)
-        if status == 404:
+        path = f"/decisions/{urllib.parse.quote(operation_id, safe='')}"
+        status, body = self._call("GET", path, None)
+        if status == 404 and isinstance(body, dict) and body.get("error", {}).get("code") == "NotCreated":
             return None
-        return self._checked(status, body)
+        return self._checked(status, body, path)
 
     def review(self, signed_review: Mapping[str, Any]) -> Answer:
         """Submits a reviewer's signed review (from `bl evidence approve`);
@@ -194,12 +199,12 @@ class CoreClient:
 
     def _answer(self, method: str, path: str, body: Any) -> Answer:
         status, payload = self._call(method, path, body)
-        data = self._checked(status, payload)
+        data = self._checked(status, payload, path)
         return Answer(sequence=data["sequence"], event_hash=data["event_hash"], stage=data["stage"],
                       retry=data["retry"], receipt=data.get("receipt", ""), policy=data.get("policy"),
                       approval_expired=bool(data.get("approval_expired")))
 
-    def _checked(self, status: int, payload: Any) -> Any:
+    def _checked(self, status: int, payload: Any, path: str) -> Any:
         if status == 200:
             return payload
         if status in (403, 409) and isinstance(payload, dict) and "refused" in payload:
@@ -212,7 +217,11 @@ class CoreClient:
             raise EvidenceError(f"the service refused the token (401): {message}")
         if status == 400:
             raise EvidenceError(f"the service could not read the request (400): {message}")
-        raise Unavailable(f"{error.get('code', status)}: {message}")
+        if status == 404:
+            # Not the service's own "no such decision": the URL is wrong.
+            raise EvidenceError(f"{self._where()}{self._base}{path} is not an evidence service's API (404): "
+                                "give the URL `bl evidence serve` printed (http://127.0.0.1:PORT/v1 or unix:PATH)")
+        raise Unavailable(f"{self._where()}{self._base}{path}: {error.get('code', status)}: {message}")
 
     def _request(self, method: str, path: str, body: Any) -> bytes:
         """The whole request, as one write."""

@@ -2,8 +2,10 @@
 
 `SqliteDispatchLease(path).hold(operation_id)` holds an exclusive lock on
 the database for the reservation and the call, so two processes of the
-app never dispatch at once. It is a reference for tests and single-host
-deployments; across hosts, use your own (any object with `hold()`).
+app never dispatch at once. While one dispatch holds it, another waits
+(up to `timeout` seconds) for the whole of the first one's tool call. It is
+a reference for tests and single-host deployments; across hosts, use your
+own (any object with `hold()`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from typing import Iterator
+
+
+class LeaseTimeout(TimeoutError):
+    """Another dispatch held the lease for longer than the timeout."""
 
 
 class SqliteDispatchLease:
@@ -23,14 +29,21 @@ class SqliteDispatchLease:
 
     @contextmanager
     def hold(self, operation_id: str) -> Iterator[None]:
-        db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        # An async node takes and gives back the lease on worker threads,
+        # not always the same one; the connection is used by one at a time.
+        db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         try:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("INSERT OR IGNORE INTO dispatched VALUES (?, ?)", (operation_id, time.time()))
-            yield
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                raise LeaseTimeout(f"the dispatch lease {self.path} was held by another dispatch for more than "
+                                   f"{self.timeout} s ({e}); nothing was reserved or called") from e
+            try:
+                db.execute("INSERT OR IGNORE INTO dispatched VALUES (?, ?)", (operation_id, time.time()))
+                yield
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
             db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         finally:
             db.close()
