@@ -14,7 +14,8 @@ in front of a consequential tool call.
 
 Each node returns a state update under `state_key` (default `evidence`):
 `{"operation_id", "tool", "args_digest", "status", ...}`, where `status` is
-`cleared`, `blocked`, `rejected`, `executed` or `reconciliation_required`.
+`cleared`, `blocked`, `rejected`, `executed`, `reconciliation_required`,
+`abandoned` or `approval_expired` (docs/evidence.md says what each means).
 """
 
 from __future__ import annotations
@@ -136,8 +137,8 @@ class LangGraphBridge:
         `result_key` in the state, if given.
 
         An `async def` tool gives an async node (for `ainvoke`/`astream`),
-        which awaits it; bl's requests are still made on the calling thread
-        (each a fraction of a millisecond). A tool that is not declared
+        which awaits it; the dispatch lease and bl's requests run on worker
+        threads, off the event loop. A tool that is not declared
         async but returns an awaitable is refused once it has returned: it
         was never run, bl records the call as failed (a person reconciles
         it), and the node raises `TypeError`."""
