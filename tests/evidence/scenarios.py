@@ -41,6 +41,16 @@ def stage(op: str) -> str:
     return (bridge.client.decision(op) or {}).get("stage")
 
 
+def raises(call, expected: type, says: str) -> None:
+    """`call()` raises `expected`, whose message says `says`."""
+    try:
+        call()
+    except expected as e:
+        assert says in str(e), (says, e)
+    else:
+        raise AssertionError(f"accepted: {says}")
+
+
 def allow() -> None:
     out = memory.invoke({"order": "A-1", "tool": "lookup"}, thread())
     assert out["evidence"]["status"] == "executed", out
@@ -371,12 +381,7 @@ def async_app() -> None:
 
     wrong = app.build(bridge, tool_fn=looks_sync).compile(checkpointer=InMemorySaver())
     config = thread()
-    try:
-        wrong.invoke({"order": "AS-3", "tool": "lookup"}, config)
-    except TypeError as refused:
-        assert "returned an awaitable" in str(refused), refused
-    else:
-        raise AssertionError("a tool that returned a coroutine was taken as run")
+    raises(lambda: wrong.invoke({"order": "AS-3", "tool": "lookup"}, config), TypeError, "returned an awaitable")
     assert effects_for("AS-3") == []
     op = bridge.client.decision(wrong.get_state(config).values["evidence"]["operation_id"])
     assert op["stage"] == "reconciliation_required", op
@@ -388,34 +393,26 @@ def user_mistakes() -> None:
 
     from bl_evidence import CoreClient, EvidenceError
 
-    def refused(call, expected: type, says: str) -> None:
-        try:
-            call()
-        except expected as e:
-            assert says in str(e), (says, e)
-        else:
-            raise AssertionError(f"accepted: {says}")
-
     # No thread: the default operation id would make every such call one.
     stateless = app.build(bridge).compile()
-    refused(lambda: stateless.invoke({"order": "M-1", "tool": "lookup"}), ValueError, "no thread_id")
+    raises(lambda: stateless.invoke({"order": "M-1", "tool": "lookup"}), ValueError, "no thread_id")
     # Nobody to act for.
-    refused(lambda: LangGraphBridge(bridge.client, identity=" "), ValueError, "identity=")
+    raises(lambda: LangGraphBridge(bridge.client, identity=" "), ValueError, "identity=")
     # A guarded node with no decision before it.
     lone = StateGraph(app.State)
     lone.add_node("call", bridge.make_guarded_node(app.effect, args=app.call_args))
     lone.add_edge(START, "call")
     lone.add_edge("call", END)
-    refused(lambda: lone.compile().invoke({"order": "M-2", "tool": "lookup"}, thread()), ValueError,
+    raises(lambda: lone.compile().invoke({"order": "M-2", "tool": "lookup"}, thread()), ValueError,
             "no decision in state['evidence']")
     # Arguments that are not JSON cannot be digested.
-    refused(lambda: args_digest({"when": datetime.date(2026, 1, 1)}), TypeError, "must be JSON values")
+    raises(lambda: args_digest({"when": datetime.date(2026, 1, 1)}), TypeError, "must be JSON values")
     # The service's URL with another path is no evidence API.
     url = os.environ["BL_EVIDENCE_URL"]
     wrong = CoreClient(url.rsplit("/v1", 1)[0] + "/v2", token_file=os.environ["BL_EVIDENCE_TOKEN_FILE"])
-    refused(lambda: wrong.decision("op-x"), EvidenceError, "is not an evidence service's API (404)")
+    raises(lambda: wrong.decision("op-x"), EvidenceError, "is not an evidence service's API (404)")
     # The service refuses a binding with an empty field, naming it.
-    refused(lambda: bridge.client.propose(operation_id="op-m3", thread_id="t", identity="", tool="lookup",
+    raises(lambda: bridge.client.propose(operation_id="op-m3", thread_id="t", identity="", tool="lookup",
                                           args_digest="sha256:aa"), EvidenceError, "`identity` is empty")
     assert bridge.client.decision("op-m3") is None
     assert effects_for("M-1") == [] and effects_for("M-2") == []
@@ -485,11 +482,8 @@ def leases(tmp: str) -> None:
     config = thread()
     graph = app.build(short).compile(checkpointer=InMemorySaver())
     try:
-        graph.invoke({"order": "LEASE-3", "tool": "lookup"}, config)
-    except LeaseTimeout as e:
-        assert "held by another dispatch" in str(e), e
-    else:
-        raise AssertionError("the call ran without the lease")
+        raises(lambda: graph.invoke({"order": "LEASE-3", "tool": "lookup"}, config), LeaseTimeout,
+               "held by another dispatch")
     finally:
         other.execute("ROLLBACK")
         other.close()

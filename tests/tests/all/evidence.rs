@@ -658,10 +658,8 @@ fn the_documented_langgraph_app_runs_as_written() {
     let done = lines.next().unwrap().unwrap();
     assert_eq!(done, "executed {'refunded': '42', 'amount': 30}");
     assert!(app.wait().unwrap().success());
-    // A reviewer who expects another workspace's key signs nothing.
-    let elsewhere = bl_in(
-        dir,
-        &[
+    let reject = |url: &str, extra: &[&str]| {
+        let mut args = vec![
             "evidence",
             "reject",
             operation,
@@ -670,34 +668,21 @@ fn the_documented_langgraph_app_runs_as_written() {
             "--key",
             "bob.key",
             "--url",
-            &service.url,
+            url,
             "--token-file",
             "token",
-            "--for",
-            "mallory.pub",
-        ],
-    );
+        ];
+        args.extend_from_slice(extra);
+        bl_in(dir, &args)
+    };
+    // A reviewer who expects another workspace's key signs nothing.
+    let elsewhere = reject(&service.url, &["--for", "mallory.pub"]);
     assert_eq!(elsewhere.status.code(), Some(2), "{elsewhere:?}");
     assert!(String::from_utf8_lossy(&elsewhere.stderr).contains("nothing was signed"));
     // A service that is gone decides nothing: exit 3, not a refusal.
     let url = service.url.clone();
     drop(service);
-    let unreached = bl_in(
-        dir,
-        &[
-            "evidence",
-            "reject",
-            operation,
-            "--reason",
-            "x",
-            "--key",
-            "bob.key",
-            "--url",
-            &url,
-            "--token-file",
-            "token",
-        ],
-    );
+    let unreached = reject(&url, &[]);
     assert_eq!(unreached.status.code(), Some(3), "{unreached:?}");
 }
 
