@@ -757,6 +757,55 @@ impl EvidenceStore {
 
     /// What the policy plugin says of a created decision, as the event
     /// that records it.
+    /// The policy plugin `plugin`, loaded once and kept.
+    fn loaded_policy(
+        &mut self,
+        host: &bl_plugins::PluginHost,
+        plugin: &str,
+    ) -> Result<(&bl_plugins::FoundPlugin, &bl_plugins::PolicyPlugin), EvidenceError> {
+        let cannot = |message: String| EvidenceError::Policy {
+            plugin: plugin.to_string(),
+            message,
+        };
+        if self.policy.as_ref().is_none_or(|(name, ..)| name != plugin) {
+            let found = host.find(plugin).map_err(|e| cannot(e.to_string()))?;
+            // A policy is granted nothing: it decides from the request alone.
+            let loaded = host
+                .load_policy(&found, &bl_plugins::Grant::default())
+                .map_err(|e| cannot(e.to_string()))?;
+            self.policy = Some((plugin.to_string(), found, loaded));
+        }
+        let (_, found, policy) = self.policy.as_ref().expect("loaded above");
+        Ok((found, policy))
+    }
+
+    /// Loads the policy plugin `plugin` and has it answer one request
+    /// with `config`, recording nothing: a service whose policy cannot be
+    /// found, loaded or configured refuses to start, rather than answer
+    /// every decision with an error.
+    pub fn check_policy(
+        &mut self,
+        host: &bl_plugins::PluginHost,
+        plugin: &str,
+        config: &str,
+    ) -> Result<(), EvidenceError> {
+        let (_, policy) = self.loaded_policy(host, plugin)?;
+        let probe = bl_plugins::PublishRequest {
+            effect_key: "bl-evidence-start".into(),
+            kind: TOOL_CALL.into(),
+            target: "bl-evidence-start".into(),
+            payload_digest: format!("sha256:{}", "0".repeat(64)),
+            approvals: Vec::new(),
+        };
+        host.runtime()
+            .and_then(|runtime| runtime.decide(policy, &probe, config))
+            .map(|_| ())
+            .map_err(|e| EvidenceError::Policy {
+                plugin: plugin.to_string(),
+                message: e.to_string(),
+            })
+    }
+
     fn ask_policy(
         &mut self,
         host: &bl_plugins::PluginHost,
@@ -778,15 +827,7 @@ impl EvidenceStore {
             plugin: plugin.to_string(),
             message,
         };
-        if self.policy.as_ref().is_none_or(|(name, ..)| name != plugin) {
-            let found = host.find(plugin).map_err(|e| cannot(e.to_string()))?;
-            // A policy is granted nothing: it decides from the request alone.
-            let loaded = host
-                .load_policy(&found, &bl_plugins::Grant::default())
-                .map_err(|e| cannot(e.to_string()))?;
-            self.policy = Some((plugin.to_string(), found, loaded));
-        }
-        let (_, found, policy) = self.policy.as_ref().expect("loaded above");
+        let (found, policy) = self.loaded_policy(host, plugin)?;
         let request = |approved: bool| bl_plugins::PublishRequest {
             effect_key: operation_id.to_string(),
             kind: TOOL_CALL.into(),

@@ -140,6 +140,15 @@ impl Reviewer {
         let reviewer = self.name().to_string();
         let operation_id = operation_id.to_string();
         let review = match verdict {
+            Verdict::Approve { valid_for }
+                if valid_for.is_zero() || valid_for > LONGEST_APPROVAL =>
+            {
+                return Err(AppError::refused(format!(
+                    "evidence: an approval holds from 1s to {} days, not {}; nothing was signed",
+                    LONGEST_APPROVAL.as_secs() / 86_400,
+                    humantime::format_duration(valid_for)
+                )));
+            }
             Verdict::Approve { valid_for } => {
                 let [checkpoint_ns, interrupt_id] = match standing.pointer("/approval_request") {
                     Some(Value::Array(pair)) if pair.len() == 2 => {
@@ -206,6 +215,9 @@ impl Reviewer {
         Ok(served)
     }
 }
+
+/// The longest an approval may hold: a year. Longer is no bound at all.
+pub const LONGEST_APPROVAL: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
 impl Reviewed {
     /// What was signed (or, for a dry run, would be), in full, and where

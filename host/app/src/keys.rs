@@ -37,15 +37,29 @@ pub fn read_signing_key(path: &Path) -> Result<SigningKey, AppError> {
 /// is neither is reported as a missing file first: most often it is a
 /// mistyped path.
 pub fn read_verifier_key(arg: &str) -> Result<VerifierKey, AppError> {
+    read_verifier_key_for("--pubkey", arg)
+}
+
+/// [`read_verifier_key`], its errors naming `option`, the flag it came
+/// from (`--reviewer`, `--for`).
+pub fn read_verifier_key_for(option: &str, arg: &str) -> Result<VerifierKey, AppError> {
     if Path::new(arg).is_file() {
-        let text =
-            std::fs::read_to_string(arg).map_err(|e| AppError::refused(format!("{arg}: {e}")))?;
-        return VerifierKey::parse(&text)
-            .map_err(|e| AppError::refused(format!("--pubkey {arg}: {e}")));
+        let text = std::fs::read_to_string(arg)
+            .map_err(|e| AppError::refused(format!("{option} {arg}: {e}")))?;
+        return VerifierKey::parse(&text).map_err(|e| {
+            // A private key where its public half belongs: say so.
+            if SigningKey::parse(&text).is_ok() {
+                AppError::refused(format!(
+                    "{option} {arg} holds a private key; give its public half (NAME.pub, or `bl keys public {arg}`)"
+                ))
+            } else {
+                AppError::refused(format!("{option} {arg}: not a verifier key (name+id+key): {e}"))
+            }
+        });
     }
     VerifierKey::parse(arg).map_err(|e| {
         AppError::refused(format!(
-            "--pubkey {arg}: no such file, and not a verifier key (name+id+key) either: {e}"
+            "{option} {arg}: no such file, and not a verifier key (name+id+key) either: {e}"
         ))
     })
 }

@@ -74,7 +74,7 @@ pub enum EvidenceCommand {
         #[command(flatten)]
         at: ServiceArgs,
         /// How long an approval given on the page holds, e.g. `15m`.
-        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "1h", value_parser = approval_validity)]
         valid_for: std::time::Duration,
         /// The port on 127.0.0.1 (0: any free port).
         #[arg(long, default_value_t = 0)]
@@ -87,7 +87,7 @@ pub enum EvidenceCommand {
         #[command(flatten)]
         reviewer: Reviewer,
         /// How long the approval holds, e.g. `15m` or `1h`.
-        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "1h", value_parser = approval_validity)]
         valid_for: std::time::Duration,
     },
     /// Reject a decision, for good: nothing leads to its action after.
@@ -154,13 +154,13 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
             policy_config,
         } => {
             let key = match key {
-                Some(path) => bl_app::keys::read_signing_key(&path)?,
+                Some(path) => signing_key(&path)?,
                 None => bl_app::evidence::workspace_key(&workspace)?,
             };
             let verifier = key.verifier().to_text();
             let reviewers = reviewers
                 .iter()
-                .map(|k| bl_app::keys::read_verifier_key(k))
+                .map(|k| bl_app::keys::read_verifier_key_for("--reviewer", k))
                 .collect::<Result<Vec<_>, _>>()?;
             let (token, told) = match &token_file {
                 Some(file) => (
@@ -175,8 +175,18 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
                     (token.clone(), token)
                 }
             };
-            let store = bl_app::evidence::EvidenceStore::open(&workspace, key, reviewers)
+            let mut store = bl_app::evidence::EvidenceStore::open(&workspace, key, reviewers)
                 .map_err(|e| CliError::refused(format!("evidence: {e}")))?;
+            // A long-lived service asks its policy for every decision: a
+            // pool of instances, reserved once, pays.
+            let plugins = bl_app::plugin_host::install(bl_plugins::AllocatorChoice::Auto);
+            store
+                .check_policy(&plugins, &policy, &policy_config)
+                .map_err(|e| {
+                    CliError::refused(format!(
+                        "evidence: --policy {policy} --policy-config {policy_config}: {e}; nothing was served"
+                    ))
+                })?;
             let listener = match &socket {
                 Some(path) => {
                     let listener = bl_app::evidence::bind_owner_only_socket(path)?;
@@ -202,9 +212,7 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
                     listener,
                     token,
                     policy: (policy, policy_config),
-                    // A long-lived service asks its policy for every
-                    // decision: a pool of instances, reserved once, pays.
-                    plugins: bl_app::plugin_host::install(bl_plugins::AllocatorChoice::Auto),
+                    plugins,
                 },
                 || bl_core::interrupt::requested().is_some(),
             );
@@ -219,8 +227,8 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
             workspace,
             review,
         } => {
-            let key = bl_app::keys::read_signing_key(&key)?;
-            let workspace = bl_app::keys::read_verifier_key(&workspace)?.to_text();
+            let key = signing_key(&key)?;
+            let workspace = bl_app::keys::read_verifier_key_for("--for", &workspace)?.to_text();
             let text = std::fs::read_to_string(&review)
                 .map_err(|e| CliError::refused(format!("evidence: {}: {e}", review.display())))?;
             let review: bl_app::evidence::Review = serde_json::from_str(&text).map_err(|e| {
@@ -299,9 +307,9 @@ fn reviewer(at: ServiceArgs) -> Result<bl_app::evidence_reviewer::Reviewer, CliE
             url: at.url,
             token: token.trim().to_string(),
         },
-        key: bl_app::keys::read_signing_key(&at.key)?,
+        key: signing_key(&at.key)?,
         workspace: match &at.workspace {
-            Some(k) => Some(bl_app::keys::read_verifier_key(k)?.to_text()),
+            Some(k) => Some(bl_app::keys::read_verifier_key_for("--for", k)?.to_text()),
             None => None,
         },
     })
@@ -322,4 +330,24 @@ fn submit(asked: Reviewer, verdict: bl_app::evidence_reviewer::Verdict) -> CliRe
     // What the reviewer's key signed (or would sign), in full.
     output::outln!("{}", reviewed.summary());
     Ok(Exit::Success)
+}
+
+/// `--valid-for`: a duration, from a second to the longest an approval
+/// may hold.
+fn approval_validity(text: &str) -> Result<std::time::Duration, String> {
+    let valid_for = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    let longest = bl_app::evidence_reviewer::LONGEST_APPROVAL;
+    if valid_for.as_secs() == 0 || valid_for > longest {
+        return Err(format!(
+            "an approval holds from 1s to {} days; give a duration in that range, e.g. 15m or 1h",
+            longest.as_secs() / 86_400
+        ));
+    }
+    Ok(valid_for)
+}
+
+/// `--key`: a private key file, its errors naming the option.
+fn signing_key(path: &std::path::Path) -> Result<bl_store::SigningKey, CliError> {
+    bl_app::keys::read_signing_key(path)
+        .map_err(|e| CliError::refused(format!("evidence: --key {}", e.message())))
 }

@@ -26,11 +26,11 @@ pub fn verify(
             .then(|| {
                 reviewers
                     .iter()
-                    .map(|k| bl_app::keys::read_verifier_key(k))
+                    .map(|k| bl_app::keys::read_verifier_key_for("--reviewer", k))
                     .collect::<Result<Vec<_>, _>>()
             })
             .transpose()
-            .map_err(|e| CliError::refused(format!("verify: --reviewer: {e}")))?,
+            .map_err(|e| CliError::refused(format!("verify: {e}")))?,
     };
     let report = bl_verify::verify(path, &options).map_err(|e| {
         CliError::refused(format!("verify: {e}")).with_detail(crate::exit::ErrorDetail {

@@ -112,6 +112,14 @@ impl EvidenceEvent {
     }
 }
 
+/// Seconds since the epoch as RFC 3339 (UTC), as people read times.
+fn rfc3339(seconds: u64) -> String {
+    humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds.min(253_402_300_799)),
+    )
+    .to_string()
+}
+
 /// What one decision is about. The operation id stays the same across the
 /// app's retries; the arguments are known only by their (redacted) digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,7 +235,9 @@ pub enum Refusal {
     },
     #[error("the decision was rejected by {0}; a rejection is final")]
     Rejected(String),
-    #[error("the decision was already approved; it cannot be rejected now")]
+    #[error(
+        "the decision was already approved (a second review of it, approval or rejection, is refused)"
+    )]
     AlreadyApproved,
     #[error(
         "the approval is not authority for this decision: its {field} is {found:?}, not {expected:?}"
@@ -237,7 +247,11 @@ pub enum Refusal {
         expected: String,
         found: String,
     },
-    #[error("the approval expired at {expires_at} (now {now})")]
+    #[error(
+        "the approval expired at {} (now {}); run the decision again: a person is asked again, at a new pause",
+        rfc3339(*expires_at),
+        rfc3339(*now)
+    )]
     ApprovalExpired { expires_at: u64, now: u64 },
     #[error("an approval needs a named reviewer")]
     NoReviewer,
@@ -325,11 +339,19 @@ pub struct Decision {
     pub approval_requests: Vec<(String, String)>,
     pub approval: Option<Approval>,
     pub rejected_by: Option<String>,
+    /// Why it was rejected, as the reviewer signed it.
+    pub rejection_reason: Option<String>,
     pub model_outputs: Vec<String>,
     pub outcomes: usize,
 }
 
 impl Decision {
+    /// Whether this decision was rejected by `reviewer` for `reason`.
+    fn is_rejection(&self, reviewer: &str, reason: &str) -> bool {
+        self.rejected_by.as_deref() == Some(reviewer)
+            && self.rejection_reason.as_deref() == Some(reason)
+    }
+
     /// The decision a `decision_created` event makes.
     pub fn create(binding: DecisionBinding) -> Decision {
         Decision {
@@ -340,6 +362,7 @@ impl Decision {
             approval_requests: Vec::new(),
             approval: None,
             rejected_by: None,
+            rejection_reason: None,
             model_outputs: Vec::new(),
             outcomes: 0,
         }
@@ -434,12 +457,17 @@ impl Decision {
                 self.approval = Some(approval.clone());
                 self.stage = Stage::Cleared;
             }
-            E::HumanRejected { reviewer, .. } => {
+            E::HumanRejected { reviewer, reason } => {
                 if reviewer.trim().is_empty() {
                     return Err(Refusal::NoReviewer);
                 }
                 match self.stage {
-                    Stage::Rejected => return Ok(()),
+                    Stage::Rejected if self.is_rejection(reviewer, reason) => return Ok(()),
+                    Stage::Rejected => {
+                        return Err(Refusal::Rejected(
+                            self.rejected_by.clone().unwrap_or_default(),
+                        ));
+                    }
                     Stage::Created => return Err(Refusal::NoPolicy("a review")),
                     Stage::AwaitingApproval | Stage::Blocked => {}
                     // An approval that expired unused no longer stands in
@@ -452,6 +480,7 @@ impl Decision {
                 }
                 self.stage = Stage::Rejected;
                 self.rejected_by = Some(reviewer.clone());
+                self.rejection_reason = Some(reason.clone());
             }
             E::ToolRequested { tool, args_digest } => {
                 match self.stage {
@@ -505,7 +534,7 @@ impl Decision {
                     return Err(self.not_executed());
                 }
                 for (field, value) in [
-                    ("external reference", external_ref),
+                    ("external_ref", external_ref),
                     ("status", status),
                     ("source", source),
                 ] {
@@ -790,11 +819,13 @@ impl Decisions {
             (Some(decision), EvidenceEvent::DecisionCreated(_)) => {
                 decision.clone().apply(event, now).map(|()| None)
             }
-            // A rejection given again (a relayed review retried): the same.
+            // The same rejection given again (a relayed review retried) is
+            // a retry; another reviewer's or reason is refused: the first
+            // is final.
             (Some(decision), EvidenceEvent::HumanRejected { .. })
                 if decision.stage == Stage::Rejected =>
             {
-                Ok(None)
+                decision.clone().apply(event, now).map(|()| None)
             }
             (Some(decision), _) => {
                 let mut next = decision.clone();
@@ -1205,6 +1236,23 @@ mod tests {
             d.apply(&E::DecisionCreated(other), NOW),
             Err(Refusal::CreatedDifferently { field: "tool", .. })
         ));
+        // The same rejection again is a retry; another reason, or another
+        // reviewer, is refused: the first stands as it was signed.
+        let rejection = |reviewer: &str, reason: &str| E::HumanRejected {
+            reviewer: reviewer.into(),
+            reason: reason.into(),
+        };
+        assert_eq!(
+            d.apply(&rejection("carol", "not this customer"), NOW),
+            Ok(())
+        );
+        for again in [
+            rejection("carol", "other"),
+            rejection("dave", "not this customer"),
+        ] {
+            assert_eq!(d.apply(&again, NOW), Err(Refusal::Rejected("carol".into())));
+        }
+        assert_eq!(d.rejection_reason.as_deref(), Some("not this customer"));
     }
 
     #[test]
@@ -1364,7 +1412,7 @@ mod tests {
         d.apply(&executed(), NOW).unwrap();
         for (missing, event) in [
             (
-                "external reference",
+                "external_ref",
                 E::OutcomeObserved {
                     external_ref: String::new(),
                     status: "settled".into(),

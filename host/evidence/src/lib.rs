@@ -180,6 +180,32 @@ fn bad_request(message: String) -> Response {
         .into_response()
 }
 
+/// The events only a person or the policy may record.
+const NOT_FROM_THE_APP: [&str; 5] = [
+    "decision_created",
+    "policy_evaluated",
+    "human_approved",
+    "human_rejected",
+    "reconciled",
+];
+
+const OPERATORS_POLICY: &str =
+    "the policy and its config are the operator's (bl evidence serve --policy); send none";
+
+/// 403: what the app may not record or choose.
+fn not_from_the_app(event: &str, field: &str, message: String) -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        Json(json!({"refused": {
+            "code": "NotFromTheApp",
+            "event": event,
+            "field": field,
+            "message": message,
+        }})),
+    )
+        .into_response()
+}
+
 /// A decision's binding from a JSON body, with every field it binds
 /// given; or the 400 that names what is wrong.
 fn binding(bytes: &[u8]) -> Result<DecisionBinding, Box<Response>> {
@@ -211,6 +237,12 @@ async fn create(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -
 }
 
 async fn propose(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -> Response {
+    let names_a_policy = serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .is_some_and(|v| v.get("policy").is_some() || v.get("policy_config").is_some());
+    if names_a_policy {
+        return not_from_the_app("policy_evaluated", "policy", OPERATORS_POLICY.into());
+    }
     let binding: DecisionBinding = match binding(&bytes) {
         Ok(b) => b,
         Err(refused) => return *refused,
@@ -247,28 +279,28 @@ async fn event(
     Path(op): Path<String>,
     bytes: axum::body::Bytes,
 ) -> Response {
+    // What only a person or the policy may record never comes from the
+    // app: refused by its name, before its fields are read (a newcomer is
+    // not coached, field by field, towards an event they may never send).
+    let named = serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get("event").and_then(Value::as_str).map(str::to_string));
+    if let Some(kind) = named
+        .as_deref()
+        .filter(|kind| NOT_FROM_THE_APP.contains(kind))
+    {
+        return not_from_the_app(
+            kind,
+            "event",
+            format!(
+                "{kind} is not recorded on the app's word: decisions are created at /v1/decisions or /v1/proposals, policies decide at /policy, and people sign reviews (bl evidence approve|reject|reconcile)"
+            ),
+        );
+    }
     let event: EvidenceEvent = match body(&bytes) {
         Ok(e) => e,
         Err(refused) => return *refused,
     };
-    // What only a person or the policy may record never comes from the app.
-    use EvidenceEvent as E;
-    if let E::DecisionCreated(_)
-    | E::PolicyEvaluated(_)
-    | E::HumanApproved(_)
-    | E::HumanRejected { .. }
-    | E::Reconciled { .. } = event
-    {
-        return (
-            StatusCode::FORBIDDEN,
-            Json(json!({"refused": {
-                "code": "NotFromTheApp",
-                "event": event.kind(),
-                "message": format!("{} is not recorded on the app's word: decisions are created at /v1/decisions, policies decide at /policy, and people sign reviews", event.kind()),
-            }})),
-        )
-            .into_response();
-    }
     answer(service.store().record(&op, event, now()))
 }
 
@@ -287,15 +319,7 @@ async fn policy(
         }
     };
     if asked.as_object().is_some_and(|o| !o.is_empty()) {
-        return (
-            StatusCode::FORBIDDEN,
-            Json(json!({"refused": {
-                "code": "NotFromTheApp",
-                "event": "policy_evaluated",
-                "message": "the policy and its config are the operator's (bl evidence serve --policy); send an empty body",
-            }})),
-        )
-            .into_response();
+        return not_from_the_app("policy_evaluated", "policy", OPERATORS_POLICY.into());
     }
     let (plugin, config) = &service.policy;
     let plugins = service.plugins.clone();
@@ -351,7 +375,11 @@ fn view(store: &EvidenceStore, op: &str, d: &bl_core::evidence::Decision) -> Val
         "stage": d.stage,
         "policy": d.policy,
         "approval": d.approval,
+        // Cleared by an approval that has expired unused: a request for
+        // the tool is refused, and the app asks a person again.
+        "approval_expired": d.approval_expired(now()),
         "rejected_by": d.rejected_by,
+        "rejection_reason": d.rejection_reason,
         "outcomes": d.outcomes,
     })
 }

@@ -160,6 +160,9 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     let mut create = decision("op-1");
     create["event"] = json!("decision_created");
     for forged in [
+        // Named alone, without the fields such an event holds.
+        json!({"event": "human_approved"}),
+        json!({"event": "policy_evaluated"}),
         json!({"event": "human_rejected", "reviewer": "bob", "reason": "forged"}),
         json!({"event": "reconciled", "reviewer": "bob", "executed": true}),
         approval,
@@ -192,6 +195,18 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     assert_eq!(
         (code, refused["refused"]["code"].clone()),
         (403, json!("NotFromTheApp"))
+    );
+    let mut naming = decision("op-1");
+    naming["policy"] = json!("allow-everything");
+    let (code, refused) = service.call("POST", "/proposals", &naming);
+    assert_eq!(
+        (
+            code,
+            refused["refused"]["code"].clone(),
+            refused["refused"]["field"].clone()
+        ),
+        (403, json!("NotFromTheApp"), json!("policy")),
+        "{refused}"
     );
 
     // The real deny-all policy blocks it, and a block is final.
@@ -234,18 +249,22 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     );
     drop(service);
 
-    // A policy that cannot run is no answer, and nothing is recorded.
-    let broken = Service::start(dir, "ws2", "no-such-policy");
-    broken.call("POST", "/decisions", &decision("op-2"));
-    let (code, failed) = broken.call("POST", "/decisions/op-2/policy", &Value::Null);
-    assert_eq!(
-        (code, failed["error"]["code"].clone()),
-        (502, json!("PolicyError")),
-        "{failed}"
-    );
-    let (_, shown) = broken.call("GET", "/decisions/op-2", &Value::Null);
-    assert_eq!(shown["stage"], json!("created"));
-    drop(broken);
+    // A policy that cannot be found, or is configured wrong, could answer
+    // nothing: the service refuses to start, naming it.
+    for (policy, config, says) in [
+        ("no-such-policy", "{}", "no-such-policy"),
+        ("tool-policy", r#"{"allow": "lookup"}"#, "bad config"),
+    ] {
+        let refused = Service::command(dir, "ws2", policy, config)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{said}");
+        assert!(
+            said.contains(says) && said.contains("nothing was served"),
+            "{said}"
+        );
+    }
 
     // Anyone with the workspace's public key alone verifies it.
     let public = bl_in(dir, &["keys", "public", "ws.key"]);
@@ -638,6 +657,28 @@ fn the_documented_langgraph_app_runs_as_written() {
     );
     let (_, standing) = service.call("GET", &format!("/decisions/{operation}"), &Value::Null);
     assert_eq!(standing["stage"], "awaiting_approval", "{standing}");
+    // An approval for ever is no bound: refused before anything is signed.
+    for forever in ["99999999999h", "0s"] {
+        let refused = bl_in(
+            dir,
+            &[
+                "evidence",
+                "approve",
+                operation,
+                "--key",
+                "bob.key",
+                "--url",
+                &service.url,
+                "--token-file",
+                "token",
+                "--valid-for",
+                forever,
+            ],
+        );
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{said}");
+        assert!(said.contains("an approval holds from 1s to"), "{said}");
+    }
     let approved = bl_in(
         dir,
         &[
