@@ -334,7 +334,7 @@ impl Service {
             Some(socket) => over_socket(socket, method, path, &self.token, body),
             None => over_tcp(&url, method, &self.token, body),
         }
-        .map_err(|e| unanswered(&e))?;
+        .map_err(|e| unanswered(&error_chain(&*e)))?;
         let answer: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
             return Ok(answer);
@@ -349,6 +349,11 @@ impl Service {
             .or_else(|| answer.pointer("/error/code"))
             .and_then(Value::as_str)
             .unwrap_or("");
+        if status == reqwest::StatusCode::NOT_FOUND && code != "NotCreated" {
+            return Err(AppError::refused(format!(
+                "evidence: {url}: 404: not an evidence service's API; give --url as `bl evidence serve` printed it (http://127.0.0.1:PORT/v1 or unix:PATH)"
+            )));
+        }
         let said = format!("evidence: {url}: {status} {code}: {why}");
         Err(if status.is_server_error() {
             AppError::Undecided(said)
@@ -409,6 +414,22 @@ fn over_socket(
 
 fn bytes_of(body: Option<Value>) -> hyper::body::Bytes {
     hyper::body::Bytes::from(body.map_or_else(String::new, |b| b.to_string()))
+}
+
+/// An error with every cause under it ("error sending request …:
+/// connection refused"), as one line.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut said = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let text = inner.to_string();
+        if !said.contains(&text) {
+            said.push_str(": ");
+            said.push_str(&text);
+        }
+        cause = inner.source();
+    }
+    said
 }
 
 #[cfg(test)]

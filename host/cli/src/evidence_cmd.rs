@@ -310,7 +310,12 @@ fn reviewer(at: ServiceArgs) -> Result<bl_app::evidence_reviewer::Reviewer, CliE
         key: signing_key(&at.key)?,
         workspace: match &at.workspace {
             Some(k) => Some(bl_app::keys::read_verifier_key_for("--for", k)?.to_text()),
-            None => None,
+            None => {
+                output::errln!(
+                    "bl evidence: no --for: the review is signed for the workspace key the service names; give --for WORKSPACE.pub to sign only for the one you mean"
+                );
+                None
+            }
         },
     })
 }

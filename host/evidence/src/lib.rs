@@ -94,6 +94,8 @@ pub fn serve(
         .route("/v1/decisions/{op}/policy", post(policy))
         .route("/v1/decisions/{op}/events", post(event))
         .route("/v1/reviews", post(review))
+        .fallback(no_such_route)
+        .method_not_allowed_fallback(no_such_method)
         .with_state(service)
         .layer(axum::middleware::from_fn(move |request, next| {
             bl_web::bearer::require(token.clone(), "bl evidence", request, next)
@@ -176,6 +178,26 @@ fn bad_request(message: String) -> Response {
     (
         StatusCode::BAD_REQUEST,
         Json(json!({"error": {"code": "BadRequest", "message": message}})),
+    )
+        .into_response()
+}
+
+async fn no_such_route(uri: axum::http::Uri) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"error": {"code": "NoSuchRoute", "message": format!(
+            "{} is not part of the evidence API: its routes are under /v1 (see docs/evidence.md)", uri.path()
+        )}})),
+    )
+        .into_response()
+}
+
+async fn no_such_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        Json(json!({"error": {"code": "NoSuchMethod", "message": format!(
+            "{method} {} is not part of the evidence API (see docs/evidence.md for each route's method)", uri.path()
+        )}})),
     )
         .into_response()
 }

@@ -53,21 +53,30 @@ pub async fn require(
     request: Request,
     next: Next,
 ) -> Response {
-    let given = request
+    let header = request
         .headers()
         .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.to_str().ok());
+    // The scheme's name is case-insensitive (RFC 9110, 11.1).
+    let given = header
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
         .unwrap_or_default();
     if !bool::from(subtle::ConstantTimeEq::ct_eq(
         given.as_bytes(),
         token.as_bytes(),
     )) {
+        let why = match header {
+            None => "no Authorization header",
+            Some(_) if given.is_empty() => "the Authorization header is not `Bearer <token>`",
+            Some(_) => "the token is not this server's",
+        };
         return (
             StatusCode::UNAUTHORIZED,
             [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
             format!(
-                "{service}: this server needs its bearer token (Authorization: Bearer <token>)"
+                "{service}: {why}; this server needs its bearer token (Authorization: Bearer <token>, the token in its --token-file)"
             ),
         )
             .into_response();

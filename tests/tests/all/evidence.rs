@@ -132,9 +132,29 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     keys(dir);
     let service = Service::start(dir, "ws", "deny-all");
 
-    // No token, no service.
-    let (status, _) = http_request(&service.url, "GET", "/decisions/op-1", &[], b"");
+    // No token, no service; the scheme's name in any case.
+    let (status, said) = http_request(&service.url, "GET", "/decisions/op-1", &[], b"");
     assert!(status.contains(" 401 "), "{status}");
+    assert!(said.contains("no Authorization header"), "{said}");
+    let lower = format!("Authorization: bearer {}", service.token.trim());
+    let (status, said) = http_request(&service.url, "GET", "/decisions/op-1", &[&lower], b"");
+    assert!(
+        status.contains(" 404 ") && said.contains("NotCreated"),
+        "{status} {said}"
+    );
+    // A path or a method the API has not is said in its JSON.
+    let (code, said) = service.call("GET", "/decision/op-1", &Value::Null);
+    assert_eq!(
+        (code, said["error"]["code"].clone()),
+        (404, json!("NoSuchRoute")),
+        "{said}"
+    );
+    let (code, said) = service.call("DELETE", "/decisions/op-1", &Value::Null);
+    assert_eq!(
+        (code, said["error"]["code"].clone()),
+        (405, json!("NoSuchMethod")),
+        "{said}"
+    );
 
     let (code, created) = service.call("POST", "/decisions", &decision("op-1"));
     assert_eq!(
