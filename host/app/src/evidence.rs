@@ -227,6 +227,8 @@ pub fn bind_owner_only_socket(
 pub struct Exported {
     pub events: u64,
     pub checkpoints: usize,
+    /// Complete events past the newest signed checkpoint: left out.
+    pub left_out: u64,
 }
 
 /// Copies the evidence of `workspace` into the new directory `out`, as a
@@ -294,6 +296,7 @@ pub fn export(workspace: &Path, out: &Path) -> crate::error::AppResult<Exported>
     Ok(Exported {
         events: newest,
         checkpoints: signed.len(),
+        left_out: events - newest,
     })
 }
 

@@ -237,6 +237,15 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
                     review.display()
                 ))
             })?;
+            // The service accepts a review only from the key of the person
+            // it names: refused here, before it is signed.
+            if review.reviewer() != key.name() {
+                return Err(CliError::refused(format!(
+                    "evidence: the review names {:?} as its reviewer, but --key is {:?}'s; a review is signed by the person it names",
+                    review.reviewer(),
+                    key.name()
+                )));
+            }
             output::outln!(
                 "{}",
                 serde_json::to_string(&bl_app::evidence::sign_review(review, &workspace, &key))
@@ -253,6 +262,12 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
                 out.display(),
                 out.display()
             );
+            if exported.left_out > 0 {
+                output::errln!(
+                    "bl evidence: the newest {} event(s) are under no signed checkpoint yet and were left out; export again once the service has signed them (within 50 ms), or after it stops",
+                    exported.left_out
+                );
+            }
             Ok(Exit::Success)
         }
         EvidenceCommand::Console {

@@ -250,6 +250,27 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
         (403, json!("NotAuthority")),
         "{refused}"
     );
+    // A review naming someone else than the key's owner is not signed.
+    std::fs::write(
+        dir.join("review.json"),
+        json!({"review": "reject", "operation_id": "op-1", "reviewer": "alice", "reason": "x"})
+            .to_string(),
+    )
+    .unwrap();
+    let unsigned = bl_in(
+        dir,
+        &[
+            "evidence",
+            "sign-review",
+            "--key",
+            "bob.key",
+            "--for",
+            "ws.pub",
+            "review.json",
+        ],
+    );
+    assert_eq!(unsigned.status.code(), Some(2), "{unsigned:?}");
+    assert!(String::from_utf8_lossy(&unsigned.stderr).contains("names \"alice\""));
     // Bob's, trusted: his rejection of the blocked decision is recorded.
     let review = json!({"review": "reject", "operation_id": "op-1", "reviewer": "bob", "reason": "over the limit"});
     let (code, recorded) = service.call("POST", "/reviews", &sign(dir, "bob.key", &review));
