@@ -65,6 +65,8 @@ pub enum Submit {
 pub struct Reviewed {
     /// Exactly what was signed.
     pub review: Review,
+    /// The workspace key it was signed for.
+    pub workspace: String,
     /// The service's answer (its `stage`, `sequence`, `receipt`); null
     /// for a dry run.
     pub answer: Value,
@@ -149,6 +151,12 @@ impl Reviewer {
                     humantime::format_duration(valid_for)
                 )));
             }
+            Verdict::Approve { .. } if stage_of(&standing) != "awaiting_approval" => {
+                return Err(AppError::refused(format!(
+                    "evidence: {operation_id} is {}, not waiting for an approval; nothing was signed",
+                    stage_of(&standing)
+                )));
+            }
             Verdict::Approve { valid_for } => {
                 let [checkpoint_ns, interrupt_id] = match standing.pointer("/approval_request") {
                     Some(Value::Array(pair)) if pair.len() == 2 => {
@@ -189,6 +197,7 @@ impl Reviewer {
         if submit == Submit::DryRun {
             return Ok(Reviewed {
                 review,
+                workspace: served,
                 answer: Value::Null,
             });
         }
@@ -198,7 +207,11 @@ impl Reviewer {
             "/reviews",
             Some(serde_json::to_value(&signed).expect("a review is JSON")),
         )?;
-        Ok(Reviewed { review, answer })
+        Ok(Reviewed {
+            review,
+            workspace: served,
+            answer,
+        })
     }
 
     /// The workspace key a service's answer names, if it is the one the
@@ -255,8 +268,19 @@ impl Reviewed {
                 if *executed { "" } else { "not " }
             ),
         };
+        let by = format!(
+            "{would}signed by {} for workspace {}",
+            self.review.reviewer(),
+            self.workspace
+        );
         let after = if dry_run {
             "dry run: nothing was signed or submitted".to_string()
+        } else if self.answer["retry"] == Value::Bool(true) {
+            format!(
+                "{}: now {} (this review was given before; nothing new was recorded)",
+                self.review.operation_id(),
+                self.answer["stage"].as_str().unwrap_or("?"),
+            )
         } else {
             format!(
                 "{}: now {} (event {})",
@@ -265,7 +289,7 @@ impl Reviewed {
                 self.answer["sequence"]
             )
         };
-        format!("{signed}\n{after}")
+        format!("{signed}\n{by}\n{after}")
     }
 }
 

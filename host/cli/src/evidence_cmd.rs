@@ -348,7 +348,19 @@ fn submit(asked: Reviewer, verdict: bl_app::evidence_reviewer::Verdict) -> CliRe
         },
     )?;
     // What the reviewer's key signed (or would sign), in full.
-    output::outln!("{}", reviewed.summary());
+    if output::json() {
+        output::outln!(
+            "{}",
+            serde_json::json!({
+                "dry_run": asked.dry_run,
+                "review": reviewed.review,
+                "workspace": reviewed.workspace,
+                "answer": reviewed.answer,
+            })
+        );
+    } else {
+        output::outln!("{}", reviewed.summary());
+    }
     Ok(Exit::Success)
 }
 

@@ -693,7 +693,8 @@ fn the_documented_langgraph_app_runs_as_written() {
     assert!(
         said.contains(&format!(
             "would be approved {operation}: refund for alice@example.com"
-        )) && said.contains("dry run: nothing was signed or submitted"),
+        )) && said.contains("dry run: nothing was signed or submitted")
+            && said.contains("would be signed by bob for workspace evidence+"),
         "{said}"
     );
     let (_, standing) = service.call("GET", &format!("/decisions/{operation}"), &Value::Null);
