@@ -374,6 +374,18 @@ def async_app() -> None:
 
     asyncio.run(run())
 
+    # An async tool that forgets to await its work: it never ran.
+    async def forgets(args: dict):
+        return effect(args)
+
+    lazy = app.build(bridge, tool_fn=forgets).compile(checkpointer=InMemorySaver())
+    config = thread()
+    raises(lambda: asyncio.run(lazy.ainvoke({"order": "AS-4", "tool": "lookup"}, config)), TypeError,
+           "returned an awaitable or a generator")
+    assert effects_for("AS-4") == []
+    op = lazy.get_state(config).values["evidence"]["operation_id"]
+    assert stage(op) == "reconciliation_required", stage(op)
+
     # A sync tool that only returns a coroutine: it never ran, and bl is
     # not told it executed.
     def looks_sync(args: dict):
@@ -381,7 +393,8 @@ def async_app() -> None:
 
     wrong = app.build(bridge, tool_fn=looks_sync).compile(checkpointer=InMemorySaver())
     config = thread()
-    raises(lambda: wrong.invoke({"order": "AS-3", "tool": "lookup"}, config), TypeError, "returned an awaitable")
+    raises(lambda: wrong.invoke({"order": "AS-3", "tool": "lookup"}, config), TypeError,
+           "returned an awaitable or a generator")
     assert effects_for("AS-3") == []
     op = bridge.client.decision(wrong.get_state(config).values["evidence"]["operation_id"])
     assert op["stage"] == "reconciliation_required", op
@@ -490,6 +503,39 @@ def leases(tmp: str) -> None:
     assert effects_for("LEASE-3") == []
     op = graph.get_state(config).values["evidence"]["operation_id"]
     assert stage(op) == "cleared", stage(op)
+
+    # Cancelled while it waits for the lease: nothing is reserved, and the
+    # lease is free once the other dispatch lets go.
+    async def cancelled_run(order: str, hold_lease: bool, after: float) -> str:
+        one = app.build(leased, tool_fn=slow_effect).compile(checkpointer=InMemorySaver())
+        config = thread()
+        held = sqlite3.connect(path, isolation_level=None)
+        if hold_lease:
+            held.execute("BEGIN IMMEDIATE")
+        task = asyncio.create_task(one.ainvoke({"order": order, "tool": "lookup"}, config))
+        await asyncio.sleep(after)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        if hold_lease:
+            held.execute("ROLLBACK")
+        held.close()
+        await asyncio.sleep(0.5)  # what the cancel left to the call's thread
+        free = sqlite3.connect(path, isolation_level=None, timeout=2)
+        free.execute("BEGIN IMMEDIATE")
+        free.execute("ROLLBACK")
+        free.close()
+        return one.get_state(config).values["evidence"]["operation_id"]
+
+    op = asyncio.run(cancelled_run("LEASE-4", hold_lease=True, after=0.3))
+    assert stage(op) == "cleared" and effects_for("LEASE-4") == [], stage(op)
+    # Cancelled while the tool is awaited: whether it acted is unknown, and
+    # bl says so; the lease is given back.
+    op = asyncio.run(cancelled_run("LEASE-5", hold_lease=False, after=0.1))
+    assert stage(op) == "reconciliation_required", stage(op)
+    assert effects_for("LEASE-5") == []
 
 
 def main() -> None:

@@ -5,13 +5,14 @@ its policy, a person's signed approval and an exactly-once tool call in
     from bl_evidence import CoreClient, LangGraphBridge
 """
 
-from .bridge import DispatchLease, LangGraphBridge
+from .bridge import CallCancelled, DispatchLease, LangGraphBridge
 from .callback import EvidenceGraphCallback
 from .client import Answer, CoreClient, EvidenceError, Refused, Unavailable, args_digest, canonical_json
 from .lease import LeaseTimeout, SqliteDispatchLease
 
 __all__ = [
     "Answer",
+    "CallCancelled",
     "CoreClient",
     "DispatchLease",
     "EvidenceError",

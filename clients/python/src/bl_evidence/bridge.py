@@ -24,8 +24,10 @@ import asyncio
 import hashlib
 import hmac
 import inspect
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from typing import Any, Callable, ContextManager, Generator, Mapping, Protocol
+from typing import Any, Callable, ContextManager, Generator, Mapping, Protocol, cast
 
 from .client import CoreClient, Refused, args_digest
 
@@ -89,7 +91,8 @@ class LangGraphBridge:
             from langgraph.types import interrupt
 
             conf = _configurable(config)
-            thread = str(conf.get("thread_id", ""))
+            thread_id = conf.get("thread_id")
+            thread = "" if thread_id is None else str(thread_id)
             name = tool(state) if callable(tool) else tool
             if not isinstance(name, str) or not name:
                 raise ValueError(f"the decision node's tool= gave {name!r}: it must name the tool, as a string")
@@ -137,59 +140,85 @@ class LangGraphBridge:
         `result_key` in the state, if given.
 
         An `async def` tool gives an async node (for `ainvoke`/`astream`),
-        which awaits it; the dispatch lease and bl's requests run on worker
-        threads, off the event loop. A tool that is not declared
-        async but returns an awaitable is refused once it has returned: it
-        was never run, bl records the call as failed (a person reconciles
-        it), and the node raises `TypeError`."""
+        which awaits it; the dispatch lease and bl's requests run on a
+        thread of the call's own, off the event loop. A tool that returns a
+        coroutine or a generator nothing drives is refused once it has
+        returned: bl records the call as failed (a person reconciles it),
+        and the node raises `TypeError`. A node cancelled while it waits for
+        the lease reserves nothing; cancelled during the call, bl is told
+        whether the tool acted is unknown."""
 
-        if inspect.iscoroutinefunction(tool_fn):
+        if _is_async(tool_fn):
             async def guarded_async(state: State, config: RunnableConfig) -> dict[str, Any]:
                 # The lease and bl's requests may wait (another dispatch
-                # holds the lease): they run on a worker thread, never on
-                # the event loop, so other nodes go on meanwhile.
-                steps = self._guarded_steps(state, args, result_key)
-                started = await asyncio.to_thread(_start, steps)
-                if not started[0]:
-                    return started[1]
+                # holds the lease): they run on a thread of this call's own,
+                # never on the event loop and never behind other calls'
+                # waits, and in order, so what a cancel leaves to do runs
+                # after what was under way.
+                loop = asyncio.get_running_loop()
+                worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bl-evidence-call")
+                cancelled = threading.Event()
+                steps = self._guarded_steps(state, args, result_key, cancelled)
+
+                def on_worker(fn: Callable[..., Any], *fn_args: Any) -> Any:
+                    return asyncio.shield(loop.run_in_executor(worker, fn, *fn_args))
+
                 try:
-                    result = await tool_fn(started[1])
-                except Exception as error:  # it may have acted before it raised
-                    return await asyncio.to_thread(_finish, steps, (False, error))
-                except BaseException:
-                    # Cancelled or stopped half way: whether the tool acted
-                    # is unknown; the reservation stays for a person.
-                    await asyncio.to_thread(steps.close)
-                    raise
-                return await asyncio.to_thread(_finish, steps, (True, result))
+                    try:
+                        started = await on_worker(_start, steps)
+                    except asyncio.CancelledError:
+                        # Not reserved yet: it never will be. Reserved
+                        # meanwhile: the call is recorded as never made
+                        # (a person closes it), and the lease given back.
+                        cancelled.set()
+                        worker.submit(_not_called, steps)
+                        raise
+                    if not started[0]:
+                        return cast("dict[str, Any]", started[1])
+                    try:
+                        result = await tool_fn(started[1])
+                        if inspect.isawaitable(result) or inspect.isgenerator(result) or inspect.isasyncgen(result):
+                            _discard(result)
+                            raise _never_ran(tool_fn)
+                    except asyncio.CancelledError:
+                        # Cancelled half way: whether the tool acted is
+                        # unknown; bl is told so, and a person says.
+                        worker.submit(_finish, steps, (False, CallCancelled("cancelled during the call")))
+                        raise
+                    except Exception as error:  # it may have acted before it raised
+                        update = await on_worker(_finish, steps, (False, error))
+                        if isinstance(error, _NeverRan):
+                            raise TypeError(str(error)) from None
+                        return cast("dict[str, Any]", update)
+                    return cast("dict[str, Any]", await on_worker(_finish, steps, (True, result)))
+                finally:
+                    worker.shutdown(wait=False)  # what was queued still runs
 
             return guarded_async
 
         def guarded(state: State, config: RunnableConfig) -> dict[str, Any]:
-            steps = self._guarded_steps(state, args, result_key)
+            steps = self._guarded_steps(state, args, result_key, None)
             try:
-                call_args = next(steps)
-            except StopIteration as done:
-                return done.value
-            try:
-                result = tool_fn(call_args)
-            except Exception as error:  # it may have acted before it raised
-                return _finish(steps, (False, error))
-            except BaseException:
+                started = _start(steps)
+                if not started[0]:
+                    return cast("dict[str, Any]", started[1])
+                try:
+                    result = tool_fn(started[1])
+                except Exception as error:  # it may have acted before it raised
+                    return _finish(steps, (False, error))
+                if inspect.isawaitable(result) or inspect.isgenerator(result) or inspect.isasyncgen(result):
+                    # A coroutine or generator never driven never ran: bl
+                    # must not record a call that did not happen as
+                    # executed.
+                    _discard(result)
+                    refused = _never_ran(tool_fn)
+                    _finish(steps, (False, refused))
+                    raise TypeError(str(refused))
+                return _finish(steps, (True, result))
+            finally:
+                # Whatever happened, the lease is given back (closing a
+                # finished generator does nothing).
                 steps.close()
-                raise
-            if inspect.isawaitable(result):
-                # A coroutine never awaited never ran: bl must not record a
-                # call that did not happen as executed.
-                close = getattr(result, "close", None)
-                if callable(close):
-                    close()
-                refused = TypeError(f"the tool {getattr(tool_fn, '__name__', tool_fn)!r} returned an awaitable, "
-                                    "which a sync node never runs: declare it `async def`, and run the graph "
-                                    "with ainvoke/astream")
-                _finish(steps, (False, refused))
-                raise refused
-            return _finish(steps, (True, result))
 
         return guarded
 
@@ -206,10 +235,11 @@ class LangGraphBridge:
             return observe is not None and bool(decided.get("operation_id")) \
                 and decided.get("status") == "executed"
 
-        if observe is not None and inspect.iscoroutinefunction(observe):
+        if observe is not None and _is_async(observe):
             async def verify_async(state: State, config: RunnableConfig) -> dict[str, Any]:
                 seen = await observe(state) if observed(state) else None
-                return self._verified(state, seen)
+                # bl's requests are made off the event loop.
+                return await asyncio.to_thread(self._verified, state, seen)
 
             return verify_async
 
@@ -222,7 +252,7 @@ class LangGraphBridge:
     # -- what the nodes share -----------------------------------------------
 
     def _guarded_steps(self, state: State, args: Callable[[State], Mapping[str, Any]],
-                       result_key: str | None,
+                       result_key: str | None, cancelled: threading.Event | None,
                        ) -> Generator[Mapping[str, Any], tuple[bool, Any], dict[str, Any]]:
         """The guarded node's work around the call, for a sync or an async
         node alike: it yields the arguments once the call is reserved, and
@@ -240,6 +270,10 @@ class LangGraphBridge:
         digest = args_digest(call_args, self.digest_key)
         lease = self.dispatch_lease.hold(op) if self.dispatch_lease else nullcontext()
         with lease:
+            if cancelled is not None and cancelled.is_set():
+                # The node was cancelled while it waited for the lease:
+                # nothing is reserved.
+                return {self.state_key: decided}
             if status == "reserved":
                 # Reserved before this run began: by a process that is
                 # gone, since the lease is ours. Whether the tool ran is
@@ -340,8 +374,40 @@ class LangGraphBridge:
                 raise
 
 
-def _start(steps: Generator[Mapping[str, Any], tuple[bool, Any], dict[str, Any]],
-           ) -> tuple[bool, Any]:
+Steps = Generator[Mapping[str, Any], tuple[bool, Any], dict[str, Any]]
+
+
+class CallCancelled(Exception):
+    """The node was cancelled while its tool was being awaited."""
+
+
+class _NeverRan(Exception):
+    """The tool gave back a coroutine or generator that nothing drives."""
+
+
+def _never_ran(tool_fn: Any) -> _NeverRan:
+    return _NeverRan(f"the tool {getattr(tool_fn, '__name__', tool_fn)!r} returned an awaitable or a generator, "
+                     "which is never run: an async tool must be `async def` and await its work, under "
+                     "ainvoke/astream; a sync one must do its work before it returns")
+
+
+def _discard(result: Any) -> None:
+    close = getattr(result, "close", None) or getattr(result, "aclose", None)
+    if callable(close):
+        try:
+            outcome = close()
+            if inspect.iscoroutine(outcome):
+                outcome.close()
+        except Exception:  # closing what never ran must not hide the refusal
+            pass
+
+
+def _is_async(fn: Any) -> bool:
+    """An `async def` function, or an object whose `__call__` is one."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+def _start(steps: Steps) -> tuple[bool, Any]:
     """Runs the guarded node's steps up to the call: `(True, arguments)`
     once it is reserved, or `(False, update)` when there is no call."""
     try:
@@ -350,14 +416,22 @@ def _start(steps: Generator[Mapping[str, Any], tuple[bool, Any], dict[str, Any]]
         return False, done.value
 
 
-def _finish(steps: Generator[Mapping[str, Any], tuple[bool, Any], dict[str, Any]],
-            outcome: tuple[bool, Any]) -> dict[str, Any]:
+def _finish(steps: Steps, outcome: tuple[bool, Any]) -> dict[str, Any]:
     """Sends the call's outcome to the guarded node's steps; their update."""
     try:
         steps.send(outcome)
     except StopIteration as done:
-        return done.value
+        update: dict[str, Any] = done.value
+        return update
     raise AssertionError("the guarded steps yield once")
+
+
+def _not_called(steps: Steps) -> None:
+    """After a cancel during the reservation: if it was granted, the call
+    is recorded as not made (a person closes it) and the lease given
+    back."""
+    if inspect.getgeneratorstate(steps) == inspect.GEN_SUSPENDED:
+        _finish(steps, (False, CallCancelled("cancelled after the reservation; the tool was not called")))
 
 
 def _default_operation_id(thread: str, tool: str, digest: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import warnings
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -36,14 +37,22 @@ class SqliteDispatchLease:
             try:
                 db.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as e:
-                raise LeaseTimeout(f"the dispatch lease {self.path} was held by another dispatch for more than "
-                                   f"{self.timeout} s ({e}); nothing was reserved or called") from e
+                if getattr(e, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+                    raise LeaseTimeout(f"the dispatch lease {self.path} was held by another dispatch for more "
+                                       f"than {self.timeout} s; nothing was reserved or called") from e
+                raise
             try:
                 db.execute("INSERT OR IGNORE INTO dispatched VALUES (?, ?)", (operation_id, time.time()))
                 yield
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-            db.execute("COMMIT")
+            try:
+                db.execute("COMMIT")
+            except sqlite3.Error as e:
+                # The call is over and bl holds its record; closing the
+                # connection gives the lock back all the same.
+                warnings.warn(f"the dispatch lease {self.path}: {e}; the lock is given back on close",
+                              RuntimeWarning, stacklevel=2)
         finally:
             db.close()
