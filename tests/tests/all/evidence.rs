@@ -338,34 +338,20 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     assert_eq!(refused.status.code(), Some(1));
     // The reviewers you trust: bob's key holds; a list without it fails,
     // naming the review and the key that signed it.
-    let trusted = bl_in(
-        dir,
-        &[
-            "verify",
-            "ws",
-            "--pubkey",
-            "ws.pub",
-            "--reviewer",
-            "bob.pub",
-        ],
-    );
+    let verify_trusting = |reviewer: &str| {
+        bl_in(
+            dir,
+            &["verify", "ws", "--pubkey", "ws.pub", "--reviewer", reviewer],
+        )
+    };
+    let trusted = verify_trusting("bob.pub");
     let said = String::from_utf8_lossy(&trusted.stdout);
     assert!(trusted.status.success(), "{said}");
     assert!(
         said.contains("Every review is signed by one of the 1 reviewer key(s) given"),
         "{said}"
     );
-    let untrusted = bl_in(
-        dir,
-        &[
-            "verify",
-            "ws",
-            "--pubkey",
-            "ws.pub",
-            "--reviewer",
-            "mallory.pub",
-        ],
-    );
+    let untrusted = verify_trusting("mallory.pub");
     let said = String::from_utf8_lossy(&untrusted.stdout);
     assert_eq!(untrusted.status.code(), Some(1), "{said}");
     assert!(
@@ -672,22 +658,24 @@ fn the_documented_langgraph_app_runs_as_written() {
     let operation = waiting
         .strip_prefix("waiting for: bl evidence approve ")
         .unwrap_or_else(|| panic!("{waiting}"));
-    // A dry run shows what would be signed, and signs nothing.
-    let shown = bl_in(
-        dir,
-        &[
+    // `bl evidence VERB OPERATION` as bob, at `url`, with `extra`.
+    let review = |verb: &str, url: &str, extra: &[&str]| {
+        let mut args = vec![
             "evidence",
-            "approve",
+            verb,
             operation,
             "--key",
             "bob.key",
             "--url",
-            &service.url,
+            url,
             "--token-file",
             "token",
-            "--dry-run",
-        ],
-    );
+        ];
+        args.extend_from_slice(extra);
+        bl_in(dir, &args)
+    };
+    // A dry run shows what would be signed, and signs nothing.
+    let shown = review("approve", &service.url, &["--dry-run"]);
     let said = String::from_utf8_lossy(&shown.stdout);
     assert!(shown.status.success(), "{shown:?}");
     assert!(
@@ -701,62 +689,20 @@ fn the_documented_langgraph_app_runs_as_written() {
     assert_eq!(standing["stage"], "awaiting_approval", "{standing}");
     // An approval for ever is no bound: refused before anything is signed.
     for forever in ["99999999999h", "0s"] {
-        let refused = bl_in(
-            dir,
-            &[
-                "evidence",
-                "approve",
-                operation,
-                "--key",
-                "bob.key",
-                "--url",
-                &service.url,
-                "--token-file",
-                "token",
-                "--valid-for",
-                forever,
-            ],
-        );
+        let refused = review("approve", &service.url, &["--valid-for", forever]);
         let said = String::from_utf8_lossy(&refused.stderr);
         assert_eq!(refused.status.code(), Some(2), "{said}");
         assert!(said.contains("an approval holds from 1s to"), "{said}");
     }
-    let approved = bl_in(
-        dir,
-        &[
-            "evidence",
-            "approve",
-            operation,
-            "--key",
-            "bob.key",
-            "--url",
-            &service.url,
-            "--token-file",
-            "token",
-            "--for",
-            "ws.pub",
-        ],
-    );
+    let approved = review("approve", &service.url, &["--for", "ws.pub"]);
     assert!(approved.status.success(), "{approved:?}");
     let done = lines.next().unwrap().unwrap();
     assert_eq!(done, "executed {'refunded': '42', 'amount': 30}");
     assert!(app.wait().unwrap().success());
     let reject = |url: &str, extra: &[&str]| {
-        let mut args = vec![
-            "evidence",
-            "reject",
-            operation,
-            "--reason",
-            "x",
-            "--key",
-            "bob.key",
-            "--url",
-            url,
-            "--token-file",
-            "token",
-        ];
+        let mut args = vec!["--reason", "x"];
         args.extend_from_slice(extra);
-        bl_in(dir, &args)
+        review("reject", url, &args)
     };
     // A reviewer who expects another workspace's key signs nothing.
     let elsewhere = reject(&service.url, &["--for", "mallory.pub"]);
