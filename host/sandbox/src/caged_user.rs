@@ -427,47 +427,84 @@ pub(crate) fn prepare_idmap(user: CagedUser) {
 /// A child started in it (sharing bl's memory, so nothing is copied) waits
 /// while we write its maps and open it, then exits.
 fn mapping_namespace(uid_map: &str, gid_map: &str) -> std::io::Result<OwnedFd> {
-    let (done_r, done_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let stack = crate::spawn::Stack::new().map_err(std::io::Error::other)?;
-    extern "C" fn wait_for_parent(done: *mut libc::c_void) -> libc::c_int {
-        let mut byte = 0u8;
-        // SAFETY: a read on the descriptor passed in, then _exit; nothing
-        // else is touched in the memory it shares with bl.
-        unsafe {
-            libc::read(
-                done as usize as libc::c_int,
-                (&mut byte as *mut u8).cast(),
-                1,
-            );
-            libc::_exit(0)
-        }
-    }
-    // SAFETY: the child runs `wait_for_parent` on its own stack, which
-    // lives until the child was reaped below.
-    let child = unsafe {
-        libc::clone(
-            wait_for_parent,
-            stack.top(),
-            libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
-            done_r.as_raw_fd() as usize as *mut libc::c_void,
-        )
-    };
-    if child < 0 {
-        return Err(std::io::Error::other(format!(
-            "could not make a user namespace for the idmapping: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
+    let child = NamespaceChild::start()?;
+    let pid = child.pid;
     let outcome = (|| {
-        std::fs::write(format!("/proc/{child}/uid_map"), uid_map)?;
-        std::fs::write(format!("/proc/{child}/gid_map"), gid_map)?;
-        let ns = std::fs::File::open(format!("/proc/{child}/ns/user"))?;
+        std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)?;
+        let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
         Ok(OwnedFd::from(ns))
     })();
-    let _ = nix::unistd::write(&done_w, &[1]);
-    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
-    drop(stack);
+    child.release();
     outcome
+}
+
+/// A child in a new user namespace that waits for bl, on a pipe, until it
+/// is released.
+struct NamespaceChild {
+    pid: libc::pid_t,
+    release: OwnedFd,
+    stack: crate::spawn::Stack,
+}
+
+impl NamespaceChild {
+    fn start() -> std::io::Result<NamespaceChild> {
+        let (done_r, done_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let stack = crate::spawn::Stack::new().map_err(std::io::Error::other)?;
+        extern "C" fn wait_for_parent(pipe: *mut libc::c_void) -> libc::c_int {
+            let pipe = pipe as usize as u64;
+            let (read_end, write_end) = (
+                (pipe & 0xffff_ffff) as libc::c_int,
+                (pipe >> 32) as libc::c_int,
+            );
+            let mut byte = 0u8;
+            // SAFETY: a close and a read on the descriptors passed in,
+            // then _exit; nothing else is touched in the memory it shares
+            // with bl. Its own copy of the write end is closed first: if
+            // bl exits before it writes, the read ends (end of file),
+            // where the child would otherwise wait for ever, holding bl's
+            // stdout and stderr open.
+            unsafe {
+                libc::close(write_end);
+                libc::read(read_end, (&mut byte as *mut u8).cast(), 1);
+                libc::_exit(0)
+            }
+        }
+        let pipe = (done_r.as_raw_fd() as u32 as u64) | ((done_w.as_raw_fd() as u32 as u64) << 32);
+        // SAFETY: the child runs `wait_for_parent` on its own stack, which
+        // lives until the child was reaped.
+        let pid = unsafe {
+            libc::clone(
+                wait_for_parent,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
+                pipe as usize as *mut libc::c_void,
+            )
+        };
+        if pid < 0 {
+            return Err(std::io::Error::other(format!(
+                "could not make a user namespace for the idmapping: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(NamespaceChild {
+            pid,
+            release: done_w,
+            stack,
+        })
+    }
+
+    /// Lets the child exit, and reaps it.
+    fn release(self) {
+        let _ = nix::unistd::write(&self.release, &[1]);
+        self.reap();
+    }
+
+    /// Reaps the child once it exited.
+    fn reap(self) {
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
+        drop(self.stack);
+    }
 }
 
 /// How a workspace at `dir` would be lent to `user` (tries an idmapped
@@ -1072,6 +1109,35 @@ impl Drop for LentTree {
 
 #[cfg(test)]
 mod tests {
+
+    /// A bl that exits before it releases the child (its write end of the
+    /// pipe closed, as at exit) leaves no child waiting for ever.
+    #[test]
+    fn the_namespace_child_ends_when_bl_lets_go_without_a_word() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED: making a user namespace here needs root");
+            return;
+        }
+        let child = NamespaceChild::start().unwrap();
+        let pid = nix::unistd::Pid::from_raw(child.pid);
+        let NamespaceChild { release, stack, .. } = child;
+        drop(release);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+                Ok(nix::sys::wait::WaitStatus::StillAlive) => {}
+                Ok(_) => break,
+                Err(e) => panic!("{e}"),
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::wait::waitpid(pid, None);
+                panic!("the child still waits after bl let go of the pipe");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        drop(stack);
+    }
     use super::*;
 
     #[test]
