@@ -230,8 +230,8 @@ fn not_from_the_app(event: &str, field: &str, message: String) -> Response {
 
 /// A decision's binding from a JSON body, with every field it binds
 /// given; or the 400 that names what is wrong.
-fn binding(bytes: &[u8]) -> Result<DecisionBinding, Box<Response>> {
-    let binding: DecisionBinding = body(bytes)?;
+fn binding(body: Value) -> Result<DecisionBinding, Box<Response>> {
+    let binding: DecisionBinding = typed(body)?;
     match binding.blank_field() {
         Some(field) => Err(Box::new(bad_request(format!(
             "the body: `{field}` is empty; a decision is bound to it"
@@ -245,8 +245,13 @@ fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Box<Response>
     serde_json::from_slice(bytes).map_err(|e| Box::new(bad_request(format!("the body: {e}"))))
 }
 
+/// A body already read as JSON, as `T`; or the 400 that says why not.
+fn typed<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, Box<Response>> {
+    serde_json::from_value(body).map_err(|e| Box::new(bad_request(format!("the body: {e}"))))
+}
+
 async fn create(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -> Response {
-    let binding: DecisionBinding = match binding(&bytes) {
+    let binding: DecisionBinding = match body(&bytes).and_then(binding) {
         Ok(b) => b,
         Err(refused) => return *refused,
     };
@@ -259,13 +264,15 @@ async fn create(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -
 }
 
 async fn propose(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -> Response {
-    let names_a_policy = serde_json::from_slice::<Value>(&bytes)
-        .ok()
-        .is_some_and(|v| v.get("policy").is_some() || v.get("policy_config").is_some());
-    if names_a_policy {
+    // Read once: whether it names a policy, then as a binding.
+    let asked: Value = match body(&bytes) {
+        Ok(v) => v,
+        Err(refused) => return *refused,
+    };
+    if asked.get("policy").is_some() || asked.get("policy_config").is_some() {
         return not_from_the_app("policy_evaluated", "policy", OPERATORS_POLICY.into());
     }
-    let binding: DecisionBinding = match binding(&bytes) {
+    let binding: DecisionBinding = match binding(asked) {
         Ok(b) => b,
         Err(refused) => return *refused,
     };
@@ -304,11 +311,13 @@ async fn event(
     // What only a person or the policy may record never comes from the
     // app: refused by its name, before its fields are read (a newcomer is
     // not coached, field by field, towards an event they may never send).
-    let named = serde_json::from_slice::<Value>(&bytes)
-        .ok()
-        .and_then(|v| v.get("event").and_then(Value::as_str).map(str::to_string));
-    if let Some(kind) = named
-        .as_deref()
+    let sent: Value = match body(&bytes) {
+        Ok(v) => v,
+        Err(refused) => return *refused,
+    };
+    if let Some(kind) = sent
+        .get("event")
+        .and_then(Value::as_str)
         .filter(|kind| NOT_FROM_THE_APP.contains(kind))
     {
         return not_from_the_app(
@@ -319,7 +328,7 @@ async fn event(
             ),
         );
     }
-    let event: EvidenceEvent = match body(&bytes) {
+    let event: EvidenceEvent = match typed(sent) {
         Ok(e) => e,
         Err(refused) => return *refused,
     };

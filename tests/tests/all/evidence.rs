@@ -1094,11 +1094,9 @@ fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
     let (_, page) = http_request(&url, "GET", "", &[], b"");
     let shown_c = shown_on(&page, "op-c");
     let origin = origin_of(&url);
-    let (code, said) = post(
-        &url,
-        &[&origin, json],
-        &json!({"operation_id": "op-c", "decision": "rejected", "shown": shown_c, "reason": "mine"}),
-    );
+    let mallory_rejects =
+        json!({"operation_id": "op-c", "decision": "rejected", "shown": shown_c, "reason": "mine"});
+    let (code, said) = post(&url, &[&origin, json], &mallory_rejects);
     assert_eq!(code, 409, "{said}");
     assert!(said.contains("NotAuthority"), "{said}");
     let (_, standing) = service.call("GET", "/decisions/op-c", &Value::Null);
@@ -1107,11 +1105,7 @@ fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
     // With the service gone, nothing is decided, and the console says so
     // as a failed gateway, not as a refusal.
     drop(service);
-    let (code, said) = post(
-        &url,
-        &[&origin, json],
-        &json!({"operation_id": "op-c", "decision": "rejected", "shown": shown_c, "reason": "mine"}),
-    );
+    let (code, said) = post(&url, &[&origin, json], &mallory_rejects);
     assert_eq!(code, 502, "{said}");
     assert!(said.contains("evidence: "), "{said}");
     let (status, _) = http_request(&url, "GET", "", &[], b"");
