@@ -343,6 +343,8 @@ pub struct Decision {
     pub rejection_reason: Option<String>,
     pub model_outputs: Vec<String>,
     pub outcomes: usize,
+    /// The latest outcome observed: `(external_ref, status, source)`.
+    pub last_outcome: Option<(String, String, String)>,
 }
 
 impl Decision {
@@ -365,6 +367,7 @@ impl Decision {
             rejection_reason: None,
             model_outputs: Vec::new(),
             outcomes: 0,
+            last_outcome: None,
         }
     }
 
@@ -543,6 +546,7 @@ impl Decision {
                     }
                 }
                 self.outcomes += 1;
+                self.last_outcome = Some((external_ref.clone(), status.clone(), source.clone()));
             }
             E::ReconciliationRequired { .. } => match self.stage {
                 Stage::Reserved | Stage::ReconciliationRequired => {
@@ -826,6 +830,23 @@ impl Decisions {
                 if decision.stage == Stage::Rejected =>
             {
                 decision.clone().apply(event, now).map(|()| None)
+            }
+            // The outcome just observed, sent again (its answer lost) is a
+            // retry, not a second observation; another one is recorded,
+            // since what the outside system says may change.
+            (
+                Some(decision),
+                EvidenceEvent::OutcomeObserved {
+                    external_ref,
+                    status,
+                    source,
+                },
+            ) if decision
+                .last_outcome
+                .as_ref()
+                .is_some_and(|(r, st, so)| (r, st, so) == (external_ref, status, source)) =>
+            {
+                Ok(None)
             }
             (Some(decision), _) => {
                 let mut next = decision.clone();
@@ -1130,6 +1151,39 @@ mod tests {
             }
         }
         assert_eq!(decisions.accept("op-1", &rejected, NOW), Ok(None));
+    }
+
+    #[test]
+    fn the_outcome_just_observed_sent_again_is_a_retry_and_a_changed_one_is_recorded() {
+        let mut decisions = Decisions::default();
+        let outcome = |status: &str| E::OutcomeObserved {
+            external_ref: "refund/991".into(),
+            status: status.into(),
+            source: "payments-api".into(),
+        };
+        let mut record = |e: &E| -> bool {
+            match decisions.accept("op-1", e, NOW).unwrap() {
+                Some(d) => {
+                    decisions.commit("op-1", d);
+                    true
+                }
+                None => false,
+            }
+        };
+        for e in [
+            E::DecisionCreated(binding()),
+            policy(true, false),
+            reserve(),
+            executed(),
+        ] {
+            assert!(record(&e), "{}", e.kind());
+        }
+        assert!(record(&outcome("pending")));
+        assert!(!record(&outcome("pending")), "sent again: a retry");
+        assert!(record(&outcome("settled")), "what the outside says changed");
+        assert!(record(&outcome("pending")), "and changed back");
+        let d = decisions.get("op-1").unwrap();
+        assert_eq!(d.outcomes, 3);
     }
 
     #[test]

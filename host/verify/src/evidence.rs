@@ -163,8 +163,17 @@ fn check_review(
         Some(_) => return Err(fail("carries a review for another event".into())),
         None => return Err(fail("carries no signed review".into())),
     };
-    if workspace_key.is_some_and(|k| k.to_text() != signed.workspace.trim()) {
-        return Err(fail("carries a review for another workspace".into()));
+    if let Some(given) = workspace_key
+        && given.to_text() != signed.workspace.trim()
+    {
+        // Either the review was made for another workspace or the key
+        // given is not this workspace's: say which keys, not which is wrong.
+        let named = bl_store::VerifierKey::parse(signed.workspace.trim())
+            .map_or_else(|_| signed.workspace.trim().to_string(), |k| key_id(&k));
+        return Err(fail(format!(
+            "carries a review for the workspace key {named}, not the key given with --pubkey ({}); if that is not this workspace's key, give its own",
+            key_id(given)
+        )));
     }
     review_signer(signed).map_err(|e| fail(format!("carries a review that {e}")))
 }

@@ -142,6 +142,9 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
     let expect_head = options.expect_head.as_deref();
     let key = options.verifier.as_ref();
     let mut checks = Vec::new();
+    // An evidence workspace keeps its people's decisions in its log (the
+    // "evidence" check), never in an approvals.json.
+    let mut evidence = false;
     if path.is_dir() {
         let log = path.join(EVENT_LOG);
         if log.is_file() {
@@ -149,9 +152,13 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
             match crate::evidence::verify_evidence(&log, key, options.reviewers.as_deref()) {
                 Ok(None) => {}
                 Ok(Some(detail)) => {
+                    evidence = true;
                     checks.push(Check::from_result("evidence", Ok::<_, Finding>(detail)))
                 }
-                Err(e) => checks.push(Check::from_result("evidence", Err::<String, _>(e))),
+                Err(e) => {
+                    evidence = true;
+                    checks.push(Check::from_result("evidence", Err::<String, _>(e)))
+                }
             }
         } else {
             checks.push(Check::not_applicable("chain", "no controller-events.jsonl"));
@@ -270,6 +277,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
         )),
     }
     match bl_store::verify_approvals(&run_dir, key) {
+        Ok(None) if evidence => {}
         Ok(None) => checks.push(Check::not_applicable("approvals", "no approvals.json")),
         Ok(Some(report)) => {
             // Said every time: a decision an agent made is not a person's.

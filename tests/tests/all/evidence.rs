@@ -323,6 +323,16 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
             .unwrap_or_else(|| panic!("no {name} check: {report}"))
     };
     assert_eq!(check("signatures")["status"], json!("ok"), "{report}");
+    // Its people's decisions are in the log ("evidence"), so there is no
+    // approvals.json to report as missing.
+    assert!(
+        !report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "approvals"),
+        "{report}"
+    );
     let evidence = check("evidence");
     let detail = evidence["detail"].as_str().unwrap();
     assert!(
@@ -336,6 +346,13 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     let other = String::from_utf8(other.stdout).unwrap();
     let refused = bl_in(dir, &["verify", "ws", "--pubkey", other.trim()]);
     assert_eq!(refused.status.code(), Some(1));
+    // Bob's review names the workspace's key: the report says it differs
+    // from the key given, not that the review is for another workspace.
+    let said = String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        said.contains("not the key given with --pubkey") && !said.contains("another workspace"),
+        "{said}"
+    );
     // The reviewers you trust: bob's key holds; a list without it fails,
     // naming the review and the key that signed it.
     let verify_trusting = |reviewer: &str| {
