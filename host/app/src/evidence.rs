@@ -316,6 +316,18 @@ pub struct Recorded {
     pub receipt: String,
 }
 
+/// Whether a retry can repeat an event of this kind (the rules call it
+/// one: `Decisions::accept` answers `None`): a creation (a proposal sent
+/// again), a rejection, an outcome.
+fn retried_kind(event: &EvidenceEvent) -> bool {
+    matches!(
+        event,
+        EvidenceEvent::DecisionCreated(_)
+            | EvidenceEvent::HumanRejected { .. }
+            | EvidenceEvent::OutcomeObserved { .. }
+    )
+}
+
 /// One workspace's evidence: its log, open and locked, and every decision's
 /// state.
 pub struct EvidenceStore {
@@ -328,8 +340,10 @@ pub struct EvidenceStore {
     /// Set when a write failed after the log may have changed: the store
     /// refuses everything until it is opened again and read back.
     broken: Option<String>,
-    /// Where each decision was created, for its retries.
-    created_at: BTreeMap<String, (u64, String)>,
+    /// Where each decision's latest event of each kind a retry can repeat
+    /// is in the log (sequence, hash), so that a retry is answered with
+    /// the event it repeats.
+    recorded_at: BTreeMap<(String, &'static str), (u64, String)>,
     /// The log's Merkle tree, as far as it is written.
     tree: Frontier,
     /// Signs the checkpoints after the one made at open, off the path of
@@ -376,7 +390,7 @@ impl EvidenceStore {
             reviewers,
             decisions: Decisions::default(),
             broken: None,
-            created_at: BTreeMap::new(),
+            recorded_at: BTreeMap::new(),
             tree: Frontier::default(),
             sealer: None,
             unsealed: false,
@@ -473,11 +487,13 @@ impl EvidenceStore {
             let changed = self.decisions.replay(&logged).map_err(|refusal| {
                 not_evidence(format!("{} refused: {refusal}", logged.evidence.kind()))
             })?;
-            if changed && matches!(logged.evidence, EvidenceEvent::DecisionCreated(_)) {
+            if changed && retried_kind(&logged.evidence) {
                 let sequence = row["sequence"].as_u64().unwrap_or_default();
                 let hash = row["event_hash"].as_str().unwrap_or_default().to_string();
-                self.created_at
-                    .insert(logged.operation_id, (sequence, hash));
+                self.recorded_at.insert(
+                    (logged.operation_id, logged.evidence.kind()),
+                    (sequence, hash),
+                );
             }
         }
         Ok(())
@@ -528,7 +544,17 @@ impl EvidenceStore {
             .accept(operation_id, &event, now)
             .map_err(refused)?
         else {
-            let (sequence, hash) = self.created_at[operation_id].clone();
+            // The event this one repeats: a rejection's, the latest
+            // outcome's, else (a proposal) the decision's creation.
+            let (sequence, hash) = self
+                .recorded_at
+                .get(&(operation_id.to_string(), event.kind()))
+                .or_else(|| {
+                    self.recorded_at
+                        .get(&(operation_id.to_string(), "decision_created"))
+                })
+                .cloned()
+                .unwrap_or_default();
             return Ok(Recorded {
                 receipt: self.receipt(operation_id, sequence, &hash),
                 sequence,
@@ -571,9 +597,11 @@ impl EvidenceStore {
         self.tree.push(leaf);
         self.unsealed = true;
         let hash = self.log.head().hash.clone();
-        if matches!(event, EvidenceEvent::DecisionCreated(_)) {
-            self.created_at
-                .insert(operation_id.to_string(), (sequence, hash.clone()));
+        if retried_kind(&event) {
+            self.recorded_at.insert(
+                (operation_id.to_string(), event.kind()),
+                (sequence, hash.clone()),
+            );
         }
         let stage = next.stage;
         self.decisions.commit(operation_id, next);
@@ -1009,6 +1037,63 @@ mod tests {
 
     fn key() -> SigningKey {
         SigningKey::generate("evidence-test").unwrap()
+    }
+
+    /// An outcome sent again (its answer lost) is answered with the
+    /// outcome's own place in the log and receipt, before and after the
+    /// store is reopened; nothing new is written.
+    #[test]
+    fn an_outcome_sent_again_is_answered_with_the_outcome_it_repeats() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ws");
+        let signer = key();
+        let same_key = || SigningKey::parse(&signer.to_text()).unwrap();
+        let outcome = || EvidenceEvent::OutcomeObserved {
+            external_ref: "refund/991".into(),
+            status: "settled".into(),
+            source: "payments-api".into(),
+        };
+        let first = {
+            let mut store = EvidenceStore::open(&dir, same_key(), vec![bob().verifier()]).unwrap();
+            store.record("op-1", created(), NOW).unwrap();
+            store.record("op-1", policy(), NOW).unwrap();
+            let paused = EvidenceEvent::ApprovalRequested {
+                checkpoint_ns: "ns".into(),
+                interrupt_id: "i-1".into(),
+            };
+            store.record("op-1", paused, NOW).unwrap();
+            let signed = reviewed(&store, approval());
+            store.review(&signed, NOW).unwrap();
+            store.record("op-1", reserve(), NOW).unwrap();
+            let executed = EvidenceEvent::ToolExecuted {
+                ok: true,
+                detail: "sha256:rr".into(),
+            };
+            store.record("op-1", executed, NOW).unwrap();
+            let first = store.record("op-1", outcome(), NOW).unwrap();
+            assert_eq!((first.sequence, first.retry), (7, false));
+            let again = store.record("op-1", outcome(), NOW).unwrap();
+            assert_eq!(
+                again,
+                Recorded {
+                    retry: true,
+                    ..first.clone()
+                }
+            );
+            first
+        };
+        let mut store = EvidenceStore::open(&dir, same_key(), vec![bob().verifier()]).unwrap();
+        let again = store.record("op-1", outcome(), NOW).unwrap();
+        assert_eq!(
+            again,
+            Recorded {
+                retry: true,
+                ..first
+            }
+        );
+        let lines = std::fs::read_to_string(dir.join(EVENTS_FILE)).unwrap();
+        assert_eq!(lines.lines().count(), 7);
+        assert_eq!(store.decision("op-1").unwrap().outcomes, 1);
     }
 
     #[test]

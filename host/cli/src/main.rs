@@ -53,8 +53,9 @@ struct Cli {
     allow_unsigned: Vec<String>,
 }
 
-// Each command's own arguments are built only when it is the one given:
-// building all of them cost every `bl` process about half a millisecond.
+// Each command's own arguments are built only when it is the one given
+// (and so for the commands under `graph`, `plugin` and the others):
+// building all of them cost every `bl` process about 0.8 ms of CPU.
 #[derive(Subcommand)]
 #[command(defer = true)]
 enum Command {
@@ -350,7 +351,6 @@ fn main() -> ExitCode {
     ExitCode::from(exit.code())
 }
 
-/// One page per command, named as man names them (`bl-graph-lint.1`).
 /// The whole command line, every command's arguments made (they are
 /// deferred until a command is given): for what documents them all.
 fn whole_command_line() -> clap::Command {
@@ -359,6 +359,7 @@ fn whole_command_line() -> clap::Command {
     command
 }
 
+/// One page per command, named as man names them (`bl-graph-lint.1`).
 fn man_pages(dir: &std::path::Path) -> exit::CliResult {
     fn write(dir: &std::path::Path, cmd: clap::Command, name: String) -> std::io::Result<usize> {
         let cmd = cmd.name(name.clone());

@@ -861,14 +861,24 @@ impl Decisions {
     }
 
     /// Applies a logged event as [`Decisions::accept`] and
-    /// [`Decisions::commit`] would; `Ok(false)`: a retry, nothing changed.
+    /// [`Decisions::commit`] would; `Ok(false)`: a retry, nothing changed
+    /// (but an outcome logged twice is counted twice).
     pub fn replay(&mut self, logged: &LoggedEvent) -> Result<bool, Refusal> {
         match self.accept(&logged.operation_id, &logged.evidence, logged.at)? {
             Some(decision) => {
                 self.commit(&logged.operation_id, decision);
                 Ok(true)
             }
-            None => Ok(false),
+            None => {
+                // A log made before an outcome sent again was a retry holds
+                // it twice: it is still an outcome the log holds.
+                if matches!(logged.evidence, EvidenceEvent::OutcomeObserved { .. })
+                    && let Some(decision) = self.0.get_mut(&logged.operation_id)
+                {
+                    decision.outcomes += 1;
+                }
+                Ok(false)
+            }
         }
     }
 }
@@ -1184,6 +1194,16 @@ mod tests {
         assert!(record(&outcome("pending")), "and changed back");
         let d = decisions.get("op-1").unwrap();
         assert_eq!(d.outcomes, 3);
+        // A log written before the rules read it as a retry holds the same
+        // outcome twice in a row: replayed, it is accepted and counted.
+        let logged = LoggedEvent {
+            operation_id: "op-1".into(),
+            at: NOW,
+            evidence: outcome("pending"),
+            review: None,
+        };
+        assert_eq!(decisions.replay(&logged), Ok(false));
+        assert_eq!(decisions.get("op-1").unwrap().outcomes, 4);
     }
 
     #[test]
