@@ -16,6 +16,12 @@ without it (issue 34's measure). It is split into the decision step
 Prints each at p50 and p99; exits 1 when what the bridge adds is over
 the target at p99.
 
+Then where that goes: the service's three round trips timed from a plain
+client loop (the proposal, the reservation, the receipt), and the same
+graphs run with a client that answers at once without the service (what
+the bridge's nodes cost LangGraph by themselves). Those two are printed
+only; the target is held on the measure above.
+
     python bench.py URL TOKEN_FILE WORKDIR [N]
 """
 
@@ -30,6 +36,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from bl_evidence import CoreClient, LangGraphBridge
+from bl_evidence.client import args_digest
 
 TARGET_MS = 2.0
 
@@ -78,6 +85,56 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
+class InstantClient(CoreClient):
+    """Answers every request at once, as the service would a cleared one,
+    without a service: a measuring device for the bridge's own cost."""
+
+    ANSWER = json.dumps({"sequence": 1, "event_hash": "sha256:00", "stage": "cleared", "retry": False,
+                         "receipt": "00", "policy": {"reason": "allowed"}}).encode()
+
+    def _exchange(self, request: bytes) -> tuple[int, bytes]:
+        return 200, self.ANSWER
+
+
+def round_trips(url, token_file, n):
+    """The service's three requests of a guarded call, each timed alone."""
+    client = CoreClient(url, token_file=token_file)
+    run = str(int(time.time() * 1000))
+    took = {"proposal": [], "reservation": [], "receipt": []}
+    for i in range(n):
+        op, digest = f"rt-{run}-{i}", args_digest({"n": i})
+        for name, call in (
+            ("proposal", lambda: client.propose(operation_id=op, thread_id="rt", identity="bench",
+                                                tool="lookup", args_digest=digest)),
+            ("reservation", lambda: client.reserve(op, tool="lookup", args_digest=digest)),
+            ("receipt", lambda: client.executed(op, ok=True)),
+        ):
+            t0 = time.perf_counter()
+            call()
+            took[name].append((time.perf_counter() - t0) * 1000)
+    client.close()
+    return {name: xs[min(20, len(xs) // 10):] for name, xs in took.items()}
+
+
+def without_service(work, n):
+    """Plain and guarded graphs, the guarded one with instant answers."""
+    bridge = LangGraphBridge(InstantClient("http://127.0.0.1:9/v1", token="none"), identity="bench")
+    times = {"plain": [], "guarded": []}
+    run = str(int(time.time() * 1000))
+    with SqliteSaver.from_conn_string(os.path.join(work, f"instant-{run}.db")) as saver:
+        graphs = {"plain": plain_graph().compile(checkpointer=saver),
+                  "guarded": bridged_graph(bridge, guarded=True).compile(checkpointer=saver)}
+        for start in range(0, n + 20, 25):
+            for name, graph in graphs.items():
+                for i in range(start, start + 25):
+                    config = {"configurable": {"thread_id": f"{name}-{run}"}}
+                    t0 = time.perf_counter()
+                    graph.invoke({"n": i}, config, durability="sync")
+                    if i >= 20:
+                        times[name].append((time.perf_counter() - t0) * 1000)
+    return times
+
+
 def main():
     url, token_file, work = sys.argv[1:4]
     n = int(sys.argv[4]) if len(sys.argv) > 4 else 1000
@@ -117,6 +174,12 @@ def main():
           f"  (target: at most {TARGET_MS} ms at p99; {pct(times['guarded'], 99) / pct(times['plain'], 99):.2f}x the plain run at p99)")
     print(f"  its decision step     {added('decided', 'plain', 50):5.2f} ms at p50, {added('decided', 'plain', 99):5.2f} ms at p99")
     print(f"  its guarded step      {added('guarded', 'decided', 50):5.2f} ms at p50, {guarded_p99:5.2f} ms at p99")
+    print("where it goes (printed only):")
+    for name, xs in round_trips(url, token_file, min(n, 1000)).items():
+        print(f"  the service's {name:11} round trip  p50 {pct(xs, 50):5.2f} ms   p99 {pct(xs, 99):5.2f} ms")
+    instant = without_service(work, min(n, 1000))
+    print(f"  the bridge's nodes with instant answers add  {pct(instant['guarded'], 50) - pct(instant['plain'], 50):5.2f} ms"
+          f" at p50, {pct(instant['guarded'], 99) - pct(instant['plain'], 99):5.2f} ms at p99 (no service)")
     print(json.dumps({"guarded_step_p99_ms": round(guarded_p99, 3),
                       "decision_step_p99_ms": round(added("decided", "plain", 99), 3),
                       "both_p99_ms": round(both_p99, 3)}))
