@@ -316,18 +316,6 @@ pub struct Recorded {
     pub receipt: String,
 }
 
-/// Whether a retry can repeat an event of this kind (the rules call it
-/// one: `Decisions::accept` answers `None`): a creation (a proposal sent
-/// again), a rejection, an outcome.
-fn retried_kind(event: &EvidenceEvent) -> bool {
-    matches!(
-        event,
-        EvidenceEvent::DecisionCreated(_)
-            | EvidenceEvent::HumanRejected { .. }
-            | EvidenceEvent::OutcomeObserved { .. }
-    )
-}
-
 /// One workspace's evidence: its log, open and locked, and every decision's
 /// state.
 pub struct EvidenceStore {
@@ -487,7 +475,7 @@ impl EvidenceStore {
             let changed = self.decisions.replay(&logged).map_err(|refusal| {
                 not_evidence(format!("{} refused: {refusal}", logged.evidence.kind()))
             })?;
-            if changed && retried_kind(&logged.evidence) {
+            if changed && logged.evidence.can_be_retried() {
                 let sequence = row["sequence"].as_u64().unwrap_or_default();
                 let hash = row["event_hash"].as_str().unwrap_or_default().to_string();
                 self.recorded_at.insert(
@@ -597,7 +585,7 @@ impl EvidenceStore {
         self.tree.push(leaf);
         self.unsealed = true;
         let hash = self.log.head().hash.clone();
-        if retried_kind(&event) {
+        if event.can_be_retried() {
             self.recorded_at.insert(
                 (operation_id.to_string(), event.kind()),
                 (sequence, hash.clone()),

@@ -93,6 +93,18 @@ impl EvidenceEvent {
         )
     }
 
+    /// Whether sending it again can be a retry ([`Decisions::accept`]
+    /// answers `None`): a creation (a proposal sent again), a rejection
+    /// given again, the latest outcome observed again.
+    pub fn can_be_retried(&self) -> bool {
+        matches!(
+            self,
+            EvidenceEvent::DecisionCreated(_)
+                | EvidenceEvent::HumanRejected { .. }
+                | EvidenceEvent::OutcomeObserved { .. }
+        )
+    }
+
     /// The event's type, as recorded.
     pub fn kind(&self) -> &'static str {
         match self {
