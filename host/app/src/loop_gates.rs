@@ -105,6 +105,9 @@ impl GatePlugins {
         grants: &[&str],
     ) -> Result<(GatePlugin, String, bool), GateUnprepared> {
         let found = self.host.find(name).map_err(unprepared)?;
+        if grants.contains(&"command") {
+            self.commands.expect_commands();
+        }
         let grant = Grant {
             grants: Grants::parse(grants).map_err(unprepared)?,
             commands: Some(self.commands.clone()),

@@ -313,7 +313,10 @@ fn sandbox_runner(sandbox: bool, hidden: &[PathBuf]) -> Result<Arc<dyn CommandRu
     } else {
         bl_sandbox::Tier::WorkspaceOnly
     };
-    let sandbox = crate::cage::sandbox(tier)
+    // Its containment and network are made ahead only once the worker or
+    // the gate is known to run commands (a cassette worker and a wasm-only
+    // gate run none).
+    let sandbox = crate::cage::sandbox_on_demand(tier)
         .map_err(|e| AppError::Refused(e.to_string()))?
         .hiding(hidden.to_vec());
     Ok(Arc::new(sandbox))
@@ -327,6 +330,10 @@ fn make_runner(
     env: Vec<(String, String)>,
 ) -> Result<Box<dyn Runner>, AppError> {
     let m = &package.manifest;
+    // Every worker but a cassette runs commands.
+    if name != "stub" {
+        commands.expect_commands();
+    }
     match name {
         "stub" => {
             let rel = m

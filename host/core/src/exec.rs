@@ -102,4 +102,7 @@ pub trait CommandRunner: Send + Sync {
     /// A short name for records and errors, e.g. `subprocess`.
     fn name(&self) -> &str;
     fn run(&self, spec: &CommandSpec) -> Result<CommandResult, CommandError>;
+    /// Commands will run: make ahead what the first one would wait for.
+    /// A runner that needs nothing made ahead ignores it.
+    fn expect_commands(&self) {}
 }

@@ -30,6 +30,16 @@ pub struct Sandbox {
     /// run's directory: the other nodes' files and the published outputs),
     /// the workspace bound back inside them.
     hidden: Vec<PathBuf>,
+    /// Whether the first command's containment and network namespace are
+    /// made ahead as soon as the runner is, or only once
+    /// [`CommandRunner::expect_commands`] says commands will run.
+    ahead: Ahead,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ahead {
+    AtOnce,
+    OnDemand,
 }
 
 /// The allowlist posture's way out of a caged network: the host's CONNECT
@@ -67,6 +77,25 @@ impl Sandbox {
             mount_point: Default::default(),
             staging_root: Default::default(),
             hidden: Vec::new(),
+            ahead: Ahead::AtOnce,
+        }
+    }
+
+    /// As [`Sandbox::new`], but what the first command waits for (the
+    /// containment and its watchdog process, a network namespace) is made
+    /// only once [`CommandRunner::expect_commands`] is called, or else by
+    /// the first command itself: for a user that may run no command at
+    /// all, such as a loop whose gate and worker are pure wasm.
+    pub fn on_demand(tier: Tier) -> Self {
+        Sandbox {
+            tier,
+            bwrap: find_bwrap(),
+            egress: None,
+            user: CagedUser::NOBODY,
+            mount_point: Default::default(),
+            staging_root: Default::default(),
+            hidden: Vec::new(),
+            ahead: Ahead::OnDemand,
         }
     }
 
@@ -95,7 +124,7 @@ impl Sandbox {
     /// The same runner, with caged commands running as `user` when bl runs
     /// as root.
     pub fn with_caged_user(mut self, user: CagedUser) -> Self {
-        if user != self.user {
+        if user != self.user && self.ahead == Ahead::AtOnce {
             prepare_ahead(self.tier, user);
         }
         self.user = user;
@@ -461,6 +490,10 @@ impl Sandbox {
 impl CommandRunner for Sandbox {
     fn name(&self) -> &str {
         self.tier.name()
+    }
+
+    fn expect_commands(&self) {
+        prepare_ahead(self.tier, self.user);
     }
 
     fn run(&self, spec: &CommandSpec) -> Result<CommandResult, CommandError> {
