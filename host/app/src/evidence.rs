@@ -497,7 +497,7 @@ impl EvidenceStore {
         now: u64,
     ) -> Result<Recorded, EvidenceError> {
         let recorded = self.append(operation_id, event, None, now);
-        self.sealed(recorded)
+        self.answered(operation_id, recorded)
     }
 
     /// `outcome`, once what was appended for it is durable and
@@ -507,8 +507,21 @@ impl EvidenceStore {
         outcome
     }
 
+    /// What is answered: sealed, and signed for `operation_id`. Only the
+    /// answered event is signed (a proposal appends two).
+    fn answered(
+        &mut self,
+        operation_id: &str,
+        outcome: Result<Recorded, EvidenceError>,
+    ) -> Result<Recorded, EvidenceError> {
+        let mut recorded = self.sealed(outcome)?;
+        recorded.receipt = self.receipt(operation_id, recorded.sequence, &recorded.hash);
+        Ok(recorded)
+    }
+
     /// Appends `event` if the rules accept it, without waiting for the
-    /// disk: nothing may be answered until `seal`.
+    /// disk: nothing may be answered until `seal`, and its receipt is
+    /// signed then (`answered`).
     fn append(
         &mut self,
         operation_id: &str,
@@ -544,7 +557,7 @@ impl EvidenceStore {
                 .cloned()
                 .unwrap_or_default();
             return Ok(Recorded {
-                receipt: self.receipt(operation_id, sequence, &hash),
+                receipt: String::new(),
                 sequence,
                 hash,
                 stage: self
@@ -594,7 +607,7 @@ impl EvidenceStore {
         let stage = next.stage;
         self.decisions.commit(operation_id, next);
         Ok(Recorded {
-            receipt: self.receipt(operation_id, sequence, &hash),
+            receipt: String::new(),
             sequence,
             hash,
             stage,
@@ -771,7 +784,7 @@ impl EvidenceStore {
                 .and_then(|event| self.append(&operation_id, event, None, now)),
             Err(e) => Err(e),
         };
-        self.sealed(decided)
+        self.answered(&operation_id, decided)
     }
 
     /// What the policy plugin says of a created decision, as the event
@@ -925,13 +938,9 @@ impl EvidenceStore {
             }
         })?;
         let event = signed.review.event();
-        let recorded = self.append(
-            signed.review.operation_id(),
-            event,
-            Some(signed.clone()),
-            now,
-        );
-        self.sealed(recorded)
+        let operation_id = signed.review.operation_id();
+        let recorded = self.append(operation_id, event, Some(signed.clone()), now);
+        self.answered(operation_id, recorded)
     }
 
     /// The verifier key of this workspace's checkpoints: what a review
