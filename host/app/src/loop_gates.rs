@@ -105,11 +105,12 @@ impl GatePlugins {
         grants: &[&str],
     ) -> Result<(GatePlugin, String, bool), GateUnprepared> {
         let found = self.host.find(name).map_err(unprepared)?;
-        if grants.contains(&"command") {
+        let grants = Grants::parse(grants).map_err(unprepared)?;
+        if grants.allows(bl_core::plugin::Capability::Command) {
             self.commands.expect_commands();
         }
         let grant = Grant {
-            grants: Grants::parse(grants).map_err(unprepared)?,
+            grants,
             commands: Some(self.commands.clone()),
             // A gate may take what the run may; the engine stops laps at the budget.
             deadline: Some(self.deadline),

@@ -69,6 +69,19 @@ impl Sandbox {
     /// A runner that uses the bwrap at `bwrap` (`None`: this machine has none).
     pub fn with_bwrap(tier: Tier, bwrap: Option<PathBuf>) -> Self {
         prepare_ahead(tier, CagedUser::NOBODY);
+        Sandbox::unprepared(tier, bwrap, Ahead::AtOnce)
+    }
+
+    /// As [`Sandbox::new`], but what the first command waits for (the
+    /// containment and its watchdog process, a network namespace) is made
+    /// only once [`CommandRunner::expect_commands`] is called, or else by
+    /// the first command itself: for a user that may run no command at
+    /// all, such as a loop with a cassette worker and a wasm-only gate.
+    pub fn on_demand(tier: Tier) -> Self {
+        Sandbox::unprepared(tier, find_bwrap(), Ahead::OnDemand)
+    }
+
+    fn unprepared(tier: Tier, bwrap: Option<PathBuf>, ahead: Ahead) -> Self {
         Sandbox {
             tier,
             bwrap: bwrap.filter(|p| p.is_file()),
@@ -77,25 +90,7 @@ impl Sandbox {
             mount_point: Default::default(),
             staging_root: Default::default(),
             hidden: Vec::new(),
-            ahead: Ahead::AtOnce,
-        }
-    }
-
-    /// As [`Sandbox::new`], but what the first command waits for (the
-    /// containment and its watchdog process, a network namespace) is made
-    /// only once [`CommandRunner::expect_commands`] is called, or else by
-    /// the first command itself: for a user that may run no command at
-    /// all, such as a loop whose gate and worker are pure wasm.
-    pub fn on_demand(tier: Tier) -> Self {
-        Sandbox {
-            tier,
-            bwrap: find_bwrap(),
-            egress: None,
-            user: CagedUser::NOBODY,
-            mount_point: Default::default(),
-            staging_root: Default::default(),
-            hidden: Vec::new(),
-            ahead: Ahead::OnDemand,
+            ahead,
         }
     }
 
