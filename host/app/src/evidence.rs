@@ -1275,25 +1275,9 @@ mod tests {
         ));
     }
 
-    /// The first-party plugins `scripts/dev setup` builds.
-    fn first_party_plugins() -> Option<std::sync::Arc<bl_plugins::PluginHost>> {
-        let built =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins/deny-all.wasm");
-        if built.is_file() {
-            return Some(crate::plugin_host::shared());
-        }
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{} is missing: scripts/dev setup builds it",
-            built.display()
-        );
-        eprintln!("SKIPPED: no {}", built.display());
-        None
-    }
-
     #[test]
     fn a_policy_plugin_decides_and_its_answer_is_recorded_with_what_it_was_asked() {
-        let Some(host) = first_party_plugins() else {
+        let Some(host) = crate::test_support::first_party_plugins() else {
             return;
         };
         let tmp = tempfile::tempdir().unwrap();
@@ -1328,7 +1312,7 @@ mod tests {
 
     #[test]
     fn a_proposal_creates_and_decides_in_one_step_and_a_retry_records_nothing() {
-        let Some(host) = first_party_plugins() else {
+        let Some(host) = crate::test_support::first_party_plugins() else {
             return;
         };
         let tmp = tempfile::tempdir().unwrap();

@@ -43,5 +43,7 @@ mod state_md;
 pub mod status_text;
 pub mod stop;
 pub mod studio;
+#[cfg(test)]
+mod test_support;
 
 pub use error::{AppError, AppResult};

@@ -661,3 +661,47 @@ impl Gate for LoopGate {
         self.record.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bl_core::exec::{CommandError, CommandResult, CommandSpec};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts how often it is told commands will run; runs none.
+    #[derive(Default)]
+    struct Expecting(AtomicUsize);
+
+    impl CommandRunner for Expecting {
+        fn name(&self) -> &str {
+            "expecting"
+        }
+        fn run(&self, _: &CommandSpec) -> Result<CommandResult, CommandError> {
+            Err(CommandError::Denied("no command runs here".into()))
+        }
+        fn expect_commands(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn only_a_gate_granted_commands_has_the_sandbox_make_its_cage_ahead() {
+        let Some(host) = crate::test_support::first_party_plugins() else {
+            return;
+        };
+        let commands = Arc::new(Expecting::default());
+        let plugins = GatePlugins {
+            host,
+            commands: commands.clone(),
+            deadline: Duration::from_secs(5),
+        };
+        plugins.load("jsonschema", &[]).unwrap();
+        assert_eq!(
+            commands.0.load(Ordering::SeqCst),
+            0,
+            "jsonschema runs no command"
+        );
+        plugins.load("command", &["command"]).unwrap();
+        assert_eq!(commands.0.load(Ordering::SeqCst), 1);
+    }
+}
