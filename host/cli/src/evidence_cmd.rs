@@ -21,8 +21,9 @@ pub enum EvidenceCommand {
         /// The loopback address to listen on (port 0: any free port).
         #[arg(long, default_value = "127.0.0.1:0", conflicts_with = "socket")]
         http: SocketAddr,
-        /// Listen on a unix socket at this path instead (made owner-only;
-        /// an existing file is refused). Prints `evidence: unix:PATH`.
+        /// Listen on a unix socket at this path instead (made owner-only; a
+        /// socket a stopped service left is replaced, any other file is
+        /// refused). Prints `evidence: unix:PATH`.
         #[arg(long)]
         socket: Option<PathBuf>,
         /// Keep the bearer token in this file (made, mode 0600, if missing);

@@ -158,7 +158,8 @@ enum Command {
     /// Verify a run directory or an event log: the hash chain, the plan and
     /// the artifacts. Exit 0 when every applicable check holds, 1 otherwise.
     Verify {
-        /// A graph run directory or a controller-events.jsonl file.
+        /// A graph run directory, a controller-events.jsonl file, or an
+        /// evidence workspace or its exported bundle.
         path: std::path::PathBuf,
         /// Also require the log's head hash to be this one.
         #[arg(long)]
