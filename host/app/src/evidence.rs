@@ -501,20 +501,16 @@ impl EvidenceStore {
     }
 
     /// `outcome`, once what was appended for it is durable and
-    /// checkpointed; a failure to seal is the answer instead.
-    fn sealed<T>(&mut self, outcome: Result<T, EvidenceError>) -> Result<T, EvidenceError> {
-        self.seal()?;
-        outcome
-    }
-
-    /// What is answered: sealed, and signed for `operation_id`. Only the
-    /// answered event is signed (a proposal appends two).
+    /// checkpointed (a failure to seal is the answer instead), signed for
+    /// `operation_id`. Only the answered event is signed (a proposal
+    /// appends two).
     fn answered(
         &mut self,
         operation_id: &str,
         outcome: Result<Recorded, EvidenceError>,
     ) -> Result<Recorded, EvidenceError> {
-        let mut recorded = self.sealed(outcome)?;
+        self.seal()?;
+        let mut recorded = outcome?;
         recorded.receipt = self.receipt(operation_id, recorded.sequence, &recorded.hash);
         Ok(recorded)
     }
