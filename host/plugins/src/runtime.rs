@@ -115,7 +115,12 @@ fn engine_config(limits: &Limits, pooling: bool) -> Config {
             .total_core_instances(256)
             .total_memories(128)
             .total_tables(256)
-            .max_memory_size(limits.memory_bytes);
+            .max_memory_size(limits.memory_bytes)
+            // Stacks are for async calls, and bl calls plugins synchronously.
+            // The default pool of 1,000 costs a guard page each, protected
+            // one by one when the engine is made: 1,000 mprotect calls and a
+            // split mapping at every start of bl that loads a plugin.
+            .total_stacks(0);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config
@@ -456,5 +461,35 @@ fn add_interfaces(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mappings() -> usize {
+        std::fs::read_to_string("/proc/self/maps")
+            .expect("/proc/self/maps")
+            .lines()
+            .count()
+    }
+
+    #[test]
+    fn a_pooling_engine_splits_the_address_space_only_a_little() {
+        // wasmtime's default pool of 1,000 async stacks, a guard page each,
+        // split its reservation into about 2,000 mappings.
+        let before = mappings();
+        let runtime = Runtime::new(RuntimeConfig {
+            allocator: AllocatorChoice::Pooling,
+            ..Default::default()
+        })
+        .expect("a pooling engine");
+        let added = mappings().saturating_sub(before);
+        assert!(runtime.pooling);
+        assert!(
+            added < 200,
+            "making a pooling engine added {added} mappings"
+        );
     }
 }
