@@ -29,6 +29,33 @@ pub struct ManifestRefusal {
     pub early: Option<String>,
 }
 
+impl ManifestRefusal {
+    /// What a person reads: bounded-loops' line (`early` when the file
+    /// could not even be read), then bl's own lines: where in the file, and
+    /// the hints (a close name, the names allowed).
+    pub fn describe(&self) -> String {
+        let refusal = &self.refusal;
+        let mut message = self.early.clone().unwrap_or_else(|| {
+            format!(
+                "{} [{}] {} — {}",
+                self.what, refusal.code, refusal.pointer, refusal.message
+            )
+        });
+        if let Some(pos) = refusal.pos.filter(|p| p.line > 0) {
+            let shown = if self.path == Path::new("-") {
+                "<stdin>".to_string()
+            } else {
+                self.path.display().to_string()
+            };
+            message.push_str(&format!("\n  at {shown}:{}:{}", pos.line, pos.col));
+        }
+        for hint in &refusal.hints {
+            message.push_str(&format!("\n  {hint}"));
+        }
+        message
+    }
+}
+
 /// Why planning stopped.
 #[derive(Debug, Clone)]
 pub enum PlanFailure {

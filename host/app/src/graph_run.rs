@@ -309,13 +309,16 @@ impl GraphFailure {
 
 fn parse_graph(bytes: &[u8]) -> Result<Graph, GraphFailure> {
     let text = std::str::from_utf8(bytes).map_err(|_| GraphFailure::NotUtf8)?;
-    // run directories keep the manifest as manifest.yaml whatever it was.
-    let format = if text.trim_start().starts_with('{') {
-        bl_graph::Format::Json
-    } else {
-        bl_graph::Format::Yaml
-    };
-    bl_graph::lint(text, format).map_err(GraphFailure::Refused)
+    bl_graph::lint(text, manifest_format(bytes)).map_err(GraphFailure::Refused)
+}
+
+/// A manifest's format by its first character: run directories keep the
+/// manifest as manifest.yaml whatever it was.
+fn manifest_format(bytes: &[u8]) -> bl_graph::Format {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => bl_graph::Format::Json,
+        _ => bl_graph::Format::Yaml,
+    }
 }
 
 fn identity(plan: &Plan) -> RunIdentity {
@@ -712,7 +715,9 @@ fn preflight(schedule: &Schedule, catalog: &Catalog, ctx: &RunContext) -> Result
                 }
                 Some(r) if !r.nodes().any(|n| n == node.id) => {
                     return Err(refused(format!(
-                        "node '{}' binds the recorded connector, but the recorded replies hold none for it. Refused before any attempt starts.",
+                        "node '{}' binds the recorded connector, but the recorded replies ({}) hold none for it: add a reply whose node_id is '{}' (the format: docs/graph-run.md, \"Recorded replies and decisions\"). Refused before any attempt starts.",
+                        node.id,
+                        r.source(),
                         node.id
                     )));
                 }
@@ -752,6 +757,31 @@ fn preflight(schedule: &Schedule, catalog: &Catalog, ctx: &RunContext) -> Result
         }
     }
     Ok(())
+}
+
+/// Refuses `--recorded` for a graph none of whose nodes replays: its agents
+/// would be called instead, which is not what was asked for.
+fn refuse_unused_replies(
+    manifest: &Path,
+    schedule: &Schedule,
+    flags: &DriveOptions,
+) -> Result<(), AppError> {
+    let Some(file) = &flags.recorded else {
+        return Ok(());
+    };
+    let replays = schedule.nodes.iter().any(|n| {
+        n.binding
+            .as_ref()
+            .is_some_and(|b| b.provider_id == bl_workers::recorded::PROVIDER)
+    });
+    if replays {
+        return Ok(());
+    }
+    Err(refused(format!(
+        "graph run: --recorded {} was given, but no node of this graph is bound to the recorded provider, so its agents would be called instead; bind its slots to it with `bl graph connect {} --provider recorded > connections.json`, or leave out --recorded. Nothing was run",
+        file.display(),
+        manifest.display()
+    )))
 }
 
 /// Where a run goes when --out is left out:
@@ -816,10 +846,25 @@ pub fn run_manifest(
     flags: &DriveOptions,
     depth: Depth,
 ) -> Result<(LoadedRun, RunEnd, RunView), AppError> {
-    // bounded-loops' words for a manifest it will not run (the pointer is
-    // the place; `bl graph lint` adds the line and column).
+    // bounded-loops' words for a manifest it will not run, then bl's lines:
+    // where in the file, and the hints.
+    let not_run = |mut refusal: bl_graph::Refusal| {
+        if refusal.pos.is_none() {
+            let text = String::from_utf8_lossy(&bytes);
+            refusal.pos = bl_graph::locate(&text, manifest_format(&bytes), &refusal.pointer);
+        }
+        refused(
+            crate::graph_plan::ManifestRefusal {
+                path: manifest.to_path_buf(),
+                what: "compile failed".into(),
+                refusal,
+                early: None,
+            }
+            .describe(),
+        )
+    };
     let graph = parse_graph(&bytes).map_err(|e| match e {
-        GraphFailure::Refused(r) => refused(format!("compile failed {r}")),
+        GraphFailure::Refused(r) => not_run(r),
         other => refused(format!("graph run: {}", other.at(manifest))),
     })?;
     let conns = match &conn_value {
@@ -831,11 +876,13 @@ pub fn run_manifest(
     };
     let ctx = run_context(out, flags, true)?;
     let packages: BTreeSet<String> = ctx.packages.digests().map(str::to_owned).collect();
-    let plan = compile(&graph, conns.as_deref(), Some(&packages))
-        .map_err(|e| refused(format!("compile failed {e}")))?;
+    let plan = compile(&graph, conns.as_deref(), Some(&packages)).map_err(not_run)?;
     let schedule = Schedule::of(&graph, &plan);
     let catalog = catalog(flags)?;
     preflight(&schedule, &catalog, &ctx)?;
+    if depth == Depth::Top {
+        refuse_unused_replies(manifest, &schedule, flags)?;
+    }
     let prompts = read_prompts(flags)?;
     check_prompt_keys(&schedule, &prompts, flags)?;
     if !flags.deny_at_run_time {
@@ -846,11 +893,19 @@ pub fn run_manifest(
     check_priced(&schedule, &caps, &prices(flags)?)?;
     caging_posture(&schedule)?;
     if RunDir::new(out).holds_a_run() {
-        return Err(refused(format!(
-            "graph run: {} already holds a run; continue it with `bl graph resume --run {}`",
-            out.display(),
-            out.display()
-        )));
+        return Err(refused(match view_of(out) {
+            Ok((view, _, _)) if view.is_terminal() => format!(
+                "graph run: {} already holds a run, which has ended ({}); give another --out for a new run (that directory is the old run's record: `bl graph status --run {}` shows how it ended)",
+                out.display(),
+                view.run_state,
+                out.display()
+            ),
+            _ => format!(
+                "graph run: {} already holds a run; continue it with `bl graph resume --run {}`",
+                out.display(),
+                out.display()
+            ),
+        }));
     }
     std::fs::create_dir_all(out)
         .map_err(|e| refused(format!("graph run: cannot make {} — {e}", out.display())))?;
@@ -1584,7 +1639,7 @@ pub fn resume(dir: &Path, options: &DriveOptions) -> Result<Driven, AppError> {
         // bounded-loops exits 0 here; a run that has ended cannot be
         // continued, and a script must not take that for a success.
         return Err(refused(format!(
-            "graph resume: the run in {} has ended ({}): there is nothing to resume. `bl graph status --run {}` shows how it ended; start a new run to try again",
+            "graph resume: the run in {} has ended ({}): there is nothing to resume. `bl graph status --run {}` shows how it ended; start a new run, with another --out, to try again",
             dir.display(),
             view.run_state,
             dir.display()

@@ -353,35 +353,11 @@ pub fn run(cmd: GraphCommand) -> CliResult {
     }
 }
 
-/// Reads and lints a manifest. `Err` carries the refusal and whether it
-/// came before validation (extension and I/O errors print differently).
-/// The error for a refused manifest: bounded-loops' line (`early` when the
-/// file could not even be read), then bl's own line with the place.
+/// The error for a refused manifest: what `describe` says, with the code
+/// and the place for `--json`.
 fn refused(refused: ManifestRefusal) -> CliError {
-    let ManifestRefusal {
-        path,
-        what,
-        refusal,
-        early,
-    } = refused;
-    let path = path.as_path();
-    let mut message = early.unwrap_or_else(|| {
-        format!(
-            "{what} [{}] {} — {}",
-            refusal.code, refusal.pointer, refusal.message
-        )
-    });
-    if let Some(pos) = refusal.pos.filter(|p| p.line > 0) {
-        let shown = if path == Path::new("-") {
-            "<stdin>".to_string()
-        } else {
-            path.display().to_string()
-        };
-        message.push_str(&format!("\n  at {shown}:{}:{}", pos.line, pos.col));
-    }
-    for hint in &refusal.hints {
-        message.push_str(&format!("\n  {hint}"));
-    }
+    let message = refused.describe();
+    let ManifestRefusal { path, refusal, .. } = refused;
     // bounded-loops defines what lint and plan print on stdout for a
     // refusal (lint --json its own object, plan nothing): nothing is added.
     CliError::refused(message).with_detail(crate::exit::ErrorDetail {

@@ -817,9 +817,10 @@ fn edge(doc: &Node, p: &str, nodes: &HashMap<&str, &GraphNode>) -> Result<Edge> 
         .hint(format!("{key} {} names no node", py_repr(unknown)));
         let mut ids: Vec<&str> = nodes.keys().copied().collect();
         ids.sort();
-        if let Some(line) = crate::error::did_you_mean(unknown, ids.iter().copied()) {
-            refusal = refusal.hint(line);
-        }
+        refusal = refusal.hint(
+            crate::error::did_you_mean(unknown, ids.iter().copied())
+                .unwrap_or_else(|| format!("the nodes: {}", ids.join(", "))),
+        );
         return Err(refusal);
     };
     let Some(out_type) = source.output_type(&from_port) else {

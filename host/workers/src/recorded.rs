@@ -172,6 +172,11 @@ impl RecordedReplies {
     }
 
     /// The node ids that have a reply.
+    /// The file the replies were read from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     pub fn nodes(&self) -> impl Iterator<Item = &str> {
         self.replies.iter().map(|r| r.node_id.as_str())
     }

@@ -111,10 +111,36 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
         std::fs::copy(example().join(file), dir.join(file)).unwrap();
     }
     let graph = dir.join("graph.yaml");
+    let fixed = std::fs::read_to_string(&graph).unwrap();
+
+    // A misspelt node in an edge: run says where, and what was meant, as
+    // lint does (bounded-loops' line first, to the byte).
+    connect(dir, "recorded");
+    edit(
+        &graph,
+        "{from_node: research-costs,",
+        "{from_node: research-cost,",
+    );
+    let mut args = RUN.to_vec();
+    args.extend(["--out", "run"]);
+    refused(
+        dir,
+        &bl(dir, &args),
+        &[
+            "error: compile failed [unknown_edge_node] /edges/1 — edge references an unknown node\n  at graph.yaml:56:",
+            "\n  did you mean `research-costs` (not `research-cost`)?",
+        ],
+    );
+    edit(&graph, "{from_node: research-cost,", "{from_node: summary,");
+    refused(
+        dir,
+        &bl(dir, &args),
+        &["\n  the nodes: publish, research-costs, research-users, review, write-brief"],
+    );
+    std::fs::write(&graph, &fixed).unwrap();
 
     // Mistakes in the graph: one slot for both researchers, and a publish
     // that declares a network effect.
-    let fixed = std::fs::read_to_string(&graph).unwrap();
     edit(
         &graph,
         "connection_slot: users-researcher",
@@ -319,6 +345,23 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
         &bl(dir, &args),
         &["binds local-CLI provider 'gemini', which this deployment has no profile for"],
     );
+    // Connected to a real agent, with --recorded still given: the agents
+    // would be called, not replayed, so it is refused before they are.
+    std::fs::write(
+        dir.join("claude.json"),
+        connections.replace("\"recorded\"", "\"claude\""),
+    )
+    .unwrap();
+    swap(&mut args, "gemini.json", "claude.json");
+    refused(
+        dir,
+        &bl(dir, &args),
+        &[
+            "--recorded replies.json was given, but no node of this graph is bound to the recorded provider",
+            "`bl graph connect graph.yaml --provider recorded > connections.json`",
+        ],
+    );
+    swap(&mut args, "claude.json", "gemini.json");
 
     // Two connections copied with one binding_id: the slots are the
     // graph's own, so the fix named is the binding_id, not the slots.
@@ -412,6 +455,16 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
         "{again}"
     );
     assert!(!dir.join("rejected/outbox").exists());
+    // Run again into the ended run's directory: it is its record, so a new
+    // run needs another --out.
+    let over = run_to(dir, "rejected");
+    assert_eq!(over.code, Some(2), "{over}");
+    assert!(
+        over.stderr.contains(
+            "rejected already holds a run, which has ended (FAILED); give another --out for a new run"
+        ),
+        "{over}"
+    );
 
     // Approved, it publishes the brief under its declared name.
     let second = run_to(dir, "approved");

@@ -230,12 +230,19 @@ fn replay(case: &str) -> Replayed {
             Some(137) | None => -9,
             Some(c) => c,
         };
-        // A refusal is said in bounded-loops' words, to the byte; where bl
-        // says the fix in the user's words, to its first clause.
+        // A refusal is said in bounded-loops' words, to the byte, and bl
+        // may add indented lines of its own after them (where in the file,
+        // a hint); where bl says the fix in the user's words, to its first
+        // clause.
         let want_stderr = command["stderr"].as_str().unwrap_or_default();
         let said = String::from_utf8_lossy(&out.stderr);
         let first_clause = |t: &str| t.split("; ").next().unwrap_or_default().to_string();
+        let placed = !want_stderr.is_empty()
+            && said
+                .strip_prefix(want_stderr)
+                .is_some_and(|ours| !ours.is_empty() && ours.lines().all(|l| l.starts_with("  ")));
         let same = said == want_stderr
+            || placed
             || (REWORDED.contains(&case) && first_clause(&said) == first_clause(want_stderr));
         if command["exit_code"].as_i64().unwrap() > 0
             && command["stdout"].as_str() == Some("")
