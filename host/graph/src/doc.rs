@@ -31,11 +31,24 @@ pub enum Kind {
 pub struct Node {
     pub kind: Kind,
     pub pos: Pos,
+    /// Where its key was written, when it is a map's value: an unknown
+    /// field is named where its key is, not where its value starts.
+    pub key_pos: Option<Pos>,
 }
 
 impl Node {
     pub fn new(kind: Kind, pos: Pos) -> Self {
-        Node { kind, pos }
+        Node {
+            kind,
+            pos,
+            key_pos: None,
+        }
+    }
+
+    /// The same value, as the value of a key written at `key_pos`.
+    pub fn under_key(mut self, key_pos: Pos) -> Self {
+        self.key_pos = Some(key_pos);
+        self
     }
 
     pub fn as_str(&self) -> Option<&str> {
@@ -109,17 +122,33 @@ impl Node {
     }
 
     /// Finds the value a JSON pointer (as bl and bounded-loops write them,
-    /// without escaping) names, for line/column reporting. Map keys are
-    /// matched first, so a key that contains `/` is still found when the
-    /// pointer was built from it.
+    /// without escaping) names, for line/column reporting; where the
+    /// pointer goes on past what is written, the deepest value it reaches.
     pub fn locate(&self, pointer: &str) -> Option<Pos> {
         let rest = pointer.trim_start_matches('/');
         if rest.is_empty() {
             return Some(self.pos);
         }
+        let (child, tail) = self.step(rest)?;
+        child.locate(tail).or(Some(child.pos))
+    }
+
+    /// Where the key of the map entry `pointer` names was written.
+    pub fn locate_key(&self, pointer: &str) -> Option<Pos> {
+        let rest = pointer.trim_start_matches('/');
+        if rest.is_empty() {
+            return self.key_pos;
+        }
+        let (child, tail) = self.step(rest)?;
+        child.locate_key(tail)
+    }
+
+    /// The child the first step of `rest` names, and the rest of it. Map
+    /// keys are matched first, longest first, so a key that contains `/`
+    /// is still found when the pointer was built from it.
+    fn step<'a>(&self, rest: &'a str) -> Option<(&Node, &'a str)> {
         match &self.kind {
             Kind::Map(entries) => {
-                // Longest key first: `x/y` beats `x`.
                 let mut best: Option<(&String, &Node)> = None;
                 for (k, v) in entries {
                     let matches = rest == k || rest.starts_with(&format!("{k}/"));
@@ -128,12 +157,11 @@ impl Node {
                     }
                 }
                 let (k, v) = best?;
-                v.locate(&rest[k.len()..]).or(Some(v.pos))
+                Some((v, &rest[k.len()..]))
             }
             Kind::Seq(items) => {
                 let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
-                let item = items.get(head.parse::<usize>().ok()?)?;
-                item.locate(tail).or(Some(item.pos))
+                Some((items.get(head.parse::<usize>().ok()?)?, tail))
             }
             _ => None,
         }

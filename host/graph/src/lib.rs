@@ -111,9 +111,12 @@ pub fn lint(text: &str, format: Format) -> Result<Graph, Refusal> {
     let doc = parse_document(text, format)?;
     validate(&doc).map_err(|mut refusal| {
         let at = refusal.focus.as_deref().unwrap_or(&refusal.pointer);
-        refusal.pos = doc
-            .locate(at.trim_start_matches('/'))
-            .or_else(|| doc.locate(refusal.pointer.trim_start_matches('/')));
+        let key = (refusal.code == RefusalCode::UnknownField)
+            .then(|| doc.locate_key(at))
+            .flatten();
+        refusal.pos = key
+            .or_else(|| doc.locate(at))
+            .or_else(|| doc.locate(&refusal.pointer));
         refusal
     })
 }

@@ -328,7 +328,7 @@ impl JsonParser<'_> {
                     hints: Vec::new(),
                 });
             }
-            entries.push((key, value));
+            entries.push((key, value.under_key(self.lines.pos(key_at))));
             self.ws();
             match self.peek() {
                 Some(b',') => self.i += 1,

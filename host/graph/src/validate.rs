@@ -228,6 +228,7 @@ fn shown(pointer: &str) -> &str {
 static NULL: Node = Node {
     kind: Kind::Null,
     pos: crate::doc::Pos { line: 0, col: 0 },
+    key_pos: None,
 };
 
 /// bl's line naming the value a check refused: `found "x" (a string)`.

@@ -325,3 +325,19 @@ fn a_long_string_aliased_many_times_is_refused_by_its_text() {
         refusal.message
     );
 }
+
+/// An unknown field is placed where its key is written, in both formats,
+/// also when its value is a block that starts on the next line.
+#[test]
+fn an_unknown_field_is_placed_at_its_key() {
+    let yaml = "api_version: bounded-loops.dev/graph/v1\ngraph_id: g\nversion: 1.0.0\nnodes: []\nedgs:\n  - {from_node: a}\n";
+    let refusal = lint(yaml, Format::Yaml).unwrap_err();
+    assert_eq!(refusal.code.as_str(), "unknown_field", "{refusal}");
+    let pos = refusal.pos.expect("a place");
+    assert_eq!((pos.line, pos.col), (5, 1), "{refusal}");
+    let json = "{\"api_version\": \"bounded-loops.dev/graph/v1\", \"graph_id\": \"g\",\n  \"version\": \"1.0.0\", \"nodes\": [], \"edgs\":\n  []}";
+    let refusal = lint(json, Format::Json).unwrap_err();
+    assert_eq!(refusal.code.as_str(), "unknown_field", "{refusal}");
+    let pos = refusal.pos.expect("a place");
+    assert_eq!((pos.line, pos.col), (2, 36), "{refusal}");
+}

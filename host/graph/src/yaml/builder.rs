@@ -146,7 +146,7 @@ impl<'s, 'a> YamlBuilder<'s, 'a> {
                             });
                             return;
                         }
-                        entries.push((key, node));
+                        entries.push((key, node.under_key(key_pos)));
                     }
                 }
             },
