@@ -109,7 +109,20 @@ impl Clock for WallClock {
     }
 }
 
-/// The kill switch: the environment's (every loop), or one loop's cancel.
+/// Whether the ledger's last lap was stopped while its gate judged a turn
+/// the worker had finished.
+fn last_lap_stopped_in_gate(ledger: &Path) -> bool {
+    std::fs::read_to_string(ledger).is_ok_and(|text| {
+        text.lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .is_some_and(|line| bl_loops::engine::stopped_in_gate(&line))
+    })
+}
+
+/// The kill switch: the environment's (every loop), a stop asked of the
+/// whole process (a signal), or one loop's cancel.
 struct Kill<'a> {
     cancel: Option<&'a Cancel>,
 }
@@ -121,6 +134,7 @@ impl KillSwitch for Kill<'_> {
         std::env::var_os(KILL_SWITCH)
             .filter(|v| !v.is_empty())
             .map(|_| "killed".to_string())
+            .or_else(|| bl_core::interrupt::requested().map(|s| format!("stopped by signal {s}")))
             .or_else(|| {
                 self.cancel
                     .filter(|c| c.is_cancelled())
@@ -612,6 +626,7 @@ fn drive_loop(
         redact: bl_loops::redact::Mode::parse(&place.redact).unwrap_or(bl_loops::redact::Mode::Off),
         loop_dir: dir.display().to_string(),
         reuse_verdicts: bounds.sandbox,
+        judge_first: place.how == Prepare::Resume && last_lap_stopped_in_gate(&place.ledger),
     };
     let clock = WallClock {
         started: Instant::now(),

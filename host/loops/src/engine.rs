@@ -211,6 +211,20 @@ pub struct Plan {
     /// gate's inputs are the workspace and a read-only host, with no
     /// network: asking again gives the same answer.
     pub reuse_verdicts: bool,
+    /// A resumed run whose last invocation was stopped while its gate
+    /// judged a turn the worker had finished: its first lap judges the
+    /// workspace that turn left, and takes no new turn (it was paid for).
+    pub judge_first: bool,
+}
+
+/// The evidence a lap stopped while its gate judged a finished turn
+/// carries: what a resume looks for.
+pub const STOPPED_IN_GATE: &str = "gate";
+
+/// Whether `line` (a ledger line, as JSON) is a lap stopped while its gate
+/// judged a finished turn, which a resume judges without a new turn.
+pub fn stopped_in_gate(line: &serde_json::Value) -> bool {
+    line["decision"] == "killed" && line["verdict"]["evidence"]["stopped"] == STOPPED_IN_GATE
 }
 
 /// The engine's ports, borrowed for one run.
@@ -335,8 +349,23 @@ impl Laps<'_, '_> {
                 time_left: bounds.work_budget().saturating_sub(elapsed),
                 wind_down: false,
             };
-            let turn = match self.ports.runner.turn(&request) {
+            // A turn the last invocation paid for and never had judged is
+            // judged first, without a new one.
+            let judge_only = lap == 1 && self.plan.judge_first;
+            let turn = match judge_only.then_some(Ok(Turn::default())) {
+                Some(none) => none,
+                None => self.ports.runner.turn(&request),
+            };
+            let turn = match turn {
                 Ok(turn) => turn,
+                // Stopped (a signal, a cancel) while the worker took its
+                // turn: the turn is not finished, and a resume takes it again.
+                Err(_) if let Some(why) = self.ports.kill.engaged() => {
+                    let detail = format!(
+                        "{why} during the worker's turn, before it finished; a run with --run-id continues with --resume, which takes that turn again"
+                    );
+                    return self.stopped(lap, detail, "turn");
+                }
                 // The turn ran into the work budget: the wallclock bound,
                 // enforced inside the attempt, stopped it.
                 Err(error) if error.kind == TIMEOUT => {
@@ -391,6 +420,16 @@ impl Laps<'_, '_> {
                 changed,
                 detail: judgement.detail.clone(),
             });
+            // Stopped while the gate judged: the worker's turn is finished
+            // and paid for, so a resume judges it rather than paying again.
+            if judgement.outcome == Outcome::Error
+                && let Some(why) = self.ports.kill.engaged()
+            {
+                let detail = format!(
+                    "{why} while the gate judged the worker's finished turn; a run with --run-id continues with --resume, which judges that turn without a new one"
+                );
+                return self.stopped(lap, detail, STOPPED_IN_GATE);
+            }
             self.outcome.last_verdict = Some(judgement.clone());
             let passed = judgement.outcome == Outcome::Pass;
             let recorded = verdict(passed, judgement.detail.clone(), judgement.evidence.clone());
@@ -503,6 +542,24 @@ impl Laps<'_, '_> {
         self.outcome.reason = reason;
         self.record(record)?;
         Ok(self.outcome)
+    }
+
+    /// A stop asked for during a lap (`stopped`: in the worker's `turn`, or
+    /// in the `gate`), recorded as the kill switch's is.
+    fn stopped(self, lap: u32, detail: String, stopped: &str) -> Result<RunOutcome, EngineError> {
+        let record = LapRecord {
+            lap,
+            verdict: verdict(
+                false,
+                detail.clone(),
+                Ordered::object([("stopped", stopped.into())]),
+            ),
+            decision: LapDecision::Killed,
+            attempted: true,
+            handoff: false,
+            spent: true,
+        };
+        self.finish(Status::Killed, detail, record)
     }
 
     fn error(self, lap: u32, detail: String, evidence: Ordered) -> Result<RunOutcome, EngineError> {
@@ -931,6 +988,7 @@ mod tests {
             redact: crate::redact::Mode::Off,
             loop_dir: String::new(),
             reuse_verdicts,
+            judge_first: false,
         };
         let outcome = run(
             &plan,

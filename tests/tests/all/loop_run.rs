@@ -1828,3 +1828,118 @@ fn a_scanner_that_is_not_installed_is_an_error_from_the_scanner_plugin() {
         );
     }
 }
+
+/// Stopped while its gate judged a turn the worker had finished, a run
+/// records that, and `--resume` judges that turn without paying for a new
+/// one; stopped during the turn, `--resume` takes the turn again.
+#[test]
+fn a_stop_during_the_gate_keeps_the_finished_turn_for_the_resume_to_judge() {
+    use std::os::unix::process::ExitStatusExt;
+    let outside = tempfile::tempdir().unwrap();
+    let turns = outside.path().join("turns.log");
+    let judging = outside.path().join("judging");
+    let release = outside.path().join("release");
+    let slow = outside.path().join("slow");
+    let worker = outside.path().join("worker.py");
+    std::fs::write(
+        &worker,
+        format!(
+            "import os, sys, time\nsys.stdin.read()\nopen({turns:?}, 'a').write('turn\\n')\nif os.path.exists({slow:?}):\n    time.sleep(60)\nopen('seed/doc.txt', 'w').write('done\\n')\n",
+            turns = turns.display().to_string(),
+            slow = slow.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gate = outside.path().join("gate.py");
+    std::fs::write(
+        &gate,
+        format!(
+            "import os, sys, time\nif not os.path.exists({release:?}):\n    open({judging:?}, 'w').close()\n    time.sleep(60)\nsys.exit(0 if open('seed/doc.txt').read().strip() == 'done' else 1)\n",
+            release = release.display().to_string(),
+            judging = judging.display().to_string()
+        ),
+    )
+    .unwrap();
+    let l = Loop::empty();
+    l.write(
+        "loop.yaml",
+        &format!(
+            "name: stopped\ndescription: a loop stopped by a signal\npattern: evaluator-optimizer\nrole: [test]\nrung: L1\nspec: PROMPT.md\nrunner:\n  default: shell\n  agent_cmd: python3 {}\ngate:\n  kind: command\n  run: python3 {}\nbounds: bounds.yaml\n",
+            worker.display(),
+            gate.display()
+        ),
+    );
+    l.write(
+        "bounds.yaml",
+        &BOUNDS
+            .replace("sandbox: true", "sandbox: false")
+            .replace("trace: true", "trace: false"),
+    );
+    l.write("PROMPT.md", "Make seed/doc.txt say done.\n");
+    l.write("seed/doc.txt", "draft\n");
+    let interrupted = |run_id: &str, ready: &dyn Fn() -> bool| {
+        let child = l
+            .command(&["run", "pkg", "--yes", "--run-id", run_id])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_until("the moment to stop it", ready);
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!((out.status.code(), out.status.signal()), (Some(130), None));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let turns_taken = || {
+        std::fs::read_to_string(&turns)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| *l == "turn")
+            .count()
+    };
+
+    // Stopped in the gate: the lap says so, and the resume judges the
+    // finished turn without a new one.
+    let said = interrupted("in-gate", &|| judging.exists());
+    assert!(
+        said.contains(
+            "[KILLED] stopped by signal 2 while the gate judged the worker's finished turn"
+        ),
+        "{said}"
+    );
+    let ledger = l.ledger(".bounded-loops/runs/in-gate/ledger.jsonl");
+    let last = ledger.last().unwrap();
+    assert_eq!(
+        (&last["decision"], &last["verdict"]["evidence"]["stopped"]),
+        (&json!("killed"), &json!("gate")),
+        "{last}"
+    );
+    std::fs::write(&release, "").unwrap();
+    let resumed = l.bl(&[
+        "run", "pkg", "--yes", "--json", "--run-id", "in-gate", "--resume",
+    ]);
+    assert_eq!(resumed.status().1, "DONE", "{}", resumed.stderr);
+    assert_eq!(turns_taken(), 1, "the finished turn was paid for once");
+    let ledger = l.ledger(".bounded-loops/runs/in-gate/ledger.jsonl");
+    assert_eq!(ledger.len(), 2);
+    assert_eq!(ledger[1]["decision"], "done");
+
+    // Stopped during the turn: the turn never finished, and the resume
+    // takes it again.
+    std::fs::remove_file(&release).unwrap();
+    std::fs::remove_file(&turns).unwrap();
+    std::fs::write(&slow, "").unwrap();
+    let said = interrupted("in-turn", &|| turns_taken() == 1);
+    assert!(
+        said.contains("[KILLED] stopped by signal 2 during the worker's turn, before it finished"),
+        "{said}"
+    );
+    std::fs::remove_file(&slow).unwrap();
+    std::fs::write(&release, "").unwrap();
+    let resumed = l.bl(&[
+        "run", "pkg", "--yes", "--json", "--run-id", "in-turn", "--resume",
+    ]);
+    assert_eq!(resumed.status().1, "DONE", "{}", resumed.stderr);
+    assert_eq!(turns_taken(), 2);
+}
