@@ -759,27 +759,36 @@ fn preflight(schedule: &Schedule, catalog: &Catalog, ctx: &RunContext) -> Result
     Ok(())
 }
 
-/// Refuses `--recorded` for a graph none of whose nodes replays: its agents
-/// would be called instead, which is not what was asked for.
+/// Refuses recorded replies for nodes the connections bind to a live
+/// agent: those agents would be called, and the replies never read.
 fn refuse_unused_replies(
     manifest: &Path,
     schedule: &Schedule,
-    flags: &DriveOptions,
+    ctx: &RunContext,
 ) -> Result<(), AppError> {
-    let Some(file) = &flags.recorded else {
+    let Some(replies) = &ctx.recorded else {
         return Ok(());
     };
-    let replays = schedule.nodes.iter().any(|n| {
-        n.binding
-            .as_ref()
-            .is_some_and(|b| b.provider_id == bl_workers::recorded::PROVIDER)
-    });
-    if replays {
+    let mut live: Vec<&str> = schedule
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.binding
+                .as_ref()
+                .is_some_and(|b| b.provider_id != bl_workers::recorded::PROVIDER)
+                && replies.nodes().any(|r| r == n.id)
+        })
+        .map(|n| n.id.as_str())
+        .collect();
+    if live.is_empty() {
         return Ok(());
     }
+    live.sort_unstable();
     Err(refused(format!(
-        "graph run: --recorded {} was given, but no node of this graph is bound to the recorded provider, so its agents would be called instead; bind its slots to it with `bl graph connect {} --provider recorded > connections.json`, or leave out --recorded. Nothing was run",
-        file.display(),
+        "graph run: {} holds recorded replies for {}, but the connections bind {} to a live agent, which would be called instead; to replay them, connect with `bl graph connect {} --provider recorded > connections.json`, or leave out --recorded to call the agents. Nothing was run",
+        replies.source(),
+        live.join(", "),
+        if live.len() == 1 { "it" } else { "them" },
         manifest.display()
     )))
 }
@@ -881,7 +890,7 @@ pub fn run_manifest(
     let catalog = catalog(flags)?;
     preflight(&schedule, &catalog, &ctx)?;
     if depth == Depth::Top {
-        refuse_unused_replies(manifest, &schedule, flags)?;
+        refuse_unused_replies(manifest, &schedule, &ctx)?;
     }
     let prompts = read_prompts(flags)?;
     check_prompt_keys(&schedule, &prompts, flags)?;

@@ -357,7 +357,7 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
         dir,
         &bl(dir, &args),
         &[
-            "--recorded replies.json was given, but no node of this graph is bound to the recorded provider",
+            "replies.json holds recorded replies for research-costs, research-users, write-brief, but the connections bind them to a live agent",
             "`bl graph connect graph.yaml --provider recorded > connections.json`",
         ],
     );
