@@ -165,12 +165,23 @@ fn read_child_prompts(flags: &DriveOptions) -> Result<HashMap<String, Value>, Ap
         .unwrap_or_default())
 }
 
-fn catalog(flags: &DriveOptions) -> Result<Catalog, AppError> {
-    let mut catalog = Catalog::shipped();
-    let path = flags
+/// The provider catalog a run was given: `--providers`, else
+/// `BOUNDED_LOOPS_PROVIDERS`.
+fn providers_given(flags: &DriveOptions) -> Option<PathBuf> {
+    flags
         .providers
         .clone()
-        .or_else(|| std::env::var_os("BOUNDED_LOOPS_PROVIDERS").map(PathBuf::from));
+        .or_else(|| std::env::var_os("BOUNDED_LOOPS_PROVIDERS").map(PathBuf::from))
+}
+
+/// The shipped providers and those the run was given; a run driven on
+/// (`kept`: its directory) uses the copy it kept when none is given now.
+fn catalog(flags: &DriveOptions, kept: Option<&Path>) -> Result<Catalog, AppError> {
+    let mut catalog = Catalog::shipped();
+    let path = providers_given(flags).or_else(|| {
+        kept.map(|dir| dir.join(KEPT_PROVIDERS))
+            .filter(|p| p.is_file())
+    });
     if let Some(path) = path {
         let bytes = crate::paths::read_capped(&path, bl_graph::MAX_DOCUMENT_BYTES)
             .map_err(|e| refused(format!("cannot read providers {} — {e}", path.display())))?;
@@ -380,6 +391,7 @@ fn audit_plan_event(dir: &Path) -> Option<Value> {
 const KEPT_RECORDED: &str = RunDir::RECORDED_REPLIES;
 const KEPT_DECISIONS: &str = RunDir::RECORDED_DECISIONS;
 const KEPT_INPUTS: &str = RunDir::INPUTS;
+const KEPT_PROVIDERS: &str = RunDir::PROVIDERS;
 pub const DECISIONS_API: &str = "bl.dev/recorded-decisions/v1";
 
 fn read_text(path: &Path, what: &str) -> Result<String, AppError> {
@@ -544,6 +556,9 @@ fn run_context(dir: &Path, flags: &DriveOptions, fresh: bool) -> Result<RunConte
             "loop_roots": loop_roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>(),
         });
         keep.push((KEPT_INPUTS, python_json(&inputs)));
+        if let Some(path) = providers_given(flags) {
+            keep.push((KEPT_PROVIDERS, read_text(&path, "providers")?));
+        }
         if let Some(path) = &flags.audit_plan {
             let text = read_text(path, "audit plan")?;
             bl_graph::audit::AuditPlan::parse(text.as_bytes()).map_err(|e| {
@@ -887,7 +902,7 @@ pub fn run_manifest(
     let packages: BTreeSet<String> = ctx.packages.digests().map(str::to_owned).collect();
     let plan = compile(&graph, conns.as_deref(), Some(&packages)).map_err(not_run)?;
     let schedule = Schedule::of(&graph, &plan);
-    let catalog = catalog(flags)?;
+    let catalog = catalog(flags, None)?;
     preflight(&schedule, &catalog, &ctx)?;
     if depth == Depth::Top {
         refuse_unused_replies(manifest, &schedule, &ctx)?;
@@ -1213,6 +1228,7 @@ fn child_flags(flags: &DriveOptions, ctx: &RunContext, dir: &Path) -> DriveOptio
     child.loop_roots = ctx.loop_roots.clone();
     child.recorded = kept(&flags.recorded, KEPT_RECORDED);
     child.decisions = kept(&flags.decisions, KEPT_DECISIONS);
+    child.providers = kept(&flags.providers, KEPT_PROVIDERS);
     child.admitted = flags.admitted.clone().or_else(|| {
         read_json(&dir.join(KEPT_INPUTS), KEPT_INPUTS)
             .ok()
@@ -1414,7 +1430,7 @@ fn continue_run(
     flags: &DriveOptions,
     depth: Depth,
 ) -> Result<(RunEnd, RunView), AppError> {
-    let catalog = catalog(flags)?;
+    let catalog = catalog(flags, Some(&run.dir))?;
     let ctx = run_context(&run.dir, flags, false)?;
     preflight(schedule, &catalog, &ctx)?;
     let caps = caps(flags)?;

@@ -47,6 +47,9 @@ impl RunDir {
     pub const RECORDED_REPLIES: &'static str = "recorded-replies.json";
     pub const RECORDED_DECISIONS: &'static str = "recorded-decisions.json";
     pub const INPUTS: &'static str = "bl-inputs.json";
+    /// The provider catalog `--providers` (or `BOUNDED_LOOPS_PROVIDERS`)
+    /// gave the run, byte for byte.
+    pub const PROVIDERS: &'static str = "providers.toml";
     /// The audit plan `--audit-plan` gave the run, byte for byte.
     pub const AUDIT_PLAN: &'static str = "audit-plan.json";
     /// Each attempt's process identity, under [`Self::WORK`].

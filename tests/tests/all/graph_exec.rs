@@ -1409,3 +1409,61 @@ fn a_prompt_is_never_written_into_the_run_directory() {
         );
     }
 }
+
+/// A run keeps the provider catalog it was given, so the command it prints
+/// to resume a stopped run works without `--providers` again (and a
+/// decision or a resume on another day finds the same providers).
+#[test]
+fn a_stopped_run_resumes_with_the_providers_it_was_given() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = case_dir(tmp.path(), 0, "workspace_only", "ok");
+    one_node_with_provider(
+        &dir,
+        "sleepy",
+        "[providers.sleepy]\nbinary = \"/usr/bin/python3\"\nargs = [\"-c\", \"import sys, time\\nif 'slow' in sys.argv[-1]:\\n    time.sleep(60)\\nprint('done', end='')\"]\nprompt_via = \"arg\"\n",
+    );
+    std::fs::write(dir.join("inputs.json"), json!({"a": "slow"}).to_string()).unwrap();
+    let mut args = run_args("run", "1");
+    args.extend(["--providers", "providers.toml"]);
+    let child = Command::new(bl_binary())
+        .args(&args)
+        .current_dir(&dir)
+        .env("PATH", bl_e2e::path_with_fakes(&dir))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let since = std::time::Instant::now();
+    let running = || {
+        std::fs::read_to_string(dir.join("run").join(RunDir::EVENTS))
+            .is_ok_and(|log| log.contains("\"node.running\""))
+    };
+    while !running() {
+        assert!(since.elapsed() < Duration::from_secs(30), "never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let stopped = child.wait_with_output().unwrap();
+    assert_eq!(stopped.status.code(), Some(130));
+    assert_eq!(
+        std::fs::read(dir.join("run").join(RunDir::PROVIDERS)).unwrap(),
+        std::fs::read(dir.join("providers.toml")).unwrap(),
+        "the run keeps its catalog"
+    );
+    std::fs::write(dir.join("inputs.json"), json!({"a": "quick"}).to_string()).unwrap();
+    let resumed = bl_in(
+        &dir,
+        &["graph", "resume", "--run", "run", "--inputs", "inputs.json"],
+    );
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+}
