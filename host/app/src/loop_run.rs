@@ -149,9 +149,25 @@ struct FileLedger {
     path: PathBuf,
     head: String,
     redact: Redact,
+    /// Where a finished turn is marked until its lap is appended (a run
+    /// with `--run-id`, which can be resumed).
+    turn_mark: Option<PathBuf>,
 }
 
+/// The file that marks a turn the worker finished and the gate has not yet
+/// judged, beside a resumable run's ledger: `{"head": …, "lap": …}`.
+const TURN_MARK: &str = "turn-finished.json";
+
 impl FileLedger {
+    /// Whether a finished turn is marked on top of the ledger's `head`:
+    /// the process that took it died before the gate's lap was appended.
+    fn turn_marked(mark: &Path, head: &str) -> bool {
+        std::fs::read(mark)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|m| m["head"] == head)
+    }
+
     fn open(path: &Path, redact: Redact) -> Result<FileLedger, AppError> {
         let head = match std::fs::read(path) {
             Ok(bytes) if !bytes.is_empty() => {
@@ -172,6 +188,7 @@ impl FileLedger {
             path: path.to_path_buf(),
             head,
             redact,
+            turn_mark: None,
         })
     }
 }
@@ -198,11 +215,33 @@ impl Ledger for FileLedger {
                 ))
             })?;
         self.head = bl_core::sha256_hex(text.as_bytes());
+        if let Some(mark) = &self.turn_mark {
+            // Judged and on record: the mark has done its work.
+            let _ = std::fs::remove_file(mark);
+        }
         Ok(self.head.clone())
     }
 
     fn head(&self) -> &str {
         &self.head
+    }
+
+    fn turn_finished(&mut self, lap: u32) -> Result<(), PortError> {
+        let Some(mark) = &self.turn_mark else {
+            return Ok(());
+        };
+        let text = json!({"head": self.head, "lap": lap}).to_string();
+        std::fs::File::create(mark)
+            .and_then(|mut file| {
+                file.write_all(text.as_bytes())?;
+                file.sync_data()
+            })
+            .map_err(|e| {
+                PortError(format!(
+                    "cannot mark the finished turn in {}: {e}",
+                    mark.display()
+                ))
+            })
     }
 }
 
@@ -618,6 +657,14 @@ fn drive_loop(
 
     let redact = Redact::new(&place.redact, dir);
     let mut ledger = FileLedger::open(&place.ledger, redact)?;
+    if place.how != Prepare::Scratch {
+        ledger.turn_mark = place.ledger.parent().map(|dir| dir.join(TURN_MARK));
+    }
+    let died_in_gate = place.how == Prepare::Resume
+        && ledger
+            .turn_mark
+            .as_deref()
+            .is_some_and(|mark| FileLedger::turn_marked(mark, &ledger.head));
     // A resumed run continues the ledger's chain with fresh laps and
     // budgets in the workspace it left, as bounded-loops resumes.
     let plan = Plan {
@@ -626,7 +673,8 @@ fn drive_loop(
         redact: bl_loops::redact::Mode::parse(&place.redact).unwrap_or(bl_loops::redact::Mode::Off),
         loop_dir: dir.display().to_string(),
         reuse_verdicts: bounds.sandbox,
-        judge_first: place.how == Prepare::Resume && last_lap_stopped_in_gate(&place.ledger),
+        judge_first: died_in_gate
+            || place.how == Prepare::Resume && last_lap_stopped_in_gate(&place.ledger),
     };
     let clock = WallClock {
         started: Instant::now(),

@@ -116,6 +116,13 @@ pub trait Ledger {
     fn append(&mut self, line: &LedgerLine) -> Result<String, PortError>;
     /// The head the next line chains to.
     fn head(&self) -> &str;
+    /// The worker finished lap `lap`'s turn and the gate is about to judge
+    /// it: a ledger that can be resumed marks it durably, so a process that
+    /// dies before the lap is appended leaves the turn to be judged, not
+    /// paid for again. The next append clears the mark.
+    fn turn_finished(&mut self, _lap: u32) -> Result<(), PortError> {
+        Ok(())
+    }
 }
 
 /// Writes `HANDOFF.md` when a bound stops the run.
@@ -211,8 +218,8 @@ pub struct Plan {
     /// gate's inputs are the workspace and a read-only host, with no
     /// network: asking again gives the same answer.
     pub reuse_verdicts: bool,
-    /// A resumed run whose last invocation was stopped while its gate
-    /// judged a turn the worker had finished: its first lap judges the
+    /// A resumed run whose last invocation was stopped (or died) while its
+    /// gate judged a turn the worker had finished: its first lap judges the
     /// workspace that turn left, and takes no new turn (it was paid for).
     pub judge_first: bool,
 }
@@ -402,6 +409,12 @@ impl Laps<'_, '_> {
             last_digest = digest.clone();
             unchanged = if changed { 0 } else { unchanged + 1 };
 
+            if !judge_only {
+                self.ports
+                    .ledger
+                    .turn_finished(lap)
+                    .map_err(EngineError::from)?;
+            }
             let time_left = bounds
                 .work_budget()
                 .saturating_sub(self.ports.clock.elapsed());

@@ -1877,7 +1877,7 @@ fn a_stop_during_the_gate_keeps_the_finished_turn_for_the_resume_to_judge() {
     );
     l.write("PROMPT.md", "Make seed/doc.txt say done.\n");
     l.write("seed/doc.txt", "draft\n");
-    let interrupted = |run_id: &str, ready: &dyn Fn() -> bool| {
+    let stopped = |run_id: &str, ready: &dyn Fn() -> bool, signal: nix::sys::signal::Signal| {
         let child = l
             .command(&["run", "pkg", "--yes", "--run-id", run_id])
             .stdout(Stdio::piped())
@@ -1886,10 +1886,15 @@ fn a_stop_during_the_gate_keeps_the_finished_turn_for_the_resume_to_judge() {
             .unwrap();
         wait_until("the moment to stop it", ready);
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        nix::sys::signal::kill(pid, signal).unwrap();
         let out = child.wait_with_output().unwrap();
-        assert_eq!((out.status.code(), out.status.signal()), (Some(130), None));
+        if signal == nix::sys::signal::Signal::SIGINT {
+            assert_eq!((out.status.code(), out.status.signal()), (Some(130), None));
+        }
         String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let interrupted = |run_id: &str, ready: &dyn Fn() -> bool| {
+        stopped(run_id, ready, nix::sys::signal::Signal::SIGINT)
     };
     let turns_taken = || {
         std::fs::read_to_string(&turns)
@@ -1942,4 +1947,34 @@ fn a_stop_during_the_gate_keeps_the_finished_turn_for_the_resume_to_judge() {
     ]);
     assert_eq!(resumed.status().1, "DONE", "{}", resumed.stderr);
     assert_eq!(turns_taken(), 2);
+
+    // Killed outright while the gate judged: nothing could be recorded
+    // then, but the finished turn was marked before the gate began, so the
+    // resume still judges it without a new one.
+    std::fs::remove_file(&release).unwrap();
+    std::fs::remove_file(&turns).unwrap();
+    std::fs::remove_file(&judging).unwrap();
+    stopped(
+        "killed",
+        &|| judging.exists(),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(
+        !l.pkg()
+            .join(".bounded-loops/runs/killed/ledger.jsonl")
+            .exists(),
+        "a killed bl recorded no lap"
+    );
+    std::fs::write(&release, "").unwrap();
+    let resumed = l.bl(&[
+        "run", "pkg", "--yes", "--json", "--run-id", "killed", "--resume",
+    ]);
+    assert_eq!(resumed.status().1, "DONE", "{}", resumed.stderr);
+    assert_eq!(turns_taken(), 1, "the finished turn was paid for once");
+    assert!(
+        !l.pkg()
+            .join(".bounded-loops/runs/killed/turn-finished.json")
+            .exists(),
+        "the mark goes once the lap is on record"
+    );
 }
