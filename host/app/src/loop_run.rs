@@ -134,12 +134,16 @@ impl KillSwitch for Kill<'_> {
         std::env::var_os(KILL_SWITCH)
             .filter(|v| !v.is_empty())
             .map(|_| "killed".to_string())
-            .or_else(|| bl_core::interrupt::requested().map(|s| format!("stopped by signal {s}")))
+            .or_else(|| self.ends_commands())
             .or_else(|| {
                 self.cancel
                     .filter(|c| c.is_cancelled())
                     .map(|_| "cancelled".to_string())
             })
+    }
+
+    fn ends_commands(&self) -> Option<String> {
+        bl_core::interrupt::requested().map(|s| format!("stopped by signal {s}"))
     }
 }
 

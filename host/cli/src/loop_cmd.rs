@@ -156,6 +156,9 @@ fn report(
             Status::Pause => outln!(
                 "The gate passed, and this rung needs a human's approval: run it again interactively to approve."
             ),
+            Status::Killed if bl_core::interrupt::requested().is_some() => outln!(
+                "Stopped by a signal: a run with --run-id continues with --resume; the line above says what the resume does first."
+            ),
             Status::Killed => outln!("{KILL_SWITCH} is set: every loop stops at its next lap."),
             Status::Error => {
                 outln!("The run could not be decided: this is an error, never a pass or a fail.")

@@ -108,6 +108,12 @@ pub trait Clock {
 pub trait KillSwitch {
     /// `Some(why)` when the operator asked every loop to stop.
     fn engaged(&self) -> Option<String>;
+    /// `Some(why)` when the stop also ended the commands running now (a
+    /// signal does; a cancel waits for the lap): a worker's or a gate's
+    /// failure is then the stop's doing, not its own.
+    fn ends_commands(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Where the engine's records go.
@@ -329,8 +335,18 @@ impl Laps<'_, '_> {
         let mut lap = 0;
         loop {
             lap += 1;
+            // A turn the last invocation paid for and never had judged is
+            // judged first, without a new one.
+            let judge_only = lap == 1 && self.plan.judge_first;
             // The kill switch comes before everything else in a lap.
             if let Some(why) = self.ports.kill.engaged() {
+                if judge_only {
+                    // Still unjudged: the next resume judges it.
+                    let detail = format!(
+                        "{why} before the gate judged the worker's finished turn; a run with --run-id continues with --resume, which judges that turn without a new one"
+                    );
+                    return self.stopped(lap, detail, STOPPED_IN_GATE, false);
+                }
                 let verdict = verdict(false, why.clone(), Ordered::empty());
                 return self.finish(
                     Status::Killed,
@@ -356,9 +372,6 @@ impl Laps<'_, '_> {
                 time_left: bounds.work_budget().saturating_sub(elapsed),
                 wind_down: false,
             };
-            // A turn the last invocation paid for and never had judged is
-            // judged first, without a new one.
-            let judge_only = lap == 1 && self.plan.judge_first;
             let turn = match judge_only.then_some(Ok(Turn::default())) {
                 Some(none) => none,
                 None => self.ports.runner.turn(&request),
@@ -367,11 +380,11 @@ impl Laps<'_, '_> {
                 Ok(turn) => turn,
                 // Stopped (a signal, a cancel) while the worker took its
                 // turn: the turn is not finished, and a resume takes it again.
-                Err(_) if let Some(why) = self.ports.kill.engaged() => {
+                Err(_) if let Some(why) = self.ports.kill.ends_commands() => {
                     let detail = format!(
                         "{why} during the worker's turn, before it finished; a run with --run-id continues with --resume, which takes that turn again"
                     );
-                    return self.stopped(lap, detail, "turn");
+                    return self.stopped(lap, detail, "turn", true);
                 }
                 // The turn ran into the work budget: the wallclock bound,
                 // enforced inside the attempt, stopped it.
@@ -407,13 +420,16 @@ impl Laps<'_, '_> {
             let digest = self.ports.workspace.digest().map_err(EngineError::from)?;
             let changed = digest.content != last_digest.content;
             last_digest = digest.clone();
-            unchanged = if changed { 0 } else { unchanged + 1 };
+            // A judge-only lap took no turn: it neither made progress nor
+            // failed to.
+            if !judge_only {
+                unchanged = if changed { 0 } else { unchanged + 1 };
+            }
 
             if !judge_only {
-                self.ports
-                    .ledger
-                    .turn_finished(lap)
-                    .map_err(EngineError::from)?;
+                // Best effort: without the mark, a death in the gate costs
+                // the turn again, as it did before there was one.
+                let _ = self.ports.ledger.turn_finished(lap);
             }
             let time_left = bounds
                 .work_budget()
@@ -428,20 +444,23 @@ impl Laps<'_, '_> {
                     verdict
                 }
             };
-            self.outcome.attempts.push(Attempt {
-                lap,
-                changed,
-                detail: judgement.detail.clone(),
-            });
+            // The turn a judge-only lap judges was counted when it was taken.
+            if !judge_only {
+                self.outcome.attempts.push(Attempt {
+                    lap,
+                    changed,
+                    detail: judgement.detail.clone(),
+                });
+            }
             // Stopped while the gate judged: the worker's turn is finished
             // and paid for, so a resume judges it rather than paying again.
             if judgement.outcome == Outcome::Error
-                && let Some(why) = self.ports.kill.engaged()
+                && let Some(why) = self.ports.kill.ends_commands()
             {
                 let detail = format!(
                     "{why} while the gate judged the worker's finished turn; a run with --run-id continues with --resume, which judges that turn without a new one"
                 );
-                return self.stopped(lap, detail, STOPPED_IN_GATE);
+                return self.stopped(lap, detail, STOPPED_IN_GATE, !judge_only);
             }
             self.outcome.last_verdict = Some(judgement.clone());
             let passed = judgement.outcome == Outcome::Pass;
@@ -453,7 +472,7 @@ impl Laps<'_, '_> {
                         elapsed: self.ports.clock.elapsed(),
                         reserve: bounds.handoff_reserve_s,
                     };
-                    return self.halt(stop, lap, true);
+                    return self.halt(stop, lap, !judge_only);
                 }
                 Outcome::Pass => {
                     let approved = !bounds.require_approval
@@ -470,7 +489,7 @@ impl Laps<'_, '_> {
                             lap,
                             verdict: recorded,
                             decision,
-                            attempted: true,
+                            attempted: !judge_only,
                             handoff: false,
                             spent: true,
                         },
@@ -484,7 +503,7 @@ impl Laps<'_, '_> {
                             lap,
                             verdict: recorded,
                             decision: LapDecision::Error,
-                            attempted: true,
+                            attempted: !judge_only,
                             handoff: false,
                             spent: true,
                         },
@@ -494,7 +513,7 @@ impl Laps<'_, '_> {
                     let stop = Stop::NoProgress {
                         window: bounds.no_progress_window,
                     };
-                    return self.halt(stop, lap, true);
+                    return self.halt(stop, lap, !judge_only);
                 }
                 Outcome::Fail => {
                     let now = self.ports.clock.timestamp();
@@ -508,7 +527,7 @@ impl Laps<'_, '_> {
                         lap,
                         verdict: recorded,
                         decision: LapDecision::Continue,
-                        attempted: true,
+                        attempted: !judge_only,
                         handoff: false,
                         spent: true,
                     })?;
@@ -559,7 +578,13 @@ impl Laps<'_, '_> {
 
     /// A stop asked for during a lap (`stopped`: in the worker's `turn`, or
     /// in the `gate`), recorded as the kill switch's is.
-    fn stopped(self, lap: u32, detail: String, stopped: &str) -> Result<RunOutcome, EngineError> {
+    fn stopped(
+        self,
+        lap: u32,
+        detail: String,
+        stopped: &str,
+        attempted: bool,
+    ) -> Result<RunOutcome, EngineError> {
         let record = LapRecord {
             lap,
             verdict: verdict(
@@ -568,7 +593,7 @@ impl Laps<'_, '_> {
                 Ordered::object([("stopped", stopped.into())]),
             ),
             decision: LapDecision::Killed,
-            attempted: true,
+            attempted,
             handoff: false,
             spent: true,
         };
@@ -972,7 +997,7 @@ mod tests {
     }
 
     fn run_with(script: Script, bounds: Bounds, kill: bool, approve: bool, step_ms: u64) -> Run {
-        run_reusing(script, bounds, kill, approve, step_ms, false)
+        run_reusing(script, bounds, kill, approve, step_ms, false, false)
     }
 
     fn run_reusing(
@@ -982,6 +1007,7 @@ mod tests {
         approve: bool,
         step_ms: u64,
         reuse_verdicts: bool,
+        judge_first: bool,
     ) -> Run {
         let cell = std::cell::RefCell::new(script);
         let mut runner = Fake(&cell);
@@ -1001,7 +1027,7 @@ mod tests {
             redact: crate::redact::Mode::Off,
             loop_dir: String::new(),
             reuse_verdicts,
-            judge_first: false,
+            judge_first,
         };
         let outcome = run(
             &plan,
@@ -1169,6 +1195,7 @@ mod tests {
             true,
             0,
             false,
+            false,
         );
         let warm = run_reusing(
             Script::new(laps),
@@ -1180,6 +1207,7 @@ mod tests {
             true,
             0,
             true,
+            false,
         );
         assert_eq!((cold.script.gate_runs, warm.script.gate_runs), (4, 1));
         assert_eq!(cold.outcome.reason, warm.outcome.reason);
@@ -1198,6 +1226,7 @@ mod tests {
             true,
             0,
             true,
+            false,
         );
         assert_eq!(
             (changing.script.gate_runs, changing.outcome.status),
@@ -1221,6 +1250,7 @@ mod tests {
             true,
             0,
             true,
+            false,
         );
         assert_eq!(
             (r.outcome.reason.as_str(), r.script.gate_runs),
@@ -1374,5 +1404,48 @@ mod tests {
             prev = bl_core::sha256_hex(line.to_line().as_bytes());
         }
         assert_eq!(prev, r.outcome.ledger_head);
+    }
+
+    /// A resume of a run stopped in its gate: the first lap judges the turn
+    /// it was left, takes none, and counts neither as progress nor as none;
+    /// stopped again before judging, it is still left to judge.
+    #[test]
+    fn a_judge_only_first_lap_takes_no_turn_and_a_stop_before_it_keeps_it_unjudged() {
+        let window_of_one = Bounds {
+            no_progress_window: 1,
+            ..bounds()
+        };
+        let r = run_reusing(
+            Script::new(vec![(10, true, F), (5, true, P)]),
+            window_of_one,
+            false,
+            true,
+            0,
+            false,
+            true,
+        );
+        assert_eq!((r.outcome.status, r.outcome.laps), (Status::Done, 2));
+        assert_eq!(r.outcome.tokens, 5, "only lap 2 took a turn");
+        assert!(!r.lines[0].attempted && r.lines[1].attempted);
+        assert_eq!(r.outcome.attempts.len(), 1);
+
+        let killed = run_reusing(
+            Script::new(vec![(1, true, P)]),
+            bounds(),
+            true,
+            true,
+            0,
+            false,
+            true,
+        );
+        assert_eq!(killed.outcome.status, Status::Killed);
+        let line = &killed.lines[0];
+        let as_json = serde_json::json!({
+            "decision": serde_json::to_value(line.decision).unwrap(),
+            "verdict": {"evidence": line.verdict.evidence.to_json()},
+        });
+        assert!(stopped_in_gate(&as_json), "{as_json}");
+        assert!(!line.attempted);
+        assert_eq!(killed.script.gate_runs, 0);
     }
 }
