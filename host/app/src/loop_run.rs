@@ -591,6 +591,10 @@ struct LoopPlace {
     hidden: Vec<PathBuf>,
     /// A cancel of this loop alone (the runtime API's).
     cancel: Option<Arc<Cancel>>,
+    /// Where a finished turn is marked until its lap is on record, for a
+    /// run `--resume` can continue (`--run-id`); a graph's loop node is
+    /// re-driven by its graph instead.
+    turn_mark: Option<PathBuf>,
 }
 
 /// Runs the loop engine over `package` (resolved as `dir`): the scratch
@@ -661,9 +665,7 @@ fn drive_loop(
 
     let redact = Redact::new(&place.redact, dir);
     let mut ledger = FileLedger::open(&place.ledger, redact)?;
-    if place.how != Prepare::Scratch {
-        ledger.turn_mark = place.ledger.parent().map(|dir| dir.join(TURN_MARK));
-    }
+    ledger.turn_mark = place.turn_mark.clone();
     let died_in_gate = place.how == Prepare::Resume
         && ledger
             .turn_mark
@@ -880,6 +882,7 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
         egress_record: run_dir.join(EGRESS_DECISIONS),
         hidden: n.hidden.clone(),
         cancel: None,
+        turn_mark: None,
     };
     let env = passthrough(&package.manifest).map_err(|e| AppError::Refused(e.to_string()))?;
     let runner = package.manifest.runner.default.clone();
@@ -1112,6 +1115,7 @@ pub fn run(
         },
         hidden: Vec::new(),
         cancel: request.cancel.clone(),
+        turn_mark: run_dir.as_ref().map(|d| d.join(TURN_MARK)),
     };
     let outcome = drive_loop(
         &package,
