@@ -67,8 +67,9 @@ pub enum GraphCommand {
         /// The graph manifest (.yaml or .json).
         manifest: PathBuf,
         /// The agent CLI every slot is bound to: claude, codex, grok, muse,
-        /// agy, dsh (or one your --providers catalog adds), or `recorded`
-        /// for recorded replies (no key, no network).
+        /// agy, dsh, any other name (then `graph run --providers` must
+        /// describe it), or `recorded` for recorded replies (no key, no
+        /// network).
         #[arg(long)]
         provider: String,
         /// The model the binding names (`model_target`).
