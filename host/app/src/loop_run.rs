@@ -109,18 +109,6 @@ impl Clock for WallClock {
     }
 }
 
-/// Whether the ledger's last lap was stopped while its gate judged a turn
-/// the worker had finished.
-fn last_lap_stopped_in_gate(ledger: &Path) -> bool {
-    std::fs::read_to_string(ledger).is_ok_and(|text| {
-        text.lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .is_some_and(|line| bl_loops::engine::stopped_in_gate(&line))
-    })
-}
-
 /// The kill switch: the environment's (every loop), a stop asked of the
 /// whole process (a signal), or one loop's cancel.
 struct Kill<'a> {
@@ -156,6 +144,9 @@ struct FileLedger {
     /// Where a finished turn is marked until its lap is appended (a run
     /// with `--run-id`, which can be resumed).
     turn_mark: Option<PathBuf>,
+    /// Whether the last lap on record was stopped while its gate judged a
+    /// turn the worker had finished.
+    last_stopped_in_gate: bool,
 }
 
 /// The file that marks a turn the worker finished and the gate has not yet
@@ -163,16 +154,21 @@ struct FileLedger {
 const TURN_MARK: &str = "turn-finished.json";
 
 impl FileLedger {
-    /// Whether a finished turn is marked on top of the ledger's `head`:
-    /// the process that took it died before the gate's lap was appended.
-    fn turn_marked(mark: &Path, head: &str) -> bool {
-        std::fs::read(mark)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .is_some_and(|m| m["head"] == head)
+    /// Whether a turn the worker finished waits to be judged: the last lap
+    /// was stopped in its gate, or a finished turn is marked on top of the
+    /// ledger's head (the process that took it died in the gate).
+    fn unjudged_turn(&self) -> bool {
+        self.last_stopped_in_gate
+            || self.turn_mark.as_deref().is_some_and(|mark| {
+                std::fs::read(mark)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .is_some_and(|m| m["head"] == self.head.as_str())
+            })
     }
 
     fn open(path: &Path, redact: Redact) -> Result<FileLedger, AppError> {
+        let mut last_stopped_in_gate = false;
         let head = match std::fs::read(path) {
             Ok(bytes) if !bytes.is_empty() => {
                 let chain = bl_store::loop_ledger::verify_ledger(&bytes);
@@ -184,6 +180,11 @@ impl FileLedger {
                         chain.detail
                     )));
                 }
+                last_stopped_in_gate = bytes
+                    .split(|b| *b == b'\n')
+                    .rfind(|l| !l.trim_ascii().is_empty())
+                    .and_then(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+                    .is_some_and(|line| bl_loops::engine::stopped_in_gate(&line));
                 chain.head
             }
             _ => bl_loops::ledger::GENESIS.to_string(),
@@ -193,6 +194,7 @@ impl FileLedger {
             head,
             redact,
             turn_mark: None,
+            last_stopped_in_gate,
         })
     }
 }
@@ -666,11 +668,6 @@ fn drive_loop(
     let redact = Redact::new(&place.redact, dir);
     let mut ledger = FileLedger::open(&place.ledger, redact)?;
     ledger.turn_mark = place.turn_mark.clone();
-    let died_in_gate = place.how == Prepare::Resume
-        && ledger
-            .turn_mark
-            .as_deref()
-            .is_some_and(|mark| FileLedger::turn_marked(mark, &ledger.head));
     // A resumed run continues the ledger's chain with fresh laps and
     // budgets in the workspace it left, as bounded-loops resumes.
     let plan = Plan {
@@ -679,8 +676,7 @@ fn drive_loop(
         redact: bl_loops::redact::Mode::parse(&place.redact).unwrap_or(bl_loops::redact::Mode::Off),
         loop_dir: dir.display().to_string(),
         reuse_verdicts: bounds.sandbox,
-        judge_first: died_in_gate
-            || place.how == Prepare::Resume && last_lap_stopped_in_gate(&place.ledger),
+        judge_first: place.how == Prepare::Resume && ledger.unjudged_turn(),
     };
     let clock = WallClock {
         started: Instant::now(),

@@ -372,14 +372,15 @@ impl Laps<'_, '_> {
                 time_left: bounds.work_budget().saturating_sub(elapsed),
                 wind_down: false,
             };
-            let turn = match judge_only.then_some(Ok(Turn::default())) {
-                Some(none) => none,
-                None => self.ports.runner.turn(&request),
+            let turn = if judge_only {
+                Ok(Turn::default())
+            } else {
+                self.ports.runner.turn(&request)
             };
             let turn = match turn {
                 Ok(turn) => turn,
-                // Stopped (a signal, a cancel) while the worker took its
-                // turn: the turn is not finished, and a resume takes it again.
+                // Stopped by a signal while the worker took its turn: the
+                // turn is not finished, and a resume takes it again.
                 Err(_) if let Some(why) = self.ports.kill.ends_commands() => {
                     let detail = format!(
                         "{why} during the worker's turn, before it finished; a run with --run-id continues with --resume, which takes that turn again"
@@ -424,9 +425,6 @@ impl Laps<'_, '_> {
             // failed to.
             if !judge_only {
                 unchanged = if changed { 0 } else { unchanged + 1 };
-            }
-
-            if !judge_only {
                 // Best effort: without the mark, a death in the gate costs
                 // the turn again, as it did before there was one.
                 let _ = self.ports.ledger.turn_finished(lap);
