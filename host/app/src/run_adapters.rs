@@ -171,6 +171,11 @@ impl Journal for LogJournal {
     }
 
     fn flush(&mut self) -> Result<(), RunError> {
+        if let Some(annex) = &mut self.annex {
+            annex
+                .flush()
+                .map_err(|e| RunError::Journal(format!("{}: {e}", RunDir::ANNEX)))?;
+        }
         self.log
             .flush()
             .map_err(|e| RunError::Journal(e.to_string()))
@@ -198,6 +203,12 @@ impl Artifacts for RunArtifacts {
                     sensitivity: &self.sensitivity,
                 },
             )
+            .map_err(|e| RunError::Artifacts(e.to_string()))
+    }
+
+    fn get(&self, digest: &str) -> Result<Vec<u8>, RunError> {
+        self.store
+            .get(digest)
             .map_err(|e| RunError::Artifacts(e.to_string()))
     }
 

@@ -151,6 +151,10 @@ impl bl_app::graph_run::Watch for Progress {
                     "  ‖ {node}: interrupted, to be re-driven on resume"
                 ));
             }
+            // Observed only when a resume judges a finished turn again.
+            "node.replied" => self.line(format!(
+                "  ↻ {node}: judging again the turn its worker finished before the stop (no new turn)"
+            )),
             "node.skipped" => {
                 self.ended(&node);
                 self.line(format!("  - {node} skipped"));

@@ -264,6 +264,14 @@ impl Stage for Handoff {
                 .map_or(0, |d| (d.as_millis() as u64).saturating_sub(10)),
         }
     }
+
+    /// Only a directory of this run's own work root, reached through no
+    /// symlink: the record names it, and a record is not trusted to point
+    /// anywhere else.
+    fn kept(&self, workspace: &Path) -> bool {
+        workspace.parent() == Some(self.work_root.as_path())
+            && std::fs::symlink_metadata(workspace).is_ok_and(|m| m.is_dir())
+    }
 }
 
 /// The file whose stamp marks when an attempt's worker was dispatched.

@@ -121,6 +121,32 @@ pub struct Usage {
     pub cost_microunits: u64,
 }
 
+/// A worker's turn that finished and went to its judge: what judging it
+/// again needs (see [`At::replied`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedTurn {
+    /// The reply, in the run's artifact store; `None` when the worker
+    /// failed and is judged by the outputs it left.
+    pub reply_digest: Option<String>,
+    /// Why the worker failed, when it did.
+    pub worker_fault: Option<String>,
+    /// When the worker was dispatched (outputs older than this are stale).
+    pub dispatched_ms: u64,
+    pub workspace: String,
+}
+
+impl FinishedTurn {
+    /// The inverse of [`At::replied`].
+    pub fn of(payload: &Value) -> Option<FinishedTurn> {
+        Some(FinishedTurn {
+            reply_digest: payload["reply_digest"].as_str().map(str::to_string),
+            worker_fault: payload["worker_fault"].as_str().map(str::to_string),
+            dispatched_ms: payload["dispatched_ms"].as_u64()?,
+            workspace: payload["workspace"].as_str()?.to_string(),
+        })
+    }
+}
+
 /// Where an event sits: node, attempt and repair round.
 #[derive(Debug, Clone, Copy)]
 pub struct At<'a> {
@@ -236,6 +262,33 @@ impl At<'_> {
             kind: "node.redrive",
             payload: self.payload(json!({"redrive": redrive})),
         }
+    }
+
+    /// `node.replied` (bl's, kept in the annex beside the log): this
+    /// execution's worker finished its turn and its judge was asked. A
+    /// resume whose record ends here judges that turn's workspace again
+    /// instead of paying for a new turn.
+    pub fn replied(&self, execution: u32, turn: &FinishedTurn) -> Event {
+        Event {
+            key: self.replied_key(execution),
+            kind: "node.replied",
+            payload: self.payload(json!({
+                "execution": execution,
+                "reply_digest": turn.reply_digest,
+                "worker_fault": turn.worker_fault,
+                "dispatched_ms": turn.dispatched_ms,
+                "workspace": turn.workspace,
+            })),
+        }
+    }
+
+    pub fn replied_key(&self, execution: u32) -> String {
+        format!(
+            "{}:node.replied:{}:{execution}{}",
+            self.node,
+            self.attempt,
+            self.round_suffix()
+        )
     }
 
     /// `node.interrupted` (bl's, kept in the annex beside the log): an

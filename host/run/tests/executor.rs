@@ -69,6 +69,8 @@ struct MemoryJournal {
     /// every append after fails too (a controller that dies there).
     lost_at: Option<String>,
     lost: bool,
+    /// The run's artifact store, which outlives a controller as the log does.
+    artifacts: Arc<MemoryArtifacts>,
 }
 
 impl Journal for MemoryJournal {
@@ -145,11 +147,28 @@ impl MemoryJournal {
     }
 }
 
-struct MemoryArtifacts;
+#[derive(Default)]
+struct MemoryArtifacts {
+    objects: Mutex<HashMap<String, Vec<u8>>>,
+}
 
 impl Artifacts for MemoryArtifacts {
     fn put(&self, bytes: &[u8], _media_type: &str, _attempt: u32) -> Result<String, RunError> {
-        Ok(bl_core::Sha256Digest::of(bytes).to_string())
+        let digest = bl_core::Sha256Digest::of(bytes).to_string();
+        self.objects
+            .lock()
+            .unwrap()
+            .insert(digest.clone(), bytes.to_vec());
+        Ok(digest)
+    }
+
+    fn get(&self, digest: &str) -> Result<Vec<u8>, RunError> {
+        self.objects
+            .lock()
+            .unwrap()
+            .get(digest)
+            .cloned()
+            .ok_or_else(|| RunError::Artifacts(format!("{digest} is not stored")))
     }
 
     fn sync(&self) -> Result<(), RunError> {
@@ -181,6 +200,10 @@ impl Stage for MemoryStage {
             PathBuf::from(format!("/nowhere/{}", request.node_id)),
             Vec::new(),
         ))
+    }
+
+    fn kept(&self, _workspace: &Path) -> bool {
+        true
     }
 }
 
@@ -252,6 +275,8 @@ struct ScriptedJudge {
     rejects_replies_of: Vec<String>,
     /// A router's node id → the route its gate's verdict picks.
     routes: HashMap<String, &'static str>,
+    /// How many times a workspace was judged.
+    asked: AtomicU32,
 }
 
 impl Judge for ScriptedJudge {
@@ -267,6 +292,7 @@ impl Judge for ScriptedJudge {
     }
 
     fn judge(&self, request: JudgeRequest) -> JudgeFuture {
+        self.asked.fetch_add(1, Ordering::SeqCst);
         let decision = self
             .script
             .lock()
@@ -325,9 +351,10 @@ fn drive(
     stop: Arc<dyn Stop>,
 ) -> Result<RunEnd, RunError> {
     let mut observer = |_: &Event| {};
+    let artifacts = journal.artifacts.clone();
     let mut ports = Ports {
         journal,
-        artifacts: &MemoryArtifacts,
+        artifacts: &*artifacts,
         decisions: &NoDecisions,
         ledger: &NoLedger,
         worker,
@@ -653,6 +680,56 @@ fn a_router_takes_the_route_its_judge_picks_and_the_other_is_skipped() {
         .find(|(_, kind, p)| kind == "node.succeeded" && p["node_id"] == "triage")
         .map(|(_, _, p)| p["routed"].clone());
     assert_eq!(routed, Some(json!("pass")));
+}
+
+/// A controller that dies after its worker's turn finished (here, while
+/// the judge's pass is recorded) leaves that turn marked: the next
+/// controller judges it again and never pays for another turn.
+#[test]
+fn a_finished_turn_a_dead_controller_left_is_judged_again_not_taken_again() {
+    let worker = Arc::new(ScriptedWorker::default());
+    let judge = Arc::new(ScriptedJudge {
+        routes: HashMap::from([("triage".to_string(), "pass")]),
+        ..Default::default()
+    });
+    let mut journal = MemoryJournal {
+        lost_at: Some("triage:node.succeeded".into()),
+        ..Default::default()
+    };
+    let first = drive(
+        &router(),
+        &settings(Caps::default()),
+        &mut journal,
+        worker.clone(),
+        judge.clone(),
+        Arc::new(NeverStop),
+    );
+    assert!(matches!(first, Err(RunError::Journal(_))), "{first:?}");
+    assert_eq!(worker.turns.load(Ordering::SeqCst), 1);
+    assert_eq!(judge.asked.load(Ordering::SeqCst), 1);
+    journal.recovered();
+    let mut resumed = settings(Caps::default());
+    resumed.resume_ordinal = Some(1);
+    let end = drive(
+        &router(),
+        &resumed,
+        &mut journal,
+        worker.clone(),
+        judge.clone(),
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(end, RunEnd::Succeeded, "{:?}", journal.kinds());
+    assert_eq!(judge.asked.load(Ordering::SeqCst), 2, "triage judged again");
+    assert_eq!(
+        worker.turns.load(Ordering::SeqCst),
+        2,
+        "triage's one turn and ship's: {:?}",
+        journal.kinds()
+    );
+    let view = journal.view();
+    assert_eq!(view.node("ship").state, "SUCCEEDED");
+    assert_eq!(view.node("fix").state, "SKIPPED");
 }
 
 #[test]

@@ -477,6 +477,61 @@ fn a_killed_controller_leaves_no_agent_running_and_resume_makes_the_turn_once() 
     }
 }
 
+/// A turn that finished is never paid for twice: a controller stopped at
+/// once (a second Ctrl-C) or killed while its gate judges the workspace
+/// leaves that turn marked, and the resume judges it again instead of
+/// calling the agent again.
+#[test]
+fn a_turn_stopped_or_killed_in_its_gate_is_judged_again_on_resume_not_taken_again() {
+    for how in ["two Ctrl-C", "kill -9"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (mut manifest, connections) = graph(&["a"], &[], "workspace_only");
+        manifest["extensions"] = json!(["artifact-ports"]);
+        manifest["nodes"][0]["outputs"] = json!({});
+        manifest["nodes"][0]["gate"] = json!({"plugin": "command", "grants": ["command"],
+            "config": {"argv": ["sleep", "2"]}});
+        write_case(dir, (manifest, connections), &json!({"a": "ok"}), None);
+        let plugins = bl_e2e::plugin_dir();
+        let mut child = command(dir, RUN)
+            .env("BL_PLUGIN_PATH", &plugins)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_logged(&dir.join("run"), "a:node.gating");
+        if how == "kill -9" {
+            child.kill().unwrap();
+        } else {
+            signal(&child, "INT");
+            std::thread::sleep(Duration::from_millis(200));
+            signal(&child, "INT");
+        }
+        child.wait().unwrap();
+        let calls = || lines(&dir.join("state/calls.jsonl")).len();
+        assert_eq!(calls(), 1, "{how}");
+        let resumed = command(dir, RESUME)
+            .env("BL_PLUGIN_PATH", &plugins)
+            .output()
+            .unwrap();
+        assert_eq!(resumed.status.code(), Some(0), "{how}: {}", said(&resumed));
+        assert!(
+            said(&resumed).contains("a: judging again the turn its worker finished"),
+            "{how}: {}",
+            said(&resumed)
+        );
+        assert_eq!(calls(), 1, "{how}: the resume took no new turn");
+        let events = lines(&dir.join("run").join(RunDir::EVENTS));
+        let spends = events
+            .iter()
+            .filter(|e| e["event_type"] == "node.spend")
+            .count();
+        assert_eq!(spends, 1, "{how}: one turn paid for: {events:?}");
+        let verified = bl_in(dir, &["verify", "run"]);
+        assert!(verified.status.success(), "{how}: {}", said(&verified));
+    }
+}
+
 /// With its watchdog killed first, a killed bl does leave agents running:
 /// the resume ends them (from the run's record of what it started) before
 /// it re-drives the turn.

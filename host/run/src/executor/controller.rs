@@ -23,8 +23,8 @@ use tokio::task::JoinSet;
 
 use super::ports::*;
 use crate::events::{
-    self, At, AttemptFailure, BudgetPause, Cause, Event, POLICY_DENIED, Route, Usage, Verdict,
-    WORKER_FAILED, failure_of, success_of, usage_of,
+    self, At, AttemptFailure, BudgetPause, Cause, Event, FinishedTurn, POLICY_DENIED, Route, Usage,
+    Verdict, WORKER_FAILED, failure_of, success_of, usage_of,
 };
 use crate::machine::{AttemptEnd, Machine, NodeState, RunStatus, Transition};
 use crate::reply::{ReplyCheck, ReplyRequest, ReplyRuling};
@@ -269,15 +269,22 @@ pub async fn drive(
             let Some(node) = c.machine.first_ready().filter(|n| !busy.contains_key(n)) else {
                 break;
             };
-            if let Some(work) = or_settle!('drive, c.dispatch(node)) {
-                or_settle!('drive, c.ports.journal.flush());
-                busy.insert(node, Open::of(&work.0));
-                running.spawn(take_turn(
-                    work,
-                    c.ports.stage.clone(),
-                    c.ports.worker.clone(),
-                    c.ports.stop.clone(),
-                ));
+            match or_settle!('drive, c.dispatch(node)) {
+                Some(Work::Turn(work)) => {
+                    or_settle!('drive, c.ports.journal.flush());
+                    busy.insert(node, Open::of(&work.0));
+                    running.spawn(take_turn(
+                        *work,
+                        c.ports.stage.clone(),
+                        c.ports.worker.clone(),
+                        c.ports.stop.clone(),
+                    ));
+                }
+                Some(Work::Judging(node, open, judging)) => {
+                    busy.insert(node, open);
+                    running.spawn(judging);
+                }
+                None => {}
             }
         }
         or_settle!('drive, c.ports.journal.flush());
@@ -359,6 +366,13 @@ type Judging = Pin<Box<dyn Future<Output = Done> + Send>>;
 /// What `dispatch` hands a node task: the attempt, how to stage it, and
 /// the request for its worker (`None`: no prompt was supplied).
 type Turn = (InFlight, StageRequest, Option<WorkRequest>);
+
+/// What `dispatch` starts: a worker's turn, or (on a resume) the judge of
+/// a turn that finished before the run stopped.
+enum Work {
+    Turn(Box<Turn>),
+    Judging(usize, Open, Judging),
+}
 
 /// A node task's first half: stage the attempt's workspace (verifying its
 /// inputs), then let the worker take its turn there.
@@ -609,7 +623,7 @@ impl Controller<'_, '_> {
     /// Starts `node`'s next attempt. Returns the work to run, or `None`
     /// when the attempt ended without a worker (a denial, a join, a
     /// publish, or an outcome already recorded).
-    fn dispatch(&mut self, node: usize) -> Result<Option<Turn>, RunError> {
+    fn dispatch(&mut self, node: usize) -> Result<Option<Work>, RunError> {
         let info = self.info(node).clone();
         let next_attempt = self.machine.attempts(node) + 1;
         if info.runs_work() && self.over_budget(node, next_attempt)? {
@@ -674,17 +688,17 @@ impl Controller<'_, '_> {
             _ => {}
         }
         // A resumed run: the attempt's outcome may be recorded already.
+        // Executions 1..=prior+1 ran before; what each paid is counted.
+        let prior = self.redrives(&at);
         let mut execution = 1;
-        loop {
-            let spend_key = at.spend(execution, None).key;
-            let Some(spend) = self.ports.journal.recorded(&spend_key) else {
-                break;
-            };
-            if let Some(u) = usage_of(&spend) {
-                self.tokens += u.input_tokens + u.output_tokens;
-                self.cost += u.cost_microunits;
+        if started_before {
+            for run in 1..=prior + 1 {
+                let spend = self.ports.journal.recorded(&at.spend(run, None).key);
+                if let Some(u) = spend.as_ref().and_then(usage_of) {
+                    self.tokens += u.input_tokens + u.output_tokens;
+                    self.cost += u.cost_microunits;
+                }
             }
-            execution += 1;
         }
         if let Some(ended) = self.recorded_outcome(&info, attempt, round) {
             self.end(node, ended, round)?;
@@ -694,7 +708,6 @@ impl Controller<'_, '_> {
             // Started before, never ended: a stop interrupted it (on record),
             // or its controller died (nothing on record). Only the deaths
             // count against the re-drives.
-            let prior = self.redrives(&at);
             let stopped = (1..=prior + 1)
                 .filter(|e| {
                     self.ports
@@ -712,7 +725,18 @@ impl Controller<'_, '_> {
                 return Ok(None);
             }
             self.record(&at.redrive(prior + 1))?;
-            execution = execution.max(prior + 2);
+            execution = prior + 2;
+            // The last execution's worker finished its turn and only its
+            // judge was cut short: that turn is judged again, not paid for
+            // again.
+            let open = Open {
+                attempt,
+                round,
+                execution,
+            };
+            if let Some(judged) = self.judge_again(node, open, prior + 1)? {
+                return Ok(judged.map(|judging| Work::Judging(node, open, judging)));
+            }
         }
         let task = match &info.driver {
             Driver::Worker => Task::Connector,
@@ -793,7 +817,7 @@ impl Controller<'_, '_> {
             inputs: Vec::new(),
             outputs: info.outputs.clone(),
         });
-        Ok(Some((
+        Ok(Some(Work::Turn(Box::new((
             InFlight {
                 node,
                 attempt,
@@ -804,7 +828,66 @@ impl Controller<'_, '_> {
             },
             staging,
             request,
-        )))
+        )))))
+    }
+
+    /// Gates again, as execution `open`, the turn execution `last` of the
+    /// same attempt finished, when the record shows its judge was asked
+    /// and never answered, and its reply and workspace are still there.
+    /// `None`: there is no such turn (the worker takes a new one);
+    /// `Some(None)`: the attempt ended on its reply alone.
+    fn judge_again(
+        &mut self,
+        node: usize,
+        open: Open,
+        last: u32,
+    ) -> Result<Option<Option<Judging>>, RunError> {
+        let at = At {
+            node: &self.info(node).id,
+            attempt: open.attempt,
+            round: open.round,
+        };
+        let Some(turn) = self
+            .ports
+            .journal
+            .recorded(&at.replied_key(last))
+            .as_ref()
+            .and_then(FinishedTurn::of)
+        else {
+            return Ok(None);
+        };
+        let workspace = PathBuf::from(&turn.workspace);
+        if !self.ports.stage.kept(&workspace) {
+            return Ok(None);
+        }
+        let bytes = match &turn.reply_digest {
+            Some(digest) => match self.ports.artifacts.get(digest) {
+                Ok(bytes) => bytes,
+                Err(_) => return Ok(None),
+            },
+            None => Vec::new(),
+        };
+        let flight = InFlight {
+            node,
+            attempt: open.attempt,
+            round: open.round,
+            execution: open.execution,
+            dispatched_ms: turn.dispatched_ms,
+            workspace,
+        };
+        let again = self.replied_event(&flight, &turn);
+        (self.ports.observer)(&again);
+        self.gate(flight, bytes, Vec::new(), turn.worker_fault)
+            .map(Some)
+    }
+
+    fn replied_event(&self, flight: &InFlight, turn: &FinishedTurn) -> Event {
+        At {
+            node: &self.info(flight.node).id,
+            attempt: flight.attempt,
+            round: flight.round,
+        }
+        .replied(flight.execution, turn)
     }
 
     /// The inputs `node` is handed: each bound producer's published output
@@ -957,6 +1040,27 @@ impl Controller<'_, '_> {
             }
             WorkReply::Reply { bytes, plugins, .. } => (bytes, plugins, None),
         };
+        self.gate(flight, bytes, plugins, suppressed)
+    }
+
+    /// Gates a finished turn: the reply's own ruling first, then (for a
+    /// node judged from its workspace) the judge's task. Before the judge
+    /// is asked, the turn is marked on record (`node.replied`), so a
+    /// resume after a stop or a crash judges it again instead of paying
+    /// for another turn.
+    fn gate(
+        &mut self,
+        flight: InFlight,
+        bytes: Vec<u8>,
+        plugins: Vec<PluginUse>,
+        suppressed: Option<String>,
+    ) -> Result<Option<Judging>, RunError> {
+        let info = self.info(flight.node).clone();
+        let at = At {
+            node: &info.id,
+            attempt: flight.attempt,
+            round: flight.round,
+        };
         self.record(&at.gating())?;
         let reply_digest = match suppressed {
             Some(_) => None,
@@ -1040,6 +1144,21 @@ impl Controller<'_, '_> {
                     "path": r["child_run"], "run_state": r["run_state"],
                 })
             });
+        // A transform's turn keeps the component it ran, which is not on
+        // record until it ends: it is cheap, and simply runs again.
+        if plugins.is_empty() {
+            let turn = FinishedTurn {
+                reply_digest: reply_digest.clone(),
+                worker_fault: suppressed.clone(),
+                dispatched_ms: flight.dispatched_ms,
+                workspace: flight.workspace.to_string_lossy().into_owned(),
+            };
+            let replied = self.replied_event(&flight, &turn);
+            self.ports.journal.annex(&replied)?;
+            // On disk before the judge starts: a controller killed while
+            // it judges leaves the mark for the resume.
+            self.ports.journal.flush()?;
+        }
         let judge = self.ports.judge.clone();
         Ok(Some(Box::pin(async move {
             let judgement = judge.judge(request).await;

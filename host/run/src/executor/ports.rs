@@ -348,6 +348,10 @@ pub trait Stage: Send + Sync {
     fn mark_dispatch(&self, _workspace: &std::path::Path) -> u64 {
         now_ms()
     }
+
+    /// Whether a workspace an earlier drive staged is still there to be
+    /// judged again.
+    fn kept(&self, workspace: &std::path::Path) -> bool;
 }
 
 /// A declared output as published: where, what, and its digest.
@@ -500,6 +504,8 @@ pub trait Journal {
 /// The run's content-addressed artifact store.
 pub trait Artifacts {
     fn put(&self, bytes: &[u8], media_type: &str, attempt: u32) -> Result<String, RunError>;
+    /// The bytes stored under `digest`, verified against it.
+    fn get(&self, digest: &str) -> Result<Vec<u8>, RunError>;
     /// Makes every artifact put so far durable (one group commit); called
     /// before the log is synced, so a durable event never names a lost file.
     fn sync(&self) -> Result<(), RunError>;
