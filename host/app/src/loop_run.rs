@@ -28,7 +28,7 @@ use crate::loop_gates::{GatePlugins, LoopGate};
 use crate::loop_trace::{LapSpans, Redact};
 use crate::notes::note;
 use crate::stop::Cancel;
-use bl_loops::engine::PortError;
+use bl_loops::engine::{PortError, UnjudgedTurn};
 
 /// The environment variable that stops every loop at its next lap.
 pub const KILL_SWITCH: &str = "BOUNDED_LOOPS_KILL";
@@ -150,21 +150,24 @@ struct FileLedger {
 }
 
 /// The file that marks a turn the worker finished and the gate has not yet
-/// judged, beside a resumable run's ledger: `{"head": …, "lap": …}`.
+/// judged, beside a resumable run's ledger: `{"head": …, "lap": …,
+/// "tokens": …}`.
 const TURN_MARK: &str = "turn-finished.json";
 
 impl FileLedger {
-    /// Whether a turn the worker finished waits to be judged: the last lap
-    /// was stopped in its gate, or a finished turn is marked on top of the
-    /// ledger's head (the process that took it died in the gate).
-    fn unjudged_turn(&self) -> bool {
-        self.last_stopped_in_gate
-            || self.turn_mark.as_deref().is_some_and(|mark| {
-                std::fs::read(mark)
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                    .is_some_and(|m| m["head"] == self.head.as_str())
-            })
+    /// A turn the worker finished that waits to be judged: the last lap
+    /// was stopped in its gate (and recorded what the turn spent), or a
+    /// finished turn is marked on top of the ledger's head (the process
+    /// that took it died in the gate, and only the mark says what it spent).
+    fn unjudged_turn(&self) -> Option<UnjudgedTurn> {
+        if self.last_stopped_in_gate {
+            return Some(UnjudgedTurn::default());
+        }
+        let mark = std::fs::read(self.turn_mark.as_deref()?).ok()?;
+        let mark: serde_json::Value = serde_json::from_slice(&mark).ok()?;
+        (mark["head"] == self.head.as_str()).then(|| UnjudgedTurn {
+            tokens: mark["tokens"].as_u64().unwrap_or(0),
+        })
     }
 
     fn open(path: &Path, redact: Redact) -> Result<FileLedger, AppError> {
@@ -232,11 +235,11 @@ impl Ledger for FileLedger {
         &self.head
     }
 
-    fn turn_finished(&mut self, lap: u32) -> Result<(), PortError> {
+    fn turn_finished(&mut self, lap: u32, tokens: u64) -> Result<(), PortError> {
         let Some(mark) = &self.turn_mark else {
             return Ok(());
         };
-        let text = json!({"head": self.head, "lap": lap}).to_string();
+        let text = json!({"head": self.head, "lap": lap, "tokens": tokens}).to_string();
         std::fs::File::create(mark)
             .and_then(|mut file| {
                 file.write_all(text.as_bytes())?;
@@ -676,7 +679,9 @@ fn drive_loop(
         redact: bl_loops::redact::Mode::parse(&place.redact).unwrap_or(bl_loops::redact::Mode::Off),
         loop_dir: dir.display().to_string(),
         reuse_verdicts: bounds.sandbox,
-        judge_first: place.how == Prepare::Resume && ledger.unjudged_turn(),
+        judge_first: ledger
+            .unjudged_turn()
+            .filter(|_| place.how == Prepare::Resume),
     };
     let clock = WallClock {
         started: Instant::now(),
@@ -933,6 +938,28 @@ mod node_tests {
             super::inner_run_id("graph-run", "balance", 0, 1),
             "graph-run.balance.r0.a1.dcc7f7b046791aaa"
         );
+    }
+
+    /// The mark a turn leaves before its gate says what the turn spent,
+    /// and stands only on top of the head it was made on.
+    #[test]
+    fn a_marked_turn_keeps_its_tokens_until_the_ledger_moves_on() {
+        use bl_loops::engine::Ledger;
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = super::FileLedger::open(
+            &dir.path().join("ledger.jsonl"),
+            crate::loop_trace::Redact::new("off", dir.path()),
+        )
+        .unwrap();
+        ledger.turn_mark = Some(dir.path().join(super::TURN_MARK));
+        assert_eq!(ledger.unjudged_turn(), None);
+        ledger.turn_finished(3, 42).unwrap();
+        assert_eq!(
+            ledger.unjudged_turn(),
+            Some(super::UnjudgedTurn { tokens: 42 })
+        );
+        ledger.head = "another head".into();
+        assert_eq!(ledger.unjudged_turn(), None, "a stale mark never matches");
     }
 
     #[test]

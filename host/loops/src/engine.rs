@@ -122,11 +122,12 @@ pub trait Ledger {
     fn append(&mut self, line: &LedgerLine) -> Result<String, PortError>;
     /// The head the next line chains to.
     fn head(&self) -> &str;
-    /// The worker finished lap `lap`'s turn and the gate is about to judge
-    /// it: a ledger that can be resumed marks it durably, so a process that
-    /// dies before the lap is appended leaves the turn to be judged, not
-    /// paid for again. The next append clears the mark.
-    fn turn_finished(&mut self, _lap: u32) -> Result<(), PortError> {
+    /// The worker finished lap `lap`'s turn, which spent `tokens`, and the
+    /// gate is about to judge it: a ledger that can be resumed marks it
+    /// durably, so a process that dies before the lap is appended leaves
+    /// the turn (and what it spent) to be judged, not paid for again. The
+    /// next append clears the mark.
+    fn turn_finished(&mut self, _lap: u32, _tokens: u64) -> Result<(), PortError> {
         Ok(())
     }
 }
@@ -227,7 +228,15 @@ pub struct Plan {
     /// A resumed run whose last invocation was stopped (or died) while its
     /// gate judged a turn the worker had finished: its first lap judges the
     /// workspace that turn left, and takes no new turn (it was paid for).
-    pub judge_first: bool,
+    pub judge_first: Option<UnjudgedTurn>,
+}
+
+/// A turn the worker finished that no gate judged (see [`Plan::judge_first`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnjudgedTurn {
+    /// What the turn spent that no ledger line records: its invocation
+    /// died before it could. The lap that judges it records them.
+    pub tokens: u64,
 }
 
 /// The evidence a lap stopped while its gate judged a finished turn
@@ -288,7 +297,7 @@ pub fn run(plan: &Plan, ports: Ports) -> Result<RunOutcome, EngineError> {
         reason: String::new(),
         laps: 0,
         ledger_head: ports.ledger.head().to_string(),
-        tokens: 0,
+        tokens: plan.judge_first.map_or(0, |turn| turn.tokens),
         attempts: Vec::new(),
         last_verdict: None,
         wind_down: None,
@@ -337,7 +346,7 @@ impl Laps<'_, '_> {
             lap += 1;
             // A turn the last invocation paid for and never had judged is
             // judged first, without a new one.
-            let judge_only = lap == 1 && self.plan.judge_first;
+            let judge_only = lap == 1 && self.plan.judge_first.is_some();
             // The kill switch comes before everything else in a lap.
             if let Some(why) = self.ports.kill.engaged() {
                 if judge_only {
@@ -362,7 +371,14 @@ impl Laps<'_, '_> {
                 );
             }
             let elapsed = self.ports.clock.elapsed();
-            if let Some(stop) = bounds.stop_before(lap, self.outcome.tokens, elapsed) {
+            // A judge-only lap takes no turn: it uses none of the turns the
+            // iteration bound allows, spends no tokens, and only the clock
+            // (its gate needs time) can stop it.
+            let turns = lap - u32::from(self.plan.judge_first.is_some());
+            let stop = bounds
+                .stop_before(turns.max(1), self.outcome.tokens, elapsed)
+                .filter(|stop| !judge_only || matches!(stop, Stop::Wallclock { .. }));
+            if let Some(stop) = stop {
                 return self.halt(stop, lap, false);
             }
             let request = TurnRequest {
@@ -427,7 +443,7 @@ impl Laps<'_, '_> {
                 unchanged = if changed { 0 } else { unchanged + 1 };
                 // Best effort: without the mark, a death in the gate costs
                 // the turn again, as it did before there was one.
-                let _ = self.ports.ledger.turn_finished(lap);
+                let _ = self.ports.ledger.turn_finished(lap, turn.tokens);
             }
             let time_left = bounds
                 .work_budget()
@@ -995,7 +1011,7 @@ mod tests {
     }
 
     fn run_with(script: Script, bounds: Bounds, kill: bool, approve: bool, step_ms: u64) -> Run {
-        run_reusing(script, bounds, kill, approve, step_ms, false, false)
+        run_reusing(script, bounds, kill, approve, step_ms, false, None)
     }
 
     fn run_reusing(
@@ -1005,7 +1021,7 @@ mod tests {
         approve: bool,
         step_ms: u64,
         reuse_verdicts: bool,
-        judge_first: bool,
+        judge_first: Option<UnjudgedTurn>,
     ) -> Run {
         let cell = std::cell::RefCell::new(script);
         let mut runner = Fake(&cell);
@@ -1193,7 +1209,7 @@ mod tests {
             true,
             0,
             false,
-            false,
+            None,
         );
         let warm = run_reusing(
             Script::new(laps),
@@ -1205,7 +1221,7 @@ mod tests {
             true,
             0,
             true,
-            false,
+            None,
         );
         assert_eq!((cold.script.gate_runs, warm.script.gate_runs), (4, 1));
         assert_eq!(cold.outcome.reason, warm.outcome.reason);
@@ -1224,7 +1240,7 @@ mod tests {
             true,
             0,
             true,
-            false,
+            None,
         );
         assert_eq!(
             (changing.script.gate_runs, changing.outcome.status),
@@ -1248,7 +1264,7 @@ mod tests {
             true,
             0,
             true,
-            false,
+            None,
         );
         assert_eq!(
             (r.outcome.reason.as_str(), r.script.gate_runs),
@@ -1420,7 +1436,7 @@ mod tests {
             true,
             0,
             false,
-            true,
+            Some(UnjudgedTurn::default()),
         );
         assert_eq!((r.outcome.status, r.outcome.laps), (Status::Done, 2));
         assert_eq!(r.outcome.tokens, 5, "only lap 2 took a turn");
@@ -1434,7 +1450,7 @@ mod tests {
             true,
             0,
             false,
-            true,
+            Some(UnjudgedTurn::default()),
         );
         assert_eq!(killed.outcome.status, Status::Killed);
         let line = &killed.lines[0];
@@ -1445,5 +1461,49 @@ mod tests {
         assert!(stopped_in_gate(&as_json), "{as_json}");
         assert!(!line.attempted);
         assert_eq!(killed.script.gate_runs, 0);
+    }
+
+    /// The turn a judge-only lap judges was paid for: the tokens only its
+    /// mark recorded (its process died in the gate) go on record with the
+    /// lap that judges it, and neither the iteration nor the token bound
+    /// keeps it from being judged, or takes a turn from the resume.
+    #[test]
+    fn a_judge_only_lap_records_what_its_turn_spent_and_no_bound_but_the_clock_stops_it() {
+        let one_turn = Bounds {
+            max_iterations: 1,
+            max_tokens: Some(7),
+            ..bounds()
+        };
+        let r = run_reusing(
+            Script::new(vec![(0, false, F), (3, true, F)]),
+            one_turn,
+            false,
+            true,
+            0,
+            false,
+            Some(UnjudgedTurn { tokens: 7 }),
+        );
+        assert_eq!(r.lines[0].budget_spent.as_ref().unwrap().tokens, 7);
+        assert!(!r.lines[0].attempted, "the judge-only lap took no turn");
+        assert_eq!(r.script.gate_runs, 1, "judged, though the tokens are spent");
+        assert_eq!(r.outcome.status, Status::Halt);
+        assert!(r.outcome.reason.contains("token"), "{}", r.outcome.reason);
+
+        let no_iterations = Bounds {
+            max_iterations: 1,
+            ..bounds()
+        };
+        let r = run_reusing(
+            Script::new(vec![(0, false, F), (3, true, F), (3, true, F)]),
+            no_iterations,
+            false,
+            true,
+            0,
+            false,
+            Some(UnjudgedTurn::default()),
+        );
+        assert_eq!(r.outcome.status, Status::Halt);
+        assert_eq!(r.outcome.attempts.len(), 1, "the resume keeps its one turn");
+        assert!(r.lines[1].attempted);
     }
 }
