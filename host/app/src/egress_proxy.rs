@@ -26,10 +26,7 @@ pub fn start_proxy(
     config: &EgressConfig,
     record: Option<&std::path::Path>,
 ) -> Result<ProxyGuard, AppError> {
-    let dir = tempfile::Builder::new()
-        .prefix("bl-egress-")
-        .tempdir()
-        .map_err(proxy_error)?;
+    let dir = bl_sandbox::containment::owned_tempdir("bl-egress-").map_err(proxy_error)?;
     let socket = dir.path().join("egress.sock");
     let resolver = bl_egress::Resolver::system().map_err(proxy_error)?;
     let proxy = std::sync::Arc::new(bl_egress::proxy::ConnectProxy::new(

@@ -19,6 +19,9 @@
 //! - Each command's process identity (pid, start time, boot id, cgroup)
 //!   can be appended to a spawn log ([`set_spawn_log`]); a later controller
 //!   kills whatever of it is still alive ([`kill_survivors`]).
+//! - The private directories bl makes in the temporary directory carry its
+//!   identity too ([`owned_tempdir`]); the next bl removes those a killed
+//!   one left.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -287,6 +290,47 @@ fn owner_alive(owner: &str) -> bool {
     match (pid.parse::<i32>(), start.parse::<u64>()) {
         (Ok(pid), Ok(start)) => proc_stat(pid).is_some_and(|s| s.start == start),
         _ => true,
+    }
+}
+
+/// The prefixes of the directories [`owned_tempdir`] makes.
+pub const TEMP_PREFIXES: &[&str] = &["bl-cmd-", "bl-cage-", "bl-egress-"];
+
+/// A private directory in the temporary directory, named for this process
+/// (`<prefix><pid>.<start>-<random>`): dropped, it is removed; left by a
+/// bl that was killed, the first call of the next bl removes it.
+pub fn owned_tempdir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| remove_dead_tempdirs(&std::env::temp_dir()));
+    tempfile::Builder::new()
+        .prefix(&format!("{prefix}{}-", state().me))
+        .tempdir()
+}
+
+/// Removes what a dead bl of this user left in `temp`: only directories
+/// (never through a symlink) whose name says whose they were.
+fn remove_dead_tempdirs(temp: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    let uid = nix::unistd::geteuid().as_raw();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((owner, _)) = TEMP_PREFIXES
+            .iter()
+            .find_map(|prefix| name.strip_prefix(prefix))
+            .and_then(|rest| rest.split_once('-'))
+        else {
+            continue;
+        };
+        let ours = entry
+            .path()
+            .symlink_metadata()
+            .is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        if ours && !owner_alive(owner) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -1014,6 +1058,31 @@ pub fn watchdog_main() -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a killed bl left in the temporary directory goes; a live bl's,
+    /// a name that says no owner, and a symlink stay.
+    #[test]
+    fn only_the_temporary_directories_of_a_dead_bl_are_removed() {
+        let temp = tempfile::tempdir().unwrap();
+        let me = &state().me;
+        let dead = temp.path().join("bl-cmd-2147483646.1-dead");
+        let live = temp.path().join(format!("bl-cage-{me}-live"));
+        let unnamed = temp.path().join("bl-cmd-Ab3xYz");
+        let elsewhere = tempfile::tempdir().unwrap();
+        let link = temp.path().join("bl-cmd-2147483645.1-link");
+        for dir in [&dead, &live, &unnamed] {
+            std::fs::create_dir_all(dir.join("home")).unwrap();
+            std::fs::write(dir.join("home/kept"), "x").unwrap();
+        }
+        std::fs::write(elsewhere.path().join("kept"), "x").unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+        remove_dead_tempdirs(temp.path());
+        assert!(!dead.exists(), "a dead bl's directory is removed");
+        assert!(live.join("home/kept").exists());
+        assert!(unnamed.join("home/kept").exists());
+        assert!(link.symlink_metadata().is_ok());
+        assert!(elsewhere.path().join("kept").exists());
+    }
 
     #[test]
     fn stat_fields_follow_the_last_parenthesis() {

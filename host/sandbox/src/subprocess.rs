@@ -282,9 +282,7 @@ impl PrivateDirs {
     }
 
     pub(crate) fn new() -> Result<Self, CommandError> {
-        let root = tempfile::Builder::new()
-            .prefix("bl-cmd-")
-            .tempdir()
+        let root = crate::containment::owned_tempdir("bl-cmd-")
             .map_err(|e| CommandError::Spawn(format!("cannot make a private HOME: {e}")))?;
         let home = root.path().join("home");
         let tmp = root.path().join("tmp");
