@@ -16,6 +16,13 @@ pub enum AppError {
     /// The sandbox would not run it at all (exit 125).
     #[error("{0}")]
     Sandbox(String),
+    /// A manifest refused before anything ran, as `Refused`, with where in
+    /// the file (for a front end that shows the place apart).
+    #[error("{message}")]
+    Manifest {
+        message: String,
+        refusal: Box<crate::graph_plan::ManifestRefusal>,
+    },
 }
 
 impl AppError {
@@ -23,9 +30,18 @@ impl AppError {
         AppError::Refused(message.into())
     }
 
+    /// A refused manifest, described as lint describes it.
+    pub fn manifest(refusal: crate::graph_plan::ManifestRefusal) -> AppError {
+        AppError::Manifest {
+            message: refusal.describe(),
+            refusal: Box::new(refusal),
+        }
+    }
+
     pub fn message(&self) -> &str {
         match self {
             AppError::Refused(m) | AppError::Undecided(m) | AppError::Sandbox(m) => m,
+            AppError::Manifest { message, .. } => message,
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::notes::note;
 
 /// A manifest (or connections file) that was refused, as bounded-loops
 /// refuses it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestRefusal {
     /// The file refused (`-` for stdin).
     pub path: PathBuf,

@@ -877,15 +877,12 @@ pub fn run_manifest(
             let text = String::from_utf8_lossy(&bytes);
             refusal.pos = bl_graph::locate(&text, manifest_format(&bytes), &refusal.pointer);
         }
-        refused(
-            crate::graph_plan::ManifestRefusal {
-                path: manifest.to_path_buf(),
-                what: "compile failed".into(),
-                refusal,
-                early: None,
-            }
-            .describe(),
-        )
+        AppError::manifest(crate::graph_plan::ManifestRefusal {
+            path: manifest.to_path_buf(),
+            what: "compile failed".into(),
+            refusal,
+            early: None,
+        })
     };
     let graph = parse_graph(&bytes).map_err(|e| match e {
         GraphFailure::Refused(r) => not_run(r),

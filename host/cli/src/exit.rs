@@ -95,9 +95,27 @@ pub struct ErrorDetail {
     pub pointer: Option<String>,
     pub line: Option<u32>,
     pub column: Option<u32>,
+    /// What may fix it (a close name, the names allowed).
+    pub hints: Vec<String>,
     /// The command already printed its JSON answer for this failure (as
     /// bounded-loops defines it): `main` adds nothing to stdout.
     pub reported: bool,
+}
+
+impl ErrorDetail {
+    /// A refused manifest's code and place.
+    pub fn of_manifest(refused: &bl_app::graph_plan::ManifestRefusal) -> ErrorDetail {
+        let refusal = &refused.refusal;
+        ErrorDetail {
+            code: Some(refusal.code.to_string()),
+            path: Some(refused.path.display().to_string()),
+            pointer: Some(refusal.pointer.clone()),
+            line: refusal.pos.map(|p| p.line),
+            column: refusal.pos.map(|p| p.col),
+            hints: refusal.hints.clone(),
+            reported: false,
+        }
+    }
 }
 
 impl CliError {
@@ -148,6 +166,9 @@ impl CliError {
                 error[key] = value;
             }
         }
+        if !d.hints.is_empty() {
+            error["hints"] = serde_json::Value::from(d.hints.clone());
+        }
         serde_json::json!({ "error": error })
     }
 }
@@ -165,6 +186,10 @@ impl From<bl_app::AppError> for CliError {
         use bl_app::AppError;
         let exit = match &e {
             AppError::Refused(_) => Exit::Refused,
+            AppError::Manifest { refusal, .. } => {
+                return CliError::refused(e.message())
+                    .with_detail(ErrorDetail::of_manifest(refusal));
+            }
             AppError::Undecided(_) => Exit::Undecided,
             AppError::Sandbox(_) => Exit::SandboxRefused,
         };

@@ -357,18 +357,13 @@ pub fn run(cmd: GraphCommand) -> CliResult {
 /// The error for a refused manifest: what `describe` says, with the code
 /// and the place for `--json`.
 fn refused(refused: ManifestRefusal) -> CliError {
-    let message = refused.describe();
-    let ManifestRefusal { path, refusal, .. } = refused;
     // bounded-loops defines what lint and plan print on stdout for a
     // refusal (lint --json its own object, plan nothing): nothing is added.
-    CliError::refused(message).with_detail(crate::exit::ErrorDetail {
-        code: Some(refusal.code.to_string()),
-        path: Some(path.display().to_string()),
-        pointer: Some(refusal.pointer.clone()),
-        line: refusal.pos.map(|p| p.line),
-        column: refusal.pos.map(|p| p.col),
+    let detail = crate::exit::ErrorDetail {
         reported: true,
-    })
+        ..crate::exit::ErrorDetail::of_manifest(&refused)
+    };
+    CliError::refused(refused.describe()).with_detail(detail)
 }
 
 /// A plan's failure as the CLI answers it.

@@ -131,6 +131,36 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
             "\n  did you mean `research-costs` (not `research-cost`)?",
         ],
     );
+    // A script asking for JSON gets the same place and hints as fields.
+    let mut json_args = args.clone();
+    json_args.push("--json");
+    let as_json = bl(dir, &json_args);
+    refused(dir, &as_json, &[]);
+    let error: Value = serde_json::from_str(&as_json.stdout).unwrap();
+    let error = &error["error"];
+    assert_eq!(
+        (
+            &error["code"],
+            &error["path"],
+            &error["pointer"],
+            &error["line"]
+        ),
+        (
+            &json!("unknown_edge_node"),
+            &json!("graph.yaml"),
+            &json!("/edges/1"),
+            &json!(56)
+        ),
+        "{as_json}"
+    );
+    assert_eq!(
+        error["hints"],
+        json!([
+            "from_node 'research-cost' names no node",
+            "did you mean `research-costs` (not `research-cost`)?"
+        ]),
+        "{as_json}"
+    );
     edit(&graph, "{from_node: research-cost,", "{from_node: summary,");
     refused(
         dir,
