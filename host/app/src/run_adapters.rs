@@ -159,26 +159,31 @@ impl Journal for LogJournal {
             .or_else(|| self.annexed.get(key).cloned())
     }
 
+    // The log before the annex, in both: an annex event speaks of what
+    // the log holds (a turn's spend, its re-drive), so it is never on disk
+    // without it. Lost the other way, the annex only tells less.
     fn sync(&mut self) -> Result<(), RunError> {
-        if let Some(annex) = &mut self.annex {
-            annex
-                .sync()
-                .map_err(|e| RunError::Journal(format!("{}: {e}", RunDir::ANNEX)))?;
-        }
         self.log
             .sync()
-            .map_err(|e| RunError::Journal(e.to_string()))
+            .map_err(|e| RunError::Journal(e.to_string()))?;
+        match &mut self.annex {
+            Some(annex) => annex
+                .sync()
+                .map_err(|e| RunError::Journal(format!("{}: {e}", RunDir::ANNEX))),
+            None => Ok(()),
+        }
     }
 
     fn flush(&mut self) -> Result<(), RunError> {
-        if let Some(annex) = &mut self.annex {
-            annex
-                .flush()
-                .map_err(|e| RunError::Journal(format!("{}: {e}", RunDir::ANNEX)))?;
-        }
         self.log
             .flush()
-            .map_err(|e| RunError::Journal(e.to_string()))
+            .map_err(|e| RunError::Journal(e.to_string()))?;
+        match &mut self.annex {
+            Some(annex) => annex
+                .flush()
+                .map_err(|e| RunError::Journal(format!("{}: {e}", RunDir::ANNEX))),
+            None => Ok(()),
+        }
     }
 }
 

@@ -92,6 +92,17 @@ impl Handoff {
 }
 
 /// The attempt's workspace (`<node>-<32 hex>`, as bounded-loops names it).
+/// Whether `path` is named as [`work_dir`] names `node`'s workspaces in
+/// `root`: nothing else (`..`, another node's) passes.
+fn names_work_dir(root: &Path, node: &str, path: &Path) -> bool {
+    let nonce = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .and_then(|name| name.strip_prefix(node)?.strip_prefix('-'));
+    path.parent() == Some(root)
+        && nonce.is_some_and(|n| n.len() == 32 && n.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 pub fn work_dir(root: &Path, node: &str) -> std::io::Result<PathBuf> {
     let mut nonce = [0u8; 16];
     getrandom::fill(&mut nonce).map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -265,11 +276,12 @@ impl Stage for Handoff {
         }
     }
 
-    /// Only a directory of this run's own work root, reached through no
+    /// Only one of the node's own workspaces in this run's work root
+    /// (`<node>-<nonce>`, as [`work_dir`] names them), reached through no
     /// symlink: the record names it, and a record is not trusted to point
     /// anywhere else.
-    fn kept(&self, workspace: &Path) -> bool {
-        workspace.parent() == Some(self.work_root.as_path())
+    fn kept(&self, node_id: &str, workspace: &Path) -> bool {
+        names_work_dir(&self.work_root, node_id, workspace)
             && std::fs::symlink_metadata(workspace).is_ok_and(|m| m.is_dir())
     }
 }
@@ -741,5 +753,28 @@ fn transform(plugins: &Plugins, request: &WorkRequest) -> WorkReply {
         usage: None,
         reported_by: format!("transform:{plugin}"),
         plugins: vec![used],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A workspace a record names is judged again only if it is one the
+    /// node's own staging would have made.
+    #[test]
+    fn only_a_nodes_own_work_dir_is_taken_from_a_record() {
+        let root = tempfile::tempdir().unwrap();
+        let made = work_dir(root.path(), "a").unwrap();
+        assert!(names_work_dir(root.path(), "a", &made));
+        assert!(!names_work_dir(root.path(), "ab", &made), "another node's");
+        assert!(!names_work_dir(root.path(), "a", &root.path().join("..")));
+        assert!(!names_work_dir(root.path(), "a", root.path()));
+        assert!(!names_work_dir(root.path(), "a", &root.path().join("a-x")));
+        let nested = made.join(made.file_name().unwrap());
+        assert!(
+            !names_work_dir(root.path(), "a", &nested),
+            "not in the root"
+        );
     }
 }

@@ -49,14 +49,16 @@ impl Bounds {
         {
             return Some(Stop::Tokens { max, spent: tokens });
         }
-        if elapsed >= self.work_budget() {
-            return Some(Stop::Wallclock {
-                max: self.max_wallclock_s,
-                elapsed,
-                reserve: self.handoff_reserve_s,
-            });
-        }
-        None
+        self.out_of_time(elapsed)
+    }
+
+    /// The wall-clock bound, when the work budget is spent.
+    pub fn out_of_time(&self, elapsed: Duration) -> Option<Stop> {
+        (elapsed >= self.work_budget()).then_some(Stop::Wallclock {
+            max: self.max_wallclock_s,
+            elapsed,
+            reserve: self.handoff_reserve_s,
+        })
     }
 }
 

@@ -342,6 +342,11 @@ impl Laps<'_, '_> {
         // Every invocation counts its laps from 1, a resumed one too (as
         // bounded-loops does): the chain, not the lap number, links them.
         let mut lap = 0;
+        // What the turn a judge-only lap judges spent, when only its mark
+        // said so: recorded with this invocation's laps, charged to none of
+        // its bounds (a turn stopped in its gate is charged to the
+        // invocation that took it, and so is this one).
+        let adopted = self.outcome.tokens;
         loop {
             lap += 1;
             // A turn the last invocation paid for and never had judged is
@@ -371,13 +376,21 @@ impl Laps<'_, '_> {
                 );
             }
             let elapsed = self.ports.clock.elapsed();
-            // A judge-only lap takes no turn: it uses none of the turns the
-            // iteration bound allows, spends no tokens, and only the clock
-            // (its gate needs time) can stop it.
-            let turns = lap - u32::from(self.plan.judge_first.is_some());
-            let stop = bounds
-                .stop_before(turns.max(1), self.outcome.tokens, elapsed)
-                .filter(|stop| !judge_only || matches!(stop, Stop::Wallclock { .. }));
+            let stop = if judge_only {
+                // It takes no turn and spends nothing: only the clock (its
+                // gate needs time) can stop it.
+                bounds.out_of_time(elapsed)
+            } else {
+                // The iteration bound counts turns, which a judge-only first
+                // lap did not take; the token bound, what this invocation's
+                // turns spent (not the one it judged, whose invocation paid).
+                let turns = lap - u32::from(self.plan.judge_first.is_some());
+                let mut stop = bounds.stop_before(turns, self.outcome.tokens - adopted, elapsed);
+                if let Some(Stop::Iterations { lap: at, .. }) = &mut stop {
+                    *at = lap;
+                }
+                stop
+            };
             if let Some(stop) = stop {
                 return self.halt(stop, lap, false);
             }
@@ -1465,8 +1478,9 @@ mod tests {
 
     /// The turn a judge-only lap judges was paid for: the tokens only its
     /// mark recorded (its process died in the gate) go on record with the
-    /// lap that judges it, and neither the iteration nor the token bound
-    /// keeps it from being judged, or takes a turn from the resume.
+    /// lap that judges it, and are charged to none of the resume's bounds;
+    /// the iteration bound counts the resume's turns, and only the clock
+    /// stops a judge-only lap.
     #[test]
     fn a_judge_only_lap_records_what_its_turn_spent_and_no_bound_but_the_clock_stops_it() {
         let one_turn = Bounds {
@@ -1476,7 +1490,7 @@ mod tests {
         };
         let r = run_reusing(
             Script::new(vec![(0, false, F), (3, true, F)]),
-            one_turn,
+            one_turn.clone(),
             false,
             true,
             0,
@@ -1485,9 +1499,31 @@ mod tests {
         );
         assert_eq!(r.lines[0].budget_spent.as_ref().unwrap().tokens, 7);
         assert!(!r.lines[0].attempted, "the judge-only lap took no turn");
-        assert_eq!(r.script.gate_runs, 1, "judged, though the tokens are spent");
+        assert_eq!(r.script.gate_runs, 2, "judged, then the resume's one turn");
+        assert_eq!(r.lines[1].budget_spent.as_ref().unwrap().tokens, 10);
         assert_eq!(r.outcome.status, Status::Halt);
-        assert!(r.outcome.reason.contains("token"), "{}", r.outcome.reason);
+        assert_eq!(
+            r.outcome.reason, "max_iterations 1 reached at lap 3",
+            "the lap its ledger line has"
+        );
+
+        let no_time = Bounds {
+            max_wallclock_s: 0,
+            handoff_reserve_s: 0,
+            ..one_turn
+        };
+        let r = run_reusing(
+            Script::new(vec![(0, false, F)]),
+            no_time,
+            false,
+            true,
+            0,
+            false,
+            Some(UnjudgedTurn { tokens: 7 }),
+        );
+        assert_eq!(r.outcome.status, Status::Halt);
+        assert!(r.outcome.reason.contains("wall"), "{}", r.outcome.reason);
+        assert_eq!(r.script.gate_runs, 0, "no time to judge it");
 
         let no_iterations = Bounds {
             max_iterations: 1,

@@ -202,7 +202,7 @@ impl Stage for MemoryStage {
         ))
     }
 
-    fn kept(&self, _workspace: &Path) -> bool {
+    fn kept(&self, _node_id: &str, _workspace: &Path) -> bool {
         true
     }
 }
@@ -730,6 +730,50 @@ fn a_finished_turn_a_dead_controller_left_is_judged_again_not_taken_again() {
     let view = journal.view();
     assert_eq!(view.node("ship").state, "SUCCEEDED");
     assert_eq!(view.node("fix").state, "SKIPPED");
+}
+
+/// Without the reply the mark names (here, a store that lost it), the
+/// finished turn cannot be judged again: the worker takes it again, as
+/// it did before there was a mark.
+#[test]
+fn a_finished_turn_whose_reply_is_gone_is_taken_again() {
+    let worker = Arc::new(ScriptedWorker::default());
+    let judge = Arc::new(ScriptedJudge {
+        routes: HashMap::from([("triage".to_string(), "pass")]),
+        ..Default::default()
+    });
+    let mut journal = MemoryJournal {
+        lost_at: Some("triage:node.succeeded".into()),
+        ..Default::default()
+    };
+    let first = drive(
+        &router(),
+        &settings(Caps::default()),
+        &mut journal,
+        worker.clone(),
+        judge.clone(),
+        Arc::new(NeverStop),
+    );
+    assert!(matches!(first, Err(RunError::Journal(_))), "{first:?}");
+    journal.recovered();
+    journal.artifacts = Arc::new(MemoryArtifacts::default());
+    let mut resumed = settings(Caps::default());
+    resumed.resume_ordinal = Some(1);
+    let end = drive(
+        &router(),
+        &resumed,
+        &mut journal,
+        worker.clone(),
+        judge,
+        Arc::new(NeverStop),
+    )
+    .unwrap();
+    assert_eq!(end, RunEnd::Succeeded);
+    assert_eq!(
+        worker.turns.load(Ordering::SeqCst),
+        3,
+        "triage's turn twice, and ship's"
+    );
 }
 
 #[test]

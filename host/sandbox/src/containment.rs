@@ -297,29 +297,54 @@ fn owner_alive(owner: &str) -> bool {
 pub const TEMP_PREFIXES: &[&str] = &["bl-cmd-", "bl-cage-", "bl-egress-"];
 
 /// A private directory in the temporary directory, named for this process
-/// (`<prefix><pid>.<start>-<random>`): dropped, it is removed; left by a
-/// bl that was killed, the first call of the next bl removes it.
+/// (`<prefix><pid namespace>.<pid>.<start>-<random>`): dropped, it is
+/// removed; left by a bl that was killed, the first call of a later bl in
+/// the same PID namespace removes it, on a thread of its own.
 pub fn owned_tempdir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
     static SWEPT: std::sync::Once = std::sync::Once::new();
-    SWEPT.call_once(|| remove_dead_tempdirs(&std::env::temp_dir()));
+    let namespace = own_pid_namespace();
+    SWEPT.call_once(|| {
+        if let Some(namespace) = namespace {
+            let temp = std::env::temp_dir();
+            let _ = std::thread::Builder::new()
+                .name("bl-sweep".into())
+                .spawn(move || remove_dead_tempdirs(&temp, namespace));
+        }
+    });
     tempfile::Builder::new()
-        .prefix(&format!("{prefix}{}-", state().me))
+        .prefix(&format!(
+            "{prefix}{}.{}-",
+            namespace.unwrap_or(0),
+            state().me
+        ))
         .tempdir()
 }
 
-/// Removes what a dead bl of this user left in `temp`: only directories
-/// (never through a symlink) whose name says whose they were.
-fn remove_dead_tempdirs(temp: &Path) {
+/// This process's PID namespace (the inode of `/proc/self/ns/pid`), when
+/// it and this process's start time can be read: whether the owner of a
+/// directory named in another namespace (a container sharing `/tmp`) is
+/// alive cannot be told from here.
+fn own_pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    own_start()?;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
+/// Removes what a dead bl of this user and PID namespace left in `temp`:
+/// only directories (never through a symlink) whose name says whose they
+/// were.
+fn remove_dead_tempdirs(temp: &Path, namespace: u64) {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(temp) else {
         return;
     };
     let uid = nix::unistd::geteuid().as_raw();
+    let here = format!("{namespace}.");
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some((owner, _)) = TEMP_PREFIXES
             .iter()
-            .find_map(|prefix| name.strip_prefix(prefix))
+            .find_map(|prefix| name.strip_prefix(prefix)?.strip_prefix(&here))
             .and_then(|rest| rest.split_once('-'))
         else {
             continue;
@@ -1060,25 +1085,31 @@ mod tests {
     use super::*;
 
     /// What a killed bl left in the temporary directory goes; a live bl's,
-    /// a name that says no owner, and a symlink stay.
+    /// another PID namespace's, a name that says no owner, and a symlink
+    /// stay.
     #[test]
     fn only_the_temporary_directories_of_a_dead_bl_are_removed() {
         let temp = tempfile::tempdir().unwrap();
+        let ns = own_pid_namespace().unwrap();
         let me = &state().me;
-        let dead = temp.path().join("bl-cmd-2147483646.1-dead");
-        let live = temp.path().join(format!("bl-cage-{me}-live"));
+        let dead = temp.path().join(format!("bl-cmd-{ns}.2147483646.1-dead"));
+        let live = temp.path().join(format!("bl-cage-{ns}.{me}-live"));
+        let other_namespace = temp
+            .path()
+            .join(format!("bl-cmd-{}.2147483646.1-x", ns + 1));
         let unnamed = temp.path().join("bl-cmd-Ab3xYz");
         let elsewhere = tempfile::tempdir().unwrap();
-        let link = temp.path().join("bl-cmd-2147483645.1-link");
-        for dir in [&dead, &live, &unnamed] {
+        let link = temp.path().join(format!("bl-cmd-{ns}.2147483645.1-link"));
+        for dir in [&dead, &live, &other_namespace, &unnamed] {
             std::fs::create_dir_all(dir.join("home")).unwrap();
             std::fs::write(dir.join("home/kept"), "x").unwrap();
         }
         std::fs::write(elsewhere.path().join("kept"), "x").unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
-        remove_dead_tempdirs(temp.path());
+        remove_dead_tempdirs(temp.path(), ns);
         assert!(!dead.exists(), "a dead bl's directory is removed");
         assert!(live.join("home/kept").exists());
+        assert!(other_namespace.join("home/kept").exists());
         assert!(unnamed.join("home/kept").exists());
         assert!(link.symlink_metadata().is_ok());
         assert!(elsewhere.path().join("kept").exists());

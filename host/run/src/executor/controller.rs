@@ -857,7 +857,7 @@ impl Controller<'_, '_> {
             return Ok(None);
         };
         let workspace = PathBuf::from(&turn.workspace);
-        if !self.ports.stage.kept(&workspace) {
+        if !self.ports.stage.kept(at.node, &workspace) {
             return Ok(None);
         }
         let bytes = match &turn.reply_digest {

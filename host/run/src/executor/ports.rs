@@ -349,9 +349,9 @@ pub trait Stage: Send + Sync {
         now_ms()
     }
 
-    /// Whether a workspace an earlier drive staged is still there to be
-    /// judged again.
-    fn kept(&self, workspace: &std::path::Path) -> bool;
+    /// Whether `workspace`, which an earlier drive staged for `node_id`,
+    /// is still there to be judged again.
+    fn kept(&self, node_id: &str, workspace: &std::path::Path) -> bool;
 }
 
 /// A declared output as published: where, what, and its digest.
