@@ -682,11 +682,10 @@ fn a_router_takes_the_route_its_judge_picks_and_the_other_is_skipped() {
     assert_eq!(routed, Some(json!("pass")));
 }
 
-/// A controller that dies after its worker's turn finished (here, while
-/// the judge's pass is recorded) leaves that turn marked: the next
-/// controller judges it again and never pays for another turn.
-#[test]
-fn a_finished_turn_a_dead_controller_left_is_judged_again_not_taken_again() {
+/// The router's first drive, whose controller dies once triage's worker
+/// finished its turn and its judge passed it (the disk is lost as the
+/// pass is recorded); the record is then recovered for the next one.
+fn died_after_triage_was_judged() -> (Arc<ScriptedWorker>, Arc<ScriptedJudge>, MemoryJournal) {
     let worker = Arc::new(ScriptedWorker::default());
     let judge = Arc::new(ScriptedJudge {
         routes: HashMap::from([("triage".to_string(), "pass")]),
@@ -708,17 +707,35 @@ fn a_finished_turn_a_dead_controller_left_is_judged_again_not_taken_again() {
     assert_eq!(worker.turns.load(Ordering::SeqCst), 1);
     assert_eq!(judge.asked.load(Ordering::SeqCst), 1);
     journal.recovered();
+    (worker, judge, journal)
+}
+
+/// The router's resume after [`died_after_triage_was_judged`].
+fn resume_router(
+    journal: &mut MemoryJournal,
+    worker: &Arc<ScriptedWorker>,
+    judge: &Arc<ScriptedJudge>,
+) -> RunEnd {
     let mut resumed = settings(Caps::default());
     resumed.resume_ordinal = Some(1);
-    let end = drive(
+    drive(
         &router(),
         &resumed,
-        &mut journal,
+        journal,
         worker.clone(),
         judge.clone(),
         Arc::new(NeverStop),
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// A controller that dies after its worker's turn finished leaves that
+/// turn marked: the next controller judges it again and never pays for
+/// another turn.
+#[test]
+fn a_finished_turn_a_dead_controller_left_is_judged_again_not_taken_again() {
+    let (worker, judge, mut journal) = died_after_triage_was_judged();
+    let end = resume_router(&mut journal, &worker, &judge);
     assert_eq!(end, RunEnd::Succeeded, "{:?}", journal.kinds());
     assert_eq!(judge.asked.load(Ordering::SeqCst), 2, "triage judged again");
     assert_eq!(
@@ -737,37 +754,9 @@ fn a_finished_turn_a_dead_controller_left_is_judged_again_not_taken_again() {
 /// it did before there was a mark.
 #[test]
 fn a_finished_turn_whose_reply_is_gone_is_taken_again() {
-    let worker = Arc::new(ScriptedWorker::default());
-    let judge = Arc::new(ScriptedJudge {
-        routes: HashMap::from([("triage".to_string(), "pass")]),
-        ..Default::default()
-    });
-    let mut journal = MemoryJournal {
-        lost_at: Some("triage:node.succeeded".into()),
-        ..Default::default()
-    };
-    let first = drive(
-        &router(),
-        &settings(Caps::default()),
-        &mut journal,
-        worker.clone(),
-        judge.clone(),
-        Arc::new(NeverStop),
-    );
-    assert!(matches!(first, Err(RunError::Journal(_))), "{first:?}");
-    journal.recovered();
+    let (worker, judge, mut journal) = died_after_triage_was_judged();
     journal.artifacts = Arc::new(MemoryArtifacts::default());
-    let mut resumed = settings(Caps::default());
-    resumed.resume_ordinal = Some(1);
-    let end = drive(
-        &router(),
-        &resumed,
-        &mut journal,
-        worker.clone(),
-        judge,
-        Arc::new(NeverStop),
-    )
-    .unwrap();
+    let end = resume_router(&mut journal, &worker, &judge);
     assert_eq!(end, RunEnd::Succeeded);
     assert_eq!(
         worker.turns.load(Ordering::SeqCst),
