@@ -14,9 +14,9 @@ use bl_graph::plan::DEFAULT_POLICY_DIGEST;
 use bl_run::events::{Event, Usage, Verdict};
 use bl_run::executor::{
     Artifacts, Caps, Decisions, Journal, Judge, JudgeFuture, JudgeRequest, Judgement, Ledger,
-    NeverStop, Ports, Publication, PublishOrder, Ruling, RunEnd, RunError, RunSettings, Stage,
-    StageError, StageRequest, StagedInput, Stop, Task, Transport, WORK_GRACE, Wire, WireError,
-    WorkFuture, WorkReply, WorkRequest, Worker,
+    MAX_REDRIVES, NeverStop, Ports, Publication, PublishOrder, Ruling, RunEnd, RunError,
+    RunSettings, Stage, StageError, StageRequest, StagedInput, Stop, Task, Transport, WORK_GRACE,
+    Wire, WireError, WorkFuture, WorkReply, WorkRequest, Worker,
 };
 use bl_run::projection::{self, RunView};
 use bl_run::reply::{ReplyRequest, ReplyRuling};
@@ -747,6 +747,36 @@ fn a_finished_turn_a_dead_controller_left_is_judged_again_not_taken_again() {
     let view = journal.view();
     assert_eq!(view.node("ship").state, "SUCCEEDED");
     assert_eq!(view.node("fix").state, "SKIPPED");
+}
+
+/// A controller that dies again and again while it judges a finished turn
+/// again is no reason to give up on that turn: only deaths of executions
+/// that ran the worker count against the re-drives.
+#[test]
+fn deaths_while_a_finished_turn_is_judged_again_do_not_use_up_its_redrives() {
+    let (worker, judge, mut journal) = died_after_triage_was_judged();
+    for ordinal in 1..=MAX_REDRIVES + 2 {
+        journal.lost_at = Some("triage:node.succeeded".into());
+        let mut resumed = settings(Caps::default());
+        resumed.resume_ordinal = Some(ordinal);
+        let end = drive(
+            &router(),
+            &resumed,
+            &mut journal,
+            worker.clone(),
+            judge.clone(),
+            Arc::new(NeverStop),
+        );
+        assert!(matches!(end, Err(RunError::Journal(_))), "{end:?}");
+        journal.recovered();
+    }
+    let end = resume_router(&mut journal, &worker, &judge);
+    assert_eq!(end, RunEnd::Succeeded, "{:?}", journal.kinds());
+    assert_eq!(
+        worker.turns.load(Ordering::SeqCst),
+        2,
+        "triage's one turn and ship's"
+    );
 }
 
 /// Without the reply the mark names (here, a store that lost it), the

@@ -100,9 +100,19 @@ fn verify_annex(controller: &Path, annex: &Path) -> Result<String, Finding> {
             path: annex.to_path_buf(),
         });
     }
+    // What the events are, by kind: its chain verified, each line is JSON.
+    let kinds: Vec<String> = std::fs::read_to_string(annex)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|event| event["event_type"].as_str().map(str::to_string))
+        .collect();
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
     Ok(format!(
-        "{} interruption(s) recorded, head {}",
-        head.sequence, head.hash
+        "{} interruption(s) and {} finished turn(s) marked for their gate, head {}",
+        count("node.interrupted"),
+        count("node.replied"),
+        head.hash
     ))
 }
 

@@ -529,6 +529,15 @@ fn a_turn_stopped_or_killed_in_its_gate_is_judged_again_on_resume_not_taken_agai
         assert_eq!(spends, 1, "{how}: one turn paid for: {events:?}");
         let verified = bl_in(dir, &["verify", "run"]);
         assert!(verified.status.success(), "{how}: {}", said(&verified));
+        // The marks are no interruptions: a kill -9 recorded none.
+        let interruptions = if how == "kill -9" { 0 } else { 1 };
+        assert!(
+            said(&verified).contains(&format!(
+                "{interruptions} interruption(s) and 2 finished turn(s) marked"
+            )),
+            "{how}: {}",
+            said(&verified)
+        );
     }
 }
 

@@ -707,16 +707,17 @@ impl Controller<'_, '_> {
         if started_before {
             // Started before, never ended: a stop interrupted it (on record),
             // or its controller died (nothing on record). Only the deaths
-            // count against the re-drives.
-            let stopped = (1..=prior + 1)
-                .filter(|e| {
-                    self.ports
-                        .journal
-                        .recorded(&at.interrupted(*e, 0).key)
-                        .is_some()
+            // count against the re-drives, and only those of an execution
+            // that ran the worker: one that judged a finished turn again
+            // took no turn, and the turn it judges is still there to judge.
+            let recorded = |key: String| self.ports.journal.recorded(&key).is_some();
+            let crashed = (1..=prior + 1)
+                .filter(|&e| {
+                    let judged_again =
+                        recorded(at.replied_key(e)) && !recorded(at.spend(e, None).key);
+                    !recorded(at.interrupted(e, 0).key) && !judged_again
                 })
                 .count() as u32;
-            let crashed = prior + 1 - stopped;
             if crashed > MAX_REDRIVES {
                 let reason = format!(
                     "the attempt's controller died {crashed} times before it ended, and it is not re-driven again"
