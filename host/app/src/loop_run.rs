@@ -161,12 +161,16 @@ impl FileLedger {
     /// that took it died in the gate, and only the mark says what it spent).
     fn unjudged_turn(&self) -> Option<UnjudgedTurn> {
         if self.last_stopped_in_gate {
-            return Some(UnjudgedTurn::default());
+            return Some(UnjudgedTurn {
+                tokens: 0,
+                on_record: true,
+            });
         }
         let mark = std::fs::read(self.turn_mark.as_deref()?).ok()?;
         let mark: serde_json::Value = serde_json::from_slice(&mark).ok()?;
         (mark["head"] == self.head.as_str()).then(|| UnjudgedTurn {
             tokens: mark["tokens"].as_u64().unwrap_or(0),
+            on_record: false,
         })
     }
 
@@ -956,7 +960,10 @@ mod node_tests {
         ledger.turn_finished(3, 42).unwrap();
         assert_eq!(
             ledger.unjudged_turn(),
-            Some(super::UnjudgedTurn { tokens: 42 })
+            Some(super::UnjudgedTurn {
+                tokens: 42,
+                on_record: false
+            })
         );
         ledger.head = "another head".into();
         assert_eq!(ledger.unjudged_turn(), None, "a stale mark never matches");

@@ -237,6 +237,9 @@ pub struct UnjudgedTurn {
     /// What the turn spent that no ledger line records: its invocation
     /// died before it could. The lap that judges it records them.
     pub tokens: u64,
+    /// Whether a ledger line (the lap a stop ended) already counts the
+    /// turn as an attempt; if not, the lap that judges it does.
+    pub on_record: bool,
 }
 
 /// The evidence a lap stopped while its gate judged a finished turn
@@ -352,6 +355,9 @@ impl Laps<'_, '_> {
             // A turn the last invocation paid for and never had judged is
             // judged first, without a new one.
             let judge_only = lap == 1 && self.plan.judge_first.is_some();
+            // A lap's line counts an attempt when it took a turn, or judges
+            // one that no line counted (its invocation died in the gate).
+            let attempted = !judge_only || self.plan.judge_first.is_some_and(|t| !t.on_record);
             // The kill switch comes before everything else in a lap.
             if let Some(why) = self.ports.kill.engaged() {
                 if judge_only {
@@ -359,7 +365,7 @@ impl Laps<'_, '_> {
                     let detail = format!(
                         "{why} before the gate judged the worker's finished turn; a run with --run-id continues with --resume, which judges that turn without a new one"
                     );
-                    return self.stopped(lap, detail, STOPPED_IN_GATE, false);
+                    return self.stopped(lap, detail, STOPPED_IN_GATE, attempted);
                 }
                 let verdict = verdict(false, why.clone(), Ordered::empty());
                 return self.finish(
@@ -471,8 +477,9 @@ impl Laps<'_, '_> {
                     verdict
                 }
             };
-            // The turn a judge-only lap judges was counted when it was taken.
-            if !judge_only {
+            // The turn a judge-only lap judges was counted when it was
+            // taken, unless its invocation died first.
+            if attempted {
                 self.outcome.attempts.push(Attempt {
                     lap,
                     changed,
@@ -487,7 +494,7 @@ impl Laps<'_, '_> {
                 let detail = format!(
                     "{why} while the gate judged the worker's finished turn; a run with --run-id continues with --resume, which judges that turn without a new one"
                 );
-                return self.stopped(lap, detail, STOPPED_IN_GATE, !judge_only);
+                return self.stopped(lap, detail, STOPPED_IN_GATE, attempted);
             }
             self.outcome.last_verdict = Some(judgement.clone());
             let passed = judgement.outcome == Outcome::Pass;
@@ -499,7 +506,7 @@ impl Laps<'_, '_> {
                         elapsed: self.ports.clock.elapsed(),
                         reserve: bounds.handoff_reserve_s,
                     };
-                    return self.halt(stop, lap, !judge_only);
+                    return self.halt(stop, lap, attempted);
                 }
                 Outcome::Pass => {
                     let approved = !bounds.require_approval
@@ -516,7 +523,7 @@ impl Laps<'_, '_> {
                             lap,
                             verdict: recorded,
                             decision,
-                            attempted: !judge_only,
+                            attempted,
                             handoff: false,
                             spent: true,
                         },
@@ -530,7 +537,7 @@ impl Laps<'_, '_> {
                             lap,
                             verdict: recorded,
                             decision: LapDecision::Error,
-                            attempted: !judge_only,
+                            attempted,
                             handoff: false,
                             spent: true,
                         },
@@ -540,7 +547,7 @@ impl Laps<'_, '_> {
                     let stop = Stop::NoProgress {
                         window: bounds.no_progress_window,
                     };
-                    return self.halt(stop, lap, !judge_only);
+                    return self.halt(stop, lap, attempted);
                 }
                 Outcome::Fail => {
                     let now = self.ports.clock.timestamp();
@@ -554,7 +561,7 @@ impl Laps<'_, '_> {
                         lap,
                         verdict: recorded,
                         decision: LapDecision::Continue,
-                        attempted: !judge_only,
+                        attempted,
                         handoff: false,
                         spent: true,
                     })?;
@@ -1449,7 +1456,10 @@ mod tests {
             true,
             0,
             false,
-            Some(UnjudgedTurn::default()),
+            Some(UnjudgedTurn {
+                tokens: 0,
+                on_record: true,
+            }),
         );
         assert_eq!((r.outcome.status, r.outcome.laps), (Status::Done, 2));
         assert_eq!(r.outcome.tokens, 5, "only lap 2 took a turn");
@@ -1463,7 +1473,10 @@ mod tests {
             true,
             0,
             false,
-            Some(UnjudgedTurn::default()),
+            Some(UnjudgedTurn {
+                tokens: 0,
+                on_record: true,
+            }),
         );
         assert_eq!(killed.outcome.status, Status::Killed);
         let line = &killed.lines[0];
@@ -1495,10 +1508,16 @@ mod tests {
             true,
             0,
             false,
-            Some(UnjudgedTurn { tokens: 7 }),
+            Some(UnjudgedTurn {
+                tokens: 7,
+                on_record: false,
+            }),
         );
         assert_eq!(r.lines[0].budget_spent.as_ref().unwrap().tokens, 7);
-        assert!(!r.lines[0].attempted, "the judge-only lap took no turn");
+        assert!(
+            r.lines[0].attempted,
+            "the judge-only lap counts the turn no line of its own counted"
+        );
         assert_eq!(r.script.gate_runs, 2, "judged, then the resume's one turn");
         assert_eq!(r.lines[1].budget_spent.as_ref().unwrap().tokens, 10);
         assert_eq!(r.outcome.status, Status::Halt);
@@ -1519,7 +1538,10 @@ mod tests {
             true,
             0,
             false,
-            Some(UnjudgedTurn { tokens: 7 }),
+            Some(UnjudgedTurn {
+                tokens: 7,
+                on_record: false,
+            }),
         );
         assert_eq!(r.outcome.status, Status::Halt);
         assert!(r.outcome.reason.contains("wall"), "{}", r.outcome.reason);
@@ -1536,7 +1558,10 @@ mod tests {
             true,
             0,
             false,
-            Some(UnjudgedTurn::default()),
+            Some(UnjudgedTurn {
+                tokens: 0,
+                on_record: true,
+            }),
         );
         assert_eq!(r.outcome.status, Status::Halt);
         assert_eq!(r.outcome.attempts.len(), 1, "the resume keeps its one turn");

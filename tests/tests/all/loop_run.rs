@@ -1971,6 +1971,10 @@ fn a_stop_during_the_gate_keeps_the_finished_turn_for_the_resume_to_judge() {
     ]);
     assert_eq!(resumed.status().1, "DONE", "{}", resumed.stderr);
     assert_eq!(turns_taken(), 1, "the finished turn was paid for once");
+    // No line of the killed run counts that turn: the one that judged it does.
+    let ledger = l.ledger(".bounded-loops/runs/killed/ledger.jsonl");
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!(ledger[0]["attempted"], true, "{ledger:?}");
     assert!(
         !l.pkg()
             .join(".bounded-loops/runs/killed/turn-finished.json")
