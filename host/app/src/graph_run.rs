@@ -1404,14 +1404,25 @@ fn check_prompts(
     prompts: &Prompts,
 ) -> Result<(), AppError> {
     for node in &schedule.nodes {
-        if node.driver == Driver::Worker
-            && view.node(&node.id).state == NodeState::Pending
-            && !prompts.contains_key(&node.id)
-        {
-            return Err(refused(format!(
-                "graph {verb}: cannot resume: connector node '{}' is PENDING but no prompt was re-supplied; pass its prompt with --inputs FILE (the node prompts, as the run was given them) and retry",
-                node.id
-            )));
+        if node.driver != Driver::Worker || prompts.contains_key(&node.id) {
+            continue;
+        }
+        match view.node(&node.id).state {
+            NodeState::Pending => {
+                return Err(refused(format!(
+                    "graph {verb}: cannot resume: connector node '{}' is PENDING but no prompt was re-supplied; pass its prompt with --inputs FILE (the node prompts, as the run was given them) and retry",
+                    node.id
+                )));
+            }
+            // bl's words: without its prompt, the attempt a stop or a crash
+            // left would fail, and spend the node's attempts on that.
+            NodeState::Running => {
+                return Err(refused(format!(
+                    "graph {verb}: cannot resume: connector node '{}' was stopped while RUNNING and is re-driven now, but no prompt was re-supplied; pass its prompt with --inputs FILE (the node prompts, as the run was given them) and retry; nothing was changed",
+                    node.id
+                )));
+            }
+            _ => {}
         }
     }
     Ok(())

@@ -464,6 +464,15 @@ fn a_killed_controller_leaves_no_agent_running_and_resume_makes_the_turn_once() 
             left.is_empty(),
             "{tier}/{containment}: 2 s after bl was killed, still alive: {left:?}"
         );
+        // Without its prompt the re-driven attempt would fail: refused,
+        // and the run is left as it was.
+        let bare = bl_in(dir, &["graph", "resume", "--run", "run"]);
+        assert_eq!(bare.status.code(), Some(2), "{}", said(&bare));
+        assert!(
+            said(&bare).contains("connector node 'a' was stopped while RUNNING"),
+            "{}",
+            said(&bare)
+        );
         // The turn is made again once, by the resume alone.
         std::fs::write(dir.join("inputs.json"), json!({"a": "quick:a"}).to_string()).unwrap();
         let resumed = bl_in(dir, RESUME);
