@@ -29,6 +29,8 @@ pub struct Progress {
     started: Instant,
     /// Why a node's last attempt failed, said if another one starts.
     retrying: HashMap<String, String>,
+    /// Nodes whose finished turn their gate is judging.
+    gating: std::collections::HashSet<String>,
 }
 
 impl Progress {
@@ -56,6 +58,7 @@ impl Progress {
             failed: 0,
             started: Instant::now(),
             retrying: HashMap::new(),
+            gating: Default::default(),
         }
     }
 
@@ -96,6 +99,7 @@ impl bl_app::graph_run::Watch for Progress {
             .to_string();
         match event.kind {
             "node.running" => {
+                self.gating.remove(&node);
                 if let Some(line) = self.retrying.remove(&node) {
                     self.line(line);
                 }
@@ -114,6 +118,7 @@ impl bl_app::graph_run::Watch for Progress {
                 }
             }
             "node.gating" => {
+                self.gating.insert(node.clone());
                 if let Some(bar) = self.live.as_ref().and_then(|l| l.running.get(&node)) {
                     bar.set_message(format!("{node}: gating"));
                 }
@@ -147,9 +152,12 @@ impl bl_app::graph_run::Watch for Progress {
             }
             "node.interrupted" => {
                 self.stopped(&node);
-                self.line(format!(
-                    "  ‖ {node}: interrupted, to be re-driven on resume"
-                ));
+                let in_gate = self.gating.remove(&node);
+                self.line(if in_gate {
+                    format!("  ‖ {node}: stopped in its gate; the resume judges its finished turn again")
+                } else {
+                    format!("  ‖ {node}: interrupted, to be re-driven on resume")
+                });
             }
             // Observed only when a resume judges a finished turn again.
             "node.replied" => self.line(format!(

@@ -505,7 +505,7 @@ fn a_turn_stopped_or_killed_in_its_gate_is_judged_again_on_resume_not_taken_agai
         let mut child = command(dir, RUN)
             .env("BL_PLUGIN_PATH", &plugins)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         wait_logged(&dir.join("run"), "a:node.gating");
@@ -516,7 +516,15 @@ fn a_turn_stopped_or_killed_in_its_gate_is_judged_again_on_resume_not_taken_agai
             std::thread::sleep(Duration::from_millis(200));
             signal(&child, "INT");
         }
-        child.wait().unwrap();
+        let stopped = child.wait_with_output().unwrap();
+        if how != "kill -9" {
+            assert!(
+                said(&stopped)
+                    .contains("a: stopped in its gate; the resume judges its finished turn again"),
+                "{}",
+                said(&stopped)
+            );
+        }
         let calls = || lines(&dir.join("state/calls.jsonl")).len();
         assert_eq!(calls(), 1, "{how}");
         let resumed = command(dir, RESUME)
