@@ -302,7 +302,7 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
         }
         // Kept in the annex, folded after the log: it speaks only of an
         // attempt nothing ended since.
-        "node.interrupted" if node.state == NodeState::Running => {
+        "node.interrupted" if matches!(node.state, NodeState::Running | NodeState::Gating) => {
             node.reason = Some(why(p));
         }
         "node.repaired" => {
@@ -326,6 +326,22 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A stop says why on a node stopped at work or in its gate.
+    #[test]
+    fn an_interrupted_attempt_has_its_reason_in_its_gate_too() {
+        let gating = json!({"node_id": "a", "state": "GATING", "attempt": 1});
+        let stopped = json!({"node_id": "a", "attempt": 1, "execution": 1, "signal": 2,
+                             "reason": "stopped by SIGINT before the attempt ended"});
+        let view = project([
+            ("run.started", &json!({})),
+            ("node.gating", &gating),
+            ("node.interrupted", &stopped),
+        ]);
+        assert_eq!(view.node("a").state, NodeState::Gating);
+        let reason = view.node("a").reason.unwrap_or_default();
+        assert!(reason.contains("stopped by SIGINT"), "{reason}");
+    }
 
     #[test]
     fn states_are_the_logs_words_and_an_unknown_word_changes_nothing() {
