@@ -159,29 +159,29 @@ impl Journal for LogJournal {
             .or_else(|| self.annexed.get(key).cloned())
     }
 
-    // The log before the annex, in both: an annex event speaks of what
-    // the log holds (a turn's spend, its re-drive), so it is never on disk
-    // without it. Lost the other way, the annex only tells less.
     fn sync(&mut self) -> Result<(), RunError> {
-        self.log
-            .sync()
-            .map_err(|e| RunError::Journal(e.to_string()))?;
-        match &mut self.annex {
-            Some(annex) => annex
-                .sync()
-                .map_err(|e| RunError::Journal(format!("{}: {e}", RunDir::ANNEX))),
-            None => Ok(()),
-        }
+        self.log_then_annex(EventLog::sync)
     }
 
     fn flush(&mut self) -> Result<(), RunError> {
-        self.log
-            .flush()
-            .map_err(|e| RunError::Journal(e.to_string()))?;
+        self.log_then_annex(EventLog::flush)
+    }
+}
+
+impl LogJournal {
+    /// `step` (a flush or a sync) on the log, then on the annex: an annex
+    /// event speaks of what the log holds (a turn's spend, its re-drive),
+    /// so it is never on disk without it. Lost the other way, the annex
+    /// only tells less.
+    fn log_then_annex(
+        &mut self,
+        step: fn(&mut EventLog) -> Result<(), bl_store::StoreError>,
+    ) -> Result<(), RunError> {
+        step(&mut self.log).map_err(|e| RunError::Journal(e.to_string()))?;
         match &mut self.annex {
-            Some(annex) => annex
-                .flush()
-                .map_err(|e| RunError::Journal(format!("{}: {e}", RunDir::ANNEX))),
+            Some(annex) => {
+                step(annex).map_err(|e| RunError::Journal(format!("{}: {e}", RunDir::ANNEX)))
+            }
             None => Ok(()),
         }
     }

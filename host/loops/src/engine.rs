@@ -349,7 +349,7 @@ impl Laps<'_, '_> {
         // said so: recorded with this invocation's laps, charged to none of
         // its bounds (a turn stopped in its gate is charged to the
         // invocation that took it, and so is this one).
-        let adopted = self.outcome.tokens;
+        let adopted = self.plan.judge_first.map_or(0, |turn| turn.tokens);
         loop {
             lap += 1;
             // A turn the last invocation paid for and never had judged is
@@ -1440,6 +1440,22 @@ mod tests {
         assert_eq!(prev, r.outcome.ledger_head);
     }
 
+    /// A turn a stop in the gate left: its KILLED line counts it.
+    fn left_by_a_stop_in_the_gate() -> Option<UnjudgedTurn> {
+        Some(UnjudgedTurn {
+            tokens: 0,
+            on_record: true,
+        })
+    }
+
+    /// A turn only its mark records (its process was killed in the gate).
+    fn marked(tokens: u64) -> Option<UnjudgedTurn> {
+        Some(UnjudgedTurn {
+            tokens,
+            on_record: false,
+        })
+    }
+
     /// A resume of a run stopped in its gate: the first lap judges the turn
     /// it was left, takes none, and counts neither as progress nor as none;
     /// stopped again before judging, it is still left to judge.
@@ -1456,10 +1472,7 @@ mod tests {
             true,
             0,
             false,
-            Some(UnjudgedTurn {
-                tokens: 0,
-                on_record: true,
-            }),
+            left_by_a_stop_in_the_gate(),
         );
         assert_eq!((r.outcome.status, r.outcome.laps), (Status::Done, 2));
         assert_eq!(r.outcome.tokens, 5, "only lap 2 took a turn");
@@ -1473,10 +1486,7 @@ mod tests {
             true,
             0,
             false,
-            Some(UnjudgedTurn {
-                tokens: 0,
-                on_record: true,
-            }),
+            left_by_a_stop_in_the_gate(),
         );
         assert_eq!(killed.outcome.status, Status::Killed);
         let line = &killed.lines[0];
@@ -1508,10 +1518,7 @@ mod tests {
             true,
             0,
             false,
-            Some(UnjudgedTurn {
-                tokens: 7,
-                on_record: false,
-            }),
+            marked(7),
         );
         assert_eq!(r.lines[0].budget_spent.as_ref().unwrap().tokens, 7);
         assert!(
@@ -1538,10 +1545,7 @@ mod tests {
             true,
             0,
             false,
-            Some(UnjudgedTurn {
-                tokens: 7,
-                on_record: false,
-            }),
+            marked(7),
         );
         assert_eq!(r.outcome.status, Status::Halt);
         assert!(r.outcome.reason.contains("wall"), "{}", r.outcome.reason);
@@ -1558,10 +1562,7 @@ mod tests {
             true,
             0,
             false,
-            Some(UnjudgedTurn {
-                tokens: 0,
-                on_record: true,
-            }),
+            left_by_a_stop_in_the_gate(),
         );
         assert_eq!(r.outcome.status, Status::Halt);
         assert_eq!(r.outcome.attempts.len(), 1, "the resume keeps its one turn");
