@@ -35,28 +35,33 @@ mkdir "$work/warm-up" && cp -r "$work/$(ls "$catalog" | head -1)" "$work/warm-up
 # Recorded system-wide, to a buffer read afterwards: `perf trace` (live)
 # and per-process recording (set up again at every fork and exit) made
 # bl's own many short processes and threads look up to 1.3 ms a run slower.
-perf record -q -a -o "$work/perf.data" \
-  -e 'sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit' \
+# A process's time runs from its exec until it is gone: its last task's
+# last switch away (as a zombie), not its exit event, which this kernel
+# (6.18) reports before the process gives back its memory: 0.9 ms before,
+# for a gate's python.
+perf record -q -a -m 8M -o "$work/perf.data" \
+  -e 'sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit,sched:sched_switch' \
   -- bash "$work/all.sh"
-perf script -i "$work/perf.data" -F tid,time,event,trace >"$work/trace" 2>/dev/null
+perf script -i "$work/perf.data" -F pid,tid,time,event,trace >"$work/trace" 2>/dev/null
 python3 - "$work/trace" $(ls "$catalog") <<'PY'
 import re, sys
-# Each process's role: "bl" (bl, its threads, the children it starts
+from collections import defaultdict
+# Each task's role: "bl" (bl, its threads, the children it starts
 # before they exec), "cage" (bubblewrap and its children before they exec),
 # "tool" (the first program a bl or a cage starts: a gate's or a worker's
 # own command), "below" (what a tool starts: part of the tool's time).
-role, started = {}, {}
-bl_total = tools = 0.0
-bl_runs = tool_runs = 0
-# Loop by loop (the runs are one after another, in the order named):
-# each run's own time and how many commands it ran.
-per_run, run_tools, run_commands = [], 0.0, 0
+role = {}
+started = []               # (kind, process, exec time), in order
+tasks = defaultdict(set)   # process -> its tasks
+gone = {}                  # task -> its last switch away, as a zombie
+exited = {}                # process -> its exit event (if no switch seen)
 for line in open(sys.argv[1]):
-    # `<tid> <seconds>: sched:<event>: <fields>`; a thread's exit is its own.
-    m = re.match(r"\s*(\d+)\s+([\d.]+):\s+sched:(\w+):\s*(.*)", line)
+    # `<pid>/<tid> <seconds>: sched:<event>: <fields>`
+    m = re.match(r"\s*(\d+)/(\d+)\s+([\d.]+):\s+sched:(\w+):\s*(.*)", line)
     if not m:
         continue
-    pid, t, event, rest = m[1], float(m[2]) * 1000, m[3], m[4]
+    process, task, t, event, rest = m[1], m[2], float(m[3]) * 1000, m[4], m[5]
+    tasks[process].add(task)
     if event == "sched_process_fork":
         parent = re.search(r"(?:^| )pid=(\d+)", rest)[1]
         child = re.search(r"child_pid=(\d+)", rest)[1]
@@ -64,27 +69,40 @@ for line in open(sys.argv[1]):
     elif event == "sched_process_exec":
         name = re.search(r"filename=(\S+)", rest)[1].rsplit("/", 1)[-1]
         if name == "bl":
-            role[pid] = "bl"
-            started[pid] = ("bl", t)
+            role[task] = "bl"
+            started.append(("bl", process, t))
         elif name == "bwrap":
-            role[pid] = "cage"
+            role[task] = "cage"
         elif name == "exe":
-            role[pid] = "below"  # bl's watchdog
-        elif role.get(pid) in ("bl", "cage"):
-            role[pid] = "tool"
-            started[pid] = ("tool", t)
-    elif pid in started:
-        kind, t0 = started.pop(pid)
-        if kind == "bl":
-            bl_total += t - t0
-            bl_runs += 1
-            per_run.append((t - t0 - run_tools, run_commands))
-            run_tools, run_commands = 0.0, 0
-        else:
-            tools += t - t0
-            tool_runs += 1
-            run_tools += t - t0
-            run_commands += 1
+            role[task] = "below"  # bl's watchdog
+        elif role.get(task) in ("bl", "cage"):
+            role[task] = "tool"
+            started.append(("tool", process, t))
+    elif event == "sched_process_exit":
+        exited.setdefault(process, t)
+    elif event == "sched_switch":
+        state = re.search(r"prev_state=(\S+)", rest)[1]
+        if "Z" in state or "X" in state:
+            gone[task] = t
+
+def end_of(process):
+    ends = [gone[t] for t in tasks[process] if t in gone]
+    return max(ends) if ends else exited.get(process)
+
+# The runs are one after another, in the order named; each command counts
+# toward the run it started in.
+runs, tools = [], []
+for kind, process, t0 in started:
+    t1 = end_of(process)
+    if t1 is not None:
+        (runs if kind == "bl" else tools).append((t0, t1))
+per_run = []
+for r0, r1 in runs:
+    own = [(t1 - t0) for t0, t1 in tools if r0 <= t0 <= r1]
+    per_run.append((r1 - r0 - sum(own), len(own)))
+bl_total = sum(r1 - r0 for r0, r1 in runs)
+bl_runs, tool_runs = len(runs), len(tools)
+tools = sum(t1 - t0 for t0, t1 in tools)
 print(f"{bl_runs} bl runs: {bl_total / 1000:.2f} s in all; {tool_runs} gate and worker commands: {tools / 1000:.2f} s")
 print(f"bl and its cages, outside the commands' own time: {(bl_total - tools) / 1000:.2f} s"
       f" ({(bl_total - tools) / bl_runs:.1f} ms a run, {100 * (bl_total - tools) / bl_total:.0f}% of the catalog's time)")

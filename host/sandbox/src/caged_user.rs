@@ -527,7 +527,7 @@ fn staging_root(root: &std::sync::OnceLock<tempfile::TempDir>) -> Result<&Path, 
     if let Some(dir) = root.get() {
         return Ok(dir.path());
     }
-    let dir = crate::containment::owned_tempdir("bl-cage-")
+    let dir = crate::containment::owned_mount_point_dir("bl-cage-")
         .map_err(|e| denied("cannot make the cage's staging directory", e))?;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
         .map_err(|e| denied(dir.path().display(), e))?;

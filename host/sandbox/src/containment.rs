@@ -298,26 +298,73 @@ pub const TEMP_PREFIXES: &[&str] = &["bl-cmd-", "bl-cage-", "bl-egress-"];
 
 /// A private directory in the temporary directory, named for this process
 /// (`<prefix><pid namespace>.<pid>.<start>-<random>`): dropped, it is
-/// removed; left by a bl that was killed, the first call of a later bl in
-/// the same PID namespace removes it, on a thread of its own.
+/// removed; left by a bl that was killed, a later bl in the same PID
+/// namespace removes it once its first command has started, on a thread
+/// of its own.
 pub fn owned_tempdir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
-    static SWEPT: std::sync::Once = std::sync::Once::new();
-    let namespace = own_pid_namespace();
-    SWEPT.call_once(|| {
-        if let Some(namespace) = namespace {
-            let temp = std::env::temp_dir();
-            let _ = std::thread::Builder::new()
-                .name("bl-sweep".into())
-                .spawn(move || remove_dead_tempdirs(&temp, namespace));
-        }
-    });
+    owned_dir_in(&std::env::temp_dir(), prefix)
+}
+
+/// As [`owned_tempdir`], for a directory that only ever holds mount
+/// points (a cage's private root, its staging directory): in memory where
+/// the machine has a shared tmpfs ([`mount_point_root`]). Made and removed
+/// for every command, on a disk that discards what is freed each costs
+/// about 0.1 ms, on the way to the command and back.
+pub fn owned_mount_point_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    owned_dir_in(&mount_point_root(), prefix)
+}
+
+fn owned_dir_in(base: &Path, prefix: &str) -> std::io::Result<tempfile::TempDir> {
     tempfile::Builder::new()
         .prefix(&format!(
             "{prefix}{}.{}-",
-            namespace.unwrap_or(0),
+            own_pid_namespace().unwrap_or(0),
             state().me
         ))
-        .tempdir()
+        .tempdir_in(base)
+}
+
+/// Once per process, when its first command has started (its directories
+/// are made, and the command leaves the second core to the sweep): removes
+/// what dead bls of this PID namespace left, on a thread of its own.
+fn sweep_once() {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        if let Some(namespace) = own_pid_namespace() {
+            let mut bases = vec![std::env::temp_dir(), mount_point_root()];
+            bases.dedup();
+            let _ = std::thread::Builder::new()
+                .name("bl-sweep".into())
+                .spawn(move || {
+                    for base in bases {
+                        remove_dead_tempdirs(&base, namespace);
+                    }
+                });
+        }
+    });
+}
+
+/// Where [`owned_mount_point_dir`] makes its directories: `/dev/shm` when
+/// it is a tmpfs that anyone may write to and only an owner may remove
+/// from (mode 1777, as `/tmp`), and `TMPDIR` was not set; else the
+/// temporary directory.
+fn mount_point_root() -> PathBuf {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let shm = Path::new("/dev/shm");
+        let shared_tmpfs = std::env::var_os("TMPDIR").is_none()
+            && std::fs::symlink_metadata(shm)
+                .is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o7777 == 0o1777)
+            && nix::sys::statfs::statfs(shm)
+                .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        if shared_tmpfs {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        }
+    })
+    .clone()
 }
 
 /// This process's PID namespace (the inode of `/proc/self/ns/pid`), when
@@ -326,8 +373,11 @@ pub fn owned_tempdir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
 /// alive cannot be told from here.
 fn own_pid_namespace() -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    own_start()?;
-    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+    static NAMESPACE: OnceLock<Option<u64>> = OnceLock::new();
+    *NAMESPACE.get_or_init(|| {
+        own_start()?;
+        std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+    })
 }
 
 /// Removes what a dead bl of this user and PID namespace left in `temp`:
@@ -574,6 +624,7 @@ impl Contained {
         self.procs = None;
         lock(&state.live).insert(self.id, pid);
         watchdog_tell(Tell::Watch(pid));
+        sweep_once();
         let log = lock(&state.spawn_log).clone();
         if let Some(log) = log {
             let line = serde_json::json!({

@@ -152,7 +152,7 @@ impl Sandbox {
         if let Some(dir) = self.mount_point.get() {
             return Ok(dir.path());
         }
-        let dir = crate::containment::owned_tempdir("bl-cmd-")
+        let dir = crate::containment::owned_mount_point_dir("bl-cmd-")
             .map_err(|e| CommandError::Spawn(format!("cannot make a private HOME: {e}")))?;
         // A thread that loses the race drops (removes) the directory it made.
         Ok(self.mount_point.get_or_init(|| dir).path())

@@ -35,10 +35,16 @@ pub(crate) fn make_ahead() {
     }
 }
 
-/// The spare, for one cage only; the next is started.
+/// The spare, for one cage only. The next is started from the second
+/// cage on: a process that makes one cage (a loop whose gate runs one
+/// command) would only make a namespace to throw away, and the kernel
+/// tears one down on another thread of its own, while the next run starts.
 pub(crate) fn take() -> Option<OwnedFd> {
+    static TAKEN: AtomicBool = AtomicBool::new(false);
     let spare = lock().take();
-    make_ahead();
+    if TAKEN.swap(true, Ordering::SeqCst) {
+        make_ahead();
+    }
     spare
 }
 
@@ -79,6 +85,8 @@ mod tests {
             .unwrap()
             .ino();
         assert_ne!(first_ino, own, "the spare is not bl's own network");
+        // The first cage's take makes none ahead; the second's does.
+        drop(take());
         let since = std::time::Instant::now();
         while lock().is_none() && since.elapsed() < std::time::Duration::from_secs(5) {
             std::thread::sleep(std::time::Duration::from_millis(1));
