@@ -107,6 +107,11 @@ fn run_one(args: &RunArgs, loop_dir: &Path, json_out: bool) -> Result<Exit, CliE
         run.verify_dir(),
         json_out,
     );
+    if run.outcome.status == Status::Killed {
+        // The report says the run was stopped and why: under --json a
+        // second object would make the answer two documents.
+        crate::interrupt::stop_answered();
+    }
     Ok(match run.outcome.status {
         Status::Done => Exit::Success,
         Status::Halt | Status::Pause | Status::Killed => Exit::No,

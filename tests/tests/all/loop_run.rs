@@ -1877,24 +1877,29 @@ fn a_stop_during_the_gate_keeps_the_finished_turn_for_the_resume_to_judge() {
     );
     l.write("PROMPT.md", "Make seed/doc.txt say done.\n");
     l.write("seed/doc.txt", "draft\n");
-    let stopped = |run_id: &str, ready: &dyn Fn() -> bool, signal: nix::sys::signal::Signal| {
-        let child = l
-            .command(&["run", "pkg", "--yes", "--run-id", run_id])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_until("the moment to stop it", ready);
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        nix::sys::signal::kill(pid, signal).unwrap();
-        let out = child.wait_with_output().unwrap();
-        if signal == nix::sys::signal::Signal::SIGINT {
-            assert_eq!((out.status.code(), out.status.signal()), (Some(130), None));
-        }
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let stopped =
+        |run_id: &str, ready: &dyn Fn() -> bool, signal: nix::sys::signal::Signal, json: bool| {
+            let mut args = vec!["run", "pkg", "--yes", "--run-id", run_id];
+            if json {
+                args.push("--json");
+            }
+            let child = l
+                .command(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            wait_until("the moment to stop it", ready);
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            nix::sys::signal::kill(pid, signal).unwrap();
+            let out = child.wait_with_output().unwrap();
+            if signal == nix::sys::signal::Signal::SIGINT {
+                assert_eq!((out.status.code(), out.status.signal()), (Some(130), None));
+            }
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
     let interrupted = |run_id: &str, ready: &dyn Fn() -> bool| {
-        stopped(run_id, ready, nix::sys::signal::Signal::SIGINT)
+        stopped(run_id, ready, nix::sys::signal::Signal::SIGINT, false)
     };
     let turns_taken = || {
         std::fs::read_to_string(&turns)
@@ -1935,9 +1940,21 @@ fn a_stop_during_the_gate_keeps_the_finished_turn_for_the_resume_to_judge() {
     std::fs::remove_file(&release).unwrap();
     std::fs::remove_file(&turns).unwrap();
     std::fs::write(&slow, "").unwrap();
-    let said = interrupted("in-turn", &|| turns_taken() == 1);
+    // Under --json its answer is one object, the run's own (the stop is
+    // its reason), as for a run that was not stopped.
+    let said = stopped(
+        "in-turn",
+        &|| turns_taken() == 1,
+        nix::sys::signal::Signal::SIGINT,
+        true,
+    );
+    let answer: Value = serde_json::from_str(&said).expect("one JSON object");
+    assert_eq!(answer["status"], "KILLED", "{said}");
     assert!(
-        said.contains("[KILLED] stopped by signal 2 during the worker's turn, before it finished"),
+        answer["reason"]
+            .as_str()
+            .unwrap()
+            .contains("stopped by signal 2 during the worker's turn, before it finished"),
         "{said}"
     );
     std::fs::remove_file(&slow).unwrap();
@@ -1958,6 +1975,7 @@ fn a_stop_during_the_gate_keeps_the_finished_turn_for_the_resume_to_judge() {
         "killed",
         &|| judging.exists(),
         nix::sys::signal::Signal::SIGKILL,
+        false,
     );
     assert!(
         !l.pkg()
