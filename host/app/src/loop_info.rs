@@ -95,6 +95,9 @@ pub struct LoopReceipt {
 
 /// The receipt of the loop run in `run_dir`, from its ledger and metadata.
 pub fn receipt(run_dir: &Path) -> Result<LoopReceipt, AppError> {
+    if let Some(said) = LoopRunDir::new(run_dir).unrecorded() {
+        return Err(AppError::refused(format!("receipt: {said}")));
+    }
     let unreadable = || {
         AppError::refused(format!(
             "receipt: {} is not a readable run directory (expected a ledger.jsonl inside it holding UTF-8 JSON lines)",

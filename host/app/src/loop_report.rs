@@ -11,6 +11,9 @@ use crate::error::AppError;
 /// The report of the loop run at `run_dir` (what `bl run --run-id` wrote).
 pub fn page(run_dir: &Path) -> Result<String, AppError> {
     let dir = bl_store::LoopRunDir::new(run_dir);
+    if let Some(said) = dir.unrecorded() {
+        return Err(AppError::refused(said));
+    }
     let read = |path: &Path| {
         std::fs::read_to_string(path).map_err(|e| {
             AppError::refused(format!(

@@ -152,7 +152,7 @@ struct FileLedger {
 /// The file that marks a turn the worker finished and the gate has not yet
 /// judged, beside a resumable run's ledger: `{"head": …, "lap": …,
 /// "tokens": …}`.
-const TURN_MARK: &str = "turn-finished.json";
+const TURN_MARK: &str = LoopRunDir::TURN_MARK;
 
 impl FileLedger {
     /// A turn the worker finished that waits to be judged: the last lap

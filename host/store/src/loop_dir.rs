@@ -77,6 +77,10 @@ impl LoopRunDir {
     pub const MEMORY: &'static str = LoopDir::MEMORY;
     pub const RECEIPT_JSON: &'static str = "receipt.json";
     pub const RECEIPT_MARKDOWN: &'static str = "receipt.md";
+    /// A worker's turn that finished before its gate judged it, waiting
+    /// for the next resume to judge it (written before the gate starts,
+    /// removed by the next ledger line).
+    pub const TURN_MARK: &'static str = "turn-finished.json";
 
     pub fn new(root: impl Into<PathBuf>) -> LoopRunDir {
         LoopRunDir { root: root.into() }
@@ -112,5 +116,27 @@ impl LoopRunDir {
 
     pub fn receipt_markdown(&self) -> PathBuf {
         self.root.join(Self::RECEIPT_MARKDOWN)
+    }
+
+    pub fn turn_mark(&self) -> PathBuf {
+        self.root.join(Self::TURN_MARK)
+    }
+
+    /// When this directory is a run killed before its first lap was on
+    /// record (a marked turn, no ledger yet): what it is, and the command
+    /// that resumes it, in words.
+    pub fn unrecorded(&self) -> Option<String> {
+        if self.ledger().exists() || !self.turn_mark().is_file() {
+            return None;
+        }
+        let id = self.root.file_name()?.to_string_lossy();
+        // <loop>/.bounded-loops/runs/<id>
+        let package = self.root.parent()?.parent()?.parent()?;
+        Some(format!(
+            "{} is a loop run stopped before its first lap was on record: its worker's turn finished and waits for its gate ({}), and nothing is recorded yet. Resume it: bl run {} --run-id {id} --resume",
+            self.root.display(),
+            Self::TURN_MARK,
+            package.display()
+        ))
     }
 }

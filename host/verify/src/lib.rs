@@ -115,6 +115,9 @@ pub fn verify(path: &Path, options: &Options) -> Result<Report, NothingToVerify>
             return Ok(Report::Graph(graph_run::verify(path, options)));
         }
         let ledger = loop_run::ledger_of(path);
+        if let Some(said) = bl_store::LoopRunDir::new(path).unrecorded() {
+            return Err(NothingToVerify::Unrecorded(said));
+        }
         if !ledger.is_file() {
             return Err(NothingToVerify::EmptyDirectory {
                 path: path.to_path_buf(),
@@ -169,6 +172,9 @@ pub enum NothingToVerify {
         path.display()
     )]
     EmptyDirectory { path: PathBuf },
+    /// A loop run stopped before its first lap was on record.
+    #[error("{0}")]
+    Unrecorded(String),
     #[error(
         "{} is not a run directory, an event log or a ledger: nothing to verify. Pass a graph run directory, its controller-events.jsonl, a loop run directory or a ledger.jsonl",
         path.display()

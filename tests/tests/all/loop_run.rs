@@ -1983,6 +1983,18 @@ fn a_stop_during_the_gate_keeps_the_finished_turn_for_the_resume_to_judge() {
             .exists(),
         "a killed bl recorded no lap"
     );
+    // verify, receipt and report say what the directory is, and how to go on.
+    for tool in ["verify", "receipt", "report"] {
+        let said = l.bl(&[tool, "pkg/.bounded-loops/runs/killed"]);
+        assert_eq!(said.code, 2, "{tool}: {}", said.stderr);
+        assert!(
+            said.stderr
+                .contains("stopped before its first lap was on record")
+                && said.stderr.contains("--run-id killed --resume"),
+            "{tool}: {}",
+            said.stderr
+        );
+    }
     std::fs::write(&release, "").unwrap();
     let resumed = l.bl(&[
         "run", "pkg", "--yes", "--json", "--run-id", "killed", "--resume",
