@@ -943,7 +943,9 @@ pub fn kill_survivors(log: &Path) -> usize {
     let table = all_processes();
     let mut doomed: Vec<i32> = Vec::new();
     let mut controllers: HashSet<String> = HashSet::new();
-    let mut ended = 0;
+    // Each process once: a member of a killed cgroup is often in a
+    // recorded process group too.
+    let mut ended: HashSet<i32> = HashSet::new();
     for line in text.lines() {
         let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
@@ -968,7 +970,7 @@ pub fn kill_survivors(log: &Path) -> usize {
                 .is_some_and(|n| n.starts_with('c') && n[1..].parse::<u64>().is_ok())
             && dir.is_dir()
         {
-            ended += cgroup_pids(dir).len();
+            ended.extend(cgroup_pids(dir));
             kill_cgroup_tree(dir);
         }
         // What is left of its process group: while any member lives, the
@@ -1007,11 +1009,11 @@ pub fn kill_survivors(log: &Path) -> usize {
     }
     doomed.sort_unstable();
     doomed.dedup();
-    ended += doomed.len();
+    ended.extend(&doomed);
     if !doomed.is_empty() {
         kill_trees(&doomed);
     }
-    ended
+    ended.len()
 }
 
 // The watchdog: a process of its own that outlives bl by a moment. It reads
