@@ -55,28 +55,36 @@ started = []               # (kind, process, exec time), in order
 tasks = defaultdict(set)   # process -> its tasks
 gone = {}                  # task -> its last switch away, as a zombie
 exited = {}                # process -> its exit event (if no switch seen)
+# A number the kernel gives again (pid_max may be 32,768) names another
+# task: each fork starts a new generation of its number.
+generation = defaultdict(int)
+def named(number):
+    return (number, generation[number])
 for line in open(sys.argv[1]):
     # `<pid>/<tid> <seconds>: sched:<event>: <fields>`
     m = re.match(r"\s*(\d+)/(\d+)\s+([\d.]+):\s+sched:(\w+):\s*(.*)", line)
     if not m:
         continue
-    process, task, t, event, rest = m[1], m[2], float(m[3]) * 1000, m[4], m[5]
-    tasks[process].add(task)
+    t, event, rest = float(m[3]) * 1000, m[4], m[5]
     if event == "sched_process_fork":
         parent = re.search(r"(?:^| )pid=(\d+)", rest)[1]
         child = re.search(r"child_pid=(\d+)", rest)[1]
+        generation[child] += 1
         role[child] = {"bl": "bl", "cage": "cage"}.get(role.get(parent), "below")
-    elif event == "sched_process_exec":
+        continue
+    process, task = named(m[1]), named(m[2])
+    tasks[process].add(task)
+    if event == "sched_process_exec":
         name = re.search(r"filename=(\S+)", rest)[1].rsplit("/", 1)[-1]
         if name == "bl":
-            role[task] = "bl"
+            role[m[2]] = "bl"
             started.append(("bl", process, t))
         elif name == "bwrap":
-            role[task] = "cage"
+            role[m[2]] = "cage"
         elif name == "exe":
-            role[task] = "below"  # bl's watchdog
-        elif role.get(task) in ("bl", "cage"):
-            role[task] = "tool"
+            role[m[2]] = "below"  # bl's watchdog
+        elif role.get(m[2]) in ("bl", "cage"):
+            role[m[2]] = "tool"
             started.append(("tool", process, t))
     elif event == "sched_process_exit":
         exited.setdefault(process, t)

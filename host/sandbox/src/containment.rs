@@ -344,18 +344,20 @@ fn sweep_once() {
     });
 }
 
-/// Where [`owned_mount_point_dir`] makes its directories: `/dev/shm` when
-/// it is a tmpfs that anyone may write to and only an owner may remove
-/// from (mode 1777, as `/tmp`), and `TMPDIR` was not set; else the
-/// temporary directory.
+/// Where [`owned_mount_point_dir`] makes its directories: for root (whose
+/// files there no logout removes), `/dev/shm` when it is root's tmpfs that
+/// anyone may write to and only an owner may remove from (mode 1777, as
+/// `/tmp`), and `TMPDIR` was not set; else the temporary directory.
 fn mount_point_root() -> PathBuf {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();
     ROOT.get_or_init(|| {
-        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let shm = Path::new("/dev/shm");
         let shared_tmpfs = std::env::var_os("TMPDIR").is_none()
-            && std::fs::symlink_metadata(shm)
-                .is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o7777 == 0o1777)
+            && nix::unistd::geteuid().is_root()
+            && std::fs::symlink_metadata(shm).is_ok_and(|m| {
+                m.is_dir() && m.uid() == 0 && m.permissions().mode() & 0o7777 == 0o1777
+            })
             && nix::sys::statfs::statfs(shm)
                 .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
         if shared_tmpfs {
