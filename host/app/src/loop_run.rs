@@ -149,11 +149,6 @@ struct FileLedger {
     last_stopped_in_gate: bool,
 }
 
-/// The file that marks a turn the worker finished and the gate has not yet
-/// judged, beside a resumable run's ledger: `{"head": …, "lap": …,
-/// "tokens": …}`.
-const TURN_MARK: &str = LoopRunDir::TURN_MARK;
-
 impl FileLedger {
     /// A turn the worker finished that waits to be judged: the last lap
     /// was stopped in its gate (and recorded what the turn spent), or a
@@ -955,7 +950,7 @@ mod node_tests {
             crate::loop_trace::Redact::new("off", dir.path()),
         )
         .unwrap();
-        ledger.turn_mark = Some(dir.path().join(super::TURN_MARK));
+        ledger.turn_mark = Some(super::LoopRunDir::new(dir.path()).turn_mark());
         assert_eq!(ledger.unjudged_turn(), None);
         ledger.turn_finished(3, 42).unwrap();
         assert_eq!(
@@ -1145,7 +1140,7 @@ pub fn run(
         },
         hidden: Vec::new(),
         cancel: request.cancel.clone(),
-        turn_mark: run_dir.as_ref().map(|d| d.join(TURN_MARK)),
+        turn_mark: run_dir.as_ref().map(|d| LoopRunDir::new(d).turn_mark()),
     };
     let outcome = drive_loop(
         &package,

@@ -19,9 +19,10 @@
 //! - Each command's process identity (pid, start time, boot id, cgroup)
 //!   can be appended to a spawn log ([`set_spawn_log`]); a later controller
 //!   kills whatever of it is still alive ([`kill_survivors`]).
-//! - The private directories bl makes in the temporary directory carry its
-//!   identity too ([`owned_tempdir`]); the next bl removes those a killed
-//!   one left.
+//! - The private directories bl makes in the temporary directory (and, for
+//!   a cage's mount points, on `/dev/shm`) carry its identity too
+//!   ([`owned_tempdir`], [`owned_mount_point_dir`]); the next bl removes
+//!   those a killed one left.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -311,7 +312,7 @@ pub fn owned_tempdir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
 /// for every command, on a disk that discards what is freed each costs
 /// about 0.1 ms, on the way to the command and back.
 pub fn owned_mount_point_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
-    owned_dir_in(&mount_point_root(), prefix)
+    owned_dir_in(mount_point_root(), prefix)
 }
 
 fn owned_dir_in(base: &Path, prefix: &str) -> std::io::Result<tempfile::TempDir> {
@@ -331,7 +332,7 @@ fn sweep_once() {
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| {
         if let Some(namespace) = own_pid_namespace() {
-            let mut bases = vec![std::env::temp_dir(), mount_point_root()];
+            let mut bases = vec![std::env::temp_dir(), mount_point_root().to_path_buf()];
             bases.dedup();
             let _ = std::thread::Builder::new()
                 .name("bl-sweep".into())
@@ -348,7 +349,7 @@ fn sweep_once() {
 /// files there no logout removes), `/dev/shm` when it is root's tmpfs that
 /// anyone may write to and only an owner may remove from (mode 1777, as
 /// `/tmp`), and `TMPDIR` was not set; else the temporary directory.
-fn mount_point_root() -> PathBuf {
+fn mount_point_root() -> &'static Path {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();
     ROOT.get_or_init(|| {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -366,7 +367,6 @@ fn mount_point_root() -> PathBuf {
             std::env::temp_dir()
         }
     })
-    .clone()
 }
 
 /// This process's PID namespace (the inode of `/proc/self/ns/pid`), when

@@ -78,8 +78,8 @@ impl LoopRunDir {
     pub const RECEIPT_JSON: &'static str = "receipt.json";
     pub const RECEIPT_MARKDOWN: &'static str = "receipt.md";
     /// A worker's turn that finished before its gate judged it, waiting
-    /// for the next resume to judge it (written before the gate starts,
-    /// removed by the next ledger line).
+    /// for the next resume to judge it: `{"head": …, "lap": …, "tokens":
+    /// …}`, written before the gate starts, removed by the next ledger line.
     pub const TURN_MARK: &'static str = "turn-finished.json";
 
     pub fn new(root: impl Into<PathBuf>) -> LoopRunDir {
