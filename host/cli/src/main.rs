@@ -348,6 +348,7 @@ fn main() -> ExitCode {
         }
         None => exit,
     };
+    bl_sandbox::containment::release();
     output::flush();
     ExitCode::from(exit.code())
 }

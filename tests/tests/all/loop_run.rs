@@ -2012,3 +2012,65 @@ fn a_stop_during_the_gate_keeps_the_finished_turn_for_the_resume_to_judge() {
         "the mark goes once the lap is on record"
     );
 }
+
+/// bl's own cage needs no watchdog process: the caged gate is pid 1 of its
+/// own pid namespace with bl's death signal, so when bl is killed the
+/// kernel ends it and everything it started, a daemon that left its
+/// session included, even when the gate tried to clear or swap that
+/// signal first (the cage's filter refuses both).
+#[test]
+fn a_killed_bl_leaves_nothing_of_its_cage_running_and_starts_no_watchdog_for_it() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: bl makes its own cage only as root; others run bubblewrap");
+        return;
+    }
+    if !bl_e2e::cage_works() {
+        return;
+    }
+    let marker = format!("bl-e2e-own-cage-{}", std::process::id());
+    let l = Loop::stub(
+        "sh seed/gate.sh",
+        BOUNDS,
+        json!([write_doc(json!(1), "done", 1)]),
+    );
+    l.write("seed/gate.sh", "exec python3 seed/gate.py\n");
+    l.write(
+        "seed/gate.py",
+        &format!(
+            "import ctypes, subprocess\n\
+             libc = ctypes.CDLL(None)\n\
+             for signal in (0, 15):\n    libc.prctl({}, signal, 0, 0, 0)\n\
+             subprocess.Popen(['setsid', 'sh', '-c', 'sleep 300; : {marker}'])\n\
+             subprocess.run(['sh', '-c', 'sleep 300; : {marker}'])\n",
+            nix::libc::PR_SET_PDEATHSIG
+        ),
+    );
+    let alive = || -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                std::fs::read_to_string(e.path().join("cmdline"))
+                    .ok()?
+                    .contains(&marker)
+                    .then_some(pid)
+            })
+            .collect()
+    };
+    let mut child = l
+        .command(&["run", "pkg", "--yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the gate and its daemon", || alive().len() >= 2);
+    assert_eq!(
+        bl_e2e::watchdog_of(child.id()),
+        None,
+        "no watchdog for a cage of bl's own"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_until("nothing of the cage left", || alive().is_empty());
+}
