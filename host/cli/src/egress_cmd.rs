@@ -12,6 +12,7 @@ use clap::Subcommand;
 use crate::exit::{CliError, CliResult, Exit};
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum EgressCommand {
     /// Resolve (where the name resolves) and classify a URL's destination
     /// without connecting. Exit 0 allow, 1 deny.

@@ -10,6 +10,7 @@ use crate::exit::{CliError, CliResult, Exit};
 use crate::output;
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum EvidenceCommand {
     /// Serve a workspace's decision evidence to an app, on loopback, behind
     /// a bearer token; prints `evidence: URL` when it listens.

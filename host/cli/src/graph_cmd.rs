@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::exit::{CliError, CliResult, Exit};
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum GraphCommand {
     /// Parse and validate a graph manifest (.yaml or .json). Exit 0 valid, 2 invalid.
     Lint {

@@ -10,6 +10,7 @@ use clap::Subcommand;
 use crate::exit::{CliError, CliResult, Exit};
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum KeysCommand {
     /// Make an Ed25519 signing key (mode 0600) and print its verifier key.
     Generate {

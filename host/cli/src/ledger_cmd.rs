@@ -8,6 +8,7 @@ use clap::Subcommand;
 use crate::exit::{CliError, CliResult, Exit};
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum LedgerCommand {
     /// Record what an operator found out about an effect whose outcome is
     /// ambiguous (an intent with no outcome, after a crash).

@@ -14,6 +14,7 @@ use serde_json::json;
 use crate::exit::{CliError, CliResult, Exit};
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum LogCommand {
     /// Move a torn final line (left by a crash) aside into <log>.torn-<offset>.
     Recover {

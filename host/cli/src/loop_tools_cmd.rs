@@ -203,6 +203,7 @@ pub fn capabilities(json_out: bool) -> Result<Exit, CliError> {
 }
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum LoopsCommand {
     /// List bl's own catalog of loops (keyless, offline).
     List,

@@ -18,6 +18,7 @@ mod registry;
 mod worlds;
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum PluginCommand {
     #[command(flatten)]
     Registry(registry::RegistryCommand),

@@ -16,6 +16,7 @@ fn sandbox(tier: Tier) -> Result<Sandbox, String> {
 }
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum SandboxCommand {
     /// Run CMD in an isolation tier with DIR as its workspace. Exits with the
     /// command's own code; 125 when the sandbox refuses, 124 on timeout.

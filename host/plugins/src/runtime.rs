@@ -2,8 +2,8 @@
 //! store, limits and error mapping that every world shares.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bl_core::CommandRunner;
@@ -65,7 +65,13 @@ pub struct RuntimeConfig {
 /// One wasmtime engine and everything shared across invocations.
 pub struct Runtime {
     engine: Engine,
+    /// bl's own interfaces, for components that import nothing of WASI
+    /// (every first-party plugin): WASI's hundreds of functions cost
+    /// 0.1 ms to link at every start of bl.
     linker: Linker<HostState>,
+    /// bl's interfaces and WASI, made the first time a component needs it
+    /// (Python and JavaScript plugins do).
+    linker_with_wasi: OnceLock<Linker<HostState>>,
     cache: Option<ComponentCache>,
     limits: Arc<Limits>,
     pooling: bool,
@@ -171,6 +177,7 @@ impl Runtime {
         Ok(Runtime {
             engine,
             linker,
+            linker_with_wasi: OnceLock::new(),
             cache,
             limits: Arc::new(limits),
             pooling,
@@ -280,10 +287,12 @@ impl Runtime {
         };
         let component = self.compile_with_digest(name, source, &hex_digest)?;
         let grants = &options.grants;
-        let requested = admit(&self.imports(&component), world, options.declared, grants)
+        let imports = self.imports(&component);
+        let requested = admit(&imports, world, options.declared, grants)
             .map_err(|e| load_error(e.to_string()))?;
         let instance_pre = self
-            .linker
+            .linker_for(&imports)
+            .map_err(|e| load_error(format!("{e:#}")))?
             .instantiate_pre(&component)
             .map_err(|e| load_error(format!("{e:#}")))?;
         let pre = typed(instance_pre)
@@ -442,8 +451,25 @@ fn plugin_error(plugin: String, error: bindings::types::PluginError) -> PluginEr
     }
 }
 
-/// Every interface bl provides, once each. Admission decides per component
-/// which of them it may actually import.
+impl Runtime {
+    /// The linker a component with these imports is linked by: WASI's
+    /// only for one that imports some of it.
+    fn linker_for(&self, imports: &[Import]) -> wasmtime::Result<&Linker<HostState>> {
+        if !imports.iter().any(|i| i.name.starts_with("wasi:")) {
+            return Ok(&self.linker);
+        }
+        if let Some(linker) = self.linker_with_wasi.get() {
+            return Ok(linker);
+        }
+        let mut linker = self.linker.clone();
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Ok(self.linker_with_wasi.get_or_init(|| linker))
+    }
+}
+
+/// Every interface bl provides, once each, but WASI (see
+/// [`Runtime::linker_for`]). Admission decides per component which of them
+/// it may actually import.
 fn add_interfaces(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     type H = HasSelf<HostState>;
     fn get(state: &mut HostState) -> &mut HostState {
@@ -454,7 +480,6 @@ fn add_interfaces(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     bindings::command::add_to_linker::<_, H>(linker, get)?;
     bindings::log::add_to_linker::<_, H>(linker, get)?;
     bindings::artifacts::add_to_linker::<_, H>(linker, get)?;
-    wasmtime_wasi::p2::add_to_linker_sync(linker)?;
     Ok(())
 }
 

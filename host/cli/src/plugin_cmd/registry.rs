@@ -12,6 +12,7 @@ use crate::exit::{CliResult, Exit};
 use crate::output::{answer, outln};
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum RegistryCommand {
     /// Build a plugin crate (or take a built component), sign it with your
     /// key and add it to a registry directory.
