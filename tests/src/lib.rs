@@ -497,19 +497,3 @@ pub fn copy_first_graph(dir: &Path) {
         std::fs::copy(example.join(file), dir.join(file)).expect("the example's files");
     }
 }
-
-/// The watchdog the bl process `bl` started (its child, running as
-/// `bl-watchdog`), if it runs one.
-pub fn watchdog_of(bl: u32) -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read_to_string(e.path().join("cmdline")).ok()?;
-        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-        let ppid: u32 = stat[stat.rfind(')')? + 2..]
-            .split(' ')
-            .nth(1)?
-            .parse()
-            .ok()?;
-        (ppid == bl && cmdline.starts_with("bl-watchdog")).then_some(pid)
-    })
-}

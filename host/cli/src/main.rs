@@ -348,7 +348,6 @@ fn main() -> ExitCode {
         }
         None => exit,
     };
-    bl_sandbox::containment::release();
     output::flush();
     ExitCode::from(exit.code())
 }

@@ -15,9 +15,7 @@
 //!   command's marker in its environment, with everything below it.
 //! - Every direct child dies with bl (`PR_SET_PDEATHSIG`), and a watchdog
 //!   process kills every cgroup and process group bl still had when bl
-//!   itself dies (even by SIGKILL): it waits on a pipe only bl holds. A
-//!   command that is pid 1 of its own pid namespace (bl's own cage) needs
-//!   none: when it dies with bl, the kernel ends every process in it.
+//!   itself dies (even by SIGKILL): it waits on a pipe only bl holds.
 //! - Each command's process identity (pid, start time, boot id, cgroup)
 //!   can be appended to a spawn log ([`set_spawn_log`]); a later controller
 //!   kills whatever of it is still alive ([`kill_survivors`]).
@@ -520,7 +518,6 @@ pub fn reap_adopted() {
         return;
     }
     let state = state();
-    let _settled = lock(&WATCHDOG_STARTING);
     // Held while scanning: a command starting now registers under it, so
     // its child is never taken for an orphan.
     let children = lock(&state.children);
@@ -543,10 +540,6 @@ pub(crate) struct Contained {
     marker: String,
     pid: Option<i32>,
     ended: bool,
-    /// Whether the watchdog must end the command if bl dies: not when it
-    /// is pid 1 of its own pid namespace with bl's death signal (see
-    /// [`Contained::dies_with_bl`]).
-    watched: bool,
     /// Whether `cgroup.kill` was written to the leaf: such a leaf is never
     /// used again. (On Linux 6.14 and later a child started straight into
     /// a cgroup that was once killed is killed at birth: its kill count is
@@ -587,17 +580,8 @@ impl Contained {
             marker: format!("{}.{id}", state.me),
             pid: None,
             ended: false,
-            watched: true,
             killed: std::sync::atomic::AtomicBool::new(false),
         }
-    }
-
-    /// Says that the command will be pid 1 of its own pid namespace and
-    /// get SIGKILL when bl dies: the kernel then ends every process in
-    /// that namespace, so the watchdog need not be told of it (nor be
-    /// started for it: a cage of bl's own costs no second bl).
-    pub(crate) fn dies_with_bl(&mut self) {
-        self.watched = false;
     }
 
     /// The descriptor the child writes `0` to, joining its leaf.
@@ -641,9 +625,7 @@ impl Contained {
         // descriptor it could be handed by mistake.
         self.procs = None;
         lock(&state.live).insert(self.id, pid);
-        if self.watched {
-            watchdog_tell(Tell::Watch(pid));
-        }
+        watchdog_tell(Tell::Watch(pid));
         sweep_once();
         let log = lock(&state.spawn_log).clone();
         if let Some(log) = log {
@@ -776,7 +758,7 @@ impl Contained {
                 }
             }
         }
-        if let Some(pid) = self.pid.filter(|_| self.watched) {
+        if let Some(pid) = self.pid {
             watchdog_tell(Tell::Forget(pid));
         }
         let alone = {
@@ -803,7 +785,6 @@ fn kill_orphans() {
     // thread starts now forks under this lock, so it is either registered
     // already or not yet a child (it was once killed as an orphan here).
     let killed = {
-        let _settled = lock(&WATCHDOG_STARTING);
         let children = lock(&state().children);
         let orphans: Vec<i32> = adopted_children()
             .into_iter()
@@ -869,10 +850,7 @@ fn carries_marker(pid: i32, marker: &str) -> bool {
 /// (its process group, or its marker), and everything below it, killed
 /// and reaped.
 fn kill_marked_orphans(marker: &str, pgid: Option<i32>) {
-    let children = {
-        let _settled = lock(&WATCHDOG_STARTING);
-        lock(&state().children).clone()
-    };
+    let children = lock(&state().children).clone();
     let orphans: Vec<i32> = adopted_children()
         .into_iter()
         .filter(|pid| !children.contains(pid))
@@ -1030,11 +1008,6 @@ pub const WATCHDOG_NAME: &str = "bl-watchdog";
 
 static WATCHDOG_PROGRAM: OnceLock<PathBuf> = OnceLock::new();
 
-/// Held while the watchdog starts, from before its fork until its pid is
-/// among the children: whoever looks for orphans takes it first, so the
-/// watchdog is never taken for one.
-static WATCHDOG_STARTING: Mutex<()> = Mutex::new(());
-
 /// The program that runs [`watchdog_main`] when started as
 /// [`WATCHDOG_NAME`]; without one, no watchdog is started (the cgroup and
 /// the direct children's death signal still hold while bl lives).
@@ -1051,29 +1024,11 @@ enum Tell {
     Forget(i32),
 }
 
-/// Removes bl's cgroup as bl ends, where no watchdog will (every command
-/// has ended by then); a bl that dies leaves it to the next one.
-pub fn release() {
-    let Some(state) = STATE.get() else {
-        return;
-    };
-    if lock(&state.watchdog).is_some() {
-        return;
-    }
-    if let Some(Mode::Cgroup(home)) = state.mode.get() {
-        kill_cgroup_tree(home);
-    }
-}
-
-/// Decides how commands are contained (which makes bl's cgroup) and, when
-/// asked, starts the watchdog, where the first command would otherwise
-/// wait for both. Called on a thread of its own ahead of that command.
-pub fn prepare(with_watchdog: bool) {
-    if with_watchdog {
-        drop(watchdog());
-    } else {
-        state().mode();
-    }
+/// Decides how commands are contained (which makes bl's cgroup) and starts
+/// the watchdog, where the first command would otherwise wait for both.
+/// Called on a thread of its own ahead of that command.
+pub fn prepare() {
+    drop(watchdog());
 }
 
 /// The watchdog, started if it was not.
@@ -1113,11 +1068,10 @@ fn start_watchdog(mode: &Mode, children: &Mutex<HashSet<i32>>) -> Option<Watchdo
         Mode::Cgroup(home) => command.arg("--cgroup").arg(home),
         Mode::Walk => command.arg("--marked").arg(format!("{}.", state().me)),
     };
-    // Orphan hunts wait until the watchdog is among the children; a
-    // command starting meanwhile does not wait for its exec.
-    let _starting = lock(&WATCHDOG_STARTING);
+    // The children lock is held: the watchdog is never taken for an orphan.
+    let mut kids = lock(children);
     let mut child = command.spawn().ok()?;
-    lock(children).insert(child.id() as i32);
+    kids.insert(child.id() as i32);
     let writer = std::fs::File::from(std::os::fd::OwnedFd::from(child.stdin.take()?));
     // Its status is never waited for: it outlives bl by design, and while
     // bl lives it only reads. Dropping the handle does not kill it.

@@ -295,9 +295,6 @@ impl Sandbox {
         );
         let env = scrubbed_env(&private.home, &private.tmp, &granted);
         let steps = staging.as_ref().map(|s| s.child_steps(own)).transpose()?;
-        if steps.as_ref().is_some_and(|s| s.new_pid_namespace()) {
-            contained.dies_with_bl();
-        }
         // Started without copying this process (see spawn), inside its
         // cgroup leaf where the kernel can; then streamed or supervised.
         let started = std::time::Instant::now();
@@ -552,8 +549,7 @@ fn prepare_ahead(tier: Tier, user: CagedUser) {
                 if own_cage {
                     crate::caged_user::prepare_idmap(user);
                 }
-                // bl's own cages die with it (see Contained::dies_with_bl).
-                crate::containment::prepare(!own_cage);
+                crate::containment::prepare();
             });
     }
     #[cfg(not(target_os = "linux"))]

@@ -29,14 +29,6 @@ pub enum When {
     AtLeast { arg: u8, value: u64 },
     /// When argument `arg` is none of `values`.
     NoneOf { arg: u8, values: &'static [u64] },
-    /// When argument `arg` equals `value` and argument `other` is not
-    /// `allowed`.
-    EqualsExcept {
-        arg: u8,
-        value: u64,
-        other: u8,
-        allowed: u64,
-    },
 }
 
 /// How a refused call fails.
@@ -113,21 +105,6 @@ const TIOCSTI: u64 = libc::TIOCSTI as u64;
 
 /// The syscalls no caged command may make, on every architecture.
 pub const DENIED: &[DeniedSyscall] = &[
-    // bl's own cage: its command is pid 1 of its own pid namespace, and the
-    // SIGKILL it gets when bl dies ends all of it (no watchdog is started
-    // for it). Any other signal, or none, would let it outlive bl: pid 1
-    // ignores signals it has no handler for.
-    only(
-        "prctl(PR_SET_PDEATHSIG)",
-        libc::SYS_prctl,
-        When::EqualsExcept {
-            arg: 0,
-            value: libc::PR_SET_PDEATHSIG as u64,
-            other: 1,
-            allowed: libc::SIGKILL as u64,
-        },
-        "the death signal a caged command gets when bl dies is SIGKILL and stays so",
-    ),
     // Reading or steering other processes.
     always(
         "ptrace",
@@ -526,17 +503,6 @@ fn rules(row: &DeniedSyscall) -> Result<Vec<SeccompRule>, SeccompError> {
             .map(|v| SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *v))
             .collect::<Result<_, _>>()
             .map_err(SeccompError::from)?,
-        When::EqualsExcept {
-            arg,
-            value,
-            other,
-            allowed,
-        } => vec![
-            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
-                .map_err(SeccompError::from)?,
-            SeccompCondition::new(other, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, allowed)
-                .map_err(SeccompError::from)?,
-        ],
     };
     Ok(vec![
         SeccompRule::new(conditions).map_err(SeccompError::from)?,

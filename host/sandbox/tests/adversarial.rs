@@ -677,20 +677,6 @@ fn refused_calls(ws: &Path) -> Vec<(&'static str, i64, serde_json::Value, i32)> 
             libc::ENOSYS,
         ),
     ];
-    // bl's own cage starts no watchdog: the SIGKILL it gets when bl dies
-    // must stay.
-    calls.push((
-        "prctl(PR_SET_PDEATHSIG, 0)",
-        libc::SYS_prctl,
-        json!([libc::PR_SET_PDEATHSIG, 0]),
-        eperm,
-    ));
-    calls.push((
-        "prctl(PR_SET_PDEATHSIG, SIGTERM)",
-        libc::SYS_prctl,
-        json!([libc::PR_SET_PDEATHSIG, libc::SIGTERM]),
-        eperm,
-    ));
     // The x32 ABI: the same calls with bit 30 set in the number.
     if cfg!(target_arch = "x86_64") {
         calls.push((
@@ -713,16 +699,10 @@ fn assert_kernel_facing_calls_are_refused(sandbox: &Sandbox) {
     let ws = tempfile::tempdir().unwrap();
     std::fs::create_dir(ws.path().join("mnt")).unwrap();
     let calls = refused_calls(ws.path());
-    let mut table: serde_json::Map<String, serde_json::Value> = calls
+    let table: serde_json::Map<String, serde_json::Value> = calls
         .iter()
         .map(|(name, nr, args, _)| (name.to_string(), serde_json::json!([nr, args])))
         .collect();
-    // Setting the death signal bl sets, SIGKILL, is still allowed.
-    let kill_on_death = "prctl(PR_SET_PDEATHSIG, SIGKILL)";
-    table.insert(
-        kill_on_death.into(),
-        serde_json::json!([libc::SYS_prctl, [libc::PR_SET_PDEATHSIG, libc::SIGKILL]]),
-    );
     let (code, out, err) = caged_python(
         sandbox,
         ws.path(),
@@ -740,11 +720,6 @@ fn assert_kernel_facing_calls_are_refused(sandbox: &Sandbox) {
         );
     }
     assert_eq!(seen["subprocess"], 0, "ordinary processes must still run");
-    assert_eq!(
-        seen[kill_on_death],
-        serde_json::json!([0, 0]),
-        "{kill_on_death}"
-    );
 }
 
 #[test]

@@ -409,6 +409,21 @@ esac
 printf '{"type":"result","subtype":"success","is_error":false,"result":"done %s","usage":{"input_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}\n' "$prompt"
 "#;
 
+/// The watchdog bl started (its child, running as `bl-watchdog`).
+fn watchdog_of(bl: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read_to_string(e.path().join("cmdline")).ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        let ppid: u32 = stat[stat.rfind(')')? + 2..]
+            .split(' ')
+            .nth(1)?
+            .parse()
+            .ok()?;
+        (ppid == bl && cmdline.starts_with("bl-watchdog")).then_some(pid)
+    })
+}
+
 #[test]
 fn a_killed_controller_leaves_no_agent_running_and_resume_makes_the_turn_once() {
     let mut cases = vec![("workspace_only", "auto"), ("workspace_only", "subreaper")];
@@ -569,7 +584,7 @@ fn resume_ends_what_a_dead_controller_left_running_before_it_re_drives() {
         while alive_with(&marker).len() < 3 && since.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let watchdog = bl_e2e::watchdog_of(child.id()).expect("bl runs a watchdog");
+        let watchdog = watchdog_of(child.id()).expect("bl runs a watchdog");
         assert!(
             Command::new("kill")
                 .args(["-KILL", &watchdog.to_string()])
