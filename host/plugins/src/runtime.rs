@@ -66,8 +66,8 @@ pub struct RuntimeConfig {
 pub struct Runtime {
     engine: Engine,
     /// bl's own interfaces, for components that import nothing of WASI
-    /// (every first-party plugin): WASI's hundreds of functions cost
-    /// 0.1 ms to link at every start of bl.
+    /// (every first-party plugin): linking WASI's hundreds of functions
+    /// too took about 0.1 ms at every start of bl.
     linker: Linker<HostState>,
     /// bl's interfaces and WASI, made the first time a component needs it
     /// (Python and JavaScript plugins do).
@@ -243,6 +243,20 @@ impl Runtime {
 
     /// A component's top-level imports, each with whether it brings any
     /// function (only those can be capabilities).
+    /// The linker a component with these imports is linked by: WASI's
+    /// only for one that imports some of it.
+    fn linker_for(&self, imports: &[Import]) -> wasmtime::Result<&Linker<HostState>> {
+        if !imports.iter().any(|i| i.name.starts_with("wasi:")) {
+            return Ok(&self.linker);
+        }
+        if let Some(linker) = self.linker_with_wasi.get() {
+            return Ok(linker);
+        }
+        let mut linker = self.linker.clone();
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Ok(self.linker_with_wasi.get_or_init(|| linker))
+    }
+
     pub(crate) fn imports(&self, component: &Component) -> Vec<Import> {
         use wasmtime::component::types::ComponentItem;
         component
@@ -292,8 +306,7 @@ impl Runtime {
             .map_err(|e| load_error(e.to_string()))?;
         let instance_pre = self
             .linker_for(&imports)
-            .map_err(|e| load_error(format!("{e:#}")))?
-            .instantiate_pre(&component)
+            .and_then(|linker| linker.instantiate_pre(&component))
             .map_err(|e| load_error(format!("{e:#}")))?;
         let pre = typed(instance_pre)
             .map_err(|e| load_error(format!("it is not a {world} component: {e:#}")))?;
@@ -448,22 +461,6 @@ fn plugin_error(plugin: String, error: bindings::types::PluginError) -> PluginEr
         E::BadConfig(message) => PluginError::BadConfig { plugin, message },
         E::Capability(message) => PluginError::Capability { plugin, message },
         E::Internal(message) => PluginError::Internal { plugin, message },
-    }
-}
-
-impl Runtime {
-    /// The linker a component with these imports is linked by: WASI's
-    /// only for one that imports some of it.
-    fn linker_for(&self, imports: &[Import]) -> wasmtime::Result<&Linker<HostState>> {
-        if !imports.iter().any(|i| i.name.starts_with("wasi:")) {
-            return Ok(&self.linker);
-        }
-        if let Some(linker) = self.linker_with_wasi.get() {
-            return Ok(linker);
-        }
-        let mut linker = self.linker.clone();
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        Ok(self.linker_with_wasi.get_or_init(|| linker))
     }
 }
 

@@ -2040,18 +2040,11 @@ fn a_killed_bl_leaves_nothing_of_its_cage_running_even_when_the_gate_drops_its_d
             nix::libc::PR_SET_PDEATHSIG
         ),
     );
-    let alive = || -> Vec<u32> {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| {
-                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-                std::fs::read_to_string(e.path().join("cmdline"))
-                    .ok()?
-                    .contains(&marker)
-                    .then_some(pid)
-            })
-            .collect()
+    let alive = || {
+        bl_e2e::live_command_lines()
+            .iter()
+            .filter(|line| line.contains(&marker))
+            .count()
     };
     let mut child = l
         .command(&["run", "pkg", "--yes"])
@@ -2059,8 +2052,8 @@ fn a_killed_bl_leaves_nothing_of_its_cage_running_even_when_the_gate_drops_its_d
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_until("the gate's daemons", || alive().len() >= 2);
+    wait_until("the gate's daemons", || alive() >= 2);
     child.kill().unwrap();
     child.wait().unwrap();
-    wait_until("nothing of the cage left", || alive().is_empty());
+    wait_until("nothing of the cage left", || alive() == 0);
 }
