@@ -9,11 +9,7 @@ alike:
 - decided: the bridge's decision node (the proposal and the policy), then
   the plain call;
 - guarded: the bridge's decision node, then its guarded node (the
-  reservation, the call, the receipt). The node sends the receipt and
-  goes on; the client reads bl's answer before its next request. Each
-  guarded run is timed until that answer is read (`client.confirm()`), so
-  what LangGraph's own checkpoint did not hide is counted in the run
-  that caused it.
+  reservation, the call, the receipt).
 
 What the bridge adds is guarded minus plain: the same graph with and
 without it (issue 34's measure). It is split into the decision step
@@ -100,11 +96,6 @@ class InstantClient(CoreClient):
     def _exchange(self, request: bytes) -> tuple[int, bytes]:
         return 200, self.ANSWER
 
-    def _put(self, request: bytes) -> None:
-        pass
-
-    def _take(self) -> tuple[int, bytes]:
-        return 200, self.ANSWER
 
 
 def round_trips(url, token_file, n):
@@ -140,7 +131,6 @@ def without_service(work, n):
                 config = {"configurable": {"thread_id": f"{name}-{run}"}}
                 t0 = time.perf_counter()
                 graph.invoke({"n": i}, config, durability="sync")
-                bridge.client.confirm()
                 if i >= 20:
                     times[name].append((time.perf_counter() - t0) * 1000)
     return times
@@ -163,7 +153,6 @@ def main():
                 config = {"configurable": {"thread_id": f"{name}-{run}"}}
                 t0 = time.perf_counter()
                 out = graphs[name].invoke({"n": i}, config, durability="sync")
-                bridge.client.confirm()
                 elapsed = (time.perf_counter() - t0) * 1000
                 if name == "guarded":
                     assert out["evidence"]["status"] == "executed", out

@@ -431,62 +431,6 @@ def user_mistakes() -> None:
     assert effects_for("M-1") == [] and effects_for("M-2") == []
 
 
-def receipts_after_the_node() -> None:
-    """The guarded node sends the report that the tool returned and goes
-    on; the client reads bl's answer before its next request. A report bl
-    refused is raised there (or by `close()`), naming the operation, and
-    that request is not sent; with `wait_for_receipts=True` the node
-    itself raises."""
-    from bl_evidence import ReceiptUnconfirmed
-
-    def graph_of(b: LangGraphBridge, tool_fn) -> StateGraph:
-        g = StateGraph(app.State)
-        g.add_node("decide", b.make_decision_node(tool="lookup", args=app.call_args,
-                                                  operation_id=lambda s, c: f"op-{s['order']}"))
-        g.add_node("call", b.make_guarded_node(tool_fn, args=app.call_args))
-        g.add_edge(START, "decide")
-        g.add_edge("decide", "call")
-        g.add_edge("call", END)
-        return g
-
-    # Confirmed: the answer is read by the next request; another client
-    # then sees the report.
-    sending = LangGraphBridge(app.client(), identity="alice@example.com")
-    out = graph_of(sending, app.effect).compile().invoke({"order": "RC-1", "tool": "lookup"}, thread())
-    assert out["evidence"]["status"] == "executed", out
-    sending.client.confirm()
-    assert app.client().decision("op-RC-1")["stage"] == "executed"
-
-    # Refused: the decision was moved on while the tool ran (a second
-    # client says the call needs a person), so bl refuses the report.
-    def moved_on(args: dict) -> dict:
-        done = app.effect(args)
-        app.client().reconciliation_required(f"op-{args['order']}", "a person looks at it")
-        return done
-
-    out = graph_of(sending, moved_on).compile().invoke({"order": "RC-2", "tool": "lookup"}, thread())
-    assert out["evidence"]["status"] == "executed", out
-    try:
-        sending.client.decision("op-RC-1")
-    except ReceiptUnconfirmed as e:
-        assert e.operation_id == "op-RC-2" and isinstance(e.cause, Refused), e
-        assert "op-RC-2" in str(e) and e.cause.code == "ReconciliationRequired", (str(e), e.cause.code)
-    else:
-        raise AssertionError("a refused report was taken as recorded")
-    # Said once; the client goes on.
-    assert sending.client.decision("op-RC-2")["stage"] == "reconciliation_required"
-    out = graph_of(sending, moved_on).compile().invoke({"order": "RC-3", "tool": "lookup"}, thread())
-    raises(sending.client.close, ReceiptUnconfirmed, "op-RC-3")
-    assert len(effects_for("RC-2")) == 1 and len(effects_for("RC-3")) == 1
-
-    # Waited for in the node: the refusal is the node's.
-    waiting = LangGraphBridge(app.client(), identity="alice@example.com", wait_for_receipts=True)
-    raises(lambda: graph_of(waiting, moved_on).compile().invoke({"order": "RC-4", "tool": "lookup"}, thread()),
-           Refused, "ReconciliationRequired")
-    assert waiting.client.decision("op-RC-4")["stage"] == "reconciliation_required"
-    assert len(effects_for("RC-4")) == 1
-
-
 def leases(tmp: str) -> None:
     """Two async guarded calls share a lease without stalling the event
     loop; a lease held elsewhere past its timeout is said as such, and
@@ -607,7 +551,6 @@ def main() -> None:
         ("interrupt_in_a_loop", interrupt_in_a_loop), ("subgraph_resume", subgraph_resume),
         ("stale_resume_value", stale_resume_value), ("dispatch_lease", lambda: dispatch_lease(tmp)),
         ("async_app", async_app), ("user_mistakes", user_mistakes), ("leases", lambda: leases(tmp)),
-        ("receipts_after_the_node", receipts_after_the_node),
     ]:
         print(f"--- {name}", file=sys.stderr, flush=True)
         case()

@@ -25,28 +25,17 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def recording() -> int:
-    """Counts one more recording; its number."""
-    counter = marker + ".count"
-    n = (int(open(counter).read()) if os.path.exists(counter) else 0) + 1
-    with open(counter, "w") as f:
-        f.write(str(n))
-    return n
-
-
 class Killable(CoreClient):
     """Dies at the KILL_AT-th recording: after its answer (`N`), or with the
-    request sent and its answer not read (`sent-N`). The report that the
-    tool returned is sent without waiting (`send_executed`): `sent-N`
-    dies as the guarded node sends it, and `N` once its answer is read,
-    after LangGraph saved the node's checkpoint."""
-
-    answered_at: int | None = None
+    request sent and its answer not read (`sent-N`)."""
 
     def _call(self, method, path, body):
         if method != "POST":
             return super()._call(method, path, body)
-        n = recording()
+        counter = marker + ".count"
+        n = (int(open(counter).read()) if os.path.exists(counter) else 0) + 1
+        with open(counter, "w") as f:
+            f.write(str(n))
         if armed and kill_at == f"sent-{n}":
             self._connect().sendall(self._request(method, path, body))
             die()
@@ -54,21 +43,6 @@ class Killable(CoreClient):
         if armed and kill_at == str(n):
             die()
         return answer
-
-    def send_executed(self, operation_id, *, ok, detail=""):
-        n = recording()
-        if armed and kill_at == f"sent-{n}":
-            self._connect().sendall(self._request("POST", self._events_path(operation_id),
-                                                  {"event": "tool_executed", "ok": ok, "detail": detail}))
-            die()
-        super().send_executed(operation_id, ok=ok, detail=detail)
-        self.answered_at = n
-
-    def _confirm_sent(self):
-        n, self.answered_at = self.answered_at, None
-        super()._confirm_sent()
-        if armed and n is not None and kill_at == str(n):
-            die()
 
 
 def tool(args):

@@ -569,7 +569,6 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
         "async_app",
         "user_mistakes",
         "leases",
-        "receipts_after_the_node",
     ] {
         assert!(passed.contains(&case), "{case} did not run: {summary}");
     }

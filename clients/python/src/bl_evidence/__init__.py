@@ -7,8 +7,7 @@ its policy, a person's signed approval and an exactly-once tool call in
 
 from .bridge import CallCancelled, DispatchLease, LangGraphBridge
 from .callback import EvidenceGraphCallback
-from .client import (Answer, CoreClient, EvidenceError, ReceiptUnconfirmed, Refused, Unavailable, args_digest,
-                     canonical_json)
+from .client import Answer, CoreClient, EvidenceError, Refused, Unavailable, args_digest, canonical_json
 from .lease import LeaseTimeout, SqliteDispatchLease
 
 __all__ = [
@@ -21,7 +20,6 @@ __all__ = [
     "LangGraphBridge",
     "Refused",
     "LeaseTimeout",
-    "ReceiptUnconfirmed",
     "SqliteDispatchLease",
     "Unavailable",
     "args_digest",

@@ -9,10 +9,7 @@ in front of a consequential tool call.
 - `make_guarded_node()` calls the tool only with bl's reservation, which is
   granted once: a node run again (a resume, a retry, a crash and restart)
   never calls the tool again. Anything unknown after the reservation gives
-  `reconciliation_required`, and nothing is replayed. The report that the
-  tool returned is confirmed by bl while LangGraph saves the node's
-  checkpoint, before the client's next request (`wait_for_receipts=True`
-  waits for it in the node).
+  `reconciliation_required`, and nothing is replayed.
 - `make_verify_node()` records what the outside system says happened.
 
 Each node returns a state update under `state_key` (default `evidence`):
@@ -61,19 +58,11 @@ class LangGraphBridge:
     app's processes; with `require_dispatch_lease=True` a bridge without one
     refuses to be built, so a deployment cannot forget it. `digest_key`
     keys the arguments' digests (see `args_digest`).
-
-    The guarded node returns once the report that the tool returned is
-    sent (`CoreClient.send_executed`): bl makes it durable while LangGraph
-    saves the node's checkpoint, and the client reads bl's answer before
-    its next request, which raises `ReceiptUnconfirmed` if bl did not
-    record it. Call `client.close()` before the process ends to hear
-    about the last one. `wait_for_receipts=True` has the node wait for the
-    answer instead, at about a third of a millisecond a call.
     """
 
     def __init__(self, client: CoreClient, *, identity: str, state_key: str = "evidence",
                  dispatch_lease: DispatchLease | None = None, require_dispatch_lease: bool = False,
-                 digest_key: bytes | None = None, wait_for_receipts: bool = False):
+                 digest_key: bytes | None = None):
         if require_dispatch_lease and dispatch_lease is None:
             raise ValueError("require_dispatch_lease=True, but no dispatch_lease= was given")
         if not identity or not identity.strip():
@@ -83,7 +72,6 @@ class LangGraphBridge:
         self.identity = identity
         self.state_key = state_key
         self.dispatch_lease = dispatch_lease
-        self.wait_for_receipts = wait_for_receipts
 
     # -- the nodes -----------------------------------------------------------
 
@@ -316,18 +304,12 @@ class LangGraphBridge:
                                          "error": f"{type(error).__name__}: {error}"}}
             # The effect happened: a lost receipt leaves the decision
             # reserved, which bl turns into reconciliation_required.
-            detail = _digest_of(result, self.digest_key)
-            if not self.wait_for_receipts:
-                # Confirmed before the client's next request, while
-                # LangGraph saves this node's checkpoint.
-                self.client.send_executed(op, ok=True, detail=detail)
-            else:
-                try:
-                    self.client.executed(op, ok=True, detail=detail)
-                except Refused as refused:
-                    # A receipt sent again after a lost answer was recorded.
-                    if refused.code != "AlreadyExecuted":
-                        raise
+            try:
+                self.client.executed(op, ok=True, detail=_digest_of(result, self.digest_key))
+            except Refused as refused:
+                # A receipt sent again after a lost answer was recorded.
+                if refused.code != "AlreadyExecuted":
+                    raise
         update: dict[str, Any] = {self.state_key: {**decided, "status": "executed"}}
         if result_key:
             update[result_key] = result

@@ -8,12 +8,6 @@ on the app's critical path. The service answers only once what it
 recorded is on disk, so an answer is a receipt. A refusal raises
 `Refused`, naming the rule's code and the field that differs; nothing
 refused was recorded.
-
-One request need not wait for its answer: `send_executed`, the report
-that the tool returned, which nothing the app does next depends on. Its
-answer is read before the client's next request (or by `confirm()` or
-`close()`), while the app goes on; one bl could not confirm raises
-`ReceiptUnconfirmed` there, naming the operation.
 """
 
 from __future__ import annotations
@@ -50,27 +44,6 @@ class Unavailable(EvidenceError):
     """The service could not be reached or could not record (a broken
     store, a policy that could not run). Whether a request it was sent
     was recorded is unknown: never act as if it was granted."""
-
-
-class ReceiptUnconfirmed(EvidenceError):
-    """bl did not confirm a report sent with `send_executed`: refused (a
-    `Refused` as `cause`), or its answer was lost (`Unavailable`). Raised by
-    the client's next request, which was not sent; that decision stays
-    reserved, and bl asks a person to reconcile it if the report was not
-    recorded."""
-
-    def __init__(self, operation_id: str, cause: EvidenceError):
-        super().__init__(f"the report that the tool of operation {operation_id} returned was not confirmed: {cause}")
-        self.operation_id = operation_id
-        self.cause = cause
-
-
-@dataclass(frozen=True)
-class _Sent:
-    """A request on the connection whose answer is not read yet."""
-
-    operation_id: str
-    request: bytes
 
 
 @dataclass(frozen=True)
@@ -149,8 +122,6 @@ class CoreClient:
         # step's nodes on several threads, and two requests interleaved on
         # a socket would each read the other's answer.
         self._lock = threading.Lock()
-        # The report `send_executed` sent, until its answer is read.
-        self._unconfirmed: _Sent | None = None
 
     # -- the decision's life, in order -------------------------------------
 
@@ -183,28 +154,7 @@ class CoreClient:
     def executed(self, operation_id: str, *, ok: bool, detail: str = "") -> Answer:
         """The tool returned (`ok`) or raised. A return is not the outside
         world's success; a raise needs a person (reconciliation)."""
-        return self.record(operation_id, _executed(ok, detail))
-
-    def send_executed(self, operation_id: str, *, ok: bool, detail: str = "") -> None:
-        """`executed`, without waiting for bl's answer: the app goes on
-        while bl makes the report durable. The answer is read before this
-        client's next request, or by `confirm()` or `close()`, which raise
-        `ReceiptUnconfirmed` if bl refused the report or its answer was
-        lost. A report bl already had counts as confirmed (it is sent again
-        after a lost answer). Until then the decision is reserved in bl; if
-        the service stops before the report is on disk, bl asks a person to
-        reconcile it. Nothing is ever granted twice."""
-        request = self._request("POST", self._events_path(operation_id), _executed(ok, detail))
-        with self._lock:
-            self._confirm_sent()
-            self._put(request)
-            self._unconfirmed = _Sent(operation_id, request)
-
-    def confirm(self) -> None:
-        """Waits for bl's answer to a report `send_executed` sent, if there
-        is one; `ReceiptUnconfirmed` if bl did not confirm it."""
-        with self._lock:
-            self._confirm_sent()
+        return self.record(operation_id, {"event": "tool_executed", "ok": ok, "detail": detail})
 
     def outcome(self, operation_id: str, *, external_ref: str, status: str, source: str) -> Answer:
         """What the outside system says happened, with its reference."""
@@ -218,7 +168,7 @@ class CoreClient:
 
     def record(self, operation_id: str, event: Mapping[str, Any]) -> Answer:
         """Any event the app may record, as the service's JSON."""
-        return self._answer("POST", self._events_path(operation_id), dict(event))
+        return self._answer("POST", f"/decisions/{urllib.parse.quote(operation_id, safe='')}/events", dict(event))
 
     def decision(self, operation_id: str) -> dict[str, Any] | None:
         """Where a decision stands (its binding, stage, policy, approval
@@ -235,13 +185,9 @@ class CoreClient:
         return self._answer("POST", "/reviews", dict(signed_review))
 
     def close(self) -> None:
-        """Confirms a report `send_executed` sent (`ReceiptUnconfirmed` if bl
-        did not), and closes the connection."""
-        with self._lock:
-            try:
-                self._confirm_sent()
-            finally:
-                self._drop_connection()
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def __enter__(self) -> "CoreClient":
         return self
@@ -277,10 +223,6 @@ class CoreClient:
                                 "give the URL `bl evidence serve` printed (http://127.0.0.1:PORT/v1 or unix:PATH)")
         raise Unavailable(f"{self._where()}{self._base}{path}: {error.get('code', status)}: {message}")
 
-    @staticmethod
-    def _events_path(operation_id: str) -> str:
-        return f"/decisions/{urllib.parse.quote(operation_id, safe='')}/events"
-
     def _request(self, method: str, path: str, body: Any) -> bytes:
         """The whole request, as one write."""
         data = b"" if body is None else json.dumps(body).encode()
@@ -289,36 +231,12 @@ class CoreClient:
     def _call(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         request = self._request(method, path, body)
         with self._lock:
-            self._confirm_sent()
             status, text = self._exchange(request)
-        return status, _payload(text)
-
-    def _confirm_sent(self) -> None:
-        """Reads the answer to the report `send_executed` sent, if any (the
-        lock is held). An answer lost with its connection (a service that
-        restarted, or closed the connection while idle) is asked for again
-        by sending the report once more: bl records it at most once."""
-        sent, self._unconfirmed = self._unconfirmed, None
-        if sent is None:
-            return
         try:
-            try:
-                status, text = self._take()
-            except (_ClosedBeforeAnswer, ConnectionResetError, BrokenPipeError):
-                self._drop_connection()
-                status, text = self._exchange(sent.request)
-            except OSError as e:
-                self._drop_connection()
-                raise Unavailable(f"the evidence service at {self._where()}: {e}") from e
-            except BaseException:
-                self._drop_connection()
-                raise
-            self._checked(status, _payload(text), self._events_path(sent.operation_id))
-        except Refused as refused:
-            if refused.code != "AlreadyExecuted":
-                raise ReceiptUnconfirmed(sent.operation_id, refused) from refused
-        except EvidenceError as error:
-            raise ReceiptUnconfirmed(sent.operation_id, error) from error
+            payload = json.loads(text) if text else None
+        except ValueError:
+            payload = text.decode(errors="replace")
+        return status, payload
 
     def _exchange(self, request: bytes) -> tuple[int, bytes]:
         # A kept-open connection the service closed while idle fails on
@@ -331,56 +249,24 @@ class CoreClient:
         for fresh in (self._connection is None, True):
             try:
                 if fresh:
-                    self._drop_connection()
+                    self.close()
                     self._connection = self._connect()
                 assert self._connection is not None
                 self._connection.sendall(request)
                 return self._response(self._connection)
             except (_ClosedBeforeAnswer, BrokenPipeError, ConnectionResetError) as e:
-                self._drop_connection()
+                self.close()
                 if fresh:
                     raise Unavailable(f"the evidence service at {self._where()}: {e}") from e
             except OSError as e:
-                self._drop_connection()
+                self.close()
                 raise Unavailable(f"the evidence service at {self._where()}: {e}") from e
             except BaseException:
                 # Interrupted half way (Ctrl-C, a bad answer): an answer may
                 # be left unread, and must never be taken for the next one's.
-                self._drop_connection()
+                self.close()
                 raise
         raise AssertionError("unreachable: the second attempt returns or raises")
-
-    def _put(self, request: bytes) -> None:
-        """Sends `request` without reading its answer (`_take` does), on a
-        new connection if the kept one is gone. Whether it arrived is known
-        only from the answer."""
-        try:
-            if self._connection is None:
-                self._connection = self._connect()
-            try:
-                self._connection.sendall(request)
-            except (BrokenPipeError, ConnectionResetError):
-                # Closed by the service while idle: nothing of it was read.
-                self._drop_connection()
-                self._connection = self._connect()
-                self._connection.sendall(request)
-        except OSError as e:
-            self._drop_connection()
-            raise Unavailable(f"the evidence service at {self._where()}: {e}") from e
-        except BaseException:
-            self._drop_connection()
-            raise
-
-    def _take(self) -> tuple[int, bytes]:
-        """The answer to what `_put` sent."""
-        if self._connection is None:
-            raise _ClosedBeforeAnswer("the connection was closed before an answer")
-        return self._response(self._connection)
-
-    def _drop_connection(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
 
     def _where(self) -> str:
         return self._socket or f"{self._host}:{self._port}"
@@ -421,7 +307,7 @@ class CoreClient:
         if length is None:
             while chunk := connection.recv(65536):
                 body += chunk
-            self._drop_connection()
+            self.close()
             return status, body
         if not length.isdigit():
             raise Unavailable(f"the evidence service at {self._where()} sent Content-Length {length!r}")
@@ -432,19 +318,8 @@ class CoreClient:
             body += chunk
         # More than one answer's bytes: the connection is out of step.
         if len(body) > int(length) or headers.get("connection", "").lower() == "close":
-            self._drop_connection()
+            self.close()
         return status, body[:int(length)]
-
-
-def _executed(ok: bool, detail: str) -> dict[str, Any]:
-    return {"event": "tool_executed", "ok": ok, "detail": detail}
-
-
-def _payload(text: bytes) -> Any:
-    try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return text.decode(errors="replace")
 
 
 class _ClosedBeforeAnswer(ConnectionError):
