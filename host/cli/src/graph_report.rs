@@ -247,9 +247,8 @@ fn report_drive(driven: &Driven, title: &str, flags: &DriveFlags) -> CliResult {
             answer["interrupted"] = json!({
                 "signal": signal, "nodes": nodes, "resume": graph_run::resume_command(&run.dir, flags.inputs.as_deref()),
             });
-            crate::interrupt::stop_answered();
         }
-        outln!("{}", python_json(&answer));
+        crate::interrupt::answer(|| outln!("{}", python_json(&answer)));
         return Ok(exit_of(end));
     }
     outln!("{title}");

@@ -8,6 +8,7 @@
 //! once every drive has put its stop on record (at most a moment), every
 //! process bl started is killed and bl exits.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -23,17 +24,47 @@ const CHILDREN_MARGIN: Duration = Duration::from_secs(2);
 const RECORD_WAIT: Duration = Duration::from_secs(1);
 
 static RUNS_CHILDREN: AtomicBool = AtomicBool::new(false);
-static STOP_ANSWERED: AtomicBool = AtomicBool::new(false);
+/// Whether the run's one answer is printed: its own, or that it stopped.
+static ANSWERED: Mutex<bool> = Mutex::new(false);
 
-/// Called by a command that has printed its own answer to a stop (a graph
-/// run's report, with what was interrupted): `main` then adds none.
-pub fn stop_answered() {
-    STOP_ANSWERED.store(true, Ordering::SeqCst);
+fn answered() -> std::sync::MutexGuard<'static, bool> {
+    ANSWERED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether the command answered the stop itself.
-pub fn was_stop_answered() -> bool {
-    STOP_ANSWERED.load(Ordering::SeqCst)
+/// Prints a command's answer (`print`), which says how the run ended,
+/// stopped or not: no answer that it stopped follows it under `--json`,
+/// nor comes out in the middle of it (a signal waits for it).
+pub fn answer(print: impl FnOnce()) {
+    let mut answered = answered();
+    print();
+    *answered = true;
+}
+
+/// Under `--json`, says that the run was stopped by `signal`, unless the
+/// run has answered; whether it said so.
+pub fn answer_stopped(signal: i32) -> bool {
+    say_stopped(&mut answered(), signal)
+}
+
+fn say_stopped(answered: &mut bool, signal: i32) -> bool {
+    let said = crate::output::json() && !*answered;
+    if said {
+        crate::output::outln!("{}", stopped(signal).to_json());
+        crate::output::flush();
+    }
+    *answered = true;
+    said
+}
+
+/// Ends bl with 128 + `signal`, having said so under `--json` unless the
+/// run answered; nothing is printed after (the answer stays locked).
+fn end_stopped(signal: i32) -> ! {
+    if crate::output::json() {
+        let mut answered = answered();
+        say_stopped(&mut answered, signal);
+        std::process::exit(128 + signal);
+    }
+    std::process::exit(128 + signal)
 }
 
 /// Called by a command whose children are bl processes, each with its own
@@ -75,11 +106,7 @@ pub fn install() {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 bl_sandbox::containment::kill_all();
-                if crate::output::json() {
-                    crate::output::outln!("{}", stopped(again).to_json());
-                    crate::output::flush();
-                }
-                std::process::exit(128 + again);
+                end_stopped(again);
             }
         })
         .ok();
@@ -100,8 +127,20 @@ fn patient_stop(signal: i32) {
     // Give the command a moment to return and report through `main`,
     // which exits with the same code.
     std::thread::sleep(Duration::from_millis(200));
-    if crate::output::json() {
-        crate::output::outln!("{}", stopped(signal).to_json());
+    end_stopped(signal);
+}
+
+#[cfg(test)]
+mod tests {
+    /// One answer under --json: once the command answered, neither `main`
+    /// nor a signal says the run stopped; with no answer, it is said once.
+    #[test]
+    fn a_stop_is_said_only_when_nothing_else_answered() {
+        crate::output::set_json(true);
+        super::answer(|| ());
+        assert!(!super::answer_stopped(2), "said after the answer");
+        *super::answered() = false;
+        assert!(super::answer_stopped(2));
+        assert!(!super::answer_stopped(2), "said twice");
     }
-    std::process::exit(128 + signal);
 }

@@ -99,19 +99,18 @@ fn run_one(args: &RunArgs, loop_dir: &Path, json_out: bool) -> Result<Exit, CliE
     if let Some(kept) = &run.kept_workspace {
         errln!("workspace kept at {}", kept.display());
     }
-    report(
-        &run.outcome,
-        &run.subject(),
-        args.run_id.as_deref(),
-        &run.ledger,
-        run.verify_dir(),
-        json_out,
-    );
-    if run.outcome.status == Status::Killed {
-        // The report says the run was stopped and why: under --json a
-        // second object would make the answer two documents.
-        crate::interrupt::stop_answered();
-    }
+    // The report says whether the run was stopped and why: under --json a
+    // second object would make the answer two documents.
+    crate::interrupt::answer(|| {
+        report(
+            &run.outcome,
+            &run.subject(),
+            args.run_id.as_deref(),
+            &run.ledger,
+            run.verify_dir(),
+            json_out,
+        )
+    });
     Ok(match run.outcome.status {
         Status::Done => Exit::Success,
         Status::Halt | Status::Pause | Status::Killed => Exit::No,

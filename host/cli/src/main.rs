@@ -328,22 +328,18 @@ fn main() -> ExitCode {
     };
     // The one reporter: a command prints its own results, and its error
     // comes back here to be said once, in one form.
-    let mut answered = false;
     let exit = outcome.unwrap_or_else(|error| {
         errln!("error: {error}");
         if output::json() && !error.detail.reported {
-            output::outln!("{}", error.to_json());
-            answered = true;
+            interrupt::answer(|| output::outln!("{}", error.to_json()));
         }
         error.exit
     });
-    // Asked to stop: whatever the command made of it, bl says so by its code.
+    // Asked to stop: whatever the command made of it, bl says so by its
+    // code (and under --json, if the command has not answered, in words).
     let exit = match bl_core::interrupt::requested() {
         Some(signal) => {
-            // A command that answered the stop itself has said so.
-            if output::json() && !answered && !interrupt::was_stop_answered() {
-                output::outln!("{}", interrupt::stopped(signal).to_json());
-            }
+            interrupt::answer_stopped(signal);
             exit::Exit::Signalled(signal)
         }
         None => exit,

@@ -190,7 +190,7 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
     // Each node's prompt names it, so each agent call says whose it was.
     let prompts: serde_json::Map<String, Value> = ids
         .iter()
-        .map(|id| (id.to_string(), json!(format!("sleep:0.25:{id}"))))
+        .map(|id| (id.to_string(), json!(format!("sleep:0.3:{id}"))))
         .collect();
     let tmp = tempfile::tempdir().unwrap();
     let mut interrupted_runs = 0;
