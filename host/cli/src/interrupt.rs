@@ -8,7 +8,6 @@
 //! once every drive has put its stop on record (at most a moment), every
 //! process bl started is killed and bl exits.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -25,44 +24,52 @@ const RECORD_WAIT: Duration = Duration::from_secs(1);
 
 static RUNS_CHILDREN: AtomicBool = AtomicBool::new(false);
 /// Whether the run's one answer is printed: its own, or that it stopped.
-static ANSWERED: Mutex<bool> = Mutex::new(false);
-
-fn answered() -> std::sync::MutexGuard<'static, bool> {
-    ANSWERED.lock().unwrap_or_else(|e| e.into_inner())
-}
+static ANSWERED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
 
 /// Prints a command's answer (`print`), which says how the run ended,
 /// stopped or not: no answer that it stopped follows it under `--json`,
 /// nor comes out in the middle of it (a signal waits for it).
 pub fn answer(print: impl FnOnce()) {
-    let mut answered = answered();
+    let mut answered = ANSWERED.lock().unwrap_or_else(|e| e.into_inner());
     print();
     *answered = true;
 }
 
 /// Under `--json`, says that the run was stopped by `signal`, unless the
-/// run has answered; whether it said so.
-pub fn answer_stopped(signal: i32) -> bool {
-    say_stopped(&mut answered(), signal)
-}
-
-fn say_stopped(answered: &mut bool, signal: i32) -> bool {
-    let said = crate::output::json() && !*answered;
-    if said {
-        crate::output::outln!("{}", stopped(signal).to_json());
-        crate::output::flush();
-    }
-    *answered = true;
-    said
-}
-
-/// Ends bl with 128 + `signal`, having said so under `--json` unless the
-/// run answered; nothing is printed after (the answer stays locked).
-fn end_stopped(signal: i32) -> ! {
+/// run has answered.
+pub fn answer_stopped(signal: i32) {
     if crate::output::json() {
-        let mut answered = answered();
-        say_stopped(&mut answered, signal);
-        std::process::exit(128 + signal);
+        let mut answered = ANSWERED.lock().unwrap_or_else(|e| e.into_inner());
+        say_stopped(&mut answered, signal, print_line);
+    }
+}
+
+fn say_stopped(answered: &mut bool, signal: i32, print: impl FnOnce(String)) {
+    if !std::mem::replace(answered, true) {
+        print(stopped(signal).to_json().to_string());
+    }
+}
+
+fn print_line(line: String) {
+    crate::output::outln!("{line}");
+    crate::output::flush();
+}
+
+/// Ends bl with 128 + `signal`, said under `--json` unless the run answered
+/// (nothing prints after); an answer stuck on a full pipe waits a moment.
+fn end_stopped(signal: i32) -> ! {
+    let asked = Instant::now();
+    while crate::output::json() && asked.elapsed() < RECORD_WAIT {
+        let answered = match ANSWERED.try_lock() {
+            Ok(held) => Some(held),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut answered) = answered {
+            say_stopped(&mut answered, signal, print_line);
+            std::process::exit(128 + signal);
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
     std::process::exit(128 + signal)
 }
@@ -132,15 +139,14 @@ fn patient_stop(signal: i32) {
 
 #[cfg(test)]
 mod tests {
-    /// One answer under --json: once the command answered, neither `main`
-    /// nor a signal says the run stopped; with no answer, it is said once.
+    /// Said once, and never after the run answered.
     #[test]
     fn a_stop_is_said_only_when_nothing_else_answered() {
-        crate::output::set_json(true);
-        super::answer(|| ());
-        assert!(!super::answer_stopped(2), "said after the answer");
-        *super::answered() = false;
-        assert!(super::answer_stopped(2));
-        assert!(!super::answer_stopped(2), "said twice");
+        let mut said = Vec::new();
+        for mut answered in [true, false] {
+            super::say_stopped(&mut answered, 2, |l| said.push(l));
+            super::say_stopped(&mut answered, 2, |l| said.push(l));
+        }
+        assert_eq!(said.len(), 1, "{said:?}");
     }
 }

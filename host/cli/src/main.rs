@@ -330,9 +330,12 @@ fn main() -> ExitCode {
     // comes back here to be said once, in one form.
     let exit = outcome.unwrap_or_else(|error| {
         errln!("error: {error}");
-        if output::json() && !error.detail.reported {
-            interrupt::answer(|| output::outln!("{}", error.to_json()));
-        }
+        // A command that reported its error has answered with it.
+        interrupt::answer(|| {
+            if output::json() && !error.detail.reported {
+                output::outln!("{}", error.to_json());
+            }
+        });
         error.exit
     });
     // Asked to stop: whatever the command made of it, bl says so by its

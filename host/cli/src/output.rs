@@ -90,11 +90,13 @@ pub fn flush() {
 /// A command's answer: `json` as one line under `--json`, else `text`
 /// (a newline is added to either).
 pub fn answer(json: impl FnOnce() -> serde_json::Value, text: impl FnOnce() -> String) {
-    if self::json() {
-        outln!("{}", json());
-    } else {
-        outln!("{}", text());
-    }
+    crate::interrupt::answer(|| {
+        if self::json() {
+            outln!("{}", json());
+        } else {
+            outln!("{}", text());
+        }
+    })
 }
 
 pub use bl_core::table::table_lines;

@@ -239,16 +239,18 @@ fn run_command(
     match sandbox.run(&spec) {
         Ok(result) => {
             if crate::output::json() {
-                outln!(
-                    "{}",
-                    serde_json::json!({
-                        "exit_code": result.exit_code, "timed_out": result.timed_out,
-                        "truncated": result.truncated,
-                        "duration_ms": result.duration.as_millis() as u64,
-                        "stdout": String::from_utf8_lossy(&result.stdout_tail),
-                        "stderr": String::from_utf8_lossy(&result.stderr_tail),
-                    })
-                );
+                crate::interrupt::answer(|| {
+                    outln!(
+                        "{}",
+                        serde_json::json!({
+                            "exit_code": result.exit_code, "timed_out": result.timed_out,
+                            "truncated": result.truncated,
+                            "duration_ms": result.duration.as_millis() as u64,
+                            "stdout": String::from_utf8_lossy(&result.stdout_tail),
+                            "stderr": String::from_utf8_lossy(&result.stderr_tail),
+                        })
+                    )
+                });
             }
             if result.timed_out {
                 errln!(
