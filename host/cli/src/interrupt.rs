@@ -106,14 +106,14 @@ pub fn install() {
                 .name("bl-stop".into())
                 .spawn(move || patient_stop(signal))
                 .ok();
-            // A second signal: no more waiting.
-            if let Some(again) = signals.next() {
+            // A second signal: no more waiting (bl still ends by the first).
+            if signals.next().is_some() {
                 let asked = Instant::now();
                 while bl_core::interrupt::unrecorded() > 0 && asked.elapsed() < RECORD_WAIT {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 bl_sandbox::containment::kill_all();
-                end_stopped(again);
+                end_stopped(signal);
             }
         })
         .ok();

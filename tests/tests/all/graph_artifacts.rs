@@ -1741,8 +1741,8 @@ fn bad_decisions_and_wrong_plugins_are_refused_before_anything_runs() {
 }
 
 /// A stop that has to wait (a gate plugin that never returns is judging
-/// the node) ends at once on a second signal, with the same record: the
-/// attempt interrupted, nothing failed.
+/// the node) ends at once on a second signal, with the same record (the
+/// attempt interrupted, nothing failed) and the first signal's exit code.
 #[test]
 fn a_second_signal_ends_a_stop_that_waits_with_the_same_record() {
     let case = Case::new();
@@ -1801,7 +1801,8 @@ fn a_second_signal_ends_a_stop_that_waits_with_the_same_record() {
         "the first signal alone ended it"
     );
     let asked = std::time::Instant::now();
-    kill("-INT");
+    // Another signal hurries the stop; bl still ends by the first's code.
+    kill("-TERM");
     let out = child.wait_with_output().unwrap();
     // The patient stop would wait for the gate (its grace is 10 s).
     assert!(
