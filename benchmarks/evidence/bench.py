@@ -97,7 +97,6 @@ class InstantClient(CoreClient):
         return 200, self.ANSWER
 
 
-
 def round_trips(url, token_file, n):
     """The service's three requests of a guarded call, each timed alone."""
     client = CoreClient(url, token_file=token_file)

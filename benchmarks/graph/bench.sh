@@ -35,8 +35,8 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 # Absolute: the script works from other directories.
 bl="$(realpath -m "${BL:-$root/target/release/bl}")"
 [ -x "$bl" ] || bl="$root/target/debug/bl"
-[ -z "${BL_BASELINE:-}" ] || BL_BASELINE="$(realpath -m "$BL_BASELINE")"
 [ -x "$bl" ] || { echo "build bl first: cargo build -p bl-cli" >&2; exit 2; }
+[ -z "${BL_BASELINE:-}" ] || BL_BASELINE="$(realpath -m "$BL_BASELINE")"
 work="${BENCH_DIR:-$(mktemp -d /tmp/bl-graph-bench.XXXXXX)}"
 # The caged user of process_restricted must reach the fake CLI.
 chmod 755 "$work"
