@@ -8,7 +8,7 @@
 //! `clone3` fails with ENOSYS, as in Docker, so that C libraries fall back to
 //! `clone`, whose namespace flags a filter can see.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use nix::libc;
 use seccompiler::{
@@ -612,59 +612,170 @@ fn encode(program: impl IntoIterator<Item = Instruction>) -> Vec<u8> {
 /// newer than its profile), so callers fall back to older calls.
 pub const FIRST_UNREVIEWED_SYSCALL: u32 = 468;
 
+const LOAD_WORD: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const JUMP_IF_EQUAL: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+const JUMP_IF_AT_LEAST: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+const RET_ERRNO: u32 = 0x0005_0000;
+
+/// The audit tag of a call through this build's own syscall ABI.
+fn native_arch() -> Result<u32, SeccompError> {
+    match std::env::consts::ARCH {
+        "x86_64" => Ok(0xc000_003e),
+        "aarch64" => Ok(0xc000_00b7),
+        "riscv64" => Ok(0xc000_00f3),
+        other => Err(SeccompError::Target(format!("no audit tag for {other}"))),
+    }
+}
+
 /// A hand-written program for what no row can say: numbers newer than the
 /// table get ENOSYS, and on x86_64 every call through the x32 ABI (numbers
 /// with bit 30 set and the x86_64 architecture tag, which no row would
 /// match) gets EPERM, as libseccomp and Docker refuse them.
-fn range_guard() -> Vec<Instruction> {
-    const LOAD_WORD: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-    const JUMP_IF_AT_LEAST: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
-    const RET_ERRNO: u32 = 0x0005_0000;
+///
+/// Then, for a native call, a binary search over the table's numbers
+/// (`refused`): a call no row names is allowed at once, by a jump
+/// `allow_at` instructions past this program's end, and only a call some
+/// row names goes on to the table's programs. The table's programs would
+/// allow the same calls, one comparison per row later. The search is for
+/// the kernel: when a filter is installed it runs it for every syscall
+/// number to learn which calls it may allow without running it, and on a
+/// linear program that took about 0.24 ms of the 0.31 ms each cage spent
+/// installing its filter (95,000 instructions stepped through).
+fn range_guard(refused: &BTreeSet<u32>, allow_at: usize) -> Result<Vec<Instruction>, SeccompError> {
     let enosys = RET_ERRNO | libc::ENOSYS as u32;
     // seccomp_data: nr at offset 0, arch at offset 4.
+    let mut head = vec![(LOAD_WORD, 0, 0, 4), (JUMP_IF_EQUAL, 0, 0, native_arch()?)];
+    head.push((LOAD_WORD, 0, 0, 0));
     #[cfg(target_arch = "x86_64")]
-    let program: Vec<Instruction> = {
-        const JUMP_IF_EQUAL: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-        const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    {
         const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-        vec![
-            (LOAD_WORD, 0, 0, 4),
-            (JUMP_IF_EQUAL, 0, 5, AUDIT_ARCH_X86_64),
-            (LOAD_WORD, 0, 0, 0),
-            (JUMP_IF_AT_LEAST, 0, 1, X32_SYSCALL_BIT),
-            (RETURN, 0, 0, RET_ERRNO | libc::EPERM as u32),
-            (JUMP_IF_AT_LEAST, 0, 1, FIRST_UNREVIEWED_SYSCALL),
-            (RETURN, 0, 0, enosys),
-            (RETURN, 0, 0, RET_ALLOW),
-        ]
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let program: Vec<Instruction> = vec![
-        (LOAD_WORD, 0, 0, 0),
-        (JUMP_IF_AT_LEAST, 0, 1, FIRST_UNREVIEWED_SYSCALL),
-        (RETURN, 0, 0, enosys),
-        (RETURN, 0, 0, RET_ALLOW),
-    ];
-    program
+        head.push((JUMP_IF_AT_LEAST, 0, 1, X32_SYSCALL_BIT));
+        head.push((RETURN, 0, 0, RET_ERRNO | libc::EPERM as u32));
+    }
+    head.push((JUMP_IF_AT_LEAST, 0, 1, FIRST_UNREVIEWED_SYSCALL));
+    head.push((RETURN, 0, 0, enosys));
+    let search = Search::over(refused);
+    let mut program = head;
+    let searched_from = program.len();
+    search.emit(&mut program)?;
+    // A foreign call skips the search: the table's programs refuse it.
+    let skip = program.len() - 2;
+    program[1].2 = u8::try_from(skip).map_err(|_| SeccompError::Chain("the search is too long"))?;
+    program.push((RETURN, 0, 0, RET_ALLOW));
+    let end = program.len();
+    for (at, instruction) in program.iter_mut().enumerate().skip(searched_from) {
+        if *instruction == ALLOW_AT_ONCE {
+            *instruction = (JUMP_ALWAYS, 0, 0, (end + allow_at - at - 1) as u32);
+        }
+    }
+    Ok(program)
+}
+
+/// A leaf of the search that allows the call at once; replaced by a jump
+/// once the program's length is known.
+const ALLOW_AT_ONCE: Instruction = (JUMP_ALWAYS, 0xff, 0xff, u32::MAX);
+
+/// A binary search over syscall numbers, whose leaves are runs of numbers
+/// either all named by the table or all not.
+enum Search {
+    /// Numbers the table names: on to its programs (this program's end).
+    Named,
+    /// Numbers it does not: allowed at once.
+    Unnamed,
+    /// Numbers below `at` to the left, the rest to the right.
+    Split {
+        at: u32,
+        below: Box<Search>,
+        rest: Box<Search>,
+    },
+}
+
+impl Search {
+    fn over(refused: &BTreeSet<u32>) -> Search {
+        // Where each run starts, and whether the table names it.
+        let mut runs: Vec<(u32, bool)> = Vec::new();
+        for number in 0..FIRST_UNREVIEWED_SYSCALL {
+            let named = refused.contains(&number);
+            if runs.last().is_none_or(|&(_, last)| last != named) {
+                runs.push((number, named));
+            }
+        }
+        Search::balanced(&runs)
+    }
+
+    fn balanced(runs: &[(u32, bool)]) -> Search {
+        match runs {
+            [(_, true)] => Search::Named,
+            [(_, false)] | [] => Search::Unnamed,
+            _ => {
+                let middle = runs.len() / 2;
+                Search::Split {
+                    at: runs[middle].0,
+                    below: Box::new(Search::balanced(&runs[..middle])),
+                    rest: Box::new(Search::balanced(&runs[middle..])),
+                }
+            }
+        }
+    }
+
+    /// Appends the search; a named leaf jumps to where `program` ends
+    /// after the search (the last instruction, added by the caller).
+    fn emit(&self, program: &mut Vec<Instruction>) -> Result<(), SeccompError> {
+        let mut pending = Vec::new();
+        self.emit_into(program, &mut pending)?;
+        let end = program.len();
+        for at in pending {
+            program[at].3 = (end - at - 1) as u32;
+        }
+        Ok(())
+    }
+
+    fn emit_into(
+        &self,
+        program: &mut Vec<Instruction>,
+        named: &mut Vec<usize>,
+    ) -> Result<(), SeccompError> {
+        match self {
+            Search::Named => {
+                named.push(program.len());
+                program.push((JUMP_ALWAYS, 0, 0, 0));
+            }
+            Search::Unnamed => program.push(ALLOW_AT_ONCE),
+            Search::Split { at, below, rest } => {
+                // At least `at`: on to `rest`, just after; else past it.
+                let split = program.len();
+                program.push((JUMP_IF_AT_LEAST, 0, 0, *at));
+                rest.emit_into(program, named)?;
+                program[split].2 = u8::try_from(program.len() - split - 1)
+                    .map_err(|_| SeccompError::Chain("a branch of the search is too long"))?;
+                below.emit_into(program, named)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The filter as one raw cBPF program for `bwrap --add-seccomp-fd`: the
 /// range guard, then the table's ENOSYS rows, then its EPERM rows, chained.
 /// Stacked as three filters, the kernel would answer a call two of them
 /// refuse with the errno of the one installed last; the chain asks them in
-/// that order (last installed first), so it answers the same. On x86_64
-/// refusals never differ in precedence: the only stronger one, killing a
-/// call of a foreign architecture, comes from both table programs alike,
-/// and the range guard lets such a call through to them. Elsewhere the
-/// range guard does not look at the architecture, so a foreign call
-/// numbered past the table gets ENOSYS where, stacked, it was killed:
-/// refused either way.
+/// that order (last installed first), so it answers the same. Refusals
+/// never differ in precedence: the only stronger one, killing a call of a
+/// foreign architecture, comes from both table programs alike, and the
+/// range guard lets such a call through to them.
 pub fn program() -> Result<Vec<u8>, SeccompError> {
-    let chained = chain(vec![
-        range_guard(),
-        compile(Refusal::Missing, libc::ENOSYS as u32)?,
-        compile(Refusal::Denied, libc::EPERM as u32)?,
-    ])?;
+    let missing = compile(Refusal::Missing, libc::ENOSYS as u32)?;
+    let denied = compile(Refusal::Denied, libc::EPERM as u32)?;
+    let refused: BTreeSet<u32> = table().map(|row| row.number as u32).collect();
+    let guard = range_guard(&refused, missing.len() + denied.len())?;
+    let mut chained = chain(vec![guard, missing, denied])?;
+    // Where the guard's search allows a call the table does not name.
+    chained.push((RETURN, 0, 0, RET_ALLOW));
+    if chained.len() > MAX_INSTRUCTIONS {
+        return Err(SeccompError::Chain(
+            "longer than the kernel's 4096 instructions",
+        ));
+    }
     Ok(encode(chained))
 }
 
@@ -735,6 +846,158 @@ mod tests {
                 deny,
                 allow
             ]
+        );
+    }
+
+    /// What the kernel answers for a call: a cBPF interpreter for the
+    /// instructions these programs use, and how many it stepped through.
+    fn answer(program: &[Instruction], data: &[u32; 16]) -> (u32, usize) {
+        let (mut accumulator, mut at, mut steps) = (0u32, 0usize, 0usize);
+        loop {
+            let (code, jt, jf, k) = program[at];
+            steps += 1;
+            at += 1;
+            match code {
+                LOAD_WORD => accumulator = data[k as usize / 4],
+                0x54 => accumulator &= k, // BPF_ALU | BPF_AND | BPF_K
+                RETURN => return (k, steps),
+                JUMP_ALWAYS => at += k as usize,
+                _ => {
+                    let taken = match code {
+                        JUMP_IF_EQUAL => accumulator == k,
+                        JUMP_IF_AT_LEAST => accumulator >= k,
+                        0x25 => accumulator > k,      // BPF_JGT
+                        0x45 => accumulator & k != 0, // BPF_JSET
+                        other => panic!("instruction {other:#x} at {}", at - 1),
+                    };
+                    at += if taken { jt } else { jf } as usize;
+                }
+            }
+        }
+    }
+
+    fn decoded(bytes: &[u8]) -> Vec<Instruction> {
+        bytes
+            .chunks(8)
+            .map(|b| {
+                let code = u16::from_ne_bytes([b[0], b[1]]);
+                (
+                    code,
+                    b[2],
+                    b[3],
+                    u32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+                )
+            })
+            .collect()
+    }
+
+    /// The program as it was before the search: the range guard's checks,
+    /// then every row in turn.
+    fn linear_program() -> Vec<Instruction> {
+        let native = native_arch().unwrap();
+        let enosys = RET_ERRNO | libc::ENOSYS as u32;
+        let mut guard = vec![(LOAD_WORD, 0, 0, 4), (JUMP_IF_EQUAL, 0, 0, native)];
+        guard.push((LOAD_WORD, 0, 0, 0));
+        #[cfg(target_arch = "x86_64")]
+        {
+            guard.push((JUMP_IF_AT_LEAST, 0, 1, 0x4000_0000));
+            guard.push((RETURN, 0, 0, RET_ERRNO | libc::EPERM as u32));
+        }
+        guard.push((JUMP_IF_AT_LEAST, 0, 1, FIRST_UNREVIEWED_SYSCALL));
+        guard.push((RETURN, 0, 0, enosys));
+        guard[1].2 = (guard.len() - 2) as u8;
+        guard.push((RETURN, 0, 0, RET_ALLOW));
+        chain(vec![
+            guard,
+            compile(Refusal::Missing, libc::ENOSYS as u32).unwrap(),
+            compile(Refusal::Denied, libc::EPERM as u32).unwrap(),
+        ])
+        .unwrap()
+    }
+
+    /// Every argument value a row compares with, and a few others.
+    fn argument_values() -> Vec<u64> {
+        let mut values = vec![0, 1, u64::MAX, 0xffff_ffff, 0x1_0000_0000];
+        for row in table() {
+            match row.when {
+                When::Always => {}
+                When::AnyBit { mask, .. } => values.extend([mask, mask & mask.wrapping_neg()]),
+                When::Equals { value, .. } | When::AtLeast { value, .. } => {
+                    values.extend([value, value.wrapping_sub(1), value + 1])
+                }
+                When::NoneOf { values: listed, .. } => values.extend(listed),
+            }
+        }
+        values.sort_unstable();
+        values.dedup();
+        values
+    }
+
+    #[test]
+    fn the_search_answers_every_call_as_the_rows_in_turn_do() {
+        let searched = decoded(&program().unwrap());
+        let linear = linear_program();
+        let native = native_arch().unwrap();
+        let foreign = 0x4000_0003; // AUDIT_ARCH_I386
+        let mut numbers: Vec<u32> = (0..FIRST_UNREVIEWED_SYSCALL + 40).collect();
+        numbers.extend([0x4000_0000, 0x4000_0001 + 55, u32::MAX]);
+        let values = argument_values();
+        let mut calls = 0;
+        for arch in [native, foreign] {
+            for &number in &numbers {
+                for index in 0..values.len() {
+                    // Each argument a different value, so that a rule on
+                    // any one of them is met and missed.
+                    let mut data = [0u32; 16];
+                    data[0] = number;
+                    data[1] = arch;
+                    for arg in 0..6 {
+                        let value = values[(index + arg * 7) % values.len()];
+                        data[4 + arg * 2] = value as u32;
+                        data[5 + arg * 2] = (value >> 32) as u32;
+                    }
+                    assert_eq!(
+                        answer(&searched, &data).0,
+                        answer(&linear, &data).0,
+                        "syscall {number} of arch {arch:#x} with arguments {:?}",
+                        &data[4..]
+                    );
+                    calls += 1;
+                }
+            }
+        }
+        assert!(calls > 30_000, "{calls} calls compared");
+    }
+
+    /// The kernel's look at a new filter (which calls it may allow without
+    /// running it) steps through it once per syscall number: a call the
+    /// table does not name is allowed after a few comparisons, not after a
+    /// comparison with every row.
+    #[test]
+    fn a_call_no_row_names_is_allowed_after_a_short_search() {
+        let program = decoded(&program().unwrap());
+        let native = native_arch().unwrap();
+        let refused: BTreeSet<u32> = table().map(|row| row.number as u32).collect();
+        let mut longest = 0;
+        for number in (0..FIRST_UNREVIEWED_SYSCALL).filter(|n| !refused.contains(n)) {
+            let mut data = [0u32; 16];
+            data[0] = number;
+            data[1] = native;
+            let (verdict, steps) = answer(&program, &data);
+            assert_eq!(verdict, RET_ALLOW, "syscall {number}");
+            longest = longest.max(steps);
+        }
+        assert!(longest <= 20, "an unnamed call took {longest} instructions");
+        let linear = linear_program();
+        let mut data = [0u32; 16];
+        data[1] = native;
+        data[0] = (0..FIRST_UNREVIEWED_SYSCALL)
+            .rev()
+            .find(|n| !refused.contains(n))
+            .unwrap();
+        assert!(
+            answer(&linear, &data).1 > 200,
+            "the linear program is not the slow one it was"
         );
     }
 
