@@ -31,7 +31,11 @@ fn main() {
     // its watchdog's) relocating 74,000 pointers, copying each page they
     // sit on: linked at a fixed address it maps them as they are. Shared
     // libraries, the heap and the stacks stay randomised.
-    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+    // (Not for musl: its static build is position-independent, and its
+    // start-up code relocates the binary itself.)
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux")
+        && std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu")
+    {
         println!("cargo:rustc-link-arg-bins=-no-pie");
     }
     println!("cargo:rerun-if-changed=build.rs");

@@ -590,10 +590,10 @@ pub(crate) fn loopback_up() -> std::io::Result<()> {
         for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
             *slot = *byte as libc::c_char;
         }
-        let mut rc = libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut request);
+        let mut rc = libc::ioctl(sock, libc::SIOCGIFFLAGS as libc::Ioctl, &mut request);
         if rc == 0 {
             request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            rc = libc::ioctl(sock, libc::SIOCSIFFLAGS, &request);
+            rc = libc::ioctl(sock, libc::SIOCSIFFLAGS as libc::Ioctl, &request);
         }
         let error = std::io::Error::last_os_error();
         libc::close(sock);

@@ -608,8 +608,9 @@ fn encode(program: impl IntoIterator<Item = Instruction>) -> Vec<u8> {
 
 /// The first syscall number newer than this table: Docker's profile is an
 /// allow list, so a syscall added to Linux after it is refused there; here
-/// every number from this one up answers ENOSYS (as runc answers syscalls
-/// newer than its profile), so callers fall back to older calls.
+/// every native call numbered from this one up answers ENOSYS (as runc
+/// answers syscalls newer than its profile), so callers fall back to older
+/// calls.
 pub const FIRST_UNREVIEWED_SYSCALL: u32 = 468;
 
 const LOAD_WORD: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
@@ -627,25 +628,19 @@ fn native_arch() -> Result<u32, SeccompError> {
     }
 }
 
-/// A hand-written program for what no row can say: numbers newer than the
-/// table get ENOSYS, and on x86_64 every call through the x32 ABI (numbers
-/// with bit 30 set and the x86_64 architecture tag, which no row would
-/// match) gets EPERM, as libseccomp and Docker refuse them.
-///
-/// Then, for a native call, a binary search over the table's numbers
-/// (`refused`): a call no row names is allowed at once, by a jump
-/// `allow_at` instructions past this program's end, and only a call some
-/// row names goes on to the table's programs. The table's programs would
-/// allow the same calls, one comparison per row later. The search is for
-/// the kernel: when a filter is installed it runs it for every syscall
-/// number to learn which calls it may allow without running it, and on a
-/// linear program that took about 0.24 ms of the 0.31 ms each cage spent
-/// installing its filter (95,000 instructions stepped through).
-fn range_guard(refused: &BTreeSet<u32>, allow_at: usize) -> Result<Vec<Instruction>, SeccompError> {
-    let enosys = RET_ERRNO | libc::ENOSYS as u32;
+/// The checks no row can make, for a native call: on x86_64 every call
+/// through the x32 ABI (numbers with bit 30 set and the x86_64 tag, which
+/// no row would match) gets EPERM, as libseccomp and Docker refuse them,
+/// and numbers newer than the table get ENOSYS. With the index of the jump
+/// a foreign call takes past them: its distance is for the caller to set.
+fn guard_head() -> Result<(Vec<Instruction>, usize), SeccompError> {
     // seccomp_data: nr at offset 0, arch at offset 4.
-    let mut head = vec![(LOAD_WORD, 0, 0, 4), (JUMP_IF_EQUAL, 0, 0, native_arch()?)];
-    head.push((LOAD_WORD, 0, 0, 0));
+    let mut head = vec![
+        (LOAD_WORD, 0, 0, 4),
+        (JUMP_IF_EQUAL, 1, 0, native_arch()?),
+        (JUMP_ALWAYS, 0, 0, 0),
+        (LOAD_WORD, 0, 0, 0),
+    ];
     #[cfg(target_arch = "x86_64")]
     {
         const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -653,36 +648,51 @@ fn range_guard(refused: &BTreeSet<u32>, allow_at: usize) -> Result<Vec<Instructi
         head.push((RETURN, 0, 0, RET_ERRNO | libc::EPERM as u32));
     }
     head.push((JUMP_IF_AT_LEAST, 0, 1, FIRST_UNREVIEWED_SYSCALL));
-    head.push((RETURN, 0, 0, enosys));
-    let search = Search::over(refused);
-    let mut program = head;
-    let searched_from = program.len();
-    search.emit(&mut program)?;
-    // A foreign call skips the search: the table's programs refuse it.
-    let skip = program.len() - 2;
-    program[1].2 = u8::try_from(skip).map_err(|_| SeccompError::Chain("the search is too long"))?;
-    program.push((RETURN, 0, 0, RET_ALLOW));
+    head.push((RETURN, 0, 0, RET_ERRNO | libc::ENOSYS as u32));
+    Ok((head, 2))
+}
+
+/// The first program of the chain: the guard's checks, then a binary
+/// search over the numbers some row of the table names (`named`, refused
+/// always or under a condition). A native call no row names is allowed at
+/// once, by a jump past the table's programs (`tables_len` instructions
+/// after this one) to the allow that [`program`] puts last; a call some row
+/// names, and every foreign call, go on to the table's programs, which
+/// would have allowed the others too, one comparison per row later. So it
+/// is not a program that can stand alone.
+///
+/// The search is for the kernel: when a filter is installed it runs it for
+/// every syscall number to learn which calls it may allow without running
+/// it, and on a linear program that took about 0.24 ms of the 0.31 ms each
+/// cage spent installing its filter (95,000 instructions stepped through).
+fn range_guard(named: &BTreeSet<u32>, tables_len: usize) -> Result<Vec<Instruction>, SeccompError> {
+    let (mut program, foreign_jump) = guard_head()?;
+    program.extend(Search::over(named).emit());
     let end = program.len();
-    for (at, instruction) in program.iter_mut().enumerate().skip(searched_from) {
-        if *instruction == ALLOW_AT_ONCE {
-            *instruction = (JUMP_ALWAYS, 0, 0, (end + allow_at - at - 1) as u32);
-        }
+    program.push((RETURN, 0, 0, RET_ALLOW));
+    program[foreign_jump].3 = (end - foreign_jump - 1) as u32;
+    for (at, instruction) in program.iter_mut().enumerate() {
+        let to = match *instruction {
+            TO_THE_TABLES => end,
+            ALLOW_AT_ONCE => end + 1 + tables_len,
+            _ => continue,
+        };
+        *instruction = (JUMP_ALWAYS, 0, 0, (to - at - 1) as u32);
     }
     Ok(program)
 }
 
-/// A leaf of the search that allows the call at once; replaced by a jump
-/// once the program's length is known.
+/// The search's leaves, as placeholders until the program's length is
+/// known: on to the table's programs, or allowed at once.
+const TO_THE_TABLES: Instruction = (JUMP_ALWAYS, 0xff, 0xfe, u32::MAX);
 const ALLOW_AT_ONCE: Instruction = (JUMP_ALWAYS, 0xff, 0xff, u32::MAX);
 
 /// A binary search over syscall numbers, whose leaves are runs of numbers
 /// either all named by the table or all not.
 enum Search {
-    /// Numbers the table names: on to its programs (this program's end).
     Named,
-    /// Numbers it does not: allowed at once.
     Unnamed,
-    /// Numbers below `at` to the left, the rest to the right.
+    /// Numbers below `at` to `below`, the rest to `rest`.
     Split {
         at: u32,
         below: Box<Search>,
@@ -691,13 +701,13 @@ enum Search {
 }
 
 impl Search {
-    fn over(refused: &BTreeSet<u32>) -> Search {
+    fn over(named: &BTreeSet<u32>) -> Search {
         // Where each run starts, and whether the table names it.
         let mut runs: Vec<(u32, bool)> = Vec::new();
         for number in 0..FIRST_UNREVIEWED_SYSCALL {
-            let named = refused.contains(&number);
-            if runs.last().is_none_or(|&(_, last)| last != named) {
-                runs.push((number, named));
+            let is_named = named.contains(&number);
+            if runs.last().is_none_or(|&(_, last)| last != is_named) {
+                runs.push((number, is_named));
             }
         }
         Search::balanced(&runs)
@@ -718,40 +728,27 @@ impl Search {
         }
     }
 
-    /// Appends the search; a named leaf jumps to where `program` ends
-    /// after the search (the last instruction, added by the caller).
-    fn emit(&self, program: &mut Vec<Instruction>) -> Result<(), SeccompError> {
-        let mut pending = Vec::new();
-        self.emit_into(program, &mut pending)?;
-        let end = program.len();
-        for at in pending {
-            program[at].3 = (end - at - 1) as u32;
-        }
-        Ok(())
-    }
-
-    fn emit_into(
-        &self,
-        program: &mut Vec<Instruction>,
-        named: &mut Vec<usize>,
-    ) -> Result<(), SeccompError> {
+    /// The search's instructions, its leaves as placeholders.
+    fn emit(&self) -> Vec<Instruction> {
         match self {
-            Search::Named => {
-                named.push(program.len());
-                program.push((JUMP_ALWAYS, 0, 0, 0));
-            }
-            Search::Unnamed => program.push(ALLOW_AT_ONCE),
+            Search::Named => vec![TO_THE_TABLES],
+            Search::Unnamed => vec![ALLOW_AT_ONCE],
             Search::Split { at, below, rest } => {
-                // At least `at`: on to `rest`, just after; else past it.
-                let split = program.len();
-                program.push((JUMP_IF_AT_LEAST, 0, 0, *at));
-                rest.emit_into(program, named)?;
-                program[split].2 = u8::try_from(program.len() - split - 1)
-                    .map_err(|_| SeccompError::Chain("a branch of the search is too long"))?;
-                below.emit_into(program, named)?;
+                let rest = rest.emit();
+                // At least `at`: on to `rest`, just after; else past it,
+                // by a jump of its own when a branch's 255 cannot reach.
+                let mut out = match u8::try_from(rest.len()) {
+                    Ok(past) => vec![(JUMP_IF_AT_LEAST, 0, past, *at)],
+                    Err(_) => vec![
+                        (JUMP_IF_AT_LEAST, 1, 0, *at),
+                        (JUMP_ALWAYS, 0, 0, rest.len() as u32),
+                    ],
+                };
+                out.extend(rest);
+                out.extend(below.emit());
+                out
             }
         }
-        Ok(())
     }
 }
 
@@ -766,8 +763,8 @@ impl Search {
 pub fn program() -> Result<Vec<u8>, SeccompError> {
     let missing = compile(Refusal::Missing, libc::ENOSYS as u32)?;
     let denied = compile(Refusal::Denied, libc::EPERM as u32)?;
-    let refused: BTreeSet<u32> = table().map(|row| row.number as u32).collect();
-    let guard = range_guard(&refused, missing.len() + denied.len())?;
+    let named: BTreeSet<u32> = table().map(|row| row.number as u32).collect();
+    let guard = range_guard(&named, missing.len() + denied.len())?;
     let mut chained = chain(vec![guard, missing, denied])?;
     // Where the guard's search allows a call the table does not name.
     chained.push((RETURN, 0, 0, RET_ALLOW));
@@ -894,18 +891,8 @@ mod tests {
     /// The program as it was before the search: the range guard's checks,
     /// then every row in turn.
     fn linear_program() -> Vec<Instruction> {
-        let native = native_arch().unwrap();
-        let enosys = RET_ERRNO | libc::ENOSYS as u32;
-        let mut guard = vec![(LOAD_WORD, 0, 0, 4), (JUMP_IF_EQUAL, 0, 0, native)];
-        guard.push((LOAD_WORD, 0, 0, 0));
-        #[cfg(target_arch = "x86_64")]
-        {
-            guard.push((JUMP_IF_AT_LEAST, 0, 1, 0x4000_0000));
-            guard.push((RETURN, 0, 0, RET_ERRNO | libc::EPERM as u32));
-        }
-        guard.push((JUMP_IF_AT_LEAST, 0, 1, FIRST_UNREVIEWED_SYSCALL));
-        guard.push((RETURN, 0, 0, enosys));
-        guard[1].2 = (guard.len() - 2) as u8;
+        let (mut guard, foreign_jump) = guard_head().unwrap();
+        guard[foreign_jump].3 = (guard.len() - foreign_jump - 1) as u32;
         guard.push((RETURN, 0, 0, RET_ALLOW));
         chain(vec![
             guard,
@@ -913,6 +900,27 @@ mod tests {
             compile(Refusal::Denied, libc::EPERM as u32).unwrap(),
         ])
         .unwrap()
+    }
+
+    /// What the kernel checks of a classic program before it takes it
+    /// (`bpf_check_classic`), for the instructions these programs use:
+    /// every jump lands inside it, and it ends with a return.
+    fn assert_the_kernel_would_take(program: &[Instruction]) {
+        assert!(program.len() <= MAX_INSTRUCTIONS);
+        assert_eq!(program.last().map(|i| i.0), Some(RETURN));
+        for (at, &(code, jt, jf, k)) in program.iter().enumerate() {
+            let targets = match code {
+                JUMP_ALWAYS => vec![k as usize],
+                JUMP_IF_EQUAL | JUMP_IF_AT_LEAST | 0x25 | 0x45 => vec![jt as usize, jf as usize],
+                _ => continue,
+            };
+            for offset in targets {
+                assert!(
+                    at + 1 + offset < program.len(),
+                    "the jump at {at} lands outside"
+                );
+            }
+        }
     }
 
     /// Every argument value a row compares with, and a few others.
@@ -937,6 +945,7 @@ mod tests {
     fn the_search_answers_every_call_as_the_rows_in_turn_do() {
         let searched = decoded(&program().unwrap());
         let linear = linear_program();
+        assert_the_kernel_would_take(&searched);
         let native = native_arch().unwrap();
         let foreign = 0x4000_0003; // AUDIT_ARCH_I386
         let mut numbers: Vec<u32> = (0..FIRST_UNREVIEWED_SYSCALL + 40).collect();
@@ -967,6 +976,40 @@ mod tests {
             }
         }
         assert!(calls > 30_000, "{calls} calls compared");
+    }
+
+    #[test]
+    fn a_search_too_wide_for_a_branch_jumps_past_it_instead() {
+        // Every even number named: a search of 468 runs, whose first
+        // branch lies far more than 255 instructions away.
+        let named: BTreeSet<u32> = (0..FIRST_UNREVIEWED_SYSCALL).step_by(2).collect();
+        let mut program = range_guard(&named, 1).unwrap();
+        let the_tables = (RETURN, 0, 0, 0x0005_0063);
+        let at_once = (RETURN, 0, 0, RET_ALLOW | 1);
+        program.extend([the_tables, at_once]);
+        assert!(program.len() > 600, "{} instructions", program.len());
+        assert_the_kernel_would_take(&program);
+        let native = native_arch().unwrap();
+        for number in 0..FIRST_UNREVIEWED_SYSCALL {
+            let mut data = [0u32; 16];
+            data[0] = number;
+            data[1] = native;
+            // The guard ends with the allow the chain turns into a jump to
+            // the table's programs.
+            let expected = if named.contains(&number) {
+                RET_ALLOW
+            } else {
+                at_once.3
+            };
+            assert_eq!(answer(&program, &data).0, expected, "syscall {number}");
+        }
+        let mut foreign = [0u32; 16];
+        foreign[1] = 0x4000_0003;
+        assert_eq!(
+            answer(&program, &foreign).0,
+            RET_ALLOW,
+            "a foreign call goes to the tables"
+        );
     }
 
     /// The kernel's look at a new filter (which calls it may allow without
