@@ -638,7 +638,10 @@ fn guard_head() -> Result<(Vec<Instruction>, usize), SeccompError> {
     let mut head = vec![
         (LOAD_WORD, 0, 0, 4),
         (JUMP_IF_EQUAL, 1, 0, native_arch()?),
-        (JUMP_ALWAYS, 0, 0, 0),
+        // Lands outside any program until the caller sets it: the kernel
+        // refuses the filter rather than run a foreign call through the
+        // native checks.
+        (JUMP_ALWAYS, 0, 0, u32::MAX),
         (LOAD_WORD, 0, 0, 0),
     ];
     #[cfg(target_arch = "x86_64")]
@@ -846,6 +849,8 @@ mod tests {
         );
     }
 
+    const RET_KILL_PROCESS: u32 = 0x8000_0000;
+
     /// What the kernel answers for a call: a cBPF interpreter for the
     /// instructions these programs use, and how many it stepped through.
     fn answer(program: &[Instruction], data: &[u32; 16]) -> (u32, usize) {
@@ -965,8 +970,12 @@ mod tests {
                         data[4 + arg * 2] = value as u32;
                         data[5 + arg * 2] = (value >> 32) as u32;
                     }
+                    let verdict = answer(&searched, &data).0;
+                    if arch == foreign {
+                        assert_eq!(verdict, RET_KILL_PROCESS, "a foreign call, {number}");
+                    }
                     assert_eq!(
-                        answer(&searched, &data).0,
+                        verdict,
                         answer(&linear, &data).0,
                         "syscall {number} of arch {arch:#x} with arguments {:?}",
                         &data[4..]
