@@ -730,6 +730,50 @@ fn keyrings_mounts_namespaces_bpf_perf_and_userfaultfd_are_refused() {
     }
 }
 
+/// A 32-bit x86 syscall (`int 0x80`, getpid there) from a 64-bit python.
+const I386_GETPID: &str = r#"
+import ctypes, mmap, os
+code = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])  # mov eax, 20; int 0x80; ret
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+print("pid" if call() == os.getpid() else "another answer", flush=True)
+"#;
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_call_through_the_32_bit_abi_kills_the_process() {
+    // Uncaged first: a kernel without ia32 emulation makes no such call.
+    let uncaged = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", I386_GETPID])
+        .output()
+        .unwrap();
+    if String::from_utf8_lossy(&uncaged.stdout).trim() != "pid" {
+        eprintln!(
+            "SKIPPED: this kernel does not run 32-bit x86 syscalls ({})",
+            uncaged.status
+        );
+        return;
+    }
+    for tier in [Tier::ContainerRestricted, Tier::ProcessRestricted] {
+        let Some(sandbox) = cage_of(tier) else { return };
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("i386.py"), I386_GETPID).unwrap();
+        let (code, out, err) = caged(
+            &sandbox,
+            ws.path(),
+            "/usr/bin/python3 i386.py; echo status=$?",
+        );
+        assert_eq!(code, Some(0), "{out}{err}");
+        assert_eq!(
+            out.trim(),
+            format!("status={}", 128 + libc::SIGSYS),
+            "{}: the call was not killed: {err}",
+            tier.name()
+        );
+    }
+}
+
 const WAIT_FOR_GO: &str = r#"
 import os, sys, time
 deadline = time.time() + 15
