@@ -467,6 +467,8 @@ pub enum SeccompError {
     Contradiction(&'static str),
     #[error("seccomp: the programs cannot be chained: {0}")]
     Chain(&'static str),
+    #[error("seccomp: the filter has {0} instructions, past the kernel's {MAX_INSTRUCTIONS}")]
+    TooLong(usize),
 }
 
 fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
@@ -584,11 +586,6 @@ fn chain(programs: Vec<Vec<Instruction>>) -> Result<Vec<Instruction>, SeccompErr
                 (code, jt, jf, k)
             });
         }
-    }
-    if chained.len() > MAX_INSTRUCTIONS {
-        return Err(SeccompError::Chain(
-            "longer than the kernel's 4096 instructions",
-        ));
     }
     Ok(chained)
 }
@@ -772,9 +769,7 @@ pub fn program() -> Result<Vec<u8>, SeccompError> {
     // Where the guard's search allows a call the table does not name.
     chained.push((RETURN, 0, 0, RET_ALLOW));
     if chained.len() > MAX_INSTRUCTIONS {
-        return Err(SeccompError::Chain(
-            "longer than the kernel's 4096 instructions",
-        ));
+        return Err(SeccompError::TooLong(chained.len()));
     }
     Ok(encode(chained))
 }
