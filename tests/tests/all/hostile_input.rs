@@ -698,6 +698,23 @@ fn version_names_the_commit_and_completions_and_man_pages_are_generated() {
     assert!(man.join("bl-sandbox-run.1").is_file());
 }
 
+/// bl links its unwinder statically (host/cli/build.rs): the shared
+/// libgcc_s runs a CPU-model constructor at every start, which costs a
+/// virtual machine that traps CPUID about 0.13 ms of each bl and each
+/// watchdog start. The binary names no libgcc_s to load, and still starts.
+#[test]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn bl_loads_no_shared_unwinder() {
+    let binary = std::fs::read(bl_e2e::bl_binary()).unwrap();
+    let needed = b"libgcc_s.so.1";
+    assert!(
+        !binary.windows(needed.len()).any(|w| w == needed),
+        "bl names libgcc_s.so.1: the static unwinder was not linked"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(bl_in(dir.path(), &["--version"]).status.code(), Some(0));
+}
+
 /// A `bl` copied elsewhere still finds the plugins its checkout built, and
 /// a plugin it cannot find is reported with every place it looked.
 #[test]
