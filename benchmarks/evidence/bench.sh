@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The evidence plane's cost per guarded LangGraph step (issue 34, point 6):
 # a release bl serves a fresh workspace with the tool-policy plugin, and
-# bench.py runs the same graph with and without the bridge, durability
-# "sync", SqliteSaver, and prints what the bridge adds at p50 and p99.
-# Exits non-zero when what it adds at p99 is over 2 ms.
+# bench.py runs the same graphs with and without the bridge (one guarded
+# node, and the decision and guarded nodes), durability "sync",
+# SqliteSaver, and prints what the bridge adds at p50 and p99.
+# Exits non-zero when what its one node adds at p99 is over 2 ms.
 #
 #   benchmarks/evidence/bench.sh [STEPS]      (default 1000)
 #

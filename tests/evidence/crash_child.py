@@ -17,7 +17,9 @@ def effect_then_die(args):
 
 
 db, order, thread, durability = sys.argv[1:5]
+# "one-node": the app whose decision and call are one node.
+build = app.build_one_node if sys.argv[5:] == ["one-node"] else app.build
 bridge = LangGraphBridge(app.client(), identity="alice@example.com")
 with SqliteSaver.from_conn_string(db) as saver:
-    graph = app.build(bridge, tool_fn=effect_then_die).compile(checkpointer=saver)
+    graph = build(bridge, tool_fn=effect_then_die).compile(checkpointer=saver)
     graph.invoke({"order": order, "tool": "lookup"}, {"configurable": {"thread_id": thread}}, durability=durability)

@@ -66,6 +66,19 @@ def build(bridge: LangGraphBridge, *, tool_fn=effect) -> StateGraph:
     return graph
 
 
+def build_one_node(bridge: LangGraphBridge, *, tool_fn=effect) -> StateGraph:
+    """The same app with the decision and the call as one node: call -> verify."""
+    graph = StateGraph(State)
+    graph.add_node("call", bridge.make_guarded_call_node(tool_fn, tool=lambda s: s["tool"], args=call_args,
+                                                         result_key="tool_result"))
+    graph.add_node("verify", bridge.make_verify_node(
+        lambda s: (f"ledger:{s['order']}", "settled", "test-ledger") if s.get("tool") == "refund" else None))
+    graph.add_edge(START, "call")
+    graph.add_edge("call", "verify")
+    graph.add_edge("verify", END)
+    return graph
+
+
 def review(verdict: str, operation_id: str, *extra: str) -> subprocess.CompletedProcess[str]:
     """A person's review through `bl evidence VERDICT`, signed with the
     reviewer's key."""

@@ -538,6 +538,51 @@ def leases(tmp: str) -> None:
     assert effects_for("LEASE-5") == []
 
 
+def one_node(db: str) -> None:
+    """The decision and the call as one node (make_guarded_call_node):
+    allowed, blocked, approved (a resume before the review pauses again)
+    and rejected as with two nodes; and a node run again after its
+    reservation, the app having died in the tool, calls nothing."""
+    graph = app.build_one_node(bridge).compile(checkpointer=InMemorySaver())
+    out = graph.invoke({"order": "N-1", "tool": "lookup"}, thread())
+    assert out["evidence"]["status"] == "executed", out
+    assert out["tool_result"] == {"done": "lookup", "order": "N-1"}, out
+    assert stage(out["evidence"]["operation_id"]) == "executed" and len(effects_for("N-1")) == 1
+    out = graph.invoke({"order": "N-2", "tool": "delete"}, thread())
+    assert out["evidence"]["status"] == "blocked" and effects_for("N-2") == [], out
+    config = thread()
+    paused = graph.invoke({"order": "N-3", "tool": "refund", "amount": 30}, config)
+    op = app.pending_operation(paused)
+    assert op and stage(op) == "awaiting_approval" and effects_for("N-3") == [], paused
+    again = graph.invoke(Command(resume={"approved": True}), config)
+    assert app.pending_operation(again) == op and effects_for("N-3") == [], again
+    assert app.review("approve", op).returncode == 0
+    out = graph.invoke(Command(resume={"approved": True}), config)
+    assert out["evidence"]["status"] == "executed" and out["evidence"]["stage"] == "executed", out
+    assert len(effects_for("N-3")) == 1
+    config = thread()
+    paused = graph.invoke({"order": "N-4", "tool": "refund", "amount": 900}, config)
+    assert app.review("reject", app.pending_operation(paused), "--reason", "over the limit").returncode == 0
+    out = graph.invoke(Command(resume={"approved": True}), config)
+    assert out["evidence"]["status"] == "rejected" and effects_for("N-4") == [], out
+    child = subprocess.run([sys.executable, os.path.join(HERE, "crash_child.py"), db, "N-5", "one-node", "sync",
+                            "one-node"], capture_output=True, text=True)
+    assert child.returncode == -9, (child.returncode, child.stderr)
+    assert len(effects_for("N-5")) == 1
+    with SqliteSaver.from_conn_string(db) as saver:
+        out = app.build_one_node(bridge).compile(checkpointer=saver).invoke(
+            None, {"configurable": {"thread_id": "one-node"}})
+    assert out["evidence"]["status"] == "reconciliation_required", out
+    assert stage(out["evidence"]["operation_id"]) == "reconciliation_required"
+    assert len(effects_for("N-5")) == 1
+    # An async tool is refused when the node is built, not at the call.
+    async def later(args):
+        return args
+
+    raises(lambda: bridge.make_guarded_call_node(later, tool="lookup", args=app.call_args), TypeError,
+           "put make_decision_node before make_guarded_node")
+
+
 def main() -> None:
     tmp = os.environ["WORK"]
     ran = []
@@ -551,6 +596,7 @@ def main() -> None:
         ("interrupt_in_a_loop", interrupt_in_a_loop), ("subgraph_resume", subgraph_resume),
         ("stale_resume_value", stale_resume_value), ("dispatch_lease", lambda: dispatch_lease(tmp)),
         ("async_app", async_app), ("user_mistakes", user_mistakes), ("leases", lambda: leases(tmp)),
+        ("one_node", lambda: one_node(os.path.join(tmp, "one-node.db"))),
     ]:
         print(f"--- {name}", file=sys.stderr, flush=True)
         case()

@@ -760,13 +760,70 @@ impl EvidenceStore {
         now: u64,
     ) -> Result<Recorded, EvidenceError> {
         let operation_id = binding.operation_id.clone();
+        let decided = self.propose_unsealed(host, binding, plugin, config, now);
+        self.answered(&operation_id, decided)
+    }
+
+    /// A proposal that also takes the reservation (`tool_requested`, for
+    /// the binding's tool and arguments) when the decision stands cleared
+    /// after it, with any approval still in force: all in one durable
+    /// step, for an app that calls the tool right after it asks. The
+    /// reservation is `Some` only when it was granted by this very call;
+    /// a decision reserved before (a node run again) gets none, and the
+    /// proposal's stage says `reserved`. Anything else (a person must
+    /// approve, blocked, an expired approval) is answered as a proposal.
+    pub fn propose_and_reserve(
+        &mut self,
+        host: &bl_plugins::PluginHost,
+        binding: DecisionBinding,
+        plugin: &str,
+        config: &str,
+        now: u64,
+    ) -> Result<(Recorded, Option<Recorded>), EvidenceError> {
+        let operation_id = binding.operation_id.clone();
+        let request = EvidenceEvent::ToolRequested {
+            tool: binding.tool.clone(),
+            args_digest: binding.args_digest.clone(),
+        };
+        let decided = self.propose_unsealed(host, binding, plugin, config, now);
+        let cleared = self
+            .decisions
+            .get(&operation_id)
+            .is_some_and(|d| d.stage == Stage::Cleared && !d.approval_expired(now));
+        let reserved = match &decided {
+            Ok(_) if cleared => Some(self.append(&operation_id, request, None, now)),
+            _ => None,
+        };
+        let mut proposal = self.answered(&operation_id, decided)?;
+        let reservation = match reserved {
+            Some(reserved) => {
+                let mut reserved = reserved?;
+                reserved.receipt = self.receipt(&operation_id, reserved.sequence, &reserved.hash);
+                proposal.stage = reserved.stage;
+                Some(reserved)
+            }
+            None => None,
+        };
+        Ok((proposal, reservation))
+    }
+
+    /// The proposal's events, appended but not yet durable.
+    fn propose_unsealed(
+        &mut self,
+        host: &bl_plugins::PluginHost,
+        binding: DecisionBinding,
+        plugin: &str,
+        config: &str,
+        now: u64,
+    ) -> Result<Recorded, EvidenceError> {
+        let operation_id = binding.operation_id.clone();
         let created = self.append(
             &operation_id,
             EvidenceEvent::DecisionCreated(binding),
             None,
             now,
         );
-        let decided = match created {
+        match created {
             Ok(created)
                 if self
                     .decisions
@@ -779,8 +836,7 @@ impl EvidenceStore {
                 .ask_policy(host, &operation_id, plugin, config)
                 .and_then(|event| self.append(&operation_id, event, None, now)),
             Err(e) => Err(e),
-        };
-        self.answered(&operation_id, decided)
+        }
     }
 
     /// What the policy plugin says of a created decision, as the event
@@ -1346,6 +1402,76 @@ mod tests {
                 .unwrap()
                 .unwrap();
         assert_eq!(report.checked, 1);
+    }
+
+    #[test]
+    fn a_proposal_that_reserves_takes_the_reservation_only_when_cleared_and_only_once() {
+        let Some(host) = crate::test_support::first_party_plugins() else {
+            return;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]).unwrap();
+        let EvidenceEvent::DecisionCreated(binding) = created() else {
+            unreachable!()
+        };
+        let lines = || {
+            std::fs::read_to_string(tmp.path().join(EVENTS_FILE))
+                .unwrap()
+                .lines()
+                .count()
+        };
+        // Cleared: created, decided and reserved in one step, and the
+        // reservation's receipt verifies with the workspace key.
+        let allow = r#"{"allow": ["refund"]}"#;
+        let (proposal, reservation) = store
+            .propose_and_reserve(&host, binding.clone(), "tool-policy", allow, NOW)
+            .unwrap();
+        let reservation = reservation.expect("a cleared decision is reserved");
+        assert_eq!((proposal.stage, proposal.retry), (Stage::Reserved, false));
+        assert_eq!((reservation.sequence, reservation.retry), (3, false));
+        let signed = bl_core::evidence::receipt_signed_bytes("op-1", 3, &reservation.hash);
+        let signature: [u8; 64] = hex::decode(&reservation.receipt)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert!(store.key.verifier().verify(&signed, &signature));
+        assert_eq!(lines(), 3);
+        // Asked again (a node run again): no second permission, nothing
+        // recorded, and the stage says where it stands.
+        let (again, none) = store
+            .propose_and_reserve(&host, binding.clone(), "tool-policy", allow, NOW)
+            .unwrap();
+        assert_eq!(
+            (again.stage, again.retry, none),
+            (Stage::Reserved, true, None)
+        );
+        assert_eq!(lines(), 3);
+        assert!(matches!(
+            store.record("op-1", reserve(), NOW),
+            Err(EvidenceError::Refused {
+                refusal: Refusal::AlreadyReserved,
+                ..
+            })
+        ));
+        // A person must approve, or the policy blocks: a proposal only.
+        for (op, config, stage) in [
+            (
+                "op-2",
+                r#"{"needs_approval": ["refund"]}"#,
+                Stage::AwaitingApproval,
+            ),
+            ("op-3", r#"{"allow": ["lookup"]}"#, Stage::Blocked),
+        ] {
+            let other = DecisionBinding {
+                operation_id: op.into(),
+                ..binding.clone()
+            };
+            let (proposal, reservation) = store
+                .propose_and_reserve(&host, other, "tool-policy", config, NOW)
+                .unwrap();
+            assert_eq!((proposal.stage, reservation), (stage, None), "{op}");
+        }
+        assert_eq!(lines(), 7);
     }
 
     /// Records op-1 up to a person's approval being asked for.

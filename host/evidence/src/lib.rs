@@ -14,7 +14,8 @@
 //! - `POST /v1/decisions/{op}/policy`: the operator's policy plugin
 //!   decides (the app cannot choose it);
 //! - `POST /v1/proposals`: both at once, in one durable step (a retry
-//!   finds the decision and its policy as they were);
+//!   finds the decision and its policy as they were); with
+//!   `"reserve": true`, the reservation too when the policy clears it;
 //! - `POST /v1/decisions/{op}/events`: an event from the app;
 //! - `POST /v1/reviews`: a signed review;
 //! - `GET /v1/decisions/{op}`: where the decision stands;
@@ -265,13 +266,23 @@ async fn create(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -
 
 async fn propose(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -> Response {
     // Read once: whether it names a policy, then as a binding.
-    let asked: Value = match body(&bytes) {
+    let mut asked: Value = match body(&bytes) {
         Ok(v) => v,
         Err(refused) => return *refused,
     };
     if asked.get("policy").is_some() || asked.get("policy_config").is_some() {
         return not_from_the_app("policy_evaluated", "policy", OPERATORS_POLICY.into());
     }
+    // `"reserve": true`: the reservation too, if the decision is cleared.
+    let reserve = match asked.as_object_mut().and_then(|o| o.remove("reserve")) {
+        None => false,
+        Some(Value::Bool(reserve)) => reserve,
+        Some(other) => {
+            return bad_request(format!(
+                "the body: `reserve` is {other}; it is true (take the reservation too, if the decision is cleared) or false"
+            ));
+        }
+    };
     let binding: DecisionBinding = match binding(asked) {
         Ok(b) => b,
         Err(refused) => return *refused,
@@ -279,15 +290,27 @@ async fn propose(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) 
     let (plugin, config) = &service.policy;
     let plugins = service.plugins.clone();
     let mut store = service.store();
-    let outcome = store.propose(&plugins, binding.clone(), plugin, config, now());
-    with_policy(outcome, store.decision(&binding.operation_id))
+    let op = binding.operation_id.clone();
+    if !reserve {
+        let outcome = store.propose(&plugins, binding, plugin, config, now());
+        return with_policy(outcome, store.decision(&op), None);
+    }
+    match store.propose_and_reserve(&plugins, binding, plugin, config, now()) {
+        Ok((proposal, reservation)) => {
+            with_policy(Ok(proposal), store.decision(&op), Some(reservation))
+        }
+        Err(e) => answer(Err(e)),
+    }
 }
 
 /// The answer to a proposal: what was recorded, with the policy's verdict
-/// (`policy`: its record, or null when none decided).
+/// (`policy`: its record, or null when none decided) and, when one was
+/// asked for, the reservation (`reservation`: what was recorded for it, or
+/// null when none was granted by this proposal).
 fn with_policy(
     outcome: Result<Recorded, EvidenceError>,
     decision: Option<&bl_core::evidence::Decision>,
+    reservation: Option<Option<Recorded>>,
 ) -> Response {
     let policy = decision.and_then(|d| d.policy.clone());
     // An approval that has expired unused: the app asks a person again.
@@ -297,6 +320,9 @@ fn with_policy(
             let mut body = recorded_json(&recorded);
             body["policy"] = json!(policy);
             body["approval_expired"] = json!(approval_expired);
+            if let Some(reservation) = reservation {
+                body["reservation"] = reservation.as_ref().map_or(Value::Null, recorded_json);
+            }
             Json(body).into_response()
         }
         Err(e) => answer(Err(e)),

@@ -569,6 +569,7 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
         "async_app",
         "user_mistakes",
         "leases",
+        "one_node",
     ] {
         assert!(passed.contains(&case), "{case} did not run: {summary}");
     }

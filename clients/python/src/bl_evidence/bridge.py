@@ -10,6 +10,9 @@ in front of a consequential tool call.
   granted once: a node run again (a resume, a retry, a crash and restart)
   never calls the tool again. Anything unknown after the reservation gives
   `reconciliation_required`, and nothing is replayed.
+- `make_guarded_call_node()` is the two nodes above as one, for a call
+  made as soon as it is decided: one request fewer to bl, and one graph
+  step fewer.
 - `make_verify_node()` records what the outside system says happened.
 
 Each node returns a state update under `state_key` (default `evidence`):
@@ -29,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any, Callable, ContextManager, Generator, Mapping, Protocol, cast
 
-from .client import CoreClient, Refused, args_digest
+from .client import Answer, CoreClient, Refused, args_digest
 
 State = Mapping[str, Any]
 try:
@@ -88,46 +91,9 @@ class LangGraphBridge:
         when the same call may rightly happen twice in a thread."""
 
         def decide(state: State, config: RunnableConfig) -> dict[str, Any]:
-            from langgraph.types import interrupt
-
-            conf = _configurable(config)
-            thread_id = conf.get("thread_id")
-            thread = "" if thread_id is None else str(thread_id)
-            name = tool(state) if callable(tool) else tool
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"the decision node's tool= gave {name!r}: it must name the tool, as a string")
-            digest = args_digest(args(state), self.digest_key)
-            if operation_id is None and not thread:
-                # The default id is the thread's, the tool's and the
-                # arguments': with no thread, the same call anywhere would be
-                # one decision, and a second request would never run.
-                raise ValueError("no thread_id in config['configurable']: run the graph with "
-                                 "{'configurable': {'thread_id': ...}} (and a checkpointer), or give "
-                                 "make_decision_node an operation_id=")
-            op = operation_id(state, config) if operation_id else _default_operation_id(thread, name, digest)
-            answer = self.client.propose(operation_id=op, thread_id=thread, identity=self.identity,
-                                         tool=name, args_digest=digest)
-            record = {"operation_id": op, "tool": name, "args_digest": digest}
-            policy = answer.policy or {}
-            stage = "awaiting_approval" if answer.approval_expired else answer.stage
-            # Pause for a person until bl holds a signed answer for the
-            # interrupt the graph is paused at; a resume value alone is
-            # never one (it may be stale: langgraph#8837).
-            while stage == "awaiting_approval":
-                namespace = str(conf.get("checkpoint_ns", ""))
-                prompt = approval_prompt(state) if approval_prompt else None
-                request = {"operation_id": op, "tool": name, "args_digest": digest,
-                           "reason": policy.get("reason", ""), "prompt": prompt}
-                try:
-                    interrupt(request)
-                except BaseException as paused:
-                    interrupt_id = _interrupt_id(paused)
-                    if interrupt_id is not None:
-                        self._request_approval(op, namespace, interrupt_id)
-                    raise
-                stage = self._stage_after_resume(op)
-            status = {"cleared": "cleared", "blocked": "blocked", "rejected": "rejected"}.get(stage, stage)
-            return {self.state_key: {**record, "status": status, "reason": policy.get("reason", "")}}
+            binding = self._binding(state, config, tool, args, operation_id)
+            record, _ = self._decided(state, config, binding, approval_prompt, reserve=False)
+            return {self.state_key: record}
 
         return decide
 
@@ -197,30 +163,45 @@ class LangGraphBridge:
             return guarded_async
 
         def guarded(state: State, config: RunnableConfig) -> dict[str, Any]:
-            steps = self._guarded_steps(state, args, result_key, None)
-            try:
-                started = _start(steps)
-                if not started[0]:
-                    return cast("dict[str, Any]", started[1])
-                try:
-                    result = tool_fn(started[1])
-                except Exception as error:  # it may have acted before it raised
-                    return _finish(steps, (False, error))
-                if inspect.isawaitable(result) or inspect.isgenerator(result) or inspect.isasyncgen(result):
-                    # A coroutine or generator never driven never ran: bl
-                    # must not record a call that did not happen as
-                    # executed.
-                    _discard(result)
-                    refused = _never_ran(tool_fn)
-                    _finish(steps, (False, refused))
-                    raise TypeError(str(refused))
-                return _finish(steps, (True, result))
-            finally:
-                # Whatever happened, the lease is given back (closing a
-                # finished generator does nothing).
-                steps.close()
+            return _run_sync(self._guarded_steps(state, args, result_key, None), tool_fn)
 
         return guarded
+
+    def make_guarded_call_node(self, tool_fn: Callable[[Mapping[str, Any]], Any], *,
+                               tool: str | Callable[[State], str],
+                               args: Callable[[State], Mapping[str, Any]],
+                               operation_id: Callable[[State, Config], str] | None = None,
+                               approval_prompt: Callable[[State], Any] | None = None,
+                               result_key: str | None = None) -> Callable[[State, Config], Any]:
+        """The decision node and the guarded node as one node, for a call
+        made as soon as it is decided: one request to bl proposes the call,
+        has the policy decide it and, if it is cleared, takes the
+        reservation, in one durable step; a second records the call's
+        receipt. That is one request and one graph step fewer than the two
+        nodes. The arguments (`tool`, `args`, `operation_id`,
+        `approval_prompt`, `result_key`) and the state update are theirs.
+
+        A call a person must approve pauses the graph at an `interrupt()`
+        in this node, before anything is reserved; on resume the node runs
+        again from the top, and bl, not the resume value, says whether it
+        was approved. A node run again after its reservation never calls
+        the tool again (`reconciliation_required`). The dispatch lease, if
+        any, is held from the proposal to the receipt. The tool must be a
+        plain function: for an `async def` tool, use the two nodes."""
+        if _is_async(tool_fn):
+            raise TypeError("make_guarded_call_node takes a plain (sync) tool; for an `async def` tool, "
+                            "put make_decision_node before make_guarded_node")
+
+        def call(state: State, config: RunnableConfig) -> dict[str, Any]:
+            binding = self._binding(state, config, tool, args, operation_id)
+            lease = self.dispatch_lease.hold(binding[0]) if self.dispatch_lease else nullcontext()
+            with lease:
+                record, granted = self._decided(state, config, binding, approval_prompt, reserve=True)
+                decided = {**state, self.state_key: record}
+                return _run_sync(self._guarded_steps(decided, args, result_key, None, granted=granted,
+                                                     leased=True), tool_fn)
+
+        return call
 
     def make_verify_node(self, observe: Callable[[State], Any] | None = None,
                          ) -> Callable[[State, Config], Any]:
@@ -251,13 +232,74 @@ class LangGraphBridge:
 
     # -- what the nodes share -----------------------------------------------
 
+    def _binding(self, state: State, config: Config | None, tool: str | Callable[[State], str],
+                 args: Callable[[State], Mapping[str, Any]],
+                 operation_id: Callable[[State, Config], str] | None) -> tuple[str, str, str, str]:
+        """What a decision is bound to: its operation id, the thread, the
+        tool's name and the arguments' digest."""
+        thread_id = _configurable(config).get("thread_id")
+        thread = "" if thread_id is None else str(thread_id)
+        name = tool(state) if callable(tool) else tool
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"the decision node's tool= gave {name!r}: it must name the tool, as a string")
+        digest = args_digest(args(state), self.digest_key)
+        if operation_id is None and not thread:
+            # The default id is the thread's, the tool's and the
+            # arguments': with no thread, the same call anywhere would be
+            # one decision, and a second request would never run.
+            raise ValueError("no thread_id in config['configurable']: run the graph with "
+                             "{'configurable': {'thread_id': ...}} (and a checkpointer), or give "
+                             "make_decision_node an operation_id=")
+        op = operation_id(state, config or {}) if operation_id else _default_operation_id(thread, name, digest)
+        return op, thread, name, digest
+
+    def _decided(self, state: State, config: Config | None, binding: tuple[str, str, str, str],
+                 approval_prompt: Callable[[State], Any] | None, *, reserve: bool,
+                 ) -> tuple[dict[str, Any], Answer | None]:
+        """Proposes the call and, if a person must approve it, pauses for
+        them; the decision's record, and the reservation this proposal was
+        granted (with `reserve`, when the decision was cleared)."""
+        from langgraph.types import interrupt
+
+        op, thread, name, digest = binding
+        answer = self.client.propose(operation_id=op, thread_id=thread, identity=self.identity,
+                                     tool=name, args_digest=digest, reserve=reserve)
+        record = {"operation_id": op, "tool": name, "args_digest": digest}
+        policy = answer.policy or {}
+        granted = answer.reservation
+        if granted is not None:
+            # Cleared, and reserved by this very request.
+            return {**record, "status": "cleared", "reason": policy.get("reason", "")}, granted
+        stage = "awaiting_approval" if answer.approval_expired else answer.stage
+        # Pause for a person until bl holds a signed answer for the
+        # interrupt the graph is paused at; a resume value alone is
+        # never one (it may be stale: langgraph#8837).
+        while stage == "awaiting_approval":
+            namespace = str(_configurable(config).get("checkpoint_ns", ""))
+            prompt = approval_prompt(state) if approval_prompt else None
+            request = {"operation_id": op, "tool": name, "args_digest": digest,
+                       "reason": policy.get("reason", ""), "prompt": prompt}
+            try:
+                interrupt(request)
+            except BaseException as paused:
+                interrupt_id = _interrupt_id(paused)
+                if interrupt_id is not None:
+                    self._request_approval(op, namespace, interrupt_id)
+                raise
+            stage = self._stage_after_resume(op)
+        status = {"cleared": "cleared", "blocked": "blocked", "rejected": "rejected"}.get(stage, stage)
+        return {**record, "status": status, "reason": policy.get("reason", "")}, None
+
     def _guarded_steps(self, state: State, args: Callable[[State], Mapping[str, Any]],
                        result_key: str | None, cancelled: threading.Event | None,
+                       granted: Answer | None = None, leased: bool = False,
                        ) -> Generator[Mapping[str, Any], tuple[bool, Any], dict[str, Any]]:
         """The guarded node's work around the call, for a sync or an async
         node alike: it yields the arguments once the call is reserved, and
         is sent `(True, result)` or `(False, error)`; it returns the
-        node's update. The dispatch lease is held across the call."""
+        node's update. The dispatch lease is held across the call, unless
+        the caller holds it (`leased`). `granted` is a reservation the
+        caller's proposal was granted: the call needs no other."""
         decided = dict(state.get(self.state_key) or {})
         if not decided.get("operation_id"):
             raise ValueError(f"no decision in state[{self.state_key!r}]: put the node from make_decision_node "
@@ -267,8 +309,7 @@ class LangGraphBridge:
             return {self.state_key: decided}
         op, tool = decided["operation_id"], decided["tool"]
         call_args = args(state)
-        digest = args_digest(call_args, self.digest_key)
-        lease = self.dispatch_lease.hold(op) if self.dispatch_lease else nullcontext()
+        lease = self.dispatch_lease.hold(op) if self.dispatch_lease and not leased else nullcontext()
         with lease:
             if cancelled is not None and cancelled.is_set():
                 # The node was cancelled while it waited for the lease:
@@ -280,7 +321,8 @@ class LangGraphBridge:
                 # unknown, and it is not run again.
                 return {self.state_key: {**decided, **self._after_lost_reservation(op, None)}}
             try:
-                granted = self.client.reserve(op, tool=tool, args_digest=digest)
+                if granted is None:
+                    granted = self.client.reserve(op, tool=tool, args_digest=args_digest(call_args, self.digest_key))
             except Refused as refused:
                 if refused.code == "RequestMismatch":
                     raise
@@ -405,6 +447,30 @@ def _discard(result: Any) -> None:
 def _is_async(fn: Any) -> bool:
     """An `async def` function, or an object whose `__call__` is one."""
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+def _run_sync(steps: Steps, tool_fn: Callable[[Mapping[str, Any]], Any]) -> dict[str, Any]:
+    """Runs a guarded call's steps around a plain tool: its update."""
+    try:
+        started = _start(steps)
+        if not started[0]:
+            return cast("dict[str, Any]", started[1])
+        try:
+            result = tool_fn(started[1])
+        except Exception as error:  # it may have acted before it raised
+            return _finish(steps, (False, error))
+        if inspect.isawaitable(result) or inspect.isgenerator(result) or inspect.isasyncgen(result):
+            # A coroutine or generator never driven never ran: bl must not
+            # record a call that did not happen as executed.
+            _discard(result)
+            refused = _never_ran(tool_fn)
+            _finish(steps, (False, refused))
+            raise TypeError(str(refused))
+        return _finish(steps, (True, result))
+    finally:
+        # Whatever happened, the lease is given back (closing a finished
+        # generator does nothing).
+        steps.close()
 
 
 def _start(steps: Steps) -> tuple[bool, Any]:

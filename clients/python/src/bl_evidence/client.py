@@ -62,6 +62,10 @@ class Answer:
     #: A proposal's answer: the decision's approval expired unused, and a
     #: person must be asked again.
     approval_expired: bool = False
+    #: A proposal sent with `reserve=True`: the reservation it was granted
+    #: (the one permission to call the tool), or None when it was granted
+    #: none (the decision was not cleared, or was reserved before).
+    reservation: "Answer | None" = None
 
 
 def canonical_json(value: Any) -> str:
@@ -126,14 +130,23 @@ class CoreClient:
     # -- the decision's life, in order -------------------------------------
 
     def propose(self, *, operation_id: str, thread_id: str, identity: str, tool: str,
-                args_digest: str) -> Answer:
+                args_digest: str, reserve: bool = False) -> Answer:
         """Creates the decision (a retry with the same binding finds it) and
         has the operator's policy decide it, in one durable step. The
-        answer's `stage` is `cleared`, `awaiting_approval` or `blocked`."""
-        return self._answer("POST", "/proposals", {
+        answer's `stage` is `cleared`, `awaiting_approval` or `blocked`.
+
+        With `reserve=True`, a decision that stands cleared is also reserved
+        in the same step, for an app that calls the tool right away: the
+        answer's `reservation` is then the one permission to call it, and
+        its `stage` is `reserved`. A `reserved` stage without a
+        `reservation` was reserved before, and is no permission."""
+        body: dict[str, Any] = {
             "operation_id": operation_id, "thread_id": thread_id, "identity": identity,
             "tool": tool, "args_digest": args_digest,
-        })
+        }
+        if reserve:
+            body["reserve"] = True
+        return self._answer("POST", "/proposals", body)
 
     def model_completed(self, operation_id: str, output_digest: str) -> Answer:
         """What the app saw the model answer (its digest); never synthesised."""
@@ -199,10 +212,7 @@ class CoreClient:
 
     def _answer(self, method: str, path: str, body: Any) -> Answer:
         status, payload = self._call(method, path, body)
-        data = self._checked(status, payload, path)
-        return Answer(sequence=data["sequence"], event_hash=data["event_hash"], stage=data["stage"],
-                      retry=data["retry"], receipt=data.get("receipt", ""), policy=data.get("policy"),
-                      approval_expired=bool(data.get("approval_expired")))
+        return _answer_of(self._checked(status, payload, path))
 
     def _checked(self, status: int, payload: Any, path: str) -> Any:
         if status == 200:
@@ -320,6 +330,14 @@ class CoreClient:
         if len(body) > int(length) or headers.get("connection", "").lower() == "close":
             self.close()
         return status, body[:int(length)]
+
+
+def _answer_of(data: Mapping[str, Any]) -> Answer:
+    reservation = data.get("reservation")
+    return Answer(sequence=data["sequence"], event_hash=data["event_hash"], stage=data["stage"],
+                  retry=data["retry"], receipt=data.get("receipt", ""), policy=data.get("policy"),
+                  approval_expired=bool(data.get("approval_expired")),
+                  reservation=_answer_of(reservation) if reservation else None)
 
 
 class _ClosedBeforeAnswer(ConnectionError):
