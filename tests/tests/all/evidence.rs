@@ -228,6 +228,30 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
         (403, json!("NotFromTheApp"), json!("policy")),
         "{refused}"
     );
+    // `reserve` is true or false, and a decision the policy blocks is
+    // reserved by no proposal.
+    let mut reserving = decision("op-2");
+    reserving["reserve"] = json!("yes");
+    let (code, refused) = service.call("POST", "/proposals", &reserving);
+    assert_eq!(code, 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`reserve` is \"yes\""),
+        "{refused}"
+    );
+    reserving["reserve"] = json!(true);
+    let (code, blocked) = service.call("POST", "/proposals", &reserving);
+    assert_eq!(
+        (
+            code,
+            blocked["stage"].clone(),
+            blocked["reservation"].clone()
+        ),
+        (200, json!("blocked"), Value::Null),
+        "{blocked}"
+    );
 
     // The real deny-all policy blocks it, and a block is final.
     let (code, blocked) = service.call("POST", "/decisions/op-1/policy", &Value::Null);
