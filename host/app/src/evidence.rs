@@ -751,33 +751,21 @@ impl EvidenceStore {
     /// A proposal: the decision is created (or found, on a retry) and, if
     /// no policy has decided it yet, the policy decides, in one durable
     /// step. The answer is where the decision stands after both.
+    ///
+    /// With `reserve`, the same step also takes the reservation
+    /// (`tool_requested`, for the binding's tool and arguments) when the
+    /// decision stands cleared, with any approval still in force: for an
+    /// app that calls the tool right after it asks. The reservation is
+    /// `Some` only when it was granted by this very call; a decision
+    /// reserved before (a node run again) gets none, and the proposal's
+    /// stage says `reserved`. Anything else (a person must approve,
+    /// blocked, an expired approval) is answered as a proposal alone.
     pub fn propose(
         &mut self,
         host: &bl_plugins::PluginHost,
         binding: DecisionBinding,
-        plugin: &str,
-        config: &str,
-        now: u64,
-    ) -> Result<Recorded, EvidenceError> {
-        let operation_id = binding.operation_id.clone();
-        let decided = self.propose_unsealed(host, binding, plugin, config, now);
-        self.answered(&operation_id, decided)
-    }
-
-    /// A proposal that also takes the reservation (`tool_requested`, for
-    /// the binding's tool and arguments) when the decision stands cleared
-    /// after it, with any approval still in force: all in one durable
-    /// step, for an app that calls the tool right after it asks. The
-    /// reservation is `Some` only when it was granted by this very call;
-    /// a decision reserved before (a node run again) gets none, and the
-    /// proposal's stage says `reserved`. Anything else (a person must
-    /// approve, blocked, an expired approval) is answered as a proposal.
-    pub fn propose_and_reserve(
-        &mut self,
-        host: &bl_plugins::PluginHost,
-        binding: DecisionBinding,
-        plugin: &str,
-        config: &str,
+        (plugin, config): (&str, &str),
+        reserve: bool,
         now: u64,
     ) -> Result<(Recorded, Option<Recorded>), EvidenceError> {
         let operation_id = binding.operation_id.clone();
@@ -791,7 +779,7 @@ impl EvidenceStore {
             .get(&operation_id)
             .is_some_and(|d| d.stage == Stage::Cleared && !d.approval_expired(now));
         let reserved = match &decided {
-            Ok(_) if cleared => Some(self.append(&operation_id, request, None, now)),
+            Ok(_) if reserve && cleared => Some(self.append(&operation_id, request, None, now)),
             _ => None,
         };
         let mut proposal = self.answered(&operation_id, decided)?;
@@ -1362,23 +1350,35 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn a_proposal_creates_and_decides_in_one_step_and_a_retry_records_nothing() {
-        let Some(host) = crate::test_support::first_party_plugins() else {
-            return;
-        };
+    /// The first-party plugins, a fresh store and op-1's binding, for the
+    /// tests that propose; None where the plugins are not built.
+    fn proposing() -> Option<(
+        std::sync::Arc<bl_plugins::PluginHost>,
+        tempfile::TempDir,
+        EvidenceStore,
+        DecisionBinding,
+    )> {
+        let host = crate::test_support::first_party_plugins()?;
         let tmp = tempfile::tempdir().unwrap();
-        let mut store = EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]).unwrap();
+        let store = EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]).unwrap();
         let EvidenceEvent::DecisionCreated(binding) = created() else {
             unreachable!()
         };
+        Some((host, tmp, store, binding))
+    }
+
+    #[test]
+    fn a_proposal_creates_and_decides_in_one_step_and_a_retry_records_nothing() {
+        let Some((host, tmp, mut store, binding)) = proposing() else {
+            return;
+        };
         let config = r#"{"needs_approval": ["refund"]}"#;
-        let first = store
-            .propose(&host, binding.clone(), "tool-policy", config, NOW)
+        let (first, _) = store
+            .propose(&host, binding.clone(), ("tool-policy", config), false, NOW)
             .unwrap();
         assert_eq!((first.sequence, first.stage), (2, Stage::AwaitingApproval));
-        let again = store
-            .propose(&host, binding.clone(), "tool-policy", config, NOW)
+        let (again, _) = store
+            .propose(&host, binding.clone(), ("tool-policy", config), false, NOW)
             .unwrap();
         assert_eq!((again.stage, again.retry), (Stage::AwaitingApproval, true));
         let lines = std::fs::read_to_string(tmp.path().join(EVENTS_FILE)).unwrap();
@@ -1389,7 +1389,7 @@ mod tests {
             ..binding
         };
         assert!(matches!(
-            store.propose(&host, other, "tool-policy", config, NOW),
+            store.propose(&host, other, ("tool-policy", config), false, NOW),
             Err(EvidenceError::Refused {
                 refusal: Refusal::CreatedDifferently { field: "tool", .. },
                 ..
@@ -1406,13 +1406,8 @@ mod tests {
 
     #[test]
     fn a_proposal_that_reserves_takes_the_reservation_only_when_cleared_and_only_once() {
-        let Some(host) = crate::test_support::first_party_plugins() else {
+        let Some((host, tmp, mut store, binding)) = proposing() else {
             return;
-        };
-        let tmp = tempfile::tempdir().unwrap();
-        let mut store = EvidenceStore::open(tmp.path(), key(), vec![bob().verifier()]).unwrap();
-        let EvidenceEvent::DecisionCreated(binding) = created() else {
-            unreachable!()
         };
         let lines = || {
             std::fs::read_to_string(tmp.path().join(EVENTS_FILE))
@@ -1424,7 +1419,7 @@ mod tests {
         // reservation's receipt verifies with the workspace key.
         let allow = r#"{"allow": ["refund"]}"#;
         let (proposal, reservation) = store
-            .propose_and_reserve(&host, binding.clone(), "tool-policy", allow, NOW)
+            .propose(&host, binding.clone(), ("tool-policy", allow), true, NOW)
             .unwrap();
         let reservation = reservation.expect("a cleared decision is reserved");
         assert_eq!((proposal.stage, proposal.retry), (Stage::Reserved, false));
@@ -1439,7 +1434,7 @@ mod tests {
         // Asked again (a node run again): no second permission, nothing
         // recorded, and the stage says where it stands.
         let (again, none) = store
-            .propose_and_reserve(&host, binding.clone(), "tool-policy", allow, NOW)
+            .propose(&host, binding.clone(), ("tool-policy", allow), true, NOW)
             .unwrap();
         assert_eq!(
             (again.stage, again.retry, none),
@@ -1467,7 +1462,7 @@ mod tests {
                 ..binding.clone()
             };
             let (proposal, reservation) = store
-                .propose_and_reserve(&host, other, "tool-policy", config, NOW)
+                .propose(&host, other, ("tool-policy", config), true, NOW)
                 .unwrap();
             assert_eq!((proposal.stage, reservation), (stage, None), "{op}");
         }

@@ -291,14 +291,13 @@ async fn propose(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) 
     let plugins = service.plugins.clone();
     let mut store = service.store();
     let op = binding.operation_id.clone();
-    if !reserve {
-        let outcome = store.propose(&plugins, binding, plugin, config, now());
-        return with_policy(outcome, store.decision(&op), None);
-    }
-    match store.propose_and_reserve(&plugins, binding, plugin, config, now()) {
-        Ok((proposal, reservation)) => {
-            with_policy(Ok(proposal), store.decision(&op), Some(reservation))
-        }
+    let policy = (plugin.as_str(), config.as_str());
+    match store.propose(&plugins, binding, policy, reserve, now()) {
+        Ok((proposal, reservation)) => with_policy(
+            proposal,
+            store.decision(&op),
+            reserve.then_some(reservation),
+        ),
         Err(e) => answer(Err(e)),
     }
 }
@@ -308,25 +307,20 @@ async fn propose(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) 
 /// asked for, the reservation (`reservation`: what was recorded for it, or
 /// null when none was granted by this proposal).
 fn with_policy(
-    outcome: Result<Recorded, EvidenceError>,
+    recorded: Recorded,
     decision: Option<&bl_core::evidence::Decision>,
     reservation: Option<Option<Recorded>>,
 ) -> Response {
     let policy = decision.and_then(|d| d.policy.clone());
     // An approval that has expired unused: the app asks a person again.
     let approval_expired = decision.is_some_and(|d| d.approval_expired(now()));
-    match outcome {
-        Ok(recorded) => {
-            let mut body = recorded_json(&recorded);
-            body["policy"] = json!(policy);
-            body["approval_expired"] = json!(approval_expired);
-            if let Some(reservation) = reservation {
-                body["reservation"] = reservation.as_ref().map_or(Value::Null, recorded_json);
-            }
-            Json(body).into_response()
-        }
-        Err(e) => answer(Err(e)),
+    let mut body = recorded_json(&recorded);
+    body["policy"] = json!(policy);
+    body["approval_expired"] = json!(approval_expired);
+    if let Some(reservation) = reservation {
+        body["reservation"] = reservation.as_ref().map_or(Value::Null, recorded_json);
     }
+    Json(body).into_response()
 }
 
 async fn event(
