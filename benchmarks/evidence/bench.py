@@ -21,11 +21,11 @@ a call; the two-node form is printed, split into the decision step
 (decided minus plain) and the guarded step (guarded minus decided).
 Exits 1 when the one-node form adds more than the target at p99.
 
-Then where that goes: the service's three round trips timed from a plain
-client loop (the proposal, the reservation, the receipt), and the
-two-node graph run with a client that answers at once without the
-service (what the bridge's nodes cost LangGraph by themselves). Those
-are printed only.
+Then where that goes: the service's round trips timed from a plain
+client loop (the proposal, the reservation, the receipt, and the one
+node's proposal that also reserves), and both guarded forms run with a
+client that answers at once without the service (what the bridge's
+nodes cost LangGraph by themselves). Those are printed only.
 
     python bench.py URL TOKEN_FILE WORKDIR [N]
 """
@@ -79,8 +79,7 @@ def plain_graph():
 
 
 def bridged_graph(bridge, guarded):
-    decide = bridge.make_decision_node(tool="lookup", args=args,
-                                       operation_id=lambda s, c: f"{c['configurable']['thread_id']}-{s['n']}")
+    decide = bridge.make_decision_node(tool="lookup", args=args, operation_id=operation)
     call = bridge.make_guarded_node(tool, args=args, result_key="tool_result") if guarded else plain_call
     return graph(decide, call)
 
@@ -95,17 +94,20 @@ class InstantClient(CoreClient):
     without a service: a measuring device for the bridge's own cost."""
 
     ANSWER = json.dumps({"sequence": 1, "event_hash": "sha256:00", "stage": "cleared", "retry": False,
-                         "receipt": "00", "policy": {"reason": "allowed"}}).encode()
+                         "receipt": "00", "policy": {"reason": "allowed"},
+                         "reservation": {"sequence": 2, "event_hash": "sha256:00", "stage": "reserved",
+                                         "retry": False, "receipt": "00"}}).encode()
 
     def _exchange(self, request: bytes) -> tuple[int, bytes]:
         return 200, self.ANSWER
 
 
 def round_trips(url, token_file, n):
-    """The service's three requests of a guarded call, each timed alone."""
+    """The service's requests of a guarded call, each timed alone: the two
+    nodes' three, and the one node's proposal that also reserves."""
     client = CoreClient(url, token_file=token_file)
     run = str(int(time.time() * 1000))
-    took = {"proposal": [], "reservation": [], "receipt": []}
+    took = {"proposal": [], "reservation": [], "receipt": [], "reserving proposal": []}
     for i in range(n):
         op, digest = f"rt-{run}-{i}", args_digest({"n": i})
         for name, call in (
@@ -113,6 +115,8 @@ def round_trips(url, token_file, n):
                                                 tool="lookup", args_digest=digest)),
             ("reservation", lambda: client.reserve(op, tool="lookup", args_digest=digest)),
             ("receipt", lambda: client.executed(op, ok=True)),
+            ("reserving proposal", lambda: client.propose(operation_id=f"{op}-one", thread_id="rt", identity="bench",
+                                                          tool="lookup", args_digest=digest, reserve=True)),
         ):
             t0 = time.perf_counter()
             call()
@@ -122,13 +126,15 @@ def round_trips(url, token_file, n):
 
 
 def without_service(work, n):
-    """Plain and guarded graphs, the guarded one with instant answers."""
+    """The plain and guarded forms, the guarded ones with instant answers."""
     bridge = LangGraphBridge(InstantClient("http://127.0.0.1:9/v1", token="none"), identity="bench")
-    times = {"plain": [], "guarded": []}
+    times = {"plain": [], "guarded": [], "plain call": [], "guarded call": []}
     run = str(int(time.time() * 1000))
     with SqliteSaver.from_conn_string(os.path.join(work, f"instant-{run}.db")) as saver:
         graphs = {"plain": plain_graph().compile(checkpointer=saver),
-                  "guarded": bridged_graph(bridge, guarded=True).compile(checkpointer=saver)}
+                  "guarded": bridged_graph(bridge, guarded=True).compile(checkpointer=saver),
+                  "plain call": one_node_graph(plain_call).compile(checkpointer=saver),
+                  "guarded call": one_node_graph(guarded_call_node(bridge)).compile(checkpointer=saver)}
         for i in range(n + 20):
             for name, graph in graphs.items():
                 config = {"configurable": {"thread_id": f"{name}-{run}"}}
@@ -137,6 +143,15 @@ def without_service(work, n):
                 if i >= 20:
                     times[name].append((time.perf_counter() - t0) * 1000)
     return times
+
+
+def operation(state, config):
+    return f"{config['configurable']['thread_id']}-{state['n']}"
+
+
+def guarded_call_node(bridge):
+    return bridge.make_guarded_call_node(tool, tool="lookup", args=args, operation_id=operation,
+                                         result_key="tool_result")
 
 
 def one_node_graph(node):
@@ -151,7 +166,6 @@ def main():
     url, token_file, work = sys.argv[1:4]
     n = int(sys.argv[4]) if len(sys.argv) > 4 else 1000
     bridge = LangGraphBridge(CoreClient(url, token_file=token_file), identity="bench")
-    op = lambda s, c: f"{c['configurable']['thread_id']}-{s['n']}"  # noqa: E731
     forms = ("plain", "decided", "guarded", "plain call", "guarded call")
     times = {name: [] for name in forms}
     run = str(int(time.time() * 1000))
@@ -160,9 +174,7 @@ def main():
                   "decided": bridged_graph(bridge, guarded=False).compile(checkpointer=saver),
                   "guarded": bridged_graph(bridge, guarded=True).compile(checkpointer=saver),
                   "plain call": one_node_graph(plain_call).compile(checkpointer=saver),
-                  "guarded call": one_node_graph(bridge.make_guarded_call_node(
-                      tool, tool="lookup", args=args, operation_id=op, result_key="tool_result"),
-                  ).compile(checkpointer=saver)}
+                  "guarded call": one_node_graph(guarded_call_node(bridge)).compile(checkpointer=saver)}
         warm = 20
         for i in range(n + warm):
             for name in forms:
@@ -197,10 +209,11 @@ def main():
     print(f"  its guarded step      {added('guarded', 'decided', 50):5.2f} ms at p50, {added('guarded', 'decided', 99):5.2f} ms at p99")
     print("where it goes (printed only):")
     for name, xs in round_trips(url, token_file, min(n, 1000)).items():
-        print(f"  the service's {name:11} round trip  p50 {pct(xs, 50):5.2f} ms   p99 {pct(xs, 99):5.2f} ms")
+        print(f"  the service's {name:18} round trip  p50 {pct(xs, 50):5.2f} ms   p99 {pct(xs, 99):5.2f} ms")
     instant = without_service(work, min(n, 1000))
-    print(f"  the bridge's nodes with instant answers add  {pct(instant['guarded'], 50) - pct(instant['plain'], 50):5.2f} ms"
-          f" at p50, {pct(instant['guarded'], 99) - pct(instant['plain'], 99):5.2f} ms at p99 (no service)")
+    for guarded, plain, what in (("guarded call", "plain call", "one node "), ("guarded", "plain", "two nodes")):
+        print(f"  the bridge's {what} with instant answers add {pct(instant[guarded], 50) - pct(instant[plain], 50):5.2f} ms"
+              f" at p50, {pct(instant[guarded], 99) - pct(instant[plain], 99):5.2f} ms at p99 (no service)")
     print(json.dumps({"one_node_p99_ms": round(one_p99, 3), "two_nodes_p99_ms": round(two_p99, 3),
                       "decision_step_p99_ms": round(added("decided", "plain", 99), 3),
                       "guarded_step_p99_ms": round(added("guarded", "decided", 99), 3)}))

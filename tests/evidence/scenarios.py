@@ -575,6 +575,16 @@ def one_node(db: str) -> None:
     assert out["evidence"]["status"] == "reconciliation_required", out
     assert stage(out["evidence"]["operation_id"]) == "reconciliation_required"
     assert len(effects_for("N-5")) == 1
+    # Under a dispatch lease: held from the proposal to the receipt, and
+    # given back when the node pauses for a person.
+    lease = SqliteDispatchLease(os.path.join(os.path.dirname(db), "one-node-lease.db"), timeout=2.0)
+    leased = app.build_one_node(LangGraphBridge(bridge.client, identity="alice@example.com", dispatch_lease=lease,
+                                                require_dispatch_lease=True)).compile(checkpointer=InMemorySaver())
+    out = leased.invoke({"order": "N-6", "tool": "lookup"}, thread())
+    assert out["evidence"]["status"] == "executed" and len(effects_for("N-6")) == 1, out
+    paused = leased.invoke({"order": "N-7", "tool": "refund", "amount": 5}, thread())
+    with lease.hold(app.pending_operation(paused)):
+        pass
     # An async tool is refused when the node is built, not at the call.
     async def later(args):
         return args

@@ -1469,6 +1469,28 @@ mod tests {
         assert_eq!(lines(), 7);
     }
 
+    #[test]
+    fn a_proposal_reserves_an_approved_decision_only_while_its_approval_holds() {
+        let Some((host, _tmp, mut store, binding)) = proposing() else {
+            return;
+        };
+        awaiting_approval(&mut store);
+        let signed = reviewed(&store, approval());
+        store.review(&signed, NOW).unwrap();
+        let policy = ("tool-policy", r#"{"needs_approval": ["refund"]}"#);
+        // The approval (for a minute) has run out: no reservation.
+        let (late, none) = store
+            .propose(&host, binding.clone(), policy, true, NOW + 61)
+            .unwrap();
+        assert_eq!((late.stage, none), (Stage::Cleared, None));
+        // While it holds, the proposal reserves the call.
+        let (proposal, reservation) = store
+            .propose(&host, binding, policy, true, NOW + 1)
+            .unwrap();
+        assert_eq!(proposal.stage, Stage::Reserved);
+        assert!(reservation.is_some_and(|r| !r.retry && r.stage == Stage::Reserved));
+    }
+
     /// Records op-1 up to a person's approval being asked for.
     fn awaiting_approval(store: &mut EvidenceStore) {
         let asked = EvidenceEvent::ApprovalRequested {

@@ -91,7 +91,7 @@ class LangGraphBridge:
         when the same call may rightly happen twice in a thread."""
 
         def decide(state: State, config: RunnableConfig) -> dict[str, Any]:
-            binding = self._binding(state, config, tool, args, operation_id)
+            binding = self._binding(state, config, tool, args(state), operation_id)
             record, _ = self._decided(state, config, binding, approval_prompt, reserve=False)
             return {self.state_key: record}
 
@@ -172,7 +172,7 @@ class LangGraphBridge:
                                args: Callable[[State], Mapping[str, Any]],
                                operation_id: Callable[[State, Config], str] | None = None,
                                approval_prompt: Callable[[State], Any] | None = None,
-                               result_key: str | None = None) -> Callable[[State, Config], Any]:
+                               result_key: str | None = None) -> Callable[[State, Config], dict[str, Any]]:
         """The decision node and the guarded node as one node, for a call
         made as soon as it is decided: one request to bl proposes the call,
         has the policy decide it and, if it is cleared, takes the
@@ -193,13 +193,15 @@ class LangGraphBridge:
                             "put make_decision_node before make_guarded_node")
 
         def call(state: State, config: RunnableConfig) -> dict[str, Any]:
-            binding = self._binding(state, config, tool, args, operation_id)
+            # Once: the tool is called with exactly the arguments reserved.
+            call_args = args(state)
+            binding = self._binding(state, config, tool, call_args, operation_id)
             lease = self.dispatch_lease.hold(binding[0]) if self.dispatch_lease else nullcontext()
             with lease:
                 record, granted = self._decided(state, config, binding, approval_prompt, reserve=True)
                 decided = {**state, self.state_key: record}
-                return _run_sync(self._guarded_steps(decided, args, result_key, None, granted=granted,
-                                                     leased=True), tool_fn)
+                return _run_sync(self._guarded_steps(decided, lambda _: call_args, result_key, None,
+                                                     granted=granted, leased=True), tool_fn)
 
         return call
 
@@ -233,23 +235,23 @@ class LangGraphBridge:
     # -- what the nodes share -----------------------------------------------
 
     def _binding(self, state: State, config: Config | None, tool: str | Callable[[State], str],
-                 args: Callable[[State], Mapping[str, Any]],
+                 call_args: Mapping[str, Any],
                  operation_id: Callable[[State, Config], str] | None) -> tuple[str, str, str, str]:
         """What a decision is bound to: its operation id, the thread, the
-        tool's name and the arguments' digest."""
+        tool's name and the digest of the call's arguments."""
         thread_id = _configurable(config).get("thread_id")
         thread = "" if thread_id is None else str(thread_id)
         name = tool(state) if callable(tool) else tool
         if not isinstance(name, str) or not name:
-            raise ValueError(f"the decision node's tool= gave {name!r}: it must name the tool, as a string")
-        digest = args_digest(args(state), self.digest_key)
+            raise ValueError(f"the node's tool= gave {name!r}: it must name the tool, as a string")
+        digest = args_digest(call_args, self.digest_key)
         if operation_id is None and not thread:
             # The default id is the thread's, the tool's and the
             # arguments': with no thread, the same call anywhere would be
             # one decision, and a second request would never run.
             raise ValueError("no thread_id in config['configurable']: run the graph with "
                              "{'configurable': {'thread_id': ...}} (and a checkpointer), or give "
-                             "make_decision_node an operation_id=")
+                             "the node (make_decision_node or make_guarded_call_node) an operation_id=")
         op = operation_id(state, config or {}) if operation_id else _default_operation_id(thread, name, digest)
         return op, thread, name, digest
 
@@ -316,9 +318,10 @@ class LangGraphBridge:
                 # nothing is reserved.
                 return {self.state_key: decided}
             if status == "reserved":
-                # Reserved before this run began: by a process that is
-                # gone, since the lease is ours. Whether the tool ran is
-                # unknown, and it is not run again.
+                # Reserved before this run began (by a process that is
+                # gone, since the lease is ours), or by a proposal whose
+                # answer was lost. Whether the tool ran is unknown, and it
+                # is not run again.
                 return {self.state_key: {**decided, **self._after_lost_reservation(op, None)}}
             try:
                 if granted is None:
@@ -392,7 +395,8 @@ class LangGraphBridge:
         standing = self.client.decision(op) or {}
         stage = standing.get("stage")
         if stage == "reserved":
-            self._record_failure(op, "the node ran again after its reservation; whether the tool ran is unknown")
+            self._record_failure(op, "reserved before this node run (the node ran again, or an answer was lost); "
+                                     "whether the tool ran is unknown")
             return {"status": "reconciliation_required"}
         if stage == "executed":
             return {"status": "executed"}
