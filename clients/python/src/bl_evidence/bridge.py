@@ -289,8 +289,8 @@ class LangGraphBridge:
                     self._request_approval(op, namespace, interrupt_id)
                 raise
             stage = self._stage_after_resume(op)
-        status = {"cleared": "cleared", "blocked": "blocked", "rejected": "rejected"}.get(stage, stage)
-        return {**record, "status": status, "reason": policy.get("reason", "")}, None
+        # The node's status is where bl says the decision stands.
+        return {**record, "status": stage, "reason": policy.get("reason", "")}, None
 
     def _guarded_steps(self, state: State, args: Callable[[State], Mapping[str, Any]],
                        result_key: str | None, cancelled: threading.Event | None,
