@@ -2,7 +2,7 @@
 //! store, limits and error mapping that every world shares.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -76,7 +76,77 @@ pub struct Runtime {
     limits: Arc<Limits>,
     pooling: bool,
     runner: Option<Arc<dyn CommandRunner>>,
-    ticker_stop: Arc<AtomicBool>,
+    ticker: EpochTicker,
+}
+
+/// Advances the engine's epoch (the clock plugin deadlines are counted in)
+/// every [`EPOCH_TICK`] while a call is in flight, and sleeps otherwise: a
+/// bl that waits (a service between requests, a loop while its command
+/// runs) is not woken 200 times a second for nothing.
+struct EpochTicker {
+    shared: Arc<TickerShared>,
+    thread: std::thread::Thread,
+}
+
+#[derive(Default)]
+struct TickerShared {
+    calls_in_flight: AtomicUsize,
+    stop: AtomicBool,
+    #[cfg(test)]
+    ticks: std::sync::atomic::AtomicU64,
+}
+
+/// One call in flight: the epoch advances until it is dropped.
+struct Ticking<'a>(&'a TickerShared);
+
+impl EpochTicker {
+    fn start(engine: Engine) -> Result<Self, PluginError> {
+        let shared = Arc::new(TickerShared::default());
+        let ticking = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("bl-epoch-ticker".into())
+            .spawn(move || {
+                while !ticking.stop.load(Ordering::Acquire) {
+                    if ticking.calls_in_flight.load(Ordering::Acquire) == 0 {
+                        // Woken by the next call (or the stop); a wake-up
+                        // for nothing only goes round again.
+                        std::thread::park();
+                        continue;
+                    }
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                    #[cfg(test)]
+                    ticking.ticks.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .map_err(|e| PluginError::Runtime(format!("cannot start the epoch ticker: {e}")))?;
+        Ok(EpochTicker {
+            shared,
+            thread: handle.thread().clone(),
+        })
+    }
+
+    /// Ticks until the guard is dropped. A call's deadline is set after
+    /// this, so its ticks are counted from its own start.
+    fn during_call(&self) -> Ticking<'_> {
+        if self.shared.calls_in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.thread.unpark();
+        }
+        Ticking(&self.shared)
+    }
+}
+
+impl Drop for Ticking<'_> {
+    fn drop(&mut self) {
+        self.0.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
 }
 
 /// A component compiled, admitted and linked, ready to instantiate cheaply.
@@ -159,17 +229,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         add_interfaces(&mut linker).map_err(runtime_error)?;
 
-        let ticker_stop = Arc::new(AtomicBool::new(false));
-        let (ticking_engine, stop) = (engine.clone(), ticker_stop.clone());
-        std::thread::Builder::new()
-            .name("bl-epoch-ticker".into())
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
-                    ticking_engine.increment_epoch();
-                }
-            })
-            .map_err(|e| PluginError::Runtime(format!("cannot start the epoch ticker: {e}")))?;
+        let ticker = EpochTicker::start(engine.clone())?;
 
         let cache = config
             .cache_dir
@@ -182,7 +242,7 @@ impl Runtime {
             limits: Arc::new(limits),
             pooling,
             runner: config.command_runner,
-            ticker_stop,
+            ticker,
         })
     }
 
@@ -355,6 +415,7 @@ impl Runtime {
             context.workspace_root,
             plugin.runner.clone(),
         );
+        let _ticking = self.ticker.during_call();
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         let ticks = (limits.deadline.as_nanos() / EPOCH_TICK.as_nanos()).max(1) as u64;
@@ -480,12 +541,6 @@ fn add_interfaces(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     Ok(())
 }
 
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -513,5 +568,22 @@ mod tests {
             added < 200,
             "making a pooling engine added {added} mappings"
         );
+    }
+
+    #[test]
+    fn the_epoch_advances_only_while_a_call_is_in_flight() {
+        let runtime = Runtime::new(RuntimeConfig::default()).expect("an engine");
+        let ticks = || runtime.ticker.shared.ticks.load(Ordering::Relaxed);
+        std::thread::sleep(EPOCH_TICK * 6);
+        assert_eq!(ticks(), 0, "an idle runtime's ticker sleeps");
+        let call = runtime.ticker.during_call();
+        std::thread::sleep(EPOCH_TICK * 6);
+        assert!(ticks() >= 2, "a call in flight is ticked for: {}", ticks());
+        drop(call);
+        // A tick already under way may still land.
+        std::thread::sleep(EPOCH_TICK * 2);
+        let after = ticks();
+        std::thread::sleep(EPOCH_TICK * 6);
+        assert_eq!(ticks(), after, "the ticker sleeps again after the call");
     }
 }
