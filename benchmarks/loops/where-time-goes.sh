@@ -124,7 +124,7 @@ if len(names) == len(per_run):
         print(f"  {len(alone)} runs start no command: {sum(alone):.0f} ms of bl's own, {sum(alone) / len(alone):.1f} ms a run")
     most = sorted(zip(per_run, names), reverse=True)[:5]
     print("  most of bl's own: " + ", ".join(f"{name} {own:.1f} ms ({commands} commands)" for (own, commands), name in most))
-print(f"the catalog's time over its commands' own: {bl_total / tools:.2f}x (target <= 1.15)")
+print(f"the catalog's time over its commands' own: {bl_total / tools:.3f}x (target <= 1.15)")
 if bl_total / tools > 1.15:
     print("MISSED: the catalog takes more than 1.15x its commands' own time")
     sys.exit(1)
