@@ -861,7 +861,24 @@ impl EvidenceStore {
         plugin: &str,
         config: &str,
     ) -> Result<(), EvidenceError> {
-        let (_, policy) = self.loaded_policy(host, plugin)?;
+        let (found, policy) = self.loaded_policy(host, plugin)?;
+        let cannot = |message: String| EvidenceError::Policy {
+            plugin: plugin.to_string(),
+            message,
+        };
+        // Its manifest's schema names the place in the config that is
+        // wrong; the plugin's own refusal would not.
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(config) {
+            let violations = found
+                .config_violations(&value)
+                .map_err(|e| cannot(e.to_string()))?;
+            if !violations.is_empty() {
+                return Err(cannot(format!(
+                    "the config is not one it takes: {} (`bl plugin inspect {plugin} --json` shows the schema it must match)",
+                    bl_plugins::describe_violations(&violations, "")
+                )));
+            }
+        }
         let probe = bl_plugins::PublishRequest {
             effect_key: "bl-evidence-start".into(),
             kind: TOOL_CALL.into(),
@@ -872,10 +889,7 @@ impl EvidenceStore {
         host.runtime()
             .and_then(|runtime| runtime.decide(policy, &probe, config))
             .map(|_| ())
-            .map_err(|e| EvidenceError::Policy {
-                plugin: plugin.to_string(),
-                message: e.to_string(),
-            })
+            .map_err(|e| cannot(e.to_string()))
     }
 
     fn ask_policy(

@@ -16,7 +16,7 @@ use bl_graph::plan::DEFAULT_POLICY_DIGEST;
 use bl_graph::{CompileInput, Graph, Plan};
 use bl_run::executor::{self, Caps, Ports, RunEnd, RunSettings};
 use bl_run::projection::{self, NodeState, RunState, RunView};
-use bl_run::schedule::{Driver, Schedule};
+use bl_run::schedule::{Driver, NodeInfo, Schedule};
 use bl_store::{RunDir, RunIdentity};
 use bl_workers::{Catalog, LocalCli, Network, Transport, Workers};
 use serde_json::{Value, json};
@@ -595,7 +595,7 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
     let manifest = |node: &str,
                     name: &str,
                     world: &str|
-     -> Result<Option<bl_plugins::PluginManifest>, AppError> {
+     -> Result<Option<bl_plugins::FoundPlugin>, AppError> {
         // The version is checked below, to say which was found where.
         let bare = match std::path::Path::new(name).is_file() {
             true => name,
@@ -625,7 +625,7 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
                 found.version.as_deref().unwrap_or("unknown (no manifest)")
             )));
         }
-        let Some(m) = found.package.manifest else {
+        let Some(m) = &found.package.manifest else {
             return Ok(None);
         };
         if m.world != world {
@@ -634,11 +634,13 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
                 m.world
             )));
         }
-        Ok(Some(m))
+        Ok(Some(found))
     };
     for node in &schedule.nodes {
-        if let Some(gate) = &node.gate {
-            manifest(&node.id, &gate.plugin, "gate")?;
+        if let Some(gate) = &node.gate
+            && let Some(found) = manifest(&node.id, &gate.plugin, "gate")?
+        {
+            check_config(node, &gate.plugin, &found, &gate.config, "/gate/config")?;
         }
         if let Driver::Transform { plugin, major } = &node.driver {
             let dashed = plugin.replace('.', "-");
@@ -647,13 +649,16 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
             } else {
                 dashed.as_str()
             };
-            if let Some(m) = manifest(&node.id, name, "transform")? {
-                bl_handoff::plugins::check_major(plugin, *major, &m).map_err(|e| {
+            if let Some(found) = manifest(&node.id, name, "transform")?
+                && let Some(m) = &found.package.manifest
+            {
+                bl_handoff::plugins::check_major(plugin, *major, m).map_err(|e| {
                     refused(format!(
                         "graph run: node '{}': {e}; nothing was run",
                         node.id
                     ))
                 })?;
+                check_config(node, plugin, &found, &node.config, "/config")?;
             }
         }
         for output in &node.outputs {
@@ -663,6 +668,39 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
         }
     }
     Ok(())
+}
+
+/// A node's config for the plugin `found` (JSON text, at `within` the node
+/// in the manifest), refused before anything runs when it breaks the
+/// schema the plugin's manifest declares: the plugin would refuse it only
+/// when first called, after the work before it was paid for.
+fn check_config(
+    node: &NodeInfo,
+    plugin: &str,
+    found: &bl_plugins::FoundPlugin,
+    config: &str,
+    within: &str,
+) -> Result<(), AppError> {
+    let config: Value = serde_json::from_str(config).map_err(|e| {
+        refused(format!(
+            "graph run: node '{}': its config for plugin '{plugin}' is not JSON ({e}); nothing was run",
+            node.id
+        ))
+    })?;
+    let violations = found.config_violations(&config).map_err(|e| {
+        refused(format!(
+            "graph run: node '{}' uses plugin '{plugin}', and {e}; nothing was run",
+            node.id
+        ))
+    })?;
+    if violations.is_empty() {
+        return Ok(());
+    }
+    Err(refused(format!(
+        "graph run: node '{}': the config is not one plugin '{plugin}' takes: {}. Fix it in the graph manifest (`bl plugin inspect {plugin} --json` shows the schema it must match); nothing was run",
+        node.id,
+        bl_plugins::describe_violations(&violations, &format!("{}{within}", node.at))
+    )))
 }
 
 /// Preflight, fail-closed, before anything is written: the graph is one

@@ -94,16 +94,16 @@ impl GatePlugins {
     /// A plugin, loaded once for the run.
     fn load(&self, name: &str, grants: &[&str]) -> Result<(GatePlugin, String), GateUnprepared> {
         self.load_pinned(name, grants)
-            .map(|(plugin, digest, _)| (plugin, digest))
+            .map(|(plugin, digest, ..)| (plugin, digest))
     }
 
     /// As [`GatePlugins::load`], with whether a project's lock says the
-    /// plugin was installed unsigned.
+    /// plugin was installed unsigned, and what was found (its manifest).
     fn load_pinned(
         &self,
         name: &str,
         grants: &[&str],
-    ) -> Result<(GatePlugin, String, bool), GateUnprepared> {
+    ) -> Result<(GatePlugin, String, bool, bl_plugins::FoundPlugin), GateUnprepared> {
         let found = self.host.find(name).map_err(unprepared)?;
         let grants = Grants::parse(grants).map_err(unprepared)?;
         if grants.allows(bl_core::plugin::Capability::Command) {
@@ -117,7 +117,7 @@ impl GatePlugins {
             command_timeout: Some(self.deadline),
         };
         let plugin = self.host.load_gate(&found, &grant).map_err(unprepared)?;
-        Ok((plugin, found.digest, found.unsigned))
+        Ok((plugin, found.digest.clone(), found.unsigned, found))
     }
 
     fn check(
@@ -185,7 +185,15 @@ impl LoopGate {
                 )
             }
             None => {
-                let judge = build(&plugins, spec, package, outputs, schema, &mut digests)?;
+                let judge = build(
+                    &plugins,
+                    spec,
+                    "/gate",
+                    package,
+                    outputs,
+                    schema,
+                    &mut digests,
+                )?;
                 let unsigned = matches!(&judge, Judge::Plugin { unsigned: true, .. });
                 (
                     judge,
@@ -239,9 +247,11 @@ fn command_judge(
     })
 }
 
+/// The judge `spec` (at `at` in loop.yaml, a JSON pointer) declares.
 fn build(
     plugins: &GatePlugins,
     spec: &GateSpec,
+    at: &str,
     package: &Path,
     outputs: &[String],
     bounds_schema: Option<&str>,
@@ -296,9 +306,21 @@ fn build(
         bl_loops::manifest::PLUGIN_GATE => {
             let name = spec.plugin.clone().unwrap_or_default();
             // Granted nothing: a loop's plugin gate judges the workspace alone.
-            let (plugin, digest, unsigned) = plugins.load_pinned(&name, &[])?;
+            let (plugin, digest, unsigned, found) = plugins.load_pinned(&name, &[])?;
             digests.push(digest);
-            let config = spec.config.clone().unwrap_or_else(|| json!({})).to_string();
+            let config = spec.config.clone().unwrap_or_else(|| json!({}));
+            // Refused now, before the first lap pays for a turn the gate
+            // could not judge.
+            let violations = found
+                .config_violations(&config)
+                .map_err(|e| GateUnprepared(format!("plugin '{name}': {e}")))?;
+            if !violations.is_empty() {
+                return Err(GateUnprepared(format!(
+                    "the gate's config in loop.yaml is not one plugin '{name}' takes: {}. Fix it (`bl plugin inspect {name} --json` shows the schema it must match)",
+                    bl_plugins::describe_violations(&violations, &format!("{at}/config"))
+                )));
+            }
+            let config = config.to_string();
             Judge::Plugin {
                 plugin,
                 name,
@@ -309,7 +331,11 @@ fn build(
         "composite" => Judge::All(
             spec.gates
                 .iter()
-                .map(|g| build(plugins, g, package, outputs, bounds_schema, digests))
+                .enumerate()
+                .map(|(i, g)| {
+                    let at = format!("{at}/gates/{i}");
+                    build(plugins, g, &at, package, outputs, bounds_schema, digests)
+                })
                 .collect::<Result<_, _>>()?,
         ),
         kind => {

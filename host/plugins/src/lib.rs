@@ -15,6 +15,7 @@ mod artifacts;
 mod bindings;
 mod cache;
 mod compose;
+mod config_schema;
 mod error;
 mod host;
 mod limits;
@@ -32,6 +33,9 @@ pub use bl_core::plugin::{
 };
 pub use cache::ComponentSource;
 pub use compose::{ContractRegistry, ContractReport, PatternError, judge_all};
+pub use config_schema::{
+    ConfigViolation, UnusableConfigSchema, config_violations, describe_violations,
+};
 pub use error::PluginError;
 pub use host::LogEntry;
 pub use limits::Limits;

@@ -207,6 +207,23 @@ impl FoundPlugin {
         self.package.name()
     }
 
+    /// Where `config` breaks the config schema the plugin's manifest
+    /// declares: none when it declares none, or when the manifest is not
+    /// this component's own (a stale manifest's schema may not be the
+    /// plugin's, and the plugin still checks its config itself).
+    pub fn config_violations(
+        &self,
+        config: &serde_json::Value,
+    ) -> Result<Vec<crate::ConfigViolation>, crate::UnusableConfigSchema> {
+        match &self.package.manifest {
+            Some(m) if m.component_digest == self.digest => match &m.config_schema {
+                Some(schema) => crate::config_violations(schema, config),
+                None => Ok(Vec::new()),
+            },
+            _ => Ok(Vec::new()),
+        }
+    }
+
     /// Where its bytes are read from, if it must be compiled.
     fn source(&self) -> ComponentSource<'_> {
         ComponentSource::File(&self.path)

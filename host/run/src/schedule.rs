@@ -132,6 +132,8 @@ impl Routes {
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
     pub id: String,
+    /// Where the node is in its manifest, as a JSON pointer (`/nodes/3`).
+    pub at: String,
     pub kind: NodeKind,
     pub driver: Driver,
     pub binding: Option<Connection>,
@@ -237,13 +239,17 @@ impl Schedule {
         for c in plan.node_bindings.values() {
             *binding_uses.entry(&c.binding_id).or_default() += 1;
         }
-        let by_id: HashMap<&str, &bl_graph::model::GraphNode> =
-            graph.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+        let by_id: HashMap<&str, (usize, &bl_graph::model::GraphNode)> = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(position, n)| (n.id.as_str(), (position, n)))
+            .collect();
         let hazards = bl_graph::hazards::hazards(graph, Some(&plan.node_bindings));
         let mut nodes = Vec::with_capacity(order.len());
         let mut specs = Vec::with_capacity(order.len());
         for (_, id) in &order {
-            let node = by_id[*id];
+            let (position, node) = by_id[*id];
             let binding = plan.node_bindings.get(*id).cloned();
             let text = |key: &str| {
                 node.detail(key)
@@ -295,6 +301,7 @@ impl Schedule {
             });
             nodes.push(NodeInfo {
                 id: node.id.clone(),
+                at: format!("/nodes/{position}"),
                 kind: node.kind,
                 shared_binding: binding
                     .as_ref()

@@ -318,7 +318,16 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
     // nothing: the service refuses to start, naming it.
     for (policy, config, says) in [
         ("no-such-policy", "{}", "no-such-policy"),
-        ("tool-policy", r#"{"allow": "lookup"}"#, "bad config"),
+        (
+            "tool-policy",
+            r#"{"allow": "lookup"}"#,
+            "the config is not one it takes: at /allow: ",
+        ),
+        (
+            "tool-policy",
+            r#"{"allow": ["lookup"], "deny": []}"#,
+            "at /: ",
+        ),
     ] {
         let refused = Service::command(dir, "ws2", policy, config)
             .output()

@@ -728,6 +728,41 @@ fn contracts_and_gate_plugins_decide_and_a_broken_gate_is_an_error() {
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
 }
 
+/// A gate config that breaks the schema its plugin's manifest declares is
+/// refused before anything runs (no paid turn first), naming each place in
+/// the manifest that is wrong; the same gate with a config it takes runs.
+#[test]
+fn a_gate_config_its_plugin_would_refuse_is_refused_before_the_run() {
+    let case = Case::new();
+    let gated = |config: Value| {
+        crate::plugin_registry::gated_graph(
+            &case,
+            json!({"plugin": "jsonschema", "config": config}),
+            "{\"title\": \"done\"}",
+        )
+    };
+    gated(json!({"schema": {"type": "object"}, "files": "workspace/report.md", "file": "x"}));
+    refused_before_running(
+        &case,
+        "refused",
+        &[],
+        "node 'writer': the config is not one plugin 'jsonschema' takes",
+    );
+    let said = text(&case.run("refused-again", &[]));
+    assert!(said.contains("at /nodes/0/gate/config/files: "), "{said}");
+    assert!(said.contains("at /nodes/0/gate/config: "), "{said}");
+    assert!(
+        said.contains("bl plugin inspect jsonschema --json"),
+        "{said}"
+    );
+
+    gated(json!({"schema": {"type": "object"}, "files": ["workspace/report.md"]}));
+    let run = case.run("taken", &[]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let done = case.event("taken", "writer", "node.succeeded").unwrap();
+    assert_eq!(done["plugins"][0]["plugin"], "jsonschema", "{done}");
+}
+
 /// `bl verify` checks the plugin components the log names: a changed
 /// component in the run's store is found.
 #[test]

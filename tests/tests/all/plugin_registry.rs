@@ -163,6 +163,55 @@ pub(crate) fn word_count_loop(case: &Case, plugin: &str) -> PathBuf {
     package
 }
 
+/// A loop's plugin gate whose config breaks the schema the plugin's
+/// manifest declares is refused before the first lap, naming the place in
+/// loop.yaml; with a config the plugin takes, the loop runs.
+#[test]
+fn a_loop_gate_config_its_plugin_would_refuse_is_refused_before_the_first_lap() {
+    let case = Case::new();
+    let package = word_count_loop(&case, "jsonschema");
+    let manifest = package.join("loop.yaml");
+    let with_config = |config: &str| {
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let start = text.find("  config: ").unwrap();
+        let end = start + text[start..].find('\n').unwrap();
+        std::fs::write(
+            &manifest,
+            format!("{}  config: {config}{}", &text[..start], &text[end..]),
+        )
+        .unwrap();
+    };
+    with_config("{schema: {type: string}, files: seed/notes.md}");
+    let run = |id: &str| {
+        let mut command = Command::new(bl_binary());
+        command
+            .current_dir(case.path(""))
+            .args(["run", "loops/wc", "--yes", "--run-id", id]);
+        command.output().unwrap()
+    };
+    let refused = run("refused");
+    let said = text(&refused);
+    assert_ne!(refused.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("is not one plugin 'jsonschema' takes: at /gate/config/files: "),
+        "{said}"
+    );
+    assert!(
+        !package
+            .join(".bounded-loops/runs/refused/ledger.jsonl")
+            .exists(),
+        "no lap ran: {said}"
+    );
+    // notes.md is no JSON string: the gate judges (and rejects) each lap.
+    with_config("{schema: {type: string}, files: [seed/notes.md]}");
+    let judged = run("judged");
+    assert!(
+        !ledger_laps(&package, "judged").is_empty(),
+        "{}",
+        text(&judged)
+    );
+}
+
 /// The laps a loop run recorded in its ledger.
 pub(crate) fn ledger_laps(package: &Path, run: &str) -> Vec<Value> {
     let ledger = package.join(format!(".bounded-loops/runs/{run}/ledger.jsonl"));
