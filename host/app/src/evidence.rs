@@ -875,7 +875,7 @@ impl EvidenceStore {
             if !violations.is_empty() {
                 return Err(cannot(format!(
                     "the config is not one it takes: {} (`bl plugin inspect {plugin} --json` shows the schema it must match)",
-                    bl_plugins::describe_violations(&violations, "")
+                    bl_plugins::describe_violations(&violations, "", str::to_string)
                 )));
             }
         }

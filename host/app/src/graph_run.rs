@@ -587,7 +587,7 @@ fn run_context(dir: &Path, flags: &DriveOptions, fresh: bool) -> Result<RunConte
 /// each gate a gate, each transform a transform of the major version asked
 /// for, each contract a completion contract (and the first-party contracts
 /// when an output's name calls for them). Refused before anything runs.
-fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
+fn check_plugins(schedule: &Schedule, source: Option<Source>) -> Result<(), AppError> {
     // Each component is found and trusted (pinned, shipped with bl, signed,
     // or allowed by name) before anything runs; it is loaded when a node
     // uses it. Its version (the lock's, else its manifest's) must meet
@@ -640,7 +640,8 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
         if let Some(gate) = &node.gate
             && let Some(found) = manifest(&node.id, &gate.plugin, "gate")?
         {
-            check_config(node, &gate.plugin, &found, &gate.config, "/gate/config")?;
+            let at = format!("{}/gate/config", node.at);
+            check_config(node, &gate.plugin, &found, &gate.config, &at, source)?;
         }
         if let Driver::Transform { plugin, major } = &node.driver {
             let dashed = plugin.replace('.', "-");
@@ -658,7 +659,8 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
                         node.id
                     ))
                 })?;
-                check_config(node, plugin, &found, &node.config, "/config")?;
+                let at = format!("{}/config", node.at);
+                check_config(node, plugin, &found, &node.config, &at, source)?;
             }
         }
         for output in &node.outputs {
@@ -670,16 +672,21 @@ fn check_plugins(schedule: &Schedule) -> Result<(), AppError> {
     Ok(())
 }
 
-/// A node's config for the plugin `found` (JSON text, at `within` the node
-/// in the manifest), refused before anything runs when it breaks the
-/// schema the plugin's manifest declares: the plugin would refuse it only
-/// when first called, after the work before it was paid for.
+/// The manifest a new run was read from, and its bytes: where a refusal
+/// points to a line and column.
+type Source<'a> = (&'a Path, &'a [u8]);
+
+/// A node's config for the plugin `found` (JSON text, at the pointer
+/// `within` in the manifest), refused before anything runs when it breaks
+/// the schema the plugin's manifest declares: the plugin would refuse it
+/// only when first called, after the work before it was paid for.
 fn check_config(
     node: &NodeInfo,
     plugin: &str,
     found: &bl_plugins::FoundPlugin,
     config: &str,
     within: &str,
+    source: Option<Source>,
 ) -> Result<(), AppError> {
     let config: Value = serde_json::from_str(config).map_err(|e| {
         refused(format!(
@@ -699,7 +706,10 @@ fn check_config(
     Err(refused(format!(
         "graph run: node '{}': the config is not one plugin '{plugin}' takes: {}. Fix it in the graph manifest (`bl plugin inspect {plugin} --json` shows the schema it must match); nothing was run",
         node.id,
-        bl_plugins::describe_violations(&violations, &format!("{}{within}", node.at))
+        bl_plugins::describe_violations(&violations, within, |pointer| match source {
+            Some((manifest, bytes)) => place(manifest, bytes, pointer),
+            None => pointer.to_string(),
+        })
     )))
 }
 
@@ -707,7 +717,12 @@ fn check_config(
 /// this version can run (its routers, its tools), every connector node's
 /// binding has what its transport needs (a profile, recorded replies, an
 /// admitted record), every package and plugin a node names is here.
-fn preflight(schedule: &Schedule, catalog: &Catalog, ctx: &RunContext) -> Result<(), AppError> {
+fn preflight(
+    schedule: &Schedule,
+    catalog: &Catalog,
+    ctx: &RunContext,
+    source: Option<Source>,
+) -> Result<(), AppError> {
     if let Some((pointer, why)) = schedule.problems.first() {
         return Err(refused(format!(
             "graph run: {pointer} — {why}; nothing was run"
@@ -734,7 +749,7 @@ fn preflight(schedule: &Schedule, catalog: &Catalog, ctx: &RunContext) -> Result
             )));
         }
     }
-    check_plugins(schedule)?;
+    check_plugins(schedule, source)?;
     for node in &schedule.nodes {
         match &node.driver {
             Driver::Loop { package } if ctx.packages.get(package).is_none() => {
@@ -938,7 +953,7 @@ pub fn run_manifest(
     let plan = compile(&graph, conns.as_deref(), Some(&packages)).map_err(not_run)?;
     let schedule = Schedule::of(&graph, &plan);
     let catalog = catalog(flags, None)?;
-    preflight(&schedule, &catalog, &ctx)?;
+    preflight(&schedule, &catalog, &ctx, Some((manifest, &bytes)))?;
     if depth == Depth::Top {
         refuse_unused_replies(manifest, &schedule, &ctx)?;
     }
@@ -1478,7 +1493,7 @@ fn continue_run(
 ) -> Result<(RunEnd, RunView), AppError> {
     let catalog = catalog(flags, Some(&run.dir))?;
     let ctx = run_context(&run.dir, flags, false)?;
-    preflight(schedule, &catalog, &ctx)?;
+    preflight(schedule, &catalog, &ctx, None)?;
     let caps = caps(flags)?;
     drive(
         run,

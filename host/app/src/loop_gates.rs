@@ -317,7 +317,11 @@ fn build(
             if !violations.is_empty() {
                 return Err(GateUnprepared(format!(
                     "the gate's config in loop.yaml is not one plugin '{name}' takes: {}. Fix it (`bl plugin inspect {name} --json` shows the schema it must match)",
-                    bl_plugins::describe_violations(&violations, &format!("{at}/config"))
+                    bl_plugins::describe_violations(
+                        &violations,
+                        &format!("{at}/config"),
+                        str::to_string
+                    )
                 )));
             }
             let config = config.to_string();

@@ -41,18 +41,20 @@ pub fn config_violations(
         .collect())
 }
 
-/// The violations in a few words each, each placed at `within` (where the
-/// config sits in the user's file, as a JSON pointer) and its own pointer.
-pub fn describe_violations(violations: &[ConfigViolation], within: &str) -> String {
+/// The violations in a few words each. Each is placed by `place`, given
+/// the JSON pointer of its place in the user's file: `within` (where the
+/// config sits there) and its own pointer.
+pub fn describe_violations(
+    violations: &[ConfigViolation],
+    within: &str,
+    place: impl Fn(&str) -> String,
+) -> String {
     violations
         .iter()
         .map(|v| {
             let at = format!("{within}{}", v.pointer);
-            format!(
-                "at {}: {}",
-                if at.is_empty() { "/" } else { &at },
-                v.message
-            )
+            let at = if at.is_empty() { "/" } else { &at };
+            format!("at {}: {}", place(at), v.message)
         })
         .collect::<Vec<_>>()
         .join("; ")
@@ -88,6 +90,19 @@ mod tests {
         assert!(places.contains(&""), "the unknown key: {found:?}");
         let files = found.iter().find(|v| v.pointer == "/files").unwrap();
         assert!(files.message.contains("array"), "{files:?}");
+    }
+
+    #[test]
+    fn violations_are_told_at_their_place_in_the_users_file() {
+        let found = config_violations(&jsonschema_gate_schema(), &json!({"files": 3})).unwrap();
+        let told = describe_violations(&found, "/gate/config", |p| format!("loop.yaml {p}"));
+        assert!(
+            told.contains("at loop.yaml /gate/config/files: 3 is not of type"),
+            "{told}"
+        );
+        assert!(told.contains("at loop.yaml /gate/config: "), "{told}");
+        let whole = describe_violations(&found, "", str::to_string);
+        assert!(whole.contains("at /: "), "the config as a whole: {whole}");
     }
 
     #[test]

@@ -749,8 +749,13 @@ fn a_gate_config_its_plugin_would_refuse_is_refused_before_the_run() {
         "node 'writer': the config is not one plugin 'jsonschema' takes",
     );
     let said = text(&case.run("refused-again", &[]));
-    assert!(said.contains("at /nodes/0/gate/config/files: "), "{said}");
-    assert!(said.contains("at /nodes/0/gate/config: "), "{said}");
+    // Each place as file:line:col and its JSON pointer.
+    let place = place_before(&said, "/nodes/0/gate/config/files: ");
+    assert!(place.starts_with("graph.json:"), "{said}");
+    assert!(
+        said.contains("/nodes/0/gate/config: Additional properties"),
+        "{said}"
+    );
     assert!(
         said.contains("bl plugin inspect jsonschema --json"),
         "{said}"
@@ -761,6 +766,15 @@ fn a_gate_config_its_plugin_would_refuse_is_refused_before_the_run() {
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
     let done = case.event("taken", "writer", "node.succeeded").unwrap();
     assert_eq!(done["plugins"][0]["plugin"], "jsonschema", "{done}");
+}
+
+/// The `file:line:col` said just before `pointer` (after the last "at ").
+fn place_before(said: &str, pointer: &str) -> String {
+    let end = said
+        .find(pointer)
+        .unwrap_or_else(|| panic!("{pointer} in {said}"));
+    let start = said[..end].rfind("at ").map_or(0, |i| i + 3);
+    said[start..end].trim_end_matches(": ").to_string()
 }
 
 /// `bl verify` checks the plugin components the log names: a changed
