@@ -869,15 +869,9 @@ impl EvidenceStore {
         // Its manifest's schema names the place in the config that is
         // wrong; the plugin's own refusal would not.
         if let Ok(value) = serde_json::from_str::<serde_json::Value>(config) {
-            let violations = found
-                .config_violations(&value)
+            found
+                .check_config(&value, "", str::to_string)
                 .map_err(|e| cannot(e.to_string()))?;
-            if !violations.is_empty() {
-                return Err(cannot(format!(
-                    "the config is not one it takes: {} (`bl plugin inspect {plugin} --json` shows the schema it must match)",
-                    bl_plugins::describe_violations(&violations, "", str::to_string)
-                )));
-            }
         }
         let probe = bl_plugins::PublishRequest {
             effect_key: "bl-evidence-start".into(),

@@ -694,23 +694,17 @@ fn check_config(
             node.id
         ))
     })?;
-    let violations = found.config_violations(&config).map_err(|e| {
-        refused(format!(
-            "graph run: node '{}' uses plugin '{plugin}', and {e}; nothing was run",
-            node.id
-        ))
-    })?;
-    if violations.is_empty() {
-        return Ok(());
-    }
-    Err(refused(format!(
-        "graph run: node '{}': the config is not one plugin '{plugin}' takes: {}. Fix it in the graph manifest (`bl plugin inspect {plugin} --json` shows the schema it must match); nothing was run",
-        node.id,
-        bl_plugins::describe_violations(&violations, within, |pointer| match source {
+    found
+        .check_config(&config, within, |pointer| match source {
             Some((manifest, bytes)) => place(manifest, bytes, pointer),
             None => pointer.to_string(),
         })
-    )))
+        .map_err(|e| {
+            refused(format!(
+                "graph run: node '{}': {e}; nothing was run",
+                node.id
+            ))
+        })
 }
 
 /// Preflight, fail-closed, before anything is written: the graph is one

@@ -311,19 +311,9 @@ fn build(
             let config = spec.config.clone().unwrap_or_else(|| json!({}));
             // Refused now, before the first lap pays for a turn the gate
             // could not judge.
-            let violations = found
-                .config_violations(&config)
-                .map_err(|e| GateUnprepared(format!("plugin '{name}': {e}")))?;
-            if !violations.is_empty() {
-                return Err(GateUnprepared(format!(
-                    "the gate's config in loop.yaml is not one plugin '{name}' takes: {}. Fix it (`bl plugin inspect {name} --json` shows the schema it must match)",
-                    bl_plugins::describe_violations(
-                        &violations,
-                        &format!("{at}/config"),
-                        str::to_string
-                    )
-                )));
-            }
+            found
+                .check_config(&config, &format!("{at}/config"), str::to_string)
+                .map_err(|e| GateUnprepared(format!("the gate's config in loop.yaml: {e}")))?;
             let config = config.to_string();
             Judge::Plugin {
                 plugin,

@@ -10,27 +10,58 @@ const MOST_REPORTED: usize = 5;
 
 /// One place where a config breaks its plugin's schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigViolation {
+struct ConfigViolation {
     /// A JSON pointer into the config (`""` for the config as a whole).
-    pub pointer: String,
-    pub message: String,
+    pointer: String,
+    message: String,
 }
 
-/// A schema that cannot check anything: the plugin's author's mistake.
+/// Why a config was refused before its plugin ran.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "its manifest's config schema is not a JSON Schema bl can use ({0}); rebuild or reinstall the plugin"
-)]
-pub struct UnusableConfigSchema(pub String);
+pub enum ConfigRefused {
+    /// The schema cannot check anything: the plugin's author's mistake.
+    #[error(
+        "plugin '{plugin}': its manifest's config schema is not a JSON Schema bl can use ({reason}); rebuild or reinstall the plugin"
+    )]
+    UnusableSchema { plugin: String, reason: String },
+    #[error(
+        "the config is not one plugin '{plugin}' takes: {places}. Fix the config (`bl plugin inspect {plugin} --json` shows the schema it must match)"
+    )]
+    Mismatch { plugin: String, places: String },
+}
 
-/// Where `config` breaks `schema`: empty when it matches. The draft is the
-/// schema's `$schema` (2020-12 when it names none).
-pub fn config_violations(
+/// Checks `config` (found at the JSON pointer `within` in the user's file)
+/// against `plugin`'s config `schema`. Each place that is wrong is named by
+/// `place`, given its pointer in the user's file.
+pub(crate) fn check_config(
+    plugin: &str,
     schema: &Value,
     config: &Value,
-) -> Result<Vec<ConfigViolation>, UnusableConfigSchema> {
-    let validator =
-        jsonschema::validator_for(schema).map_err(|e| UnusableConfigSchema(e.to_string()))?;
+    within: &str,
+    place: impl Fn(&str) -> String,
+) -> Result<(), ConfigRefused> {
+    let violations =
+        config_violations(schema, config).map_err(|e| ConfigRefused::UnusableSchema {
+            plugin: plugin.to_string(),
+            reason: e.to_string(),
+        })?;
+    if violations.is_empty() {
+        return Ok(());
+    }
+    Err(ConfigRefused::Mismatch {
+        plugin: plugin.to_string(),
+        places: describe_violations(&violations, within, place),
+    })
+}
+
+/// Where `config` breaks `schema`: empty when it matches, or why the schema
+/// cannot check anything. The draft is the schema's `$schema` (2020-12
+/// when it names none).
+fn config_violations(
+    schema: &Value,
+    config: &Value,
+) -> Result<Vec<ConfigViolation>, Box<jsonschema::ValidationError<'static>>> {
+    let validator = jsonschema::validator_for(schema).map_err(Box::new)?;
     Ok(validator
         .iter_errors(config)
         .take(MOST_REPORTED)
@@ -44,7 +75,7 @@ pub fn config_violations(
 /// The violations in a few words each. Each is placed by `place`, given
 /// the JSON pointer of its place in the user's file: `within` (where the
 /// config sits there) and its own pointer.
-pub fn describe_violations(
+fn describe_violations(
     violations: &[ConfigViolation],
     within: &str,
     place: impl Fn(&str) -> String,
@@ -77,8 +108,8 @@ mod tests {
     fn each_violation_names_its_place_in_the_config() {
         let schema = jsonschema_gate_schema();
         assert_eq!(
-            config_violations(&schema, &json!({"schema": "s.json", "files": ["r.json"]})),
-            Ok(vec![])
+            config_violations(&schema, &json!({"schema": "s.json", "files": ["r.json"]})).unwrap(),
+            vec![]
         );
         let found = config_violations(
             &schema,
@@ -107,7 +138,9 @@ mod tests {
 
     #[test]
     fn a_schema_that_is_no_schema_is_the_plugins_fault_not_the_configs() {
-        let err = config_violations(&json!({"type": 12}), &json!({})).unwrap_err();
+        let err =
+            check_config("p", &json!({"type": 12}), &json!({}), "", str::to_string).unwrap_err();
+        assert!(matches!(err, ConfigRefused::UnusableSchema { .. }), "{err}");
         assert!(err.to_string().contains("rebuild or reinstall"), "{err}");
     }
 

@@ -33,9 +33,7 @@ pub use bl_core::plugin::{
 };
 pub use cache::ComponentSource;
 pub use compose::{ContractRegistry, ContractReport, PatternError, judge_all};
-pub use config_schema::{
-    ConfigViolation, UnusableConfigSchema, config_violations, describe_violations,
-};
+pub use config_schema::ConfigRefused;
 pub use error::PluginError;
 pub use host::LogEntry;
 pub use limits::Limits;

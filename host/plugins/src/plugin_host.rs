@@ -207,20 +207,26 @@ impl FoundPlugin {
         self.package.name()
     }
 
-    /// Where `config` breaks the config schema the plugin's manifest
-    /// declares: none when it declares none, or when the manifest is not
-    /// this component's own (a stale manifest's schema may not be the
-    /// plugin's, and the plugin still checks its config itself).
-    pub fn config_violations(
+    /// Checks `config` (at the JSON pointer `within` in the user's file,
+    /// each wrong place named by `place`) against the config schema the
+    /// plugin's manifest declares. Nothing is checked when it declares
+    /// none, or when the manifest is not this component's own: a stale
+    /// manifest's schema may not be the plugin's, and the plugin still
+    /// checks its config itself.
+    pub fn check_config(
         &self,
         config: &serde_json::Value,
-    ) -> Result<Vec<crate::ConfigViolation>, crate::UnusableConfigSchema> {
+        within: &str,
+        place: impl Fn(&str) -> String,
+    ) -> Result<(), crate::ConfigRefused> {
         match &self.package.manifest {
             Some(m) if m.component_digest == self.digest => match &m.config_schema {
-                Some(schema) => crate::config_violations(schema, config),
-                None => Ok(Vec::new()),
+                Some(schema) => {
+                    crate::config_schema::check_config(&m.name, schema, config, within, place)
+                }
+                None => Ok(()),
             },
-            _ => Ok(Vec::new()),
+            _ => Ok(()),
         }
     }
 

@@ -321,7 +321,7 @@ fn an_app_records_decisions_through_the_service_and_anyone_verifies_them_offline
         (
             "tool-policy",
             r#"{"allow": "lookup"}"#,
-            "the config is not one it takes: at /allow: ",
+            "the config is not one plugin 'tool-policy' takes: at /allow: ",
         ),
         (
             "tool-policy",
