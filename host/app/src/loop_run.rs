@@ -147,6 +147,44 @@ struct FileLedger {
     /// Whether the last lap on record was stopped while its gate judged a
     /// turn the worker had finished.
     last_stopped_in_gate: bool,
+    /// The last line's fdatasync, running while the run goes on (the run's
+    /// end removes its scratch copy meanwhile); settled before the next
+    /// worker turn, the next line and the run's report.
+    syncing: Option<LedgerSync>,
+}
+
+/// A ledger line being made durable on a thread of its own. Dropped
+/// unwaited (a run that ends in an error), it still waits.
+pub(crate) struct LedgerSync {
+    path: PathBuf,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl LedgerSync {
+    /// Waits until the line is durable.
+    fn wait(mut self) -> Result<(), PortError> {
+        self.join().map_err(|e| {
+            PortError(format!(
+                "cannot append to the ledger {}: {e}",
+                self.path.display()
+            ))
+        })
+    }
+
+    fn join(&mut self) -> std::io::Result<()> {
+        match self.thread.take() {
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the thread syncing it panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LedgerSync {
+    fn drop(&mut self) {
+        let _ = self.join();
+    }
 }
 
 impl FileLedger {
@@ -197,12 +235,20 @@ impl FileLedger {
             redact,
             turn_mark: None,
             last_stopped_in_gate,
+            syncing: None,
         })
+    }
+
+    /// The line still being made durable, for the caller to wait for once
+    /// it has done what need not wait (the run's end: removing its copies).
+    fn take_sync(&mut self) -> Option<LedgerSync> {
+        self.syncing.take()
     }
 }
 
 impl Ledger for FileLedger {
     fn append(&mut self, line: &LedgerLine) -> Result<String, PortError> {
+        self.settle()?;
         let text = self.redact.line(line);
         let mut file = std::fs::OpenOptions::new()
             .create(true)
@@ -215,7 +261,6 @@ impl Ledger for FileLedger {
                 ))
             })?;
         file.write_all(format!("{text}\n").as_bytes())
-            .and_then(|()| file.sync_data())
             .map_err(|e| {
                 PortError(format!(
                     "cannot append to the ledger {}: {e}",
@@ -223,11 +268,30 @@ impl Ledger for FileLedger {
                 ))
             })?;
         self.head = bl_core::sha256_hex(text.as_bytes());
-        if let Some(mark) = &self.turn_mark {
-            // Judged and on record: the mark has done its work.
-            let _ = std::fs::remove_file(mark);
-        }
+        let turn_mark = self.turn_mark.clone();
+        let thread = std::thread::Builder::new()
+            .name("bl-ledger-sync".into())
+            .spawn(move || {
+                file.sync_data()?;
+                if let Some(mark) = turn_mark {
+                    // Judged and on record: the mark has done its work.
+                    let _ = std::fs::remove_file(mark);
+                }
+                Ok(())
+            })
+            .map_err(|e| PortError(format!("cannot start syncing the ledger: {e}")))?;
+        self.syncing = Some(LedgerSync {
+            path: self.path.clone(),
+            thread: Some(thread),
+        });
         Ok(self.head.clone())
+    }
+
+    fn settle(&mut self) -> Result<(), PortError> {
+        match self.syncing.take() {
+            Some(sync) => sync.wait(),
+            None => Ok(()),
+        }
     }
 
     fn head(&self) -> &str {
@@ -603,7 +667,9 @@ struct LoopPlace {
 
 /// Runs the loop engine over `package` (resolved as `dir`): the scratch
 /// workspace and the runner in the sandbox the bounds ask for, the gate as
-/// wasm plugins, the chained ledger.
+/// wasm plugins, the chained ledger. Returns with the ledger's last line
+/// perhaps still being made durable: the caller waits for it before it
+/// reports the run.
 #[allow(clippy::too_many_arguments)]
 fn drive_loop(
     package: &Package,
@@ -614,7 +680,7 @@ fn drive_loop(
     place: &LoopPlace,
     env: Vec<(String, String)>,
     approver: &mut dyn Approver,
-) -> Result<RunOutcome, AppError> {
+) -> Result<(RunOutcome, Option<LedgerSync>), AppError> {
     let m = &package.manifest;
     let workspace_root = &place.workspace_root;
     let mut workspace = ScratchWorkspace::prepare(
@@ -715,7 +781,7 @@ fn drive_loop(
     )
     .map_err(|e| AppError::Undecided(format!("bl run: {e}")))?;
     trace.finish();
-    Ok(outcome)
+    Ok((outcome, ledger.take_sync()))
 }
 
 /// Writes what `--run-id` keeps beside the ledger: `metadata.json`, the
@@ -886,7 +952,7 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
     };
     let env = passthrough(&package.manifest).map_err(|e| AppError::Refused(e.to_string()))?;
     let runner = package.manifest.runner.default.clone();
-    let outcome = drive_loop(
+    let (outcome, syncing) = drive_loop(
         &package,
         &dir,
         package.bounds.clone(),
@@ -897,6 +963,7 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
         &mut NoHumanHere,
     )
     .map_err(|e| AppError::Refused(e.to_string()))?;
+    durable(syncing).map_err(|e| AppError::Refused(e.to_string()))?;
     write_run_records(
         &run_dir,
         &dir,
@@ -919,6 +986,13 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
     std::fs::write(workspace.join(LOOP_OUTCOME), &bytes)
         .map_err(|e| AppError::Refused(e.to_string()))?;
     Ok(bytes)
+}
+
+/// Waits until the run's last ledger line is durable.
+fn durable(syncing: Option<LedgerSync>) -> Result<(), AppError> {
+    syncing
+        .map_or(Ok(()), LedgerSync::wait)
+        .map_err(|e| AppError::Undecided(format!("bl run: {}", e.0)))
 }
 
 /// Where a caged agent runner's egress decisions go (one JSON line each).
@@ -962,6 +1036,67 @@ mod node_tests {
         );
         ledger.head = "another head".into();
         assert_eq!(ledger.unjudged_turn(), None, "a stale mark never matches");
+    }
+
+    /// A line is synced in the background; its turn's mark goes only once
+    /// it is durable, and settling (or dropping the ledger) waits for that.
+    #[test]
+    fn an_appended_line_clears_its_turn_mark_once_settled() {
+        use bl_loops::engine::Ledger;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.jsonl");
+        let mark = super::LoopRunDir::new(dir.path()).turn_mark();
+        let open = || {
+            let mut ledger =
+                super::FileLedger::open(&path, crate::loop_trace::Redact::new("off", dir.path()))
+                    .unwrap();
+            ledger.turn_mark = Some(mark.clone());
+            ledger
+        };
+        let line = |lap: u32, prev: &str| {
+            use bl_loops::ledger::*;
+            LedgerLine {
+                prev: prev.to_string(),
+                lap,
+                ts: "2026-12-05T00:00:00.000000Z".into(),
+                verdict: VerdictRecord {
+                    passed: false,
+                    detail: "gate failed (exit 1)".into(),
+                    evidence: Ordered::object([("code", 1.into())]),
+                },
+                decision: LapDecision::Continue,
+                budget_spent: None,
+                attempted: true,
+                handoff: String::new(),
+                gate: GateRecord {
+                    kind: "command".into(),
+                    source: "shipped".into(),
+                    implementation: "CommandGate".into(),
+                    component: None,
+                },
+                budget_declared: BudgetDeclared {
+                    attempts: 3,
+                    tokens: None,
+                    wallclock_s: 60,
+                    wallclock_work_s: 60.0,
+                },
+            }
+        };
+        let mut ledger = open();
+        ledger.turn_finished(1, 5).unwrap();
+        let head = ledger.append(&line(1, bl_loops::ledger::GENESIS)).unwrap();
+        ledger.settle().unwrap();
+        assert!(!mark.exists(), "a settled line's mark is gone");
+        ledger.turn_finished(2, 5).unwrap();
+        ledger.append(&line(2, &head)).unwrap();
+        drop(ledger);
+        assert!(
+            !mark.exists(),
+            "dropping the ledger waits for its last line"
+        );
+        let reopened = open();
+        assert_eq!(reopened.unjudged_turn(), None);
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2);
     }
 
     #[test]
@@ -1142,7 +1277,7 @@ pub fn run(
         cancel: request.cancel.clone(),
         turn_mark: run_dir.as_ref().map(|d| LoopRunDir::new(d).turn_mark()),
     };
-    let outcome = drive_loop(
+    let (outcome, syncing) = drive_loop(
         &package,
         &dir,
         bounds,
@@ -1165,8 +1300,13 @@ pub fn run(
     }
     let kept_workspace = match scratch {
         Some(scratch) if request.keep_workspace => Some(scratch.keep()),
-        _ => None,
+        scratch => {
+            // Removed while the ledger's last line is made durable.
+            drop(scratch);
+            None
+        }
     };
+    durable(syncing)?;
     Ok(LoopRun {
         outcome,
         loop_dir: dir,

@@ -130,6 +130,13 @@ pub trait Ledger {
     fn turn_finished(&mut self, _lap: u32, _tokens: u64) -> Result<(), PortError> {
         Ok(())
     }
+    /// Every line appended so far is durable when this returns. A ledger
+    /// may make a line durable in the background while the run goes on;
+    /// the engine settles it before any worker turn, so no turn is paid
+    /// for before the verdicts it follows are on record.
+    fn settle(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
 }
 
 /// Writes `HANDOFF.md` when a bound stops the run.
@@ -410,6 +417,7 @@ impl Laps<'_, '_> {
             let turn = if judge_only {
                 Ok(Turn::default())
             } else {
+                self.ports.ledger.settle().map_err(EngineError::from)?;
                 self.ports.runner.turn(&request)
             };
             let turn = match turn {
@@ -662,6 +670,7 @@ impl Laps<'_, '_> {
         // No reserve, no wind-down turn. One that fails leaves the handoff
         // without the worker's account; the halt itself stands.
         if !reserve.is_zero()
+            && self.ports.ledger.settle().is_ok()
             && let Ok(turn) = self.ports.runner.turn(&request)
         {
             self.outcome.tokens += turn.tokens;
@@ -826,6 +835,11 @@ mod tests {
         bookkeeping: u32,
         touch_bookkeeping: bool,
         gate_runs: u32,
+        /// Set while a ledger line is appended and not yet settled
+        /// (durable); shared with the ledger.
+        unsettled: std::rc::Rc<Cell<bool>>,
+        /// Turns taken while a line was unsettled: always 0.
+        turns_unsettled: u32,
     }
 
     impl Script {
@@ -841,6 +855,8 @@ mod tests {
                 bookkeeping: 0,
                 touch_bookkeeping: false,
                 gate_runs: 0,
+                unsettled: Default::default(),
+                turns_unsettled: 0,
             }
         }
         fn lap(&self, lap: u32) -> (u64, bool, Outcome) {
@@ -854,6 +870,9 @@ mod tests {
     impl Runner for Fake<'_> {
         fn turn(&mut self, r: &TurnRequest) -> Result<Turn, RunnerError> {
             let mut s = self.0.borrow_mut();
+            if s.unsettled.get() {
+                s.turns_unsettled += 1;
+            }
             if r.wind_down {
                 s.wind_downs += 1;
                 return Ok(Turn {
@@ -963,13 +982,20 @@ mod tests {
         }
     }
 
+    /// The lines, the head, and whether the last line is still to be
+    /// settled (made durable), as a file ledger syncs in the background.
     #[derive(Default)]
-    struct Lines(Vec<LedgerLine>, String);
+    struct Lines(Vec<LedgerLine>, String, std::rc::Rc<Cell<bool>>);
     impl Ledger for Lines {
         fn append(&mut self, line: &LedgerLine) -> Result<String, PortError> {
             self.1 = bl_core::sha256_hex(line.to_line().as_bytes());
             self.0.push(line.clone());
+            self.2.set(true);
             Ok(self.1.clone())
+        }
+        fn settle(&mut self) -> Result<(), PortError> {
+            self.2.set(false);
+            Ok(())
         }
         fn head(&self) -> &str {
             if self.0.is_empty() {
@@ -1051,7 +1077,7 @@ mod tests {
             now: Cell::new(Duration::ZERO),
             step: Duration::from_millis(step_ms),
         };
-        let mut ledger = Lines::default();
+        let mut ledger = Lines(Vec::new(), String::new(), cell.borrow().unsettled.clone());
         let mut written = Written::default();
         let mut memory = Written::default();
         let mut trace = Written::default();
@@ -1083,6 +1109,11 @@ mod tests {
             trace.2,
             ledger.0.iter().map(|l| l.lap).collect::<Vec<_>>(),
             "one span per ledger line"
+        );
+        assert_eq!(
+            cell.borrow().turns_unsettled,
+            0,
+            "no worker turn starts before the verdicts it follows are durable"
         );
         Run {
             outcome,
