@@ -247,7 +247,7 @@ if [ -z "${BENCH_SKIP_CATALOG:-}" ] && [ -x "$venvs/bounded-loops/bin/python" ] 
   # held below with the others.
   catalog_out=$(BL="$bl" BENCH_VENVS="$venvs" "$root/benchmarks/loops/where-time-goes.sh" 2>/dev/null | tail -n 3 || true)
   echo "$catalog_out" | sed 's/^/  catalog: /'
-  catalog=$(echo "$catalog_out" | sed -n "s/.*commands' own: \([0-9.]*\)x.*/\1/p")
+  catalog=$(echo "$catalog_out" | sed -n "s/.*pooled: \([0-9.]*\)x.*/\1/p")
 fi
 
 demo=""
