@@ -1053,34 +1053,10 @@ mod node_tests {
             ledger.turn_mark = Some(mark.clone());
             ledger
         };
-        let line = |lap: u32, prev: &str| {
-            use bl_loops::ledger::*;
-            LedgerLine {
-                prev: prev.to_string(),
-                lap,
-                ts: "2026-12-05T00:00:00.000000Z".into(),
-                verdict: VerdictRecord {
-                    passed: false,
-                    detail: "gate failed (exit 1)".into(),
-                    evidence: Ordered::object([("code", 1.into())]),
-                },
-                decision: LapDecision::Continue,
-                budget_spent: None,
-                attempted: true,
-                handoff: String::new(),
-                gate: GateRecord {
-                    kind: "command".into(),
-                    source: "shipped".into(),
-                    implementation: "CommandGate".into(),
-                    component: None,
-                },
-                budget_declared: BudgetDeclared {
-                    attempts: 3,
-                    tokens: None,
-                    wallclock_s: 60,
-                    wallclock_work_s: 60.0,
-                },
-            }
+        let line = |lap: u32, prev: &str| bl_loops::ledger::LedgerLine {
+            lap,
+            prev: prev.to_string(),
+            ..bl_loops::ledger::sample_line()
         };
         let mut ledger = open();
         ledger.turn_finished(1, 5).unwrap();

@@ -170,53 +170,55 @@ pub fn hundredths(seconds: f64) -> f64 {
     (seconds * 100.0).round() / 100.0
 }
 
+#[cfg(any(test, feature = "test-support"))]
+/// The line bounded-loops wrote for the a11y loop's DONE lap: a real
+/// line for tests, here and in the crates that use the ledger.
+pub fn sample_line() -> LedgerLine {
+    LedgerLine {
+        prev: GENESIS.into(),
+        lap: 1,
+        ts: "2026-11-30T02:08:04.367348Z".into(),
+        verdict: VerdictRecord {
+            passed: true,
+            detail: "gate passed (exit 0)".into(),
+            evidence: Ordered::object([
+                ("cmd", "python3 seed/a11y_lint.py seed/index.html".into()),
+                ("code", 0.into()),
+                (
+                    "tail",
+                    "a11y_lint: no static accessibility violations in seed/index.html\n".into(),
+                ),
+            ]),
+        },
+        decision: LapDecision::Done,
+        budget_spent: Some(BudgetSpent {
+            laps: 1,
+            tokens: 214,
+            wallclock_s: 0.15,
+        }),
+        attempted: true,
+        handoff: String::new(),
+        gate: GateRecord {
+            kind: "command".into(),
+            source: "shipped".into(),
+            implementation: "CommandGate".into(),
+            component: None,
+        },
+        budget_declared: BudgetDeclared {
+            attempts: 10,
+            tokens: None,
+            wallclock_s: 990,
+            wallclock_work_s: 900.0,
+        },
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
     fn line() -> LedgerLine {
         sample_line()
-    }
-
-    /// The line bounded-loops wrote for the a11y loop's DONE lap.
-    pub(crate) fn sample_line() -> LedgerLine {
-        LedgerLine {
-            prev: GENESIS.into(),
-            lap: 1,
-            ts: "2026-11-30T02:08:04.367348Z".into(),
-            verdict: VerdictRecord {
-                passed: true,
-                detail: "gate passed (exit 0)".into(),
-                evidence: Ordered::object([
-                    ("cmd", "python3 seed/a11y_lint.py seed/index.html".into()),
-                    ("code", 0.into()),
-                    (
-                        "tail",
-                        "a11y_lint: no static accessibility violations in seed/index.html\n".into(),
-                    ),
-                ]),
-            },
-            decision: LapDecision::Done,
-            budget_spent: Some(BudgetSpent {
-                laps: 1,
-                tokens: 214,
-                wallclock_s: 0.15,
-            }),
-            attempted: true,
-            handoff: String::new(),
-            gate: GateRecord {
-                kind: "command".into(),
-                source: "shipped".into(),
-                implementation: "CommandGate".into(),
-                component: None,
-            },
-            budget_declared: BudgetDeclared {
-                attempts: 10,
-                tokens: None,
-                wallclock_s: 990,
-                wallclock_work_s: 900.0,
-            },
-        }
     }
 
     #[test]

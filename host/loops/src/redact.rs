@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn strict_replaces_output_by_its_digest_of_the_original() {
         use crate::ledger::*;
-        let mut line = crate::ledger::tests::sample_line();
+        let mut line = crate::ledger::sample_line();
         line.verdict = VerdictRecord {
             passed: false,
             detail: "OS error launching command '/opt/x'".into(),
