@@ -1263,6 +1263,16 @@ pub fn run(
         env,
         approver,
     )?;
+    let kept_workspace = match scratch {
+        Some(scratch) if request.keep_workspace => Some(scratch.keep()),
+        scratch => {
+            // Removed while the ledger's last line is made durable.
+            drop(scratch);
+            None
+        }
+    };
+    // The run's records say how it ended only once its ledger does.
+    durable(syncing)?;
     if let Some(run_dir) = &run_dir {
         write_run_records(
             run_dir,
@@ -1274,15 +1284,6 @@ pub fn run(
             Some(&LoopDir::new(&dir).runs_index()),
         )?;
     }
-    let kept_workspace = match scratch {
-        Some(scratch) if request.keep_workspace => Some(scratch.keep()),
-        scratch => {
-            // Removed while the ledger's last line is made durable.
-            drop(scratch);
-            None
-        }
-    };
-    durable(syncing)?;
     Ok(LoopRun {
         outcome,
         loop_dir: dir,

@@ -668,9 +668,10 @@ impl Laps<'_, '_> {
             wind_down: true,
         };
         // No reserve, no wind-down turn. One that fails leaves the handoff
-        // without the worker's account; the halt itself stands.
+        // without the worker's account; the halt itself stands. A line
+        // that could not be made durable is an error, turn or no turn.
+        self.ports.ledger.settle().map_err(EngineError::from)?;
         if !reserve.is_zero()
-            && self.ports.ledger.settle().is_ok()
             && let Ok(turn) = self.ports.runner.turn(&request)
         {
             self.outcome.tokens += turn.tokens;
@@ -838,6 +839,8 @@ mod tests {
         /// Set while a ledger line is appended and not yet settled
         /// (durable); shared with the ledger.
         unsettled: std::rc::Rc<Cell<bool>>,
+        /// The ledger's background sync of a line fails.
+        sync_fails: bool,
         /// Turns taken while a line was unsettled: always 0.
         turns_unsettled: u32,
     }
@@ -856,6 +859,7 @@ mod tests {
                 touch_bookkeeping: false,
                 gate_runs: 0,
                 unsettled: Default::default(),
+                sync_fails: false,
                 turns_unsettled: 0,
             }
         }
@@ -982,10 +986,10 @@ mod tests {
         }
     }
 
-    /// The lines, the head, and whether the last line is still to be
-    /// settled (made durable), as a file ledger syncs in the background.
-    #[derive(Default)]
-    struct Lines(Vec<LedgerLine>, String, std::rc::Rc<Cell<bool>>);
+    /// The lines, the head, whether the last line is still to be settled
+    /// (made durable), as a file ledger syncs in the background, and
+    /// whether that sync fails.
+    struct Lines(Vec<LedgerLine>, String, std::rc::Rc<Cell<bool>>, bool);
     impl Ledger for Lines {
         fn append(&mut self, line: &LedgerLine) -> Result<String, PortError> {
             self.1 = bl_core::sha256_hex(line.to_line().as_bytes());
@@ -994,6 +998,9 @@ mod tests {
             Ok(self.1.clone())
         }
         fn settle(&mut self) -> Result<(), PortError> {
+            if self.3 && self.2.get() {
+                return Err(PortError("cannot append to the ledger: EIO".into()));
+            }
             self.2.set(false);
             Ok(())
         }
@@ -1069,6 +1076,37 @@ mod tests {
         reuse_verdicts: bool,
         judge_first: Option<UnjudgedTurn>,
     ) -> Run {
+        let (outcome, (lines, handoff, notes, script)) = try_run(
+            script,
+            bounds,
+            kill,
+            approve,
+            step_ms,
+            reuse_verdicts,
+            judge_first,
+        );
+        Run {
+            outcome: outcome.unwrap(),
+            lines,
+            handoff,
+            notes,
+            script,
+        }
+    }
+
+    /// What the ports saw: the lines, the handoff, the notes, the script.
+    type Seen = (Vec<LedgerLine>, Option<RunOutcome>, Vec<u32>, Script);
+
+    /// The engine over the fakes: what it returned, and what the ports saw.
+    fn try_run(
+        script: Script,
+        bounds: Bounds,
+        kill: bool,
+        approve: bool,
+        step_ms: u64,
+        reuse_verdicts: bool,
+        judge_first: Option<UnjudgedTurn>,
+    ) -> (Result<RunOutcome, EngineError>, Seen) {
         let cell = std::cell::RefCell::new(script);
         let mut runner = Fake(&cell);
         let mut workspace = Fake(&cell);
@@ -1077,7 +1115,12 @@ mod tests {
             now: Cell::new(Duration::ZERO),
             step: Duration::from_millis(step_ms),
         };
-        let mut ledger = Lines(Vec::new(), String::new(), cell.borrow().unsettled.clone());
+        let mut ledger = Lines(
+            Vec::new(),
+            String::new(),
+            cell.borrow().unsettled.clone(),
+            cell.borrow().sync_fails,
+        );
         let mut written = Written::default();
         let mut memory = Written::default();
         let mut trace = Written::default();
@@ -1103,8 +1146,7 @@ mod tests {
                 memory: &mut memory,
                 trace: &mut trace,
             },
-        )
-        .unwrap();
+        );
         assert_eq!(
             trace.2,
             ledger.0.iter().map(|l| l.lap).collect::<Vec<_>>(),
@@ -1115,13 +1157,7 @@ mod tests {
             0,
             "no worker turn starts before the verdicts it follows are durable"
         );
-        Run {
-            outcome,
-            lines: ledger.0,
-            handoff: written.0,
-            notes: memory.1,
-            script: cell.into_inner(),
-        }
+        (outcome, (ledger.0, written.0, memory.1, cell.into_inner()))
     }
 
     fn run_script(laps: Vec<(u64, bool, Outcome)>, bounds: Bounds) -> Run {
@@ -1129,6 +1165,32 @@ mod tests {
     }
 
     use Outcome::{Error as E, Fail as F, Pass as P};
+
+    /// A lap's line that cannot be made durable ends the run in an error,
+    /// before any further turn: the next lap's, or a halt's wind-down.
+    #[test]
+    fn a_line_that_cannot_be_made_durable_ends_the_run_before_another_turn() {
+        for max_iterations in [3, 1] {
+            let mut script = Script::new(vec![(10, true, F)]);
+            script.sync_fails = true;
+            let (outcome, (lines, _, _, script)) = try_run(
+                script,
+                Bounds {
+                    max_iterations,
+                    ..bounds()
+                },
+                false,
+                true,
+                0,
+                false,
+                None,
+            );
+            let error = outcome.expect_err("a sync that fails is an error");
+            assert!(error.0.contains("cannot append to the ledger"), "{error:?}");
+            assert_eq!(lines.len(), 1, "the lap was written, and no other");
+            assert_eq!(script.wind_downs, 0, "no wind-down turn after it");
+        }
+    }
 
     #[test]
     fn what_the_agent_is_told_is_bounded_and_redacted() {
