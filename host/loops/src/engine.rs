@@ -1064,27 +1064,13 @@ mod tests {
     }
 
     fn run_with(script: Script, bounds: Bounds, kill: bool, approve: bool, step_ms: u64) -> Run {
-        run_reusing(script, bounds, kill, approve, step_ms, false, None)
+        finished(try_run(script, bounds, kill, approve, step_ms, false, None))
     }
 
-    fn run_reusing(
-        script: Script,
-        bounds: Bounds,
-        kill: bool,
-        approve: bool,
-        step_ms: u64,
-        reuse_verdicts: bool,
-        judge_first: Option<UnjudgedTurn>,
+    /// A run that returned, as the ports saw it.
+    fn finished(
+        (outcome, (lines, handoff, notes, script)): (Result<RunOutcome, EngineError>, Seen),
     ) -> Run {
-        let (outcome, (lines, handoff, notes, script)) = try_run(
-            script,
-            bounds,
-            kill,
-            approve,
-            step_ms,
-            reuse_verdicts,
-            judge_first,
-        );
         Run {
             outcome: outcome.unwrap(),
             lines,
@@ -1312,7 +1298,7 @@ mod tests {
     #[test]
     fn in_the_cage_an_unchanged_workspace_is_not_judged_twice() {
         let laps = vec![(1, true, F), (1, false, F)];
-        let cold = run_reusing(
+        let cold = finished(try_run(
             Script::new(laps.clone()),
             Bounds {
                 max_iterations: 10,
@@ -1323,8 +1309,8 @@ mod tests {
             0,
             false,
             None,
-        );
-        let warm = run_reusing(
+        ));
+        let warm = finished(try_run(
             Script::new(laps),
             Bounds {
                 max_iterations: 10,
@@ -1335,7 +1321,7 @@ mod tests {
             0,
             true,
             None,
-        );
+        ));
         assert_eq!((cold.script.gate_runs, warm.script.gate_runs), (4, 1));
         assert_eq!(cold.outcome.reason, warm.outcome.reason);
         let detail = |r: &Run| {
@@ -1346,7 +1332,7 @@ mod tests {
         };
         assert_eq!(detail(&cold), detail(&warm), "the same records either way");
         // A change in the workspace is always judged afresh.
-        let changing = run_reusing(
+        let changing = finished(try_run(
             Script::new(vec![(1, true, F), (1, true, P)]),
             bounds(),
             false,
@@ -1354,7 +1340,7 @@ mod tests {
             0,
             true,
             None,
-        );
+        ));
         assert_eq!(
             (changing.script.gate_runs, changing.outcome.status),
             (2, Status::Done)
@@ -1367,7 +1353,7 @@ mod tests {
         // a gate may read that file, so its verdict is not reused.
         let mut script = Script::new(vec![(1, true, F), (1, false, F)]);
         script.touch_bookkeeping = true;
-        let r = run_reusing(
+        let r = finished(try_run(
             script,
             Bounds {
                 max_iterations: 10,
@@ -1378,7 +1364,7 @@ mod tests {
             0,
             true,
             None,
-        );
+        ));
         assert_eq!(
             (r.outcome.reason.as_str(), r.script.gate_runs),
             ("no progress in last 3 laps", 4)
@@ -1558,7 +1544,7 @@ mod tests {
             no_progress_window: 1,
             ..bounds()
         };
-        let r = run_reusing(
+        let r = finished(try_run(
             Script::new(vec![(10, true, F), (5, true, P)]),
             window_of_one,
             false,
@@ -1566,13 +1552,13 @@ mod tests {
             0,
             false,
             left_by_a_stop_in_the_gate(),
-        );
+        ));
         assert_eq!((r.outcome.status, r.outcome.laps), (Status::Done, 2));
         assert_eq!(r.outcome.tokens, 5, "only lap 2 took a turn");
         assert!(!r.lines[0].attempted && r.lines[1].attempted);
         assert_eq!(r.outcome.attempts.len(), 1);
 
-        let killed = run_reusing(
+        let killed = finished(try_run(
             Script::new(vec![(1, true, P)]),
             bounds(),
             true,
@@ -1580,7 +1566,7 @@ mod tests {
             0,
             false,
             left_by_a_stop_in_the_gate(),
-        );
+        ));
         assert_eq!(killed.outcome.status, Status::Killed);
         let line = &killed.lines[0];
         let as_json = serde_json::json!({
@@ -1604,7 +1590,7 @@ mod tests {
             max_tokens: Some(7),
             ..bounds()
         };
-        let r = run_reusing(
+        let r = finished(try_run(
             Script::new(vec![(0, false, F), (3, true, F)]),
             one_turn.clone(),
             false,
@@ -1612,7 +1598,7 @@ mod tests {
             0,
             false,
             marked(7),
-        );
+        ));
         assert_eq!(r.lines[0].budget_spent.as_ref().unwrap().tokens, 7);
         assert!(
             r.lines[0].attempted,
@@ -1631,7 +1617,7 @@ mod tests {
             handoff_reserve_s: 0,
             ..one_turn
         };
-        let r = run_reusing(
+        let r = finished(try_run(
             Script::new(vec![(0, false, F)]),
             no_time,
             false,
@@ -1639,7 +1625,7 @@ mod tests {
             0,
             false,
             marked(7),
-        );
+        ));
         assert_eq!(r.outcome.status, Status::Halt);
         assert!(r.outcome.reason.contains("wall"), "{}", r.outcome.reason);
         assert_eq!(r.script.gate_runs, 0, "no time to judge it");
@@ -1648,7 +1634,7 @@ mod tests {
             max_iterations: 1,
             ..bounds()
         };
-        let r = run_reusing(
+        let r = finished(try_run(
             Script::new(vec![(0, false, F), (3, true, F), (3, true, F)]),
             no_iterations,
             false,
@@ -1656,7 +1642,7 @@ mod tests {
             0,
             false,
             left_by_a_stop_in_the_gate(),
-        );
+        ));
         assert_eq!(r.outcome.status, Status::Halt);
         assert_eq!(r.outcome.attempts.len(), 1, "the resume keeps its one turn");
         assert!(r.lines[1].attempted);
