@@ -288,10 +288,7 @@ impl Ledger for FileLedger {
     }
 
     fn settle(&mut self) -> Result<(), PortError> {
-        match self.syncing.take() {
-            Some(sync) => sync.wait(),
-            None => Ok(()),
-        }
+        self.syncing.take().map_or(Ok(()), LedgerSync::wait)
     }
 
     fn head(&self) -> &str {

@@ -986,29 +986,34 @@ mod tests {
         }
     }
 
-    /// The lines, the head, whether the last line is still to be settled
-    /// (made durable), as a file ledger syncs in the background, and
-    /// whether that sync fails.
-    struct Lines(Vec<LedgerLine>, String, std::rc::Rc<Cell<bool>>, bool);
+    /// A ledger in memory that, as a file ledger, makes each line durable
+    /// in the background: `unsettled` until `settle`, which fails when
+    /// `sync_fails`.
+    struct Lines {
+        lines: Vec<LedgerLine>,
+        head: String,
+        unsettled: std::rc::Rc<Cell<bool>>,
+        sync_fails: bool,
+    }
     impl Ledger for Lines {
         fn append(&mut self, line: &LedgerLine) -> Result<String, PortError> {
-            self.1 = bl_core::sha256_hex(line.to_line().as_bytes());
-            self.0.push(line.clone());
-            self.2.set(true);
-            Ok(self.1.clone())
+            self.head = bl_core::sha256_hex(line.to_line().as_bytes());
+            self.lines.push(line.clone());
+            self.unsettled.set(true);
+            Ok(self.head.clone())
         }
         fn settle(&mut self) -> Result<(), PortError> {
-            if self.3 && self.2.get() {
+            if self.sync_fails && self.unsettled.get() {
                 return Err(PortError("cannot append to the ledger: EIO".into()));
             }
-            self.2.set(false);
+            self.unsettled.set(false);
             Ok(())
         }
         fn head(&self) -> &str {
-            if self.0.is_empty() {
+            if self.lines.is_empty() {
                 crate::ledger::GENESIS
             } else {
-                &self.1
+                &self.head
             }
         }
     }
@@ -1101,12 +1106,12 @@ mod tests {
             now: Cell::new(Duration::ZERO),
             step: Duration::from_millis(step_ms),
         };
-        let mut ledger = Lines(
-            Vec::new(),
-            String::new(),
-            cell.borrow().unsettled.clone(),
-            cell.borrow().sync_fails,
-        );
+        let mut ledger = Lines {
+            lines: Vec::new(),
+            head: String::new(),
+            unsettled: cell.borrow().unsettled.clone(),
+            sync_fails: cell.borrow().sync_fails,
+        };
         let mut written = Written::default();
         let mut memory = Written::default();
         let mut trace = Written::default();
@@ -1135,7 +1140,7 @@ mod tests {
         );
         assert_eq!(
             trace.2,
-            ledger.0.iter().map(|l| l.lap).collect::<Vec<_>>(),
+            ledger.lines.iter().map(|l| l.lap).collect::<Vec<_>>(),
             "one span per ledger line"
         );
         assert_eq!(
@@ -1143,7 +1148,10 @@ mod tests {
             0,
             "no worker turn starts before the verdicts it follows are durable"
         );
-        (outcome, (ledger.0, written.0, memory.1, cell.into_inner()))
+        (
+            outcome,
+            (ledger.lines, written.0, memory.1, cell.into_inner()),
+        )
     }
 
     fn run_script(laps: Vec<(u64, bool, Outcome)>, bounds: Bounds) -> Run {
