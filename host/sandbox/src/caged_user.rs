@@ -445,6 +445,9 @@ struct NamespaceChild {
     pid: libc::pid_t,
     release: OwnedFd,
     stack: crate::spawn::Stack,
+    /// bl stays on its CPU until the child is reaped, so that the child
+    /// (which only exits) runs there while bl waits for it.
+    pinned: crate::spawn::Pinned,
 }
 
 impl NamespaceChild {
@@ -471,6 +474,7 @@ impl NamespaceChild {
             }
         }
         let pipe = (done_r.as_raw_fd() as u32 as u64) | ((done_w.as_raw_fd() as u32 as u64) << 32);
+        let pinned = crate::spawn::Pinned::here();
         // SAFETY: the child runs `wait_for_parent` on its own stack, which
         // lives until the child was reaped.
         let pid = unsafe {
@@ -491,6 +495,7 @@ impl NamespaceChild {
             pid,
             release: done_w,
             stack,
+            pinned,
         })
     }
 
@@ -503,7 +508,7 @@ impl NamespaceChild {
     /// Reaps the child once it exited.
     fn reap(self) {
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
-        drop(self.stack);
+        drop((self.stack, self.pinned));
     }
 }
 
