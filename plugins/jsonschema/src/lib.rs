@@ -92,12 +92,12 @@ impl Gate for JsonSchemaGate {
                 }
             };
             for error in compiled.iter_errors(&instance) {
-                let pointer = error.instance_path.to_string();
+                let pointer = error.instance_path().to_string();
                 let mut finding =
                     Finding::new(Severity::High, format!("{path}#{pointer}: {error}"))
                         .rule("jsonschema/violation")
                         .at(path);
-                finding.rule = Some(format!("jsonschema{}", error.schema_path));
+                finding.rule = Some(format!("jsonschema{}", error.schema_path()));
                 findings.push(finding);
             }
         }
