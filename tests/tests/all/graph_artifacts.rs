@@ -1783,7 +1783,7 @@ fn bad_decisions_and_wrong_plugins_are_refused_before_anything_runs() {
         &case,
         "major",
         &[],
-        "transform:panel.anonymize@v2 asks for major version 2, but the installed plugin 'panel-anonymize' is version 1.0.0",
+        "transform:panel.anonymize@v2 asks for major version 2, but the installed plugin 'panel-anonymize' is version 1.0.1",
     );
 }
 
