@@ -100,7 +100,7 @@ impl Pinned {
                 libc::sched_getcpu(),
             )
         };
-        // SAFETY: CPU_COUNT and CPU_ISSET only read the set.
+        // SAFETY: CPU_COUNT only reads the set.
         if got < 0 || cpu < 0 || unsafe { libc::CPU_COUNT(&saved) } < 2 {
             return Pinned { saved: None };
         }

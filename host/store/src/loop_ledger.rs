@@ -312,9 +312,9 @@ mod tests {
             r#"{ "lap" : 2 , "prev":"stale", "prev" : "{prev}" }"#,
         ]));
         assert_eq!(escaped.status, ChainStatus::Verified, "{}", escaped.detail);
-        let first_counts = verify_ledger(&chained_as(&[r#"{"prev":"{prev}","prev":"stale"}"#]));
+        let last_counts = verify_ledger(&chained_as(&[r#"{"prev":"{prev}","prev":"stale"}"#]));
         assert!(
-            first_counts
+            last_counts
                 .detail
                 .starts_with("prev mismatch at line 1: the ledger records stale")
         );
