@@ -149,6 +149,7 @@ pub(crate) fn run_launched(
             (c, pid)
         })
     })?;
+    crate::spare_net::after_start();
     if spec.stream {
         stream(child, spec, started, contained)
     } else {
