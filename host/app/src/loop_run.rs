@@ -187,6 +187,34 @@ impl Drop for LedgerSync {
     }
 }
 
+/// A scratch workspace being removed on a thread of its own once the
+/// engine is done with it, while the run finishes (its gate and runner
+/// dropped, its ledger made durable). On a disk that discards what is
+/// freed, the removal took 0.5 to 0.8 ms. Dropped, it waits.
+struct ScratchRemoval(Option<std::thread::JoinHandle<()>>);
+
+impl ScratchRemoval {
+    fn start(scratch: Option<tempfile::TempDir>) -> ScratchRemoval {
+        // Where no thread starts, the closure is dropped, and the
+        // directory removed with it, here.
+        let thread = scratch.and_then(|scratch| {
+            std::thread::Builder::new()
+                .name("bl-scratch".into())
+                .spawn(move || drop(scratch))
+                .ok()
+        });
+        ScratchRemoval(thread)
+    }
+}
+
+impl Drop for ScratchRemoval {
+    fn drop(&mut self) {
+        if let Some(thread) = self.0.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 impl FileLedger {
     /// A turn the worker finished that waits to be judged: the last lap
     /// was stopped in its gate (and recorded what the turn spent), or a
@@ -660,13 +688,15 @@ struct LoopPlace {
     /// run `--resume` can continue (`--run-id`); a graph's loop node is
     /// re-driven by its graph instead.
     turn_mark: Option<PathBuf>,
+    /// The throwaway workspace, removed once the engine is done with it.
+    scratch: Option<tempfile::TempDir>,
 }
 
 /// Runs the loop engine over `package` (resolved as `dir`): the scratch
 /// workspace and the runner in the sandbox the bounds ask for, the gate as
 /// wasm plugins, the chained ledger. Returns with the ledger's last line
 /// perhaps still being made durable: the caller waits for it before it
-/// reports the run.
+/// reports the run, and its scratch workspace perhaps still being removed.
 #[allow(clippy::too_many_arguments)]
 fn drive_loop(
     package: &Package,
@@ -674,10 +704,10 @@ fn drive_loop(
     bounds: Bounds,
     runner_name: &str,
     gate_override: Option<&str>,
-    place: &LoopPlace,
+    place: &mut LoopPlace,
     env: Vec<(String, String)>,
     approver: &mut dyn Approver,
-) -> Result<(RunOutcome, Option<LedgerSync>), AppError> {
+) -> Result<(RunOutcome, Option<LedgerSync>, ScratchRemoval), AppError> {
     let m = &package.manifest;
     let workspace_root = &place.workspace_root;
     let mut workspace = ScratchWorkspace::prepare(
@@ -777,8 +807,9 @@ fn drive_loop(
         },
     )
     .map_err(|e| AppError::Undecided(format!("bl run: {e}")))?;
+    let removal = ScratchRemoval::start(place.scratch.take());
     trace.finish();
-    Ok((outcome, ledger.take_sync()))
+    Ok((outcome, ledger.take_sync(), removal))
 }
 
 /// Writes what `--run-id` keeps beside the ledger: `metadata.json`, the
@@ -935,7 +966,7 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
     std::fs::create_dir_all(&run_dir)
         .map_err(|e| AppError::Refused(format!("{}: {e}", run_dir.display())))?;
     let records = LoopRunDir::new(&run_dir);
-    let place = LoopPlace {
+    let mut place = LoopPlace {
         workspace_root: records.workspace(),
         how: Prepare::Persistent,
         ledger: records.ledger(),
@@ -946,16 +977,17 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
         hidden: n.hidden.clone(),
         cancel: None,
         turn_mark: None,
+        scratch: None,
     };
     let env = passthrough(&package.manifest).map_err(|e| AppError::Refused(e.to_string()))?;
     let runner = package.manifest.runner.default.clone();
-    let (outcome, syncing) = drive_loop(
+    let (outcome, syncing, _) = drive_loop(
         &package,
         &dir,
         package.bounds.clone(),
         &runner,
         None,
-        &place,
+        &mut place,
         env,
         &mut NoHumanHere,
     )
@@ -1232,7 +1264,13 @@ pub fn run(
             )
         }
     };
-    let place = LoopPlace {
+    // A workspace asked to be kept stays here; a throwaway one goes with
+    // the engine's end.
+    let (kept, scratch) = match scratch {
+        Some(scratch) if request.keep_workspace => (Some(scratch), None),
+        scratch => (None, scratch),
+    };
+    let mut place = LoopPlace {
         workspace_root: workspace_root.clone(),
         how,
         ledger: ledger_path.clone(),
@@ -1249,27 +1287,22 @@ pub fn run(
         hidden: Vec::new(),
         cancel: request.cancel.clone(),
         turn_mark: run_dir.as_ref().map(|d| LoopRunDir::new(d).turn_mark()),
+        scratch,
     };
-    let (outcome, syncing) = drive_loop(
+    let (outcome, syncing, removal) = drive_loop(
         &package,
         &dir,
         bounds,
         &runner,
         request.gate_override.as_deref(),
-        &place,
+        &mut place,
         env,
         approver,
     )?;
-    let kept_workspace = match scratch {
-        Some(scratch) if request.keep_workspace => Some(scratch.keep()),
-        scratch => {
-            // Removed while the ledger's last line is made durable.
-            drop(scratch);
-            None
-        }
-    };
+    let kept_workspace = kept.map(tempfile::TempDir::keep);
     // The run's records say how it ended only once its ledger does.
     durable(syncing)?;
+    drop(removal);
     if let Some(run_dir) = &run_dir {
         write_run_records(
             run_dir,

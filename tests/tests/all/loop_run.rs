@@ -2111,3 +2111,59 @@ fn a_killed_bl_leaves_nothing_of_its_cage_running_even_when_the_gate_drops_its_d
     child.wait().unwrap();
     wait_until("nothing of the cage left", || alive() == 0);
 }
+
+/// A run's throwaway workspace is gone when bl returns (it is removed on
+/// a thread of its own while the run finishes, and waited for); one asked
+/// to be kept stays, with what the worker wrote.
+#[test]
+fn the_scratch_workspace_is_gone_when_bl_returns_unless_it_is_kept() {
+    if !cage_works() {
+        return;
+    }
+    let l = Loop::stub(
+        "python3 seed/check.py",
+        BOUNDS,
+        json!([write_doc(json!(1), "done", 1)]),
+    );
+    let temp = tempfile::tempdir().unwrap();
+    let scratches = || -> Vec<PathBuf> {
+        std::fs::read_dir(temp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("bounded-loops-")
+            })
+            .collect()
+    };
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "pkg", "--yes", "--json"];
+        args.extend_from_slice(extra);
+        Run::from(
+            l.command(&args)
+                .env("TMPDIR", temp.path())
+                .output()
+                .unwrap(),
+        )
+    };
+    let r = run(&[]);
+    assert_eq!(r.status().0, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(scratches(), Vec::<PathBuf>::new(), "{}", r.stderr);
+    let r = run(&["--keep-workspace"]);
+    assert_eq!(r.status().0, 0, "{}\n{}", r.stdout, r.stderr);
+    let kept = scratches();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        std::fs::read_to_string(kept[0].join("seed/doc.txt")).unwrap(),
+        "done\n"
+    );
+    assert!(
+        r.stderr
+            .contains(&format!("workspace kept at {}", kept[0].display())),
+        "{}",
+        r.stderr
+    );
+}
