@@ -1085,9 +1085,10 @@ fn start_watchdog(mode: &Mode, children: &Mutex<HashSet<i32>>) -> Option<Watchdo
 /// with PREFIX, with what runs below it.
 pub fn watchdog_main() -> ! {
     use std::io::Read;
-    // Woken by bl's exit, it does not preempt bl's last thread, which is
-    // still giving back bl's memory (0.2 ms of its kill work and exit came
-    // first): it runs at the CPU's next turn instead, a few ms at most.
+    // Batch work: woken by bl's exit, it does not preempt bl's last thread
+    // while that still gives back bl's memory (bl's run ended only after
+    // the watchdog's kill work and exit); it runs at its CPU's next turn,
+    // a few ms at most.
     let batch = libc::sched_param { sched_priority: 0 };
     // SAFETY: sets this process's own policy from a valid parameter.
     unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &batch) };

@@ -112,9 +112,14 @@ impl Loop {
     }
 
     fn run(&self, extra: &[&str]) -> Run {
+        Run::from(self.run_command(extra).output().unwrap())
+    }
+
+    /// `bl run pkg --yes --json` and `extra`, for a test to add to.
+    fn run_command(&self, extra: &[&str]) -> Command {
         let mut args = vec!["run", "pkg", "--yes", "--json"];
         args.extend_from_slice(extra);
-        self.bl(&args)
+        self.command(&args)
     }
 
     fn ledger(&self, path: &str) -> Vec<Value> {
@@ -2140,10 +2145,8 @@ fn the_scratch_workspace_is_gone_when_bl_returns_unless_it_is_kept() {
             .collect()
     };
     let run = |extra: &[&str]| {
-        let mut args = vec!["run", "pkg", "--yes", "--json"];
-        args.extend_from_slice(extra);
         Run::from(
-            l.command(&args)
+            l.run_command(extra)
                 .env("TMPDIR", temp.path())
                 .output()
                 .unwrap(),
