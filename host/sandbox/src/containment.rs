@@ -183,7 +183,7 @@ pub struct ProcStat {
 
 /// Reads `/proc/<pid>/stat` (`None`: no such process).
 pub fn proc_stat(pid: i32) -> Option<ProcStat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let text = read_kernel_file(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: fields follow the
     // last ')'.
     let rest = &text[text.rfind(')')? + 2..];
@@ -426,15 +426,28 @@ fn kill_cgroup_tree(dir: &Path) {
 
 /// The pids in a cgroup (its own processes, not its children's).
 fn cgroup_pids(dir: &Path) -> Vec<i32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
+    read_kernel_file(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .collect()
 }
 
+/// A file the kernel makes up as it is read (procfs, cgroupfs), read
+/// whole. Such files report no size, so the standard library's look at
+/// the size first (a statx) only cost a system call, several a command.
+fn read_kernel_file(path: impl AsRef<Path>) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(512);
+    // Through `take`, which reads to the end without asking the size.
+    std::fs::File::open(path)?
+        .take(u64::MAX)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
 fn populated(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("cgroup.events"))
+    read_kernel_file(dir.join("cgroup.events"))
         .map(|e| e.lines().any(|l| l == "populated 1"))
         .unwrap_or(false)
 }
@@ -545,6 +558,9 @@ pub(crate) struct Contained {
     /// a cgroup that was once killed is killed at birth: its kill count is
     /// read from its parent's cgroup, not from the one it is started in.)
     killed: std::sync::atomic::AtomicBool,
+    /// Whether `kill_rest` found the leaf empty: nothing is left to enter
+    /// it, so it needs no second look when the command ends.
+    found_empty: std::sync::atomic::AtomicBool,
 }
 
 impl Contained {
@@ -581,6 +597,7 @@ impl Contained {
             pid: None,
             ended: false,
             killed: std::sync::atomic::AtomicBool::new(false),
+            found_empty: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -709,7 +726,7 @@ impl Contained {
             // An empty leaf has nothing to kill, and stays fit to be used
             // again (see `killed`).
             Some(leaf) if populated(leaf) => self.kill_leaf(leaf),
-            Some(_) => {}
+            Some(_) => self.found_empty.store(true, Ordering::Relaxed),
             None => kill_marked_orphans(&self.marker, self.pid),
         }
     }
@@ -738,7 +755,10 @@ impl Contained {
         }
         match &self.leaf {
             Some(leaf) => {
-                if populated(leaf) {
+                // No process can enter a leaf once it is empty: only one
+                // inside could start another there.
+                let left_running = !self.found_empty.load(Ordering::Relaxed) && populated(leaf);
+                if left_running {
                     let fds: Vec<OwnedFd> =
                         cgroup_pids(leaf).into_iter().filter_map(pidfd).collect();
                     self.kill_leaf(leaf);
@@ -746,7 +766,7 @@ impl Contained {
                 }
                 // Empty and never killed, it serves the next command; one
                 // a process would not leave is never given to another.
-                if !self.killed.load(Ordering::Relaxed) && emptied(leaf) {
+                if !self.killed.load(Ordering::Relaxed) && !left_running {
                     lock(&state.spare_leaves).push(leaf.clone());
                 } else {
                     let _ = remove_when_empty(leaf);
@@ -813,7 +833,7 @@ impl Drop for Contained {
 /// command's end.
 fn adopted_children() -> Vec<i32> {
     let me = std::process::id() as i32;
-    if let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{me}/children")) {
+    if let Ok(text) = read_kernel_file(format!("/proc/self/task/{me}/children")) {
         return text
             .split_whitespace()
             .filter_map(|p| p.parse::<i32>().ok())

@@ -154,8 +154,10 @@ struct ChildPlan {
     pinned: *const Pinned,
 }
 
-/// The signal handlers bl installed (not ignored, not default): a signal
-/// arriving between clone and exec must not run them in the child.
+/// The signals whose disposition the child resets: SIGPIPE, which Rust
+/// ignores and a command expects to stop it, and, unless the kernel reset
+/// them at the clone (`CLONE_CLEAR_SIGHAND`), every handler bl installed,
+/// which a signal arriving between clone and exec must not run in the child.
 fn caught_signals() -> Vec<libc::c_int> {
     (1..=libc::SIGRTMAX())
         .filter(|&sig| {
@@ -404,7 +406,9 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
             parent_pidfd: parent_pidfd.as_ref().map_or(-1, AsRawFd::as_raw_fd),
             pinned: std::ptr::null(),
         },
-        caught_signals(),
+        // The clone below resets the handlers itself; asking for each of
+        // the 64 dispositions cost 64 system calls a command.
+        vec![libc::SIGPIPE],
     );
     let stack = Stack::new()?;
     let pinned = Pinned::here();
@@ -439,6 +443,7 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
         plan.0.cgroup_procs = launch.cgroup_procs.unwrap_or(-1);
     }
     if pid < 0 {
+        plan.1 = caught_signals();
         // SAFETY: the child runs `child_main` on its own stack with the
         // plan, both alive until clone returns (CLONE_VFORK: after exec or
         // exit).
@@ -512,11 +517,15 @@ struct CloneArgs {
 }
 
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// The child starts with every handler reset to the default (ignored
+/// signals stay ignored), as exec would leave them (Linux 5.5, before
+/// `CLONE_INTO_CGROUP`).
+const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 
 /// Starts `child_main(plan)` on `stack`, sharing this process's memory
 /// until it execs (as `clone` above), inside the cgroup whose directory
-/// is `cgroup_dir`. Returns the pid, or -1 where the kernel cannot (older
+/// is `cgroup_dir`, with its signal handlers reset. Returns the pid, or -1 where the kernel cannot (older
 /// than 5.7, clone3 filtered, not a cgroup v2 directory): nothing was
 /// started then, and the caller falls back to `clone`.
 ///
@@ -531,7 +540,9 @@ unsafe fn clone_into_cgroup(
     plan: *mut libc::c_void,
 ) -> libc::pid_t {
     let args = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_VFORK | namespaces) as u64 | CLONE_INTO_CGROUP,
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | namespaces) as u64
+            | CLONE_INTO_CGROUP
+            | CLONE_CLEAR_SIGHAND,
         pidfd: 0,
         child_tid: 0,
         parent_tid: 0,
@@ -689,5 +700,56 @@ mod tests {
         let seen = seen.trim().trim_start_matches("Cpus_allowed_list:").trim();
         assert_eq!(seen, before, "the command kept the CPU bl was pinned to");
         assert_eq!(allowed_cpus("/proc/thread-self/status"), before);
+    }
+
+    /// The signals ignored by the process whose `status` this is (its
+    /// `SigIgn` mask).
+    fn ignored_signals(status: &str) -> u64 {
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .unwrap()
+            .trim();
+        u64::from_str_radix(mask, 16).unwrap()
+    }
+
+    #[test]
+    fn a_started_command_gets_sigpipe_back_whichever_way_it_is_cloned() {
+        let sigpipe = 1u64 << (libc::SIGPIPE - 1);
+        let own = ignored_signals(&std::fs::read_to_string("/proc/self/status").unwrap());
+        assert_ne!(
+            own & sigpipe,
+            0,
+            "Rust ignores SIGPIPE in bl (and in this test)"
+        );
+        // A leaf where the machine has cgroups: the child is cloned into
+        // it, its handlers reset by the kernel; else by the child itself.
+        let contained = crate::containment::Contained::new();
+        let leaf = contained.leaf_dir_fd().map(Some);
+        for cgroup_dir in std::iter::once(None).chain(leaf) {
+            let dir = std::env::temp_dir();
+            let launch = Launch {
+                program: Path::new("/bin/cat"),
+                args: vec!["/proc/self/status".into()],
+                env: Vec::new(),
+                cwd: &dir,
+                keep_fds: &[],
+                steps: None,
+                rlimits: false,
+                cgroup_procs: None,
+                cgroup_dir,
+                exit_before_exec: false,
+            };
+            let mut child = spawn(&launch).unwrap();
+            drop(child.stdin.take());
+            let mut status = String::new();
+            std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut status).unwrap();
+            assert!(child.wait().unwrap().success());
+            assert_eq!(
+                ignored_signals(&status) & sigpipe,
+                0,
+                "the command (cgroup dir {cgroup_dir:?}) still ignores SIGPIPE"
+            );
+        }
     }
 }
