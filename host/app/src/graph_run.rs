@@ -1255,8 +1255,11 @@ fn drive(
     drop(ports);
     progress.finish();
     let view = journal.view();
+    let head = journal
+        .synced_tree_head()
+        .map_err(|e| refused(format!("graph run: {e}")))?;
+    checkpoint(&run.dir, flags, &head)?;
     drop(journal);
-    checkpoint(&run.dir, flags)?;
     Ok((end, view))
 }
 
@@ -1324,7 +1327,12 @@ fn egress_network(
 
 /// Seals the run as it stands (log head, Merkle root, the records' digests)
 /// into `checkpoints/`, at every pause and at the end.
-fn checkpoint(dir: &Path, flags: &DriveOptions) -> Result<(), AppError> {
+/// The run's checkpoint over `head`, the log its journal wrote.
+fn checkpoint(
+    dir: &Path,
+    flags: &DriveOptions,
+    head: &bl_store::provable::TreeHead<'_>,
+) -> Result<(), AppError> {
     let key = match &flags.checkpoint_key {
         Some(path) => Some(
             crate::keys::read_signing_key(path)
@@ -1332,9 +1340,14 @@ fn checkpoint(dir: &Path, flags: &DriveOptions) -> Result<(), AppError> {
         ),
         None => None,
     };
-    bl_store::provable::write_checkpoint(dir, key.as_ref())
-        .map(|_| ())
-        .map_err(|e| refused(format!("the run's checkpoint could not be written: {e}")))
+    bl_store::provable::write_checkpoint_at(
+        dir,
+        head,
+        key.as_ref(),
+        bl_store::provable::Durability::Synced,
+    )
+    .map(|_| ())
+    .map_err(|e| refused(format!("the run's checkpoint could not be written: {e}")))
 }
 
 /// Refuses, before anything runs, a graph whose run would deny nodes

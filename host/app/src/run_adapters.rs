@@ -169,6 +169,13 @@ impl Journal for LogJournal {
 }
 
 impl LogJournal {
+    /// The log made durable, and the head of its tree, for the run's
+    /// checkpoint: kept as the log grew, not read back.
+    pub fn synced_tree_head(&mut self) -> Result<bl_store::provable::TreeHead<'_>, RunError> {
+        self.log_then_annex(EventLog::sync)?;
+        Ok(self.log.tree_head())
+    }
+
     /// `step` (a flush or a sync) on the log, then on the annex: an annex
     /// event speaks of what the log holds (a turn's spend, its re-drive),
     /// so it is never on disk without it. Lost the other way, the annex

@@ -68,6 +68,9 @@ pub struct EventLog {
     /// Whole lines appended but not yet written, in buffered mode.
     pending: Vec<u8>,
     buffered: bool,
+    /// The Merkle tree over every line, grown as lines are appended: a
+    /// checkpoint's head without reading the log back.
+    tree: crate::merkle::Frontier,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -157,6 +160,12 @@ impl EventLog {
             });
         }
         file.seek(SeekFrom::End(0)).map_err(io(path))?;
+        let mut tree = crate::merkle::Frontier::default();
+        for line in bytes[..head.verified_len as usize].split(|b| *b == b'\n') {
+            if !line.is_empty() {
+                tree.push(crate::merkle::leaf_hash(line));
+            }
+        }
         Ok(EventLog {
             path: path.to_path_buf(),
             file,
@@ -166,6 +175,7 @@ impl EventLog {
             unsynced: 0,
             pending: Vec::new(),
             buffered: false,
+            tree,
         })
     }
 
@@ -190,6 +200,17 @@ impl EventLog {
 
     pub fn head(&self) -> &ChainHead {
         &self.head
+    }
+
+    /// The head of the log's Merkle tree, as `provable::log_leaves` would
+    /// find it over every line appended, buffered ones too: sync before a
+    /// checkpoint is written over it.
+    pub fn tree_head(&self) -> crate::provable::TreeHead<'_> {
+        crate::provable::TreeHead {
+            run_id: &self.identity.run_id,
+            size: self.tree.size(),
+            root: self.tree.root(),
+        }
     }
 
     /// Appends one event without waiting for the disk; call [`Self::sync`]
@@ -238,6 +259,7 @@ impl EventLog {
             .get_or_insert_with(|| self.identity.clone());
         self.head.keys.insert(id, self.head.verified_len);
         self.head.verified_len += written;
+        self.tree.push(leaf);
         self.unsynced += 1;
         Ok(Appended::Written {
             sequence: self.head.sequence,

@@ -272,3 +272,39 @@ fn a_buffered_log_writes_whole_lines_only_when_flushed() {
     assert!(torn.is_none());
     assert_eq!(head.sequence, 4);
 }
+
+/// The tree head a writer keeps as it appends is the one read back from
+/// the file: over a log another writer began, and over buffered lines
+/// once synced.
+#[test]
+fn the_writers_tree_head_is_the_one_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
+    std::fs::copy(upstream_log(), &path).unwrap();
+    let read_back = |path: &Path| {
+        let (leaves, run_id) = bl_store::provable::log_leaves(path).unwrap();
+        (leaves.len() as u64, bl_store::merkle::root(&leaves), run_id)
+    };
+    let kept = |log: &EventLog| {
+        let head = log.tree_head();
+        (head.size, head.root, head.run_id.to_string())
+    };
+    let mut log = EventLog::open(&path, identity()).unwrap().buffered();
+    assert_eq!(kept(&log), read_back(&path), "as opened");
+    for i in 0..5 {
+        log.append(
+            &format!("node.{i}"),
+            "node.done",
+            &json!({"node": i}),
+            "2026-12-06T06:00:00Z",
+        )
+        .unwrap();
+    }
+    log.sync().unwrap();
+    let after = kept(&log);
+    assert_eq!(after.0, 14);
+    assert_eq!(after, read_back(&path), "after five appends");
+    drop(log);
+    let reopened = EventLog::open(&path, identity()).unwrap();
+    assert_eq!(kept(&reopened), after, "reopened");
+}
