@@ -83,7 +83,8 @@ struct State {
     /// Direct children started by [`Contained`] (never an orphan).
     children: Mutex<HashSet<i32>>,
     watchdog: Mutex<Option<Watchdog>>,
-    spawn_log: Mutex<Option<PathBuf>>,
+    /// Where commands' identities are appended, kept open once written to.
+    spawn_log: Mutex<Option<(PathBuf, Option<std::fs::File>)>>,
     /// Empty leaves a command ended in, to be used again: making and
     /// removing a cgroup costs more than the rest of a short command's
     /// containment.
@@ -155,7 +156,7 @@ pub fn mode() -> Mode {
 pub fn set_spawn_log(path: PathBuf) {
     let mut log = state().spawn_log.lock().unwrap_or_else(|e| e.into_inner());
     if log.is_none() {
-        *log = Some(path);
+        *log = Some((path, None));
     }
 }
 
@@ -194,6 +195,27 @@ pub fn proc_stat(pid: i32) -> Option<ProcStat> {
         pgid: fields.get(2)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
     })
+}
+
+/// Now, in the unit `/proc/<pid>/stat` gives a process's start in: clock
+/// ticks of `CLOCK_BOOTTIME` (the kernel divides the nanoseconds down).
+fn boot_ticks() -> Option<u64> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: fills the timespec owned here; sysconf with a valid name
+    // has no preconditions.
+    let (got, per_second) = unsafe {
+        (
+            libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now),
+            libc::sysconf(libc::_SC_CLK_TCK),
+        )
+    };
+    let per_second = u64::try_from(per_second).ok().filter(|_| got == 0)?;
+    let nanos =
+        u64::try_from(now.tv_sec).ok()? * 1_000_000_000 + u64::try_from(now.tv_nsec).ok()?;
+    Some(nanos / (1_000_000_000 / per_second.max(1)))
 }
 
 fn own_start() -> Option<u64> {
@@ -628,14 +650,19 @@ impl Contained {
     ) -> Result<T, E> {
         let state = state();
         let mut children = lock(&state.children);
+        let before = boot_ticks();
         let (child, pid) = spawn()?;
+        let after = boot_ticks();
         children.insert(pid);
         drop(children);
-        self.started(pid);
+        // The kernel stamps the child's start during the clone: bracketed
+        // within one tick, that tick is its start, and /proc need not be
+        // asked (a file to open and format, every command).
+        self.started(pid, before.filter(|_| before == after));
         Ok(child)
     }
 
-    fn started(&mut self, pid: i32) {
+    fn started(&mut self, pid: i32, start: Option<u64>) {
         let state = state();
         self.pid = Some(pid);
         // The child has joined its leaf (or failed to start): bl keeps no
@@ -644,17 +671,23 @@ impl Contained {
         lock(&state.live).insert(self.id, pid);
         watchdog_tell(Tell::Watch(pid));
         sweep_once();
-        let log = lock(&state.spawn_log).clone();
-        if let Some(log) = log {
+        let mut log = lock(&state.spawn_log);
+        if let Some((path, file)) = log.as_mut() {
+            let start = start.or_else(|| proc_stat(pid).map(|s| s.start));
             let line = serde_json::json!({
                 "boot_id": state.boot_id, "cgroup": self.leaf, "controller": state.me,
-                "pgid": pid, "pid": pid, "start": proc_stat(pid).map(|s| s.start),
+                "pgid": pid, "pid": pid, "start": start,
             });
-            let _ = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log)
-                .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+            if file.is_none() {
+                *file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .ok();
+            }
+            if let Some(file) = file {
+                let _ = file.write_all(format!("{line}\n").as_bytes());
+            }
         }
     }
 
@@ -1202,5 +1235,30 @@ mod tests {
         let me = proc_stat(std::process::id() as i32).unwrap();
         assert!(me.start > 0);
         assert_eq!(me.ppid, nix::unistd::getppid().as_raw());
+    }
+
+    /// The start /proc reports lies between the boot-clock ticks read
+    /// before and after the clone: within one tick, that tick is it (what
+    /// the spawn log records without asking /proc).
+    #[test]
+    fn a_child_starts_between_the_ticks_read_around_its_clone() {
+        let mut bracketed = 0;
+        for _ in 0..50 {
+            let before = boot_ticks().unwrap();
+            let mut child = std::process::Command::new("/bin/sleep")
+                .arg("5")
+                .spawn()
+                .unwrap();
+            let after = boot_ticks().unwrap();
+            let start = proc_stat(child.id() as i32).unwrap().start;
+            assert!(
+                (before..=after).contains(&start),
+                "started at tick {start}, outside {before}..={after}"
+            );
+            bracketed += usize::from(before == after);
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        assert!(bracketed > 0, "no clone fell within one tick in 50");
     }
 }

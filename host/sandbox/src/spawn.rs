@@ -290,6 +290,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
+thread_local! {
+    /// The stack this thread's last child started on, for its next: no
+    /// mapping made, guarded and unmapped, and no page faulted in again,
+    /// for every command.
+    static SPARE_STACK: std::cell::Cell<Option<Stack>> = const { std::cell::Cell::new(None) };
+}
+
 /// The child's stack: its own mapping, with a guard page below it.
 pub(crate) struct Stack {
     base: *mut libc::c_void,
@@ -410,7 +417,10 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
         // the 64 dispositions cost 64 system calls a command.
         vec![libc::SIGPIPE],
     );
-    let stack = Stack::new()?;
+    let stack = match SPARE_STACK.take() {
+        Some(stack) => stack,
+        None => Stack::new()?,
+    };
     let pinned = Pinned::here();
     plan.0.pinned = &pinned;
     // Every signal stays blocked in this thread (and so in the child)
@@ -459,7 +469,9 @@ pub(crate) fn spawn(launch: &Launch) -> Result<Spawned, CommandError> {
     let clone_error = std::io::Error::last_os_error();
     // SAFETY: restoring the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    drop((stack, pinned));
+    // CLONE_VFORK: the child has exec'd or exited, and is done with it.
+    SPARE_STACK.set(Some(stack));
+    drop(pinned);
     if pid < 0 {
         return Err(CommandError::Spawn(format!(
             "{program_name}: {clone_error}"
