@@ -6,8 +6,9 @@
 //! is given; the state is rebuilt from the log when the store is opened, so
 //! a restarted service refuses what the lost one would have refused.
 //!
-//! Speed: the events one request records share one fdatasync, and the
-//! tree head grows with the log (`merkle::Frontier`), so a request costs
+//! Speed: the events one request records share one write and one
+//! fdatasync, and the log's writer grows its tree head as it appends
+//! (`EventLog::tree_head`), so a request costs
 //! the same at the millionth event as at the first. The checkpoint over a
 //! request's events is signed on a thread of its own, within
 //! 50 ms, off the answer's path, and replaces the one before it; opening
@@ -24,8 +25,7 @@ use bl_core::evidence::{
     review_signed_bytes,
 };
 pub use bl_core::evidence::{Review, SignedReview};
-use bl_store::merkle::Frontier;
-use bl_store::provable::{Durability, EVENTS_FILE, TreeHead, write_checkpoint_at};
+use bl_store::provable::{Durability, EVENTS_FILE, write_checkpoint_at};
 use bl_store::{EventLog, RunIdentity, SigningKey, StoreError};
 use serde_json::Value;
 
@@ -332,8 +332,6 @@ pub struct EvidenceStore {
     /// is in the log (sequence, hash), so that a retry is answered with
     /// the event it repeats.
     recorded_at: BTreeMap<(String, &'static str), (u64, String)>,
-    /// The log's Merkle tree, as far as it is written.
-    tree: Frontier,
     /// Signs the checkpoints after the one made at open, off the path of
     /// the answers.
     sealer: Option<crate::evidence_sealer::Sealer>,
@@ -370,7 +368,9 @@ impl EvidenceStore {
             source,
         })?;
         let path = dir.join(EVENTS_FILE);
-        let log = EventLog::open(&path, identity())?;
+        // Buffered: a request's events reach the file in one write, at
+        // its seal, before it is answered.
+        let log = EventLog::open(&path, identity())?.buffered();
         let mut store = EvidenceStore {
             dir: dir.to_path_buf(),
             log,
@@ -379,7 +379,6 @@ impl EvidenceStore {
             decisions: Decisions::default(),
             broken: None,
             recorded_at: BTreeMap::new(),
-            tree: Frontier::default(),
             sealer: None,
             unsealed: false,
             policy: None,
@@ -397,7 +396,7 @@ impl EvidenceStore {
             dir.to_path_buf(),
             EVIDENCE_RUN_ID,
             key,
-            store.tree.size(),
+            store.log.tree_head().size,
         ));
         Ok(store)
     }
@@ -445,7 +444,6 @@ impl EvidenceStore {
                 line: i + 1,
                 message,
             };
-            self.tree.push(bl_store::merkle::leaf_hash(line.as_bytes()));
             let row: Value = serde_json::from_str(line).map_err(|e| not_evidence(e.to_string()))?;
             let logged: LoggedEvent = serde_json::from_value(row["payload"].clone())
                 .map_err(|e| not_evidence(format!("not an evidence event: {e}")))?;
@@ -579,8 +577,8 @@ impl EvidenceStore {
         // From here a failure may leave the line written: the state is
         // committed with it, and any error breaks the store until it is
         // opened again and read back, so nothing is granted twice.
-        let leaf = match self.log.append(&key, event.kind(), &payload, &timestamp) {
-            Ok(bl_store::Appended::Written { leaf, .. }) => leaf,
+        match self.log.append(&key, event.kind(), &payload, &timestamp) {
+            Ok(bl_store::Appended::Written { .. }) => {}
             Ok(bl_store::Appended::AlreadyRecorded) => {
                 let why = format!("{key} was already in the log");
                 self.broken = Some(why.clone());
@@ -590,8 +588,7 @@ impl EvidenceStore {
                 self.broken = Some(e.to_string());
                 return Err(e.into());
             }
-        };
-        self.tree.push(leaf);
+        }
         self.unsealed = true;
         let hash = self.log.head().hash.clone();
         if event.can_be_retried() {
@@ -620,6 +617,11 @@ impl EvidenceStore {
     /// fdatasync for them all), and has the sealer sign a checkpoint over
     /// the log.
     fn seal(&mut self) -> Result<(), EvidenceError> {
+        // A broken store writes nothing more: what it failed to write
+        // stays unwritten, and the answer says why it stopped.
+        if let Some(why) = &self.broken {
+            return Err(EvidenceError::Broken(why.clone()));
+        }
         if !self.unsealed {
             return Ok(());
         }
@@ -629,7 +631,10 @@ impl EvidenceStore {
         }
         self.unsealed = false;
         let failed = match &self.sealer {
-            Some(sealer) => sealer.request(self.tree.size(), self.tree.root()),
+            Some(sealer) => {
+                let head = self.log.tree_head();
+                sealer.request(head.size, head.root)
+            }
             None => None,
         };
         match failed {
@@ -693,15 +698,11 @@ impl EvidenceStore {
 
     /// Writes the synced checkpoint of the log as it is, now.
     fn checkpoint_synced(&mut self) -> Result<(), EvidenceError> {
-        if self.tree.size() == 0 {
+        if self.log.tree_head().size == 0 {
             return Ok(());
         }
-        let head = TreeHead {
-            run_id: EVIDENCE_RUN_ID,
-            size: self.tree.size(),
-            root: self.tree.root(),
-        };
         self.set_aside_damaged_checkpoints()?;
+        let head = self.log.tree_head();
         match write_checkpoint_at(&self.dir, &head, Some(&self.key), Durability::Synced) {
             Ok(_) => Ok(()),
             // This head is checkpointed already, over other files: a torn
