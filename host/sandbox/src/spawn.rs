@@ -688,30 +688,39 @@ mod tests {
     #[test]
     fn a_started_command_may_run_on_every_cpu_its_parent_could() {
         let before = allowed_cpus("/proc/thread-self/status");
+        let seen = status_of_a_command(None);
+        let seen = seen
+            .lines()
+            .find(|l| l.starts_with("Cpus_allowed_list:"))
+            .unwrap()
+            .trim_start_matches("Cpus_allowed_list:")
+            .trim();
+        assert_eq!(seen, before, "the command kept the CPU bl was pinned to");
+        assert_eq!(allowed_cpus("/proc/thread-self/status"), before);
+    }
+
+    /// `/proc/self/status` as a command started by `spawn` sees it, started
+    /// into the cgroup whose directory is `cgroup_dir`, if any.
+    fn status_of_a_command(cgroup_dir: Option<RawFd>) -> String {
         let dir = std::env::temp_dir();
         let launch = Launch {
-            program: Path::new("/bin/sh"),
-            args: vec![
-                "-c".into(),
-                "grep Cpus_allowed_list /proc/self/status".into(),
-            ],
+            program: Path::new("/bin/cat"),
+            args: vec!["/proc/self/status".into()],
             env: Vec::new(),
             cwd: &dir,
             keep_fds: &[],
             steps: None,
             rlimits: false,
             cgroup_procs: None,
-            cgroup_dir: None,
+            cgroup_dir,
             exit_before_exec: false,
         };
         let mut child = spawn(&launch).unwrap();
         drop(child.stdin.take());
-        let mut seen = String::new();
-        std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut seen).unwrap();
+        let mut status = String::new();
+        std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut status).unwrap();
         assert!(child.wait().unwrap().success());
-        let seen = seen.trim().trim_start_matches("Cpus_allowed_list:").trim();
-        assert_eq!(seen, before, "the command kept the CPU bl was pinned to");
-        assert_eq!(allowed_cpus("/proc/thread-self/status"), before);
+        status
     }
 
     /// The signals ignored by the process whose `status` this is (its
@@ -739,24 +748,7 @@ mod tests {
         let contained = crate::containment::Contained::new();
         let leaf = contained.leaf_dir_fd().map(Some);
         for cgroup_dir in std::iter::once(None).chain(leaf) {
-            let dir = std::env::temp_dir();
-            let launch = Launch {
-                program: Path::new("/bin/cat"),
-                args: vec!["/proc/self/status".into()],
-                env: Vec::new(),
-                cwd: &dir,
-                keep_fds: &[],
-                steps: None,
-                rlimits: false,
-                cgroup_procs: None,
-                cgroup_dir,
-                exit_before_exec: false,
-            };
-            let mut child = spawn(&launch).unwrap();
-            drop(child.stdin.take());
-            let mut status = String::new();
-            std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut status).unwrap();
-            assert!(child.wait().unwrap().success());
+            let status = status_of_a_command(cgroup_dir);
             assert_eq!(
                 ignored_signals(&status) & sigpipe,
                 0,
