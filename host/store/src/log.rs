@@ -71,6 +71,10 @@ pub struct EventLog {
     /// The Merkle tree over every line, grown as lines are appended: a
     /// checkpoint's head without reading the log back.
     tree: crate::merkle::Frontier,
+    /// A write failed, perhaps part way through a line: nothing more is
+    /// written, so the file ends in a torn tail `bl log recover` sets
+    /// aside, never in a line written twice (a retry of the same bytes).
+    write_failed: bool,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -176,6 +180,7 @@ impl EventLog {
             pending: Vec::new(),
             buffered: false,
             tree,
+            write_failed: false,
         })
     }
 
@@ -192,10 +197,28 @@ impl EventLog {
     /// Writes the buffered lines (no fsync).
     pub fn flush(&mut self) -> Result<(), StoreError> {
         if !self.pending.is_empty() {
-            self.file.write_all(&self.pending).map_err(io(&self.path))?;
-            self.pending.clear();
+            // Taken to write it, and given back empty: after a failed
+            // write no line is written again, so none is kept.
+            let mut pending = std::mem::take(&mut self.pending);
+            let written = self.write(&pending);
+            pending.clear();
+            self.pending = pending;
+            written?;
         }
         Ok(())
+    }
+
+    /// Writes `bytes` at the end of the file, unless a write failed before.
+    fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        if self.write_failed {
+            return Err(io(&self.path)(std::io::Error::other(
+                "an earlier write to it failed and may have left part of a line, so nothing more is written; once this writer is gone, `bl log recover` sets a torn tail aside",
+            )));
+        }
+        self.file.write_all(bytes).map_err(|e| {
+            self.write_failed = true;
+            io(&self.path)(e)
+        })
     }
 
     pub fn head(&self) -> &ChainHead {
@@ -250,7 +273,7 @@ impl EventLog {
         if self.buffered {
             self.pending.extend_from_slice(&bytes);
         } else {
-            self.file.write_all(&bytes).map_err(io(&self.path))?;
+            self.write(&bytes)?;
         }
         self.head.sequence += 1;
         self.head.hash = hash.clone();

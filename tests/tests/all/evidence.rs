@@ -424,13 +424,14 @@ fn a_write_the_disk_refuses_stops_recording_until_the_torn_log_is_recovered() {
     keys(dir);
     let serve = Service::command(dir, "ws", "deny-all", "{}");
     // The shell ignores SIGXFSZ (which would kill bl) and caps any file
-    // bl writes at 16 KiB (32 blocks of 512 bytes); ignored, the signal
-    // stays ignored through the exec.
+    // bl writes at 16 KiB (32 blocks of 512 bytes; a soft limit, so that
+    // the room can be given back below); ignored, the signal stays
+    // ignored through the exec.
     let mut limited = Command::new("sh");
     limited
         .current_dir(dir)
         .arg("-c")
-        .arg(r#"trap "" XFSZ; ulimit -f 32; exec "$0" "$@""#)
+        .arg(r#"trap "" XFSZ; ulimit -S -f 32; exec "$0" "$@""#)
         .arg(serve.get_program())
         .args(serve.get_args());
     let (child, url) = serving(&mut limited, "evidence");
@@ -470,6 +471,22 @@ fn a_write_the_disk_refuses_stops_recording_until_the_torn_log_is_recovered() {
             .contains("restart the service"),
         "{after}"
     );
+    // The disk has room again before the service stops (Ctrl-C, so its
+    // log is dropped as it would be): what it failed to write is not
+    // written again after the part that reached the file.
+    let pid = service.child.id() as nix::libc::pid_t;
+    let mut room = nix::libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit with a pid, a resource and limits owned here: the
+    // service's soft limit raised to its hard one.
+    let raised = unsafe {
+        nix::libc::prlimit(pid, nix::libc::RLIMIT_FSIZE, std::ptr::null(), &mut room);
+        room.rlim_cur = room.rlim_max;
+        nix::libc::prlimit(pid, nix::libc::RLIMIT_FSIZE, &room, std::ptr::null_mut())
+    };
+    assert_eq!(raised, 0, "{}", std::io::Error::last_os_error());
     drop(service);
 
     // The torn line is never read as an event, nor quietly cut off.
