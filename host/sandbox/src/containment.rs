@@ -469,9 +469,15 @@ fn read_kernel_file(path: impl AsRef<Path>) -> std::io::Result<String> {
 }
 
 fn populated(dir: &Path) -> bool {
+    leaf_populated(dir).unwrap_or(false)
+}
+
+/// Whether the cgroup at `dir` holds a live process, when its
+/// `cgroup.events` can be read.
+fn leaf_populated(dir: &Path) -> Option<bool> {
     read_kernel_file(dir.join("cgroup.events"))
+        .ok()
         .map(|e| e.lines().any(|l| l == "populated 1"))
-        .unwrap_or(false)
 }
 
 /// SIGKILLs everything in `dir` and below: `cgroup.kill` where the kernel
@@ -758,8 +764,12 @@ impl Contained {
         match &self.leaf {
             // An empty leaf has nothing to kill, and stays fit to be used
             // again (see `killed`).
-            Some(leaf) if populated(leaf) => self.kill_leaf(leaf),
-            Some(_) => self.found_empty.store(true, Ordering::Relaxed),
+            Some(leaf) => match leaf_populated(leaf) {
+                Some(true) => self.kill_leaf(leaf),
+                Some(false) => self.found_empty.store(true, Ordering::Relaxed),
+                // Unread: the end of the command looks again.
+                None => {}
+            },
             None => kill_marked_orphans(&self.marker, self.pid),
         }
     }
@@ -788,8 +798,8 @@ impl Contained {
         }
         match &self.leaf {
             Some(leaf) => {
-                // No process can enter a leaf once it is empty: only one
-                // inside could start another there.
+                // Nothing bl does puts a process in a leaf once it is
+                // empty, and only one inside could start another there.
                 let left_running = !self.found_empty.load(Ordering::Relaxed) && populated(leaf);
                 if left_running {
                     let fds: Vec<OwnedFd> =
