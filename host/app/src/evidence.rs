@@ -998,6 +998,12 @@ impl EvidenceStore {
         self.key.verifier().to_text()
     }
 
+    /// Why the store stopped recording, if it did: what it holds in
+    /// memory may then be ahead of its log, and is not to be shown.
+    pub fn broken(&self) -> Option<EvidenceError> {
+        self.broken.clone().map(EvidenceError::Broken)
+    }
+
     /// A decision's state, as the log makes it.
     pub fn decision(&self, operation_id: &str) -> Option<&Decision> {
         self.decisions.get(operation_id)

@@ -391,6 +391,9 @@ async fn review(State(service): State<Arc<Service>>, bytes: axum::body::Bytes) -
 
 async fn show(State(service): State<Arc<Service>>, Path(op): Path<String>) -> Response {
     let store = service.store();
+    if let Some(broken) = store.broken() {
+        return answer(Err(broken));
+    }
     match store.decision(&op) {
         Some(d) => Json(view(&store, &op, d)).into_response(),
         None => (
@@ -404,6 +407,9 @@ async fn show(State(service): State<Arc<Service>>, Path(op): Path<String>) -> Re
 async fn waiting(State(service): State<Arc<Service>>) -> Response {
     use bl_core::evidence::Stage;
     let store = service.store();
+    if let Some(broken) = store.broken() {
+        return answer(Err(broken));
+    }
     let decisions: Vec<Value> = store
         .decisions()
         .iter()

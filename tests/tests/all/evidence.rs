@@ -471,6 +471,18 @@ fn a_write_the_disk_refuses_stops_recording_until_the_torn_log_is_recovered() {
             .contains("restart the service"),
         "{after}"
     );
+    // Nor is what it holds in memory shown: it may be ahead of its log.
+    for path in [
+        format!("/decisions/{}", answered[0]),
+        "/decisions".to_string(),
+    ] {
+        let (code, shown) = service.call("GET", &path, &Value::Null);
+        assert_eq!(
+            (code, shown["error"]["code"].clone()),
+            (503, json!("NotRecorded")),
+            "{path}: {shown}"
+        );
+    }
     // The disk has room again before the service stops (Ctrl-C, so its
     // log is dropped as it would be): what it failed to write is not
     // written again after the part that reached the file.
