@@ -698,11 +698,11 @@ impl EvidenceStore {
 
     /// Writes the synced checkpoint of the log as it is, now.
     fn checkpoint_synced(&mut self) -> Result<(), EvidenceError> {
-        if self.log.tree_head().size == 0 {
+        let head = self.log.tree_head();
+        if head.size == 0 {
             return Ok(());
         }
         self.set_aside_damaged_checkpoints()?;
-        let head = self.log.tree_head();
         match write_checkpoint_at(&self.dir, &head, Some(&self.key), Durability::Synced) {
             Ok(_) => Ok(()),
             // This head is checkpointed already, over other files: a torn

@@ -1325,9 +1325,8 @@ fn egress_network(
     Ok((Network::Closed, None))
 }
 
-/// Seals the run as it stands (log head, Merkle root, the records' digests)
-/// into `checkpoints/`, at every pause and at the end.
-/// The run's checkpoint over `head`, the log its journal wrote.
+/// Seals the run as it stands into `checkpoints/`: `head`, the tree of the
+/// log its journal wrote, and the records' digests.
 fn checkpoint(
     dir: &Path,
     flags: &DriveOptions,

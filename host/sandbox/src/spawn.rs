@@ -537,9 +537,10 @@ const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 
 /// Starts `child_main(plan)` on `stack`, sharing this process's memory
 /// until it execs (as `clone` above), inside the cgroup whose directory
-/// is `cgroup_dir`, with its signal handlers reset. Returns the pid, or -1 where the kernel cannot (older
-/// than 5.7, clone3 filtered, not a cgroup v2 directory): nothing was
-/// started then, and the caller falls back to `clone`.
+/// is `cgroup_dir`, with its signal handlers reset. Returns the pid, or -1
+/// where the kernel cannot (older than 5.7, clone3 filtered, not a cgroup
+/// v2 directory): nothing was started then, and the caller falls back to
+/// `clone`.
 ///
 /// # Safety
 /// `plan` must point to a `(ChildPlan, Vec<c_int>)` that, with `stack`,

@@ -165,10 +165,8 @@ impl EventLog {
         }
         file.seek(SeekFrom::End(0)).map_err(io(path))?;
         let mut tree = crate::merkle::Frontier::default();
-        for line in bytes[..head.verified_len as usize].split(|b| *b == b'\n') {
-            if !line.is_empty() {
-                tree.push(crate::merkle::leaf_hash(line));
-            }
+        for leaf in crate::provable::line_leaves(&bytes[..head.verified_len as usize]) {
+            tree.push(leaf);
         }
         Ok(EventLog {
             path: path.to_path_buf(),

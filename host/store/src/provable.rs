@@ -26,14 +26,17 @@ pub fn log_leaves(log: &Path) -> Result<(Vec<Hash>, String), SealError> {
         path: log.to_path_buf(),
         source,
     })?;
-    let prefix = &bytes[..head.verified_len as usize];
-    let leaves = prefix
+    let leaves = line_leaves(&bytes[..head.verified_len as usize]).collect();
+    let run_id = head.identity.map(|i| i.run_id).unwrap_or_default();
+    Ok((leaves, run_id))
+}
+
+/// The leaf hash of each line of `verified` (whole lines of a log).
+pub(crate) fn line_leaves(verified: &[u8]) -> impl Iterator<Item = Hash> + '_ {
+    verified
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
         .map(merkle::leaf_hash)
-        .collect();
-    let run_id = head.identity.map(|i| i.run_id).unwrap_or_default();
-    Ok((leaves, run_id))
 }
 
 fn checkpoint_path(run_dir: &Path, size: u64) -> PathBuf {
