@@ -84,7 +84,6 @@ fn unprepared(e: impl std::fmt::Display) -> GateUnprepared {
 
 /// Where a loop's gate plugins come from: the process's plugin host, what
 /// their commands run through, and how long each call may take.
-#[derive(Clone)]
 pub struct GatePlugins {
     pub host: Arc<PluginHost>,
     pub commands: Arc<dyn CommandRunner>,

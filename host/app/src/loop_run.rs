@@ -710,54 +710,18 @@ fn drive_loop(
 ) -> Result<(RunOutcome, Option<LedgerSync>, ScratchRemoval), AppError> {
     let m = &package.manifest;
     let workspace_root = &place.workspace_root;
-    let commands = sandbox_runner(bounds.sandbox, &place.hidden)?;
-    let plugins = GatePlugins {
-        host: crate::plugin_host::shared(),
-        commands: commands.clone(),
-        deadline: Duration::from_secs(bounds.max_wallclock_s.max(1)),
-    };
-    let new_gate = |plugins: GatePlugins| {
-        let schema = bounds.schema.as_deref();
-        LoopGate::new(
-            plugins,
-            &m.gate,
-            gate_override,
-            dir,
-            workspace_root,
-            &m.outputs,
-            schema,
-        )
-    };
-    // The gate's plugin is read back and linked on a thread of its own
-    // while the workspace is copied: each takes about half a millisecond,
-    // on two cores at once.
-    let (workspace, gate) = std::thread::scope(|scope| {
-        let loading = std::thread::Builder::new()
-            .name("bl-gate-load".into())
-            .spawn_scoped(scope, {
-                let plugins = plugins.clone();
-                move || new_gate(plugins)
-            });
-        let workspace = ScratchWorkspace::prepare(
-            dir,
-            workspace_root,
-            &m.forbid,
-            place.how,
-            bounds.quarantine_inputs,
-        );
-        let gate = match loading {
-            Ok(thread) => thread
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            Err(_) => new_gate(plugins),
-        };
-        (workspace, gate)
-    });
-    let mut workspace = workspace
-        .map_err(|e| AppError::refused(format!("bl run: cannot prepare the workspace: {e}")))?;
+    let mut workspace = ScratchWorkspace::prepare(
+        dir,
+        workspace_root,
+        &m.forbid,
+        place.how,
+        bounds.quarantine_inputs,
+    )
+    .map_err(|e| AppError::refused(format!("bl run: cannot prepare the workspace: {e}")))?;
     if !workspace.withheld().is_empty() {
         note(bl_loops::quarantine::warning(workspace.withheld()));
     }
+    let commands = sandbox_runner(bounds.sandbox, &place.hidden)?;
     // A caged agent CLI reaches its provider, and only it, through the
     // allowlist proxy; every other command in the cage has no network.
     let (runner_commands, _proxy) = match agent_hosts(runner_name, bounds.sandbox)? {
@@ -780,8 +744,21 @@ fn drive_loop(
         None => (commands.clone(), None),
     };
     let mut runner = make_runner(runner_name, package, workspace_root, runner_commands, env)?;
-    let mut gate = gate
-        .map_err(|e| AppError::Undecided(format!("bl run: the gate could not be prepared: {e}")))?;
+    let plugins = GatePlugins {
+        host: crate::plugin_host::shared(),
+        commands,
+        deadline: Duration::from_secs(bounds.max_wallclock_s.max(1)),
+    };
+    let mut gate = LoopGate::new(
+        plugins,
+        &m.gate,
+        gate_override,
+        dir,
+        workspace_root,
+        &m.outputs,
+        bounds.schema.as_deref(),
+    )
+    .map_err(|e| AppError::Undecided(format!("bl run: the gate could not be prepared: {e}")))?;
 
     let redact = Redact::new(&place.redact, dir);
     let mut ledger = FileLedger::open(&place.ledger, redact)?;
