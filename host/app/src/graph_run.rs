@@ -1127,9 +1127,10 @@ fn drive(
     if let Some(parent) = spawn_log.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
-    // Process-wide: a process drives one run's spawns at a time into its
-    // log (a child run's, while it runs, then the parent's again).
-    bl_sandbox::containment::set_spawn_log(spawn_log);
+    // Every command this process starts while the run is driven, whoever
+    // starts it (a child run's, or another run's beside it), is recorded
+    // in the run's log: a resume then ends what this controller left.
+    let _spawns = bl_sandbox::containment::record_spawns(spawn_log);
     let artifacts = RunArtifacts {
         store: bl_store::ArtifactStore::with_group_commit(
             RunDir::new(&run.dir).artifacts(),

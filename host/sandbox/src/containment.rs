@@ -17,7 +17,7 @@
 //!   process kills every cgroup and process group bl still had when bl
 //!   itself dies (even by SIGKILL): it waits on a pipe only bl holds.
 //! - Each command's process identity (pid, start time, boot id, cgroup)
-//!   can be appended to a spawn log ([`set_spawn_log`]); a later controller
+//!   can be appended to a spawn log ([`record_spawns`]); a later controller
 //!   kills whatever of it is still alive ([`kill_survivors`]).
 //! - The private directories bl makes in the temporary directory (and, for
 //!   a cage's mount points, on `/dev/shm`) carry its identity too
@@ -83,8 +83,9 @@ struct State {
     /// Direct children started by [`Contained`] (never an orphan).
     children: Mutex<HashSet<i32>>,
     watchdog: Mutex<Option<Watchdog>>,
-    /// Where commands' identities are appended, kept open once written to.
-    spawn_log: Mutex<Option<(PathBuf, Option<std::fs::File>)>>,
+    /// Where commands' identities are appended: the logs of the runs
+    /// recording now, each kept open once written to.
+    spawn_logs: Mutex<Vec<SpawnLog>>,
     /// Empty leaves a command ended in, to be used again: making and
     /// removing a cgroup costs more than the rest of a short command's
     /// containment.
@@ -120,7 +121,7 @@ fn state() -> &'static State {
             live: Mutex::new(HashMap::new()),
             children: Mutex::new(HashSet::new()),
             watchdog: Mutex::new(None),
-            spawn_log: Mutex::new(None),
+            spawn_logs: Mutex::new(Vec::new()),
             spare_leaves: Mutex::new(Vec::new()),
         }
     })
@@ -150,13 +151,37 @@ pub fn mode() -> Mode {
     state().mode().clone()
 }
 
-/// Where each contained command's process identity is appended (one JSON
-/// line each); the first caller wins, so a nested run writes to its top
-/// run's log.
-pub fn set_spawn_log(path: PathBuf) {
-    let mut log = state().spawn_log.lock().unwrap_or_else(|e| e.into_inner());
-    if log.is_none() {
-        *log = Some((path, None));
+struct SpawnLog {
+    recording: u64,
+    path: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+/// Appends each contained command's process identity (one JSON line each)
+/// to `path` until the returned guard is dropped. Every log recording when
+/// a command starts gets its line: a process that drives several runs at
+/// once (a nested run, or runs an embedding app started side by side)
+/// writes each command to all of theirs. A log that also names another
+/// run's commands costs nothing: [`kill_survivors`] ends only what a
+/// controller that is gone left.
+pub fn record_spawns(path: PathBuf) -> SpawnRecording {
+    let state = state();
+    let recording = state.next.fetch_add(1, Ordering::SeqCst);
+    lock(&state.spawn_logs).push(SpawnLog {
+        recording,
+        path,
+        file: None,
+    });
+    SpawnRecording(recording)
+}
+
+/// A spawn log being written to; see [`record_spawns`].
+#[must_use = "the log is written to only while this lives"]
+pub struct SpawnRecording(u64);
+
+impl Drop for SpawnRecording {
+    fn drop(&mut self) {
+        lock(&state().spawn_logs).retain(|log| log.recording != self.0);
     }
 }
 
@@ -677,22 +702,25 @@ impl Contained {
         lock(&state.live).insert(self.id, pid);
         watchdog_tell(Tell::Watch(pid));
         sweep_once();
-        let mut log = lock(&state.spawn_log);
-        if let Some((path, file)) = log.as_mut() {
+        let mut logs = lock(&state.spawn_logs);
+        if !logs.is_empty() {
             let start = start.or_else(|| proc_stat(pid).map(|s| s.start));
             let line = serde_json::json!({
                 "boot_id": state.boot_id, "cgroup": self.leaf, "controller": state.me,
                 "pgid": pid, "pid": pid, "start": start,
             });
-            if file.is_none() {
-                *file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .ok();
-            }
-            if let Some(file) = file {
-                let _ = file.write_all(format!("{line}\n").as_bytes());
+            let line = format!("{line}\n");
+            for log in logs.iter_mut() {
+                if log.file.is_none() {
+                    log.file = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&log.path)
+                        .ok();
+                }
+                if let Some(file) = &mut log.file {
+                    let _ = file.write_all(line.as_bytes());
+                }
             }
         }
     }

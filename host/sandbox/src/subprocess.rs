@@ -739,6 +739,62 @@ mod tests {
         }
     }
 
+    /// A command is recorded in every spawn log recording when it starts
+    /// (two runs driven side by side in one process each keep it), and in
+    /// none once its recording ended.
+    #[test]
+    fn a_command_goes_to_every_spawn_log_recording_when_it_starts() {
+        use crate::containment::record_spawns;
+        let ws = tempfile::tempdir().unwrap();
+        let logs = tempfile::tempdir().unwrap();
+        let (first, second) = (logs.path().join("first"), logs.path().join("second"));
+        let its_pid = || -> i64 {
+            let ran = Subprocess
+                .run(&spec(&["sh", "-c", "echo $$"], ws.path()))
+                .unwrap();
+            String::from_utf8(ran.stdout_tail)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        // Other tests start commands meanwhile: a log may hold theirs too.
+        let recorded = |log: &std::path::Path| -> Vec<i64> {
+            std::fs::read_to_string(log)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).unwrap()["pid"]
+                        .as_i64()
+                        .unwrap()
+                })
+                .collect()
+        };
+        let recording_first = record_spawns(first.clone());
+        let alone = its_pid();
+        let recording_second = record_spawns(second.clone());
+        let beside = its_pid();
+        drop(recording_second);
+        let after_second = its_pid();
+        drop(recording_first);
+        let after_both = its_pid();
+        let (first, second) = (recorded(&first), recorded(&second));
+        for pid in [alone, beside, after_second] {
+            assert!(first.contains(&pid), "{pid} not in the first log {first:?}");
+        }
+        assert!(
+            second.contains(&beside),
+            "{beside} not in the second log {second:?}"
+        );
+        for pid in [alone, after_second, after_both] {
+            assert!(!second.contains(&pid), "{pid} in the second log {second:?}");
+        }
+        assert!(
+            !first.contains(&after_both),
+            "{after_both} in the first log {first:?}"
+        );
+    }
+
     #[test]
     fn a_command_after_one_that_left_a_process_behind_runs() {
         // The first command's cgroup leaf is killed (it left `sleep`
