@@ -217,7 +217,7 @@ def main():
     print(f"the bridge adds, as two nodes (decision, guarded):    {added('guarded', 'plain', 50):5.2f} ms"
           f" at p50, {two_p99:5.2f} ms at p99  (printed only)")
     low, high = p99_interval(times["guarded call"], times["plain call"])
-    print(f"  as one node, what it adds at p99 if the runs were drawn again: {low:.2f}-{high:.2f} ms"
+    print(f"  as one node, what it adds at p99 if the runs were drawn again: {low:.2f} to {high:.2f} ms"
           " (95% of 400 bootstrap resamples; printed only)")
     print("  as one node, at p90 / p95 / p99.5:  " + " / ".join(
         f"{added('guarded call', 'plain call', p):.2f}" for p in (90, 95, 99.5)) + " ms (printed only)")
