@@ -97,6 +97,9 @@ pub struct ChildRun {
     pub plan_id: String,
     pub graph_digest: String,
     pub run_state: String,
+    /// The approval nodes it paused at (paths from the child run), if it
+    /// paused so.
+    pub awaiting: Vec<String>,
 }
 
 /// Runs a subgraph node's child: begins it in `child`, or continues the run
@@ -210,6 +213,10 @@ fn run_child(
         Ok(r) => r,
         Err(e) => return WorkReply::Fault(format!("the child run was refused: {}", e.message())),
     };
+    if !done.awaiting.is_empty() {
+        // Not over: the attempt waits with its child for the decisions.
+        return WorkReply::AwaitingApproval(done.awaiting);
+    }
     let head = match crate::run_adapters::read_events(child.dir) {
         Ok((_, head)) => head,
         Err(e) => return WorkReply::Fault(format!("the child run's log: {e}")),

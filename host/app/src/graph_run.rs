@@ -1560,7 +1560,7 @@ impl crate::graph_nodes::ChildRunner for ChildDrives {
         options.inputs = inputs;
         let depth = Depth::Child(depth);
         // A child an interrupted drive began is continued, never begun again.
-        let (run, _, view) = if RunDir::new(child).holds_a_run() {
+        let (run, end, view) = if RunDir::new(child).holds_a_run() {
             continue_child(child, &options, depth)?
         } else {
             run_manifest(manifest, bytes, connections, child, &options, depth)?
@@ -1569,6 +1569,10 @@ impl crate::graph_nodes::ChildRunner for ChildDrives {
             plan_id: run.plan.plan_id,
             graph_digest: run.plan.graph_digest,
             run_state: view.run_state.to_string(),
+            awaiting: match end {
+                RunEnd::AwaitingApproval(nodes) => nodes,
+                _ => Vec::new(),
+            },
         })
     }
 }
@@ -1825,27 +1829,88 @@ pub fn approve(
     options: &DriveOptions,
 ) -> Result<Approved, AppError> {
     let run = load_run(dir, "approve")?;
-    let Some(node) = run.graph.node(node_id) else {
+    let (view, events, _) = view_of(dir)?;
+    let schedule = Schedule::of(&run.graph, &run.plan);
+    let prompts = read_prompts(options)?;
+    let decision = if approved { "approved" } else { "rejected" };
+    let target = decision_target(&run, &view, &events, node_id, node_id, approved)?;
+    let Some(target) = target else {
+        // Idempotent: the decision is already in the record.
+        return Ok(Approved {
+            node_id: node_id.to_string(),
+            decision,
+            idempotent: true,
+            run,
+            view,
+            end: None,
+        });
+    };
+    check_prompt_keys(&schedule, &prompts, options)?;
+    check_prompts("approve", &schedule, &view, &prompts)?;
+    record_decision(
+        &target.run,
+        &target.node,
+        approved,
+        target.round,
+        shown,
+        key,
+        by,
+    )?;
+    let (end, after) = continue_run(&run, &schedule, &view, prompts, options, Depth::Top)?;
+    Ok(Approved {
+        node_id: node_id.to_string(),
+        decision,
+        idempotent: false,
+        run,
+        view: after,
+        end: Some(end),
+    })
+}
+
+/// Where a decision is to be recorded: an approval node of `run`, or, for
+/// a path `sub/gate`, one of the child run of its subgraph node `sub`
+/// (`sub/inner/gate` a level further down).
+struct DecisionTarget {
+    run: LoadedRun,
+    node: String,
+    round: u64,
+}
+
+/// The run and node a decision on `path` is recorded in; `None` when that
+/// same decision is on record already. A decision that differs from the
+/// one on record is refused: a decision is final. `asked` is the path as
+/// the person gave it, for the refusals.
+fn decision_target(
+    run: &LoadedRun,
+    view: &RunView,
+    events: &[Recorded],
+    path: &str,
+    asked: &str,
+    approved: bool,
+) -> Result<Option<DecisionTarget>, AppError> {
+    let round = repair_rounds(events);
+    if let Some((sub, rest)) = path.split_once('/') {
+        let child = child_run_of(run, view, round, sub, asked)?;
+        let (view, events, _) = view_of(&child.dir)?;
+        return decision_target(&child, &view, &events, rest, asked, approved);
+    }
+    let Some(node) = run.graph.node(path) else {
         return Err(refused(format!(
-            "graph approve: approval_node at /node_id: node '{node_id}' is not in the graph"
+            "graph approve: approval_node at /node_id: node '{path}' is not in the graph{}",
+            in_child_run(run, path, asked)
         )));
     };
     if node.kind != NodeKind::Approval {
         return Err(refused(format!(
-            "graph approve: approval_node at /node_id: node '{node_id}' is not an approval node"
+            "graph approve: approval_node at /node_id: node '{path}' is not an approval node{}",
+            in_child_run(run, path, asked)
         )));
     }
-    let (view, events, _) = view_of(dir)?;
-    let schedule = Schedule::of(&run.graph, &run.plan);
-    let prompts = read_prompts(options)?;
-    let round = repair_rounds(&events);
-    let state = view.node(node_id).state;
-    let decided = matches!(state, NodeState::Succeeded | NodeState::Failed);
-    if let Some(first) = approvals::recorded(dir, node_id, round)?
+    if let Some(first) = approvals::recorded(&run.dir, path, round)?
         && first.approved != approved
     {
         return Err(refused(format!(
-            "graph approve: node '{node_id}' was already {} by {} at {}; a decision is final, so this {} was not recorded. To decide again, start a new run",
+            "graph approve: node '{asked}' was already {} by {} at {}; a decision is final, so this {} was not recorded. To decide again, start a new run",
             if first.approved {
                 "approved"
             } else {
@@ -1856,30 +1921,79 @@ pub fn approve(
             if approved { "approval" } else { "rejection" },
         )));
     }
-    let decision = if approved { "approved" } else { "rejected" };
-    if decided {
-        // Idempotent: the decision is already in the record.
-        return Ok(Approved {
-            node_id: node_id.to_string(),
-            decision,
-            idempotent: true,
-            run,
-            view,
-            end: None,
-        });
+    if matches!(
+        view.node(path).state,
+        NodeState::Succeeded | NodeState::Failed
+    ) {
+        return Ok(None);
     }
-    check_prompt_keys(&schedule, &prompts, options)?;
-    check_prompts("approve", &schedule, &view, &prompts)?;
-    record_decision(&run, node_id, approved, round, shown, key, by)?;
-    let (end, after) = continue_run(&run, &schedule, &view, prompts, options, Depth::Top)?;
-    Ok(Approved {
-        node_id: node_id.to_string(),
-        decision,
-        idempotent: false,
-        run,
-        view: after,
-        end: Some(end),
-    })
+    Ok(Some(DecisionTarget {
+        run: load_run(&run.dir, "approve")?,
+        node: path.to_string(),
+        round,
+    }))
+}
+
+/// The run directory holding the approval node `path` names, and the
+/// node's id there: `dir` and `path` for a node of the run itself, the
+/// child run's for `sub/gate` (of subgraph node `sub`).
+pub fn decision_run(dir: &Path, path: &str) -> Result<(PathBuf, String), AppError> {
+    let Some((sub, rest)) = path.split_once('/') else {
+        return Ok((dir.to_path_buf(), path.to_string()));
+    };
+    let run = load_run(dir, "approve")?;
+    let (view, events, _) = view_of(dir)?;
+    let child = child_run_of(&run, &view, repair_rounds(&events), sub, path)?;
+    decision_run(&child.dir, rest)
+}
+
+/// The child run a subgraph node `sub` of `run` began in its current
+/// attempt, for a decision on one of the child's approval nodes.
+fn child_run_of(
+    run: &LoadedRun,
+    view: &RunView,
+    round: u64,
+    sub: &str,
+    asked: &str,
+) -> Result<LoadedRun, AppError> {
+    match run.graph.node(sub) {
+        Some(node) if node.kind == NodeKind::Subgraph => {}
+        Some(_) => {
+            return Err(refused(format!(
+                "graph approve: approval_node at /node_id: node '{sub}' is not a subgraph node, so '{asked}' names no approval node; a path `node/gate` names approval node `gate` of subgraph node `node`'s child run"
+            )));
+        }
+        None => {
+            return Err(refused(format!(
+                "graph approve: approval_node at /node_id: node '{sub}' of '{asked}' is not in the graph"
+            )));
+        }
+    }
+    let attempt = view.node(sub).attempt;
+    let dir = run.dir.join(crate::graph_nodes::child_dir(
+        sub,
+        u32::try_from(round).unwrap_or(u32::MAX),
+        u32::try_from(attempt).unwrap_or(u32::MAX),
+    ));
+    if attempt == 0 || !RunDir::new(&dir).holds_a_run() {
+        return Err(refused(format!(
+            "graph approve: subgraph node '{sub}' has not begun a child run yet, so '{asked}' cannot be decided; decide it once `bl graph status --run {}` lists it as awaiting approval",
+            run.dir.display()
+        )));
+    }
+    load_run(&dir, "approve")
+}
+
+/// ", in the child run at DIR" when `path` is part of a longer `asked`.
+fn in_child_run(run: &LoadedRun, path: &str, asked: &str) -> String {
+    if path == asked {
+        String::new()
+    } else {
+        format!(
+            " of the child run in {} (asked: '{asked}')",
+            run.dir.display()
+        )
+    }
 }
 
 /// A run as its log says it stands.

@@ -225,40 +225,39 @@ impl GraphRuntime {
     pub fn pending_approvals(&self, dir: &Path) -> Result<Vec<PendingApproval>, AppError> {
         let status = graph_run::status(dir)?;
         let (run, view) = (&status.run, &status.view);
-        let round = graph_run::repair_round(dir)?;
         let waiting = view.awaiting(run.graph.nodes.iter().map(|n| n.id.as_str()));
-        let artifacts = if waiting.is_empty() {
-            Vec::new()
-        } else {
-            graph_run::artifacts(dir)?
-        };
-        Ok(waiting
-            .into_iter()
-            .filter(|id| {
-                run.graph
-                    .node(id)
-                    .is_some_and(|n| n.kind == NodeKind::Approval)
-            })
-            .map(|node_id| {
-                let evidence = approvals::evidence(&run.graph, view, &node_id);
-                let described = evidence
-                    .iter()
-                    .map(|d| EvidenceEntry::of(d, &artifacts))
-                    .collect();
-                PendingApproval {
-                    described,
-                    request_digest: approvals::request_digest(
-                        &run.plan.plan_id,
-                        &node_id,
-                        round,
-                        &evidence,
-                    ),
-                    node_id,
+        let mut pending = Vec::new();
+        for path in waiting {
+            // `sub/gate`: the approval node of a subgraph's child run,
+            // bound to what it approves there.
+            let (holder, node_id) = graph_run::decision_run(dir, &path)?;
+            let status = graph_run::status(&holder)?;
+            let (run, view) = (&status.run, &status.view);
+            let approval = run.graph.node(&node_id);
+            if approval.is_none_or(|n| n.kind != NodeKind::Approval) {
+                continue;
+            }
+            let round = graph_run::repair_round(&holder)?;
+            let artifacts = graph_run::artifacts(&holder)?;
+            let evidence = approvals::evidence(&run.graph, view, &node_id);
+            let described = evidence
+                .iter()
+                .map(|d| EvidenceEntry::of(d, &artifacts))
+                .collect();
+            pending.push(PendingApproval {
+                described,
+                request_digest: approvals::request_digest(
+                    &run.plan.plan_id,
+                    &node_id,
                     round,
-                    evidence,
-                }
-            })
-            .collect())
+                    &evidence,
+                ),
+                node_id: path,
+                round,
+                evidence,
+            });
+        }
+        Ok(pending)
     }
 
     /// Approves `node` as the person saw it (`shown`, the request digest of

@@ -160,7 +160,7 @@ pub enum GraphCommand {
         /// The run directory (what `graph run --out` wrote).
         #[arg(long)]
         run: PathBuf,
-        /// The approval node to decide.
+        /// The approval node to decide (`sub/gate`: node `gate` of subgraph node `sub`'s child run).
         #[arg(long)]
         node: String,
         /// approved or rejected. A decision is final: the opposite one is

@@ -291,6 +291,32 @@ impl At<'_> {
         )
     }
 
+    /// `node.child_awaiting_approval` (bl's, kept in the annex beside the
+    /// log): this execution's child run paused for people's decisions on
+    /// `awaiting` (paths from the parent run, `node/gate`). The attempt is
+    /// not over and this is no failure; approving them re-drives it, and
+    /// the child run goes on where it stopped.
+    pub fn child_awaiting_approval(&self, execution: u32, awaiting: &[String]) -> Event {
+        Event {
+            key: self.child_awaiting_approval_key(execution),
+            kind: "node.child_awaiting_approval",
+            payload: self.payload(json!({
+                "awaiting_approval": awaiting,
+                "execution": execution,
+                "reason": format!("its child run awaits approval of {}", awaiting.join(", ")),
+            })),
+        }
+    }
+
+    pub fn child_awaiting_approval_key(&self, execution: u32) -> String {
+        format!(
+            "{}:node.child_awaiting_approval:{}:{execution}{}",
+            self.node,
+            self.attempt,
+            self.round_suffix()
+        )
+    }
+
     /// `node.interrupted` (bl's, kept in the annex beside the log): an
     /// operator's stop ended this execution of the attempt before it did.
     /// It is not a failure and does not count against the node's attempts;

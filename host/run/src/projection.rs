@@ -114,6 +114,11 @@ pub struct NodeView {
     /// Why it failed or was skipped (or why its last attempt failed), on
     /// one line.
     pub reason: Option<String>,
+    /// A subgraph node whose child run paused: the approval nodes it waits
+    /// on, by path from this run (`node/gate`).
+    pub child_awaiting: Vec<String>,
+    /// The last re-drive of its attempt on record (0: none).
+    redrives: u64,
 }
 
 impl Default for NodeView {
@@ -130,6 +135,8 @@ impl Default for NodeView {
             spend_cost_microunits: 0,
             spend_complete: true,
             reason: None,
+            child_awaiting: Vec::new(),
+            redrives: 0,
         }
     }
 }
@@ -188,12 +195,22 @@ impl RunView {
         matches!(self.run_state, RunState::Succeeded | RunState::Failed)
     }
 
-    /// Nodes waiting for a human decision, in `order`.
+    /// Nodes waiting for a human decision, in `order`: an approval node by
+    /// its id, and for a subgraph node whose child run paused, the paths
+    /// of the child's approval nodes (`node/gate`).
     pub fn awaiting<'a>(&self, order: impl IntoIterator<Item = &'a str>) -> Vec<String> {
         order
             .into_iter()
-            .filter(|id| self.node(id).state == NodeState::AwaitingApproval)
-            .map(str::to_string)
+            .flat_map(|id| {
+                let node = self.node(id);
+                match node.state {
+                    NodeState::AwaitingApproval if !node.child_awaiting.is_empty() => {
+                        node.child_awaiting
+                    }
+                    NodeState::AwaitingApproval => vec![id.to_string()],
+                    _ => Vec::new(),
+                }
+            })
             .collect()
     }
 }
@@ -217,8 +234,11 @@ pub fn project<'a>(events: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Ru
                 run.pauses += 1;
                 run.budget_pause = Some(payload.clone());
             }
+            // A run that ended waits on nothing (it failed elsewhere while
+            // a child run waited).
+            ("node.child_awaiting_approval", _) if run.is_terminal() => {}
             (_, Some(id)) => {
-                if kind == "node.awaiting_approval" {
+                if kind == "node.awaiting_approval" || kind == "node.child_awaiting_approval" {
                     run.pauses += 1;
                 }
                 let node = run.nodes.entry(id.to_string()).or_default();
@@ -300,6 +320,24 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
             node.attempt = 0;
             node.reason = p["reason"].as_str().map(str::to_string);
         }
+        "node.redrive" => node.redrives = p["redrive"].as_u64().unwrap_or(node.redrives),
+        // Kept in the annex, folded after the log: it speaks of an attempt
+        // nothing ended, nor re-drove, since.
+        "node.child_awaiting_approval"
+            if matches!(node.state, NodeState::Running | NodeState::Gating)
+                && p["execution"].as_u64().unwrap_or(0) > node.redrives =>
+        {
+            node.state = NodeState::AwaitingApproval;
+            node.reason = Some(why(p));
+            node.child_awaiting = p["awaiting_approval"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|path| path.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
         // Kept in the annex, folded after the log: it speaks only of an
         // attempt nothing ended since.
         "node.interrupted" if matches!(node.state, NodeState::Running | NodeState::Gating) => {
@@ -341,6 +379,39 @@ mod tests {
         assert_eq!(view.node("a").state, NodeState::Gating);
         let reason = view.node("a").reason.unwrap_or_default();
         assert!(reason.contains("stopped by SIGINT"), "{reason}");
+    }
+
+    /// A subgraph node whose child run paused awaits the child's nodes by
+    /// path, until its attempt is re-driven or the run ends.
+    #[test]
+    fn a_paused_child_run_is_awaited_until_a_redrive_or_the_runs_end() {
+        let running = json!({"node_id": "sub", "state": "RUNNING", "attempt": 1});
+        let paused = json!({"node_id": "sub", "attempt": 1, "execution": 1,
+                            "awaiting_approval": ["sub/gate"], "reason": "its child run awaits approval of sub/gate"});
+        let redrive = json!({"node_id": "sub", "attempt": 1, "redrive": 1});
+        let fold = |events: &[(&str, &Value)]| project(events.iter().copied());
+        let started = ("run.started", &json!({}));
+        let view = fold(&[
+            started,
+            ("node.running", &running),
+            ("node.child_awaiting_approval", &paused),
+        ]);
+        assert_eq!(view.node("sub").state, NodeState::AwaitingApproval);
+        assert_eq!(view.awaiting(["sub"]), vec!["sub/gate".to_string()]);
+        let view = fold(&[
+            started,
+            ("node.running", &running),
+            ("node.redrive", &redrive),
+            ("node.child_awaiting_approval", &paused),
+        ]);
+        assert_eq!(view.node("sub").state, NodeState::Running, "taken up again");
+        let view = fold(&[
+            started,
+            ("node.running", &running),
+            ("run.failed", &json!({})),
+            ("node.child_awaiting_approval", &paused),
+        ]);
+        assert!(view.awaiting(["sub"]).is_empty());
     }
 
     #[test]

@@ -18,13 +18,17 @@ use bl_run::executor::{
     RunSettings, Stage, StageError, StageRequest, StagedInput, Stop, Task, Transport, WORK_GRACE,
     Wire, WireError, WorkFuture, WorkReply, WorkRequest, Worker,
 };
-use bl_run::projection::{self, RunView};
+use bl_run::projection::{self, NodeState, RunView};
 use bl_run::reply::{ReplyRequest, ReplyRuling};
 use bl_run::schedule::Schedule;
 use serde_json::{Value, json};
 
 /// A chain of command tools: a -> b -> c.
 fn chain(max_attempts: u32) -> Schedule {
+    schedule_of(chain_manifest(max_attempts))
+}
+
+fn chain_manifest(max_attempts: u32) -> Value {
     let node = |id: &str, inputs: Value| {
         json!({
             "id": id, "kind": "tool", "tool_ref": format!("command:echo {id}"),
@@ -43,7 +47,7 @@ fn chain(max_attempts: u32) -> Schedule {
         "connection_slots": [],
         "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
     });
-    schedule_of(manifest)
+    manifest
 }
 
 fn schedule_of(manifest: Value) -> Schedule {
@@ -132,8 +136,14 @@ impl MemoryJournal {
         self.lost = false;
     }
 
+    /// The log folded, then the annex (as the run's readers fold them).
     fn view(&self) -> RunView {
-        projection::project(self.events.iter().map(|(_, kind, p)| (kind.as_str(), p)))
+        projection::project(
+            self.events
+                .iter()
+                .chain(&self.annex)
+                .map(|(_, kind, p)| (kind.as_str(), p)),
+        )
     }
 
     fn kinds(&self) -> Vec<String> {
@@ -217,6 +227,9 @@ enum Turn {
     FaultFirst,
     Panic,
     Never,
+    /// Waits for approvals of the child run's `gate` on the node's first
+    /// this many turns (as a subgraph's child run that pauses), a reply after.
+    AwaitingFirst(u32),
 }
 
 /// Answers each turn as scripted for its node (a reply by default), and
@@ -226,16 +239,27 @@ struct ScriptedWorker {
     script: HashMap<String, Turn>,
     turns: AtomicU32,
     faulted: Mutex<Vec<String>>,
+    /// Each node's turns so far.
+    turns_of: Mutex<HashMap<String, u32>>,
 }
 
 impl Worker for ScriptedWorker {
     fn work(&self, request: WorkRequest) -> WorkFuture {
         self.turns.fetch_add(1, Ordering::SeqCst);
         assert!(
-            matches!(request.task, Task::Command { .. } | Task::Route),
+            matches!(
+                request.task,
+                Task::Command { .. } | Task::Route | Task::Subgraph { .. }
+            ),
             "{:?}",
             request.task
         );
+        let turn_of_node = {
+            let mut turns = self.turns_of.lock().unwrap();
+            let count = turns.entry(request.node_id.clone()).or_default();
+            *count += 1;
+            *count
+        };
         let turn = self
             .script
             .get(&request.node_id)
@@ -261,6 +285,10 @@ impl Worker for ScriptedWorker {
                 }
                 Turn::Panic => panic!("the worker's task panicked"),
                 Turn::Never => std::future::pending().await,
+                Turn::AwaitingFirst(n) if turn_of_node <= n => {
+                    WorkReply::AwaitingApproval(vec!["gate".into()])
+                }
+                Turn::AwaitingFirst(_) => WorkReply::text(b"child run done".to_vec(), "scripted"),
             }
         })
     }
@@ -896,4 +924,78 @@ fn a_drive_that_fails_waits_for_the_attempts_in_flight_and_keeps_what_they_did()
         journal.kinds()
     );
     assert!(journal.kinds().contains(&"slow:node.spend".to_string()));
+}
+
+/// A subgraph node `sub` between two tools: `a -> sub -> c`.
+fn with_subgraph() -> Schedule {
+    let mut manifest = chain_manifest(1);
+    manifest["nodes"][1] = json!({
+        "id": "sub", "kind": "subgraph", "graph_package": format!("sha256:{}", "ab".repeat(32)),
+        "inputs": {"in": "text"}, "outputs": {"out": "text"},
+        "budget": {"max_attempts": 1, "max_wallclock_s": 60},
+        "effects": ["read_only"], "isolation": "workspace_only",
+    });
+    manifest["edges"][0]["to_node"] = json!("sub");
+    manifest["edges"][1]["from_node"] = json!("sub");
+    schedule_of(manifest)
+}
+
+/// A subgraph whose child run waits for approvals pauses the run (its
+/// attempt open, its node awaiting the child's node by path), and each
+/// resume takes the attempt up again: more pauses than a dead controller's
+/// re-drives are allowed, as none of them is a death.
+#[test]
+fn a_subgraph_waiting_on_its_child_pauses_the_run_as_often_as_the_child_does() {
+    let schedule = with_subgraph();
+    let worker = Arc::new(ScriptedWorker {
+        script: HashMap::from([("sub".to_string(), Turn::AwaitingFirst(MAX_REDRIVES + 2))]),
+        ..ScriptedWorker::default()
+    });
+    let mut journal = MemoryJournal::default();
+    for pause in 1..=MAX_REDRIVES + 2 {
+        let mut resumed = settings(Caps::default());
+        resumed.resume_ordinal = (pause > 1).then_some(pause - 1);
+        let end = drive_plain(&schedule, &resumed, &mut journal, worker.clone()).unwrap();
+        assert_eq!(end, RunEnd::AwaitingApproval(vec!["sub/gate".into()]));
+        let view = journal.view();
+        assert_eq!(view.node("sub").state, NodeState::AwaitingApproval);
+        assert_eq!(
+            view.awaiting(["a", "sub", "c"]),
+            vec!["sub/gate".to_string()]
+        );
+        assert_eq!(view.node("c").state, NodeState::Pending);
+    }
+    let mut resumed = settings(Caps::default());
+    resumed.resume_ordinal = Some(MAX_REDRIVES + 2);
+    let end = drive_plain(&schedule, &resumed, &mut journal, worker.clone()).unwrap();
+    assert_eq!(end, RunEnd::Succeeded);
+    let view = journal.view();
+    assert_eq!(view.node("sub").state, NodeState::Succeeded);
+    assert!(view.awaiting(["a", "sub", "c"]).is_empty());
+    // a once, sub once a drive, c once: nothing else was taken again.
+    assert_eq!(
+        worker.turns.load(Ordering::SeqCst),
+        1 + MAX_REDRIVES + 3 + 1
+    );
+}
+
+/// Only a subgraph's child run may wait for approvals: any other worker
+/// that says so breaks its contract, and its node fails.
+#[test]
+fn a_worker_that_is_no_subgraph_may_not_wait_for_approvals() {
+    let schedule = chain(1);
+    let worker = Arc::new(ScriptedWorker {
+        script: HashMap::from([("b".to_string(), Turn::AwaitingFirst(1))]),
+        ..ScriptedWorker::default()
+    });
+    let mut journal = MemoryJournal::default();
+    let end = drive_plain(&schedule, &settings(Caps::default()), &mut journal, worker).unwrap();
+    assert_eq!(end, RunEnd::Failed);
+    let view = journal.view();
+    assert_eq!(view.node("b").state, NodeState::Failed);
+    let reason = view.node("b").reason.unwrap_or_default();
+    assert!(
+        reason.contains("only a subgraph's child run may"),
+        "{reason}"
+    );
 }

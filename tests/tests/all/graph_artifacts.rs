@@ -1074,16 +1074,28 @@ fn a_router_takes_one_route_and_what_lies_beyond_the_others_is_skipped() {
 /// A graph whose node `inner` runs a one-node graph package as a child
 /// run, and a node `after` that takes its output.
 fn subgraph_graph(case: &Case) {
+    subgraph_graph_with(case, Vec::new(), Vec::new());
+}
+
+/// [`subgraph_graph`], with more nodes (and edges) in the child graph
+/// after its node `make`.
+fn subgraph_graph_with(case: &Case, more: Vec<Value>, edges: Vec<Value>) {
     let package = case.path("roots/child");
     std::fs::create_dir_all(&package).unwrap();
+    let mut nodes = vec![node(
+        "make",
+        "tool",
+        json!({
+            "tool_ref": "command:sh -c 'mkdir -p workspace && echo made > workspace/made.txt'",
+            "outputs": {"made": output("workspace/made.txt", "text")},
+        }),
+    )];
+    nodes.extend(more);
     let child = json!({
         "api_version": "bounded-loops.dev/graph/v1", "graph_id": "child", "version": "1.0.0",
         "extensions": ["artifact-ports"],
-        "nodes": [node("make", "tool", json!({
-            "tool_ref": "command:sh -c 'mkdir -p workspace && echo made > workspace/made.txt'",
-            "outputs": {"made": output("workspace/made.txt", "text")},
-        }))],
-        "edges": [], "connection_slots": [],
+        "nodes": nodes,
+        "edges": edges, "connection_slots": [],
         "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
     });
     std::fs::write(
@@ -1144,6 +1156,196 @@ fn a_subgraph_runs_as_a_verified_child_run() {
             .to_string()
             .contains("not at the head the parent recorded"),
         "{report}"
+    );
+}
+
+/// A subgraph whose child run reaches an approval node pauses the parent
+/// (exit 3) instead of failing its node; the parent's answer names the
+/// child's node by path, `bl graph approve --node inner/hold` records the
+/// decision in the child run and resumes both, and nothing is run twice.
+/// A rejection there fails the node and the run; a path that names no
+/// approval node of a child run is refused with nothing recorded.
+#[test]
+fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() {
+    const DRIVE: [&str; 6] = [
+        "--loop-roots",
+        "roots",
+        "--inputs",
+        "inputs.json",
+        "--recorded",
+        "replies.json",
+    ];
+    let made_at = |case: &Case| {
+        std::fs::metadata(case.path("r/subgraphs/inner/workspace/made.txt"))
+            .and_then(|m| m.modified())
+            .unwrap()
+    };
+    let approve = |case: &Case, decision: &str| {
+        let mut args = vec![
+            "--json",
+            "graph",
+            "approve",
+            "--run",
+            "r",
+            "--node",
+            "inner/hold",
+        ];
+        args.extend(["--decision", decision]);
+        args.extend(DRIVE);
+        case.bl(&args)
+    };
+    // A run paused at its child's approval node, nothing decided yet.
+    let paused = || {
+        let case = Case::new();
+        let hold = node(
+            "hold",
+            "approval",
+            json!({"required_role": "reviewer", "effects": ["read_only"],
+                   "inputs": {"made": "text"}, "outputs": {"approved": "text"}}),
+        );
+        let edge =
+            json!({"from_node": "make", "from_port": "made", "to_node": "hold", "to_port": "made"});
+        subgraph_graph_with(&case, vec![hold], vec![edge]);
+        let run = case.run("r", &["--loop-roots", "roots"]);
+        assert_eq!(run.status.code(), Some(3), "paused: {}", text(&run));
+        assert!(
+            text(&run).contains("bl graph approve --run r --node inner/hold"),
+            "{}",
+            text(&run)
+        );
+        assert_eq!(case.states("r")["inner"], "AWAITING_APPROVAL");
+        assert!(case.event("r", "inner", "node.failed").is_none());
+        case
+    };
+
+    let case = paused();
+    let made_before = made_at(&case);
+    for (path, why) in [
+        ("after/hold", "is not a subgraph node"),
+        ("inner/nope", "is not in the graph of the child run"),
+        ("inner/make", "is not an approval node of the child run"),
+        ("ghost/hold", "'ghost' of 'ghost/hold' is not in the graph"),
+    ] {
+        let refused = case.bl(&[
+            "graph",
+            "approve",
+            "--run",
+            "r",
+            "--node",
+            path,
+            "--decision",
+            "approved",
+        ]);
+        assert_eq!(refused.status.code(), Some(2), "{path}: {}", text(&refused));
+        assert!(text(&refused).contains(why), "{path}: {}", text(&refused));
+    }
+    assert!(!case.path("r/subgraphs/inner/approvals.json").exists());
+    // The library lists it by path, bound to what it approves in the child.
+    let pending = bl_app::runtime::GraphRuntime::default()
+        .pending_approvals(&case.path("r"))
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].node_id, "inner/hold");
+    assert!(!pending[0].evidence.is_empty(), "what make produced");
+    let stale = case.bl(&[
+        "graph",
+        "approve",
+        "--run",
+        "r",
+        "--node",
+        "inner/hold",
+        "--decision",
+        "approved",
+        "--request-digest",
+        &format!("sha256:{}", "0".repeat(64)),
+    ]);
+    assert!(
+        text(&stale).contains("changed since it was shown"),
+        "{}",
+        text(&stale)
+    );
+    assert!(!case.path("r/subgraphs/inner/approvals.json").exists());
+    let mut args = vec![
+        "--json",
+        "graph",
+        "approve",
+        "--run",
+        "r",
+        "--node",
+        "inner/hold",
+    ];
+    args.extend([
+        "--decision",
+        "approved",
+        "--request-digest",
+        &pending[0].request_digest,
+    ]);
+    args.extend(DRIVE);
+    let approved = case.bl(&args);
+    assert_eq!(approved.status.code(), Some(0), "{}", text(&approved));
+    let answer: Value = serde_json::from_slice(&approved.stdout).unwrap();
+    assert_eq!(answer["node_id"], "inner/hold", "{answer}");
+    assert_eq!(answer["run_state"], "SUCCEEDED", "{answer}");
+    assert_eq!(case.states("r")["after"], "SUCCEEDED");
+    let ok = case.event("r", "inner", "node.succeeded").unwrap();
+    assert_eq!(ok["child_run"]["run_state"], "SUCCEEDED", "{ok}");
+    // The child went on where it stopped: its first node ran once.
+    assert_eq!(
+        made_before,
+        made_at(&case),
+        "the child's first node ran again"
+    );
+    let make_runs = case
+        .events("r/subgraphs/inner")
+        .iter()
+        .filter(|e| e["event_type"] == "node.running" && e["payload"]["node_id"] == "make")
+        .count();
+    assert_eq!(make_runs, 1);
+    let record = std::fs::read_to_string(case.path("r/subgraphs/inner/approvals.json")).unwrap();
+    assert!(record.contains("\"hold\""), "{record}");
+    let (code, report) = case.verify("r");
+    assert_eq!(code, 0, "{report}");
+    // The same decision again changes nothing; the other one is refused.
+    let again: Value = serde_json::from_slice(&approve(&case, "approved").stdout).unwrap();
+    assert_eq!(again["idempotent"], true, "{again}");
+    let other = approve(&case, "rejected");
+    assert_eq!(other.status.code(), Some(2), "{}", text(&other));
+    assert!(
+        text(&other).contains("already approved"),
+        "{}",
+        text(&other)
+    );
+
+    // Decided in the child run itself, then the parent resumed: the same.
+    let case = paused();
+    let inside = case.bl(&[
+        "graph",
+        "approve",
+        "--run",
+        "r/subgraphs/inner",
+        "--node",
+        "hold",
+        "--decision",
+        "approved",
+    ]);
+    assert_eq!(inside.status.code(), Some(0), "{}", text(&inside));
+    let mut resume = vec!["graph", "resume", "--run", "r"];
+    resume.extend(DRIVE);
+    let resumed = case.bl(&resume);
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
+    assert_eq!(case.states("r")["after"], "SUCCEEDED");
+    assert_eq!(case.verify("r").0, 0);
+
+    // Rejected: the child run fails, and so does its node.
+    let case = paused();
+    let rejected = approve(&case, "rejected");
+    assert_eq!(rejected.status.code(), Some(2), "{}", text(&rejected));
+    assert_eq!(case.states("r")["inner"], "FAILED");
+    assert_eq!(case.states("r")["after"], "PENDING", "never reached");
+    let failed = case.event("r", "inner", "node.failed").unwrap();
+    assert_eq!(
+        failed["verdict"]["reason"], "the child run subgraphs/inner ended FAILED, not SUCCEEDED",
+        "{failed}"
     );
 }
 

@@ -212,6 +212,9 @@ struct Controller<'a, 'p> {
     tokens: u64,
     cost: u64,
     pause: Option<BudgetPause>,
+    /// Subgraph nodes whose child run paused for approvals, with the paths
+    /// of the approval nodes it waits on. Their attempts stay open.
+    waiting: Vec<(usize, Vec<String>)>,
 }
 
 /// Drives the run until it ends or pauses.
@@ -230,6 +233,7 @@ pub async fn drive(
         tokens: 0,
         cost: 0,
         pause: None,
+        waiting: Vec::new(),
         ports,
     };
     c.record(&events::run_created())?;
@@ -336,6 +340,26 @@ pub async fn drive(
     c.sync()?;
     if let Some(pause) = c.pause.take() {
         return Ok(RunEnd::BudgetPaused(pause));
+    }
+    let failed_elsewhere = c
+        .machine
+        .states()
+        .iter()
+        .any(|s| matches!(s, NodeState::Failed(_)));
+    if !c.waiting.is_empty() && !failed_elsewhere {
+        // Nothing else can move: the run pauses as it does at its own
+        // approval nodes. The open attempts are taken up again by the
+        // drive the decisions set off.
+        let mut awaiting: Vec<String> = c
+            .machine
+            .states()
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s == NodeState::AwaitingApproval)
+            .map(|(i, _)| schedule.nodes[i].id.clone())
+            .collect();
+        awaiting.extend(c.waiting.iter().flat_map(|(_, paths)| paths.clone()));
+        return Ok(RunEnd::AwaitingApproval(awaiting));
     }
     let end = match c.machine.status() {
         RunStatus::Succeeded => {
@@ -715,7 +739,8 @@ impl Controller<'_, '_> {
                 .filter(|&e| {
                     let judged_again =
                         recorded(at.replied_key(e)) && !recorded(at.spend(e, None).key);
-                    !recorded(at.interrupted(e, 0).key) && !judged_again
+                    let paused = recorded(at.child_awaiting_approval_key(e));
+                    !recorded(at.interrupted(e, 0).key) && !judged_again && !paused
                 })
                 .count() as u32;
             if crashed > MAX_REDRIVES {
@@ -975,6 +1000,9 @@ impl Controller<'_, '_> {
             attempt: flight.attempt,
             round: flight.round,
         };
+        if let WorkReply::AwaitingApproval(awaiting) = &reply {
+            return self.child_paused(flight, awaiting);
+        }
         let usage = match &reply {
             WorkReply::Reply { usage, .. } => usage.map(|mut u| {
                 if let Some(price) = info.binding.as_ref().and_then(|b| {
@@ -1040,8 +1068,47 @@ impl Controller<'_, '_> {
                 return Ok(None);
             }
             WorkReply::Reply { bytes, plugins, .. } => (bytes, plugins, None),
+            WorkReply::AwaitingApproval(_) => unreachable!("handled before the spend"),
         };
         self.gate(flight, bytes, plugins, suppressed)
+    }
+
+    /// A subgraph node's child run paused for approvals: the attempt stays
+    /// open, on record as waiting (not a failure, not a crash), and the
+    /// run pauses once nothing else can move. Only a child run pauses so:
+    /// any other worker that says it waits breaks its contract.
+    fn child_paused(
+        &mut self,
+        flight: InFlight,
+        awaiting: &[String],
+    ) -> Result<Option<Judging>, RunError> {
+        let info = self.info(flight.node).clone();
+        if !matches!(info.driver, Driver::Subgraph { .. }) || awaiting.is_empty() {
+            let reason = format!(
+                "node '{}': its worker says it awaits approvals, which only a subgraph's child run may",
+                info.id
+            );
+            self.end(
+                flight.node,
+                Ended::Failed(stop(Cause::WorkerContract, reason)),
+                flight.round,
+            )?;
+            return Ok(None);
+        }
+        let paths: Vec<String> = awaiting
+            .iter()
+            .map(|path| format!("{}/{path}", info.id))
+            .collect();
+        let at = At {
+            node: &info.id,
+            attempt: flight.attempt,
+            round: flight.round,
+        };
+        let event = at.child_awaiting_approval(flight.execution, &paths);
+        self.ports.journal.annex(&event)?;
+        (self.ports.observer)(&event);
+        self.waiting.push((flight.node, paths));
+        Ok(None)
     }
 
     /// Gates a finished turn: the reply's own ruling first, then (for a

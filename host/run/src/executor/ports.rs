@@ -220,6 +220,13 @@ pub enum WorkReply {
     /// The environment refused the work before it started (a denied
     /// egress destination, a tier this machine cannot provide).
     Denied(String),
+    /// The work is not over: it waits for people's decisions on these
+    /// approval nodes (a subgraph's child run paused at them, each named by
+    /// its path from the child run: `gate`, or `inner/gate` a level down).
+    /// The attempt stays open, and the run pauses once nothing else can
+    /// move; approving them resumes it, and the attempt takes up its work
+    /// where it stopped.
+    AwaitingApproval(Vec<String>),
 }
 
 impl WorkReply {
