@@ -217,10 +217,23 @@ fn run_child(
         // Not over: the attempt waits with its child for the decisions.
         return WorkReply::AwaitingApproval(done.awaiting);
     }
-    let head = match crate::run_adapters::read_events(child.dir) {
-        Ok((_, head)) => head,
+    let (events, head) = match crate::run_adapters::read_events(child.dir) {
+        Ok(read) => read,
         Err(e) => return WorkReply::Fault(format!("the child run's log: {e}")),
     };
+    // A rejection is final across the boundary too: the node stops, it is
+    // not retried into a new child run that would ask again.
+    let rejected: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind == "node.failed" && e.payload["cause"] == "approval_rejected")
+        .filter_map(|e| e.payload["node_id"].as_str())
+        .collect();
+    if !rejected.is_empty() {
+        return WorkReply::ApprovalRejected(format!(
+            "human approval was rejected in the child run {rel} (at {})",
+            rejected.join(", ")
+        ));
+    }
     let receipt = json!({
         "child_run": rel, "graph_digest": done.graph_digest,
         "graph_package": package, "head_hash": head.hash, "head_sequence": head.sequence,

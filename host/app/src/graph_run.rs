@@ -1834,7 +1834,11 @@ pub fn approve(
     let prompts = read_prompts(options)?;
     let decision = if approved { "approved" } else { "rejected" };
     let target = decision_target(&run, &view, &events, node_id, node_id, approved)?;
-    let Some(target) = target else {
+    // A child run's node decided in the child itself: the parent, still
+    // paused on it, is driven on as the decision would have driven it.
+    let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
+    let parent_waits = node_id.contains('/') && view.awaiting(order).iter().any(|p| p == node_id);
+    if target.is_none() && !parent_waits {
         // Idempotent: the decision is already in the record.
         return Ok(Approved {
             node_id: node_id.to_string(),
@@ -1847,20 +1851,22 @@ pub fn approve(
     };
     check_prompt_keys(&schedule, &prompts, options)?;
     check_prompts("approve", &schedule, &view, &prompts)?;
-    record_decision(
-        &target.run,
-        &target.node,
-        approved,
-        target.round,
-        shown,
-        key,
-        by,
-    )?;
+    if let Some(target) = &target {
+        record_decision(
+            &target.run,
+            &target.node,
+            approved,
+            target.round,
+            shown,
+            key,
+            by,
+        )?;
+    }
     let (end, after) = continue_run(&run, &schedule, &view, prompts, options, Depth::Top)?;
     Ok(Approved {
         node_id: node_id.to_string(),
         decision,
-        idempotent: false,
+        idempotent: target.is_none(),
         run,
         view: after,
         end: Some(end),
@@ -1888,9 +1894,8 @@ fn decision_target(
     asked: &str,
     approved: bool,
 ) -> Result<Option<DecisionTarget>, AppError> {
-    let round = repair_rounds(events);
     if let Some((sub, rest)) = path.split_once('/') {
-        let child = child_run_of(run, view, round, sub, asked)?;
+        let child = child_run_of(run, view, sub, asked)?;
         let (view, events, _) = view_of(&child.dir)?;
         return decision_target(&child, &view, &events, rest, asked, approved);
     }
@@ -1906,6 +1911,7 @@ fn decision_target(
             in_child_run(run, path, asked)
         )));
     }
+    let round = repair_rounds(events);
     if let Some(first) = approvals::recorded(&run.dir, path, round)?
         && first.approved != approved
     {
@@ -1942,17 +1948,16 @@ pub fn decision_run(dir: &Path, path: &str) -> Result<(PathBuf, String), AppErro
         return Ok((dir.to_path_buf(), path.to_string()));
     };
     let run = load_run(dir, "approve")?;
-    let (view, events, _) = view_of(dir)?;
-    let child = child_run_of(&run, &view, repair_rounds(&events), sub, path)?;
+    let child = child_run_of(&run, &view_of(dir)?.0, sub, path)?;
     decision_run(&child.dir, rest)
 }
 
-/// The child run a subgraph node `sub` of `run` began in its current
-/// attempt, for a decision on one of the child's approval nodes.
+/// The child run a subgraph node `sub` of `run` began in its last attempt
+/// (in the repair round that attempt started in), for a decision on one of
+/// the child's approval nodes.
 fn child_run_of(
     run: &LoadedRun,
     view: &RunView,
-    round: u64,
     sub: &str,
     asked: &str,
 ) -> Result<LoadedRun, AppError> {
@@ -1969,18 +1974,21 @@ fn child_run_of(
             )));
         }
     }
-    let attempt = view.node(sub).attempt;
-    let dir = run.dir.join(crate::graph_nodes::child_dir(
-        sub,
-        u32::try_from(round).unwrap_or(u32::MAX),
-        u32::try_from(attempt).unwrap_or(u32::MAX),
-    ));
-    if attempt == 0 || !RunDir::new(&dir).holds_a_run() {
+    let dir = view.node(sub).started_in().map(|(attempt, round)| {
+        let (attempt, round) = (u32::try_from(attempt), u32::try_from(round));
+        let number = |n: Result<u32, _>| n.unwrap_or(u32::MAX);
+        run.dir.join(crate::graph_nodes::child_dir(
+            sub,
+            number(round),
+            number(attempt),
+        ))
+    });
+    let Some(dir) = dir.filter(|d| RunDir::new(d).holds_a_run()) else {
         return Err(refused(format!(
             "graph approve: subgraph node '{sub}' has not begun a child run yet, so '{asked}' cannot be decided; decide it once `bl graph status --run {}` lists it as awaiting approval",
             run.dir.display()
         )));
-    }
+    };
     load_run(&dir, "approve")
 }
 

@@ -50,6 +50,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bl_graph::model::NodeKind;
+use bl_run::projection::NodeState;
 use serde_json::Value;
 
 use crate::approvals;
@@ -229,12 +230,19 @@ impl GraphRuntime {
         let mut pending = Vec::new();
         for path in waiting {
             // `sub/gate`: the approval node of a subgraph's child run,
-            // bound to what it approves there.
-            let (holder, node_id) = graph_run::decision_run(dir, &path)?;
+            // bound to what it approves there. One that cannot be read is
+            // left out, not the whole list.
+            let Ok((holder, node_id)) = graph_run::decision_run(dir, &path) else {
+                continue;
+            };
             let status = graph_run::status(&holder)?;
             let (run, view) = (&status.run, &status.view);
             let approval = run.graph.node(&node_id);
-            if approval.is_none_or(|n| n.kind != NodeKind::Approval) {
+            // Decided in the child run already: the parent only waits for
+            // its resume.
+            if approval.is_none_or(|n| n.kind != NodeKind::Approval)
+                || view.node(&node_id).state != NodeState::AwaitingApproval
+            {
                 continue;
             }
             let round = graph_run::repair_round(&holder)?;
@@ -324,15 +332,19 @@ impl GraphRuntime {
 
     /// The decision on record for `node` in the run's current repair
     /// round, if any.
+    /// `node` may be a path into a subgraph's child run (`sub/gate`).
     pub fn decision(&self, dir: &Path, node: &str) -> Result<Option<Decision>, AppError> {
-        let round = graph_run::repair_round(dir)?;
-        Ok(approvals::recorded(dir, node, round)?.map(|d| Decision {
-            approved: d.approved,
-            decided_by: d.by,
-            decided_by_source: d.source,
-            decided_at: d.at,
-            round,
-        }))
+        let (holder, node) = graph_run::decision_run(dir, node)?;
+        let round = graph_run::repair_round(&holder)?;
+        Ok(
+            approvals::recorded(&holder, &node, round)?.map(|d| Decision {
+                approved: d.approved,
+                decided_by: d.by,
+                decided_by_source: d.source,
+                decided_at: d.at,
+                round,
+            }),
+        )
     }
 
     fn decide(

@@ -117,8 +117,23 @@ pub struct NodeView {
     /// A subgraph node whose child run paused: the approval nodes it waits
     /// on, by path from this run (`node/gate`).
     pub child_awaiting: Vec<String>,
-    /// The last re-drive of its attempt on record (0: none).
+    /// The attempt and repair round of its last `node.running`.
+    started: Option<(u64, u64)>,
+    /// The last re-drive of that attempt on record (0: none).
     redrives: u64,
+}
+
+impl NodeView {
+    /// The attempt and the repair round it last started (a subgraph
+    /// node's child run lies in the directory they name).
+    pub fn started_in(&self) -> Option<(u64, u64)> {
+        self.started
+    }
+}
+
+/// The repair round an event's payload names (0 when it names none).
+fn round_of(p: &Value) -> u64 {
+    p["repair_round"].as_u64().unwrap_or(0)
 }
 
 impl Default for NodeView {
@@ -136,6 +151,7 @@ impl Default for NodeView {
             spend_complete: true,
             reason: None,
             child_awaiting: Vec::new(),
+            started: None,
             redrives: 0,
         }
     }
@@ -280,6 +296,11 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
         | "node.awaiting_approval" => {
             node.state = logged(p, node.state);
             node.attempt = attempt.unwrap_or(node.attempt);
+            let key = (node.attempt, round_of(p));
+            if kind == "node.running" && node.started != Some(key) {
+                node.started = Some(key);
+                node.redrives = 0;
+            }
         }
         "node.spend" => match p.get("usage") {
             Some(u) => {
@@ -320,11 +341,14 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
             node.attempt = 0;
             node.reason = p["reason"].as_str().map(str::to_string);
         }
-        "node.redrive" => node.redrives = p["redrive"].as_u64().unwrap_or(node.redrives),
-        // Kept in the annex, folded after the log: it speaks of an attempt
-        // nothing ended, nor re-drove, since.
+        "node.redrive" if node.started == Some((attempt.unwrap_or(0), round_of(p))) => {
+            node.redrives = p["redrive"].as_u64().unwrap_or(node.redrives);
+        }
+        // Kept in the annex, folded after the log: it speaks of the open
+        // attempt only if nothing ended, re-drove or repaired it since.
         "node.child_awaiting_approval"
             if matches!(node.state, NodeState::Running | NodeState::Gating)
+                && node.started == Some((attempt.unwrap_or(0), round_of(p)))
                 && p["execution"].as_u64().unwrap_or(0) > node.redrives =>
         {
             node.state = NodeState::AwaitingApproval;
@@ -412,6 +436,33 @@ mod tests {
             ("node.child_awaiting_approval", &paused),
         ]);
         assert!(view.awaiting(["sub"]).is_empty());
+        // Attempt 1 paused, was re-driven and failed; attempt 2's child
+        // paused at its first execution: attempt 2 is what waits.
+        let second = json!({"node_id": "sub", "state": "RUNNING", "attempt": 2});
+        let paused_again = json!({"node_id": "sub", "attempt": 2, "execution": 1,
+                                  "awaiting_approval": ["sub/gate"], "reason": "again"});
+        let view = fold(&[
+            started,
+            ("node.running", &running),
+            ("node.redrive", &redrive),
+            ("node.running", &second),
+            ("node.child_awaiting_approval", &paused),
+            ("node.child_awaiting_approval", &paused_again),
+        ]);
+        assert_eq!(view.node("sub").state, NodeState::AwaitingApproval);
+        assert_eq!(view.node("sub").reason.as_deref(), Some("again"));
+        // A repair round started the node again: round 0's pause is stale.
+        let round_one =
+            json!({"node_id": "sub", "state": "RUNNING", "attempt": 1, "repair_round": 1});
+        let view = fold(&[
+            started,
+            ("node.running", &running),
+            ("node.repaired", &json!({"node_id": "sub"})),
+            ("node.running", &round_one),
+            ("node.child_awaiting_approval", &paused),
+        ]);
+        assert_eq!(view.node("sub").state, NodeState::Running);
+        assert_eq!(view.node("sub").started_in(), Some((1, 1)));
     }
 
     #[test]

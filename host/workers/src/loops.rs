@@ -666,7 +666,10 @@ impl Runner for CommandTurns {
                 }),
                 bl_run::executor::WorkReply::Fault(m)
                 | bl_run::executor::WorkReply::Contract(m)
-                | bl_run::executor::WorkReply::Denied(m) => Err(runner_error(&self.name, m)),
+                | bl_run::executor::WorkReply::Denied(m)
+                | bl_run::executor::WorkReply::ApprovalRejected(m) => {
+                    Err(runner_error(&self.name, m))
+                }
                 bl_run::executor::WorkReply::AwaitingApproval(nodes) => Err(runner_error(
                     &self.name,
                     format!("awaits approval of {}", nodes.join(", ")),

@@ -1080,8 +1080,6 @@ fn subgraph_graph(case: &Case) {
 /// [`subgraph_graph`], with more nodes (and edges) in the child graph
 /// after its node `make`.
 fn subgraph_graph_with(case: &Case, more: Vec<Value>, edges: Vec<Value>) {
-    let package = case.path("roots/child");
-    std::fs::create_dir_all(&package).unwrap();
     let mut nodes = vec![node(
         "make",
         "tool",
@@ -1091,21 +1089,7 @@ fn subgraph_graph_with(case: &Case, more: Vec<Value>, edges: Vec<Value>) {
         }),
     )];
     nodes.extend(more);
-    let child = json!({
-        "api_version": "bounded-loops.dev/graph/v1", "graph_id": "child", "version": "1.0.0",
-        "extensions": ["artifact-ports"],
-        "nodes": nodes,
-        "edges": edges, "connection_slots": [],
-        "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
-    });
-    std::fs::write(
-        package.join("graph.yaml"),
-        serde_json::to_string_pretty(&child).unwrap(),
-    )
-    .unwrap();
-    let out = case.bl(&["graph", "digest", "roots/child"]);
-    assert!(out.status.success(), "{}", text(&out));
-    let digest = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let digest = graph_package(case, "child", nodes, edges);
     graph(
         case,
         vec![
@@ -1159,11 +1143,74 @@ fn a_subgraph_runs_as_a_verified_child_run() {
     );
 }
 
+/// A graph package `roots/<name>` of these nodes; its digest.
+fn graph_package(case: &Case, name: &str, nodes: Vec<Value>, edges: Vec<Value>) -> String {
+    let package = case.path(&format!("roots/{name}"));
+    std::fs::create_dir_all(&package).unwrap();
+    let manifest = json!({
+        "api_version": "bounded-loops.dev/graph/v1", "graph_id": name, "version": "1.0.0",
+        "extensions": ["artifact-ports"], "nodes": nodes, "edges": edges, "connection_slots": [],
+        "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
+    });
+    let text_of = serde_json::to_string_pretty(&manifest).unwrap();
+    std::fs::write(package.join("graph.yaml"), text_of).unwrap();
+    let out = case.bl(&["graph", "digest", &format!("roots/{name}")]);
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// An approval node two subgraphs down is awaited and decided by its
+/// path through both (`inner/deeper/hold`), and the three runs go on.
+#[test]
+fn an_approval_two_subgraphs_down_is_decided_by_its_whole_path() {
+    let case = Case::new();
+    let hold = node(
+        "hold",
+        "approval",
+        json!({"required_role": "reviewer", "effects": ["read_only"]}),
+    );
+    let grand = graph_package(&case, "grand", vec![hold], Vec::new());
+    subgraph_graph_with(
+        &case,
+        vec![node("deeper", "subgraph", json!({"graph_package": grand}))],
+        Vec::new(),
+    );
+    let run = case.run("r", &["--loop-roots", "roots"]);
+    assert_eq!(run.status.code(), Some(3), "paused: {}", text(&run));
+    assert!(
+        text(&run).contains("--node inner/deeper/hold"),
+        "{}",
+        text(&run)
+    );
+    let approved = case.bl(&[
+        "graph",
+        "approve",
+        "--run",
+        "r",
+        "--node",
+        "inner/deeper/hold",
+        "--decision",
+        "approved",
+        "--loop-roots",
+        "roots",
+        "--inputs",
+        "inputs.json",
+        "--recorded",
+        "replies.json",
+    ]);
+    assert_eq!(approved.status.code(), Some(0), "{}", text(&approved));
+    let record =
+        std::fs::read_to_string(case.path("r/subgraphs/inner/subgraphs/deeper/approvals.json"));
+    assert!(record.unwrap().contains("\"hold\""));
+    assert_eq!(case.states("r")["after"], "SUCCEEDED");
+    assert_eq!(case.verify("r").0, 0);
+}
+
 /// A subgraph whose child run reaches an approval node pauses the parent
 /// (exit 3) instead of failing its node; the parent's answer names the
 /// child's node by path, `bl graph approve --node inner/hold` records the
 /// decision in the child run and resumes both, and nothing is run twice.
-/// A rejection there fails the node and the run; a path that names no
+/// A rejection there stops the node and the run, with no retry; a path that names no
 /// approval node of a child run is refused with nothing recorded.
 #[test]
 fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() {
@@ -1206,6 +1253,10 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
         let edge =
             json!({"from_node": "make", "from_port": "made", "to_node": "hold", "to_port": "made"});
         subgraph_graph_with(&case, vec![hold], vec![edge]);
+        // Room for a retry, which a rejection must not take.
+        case.patch("graph.json", |g| {
+            g["nodes"][0]["budget"]["max_attempts"] = json!(2)
+        });
         let run = case.run("r", &["--loop-roots", "roots"]);
         assert_eq!(run.status.code(), Some(3), "paused: {}", text(&run));
         assert!(
@@ -1329,6 +1380,15 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
         "approved",
     ]);
     assert_eq!(inside.status.code(), Some(0), "{}", text(&inside));
+    let runtime = bl_app::runtime::GraphRuntime::default();
+    assert!(
+        runtime
+            .pending_approvals(&case.path("r"))
+            .unwrap()
+            .is_empty()
+    );
+    let on_record = runtime.decision(&case.path("r"), "inner/hold").unwrap();
+    assert!(on_record.is_some_and(|d| d.approved));
     let mut resume = vec!["graph", "resume", "--run", "r"];
     resume.extend(DRIVE);
     let resumed = case.bl(&resume);
@@ -1336,17 +1396,40 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
     assert_eq!(case.states("r")["after"], "SUCCEEDED");
     assert_eq!(case.verify("r").0, 0);
 
-    // Rejected: the child run fails, and so does its node.
+    // Decided in the child run, then asked again by path: the decision
+    // stands, and the parent still waiting on it is driven on.
+    let case = paused();
+    let inside = case.bl(&[
+        "graph",
+        "approve",
+        "--run",
+        "r/subgraphs/inner",
+        "--node",
+        "hold",
+        "--decision",
+        "approved",
+    ]);
+    assert_eq!(inside.status.code(), Some(0), "{}", text(&inside));
+    let again = approve(&case, "approved");
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    let again: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(again["idempotent"], true, "{again}");
+    assert_eq!(again["run_state"], "SUCCEEDED", "{again}");
+
+    // Rejected: the child run fails, and its node stops as a rejected
+    // approval node of the parent's own would: no retry asks again.
     let case = paused();
     let rejected = approve(&case, "rejected");
     assert_eq!(rejected.status.code(), Some(2), "{}", text(&rejected));
     assert_eq!(case.states("r")["inner"], "FAILED");
     assert_eq!(case.states("r")["after"], "PENDING", "never reached");
     let failed = case.event("r", "inner", "node.failed").unwrap();
+    assert_eq!(failed["cause"], "approval_rejected", "{failed}");
     assert_eq!(
-        failed["verdict"]["reason"], "the child run subgraphs/inner ended FAILED, not SUCCEEDED",
+        failed["reason"], "human approval was rejected in the child run subgraphs/inner (at hold)",
         "{failed}"
     );
+    assert!(!case.path("r/subgraphs/inner.r0.a2").exists(), "retried");
 }
 
 /// A tool node with no connection runs its command in the tier it

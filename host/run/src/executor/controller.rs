@@ -212,9 +212,17 @@ struct Controller<'a, 'p> {
     tokens: u64,
     cost: u64,
     pause: Option<BudgetPause>,
-    /// Subgraph nodes whose child run paused for approvals, with the paths
-    /// of the approval nodes it waits on. Their attempts stay open.
-    waiting: Vec<(usize, Vec<String>)>,
+    /// Subgraph nodes whose child run paused for approvals. Their attempts
+    /// stay open.
+    waiting: Vec<ChildWait>,
+}
+
+/// A subgraph node's open attempt whose child run paused, and the paths of
+/// the approval nodes it waits on.
+struct ChildWait {
+    node: usize,
+    attempt: u32,
+    paths: Vec<String>,
 }
 
 /// Drives the run until it ends or pauses.
@@ -346,6 +354,12 @@ pub async fn drive(
         .states()
         .iter()
         .any(|s| matches!(s, NodeState::Failed(_)));
+    // A wait still holds while its attempt is open (a repair may have
+    // reset the node since, and run it to an end).
+    let machine = &c.machine;
+    c.waiting.retain(
+        |w| matches!(machine.state(w.node), NodeState::Running { attempt } if attempt == w.attempt),
+    );
     if !c.waiting.is_empty() && !failed_elsewhere {
         // Nothing else can move: the run pauses as it does at its own
         // approval nodes. The open attempts are taken up again by the
@@ -358,7 +372,7 @@ pub async fn drive(
             .filter(|(_, s)| **s == NodeState::AwaitingApproval)
             .map(|(i, _)| schedule.nodes[i].id.clone())
             .collect();
-        awaiting.extend(c.waiting.iter().flat_map(|(_, paths)| paths.clone()));
+        awaiting.extend(c.waiting.iter().flat_map(|w| w.paths.clone()));
         return Ok(RunEnd::AwaitingApproval(awaiting));
     }
     let end = match c.machine.status() {
@@ -1067,6 +1081,19 @@ impl Controller<'_, '_> {
                 self.end(flight.node, Ended::Failed(failure), flight.round)?;
                 return Ok(None);
             }
+            WorkReply::ApprovalRejected(reason) => {
+                let failure = if matches!(info.driver, Driver::Subgraph { .. }) {
+                    stop(Cause::ApprovalRejected, reason)
+                } else {
+                    let reason = format!(
+                        "node '{}': its worker says a person rejected an approval, which only a subgraph's child run may",
+                        info.id
+                    );
+                    stop(Cause::WorkerContract, reason)
+                };
+                self.end(flight.node, Ended::Failed(failure), flight.round)?;
+                return Ok(None);
+            }
             WorkReply::Reply { bytes, plugins, .. } => (bytes, plugins, None),
             WorkReply::AwaitingApproval(_) => unreachable!("handled before the spend"),
         };
@@ -1107,7 +1134,13 @@ impl Controller<'_, '_> {
         let event = at.child_awaiting_approval(flight.execution, &paths);
         self.ports.journal.annex(&event)?;
         (self.ports.observer)(&event);
-        self.waiting.push((flight.node, paths));
+        // A node has one open attempt: an older wait of its is over.
+        self.waiting.retain(|w| w.node != flight.node);
+        self.waiting.push(ChildWait {
+            node: flight.node,
+            attempt: flight.attempt,
+            paths,
+        });
         Ok(None)
     }
 

@@ -227,6 +227,10 @@ pub enum WorkReply {
     /// move; approving them resumes it, and the attempt takes up its work
     /// where it stopped.
     AwaitingApproval(Vec<String>),
+    /// A person rejected an approval the work waited on (in a subgraph's
+    /// child run): the node fails as an approval node of its own that was
+    /// rejected would, and the run stops in every mode.
+    ApprovalRejected(String),
 }
 
 impl WorkReply {
