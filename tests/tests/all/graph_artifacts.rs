@@ -102,7 +102,7 @@ impl Case {
     }
 
     /// Each node's final state, from `bl graph status --json`.
-    fn states(&self, out: &str) -> Value {
+    pub(crate) fn states(&self, out: &str) -> Value {
         let status = self.bl(&["--json", "graph", "status", "--run", out]);
         let v: Value = serde_json::from_slice(&status.stdout).unwrap();
         let mut states = serde_json::Map::new();
@@ -1206,6 +1206,35 @@ fn an_approval_two_subgraphs_down_is_decided_by_its_whole_path() {
     assert_eq!(case.verify("r").0, 0);
 }
 
+/// A run `r` whose subgraph node `inner` (room for two attempts) waits on
+/// approval node `hold` of its child run, after the child's `make`.
+pub(crate) fn subgraph_paused_at_approval() -> Case {
+    let case = Case::new();
+    let hold = node(
+        "hold",
+        "approval",
+        json!({"required_role": "reviewer", "effects": ["read_only"],
+               "inputs": {"made": "text"}, "outputs": {"approved": "text"}}),
+    );
+    let edge =
+        json!({"from_node": "make", "from_port": "made", "to_node": "hold", "to_port": "made"});
+    subgraph_graph_with(&case, vec![hold], vec![edge]);
+    // Room for a retry, which a rejection must not take.
+    case.patch("graph.json", |g| {
+        g["nodes"][0]["budget"]["max_attempts"] = json!(2)
+    });
+    let run = case.run("r", &["--loop-roots", "roots"]);
+    assert_eq!(run.status.code(), Some(3), "paused: {}", text(&run));
+    assert!(
+        text(&run).contains("bl graph approve --run r --node inner/hold"),
+        "{}",
+        text(&run)
+    );
+    assert_eq!(case.states("r")["inner"], "AWAITING_APPROVAL");
+    assert!(case.event("r", "inner", "node.failed").is_none());
+    case
+}
+
 /// A subgraph whose child run reaches an approval node pauses the parent
 /// (exit 3) instead of failing its node; the parent's answer names the
 /// child's node by path, `bl graph approve --node inner/hold` records the
@@ -1241,33 +1270,7 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
         args.extend(DRIVE);
         case.bl(&args)
     };
-    // A run paused at its child's approval node, nothing decided yet.
-    let paused = || {
-        let case = Case::new();
-        let hold = node(
-            "hold",
-            "approval",
-            json!({"required_role": "reviewer", "effects": ["read_only"],
-                   "inputs": {"made": "text"}, "outputs": {"approved": "text"}}),
-        );
-        let edge =
-            json!({"from_node": "make", "from_port": "made", "to_node": "hold", "to_port": "made"});
-        subgraph_graph_with(&case, vec![hold], vec![edge]);
-        // Room for a retry, which a rejection must not take.
-        case.patch("graph.json", |g| {
-            g["nodes"][0]["budget"]["max_attempts"] = json!(2)
-        });
-        let run = case.run("r", &["--loop-roots", "roots"]);
-        assert_eq!(run.status.code(), Some(3), "paused: {}", text(&run));
-        assert!(
-            text(&run).contains("bl graph approve --run r --node inner/hold"),
-            "{}",
-            text(&run)
-        );
-        assert_eq!(case.states("r")["inner"], "AWAITING_APPROVAL");
-        assert!(case.event("r", "inner", "node.failed").is_none());
-        case
-    };
+    let paused = subgraph_paused_at_approval;
 
     let case = paused();
     let made_before = made_at(&case);

@@ -254,6 +254,44 @@ fn a_click_on_approve_in_the_browser_records_the_decision_and_the_run_completes(
     assert_eq!(run_state(case.path()), "SUCCEEDED");
 }
 
+/// An approval node inside a subgraph's child run is on the console by
+/// its path, with the evidence it approves there; a click decides it and
+/// drives the parent, whose child goes on to the end.
+#[test]
+fn a_click_in_the_console_approves_a_node_inside_a_subgraph() {
+    if !crate::browser::available(true) {
+        return;
+    }
+    let case = crate::graph_artifacts::subgraph_paused_at_approval();
+    let (mut child, url) = bl_e2e::serving(
+        Command::new(bl_binary())
+            .args(["graph", "console", "--run", "r", "--inputs", "inputs.json"])
+            .args(["--recorded", "replies.json", "--loop-roots", "roots"])
+            .current_dir(case.path(".")),
+        "console",
+    );
+    let (evidence, outcome) = crate::browser::Driver::start().drive(async |client| {
+        use fantoccini::Locator;
+        crate::browser::open(client, &url).await;
+        let card = client
+            .find(Locator::Css(r#"section.approval[data-node="inner/hold"]"#))
+            .await
+            .unwrap();
+        let evidence = card.text().await.unwrap();
+        let outcome = crate::browser::approve(client, "inner/hold").await;
+        (evidence, outcome)
+    });
+    assert!(
+        evidence.contains("workspace/made.txt from make"),
+        "the child's evidence, named: {evidence}"
+    );
+    assert_eq!(outcome, "approved: recorded. The run is now SUCCEEDED.");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(case.states("r")["after"], "SUCCEEDED");
+    assert_eq!(case.states("r")["inner"], "SUCCEEDED");
+}
+
 #[test]
 fn the_state_of_a_paused_run_reads_as_markdown_with_what_waits_for_a_decision() {
     let case = paused_run();
