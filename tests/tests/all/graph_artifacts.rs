@@ -1256,21 +1256,28 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
             .and_then(|m| m.modified())
             .unwrap()
     };
-    let approve = |case: &Case, decision: &str| {
-        let mut args = vec![
-            "--json",
-            "graph",
-            "approve",
-            "--run",
-            "r",
-            "--node",
-            "inner/hold",
-        ];
-        args.extend(["--decision", decision]);
+    let approve = |case: &Case, decision: &str, extra: &[&str]| {
+        let mut args = vec!["--json", "graph", "approve", "--run", "r"];
+        args.extend(["--node", "inner/hold", "--decision", decision]);
+        args.extend(extra);
         args.extend(DRIVE);
         case.bl(&args)
     };
     let paused = subgraph_paused_at_approval;
+    // `hold` approved in the child run itself.
+    let approve_inside = |case: &Case| {
+        let mut args = vec![
+            "graph",
+            "approve",
+            "--run",
+            "r/subgraphs/inner",
+            "--node",
+            "hold",
+        ];
+        args.extend(["--decision", "approved"]);
+        let inside = case.bl(&args);
+        assert_eq!(inside.status.code(), Some(0), "{}", text(&inside));
+    };
 
     let case = paused();
     let made_before = made_at(&case);
@@ -1319,23 +1326,8 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
         text(&stale)
     );
     assert!(!case.path("r/subgraphs/inner/approvals.json").exists());
-    let mut args = vec![
-        "--json",
-        "graph",
-        "approve",
-        "--run",
-        "r",
-        "--node",
-        "inner/hold",
-    ];
-    args.extend([
-        "--decision",
-        "approved",
-        "--request-digest",
-        &pending[0].request_digest,
-    ]);
-    args.extend(DRIVE);
-    let approved = case.bl(&args);
+    let shown = ["--request-digest", pending[0].request_digest.as_str()];
+    let approved = approve(&case, "approved", &shown);
     assert_eq!(approved.status.code(), Some(0), "{}", text(&approved));
     let answer: Value = serde_json::from_slice(&approved.stdout).unwrap();
     assert_eq!(answer["node_id"], "inner/hold", "{answer}");
@@ -1360,9 +1352,9 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
     let (code, report) = case.verify("r");
     assert_eq!(code, 0, "{report}");
     // The same decision again changes nothing; the other one is refused.
-    let again: Value = serde_json::from_slice(&approve(&case, "approved").stdout).unwrap();
+    let again: Value = serde_json::from_slice(&approve(&case, "approved", &[]).stdout).unwrap();
     assert_eq!(again["idempotent"], true, "{again}");
-    let other = approve(&case, "rejected");
+    let other = approve(&case, "rejected", &[]);
     assert_eq!(other.status.code(), Some(2), "{}", text(&other));
     assert!(
         text(&other).contains("already approved"),
@@ -1372,17 +1364,7 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
 
     // Decided in the child run itself, then the parent resumed: the same.
     let case = paused();
-    let inside = case.bl(&[
-        "graph",
-        "approve",
-        "--run",
-        "r/subgraphs/inner",
-        "--node",
-        "hold",
-        "--decision",
-        "approved",
-    ]);
-    assert_eq!(inside.status.code(), Some(0), "{}", text(&inside));
+    approve_inside(&case);
     let runtime = bl_app::runtime::GraphRuntime::default();
     assert!(
         runtime
@@ -1402,18 +1384,8 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
     // Decided in the child run, then asked again by path: the decision
     // stands, and the parent still waiting on it is driven on.
     let case = paused();
-    let inside = case.bl(&[
-        "graph",
-        "approve",
-        "--run",
-        "r/subgraphs/inner",
-        "--node",
-        "hold",
-        "--decision",
-        "approved",
-    ]);
-    assert_eq!(inside.status.code(), Some(0), "{}", text(&inside));
-    let again = approve(&case, "approved");
+    approve_inside(&case);
+    let again = approve(&case, "approved", &[]);
     assert_eq!(again.status.code(), Some(0), "{}", text(&again));
     let again: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(again["idempotent"], true, "{again}");
@@ -1422,7 +1394,7 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
     // Rejected: the child run fails, and its node stops as a rejected
     // approval node of the parent's own would: no retry asks again.
     let case = paused();
-    let rejected = approve(&case, "rejected");
+    let rejected = approve(&case, "rejected", &[]);
     assert_eq!(rejected.status.code(), Some(2), "{}", text(&rejected));
     assert_eq!(case.states("r")["inner"], "FAILED");
     assert_eq!(case.states("r")["after"], "PENDING", "never reached");

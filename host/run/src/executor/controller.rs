@@ -1081,16 +1081,11 @@ impl Controller<'_, '_> {
                 self.end(flight.node, Ended::Failed(failure), flight.round)?;
                 return Ok(None);
             }
+            WorkReply::ApprovalRejected(_) if !matches!(info.driver, Driver::Subgraph { .. }) => {
+                return self.not_a_child_run(&flight, &info.id, "a person rejected an approval");
+            }
             WorkReply::ApprovalRejected(reason) => {
-                let failure = if matches!(info.driver, Driver::Subgraph { .. }) {
-                    stop(Cause::ApprovalRejected, reason)
-                } else {
-                    let reason = format!(
-                        "node '{}': its worker says a person rejected an approval, which only a subgraph's child run may",
-                        info.id
-                    );
-                    stop(Cause::WorkerContract, reason)
-                };
+                let failure = stop(Cause::ApprovalRejected, reason);
                 self.end(flight.node, Ended::Failed(failure), flight.round)?;
                 return Ok(None);
             }
@@ -1111,16 +1106,7 @@ impl Controller<'_, '_> {
     ) -> Result<Option<Judging>, RunError> {
         let info = self.info(flight.node).clone();
         if !matches!(info.driver, Driver::Subgraph { .. }) || awaiting.is_empty() {
-            let reason = format!(
-                "node '{}': its worker says it awaits approvals, which only a subgraph's child run may",
-                info.id
-            );
-            self.end(
-                flight.node,
-                Ended::Failed(stop(Cause::WorkerContract, reason)),
-                flight.round,
-            )?;
-            return Ok(None);
+            return self.not_a_child_run(&flight, &info.id, "it awaits approvals");
         }
         let paths: Vec<String> = awaiting
             .iter()
@@ -1141,6 +1127,21 @@ impl Controller<'_, '_> {
             attempt: flight.attempt,
             paths,
         });
+        Ok(None)
+    }
+
+    /// A worker that is no subgraph's said what only a child run may: it
+    /// broke its contract.
+    fn not_a_child_run(
+        &mut self,
+        flight: &InFlight,
+        id: &str,
+        said: &str,
+    ) -> Result<Option<Judging>, RunError> {
+        let reason =
+            format!("node '{id}': its worker says {said}, which only a subgraph's child run may");
+        let failure = stop(Cause::WorkerContract, reason);
+        self.end(flight.node, Ended::Failed(failure), flight.round)?;
         Ok(None)
     }
 
