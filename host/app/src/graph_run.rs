@@ -1838,6 +1838,13 @@ pub fn approve(
     // paused on it, is driven on as the decision would have driven it.
     let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
     let parent_waits = node_id.contains('/') && view.awaiting(order).iter().any(|p| p == node_id);
+    if target.is_some() && node_id.contains('/') && view.is_terminal() {
+        return Err(refused(format!(
+            "graph approve: the run in {} has ended ({}), so its subgraph nodes wait on nothing and '{node_id}' was not decided; start a new run to decide it",
+            dir.display(),
+            view.run_state
+        )));
+    }
     if target.is_none() && !parent_waits {
         // Idempotent: the decision is already in the record.
         return Ok(Approved {

@@ -1391,6 +1391,34 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
     assert_eq!(again["idempotent"], true, "{again}");
     assert_eq!(again["run_state"], "SUCCEEDED", "{again}");
 
+    // A run that failed elsewhere while its child waited has ended: the
+    // child's node is not decided after the fact.
+    let case = Case::new();
+    let hold = node(
+        "hold",
+        "approval",
+        json!({"required_role": "reviewer", "effects": ["read_only"]}),
+    );
+    subgraph_graph_with(&case, vec![hold], Vec::new());
+    case.patch("graph.json", |g| {
+        let boom = node(
+            "boom",
+            "tool",
+            json!({"tool_ref": "command:sh -c 'exit 7'"}),
+        );
+        g["nodes"].as_array_mut().unwrap().push(boom);
+    });
+    let run = case.run("r", &["--loop-roots", "roots"]);
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    let late = approve(&case, "approved", &[]);
+    assert_eq!(late.status.code(), Some(2), "{}", text(&late));
+    assert!(
+        text(&late).contains("has ended (FAILED)"),
+        "{}",
+        text(&late)
+    );
+    assert!(!case.path("r/subgraphs/inner/approvals.json").exists());
+
     // Rejected: the child run fails, and its node stops as a rejected
     // approval node of the parent's own would: no retry asks again.
     let case = paused();
