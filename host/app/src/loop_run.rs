@@ -707,7 +707,7 @@ fn drive_loop(
     place: &mut LoopPlace,
     env: Vec<(String, String)>,
     approver: &mut dyn Approver,
-) -> Result<(RunOutcome, Option<LedgerSync>, ScratchRemoval), AppError> {
+) -> Result<(RunOutcome, LastLine, ScratchRemoval), AppError> {
     let m = &package.manifest;
     let workspace_root = &place.workspace_root;
     let mut workspace = ScratchWorkspace::prepare(
@@ -808,8 +808,11 @@ fn drive_loop(
     )
     .map_err(|e| AppError::Undecided(format!("bl run: {e}")))?;
     let removal = ScratchRemoval::start(place.scratch.take());
-    trace.finish();
-    Ok((outcome, ledger.take_sync(), removal))
+    let last = LastLine {
+        syncing: ledger.take_sync(),
+        trace,
+    };
+    Ok((outcome, last, removal))
 }
 
 /// Writes what `--run-id` keeps beside the ledger: `metadata.json`, the
@@ -981,7 +984,7 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
     };
     let env = passthrough(&package.manifest).map_err(|e| AppError::Refused(e.to_string()))?;
     let runner = package.manifest.runner.default.clone();
-    let (outcome, syncing, _) = drive_loop(
+    let (outcome, last, _) = drive_loop(
         &package,
         &dir,
         package.bounds.clone(),
@@ -992,7 +995,8 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
         &mut NoHumanHere,
     )
     .map_err(|e| AppError::Refused(e.to_string()))?;
-    durable(syncing).map_err(|e| AppError::Refused(e.to_string()))?;
+    last.durable()
+        .map_err(|e| AppError::Refused(e.to_string()))?;
     write_run_records(
         &run_dir,
         &dir,
@@ -1017,11 +1021,20 @@ pub fn run_node_loop(n: &LoopNode) -> Result<Vec<u8>, AppError> {
     Ok(bytes)
 }
 
-/// Waits until the run's last ledger line is durable.
-fn durable(syncing: Option<LedgerSync>) -> Result<(), AppError> {
-    syncing
-        .map_or(Ok(()), LedgerSync::wait)
-        .map_err(|e| AppError::Undecided(format!("bl run: {}", e.0)))
+/// The run's last ledger line on its way to disk, and the span of its lap,
+/// which is exported only once the line is durable.
+struct LastLine {
+    syncing: Option<LedgerSync>,
+    trace: LapSpans,
+}
+
+impl LastLine {
+    /// Waits until the line is durable (then the last span goes out).
+    fn durable(self) -> Result<(), AppError> {
+        let synced = self.syncing.map_or(Ok(()), LedgerSync::wait);
+        self.trace.finish(synced.is_ok());
+        synced.map_err(|e| AppError::Undecided(format!("bl run: {}", e.0)))
+    }
 }
 
 /// Where a caged agent runner's egress decisions go (one JSON line each).
@@ -1289,7 +1302,7 @@ pub fn run(
         turn_mark: run_dir.as_ref().map(|d| LoopRunDir::new(d).turn_mark()),
         scratch,
     };
-    let (outcome, syncing, removal) = drive_loop(
+    let (outcome, last, removal) = drive_loop(
         &package,
         &dir,
         bounds,
@@ -1301,7 +1314,7 @@ pub fn run(
     )?;
     let kept_workspace = kept.map(tempfile::TempDir::keep);
     // The run's records say how it ended only once its ledger does.
-    durable(syncing)?;
+    last.durable()?;
     drop(removal);
     if let Some(run_dir) = &run_dir {
         write_run_records(
