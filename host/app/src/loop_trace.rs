@@ -137,6 +137,10 @@ impl Trace for LapSpans {
         self.release();
         self.held = Some((self.redact.apply(line), started, now));
     }
+
+    fn settled(&mut self) {
+        self.release();
+    }
 }
 
 /// `--redact`: applied to each line before it is written and hashed.
@@ -210,8 +214,12 @@ mod tests {
             assert!(collected.0.lock().unwrap().is_empty(), "lap 1 is held");
             spans.lap(&line(2));
             assert_eq!(*collected.0.lock().unwrap(), vec![1]);
+            // Settled before the next turn: lap 2 need not wait for lap 3.
+            spans.settled();
+            assert_eq!(*collected.0.lock().unwrap(), vec![1, 2]);
+            spans.lap(&line(3));
             spans.finish(durable);
-            let expected = if durable { vec![1, 2] } else { vec![1] };
+            let expected = if durable { vec![1, 2, 3] } else { vec![1, 2] };
             assert_eq!(*collected.0.lock().unwrap(), expected, "durable: {durable}");
         }
     }

@@ -154,6 +154,8 @@ pub trait Memory {
 /// written.
 pub trait Trace {
     fn lap(&mut self, line: &LedgerLine);
+    /// Every line given so far is durable (the ledger settled).
+    fn settled(&mut self) {}
 }
 
 /// The operator's go-ahead for rungs that require it.
@@ -417,7 +419,7 @@ impl Laps<'_, '_> {
             let turn = if judge_only {
                 Ok(Turn::default())
             } else {
-                self.ports.ledger.settle().map_err(EngineError::from)?;
+                self.settle()?;
                 self.ports.runner.turn(&request)
             };
             let turn = match turn {
@@ -606,6 +608,13 @@ impl Laps<'_, '_> {
         Ok(())
     }
 
+    /// Waits until every line appended is durable, and tells the trace.
+    fn settle(&mut self) -> Result<(), EngineError> {
+        self.ports.ledger.settle().map_err(EngineError::from)?;
+        self.ports.trace.settled();
+        Ok(())
+    }
+
     fn finish(
         mut self,
         status: Status,
@@ -670,7 +679,7 @@ impl Laps<'_, '_> {
         // No reserve, no wind-down turn. One that fails leaves the handoff
         // without the worker's account; the halt itself stands. A line
         // that could not be made durable is an error, turn or no turn.
-        self.ports.ledger.settle().map_err(EngineError::from)?;
+        self.settle()?;
         if !reserve.is_zero()
             && let Ok(turn) = self.ports.runner.turn(&request)
         {
