@@ -278,6 +278,8 @@ impl Ledger for FileLedger {
     fn append(&mut self, line: &LedgerLine) -> Result<String, PortError> {
         self.settle()?;
         let text = self.redact.line(line);
+        // A ledger this line starts: its name must reach the disk too.
+        let new_name = (!self.path.exists()).then(|| self.path.clone());
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -301,6 +303,9 @@ impl Ledger for FileLedger {
             .name("bl-ledger-sync".into())
             .spawn(move || {
                 file.sync_data()?;
+                if let Some(path) = new_name {
+                    bl_store::sync_name_of(&path)?;
+                }
                 if let Some(mark) = turn_mark {
                     // Judged and on record: the mark has done its work.
                     let _ = std::fs::remove_file(mark);

@@ -19,6 +19,17 @@ pub fn lock_exclusive(path: &Path) -> std::io::Result<Flock<File>> {
     Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e.into())
 }
 
+/// Makes the name of `file` in its directory durable: a file's own fsync
+/// covers what it holds, not the directory entry that names it, so a file
+/// made since the last crash-safe point is lost in a crash without this.
+pub fn sync_name_of(file: &Path) -> std::io::Result<()> {
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    File::open(dir)?.sync_all()
+}
+
 /// Replaces `dir/name` with `bytes` so a reader sees the old file or the new
 /// one, never a mix, and the new one survives a crash once this returns.
 pub fn replace_durably(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {

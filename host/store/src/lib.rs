@@ -34,6 +34,7 @@ pub use artifacts::{ArtifactError, ArtifactMeta, ArtifactStore, verify_artifacts
 pub use chain::TornTail;
 pub use chain::{ChainError, ChainHead, EVENT_KEYS, GENESIS_HASH, RunIdentity, verify_chain};
 pub use checkpoint::{Checkpoint, NoteError, SigningKey, VerifierKey};
+pub use durable::sync_name_of;
 pub use egress_log::{EGRESS_EVENTS, EgressLog, EgressLogError};
 pub use ledger::{Ledger, LedgerError, Publish, Reconciliation, effect_key};
 pub use log::{Appended, EventLog, StoreError, has_live_writer, recover_torn_tail};

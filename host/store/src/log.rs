@@ -75,6 +75,9 @@ pub struct EventLog {
     /// written, so the file ends in a torn tail `bl log recover` sets
     /// aside, never in a line written twice (a retry of the same bytes).
     write_failed: bool,
+    /// This writer made the file: its name in the directory is made
+    /// durable with the first sync.
+    name_unsynced: bool,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -136,6 +139,7 @@ impl EventLog {
     /// lock without waiting, and verifies what is already recorded.
     pub fn open(path: &Path, identity: RunIdentity) -> Result<Self, StoreError> {
         let lock = take_writer_lock(path)?;
+        let name_unsynced = !path.exists();
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -179,6 +183,7 @@ impl EventLog {
             buffered: false,
             tree,
             write_failed: false,
+            name_unsynced,
         })
     }
 
@@ -324,6 +329,10 @@ impl EventLog {
         if self.unsynced > 0 {
             self.file.sync_data().map_err(io(&self.path))?;
             self.unsynced = 0;
+        }
+        if self.name_unsynced {
+            crate::durable::sync_name_of(&self.path).map_err(io(&self.path))?;
+            self.name_unsynced = false;
         }
         Ok(())
     }

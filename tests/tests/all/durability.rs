@@ -81,3 +81,88 @@ fn a_runs_fsyncs_do_not_grow_with_its_nodes() {
     );
     assert!(small <= 12, "{small} fsyncs for one run");
 }
+
+/// The directories a traced run fsynced, as the `openat` calls before each
+/// fsync named them (`strace -f -e trace=openat,fsync,fdatasync`).
+fn synced_dirs(trace: &Path) -> Vec<String> {
+    let mut opened: std::collections::HashMap<String, String> = Default::default();
+    let mut synced = Vec::new();
+    for line in std::fs::read_to_string(trace).unwrap().lines() {
+        if let Some(rest) = line.split_once("openat(").map(|(_, r)| r) {
+            let path = rest.split('"').nth(1).unwrap_or_default().to_string();
+            if let Some(fd) = rest
+                .rsplit("= ")
+                .next()
+                .and_then(|f| f.trim().parse::<u32>().ok())
+            {
+                opened.insert(fd.to_string(), path);
+            }
+        } else if let Some(rest) = line.split_once("fsync(").map(|(_, r)| r) {
+            let fd = rest.split(')').next().unwrap_or_default();
+            if let Some(path) = opened.get(fd) {
+                synced.push(path.clone());
+            }
+        }
+    }
+    synced
+}
+
+/// A record a run starts, a graph run's event log or a loop's ledger, has
+/// its name made durable too: the directory holding it is fsynced after
+/// the file was made. A file's own fsync covers what it holds, not the
+/// entry that names it, so without this a crash could lose a whole record
+/// whose lines were on disk.
+#[test]
+fn a_new_event_log_and_a_new_ledger_have_their_names_made_durable() {
+    if !strace_works() || !bl_e2e::cage_works() {
+        return;
+    }
+    let traced = |dir: &Path, args: &[&str], env_path: Option<String>| {
+        let trace = dir.join("strace.txt");
+        let mut command = Command::new("strace");
+        command
+            .args(["-f", "-e", "trace=openat,fsync,fdatasync", "-o"])
+            .arg(&trace)
+            .arg(bl_binary())
+            .args(args)
+            .current_dir(dir);
+        if let Some(path) = env_path {
+            command.env("PATH", path);
+        }
+        let run = command.output().unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        synced_dirs(&trace)
+    };
+    let case = tempfile::tempdir().unwrap();
+    let graph = case.path().join("graph");
+    let made = Command::new("python3")
+        .arg(repo_root().join("benchmarks/graph/make_graph.py"))
+        .args(["3", "workspace_only"])
+        .arg(&graph)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let synced = traced(
+        &graph,
+        bl_e2e::GRAPH_RUN,
+        Some(bl_e2e::path_with_fakes(&graph)),
+    );
+    assert!(
+        synced.iter().any(|d| d == "run" || d.ends_with("/run")),
+        "the run directory, holding the new event log, was never fsynced: {synced:?}"
+    );
+    let loops = case.path().join("loops");
+    bl_e2e::copy_tree(
+        &repo_root().join("examples/loops/readme-sections"),
+        &loops.join("pkg"),
+    );
+    let synced = traced(&loops, &["run", "pkg", "--yes", "--json"], None);
+    assert!(
+        synced.iter().any(|d| d == "pkg" || d.ends_with("/pkg")),
+        "the loop's directory, holding its new ledger, was never fsynced: {synced:?}"
+    );
+}
