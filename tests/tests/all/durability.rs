@@ -9,18 +9,24 @@ use std::process::Command;
 
 use bl_e2e::{bl_binary, repo_root};
 
-/// The fsync and fdatasync calls of one `bl graph run` of `n` nodes.
-fn syncs_of_a_run(n: usize) -> u64 {
-    let case = tempfile::tempdir().unwrap();
-    let dir = case.path().join("graph");
+/// The benchmark's fan-out of `n` workspace_only nodes
+/// (benchmarks/graph/make_graph.py), written in `dir`.
+fn fan_out(n: usize, dir: &Path) {
     let made = Command::new("python3")
         .arg(repo_root().join("benchmarks/graph/make_graph.py"))
         .arg(n.to_string())
         .arg("workspace_only")
-        .arg(&dir)
+        .arg(dir)
         .status()
         .unwrap();
     assert!(made.success());
+}
+
+/// The fsync and fdatasync calls of one `bl graph run` of `n` nodes.
+fn syncs_of_a_run(n: usize) -> u64 {
+    let case = tempfile::tempdir().unwrap();
+    let dir = case.path().join("graph");
+    fan_out(n, &dir);
     let counts = case.path().join("strace.txt");
     let path = bl_e2e::path_with_fakes(&dir);
     let run = Command::new("strace")
@@ -139,13 +145,7 @@ fn a_new_event_log_and_a_new_ledger_have_their_names_made_durable() {
     };
     let case = tempfile::tempdir().unwrap();
     let graph = case.path().join("graph");
-    let made = Command::new("python3")
-        .arg(repo_root().join("benchmarks/graph/make_graph.py"))
-        .args(["3", "workspace_only"])
-        .arg(&graph)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    fan_out(3, &graph);
     let synced = traced(
         &graph,
         bl_e2e::GRAPH_RUN,

@@ -142,6 +142,14 @@ pub(crate) fn node(id: &str, kind: &str, fields: Value) -> Value {
     n
 }
 
+/// An approval node a reviewer decides, with `fields` besides.
+fn approval_node(id: &str, fields: Value) -> Value {
+    let mut n = node(id, "approval", fields);
+    n["required_role"] = json!("reviewer");
+    n["effects"] = json!(["read_only"]);
+    n
+}
+
 /// A connector node on its own slot (named after it), publishing `outputs`.
 pub(crate) fn agent(id: &str, fields: Value) -> Value {
     let mut n = node(id, "research_claim", fields);
@@ -432,11 +440,7 @@ fn a_consumer_never_sees_a_tampered_input() {
                 "writer",
                 json!({"outputs": {"notes": output("workspace/notes.md", "markdown")}}),
             ),
-            node(
-                "hold",
-                "approval",
-                json!({"required_role": "reviewer", "effects": ["read_only"]}),
-            ),
+            approval_node("hold", json!({})),
             agent("reader", json!({"inputs": {"notes": {"type": "markdown"}}})),
         ],
         vec![
@@ -1159,45 +1163,49 @@ fn graph_package(case: &Case, name: &str, nodes: Vec<Value>, edges: Vec<Value>) 
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// The drive flags of `bl graph approve` and `resume` for a subgraph case.
+const SUBGRAPH_DRIVE: [&str; 6] = [
+    "--loop-roots",
+    "roots",
+    "--inputs",
+    "inputs.json",
+    "--recorded",
+    "replies.json",
+];
+
+/// Runs the case's graph into `r`, which pauses (exit 3) naming `path`
+/// as the approval node to decide.
+fn run_to_pause_at(case: &Case, path: &str) {
+    let run = case.run("r", &["--loop-roots", "roots"]);
+    assert_eq!(run.status.code(), Some(3), "paused: {}", text(&run));
+    let next = format!("bl graph approve --run r --node {path} ");
+    assert!(text(&run).contains(&next), "{}", text(&run));
+}
+
 /// An approval node two subgraphs down is awaited and decided by its
 /// path through both (`inner/deeper/hold`), and the three runs go on.
 #[test]
 fn an_approval_two_subgraphs_down_is_decided_by_its_whole_path() {
     let case = Case::new();
-    let hold = node(
-        "hold",
-        "approval",
-        json!({"required_role": "reviewer", "effects": ["read_only"]}),
-    );
+    let hold = approval_node("hold", json!({}));
     let grand = graph_package(&case, "grand", vec![hold], Vec::new());
     subgraph_graph_with(
         &case,
         vec![node("deeper", "subgraph", json!({"graph_package": grand}))],
         Vec::new(),
     );
-    let run = case.run("r", &["--loop-roots", "roots"]);
-    assert_eq!(run.status.code(), Some(3), "paused: {}", text(&run));
-    assert!(
-        text(&run).contains("--node inner/deeper/hold"),
-        "{}",
-        text(&run)
-    );
-    let approved = case.bl(&[
+    run_to_pause_at(&case, "inner/deeper/hold");
+    let mut args = vec![
         "graph",
         "approve",
         "--run",
         "r",
         "--node",
         "inner/deeper/hold",
-        "--decision",
-        "approved",
-        "--loop-roots",
-        "roots",
-        "--inputs",
-        "inputs.json",
-        "--recorded",
-        "replies.json",
-    ]);
+    ];
+    args.extend(["--decision", "approved"]);
+    args.extend(SUBGRAPH_DRIVE);
+    let approved = case.bl(&args);
     assert_eq!(approved.status.code(), Some(0), "{}", text(&approved));
     let record =
         std::fs::read_to_string(case.path("r/subgraphs/inner/subgraphs/deeper/approvals.json"));
@@ -1210,11 +1218,9 @@ fn an_approval_two_subgraphs_down_is_decided_by_its_whole_path() {
 /// approval node `hold` of its child run, after the child's `make`.
 pub(crate) fn subgraph_paused_at_approval() -> Case {
     let case = Case::new();
-    let hold = node(
+    let hold = approval_node(
         "hold",
-        "approval",
-        json!({"required_role": "reviewer", "effects": ["read_only"],
-               "inputs": {"made": "text"}, "outputs": {"approved": "text"}}),
+        json!({"inputs": {"made": "text"}, "outputs": {"approved": "text"}}),
     );
     let edge =
         json!({"from_node": "make", "from_port": "made", "to_node": "hold", "to_port": "made"});
@@ -1223,13 +1229,7 @@ pub(crate) fn subgraph_paused_at_approval() -> Case {
     case.patch("graph.json", |g| {
         g["nodes"][0]["budget"]["max_attempts"] = json!(2)
     });
-    let run = case.run("r", &["--loop-roots", "roots"]);
-    assert_eq!(run.status.code(), Some(3), "paused: {}", text(&run));
-    assert!(
-        text(&run).contains("bl graph approve --run r --node inner/hold"),
-        "{}",
-        text(&run)
-    );
+    run_to_pause_at(&case, "inner/hold");
     assert_eq!(case.states("r")["inner"], "AWAITING_APPROVAL");
     assert!(case.event("r", "inner", "node.failed").is_none());
     case
@@ -1243,14 +1243,6 @@ pub(crate) fn subgraph_paused_at_approval() -> Case {
 /// approval node of a child run is refused with nothing recorded.
 #[test]
 fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() {
-    const DRIVE: [&str; 6] = [
-        "--loop-roots",
-        "roots",
-        "--inputs",
-        "inputs.json",
-        "--recorded",
-        "replies.json",
-    ];
     let made_at = |case: &Case| {
         std::fs::metadata(case.path("r/subgraphs/inner/workspace/made.txt"))
             .and_then(|m| m.modified())
@@ -1260,7 +1252,7 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
         let mut args = vec!["--json", "graph", "approve", "--run", "r"];
         args.extend(["--node", "inner/hold", "--decision", decision]);
         args.extend(extra);
-        args.extend(DRIVE);
+        args.extend(SUBGRAPH_DRIVE);
         case.bl(&args)
     };
     let paused = subgraph_paused_at_approval;
@@ -1375,7 +1367,7 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
     let on_record = runtime.decision(&case.path("r"), "inner/hold").unwrap();
     assert!(on_record.is_some_and(|d| d.approved));
     let mut resume = vec!["graph", "resume", "--run", "r"];
-    resume.extend(DRIVE);
+    resume.extend(SUBGRAPH_DRIVE);
     let resumed = case.bl(&resume);
     assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
     assert_eq!(case.states("r")["after"], "SUCCEEDED");
@@ -1394,11 +1386,7 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
     // A run that failed elsewhere while its child waited has ended: the
     // child's node is not decided after the fact.
     let case = Case::new();
-    let hold = node(
-        "hold",
-        "approval",
-        json!({"required_role": "reviewer", "effects": ["read_only"]}),
-    );
+    let hold = approval_node("hold", json!({}));
     subgraph_graph_with(&case, vec![hold], Vec::new());
     case.patch("graph.json", |g| {
         let boom = node(
@@ -1934,10 +1922,9 @@ fn a_publish_never_sends_a_system_only_output() {
         "publish",
         json!({"publication_policy": "outbox", "inputs": {"report": "markdown"}}),
     );
-    let hold = node(
+    let hold = approval_node(
         "hold",
-        "approval",
-        json!({"required_role": "reviewer", "effects": ["read_only"], "inputs": {"report": "markdown"}, "outputs": {"approved": "markdown"}}),
+        json!({"inputs": {"report": "markdown"}, "outputs": {"approved": "markdown"}}),
     );
     graph(
         &case,
@@ -2027,11 +2014,7 @@ fn bad_decisions_and_wrong_plugins_are_refused_before_anything_runs() {
     let case = Case::new();
     graph(
         &case,
-        vec![node(
-            "hold",
-            "approval",
-            json!({"required_role": "reviewer", "effects": ["read_only"]}),
-        )],
+        vec![approval_node("hold", json!({}))],
         vec![],
         "fail_closed",
     );
