@@ -1855,7 +1855,7 @@ pub fn approve(
             view,
             end: None,
         });
-    };
+    }
     check_prompt_keys(&schedule, &prompts, options)?;
     check_prompts("approve", &schedule, &view, &prompts)?;
     if let Some(target) = &target {
@@ -1999,7 +1999,8 @@ fn child_run_of(
     load_run(&dir, "approve")
 }
 
-/// ", in the child run at DIR" when `path` is part of a longer `asked`.
+/// " of the child run in DIR (asked: 'PATH')" when `path` is the end of a
+/// longer `asked`; nothing when they are the same.
 fn in_child_run(run: &LoadedRun, path: &str, asked: &str) -> String {
     if path == asked {
         String::new()
