@@ -230,13 +230,24 @@ impl GraphRuntime {
         let mut pending = Vec::new();
         for path in waiting {
             // `sub/gate`: the approval node of a subgraph's child run,
-            // bound to what it approves there. One that cannot be read is
-            // left out, not the whole list.
+            // bound to what it approves there. A child run that cannot be
+            // read is left out, not the whole list.
             let Ok((holder, node_id)) = graph_run::decision_run(dir, &path) else {
                 continue;
             };
-            let status = graph_run::status(&holder)?;
-            let (run, view) = (&status.run, &status.view);
+            let child;
+            let at = if holder == dir {
+                &status
+            } else {
+                match graph_run::status(&holder) {
+                    Ok(read) => {
+                        child = read;
+                        &child
+                    }
+                    Err(_) => continue,
+                }
+            };
+            let (run, view) = (&at.run, &at.view);
             let approval = run.graph.node(&node_id);
             // Decided in the child run already: the parent only waits for
             // its resume.
