@@ -1162,6 +1162,8 @@ pub struct PreparedLoop {
 
 /// Reads and checks the package and the request; nothing runs yet.
 pub fn prepare(request: &LoopRequest) -> Result<PreparedLoop, AppError> {
+    // Its gate is a plugin: the engine is made while the rest gets ready.
+    crate::plugin_host::warm_up();
     let package = read_package(&request.loop_dir)?;
     let mut bounds = package.bounds.clone();
     if let Some(max) = request.max_iterations {
