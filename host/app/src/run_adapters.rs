@@ -79,8 +79,11 @@ pub struct LogJournal {
     annex: Option<EventLog>,
     annex_path: PathBuf,
     identity: RunIdentity,
-    /// What the annex holds, by key.
-    annexed: HashMap<String, Value>,
+    /// What the annex holds, in order: folded after the log, as a run
+    /// read back from its directory is.
+    annexed: Vec<(String, Value)>,
+    /// Idempotency key → position in `annexed`.
+    annexed_by_key: HashMap<String, usize>,
     /// Every event in the log, in order: what the run's view is folded
     /// from, without reading the log back.
     events: Vec<(String, Value)>,
@@ -102,24 +105,32 @@ impl LogJournal {
                 events.push((r.kind, r.payload));
             }
         }
-        let annexed = read_annex(run_dir)?
-            .into_iter()
-            .map(|r| (r.key, r.payload))
-            .collect();
+        let mut annexed = Vec::new();
+        let mut annexed_by_key = HashMap::new();
+        for r in read_annex(run_dir)? {
+            annexed_by_key.insert(r.key, annexed.len());
+            annexed.push((r.kind, r.payload));
+        }
         Ok(LogJournal {
             log,
             annex: None,
             annex_path: RunDir::new(run_dir).annex(),
             identity,
             annexed,
+            annexed_by_key,
             events,
             by_key,
         })
     }
 
-    /// The run's state, folded from the log as it now stands.
+    /// The run's state, folded from the log (then its annex) as they now stand.
     pub fn view(&self) -> bl_run::projection::RunView {
-        bl_run::projection::project(self.events.iter().map(|(k, p)| (k.as_str(), p)))
+        bl_run::projection::project(
+            self.events
+                .iter()
+                .chain(&self.annexed)
+                .map(|(k, p)| (k.as_str(), p)),
+        )
     }
 }
 
@@ -144,11 +155,15 @@ impl Journal for LogJournal {
             self.annex = Some(log.buffered());
         }
         let annex = self.annex.as_mut().expect("opened above");
-        annex
+        let appended = annex
             .append(&event.key, event.kind, &event.payload, &now())
             .map_err(fail)?;
-        self.annexed
-            .insert(event.key.clone(), event.payload.clone());
+        if let bl_store::Appended::Written { .. } = appended {
+            self.annexed_by_key
+                .insert(event.key.clone(), self.annexed.len());
+            self.annexed
+                .push((event.kind.to_string(), event.payload.clone()));
+        }
         Ok(())
     }
 
@@ -156,7 +171,11 @@ impl Journal for LogJournal {
         self.by_key
             .get(key)
             .map(|&i| self.events[i].1.clone())
-            .or_else(|| self.annexed.get(key).cloned())
+            .or_else(|| {
+                self.annexed_by_key
+                    .get(key)
+                    .map(|&i| self.annexed[i].1.clone())
+            })
     }
 
     fn sync(&mut self) -> Result<(), RunError> {

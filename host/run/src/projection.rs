@@ -214,7 +214,11 @@ impl RunView {
     /// Nodes waiting for a human decision, in `order`: an approval node by
     /// its id, and for a subgraph node whose child run paused, the paths
     /// of the child's approval nodes (`node/gate`).
+    /// A run that ended waits on nothing.
     pub fn awaiting<'a>(&self, order: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        if self.is_terminal() {
+            return Vec::new();
+        }
         order
             .into_iter()
             .flat_map(|id| {
@@ -250,11 +254,13 @@ pub fn project<'a>(events: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Ru
                 run.pauses += 1;
                 run.budget_pause = Some(payload.clone());
             }
-            // A run that ended waits on nothing (it failed elsewhere while
-            // a child run waited).
-            ("node.child_awaiting_approval", _) if run.is_terminal() => {}
             (_, Some(id)) => {
-                if kind == "node.awaiting_approval" || kind == "node.child_awaiting_approval" {
+                // A run that ended (it failed elsewhere while a child run
+                // waited) pauses no more; its node still shows the wait it
+                // was left in, as an approval node left waiting does.
+                let pauses =
+                    kind == "node.awaiting_approval" || kind == "node.child_awaiting_approval";
+                if pauses && !run.is_terminal() {
                     run.pauses += 1;
                 }
                 let node = run.nodes.entry(id.to_string()).or_default();
@@ -436,6 +442,12 @@ mod tests {
             ("node.child_awaiting_approval", &paused),
         ]);
         assert!(view.awaiting(["sub"]).is_empty());
+        assert_eq!(
+            view.node("sub").state,
+            NodeState::AwaitingApproval,
+            "not RUNNING"
+        );
+        assert_eq!(view.pauses, 0);
         // Attempt 1 paused, was re-driven and failed; attempt 2's child
         // paused at its first execution: attempt 2 is what waits.
         let second = json!({"node_id": "sub", "state": "RUNNING", "attempt": 2});
