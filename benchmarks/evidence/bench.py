@@ -177,7 +177,7 @@ def one_node_graph(node):
 
 def main():
     url, token_file, work = sys.argv[1:4]
-    n = int(sys.argv[4]) if len(sys.argv) > 4 else 1000
+    n = int(sys.argv[4]) if len(sys.argv) > 4 else 3000
     bridge = LangGraphBridge(CoreClient(url, token_file=token_file), identity="bench")
     forms = ("plain", "decided", "guarded", "plain call", "guarded call")
     times = {name: [] for name in forms}
