@@ -67,13 +67,15 @@ impl ComponentCache {
         hex_digest: &str,
     ) -> wasmtime::Result<Component> {
         let path = self.path_for_digest(hex_digest);
-        if path.is_file() {
+        if let Ok(meta) = std::fs::metadata(&path)
+            && meta.is_file()
+        {
             // SAFETY: only this cache writes files under this name, from
             // `Component::serialize` of the same engine configuration (the
             // name carries its compatibility hash). A file that fails
             // wasmtime's own header checks falls through to a recompile.
             if let Ok(component) = unsafe { Component::deserialize_file(engine, &path) } {
-                mark_used(&path);
+                mark_used(&path, &meta);
                 return Ok(component);
             }
         }
@@ -199,13 +201,10 @@ impl DigestMemo {
     }
 }
 
-/// Records that the artifact at `path` was used, as its modification time,
-/// unless a use was recorded within the day. A cache that cannot be
-/// written only loses the order of its entries.
-fn mark_used(path: &Path) {
-    let Ok(meta) = std::fs::metadata(path) else {
-        return;
-    };
+/// Records that the artifact at `path` (which `meta` describes) was used,
+/// as its modification time, unless a use was recorded within the day. A
+/// cache that cannot be written only loses the order of its entries.
+fn mark_used(path: &Path, meta: &std::fs::Metadata) {
     let now = SystemTime::now();
     let stale = meta.modified().map_or(true, |used| {
         now.duration_since(used).is_ok_and(|age| age > TOUCH_AFTER)
@@ -349,8 +348,9 @@ mod tests {
         aged(&cold, DAY * 2);
         aged(&warm, Duration::from_secs(3600));
         let warm_before = modified(&warm);
-        mark_used(&cold);
-        mark_used(&warm);
+        for path in [&cold, &warm] {
+            mark_used(path, &std::fs::metadata(path).unwrap());
+        }
         assert!(
             SystemTime::now().duration_since(modified(&cold)).unwrap() < Duration::from_secs(60)
         );
