@@ -183,15 +183,15 @@ echo "  N=1,000 process_restricted:     bl ${bl1kp} s"
 echo "  N=1,000 worker processes alone: ${workers} s (CPU $(per_node_ms "$workers_cpu" 1000) ms per worker)"
 echo "  a cold cage (/bin/true, mean of 20): bl sandbox run ${cage_wall} ms wall, ${cage_cpu} ms CPU;" \
      "bare bwrap ${bwrap_wall} ms wall, ${bwrap_cpu} ms CPU"
-# fsyncs of one whole run (fsync and fdatasync, every process), at N=100
+# syncs of one whole run (fsync, fdatasync and syncfs, every process), at N=100
 # and N=1,000: artifacts are made durable in groups, so the count must not
 # grow with N.
 fsyncs() {
   local dir="$1" out="$1/run-fsync-$RANDOM$RANDOM" log="$work/fsync-$RANDOM"
-  (cd "$dir" && PATH="$dir/fake-bin:$PATH" strace -f -qq -c -e trace=fsync,fdatasync -o "$log" \
+  (cd "$dir" && PATH="$dir/fake-bin:$PATH" strace -f -qq -c -e trace=fsync,fdatasync,syncfs -o "$log" \
      "$bl" graph run --execute manifest.json --connections connections.json --inputs inputs.json \
      --out "$out" >/dev/null 2>&1) || { echo "bl failed under strace in $dir" >&2; exit 1; }
-  awk '$NF == "fsync" || $NF == "fdatasync" { n += $4 } END { print n + 0 }' "$log"
+  awk '$NF == "fsync" || $NF == "fdatasync" || $NF == "syncfs" { n += $4 } END { print n + 0 }' "$log"
 }
 fsync100=""
 if command -v strace >/dev/null 2>&1; then

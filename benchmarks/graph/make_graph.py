@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Writes a graph of N independent local_cli nodes (each with its own slot
-and binding), its connections and inputs, and a fake instant `claude` CLI.
+and binding), its connections and inputs, and a fake instant `claude` CLI
+whose reply differs from node to node (it names its process), as an
+agent's would: each node stores an artifact of its own.
 
 usage: make_graph.py N ISOLATION OUT_DIR
 """
@@ -33,7 +35,7 @@ claude = os.path.join(out, "fake-bin", "claude")
 with open(claude, "w") as f:
     f.write("#!/bin/sh\ncat >/dev/null\n"
             "printf '%s\\n' '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,"
-            "\"result\":\"reply\",\"num_turns\":1,\"session_id\":\"bench\",\"total_cost_usd\":0.0,"
+            "\"result\":\"reply from '\"$$\"'\",\"num_turns\":1,\"session_id\":\"bench\",\"total_cost_usd\":0.0,"
             "\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":0,"
             "\"cache_read_input_tokens\":0,\"output_tokens\":5}}'\n")
 os.chmod(claude, os.stat(claude).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)

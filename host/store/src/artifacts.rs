@@ -130,10 +130,20 @@ pub struct ArtifactMeta<'a> {
 pub struct ArtifactStore {
     root: PathBuf,
     max_bytes: u64,
-    /// Group commit: files written but not yet fsynced (with their
+    /// Group commit: files written but not yet durable (with their
     /// directories), made durable together by [`ArtifactStore::sync`].
     /// `None` when every write is durable on its own.
-    unsynced: Option<std::sync::Mutex<Vec<PathBuf>>>,
+    unsynced: Option<std::sync::Mutex<Unsynced>>,
+}
+
+/// What a group-committing store wrote since its last sync.
+#[derive(Default)]
+struct Unsynced {
+    files: Vec<PathBuf>,
+    /// The store's root, opened before its first unsynced write: one
+    /// `syncfs` on it makes every file and directory written since durable,
+    /// however many, and reports any write-back error since it was opened.
+    root: Option<File>,
 }
 
 fn hex_of(digest: &str) -> Result<&str, ArtifactError> {
@@ -170,19 +180,28 @@ impl ArtifactStore {
     /// anything that names what it wrote as durable.
     pub fn with_group_commit(root: impl Into<PathBuf>, max_bytes: u64) -> Self {
         ArtifactStore {
-            unsynced: Some(std::sync::Mutex::new(Vec::new())),
+            unsynced: Some(std::sync::Mutex::new(Unsynced::default())),
             ..ArtifactStore::new(root, max_bytes)
         }
     }
 
-    /// Makes every write so far durable: each file, then each directory once.
+    /// Makes every write so far durable, in one `syncfs` of the store's
+    /// filesystem however many artifacts were written (a file on another
+    /// filesystem, below a mount, is fsynced on its own, with its
+    /// directory).
     pub fn sync(&self) -> Result<(), ArtifactError> {
         let Some(unsynced) = &self.unsynced else {
             return Ok(());
         };
-        let files = std::mem::take(&mut *unsynced.lock().unwrap_or_else(|p| p.into_inner()));
+        let Unsynced { files, root } =
+            std::mem::take(&mut *unsynced.lock().unwrap_or_else(|p| p.into_inner()));
+        let Some(root) = root.filter(|_| !files.is_empty()) else {
+            return Ok(());
+        };
+        let elsewhere = on_other_filesystems(&root, &files).map_err(artifact_io(&self.root))?;
+        sync_filesystem(&root).map_err(artifact_io(&self.root))?;
         let mut dirs = std::collections::BTreeSet::new();
-        for file in &files {
+        for file in elsewhere {
             File::open(file)
                 .and_then(|f| f.sync_all())
                 .map_err(artifact_io(file))?;
@@ -211,10 +230,14 @@ impl ArtifactStore {
         file.write_all(bytes).map_err(artifact_io(&tmp))?;
         if let Some(unsynced) = &self.unsynced {
             std::fs::rename(&tmp, &target).map_err(artifact_io(&target))?;
-            unsynced
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(target);
+            let mut unsynced = unsynced.lock().unwrap_or_else(|p| p.into_inner());
+            if unsynced.root.is_none() {
+                // Opened before the sync that needs it, so a write-back
+                // error from here on is reported by it (and this write's
+                // own: nothing of it reached the disk before this open).
+                unsynced.root = Some(File::open(&self.root).map_err(artifact_io(&self.root))?);
+            }
+            unsynced.files.push(target);
             return Ok(());
         }
         file.sync_all().map_err(artifact_io(&tmp))?;
@@ -294,6 +317,49 @@ impl ArtifactStore {
         }
         Ok(bytes)
     }
+}
+
+/// The files among `files` one `syncfs` of `root` does not cover: those
+/// below a mount of another filesystem (every one where there is no
+/// `syncfs`).
+fn on_other_filesystems<'a>(
+    root: &File,
+    files: &'a [PathBuf],
+) -> std::io::Result<Vec<&'a PathBuf>> {
+    use std::os::unix::fs::MetadataExt;
+    if cfg!(not(target_os = "linux")) {
+        return Ok(files.iter().collect());
+    }
+    let device = root.metadata()?.dev();
+    // A file's directory tells its filesystem: each one is looked at once.
+    let mut dir_elsewhere = std::collections::HashMap::new();
+    let mut elsewhere = Vec::new();
+    for file in files {
+        let dir = file.parent().unwrap_or(Path::new("."));
+        let other = match dir_elsewhere.get(dir) {
+            Some(&other) => other,
+            None => {
+                let other = std::fs::metadata(dir)?.dev() != device;
+                dir_elsewhere.insert(dir, other);
+                other
+            }
+        };
+        if other {
+            elsewhere.push(file);
+        }
+    }
+    Ok(elsewhere)
+}
+
+/// Flushes every file and directory of `root`'s filesystem to the disk.
+#[cfg(target_os = "linux")]
+fn sync_filesystem(root: &File) -> std::io::Result<()> {
+    nix::unistd::syncfs(root).map_err(std::io::Error::from)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn sync_filesystem(_root: &File) -> std::io::Result<()> {
+    Ok(())
 }
 
 #[cfg(test)]
@@ -379,5 +445,42 @@ mod tests {
             store.get("sha256:abc"),
             Err(ArtifactError::BadDigest { .. })
         ));
+    }
+
+    #[test]
+    fn a_group_commit_makes_every_write_durable_in_one_sync_of_the_filesystem() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::with_group_commit(dir.path().join("artifacts"), 1 << 20);
+        store.sync().expect("nothing written: nothing to sync");
+        let digests: Vec<String> = (0..20)
+            .map(|i| store.put(format!("reply {i}").as_bytes(), &META).unwrap())
+            .collect();
+        {
+            let pending = store.unsynced.as_ref().unwrap().lock().unwrap();
+            // An object and its metadata per artifact, and the root opened
+            // at the first of them, before anything could fail to write back.
+            assert_eq!(pending.files.len(), 40);
+            assert!(pending.root.is_some());
+        }
+        let (root, files) = {
+            let pending = store.unsynced.as_ref().unwrap().lock().unwrap();
+            (
+                pending.root.as_ref().unwrap().try_clone().unwrap(),
+                pending.files.clone(),
+            )
+        };
+        assert!(
+            on_other_filesystems(&root, &files).unwrap().is_empty()
+                || cfg!(not(target_os = "linux")),
+            "one filesystem: one syncfs covers all"
+        );
+        store.sync().unwrap();
+        let pending = store.unsynced.as_ref().unwrap().lock().unwrap();
+        assert!(pending.files.is_empty() && pending.root.is_none());
+        drop(pending);
+        for digest in &digests {
+            store.get(digest).unwrap();
+        }
+        assert_eq!(verify_artifacts(&dir.path().join("artifacts")).unwrap(), 20);
     }
 }
