@@ -1060,9 +1060,16 @@ pub fn load_run(dir: &Path, verb: &str) -> Result<LoadedRun, AppError> {
     })
 }
 
-/// A controller killed mid-write leaves a torn last line: it was never a
-/// record, so it is moved aside (kept beside the log), and said so.
-pub fn recover_torn_tail(dir: &Path) -> Result<(), AppError> {
+/// What a crash left, made whole before a run is continued: a torn last
+/// line (a controller killed mid-write; it was never a record) is moved
+/// aside, kept beside the log, and said so; so are the lines a power loss
+/// kept without their artifacts ([`crate::unsynced_tail`]).
+pub fn recover_after_a_crash(dir: &Path) -> Result<(), AppError> {
+    recover_torn_tail(dir)?;
+    crate::unsynced_tail::set_aside(dir)
+}
+
+fn recover_torn_tail(dir: &Path) -> Result<(), AppError> {
     for name in [RunDir::EVENTS, RunDir::ANNEX] {
         let log = dir.join(name);
         if !log.exists() {
@@ -1524,7 +1531,7 @@ pub fn continue_child(
     depth: Depth,
 ) -> Result<(LoadedRun, RunEnd, RunView), AppError> {
     let run = load_run(dir, "resume")?;
-    recover_torn_tail(dir)?;
+    recover_after_a_crash(dir)?;
     let (view, _, _) = view_of(dir)?;
     if view.is_terminal() {
         let end = if view.run_state == RunState::Succeeded {
@@ -1730,7 +1737,7 @@ pub fn run_probe(out: &Path, options: &DriveOptions) -> Result<Driven, AppError>
 /// `bl graph resume --run D [--inputs J] [caps]`
 pub fn resume(dir: &Path, options: &DriveOptions) -> Result<Driven, AppError> {
     let run = load_run(dir, "resume")?;
-    recover_torn_tail(dir)?;
+    recover_after_a_crash(dir)?;
     let (view, _, _) = view_of(dir)?;
     if view.is_terminal() {
         // bounded-loops exits 0 here; a run that has ended cannot be

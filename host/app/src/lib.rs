@@ -45,5 +45,6 @@ pub mod stop;
 pub mod studio;
 #[cfg(test)]
 mod test_support;
+mod unsynced_tail;
 
 pub use error::{AppError, AppResult};

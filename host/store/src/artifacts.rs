@@ -175,6 +175,11 @@ impl ArtifactStore {
         }
     }
 
+    /// The store's directory (a run's `artifacts/`).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// A store whose writes are made durable in groups, by
     /// [`ArtifactStore::sync`]: a writer calls it before it records
     /// anything that names what it wrote as durable.
@@ -304,7 +309,7 @@ impl ArtifactStore {
         };
         let mut bytes = Vec::new();
         (&mut file)
-            .take(self.max_bytes + 1)
+            .take(self.max_bytes.saturating_add(1))
             .read_to_end(&mut bytes)
             .map_err(artifact_io(&path))?;
         let actual = bl_core::sha256_hex(&bytes);

@@ -37,6 +37,6 @@ pub use checkpoint::{Checkpoint, NoteError, SigningKey, VerifierKey};
 pub use durable::sync_name_of;
 pub use egress_log::{EGRESS_EVENTS, EgressLog, EgressLogError};
 pub use ledger::{Ledger, LedgerError, Publish, Reconciliation, effect_key};
-pub use log::{Appended, EventLog, StoreError, has_live_writer, recover_torn_tail};
+pub use log::{Appended, EventLog, StoreError, has_live_writer, recover_torn_tail, set_aside_from};
 pub use loop_dir::{LoopDir, LoopRunDir};
 pub use run_dir::RunDir;

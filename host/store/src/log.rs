@@ -369,17 +369,42 @@ pub fn recover_torn_tail(path: &Path) -> Result<Option<TornTail>, StoreError> {
         error,
     })?;
     let Some(tail) = torn else { return Ok(None) };
-    let aside = PathBuf::from(format!("{}.torn-{}", path.display(), tail.offset));
+    move_aside(path, &bytes, tail.offset, "torn")?;
+    Ok(Some(tail))
+}
+
+/// Moves the lines of the log at `path` from byte `offset` (the start of a
+/// line) to its end aside, whole, into `<log>.<label>-<offset>`, and cuts
+/// the log there; what stays is a log whose chain still verifies. Returns
+/// where they were kept. Takes the writer lock, so it never races a live
+/// writer.
+pub fn set_aside_from(path: &Path, offset: u64, label: &str) -> Result<PathBuf, StoreError> {
+    let _lock = take_writer_lock(path)?;
+    let bytes = std::fs::read(path).map_err(io(path))?;
+    let at_a_line = offset == 0 || bytes.get(offset as usize - 1) == Some(&b'\n');
+    if offset as usize > bytes.len() || !at_a_line {
+        return Err(io(path)(std::io::Error::other(format!(
+            "byte {offset} does not start a line of it"
+        ))));
+    }
+    move_aside(path, &bytes, offset, label)
+}
+
+/// Keeps `bytes[offset..]` of the log at `path` in `<log>.<label>-<offset>`
+/// (made durable first), then cuts the log to `offset`.
+fn move_aside(path: &Path, bytes: &[u8], offset: u64, label: &str) -> Result<PathBuf, StoreError> {
+    let aside = PathBuf::from(format!("{}.{label}-{offset}", path.display()));
     let mut saved = File::create(&aside).map_err(io(&aside))?;
     saved
-        .write_all(&bytes[tail.offset as usize..])
+        .write_all(&bytes[offset as usize..])
         .map_err(io(&aside))?;
     saved.sync_all().map_err(io(&aside))?;
+    crate::durable::sync_name_of(&aside).map_err(io(&aside))?;
     let file = OpenOptions::new()
         .write(true)
         .open(path)
         .map_err(io(path))?;
-    file.set_len(tail.offset).map_err(io(path))?;
+    file.set_len(offset).map_err(io(path))?;
     file.sync_all().map_err(io(path))?;
-    Ok(Some(tail))
+    Ok(aside)
 }

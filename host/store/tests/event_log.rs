@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use bl_store::{Appended, EventLog, RunIdentity, StoreError, recover_torn_tail, verify_chain};
+use bl_store::{
+    Appended, EventLog, RunIdentity, StoreError, recover_torn_tail, set_aside_from, verify_chain,
+};
 use serde_json::json;
 
 fn upstream_log() -> PathBuf {
@@ -208,6 +210,41 @@ fn a_torn_tail_is_reported_then_moved_aside_on_request() {
     assert_eq!(
         EventLog::open(&path, identity()).unwrap().head().sequence,
         9
+    );
+}
+
+#[test]
+fn lines_from_a_line_on_are_set_aside_whole_and_the_log_left_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
+    let bytes = std::fs::read(upstream_log()).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    // The seventh line's start: six lines stay.
+    let cut: usize = bytes
+        .split_inclusive(|b| *b == b'\n')
+        .take(6)
+        .map(<[u8]>::len)
+        .sum();
+    assert!(
+        set_aside_from(&path, cut as u64 + 1, "unsynced").is_err(),
+        "only a line's start"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "a refusal changes nothing"
+    );
+    let aside = set_aside_from(&path, cut as u64, "unsynced").unwrap();
+    assert_eq!(
+        aside,
+        dir.path()
+            .join(format!("controller-events.jsonl.unsynced-{cut}"))
+    );
+    assert_eq!(std::fs::read(&aside).unwrap(), &bytes[cut..]);
+    assert_eq!(std::fs::read(&path).unwrap(), &bytes[..cut]);
+    assert_eq!(
+        EventLog::open(&path, identity()).unwrap().head().sequence,
+        6
     );
 }
 
