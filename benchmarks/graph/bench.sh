@@ -220,7 +220,7 @@ fsync100=""
 if command -v strace >/dev/null 2>&1; then
   fsync100=$(fsyncs "$(make 100 workspace_only)")
   fsync1k=$(fsyncs "$d1k")
-  echo "  fsyncs per run: N=100 ${fsync100}, N=1,000 ${fsync1k}"
+  echo "  syncs per run: N=100 ${fsync100}, N=1,000 ${fsync1k}"
 fi
 
 if [ -z "${BENCH_SKIP_10K:-}" ]; then

@@ -1,8 +1,9 @@
 """A real LangGraph app against a real `bl evidence serve`: allow, block,
 approve, reject, a resume that is not an approval, a crash after the
 reservation, a tool that raises, an approval that expired, a restart on
-SqliteSaver, and the three LangGraph bug shapes (an interrupt in a loop, a
-subgraph resume, a stale resume value). Run by tests/tests/all/evidence.rs,
+SqliteSaver, the three LangGraph bug shapes (an interrupt in a loop, a
+subgraph resume, a stale resume value), and model_completed recorded only
+from the app's own call. Run by tests/tests/all/evidence.rs,
 which started the service; exits non-zero at the first thing that does
 not hold."""
 
@@ -314,6 +315,18 @@ def stale_resume_value() -> None:
     assert stage(op2) == "awaiting_approval"
 
 
+def model_completed_only_from_the_app() -> None:
+    """seed 004: `model_completed` is the app's to say, from its explicit
+    call; a guarded call through the bridge records none of its own."""
+    out = memory.invoke({"order": "MC-1", "tool": "lookup"}, thread())
+    assert out["evidence"]["status"] == "executed", out
+    op = out["evidence"]["operation_id"]
+    assert bridge.client.decision(op)["model_outputs"] == [], bridge.client.decision(op)
+    said = args_digest({"model": "answered", "order": "MC-1"})
+    bridge.client.model_completed(op, said)
+    assert bridge.client.decision(op)["model_outputs"] == [said], bridge.client.decision(op)
+
+
 def dispatch_lease(tmp: str) -> None:
     try:
         LangGraphBridge(bridge.client, identity="x", require_dispatch_lease=True)
@@ -604,7 +617,9 @@ def main() -> None:
         ("tool_raises", tool_raises), ("expired_approval", expired_approval),
         ("restart_on_sqlite", lambda: restart_on_sqlite(os.path.join(tmp, "restart.db"))),
         ("interrupt_in_a_loop", interrupt_in_a_loop), ("subgraph_resume", subgraph_resume),
-        ("stale_resume_value", stale_resume_value), ("dispatch_lease", lambda: dispatch_lease(tmp)),
+        ("stale_resume_value", stale_resume_value),
+        ("model_completed_only_from_the_app", model_completed_only_from_the_app),
+        ("dispatch_lease", lambda: dispatch_lease(tmp)),
         ("async_app", async_app), ("user_mistakes", user_mistakes), ("leases", lambda: leases(tmp)),
         ("one_node", lambda: one_node(os.path.join(tmp, "one-node.db"))),
     ]:

@@ -437,6 +437,9 @@ fn view(store: &EvidenceStore, op: &str, d: &bl_core::evidence::Decision) -> Val
         "approval_expired": d.approval_expired(now()),
         "rejected_by": d.rejected_by,
         "rejection_reason": d.rejection_reason,
+        // What the app said the model answered (digests), only ever from
+        // its own `model_completed` calls.
+        "model_outputs": d.model_outputs,
         "outcomes": d.outcomes,
     })
 }
