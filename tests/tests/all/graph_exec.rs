@@ -102,6 +102,19 @@ fn events(run: &Path) -> Vec<Value> {
     bl_e2e::json_lines(&run.join(RunDir::EVENTS))
 }
 
+fn resume_args<'a>(run: &'a str, concurrency: &'a str) -> Vec<&'a str> {
+    vec![
+        "graph",
+        "resume",
+        "--run",
+        run,
+        "--inputs",
+        "inputs.json",
+        "--concurrency",
+        concurrency,
+    ]
+}
+
 fn final_states(dir: &Path, run: &str) -> Value {
     let out = bl_in(dir, &["graph", "status", "--run", run, "--json"]);
     assert!(
@@ -280,19 +293,7 @@ fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
         let ended = std::fs::read_to_string(run_dir.join(RunDir::EVENTS))
             .unwrap()
             .contains("\"run.succeeded\"");
-        let out = bl_in(
-            &dir,
-            &[
-                "graph",
-                "resume",
-                "--run",
-                &run,
-                "--inputs",
-                "inputs.json",
-                "--concurrency",
-                "2",
-            ],
-        );
+        let out = bl_in(&dir, &resume_args(&run, "2"));
         // A run that had ended before the kill is not resumed: refused.
         assert_eq!(
             out.status.code(),
@@ -1340,19 +1341,7 @@ fn lines_a_power_loss_kept_without_their_artifacts_are_set_aside_and_redone() {
     std::fs::write(&object, b"").unwrap();
     let log_before = std::fs::read_to_string(run_dir.join(RunDir::EVENTS)).unwrap();
 
-    let resumed = bl_in(
-        &dir,
-        &[
-            "graph",
-            "resume",
-            "--run",
-            "run",
-            "--inputs",
-            "inputs.json",
-            "--concurrency",
-            "1",
-        ],
-    );
+    let resumed = bl_in(&dir, &resume_args("run", "1"));
     let stderr = String::from_utf8_lossy(&resumed.stderr);
     assert_eq!(resumed.status.code(), Some(0), "{stderr}");
     assert!(
