@@ -1,11 +1,11 @@
 """A real LangGraph app against a real `bl evidence serve`: allow, block,
-approve, reject, a resume that is not an approval, a crash after the
-reservation, a tool that raises, an approval that expired, a restart on
-SqliteSaver, the three LangGraph bug shapes (an interrupt in a loop, a
-subgraph resume, a stale resume value), and model_completed recorded only
-from the app's own call. Run by tests/tests/all/evidence.rs,
-which started the service; exits non-zero at the first thing that does
-not hold."""
+approve, reject, a resume or a forged checkpoint that is not an approval,
+a crash after the reservation, a tool that raises, an approval that
+expired, a restart on SqliteSaver, the three LangGraph bug shapes (an
+interrupt in a loop, a subgraph resume, a stale resume value), and
+model_completed recorded only from the app's own call. Run by
+tests/tests/all/evidence.rs, which started the service; exits non-zero at
+the first thing that does not hold."""
 
 from __future__ import annotations
 
@@ -119,6 +119,24 @@ def resume_is_not_approval() -> None:
     assert app.review("approve", op).returncode == 0
     out = memory.invoke(Command(resume="whatever"), config)
     assert out["evidence"]["status"] == "executed" and len(effects_for("E-1")) == 1, out
+
+
+def forged_state_is_not_approval() -> None:
+    """A checkpoint is never an approval: the graph's state, rewritten to
+    say the decision was cleared while bl waits for a person, makes no
+    call; bl refuses the reservation (the node raises), and the decision
+    still waits."""
+    config = thread()
+    paused = memory.invoke({"order": "F-1", "tool": "refund", "amount": 20}, config)
+    op = app.pending_operation(paused)
+    assert op and stage(op) == "awaiting_approval", paused
+    forged = {"operation_id": op, "tool": "refund", "status": "cleared"}
+    memory.update_state(config, {"evidence": forged}, as_node="decide")
+    # The guarded node asks bl for the reservation, which is refused: the
+    # node raises, and nothing is called.
+    raises(lambda: memory.invoke(None, config), Refused, "ApprovalRequired")
+    assert effects_for("F-1") == []
+    assert stage(op) == "awaiting_approval", stage(op)
 
 
 def changed_args_are_refused() -> None:
@@ -611,7 +629,8 @@ def main() -> None:
     ran = []
     for name, case in [
         ("allow", allow), ("block", block), ("approve", approve), ("reject", reject),
-        ("resume_is_not_approval", resume_is_not_approval), ("changed_args_are_refused", changed_args_are_refused),
+        ("resume_is_not_approval", resume_is_not_approval), ("forged_state_is_not_approval", forged_state_is_not_approval),
+        ("changed_args_are_refused", changed_args_are_refused),
         ("crash_after_reservation", lambda: crash_after_reservation(os.path.join(tmp, "crash.db"))),
         ("crash_with_durability_exit", lambda: crash_with_durability_exit(os.path.join(tmp, "crash-exit.db"))),
         ("tool_raises", tool_raises), ("expired_approval", expired_approval),

@@ -618,6 +618,7 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
         "approve",
         "reject",
         "resume_is_not_approval",
+        "forged_state_is_not_approval",
         "changed_args_are_refused",
         "crash_after_reservation",
         "crash_with_durability_exit",
@@ -1191,4 +1192,79 @@ fn a_reviewer_decides_in_the_evidence_console_and_signs_only_what_they_saw() {
     assert!(said.contains("evidence: "), "{said}");
     let (status, _) = http_request(&url, "GET", "", &[], b"");
     assert!(status.contains(" 502 "), "{status}");
+}
+
+/// Without `--key`, a workspace gets a signing key of its own on first use:
+/// 0600, in bl's keys directory with its public half beside it, never
+/// inside the workspace (a copy of it carries no key); the same workspace
+/// reached by another path is served with the same key, not a new one.
+#[test]
+fn a_workspace_served_without_a_key_gets_its_own_and_keeps_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let config = dir.join("config");
+    let keys_dir = config.join("bl/keys");
+    let serve = |ws: &str| {
+        let mut command = Command::new(bl_binary());
+        command
+            .current_dir(dir)
+            .env("XDG_CONFIG_HOME", &config)
+            .args([
+                "evidence",
+                "serve",
+                "--workspace",
+                ws,
+                "--token-file",
+                "token",
+                "--policy",
+                "deny-all",
+            ]);
+        let (mut child, _) = serving(&mut command, "evidence");
+        let _ = child.kill();
+        let _ = child.wait();
+    };
+    let key_files = || {
+        let mut names: Vec<String> = std::fs::read_dir(&keys_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    serve("ws");
+    let made = key_files();
+    assert_eq!(made.len(), 2, "{made:?}");
+    assert!(
+        made[0].starts_with("evidence-") && made[0].ends_with(".key"),
+        "{made:?}"
+    );
+    assert_eq!(made[1], made[0].replace(".key", ".pub"), "{made:?}");
+    let key = keys_dir.join(&made[0]);
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the workspace's key is its owner's alone");
+    let text = std::fs::read(&key).unwrap();
+    let in_workspace: Vec<_> = walk(&dir.join("ws"))
+        .into_iter()
+        .filter(|p| std::fs::read(p).is_ok_and(|b| b == text))
+        .collect();
+    assert!(in_workspace.is_empty(), "{in_workspace:?}");
+    std::os::unix::fs::symlink(dir.join("ws"), dir.join("alias")).unwrap();
+    serve("alias");
+    assert_eq!(key_files(), made, "the same workspace, the same key");
+    assert_eq!(std::fs::read(&key).unwrap(), text);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
