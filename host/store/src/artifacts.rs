@@ -140,9 +140,10 @@ pub struct ArtifactStore {
 #[derive(Default)]
 struct Unsynced {
     files: Vec<PathBuf>,
-    /// The store's root, opened before its first unsynced write: one
-    /// `syncfs` on it makes every file and directory written since durable,
-    /// however many, and reports any write-back error since it was opened.
+    /// The store's root, opened before the first write since the last
+    /// sync: one `syncfs` on it makes every file and directory written
+    /// since durable, however many, and reports any write-back error since
+    /// it was opened.
     root: Option<File>,
 }
 
@@ -200,8 +201,15 @@ impl ArtifactStore {
         };
         let Unsynced { files, root } =
             std::mem::take(&mut *unsynced.lock().unwrap_or_else(|p| p.into_inner()));
-        let Some(root) = root.filter(|_| !files.is_empty()) else {
+        if files.is_empty() {
             return Ok(());
+        }
+        // A write that began before the last sync took the root, and ended
+        // after it, left its file with no root opened: it is synced all the
+        // same.
+        let root = match root {
+            Some(root) => root,
+            None => File::open(&self.root).map_err(artifact_io(&self.root))?,
         };
         let elsewhere = on_other_filesystems(&root, &files).map_err(artifact_io(&self.root))?;
         sync_filesystem(&root).map_err(artifact_io(&self.root))?;
@@ -224,6 +232,14 @@ impl ArtifactStore {
 
     fn write_atomically(&self, dir: &Path, name: &str, bytes: &[u8]) -> Result<(), ArtifactError> {
         std::fs::create_dir_all(dir).map_err(artifact_io(dir))?;
+        if let Some(unsynced) = &self.unsynced {
+            let mut unsynced = unsynced.lock().unwrap_or_else(|p| p.into_inner());
+            if unsynced.root.is_none() {
+                // Opened before the first write it will make durable: a
+                // write-back error from here on is reported by its sync.
+                unsynced.root = Some(File::open(&self.root).map_err(artifact_io(&self.root))?);
+            }
+        }
         let target = dir.join(name);
         let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
         let mut file = OpenOptions::new()
@@ -235,14 +251,11 @@ impl ArtifactStore {
         file.write_all(bytes).map_err(artifact_io(&tmp))?;
         if let Some(unsynced) = &self.unsynced {
             std::fs::rename(&tmp, &target).map_err(artifact_io(&target))?;
-            let mut unsynced = unsynced.lock().unwrap_or_else(|p| p.into_inner());
-            if unsynced.root.is_none() {
-                // Opened before the sync that needs it, so a write-back
-                // error from here on is reported by it (and this write's
-                // own: nothing of it reached the disk before this open).
-                unsynced.root = Some(File::open(&self.root).map_err(artifact_io(&self.root))?);
-            }
-            unsynced.files.push(target);
+            unsynced
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .files
+                .push(target);
             return Ok(());
         }
         file.sync_all().map_err(artifact_io(&tmp))?;
