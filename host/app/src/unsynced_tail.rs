@@ -72,8 +72,9 @@ fn newest_seal(checkpoints: &Path) -> Option<(usize, BTreeSet<String>)> {
 }
 
 /// The byte offset of the first line past the `sealed` first ones that
-/// names an artifact `store` does not hold whole, with that artifact; every
-/// artifact the lines past `sealed` name before it goes into `named`.
+/// names an artifact that does not verify in `store`, with that artifact;
+/// every artifact the lines past `sealed` name before it goes into `named`
+/// (one already there, sealed or seen, is not read again).
 fn first_line_without(
     log: &Path,
     sealed: usize,
@@ -97,7 +98,10 @@ fn first_line_without(
             continue;
         };
         for digest in artifacts_named(&event) {
-            if !whole(store, &digest) {
+            if named.contains(&digest) {
+                continue;
+            }
+            if store.verify(&digest).is_err() {
                 return Ok(Some((start, digest)));
             }
             named.insert(digest);
@@ -121,15 +125,6 @@ fn artifacts_named(event: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Whether the object verifies against its digest and its metadata names
-/// it.
-fn whole(store: &ArtifactStore, digest: &str) -> bool {
-    let metadata = std::fs::read(bl_store::artifacts::metadata_path(store.root(), digest))
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
-    store.get(digest).is_ok() && metadata.is_some_and(|m| m["digest"] == digest)
-}
-
 /// Objects that do not verify, that no kept line names and no checkpoint
 /// seals, go to `artifacts/unsynced/`, with their metadata: bytes written
 /// and never synced, not a record.
@@ -145,7 +140,7 @@ fn set_aside_unnamed_objects(
     for entry in entries.filter_map(|e| e.ok()) {
         let name = entry.file_name().to_string_lossy().into_owned();
         let digest = format!("sha256:{name}");
-        if name.starts_with('.') || named.contains(&digest) || whole(store, &digest) {
+        if name.starts_with('.') || named.contains(&digest) || store.verify(&digest).is_ok() {
             continue;
         }
         let aside = artifacts.join("unsynced");

@@ -52,28 +52,33 @@ pub fn verify_artifacts(dir: &Path) -> Result<usize, ArtifactError> {
         if actual != name {
             return Err(ArtifactError::Misnamed { path, actual });
         }
-        let meta_path = dir.join(METADATA).join(format!("{name}.json"));
-        if let Ok(text) = std::fs::read_to_string(&meta_path) {
-            let meta: Value =
-                serde_json::from_str(&text).map_err(|source| ArtifactError::MetadataNotJson {
-                    path: meta_path.clone(),
-                    source,
-                })?;
-            if meta["digest"].as_str() != Some(&format!("sha256:{name}")) {
-                return Err(ArtifactError::MetadataDigest { path: meta_path });
-            }
-            if meta
-                .get("size")
-                .is_some_and(|s| s.as_u64() != Some(bytes.len() as u64))
-            {
-                return Err(ArtifactError::MetadataSize {
-                    path: meta_path,
-                    size: bytes.len() as u64,
-                });
-            }
-        }
+        check_metadata(dir, &name, bytes.len() as u64)?;
     }
     Ok(names.len())
+}
+
+/// The metadata beside the object `hex` of `size` bytes, if there is any,
+/// names that object and its size.
+fn check_metadata(dir: &Path, hex: &str, size: u64) -> Result<(), ArtifactError> {
+    let meta_path = dir.join(METADATA).join(format!("{hex}.json"));
+    let Ok(text) = std::fs::read_to_string(&meta_path) else {
+        return Ok(());
+    };
+    let meta: Value =
+        serde_json::from_str(&text).map_err(|source| ArtifactError::MetadataNotJson {
+            path: meta_path.clone(),
+            source,
+        })?;
+    if meta["digest"].as_str() != Some(&format!("sha256:{hex}")) {
+        return Err(ArtifactError::MetadataDigest { path: meta_path });
+    }
+    if meta.get("size").is_some_and(|s| s.as_u64() != Some(size)) {
+        return Err(ArtifactError::MetadataSize {
+            path: meta_path,
+            size,
+        });
+    }
+    Ok(())
 }
 
 /// Why an artifact could not be stored or trusted.
@@ -174,11 +179,6 @@ impl ArtifactStore {
             max_bytes,
             unsynced: None,
         }
-    }
-
-    /// The store's directory (a run's `artifacts/`).
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     /// A store whose writes are made durable in groups, by
@@ -300,6 +300,13 @@ impl ArtifactStore {
             json.as_bytes(),
         )?;
         Ok(digest)
+    }
+
+    /// Checks the artifact `digest` as `verify_artifacts` checks each one:
+    /// its bytes hash to its name, and its metadata, if any, names it.
+    pub fn verify(&self, digest: &str) -> Result<(), ArtifactError> {
+        let size = self.get(digest)?.len() as u64;
+        check_metadata(&self.root, hex_of(digest)?, size)
     }
 
     /// The bytes of an artifact, verified against their digest before they
