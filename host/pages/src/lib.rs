@@ -18,4 +18,6 @@ pub use evidence_console::{EvidenceCard, Reviewing, evidence_console_html};
 pub use layout::{Layout, Placed, layout};
 pub use monitor::monitor_html;
 pub use report::{LoopReportInput, loop_report_html};
-pub use studio::{LayoutCache, studio_html, studio_report, studio_report_cached, studio_yaml};
+pub use studio::{
+    LayoutCache, studio_html, studio_report, studio_report_cached, studio_report_since, studio_yaml,
+};

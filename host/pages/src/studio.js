@@ -18,11 +18,11 @@
     return;
   }
   // Copies the text into the module, calls `fn`, and reads its answer.
-  function call(fn, source, fmt) {
+  function call(fn, source, fmt, ...rest) {
     const input = enc.encode(source);
     const at = linter.bl_alloc(input.length);
     new Uint8Array(linter.memory.buffer, at, input.length).set(input);
-    const len = linter[fn](at, input.length, fmt === "json" ? 1 : 0);
+    const len = linter[fn](at, input.length, fmt === "json" ? 1 : 0, ...rest);
     return dec.decode(new Uint8Array(linter.memory.buffer, linter.bl_result(), len));
   }
   const api = {
@@ -108,7 +108,10 @@
   let lines = 0;
   const marked = [];
   function drawGutter(marks) {
-    const count = text.value.split("\n").length;
+    // Counted, not split: a split makes a string per line, every keystroke.
+    const value = text.value;
+    let count = 1;
+    for (let at = value.indexOf("\n"); at >= 0; at = value.indexOf("\n", at + 1)) count++;
     if (count !== lines) {
       const numbers = document.createDocumentFragment();
       for (let i = 1; i <= count; i++) numbers.append(el("div", {}, String(i)));
@@ -144,10 +147,12 @@
     box.append(el("h3", {}, "Approvals it would wait on"), plan.approvals.length ? approvals : el("p", {}, "none"),
       el("h3", {}, "Effects it would have"), plan.effects.length ? effects : el("p", {}, "none: every node is read-only or writes only its workspace"));
   }
-  let drawn = "";
+  // The number of the drawing on the page: the linter sends a drawing
+  // only when it is not this one.
+  let drawn = 0;
   function lint() {
     const started = performance.now();
-    const report = api.lint(text.value, format.value);
+    const report = JSON.parse(call("bl_studio_lint_shown", text.value, format.value, drawn));
     $("took").textContent = `linted in ${(performance.now() - started).toFixed(1)} ms`;
     const result = report.lint, marks = new Map();
     verdict.dataset.valid = String(result.valid);
@@ -159,8 +164,8 @@
     if (result.valid) {
       verdict.className = "ok";
       verdict.textContent = `Valid: ${result.node_ids.length} nodes, ${result.edge_count} edges · ${result.digest}`;
-      // The same drawing is not drawn again.
-      if (report.svg !== drawn) { $("graph").innerHTML = report.svg; drawn = report.svg; }
+      // The same drawing is not sent, nor drawn, again.
+      if (report.svg !== null) { $("graph").innerHTML = report.svg; drawn = report.drawing; }
       $("graph").classList.remove("stale");
       dryRun(report.dry_run);
       for (const w of report.warnings) {

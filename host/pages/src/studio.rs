@@ -23,12 +23,27 @@ pub fn studio_report(text: &str, format: Format) -> Value {
     studio_report_cached(text, format, &mut LayoutCache::default())
 }
 
-/// The last graph's shape and where its nodes went: a keystroke that
-/// changes no node and no edge is drawn again without being laid out
-/// again (the layout is most of the time a large graph takes).
+/// The last graph's shape and where its nodes went, and its drawing: a
+/// keystroke that changes no node and no edge is neither laid out nor
+/// drawn again (the layout, then the drawing, are most of the time a
+/// large graph takes).
 #[derive(Debug, Default)]
 pub struct LayoutCache {
     last: Option<Laid>,
+    drawn: Option<Drawn>,
+    /// How many drawings this cache has made: each one's number.
+    drawings: u32,
+}
+
+/// What a drawing shows (each node's id and kind, each edge and its
+/// condition), the drawing, and its number in its cache.
+#[derive(Debug, PartialEq)]
+struct Drawn {
+    ids: Vec<String>,
+    kinds: Vec<&'static str>,
+    edges: Vec<(usize, usize, Option<&'static str>)>,
+    svg: String,
+    number: u32,
 }
 
 /// A graph's shape (its node count and edges) and where its nodes went.
@@ -57,6 +72,20 @@ impl LayoutCache {
 /// [`studio_report`], reusing the layout in `cache` when the graph's shape
 /// is the one it holds.
 pub fn studio_report_cached(text: &str, format: Format, cache: &mut LayoutCache) -> Value {
+    studio_report_since(text, format, cache, None)
+}
+
+/// [`studio_report_cached`] for a page that shows the drawing numbered
+/// `shown` (the report's `drawing`, which names each drawing `cache`
+/// makes): when the graph's drawing is still that one, `svg` is null and
+/// the page keeps what it shows. A keystroke then moves no drawing (a
+/// large graph's is hundreds of kilobytes) from the linter to the page.
+pub fn studio_report_since(
+    text: &str,
+    format: Format,
+    cache: &mut LayoutCache,
+    shown: Option<u32>,
+) -> Value {
     let graph = match bl_graph::lint(text, format) {
         Ok(graph) => graph,
         Err(refusal) => return json!({ "lint": bl_graph::report::refusal_json(&refusal) }),
@@ -71,9 +100,12 @@ pub fn studio_report_cached(text: &str, format: Format, cache: &mut LayoutCache)
             })
         })
         .collect();
+    let drawn = draw(&graph, cache);
+    let svg = (shown != Some(drawn.number)).then(|| drawn.svg.clone());
     json!({
         "lint": bl_graph::report::lint_json(&graph),
-        "svg": draw(&graph, cache),
+        "svg": svg,
+        "drawing": drawn.number,
         "warnings": warnings,
         "dry_run": bl_graph::report::dry_run(&graph),
     })
@@ -90,11 +122,14 @@ pub fn studio_yaml(text: &str, format: Format) -> Option<String> {
     }
 }
 
-fn draw(graph: &Graph, cache: &mut LayoutCache) -> String {
-    let ids: Vec<&str> = graph.nodes.iter().map(|n| n.id.as_str()).collect();
-    let at: std::collections::HashMap<&str, usize> =
-        ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    let edges: Vec<(usize, usize, Option<&str>)> = graph
+fn draw<'c>(graph: &Graph, cache: &'c mut LayoutCache) -> &'c Drawn {
+    let at: std::collections::HashMap<&str, usize> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.id.as_str(), i))
+        .collect();
+    let edges: Vec<(usize, usize, Option<&'static str>)> = graph
         .edges
         .iter()
         .filter_map(|e| {
@@ -105,9 +140,24 @@ fn draw(graph: &Graph, cache: &mut LayoutCache) -> String {
             ))
         })
         .collect();
-    let pairs: Vec<(usize, usize)> = edges.iter().map(|&(a, b, _)| (a, b)).collect();
-    let kinds: Vec<&str> = graph.nodes.iter().map(|n| n.kind.name()).collect();
-    drawing(&ids, &kinds, &edges, cache.layout(ids.len(), pairs))
+    let kinds: Vec<&'static str> = graph.nodes.iter().map(|n| n.kind.name()).collect();
+    let unchanged = cache.drawn.as_ref().is_some_and(|d| {
+        d.kinds == kinds && d.edges == edges && d.ids.iter().eq(graph.nodes.iter().map(|n| &n.id))
+    });
+    if !unchanged {
+        let ids: Vec<&str> = graph.nodes.iter().map(|n| n.id.as_str()).collect();
+        let pairs: Vec<(usize, usize)> = edges.iter().map(|&(a, b, _)| (a, b)).collect();
+        let svg = drawing(&ids, &kinds, &edges, cache.layout(ids.len(), pairs));
+        cache.drawings += 1;
+        cache.drawn = Some(Drawn {
+            ids: ids.iter().map(|id| id.to_string()).collect(),
+            kinds,
+            edges,
+            svg,
+            number: cache.drawings,
+        });
+    }
+    cache.drawn.as_ref().expect("drawn just above")
 }
 
 /// The studio page: `manifest` in the editor (named `file_name`, which
@@ -165,6 +215,39 @@ mod tests {
             report["dry_run"]["effects"][0]["after_approvals"],
             json!(["ok"])
         );
+    }
+
+    #[test]
+    fn a_keystroke_that_changes_no_node_or_edge_gets_the_same_drawing_and_one_that_does_a_new_one()
+    {
+        let mut cache = LayoutCache::default();
+        let first = studio_report_cached(GRAPH, Format::Yaml, &mut cache);
+        // A trailing space, then back: the drawing is the one made first.
+        for text in [format!("{GRAPH} "), GRAPH.to_string()] {
+            let again = studio_report_cached(&text, Format::Yaml, &mut cache);
+            assert_eq!(again["svg"], first["svg"]);
+        }
+        // A node renamed (the shape unchanged): drawn again, as a fresh
+        // cache draws it.
+        let renamed = GRAPH
+            .replacen("- id: claim", "- id: claim2", 1)
+            .replace("from_node: claim", "from_node: claim2")
+            .replace("to_node: claim", "to_node: claim2");
+        let fresh = studio_report(&renamed, Format::Yaml);
+        assert_eq!(fresh["lint"]["valid"], true, "{fresh}");
+        let cached = studio_report_cached(&renamed, Format::Yaml, &mut cache);
+        assert_ne!(cached["svg"], first["svg"]);
+        assert_eq!(cached["svg"], fresh["svg"]);
+
+        // A page that shows the latest drawing is sent none; one that
+        // shows another (an older one) is sent it whole.
+        let latest = cached["drawing"].as_u64().unwrap() as u32;
+        let kept = studio_report_since(&renamed, Format::Yaml, &mut cache, Some(latest));
+        assert!(kept["svg"].is_null() && kept["drawing"] == latest, "{kept}");
+        let older = first["drawing"].as_u64().unwrap() as u32;
+        assert_ne!(older, latest);
+        let sent = studio_report_since(&renamed, Format::Yaml, &mut cache, Some(older));
+        assert_eq!(sent["svg"], fresh["svg"]);
     }
 
     #[test]

@@ -42,6 +42,31 @@ pub unsafe extern "C" fn bl_studio_lint(ptr: *mut u8, len: usize, format: u32) -
     answer(report.to_string().into_bytes())
 }
 
+/// [`bl_studio_lint`] for the page, which shows the drawing numbered
+/// `shown` (0: none): the report's `svg` is null while the drawing is
+/// still that one (see [`bl_pages::studio_report_since`]).
+///
+/// # Safety
+/// As for [`bl_studio_lint`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn bl_studio_lint_shown(
+    ptr: *mut u8,
+    len: usize,
+    format: u32,
+    shown: u32,
+) -> usize {
+    // SAFETY: the caller passes what bl_alloc returned, once.
+    let text = unsafe { take(ptr, len) };
+    let mut cache = LAYOUT.lock().unwrap_or_else(|e| e.into_inner());
+    let report = bl_pages::studio_report_since(
+        &text,
+        format_of(format),
+        cache.get_or_insert_default(),
+        (shown != 0).then_some(shown),
+    );
+    answer(report.to_string().into_bytes())
+}
+
 /// The manifest as YAML, or an empty answer when it does not parse.
 ///
 /// # Safety

@@ -182,6 +182,29 @@ fn a_broken_manifest_gets_lints_code_and_place_and_a_keystroke_that_fixes_it_dra
             .await
             .unwrap();
         assert_eq!(drawn, json!([good_nodes, false]), "the fixed graph is drawn");
+        // A node renamed is drawn under its new name, and renamed back,
+        // under its old one: the page is sent each drawing it lacks, and
+        // keeps the one it has.
+        let renamed = good
+            .replacen("- id: claim", "- id: claim2", 1)
+            .replace("from_node: claim\n", "from_node: claim2\n")
+            .replace("to_node: claim\n", "to_node: claim2\n");
+        let mut names = Vec::new();
+        for text in [&renamed, &good, &good] {
+            let shown = client
+                .execute(
+                    "const t = document.getElementById('text'); t.value = arguments[0]; t.dispatchEvent(new Event('input')); const g = document.getElementById('graph'); return [document.getElementById('verdict').dataset.valid, ['claim', 'claim2'].filter((id) => g.querySelector(`[data-node=\"${id}\"]`))]",
+                    vec![json!(text)],
+                )
+                .await
+                .unwrap();
+            names.push(shown);
+        }
+        assert_eq!(
+            names,
+            [json!(["true", ["claim2"]]), json!(["true", ["claim"]]), json!(["true", ["claim"]])],
+            "each drawing follows the text"
+        );
         let gutter = client
             .execute(
                 "return document.querySelectorAll('#gutter .bad, #backdrop mark.bad').length",
