@@ -2,13 +2,15 @@
 approve, reject, a resume or a forged checkpoint that is not an approval,
 a crash after the reservation, a tool that raises, an approval that
 expired, a restart on SqliteSaver, the three LangGraph bug shapes (an
-interrupt in a loop, a subgraph resume, a stale resume value), and
+interrupt in a loop, a subgraph resume, a stale resume value, also as
+reported: two pauses in one node and `invoke(None)`), and
 model_completed recorded only from the app's own call. Run by
 tests/tests/all/evidence.rs, which started the service; exits non-zero at
 the first thing that does not hold."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -38,6 +40,11 @@ def effects_for(order: str) -> list[dict]:
     return [e for e in app.effects() if e["order"] == order]
 
 
+def stage_of(out: dict) -> dict:
+    """Where bl says the decision a graph's output names stands."""
+    return bridge.client.decision(out["evidence"]["operation_id"]) or {}
+
+
 def stage(op: str) -> str:
     return (bridge.client.decision(op) or {}).get("stage")
 
@@ -57,6 +64,15 @@ def allow() -> None:
     assert out["evidence"]["status"] == "executed", out
     assert out["tool_result"] == {"done": "lookup", "order": "A-1"}, out
     assert len(effects_for("A-1")) == 1
+    # bl holds the digest of what the tool returned (tool_result), not
+    # the result itself.
+    returned = "sha256:" + hashlib.sha256(repr(out["tool_result"]).encode()).hexdigest()
+    assert stage_of(out)["tool_results"] == [returned], stage_of(out)
+    # A receipt sent again (its answer lost) records neither event twice.
+    op = out["evidence"]["operation_id"]
+    raises(lambda: bridge.client.executed(op, ok=True, result_digest=returned), Refused,
+           "execution is already recorded")
+    assert stage_of(out)["tool_results"] == [returned], stage_of(out)
 
 
 def block() -> None:
@@ -233,6 +249,14 @@ def expired_approval() -> None:
     out = memory.invoke(Command(resume=True), config)
     assert out["evidence"]["status"] == "approval_expired", out
     assert effects_for("X-1") == []
+    # Asked for the call directly, bl refuses and names what no longer holds.
+    call = app.call_args({"order": "X-1", "tool": "refund", "amount": 3})
+    try:
+        bridge.client.reserve(op, tool="refund", args_digest=args_digest(call))
+    except Refused as refused:
+        assert (refused.code, refused.field) == ("ApprovalExpired", "expires_at"), (refused.code, refused.field)
+    else:
+        raise AssertionError("an expired approval granted a reservation")
     again = memory.invoke({"order": "X-1", "tool": "refund", "amount": 3}, config)
     assert app.pending_operation(again) == op, again
     assert stage(op) == "awaiting_approval"
@@ -331,6 +355,54 @@ def stale_resume_value() -> None:
     assert [e["amount"] for e in effects_for("R-1")] == [1]
     # bl's approval for the first decision is no authority for the second.
     assert stage(op2) == "awaiting_approval"
+
+
+def two_pauses_in_one_node() -> None:
+    """langgraph#8837 as reported: one node pauses twice, and after the
+    first pause is resumed, `invoke(None)` hands the consumed resume value
+    to the second. Under the bridge that value answers nothing: the second
+    refund waits for its own approval, and each refund is made once."""
+    first = LangGraphBridge(app.client(), identity="alice@example.com", state_key="first")
+    second = LangGraphBridge(app.client(), identity="alice@example.com", state_key="second")
+
+    def refund(amount: int):
+        return lambda s: {"tool": "refund", "order": s["order"], "amount": amount}
+
+    decide_first = first.make_decision_node(tool="refund", args=refund(1))
+    decide_second = second.make_decision_node(tool="refund", args=refund(2))
+
+    def decide_both(state, config):
+        # Two interrupts in one node, as in the report.
+        return {**decide_first(state, config), **decide_second(state, config)}
+
+    class Two(app.State, total=False):
+        first: dict
+        second: dict
+
+    graph = StateGraph(Two)
+    graph.add_node("decide", decide_both)
+    graph.add_node("call_first", first.make_guarded_node(app.effect, args=refund(1)))
+    graph.add_node("call_second", second.make_guarded_node(app.effect, args=refund(2)))
+    for a, b in [(START, "decide"), ("decide", "call_first"), ("call_first", "call_second"), ("call_second", END)]:
+        graph.add_edge(a, b)
+    two = graph.compile(checkpointer=InMemorySaver())
+    config = thread()
+    paused = two.invoke({"order": "P-1"}, config)
+    op1 = app.pending_operation(paused)
+    assert op1, paused
+    assert app.review("approve", op1).returncode == 0
+    paused = two.invoke(Command(resume={"approved": True}), config)
+    op2 = app.pending_operation(paused)
+    assert op2 and op2 != op1, (op1, paused)
+    # The report's step: invoke(None) while the second pause is pending.
+    again = two.invoke(None, config)
+    assert app.pending_operation(again) == op2, again
+    assert stage(op2) == "awaiting_approval"
+    assert effects_for("P-1") == []
+    assert app.review("approve", op2).returncode == 0
+    done = two.invoke(Command(resume={"approved": True}), config)
+    assert done["first"]["status"] == done["second"]["status"] == "executed", done
+    assert sorted(e["amount"] for e in effects_for("P-1")) == [1, 2], effects_for("P-1")
 
 
 def model_completed_only_from_the_app() -> None:
@@ -459,6 +531,9 @@ def user_mistakes() -> None:
     raises(lambda: bridge.client.propose(operation_id="op-m3", thread_id="t", identity="", tool="lookup",
                                           args_digest="sha256:aa"), EvidenceError, "`identity` is empty")
     assert bridge.client.decision("op-m3") is None
+    # A tool that raised returned nothing: a result with its failure is refused.
+    raises(lambda: bridge.client.executed("op-m3", ok=False, result_digest="sha256:aa"), EvidenceError,
+           "a tool that raised returned nothing")
     assert effects_for("M-1") == [] and effects_for("M-2") == []
 
 
@@ -636,7 +711,7 @@ def main() -> None:
         ("tool_raises", tool_raises), ("expired_approval", expired_approval),
         ("restart_on_sqlite", lambda: restart_on_sqlite(os.path.join(tmp, "restart.db"))),
         ("interrupt_in_a_loop", interrupt_in_a_loop), ("subgraph_resume", subgraph_resume),
-        ("stale_resume_value", stale_resume_value),
+        ("stale_resume_value", stale_resume_value), ("two_pauses_in_one_node", two_pauses_in_one_node),
         ("model_completed_only_from_the_app", model_completed_only_from_the_app),
         ("dispatch_lease", lambda: dispatch_lease(tmp)),
         ("async_app", async_app), ("user_mistakes", user_mistakes), ("leases", lambda: leases(tmp)),

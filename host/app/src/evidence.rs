@@ -498,6 +498,40 @@ impl EvidenceStore {
         self.answered(operation_id, recorded)
     }
 
+    /// Records the tool's receipt, `tool_executed` with `ok`, and the
+    /// digest of what it returned, `tool_result`, in one durable step: a
+    /// receipt sent again after a lost answer is refused before anything
+    /// is appended (`AlreadyExecuted`), so neither is recorded twice.
+    /// Answers both, in that order.
+    pub fn record_returned(
+        &mut self,
+        operation_id: &str,
+        detail: String,
+        result_digest: String,
+        now: u64,
+    ) -> Result<(Recorded, Recorded), EvidenceError> {
+        let executed = self.append(
+            operation_id,
+            EvidenceEvent::ToolExecuted { ok: true, detail },
+            None,
+            now,
+        );
+        // Executed is the only stage a receipt that returned leads to, and
+        // the one a result is accepted in.
+        let result = executed.is_ok().then(|| {
+            self.append(
+                operation_id,
+                EvidenceEvent::ToolResult { result_digest },
+                None,
+                now,
+            )
+        });
+        let executed = self.answered(operation_id, executed)?;
+        let mut result = result.expect("appended after the receipt")?;
+        result.receipt = self.receipt(operation_id, result.sequence, &result.hash);
+        Ok((executed, result))
+    }
+
     /// `outcome`, once what was appended for it is durable and
     /// checkpointed (a failure to seal is the answer instead), signed for
     /// `operation_id`. Only the answered event is signed (a proposal

@@ -333,6 +333,8 @@ impl Refusal {
             | Refusal::ApprovalMismatch { field, .. }
             | Refusal::RequestMismatch { field, .. } => Some(field),
             Refusal::OutcomeIncomplete(field) => Some(field),
+            // The approval's binding field that no longer holds.
+            Refusal::ApprovalExpired { .. } => Some("expires_at"),
             _ => None,
         }
     }
@@ -354,6 +356,8 @@ pub struct Decision {
     /// Why it was rejected, as the reviewer signed it.
     pub rejection_reason: Option<String>,
     pub model_outputs: Vec<String>,
+    /// The digests of what the tool returned, as the app recorded them.
+    pub tool_results: Vec<String>,
     pub outcomes: usize,
     /// The latest outcome observed: `(external_ref, status, source)`.
     pub last_outcome: Option<(String, String, String)>,
@@ -378,6 +382,7 @@ impl Decision {
             rejected_by: None,
             rejection_reason: None,
             model_outputs: Vec::new(),
+            tool_results: Vec::new(),
             outcomes: 0,
             last_outcome: None,
         }
@@ -535,10 +540,11 @@ impl Decision {
                     Stage::ReconciliationRequired
                 };
             }
-            E::ToolResult { .. } => {
+            E::ToolResult { result_digest } => {
                 if self.stage != Stage::Executed {
                     return Err(self.not_executed());
                 }
+                self.tool_results.push(result_digest.clone());
             }
             E::OutcomeObserved {
                 external_ref,
@@ -1032,6 +1038,7 @@ mod tests {
             d.apply(&e, NOW).unwrap();
         }
         assert_eq!((d.stage, d.outcomes), (Stage::Executed, 1));
+        assert_eq!(d.tool_results, ["sha256:rr"]);
         assert!(!d.may_call_tool());
     }
 
@@ -1221,13 +1228,16 @@ mod tests {
     #[test]
     fn an_expired_approval_is_refused_when_given_and_when_used() {
         let mut d = after(&[policy(true, true), requested()]);
+        let refused = d.apply(&E::HumanApproved(approval()), NOW + 601);
         assert_eq!(
-            d.apply(&E::HumanApproved(approval()), NOW + 601),
+            refused,
             Err(Refusal::ApprovalExpired {
                 expires_at: NOW + 600,
                 now: NOW + 601
             })
         );
+        // The refusal names the binding field that no longer holds.
+        assert_eq!(refused.unwrap_err().field(), Some("expires_at"));
         let mut d = approved();
         assert_eq!(
             d.apply(&reserve(), NOW + 601),

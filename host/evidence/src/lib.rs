@@ -348,11 +348,42 @@ async fn event(
             ),
         );
     }
+    // A receipt may carry what the tool returned: both are recorded
+    // together, so a crash between them never leaves the result unsaid.
+    let mut sent = sent;
+    let result_digest = match sent.as_object_mut() {
+        Some(fields) if fields.get("event") == Some(&json!("tool_executed")) => {
+            fields.remove("result_digest")
+        }
+        _ => None,
+    };
     let event: EvidenceEvent = match typed(sent) {
         Ok(e) => e,
         Err(refused) => return *refused,
     };
-    answer(service.store().record(&op, event, now()))
+    let Some(result_digest) = result_digest else {
+        return answer(service.store().record(&op, event, now()));
+    };
+    match (event, result_digest) {
+        (EvidenceEvent::ToolExecuted { ok: true, detail }, Value::String(digest))
+            if !digest.trim().is_empty() =>
+        {
+            match service.store().record_returned(&op, detail, digest, now()) {
+                Ok((executed, result)) => {
+                    let mut body = recorded_json(&executed);
+                    body["result"] = recorded_json(&result);
+                    Json(body).into_response()
+                }
+                Err(e) => answer(Err(e)),
+            }
+        }
+        (EvidenceEvent::ToolExecuted { ok: false, .. }, _) => bad_request(
+            "the body: `result_digest` is for a tool that returned (`ok`: true); a tool that raised returned nothing, so send none".into(),
+        ),
+        (_, other) => bad_request(format!(
+            "the body: `result_digest` is {other}; it is the digest of what the tool returned, a non-empty string such as \"sha256:…\""
+        )),
+    }
 }
 
 async fn policy(
@@ -440,6 +471,7 @@ fn view(store: &EvidenceStore, op: &str, d: &bl_core::evidence::Decision) -> Val
         // What the app said the model answered (digests), only ever from
         // its own `model_completed` calls.
         "model_outputs": d.model_outputs,
+        "tool_results": d.tool_results,
         "outcomes": d.outcomes,
     })
 }

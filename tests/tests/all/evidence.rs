@@ -628,6 +628,7 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
         "interrupt_in_a_loop",
         "subgraph_resume",
         "stale_resume_value",
+        "two_pauses_in_one_node",
         "model_completed_only_from_the_app",
         "dispatch_lease",
         "async_app",

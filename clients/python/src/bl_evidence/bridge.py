@@ -350,7 +350,7 @@ class LangGraphBridge:
             # The effect happened: a lost receipt leaves the decision
             # reserved, which bl turns into reconciliation_required.
             try:
-                self.client.executed(op, ok=True, detail=_digest_of(result, self.digest_key))
+                self.client.executed(op, ok=True, result_digest=_digest_of(result, self.digest_key))
             except Refused as refused:
                 # A receipt sent again after a lost answer was recorded.
                 if refused.code != "AlreadyExecuted":

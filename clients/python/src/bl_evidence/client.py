@@ -164,10 +164,16 @@ class CoreClient:
         Anything but a fresh (non-retry) answer is no permission."""
         return self.record(operation_id, {"event": "tool_requested", "tool": tool, "args_digest": args_digest})
 
-    def executed(self, operation_id: str, *, ok: bool, detail: str = "") -> Answer:
+    def executed(self, operation_id: str, *, ok: bool, detail: str = "",
+                 result_digest: str | None = None) -> Answer:
         """The tool returned (`ok`) or raised. A return is not the outside
-        world's success; a raise needs a person (reconciliation)."""
-        return self.record(operation_id, {"event": "tool_executed", "ok": ok, "detail": detail})
+        world's success; a raise needs a person (reconciliation).
+        `result_digest`, for a tool that returned, is the digest of what it
+        returned: recorded as `tool_result` in the same step."""
+        event: dict[str, Any] = {"event": "tool_executed", "ok": ok, "detail": detail}
+        if result_digest is not None:
+            event["result_digest"] = result_digest
+        return self.record(operation_id, event)
 
     def outcome(self, operation_id: str, *, external_ref: str, status: str, source: str) -> Answer:
         """What the outside system says happened, with its reference."""
