@@ -331,7 +331,7 @@ async fn event(
     // What only a person or the policy may record never comes from the
     // app: refused by its name, before its fields are read (a newcomer is
     // not coached, field by field, towards an event they may never send).
-    let sent: Value = match body(&bytes) {
+    let mut sent: Value = match body(&bytes) {
         Ok(v) => v,
         Err(refused) => return *refused,
     };
@@ -350,7 +350,6 @@ async fn event(
     }
     // A receipt may carry what the tool returned: both are recorded
     // together, so a crash between them never leaves the result unsaid.
-    let mut sent = sent;
     let result_digest = match sent.as_object_mut() {
         Some(fields) if fields.get("event") == Some(&json!("tool_executed")) => {
             fields.remove("result_digest")

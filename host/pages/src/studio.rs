@@ -37,7 +37,7 @@ pub struct LayoutCache {
 
 /// What a drawing shows (each node's id and kind, each edge and its
 /// condition), the drawing, and its number in its cache.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Drawn {
     ids: Vec<String>,
     kinds: Vec<&'static str>,
