@@ -80,18 +80,18 @@ time_bl_once() {
   elapsed "$t0" "$t1"
 }
 
-# cpu_once BL DIR -> CPU seconds (user + system) of one run, children included
+# cpu_once BL DIR -> "TOTAL OWN": CPU seconds (user + system) of one run,
+# children included, and of bl's own process alone (cpu_split.py)
 cpu_once() {
-  local bin="$1" dir="$2" out="$2/run-$RANDOM$RANDOM" times
-  times="$work/times-$RANDOM"
+  local bin="$1" dir="$2" out="$2/run-$RANDOM$RANDOM" split
   # A run that did not succeed ran fewer nodes: it is run again (at most
   # BENCH_TRIES times in all, default 3), never counted.
   local try
   for try in $(seq "${BENCH_TRIES:-3}"); do
-    if (cd "$dir" && PATH="$dir/fake-bin:$PATH" /usr/bin/time -f '%U %S' -o "$times" "$bin" graph run \
+    if split=$(cd "$dir" && PATH="$dir/fake-bin:$PATH" python3 "$root/benchmarks/graph/cpu_split.py" "$bin" graph run \
          --execute manifest.json --connections connections.json --inputs inputs.json \
-         --out "$out-$try" >/dev/null 2>&1); then
-      python3 -c "u, s = open('$times').read().split()[-2:]; print(float(u) + float(s))"
+         --out "$out-$try"); then
+      echo "$split"
       return
     fi
     echo "$bin: a run in $dir did not succeed (try $try)" >&2
@@ -107,23 +107,24 @@ workers_cpu_once() {
      "seq 1000 | xargs -P $cores -I{} ./fake-bin/claude -p --output-format json >/dev/null")
   python3 -c "u, s = open('$times').read().split()[-2:]; print(float(u) + float(s))"
 }
-# cpu_rounds -> "bl_wo bl_pr workers base_wo base_pr": the least CPU seconds
-# of $reps rounds, each round running bl at both tiers, the workers alone
-# and (with BL_BASELINE) the baseline at both tiers, one after another, so
-# that a drift of the machine lands on every figure alike
+# cpu_rounds -> "bl_wo bl_pr workers base_wo base_pr bl_wo_own": the least
+# CPU seconds of $reps rounds, each round running bl at both tiers, the
+# workers alone and (with BL_BASELINE) the baseline at both tiers, one
+# after another, so that a drift of the machine lands on every figure
+# alike; and the least of bl's own process alone at workspace_only
 cpu_rounds() {
-  local i t w="" p="" k="" bw="" bp=""
+  local i r t o w="" p="" k="" bw="" bp="" wo=""
   lesser() { python3 -c "print(min($1, float('${2:-inf}')))"; }
   for i in $(seq "$reps"); do
-    t=$(cpu_once "$bl" "$d1k"); w=$(lesser "$t" "$w")
-    t=$(cpu_once "$bl" "$d1kp"); p=$(lesser "$t" "$p")
+    r=$(cpu_once "$bl" "$d1k"); read -r t o <<<"$r"; w=$(lesser "$t" "$w"); wo=$(lesser "$o" "$wo")
+    r=$(cpu_once "$bl" "$d1kp"); read -r t o <<<"$r"; p=$(lesser "$t" "$p")
     t=$(workers_cpu_once); k=$(lesser "$t" "$k")
     if [ -n "${BL_BASELINE:-}" ]; then
-      t=$(cpu_once "$BL_BASELINE" "$d1k"); bw=$(lesser "$t" "$bw")
-      t=$(cpu_once "$BL_BASELINE" "$d1kp"); bp=$(lesser "$t" "$bp")
+      r=$(cpu_once "$BL_BASELINE" "$d1k"); read -r t o <<<"$r"; bw=$(lesser "$t" "$bw")
+      r=$(cpu_once "$BL_BASELINE" "$d1kp"); read -r t o <<<"$r"; bp=$(lesser "$t" "$bp")
     fi
   done
-  echo "$w $p $k $bw $bp"
+  echo "$w $p $k ${bw:--} ${bp:--} $wo"
 }
 per_node_ms() { python3 -c "print(f'{$1 / $2 * 1000:.2f}')"; }
 
@@ -156,10 +157,14 @@ d1k=$(make 1000 workspace_only)
 d1kp=$(make 1000 process_restricted)
 
 echo "CPU (user + system of the whole run, workers included), best of $reps rounds, interleaved:"
-read -r cpu_wo cpu_pr workers_cpu base_wo base_pr <<<"$(cpu_rounds)"
+read -r cpu_wo cpu_pr workers_cpu base_wo base_pr own_wo <<<"$(cpu_rounds)"
 echo "  N=1,000 workspace_only:     $(per_node_ms "$cpu_wo" 1000) ms per node"
 echo "  N=1,000 process_restricted: $(per_node_ms "$cpu_pr" 1000) ms per node"
 echo "  the same 1,000 workers alone: $(per_node_ms "$workers_cpu" 1000) ms per worker"
+# The target subtracts the workers-alone run; this says how much of the
+# whole is bl's own process (its threads, not the workers it started),
+# without assuming a worker costs as much inside bl as alone.
+echo "  bl's own process alone, workspace_only: $(per_node_ms "$own_wo" 1000) ms per node (from /proc at its exit; printed only)"
 if [ -n "${BL_BASELINE:-}" ]; then
   echo "  baseline ($BL_BASELINE): workspace_only $(per_node_ms "$base_wo" 1000) ms," \
        "process_restricted $(per_node_ms "$base_pr" 1000) ms per node;" \

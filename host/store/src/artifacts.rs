@@ -8,6 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
 
@@ -139,6 +140,27 @@ pub struct ArtifactStore {
     /// directories), made durable together by [`ArtifactStore::sync`].
     /// `None` when every write is durable on its own.
     unsynced: Option<std::sync::Mutex<Unsynced>>,
+    /// Whether `objects/` and `metadata/` were made: a write then asks
+    /// the filesystem for neither (two calls a write, a node's reply
+    /// writes two). One removed since is made again by the write that
+    /// finds it missing.
+    made: [AtomicBool; 2],
+}
+
+/// Which of the store's two directories a write goes to.
+#[derive(Clone, Copy)]
+enum Part {
+    Objects = 0,
+    Metadata = 1,
+}
+
+impl Part {
+    fn name(self) -> &'static str {
+        match self {
+            Part::Objects => OBJECTS,
+            Part::Metadata => METADATA,
+        }
+    }
 }
 
 /// What a group-committing store wrote since its last sync.
@@ -178,6 +200,7 @@ impl ArtifactStore {
             root: root.into(),
             max_bytes,
             unsynced: None,
+            made: [AtomicBool::new(false), AtomicBool::new(false)],
         }
     }
 
@@ -230,8 +253,13 @@ impl ArtifactStore {
         Ok(())
     }
 
-    fn write_atomically(&self, dir: &Path, name: &str, bytes: &[u8]) -> Result<(), ArtifactError> {
-        std::fs::create_dir_all(dir).map_err(artifact_io(dir))?;
+    fn write_atomically(&self, part: Part, name: &str, bytes: &[u8]) -> Result<(), ArtifactError> {
+        let dir = &self.root.join(part.name());
+        let made = &self.made[part as usize];
+        if !made.load(Ordering::Relaxed) {
+            std::fs::create_dir_all(dir).map_err(artifact_io(dir))?;
+            made.store(true, Ordering::Relaxed);
+        }
         if let Some(unsynced) = &self.unsynced {
             let mut unsynced = unsynced.lock().unwrap_or_else(|p| p.into_inner());
             if unsynced.root.is_none() {
@@ -242,12 +270,22 @@ impl ArtifactStore {
         }
         let target = dir.join(name);
         let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(artifact_io(&tmp))?;
+        let create = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&tmp)
+        };
+        let mut file = match create() {
+            // The directory was removed since it was made.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir).map_err(artifact_io(dir))?;
+                create()
+            }
+            opened => opened,
+        }
+        .map_err(artifact_io(&tmp))?;
         file.write_all(bytes).map_err(artifact_io(&tmp))?;
         if let Some(unsynced) = &self.unsynced {
             std::fs::rename(&tmp, &target).map_err(artifact_io(&target))?;
@@ -276,9 +314,8 @@ impl ArtifactStore {
         }
         let sum = bl_core::Sha256Digest::of(bytes);
         let (hex, digest) = (sum.hex(), sum.to_string());
-        let objects = self.root.join(OBJECTS);
         if self.get(&digest).is_err() {
-            self.write_atomically(&objects, &hex, bytes)?;
+            self.write_atomically(Part::Objects, &hex, bytes)?;
         }
         let metadata = serde_json::json!({
             "digest": digest, "expires_at": null, "legal_hold": false, "legal_hold_allowed": false,
@@ -294,11 +331,7 @@ impl ArtifactStore {
         if std::fs::read(meta_dir.join(format!("{hex}.json"))).is_ok_and(|b| b == json.as_bytes()) {
             return Ok(digest);
         }
-        self.write_atomically(
-            &self.root.join(METADATA),
-            &format!("{hex}.json"),
-            json.as_bytes(),
-        )?;
+        self.write_atomically(Part::Metadata, &format!("{hex}.json"), json.as_bytes())?;
         Ok(digest)
     }
 
@@ -398,6 +431,18 @@ mod tests {
         producer_attempt: "1",
         sensitivity: "public",
     };
+
+    #[test]
+    fn a_directory_removed_after_the_first_write_is_made_again_by_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(dir.path(), 1 << 20);
+        store.put(b"first", &META).unwrap();
+        std::fs::remove_dir_all(dir.path().join(OBJECTS)).unwrap();
+        std::fs::remove_dir_all(dir.path().join(METADATA)).unwrap();
+        let digest = store.put(b"second", &META).unwrap();
+        assert_eq!(store.get(&digest).unwrap(), b"second");
+        assert_eq!(verify_artifacts(dir.path()).unwrap(), 1);
+    }
 
     #[test]
     fn metadata_matches_what_bounded_loops_writes() {
