@@ -3,7 +3,8 @@
 # this checkout's HEAD, with no build output at all, so bl and every
 # first-party plugin are built from source. Prints the minutes against the
 # 10-minute target (issue 30) and exits 1 when it is missed
-# (BENCH_NO_FAIL=1: print only).
+# (BENCH_NO_FAIL=1: print only; BENCH_KEEP_LOG=FILE keeps the demo's output,
+# whose steps say when each began).
 #
 # What a machine keeps between runs is kept here too: cargo's download
 # cache (~/.cargo/registry), the rustup toolchain and the apt packages. A
@@ -12,7 +13,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 clone="$(mktemp -d /tmp/bl-first-demo.XXXXXX)"
-trap 'rm -rf "$clone"' EXIT
+trap 'cp "$clone/demo.log" "${BENCH_KEEP_LOG:-/dev/null}" 2>/dev/null; rm -rf "$clone"' EXIT
 git clone --quiet "$root" "$clone/bl"
 cd "$clone/bl"
 # A private component cache: the demo compiles its components as a new
