@@ -1139,10 +1139,13 @@ fn drive(
     // in the run's log: a resume then ends what this controller left.
     let _spawns = bl_sandbox::containment::record_spawns(spawn_log);
     let artifacts = RunArtifacts {
+        // Remembered: the checkpoint seals what it wrote without reading
+        // each artifact back.
         store: bl_store::ArtifactStore::with_group_commit(
             RunDir::new(&run.dir).artifacts(),
             64 << 20,
-        ),
+        )
+        .remembering_writes(),
         organization_id: ORGANIZATION.into(),
         project_id: PROJECT.into(),
         sensitivity: schedule.data_class.clone(),
@@ -1266,7 +1269,7 @@ fn drive(
     let head = journal
         .synced_tree_head()
         .map_err(|e| refused(format!("graph run: {e}")))?;
-    checkpoint(&run.dir, flags, &head)?;
+    checkpoint(&run.dir, flags, &head, &artifacts.store.written())?;
     drop(journal);
     Ok((end, view))
 }
@@ -1339,6 +1342,7 @@ fn checkpoint(
     dir: &Path,
     flags: &DriveOptions,
     head: &bl_store::provable::TreeHead<'_>,
+    written: &bl_store::provable::Written,
 ) -> Result<(), AppError> {
     let key = match &flags.checkpoint_key {
         Some(path) => Some(
@@ -1347,11 +1351,12 @@ fn checkpoint(
         ),
         None => None,
     };
-    bl_store::provable::write_checkpoint_at(
+    bl_store::provable::write_checkpoint_knowing(
         dir,
         head,
         key.as_ref(),
         bl_store::provable::Durability::Synced,
+        written,
     )
     .map(|_| ())
     .map_err(|e| refused(format!("the run's checkpoint could not be written: {e}")))

@@ -4,6 +4,7 @@
 //! store writes atomically, caps sizes, re-verifies every read, and never
 //! follows a symlink.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -145,6 +146,10 @@ pub struct ArtifactStore {
     /// writes two). One removed since is made again by the write that
     /// finds it missing.
     made: [AtomicBool; 2],
+    /// Each file this store wrote, with the digest of what it wrote, when
+    /// asked to remember them ([`ArtifactStore::remembering_writes`]): the
+    /// run's checkpoint then seals them without reading them back.
+    remembered: Option<std::sync::Mutex<HashMap<PathBuf, String>>>,
 }
 
 /// Which of the store's two directories a write goes to.
@@ -201,6 +206,35 @@ impl ArtifactStore {
             max_bytes,
             unsynced: None,
             made: [AtomicBool::new(false), AtomicBool::new(false)],
+            remembered: None,
+        }
+    }
+
+    /// The same store, remembering each file it writes with its digest,
+    /// for [`ArtifactStore::written`]. For a writer that holds the run (a
+    /// graph run's controller): a long-lived one would keep them all.
+    pub fn remembering_writes(mut self) -> Self {
+        self.remembered = Some(Default::default());
+        self
+    }
+
+    /// Each file this store wrote (its path, under the store's root as it
+    /// was given) with the `sha256:` digest of the bytes it wrote, if it
+    /// remembers them; empty otherwise.
+    pub fn written(&self) -> HashMap<PathBuf, String> {
+        self.remembered
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
+    fn remember(&self, path: PathBuf, digest: impl FnOnce() -> String) {
+        if let Some(remembered) = &self.remembered {
+            let digest = digest();
+            remembered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(path, digest);
         }
     }
 
@@ -253,7 +287,13 @@ impl ArtifactStore {
         Ok(())
     }
 
-    fn write_atomically(&self, part: Part, name: &str, bytes: &[u8]) -> Result<(), ArtifactError> {
+    /// Writes `bytes` as `name` in `part`; returns the file's path.
+    fn write_atomically(
+        &self,
+        part: Part,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<PathBuf, ArtifactError> {
         let dir = &self.root.join(part.name());
         let made = &self.made[part as usize];
         if !made.load(Ordering::Relaxed) {
@@ -293,14 +333,15 @@ impl ArtifactStore {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .files
-                .push(target);
-            return Ok(());
+                .push(target.clone());
+            return Ok(target);
         }
         file.sync_all().map_err(artifact_io(&tmp))?;
         std::fs::rename(&tmp, &target).map_err(artifact_io(&target))?;
         File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(artifact_io(dir))
+            .map_err(artifact_io(dir))?;
+        Ok(target)
     }
 
     /// Stores `bytes` and returns their digest. Storing the same bytes
@@ -315,7 +356,8 @@ impl ArtifactStore {
         let sum = bl_core::Sha256Digest::of(bytes);
         let (hex, digest) = (sum.hex(), sum.to_string());
         if self.get(&digest).is_err() {
-            self.write_atomically(Part::Objects, &hex, bytes)?;
+            let path = self.write_atomically(Part::Objects, &hex, bytes)?;
+            self.remember(path, || digest.clone());
         }
         let metadata = serde_json::json!({
             "digest": digest, "expires_at": null, "legal_hold": false, "legal_hold_allowed": false,
@@ -331,7 +373,11 @@ impl ArtifactStore {
         if std::fs::read(meta_dir.join(format!("{hex}.json"))).is_ok_and(|b| b == json.as_bytes()) {
             return Ok(digest);
         }
-        self.write_atomically(Part::Metadata, &format!("{hex}.json"), json.as_bytes())?;
+        let path =
+            self.write_atomically(Part::Metadata, &format!("{hex}.json"), json.as_bytes())?;
+        self.remember(path, || {
+            bl_core::Sha256Digest::of(json.as_bytes()).to_string()
+        });
         Ok(digest)
     }
 
@@ -552,5 +598,44 @@ mod tests {
             store.get(digest).unwrap();
         }
         assert_eq!(verify_artifacts(&dir.path().join("artifacts")).unwrap(), 20);
+    }
+
+    #[test]
+    fn a_checkpoint_seals_what_the_store_wrote_without_reading_it_back() {
+        let run = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(run.path().join("artifacts"), 1 << 20).remembering_writes();
+        let digest = store.put(b"the reply", &META).unwrap();
+        std::fs::write(run.path().join("plan.json"), "{}").unwrap();
+        let written = store.written();
+        assert_eq!(written.len(), 2, "the object and its metadata: {written:?}");
+        let seal = |written: &crate::provable::Written| {
+            crate::provable::seal_files_knowing(run.path(), written).unwrap()
+        };
+        // Untouched, the two seals are the same.
+        assert_eq!(
+            seal(&written),
+            crate::provable::seal_files(run.path()).unwrap()
+        );
+        // Changed by someone else after the store wrote it: sealed as the
+        // store wrote it, so the change is a mismatch `bl verify` reports;
+        // read back, the change would be sealed as if bl had written it.
+        let object = format!("artifacts/objects/{}", hex_of(&digest).unwrap());
+        std::fs::write(run.path().join(&object), "not the reply").unwrap();
+        let sealed = |files: Vec<(String, String)>| {
+            files
+                .into_iter()
+                .find(|(path, _)| *path == object)
+                .unwrap()
+                .1
+        };
+        assert_eq!(sealed(seal(&written)), digest);
+        assert_eq!(
+            sealed(seal(&Default::default())),
+            bl_core::Sha256Digest::of(b"not the reply").to_string()
+        );
+        // A store that does not remember remembers nothing.
+        let plain = ArtifactStore::new(run.path().join("other"), 1 << 20);
+        plain.put(b"x", &META).unwrap();
+        assert!(plain.written().is_empty());
     }
 }

@@ -77,7 +77,27 @@ fn is_set_aside_torn_tail(relative: &str) -> bool {
 /// sorted by path. A symlink, or a path that cannot be one line of a note,
 /// is an error: a run directory holds neither.
 pub fn seal_files(run_dir: &Path) -> Result<Vec<(String, String)>, SealError> {
-    fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, String)>) -> Result<(), SealError> {
+    seal_files_knowing(run_dir, &Written::new())
+}
+
+/// Files the sealing process wrote itself, by path (under the run
+/// directory as the seal is given it), with the digest of what it wrote.
+pub type Written = std::collections::HashMap<PathBuf, String>;
+
+/// As [`seal_files`], but a file in `written` is sealed with the digest of
+/// what its writer wrote, not read back: a run's artifacts, which its
+/// controller hashed as it wrote them. A change to one since, by anyone,
+/// is then a file that does not match its seal, as after the checkpoint.
+pub fn seal_files_knowing(
+    run_dir: &Path,
+    written: &Written,
+) -> Result<Vec<(String, String)>, SealError> {
+    fn walk(
+        dir: &Path,
+        prefix: &str,
+        written: &Written,
+        out: &mut Vec<(String, String)>,
+    ) -> Result<(), SealError> {
         let entries = std::fs::read_dir(dir).map_err(SealError::io(dir))?;
         for entry in entries {
             let entry = entry.map_err(SealError::io(dir))?;
@@ -98,11 +118,18 @@ pub fn seal_files(run_dir: &Path) -> Result<Vec<(String, String)>, SealError> {
                 .file_type()
                 .map_err(SealError::io(Path::new(&relative)))?;
             if kind.is_dir() {
-                walk(&entry.path(), &relative, out)?;
+                walk(&entry.path(), &relative, written, out)?;
             } else if kind.is_file() {
-                let bytes =
-                    std::fs::read(entry.path()).map_err(SealError::io(Path::new(&relative)))?;
-                out.push((relative, bl_core::Sha256Digest::of(&bytes).to_string()));
+                let path = entry.path();
+                let digest = match written.get(&path) {
+                    Some(digest) => digest.clone(),
+                    None => {
+                        let bytes =
+                            std::fs::read(&path).map_err(SealError::io(Path::new(&relative)))?;
+                        bl_core::Sha256Digest::of(&bytes).to_string()
+                    }
+                };
+                out.push((relative, digest));
             } else {
                 return Err(SealError::NotAFile { relative });
             }
@@ -110,7 +137,7 @@ pub fn seal_files(run_dir: &Path) -> Result<Vec<(String, String)>, SealError> {
         Ok(())
     }
     let mut files = Vec::new();
-    walk(run_dir, "", &mut files)?;
+    walk(run_dir, "", written, &mut files)?;
     files.sort();
     Ok(files)
 }
@@ -163,6 +190,18 @@ pub fn write_checkpoint_at(
     key: Option<&SigningKey>,
     durability: Durability,
 ) -> Result<(PathBuf, Checkpoint), SealError> {
+    write_checkpoint_knowing(run_dir, head, key, durability, &Written::new())
+}
+
+/// As [`write_checkpoint_at`], sealing the files in `written` with the
+/// digests their writer gave them (see [`seal_files_knowing`]).
+pub fn write_checkpoint_knowing(
+    run_dir: &Path,
+    head: &TreeHead<'_>,
+    key: Option<&SigningKey>,
+    durability: Durability,
+    written: &Written,
+) -> Result<(PathBuf, Checkpoint), SealError> {
     if head.size == 0 {
         return Err(SealError::EmptyLog);
     }
@@ -170,7 +209,7 @@ pub fn write_checkpoint_at(
         origin: Checkpoint::origin_for(head.run_id),
         size: head.size,
         root: head.root,
-        files: seal_files(run_dir)?,
+        files: seal_files_knowing(run_dir, written)?,
     };
     let note = match key {
         Some(key) => checkpoint.sign(key),
