@@ -287,6 +287,94 @@ fn read_locked_registry(registry: &str, trusted: &[VerifierKey]) -> AppResult<Op
         .map_err(registry_error)
 }
 
+/// A plugin crate's component taken from a registry instead of compiled.
+#[derive(Debug, Clone)]
+pub struct SignedBuild {
+    pub built: bl_pluginbuild::BuiltPlugin,
+    /// The registry it came from, the version whose entry names these
+    /// sources, and the key that signed that entry.
+    pub registry: PathBuf,
+    pub version: String,
+    pub signed_by: String,
+}
+
+impl SignedBuild {
+    /// As `bl plugin build --json` prints it: a build's fields, and where
+    /// the component came from.
+    pub fn to_json(&self) -> serde_json::Value {
+        let b = &self.built;
+        serde_json::json!({"rebuilt": false, "taken": b.rebuilt, "component": b.component_path,
+            "manifest_path": b.manifest_path, "manifest": b.manifest, "registry": self.registry,
+            "version": self.version, "signed_by": self.signed_by})
+    }
+}
+
+impl std::fmt::Display for SignedBuild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (b, m) = (&self.built, &self.built.manifest);
+        write!(
+            f,
+            "{}: {} {} (signed by {} in {} as built from these sources)\n  component {}  {}\n  source    {}",
+            if b.rebuilt { "taken" } else { "up to date" },
+            m.name,
+            m.version,
+            self.signed_by,
+            self.registry.display(),
+            b.component_path.display(),
+            m.component_digest,
+            m.source_digest
+        )
+    }
+}
+
+/// `bl plugin build --signed`: when a key this project trusts signed a
+/// build of exactly the crate's sources (its source digest) in the
+/// registry (`BL_REGISTRY`, else the one shipped with bl), that component,
+/// read only when its bytes are the signed ones, is written where a build
+/// would write its own (`out`, else `target/plugins` under the crate's
+/// workspace), with the same manifest. `None`: no registry, or none signed
+/// these sources (the caller compiles). Crates with no Cargo.toml (Python,
+/// JavaScript) and page modules are always compiled.
+pub fn take_signed_build(dir: &Path, out: Option<PathBuf>) -> AppResult<Option<SignedBuild>> {
+    if bl_pluginbuild::polyglot::is_polyglot_plugin(dir) {
+        return Ok(None);
+    }
+    let refused = |e: bl_pluginbuild::BuildError| {
+        AppError::refused(format!("plugin build {}: {e}", dir.display()))
+    };
+    let sources = bl_pluginbuild::source_digest(dir).map_err(refused)?;
+    if sources.package.page_module {
+        return Ok(None);
+    }
+    // No registry anywhere is not an error: the crate is compiled.
+    let Ok(registry_dir) = registry_dir(None) else {
+        return Ok(None);
+    };
+    let registry = open_registry(&Project::current()?, &registry_dir)?;
+    let name = &sources.package.name;
+    let Some(version) = registry.signed_build_of(name, &sources.digest) else {
+        return Ok(None);
+    };
+    let component = registry.component(name, version).map_err(registry_error)?;
+    let defaults = bl_pluginbuild::BuildOptions::beside(dir).map_err(refused)?;
+    let options = bl_pluginbuild::BuildOptions {
+        out_dir: out.unwrap_or(defaults.out_dir),
+        ..defaults
+    };
+    let built =
+        bl_pluginbuild::adopt_signed(dir, &sources, component, &options).map_err(refused)?;
+    let signed_by = match registry.trust_of(name, &version.version) {
+        Some(Trust::Verified { key }) => key.clone(),
+        _ => version.publisher_key_id.clone(),
+    };
+    Ok(Some(SignedBuild {
+        built,
+        registry: registry_dir,
+        version: version.version.clone(),
+        signed_by,
+    }))
+}
+
 /// What `install` is asked for.
 pub struct InstallRequest<'a> {
     pub registry: &'a Path,
@@ -599,7 +687,10 @@ pub fn publish(request: &PublishRequest) -> AppResult<Published> {
     let (component, manifest, recipe) = if bl_pluginbuild::polyglot::is_polyglot_plugin(
         request.plugin,
     ) {
-        let (built, tool) = crate::plugin_scaffold::build(request.plugin, None, None, false)?;
+        let crate::plugin_scaffold::BuildReport {
+            built,
+            toolchain: tool,
+        } = crate::plugin_scaffold::build(request.plugin, None, None, false)?;
         let bl_pluginbuild::Built::Plugin(built) = built else {
             unreachable!("a Python or JavaScript plugin builds into a plugin")
         };

@@ -7,20 +7,77 @@ use std::path::{Path, PathBuf};
 
 use crate::error::AppError;
 
+/// What `bl plugin build` made, and with which toolchain.
+#[derive(Debug, Clone)]
+pub struct BuildReport {
+    pub built: bl_pluginbuild::Built,
+    pub toolchain: String,
+}
+
+impl BuildReport {
+    /// As `bl plugin build --json` prints it.
+    pub fn to_json(&self) -> serde_json::Value {
+        let toolchain = &self.toolchain;
+        match &self.built {
+            bl_pluginbuild::Built::PageModule(b) => serde_json::json!({"rebuilt": b.rebuilt,
+                "page_module": b.module_path, "name": b.name, "module_digest": b.module_digest,
+                "source_digest": b.source_digest, "toolchain": toolchain}),
+            bl_pluginbuild::Built::Plugin(b) => serde_json::json!({"rebuilt": b.rebuilt,
+                "component": b.component_path, "manifest_path": b.manifest_path,
+                "manifest": b.manifest, "toolchain": toolchain}),
+        }
+    }
+}
+
+impl std::fmt::Display for BuildReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let toolchain = &self.toolchain;
+        let state = |rebuilt| if rebuilt { "built" } else { "up to date" };
+        match &self.built {
+            bl_pluginbuild::Built::PageModule(b) => write!(
+                f,
+                "{}: {} (a page module, {toolchain} toolchain)\n  module {}  {}\n  source {}",
+                state(b.rebuilt),
+                b.name,
+                b.module_path.display(),
+                b.module_digest,
+                b.source_digest
+            ),
+            bl_pluginbuild::Built::Plugin(b) => {
+                let m = &b.manifest;
+                write!(
+                    f,
+                    "{}: {} {} ({} world of {}, {toolchain} toolchain)\n  component {}  {}\n  source    {}",
+                    state(b.rebuilt),
+                    m.name,
+                    m.version,
+                    m.world,
+                    m.wit_package,
+                    b.component_path.display(),
+                    m.component_digest,
+                    m.source_digest
+                )
+            }
+        }
+    }
+}
+
 /// Builds the plugin crate at `dir` (into `out` and `target_dir`, by
-/// default `target/plugins` and `target/wasm` under its cargo workspace),
-/// with the toolchain's name.
+/// default `target/plugins` and `target/wasm` under its cargo workspace).
 pub fn build(
     dir: &Path,
     out: Option<PathBuf>,
     target_dir: Option<PathBuf>,
     force: bool,
-) -> Result<(bl_pluginbuild::Built, String), AppError> {
+) -> Result<BuildReport, AppError> {
     if bl_pluginbuild::polyglot::is_polyglot_plugin(dir) {
         let out = out.unwrap_or_else(|| dir.join("target/plugins"));
         let (built, tool) = bl_pluginbuild::polyglot::build_polyglot(dir, &out, force)
             .map_err(|e| AppError::refused(format!("plugin build {}: {e}", dir.display())))?;
-        return Ok((bl_pluginbuild::Built::Plugin(built), tool));
+        return Ok(BuildReport {
+            built: bl_pluginbuild::Built::Plugin(built),
+            toolchain: tool,
+        });
     }
     let toolchain =
         bl_pluginbuild::WasmToolchain::detect().map_err(|e| AppError::refused(e.to_string()))?;
@@ -34,7 +91,10 @@ pub fn build(
         force,
     };
     let built = bl_pluginbuild::build(dir, &toolchain, &options).map_err(refused)?;
-    Ok((built, toolchain.name().to_string()))
+    Ok(BuildReport {
+        built,
+        toolchain: toolchain.name().to_string(),
+    })
 }
 
 /// Builds a plugin crate that must be a plugin (not a page module), from

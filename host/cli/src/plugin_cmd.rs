@@ -52,8 +52,13 @@ pub enum PluginCommand {
         #[arg(long)]
         target_dir: Option<PathBuf>,
         /// Rebuild even when the component is up to date.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "signed")]
         force: bool,
+        /// Take the component a trusted key signed as built from exactly
+        /// these sources from the registry (BL_REGISTRY, else the one
+        /// shipped with bl) instead of compiling; compile when none did.
+        #[arg(long)]
+        signed: bool,
     },
     /// List every plugin bl can find: each component on the plugin path
     /// (BL_PLUGIN_PATH, then beside bl), with its world, version, digest
@@ -189,7 +194,8 @@ pub fn run(cmd: PluginCommand) -> CliResult {
             out,
             target_dir,
             force,
-        } => build(dir, out, target_dir, force),
+            signed,
+        } => build(dir, out, target_dir, force, signed),
         PluginCommand::Inspect { plugin } => inspect(&plugin),
         PluginCommand::Manifest {
             component,
@@ -257,49 +263,19 @@ pub fn run(cmd: PluginCommand) -> CliResult {
     }
 }
 
-fn build(dir: PathBuf, out: Option<PathBuf>, target: Option<PathBuf>, force: bool) -> CliResult {
-    let (built, toolchain) = bl_app::plugin_scaffold::build(&dir, out, target, force)?;
-    let state = |rebuilt| if rebuilt { "built" } else { "up to date" };
-    match built {
-        bl_pluginbuild::Built::PageModule(b) => crate::output::answer(
-            || {
-                json!({"rebuilt": b.rebuilt, "page_module": b.module_path, "name": b.name,
-                      "module_digest": b.module_digest, "source_digest": b.source_digest, "toolchain": toolchain})
-            },
-            || {
-                format!(
-                    "{}: {} (a page module, {toolchain} toolchain)\n  module {}  {}\n  source {}",
-                    state(b.rebuilt),
-                    b.name,
-                    b.module_path.display(),
-                    b.module_digest,
-                    b.source_digest
-                )
-            },
-        ),
-        bl_pluginbuild::Built::Plugin(b) => {
-            let m = &b.manifest;
-            crate::output::answer(
-                || {
-                    json!({"rebuilt": b.rebuilt, "component": b.component_path,
-                          "manifest_path": b.manifest_path, "manifest": m, "toolchain": toolchain})
-                },
-                || {
-                    format!(
-                        "{}: {} {} ({} world of {}, {toolchain} toolchain)\n  component {}  {}\n  source    {}",
-                        state(b.rebuilt),
-                        m.name,
-                        m.version,
-                        m.world,
-                        m.wit_package,
-                        b.component_path.display(),
-                        m.component_digest,
-                        m.source_digest
-                    )
-                },
-            )
-        }
+fn build(
+    dir: PathBuf,
+    out: Option<PathBuf>,
+    target: Option<PathBuf>,
+    force: bool,
+    signed: bool,
+) -> CliResult {
+    if signed && let Some(taken) = bl_app::plugin_registry::take_signed_build(&dir, out.clone())? {
+        crate::output::answer(|| taken.to_json(), || taken.to_string());
+        return Ok(Exit::Success);
     }
+    let built = bl_app::plugin_scaffold::build(&dir, out, target, force)?;
+    crate::output::answer(|| built.to_json(), || built.to_string());
     Ok(Exit::Success)
 }
 

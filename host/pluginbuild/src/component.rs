@@ -191,6 +191,12 @@ pub struct ComponentSummary {
     pub component_digest: String,
 }
 
+/// The world a finished component implements, and that world's package.
+pub fn world_of(component: &[u8]) -> Result<(String, String), BuildError> {
+    let (resolve, world) = decode(component)?;
+    identify_world(&resolve, world)
+}
+
 /// Decodes a component's WIT and summarises it.
 pub fn summarize(component: &[u8]) -> Result<ComponentSummary, BuildError> {
     let (resolve, world_id) = decode(component)?;

@@ -128,6 +128,58 @@ pub fn build(
     let crate_name = crate_dir.display().to_string();
     run_cargo(toolchain, toolchain.cargo_resolve(&manifest), &crate_name)?;
     let sources = source_digest(crate_dir)?;
+    outside_sources(&sources, options)?;
+    let package = &sources.package;
+    if package.page_module {
+        return build_page_module(crate_dir, toolchain, options, &sources).map(Built::PageModule);
+    }
+    if let Some(existing) = already_built(&sources, options) {
+        return Ok(Built::Plugin(existing));
+    }
+    let core = compile_core(crate_dir, toolchain, options, package)?;
+    let encoded = component::encode(&core, &sources.digest)?;
+    write_plugin(crate_dir, &sources, options, encoded).map(Built::Plugin)
+}
+
+/// Takes `component`, bytes a publisher the caller trusts signed as built
+/// from exactly the `sources` of the crate at `crate_dir`, where [`build`] would have written its
+/// own, with the same manifest, instead of compiling: the bytes a build of
+/// these sources gives (first-party plugins build reproducibly), in
+/// seconds and with no wasm toolchain. The component must be stamped with
+/// the sources' digest.
+pub fn adopt_signed(
+    crate_dir: &Path,
+    sources: &SourceSet,
+    component: Vec<u8>,
+    options: &BuildOptions,
+) -> Result<BuiltPlugin, BuildError> {
+    outside_sources(sources, options)?;
+    let stamped = read_source_digest(&component)?;
+    if stamped.as_deref() != Some(sources.digest.as_str()) {
+        return Err(BuildError::Component(format!(
+            "the signed component is stamped with {}, not with these sources' digest {}",
+            stamped.as_deref().unwrap_or("no source digest"),
+            sources.digest
+        )));
+    }
+    if let Some(existing) = already_built(sources, options) {
+        return Ok(existing);
+    }
+    let (world, package) = component::world_of(&component)?;
+    write_plugin(
+        crate_dir,
+        sources,
+        options,
+        component::Encoded {
+            bytes: component,
+            world,
+            package,
+        },
+    )
+}
+
+/// Refuses an output or target directory inside the plugin's sources.
+fn outside_sources(sources: &SourceSet, options: &BuildOptions) -> Result<(), BuildError> {
     for (flag, dir) in [
         ("--out", &options.out_dir),
         ("--target-dir", &options.target_dir),
@@ -141,28 +193,43 @@ pub fn build(
             });
         }
     }
+    Ok(())
+}
+
+/// The component and manifest already in the output directory, when they
+/// are stamped with these sources' digest (and `force` is not set).
+fn already_built(sources: &SourceSet, options: &BuildOptions) -> Option<BuiltPlugin> {
+    let (component_path, manifest_path) = plugin_paths(sources, options);
+    if options.force {
+        return None;
+    }
+    let manifest = up_to_date(&component_path, &manifest_path, &sources.digest)?;
+    Some(BuiltPlugin {
+        component_path,
+        manifest_path,
+        manifest,
+        rebuilt: false,
+    })
+}
+
+fn plugin_paths(sources: &SourceSet, options: &BuildOptions) -> (PathBuf, PathBuf) {
+    let name = &sources.package.name;
+    (
+        options.out_dir.join(format!("{name}.wasm")),
+        options.out_dir.join(format!("{name}.plugin.json")),
+    )
+}
+
+/// Writes a plugin's component and its manifest (from the crate's
+/// metadata and what the component says of itself).
+fn write_plugin(
+    crate_dir: &Path,
+    sources: &SourceSet,
+    options: &BuildOptions,
+    encoded: component::Encoded,
+) -> Result<BuiltPlugin, BuildError> {
     let package = &sources.package;
-    if package.page_module {
-        return build_page_module(crate_dir, toolchain, options, &sources).map(Built::PageModule);
-    }
-    let component_path = options.out_dir.join(format!("{}.wasm", package.name));
-    let manifest_path = options
-        .out_dir
-        .join(format!("{}.plugin.json", package.name));
-
-    if !options.force
-        && let Some(existing) = up_to_date(&component_path, &manifest_path, &sources.digest)
-    {
-        return Ok(Built::Plugin(BuiltPlugin {
-            component_path,
-            manifest_path,
-            manifest: existing,
-            rebuilt: false,
-        }));
-    }
-
-    let core = compile_core(crate_dir, toolchain, options, package)?;
-    let encoded = component::encode(&core, &sources.digest)?;
+    let (component_path, manifest_path) = plugin_paths(sources, options);
     let config_schema = match &package.config_schema {
         None => None,
         Some(path) => {
@@ -198,12 +265,12 @@ pub fn build(
     write_atomically(&component_path, &encoded.bytes)?;
     let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes");
     write_atomically(&manifest_path, format!("{json}\n").as_bytes())?;
-    Ok(Built::Plugin(BuiltPlugin {
+    Ok(BuiltPlugin {
         component_path,
         manifest_path,
         manifest,
         rebuilt: true,
-    }))
+    })
 }
 
 /// cargo's release build of the crate for wasm: the core module's bytes.

@@ -440,6 +440,23 @@ impl Registry {
             .collect()
     }
 
+    /// The highest version of `name` a trusted key signed as built from
+    /// the sources whose digest is `source_digest`, if there is one.
+    pub fn signed_build_of(&self, name: &str, source_digest: &str) -> Option<&Version> {
+        self.index
+            .plugins
+            .get(name)?
+            .iter()
+            .filter(|v| v.source.digest.as_deref() == Some(source_digest))
+            .filter(|v| {
+                matches!(
+                    self.trust_of(name, &v.version),
+                    Some(Trust::Verified { .. })
+                )
+            })
+            .max_by_key(|v| semver::Version::parse(&v.version).ok())
+    }
+
     pub fn trust_of(&self, name: &str, version: &str) -> Option<&Trust> {
         self.trust.get(&(name.to_string(), version.to_string()))
     }

@@ -813,6 +813,124 @@ fn the_shipped_registry_verifies_and_each_first_party_plugin_rebuilds_to_its_sig
     }
 }
 
+/// Where a registry directory keeps the component of `name@version`.
+fn registered(registry: &Path, name: &str, version: &str) -> PathBuf {
+    registry.join(format!("plugins/{name}/{version}/{name}.wasm"))
+}
+
+/// `bl plugin build --signed` (what `scripts/dev demo` runs): a
+/// first-party plugin whose sources a trusted key signed a build of is
+/// taken from the registry, byte for byte, with nothing compiled; an entry
+/// whose signature no longer holds is never taken (the plugin is compiled
+/// instead); a component whose bytes are not the signed ones is refused,
+/// and nothing is written.
+#[test]
+fn a_plugin_whose_exact_sources_were_signed_is_taken_from_the_registry_not_compiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (project, cache) = (dir.path().join("project"), dir.path().join("cache"));
+    std::fs::create_dir_all(&project).unwrap();
+    let shipped = repo_root().join("registry");
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(shipped.join("index.json")).unwrap()).unwrap();
+    let latest = index["plugins"]["files"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let files = repo_root().join("plugins/files");
+    let build = |out: &Path, target: &Path, registry: Option<&Path>| {
+        let mut command = Command::new(bl_binary());
+        command
+            .args(["plugin", "build", "--signed", "--json"])
+            .arg(&files)
+            .arg("--out")
+            .arg(out)
+            .arg("--target-dir")
+            .arg(target)
+            .current_dir(&project)
+            .env("BL_CACHE_DIR", &cache)
+            .env_remove("BL_REGISTRY");
+        if let Some(registry) = registry {
+            command.env("BL_REGISTRY", registry);
+        }
+        command.output().unwrap()
+    };
+
+    // Taken from the registry shipped with bl: its exact bytes, the
+    // manifest a build writes, and no wasm build at all.
+    let (out, target) = (dir.path().join("out"), dir.path().join("wasm"));
+    let taken = build(&out, &target, None);
+    assert!(taken.status.success(), "{}", text(&taken));
+    let said: Value = serde_json::from_slice(&taken.stdout).unwrap();
+    assert_eq!(said["taken"], true, "{said}");
+    assert_eq!(said["version"], latest["version"], "{said}");
+    assert_eq!(said["signed_by"], "bl-project", "{said}");
+    let component = std::fs::read(out.join("files.wasm")).unwrap();
+    let version = latest["version"].as_str().unwrap();
+    let signed = std::fs::read(registered(&shipped, "files", version)).unwrap();
+    assert!(component == signed, "the signed bytes, unchanged");
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(out.join("files.plugin.json")).unwrap()).unwrap();
+    assert_eq!(manifest["source_digest"], latest["source"]["digest"]);
+    assert_eq!(manifest["component_digest"], latest["component_sha256"]);
+    assert_eq!(manifest["world"], "gate");
+    assert!(!target.exists(), "nothing was compiled");
+    // It is a working gate.
+    let gate = Command::new(bl_binary())
+        .args(["plugin", "run"])
+        .arg(out.join("files.wasm"))
+        .args(["--workspace"])
+        .arg(repo_root().join("examples/workspaces/report-done"))
+        .arg("--config")
+        .arg(std::fs::read_to_string(repo_root().join("examples/gates/report.json")).unwrap())
+        .env("BL_CACHE_DIR", &cache)
+        .output()
+        .unwrap();
+    assert_eq!(gate.status.code(), Some(0), "{}", text(&gate));
+    let again = build(&out, &target, None);
+    let said: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(said["taken"], false, "up to date the second time: {said}");
+
+    // A copy of the registry whose entry for these sources was edited
+    // after signing: not taken, so the plugin is compiled from its source.
+    let edited = dir.path().join("edited");
+    bl_e2e::copy_tree(&shipped, &edited);
+    edit_index(&edited, |index| {
+        for version in index["plugins"]["files"].as_array_mut().unwrap() {
+            version["capabilities"] = json!(["command"]);
+        }
+    });
+    let (out, target) = (
+        dir.path().join("out-edited"),
+        repo_root().join("target/wasm"),
+    );
+    let compiled = build(&out, &target, Some(&edited));
+    assert!(compiled.status.success(), "{}", text(&compiled));
+    let said: Value = serde_json::from_slice(&compiled.stdout).unwrap();
+    assert!(said.get("taken").is_none(), "compiled, not taken: {said}");
+    assert!(said["toolchain"].is_string(), "{said}");
+
+    // A copy whose component is not the bytes its entry signed: refused,
+    // named, and nothing is written.
+    let swapped = dir.path().join("swapped");
+    bl_e2e::copy_tree(&shipped, &swapped);
+    std::fs::copy(
+        registered(&shipped, "deny-all", "0.1.1"),
+        registered(&swapped, "files", version),
+    )
+    .unwrap();
+    let out = dir.path().join("out-swapped");
+    let refused = build(&out, &dir.path().join("wasm-swapped"), Some(&swapped));
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(
+        text(&refused).contains(latest["component_sha256"].as_str().unwrap()),
+        "names the signed digest: {}",
+        text(&refused)
+    );
+    assert!(!out.exists(), "nothing written");
+}
+
 /// A registry served as a static web tree, on loopback: installed from by
 /// URL, verified as a directory is, and a component changed on the server
 /// is refused.
