@@ -350,6 +350,7 @@ pub fn take_signed_build(dir: &Path, out: Option<PathBuf>) -> AppResult<Option<S
     let Ok(registry_dir) = registry_dir(None) else {
         return Ok(None);
     };
+    let registry_dir = registry_dir.canonicalize().unwrap_or(registry_dir);
     let registry = open_registry(&Project::current()?, &registry_dir)?;
     let name = &sources.package.name;
     let Some(version) = registry.signed_build_of(name, &sources.digest) else {
