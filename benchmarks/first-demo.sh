@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Times `scripts/dev demo` the way a newcomer meets it: a fresh clone of
-# this checkout's HEAD, with no build output at all, so bl and every
-# first-party plugin are built from source. Prints the minutes against the
+# this checkout's HEAD, with no build output at all, so bl is built from
+# source (the first-party plugins are taken from their signed builds in
+# registry/, as the demo does). Prints the minutes against the
 # 10-minute target (issue 30) and exits 1 when it is missed
 # (BENCH_NO_FAIL=1: print only; BENCH_KEEP_LOG=FILE keeps the demo's output,
 # whose steps say when each began).

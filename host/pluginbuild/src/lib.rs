@@ -142,11 +142,12 @@ pub fn build(
 }
 
 /// Takes `component`, bytes a publisher the caller trusts signed as built
-/// from exactly the `sources` of the crate at `crate_dir`, where [`build`] would have written its
-/// own, with the same manifest, instead of compiling: the bytes a build of
-/// these sources gives (first-party plugins build reproducibly), in
+/// from exactly the `sources` of the crate at `crate_dir`, where [`build`]
+/// would have written its own, with the same manifest, instead of
+/// compiling: the bytes [`build_reproducibly`] gives for these sources, in
 /// seconds and with no wasm toolchain. The component must be stamped with
-/// the sources' digest.
+/// the sources' digest; what is already there is kept only when it is
+/// these very bytes.
 pub fn adopt_signed(
     crate_dir: &Path,
     sources: &SourceSet,
@@ -162,7 +163,12 @@ pub fn adopt_signed(
             sources.digest
         )));
     }
-    if let Some(existing) = already_built(sources, options) {
+    // Up to date only when the bytes there are the signed ones: a local
+    // build of the same sources carries the same stamp but other bytes.
+    let signed = bl_core::Sha256Digest::of(&component).to_string();
+    if let Some(existing) = already_built(sources, options)
+        && existing.manifest.component_digest == signed
+    {
         return Ok(existing);
     }
     let (world, package) = component::world_of(&component)?;

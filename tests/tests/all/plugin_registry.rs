@@ -892,6 +892,47 @@ fn a_plugin_whose_exact_sources_were_signed_is_taken_from_the_registry_not_compi
     let said: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(said["taken"], false, "up to date the second time: {said}");
 
+    // A local build of the same sources there (the same stamp, other
+    // bytes: paths of this checkout) is not taken for the signed one.
+    for file in ["files.wasm", "files.plugin.json"] {
+        std::fs::copy(plugin_dir().join(file), out.join(file)).unwrap();
+    }
+    let local = std::fs::read(out.join("files.wasm")).unwrap();
+    let replaced = build(&out, &target, None);
+    let said: Value = serde_json::from_slice(&replaced.stdout).unwrap();
+    if local != signed {
+        assert_eq!(said["taken"], true, "the signed bytes written: {said}");
+    }
+    assert!(std::fs::read(out.join("files.wasm")).unwrap() == signed);
+
+    // Every first-party plugin on main has its signed build in the
+    // registry (the demo compiles none): a changed plugin must be
+    // published again (docs/registry.md).
+    let all = dir.path().join("all");
+    for entry in std::fs::read_dir(repo_root().join("plugins")).unwrap() {
+        let crate_dir = entry.unwrap().path();
+        if !crate_dir.join("Cargo.toml").is_file() {
+            continue;
+        }
+        let out = Command::new(bl_binary())
+            .args(["plugin", "build", "--signed", "--json", "--out"])
+            .arg(&all)
+            .arg(&crate_dir)
+            .current_dir(&project)
+            .env("BL_CACHE_DIR", &cache)
+            .env("BL_REGISTRY", &shipped)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            said["taken"],
+            true,
+            "{}: no build signed for its sources in registry/; publish it (docs/registry.md): {said}",
+            crate_dir.display()
+        );
+    }
+
     // A copy of the registry whose entry for these sources was edited
     // after signing: not taken, so the plugin is compiled from its source.
     let edited = dir.path().join("edited");
