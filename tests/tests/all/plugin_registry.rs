@@ -43,7 +43,16 @@ fn staged(dir: &Path, from: &str, name: &str, version: &str, capabilities: &[&st
     let stage = dir.join(format!("stage-{name}-{version}"));
     std::fs::create_dir_all(&stage).unwrap();
     let component = stage.join(format!("{name}.wasm"));
-    std::fs::copy(plugin_dir().join(format!("{from}.wasm")), &component).unwrap();
+    // Bytes of its own (a custom section naming it ends the component), as
+    // a third party's plugin has: never the first-party build, whose
+    // signed bytes any project trusts (`scripts/dev setup` takes them).
+    let mut bytes = std::fs::read(plugin_dir().join(format!("{from}.wasm"))).unwrap();
+    append_custom_section(
+        &mut bytes,
+        "bl-test:staged",
+        format!("{name}@{version}").as_bytes(),
+    );
+    std::fs::write(&component, bytes).unwrap();
     let mut manifest: Value = serde_json::from_slice(
         &std::fs::read(plugin_dir().join(format!("{from}.plugin.json"))).unwrap(),
     )
@@ -57,6 +66,29 @@ fn staged(dir: &Path, from: &str, name: &str, version: &str, capabilities: &[&st
     )
     .unwrap();
     component
+}
+
+/// Appends a custom section (id 0: its name, then its data, each behind
+/// a LEB128 length) to a wasm binary.
+fn append_custom_section(wasm: &mut Vec<u8>, name: &str, data: &[u8]) {
+    fn leb128(out: &mut Vec<u8>, mut n: usize) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut body = Vec::new();
+    leb128(&mut body, name.len());
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(data);
+    wasm.push(0);
+    leb128(wasm, body.len());
+    wasm.extend_from_slice(&body);
 }
 
 fn publish(dir: &Path, what: &Path, registry: &Path, key: &Path) {
