@@ -144,6 +144,43 @@ fn alive_with(marker: &str) -> Vec<String> {
         .collect()
 }
 
+/// Each live process marked `marker`, for a failure to say what it is:
+/// its pid, state, parent (and the parent's command) and pid namespace.
+fn described_with(marker: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let field = |status: &str, name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or("?")
+            .trim()
+            .to_string()
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("cmdline")).is_ok_and(|c| c.contains(marker))
+        })
+        .map(|e| {
+            let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+            let parent = field(&status, "PPid:");
+            let parent_command =
+                std::fs::read_to_string(format!("/proc/{parent}/cmdline")).unwrap_or_default();
+            let ns = std::fs::read_link(e.path().join("ns/pid")).unwrap_or_default();
+            format!(
+                "pid {} {} parent {parent} ({}) NSpid {} {}",
+                e.file_name().to_string_lossy(),
+                field(&status, "State:"),
+                parent_command.replace('\0', " "),
+                field(&status, "NSpid:"),
+                ns.display()
+            )
+        })
+        .collect()
+}
+
 /// Waits (at most `within`) for every process marked `marker` to be gone.
 fn gone_within(marker: &str, within: Duration) -> Vec<String> {
     let since = Instant::now();
@@ -462,7 +499,8 @@ fn a_killed_controller_leaves_no_agent_running_and_resume_makes_the_turn_once() 
         let left = gone_within(&marker, Duration::from_secs(2));
         assert!(
             left.is_empty(),
-            "{tier}/{containment}: 2 s after bl was killed, still alive: {left:?}"
+            "{tier}/{containment}: 2 s after bl was killed, still alive: {left:?}\n{}",
+            described_with(&marker).join("\n")
         );
         // Without its prompt the re-driven attempt would fail: refused,
         // and the run is left as it was.
