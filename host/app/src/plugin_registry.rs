@@ -353,26 +353,22 @@ pub fn take_signed_build(dir: &Path, out: Option<PathBuf>) -> AppResult<Option<S
     let registry_dir = registry_dir.canonicalize().unwrap_or(registry_dir);
     let registry = open_registry(&Project::current()?, &registry_dir)?;
     let name = &sources.package.name;
-    let Some(version) = registry.signed_build_of(name, &sources.digest) else {
+    let Some((version, signed_by)) = registry.signed_build_of(name, &sources.digest) else {
         return Ok(None);
     };
     let component = registry.component(name, version).map_err(registry_error)?;
-    let defaults = bl_pluginbuild::BuildOptions::beside(dir).map_err(refused)?;
+    let defaults = bl_pluginbuild::BuildOptions::beside_sources(&sources);
     let options = bl_pluginbuild::BuildOptions {
         out_dir: out.unwrap_or(defaults.out_dir),
         ..defaults
     };
     let built =
         bl_pluginbuild::adopt_signed(dir, &sources, component, &options).map_err(refused)?;
-    let signed_by = match registry.trust_of(name, &version.version) {
-        Some(Trust::Verified { key }) => key.clone(),
-        _ => version.publisher_key_id.clone(),
-    };
     Ok(Some(SignedBuild {
         built,
         registry: registry_dir,
         version: version.version.clone(),
-        signed_by,
+        signed_by: signed_by.to_string(),
     }))
 }
 

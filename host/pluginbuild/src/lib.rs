@@ -81,12 +81,16 @@ impl BuildOptions {
     /// directory: `target/plugins` and `target/wasm` under the plugin's
     /// cargo workspace root (the crate itself when it stands alone).
     pub fn beside(crate_dir: &Path) -> Result<BuildOptions, BuildError> {
-        let root = source_digest(crate_dir)?.root;
-        Ok(BuildOptions {
-            out_dir: root.join("target/plugins"),
-            target_dir: root.join("target/wasm"),
+        Ok(BuildOptions::beside_sources(&source_digest(crate_dir)?))
+    }
+
+    /// [`BuildOptions::beside`], for sources whose digest is already taken.
+    pub fn beside_sources(sources: &SourceSet) -> BuildOptions {
+        BuildOptions {
+            out_dir: sources.root.join("target/plugins"),
+            target_dir: sources.root.join("target/wasm"),
             force: false,
-        })
+        }
     }
 }
 

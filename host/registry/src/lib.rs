@@ -441,20 +441,18 @@ impl Registry {
     }
 
     /// The highest version of `name` a trusted key signed as built from
-    /// the sources whose digest is `source_digest`, if there is one.
-    pub fn signed_build_of(&self, name: &str, source_digest: &str) -> Option<&Version> {
+    /// the sources whose digest is `source_digest`, with that key's name.
+    pub fn signed_build_of(&self, name: &str, source_digest: &str) -> Option<(&Version, &str)> {
         self.index
             .plugins
             .get(name)?
             .iter()
             .filter(|v| v.source.digest.as_deref() == Some(source_digest))
-            .filter(|v| {
-                matches!(
-                    self.trust_of(name, &v.version),
-                    Some(Trust::Verified { .. })
-                )
+            .filter_map(|v| match self.trust_of(name, &v.version) {
+                Some(Trust::Verified { key }) => Some((v, key.as_str())),
+                _ => None,
             })
-            .max_by_key(|v| semver::Version::parse(&v.version).ok())
+            .max_by_key(|(v, _)| semver::Version::parse(&v.version).ok())
     }
 
     pub fn trust_of(&self, name: &str, version: &str) -> Option<&Trust> {
