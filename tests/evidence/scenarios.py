@@ -60,9 +60,15 @@ def raises(call, expected: type, says: str) -> None:
 
 
 def allow() -> None:
-    out = memory.invoke({"order": "A-1", "tool": "lookup"}, thread())
-    assert out["evidence"]["status"] == "executed", out
+    config = thread()
+    out = memory.invoke({"order": "A-1", "tool": "lookup"}, config)
+    assert out["evidence"]["status"] == "executed" and out["evidence"]["called"] is True, out
     assert out["tool_result"] == {"done": "lookup", "order": "A-1"}, out
+    assert len(effects_for("A-1")) == 1
+    # The same call again in the same thread is the same decision: executed
+    # before, so not called now, and the update says so.
+    again = memory.invoke({"order": "A-1", "tool": "lookup"}, config)
+    assert again["evidence"]["status"] == "executed" and again["evidence"]["called"] is False, again
     assert len(effects_for("A-1")) == 1
     # bl holds the digest of what the tool returned (tool_result), not
     # the result itself.
@@ -503,6 +509,44 @@ def async_app() -> None:
     assert op["stage"] == "reconciliation_required", op
 
 
+def observed_outcomes() -> None:
+    """What `observe` returns is recorded as it says, as a dict or a tuple;
+    anything else (a dict with other keys, a string, an empty field) is
+    refused before anything is recorded, never unpacked into an outcome."""
+
+    def graph_with(observe) -> object:
+        graph = StateGraph(app.State)
+        graph.add_node("decide", bridge.make_decision_node(tool=lambda s: s["tool"], args=app.call_args))
+        graph.add_node("call", bridge.make_guarded_node(app.effect, args=app.call_args, result_key="tool_result"))
+        graph.add_node("verify", bridge.make_verify_node(observe))
+        graph.add_edge(START, "decide")
+        graph.add_edge("decide", "call")
+        graph.add_edge("call", "verify")
+        graph.add_edge("verify", END)
+        return graph.compile(checkpointer=InMemorySaver())
+
+    as_dict = graph_with(lambda s: {"external_ref": f"psp:{s['order']}", "status": "settled", "source": "psp"})
+    out = as_dict.invoke({"order": "O-1", "tool": "lookup"}, thread())
+    expected = {"external_ref": "psp:O-1", "status": "settled", "source": "psp"}
+    assert out["evidence"]["outcome"] == expected, out
+    assert stage_of(out)["outcomes"] == 1, stage_of(out)  # bl counts the outcomes recorded
+
+    for order, seen, says in [
+        ("O-2", {"ref": "x", "status": "ok", "source": "db"}, "missing ['external_ref'], unknown ['ref']"),
+        ("O-3", "abc", "return a dict with"),
+        ("O-4", ("psp:O-4", "", "psp"), "status=''"),
+        ("O-5", ("psp:O-5", "settled"), "return a dict with"),
+    ]:
+        config = thread()
+        wrong = graph_with(lambda s, seen=seen: seen)
+        raises(lambda: wrong.invoke({"order": order, "tool": "lookup"}, config), TypeError, says)
+        # The call itself ran once and is recorded; no outcome was.
+        assert len(effects_for(order)) == 1
+        op = wrong.get_state(config).values["evidence"]["operation_id"]
+        decided = bridge.client.decision(op)
+        assert decided["stage"] == "executed" and decided["outcomes"] == 0, decided
+
+
 def user_mistakes() -> None:
     """What an app gets wrong is said, and nothing is recorded or run."""
     import datetime
@@ -714,7 +758,7 @@ def main() -> None:
         ("stale_resume_value", stale_resume_value), ("two_pauses_in_one_node", two_pauses_in_one_node),
         ("model_completed_only_from_the_app", model_completed_only_from_the_app),
         ("dispatch_lease", lambda: dispatch_lease(tmp)),
-        ("async_app", async_app), ("user_mistakes", user_mistakes), ("leases", lambda: leases(tmp)),
+        ("async_app", async_app), ("observed_outcomes", observed_outcomes), ("user_mistakes", user_mistakes), ("leases", lambda: leases(tmp)),
         ("one_node", lambda: one_node(os.path.join(tmp, "one-node.db"))),
     ]:
         print(f"--- {name}", file=sys.stderr, flush=True)

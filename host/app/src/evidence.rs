@@ -129,7 +129,9 @@ fn check_review(
 /// Why a review is not authority.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReviewRefusal {
-    #[error("the key is not one this workspace trusts for reviews ({0}); add it with --reviewer")]
+    #[error(
+        "the key is not one this workspace trusts for reviews ({0}); the service trusts the keys it was started with: restart `bl evidence serve` with --reviewer KEY.pub for this one"
+    )]
     UntrustedKey(String),
     #[error("the review is for another workspace (its `workspace` is not this one's verifier key)")]
     OtherWorkspace,

@@ -366,8 +366,9 @@ impl Service {
         let why = answer
             .pointer("/refused/message")
             .or_else(|| answer.pointer("/error/message"))
+            .or_else(|| answer.as_str().map(|_| &answer))
             .and_then(Value::as_str)
-            .map_or_else(|| answer.to_string(), str::to_string);
+            .map_or_else(|| answer.to_string(), |s| s.trim().to_string());
         let code = answer
             .pointer("/refused/code")
             .or_else(|| answer.pointer("/error/code"))
@@ -378,7 +379,17 @@ impl Service {
                 "evidence: {url}: 404: not an evidence service's API; give --url as `bl evidence serve` printed it (http://127.0.0.1:PORT/v1 or unix:PATH)"
             )));
         }
-        let said = format!("evidence: {url}: {status} {code}: {why}");
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            return Err(AppError::refused(format!(
+                "evidence: {url}: the service refused the token ({why}); give --token-file the file `bl evidence serve` was started with. Nothing was decided"
+            )));
+        }
+        let code = if code.is_empty() {
+            String::new()
+        } else {
+            format!(" {code}")
+        };
+        let said = format!("evidence: {url}: {status}{code}: {why}");
         Err(if status.is_server_error() {
             AppError::Undecided(said)
         } else {

@@ -110,7 +110,8 @@ pub enum EvidenceCommand {
     },
 }
 
-/// Who reviews which decision, at which service.
+// Who reviews which decision, at which service. (Plain comments on these two:
+// clap would show a doc comment as the help of every command flattening them.)
 #[derive(clap::Args)]
 pub struct Reviewer {
     /// The decision's operation id.
@@ -123,7 +124,7 @@ pub struct Reviewer {
     dry_run: bool,
 }
 
-/// A reviewer's key, and the service it reviews at.
+// A reviewer's key, and the service it reviews at.
 #[derive(clap::Args)]
 pub struct ServiceArgs {
     /// The reviewer's private key (`bl keys generate --name NAME`); a

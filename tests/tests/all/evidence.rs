@@ -632,6 +632,7 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
         "model_completed_only_from_the_app",
         "dispatch_lease",
         "async_app",
+        "observed_outcomes",
         "user_mistakes",
         "leases",
         "one_node",
@@ -856,6 +857,51 @@ print("ok")
         .output()
         .unwrap();
     assert!(ran.status.success(), "{ran:?}");
+    // A reviewer's mistakes are said plainly, and decide nothing: a token
+    // that is not the service's, and a key the service was not started with.
+    std::fs::write(dir.join("other-token"), "not-the-token\n").unwrap();
+    std::fs::set_permissions(
+        dir.join("other-token"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    for (key, token, says) in [
+        (
+            "bob.key",
+            "other-token",
+            "the service refused the token (bl evidence: the token is not this server's;",
+        ),
+        (
+            "mallory.key",
+            "token",
+            "restart `bl evidence serve` with --reviewer KEY.pub",
+        ),
+    ] {
+        let refused = bl_in(
+            dir,
+            &[
+                "evidence",
+                "reject",
+                "op-r",
+                "--reason",
+                "no",
+                "--key",
+                key,
+                "--url",
+                "unix:ev.sock",
+                "--token-file",
+                token,
+            ],
+        );
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+        assert!(said.contains(says) && !said.contains("\\\""), "{said}");
+    }
+    let help = bl_in(dir, &["evidence", "approve", "--help"]);
+    assert!(
+        String::from_utf8_lossy(&help.stdout).starts_with("Approve the pause a decision is at"),
+        "{help:?}"
+    );
     let rejected = bl_in(
         dir,
         &[

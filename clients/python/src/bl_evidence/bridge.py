@@ -208,10 +208,13 @@ class LangGraphBridge:
     def make_verify_node(self, observe: Callable[[State], Any] | None = None,
                          ) -> Callable[[State, Config], Any]:
         """The node after the call: `observe(state)` is the trusted host's
-        look at the outside system, `(external_ref, status, source)`, or
-        None when there is nothing to observe (an `async def` observe gives
-        an async node). It is recorded as `outcome_observed`; bl never
-        invents one. The update carries where the decision stands in bl."""
+        look at the outside system, as a dict `{"external_ref": ...,
+        "status": ..., "source": ...}` or a tuple `(external_ref, status,
+        source)` of non-empty strings, or None when there is nothing to
+        observe (an `async def` observe gives an async node). It is recorded
+        as `outcome_observed`; bl never invents one, and anything else
+        `observe` returns is refused (TypeError) before anything is
+        recorded. The update carries where the decision stands in bl."""
 
         def observed(state: State) -> bool:
             decided = state.get(self.state_key) or {}
@@ -266,7 +269,10 @@ class LangGraphBridge:
         op, thread, name, digest = binding
         answer = self.client.propose(operation_id=op, thread_id=thread, identity=self.identity,
                                      tool=name, args_digest=digest, reserve=reserve)
-        record = {"operation_id": op, "tool": name, "args_digest": digest}
+        # `called` says whether this run of the graph called the tool: the
+        # guarded node sets it when it does. A decision found executed here
+        # was executed before (the same call in the same thread).
+        record = {"operation_id": op, "tool": name, "args_digest": digest, "called": False}
         policy = answer.policy or {}
         granted = answer.reservation
         if granted is not None:
@@ -345,7 +351,7 @@ class LangGraphBridge:
                     # decision already awaits reconciliation.
                     if refused.code != "ReconciliationRequired":
                         raise
-                return {self.state_key: {**decided, "status": "reconciliation_required",
+                return {self.state_key: {**decided, "status": "reconciliation_required", "called": True,
                                          "error": f"{type(error).__name__}: {error}"}}
             # The effect happened: a lost receipt leaves the decision
             # reserved, which bl turns into reconciliation_required.
@@ -355,12 +361,12 @@ class LangGraphBridge:
                 # A receipt sent again after a lost answer was recorded.
                 if refused.code != "AlreadyExecuted":
                     raise
-        update: dict[str, Any] = {self.state_key: {**decided, "status": "executed"}}
+        update: dict[str, Any] = {self.state_key: {**decided, "status": "executed", "called": True}}
         if result_key:
             update[result_key] = result
         return update
 
-    def _verified(self, state: State, seen: tuple[str, str, str] | None) -> dict[str, Any]:
+    def _verified(self, state: State, seen: Any) -> dict[str, Any]:
         """Records what `observe` saw, if anything, and where the decision
         stands in bl."""
         decided = dict(state.get(self.state_key) or {})
@@ -368,7 +374,7 @@ class LangGraphBridge:
         if not op:
             return {}
         if seen is not None:
-            ref, status, source = seen
+            ref, status, source = _observation(seen)
             self.client.outcome(op, external_ref=ref, status=status, source=source)
             decided["outcome"] = {"external_ref": ref, "status": status, "source": source}
         standing = self.client.decision(op) or {}
@@ -502,6 +508,34 @@ def _not_called(steps: Steps) -> None:
     back."""
     if inspect.getgeneratorstate(steps) == inspect.GEN_SUSPENDED:
         _finish(steps, (False, CallCancelled("cancelled after the reservation; the tool was not called")))
+
+
+_OBSERVED = ("external_ref", "status", "source")
+
+
+def _observation(seen: Any) -> tuple[str, str, str]:
+    """`observe`'s answer as (external_ref, status, source): a dict with
+    those three keys, or a tuple or list of three, each a non-empty string.
+    Anything else is refused rather than guessed at: unpacking a dict or a
+    string would record its keys or its letters as an outcome."""
+    if isinstance(seen, Mapping):
+        missing = [key for key in _OBSERVED if key not in seen]
+        extra = sorted(str(key) for key in seen if key not in _OBSERVED)
+        if missing or extra:
+            raise TypeError(f"observe() gave a dict with keys {sorted(map(str, seen))}: it needs exactly "
+                            f"{list(_OBSERVED)} (missing {missing}, unknown {extra}); nothing was recorded")
+        values = tuple(seen[key] for key in _OBSERVED)
+    elif isinstance(seen, (tuple, list)) and len(seen) == 3:
+        values = tuple(seen)
+    else:
+        raise TypeError(f"observe() gave {seen!r}: return a dict with {list(_OBSERVED)}, a tuple "
+                        "(external_ref, status, source), or None when there is nothing to observe; "
+                        "nothing was recorded")
+    for key, value in zip(_OBSERVED, values):
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"observe() gave {key}={value!r}: each of {list(_OBSERVED)} must be a "
+                            "non-empty string; nothing was recorded")
+    return cast(tuple[str, str, str], values)
 
 
 def _default_operation_id(thread: str, tool: str, digest: str) -> str:
