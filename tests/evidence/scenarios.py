@@ -556,6 +556,9 @@ def user_mistakes() -> None:
     # No thread: the default operation id would make every such call one.
     stateless = app.build(bridge).compile()
     raises(lambda: stateless.invoke({"order": "M-1", "tool": "lookup"}), ValueError, "no thread_id")
+    # No checkpointer: a pause could never be resumed, so nothing is proposed.
+    raises(lambda: stateless.invoke({"order": "M-1", "tool": "refund", "amount": 1}, thread()), ValueError,
+           "this graph has no checkpointer")
     # Nobody to act for.
     raises(lambda: LangGraphBridge(bridge.client, identity=" "), ValueError, "identity=")
     # A guarded node with no decision before it.

@@ -255,6 +255,12 @@ class LangGraphBridge:
             raise ValueError("no thread_id in config['configurable']: run the graph with "
                              "{'configurable': {'thread_id': ...}} (and a checkpointer), or give "
                              "the node (make_decision_node or make_guarded_call_node) an operation_id=")
+        if _configurable(config).get(_CHECKPOINTER, _UNKNOWN) is None:
+            # LangGraph says, in the node's config, that the graph has no
+            # checkpointer: a pause for a person could never be resumed.
+            raise ValueError("this graph has no checkpointer: compile it with one (graph.compile("
+                             "checkpointer=InMemorySaver()), or SqliteSaver to survive a restart), so that "
+                             "a pause for approval can be resumed; nothing was proposed")
         op = operation_id(state, config or {}) if operation_id else _default_operation_id(thread, name, digest)
         return op, thread, name, digest
 
@@ -509,6 +515,12 @@ def _not_called(steps: Steps) -> None:
     if inspect.getgeneratorstate(steps) == inspect.GEN_SUSPENDED:
         _finish(steps, (False, CallCancelled("cancelled after the reservation; the tool was not called")))
 
+
+# Where LangGraph puts a node's checkpointer in its config (None: the graph
+# has none); `langgraph.constants.CONFIG_KEY_CHECKPOINTER`, named here so
+# the bridge imports nothing of LangGraph's until a node runs.
+_CHECKPOINTER = "__pregel_checkpointer"
+_UNKNOWN = object()
 
 _OBSERVED = ("external_ref", "status", "source")
 
