@@ -1414,10 +1414,11 @@ fn check_prompt_keys(
         return Ok(());
     };
     let ids: Vec<&str> = schedule.nodes.iter().map(|n| n.id.as_str()).collect();
+    let known: std::collections::HashSet<&str> = ids.iter().copied().collect();
     let mut keys: Vec<&String> = prompts.keys().collect();
     keys.sort();
     for key in keys {
-        if !ids.contains(&key.as_str()) {
+        if !known.contains(key.as_str()) {
             let hint = bl_graph::error::did_you_mean(key, ids.iter().copied())
                 // It starts a sentence here: "Did you mean …?"
                 .map(|h| format!(" D{}", h.strip_prefix('d').unwrap_or(&h)))
@@ -1425,11 +1426,22 @@ fn check_prompt_keys(
             return Err(refused(format!(
                 "graph run: {}: /{key} gives a prompt for '{key}', which is not a node of this graph.{hint} (nodes: {}); nothing was run",
                 file.display(),
-                ids.join(", ")
+                first_of(&ids)
             )));
         }
     }
     Ok(())
+}
+
+/// At most the first ten of `items`, joined, and how many more there are:
+/// a message about a graph of thousands of nodes stays readable.
+fn first_of<S: AsRef<str>>(items: &[S]) -> String {
+    const SHOWN: usize = 10;
+    let shown: Vec<&str> = items.iter().take(SHOWN).map(AsRef::as_ref).collect();
+    match items.len().saturating_sub(SHOWN) {
+        0 => shown.join(", "),
+        more => format!("{}, … ({more} more)", shown.join(", ")),
+    }
 }
 
 /// Refuses a new run in which an agent would have no prompt: it would fail
@@ -1455,14 +1467,14 @@ fn check_every_prompt(
     Err(refused(match &flags.inputs {
         None => format!(
             "graph run: agent node(s) {} need a prompt, and no --inputs was given: pass --inputs FILE, a JSON object such as {{{}}}; nothing was run",
-            missing.join(", "),
-            example.join(", ")
+            first_of(&missing),
+            first_of(&example)
         ),
         Some(file) => format!(
             "graph run: {}: no prompt for agent node(s) {}; add {} to it; nothing was run",
             file.display(),
-            missing.join(", "),
-            example.join(", ")
+            first_of(&missing),
+            first_of(&example)
         ),
     }))
 }
@@ -2185,4 +2197,19 @@ pub fn artifacts(dir: &Path) -> Result<Vec<Value>, AppError> {
         }
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_of;
+
+    #[test]
+    fn a_long_list_in_a_message_shows_its_first_ten_and_counts_the_rest() {
+        let few = ["a", "b"];
+        assert_eq!(first_of(&few), "a, b");
+        let many: Vec<String> = (0..500).map(|i| format!("n{i:03}")).collect();
+        let said = first_of(&many);
+        assert!(said.starts_with("n000, n001,"), "{said}");
+        assert!(said.ends_with("n009, … (490 more)"), "{said}");
+    }
 }
