@@ -672,6 +672,18 @@ fn a_real_langgraph_app_is_guarded_end_to_end_and_verifies_offline_with_the_key_
         String::from_utf8_lossy(&stripped.stdout).contains("under no checkpoint signed by the key"),
         "{stripped:?}"
     );
+    // Without a key it passes, and says what that does not establish.
+    let unkeyed = bl_in(dir, &["verify", "bundle"]);
+    let said = String::from_utf8_lossy(&unkeyed.stdout);
+    assert!(unkeyed.status.success(), "{said}");
+    assert!(
+        said.lines().last().is_some_and(
+            |l| l.starts_with("VERIFIED (integrity only: without --pubkey, not who wrote it")
+        ),
+        "{said}"
+    );
+    let keyed = String::from_utf8_lossy(&verified.stdout);
+    assert_eq!(keyed.lines().last(), Some("VERIFIED"), "{keyed}");
 }
 
 #[test]
