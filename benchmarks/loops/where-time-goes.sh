@@ -55,8 +55,9 @@ perf record -q -a -m 8M -o "$work/perf.data" \
   -e 'sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit,sched:sched_switch' \
   -- bash "$work/all.sh"
 perf script -i "$work/perf.data" -F pid,tid,time,event,trace >"$work/trace" 2>/dev/null
-python3 - "$work/trace" "$passes" $(ls "$catalog") <<'PY'
-import re, sys
+# bl's runs are told by their exec's file name: whatever BL is called.
+BL_NAME="$(basename "$bl")" python3 - "$work/trace" "$passes" $(ls "$catalog") <<'PY'
+import os, re, sys
 from collections import defaultdict
 # Each task's role: "bl" (bl, its threads, the children it starts
 # before they exec), "cage" (bubblewrap and its children before they exec),
@@ -88,7 +89,7 @@ for line in open(sys.argv[1]):
     tasks[process].add(task)
     if event == "sched_process_exec":
         name = re.search(r"filename=(\S+)", rest)[1].rsplit("/", 1)[-1]
-        if name == "bl":
+        if name == os.environ["BL_NAME"]:
             role[m[2]] = "bl"
             started.append(("bl", process, t))
         elif name == "bwrap":
