@@ -877,6 +877,23 @@ print("ok")
         std::fs::Permissions::from_mode(0o600),
     )
     .unwrap();
+    let reject_as = |key: &str, token: &str, more: &[&str]| {
+        let mut args = vec![
+            "evidence",
+            "reject",
+            "op-r",
+            "--reason",
+            "no",
+            "--key",
+            key,
+            "--url",
+            "unix:ev.sock",
+            "--token-file",
+            token,
+        ];
+        args.extend_from_slice(more);
+        bl_in(dir, &args)
+    };
     for (key, token, says) in [
         (
             "bob.key",
@@ -889,22 +906,7 @@ print("ok")
             "restart `bl evidence serve` with --reviewer KEY.pub",
         ),
     ] {
-        let refused = bl_in(
-            dir,
-            &[
-                "evidence",
-                "reject",
-                "op-r",
-                "--reason",
-                "no",
-                "--key",
-                key,
-                "--url",
-                "unix:ev.sock",
-                "--token-file",
-                token,
-            ],
-        );
+        let refused = reject_as(key, token, &[]);
         let said = String::from_utf8_lossy(&refused.stderr);
         assert_eq!(refused.status.code(), Some(2), "{refused:?}");
         assert!(said.contains(says) && !said.contains("\\\""), "{said}");
@@ -914,24 +916,7 @@ print("ok")
         String::from_utf8_lossy(&help.stdout).starts_with("Approve the pause a decision is at"),
         "{help:?}"
     );
-    let rejected = bl_in(
-        dir,
-        &[
-            "evidence",
-            "reject",
-            "op-r",
-            "--reason",
-            "no",
-            "--key",
-            "bob.key",
-            "--url",
-            "unix:ev.sock",
-            "--token-file",
-            "token",
-            "--for",
-            "ws.pub",
-        ],
-    );
+    let rejected = reject_as("bob.key", "token", &["--for", "ws.pub"]);
     assert!(rejected.status.success(), "{rejected:?}");
     assert!(String::from_utf8_lossy(&rejected.stdout).contains("op-r: now rejected"));
 
