@@ -124,6 +124,7 @@ pub fn run(run: Run<'_>, flags: &DriveFlags) -> CliResult {
         audit_plan: run.audit_plan,
         ..flags.options()
     };
+    crate::interrupt::continue_with(graph_run::resume_command(run.out, flags.inputs.as_deref()));
     let handle = GraphRuntime::new(options).run(
         run.manifest,
         run.connections.map(Path::to_path_buf),
@@ -140,6 +141,7 @@ pub fn run_probe(out: &Path, flags: &DriveFlags) -> CliResult {
 
 /// `bl graph resume --run D [--inputs J] [caps]`
 pub fn resume(dir: &Path, flags: &DriveFlags) -> CliResult {
+    crate::interrupt::continue_with(graph_run::resume_command(dir, flags.inputs.as_deref()));
     let handle = GraphRuntime::new(flags.options()).resume(dir);
     report_drive(&handle.wait()?, "Graph resume", flags)
 }

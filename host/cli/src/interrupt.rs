@@ -23,6 +23,9 @@ const CHILDREN_MARGIN: Duration = Duration::from_secs(2);
 const RECORD_WAIT: Duration = Duration::from_secs(1);
 
 static RUNS_CHILDREN: AtomicBool = AtomicBool::new(false);
+/// The command that continues what is running, if it can be continued:
+/// said when a second signal ends bl before the run can say it itself.
+static CONTINUE_WITH: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 /// Whether the run's one answer is printed: its own, or that it stopped.
 static ANSWERED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
 
@@ -74,6 +77,31 @@ fn end_stopped(signal: i32) -> ! {
     std::process::exit(128 + signal)
 }
 
+/// Called by a command whose work a stop leaves to be continued, with the
+/// command that continues it.
+pub fn continue_with(command: String) {
+    *CONTINUE_WITH.lock().unwrap_or_else(|e| e.into_inner()) = Some(command);
+}
+
+/// A second signal ends bl before the run reports: on stderr, what that
+/// left and how to continue (stdout stays the run's, or its JSON answer).
+fn say_ended_at_once(signal: i32) {
+    let continued = CONTINUE_WITH
+        .try_lock()
+        .ok()
+        .and_then(|held| held.clone())
+        .map(|command| {
+            format!(
+                " Nothing that finished is lost, and the run is not over.\nContinue it:  {command}"
+            )
+        })
+        .unwrap_or_default();
+    crate::output::errln!(
+        "stopped at once by a second {}: everything bl started was ended.{continued}",
+        bl_run::events::signal_name(signal)
+    );
+}
+
 /// Called by a command whose children are bl processes, each with its own
 /// [`CLEANUP_GRACE`]: an interrupted bl waits that much longer for them.
 pub fn outlast_children() {
@@ -113,6 +141,7 @@ pub fn install() {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 bl_sandbox::containment::kill_all();
+                say_ended_at_once(signal);
                 end_stopped(signal);
             }
         })

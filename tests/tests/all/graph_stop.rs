@@ -390,6 +390,13 @@ fn a_second_signal_stops_at_once_with_the_same_record() {
         asked.elapsed()
     );
     assert_eq!(out.status.code(), Some(130), "{}", said(&out));
+    // Whether the run reported before the second signal ended bl or not,
+    // bl says how to go on.
+    let told = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        told.contains("Continue it:  bl graph resume --run "),
+        "{told}"
+    );
     let stopped: Vec<Value> = lines(&dir.join("run").join(RunDir::ANNEX));
     let nodes: Vec<&str> = stopped
         .iter()

@@ -505,6 +505,12 @@ impl Controller<'_, '_> {
 
     fn record(&mut self, event: &Event) -> Result<(), RunError> {
         self.ports.journal.append(event)?;
+        // Once a stop is asked, a second one may end the process at any
+        // moment: each event reaches the file before it is shown, so a
+        // stopped run never showed what its log does not hold (a ✓).
+        if self.ports.stop.requested().is_some() {
+            self.ports.journal.flush()?;
+        }
         (self.ports.observer)(event);
         Ok(())
     }
