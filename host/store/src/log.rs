@@ -20,9 +20,10 @@ pub enum StoreError {
         source: std::io::Error,
     },
     #[error(
-        "{path}: another writer holds this run's event log; a log has one writer, so this one is refused"
+        "{path}: another bl process{} writes this run's event log (a run or resume of it); a log has one writer, so this one is refused: wait for it to end, or stop it, then resume",
+        holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
     )]
-    Locked { path: PathBuf },
+    Locked { path: PathBuf, holder: Option<u32> },
     #[error("{path}: {error}")]
     Chain { path: PathBuf, error: ChainError },
     #[error(
@@ -108,13 +109,31 @@ fn take_writer_lock(path: &Path) -> Result<Flock<File>, StoreError> {
                 lock_file = file;
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            Err(_) => {
+            Err((file, _)) => {
                 return Err(StoreError::Locked {
                     path: path.to_path_buf(),
+                    holder: lock_holder(&file),
                 });
             }
         }
     }
+}
+
+/// The process holding the flock on `file`, as the kernel lists it in
+/// /proc/locks (`1: FLOCK ADVISORY WRITE <pid> <maj>:<min>:<inode> 0 EOF`),
+/// matched by inode; None where that cannot be read.
+fn lock_holder(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = file.metadata().ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (kind, pid, device) = (fields.get(1)?, fields.get(4)?, fields.get(5)?);
+        let held_inode = device.rsplit(':').next()?.parse::<u64>().ok()?;
+        (*kind == "FLOCK" && held_inode == inode)
+            .then(|| pid.parse().ok())
+            .flatten()
+    })
 }
 
 /// Whether a live process writes the log at `path` now: a writer holds the

@@ -167,6 +167,15 @@ fn a_second_writer_is_refused() {
     let _first = EventLog::open(&path, identity()).unwrap();
     let second = EventLog::open(&path, identity());
     assert!(matches!(second, Err(StoreError::Locked { .. })));
+    // The message names the process that holds the log: this one.
+    let said = second.err().unwrap().to_string();
+    assert!(
+        said.contains(&format!(
+            "another bl process (pid {}) writes",
+            std::process::id()
+        )),
+        "{said}"
+    );
 }
 
 #[test]
