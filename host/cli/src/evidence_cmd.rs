@@ -110,8 +110,7 @@ pub enum EvidenceCommand {
     },
 }
 
-// Who reviews which decision, at which service. (Plain comments on these two:
-// clap would show a doc comment as the help of every command flattening them.)
+// Who reviews which decision, at which service (plain comments: clap shows doc ones as help).
 #[derive(clap::Args)]
 pub struct Reviewer {
     /// The decision's operation id.

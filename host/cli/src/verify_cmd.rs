@@ -76,18 +76,7 @@ fn print_graph(report: &bl_verify::GraphReport, as_json: bool, keyed: bool) {
         };
         outln!("{label} {:<10} {}", c.name, c.detail);
     }
-    outln!(
-        "{}",
-        match (report.ok(), keyed) {
-            (true, true) => "VERIFIED",
-            // As the pages say LOCAL/UNVERIFIED: whole and consistent, but
-            // anyone could have written a log that passes this.
-            (true, false) => {
-                "VERIFIED (integrity only: without --pubkey, not who wrote it; a log cut short with its checkpoints passes too)"
-            }
-            (false, _) => "NOT VERIFIED",
-        }
-    );
+    outln!("{}", report.verdict(keyed));
 }
 
 /// bounded-loops' report for a loop ledger, in its words.

@@ -76,6 +76,19 @@ impl GraphReport {
     pub fn ok(&self) -> bool {
         self.checks.iter().all(|c| c.status != Status::Fail)
     }
+
+    /// The verdict's line: `VERIFIED` only when a key was checked (`keyed`);
+    /// without one, whole and consistent, but anyone could have written a
+    /// log that passes (as the pages say LOCAL/UNVERIFIED).
+    pub fn verdict(&self, keyed: bool) -> &'static str {
+        match (self.ok(), keyed) {
+            (true, true) => "VERIFIED",
+            (true, false) => {
+                "VERIFIED (integrity only: without --pubkey, not who wrote it; a log cut short with its checkpoints passes too)"
+            }
+            (false, _) => "NOT VERIFIED",
+        }
+    }
 }
 
 /// What was verified, by kind.
