@@ -50,8 +50,16 @@ impl RunStatus {
             let effects: Vec<&str> = node.effects.iter().map(|e| e.name()).collect();
             let artifact = shown_artifact(node, &n.artifact_digests, 20);
             let reason = match (n.state, &n.reason) {
-                (NodeState::Succeeded, _) | (_, None) => "-".to_string(),
+                (NodeState::Succeeded, _) => "-".to_string(),
                 (_, Some(reason)) => reason.clone(),
+                // In flight in a run no process drives: its controller
+                // died (kill -9, a crash) with no stop on record.
+                (NodeState::Starting | NodeState::Running | NodeState::Gating, None)
+                    if !self.live && view.run_state == RunState::Running =>
+                {
+                    "its controller ended before the attempt did (killed, or the machine stopped); `bl graph resume` re-drives it".to_string()
+                }
+                (_, None) => "-".to_string(),
             };
             rows.push([
                 node.id.clone(),

@@ -648,6 +648,17 @@ fn resume_ends_what_a_dead_controller_left_running_before_it_re_drives() {
             containment == "auto" || !survivors.is_empty(),
             "{containment}: nothing survived, so nothing is shown here"
         );
+        // Status says why `a` is still in flight: its controller died.
+        let status = bl_in(dir, &["graph", "status", "--run", "run"]);
+        let row = String::from_utf8_lossy(&status.stdout)
+            .lines()
+            .find(|l| l.starts_with("a "))
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            row.contains("RUNNING") && row.contains("its controller ended before the attempt did"),
+            "{row}"
+        );
         std::fs::write(dir.join("inputs.json"), json!({"a": "quick:a"}).to_string()).unwrap();
         let resumed = command(dir, RESUME)
             .env("BL_SANDBOX_CONTAINMENT", containment)
