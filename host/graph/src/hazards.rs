@@ -123,7 +123,47 @@ pub fn hazards(graph: &Graph, bindings: Option<&BTreeMap<String, Connection>>) -
             ),
         });
     }
+    // bl's outbox policy publishes only what approvals before it allowed:
+    // with no approval node on any way in, it cannot decide, and the
+    // publish node fails when the run reaches it.
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let outbox = node.detail("publication_policy").and_then(|v| v.as_str()) == Some("outbox");
+        if node.kind == NodeKind::Publish && outbox && !approval_before(graph, &node.id) {
+            out.push(Hazard {
+                node: node.id.clone(),
+                pointer: format!("/nodes/{i}/publication_policy"),
+                rule: "outbox_without_approval",
+                message: format!(
+                    "publish node '{}' uses the outbox policy, which publishes only what a person approved before it, and no approval node comes before it: the policy cannot decide, and the node would fail. Put an approval node (kind: approval) on its way in, with an edge into '{}'",
+                    node.id, node.id
+                ),
+            });
+        }
+    }
     out
+}
+
+/// Whether an approval node is among `id`'s ancestors.
+fn approval_before(graph: &Graph, id: &str) -> bool {
+    let kind_of: BTreeMap<&str, NodeKind> = graph
+        .nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.kind))
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut ways_in = vec![id];
+    while let Some(to) = ways_in.pop() {
+        for edge in graph.edges.iter().filter(|e| e.to_node == to) {
+            let from = edge.from_node.as_str();
+            if kind_of.get(from) == Some(&NodeKind::Approval) {
+                return true;
+            }
+            if seen.insert(from) {
+                ways_in.push(from);
+            }
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -131,9 +171,13 @@ mod tests {
     use super::*;
 
     fn graph(nodes: &str) -> Graph {
+        graph_with(nodes, "[]")
+    }
+
+    fn graph_with(nodes: &str, edges: &str) -> Graph {
         let text = format!(
             r#"{{"api_version": "bounded-loops.dev/graph/v1", "graph_id": "g", "version": "1.0.0",
-                "nodes": {nodes}, "edges": [],
+                "nodes": {nodes}, "edges": {edges},
                 "connection_slots": [{{"id": "llm", "requires": ["chat"], "data_class_max": "internal"}}],
                 "policies": {{"data_class": "internal", "fail_mode": "fail_closed"}}}}"#
         );
@@ -178,6 +222,11 @@ mod tests {
                 ("a", "shared_slot", "/nodes/0/connection_slot"),
                 ("b", "shared_slot", "/nodes/1/connection_slot"),
                 ("pub", "network_effect", "/nodes/2/effects/1"),
+                (
+                    "pub",
+                    "outbox_without_approval",
+                    "/nodes/2/publication_policy"
+                ),
             ]
         );
         assert!(
@@ -190,5 +239,50 @@ mod tests {
             "{}",
             found[2].message
         );
+    }
+
+    #[test]
+    fn an_outbox_publish_needs_an_approval_on_a_way_in_however_far_back() {
+        let node = |id: &str, kind: &str, inputs: &str, extra: &str| {
+            format!(
+                r#"{{"id": "{id}", "kind": "{kind}", "inputs": {inputs}, "outputs": {{"out": "text"}},
+                    "budget": {{"max_attempts": 1, "max_wallclock_s": 60}}, "effects": ["workspace_write"],
+                    "isolation": "workspace_only"{extra}}}"#
+            )
+        };
+        let nodes = format!(
+            "[{}, {}, {}]",
+            node(
+                "review",
+                "approval",
+                "{}",
+                r#", "required_role": "reviewer""#
+            ),
+            node(
+                "mid",
+                "join",
+                r#"{"a": "text"}"#,
+                r#", "mode": "all_successful""#
+            ),
+            node(
+                "pub",
+                "publish",
+                r#"{"b": "text"}"#,
+                r#", "publication_policy": "outbox""#
+            ),
+        );
+        let into_pub =
+            r#"{"from_node": "mid", "from_port": "out", "to_node": "pub", "to_port": "b"}"#;
+        let into_mid =
+            r#"{"from_node": "review", "from_port": "out", "to_node": "mid", "to_port": "a"}"#;
+        let chained = graph_with(&nodes, &format!("[{into_mid}, {into_pub}]"));
+        assert!(
+            hazards(&chained, None).is_empty(),
+            "{:?}",
+            hazards(&chained, None)
+        );
+        let apart = graph_with(&nodes, &format!("[{into_mid}]"));
+        let rules: Vec<&str> = hazards(&apart, None).iter().map(|h| h.rule).collect();
+        assert_eq!(rules, ["outbox_without_approval"]);
     }
 }
