@@ -419,11 +419,26 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
             Trust::NotSigned | Trust::UntrustedKey { .. } => allow_unsigned,
             Trust::VerificationFailed { .. } => false,
         })
-        .map_err(|e| match e {
-            RegistryError::NoMatch { .. } if !allow_unsigned => AppError::refused(format!(
-                "{e}. Unsigned and untrusted plugins are refused: trust the publisher's key (`bl plugin trust KEY.pub`), or, knowing what it is, install it with --allow-unsigned {name}"
-            )),
-            e => registry_error(e),
+        .map_err(|e| {
+            // The version that would match, whatever its trust: one whose
+            // signature fails is refused however the operator trusts it.
+            let broken = registry
+                .resolve_among(name, request.wanted, |_| true)
+                .ok()
+                .and_then(|v| registry.trust_of(name, &v.version))
+                .filter(|t| matches!(t, Trust::VerificationFailed { .. }));
+            match (e, broken) {
+                (e @ RegistryError::NoMatch { .. }, Some(trust)) => AppError::refused(format!(
+                    "{e}. Its signature does not hold ({}): the index or the component changed after it was signed, so it is refused whatever you trust, and --allow-unsigned does not apply; ask the publisher to publish it again",
+                    trust.explain()
+                )),
+                (e @ RegistryError::NoMatch { .. }, None) if !allow_unsigned => {
+                    AppError::refused(format!(
+                        "{e}. Unsigned and untrusted plugins are refused: trust the publisher's key (`bl plugin trust KEY.pub`), or, knowing what it is, install it with --allow-unsigned {name}"
+                    ))
+                }
+                (e, _) => registry_error(e),
+            }
         })?;
     let trust = registry
         .trust_of(name, &version.version)

@@ -549,7 +549,11 @@ fn every_wrong_registry_is_refused_with_its_own_error_and_leaves_nothing_behind(
         &edited,
         "mygate",
         &[],
-        &["VerificationFailed", "changed after signing"],
+        &[
+            "VerificationFailed",
+            "changed after signing",
+            "--allow-unsigned does not apply",
+        ],
     );
     // Allowing it unsigned does not let a failed signature through.
     refused(
