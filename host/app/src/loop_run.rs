@@ -1290,6 +1290,7 @@ pub fn run(
         Some(scratch) if request.keep_workspace => (Some(scratch), None),
         scratch => (None, scratch),
     };
+    let fresh_run_dir = run_dir.clone().filter(|_| how == Prepare::Persistent);
     let mut place = LoopPlace {
         workspace_root: workspace_root.clone(),
         how,
@@ -1309,7 +1310,7 @@ pub fn run(
         turn_mark: run_dir.as_ref().map(|d| LoopRunDir::new(d).turn_mark()),
         scratch,
     };
-    let (outcome, last, removal) = drive_loop(
+    let driven = drive_loop(
         &package,
         &dir,
         bounds,
@@ -1318,7 +1319,21 @@ pub fn run(
         &mut place,
         env,
         approver,
-    )?;
+    );
+    let (outcome, last, removal) = match driven {
+        Ok(driven) => driven,
+        Err(refusal) => {
+            // Refused before its first lap (a gate plugin missing or
+            // unsigned): nothing is recorded, so the run id this call took
+            // is given back, and the same command can be run again.
+            if let Some(fresh) = &fresh_run_dir
+                && !ledger_path.exists()
+            {
+                let _ = std::fs::remove_dir_all(fresh);
+            }
+            return Err(refusal);
+        }
+    };
     let kept_workspace = kept.map(tempfile::TempDir::keep);
     // The run's records say how it ended only once its ledger does.
     last.durable()?;

@@ -684,6 +684,32 @@ fn approval_is_read_from_stdin_even_with_yes() {
     assert_eq!(l.run(&[]).status().1, "PAUSE");
 }
 
+/// Refused before its first lap (its gate plugin is nowhere), a run gives
+/// its run id back: the same command is refused for the same reason, never
+/// for an id that "already exists".
+#[test]
+fn a_run_refused_before_its_first_lap_gives_its_run_id_back() {
+    let l = Loop::stub("python3 seed/check.py", BOUNDS, json!([]));
+    let yaml = std::fs::read_to_string(l.pkg().join("loop.yaml"))
+        .unwrap()
+        .replace(
+            "gate:\n  kind: command\n  run: python3 seed/check.py\n",
+            "gate:\n  kind: plugin\n  plugin: no-such-gate\n",
+        );
+    assert!(yaml.contains("no-such-gate"), "{yaml}");
+    l.write("loop.yaml", &yaml);
+    for _ in 0..2 {
+        let refused = l.run(&["--run-id", "r1"]);
+        assert_ne!(refused.code, 0, "{}", refused.stderr);
+        assert!(
+            refused.stderr.contains("no-such-gate") && !refused.stderr.contains("already exists"),
+            "{}",
+            refused.stderr
+        );
+        assert!(!l.pkg().join(".bounded-loops/runs/r1").exists());
+    }
+}
+
 #[test]
 fn a_run_id_keeps_its_records_refuses_reuse_and_resumes_in_its_workspace() {
     if !cage_works() {
