@@ -363,12 +363,16 @@ impl Service {
         if status.is_success() {
             return Ok(answer);
         }
-        let why = answer
-            .pointer("/refused/message")
-            .or_else(|| answer.pointer("/error/message"))
-            .or_else(|| answer.as_str().map(|_| &answer))
-            .and_then(Value::as_str)
-            .map_or_else(|| answer.to_string(), |s| s.trim().to_string());
+        // A refusal in JSON names its message; a plain-text answer (the
+        // bearer check's) is the message.
+        let why = match &answer {
+            Value::String(text) => text.trim().to_string(),
+            _ => answer
+                .pointer("/refused/message")
+                .or_else(|| answer.pointer("/error/message"))
+                .and_then(Value::as_str)
+                .map_or_else(|| answer.to_string(), str::to_string),
+        };
         let code = answer
             .pointer("/refused/code")
             .or_else(|| answer.pointer("/error/code"))

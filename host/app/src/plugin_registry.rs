@@ -420,6 +420,9 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
             Trust::VerificationFailed { .. } => false,
         })
         .map_err(|e| {
+            let RegistryError::NoMatch { .. } = e else {
+                return registry_error(e);
+            };
             // The version that would match, whatever its trust: one whose
             // signature fails is refused however the operator trusts it.
             let broken = registry
@@ -427,17 +430,15 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
                 .ok()
                 .and_then(|v| registry.trust_of(name, &v.version))
                 .filter(|t| matches!(t, Trust::VerificationFailed { .. }));
-            match (e, broken) {
-                (e @ RegistryError::NoMatch { .. }, Some(trust)) => AppError::refused(format!(
+            match broken {
+                Some(trust) => AppError::refused(format!(
                     "{e}. Its signature does not hold ({}): the index or the component changed after it was signed, so it is refused whatever you trust, and --allow-unsigned does not apply; ask the publisher to publish it again",
                     trust.explain()
                 )),
-                (e @ RegistryError::NoMatch { .. }, None) if !allow_unsigned => {
-                    AppError::refused(format!(
-                        "{e}. Unsigned and untrusted plugins are refused: trust the publisher's key (`bl plugin trust KEY.pub`), or, knowing what it is, install it with --allow-unsigned {name}"
-                    ))
-                }
-                (e, _) => registry_error(e),
+                None if !allow_unsigned => AppError::refused(format!(
+                    "{e}. Unsigned and untrusted plugins are refused: trust the publisher's key (`bl plugin trust KEY.pub`), or, knowing what it is, install it with --allow-unsigned {name}"
+                )),
+                None => registry_error(e),
             }
         })?;
     let trust = registry

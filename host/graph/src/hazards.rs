@@ -1,7 +1,8 @@
 //! What a valid graph will run into: conditions bounded-loops 0.7 lets a
-//! run discover at a node, and deny there (`policy_denied`), which bl names
-//! before anything runs. Pure: the graph, and the bindings a plan admitted
-//! when they are known.
+//! run discover at a node, and deny there (`policy_denied`), and a publish
+//! bl's outbox policy could not decide, which bl names before anything
+//! runs. Pure: the graph, and the bindings a plan admitted when they are
+//! known.
 
 use std::collections::BTreeMap;
 
@@ -126,9 +127,25 @@ pub fn hazards(graph: &Graph, bindings: Option<&BTreeMap<String, Connection>>) -
     // bl's outbox policy publishes only what approvals before it allowed:
     // with no approval node on any way in, it cannot decide, and the
     // publish node fails when the run reaches it.
+    let mut ways_in: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for edge in &graph.edges {
+        ways_in
+            .entry(edge.to_node.as_str())
+            .or_default()
+            .push(edge.from_node.as_str());
+    }
+    let approvals: std::collections::BTreeSet<&str> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Approval)
+        .map(|n| n.id.as_str())
+        .collect();
     for (i, node) in graph.nodes.iter().enumerate() {
         let outbox = node.detail("publication_policy").and_then(|v| v.as_str()) == Some("outbox");
-        if node.kind == NodeKind::Publish && outbox && !approval_before(graph, &node.id) {
+        if node.kind == NodeKind::Publish
+            && outbox
+            && !approval_before(&ways_in, &approvals, &node.id)
+        {
             out.push(Hazard {
                 node: node.id.clone(),
                 pointer: format!("/nodes/{i}/publication_policy"),
@@ -143,23 +160,22 @@ pub fn hazards(graph: &Graph, bindings: Option<&BTreeMap<String, Connection>>) -
     out
 }
 
-/// Whether an approval node is among `id`'s ancestors.
-fn approval_before(graph: &Graph, id: &str) -> bool {
-    let kind_of: BTreeMap<&str, NodeKind> = graph
-        .nodes
-        .iter()
-        .map(|n| (n.id.as_str(), n.kind))
-        .collect();
+/// Whether one of `approvals` is among `id`'s ancestors, by the edges
+/// into each node (`ways_in`).
+fn approval_before(
+    ways_in: &BTreeMap<&str, Vec<&str>>,
+    approvals: &std::collections::BTreeSet<&str>,
+    id: &str,
+) -> bool {
     let mut seen = std::collections::BTreeSet::new();
-    let mut ways_in = vec![id];
-    while let Some(to) = ways_in.pop() {
-        for edge in graph.edges.iter().filter(|e| e.to_node == to) {
-            let from = edge.from_node.as_str();
-            if kind_of.get(from) == Some(&NodeKind::Approval) {
+    let mut next = vec![id];
+    while let Some(to) = next.pop() {
+        for &from in ways_in.get(to).into_iter().flatten() {
+            if approvals.contains(from) {
                 return true;
             }
             if seen.insert(from) {
-                ways_in.push(from);
+                next.push(from);
             }
         }
     }

@@ -20,7 +20,7 @@ pub enum StoreError {
         source: std::io::Error,
     },
     #[error(
-        "{path}: another bl process{} writes this run's event log (a run or resume of it); a log has one writer, so this one is refused: wait for it to end, or stop it, then resume",
+        "{path}: another process{} writes this event log; a log has one writer, so this one is refused: wait for that one to end, or stop it, then try again",
         holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
     )]
     Locked { path: PathBuf, holder: Option<u32> },

@@ -171,7 +171,7 @@ fn a_second_writer_is_refused() {
     let said = second.err().unwrap().to_string();
     assert!(
         said.contains(&format!(
-            "another bl process (pid {}) writes",
+            "another process (pid {}) writes",
             std::process::id()
         )),
         "{said}"
