@@ -295,8 +295,24 @@ pub fn build_polyglot(
         return Ok((built, version));
     }
     let staged = out_dir.join(format!(".{}.componentize.wasm", file.name));
+    // Built from a copy of exactly the files the digest covers (never a
+    // `.venv` or `target/` inside the plugin's directory).
+    let scratch = out_dir.join(format!(".{}.build", file.name));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let sources = scratch.join("plugin");
+    copy_sources(dir, &sources)?;
     let out = if python {
+        // With no site-packages: componentize-py adds an active venv's, else
+        // python3's own and the user's, so a build would hold the builder's
+        // packages, which are neither the plugin's nor under its digest.
+        let no_packages = scratch.join("env");
+        let site_packages = no_packages.join("lib/site-packages");
+        std::fs::create_dir_all(&site_packages).map_err(io_error(&site_packages))?;
         Command::new(&tool)
+            .env("VIRTUAL_ENV", &no_packages)
+            // Its own stack, under a Python traceback, says nothing to the
+            // plugin's author.
+            .env("RUST_LIB_BACKTRACE", "0")
             .arg("-d")
             .arg(&wit)
             .args([
@@ -305,7 +321,7 @@ pub fn build_polyglot(
                 "componentize",
                 "-p",
             ])
-            .arg(dir)
+            .arg(&sources)
             .arg("-p")
             .arg(&sdk)
             .arg(file.entry())
@@ -313,15 +329,12 @@ pub fn build_polyglot(
             .arg(&staged)
             .output()
     } else {
-        // The SDK is imported as `./bl_plugin.js`: the plugin and the SDK
-        // are put side by side in a scratch copy, and built from there.
-        let scratch = out_dir.join(format!(".{}.js-build", file.name));
-        let _ = std::fs::remove_dir_all(&scratch);
-        copy_sources(dir, &scratch)?;
-        copy_sources(&sdk, &scratch)?;
-        let out = Command::new("node")
+        // The SDK is imported as `./bl_plugin.js`: it is put beside the
+        // plugin's files.
+        copy_sources(&sdk, &sources)?;
+        Command::new("node")
             .arg(&tool)
-            .arg(scratch.join(file.entry()))
+            .arg(sources.join(file.entry()))
             .arg("-w")
             .arg(&wit)
             .args([
@@ -335,19 +348,24 @@ pub fn build_polyglot(
                 "-o",
             ])
             .arg(&staged)
-            .output();
-        let _ = std::fs::remove_dir_all(&scratch);
-        out
-    }
-    .map_err(io_error(&tool))?;
+            .output()
+    };
+    let _ = std::fs::remove_dir_all(&scratch);
+    let out = out.map_err(io_error(&tool))?;
     if !out.status.success() {
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stderr).trim(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
+        let hint = if python && said.contains("ModuleNotFoundError") {
+            "\nA Python plugin is built from its own directory and bl's SDK only, never from packages installed on this machine: copy a pure-Python package it imports into the plugin's directory, so that the build and its signed digest hold it."
+        } else {
+            ""
+        };
         return Err(BuildError::Source {
             path: dir.to_path_buf(),
-            message: format!(
-                "{version} could not build it: {}{}",
-                String::from_utf8_lossy(&out.stderr).trim(),
-                String::from_utf8_lossy(&out.stdout).trim()
-            ),
+            message: format!("{version} could not build it: {said}{hint}"),
         });
     }
     let mut bytes = std::fs::read(&staged).map_err(io_error(&staged))?;

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bl_e2e::{bl_binary, repo_root, test_plugin_dir};
+use bl_e2e::{bl_binary, copy_tree, repo_root, test_plugin_dir};
 use serde_json::Value;
 
 use crate::graph_artifacts::{Case, text};
@@ -184,6 +184,99 @@ fn scaffolds_of(lang: &str, uncaught: &str, says: &str) {
         out.contains("its stderr ended with") && out.contains(says),
         "{out}"
     );
+}
+
+/// A Python plugin is built from its own files and bl's SDK alone. A
+/// package the builder has installed (in an active venv, or in python3's
+/// own or the user's site-packages, which componentize-py adds by itself)
+/// is never taken into the component: the build says to copy it into the
+/// plugin's directory, and once there it is built in, under the digest.
+#[test]
+fn a_python_plugin_never_takes_packages_from_the_builders_machine() {
+    if !polyglot_toolchains() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let here = scratch.path();
+    let package = "pass_word = 'open sesame'\n";
+    let venv_site = here.join("venv/lib/python3/site-packages/builders_only");
+    std::fs::create_dir_all(&venv_site).unwrap();
+    std::fs::write(venv_site.join("__init__.py"), package).unwrap();
+    let user_base = here.join("user");
+    let user_site = Command::new("python3")
+        .args(["-c", "import site; print(site.getusersitepackages())"])
+        .env("PYTHONUSERBASE", &user_base)
+        .output()
+        .unwrap();
+    let user_site = PathBuf::from(String::from_utf8(user_site.stdout).unwrap().trim());
+    std::fs::create_dir_all(user_site.join("builders_only")).unwrap();
+    std::fs::write(user_site.join("builders_only/__init__.py"), package).unwrap();
+
+    let (code, _, err) = bl(
+        here,
+        &[
+            "plugin",
+            "new",
+            "uses-a-package",
+            "--kind",
+            "gate",
+            "--lang",
+            "python",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(
+        here.join("uses-a-package/app.py"),
+        "import bl_plugin\nimport builders_only\nimport wit_world\n\n\nclass WitWorld(wit_world.WitWorld):\n    def check(self, root, config):\n        return bl_plugin.passed(builders_only.pass_word)\n",
+    )
+    .unwrap();
+    let build = |env: (&str, &Path)| {
+        let out = Command::new(bl_binary())
+            .args(["plugin", "build", "uses-a-package", "--out", "out"])
+            .current_dir(here)
+            .env_remove("VIRTUAL_ENV")
+            .env(env.0, env.1)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), said)
+    };
+    for builders in [
+        ("VIRTUAL_ENV", here.join("venv")),
+        ("PYTHONUSERBASE", user_base),
+    ] {
+        let (code, said) = build((builders.0, &builders.1));
+        assert_ne!(code, Some(0), "built with {}'s package: {said}", builders.0);
+        assert!(
+            said.contains("builders_only")
+                && said
+                    .contains("copy a pure-Python package it imports into the plugin's directory"),
+            "{said}"
+        );
+        assert!(!here.join("out/uses-a-package.wasm").exists());
+    }
+    copy_tree(&venv_site, &here.join("uses-a-package/builders_only"));
+    let (code, said) = build(("VIRTUAL_ENV", &here.join("venv")));
+    assert_eq!(code, Some(0), "{said}");
+    std::fs::create_dir(here.join("ws")).unwrap();
+    let (code, out, err) = bl(
+        here,
+        &[
+            "plugin",
+            "run",
+            "out/uses-a-package.wasm",
+            "--workspace",
+            "ws",
+            "--config",
+            "{}",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("open sesame"), "{out}");
 }
 
 /// The shipped conformance corpus (conformance/word-count, written by its
