@@ -82,15 +82,21 @@ fn build(allocator: AllocatorChoice) -> PluginHost {
     let here = crate::plugin_registry::Project::current().ok();
     // A project's installed plugins come first, pinned by its lock.
     let project = here.clone().filter(|p| p.lock_path().is_file());
-    let trust = TrustPolicy::new(
-        &paths::bundled_plugin_dirs(),
-        allowed_unsigned(),
-        Box::new(move || {
-            here.as_ref()
-                .map(crate::plugin_registry::signed_digests)
-                .unwrap_or_default()
-        }),
-    );
+    let trust = TrustPolicy::new(&paths::bundled_plugin_dirs(), allowed_unsigned(), {
+        // Read once, on first need; each answer checks only the
+        // signatures of that digest's versions.
+        let registries = std::sync::OnceLock::new();
+        Box::new(move |digest: &str| {
+            registries
+                .get_or_init(|| {
+                    here.as_ref()
+                        .map(crate::plugin_registry::trusted_registries)
+                        .unwrap_or_default()
+                })
+                .iter()
+                .any(|registry| registry.signs(digest))
+        })
+    });
     let mut search = paths::plugin_search_path();
     let Some(project) = project else {
         return PluginHost::new(config, search).with_trust(trust);

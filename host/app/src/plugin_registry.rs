@@ -246,11 +246,11 @@ pub fn registry_dir(named: Option<&Path>) -> AppResult<PathBuf> {
         })
 }
 
-/// The component digests a key the project trusts signed, in the registry
-/// shipped with bl and in the directory `BL_REGISTRY` names (a web
-/// registry is not fetched for this: install from it instead). A registry
-/// that does not read signs nothing.
-pub fn signed_digests(project: &Project) -> BTreeSet<String> {
+/// The registries whose signatures (by keys the project trusts) let an
+/// unpinned plugin run: the one shipped with bl and the directory
+/// `BL_REGISTRY` names (a web registry is not fetched for this: install
+/// from it instead). A registry that does not read signs nothing.
+pub fn trusted_registries(project: &Project) -> Vec<Registry> {
     let named = std::env::var_os("BL_REGISTRY")
         .map(PathBuf::from)
         .filter(|d| d.join(bl_registry::INDEX).is_file());
@@ -261,7 +261,6 @@ pub fn signed_digests(project: &Project) -> BTreeSet<String> {
         .into_iter()
         .chain(shipped)
         .filter_map(|dir| open_registry(project, &dir).ok())
-        .flat_map(|registry| registry.signed_digests())
         .collect()
 }
 
@@ -851,6 +850,9 @@ pub fn list_plugins() -> PluginList {
     }
 }
 
+/// Why a run refuses a component bl.lock pins other bytes of.
+const PIN_MISMATCH: &str = "refused: not the bytes bl.lock pins";
+
 /// One component read for the list; `before` is what was listed already.
 fn listed(host: &bl_plugins::PluginHost, path: PathBuf, before: &[Listed]) -> Listed {
     let name = path
@@ -883,9 +885,24 @@ fn listed(host: &bl_plugins::PluginHost, path: PathBuf, before: &[Listed]) -> Li
                 .map(|summary| (summary, package.manifest.clone()))
                 .map_err(|e| e.to_string())
         });
+    let found = host.find(&listed.path.display().to_string());
     let (summary, manifest) = match read {
         Ok(read) => read,
         Err(why) => {
+            // Bytes changed after bl.lock pinned them are said as such,
+            // whether or not they still read as a component.
+            let pinned_other = matches!(found, Err(bl_plugins::FindError::PinMismatch { .. }));
+            if pinned_other {
+                listed.trust = Some("VerificationFailed".into());
+            }
+            listed.runs = Some(
+                if pinned_other {
+                    PIN_MISMATCH
+                } else {
+                    "refused: it cannot be read"
+                }
+                .into(),
+            );
             listed.error = Some(why);
             return listed;
         }
@@ -899,7 +916,7 @@ fn listed(host: &bl_plugins::PluginHost, path: PathBuf, before: &[Listed]) -> Li
     listed.manifest_matches = matches;
     // What a run would decide about these bytes, by the same rules.
     let signed = host.is_signed(&summary.component_digest);
-    let (trust, runs) = match host.find(&listed.path.display().to_string()) {
+    let (trust, runs) = match found {
         Ok(found) => match found.provenance {
             Some(bl_plugins::Provenance::Pinned) => ("Verified", "pinned".to_string()),
             Some(bl_plugins::Provenance::Signed) => ("Verified", "signed".into()),
@@ -909,10 +926,9 @@ fn listed(host: &bl_plugins::PluginHost, path: PathBuf, before: &[Listed]) -> Li
                 ("NotSigned", "allowed unsigned".into())
             }
         },
-        Err(bl_plugins::FindError::PinMismatch { .. }) => (
-            "VerificationFailed",
-            "refused: not the bytes bl.lock pins".into(),
-        ),
+        Err(bl_plugins::FindError::PinMismatch { .. }) => {
+            ("VerificationFailed", PIN_MISMATCH.into())
+        }
         Err(bl_plugins::FindError::Unsigned { .. }) => (
             "NotSigned",
             format!("refused unless --allow-unsigned {}", listed.name),

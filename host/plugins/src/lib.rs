@@ -39,7 +39,7 @@ pub use host::LogEntry;
 pub use limits::Limits;
 pub use package::{PackageError, PluginPackage};
 pub use plugin_host::{
-    FindError, FoundPlugin, Grant, Pin, PluginHost, Provenance, SignedDigests, TrustPolicy,
+    FindError, FoundPlugin, Grant, Pin, PluginHost, Provenance, SignedBy, TrustPolicy,
     meets_requirement, split_requirement,
 };
 pub use runtime::{AllocatorChoice, Invocation, LoadOptions, Runtime, RuntimeConfig};

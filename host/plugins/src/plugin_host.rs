@@ -44,10 +44,9 @@ pub struct TrustPolicy {
     bundled: Vec<PathBuf>,
     /// Plugins the operator allows unsigned, by name (`--allow-unsigned`).
     allowed_unsigned: BTreeSet<String>,
-    /// Reads the digests trusted publishers signed, on first need (only a
-    /// plugin that is neither pinned nor bundled needs them).
-    signed: SignedDigests,
-    signed_read: OnceLock<BTreeSet<String>>,
+    /// Whether a trusted publisher signed a digest, asked only of a plugin
+    /// that is neither pinned nor bundled.
+    signed: SignedBy,
 }
 
 /// Whether only its owner may write to `dir`: a directory that others may
@@ -57,8 +56,9 @@ fn not_writable_by_others(dir: &Path) -> bool {
     std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o022 == 0)
 }
 
-/// Reads the component digests (`sha256:<hex>`) that a trusted key signed.
-pub type SignedDigests = Box<dyn Fn() -> BTreeSet<String> + Send + Sync>;
+/// Whether a trusted key signed the component whose digest (`sha256:<hex>`)
+/// is given.
+pub type SignedBy = Box<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// How a plugin came to be trusted, as a run records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +80,7 @@ impl TrustPolicy {
     pub fn new(
         bundled: &[PathBuf],
         allowed_unsigned: BTreeSet<String>,
-        signed: SignedDigests,
+        signed: SignedBy,
     ) -> TrustPolicy {
         TrustPolicy {
             bundled: bundled
@@ -90,7 +90,6 @@ impl TrustPolicy {
                 .collect(),
             allowed_unsigned,
             signed,
-            signed_read: OnceLock::new(),
         }
     }
 
@@ -100,9 +99,7 @@ impl TrustPolicy {
     }
 
     fn is_signed(&self, digest: &str) -> bool {
-        self.signed_read
-            .get_or_init(|| (self.signed)())
-            .contains(digest)
+        (self.signed)(digest)
     }
 }
 

@@ -10,8 +10,8 @@
 //! What this crate owns: the index format, the statement a signature
 //! covers, reading a registry fail-closed (a symlink, an oversized index,
 //! a name that is a path, an unreadable entry are refused, naming the
-//! place), verifying every signature offline against trusted keys once per
-//! load, semver resolution among the versions that verify, reading a
+//! place), verifying signatures offline against trusted keys (each at most
+//! once per load, and only when that version is asked about), semver resolution among the versions that verify, reading a
 //! component only when its bytes match the signed digest, and publishing
 //! (adding a signed version). Installing, pinning in a lock and running
 //! are the application's.
@@ -216,13 +216,15 @@ pub fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
-/// A registry, read and its signatures checked.
+/// A registry, read; each version's signature is checked when it is first
+/// asked about (a run asks about one plugin, not the whole index).
 #[derive(Debug)]
 pub struct Registry {
     pub root: PathBuf,
     pub index: Index,
-    /// Each version's trust, by (name, version).
-    pub trust: BTreeMap<(String, String), Trust>,
+    trusted: Vec<VerifierKey>,
+    /// Each version's trust, by (name, version), once checked.
+    trust: BTreeMap<(String, String), std::sync::OnceLock<Trust>>,
 }
 
 /// Reads `path` as a plain file of at most `limit` bytes.
@@ -298,10 +300,11 @@ fn check_version(name: &str, v: &Version, trusted: &[VerifierKey]) -> Trust {
 }
 
 impl Registry {
-    /// Reads the registry at `root` and checks every version's signature
-    /// against `trusted`, once. A registry that cannot be read safely is
-    /// refused as a whole; a version that does not verify is kept, with
-    /// its [`Trust`] saying why, so that it can be listed but not used.
+    /// Reads the registry at `root`, whose versions' signatures are checked
+    /// against `trusted` when first asked about. A registry that cannot be
+    /// read safely is refused as a whole; a version that does not verify is
+    /// kept, with its [`Trust`] saying why, so that it can be listed but not
+    /// used.
     pub fn load(root: &Path, trusted: &[VerifierKey]) -> Result<Registry, RegistryError> {
         let path = root.join(INDEX);
         no_links_between(root, &path)?;
@@ -348,12 +351,13 @@ impl Registry {
                         format!("{} is listed twice; a version is published once", v.version),
                     ));
                 }
-                trust.insert(key, check_version(name, v, trusted));
+                trust.insert(key, std::sync::OnceLock::new());
             }
         }
         Ok(Registry {
             root: root.to_path_buf(),
             index,
+            trusted: trusted.to_vec(),
             trust,
         })
     }
@@ -423,21 +427,21 @@ impl Registry {
             })
     }
 
-    /// The component digests of every version whose signature verifies
-    /// under a trusted key.
-    pub fn signed_digests(&self) -> std::collections::BTreeSet<String> {
+    /// Whether a version whose component digest is `digest` has a
+    /// signature that verifies under a trusted key (only those versions'
+    /// signatures are checked).
+    pub fn signs(&self, digest: &str) -> bool {
         self.index
             .plugins
             .iter()
             .flat_map(|(name, versions)| versions.iter().map(move |v| (name, v)))
-            .filter(|(name, v)| {
+            .filter(|(_, v)| v.component_sha256 == digest)
+            .any(|(name, v)| {
                 matches!(
                     self.trust_of(name, &v.version),
                     Some(Trust::Verified { .. })
                 )
             })
-            .map(|(_, v)| v.component_sha256.clone())
-            .collect()
     }
 
     /// The highest version of `name` a trusted key signed as built from
@@ -456,7 +460,14 @@ impl Registry {
     }
 
     pub fn trust_of(&self, name: &str, version: &str) -> Option<&Trust> {
-        self.trust.get(&(name.to_string(), version.to_string()))
+        let checked = self.trust.get(&(name.to_string(), version.to_string()))?;
+        let listed = self
+            .index
+            .plugins
+            .get(name)?
+            .iter()
+            .find(|v| v.version == version)?;
+        Some(checked.get_or_init(|| check_version(name, listed, &self.trusted)))
     }
 
     /// The component of `name@version`, read only when its bytes are the

@@ -430,6 +430,18 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
         "{}",
         text(&verify)
     );
+    // The list says the same, though the bytes no longer read as a component.
+    let listed = bl_in(&project, &cache, &["plugin", "list", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let first = &listed["plugins"][0];
+    assert_eq!(
+        (first["trust"].as_str(), first["runs"].as_str()),
+        (
+            Some("VerificationFailed"),
+            Some("refused: not the bytes bl.lock pins")
+        ),
+        "{listed}"
+    );
     let looped = bl_in(&project, &cache, &["run", "loops/wc", "--yes", "--json"]);
     assert_ne!(looped.status.code(), Some(0), "{}", text(&looped));
     assert!(text(&looped).contains("pins"), "{}", text(&looped));
