@@ -221,18 +221,22 @@ pub fn list(root: &Path) -> Vec<(PathBuf, Value)> {
         .collect()
 }
 
-/// Whether the package at `dir` reads and lints: None when it does, else
-/// why not (as `bl lint` says it).
+/// Whether the package at `dir` reads and lints (a `kind: plugin` gate is
+/// also prepared: found, trusted, taking its config): None when it does,
+/// else why not (as `bl lint` says it).
 pub fn lint(dir: &Path) -> Option<String> {
     if !dir.is_dir() {
         return Some(format!("'{}' is not a directory", absolute(dir).display()));
     }
-    crate::loop_run::read_package(dir).err().map(|e| {
-        e.message()
-            .trim_start_matches("bl run: manifest error — ")
-            .trim_start_matches("bl run: ")
-            .to_string()
-    })
+    crate::loop_run::read_package(dir)
+        .and_then(|package| crate::loop_run::check_plugin_gates(&package))
+        .err()
+        .map(|e| {
+            e.message()
+                .trim_start_matches("bl run: manifest error — ")
+                .trim_start_matches("bl run: ")
+                .to_string()
+        })
 }
 
 /// What `bl show` flags about a loop, as bounded-loops flags it: who takes

@@ -462,6 +462,35 @@ fn handoff_text(
     s
 }
 
+/// Whether the package's `kind: plugin` gates (bl's own kind) would be
+/// prepared here: found, trusted, of the version asked, taking their
+/// config. What `bl lint` checks beyond the manifest; nothing is judged.
+pub fn check_plugin_gates(package: &Package) -> Result<(), AppError> {
+    fn uses_plugin(spec: &bl_loops::manifest::GateSpec) -> bool {
+        spec.kind == bl_loops::manifest::PLUGIN_GATE || spec.gates.iter().any(uses_plugin)
+    }
+    let m = &package.manifest;
+    if !uses_plugin(&m.gate) {
+        return Ok(());
+    }
+    let plugins = GatePlugins {
+        host: crate::plugin_host::shared(),
+        commands: sandbox_runner(false, &[])?,
+        deadline: Duration::from_secs(1),
+    };
+    LoopGate::new(
+        plugins,
+        &m.gate,
+        None,
+        &package.dir,
+        &package.dir,
+        &m.outputs,
+        package.bounds.schema.as_deref(),
+    )
+    .map(drop)
+    .map_err(|e| AppError::Undecided(format!("the gate could not be prepared: {e}")))
+}
+
 fn sandbox_runner(sandbox: bool, hidden: &[PathBuf]) -> Result<Arc<dyn CommandRunner>, AppError> {
     let tier = if sandbox {
         bl_sandbox::Tier::ProcessRestricted

@@ -221,6 +221,21 @@ fn a_loop_gate_config_its_plugin_would_refuse_is_refused_before_the_first_lap() 
             .args(["run", "loops/wc", "--yes", "--run-id", id]);
         command.output().unwrap()
     };
+    let lint = || {
+        let out = Command::new(bl_binary())
+            .current_dir(case.path(""))
+            .args(["lint", "loops/wc"])
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out))
+    };
+    // `bl lint` prepares the gate as a run would, without running anything.
+    let (code, said) = lint();
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("[FAIL]") && said.contains("at /gate/config/files"),
+        "{said}"
+    );
     let refused = run("refused");
     let said = text(&refused);
     assert_ne!(refused.status.code(), Some(0), "{said}");
@@ -236,12 +251,26 @@ fn a_loop_gate_config_its_plugin_would_refuse_is_refused_before_the_first_lap() 
     );
     // notes.md is no JSON string: the gate judges (and rejects) each lap.
     with_config("{schema: {type: string}, files: [seed/notes.md]}");
+    assert_eq!(lint().0, Some(0), "{}", lint().1);
     let judged = run("judged");
     assert!(
         !ledger_laps(&package, "judged").is_empty(),
         "{}",
         text(&judged)
     );
+    // A gate plugin that is nowhere: lint says so, and a run ends before
+    // its first lap with exit 3 (the gate cannot decide), as loops.md says.
+    let text_now = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text_now.replace("plugin: jsonschema", "plugin: no-such-gate"),
+    )
+    .unwrap();
+    let (code, said) = lint();
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("plugin \"no-such-gate\" not found"), "{said}");
+    let missing = run("missing");
+    assert_eq!(missing.status.code(), Some(3), "{}", text(&missing));
 }
 
 /// The laps a loop run recorded in its ledger.
