@@ -509,9 +509,12 @@ fn classify_trap(
     }
     // What the guest last said on stderr (a Python traceback, a Rust
     // panic's message) comes first: it says why in the plugin's own words.
-    let message = match stderr.trim() {
-        "" => format!("{error:#}"),
-        said => format!("its stderr ended with:\n{said}\n{error:#}"),
+    // After it, the trap alone: the wasm backtrace of a runtime's abort
+    // (a Python exception ends in one) says nothing to the plugin's author.
+    let message = match (stderr.trim(), error.downcast_ref::<Trap>()) {
+        ("", _) => format!("{error:#}"),
+        (said, Some(trap)) => format!("its stderr ended with:\n{said}\n{trap}"),
+        (said, None) => format!("its stderr ended with:\n{said}\n{error:#}"),
     };
     PluginError::Trap { plugin, message }
 }

@@ -184,6 +184,8 @@ fn scaffolds_of(lang: &str, uncaught: &str, says: &str) {
         out.contains("its stderr ended with") && out.contains(says),
         "{out}"
     );
+    // The runtime's own wasm stack does not follow the plugin's words.
+    assert!(!out.contains("wasm backtrace"), "{out}");
 }
 
 /// A Python plugin is built from its own files and bl's SDK alone. A
