@@ -58,7 +58,7 @@ pub fn capabilities() -> Value {
     let bwrap = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
         .iter()
         .any(|p| Path::new(p).is_file());
-    json!({
+    let mut caps = json!({
         "engine": {"name": "bl", "version": env!("CARGO_PKG_VERSION"), "graph_api_version": "bounded-loops.dev/graph/v1",
                    "compatible_with": "bounded-loops 0.7 (manifests, loop packages, ledgers, run directories, exit codes)",
                    "what_it_is": "A bounded loop drives one task to a finish an independent gate verifies; a graph is a DAG of gated nodes. Every run leaves a hash-chained record that bl verify checks."},
@@ -82,7 +82,66 @@ pub fn capabilities() -> Value {
         "isolation": {"bubblewrap": bwrap, "tiers": ["workspace_only", "process_restricted", "container_restricted"], "never_available": ["customer_managed_worker"],
                       "fails_closed": "a tier this machine cannot provide is refused, never downgraded"},
         "plugins": {"wit_package": bl_plugins::WIT_PACKAGE, "worlds": ["gate", "completion-contract", "transform", "publication-policy"]},
-        "reporting_rule": "Report the status bl returned as it is. Only DONE means the gate passed; an ERROR has no verdict at all.",
+        "reporting_rule": "Report the status bl returned as it is. Only DONE means the gate passed (SUCCEEDED, for a graph run); an ERROR has no verdict at all.",
+        "platform": {"platform": std::env::consts::OS, "bubblewrap": bwrap,
+                     "caveat": "This describes this machine. A graph that plans here is still refused, before it runs, on a machine that cannot give a node its isolation tier."},
+    });
+    if let (Some(all), Value::Object(graphs)) = (caps.as_object_mut(), graph_capabilities()) {
+        all.extend(graphs);
+    }
+    caps
+}
+
+/// What a graph/v1 manifest may say and what this engine does with it, in
+/// the keys bounded-loops' `bl_capabilities` uses, from the compiler's
+/// own lists.
+fn graph_capabilities() -> Value {
+    use bl_graph::model::{DATA_CLASSES, EFFECTS, Effect, NODE_KINDS, Named, kind_fields};
+    use bl_graph::validate::{
+        FAILURE_POLICIES_HONOURED, FAILURE_POLICIES_REFUSED, MAX_ATTEMPTS_CEILING,
+        MAX_WALLCLOCK_S_CEILING,
+    };
+    let network: Vec<&str> = Effect::ALL
+        .iter()
+        .filter(|e| e.reaches_network())
+        .map(|e| e.name())
+        .collect();
+    let codes: Vec<&str> = bl_graph::RefusalCode::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .collect();
+    let states: Vec<&str> = bl_run::projection::RunState::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    json!({
+        "node_kinds": NODE_KINDS.iter().map(|kind| json!({"kind": kind, "extra_required_fields": kind_fields(kind), "extra_optional_fields": []})).collect::<Vec<_>>(),
+        "failure_policies": {"declared": FAILURE_POLICIES_HONOURED.iter().chain(FAILURE_POLICIES_REFUSED).collect::<Vec<_>>(),
+                             "honoured": FAILURE_POLICIES_HONOURED, "refused": FAILURE_POLICIES_REFUSED,
+                             "why_refused": "No runtime routes them yet: a graph declaring one is refused (on_failure_unimplemented) rather than run with its policy dropped."},
+        "repair": {"how": "on_failure: {mode: repair, target: <an ancestor>} runs that ancestor and what follows it again, a round at a time",
+                   "requires": "policies.repair_budget > 0 (the rounds a run may spend), else the graph is refused",
+                   "attempts_reset_at_a_boundary": true,
+                   "identity_warning": "attempt numbers start again in each round: a node's attempt is named by its round and its attempt together"},
+        "effects": {"vocabulary": EFFECTS, "network_bearing": network, "retry_requires_idempotency_key": network,
+                    "rule": "A node with an effect that reaches the world (external_write, financial, irreversible) may not be retried: declare max_attempts: 1.",
+                    "approval": "An approval node authorizes the effects downstream of it; an outbox publish with no approval upstream is refused."},
+        "budgets": [
+            {"field": "max_attempts", "unit": "attempts", "ceiling": MAX_ATTEMPTS_CEILING, "enforced_by": "the controller, per node and per repair round"},
+            {"field": "max_wallclock_s", "unit": "seconds", "ceiling": MAX_WALLCLOCK_S_CEILING, "enforced_by": "each attempt's deadline: its worker is stopped when it passes"},
+            {"field": "max_tokens", "unit": "tokens", "enforced_by": "the tokens the worker reports; a worker that reports none fails the node (budget_unmeasurable)"},
+            {"field": "max_cost_microunits", "unit": "microunits (1e-6 of the price table's currency)", "enforced_by": "the cost the worker reports, as tokens"},
+        ],
+        "graph_run_states": {"all": states, "success": ["SUCCEEDED"], "not_success": ["FAILED"], "non_terminal": ["PENDING", "RUNNING"],
+                             "contract": "A graph run (bl graph run, graph_status) ends SUCCEEDED or FAILED; only SUCCEEDED is success. PENDING or RUNNING means it has not ended (it may be waiting for a person or a budget)."},
+        "data_classes": DATA_CLASSES,
+        "refusals": {"count": codes.len(), "codes": codes,
+                     "where": "each refusal names its code, the JSON pointer (with line and column) and a fix; docs/manifest-reference.md lists every field"},
+        "evidence_contracts": [
+            {"id": "bounded-loops.dev/slm-bridge/v1", "tool": "bl_graph_evidence", "operation": "observe_terminal_run"},
+            {"id": "bounded-loops.dev/slm-bridge/v2", "tool": "bl_graph_execution_evidence", "operation": "observe_verified_terminal_run"},
+        ],
+        "manifest_reference": "docs/manifest-reference.md",
     })
 }
 

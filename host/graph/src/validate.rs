@@ -52,6 +52,14 @@ const NODE_KEYS: &[&str] = &[
 ];
 const NODE_OPTIONAL: &[&str] = &["connection_slot", "on_failure"];
 const BUDGET_REQUIRED: &[&str] = &["max_attempts", "max_wallclock_s"];
+/// The most attempts a node's budget may declare (per repair round).
+pub const MAX_ATTEMPTS_CEILING: i64 = 100;
+/// The longest deadline, in seconds, a node's budget may declare (per attempt).
+pub const MAX_WALLCLOCK_S_CEILING: i64 = 86_400;
+/// The `on_failure` policies a graph may declare and the runtime routes.
+pub const FAILURE_POLICIES_HONOURED: &[&str] = &["fail_graph", "repair"];
+/// The ones bounded-loops declares but no runtime routes yet: refused.
+pub const FAILURE_POLICIES_REFUSED: &[&str] = &["await_human", "continue"];
 const BUDGET_OPTIONAL: &[&str] = &["max_tokens", "max_cost_microunits"];
 const EDGE_KEYS: &[&str] = &["from_node", "from_port", "to_node", "to_port"];
 const SLOT_KEYS: &[&str] = &["id", "requires", "data_class_max"];
@@ -628,8 +636,8 @@ fn budget(doc: &Node, p: &str) -> Result<Budget> {
             .hint(found(value))
         })
     };
-    let max_attempts = bounded("max_attempts", 100)?;
-    let max_wallclock_s = bounded("max_wallclock_s", 86_400)?;
+    let max_attempts = bounded("max_attempts", MAX_ATTEMPTS_CEILING.into())?;
+    let max_wallclock_s = bounded("max_wallclock_s", MAX_WALLCLOCK_S_CEILING.into())?;
     let nullable = |key: &str, lo: i128| -> Result<Option<i64>> {
         let value = field(doc, key);
         if value.is_null() {

@@ -385,6 +385,35 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
 
     assert!(call(10)["result"]["gates"].as_array().unwrap().len() > 3);
     assert_eq!(call(11)["result"]["status"], "ok");
+    // What a manifest may say, in bounded-loops' keys, from the compiler's
+    // own lists: an agent learns the kinds, policies and codes here.
+    let capabilities = &call(11)["result"]["capabilities"];
+    for key in [
+        "node_kinds",
+        "failure_policies",
+        "effects",
+        "budgets",
+        "graph_run_states",
+        "data_classes",
+        "refusals",
+        "evidence_contracts",
+        "platform",
+    ] {
+        assert!(capabilities.get(key).is_some(), "{key}: {capabilities}");
+    }
+    let loop_kind = capabilities["node_kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kind"] == "loop")
+        .unwrap();
+    assert_eq!(loop_kind["extra_required_fields"], json!(["loop_package"]));
+    let codes = capabilities["refusals"]["codes"].as_array().unwrap();
+    assert!(codes.contains(&json!("unknown_node_kind")), "{codes:?}");
+    assert_eq!(
+        capabilities["failure_policies"]["refused"],
+        json!(["await_human", "continue"])
+    );
     // A call without its required argument is not made.
     assert_eq!(call(12)["is_error"], true, "{}", call(12));
 
