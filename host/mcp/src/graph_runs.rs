@@ -163,16 +163,25 @@ fn settle(started: &Started, name: &str, run: RunHandle, mut answer: Value) -> V
 }
 
 impl GraphRuns<'_> {
-    fn inside(&self, given: &Option<String>) -> Result<Option<PathBuf>, Value> {
-        given.as_deref().map(|p| (self.contained)(p)).transpose()
+    /// The file argument `field` names, inside the workspace; refused in
+    /// the graph tools' shape, naming the argument.
+    fn inside(&self, field: &str, given: &Option<String>) -> Result<Option<PathBuf>, Value> {
+        given
+            .as_deref()
+            .map(|p| {
+                (self.contained)(p).map_err(|refused| {
+                    json!({"ok": false, "error": {"code": "path", "pointer": format!("/{field}"), "message": refused["message"]}})
+                })
+            })
+            .transpose()
     }
 
     /// `graph_run`: the plan and a token, or the run started with it.
     pub fn run(&self, args: &GraphRunArgs) -> Value {
         let (connections, inputs, recorded) = match (
-            self.inside(&args.connections),
-            self.inside(&args.inputs),
-            self.inside(&args.recorded),
+            self.inside("connections", &args.connections),
+            self.inside("inputs", &args.inputs),
+            self.inside("recorded", &args.recorded),
         ) {
             (Ok(c), Ok(i), Ok(r)) => (c, i, r),
             (Err(refused), _, _) | (_, Err(refused), _) | (_, _, Err(refused)) => return refused,
@@ -248,7 +257,7 @@ impl GraphRuns<'_> {
 
     /// `graph_resume` of the run at `dir` (named `run`).
     pub fn resume(&self, dir: &Path, args: &GraphResumeArgs) -> Value {
-        let inputs = match self.inside(&args.inputs) {
+        let inputs = match self.inside("inputs", &args.inputs) {
             Ok(inputs) => inputs,
             Err(refused) => return refused,
         };

@@ -1127,8 +1127,11 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
         "{}",
         call(9)
     );
+    // Refused in the graph tools' shape, naming the argument.
+    assert_eq!(call(10)["ok"], false, "{}", call(10));
+    assert_eq!(call(10)["error"]["pointer"], "/connections", "{}", call(10));
     assert!(
-        call(10)["message"]
+        call(10)["error"]["message"]
             .as_str()
             .unwrap()
             .contains("outside the workspace"),
