@@ -16,6 +16,7 @@ pub mod package;
 pub mod plugin;
 pub mod python;
 pub mod sha256;
+pub mod spelling;
 pub mod table;
 pub mod verdict;
 

@@ -177,16 +177,7 @@ impl fmt::Display for Refusal {
 
 impl std::error::Error for Refusal {}
 
-/// The closest of `known` to `word`, if it is close enough to be what was
-/// meant: "did you mean …?" for unknown keys, kinds and node ids.
-pub fn closest<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    known
-        .into_iter()
-        .map(|k| (strsim::damerau_levenshtein(word, k), k))
-        .filter(|(distance, k)| *distance <= (k.len().max(word.len()) / 3).max(1))
-        .min()
-        .map(|(_, k)| k)
-}
+pub use bl_core::spelling::closest;
 
 /// A "did you mean" line, when one of `known` is close to `word`.
 pub fn did_you_mean<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<String> {

@@ -256,6 +256,20 @@ fn inputs_digest(roots: &[(&str, &Path)], tool: &str) -> Result<String, BuildErr
     Ok(bl_core::Sha256Digest::finish(hasher).to_string())
 }
 
+/// What componentize-py says when the plugin's own code raised while it
+/// was built: that traceback alone, without the one of componentize-py's
+/// own wrapper around it and the cause it then repeats. Anything else is
+/// kept whole.
+fn plugins_own_traceback(said: &str) -> &str {
+    let Some(start) = said.find("AssertionError: Traceback (most recent call last):") else {
+        return said;
+    };
+    let own = &said[start + "AssertionError: ".len()..];
+    own.find("\n\nCaused by:")
+        .map_or(own, |end| &own[..end])
+        .trim_end()
+}
+
 /// Builds the Python or JavaScript plugin at `dir` into `out_dir` (unless
 /// a build of the same inputs is there already); with the tool's version.
 pub fn build_polyglot(
@@ -358,6 +372,11 @@ pub fn build_polyglot(
             String::from_utf8_lossy(&out.stderr).trim(),
             String::from_utf8_lossy(&out.stdout).trim()
         );
+        let said = if python {
+            plugins_own_traceback(&said)
+        } else {
+            &said
+        };
         let hint = if python && said.contains("ModuleNotFoundError") {
             "\nA Python plugin is built from its own directory and bl's SDK only, never from packages installed on this machine: copy a pure-Python package it imports into the plugin's directory, so that the build and its signed digest hold it."
         } else {

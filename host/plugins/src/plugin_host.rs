@@ -123,13 +123,16 @@ pub struct Pin {
 #[derive(Debug, thiserror::Error)]
 pub enum FindError {
     #[error(
-        "plugin {name:?} not found: it is not a file, and no {name}.wasm is in {}. Build the first-party plugins with `scripts/dev setup`, or set BL_PLUGIN_PATH",
-        searched.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        "plugin {name:?} not found: it is not a file, and no {name}.wasm is in {}.{} Install it from a registry (`bl plugin install {name}`), or name a directory holding it in BL_PLUGIN_PATH; bl's own plugins ship beside it (in a checkout, `scripts/dev setup` builds them)",
+        searched.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        nearest.as_ref().map(|n| format!(" Did you mean {n:?}?")).unwrap_or_default()
     )]
     NotFound {
         name: String,
-        /// Every directory looked in, in order.
+        /// Every directory looked in, in order (each once, as written).
         searched: Vec<PathBuf>,
+        /// A plugin on the path whose name is close to `name`.
+        nearest: Option<String>,
     },
     #[error(transparent)]
     Package(#[from] PackageError),
@@ -327,10 +330,50 @@ impl PluginHost {
             .iter()
             .map(|dir| dir.join(format!("{name}.wasm")))
             .find(|candidate| candidate.is_file())
-            .ok_or_else(|| FindError::NotFound {
-                name: name.to_string(),
-                searched: self.search_path.clone(),
+            .ok_or_else(|| self.not_found(name))
+    }
+
+    /// Why `name` is nowhere on the search path: the directories (each
+    /// once, `a/../b` written as `b`), and the nearest name there is.
+    fn not_found(&self, name: &str) -> FindError {
+        let mut searched: Vec<PathBuf> = Vec::new();
+        for dir in &self.search_path {
+            // As it resolves (a directory that is not there, as written
+            // without its `..`): said once, and as a person would write it.
+            let dir = dir.canonicalize().unwrap_or_else(|_| {
+                let mut plain = PathBuf::new();
+                for part in dir.components() {
+                    match part {
+                        std::path::Component::ParentDir => {
+                            plain.pop();
+                        }
+                        std::path::Component::CurDir => {}
+                        other => plain.push(other),
+                    }
+                }
+                plain
+            });
+            if !searched.contains(&dir) {
+                searched.push(dir);
+            }
+        }
+        let on_path: Vec<String> = searched
+            .iter()
+            .filter_map(|dir| std::fs::read_dir(dir).ok())
+            .flatten()
+            .filter_map(|entry| {
+                let path = entry.ok()?.path();
+                (path.extension()? == "wasm")
+                    .then(|| path.file_stem()?.to_str().map(str::to_string))?
             })
+            .collect();
+        let nearest = bl_core::spelling::closest(name, on_path.iter().map(String::as_str))
+            .map(str::to_string);
+        FindError::NotFound {
+            name: name.to_string(),
+            searched,
+            nearest,
+        }
     }
 
     /// Finds and reads a plugin, with its manifest's declarations. `name`

@@ -462,6 +462,29 @@ impl Runtime {
     }
 }
 
+/// What a guest wrote on stderr, less what its runtime adds that tells the
+/// plugin's author nothing: componentize-py's panic after a Python
+/// traceback, and Rust's hint to set RUST_BACKTRACE (which a guest never
+/// reads).
+fn guest_words(stderr: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    let mut lines = stderr.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.starts_with("thread '")
+            && line.contains("panicked at runtime/src/lib.rs")
+            && lines.peek() == Some(&"Python function threw an unexpected exception")
+        {
+            lines.next();
+            continue;
+        }
+        if line.starts_with("note: run with `RUST_BACKTRACE=1`") {
+            continue;
+        }
+        kept.push(line);
+    }
+    kept.join("\n")
+}
+
 fn classify_trap(
     limits: &Limits,
     plugin: String,
@@ -511,7 +534,7 @@ fn classify_trap(
     // panic's message) comes first: it says why in the plugin's own words.
     // After it, the trap alone: the wasm backtrace of a runtime's abort
     // (a Python exception ends in one) says nothing to the plugin's author.
-    let message = match (stderr.trim(), error.downcast_ref::<Trap>()) {
+    let message = match (guest_words(stderr).trim(), error.downcast_ref::<Trap>()) {
         ("", _) => format!("{error:#}"),
         (said, Some(trap)) => format!("its stderr ended with:\n{said}\n{trap}"),
         (said, None) => format!("its stderr ended with:\n{said}\n{error:#}"),

@@ -186,6 +186,10 @@ fn scaffolds_of(lang: &str, uncaught: &str, says: &str) {
     );
     // The runtime's own wasm stack does not follow the plugin's words.
     assert!(!out.contains("wasm backtrace"), "{out}");
+    assert!(
+        !out.contains("RUST_BACKTRACE") && !out.contains("Python function threw"),
+        "{out}"
+    );
 }
 
 /// A Python plugin is built from its own files and bl's SDK alone. A
@@ -260,6 +264,9 @@ fn a_python_plugin_never_takes_packages_from_the_builders_machine() {
             "{said}"
         );
         assert!(!here.join("out/uses-a-package.wasm").exists());
+        // The plugin's own traceback, once, without componentize-py's.
+        assert_eq!(said.matches("ModuleNotFoundError").count(), 1, "{said}");
+        assert!(!said.contains("Caused by"), "{said}");
     }
     copy_tree(&venv_site, &here.join("uses-a-package/builders_only"));
     let (code, said) = build(("VIRTUAL_ENV", &here.join("venv")));

@@ -271,6 +271,16 @@ fn a_loop_gate_config_its_plugin_would_refuse_is_refused_before_the_first_lap() 
     assert!(said.contains("plugin \"no-such-gate\" not found"), "{said}");
     let missing = run("missing");
     assert_eq!(missing.status.code(), Some(3), "{}", text(&missing));
+    // A name one slip away from a plugin on the path is offered.
+    let text_now = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text_now.replace("plugin: no-such-gate", "plugin: jsonschemx"),
+    )
+    .unwrap();
+    let (code, said) = lint();
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("Did you mean \"jsonschema\"?"), "{said}");
 }
 
 /// The laps a loop run recorded in its ledger.
