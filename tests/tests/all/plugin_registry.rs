@@ -260,26 +260,26 @@ fn a_loop_gate_config_its_plugin_would_refuse_is_refused_before_the_first_lap() 
     );
     // A gate plugin that is nowhere: lint says so, and a run ends before
     // its first lap with exit 3 (the gate cannot decide), as loops.md says.
-    let text_now = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(
-        &manifest,
-        text_now.replace("plugin: jsonschema", "plugin: no-such-gate"),
-    )
-    .unwrap();
-    let (code, said) = lint();
-    assert_eq!(code, Some(1), "{said}");
+    let linted_with = |plugin: &str| {
+        let text_now = std::fs::read_to_string(&manifest).unwrap();
+        let start = text_now.find("  plugin: ").unwrap();
+        let end = start + text_now[start..].find('\n').unwrap();
+        let edited = format!(
+            "{}  plugin: {plugin}{}",
+            &text_now[..start],
+            &text_now[end..]
+        );
+        std::fs::write(&manifest, edited).unwrap();
+        let (code, said) = lint();
+        assert_eq!(code, Some(1), "{said}");
+        said
+    };
+    let said = linted_with("no-such-gate");
     assert!(said.contains("plugin \"no-such-gate\" not found"), "{said}");
     let missing = run("missing");
     assert_eq!(missing.status.code(), Some(3), "{}", text(&missing));
     // A name one slip away from a plugin on the path is offered.
-    let text_now = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(
-        &manifest,
-        text_now.replace("plugin: no-such-gate", "plugin: jsonschemx"),
-    )
-    .unwrap();
-    let (code, said) = lint();
-    assert_eq!(code, Some(1), "{said}");
+    let said = linted_with("jsonschemx");
     assert!(said.contains("Did you mean \"jsonschema\"?"), "{said}");
 }
 
