@@ -31,6 +31,8 @@ pub fn gates() -> Vec<Value> {
         json!({"kind": "pytest", "available": plugin("pytest") && pytest, "plugin": "pytest", "dependencies": ["python3 -m pytest"], "description": "Runs pytest -q in the workspace"}),
         json!({"kind": "jsonschema", "available": plugin("jsonschema"), "plugin": "jsonschema", "dependencies": [], "description": "Validates output.json against the loop's JSON Schema (drafts 7 and 2020-12), in wasm"}),
         json!({"kind": "composite", "available": true, "plugin": null, "dependencies": [], "description": "All child gates must pass (mode: all); any child error is an error"}),
+        json!({"kind": "plugin", "available": true, "plugin": null, "dependencies": [],
+               "description": "bl's own kind (bounded-loops refuses it): any gate plugin, named by gate.plugin (NAME or NAME@REQ), installed from a registry or on the plugin path (bl plugin list shows them), judging with gate.config; an unsigned one runs only with --allow-unsigned NAME"}),
     ];
     for (kind, tool) in [
         ("osv", "osv-scanner"),

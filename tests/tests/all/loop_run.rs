@@ -1067,6 +1067,15 @@ fn new_scaffolds_loops_that_lint_and_run_and_the_catalog_installs() {
     let gates: Value = serde_json::from_str(&l.bl(&["gates", "--json"]).stdout).unwrap();
     assert_eq!(gates["gates"][0]["kind"], "command");
     assert_eq!(gates["gates"][0]["available"], true);
+    // bl's own kind is listed with the others, so a loop author finds it.
+    assert!(
+        gates["gates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["kind"] == "plugin"),
+        "{gates}"
+    );
 }
 
 /// bounded-loops' own `bl verify` accepts the run directories bl writes.
