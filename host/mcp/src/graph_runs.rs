@@ -195,6 +195,15 @@ impl GraphRuns<'_> {
         if plan["ok"] != true {
             return plan;
         }
+        // A run refuses a graph it would deny nodes of, before anything
+        // runs: the preview says so, and hands out no token for it.
+        if let Some(first) = plan["warnings"].as_array().and_then(|w| w.first()).cloned() {
+            let denials = plan["warnings"].clone();
+            return json!({"ok": false, "executed": false, "error": {
+                "code": first["rule"], "pointer": first["pointer"],
+                "message": format!("the run would deny {} node(s), so it is refused before anything runs: {}", denials.as_array().map_or(0, Vec::len), first["message"].as_str().unwrap_or_default()),
+            }, "denials": denials});
+        }
         // The token binds the manifest and every file the run would read,
         // as they are now.
         let digest = |p: &Option<PathBuf>| p.as_deref().map(file_digest);

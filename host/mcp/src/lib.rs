@@ -460,12 +460,31 @@ fn audited(
     Ok(result)
 }
 
-/// A compiled manifest's plan, or why it was refused.
+/// What a run of `graph` would deny, node by node, as the command line's
+/// lint and plan warn of it (`bl graph run` refuses such a graph).
+pub(crate) fn warnings(
+    graph: &bl_graph::Graph,
+    bindings: Option<&std::collections::BTreeMap<String, bl_graph::model::Connection>>,
+) -> Value {
+    bl_graph::hazards::hazards(graph, bindings)
+        .into_iter()
+        .map(
+            |h| json!({"node": h.node, "pointer": h.pointer, "rule": h.rule, "message": h.message}),
+        )
+        .collect()
+}
+
+/// A compiled manifest's plan, with what a run would deny, or why it was
+/// refused.
 pub(crate) fn plan_answer(
     compiled: Result<(bl_graph::Graph, bl_graph::Plan), bl_app::graph_plan::PlanFailure>,
 ) -> Value {
     match compiled {
-        Ok((graph, plan)) => bl_app::graph_plan::plan_summary(&graph, &plan),
+        Ok((graph, plan)) => {
+            let mut summary = bl_app::graph_plan::plan_summary(&graph, &plan);
+            summary["warnings"] = warnings(&graph, Some(&plan.node_bindings));
+            summary
+        }
         Err(bl_app::graph_plan::PlanFailure::Manifest(m)) => refused_manifest(&m.refusal),
         Err(bl_app::graph_plan::PlanFailure::App(e)) => {
             json!({"ok": false, "error": {"code": "graph_plan", "pointer": "/", "message": e.message()}})
@@ -753,6 +772,7 @@ impl BlServer {
                 "version": graph.version,
                 "nodes": graph.nodes.iter().map(|n| json!({"id": n.id, "kind": n.kind.name()})).collect::<Vec<_>>(),
                 "edges": graph.edges.len(),
+                "warnings": warnings(&graph, None),
             }),
             Err(refusal) => refused_manifest(&refusal),
         };

@@ -1042,6 +1042,13 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
         - {id: ok, kind: approval, required_role: reviewer, inputs: {in: text}, outputs: {out: text}, effects: [read_only], isolation: workspace_only, budget: {max_attempts: 1, max_wallclock_s: 300}}\n\
         edges:\n- {from_node: a, from_port: out, to_node: ok, to_port: in}\n\
         policies: {data_class: internal, fail_mode: fail_closed}\n";
+    // An outbox publish with no approval before it: a run would deny it.
+    let unapproved = "api_version: bounded-loops.dev/graph/v1\ngraph_id: unapproved\nversion: 1.0.0\n\
+        connection_slots: []\nnodes:\n\
+        - {id: a, kind: research_claim, inputs: {}, outputs: {out: text}, effects: [], isolation: workspace_only, budget: {max_attempts: 1, max_wallclock_s: 300}}\n\
+        - {id: ship, kind: publish, publication_policy: outbox, inputs: {in: text}, outputs: {}, effects: [workspace_write], isolation: workspace_only, budget: {max_attempts: 1, max_wallclock_s: 300}}\n\
+        edges:\n- {from_node: a, from_port: out, to_node: ship, to_port: in}\n\
+        policies: {data_class: internal, fail_mode: fail_closed}\n";
     let run = json!({"manifest_yaml": manifest, "connections": "connections.json",
         "inputs": "inputs.json", "recorded": "replies.json"});
     let with = |extra: Value| {
@@ -1063,6 +1070,8 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
         ["graph_resume", {"run": "$run:5", "confirm": true, "confirm_token": "$token:7"}],
         ["graph_resume", {"run": "$run:5", "confirm": true, "confirm_token": "$token:7"}],
         ["graph_run", {"manifest_yaml": manifest, "connections": "/etc/passwd"}],
+        ["graph_lint", {"manifest_yaml": unapproved}],
+        ["graph_run", {"manifest_yaml": unapproved}],
     ]);
     let before: Vec<_> = std::fs::read_dir(workspace.path().join(".bounded-loops/runs"))
         .unwrap()
@@ -1127,6 +1136,25 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
         "{}",
         call(9)
     );
+    // What a run would deny: lint warns of it at its place, and the
+    // preview refuses it, handing out no token.
+    let linted = call(11);
+    assert_eq!(linted["ok"], true, "{linted}");
+    assert_eq!(
+        linted["warnings"][0]["rule"], "outbox_without_approval",
+        "{linted}"
+    );
+    assert_eq!(
+        linted["warnings"][0]["pointer"],
+        "/nodes/1/publication_policy"
+    );
+    let denied = call(12);
+    assert_eq!(denied["ok"], false, "{denied}");
+    assert_eq!(
+        denied["error"]["code"], "outbox_without_approval",
+        "{denied}"
+    );
+    assert!(denied.get("confirm_token").is_none(), "{denied}");
     // Refused in the graph tools' shape, naming the argument.
     assert_eq!(call(10)["ok"], false, "{}", call(10));
     assert_eq!(call(10)["error"]["pointer"], "/connections", "{}", call(10));
