@@ -187,13 +187,22 @@ impl GraphRuns<'_> {
             (Err(refused), _, _) | (_, Err(refused), _) | (_, _, Err(refused)) => return refused,
         };
         let roots = [self.workspace.to_path_buf()];
-        let mut plan = crate::plan_answer(bl_app::graph_plan::compile_text(
-            &args.manifest_yaml,
-            connections.as_deref(),
-            &roots,
-        ));
+        let compiled =
+            bl_app::graph_plan::compile_text(&args.manifest_yaml, connections.as_deref(), &roots);
+        let problems = compiled.as_ref().map_or_else(
+            |_| Vec::new(),
+            |(graph, plan)| crate::run_problems(graph, plan),
+        );
+        let mut plan = crate::plan_answer(compiled);
         if plan["ok"] != true {
             return plan;
+        }
+        // Said now, not after a token the run would then refuse.
+        if let Some(first) = problems.first() {
+            return json!({"ok": false, "executed": false, "error": {
+                "code": "graph_run_refused", "pointer": first["pointer"],
+                "message": format!("a run refuses this graph before anything runs: {}", first["message"].as_str().unwrap_or_default()),
+            }, "problems": problems});
         }
         // A run refuses a graph it would deny nodes of, before anything
         // runs: the preview says so, and hands out no token for it.

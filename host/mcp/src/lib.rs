@@ -474,6 +474,16 @@ pub(crate) fn warnings(
         .collect()
 }
 
+/// What a run refuses before it starts though the plan compiles (a tool it
+/// cannot run, a route to nowhere), each `{pointer, message}`.
+pub(crate) fn run_problems(graph: &bl_graph::Graph, plan: &bl_graph::Plan) -> Vec<Value> {
+    bl_run::schedule::Schedule::of(graph, plan)
+        .problems
+        .into_iter()
+        .map(|(pointer, message)| json!({"pointer": pointer, "message": message}))
+        .collect()
+}
+
 /// A compiled manifest's plan, with what a run would deny, or why it was
 /// refused.
 pub(crate) fn plan_answer(

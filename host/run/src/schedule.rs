@@ -466,6 +466,17 @@ impl Schedule {
             {
                 problems.push((format!("/nodes/{position}/tool_ref"), why.clone()));
             }
+            // A tier no machine of bl's provides: refused before the run,
+            // never found out when the node is reached.
+            if node.isolation == bl_graph::model::Isolation::CustomerManagedWorker {
+                problems.push((
+                    format!("/nodes/{position}/isolation"),
+                    format!(
+                        "node '{}' asks for customer_managed_worker, which runs on the customer's own worker: this version of bl cannot reach one. Choose workspace_only, process_restricted or container_restricted",
+                        node.id
+                    ),
+                ));
+            }
         }
         let mut edges = Vec::with_capacity(graph.edges.len());
         for e in &graph.edges {

@@ -1049,6 +1049,19 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
         - {id: ship, kind: publish, publication_policy: outbox, inputs: {in: text}, outputs: {}, effects: [workspace_write], isolation: workspace_only, budget: {max_attempts: 1, max_wallclock_s: 300}}\n\
         edges:\n- {from_node: a, from_port: out, to_node: ship, to_port: in}\n\
         policies: {data_class: internal, fail_mode: fail_closed}\n";
+    // A tool no run can start.
+    let no_such_tool = mini.replace(
+        "{id: a, kind: research_claim,",
+        "{id: a, kind: tool, tool_ref: nonsense,",
+    );
+    assert_ne!(no_such_tool, mini);
+    // A tier no machine of bl's provides.
+    let elsewhere = mini.replacen(
+        "effects: [], isolation: workspace_only",
+        "effects: [], isolation: customer_managed_worker",
+        1,
+    );
+    assert_ne!(elsewhere, mini);
     let run = json!({"manifest_yaml": manifest, "connections": "connections.json",
         "inputs": "inputs.json", "recorded": "replies.json"});
     let with = |extra: Value| {
@@ -1072,6 +1085,8 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
         ["graph_run", {"manifest_yaml": manifest, "connections": "/etc/passwd"}],
         ["graph_lint", {"manifest_yaml": unapproved}],
         ["graph_run", {"manifest_yaml": unapproved}],
+        ["graph_run", {"manifest_yaml": no_such_tool}],
+        ["graph_run", {"manifest_yaml": elsewhere}],
     ]);
     let before: Vec<_> = std::fs::read_dir(workspace.path().join(".bounded-loops/runs"))
         .unwrap()
@@ -1155,6 +1170,19 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
         "{denied}"
     );
     assert!(denied.get("confirm_token").is_none(), "{denied}");
+    let refused = call(13);
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert_eq!(refused["error"]["code"], "graph_run_refused", "{refused}");
+    assert_eq!(
+        refused["error"]["pointer"], "/nodes/0/tool_ref",
+        "{refused}"
+    );
+    assert!(refused.get("confirm_token").is_none(), "{refused}");
+    let refused = call(14);
+    assert_eq!(
+        refused["error"]["pointer"], "/nodes/0/isolation",
+        "{refused}"
+    );
     // Refused in the graph tools' shape, naming the argument.
     assert_eq!(call(10)["ok"], false, "{}", call(10));
     assert_eq!(call(10)["error"]["pointer"], "/connections", "{}", call(10));
