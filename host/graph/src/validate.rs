@@ -706,13 +706,14 @@ fn on_failure(doc: Option<&Node>, p: &str) -> Result<OnFailure> {
         Kind::Null => Ok(OnFailure::Unset),
         Kind::Str(s) => match s.as_str() {
             "fail_graph" => Ok(OnFailure::FailGraph),
-            "continue" | "await_human" => err(
+            "continue" | "await_human" => Err(Refusal::new(
                 RefusalCode::OnFailureUnimplemented,
                 p,
                 format!(
                     "on_failure='{s}' is declared but not yet routed by the runtime; only 'fail_graph' (the default) is honoured today"
                 ),
-            ),
+            )
+            .hint("honoured: fail_graph (the default), or {mode: repair, target: <an ancestor node>} with policies.repair_budget above 0")),
             "repair" => err(
                 RefusalCode::OnFailure,
                 p,
@@ -761,9 +762,12 @@ fn node_details(doc: &Node, p: &str, kind: NodeKind) -> Result<Vec<(String, Valu
                 }
             }
             "mode" => {
-                if one_of::<JoinMode>(value).is_none() {
-                    return err(RefusalCode::JoinMode, at, "join mode is not supported");
-                }
+                named::<JoinMode>(
+                    value,
+                    RefusalCode::JoinMode,
+                    at,
+                    "join mode is not supported",
+                )?;
             }
             "routes" => {
                 let routes = object(value, &at)?;

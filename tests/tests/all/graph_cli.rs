@@ -205,6 +205,35 @@ fn human_lint_errors_show_line_and_column() {
     );
 }
 
+/// A refusal whose message is bounded-loops' own says, on bl's lines
+/// below it, what was found and what would do.
+#[test]
+fn a_bad_join_mode_and_an_unrouted_failure_policy_say_what_would_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("graph.yaml");
+    let write = |join: &str, on_failure: &str| {
+        std::fs::write(
+            &manifest,
+            format!("api_version: bounded-loops.dev/graph/v1\ngraph_id: j\nversion: 1.0.0\nconnection_slots: []\nnodes:\n- {{id: a, kind: research_claim, inputs: {{}}, outputs: {{out: text}}, effects: [], isolation: workspace_only, budget: {{max_attempts: 1, max_wallclock_s: 300}}{on_failure}}}\n- {{id: m, kind: join, mode: {join}, inputs: {{a: text}}, outputs: {{out: text}}, effects: [], isolation: workspace_only, budget: {{max_attempts: 1, max_wallclock_s: 300}}}}\nedges:\n- {{from_node: a, from_port: out, to_node: m, to_port: a}}\npolicies: {{data_class: internal, fail_mode: fail_closed}}\n"),
+        )
+        .unwrap();
+        let (code, _, stderr) = run(&["graph", "lint", manifest.to_str().unwrap()], dir.path());
+        assert_eq!(code, 2, "{stderr}");
+        stderr
+    };
+    let said = write("all", "");
+    assert!(
+        said.contains("found \"all\"")
+            && said.contains("allowed: all_selected, all_successful, any_successful"),
+        "{said}"
+    );
+    let said = write("all_successful", ", on_failure: continue");
+    assert!(
+        said.contains("honoured: fail_graph (the default), or {mode: repair"),
+        "{said}"
+    );
+}
+
 #[test]
 fn plan_out_writes_the_bytes_the_plan_id_hashes() {
     let dir = tempfile::tempdir().unwrap();
