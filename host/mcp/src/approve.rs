@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 /// `graph_approve`'s arguments (bounded-loops' shape).
 #[derive(Debug, Deserialize, serde::Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ApproveArgs {
     /// The run's name under .bounded-loops/runs, never a path.
     pub run: String,

@@ -21,6 +21,7 @@ use crate::confirm::Confirmations;
 /// adds to run it (a preview first, its token, and the files a run of a
 /// graph with agent nodes needs, each inside the workspace).
 #[derive(Debug, Deserialize, serde::Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct GraphRunArgs {
     /// The graph manifest (graph/v1), as YAML (or JSON) text.
     pub manifest_yaml: String,
@@ -47,6 +48,7 @@ pub struct GraphRunArgs {
 
 /// `graph_resume`'s arguments (bounded-loops' shape, with the token).
 #[derive(Debug, Deserialize, serde::Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct GraphResumeArgs {
     /// The run's name under .bounded-loops/runs, never a path.
     pub run: String,

@@ -144,6 +144,7 @@ fn unix_now() -> u64 {
 
 /// A manifest given as text.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ManifestArgs {
     /// The graph manifest (graph/v1), as YAML (or JSON) text.
     pub manifest_yaml: String,
@@ -154,6 +155,7 @@ pub struct ManifestArgs {
 
 /// A run, by its name under the workspace's `.bounded-loops/runs`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RunArgs {
     /// The run's name (a directory under `.bounded-loops/runs`), never a path.
     pub run: String,
@@ -164,6 +166,7 @@ pub struct RunArgs {
 
 /// `graph_status`'s arguments: a run, and whether to give its history.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct StatusArgs {
     /// The run's name (a directory under `.bounded-loops/runs`), never a path.
     pub run: String,
@@ -180,6 +183,7 @@ pub struct StatusArgs {
 
 /// Only where to go on, for the tools that take nothing else.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PageArgs {
     /// Where to go on in a result that came back in pages.
     #[serde(default)]
@@ -188,6 +192,7 @@ pub struct PageArgs {
 
 /// `bl_run`'s arguments (bounded-loops' shape).
 #[derive(Debug, Deserialize, serde::Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RunLoopArgs {
     /// The loop package's directory, relative to the workspace (or absolute, inside it).
     pub loop_dir: String,
@@ -219,6 +224,7 @@ pub struct RunLoopArgs {
 
 /// `bl_graph_terminal_runs`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TerminalRunsArgs {
     /// At most this many runs.
     #[serde(default = "a_hundred")]
@@ -233,6 +239,7 @@ fn a_hundred() -> u64 {
 
 /// The evidence tools' arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RunRefArgs {
     /// A finished run's name under .bounded-loops/runs (bl_graph_terminal_runs' run_ref).
     pub run_ref: String,
@@ -242,6 +249,7 @@ pub struct RunRefArgs {
 
 /// `bl_lint`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct LintLoopsArgs {
     /// Loop package directories, relative to the workspace (or absolute, inside it).
     pub loop_dirs: Vec<String>,
@@ -252,6 +260,7 @@ pub struct LintLoopsArgs {
 
 /// `bl_runs`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct LoopDirArgs {
     /// The loop package's directory, relative to the workspace (or absolute, inside it).
     pub loop_dir: String,
@@ -261,6 +270,7 @@ pub struct LoopDirArgs {
 
 /// `bl_catalog`'s filters.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CatalogArgs {
     /// Only loops with this role (any case).
     #[serde(default)]
@@ -277,6 +287,7 @@ pub struct CatalogArgs {
 
 /// `bl_search_loops`' arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SearchLoopsArgs {
     /// The task, in a person's words.
     pub task_description: String,
@@ -294,6 +305,7 @@ fn eight() -> i64 {
 
 /// `bl_audit_loops`' arguments.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct AuditLoopsArgs {
     /// Directories inside the workspace: a loop package, or one holding
     /// packages (in `loops/` or directly). Omitted: the workspace.
@@ -306,6 +318,7 @@ pub struct AuditLoopsArgs {
 
 /// `graph_compose`'s arguments (bounded-loops' shape).
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ComposeArgs {
     pub graph_id: String,
     /// The nodes, each a mapping with at least a string `id` and a `kind`.
@@ -330,6 +343,7 @@ fn first_version() -> String {
 
 /// `graph_interview`'s arguments: a saved graph's name, or a manifest.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct InterviewArgs {
     /// A graph saved as .bounded-loops/graphs/<name>.yaml.
     #[serde(default)]
@@ -344,6 +358,7 @@ pub struct InterviewArgs {
 
 /// One change `graph_configure` makes.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ConfigureArgs {
     /// A graph saved as .bounded-loops/graphs/<name>.yaml.
     pub name: String,

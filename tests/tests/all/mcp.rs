@@ -173,6 +173,7 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         ["bl_graph_execution_evidence", {"run_ref": "wide"}],
         ["graph_run", {"manifest_yaml": wide_manifest, "connections": "wide/connections.json"}],
         ["graph_status", {"run": "first", "events": true}],
+        ["graph_status", {"run": "first", "evnets": true}],
     ]);
     let report = drive(&python, workspace.path(), &calls);
     assert_eq!(report["protocol_version"], "2025-11-25");
@@ -345,6 +346,13 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
     let status = &call(3)["result"]["projection"];
     assert!(status.get("events").is_none(), "{status}");
     assert!(status["receipt_head_hash"].is_string());
+    // A misspelled argument is refused, naming it, rather than ignored.
+    assert_eq!(call(33)["is_error"], true, "{}", call(33));
+    assert!(
+        call(33).to_string().contains("unknown field `evnets`"),
+        "{}",
+        call(33)
+    );
     let history = &call(32)["result"]["projection"];
     let events = history["events"].as_array().unwrap();
     assert_eq!(
