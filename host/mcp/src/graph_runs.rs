@@ -172,7 +172,16 @@ impl GraphRuns<'_> {
             .as_deref()
             .map(|p| {
                 (self.contained)(p).map_err(|refused| {
-                    json!({"ok": false, "error": {"code": "path", "pointer": format!("/{field}"), "message": refused["message"]}})
+                    // The loop tools' words are about a directory; these
+                    // arguments are files.
+                    let missing = !self.workspace.join(p).exists()
+                        && !refused["message"].as_str().unwrap_or_default().contains("outside");
+                    let message = if missing {
+                        json!(format!("'{p}' does not exist: {field} names a file inside the workspace ({})", self.workspace.display()))
+                    } else {
+                        refused["message"].clone()
+                    };
+                    json!({"ok": false, "error": {"code": "path", "pointer": format!("/{field}"), "message": message}})
                 })
             })
             .transpose()

@@ -1095,6 +1095,7 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
         ["graph_run", {"manifest_yaml": unapproved}],
         ["graph_run", {"manifest_yaml": no_such_tool}],
         ["graph_run", {"manifest_yaml": elsewhere}],
+        ["graph_run", {"manifest_yaml": manifest, "connections": "nonexistent.json"}],
     ]);
     let before: Vec<_> = std::fs::read_dir(workspace.path().join(".bounded-loops/runs"))
         .unwrap()
@@ -1190,6 +1191,14 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
     assert_eq!(
         refused["error"]["pointer"], "/nodes/0/isolation",
         "{refused}"
+    );
+    let missing = call(15);
+    assert!(
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'nonexistent.json' does not exist: connections names a file"),
+        "{missing}"
     );
     // Refused in the graph tools' shape, naming the argument.
     assert_eq!(call(10)["ok"], false, "{}", call(10));
