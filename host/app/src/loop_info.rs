@@ -117,6 +117,11 @@ fn graph_capabilities() -> Value {
         .map(|s| s.as_str())
         .collect();
     json!({
+        "node_fields": {"required": bl_graph::validate::NODE_KEYS, "optional": bl_graph::validate::NODE_OPTIONAL},
+        "values": {"join_mode": bl_graph::model::JOIN_MODES, "isolation": bl_graph::model::ISOLATIONS,
+                   "edge_guard": bl_graph::model::EDGE_GUARDS, "fail_mode": bl_graph::model::FAIL_MODES,
+                   "tool_ref": ["command:<argv>", "transform:<plugin>@v<N>", "bl:sandbox-probe"],
+                   "publication_policy": "the name of a publication-policy plugin (bl plugin list shows them); bl's outbox policy publishes into the run's outbox what an approval before it allowed"},
         "node_kinds": NODE_KINDS.iter().map(|kind| json!({"kind": kind, "extra_required_fields": kind_fields(kind), "extra_optional_fields": []})).collect::<Vec<_>>(),
         "failure_policies": {"declared": FAILURE_POLICIES_HONOURED.iter().chain(FAILURE_POLICIES_REFUSED).collect::<Vec<_>>(),
                              "honoured": FAILURE_POLICIES_HONOURED, "refused": FAILURE_POLICIES_REFUSED,
@@ -138,6 +143,8 @@ fn graph_capabilities() -> Value {
                              "contract": "A graph run (bl graph run, graph_status) ends SUCCEEDED or FAILED; only SUCCEEDED is success. PENDING or RUNNING means it has not ended (it may be waiting for a person or a budget)."},
         "data_classes": DATA_CLASSES,
         "refusals": {"count": codes.len(), "codes": codes,
+                     "before_a_run": bl_graph::hazards::RULES,
+                     "before_a_run_means": "a graph that lints and plans, which bl graph run (and MCP graph_run's preview) refuses because its run would deny these nodes; lint and plan warn of them",
                      "where": "each refusal names its code, the JSON pointer (with line and column) and a fix; docs/manifest-reference.md lists every field"},
         "evidence_contracts": [
             {"id": "bounded-loops.dev/slm-bridge/v1", "tool": "bl_graph_evidence", "operation": "observe_terminal_run"},

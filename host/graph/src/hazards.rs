@@ -10,13 +10,21 @@ use crate::Graph;
 use crate::model::Connection;
 use crate::model::{Named, NodeKind};
 
+/// Every rule a hazard may name.
+pub const RULES: &[&str] = &[
+    "shared_slot",
+    "shared_binding",
+    "network_effect",
+    "outbox_without_approval",
+];
+
 /// One node the run would deny, and why, in words that say the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hazard {
     pub node: String,
     /// A JSON pointer into the manifest, at the value that causes it.
     pub pointer: String,
-    /// `shared_slot`, `shared_binding` or `network_effect`.
+    /// One of [`RULES`].
     pub rule: &'static str,
     pub message: String,
 }

@@ -41,7 +41,8 @@ const TOP_KEYS: &[&str] = &[
     "connection_slots",
     "policies",
 ];
-const NODE_KEYS: &[&str] = &[
+/// The fields every node must have.
+pub const NODE_KEYS: &[&str] = &[
     "id",
     "kind",
     "inputs",
@@ -50,7 +51,8 @@ const NODE_KEYS: &[&str] = &[
     "effects",
     "isolation",
 ];
-const NODE_OPTIONAL: &[&str] = &["connection_slot", "on_failure"];
+/// The fields any node may have.
+pub const NODE_OPTIONAL: &[&str] = &["connection_slot", "on_failure"];
 const BUDGET_REQUIRED: &[&str] = &["max_attempts", "max_wallclock_s"];
 /// The most attempts a node's budget may declare (per repair round).
 pub const MAX_ATTEMPTS_CEILING: i64 = 100;

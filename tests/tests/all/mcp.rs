@@ -406,6 +406,8 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         "refusals",
         "evidence_contracts",
         "platform",
+        "node_fields",
+        "values",
     ] {
         assert!(capabilities.get(key).is_some(), "{key}: {capabilities}");
     }
@@ -416,6 +418,24 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
         .find(|k| k["kind"] == "loop")
         .unwrap();
     assert_eq!(loop_kind["extra_required_fields"], json!(["loop_package"]));
+    assert!(
+        capabilities["node_fields"]["required"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("budget"))
+    );
+    assert!(
+        capabilities["values"]["join_mode"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("all_successful"))
+    );
+    assert!(
+        capabilities["refusals"]["before_a_run"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("outbox_without_approval"))
+    );
     let codes = capabilities["refusals"]["codes"].as_array().unwrap();
     assert!(codes.contains(&json!("unknown_node_kind")), "{codes:?}");
     assert_eq!(
