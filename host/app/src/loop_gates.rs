@@ -605,7 +605,8 @@ impl LoopGate {
                     }
                 }
                 Err(_) if ran_out() => out_of_time(),
-                Err(e) => gate_error("PluginGate", &format!("{name}: {}", plain(&e.to_string()))),
+                // The error names the plugin itself ("plugin NAME: …").
+                Err(e) => gate_error("PluginGate", &plain(&e.to_string())),
             },
             Judge::All(children) => {
                 let results: Vec<Judgement> =

@@ -129,7 +129,7 @@ pub enum FindError {
     )]
     NotFound {
         name: String,
-        /// Every directory looked in, in order (each once, as written).
+        /// Every directory looked in, in order (each once, as it resolves).
         searched: Vec<PathBuf>,
         /// A plugin on the path whose name is close to `name`.
         nearest: Option<String>,
