@@ -54,28 +54,30 @@ pub fn kahn_levels(graph: &Graph) -> Option<Vec<Vec<String>>> {
     (done == graph.nodes.len()).then_some(levels)
 }
 
-/// Whether `ancestor` reaches `node` through one or more edges.
-pub fn is_strict_ancestor(graph: &Graph, ancestor: &str, node: &str) -> bool {
-    let mut successors: HashMap<&str, Vec<&str>> = HashMap::new();
+/// Every node that reaches `node` through one or more edges.
+pub fn ancestors<'g>(graph: &'g Graph, node: &str) -> HashSet<&'g str> {
+    let mut ways_in: HashMap<&str, Vec<&'g str>> = HashMap::new();
     for e in &graph.edges {
-        successors
-            .entry(e.from_node.as_str())
+        ways_in
+            .entry(e.to_node.as_str())
             .or_default()
-            .push(e.to_node.as_str());
+            .push(e.from_node.as_str());
     }
-    let mut stack = vec![ancestor];
     let mut seen = HashSet::new();
-    while let Some(u) = stack.pop() {
-        for &v in successors.get(u).map(Vec::as_slice).unwrap_or_default() {
-            if v == node {
-                return true;
-            }
-            if seen.insert(v) {
-                stack.push(v);
+    let mut stack = vec![node];
+    while let Some(v) = stack.pop() {
+        for &u in ways_in.get(v).map(Vec::as_slice).unwrap_or_default() {
+            if seen.insert(u) {
+                stack.push(u);
             }
         }
     }
-    false
+    seen
+}
+
+/// Whether `ancestor` reaches `node` through one or more edges.
+pub fn is_strict_ancestor(graph: &Graph, ancestor: &str, node: &str) -> bool {
+    ancestors(graph, node).contains(ancestor)
 }
 
 /// One cycle in the edges, as node ids from a node back to itself (the

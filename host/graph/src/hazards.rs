@@ -135,25 +135,14 @@ pub fn hazards(graph: &Graph, bindings: Option<&BTreeMap<String, Connection>>) -
     // bl's outbox policy publishes only what approvals before it allowed:
     // with no approval node on any way in, it cannot decide, and the
     // publish node fails when the run reaches it.
-    let mut ways_in: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for edge in &graph.edges {
-        ways_in
-            .entry(edge.to_node.as_str())
-            .or_default()
-            .push(edge.from_node.as_str());
-    }
-    let approvals: std::collections::BTreeSet<&str> = graph
-        .nodes
-        .iter()
-        .filter(|n| n.kind == NodeKind::Approval)
-        .map(|n| n.id.as_str())
-        .collect();
     for (i, node) in graph.nodes.iter().enumerate() {
         let outbox = node.detail("publication_policy").and_then(|v| v.as_str()) == Some("outbox");
-        if node.kind == NodeKind::Publish
-            && outbox
-            && !approval_before(&ways_in, &approvals, &node.id)
-        {
+        let approved_before = || {
+            crate::dag::ancestors(graph, &node.id)
+                .into_iter()
+                .any(|id| graph.node(id).is_some_and(|n| n.kind == NodeKind::Approval))
+        };
+        if node.kind == NodeKind::Publish && outbox && !approved_before() {
             out.push(Hazard {
                 node: node.id.clone(),
                 pointer: format!("/nodes/{i}/publication_policy"),
@@ -166,28 +155,6 @@ pub fn hazards(graph: &Graph, bindings: Option<&BTreeMap<String, Connection>>) -
         }
     }
     out
-}
-
-/// Whether one of `approvals` is among `id`'s ancestors, by the edges
-/// into each node (`ways_in`).
-fn approval_before(
-    ways_in: &BTreeMap<&str, Vec<&str>>,
-    approvals: &std::collections::BTreeSet<&str>,
-    id: &str,
-) -> bool {
-    let mut seen = std::collections::BTreeSet::new();
-    let mut next = vec![id];
-    while let Some(to) = next.pop() {
-        for &from in ways_in.get(to).into_iter().flatten() {
-            if approvals.contains(from) {
-                return true;
-            }
-            if seen.insert(from) {
-                next.push(from);
-            }
-        }
-    }
-    false
 }
 
 #[cfg(test)]

@@ -145,12 +145,11 @@ pub fn plan_text(graph: &Graph, plan: &Plan, admission: &Admission) -> String {
 /// reaches the network), each with the approvals upstream of it.
 pub fn dry_run(graph: &Graph) -> Value {
     let approvals_before = |id: &str| -> Vec<&str> {
+        let upstream = crate::dag::ancestors(graph, id);
         graph
             .nodes
             .iter()
-            .filter(|n| {
-                n.kind == NodeKind::Approval && crate::dag::is_strict_ancestor(graph, &n.id, id)
-            })
+            .filter(|n| n.kind == NodeKind::Approval && upstream.contains(n.id.as_str()))
             .map(|n| n.id.as_str())
             .collect()
     };
