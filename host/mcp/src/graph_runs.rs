@@ -208,21 +208,32 @@ impl GraphRuns<'_> {
         if plan["ok"] != true {
             return plan;
         }
-        // Said now, not after a token the run would then refuse.
-        if let Some(first) = problems.first() {
-            return json!({"ok": false, "executed": false, "error": {
-                "code": "graph_run_refused", "pointer": first["pointer"],
-                "message": format!("a run refuses this graph before anything runs: {}", first["message"].as_str().unwrap_or_default()),
-            }, "problems": problems});
-        }
-        // A run refuses a graph it would deny nodes of, before anything
-        // runs: the preview says so, and hands out no token for it.
-        if let Some(first) = plan["warnings"].as_array().and_then(|w| w.first()).cloned() {
-            let denials = plan["warnings"].clone();
-            return json!({"ok": false, "executed": false, "error": {
-                "code": first["rule"], "pointer": first["pointer"],
-                "message": format!("the run would deny {} node(s), so it is refused before anything runs: {}", denials.as_array().map_or(0, Vec::len), first["message"].as_str().unwrap_or_default()),
-            }, "denials": denials});
+        // What a run refuses before anything runs (a tool it cannot start,
+        // nodes it would deny) is said now, with no token the run would
+        // then refuse.
+        let denials = plan["warnings"].as_array().cloned().unwrap_or_default();
+        for (listed, key, why) in [
+            (
+                &problems,
+                "problems",
+                "a run refuses this graph before anything runs",
+            ),
+            (
+                &denials,
+                "denials",
+                "a run would deny these nodes, so it refuses this graph before anything runs",
+            ),
+        ] {
+            if let Some(first) = listed.first() {
+                let code = first
+                    .get("rule")
+                    .cloned()
+                    .unwrap_or(json!("graph_run_refused"));
+                return json!({"ok": false, "executed": false, "error": {
+                    "code": code, "pointer": first["pointer"],
+                    "message": format!("{why}: {}", first["message"].as_str().unwrap_or_default()),
+                }, key: listed});
+            }
         }
         // The token binds the manifest and every file the run would read,
         // as they are now.
