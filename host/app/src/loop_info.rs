@@ -137,7 +137,7 @@ fn graph_capabilities() -> Value {
             {"field": "max_attempts", "unit": "attempts", "ceiling": MAX_ATTEMPTS_CEILING, "enforced_by": "the controller, per node and per repair round"},
             {"field": "max_wallclock_s", "unit": "seconds", "ceiling": MAX_WALLCLOCK_S_CEILING, "enforced_by": "each attempt's deadline: its worker is stopped when it passes"},
             {"field": "max_tokens", "unit": "tokens", "enforced_by": "the tokens the worker reports; a worker that reports none fails the node (budget_unmeasurable)"},
-            {"field": "max_cost_microunits", "unit": "microunits (1e-6 of the price table's currency)", "enforced_by": "the cost the worker reports, as tokens"},
+            {"field": "max_cost_microunits", "unit": "microunits (1e-6 of the price table's currency)", "enforced_by": "the cost the worker reports, held as max_tokens is"},
         ],
         "graph_run_states": {"all": states, "success": ["SUCCEEDED"], "not_success": ["FAILED"], "non_terminal": ["PENDING", "RUNNING"],
                              "contract": "A graph run (bl graph run, graph_status) ends SUCCEEDED or FAILED; only SUCCEEDED is success. PENDING or RUNNING means it has not ended (it may be waiting for a person or a budget)."},

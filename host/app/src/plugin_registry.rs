@@ -891,18 +891,14 @@ fn listed(host: &bl_plugins::PluginHost, path: PathBuf, before: &[Listed]) -> Li
         Err(why) => {
             // Bytes changed after bl.lock pinned them are said as such,
             // whether or not they still read as a component.
-            let pinned_other = matches!(found, Err(bl_plugins::FindError::PinMismatch { .. }));
-            if pinned_other {
-                listed.trust = Some("VerificationFailed".into());
-            }
-            listed.runs = Some(
-                if pinned_other {
-                    PIN_MISMATCH
-                } else {
-                    "refused: it cannot be read"
+            let (trust, runs) = match found {
+                Err(bl_plugins::FindError::PinMismatch { .. }) => {
+                    (Some("VerificationFailed".into()), PIN_MISMATCH)
                 }
-                .into(),
-            );
+                _ => (None, "refused: it cannot be read"),
+            };
+            listed.trust = trust;
+            listed.runs = Some(runs.into());
             listed.error = Some(why);
             return listed;
         }

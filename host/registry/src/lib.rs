@@ -11,8 +11,9 @@
 //! covers, reading a registry fail-closed (a symlink, an oversized index,
 //! a name that is a path, an unreadable entry are refused, naming the
 //! place), verifying signatures offline against trusted keys (each at most
-//! once per load, and only when that version is asked about), semver resolution among the versions that verify, reading a
-//! component only when its bytes match the signed digest, and publishing
+//! once per load, and only when that version is asked about), semver
+//! resolution among the versions that verify, reading a component only
+//! when its bytes match the signed digest, and publishing
 //! (adding a signed version). Installing, pinning in a lock and running
 //! are the application's.
 
