@@ -354,10 +354,18 @@ pub fn pseudo_random(count: usize, limit: u64, seed: u64) -> Vec<u64> {
         .collect()
 }
 
-/// Every line of a JSON-lines file (none when it does not exist).
-pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
+/// A log's text with the lines its writer staged beside it and has not
+/// moved in yet (none: empty): the run as far as it went.
+pub fn log_text(path: &Path) -> String {
+    bl_store::read_log(path)
+        .map(|bytes| String::from_utf8(bytes).expect("a log is UTF-8"))
         .unwrap_or_default()
+}
+
+/// Every line of a JSON-lines file (none when it does not exist), with the
+/// lines staged beside it.
+pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    log_text(path)
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect()

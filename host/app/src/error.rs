@@ -46,4 +46,11 @@ impl AppError {
     }
 }
 
+/// A run store that cannot do what was asked: nothing more is done.
+impl From<bl_store::StoreError> for AppError {
+    fn from(error: bl_store::StoreError) -> AppError {
+        AppError::Refused(error.to_string())
+    }
+}
+
 pub type AppResult<T> = Result<T, AppError>;

@@ -37,9 +37,11 @@ pub fn read_annex(run_dir: &Path) -> Result<Vec<Recorded>, AppError> {
     read_chain(&path).map(|(events, _)| events)
 }
 
+/// Reads a log with the lines its writer staged and has not moved in yet:
+/// a run as far as it went.
 fn read_chain(path: &Path) -> Result<(Vec<Recorded>, bl_store::ChainHead), AppError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| AppError::Refused(format!("{}: {e}", path.display())))?;
+    let bytes = bl_store::read_log(path)
+        .map_err(|e| AppError::Refused(format!("{}: {e}", path.display())))?;
     let (head, torn) = bl_store::verify_chain(&bytes)
         .map_err(|e| AppError::Refused(format!("{}: {e}", path.display())))?;
     if let Some(tail) = torn {
@@ -96,7 +98,7 @@ impl LogJournal {
         let log = RunDir::new(run_dir)
             .open_log(identity.clone())
             .map_err(|e| AppError::Refused(e.to_string()))?
-            .buffered();
+            .staged();
         let mut by_key = HashMap::new();
         let mut events = Vec::new();
         if log.head().sequence > 0 {
@@ -152,7 +154,7 @@ impl Journal for LogJournal {
         let fail = |e: bl_store::StoreError| RunError::Journal(format!("{}: {e}", RunDir::ANNEX));
         if self.annex.is_none() {
             let log = EventLog::open(&self.annex_path, self.identity.clone()).map_err(fail)?;
-            self.annex = Some(log.buffered());
+            self.annex = Some(log.staged());
         }
         let annex = self.annex.as_mut().expect("opened above");
         let appended = annex
@@ -189,7 +191,8 @@ impl Journal for LogJournal {
 
 impl LogJournal {
     /// The log made durable, and the head of its tree, for the run's
-    /// checkpoint: kept as the log grew, not read back.
+    /// checkpoint: kept as the log grew, not read back. Called after the
+    /// run's last sync made its artifacts durable.
     pub fn synced_tree_head(&mut self) -> Result<bl_store::provable::TreeHead<'_>, RunError> {
         self.log_then_annex(EventLog::sync)?;
         Ok(self.log.tree_head())

@@ -525,27 +525,20 @@ impl Subscription {
     /// handed out; a line being written waits for the next call, and a
     /// broken chain (or a log that shrank) is an error.
     pub fn poll(&mut self) -> Result<Vec<LogEvent>, AppError> {
-        use std::io::{Read, Seek, SeekFrom};
+        use std::io::Read;
         let refused =
             |e: &dyn std::fmt::Display| AppError::refused(format!("{}: {e}", self.log.display()));
-        let mut file = match std::fs::File::open(&self.log) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(refused(&e)),
-        };
-        let len = file.metadata().map_err(|e| refused(&e))?.len();
-        if len < self.head.verified_len {
-            return Err(refused(&format!(
-                "the log shrank from {} to {len} bytes since it was read: a log is only ever appended to",
-                self.head.verified_len
-            )));
-        }
         let mut events = Vec::new();
         // Lines at or before `position` are verified and passed over: a
-        // reader that starts late reads on until it has something.
+        // reader that starts late reads on until it has something. Lines
+        // the run staged and has not moved into the log yet are read from
+        // where they are staged.
         loop {
-            file.seek(SeekFrom::Start(self.head.verified_len))
-                .map_err(|e| refused(&e))?;
+            let Some(mut file) = bl_store::staged::open_at(&self.log, self.head.verified_len)
+                .map_err(|e| refused(&e))?
+            else {
+                return Ok(events);
+            };
             // Read ahead a bounded amount; only a line longer than that
             // makes the read go on, to the end of that line.
             let mut appended = Vec::new();

@@ -1,15 +1,18 @@
-//! What a power loss between two syncs can leave in a run directory. A run
-//! writes its log's lines as it goes (a killed controller loses none of
-//! them) and makes its artifacts, then its log, durable together at every
-//! pause, before every publish and at the end. Between two of those the
-//! kernel writes files back in its own order, so a power loss can keep log
-//! lines whose artifacts never reached the disk (or came back empty).
-//! Before a run is continued, the first line after the last checkpoint
-//! (of the log or its annex) that names such an artifact starts what is
-//! set aside, kept whole beside the log, and said so; the attempts those
-//! lines ended are driven again, as after a kill. Lines a checkpoint seals
-//! are never cut: an artifact they name that is missing is damage, and
-//! `bl verify` says so.
+//! What a stop or a power loss can leave in a run directory, settled
+//! before a run is continued. A run stages its log's lines beside the log
+//! as it goes (a killed controller loses none of them) and moves them in at
+//! every pause, before every publish and at the end, once the artifacts
+//! they name are durable ([`bl_store::staged`]). Lines a stopped
+//! controller staged join the log here, up to the first that names an
+//! artifact that is not whole (a power loss: the kernel writes files back
+//! in its own order); from it, they are kept whole beside the log, and
+//! said so, and the attempts they ended are driven again, as after a kill.
+//!
+//! A log written before lines were staged can hold lines past its last
+//! checkpoint whose artifacts never reached the disk: the first such line
+//! starts what is set aside the same way. Lines a checkpoint seals are
+//! never cut: an artifact they name that is missing is damage, and `bl
+//! verify` says so.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -19,30 +22,82 @@ use serde_json::Value;
 
 use crate::error::AppError;
 
-/// Sets aside, in the log and in its annex, the lines from the first that
-/// names an artifact the store does not hold whole, and the unnamed
-/// objects that do not verify (written, never synced); each is said in a
-/// note.
+/// Settles the lines a stopped controller staged (in the log and in its
+/// annex), then sets aside the lines from the first that names an artifact
+/// the store does not hold whole, and the unnamed objects that do not
+/// verify (written, never synced); each is said in a note.
 pub fn set_aside(dir: &Path) -> Result<(), AppError> {
     let run = RunDir::new(dir);
     let store = ArtifactStore::new(run.artifacts(), u64::MAX);
     // A checkpoint that cannot be read is left for verify to report:
-    // nothing is cut when what was sealed is not known.
-    let Some((sealed, mut named)) = newest_seal(&run.checkpoints()) else {
+    // nothing recorded is cut when what was sealed is not known. Staged
+    // lines are past every checkpoint.
+    let seal = newest_seal(&run.checkpoints());
+    let mut named = seal.as_ref().map(|s| s.1.clone()).unwrap_or_default();
+    for log in [run.events(), run.annex()] {
+        settle_staged(&log, &store, &mut named)?;
+    }
+    let Some((sealed, _)) = seal else {
         return Ok(());
     };
     for (log, sealed) in [(run.events(), sealed), (run.annex(), 0)] {
-        if let Some((offset, lost)) = first_line_without(&log, sealed, &store, &mut named)? {
+        let bytes = match std::fs::read(&log) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(AppError::Refused(format!("{}: {e}", log.display()))),
+        };
+        if let Some((offset, lost)) = first_line_without(&bytes, sealed, &store, &mut named) {
             let aside = bl_store::set_aside_from(&log, offset, "unsynced")
                 .map_err(|e| AppError::Refused(e.to_string()))?;
-            crate::notes::note(format!(
-                "note: a power loss kept lines of {} whose artifact {lost} did not reach the disk whole; they were set aside to {}, and what they recorded is done again",
-                log.display(),
-                aside.display()
-            ));
+            said_aside(&log, &lost, &aside);
         }
     }
     set_aside_unnamed_objects(&run.artifacts(), &store, &named)
+}
+
+/// Moves the lines a stopped controller staged beside `log` into it, up
+/// to the first naming an artifact that is not whole, after making the
+/// store durable; the rest are kept beside the log, and said so.
+fn settle_staged(
+    log: &Path,
+    store: &ArtifactStore,
+    named: &mut BTreeSet<String>,
+) -> Result<(), AppError> {
+    let mut lost = None;
+    let settled = bl_store::staged::settle(log, "unsynced", |lines| {
+        let keep = match first_line_without(lines, 0, store, named) {
+            Some((offset, digest)) => {
+                lost = Some(digest);
+                offset as usize
+            }
+            None => lines.len(),
+        };
+        // What the kept lines name is durable before they are.
+        store
+            .sync_all()
+            .map_err(|e| AppError::Refused(e.to_string()))?;
+        Ok::<_, AppError>(keep)
+    })?;
+    let Some(aside) = settled.and_then(|s| s.set_aside) else {
+        return Ok(());
+    };
+    match lost {
+        Some(lost) => said_aside(log, &lost, &aside),
+        None => crate::notes::note(format!(
+            "note: the last line staged for {} was torn (as after a crash); it was kept aside in {}",
+            log.display(),
+            aside.display()
+        )),
+    }
+    Ok(())
+}
+
+fn said_aside(log: &Path, lost: &str, aside: &Path) {
+    crate::notes::note(format!(
+        "note: a power loss kept lines of {} whose artifact {lost} did not reach the disk whole; they were set aside to {}, and what they recorded is done again",
+        log.display(),
+        aside.display()
+    ));
 }
 
 /// How many events of the log the newest checkpoint seals, and the
@@ -76,16 +131,11 @@ fn newest_seal(checkpoints: &Path) -> Option<(usize, BTreeSet<String>)> {
 /// every artifact the lines past `sealed` name before it goes into `named`
 /// (one already there, sealed or seen, is not read again).
 fn first_line_without(
-    log: &Path,
+    bytes: &[u8],
     sealed: usize,
     store: &ArtifactStore,
     named: &mut BTreeSet<String>,
-) -> Result<Option<(u64, String)>, AppError> {
-    let bytes = match std::fs::read(log) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(AppError::Refused(format!("{}: {e}", log.display()))),
-    };
+) -> Option<(u64, String)> {
     let mut offset = 0u64;
     for (index, line) in bytes.split_inclusive(|b| *b == b'\n').enumerate() {
         let start = offset;
@@ -102,12 +152,12 @@ fn first_line_without(
                 continue;
             }
             if store.verify(&digest).is_err() {
-                return Ok(Some((start, digest)));
+                return Some((start, digest));
             }
             named.insert(digest);
         }
     }
-    Ok(None)
+    None
 }
 
 /// The artifacts an event names: the outputs a node ended with, and the

@@ -287,6 +287,31 @@ impl ArtifactStore {
         Ok(())
     }
 
+    /// Makes every file the store holds durable, whoever wrote it (as a
+    /// writer that stopped before its sync left them): one `syncfs` for
+    /// each filesystem its parts are on.
+    pub fn sync_all(&self) -> Result<(), ArtifactError> {
+        use std::os::unix::fs::MetadataExt;
+        let mut synced = std::collections::BTreeSet::new();
+        for dir in [
+            self.root.clone(),
+            self.root.join(OBJECTS),
+            self.root.join(METADATA),
+        ] {
+            let opened = match File::open(&dir) {
+                Ok(opened) => opened,
+                // A part never made holds nothing.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(artifact_io(&dir)(e)),
+            };
+            let device = opened.metadata().map_err(artifact_io(&dir))?.dev();
+            if synced.insert(device) {
+                sync_filesystem(&opened).map_err(artifact_io(&dir))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes `bytes` as `name` in `part`; returns the file's path.
     fn write_atomically(
         &self,

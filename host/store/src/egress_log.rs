@@ -54,10 +54,12 @@ impl EgressLog {
     /// record's RFC 3339 time.
     pub fn open(run_dir: &Path, clock: fn() -> String) -> Result<EgressLog, EgressLogError> {
         let controller = run_dir.join(EVENTS_FILE);
-        let bytes = std::fs::read(&controller).map_err(|source| EgressLogError::NoRun {
-            path: controller.clone(),
-            source,
-        })?;
+        // The controller's lines may still be staged beside its log.
+        let bytes =
+            crate::staged::read_log(&controller).map_err(|source| EgressLogError::NoRun {
+                path: controller.clone(),
+                source,
+            })?;
         let (head, _) = crate::verify_chain(&bytes).map_err(|source| EgressLogError::Chain {
             path: controller.clone(),
             source,

@@ -5,7 +5,8 @@
 //! [`checkpoint`], [`provable`]). [`chain`] is the pure part (the line format and chain
 //! verification over bytes); [`log`] is the file adapter (exclusive lock,
 //! verify-once open, O(1) appends, durable group commit, torn-tail
-//! recovery). [`egress_log`] is the run's record of the egress broker's
+//! recovery); [`staged`] keeps a graph run's lines beside the log until what
+//! they name is durable. [`egress_log`] is the run's record of the egress broker's
 //! decisions, in the same format. [`loop_ledger`] checks a bounded loop's lap ledger.
 //!
 //! It never runs nodes, calls plugins or reaches the network, and it never
@@ -26,6 +27,7 @@ pub mod merkle;
 pub mod proof_check;
 pub mod provable;
 pub mod run_dir;
+pub mod staged;
 
 pub use approvals::{
     ApprovalError, ApprovalRecord, Approvals, SignatureError, approval_id, verify_approvals,
@@ -40,3 +42,4 @@ pub use ledger::{Ledger, LedgerError, Publish, Reconciliation, effect_key};
 pub use log::{Appended, EventLog, StoreError, has_live_writer, recover_torn_tail, set_aside_from};
 pub use loop_dir::{LoopDir, LoopRunDir};
 pub use run_dir::RunDir;
+pub use staged::read_log;

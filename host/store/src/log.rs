@@ -1,6 +1,7 @@
 //! `controller-events.jsonl` on disk: one writer per run directory, the log
 //! verified once on open, appends in O(1), and fsync before an append is
-//! reported durable.
+//! reported durable. A staged writer keeps its lines beside the log until
+//! a group sync moves them in ([`crate::staged`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -35,6 +36,11 @@ pub enum StoreError {
         "{path}: idempotency key {key} is already recorded with other content; the log is never rewritten"
     )]
     Conflict { path: PathBuf, key: String },
+    #[error(
+        "{path}: a writer that stopped left lines it had not made durable in {}; `bl graph resume` settles them into the log first",
+        staged.display()
+    )]
+    Unsettled { path: PathBuf, staged: PathBuf },
     #[error("{path}: the log belongs to run {found}, not {expected}")]
     WrongRun {
         path: PathBuf,
@@ -79,6 +85,17 @@ pub struct EventLog {
     /// This writer made the file: its name in the directory is made
     /// durable with the first sync.
     name_unsynced: bool,
+    /// Lines flushed beside the log, not yet in it ([`EventLog::staged`]).
+    staged: Option<Staging>,
+}
+
+/// A staged writer's lines since its last sync, in `<log>.staged-<from>`.
+struct Staging {
+    /// The log's length: where the staged lines go at the next sync.
+    from: u64,
+    /// Opened at the first flush after a sync.
+    file: Option<File>,
+    bytes: Vec<u8>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -94,7 +111,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Takes the run's exclusive writer lock: a log has one writer.
-fn take_writer_lock(path: &Path) -> Result<Flock<File>, StoreError> {
+pub(crate) fn take_writer_lock(path: &Path) -> Result<Flock<File>, StoreError> {
     let since = std::time::Instant::now();
     let mut lock_file = OpenOptions::new()
         .create(true)
@@ -186,6 +203,15 @@ impl EventLog {
                 expected: identity.run_id.clone(),
             });
         }
+        if crate::staged::continuation(path, &bytes)
+            .map_err(io(path))?
+            .is_some()
+        {
+            return Err(StoreError::Unsettled {
+                path: path.to_path_buf(),
+                staged: crate::staged::path_for(path, bytes.len() as u64),
+            });
+        }
         file.seek(SeekFrom::End(0)).map_err(io(path))?;
         let mut tree = crate::merkle::Frontier::default();
         for leaf in crate::provable::line_leaves(&bytes[..head.verified_len as usize]) {
@@ -203,6 +229,7 @@ impl EventLog {
             tree,
             write_failed: false,
             name_unsynced,
+            staged: None,
         })
     }
 
@@ -216,13 +243,30 @@ impl EventLog {
         self
     }
 
-    /// Writes the buffered lines (no fsync).
+    /// The same log, buffered, with flushed lines staged beside it and
+    /// moved in by [`Self::sync`]: called once the artifacts they name are
+    /// durable, it keeps the write-ahead order with one fsync for the
+    /// group. A killed writer's staged lines are settled by
+    /// [`crate::staged::settle`] before the log is opened again.
+    pub fn staged(mut self) -> Self {
+        self.staged = Some(Staging {
+            from: self.head.verified_len,
+            file: None,
+            bytes: Vec::new(),
+        });
+        self.buffered()
+    }
+
+    /// Writes the buffered lines (no fsync): to the log, or staged beside it.
     pub fn flush(&mut self) -> Result<(), StoreError> {
         if !self.pending.is_empty() {
             // Taken to write it, and given back empty: after a failed
             // write no line is written again, so none is kept.
             let mut pending = std::mem::take(&mut self.pending);
-            let written = self.write(&pending);
+            let written = match self.staged.is_some() {
+                true => self.stage(&pending),
+                false => self.write(&pending),
+            };
             pending.clear();
             self.pending = pending;
             written?;
@@ -232,15 +276,71 @@ impl EventLog {
 
     /// Writes `bytes` at the end of the file, unless a write failed before.
     fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
-        if self.write_failed {
-            return Err(io(&self.path)(std::io::Error::other(
-                "an earlier write to it failed and may have left part of a line, so nothing more is written; once this writer is gone, `bl log recover` sets a torn tail aside",
-            )));
-        }
+        self.refuse_after_a_failed_write()?;
         self.file.write_all(bytes).map_err(|e| {
             self.write_failed = true;
             io(&self.path)(e)
         })
+    }
+
+    fn refuse_after_a_failed_write(&self) -> Result<(), StoreError> {
+        match self.write_failed {
+            true => Err(io(&self.path)(std::io::Error::other(
+                "an earlier write to it failed and may have left part of a line, so nothing more is written; once this writer is gone, `bl log recover` sets a torn tail aside",
+            ))),
+            false => Ok(()),
+        }
+    }
+
+    /// Writes `bytes` at the end of the staged file (made at the first
+    /// flush after a sync), unless a write failed before.
+    fn stage(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.refuse_after_a_failed_write()?;
+        let staging = self.staged.as_mut().expect("a staged writer");
+        let path = crate::staged::path_for(&self.path, staging.from);
+        let written = match &mut staging.file {
+            Some(file) => file.write_all(bytes),
+            None => OpenOptions::new()
+                .create_new(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut file| {
+                    file.write_all(bytes)?;
+                    staging.file = Some(file);
+                    Ok(())
+                }),
+        };
+        if let Err(e) = written {
+            self.write_failed = true;
+            return Err(io(&path)(e));
+        }
+        staging.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Moves the staged lines into the log (the caller made what they
+    /// name durable), makes them durable, and removes their staged file.
+    fn move_staged_in(&mut self) -> Result<(), StoreError> {
+        let Some(staging) = self.staged.as_mut() else {
+            return Ok(());
+        };
+        if staging.bytes.is_empty() {
+            return Ok(());
+        }
+        let bytes = std::mem::take(&mut staging.bytes);
+        let from = staging.from;
+        self.write(&bytes)?;
+        self.file.sync_data().map_err(io(&self.path))?;
+        let staged = crate::staged::path_for(&self.path, from);
+        std::fs::remove_file(&staged).map_err(io(&staged))?;
+        let staging = self.staged.as_mut().expect("a staged writer");
+        staging.from = from + bytes.len() as u64;
+        staging.file = None;
+        // Kept for the next group: its allocation, not its lines.
+        staging.bytes = bytes;
+        staging.bytes.clear();
+        self.unsynced = 0;
+        Ok(())
     }
 
     pub fn head(&self) -> &ChainHead {
@@ -314,9 +414,15 @@ impl EventLog {
     }
 
     /// The event type and canonical payload of the line recorded at `offset`
-    /// (read back from the file: the head keeps offsets, not contents).
+    /// (read back from the file, or the staged lines: the head keeps
+    /// offsets, not contents).
     fn recorded_content(&self, offset: u64) -> Result<(String, String), StoreError> {
         let mut line = Vec::new();
+        if let Some(staging) = self.staged.as_ref().filter(|s| offset >= s.from) {
+            let rest = &staging.bytes[(offset - staging.from) as usize..];
+            line.extend_from_slice(rest.split(|b| *b == b'\n').next().unwrap_or_default());
+            return parse_recorded(&self.path, &line);
+        }
         let mut chunk = [0u8; 4096];
         loop {
             let read = self
@@ -332,19 +438,14 @@ impl EventLog {
                 None => line.extend_from_slice(&chunk[..read]),
             }
         }
-        let event: Value = serde_json::from_slice(&line).map_err(|e| StoreError::Io {
-            path: self.path.clone(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-        })?;
-        Ok((
-            event["event_type"].as_str().unwrap_or_default().to_string(),
-            bl_core::canonical_json(&event["payload"]),
-        ))
+        parse_recorded(&self.path, &line)
     }
 
-    /// Makes every append so far durable (one fsync for the whole group).
+    /// Makes every append so far durable (one fsync for the whole group);
+    /// a staged writer's lines move into the log first.
     pub fn sync(&mut self) -> Result<(), StoreError> {
         self.flush()?;
+        self.move_staged_in()?;
         if self.unsynced > 0 {
             self.file.sync_data().map_err(io(&self.path))?;
             self.unsynced = 0;
@@ -370,9 +471,26 @@ impl EventLog {
     }
 }
 
+/// The event type and canonical payload of one recorded line.
+fn parse_recorded(path: &Path, line: &[u8]) -> Result<(String, String), StoreError> {
+    let event: Value = serde_json::from_slice(line).map_err(|e| StoreError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })?;
+    Ok((
+        event["event_type"].as_str().unwrap_or_default().to_string(),
+        bl_core::canonical_json(&event["payload"]),
+    ))
+}
+
 impl Drop for EventLog {
     fn drop(&mut self) {
-        let _ = self.sync();
+        // A staged writer's lines stay staged: only its owner knows whether
+        // what they name is durable. The next writer settles them.
+        let _ = match self.staged.is_some() {
+            true => self.flush(),
+            false => self.sync(),
+        };
     }
 }
 

@@ -21,7 +21,7 @@ pub const EVENTS_FILE: &str = "controller-events.jsonl";
 /// The leaf hashes of every complete line of the log, after verifying its
 /// chain, and the run id the lines carry.
 pub fn log_leaves(log: &Path) -> Result<(Vec<Hash>, String), SealError> {
-    let bytes = std::fs::read(log).map_err(SealError::io(log))?;
+    let bytes = crate::staged::read_log(log).map_err(SealError::io(log))?;
     let (head, _) = verify_chain(&bytes).map_err(|source| SealError::Chain {
         path: log.to_path_buf(),
         source,
@@ -62,6 +62,8 @@ fn is_sealed(relative: &str) -> bool {
         && !relative.starts_with(&format!("{CHECKPOINT_DIR}/"))
         && !relative.ends_with(".lock")
         && relative != crate::RunDir::MCP_AUDIT
+        // A log's staged lines: the log, not yet moved in.
+        && !crate::staged::is_staged_name(relative)
 }
 
 /// Whether `relative` is where `bl log recover` set aside the log's torn

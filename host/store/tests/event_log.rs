@@ -354,3 +354,181 @@ fn the_writers_tree_head_is_the_one_read_back() {
     let reopened = EventLog::open(&path, identity()).unwrap();
     assert_eq!(kept(&reopened), after, "reopened");
 }
+
+fn append_n(log: &mut EventLog, from: usize, to: usize) {
+    for i in from..to {
+        log.append(
+            &format!("k{i}"),
+            "node.succeeded",
+            &json!({"node_id": format!("n{i}"), "artifact_digests": []}),
+            "2026-01-01T00:00:00Z",
+        )
+        .unwrap();
+    }
+}
+
+fn staged_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".staged-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// A staged writer's flushed lines wait beside the log, where readers see
+/// them as the log's, and join it only at a sync: a line is never in the
+/// log before the caller made what it names durable.
+#[test]
+fn a_staged_writers_lines_join_the_log_only_at_a_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
+    let mut log = EventLog::open(&path, identity()).unwrap().staged();
+    append_n(&mut log, 0, 3);
+    log.flush().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"", "nothing in the log yet");
+    assert_eq!(
+        staged_files(dir.path()),
+        ["controller-events.jsonl.staged-0"]
+    );
+    let live = bl_store::read_log(&path).unwrap();
+    assert_eq!(verify_chain(&live).unwrap().0.sequence, 3);
+    // A replayed key is compared with its staged line.
+    assert_eq!(
+        log.append(
+            "k1",
+            "node.succeeded",
+            &json!({"node_id": "n1", "artifact_digests": []}),
+            "2026-01-01T00:00:09Z"
+        )
+        .unwrap(),
+        Appended::AlreadyRecorded
+    );
+    log.sync().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), live);
+    assert!(staged_files(dir.path()).is_empty());
+    // The next group is staged from where the log now ends.
+    append_n(&mut log, 3, 5);
+    log.flush().unwrap();
+    assert_eq!(
+        staged_files(dir.path()),
+        [format!("controller-events.jsonl.staged-{}", live.len())]
+    );
+    let mut reader = bl_store::staged::open_at(&path, live.len() as u64)
+        .unwrap()
+        .unwrap();
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut reader, &mut rest).unwrap();
+    assert_eq!(rest.iter().filter(|b| **b == b'\n').count(), 2);
+    assert_eq!(bl_store::read_log(&path).unwrap(), [live, rest].concat());
+}
+
+/// A writer killed before its sync leaves its lines staged: the log is not
+/// opened over them (the chain would fork); settling moves in what may be
+/// kept and keeps the rest beside the log, whole.
+#[test]
+fn lines_a_stopped_writer_staged_are_settled_before_the_log_is_written_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
+    let mut log = EventLog::open(&path, identity()).unwrap().staged();
+    append_n(&mut log, 0, 2);
+    log.sync().unwrap();
+    append_n(&mut log, 2, 6);
+    drop(log);
+    let durable = std::fs::read(&path).unwrap();
+    let live = bl_store::read_log(&path).unwrap();
+    assert_eq!(verify_chain(&live).unwrap().0.sequence, 6);
+    let refused = EventLog::open(&path, identity()).err().unwrap();
+    assert!(matches!(refused, StoreError::Unsettled { .. }), "{refused}");
+    assert!(refused.to_string().contains("bl graph resume"), "{refused}");
+
+    // Two of the four staged lines may be kept.
+    let staged = &live[durable.len()..];
+    let two: usize = staged
+        .split_inclusive(|b| *b == b'\n')
+        .take(2)
+        .map(<[u8]>::len)
+        .sum();
+    let settled = bl_store::staged::settle(&path, "unsynced", |lines| {
+        assert_eq!(lines, staged);
+        Ok::<_, StoreError>(two)
+    })
+    .unwrap()
+    .unwrap();
+    assert_eq!(settled.kept, 2);
+    let aside = settled.set_aside.unwrap();
+    assert_eq!(
+        aside,
+        dir.path().join(format!(
+            "controller-events.jsonl.unsynced-{}",
+            durable.len() + two
+        ))
+    );
+    assert_eq!(std::fs::read(&aside).unwrap(), &staged[two..]);
+    assert_eq!(std::fs::read(&path).unwrap(), &live[..durable.len() + two]);
+    assert!(staged_files(dir.path()).is_empty());
+    let log = EventLog::open(&path, identity()).unwrap();
+    assert_eq!(log.head().sequence, 4);
+}
+
+/// A sync stopped part way through moving lines in leaves the log holding
+/// a prefix of them, perhaps ending mid-line: settling finishes the move
+/// (nothing twice), and a staged file the log holds whole is only removed.
+#[test]
+fn a_move_stopped_part_way_is_finished_and_a_spent_staged_file_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
+    let mut log = EventLog::open(&path, identity()).unwrap().staged();
+    append_n(&mut log, 0, 3);
+    log.flush().unwrap();
+    drop(log);
+    let staged_path = bl_store::staged::path_for(&path, 0);
+    let staged = std::fs::read(&staged_path).unwrap();
+    std::fs::write(&path, &staged[..staged.len() / 2 + 7]).unwrap();
+    assert_eq!(bl_store::read_log(&path).unwrap(), staged);
+    let settled =
+        bl_store::staged::settle(&path, "unsynced", |lines| Ok::<_, StoreError>(lines.len()))
+            .unwrap()
+            .unwrap();
+    assert_eq!((settled.kept, settled.set_aside), (3, None));
+    assert_eq!(std::fs::read(&path).unwrap(), staged);
+
+    std::fs::write(&staged_path, &staged).unwrap();
+    let settled = bl_store::staged::settle(&path, "unsynced", |_| -> Result<usize, StoreError> {
+        panic!("a spent staged file has no lines to settle")
+    })
+    .unwrap();
+    assert_eq!(settled, None);
+    assert!(staged_files(dir.path()).is_empty());
+    assert_eq!(std::fs::read(&path).unwrap(), staged);
+}
+
+/// A torn last staged line (a write cut short) is not a line: it is kept
+/// aside, and the whole lines before it join the log.
+#[test]
+fn a_torn_staged_line_is_kept_aside_and_the_whole_ones_moved_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
+    let mut log = EventLog::open(&path, identity()).unwrap().staged();
+    append_n(&mut log, 0, 2);
+    log.flush().unwrap();
+    drop(log);
+    let staged_path = bl_store::staged::path_for(&path, 0);
+    let whole = std::fs::read(&staged_path).unwrap();
+    let mut torn = whole.clone();
+    torn.extend_from_slice(b"{\"sequence\":3,");
+    std::fs::write(&staged_path, &torn).unwrap();
+    let settled = bl_store::staged::settle(&path, "unsynced", |lines| {
+        assert_eq!(lines, whole);
+        Ok::<_, StoreError>(lines.len())
+    })
+    .unwrap()
+    .unwrap();
+    assert_eq!(settled.kept, 2);
+    assert_eq!(
+        std::fs::read(settled.set_aside.unwrap()).unwrap(),
+        b"{\"sequence\":3,"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), whole);
+}

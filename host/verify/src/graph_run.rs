@@ -71,9 +71,18 @@ fn read(path: &Path) -> Result<Vec<u8>, Finding> {
     })
 }
 
+/// An event log with the lines its writer staged and has not moved in: the
+/// run as far as it went.
+fn read_log(path: &Path) -> Result<Vec<u8>, Finding> {
+    bl_store::read_log(path).map_err(|source| Finding::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// An event log's verified head; a torn tail is a finding.
 fn chain_head(path: &Path) -> Result<bl_store::ChainHead, Finding> {
-    let bytes = read(path)?;
+    let bytes = read_log(path)?;
     let (head, torn) = bl_store::verify_chain(&bytes).map_err(|source| Finding::Chain {
         path: path.to_path_buf(),
         source,
@@ -101,10 +110,10 @@ fn verify_annex(controller: &Path, annex: &Path) -> Result<String, Finding> {
         });
     }
     // What the events are, by kind: its chain verified, each line is JSON.
-    let kinds: Vec<String> = std::fs::read_to_string(annex)
+    let kinds: Vec<String> = read_log(annex)
         .unwrap_or_default()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .split(|b| *b == b'\n')
+        .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
         .filter_map(|event| event["event_type"].as_str().map(str::to_string))
         .collect();
     let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
@@ -323,7 +332,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
 /// its copy in the run's workspace still has its digest; every subgraph's
 /// child run verifies and ends at the head the parent recorded.
 fn verify_handoff(dir: &Path, log: &Path) -> Result<Option<String>, Finding> {
-    let bytes = read(log)?;
+    let bytes = read_log(log)?;
     let objects = dir.join("artifacts/objects");
     let stored = |digest: &str| -> Result<Vec<u8>, Finding> {
         let hex = digest.trim_start_matches("sha256:");
@@ -497,7 +506,7 @@ fn verify_causality(dir: &Path, log: &Path) -> Result<String, Finding> {
     let mut left = vec![false; n];
     let mut picked: Vec<Option<u32>> = vec![None; n];
     let mut decided = 0;
-    let bytes = read(log)?;
+    let bytes = read_log(log)?;
     for (line_no, line) in bytes.split(|b| *b == b'\n').enumerate() {
         if line.is_empty() {
             continue;

@@ -175,3 +175,90 @@ fn a_new_event_log_and_a_new_ledger_have_their_names_made_durable() {
         "the loop's directory, holding its new ledger, was never fsynced: {synced:?}"
     );
 }
+
+/// The write-ahead order, seen in the system calls of a real run: a line
+/// of the event log that names an artifact is written to the log only
+/// after a sync that came after the artifact was put in place. Between
+/// syncs the lines wait in the log's staged file, where a killed run keeps
+/// them; so the kernel, writing files back in its own order, can never put
+/// a line in the log on the disk before what it names.
+#[test]
+fn a_log_line_naming_an_artifact_reaches_the_log_only_after_the_artifact_was_synced() {
+    if !strace_works() {
+        eprintln!("skipped: strace cannot trace on this machine");
+        return;
+    }
+    let case = tempfile::tempdir().unwrap();
+    let dir = case.path().join("graph");
+    fan_out(20, &dir);
+    let trace = case.path().join("strace.txt");
+    let run = Command::new("strace")
+        .args(["-f", "-y", "-s", "4000000", "-o"])
+        .arg(&trace)
+        .args([
+            "-e",
+            "trace=write,pwrite64,rename,renameat,renameat2,syncfs,fsync,fdatasync",
+        ])
+        .arg(bl_binary())
+        .args(bl_e2e::GRAPH_RUN)
+        .current_dir(&dir)
+        .env("PATH", bl_e2e::path_with_fakes(&dir))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let digests_in = |s: &str| -> Vec<String> {
+        s.match_indices("sha256:")
+            .filter_map(|(at, _)| s.get(at + 7..at + 71))
+            .filter(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_string)
+            .collect()
+    };
+    // Per artifact, whether a sync completed since it was put in place.
+    let mut synced: std::collections::HashMap<String, bool> = Default::default();
+    let (mut logged, mut staged) = (0, 0);
+    for line in text.lines() {
+        let call = line
+            .split_once(' ')
+            .map_or(line, |(_, rest)| rest)
+            .trim_start_matches("<... ");
+        if call.starts_with("rename") && line.contains("/artifacts/objects/") {
+            if let Some(target) = call.rsplit("/artifacts/objects/").next() {
+                let hex: String = target.chars().take(64).collect();
+                synced.insert(hex, false);
+            }
+        } else if (call.starts_with("syncfs") || call.starts_with("fsync")) && line.contains(" = 0")
+        {
+            synced.values_mut().for_each(|s| *s = true);
+        } else if call.starts_with("write(") || call.starts_with("pwrite64(") {
+            let target = call.split('>').next().unwrap_or_default();
+            let named: Vec<String> = digests_in(call)
+                .into_iter()
+                .filter(|hex| synced.contains_key(hex))
+                .collect();
+            if target.ends_with("/controller-events.jsonl") {
+                for hex in &named {
+                    logged += 1;
+                    assert!(
+                        synced[hex],
+                        "a line naming sha256:{hex} was written to the log before a sync made the artifact durable"
+                    );
+                }
+            } else if target.contains("/controller-events.jsonl.staged-") {
+                staged += named.len();
+            }
+        }
+    }
+    assert!(
+        logged >= 20,
+        "only {logged} lines naming artifacts reached the log: {}",
+        &text[..text.len().min(3000)]
+    );
+    // The check has teeth: the same lines were first written, unsynced,
+    // to the staged file.
+    assert!(staged >= 20, "only {staged} artifact names were staged");
+}

@@ -207,7 +207,7 @@ fn egress_send_records_its_decisions_in_the_run() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2));
     }
-    let log = std::fs::read_to_string(run.join(RunDir::EGRESS_EVENTS)).unwrap();
+    let log = bl_e2e::log_text(&run.join(RunDir::EGRESS_EVENTS));
     let kinds = bl_e2e::event_types(&run.join(RunDir::EGRESS_EVENTS));
     assert_eq!(
         kinds,

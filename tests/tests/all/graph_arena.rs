@@ -94,7 +94,7 @@ fn signed_arena(case: &Path) -> (PathBuf, std::process::Output) {
 /// `signed_run` made (each node's reply is its own).
 fn artifact_of(graph: &Path, node: &str) -> (String, u64) {
     let run = graph.join("run");
-    let log = std::fs::read_to_string(run.join(bl_store::RunDir::EVENTS)).unwrap();
+    let log = bl_e2e::log_text(&run.join(bl_store::RunDir::EVENTS));
     let digest = log
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
@@ -550,8 +550,7 @@ fn a_repaired_run_shows_its_rounds_and_a_long_log_a_page_at_a_time() {
         ),
         Some(0)
     );
-    let logged = std::fs::read_to_string(wide.join("run/controller-events.jsonl"))
-        .unwrap()
+    let logged = bl_e2e::log_text(&wide.join("run/controller-events.jsonl"))
         .lines()
         .count();
     assert!((101..=200).contains(&logged), "{logged} events: two pages");
@@ -970,8 +969,7 @@ fn the_arena_opens_a_run_that_bounded_loops_made() {
         case.path(),
     );
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    let events = std::fs::read_to_string(run.join("controller-events.jsonl"))
-        .unwrap()
+    let events = bl_e2e::log_text(&run.join("controller-events.jsonl"))
         .lines()
         .count();
     assert!(

@@ -85,8 +85,7 @@ impl Case {
     }
 
     pub(crate) fn events(&self, out: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.path(out).join(RunDir::EVENTS))
-            .unwrap()
+        bl_e2e::log_text(&self.path(out).join(RunDir::EVENTS))
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
@@ -2110,10 +2109,7 @@ fn a_second_signal_ends_a_stop_that_waits_with_the_same_record() {
         .unwrap();
     let log = case.path("run/controller-events.jsonl");
     let since = std::time::Instant::now();
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("spin:node.gating\"")
-    {
+    while !bl_e2e::log_text(&log).contains("spin:node.gating\"") {
         assert!(
             since.elapsed() < std::time::Duration::from_secs(60),
             "never judged"

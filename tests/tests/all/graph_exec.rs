@@ -284,15 +284,10 @@ fn a_controller_killed_at_random_points_resumes_to_the_same_end() {
                 "run {i}: {}",
                 String::from_utf8_lossy(&again.stderr)
             );
-        } else if !std::fs::read_to_string(run_dir.join(RunDir::EVENTS))
-            .unwrap()
-            .contains("\"run.succeeded\"")
-        {
+        } else if !bl_e2e::log_text(&run_dir.join(RunDir::EVENTS)).contains("\"run.succeeded\"") {
             interrupted += 1;
         }
-        let ended = std::fs::read_to_string(run_dir.join(RunDir::EVENTS))
-            .unwrap()
-            .contains("\"run.succeeded\"");
+        let ended = bl_e2e::log_text(&run_dir.join(RunDir::EVENTS)).contains("\"run.succeeded\"");
         let out = bl_in(&dir, &resume_args(&run, "2"));
         // A run that had ended before the kill is not resumed: refused.
         assert_eq!(
@@ -1298,7 +1293,7 @@ fn kill_when_logged(dir: &Path, args: &[&str], run: &str, marker: &str) {
     let log = dir.join(run).join(RunDir::EVENTS);
     let started = std::time::Instant::now();
     loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let text = bl_e2e::log_text(&log);
         if text.lines().any(|l| l.contains(&format!("{marker}\""))) {
             break;
         }
@@ -1339,7 +1334,7 @@ fn lines_a_power_loss_kept_without_their_artifacts_are_set_aside_and_redone() {
         .to_string();
     let object = run_dir.join("artifacts/objects").join(&lost);
     std::fs::write(&object, b"").unwrap();
-    let log_before = std::fs::read_to_string(run_dir.join(RunDir::EVENTS)).unwrap();
+    let log_before = bl_e2e::log_text(&run_dir.join(RunDir::EVENTS));
 
     let resumed = bl_in(&dir, &resume_args("run", "1"));
     let stderr = String::from_utf8_lossy(&resumed.stderr);
@@ -1497,10 +1492,8 @@ fn a_stopped_run_resumes_with_the_providers_it_was_given() {
         .spawn()
         .unwrap();
     let since = std::time::Instant::now();
-    let running = || {
-        std::fs::read_to_string(dir.join("run").join(RunDir::EVENTS))
-            .is_ok_and(|log| log.contains("\"node.running\""))
-    };
+    let running =
+        || bl_e2e::log_text(&dir.join("run").join(RunDir::EVENTS)).contains("\"node.running\"");
     while !running() {
         assert!(since.elapsed() < Duration::from_secs(30), "never started");
         std::thread::sleep(Duration::from_millis(10));

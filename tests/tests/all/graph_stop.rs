@@ -124,10 +124,7 @@ fn said(out: &Output) -> String {
 fn wait_logged(run: &Path, marker: &str) {
     let log = run.join(RunDir::EVENTS);
     let since = Instant::now();
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains(&format!("{marker}\""))
-    {
+    while !bl_e2e::log_text(&log).contains(&format!("{marker}\"")) {
         assert!(
             since.elapsed() < Duration::from_secs(30),
             "{marker} never logged"
@@ -865,7 +862,7 @@ exit 1
         stderr.contains("✗ a (worker_fault)") && stderr.contains("the provider said no (401)"),
         "{stderr}"
     );
-    let log = std::fs::read_to_string(dir.join("run").join(RunDir::EVENTS)).unwrap();
+    let log = bl_e2e::log_text(&dir.join("run").join(RunDir::EVENTS));
     assert!(
         !log.contains("sk-test-0123456789abcdef"),
         "the key is in the log"

@@ -205,8 +205,7 @@ fn a_reconnect_with_last_event_id_loses_and_repeats_nothing_and_streams_are_boun
     let case = tempfile::tempdir().unwrap();
     let dir = graph(case.path(), 4, None);
     assert!(start_run(&dir, None).wait().unwrap().success());
-    let total = std::fs::read_to_string(dir.join("run/controller-events.jsonl"))
-        .unwrap()
+    let total = bl_e2e::log_text(&dir.join("run/controller-events.jsonl"))
         .lines()
         .count() as u64;
     let watching = watch(&dir, &[]);
@@ -421,8 +420,7 @@ fn a_run_written_by_another_process_is_watched_live_to_its_verified_end() {
         !early.starts_with("run SUCCEEDED"),
         "watched from the start: {early}"
     );
-    let total = std::fs::read_to_string(dir.join("run/controller-events.jsonl"))
-        .unwrap()
+    let total = bl_e2e::log_text(&dir.join("run/controller-events.jsonl"))
         .lines()
         .count();
     assert!(

@@ -318,7 +318,7 @@ fn check_proof_checks_a_printed_proof_against_a_signed_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let proof_file = dir.path().join("proof.json");
     std::fs::write(&proof_file, &proof).unwrap();
-    let log = std::fs::read_to_string(s.run.join(RunDir::EVENTS)).unwrap();
+    let log = bl_e2e::log_text(&s.run.join(RunDir::EVENTS));
     let event = dir.path().join("event.jsonl");
     std::fs::write(&event, format!("{}\n", log.lines().nth(1).unwrap())).unwrap();
     let check = |extra: &[&str]| {
