@@ -98,7 +98,7 @@ struct Staging {
     bytes: Vec<u8>,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io {
         path: path.to_path_buf(),
         source,
@@ -495,9 +495,10 @@ impl Drop for EventLog {
 }
 
 /// Moves a torn tail (bytes after the last newline) aside into
-/// `<log>.torn-<offset>`, leaving the verified lines untouched. Returns the
-/// tail that was moved, or `None` when the log was whole. Takes the writer
-/// lock, so it never races a live writer.
+/// `<log>.torn-<offset>`, leaving the verified lines untouched: the log's
+/// own, or else one its writer staged beside it. Returns the tail that was
+/// moved, or `None` when the log was whole. Takes the writer lock, so it
+/// never races a live writer.
 pub fn recover_torn_tail(path: &Path) -> Result<Option<TornTail>, StoreError> {
     let _lock = take_writer_lock(path)?;
     let bytes = std::fs::read(path).map_err(io(path))?;
@@ -505,7 +506,9 @@ pub fn recover_torn_tail(path: &Path) -> Result<Option<TornTail>, StoreError> {
         path: path.to_path_buf(),
         error,
     })?;
-    let Some(tail) = torn else { return Ok(None) };
+    let Some(tail) = torn else {
+        return crate::staged::recover_torn_tail(path, &bytes);
+    };
     move_aside(path, &bytes, tail.offset, "torn")?;
     Ok(Some(tail))
 }
@@ -530,18 +533,33 @@ pub fn set_aside_from(path: &Path, offset: u64, label: &str) -> Result<PathBuf, 
 /// Keeps `bytes[offset..]` of the log at `path` in `<log>.<label>-<offset>`
 /// (made durable first), then cuts the log to `offset`.
 fn move_aside(path: &Path, bytes: &[u8], offset: u64, label: &str) -> Result<PathBuf, StoreError> {
+    let aside = keep_aside(path, &bytes[offset as usize..], offset, label)?;
+    cut_durably(path, offset)?;
+    Ok(aside)
+}
+
+/// Writes `bytes`, from byte `offset` of the log at `path`, to
+/// `<log>.<label>-<offset>`, made durable, name and all.
+pub(crate) fn keep_aside(
+    path: &Path,
+    bytes: &[u8],
+    offset: u64,
+    label: &str,
+) -> Result<PathBuf, StoreError> {
     let aside = PathBuf::from(format!("{}.{label}-{offset}", path.display()));
     let mut saved = File::create(&aside).map_err(io(&aside))?;
-    saved
-        .write_all(&bytes[offset as usize..])
-        .map_err(io(&aside))?;
+    saved.write_all(bytes).map_err(io(&aside))?;
     saved.sync_all().map_err(io(&aside))?;
     crate::durable::sync_name_of(&aside).map_err(io(&aside))?;
+    Ok(aside)
+}
+
+/// Cuts the file at `path` to `len` bytes, durably.
+pub(crate) fn cut_durably(path: &Path, len: u64) -> Result<(), StoreError> {
     let file = OpenOptions::new()
         .write(true)
         .open(path)
         .map_err(io(path))?;
-    file.set_len(offset).map_err(io(path))?;
-    file.sync_all().map_err(io(path))?;
-    Ok(aside)
+    file.set_len(len).map_err(io(path))?;
+    file.sync_all().map_err(io(path))
 }

@@ -12,10 +12,9 @@
 //! kept beside it, never dropped.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::log::StoreError;
+use crate::log::{StoreError, io};
 
 /// Where lines continuing the log at `path` from byte `offset` are staged.
 pub fn path_for(log: &Path, offset: u64) -> PathBuf {
@@ -70,7 +69,7 @@ fn staged_files(log: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
             found.push((offset, entry.path()));
         }
     }
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     Ok(found)
 }
 
@@ -187,10 +186,6 @@ pub fn settle<E: From<StoreError>>(
     label: &str,
     keep: impl FnOnce(&[u8]) -> Result<usize, E>,
 ) -> Result<Option<Settled>, E> {
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| StoreError::Io { path: p, source }
-    };
     // Looked for before the lock is taken: a log with nothing staged (or
     // none at all) is left as it is, without a lock file made beside it.
     if staged_files(path).map_err(io(path))?.is_empty() {
@@ -222,24 +217,17 @@ fn move_in<E: From<StoreError>>(
     label: &str,
     keep: impl FnOnce(&[u8]) -> Result<usize, E>,
 ) -> Result<Settled, E> {
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| StoreError::Io { path: p, source }
-    };
     let from = staged.from as usize;
     let whole = whole_lines(path, &log_bytes[..from], &staged.bytes)?;
     let kept_bytes = keep(&staged.bytes[..whole])?.min(whole);
-    let set_aside = if kept_bytes < staged.bytes.len() {
-        let offset = from + kept_bytes;
-        let aside = PathBuf::from(format!("{}.{label}-{offset}", path.display()));
-        let mut file = File::create(&aside).map_err(io(&aside))?;
-        file.write_all(&staged.bytes[kept_bytes..])
-            .and_then(|()| file.sync_all())
-            .map_err(io(&aside))?;
-        crate::durable::sync_name_of(&aside).map_err(io(&aside))?;
-        Some(aside)
-    } else {
-        None
+    let set_aside = match kept_bytes < staged.bytes.len() {
+        true => Some(crate::log::keep_aside(
+            path,
+            &staged.bytes[kept_bytes..],
+            (from + kept_bytes) as u64,
+            label,
+        )?),
+        false => None,
     };
     let log = OpenOptions::new()
         .write(true)
@@ -263,6 +251,28 @@ fn move_in<E: From<StoreError>>(
             .count(),
         set_aside,
     })
+}
+
+/// Moves a torn last line the writer staged beside the log at `path`
+/// (whose durable bytes are `log_bytes`) aside into `<log>.torn-<offset>`,
+/// `offset` counted in the log and its staged lines as one; the whole
+/// lines stay staged. The caller holds the writer lock.
+pub(crate) fn recover_torn_tail(
+    path: &Path,
+    log_bytes: &[u8],
+) -> Result<Option<crate::chain::TornTail>, StoreError> {
+    let Some(staged) = continuation(path, log_bytes).map_err(io(path))? else {
+        return Ok(None);
+    };
+    let all = [&log_bytes[..staged.from as usize], &staged.bytes[..]].concat();
+    let (_, torn) = crate::chain::verify_chain(&all).map_err(|error| StoreError::Chain {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    let Some(tail) = torn else { return Ok(None) };
+    crate::log::keep_aside(path, &all[tail.offset as usize..], tail.offset, "torn")?;
+    crate::log::cut_durably(&path_for(path, staged.from), tail.offset - staged.from)?;
+    Ok(Some(tail))
 }
 
 /// How many bytes of `staged` are whole lines that continue the chain of

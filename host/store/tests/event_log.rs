@@ -532,3 +532,37 @@ fn a_torn_staged_line_is_kept_aside_and_the_whole_ones_moved_in() {
     );
     assert_eq!(std::fs::read(&path).unwrap(), whole);
 }
+
+/// `bl log recover` moves a torn line aside wherever it is: in the log, or
+/// staged beside it (then counted in the two as one).
+#[test]
+fn a_torn_staged_line_is_moved_aside_by_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(bl_store::RunDir::EVENTS);
+    let mut log = EventLog::open(&path, identity()).unwrap().staged();
+    append_n(&mut log, 0, 2);
+    log.sync().unwrap();
+    append_n(&mut log, 2, 3);
+    drop(log);
+    let durable = std::fs::read(&path).unwrap().len();
+    let staged_path = bl_store::staged::path_for(&path, durable as u64);
+    let mut staged = std::fs::read(&staged_path).unwrap();
+    let whole = staged.len();
+    staged.extend_from_slice(b"{\"seq");
+    std::fs::write(&staged_path, &staged).unwrap();
+    assert!(
+        verify_chain(&bl_store::read_log(&path).unwrap())
+            .unwrap()
+            .1
+            .is_some()
+    );
+    let tail = recover_torn_tail(&path).unwrap().unwrap();
+    assert_eq!((tail.line, tail.offset), (4, (durable + whole) as u64));
+    let aside = dir
+        .path()
+        .join(format!("controller-events.jsonl.torn-{}", durable + whole));
+    assert_eq!(std::fs::read(aside).unwrap(), b"{\"seq");
+    let (head, torn) = verify_chain(&bl_store::read_log(&path).unwrap()).unwrap();
+    assert_eq!((head.sequence, torn), (3, None));
+    assert_eq!(recover_torn_tail(&path).unwrap(), None);
+}
