@@ -1307,13 +1307,23 @@ fn kill_when_logged(dir: &Path, args: &[&str], run: &str, marker: &str) {
     child.wait().unwrap();
 }
 
-/// A power loss between two syncs may keep log lines whose artifacts never
-/// reached the disk (the kernel writes files back in its own order). The
-/// loss is made by hand here, as it cannot be made for real: the controller
-/// is killed after `a` succeeded, and `a`'s reply is emptied, as a file
-/// written but never synced comes back. A resume sets the log aside from
-/// the first line naming it, says so, runs `a` again and ends as a run
-/// never cut short; the run then verifies.
+/// The staged files beside a run's log and its annex.
+fn staged_files(run_dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains(".staged-"))
+        .collect()
+}
+
+/// A power loss between two syncs may keep staged log lines whose
+/// artifacts never reached the disk (the kernel writes files back in its
+/// own order). The loss is made by hand here, as it cannot be made for
+/// real: the controller is killed after `a` succeeded, and `a`'s reply is
+/// emptied, as a file written but never synced comes back. A resume moves
+/// the staged lines into the log up to the first naming it, keeps the rest
+/// aside and says so, runs `a` again and ends as a run never cut short;
+/// the run then verifies.
 #[test]
 fn lines_a_power_loss_kept_without_their_artifacts_are_set_aside_and_redone() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1335,6 +1345,17 @@ fn lines_a_power_loss_kept_without_their_artifacts_are_set_aside_and_redone() {
     let object = run_dir.join("artifacts/objects").join(&lost);
     std::fs::write(&object, b"").unwrap();
     let log_before = bl_e2e::log_text(&run_dir.join(RunDir::EVENTS));
+    // The line naming the lost reply never reached the log itself: it
+    // waits in the staged file, as the write-ahead order wants.
+    let durable = std::fs::read_to_string(run_dir.join(RunDir::EVENTS)).unwrap();
+    assert!(!durable.contains(&lost), "{durable}");
+    assert!(
+        staged_files(&run_dir).iter().any(|p| p
+            .to_string_lossy()
+            .contains("controller-events.jsonl.staged-")),
+        "{:?}",
+        staged_files(&run_dir)
+    );
 
     let resumed = bl_in(&dir, &resume_args("run", "1"));
     let stderr = String::from_utf8_lossy(&resumed.stderr);
@@ -1361,6 +1382,11 @@ fn lines_a_power_loss_kept_without_their_artifacts_are_set_aside_and_redone() {
         "{aside:?}: {kept}"
     );
     assert_eq!(final_states(&dir, "run"), want);
+    assert!(
+        staged_files(&run_dir).is_empty(),
+        "{:?}",
+        staged_files(&run_dir)
+    );
     let verify = bl_in(&dir, &["verify", "run"]);
     assert!(
         verify.status.success(),
