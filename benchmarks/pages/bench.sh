@@ -84,7 +84,8 @@ sed -i 's|^cat >/dev/null$|cat >/dev/null; sleep 0.15|' "$live/fake-bin/claude"
     --connections connections.json --inputs inputs.json --out run --concurrency 2 >/dev/null 2>&1; \
   touch run/controller-events.jsonl.done ) &
 runner=$!
-until [ -s "$live/run/controller-events.jsonl" ]; do sleep 0.05; done
+# The run's first lines: in its log, or staged beside it until a sync.
+until [ -s "$live/run/controller-events.jsonl" ] || compgen -G "$live/run/controller-events.jsonl.staged-*" >/dev/null; do sleep 0.05; done
 "$bl" graph watch --run "$live/run" > "$live/watch.out" 2>&1 &
 watch=$!
 until grep -q '^watch: ' "$live/watch.out"; do sleep 0.05; done

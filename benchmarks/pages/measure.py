@@ -14,6 +14,27 @@ port, what = sys.argv[1], sys.argv[2]
 base = f"http://127.0.0.1:{port}"
 
 
+def read_log_from(log, offset):
+    """The bytes of a run's log from `offset` on, read as bl reads it: the
+    log file, then the lines its writer staged beside it and has not moved
+    in yet (`<log>.staged-<where they go in the log>`)."""
+    size = os.path.getsize(log) if os.path.exists(log) else 0
+    if offset < size:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            return f.read()
+    folder, name = os.path.split(log)
+    for entry in os.listdir(folder):
+        at = entry[len(name) + len(".staged-"):]
+        if entry.startswith(name + ".staged-") and at.isdigit() and int(at) <= offset:
+            try:
+                with open(os.path.join(folder, entry), "rb") as f:
+                    f.seek(offset - int(at))
+                    return f.read()
+            except FileNotFoundError:
+                pass  # moved into the log since it was listed
+    return b""
+
 def call(method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(base + path, data=data, method=method,
@@ -90,19 +111,17 @@ try:
         # Each line of the log, when it appeared (its new bytes read every
         # 2 ms).
         appended, seen, offset, started = {}, 0, 0, time.time()
-        with open(log, "rb") as f:
-            while time.time() - started < 600:
-                done = os.path.exists(log + ".done")
-                f.seek(offset)
-                chunk = f.read()
-                offset += len(chunk)
-                now = time.time()
-                for _ in range(chunk.count(b"\n")):
-                    seen += 1
-                    appended[seen] = now
-                if done and not chunk:
-                    break
-                time.sleep(0.002)
+        while time.time() - started < 600:
+            done = os.path.exists(log + ".done")
+            chunk = read_log_from(log, offset)
+            offset += len(chunk)
+            now = time.time()
+            for _ in range(chunk.count(b"\n")):
+                seen += 1
+                appended[seen] = now
+            if done and not chunk:
+                break
+            time.sleep(0.002)
         time.sleep(1.0)
         shown = run("return window.blShownAt || []")
         first_shown = {}

@@ -1932,14 +1932,16 @@ fn decision_target(
     }
     let Some(node) = run.graph.node(path) else {
         return Err(refused(format!(
-            "graph approve: approval_node at /node_id: node '{path}' is not in the graph{}",
-            in_child_run(run, path, asked)
+            "graph approve: approval_node at /node_id: node '{path}' is not in the graph{}{}",
+            in_child_run(run, path, asked),
+            approval_nodes_hint(run, path)
         )));
     };
     if node.kind != NodeKind::Approval {
         return Err(refused(format!(
-            "graph approve: approval_node at /node_id: node '{path}' is not an approval node{}",
-            in_child_run(run, path, asked)
+            "graph approve: approval_node at /node_id: node '{path}' is not an approval node{}{}",
+            in_child_run(run, path, asked),
+            approval_nodes_hint(run, path)
         )));
     }
     let round = repair_rounds(events);
@@ -2025,6 +2027,25 @@ fn child_run_of(
 
 /// " of the child run in DIR (asked: 'PATH')" when `path` is the end of a
 /// longer `asked`; nothing when they are the same.
+/// What a mistyped or wrong node id to decide can be told: the nearest
+/// approval node's id, and every approval node of the graph.
+fn approval_nodes_hint(run: &LoadedRun, asked: &str) -> String {
+    let approvals: Vec<&str> = run
+        .graph
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Approval)
+        .map(|n| n.id.as_str())
+        .collect();
+    if approvals.is_empty() {
+        return "; this graph has no approval node, so nothing in it waits for a decision".into();
+    }
+    let nearest = bl_core::spelling::closest(asked, approvals.iter().copied())
+        .map(|near| format!(" Did you mean '{near}'?"))
+        .unwrap_or_default();
+    format!(".{nearest} Its approval nodes: {}", approvals.join(", "))
+}
+
 fn in_child_run(run: &LoadedRun, path: &str, asked: &str) -> String {
     if path == asked {
         String::new()
