@@ -2037,13 +2037,14 @@ fn approval_nodes_hint(run: &LoadedRun, asked: &str) -> String {
         .filter(|n| n.kind == NodeKind::Approval)
         .map(|n| n.id.as_str())
         .collect();
+    // On a line of its own: the first is bounded-loops' to the byte.
     if approvals.is_empty() {
-        return "; this graph has no approval node, so nothing in it waits for a decision".into();
+        return "\n  this graph has no approval node, so nothing in it waits for a decision".into();
     }
     let nearest = bl_core::spelling::closest(asked, approvals.iter().copied())
-        .map(|near| format!(" Did you mean '{near}'?"))
+        .map(|near| format!("did you mean '{near}'? "))
         .unwrap_or_default();
-    format!(".{nearest} Its approval nodes: {}", approvals.join(", "))
+    format!("\n  {nearest}its approval nodes: {}", approvals.join(", "))
 }
 
 fn in_child_run(run: &LoadedRun, path: &str, asked: &str) -> String {

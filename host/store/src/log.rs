@@ -203,13 +203,10 @@ impl EventLog {
                 expected: identity.run_id.clone(),
             });
         }
-        if crate::staged::continuation(path, &bytes)
-            .map_err(io(path))?
-            .is_some()
-        {
+        if let Some(staged) = crate::staged::continuation(path, &bytes).map_err(io(path))? {
             return Err(StoreError::Unsettled {
                 path: path.to_path_buf(),
-                staged: crate::staged::path_for(path, bytes.len() as u64),
+                staged: crate::staged::path_for(path, staged.from),
             });
         }
         file.seek(SeekFrom::End(0)).map_err(io(path))?;

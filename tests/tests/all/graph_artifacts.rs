@@ -1277,7 +1277,7 @@ fn an_approval_inside_a_subgraph_pauses_the_parent_and_is_decided_by_its_path() 
         ("inner/nope", "is not in the graph of the child run"),
         (
             "inner/hodl",
-            "Did you mean 'hold'? Its approval nodes: hold",
+            "\n  did you mean 'hold'? its approval nodes: hold",
         ),
         ("inner/make", "is not an approval node of the child run"),
         ("ghost/hold", "'ghost' of 'ghost/hold' is not in the graph"),
