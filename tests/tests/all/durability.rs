@@ -98,23 +98,38 @@ fn a_runs_fsyncs_do_not_grow_with_its_nodes() {
 }
 
 /// The directories a traced run fsynced, as the `openat` calls before each
-/// fsync named them (`strace -f -e trace=openat,fsync,fdatasync`).
+/// fsync named them (`strace -f -e trace=openat,fsync,fdatasync`). A call
+/// another thread's interrupts is split in two lines (`<unfinished ...>`,
+/// then `<... openat resumed>`): its path is on the first, its fd the second.
 fn synced_dirs(trace: &Path) -> Vec<String> {
-    let mut opened: std::collections::HashMap<String, String> = Default::default();
+    let result = |s: &str| {
+        s.rsplit("= ")
+            .next()
+            .and_then(|f| f.trim().parse::<u32>().ok())
+    };
+    let mut opened: std::collections::HashMap<u32, String> = Default::default();
+    let mut opening: std::collections::HashMap<String, String> = Default::default();
     let mut synced = Vec::new();
     for line in std::fs::read_to_string(trace).unwrap().lines() {
-        if let Some(rest) = line.split_once("openat(").map(|(_, r)| r) {
+        let (pid, call) = line.split_once(' ').unwrap_or(("", line));
+        let call = call.trim_start();
+        if let Some(rest) = call.strip_prefix("openat(") {
             let path = rest.split('"').nth(1).unwrap_or_default().to_string();
-            if let Some(fd) = rest
-                .rsplit("= ")
-                .next()
-                .and_then(|f| f.trim().parse::<u32>().ok())
-            {
-                opened.insert(fd.to_string(), path);
+            match result(rest) {
+                Some(fd) if !rest.contains("<unfinished") => {
+                    opened.insert(fd, path);
+                }
+                _ => {
+                    opening.insert(pid.to_string(), path);
+                }
             }
-        } else if let Some(rest) = line.split_once("fsync(").map(|(_, r)| r) {
-            let fd = rest.split(')').next().unwrap_or_default();
-            if let Some(path) = opened.get(fd) {
+        } else if call.starts_with("<... openat resumed>") {
+            if let (Some(path), Some(fd)) = (opening.remove(pid), result(call)) {
+                opened.insert(fd, path);
+            }
+        } else if let Some(rest) = call.strip_prefix("fsync(") {
+            let fd = rest.split([')', ' ']).next().unwrap_or_default();
+            if let Some(path) = fd.parse::<u32>().ok().and_then(|fd| opened.get(&fd)) {
                 synced.push(path.clone());
             }
         }
@@ -253,10 +268,22 @@ fn a_log_line_naming_an_artifact_reaches_the_log_only_after_the_artifact_was_syn
             }
         }
     }
+    let sample = |what: &str| -> String {
+        text.lines()
+            .filter(|l| l.contains(what))
+            .map(|l| l.chars().take(400).collect::<String>())
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert!(
         logged >= 20,
-        "only {logged} lines naming artifacts reached the log: {}",
-        &text[..text.len().min(3000)]
+        "only {logged} lines naming artifacts reached the log ({} artifacts put in place, {staged} names staged); \
+         renames:\n{}\nwrites to the log:\n{}\nsyncs:\n{}",
+        synced.len(),
+        sample("rename"),
+        sample("controller-events.jsonl>"),
+        sample("sync"),
     );
     // The check has teeth: the same lines were first written, unsynced,
     // to the staged file.

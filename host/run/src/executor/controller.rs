@@ -254,6 +254,10 @@ pub async fn drive(
     }
     let begun = c.machine.begin();
     c.apply(begun)?;
+    // The run's opening lines are made durable at once (they name no
+    // artifact): a tool that reads only the log, as bounded-loops' own do,
+    // finds the run there from its first moment, not from its first sync.
+    c.sync()?;
     // Node tasks: staging and the worker's turn, then the judge. A node
     // being judged still holds its slot, so at concurrency 1 nodes run one
     // after the other, as bounded-loops runs them.
