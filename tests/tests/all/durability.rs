@@ -101,6 +101,8 @@ fn a_runs_fsyncs_do_not_grow_with_its_nodes() {
 /// fsync named them (`strace -f -e trace=openat,fsync,fdatasync`). A call
 /// another thread's interrupts is split in two lines (`<unfinished ...>`,
 /// then `<... openat resumed>`): its path is on the first, its fd the second.
+/// strace pads the pid to five places, so a short one is followed by more
+/// than one space.
 fn synced_dirs(trace: &Path) -> Vec<String> {
     let result = |s: &str| {
         s.rsplit("= ")
@@ -237,9 +239,11 @@ fn a_log_line_naming_an_artifact_reaches_the_log_only_after_the_artifact_was_syn
     let mut synced: std::collections::HashMap<String, bool> = Default::default();
     let (mut logged, mut staged) = (0, 0);
     for line in text.lines() {
+        // strace pads the pid to five places: "2050  rename(...)".
         let call = line
             .split_once(' ')
             .map_or(line, |(_, rest)| rest)
+            .trim_start()
             .trim_start_matches("<... ");
         if call.starts_with("rename") && line.contains("/artifacts/objects/") {
             if let Some(target) = call.rsplit("/artifacts/objects/").next() {
