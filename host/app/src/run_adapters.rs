@@ -46,7 +46,7 @@ fn read_chain(path: &Path) -> Result<(Vec<Recorded>, bl_store::ChainHead), AppEr
         .map_err(|e| AppError::Refused(format!("{}: {e}", path.display())))?;
     if let Some(tail) = torn {
         return Err(AppError::Refused(format!(
-            "{}: line {} is torn (as after a crash); run `bl log recover {}` first",
+            "{}: line {} is torn (as after a crash); `bl graph resume` moves it aside and goes on, or `bl log recover {}` moves it aside alone",
             path.display(),
             tail.line,
             path.display()

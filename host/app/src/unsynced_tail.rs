@@ -211,7 +211,7 @@ fn set_aside_unnamed_objects(
             })
             .map_err(|e| AppError::Refused(format!("{}: {e}", aside.display())))?;
         crate::notes::note(format!(
-            "note: the artifact {digest} no kept line names did not reach the disk whole (as after a power loss); it was set aside to {}",
+            "note: the artifact {digest} did not reach the disk whole (as after a power loss), and no line kept in the log names it; it was set aside to {}",
             aside.display()
         ));
     }

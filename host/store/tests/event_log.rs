@@ -504,21 +504,29 @@ fn a_move_stopped_part_way_is_finished_and_a_spent_staged_file_removed() {
     assert_eq!(std::fs::read(&path).unwrap(), staged);
 }
 
+/// A log at `path` of `synced` lines, then two more a killed writer staged,
+/// then `torn` (a write cut short) in the same staged file. Returns the
+/// log's length and the whole staged lines.
+fn staged_with_a_torn_line(path: &Path, synced: usize, torn: &[u8]) -> (u64, Vec<u8>) {
+    let mut log = EventLog::open(path, identity()).unwrap().staged();
+    append_n(&mut log, 0, synced);
+    log.sync().unwrap();
+    append_n(&mut log, synced, synced + 2);
+    drop(log);
+    let durable = std::fs::metadata(path).unwrap().len();
+    let staged_path = bl_store::staged::path_for(path, durable);
+    let whole = std::fs::read(&staged_path).unwrap();
+    std::fs::write(&staged_path, [&whole[..], torn].concat()).unwrap();
+    (durable, whole)
+}
+
 /// A torn last staged line (a write cut short) is not a line: it is kept
 /// aside, and the whole lines before it join the log.
 #[test]
 fn a_torn_staged_line_is_kept_aside_and_the_whole_ones_moved_in() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(bl_store::RunDir::EVENTS);
-    let mut log = EventLog::open(&path, identity()).unwrap().staged();
-    append_n(&mut log, 0, 2);
-    log.flush().unwrap();
-    drop(log);
-    let staged_path = bl_store::staged::path_for(&path, 0);
-    let whole = std::fs::read(&staged_path).unwrap();
-    let mut torn = whole.clone();
-    torn.extend_from_slice(b"{\"sequence\":3,");
-    std::fs::write(&staged_path, &torn).unwrap();
+    let (_, whole) = staged_with_a_torn_line(&path, 0, b"{\"sequence\":3,");
     let settled = bl_store::staged::settle(&path, "unsynced", |lines| {
         assert_eq!(lines, whole);
         Ok::<_, StoreError>(lines.len())
@@ -539,17 +547,8 @@ fn a_torn_staged_line_is_kept_aside_and_the_whole_ones_moved_in() {
 fn a_torn_staged_line_is_moved_aside_by_recover() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(bl_store::RunDir::EVENTS);
-    let mut log = EventLog::open(&path, identity()).unwrap().staged();
-    append_n(&mut log, 0, 2);
-    log.sync().unwrap();
-    append_n(&mut log, 2, 3);
-    drop(log);
-    let durable = std::fs::read(&path).unwrap().len();
-    let staged_path = bl_store::staged::path_for(&path, durable as u64);
-    let mut staged = std::fs::read(&staged_path).unwrap();
-    let whole = staged.len();
-    staged.extend_from_slice(b"{\"seq");
-    std::fs::write(&staged_path, &staged).unwrap();
+    let (durable, whole) = staged_with_a_torn_line(&path, 2, b"{\"seq");
+    let (durable, whole) = (durable as usize, whole.len());
     assert!(
         verify_chain(&bl_store::read_log(&path).unwrap())
             .unwrap()
@@ -557,12 +556,12 @@ fn a_torn_staged_line_is_moved_aside_by_recover() {
             .is_some()
     );
     let tail = recover_torn_tail(&path).unwrap().unwrap();
-    assert_eq!((tail.line, tail.offset), (4, (durable + whole) as u64));
+    assert_eq!((tail.line, tail.offset), (5, (durable + whole) as u64));
     let aside = dir
         .path()
         .join(format!("controller-events.jsonl.torn-{}", durable + whole));
     assert_eq!(std::fs::read(aside).unwrap(), b"{\"seq");
     let (head, torn) = verify_chain(&bl_store::read_log(&path).unwrap()).unwrap();
-    assert_eq!((head.sequence, torn), (3, None));
+    assert_eq!((head.sequence, torn), (4, None));
     assert_eq!(recover_torn_tail(&path).unwrap(), None);
 }

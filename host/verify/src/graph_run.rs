@@ -80,6 +80,19 @@ fn read_log(path: &Path) -> Result<Vec<u8>, Finding> {
     })
 }
 
+/// The whole lines of an event log (with its staged ones): a torn last
+/// line is the chain check's finding, said once there, not again by every
+/// check that reads the events.
+fn read_whole_lines(path: &Path) -> Result<Vec<u8>, Finding> {
+    let mut bytes = read_log(path)?;
+    let whole = bytes
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |at| at + 1);
+    bytes.truncate(whole);
+    Ok(bytes)
+}
+
 /// An event log's verified head; a torn tail is a finding.
 fn chain_head(path: &Path) -> Result<bl_store::ChainHead, Finding> {
     let bytes = read_log(path)?;
@@ -332,7 +345,7 @@ pub fn verify(path: &Path, options: &Options) -> GraphReport {
 /// its copy in the run's workspace still has its digest; every subgraph's
 /// child run verifies and ends at the head the parent recorded.
 fn verify_handoff(dir: &Path, log: &Path) -> Result<Option<String>, Finding> {
-    let bytes = read_log(log)?;
+    let bytes = read_whole_lines(log)?;
     let objects = dir.join("artifacts/objects");
     let stored = |digest: &str| -> Result<Vec<u8>, Finding> {
         let hex = digest.trim_start_matches("sha256:");
@@ -506,7 +519,7 @@ fn verify_causality(dir: &Path, log: &Path) -> Result<String, Finding> {
     let mut left = vec![false; n];
     let mut picked: Vec<Option<u32>> = vec![None; n];
     let mut decided = 0;
-    let bytes = read_log(log)?;
+    let bytes = read_whole_lines(log)?;
     for (line_no, line) in bytes.split(|b| *b == b'\n').enumerate() {
         if line.is_empty() {
             continue;

@@ -23,6 +23,26 @@ fn fan_out(n: usize, dir: &Path) {
     assert!(made.success());
 }
 
+/// `bl graph run` of the fan-out in `dir` under `strace` with `options`,
+/// its trace written to `trace`; the run must succeed.
+fn run_traced(dir: &Path, options: &[&str], trace: &Path) {
+    let run = Command::new("strace")
+        .args(options)
+        .arg("-o")
+        .arg(trace)
+        .arg(bl_binary())
+        .args(bl_e2e::GRAPH_RUN)
+        .current_dir(dir)
+        .env("PATH", bl_e2e::path_with_fakes(dir))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 /// The calls that make files durable (fsync, fdatasync, syncfs) of one
 /// `bl graph run` of `n` nodes.
 fn syncs_of_a_run(n: usize) -> u64 {
@@ -30,20 +50,10 @@ fn syncs_of_a_run(n: usize) -> u64 {
     let dir = case.path().join("graph");
     fan_out(n, &dir);
     let counts = case.path().join("strace.txt");
-    let path = bl_e2e::path_with_fakes(&dir);
-    let run = Command::new("strace")
-        .args(["-f", "-c", "-e", "trace=fsync,fdatasync,syncfs", "-o"])
-        .arg(&counts)
-        .arg(bl_binary())
-        .args(bl_e2e::GRAPH_RUN)
-        .current_dir(&dir)
-        .env("PATH", path)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    run_traced(
+        &dir,
+        &["-f", "-c", "-e", "trace=fsync,fdatasync,syncfs"],
+        &counts,
     );
     // Each node's reply is an artifact of its own: a sync per artifact
     // would show, not hide behind one object stored N times.
@@ -209,23 +219,17 @@ fn a_log_line_naming_an_artifact_reaches_the_log_only_after_the_artifact_was_syn
     let dir = case.path().join("graph");
     fan_out(20, &dir);
     let trace = case.path().join("strace.txt");
-    let run = Command::new("strace")
-        .args(["-f", "-y", "-s", "4000000", "-o"])
-        .arg(&trace)
-        .args([
+    run_traced(
+        &dir,
+        &[
+            "-f",
+            "-y",
+            "-s",
+            "4000000",
             "-e",
             "trace=write,pwrite64,rename,renameat,renameat2,syncfs,fsync,fdatasync",
-        ])
-        .arg(bl_binary())
-        .args(bl_e2e::GRAPH_RUN)
-        .current_dir(&dir)
-        .env("PATH", bl_e2e::path_with_fakes(&dir))
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+        ],
+        &trace,
     );
     let text = std::fs::read_to_string(&trace).unwrap();
     let digests_in = |s: &str| -> Vec<String> {

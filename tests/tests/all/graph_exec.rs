@@ -1549,3 +1549,29 @@ fn a_stopped_run_resumes_with_the_providers_it_was_given() {
         String::from_utf8_lossy(&resumed.stderr)
     );
 }
+
+/// Each graph command's help opens with what that command does: the flags
+/// they share add options, never a description of their own.
+#[test]
+fn each_graph_command_opens_its_help_with_what_it_does() {
+    let first_lines: Vec<String> = ["run", "resume", "approve", "console"]
+        .iter()
+        .map(|command| {
+            let out = Command::new(bl_binary())
+                .args(["graph", command, "--help"])
+                .output()
+                .unwrap();
+            let help = String::from_utf8_lossy(&out.stdout).into_owned();
+            help.lines().next().unwrap_or_default().to_string()
+        })
+        .collect();
+    let expected = [
+        "Execute a graph",
+        "Continue a paused or interrupted run",
+        "Record a human decision",
+        "Serve a page",
+    ];
+    for (line, expected) in first_lines.iter().zip(expected) {
+        assert!(line.starts_with(expected), "{first_lines:?}");
+    }
+}

@@ -109,6 +109,16 @@ fn a_torn_tail_is_reported_and_recovered_only_on_request() {
         status_of(&report, "chain").1.contains("line 10 is torn"),
         "{report}"
     );
+    // Said once, by the chain: the checks that read the events read the
+    // whole lines, with no JSON error of their own about the torn one.
+    let failed: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "fail")
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(failed, ["chain"], "{report}");
     assert_eq!(
         std::fs::read(&log).unwrap(),
         torn,
