@@ -18,9 +18,8 @@ use serde_json::{Value, json};
 use crate::exit::{CliError, CliResult, Exit};
 use crate::output::outln;
 
-// The flags `run`, `approve` and `resume` share (`DriveOptions` as the
-// command line gives them). Not a doc comment: clap would show it as the
-// about line of every command that flattens these flags.
+// The flags `run`, `approve` and `resume` share (`DriveOptions` as given);
+// not a doc comment, which clap would show as each command's description.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DriveFlags {
     /// JSON object mapping node_id -> prompt (never recorded).

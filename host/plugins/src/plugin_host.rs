@@ -139,12 +139,15 @@ pub enum FindError {
     #[error("{0}")]
     Refused(String),
     #[error(
-        "plugin {name:?} at {path} ({digest}) is not signed by a key this project trusts, no bl.lock pins it, and it does not ship with bl; nothing was run. Install it from a registry (`bl plugin install {name}`), or run it anyway, recorded as unsigned, with `--allow-unsigned {name}` (or BL_ALLOW_UNSIGNED={name})"
+        "plugin {name:?} at {path} ({digest}) is not signed by a key this project trusts, no bl.lock pins it, and it does not ship with bl; nothing was run. Install it from a registry (`bl plugin install {name}`), or run it anyway, recorded as unsigned, with `--allow-unsigned {name}` (or BL_ALLOW_UNSIGNED={name}){}",
+        allowed_others(allowed, name)
     )]
     Unsigned {
         name: String,
         path: PathBuf,
         digest: String,
+        /// The names the operator did allow unsigned (none of them this).
+        allowed: Vec<String>,
     },
     #[error(
         "plugin {name:?} at {path} is version {found}, which does not meet {requirement}; install one that does (`bl plugin install {name}@{requirement}`)"
@@ -500,6 +503,7 @@ impl PluginHost {
             name: package.name(),
             path: path.to_path_buf(),
             digest: digest.to_string(),
+            allowed: policy.allowed_unsigned.iter().cloned().collect(),
         })
     }
 
@@ -553,4 +557,16 @@ impl PluginHost {
         self.runtime()?
             .load_policy(&plugin.name(), plugin.source(), &options)
     }
+}
+
+/// The names allowed unsigned when none is the plugin refused: said, with
+/// the one it may have been meant as, since a misspelt name allows nothing.
+fn allowed_others(allowed: &[String], name: &str) -> String {
+    if allowed.is_empty() {
+        return String::new();
+    }
+    let meant = bl_core::spelling::closest(name, allowed.iter().map(String::as_str))
+        .map(|near| format!("; {near:?} is close to {name:?}: a misspelling?"))
+        .unwrap_or_default();
+    format!(". Allowed unsigned now: {}{meant}", allowed.join(", "))
 }

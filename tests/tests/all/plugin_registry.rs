@@ -1206,6 +1206,20 @@ fn an_unpinned_plugin_runs_only_when_it_ships_with_bl_is_signed_or_is_allowed_by
     }
     let other = run("other", &["--allow-unsigned", "other"], &[]);
     assert_eq!(other.status.code(), Some(2), "{}", text(&other));
+    // A name allowed that is not this plugin's is said; a close one as
+    // the likely misspelling it is.
+    assert!(
+        text(&other).contains("Allowed unsigned now: other"),
+        "{}",
+        text(&other)
+    );
+    let misspelt = run("misspelt", &["--allow-unsigned", "mygat"], &[]);
+    assert_eq!(misspelt.status.code(), Some(2), "{}", text(&misspelt));
+    assert!(
+        text(&misspelt).contains("\"mygat\" is close to \"mygate\": a misspelling?"),
+        "{}",
+        text(&misspelt)
+    );
 
     // The same bytes, signed by a key the project trusts in the registry
     // BL_REGISTRY names: they run as signed.
