@@ -1228,7 +1228,8 @@ fn drive(
         (Some(watcher), Depth::Top) => (watcher.0)(schedule),
         _ => Box::new(Unwatched),
     };
-    let mut observer = |e: &bl_run::events::Event| progress.event(e);
+    let replayed = Replayed::after(&journal, progress.as_mut());
+    let mut observer = |e: &bl_run::events::Event| replayed.pass(e, progress.as_mut());
     let mut ports = Ports {
         journal: &mut journal,
         artifacts: &artifacts,
@@ -1679,7 +1680,43 @@ fn record_decision(
 /// Who watches a drive: each event as it is appended, then the end.
 pub trait Watch {
     fn event(&mut self, _event: &bl_run::events::Event) {}
+    /// Once, before anything new, when a drive continues a run in which
+    /// nodes had already ended (`failed` of them failed): their events
+    /// are not shown again.
+    fn earlier(&mut self, _ended: usize, _failed: usize) {}
     fn finish(&mut self) {}
+}
+
+/// Keeps a drive's watcher to what is new. A resume drives the run from
+/// its start and records again nothing its log already holds: those
+/// events are not shown as if they happened now; the watcher hears once,
+/// first, how many nodes had ended.
+struct Replayed {
+    keys: std::collections::HashSet<String>,
+}
+
+impl Replayed {
+    fn after(journal: &LogJournal, watch: &mut dyn Watch) -> Self {
+        let ended: Vec<NodeState> = (journal.view().nodes.values())
+            .map(|n| n.state)
+            .filter(|s| s.is_final())
+            .collect();
+        if !ended.is_empty() {
+            let failed = ended.iter().filter(|&&s| s == NodeState::Failed).count();
+            watch.earlier(ended.len(), failed);
+        }
+        Replayed {
+            keys: journal.keys().map(str::to_string).collect(),
+        }
+    }
+
+    fn pass(&self, event: &bl_run::events::Event, watch: &mut dyn Watch) {
+        // A finished turn judged again is observed under the key its turn
+        // was recorded with: it is news all the same.
+        if event.kind == "node.replied" || !self.keys.contains(&event.key) {
+            watch.event(event);
+        }
+    }
 }
 
 /// No one watches (a subgraph's child run).
@@ -1706,6 +1743,36 @@ pub struct Driven {
     pub run: LoadedRun,
     pub end: RunEnd,
     pub view: RunView,
+}
+
+impl Driven {
+    /// What `graph run --json` and `graph resume --json` print: the run's
+    /// state, each node's, and how to continue a stopped run (given
+    /// `--inputs`, if any).
+    pub fn answer(&self, inputs: Option<&Path>) -> Value {
+        let (view, dir) = (&self.view, &self.run.dir);
+        let order = self.run.graph.nodes.iter().map(|n| n.id.as_str());
+        let nodes: Vec<Value> = order
+            .clone()
+            .map(|id| {
+                let n = view.node(id);
+                json!({"node_id": id, "state": n.state, "artifact_digests": n.artifact_digests})
+            })
+            .collect();
+        let mut answer = json!({
+            "out": dir.display().to_string(), "run_id": RUN_ID,
+            "run_state": view.run_state, "awaiting_approval": view.awaiting(order),
+            "paused": matches!(self.end, RunEnd::AwaitingApproval(_)),
+            "budget_pause": view.budget_pause, "nodes": nodes,
+            "spend_tokens": view.tokens, "spend_cost_microunits": view.cost_microunits,
+        });
+        if let RunEnd::Interrupted { signal, nodes } = &self.end {
+            answer["interrupted"] = json!({
+                "signal": signal, "nodes": nodes, "resume": resume_command(dir, inputs),
+            });
+        }
+        answer
+    }
 }
 
 /// `bl graph run --execute MANIFEST --out D ...`

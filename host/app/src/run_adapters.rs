@@ -94,6 +94,14 @@ pub struct LogJournal {
 }
 
 impl LogJournal {
+    /// The idempotency key of every event recorded so far, in the log and
+    /// its annex.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.by_key
+            .keys()
+            .chain(self.annexed_by_key.keys())
+            .map(String::as_str)
+    }
     pub fn open(run_dir: &Path, identity: RunIdentity) -> Result<Self, AppError> {
         let log = RunDir::new(run_dir)
             .open_log(identity.clone())

@@ -159,6 +159,7 @@ impl bl_app::graph_run::Watch for Progress {
                     format!("  ‖ {node}: interrupted, to be re-driven on resume")
                 });
             }
+            "node.redrive" => self.line(format!("  ↻ {node}: its unfinished attempt is taken up again")),
             // Observed only when a resume judges a finished turn again.
             "node.replied" => self.line(format!(
                 "  ↻ {node}: judging again the turn its worker finished before the stop (no new turn)"
@@ -169,6 +170,16 @@ impl bl_app::graph_run::Watch for Progress {
             }
             "node.awaiting_approval" => self.line(format!("  ⏸ {node} awaits your decision")),
             _ => {}
+        }
+    }
+
+    fn earlier(&mut self, ended: usize, failed: usize) {
+        (self.done, self.failed) = (ended, failed);
+        self.stopped("");
+        if self.enabled {
+            self.line(format!(
+                "  {ended} node(s) had already ended: kept as they were, not run again"
+            ));
         }
     }
 

@@ -231,25 +231,7 @@ fn report_drive(driven: &Driven, title: &str, flags: &DriveFlags) -> CliResult {
     let awaiting = view.awaiting(order.iter().copied());
     say_interrupted(end, &run.dir, flags);
     if crate::output::json() {
-        let nodes: Vec<Value> = order
-            .iter()
-            .map(|id| {
-                let n = view.node(id);
-                json!({"node_id": id, "state": n.state, "artifact_digests": n.artifact_digests})
-            })
-            .collect();
-        let mut answer = json!({
-            "out": run.dir.display().to_string(), "run_id": graph_run::RUN_ID,
-            "run_state": view.run_state, "awaiting_approval": awaiting,
-            "paused": matches!(end, RunEnd::AwaitingApproval(_)),
-            "budget_pause": view.budget_pause, "nodes": nodes,
-            "spend_tokens": view.tokens, "spend_cost_microunits": view.cost_microunits,
-        });
-        if let RunEnd::Interrupted { signal, nodes } = end {
-            answer["interrupted"] = json!({
-                "signal": signal, "nodes": nodes, "resume": graph_run::resume_command(&run.dir, flags.inputs.as_deref()),
-            });
-        }
+        let answer = driven.answer(flags.inputs.as_deref());
         crate::interrupt::answer(|| outln!("{}", python_json(&answer)));
         return Ok(exit_of(end));
     }
@@ -262,7 +244,13 @@ fn report_drive(driven: &Driven, title: &str, flags: &DriveFlags) -> CliResult {
         let n = view.node(id);
         let mark = node_mark(n.state);
         let artifact = shown_artifact(node, &n.artifact_digests, 24);
-        outln!("  {mark} node '{id}': {}  artifact={artifact}", n.state);
+        let state = match end {
+            RunEnd::Interrupted { nodes, .. } if nodes.contains(id) => {
+                "INTERRUPTED (taken up again on resume)".into()
+            }
+            _ => n.state.to_string(),
+        };
+        outln!("  {mark} node '{id}': {state}  artifact={artifact}");
     }
     outln!("out       : {}", run.dir.display());
     outln!();

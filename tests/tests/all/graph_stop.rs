@@ -316,6 +316,16 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
                 "run {i}: {node} was running and is not on record: {stopped:?}"
             );
         }
+        // The stop's report names what it interrupted as such.
+        let report = String::from_utf8_lossy(&out.stdout);
+        for node in running.iter().filter(|n| stopped.contains(n)) {
+            assert!(
+                report.contains(&format!(
+                    "node '{node}': INTERRUPTED (taken up again on resume)"
+                )),
+                "run {i}: {node}: {report}"
+            );
+        }
         let resumed = bl_in(&dir, RESUME);
         assert_eq!(
             resumed.status.code(),
@@ -323,6 +333,32 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
             "run {i}: {}",
             said(&resumed)
         );
+        // Its progress shows what is new: the nodes that had ended are
+        // counted, not shown as if they ended again, and each interrupted
+        // attempt is said to be taken up again.
+        let progress = String::from_utf8_lossy(&resumed.stderr);
+        let ended: Vec<&str> = events
+            .iter()
+            .filter(|e| e["event_type"] == "node.succeeded")
+            .map(|e| e["payload"]["node_id"].as_str().unwrap())
+            .collect();
+        for node in &ended {
+            assert!(
+                !progress.contains(&format!("  ✓ {node}\n")),
+                "run {i}: {node}: {progress}"
+            );
+        }
+        if !ended.is_empty() {
+            let said = format!(
+                "  {} node(s) had already ended: kept as they were, not run again",
+                ended.len()
+            );
+            assert!(progress.contains(&said), "run {i}: {progress}");
+        }
+        for node in running.iter().filter(|n| stopped.contains(n)) {
+            let said = format!("  ↻ {node}: its unfinished attempt is taken up again");
+            assert!(progress.contains(&said), "run {i}: {progress}");
+        }
         // One agent call per node, plus one per interrupted attempt (an
         // attempt the stop caught before its agent had started makes none).
         let calls = calls_by_node(&dir);
