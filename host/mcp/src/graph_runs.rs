@@ -286,13 +286,19 @@ impl GraphRuns<'_> {
             recorded,
             ..Default::default()
         });
-        let run = runtime.run(kept, connections, self.runs_dir.join(&name));
+        let run = runtime.run(kept.clone(), connections, self.runs_dir.join(&name));
         let answer = json!({
             "ok": true, "executed": true, "run": name, "state": "RUNNING",
             "plan_id": plan["plan_id"],
             "follow": "graph_status with this run: each node's state; an approval node waits for a person (graph_approve)",
         });
-        settle(self.started, &name, run, answer)
+        let answer = settle(self.started, &name, run, answer);
+        // A run refused before it began leaves nothing behind, not even
+        // the manifest kept for it.
+        if answer["ok"] == false && !self.runs_dir.join(&name).exists() {
+            let _ = std::fs::remove_file(&kept);
+        }
+        answer
     }
 
     /// `graph_resume` of the run at `dir` (named `run`).

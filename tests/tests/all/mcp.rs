@@ -1116,7 +1116,10 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
         ["graph_run", {"manifest_yaml": no_such_tool}],
         ["graph_run", {"manifest_yaml": elsewhere}],
         ["graph_run", {"manifest_yaml": manifest, "connections": "nonexistent.json"}],
+        ["graph_run", with(json!({"inputs": "noprompts.json"}))],
+        ["graph_run", with(json!({"inputs": "noprompts.json", "confirm": true, "confirm_token": "$token:16"}))],
     ]);
+    std::fs::write(workspace.path().join("noprompts.json"), "{}").unwrap();
     let before: Vec<_> = std::fs::read_dir(workspace.path().join(".bounded-loops/runs"))
         .unwrap()
         .collect();
@@ -1219,6 +1222,26 @@ fn a_graph_runs_over_mcp_only_after_its_preview_and_waits_for_a_person() {
             .unwrap()
             .contains("'nonexistent.json' does not exist: connections names a file"),
         "{missing}"
+    );
+    // A confirmed run its runtime refuses before it begins (no prompts)
+    // leaves nothing behind: no run, and not the manifest kept for one.
+    let unprompted = call(17);
+    assert_eq!(unprompted["ok"], false, "{unprompted}");
+    assert!(
+        unprompted["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no prompt for agent node"),
+        "{unprompted}"
+    );
+    let kept: Vec<_> = std::fs::read_dir(workspace.path().join(".bounded-loops/mcp"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        kept,
+        [format!("{name}.yaml")],
+        "only the run that began keeps its manifest"
     );
     // Refused in the graph tools' shape, naming the argument.
     assert_eq!(call(10)["ok"], false, "{}", call(10));
