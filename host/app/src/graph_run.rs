@@ -2190,6 +2190,44 @@ pub fn status(dir: &Path) -> Result<RunStatus, AppError> {
     })
 }
 
+/// One artifact of a run, as an agent may read it: its row of
+/// [`artifacts`] and its bytes, checked against its digest.
+pub struct ArtifactContent {
+    pub row: Value,
+    pub bytes: Vec<u8>,
+}
+
+/// The artifact `digest` of the run at `dir`, when the run's verified log
+/// names it and no node keeps it `system_only` (such an artifact is for
+/// transforms and the operator, who reads the run directory, never for an
+/// agent): refused otherwise, saying which.
+pub fn artifact_content(dir: &Path, digest: &str) -> Result<ArtifactContent, AppError> {
+    let rows: Vec<Value> = artifacts(dir)?
+        .into_iter()
+        .filter(|row| row["digest"] == digest)
+        .collect();
+    let Some(row) = rows.first() else {
+        return Err(refused(format!(
+            "the run's log names no artifact {digest}: its artifacts are listed without a digest"
+        )));
+    };
+    if let Some(kept) = rows.iter().find(|r| r["visibility"] == "system_only") {
+        return Err(refused(format!(
+            "{digest} is node '{}''s system_only output ({}): only transforms and the operator read it",
+            kept["producer"]["node_id"].as_str().unwrap_or_default(),
+            kept["port"].as_str().unwrap_or_default(),
+        )));
+    }
+    let store = bl_store::ArtifactStore::new(RunDir::new(dir).artifacts(), u64::MAX);
+    let bytes = store
+        .get(digest)
+        .map_err(|e| refused(format!("{digest}: {e}")))?;
+    Ok(ArtifactContent {
+        row: row.clone(),
+        bytes,
+    })
+}
+
 /// `bl graph artifacts --run D`: every artifact the run's log names, with
 /// its producer, digest, size, media type, role, visibility and consumers.
 pub fn artifacts(dir: &Path) -> Result<Vec<Value>, AppError> {

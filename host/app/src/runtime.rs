@@ -389,6 +389,16 @@ impl GraphRuntime {
         graph_run::artifacts(dir)
     }
 
+    /// One artifact's bytes, as an agent may read them (see
+    /// [`graph_run::artifact_content`]).
+    pub fn artifact_content(
+        &self,
+        dir: &Path,
+        digest: &str,
+    ) -> Result<graph_run::ArtifactContent, AppError> {
+        graph_run::artifact_content(dir, digest)
+    }
+
     /// Verifies the run as `bl verify` does: every hash and link of its
     /// log, its artifacts, its approvals and its checkpoint.
     pub fn verify(&self, dir: &Path, options: &VerifyOptions) -> Result<VerifyReport, AppError> {

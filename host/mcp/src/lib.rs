@@ -164,6 +164,22 @@ pub struct RunArgs {
     pub cursor: Option<String>,
 }
 
+/// `graph_artifacts`' arguments: a run, and the artifact to read.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArtifactsArgs {
+    /// The run's name (a directory under `.bounded-loops/runs`), never a path.
+    pub run: String,
+    /// One artifact's digest (`sha256:…`, as `graph_status` gives a node's
+    /// `artifact_digests`): its content too. Without it: every artifact of
+    /// the run, without content.
+    #[serde(default)]
+    pub digest: Option<String>,
+    /// Where to go on in an answer that came back in pages (its `next_cursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
 /// `graph_status`'s arguments: a run, and whether to give its history.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -883,6 +899,41 @@ impl BlServer {
                 Ok(json!(runtime.status(dir)?.to_markdown()))
             })
             .await?;
+        answer(&value)
+    }
+
+    #[tool(
+        description = "A graph run's artifacts, from its verified log: each one's digest, producer (node, attempt), size, media type, role (an output with its port and path, a reply, join evidence, a publish receipt, a plugin component), visibility and consumers. With `digest`: that artifact's content too, checked against its digest (`text` when it is UTF-8, else `content_base64`). An output a node keeps system_only is never given. `run` is a run's name under .bounded-loops/runs."
+    )]
+    async fn graph_artifacts(
+        &self,
+        Parameters(args): Parameters<ArtifactsArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let value = match args.digest {
+            None => {
+                self.about_run(&args.run, "artifacts", |runtime, dir| {
+                    Ok(Value::Array(runtime.artifacts(dir)?))
+                })
+                .await?
+            }
+            Some(digest) => {
+                self.about_run(&args.run, "artifact", move |runtime, dir| {
+                    let content = runtime.artifact_content(dir, &digest)?;
+                    let mut artifact = content.row;
+                    match String::from_utf8(content.bytes) {
+                        Ok(text) => artifact["text"] = json!(text),
+                        Err(e) => {
+                            use base64::Engine as _;
+                            let encoded =
+                                base64::engine::general_purpose::STANDARD.encode(e.as_bytes());
+                            artifact["content_base64"] = json!(encoded);
+                        }
+                    }
+                    Ok(artifact)
+                })
+                .await?
+            }
+        };
         answer(&value)
     }
 

@@ -10,6 +10,7 @@ use std::process::Command;
 
 use bl_e2e::{bl_binary, repo_root};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 /// The venv's python with the `mcp` client; None (said loudly) without
 /// it, except under CI=true, where setup must have made it.
@@ -117,6 +118,94 @@ fn workspace() -> tempfile::TempDir {
     workspace
 }
 
+/// An agent reads what a run produced: the artifacts its log names, and
+/// one's content checked against its digest; never a system_only output.
+#[test]
+fn an_agent_reads_a_runs_artifacts_but_never_a_system_only_one() {
+    let Some(python) = client_python() else {
+        return;
+    };
+    let workspace = tempfile::tempdir().unwrap();
+    let maker = json!({
+        "id": "maker", "kind": "tool", "inputs": {},
+        "tool_ref": "command:sh -c 'mkdir -p workspace/system/maker && printf \"the report\\n\" > workspace/report.md && printf \"{\\\"secret\\\": 1}\" > workspace/system/maker/map.json'",
+        "outputs": {
+            "report": {"type": "markdown", "path": "workspace/report.md"},
+            "map": {"type": "json", "path": "workspace/system/maker/map.json", "visibility": "system_only"},
+        },
+        "budget": {"max_attempts": 1, "max_wallclock_s": 60},
+        "effects": ["workspace_write"], "isolation": "workspace_only",
+    });
+    let manifest = json!({
+        "api_version": "bounded-loops.dev/graph/v1", "graph_id": "sys", "version": "1.0.0",
+        "extensions": ["artifact-ports"], "nodes": [maker], "edges": [], "connection_slots": [],
+        "policies": {"data_class": "internal", "fail_mode": "fail_closed"},
+    });
+    std::fs::write(workspace.path().join("graph.json"), manifest.to_string()).unwrap();
+    let out = workspace.path().join(".bounded-loops/runs/sys");
+    let run = bl(
+        &[
+            "graph",
+            "run",
+            "--execute",
+            "graph.json",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        workspace.path(),
+    );
+    assert!(run.status.success(), "{run:?}");
+    let digest_of = |bytes: &[u8]| format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+    let report = digest_of(b"the report\n");
+    let map = digest_of(b"{\"secret\": 1}");
+    let calls = json!([
+        ["graph_artifacts", {"run": "sys"}],
+        ["graph_artifacts", {"run": "sys", "digest": report}],
+        ["graph_artifacts", {"run": "sys", "digest": map}],
+        ["graph_artifacts", {"run": "sys", "digest": digest_of(b"never written")}],
+        ["graph_artifacts", {"run": "../sys"}],
+    ]);
+    let answers = drive(&python, workspace.path(), &calls);
+    let call = |i: usize| answers["calls"][i]["result"].clone();
+    let listed = call(0);
+    assert_eq!(listed["ok"], true, "{listed}");
+    let rows = listed["artifacts"].as_array().unwrap();
+    let row = |digest: &str| rows.iter().find(|r| r["digest"] == digest).cloned();
+    assert_eq!(row(&report).unwrap()["visibility"], "consumer", "{listed}");
+    assert_eq!(row(&map).unwrap()["visibility"], "system_only", "{listed}");
+    assert!(
+        rows.iter().all(|r| r.get("text").is_none()),
+        "a listing holds no content"
+    );
+    let read = call(1);
+    assert_eq!(read["artifact"]["text"], "the report\n", "{read}");
+    assert_eq!(read["artifact"]["producer"]["node_id"], "maker", "{read}");
+    let kept = call(2);
+    assert_eq!(kept["ok"], false, "{kept}");
+    let why = kept["error"].as_str().unwrap();
+    assert!(
+        why.contains("system_only") && why.contains("'maker'"),
+        "{kept}"
+    );
+    assert!(!kept.to_string().contains("secret"), "{kept}");
+    let unknown = call(3);
+    assert!(
+        unknown["error"]
+            .as_str()
+            .unwrap()
+            .contains("names no artifact"),
+        "{unknown}"
+    );
+    assert!(
+        call(4)["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("run_id must be"),
+        "{}",
+        call(4)
+    );
+}
+
 #[test]
 fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
     let Some(python) = client_python() else {
@@ -189,6 +278,11 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
     for tool in report["tools"].as_array().unwrap() {
         let name = tool["name"].as_str().unwrap();
         offered.push(name);
+        // bl's own tool: what an agent needs that bounded-loops lacks (the
+        // content of what a run produced).
+        if name == "graph_artifacts" {
+            continue;
+        }
         let theirs = upstream["tools"]
             .as_array()
             .unwrap()
@@ -264,6 +358,7 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
             "bl_search_loops",
             "bl_show",
             "graph_approve",
+            "graph_artifacts",
             "graph_compose",
             "graph_configure",
             "graph_interview",
