@@ -163,7 +163,7 @@ impl RunMetrics {
             text,
             "run          : {} ({})",
             self.status.run.dir.display(),
-            doc["state"].as_str().unwrap_or_default()
+            self.status.run_in_words()
         )
         .expect("a String takes any text");
         writeln!(

@@ -1488,29 +1488,39 @@ fn check_prompts(
     view: &RunView,
     prompts: &Prompts,
 ) -> Result<(), AppError> {
-    for node in &schedule.nodes {
-        if node.driver != Driver::Worker || prompts.contains_key(&node.id) {
-            continue;
-        }
-        match view.node(&node.id).state {
-            NodeState::Pending => {
-                return Err(refused(format!(
-                    "graph {verb}: cannot resume: connector node '{}' is PENDING but no prompt was re-supplied; pass its prompt with --inputs FILE (the node prompts, as the run was given them) and retry",
-                    node.id
-                )));
-            }
-            // bl's words: without its prompt, the attempt a stop or a crash
-            // left would fail, and spend the node's attempts on that.
-            NodeState::Running => {
-                return Err(refused(format!(
-                    "graph {verb}: cannot resume: connector node '{}' was stopped while RUNNING and is re-driven now, but no prompt was re-supplied; pass its prompt with --inputs FILE (the node prompts, as the run was given them) and retry; nothing was changed",
-                    node.id
-                )));
-            }
-            _ => {}
-        }
+    let needing: Vec<(&str, NodeState)> = schedule
+        .nodes
+        .iter()
+        .filter(|n| n.driver == Driver::Worker && !prompts.contains_key(&n.id))
+        .map(|n| (n.id.as_str(), view.node(&n.id).state))
+        .filter(|(_, state)| matches!(state, NodeState::Pending | NodeState::Running))
+        .collect();
+    let Some(&(first, state)) = needing.first() else {
+        return Ok(());
+    };
+    let mut message = if state == NodeState::Pending {
+        format!(
+            "graph {verb}: cannot resume: connector node '{first}' is PENDING but no prompt was re-supplied; pass its prompt with --inputs FILE (the node prompts, as the run was given them) and retry"
+        )
+    } else {
+        // bl's words: without its prompt, the attempt a stop or a crash
+        // left would fail, and spend the node's attempts on that.
+        format!(
+            "graph {verb}: cannot resume: connector node '{first}' was stopped while RUNNING and is re-driven now, but no prompt was re-supplied; pass its prompt with --inputs FILE (the node prompts, as the run was given them) and retry; nothing was changed"
+        )
+    };
+    // bounded-loops names the first; bl says, indented below, every one
+    // this drive may start, so one --inputs file answers them all.
+    if needing.len() > 1 {
+        let ids: Vec<&str> = needing.iter().map(|(id, _)| *id).collect();
+        let example: Vec<String> = ids.iter().map(|id| format!("\"{id}\": \"…\"")).collect();
+        message.push_str(&format!(
+            "\n  it needs the prompt of each agent node it may start: {}; one --inputs file holds them all, such as {{{}}}",
+            first_of(&ids),
+            first_of(&example)
+        ));
     }
-    Ok(())
+    Err(refused(message))
 }
 
 /// Drives a recorded run on (after `resume` or a decision), with the same

@@ -40,7 +40,7 @@ impl RunStatus {
         ));
         md.push_str(&format!(
             "- **State:** {}{}\n",
-            view.run_state.as_str(),
+            self.run_in_words(),
             if self.live {
                 " (being written now)"
             } else {
@@ -79,11 +79,12 @@ impl RunStatus {
                 None => "",
             };
             let artifacts: Vec<String> = n.artifact_digests.iter().map(|d| short(d)).collect();
+            let (state, reason) = self.node_in_words(&n);
             md.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 cell(&node.id),
                 cell(node.kind.name()),
-                n.state.as_str(),
+                state,
                 n.attempt,
                 cell(gate),
                 cell(&if n.spend_tokens > 0 {
@@ -92,7 +93,7 @@ impl RunStatus {
                     String::new()
                 }),
                 cell(&artifacts.join(", ")),
-                cell(n.reason.as_deref().unwrap_or_default()),
+                cell(reason.as_deref().unwrap_or_default()),
             ));
         }
         if !run.graph.edges.is_empty() {

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use bl_graph::model::Named;
-use bl_run::projection::{NodeState, RunState, RunView};
+use bl_run::projection::{NodeState, NodeView, RunState, RunView};
 
 use crate::graph_run::RunStatus;
 
@@ -15,15 +15,8 @@ impl RunStatus {
     pub fn to_text(&self) -> String {
         let (run, view) = (&self.run, &self.view);
         let mut text = String::new();
-        let order: Vec<&str> = run.graph.nodes.iter().map(|n| n.id.as_str()).collect();
-        let awaiting = view.awaiting(order.iter().copied());
         writeln!(text, "run       : {}", run.dir.display()).expect("a String takes any text");
-        writeln!(
-            text,
-            "state     : {}",
-            state_in_words(view, &awaiting, self.live)
-        )
-        .expect("a String takes any text");
+        writeln!(text, "state     : {}", self.run_in_words()).expect("a String takes any text");
         writeln!(text, "agents    : {}", agents_in_words(&run.plan))
             .expect("a String takes any text");
         writeln!(
@@ -49,26 +42,15 @@ impl RunStatus {
             let n = view.node(&node.id);
             let effects: Vec<&str> = node.effects.iter().map(|e| e.name()).collect();
             let artifact = shown_artifact(node, &n.artifact_digests, 20);
-            let reason = match (n.state, &n.reason) {
-                (NodeState::Succeeded, _) => "-".to_string(),
-                (_, Some(reason)) => reason.clone(),
-                // In flight in a run no process drives: its controller
-                // died (kill -9, a crash) with no stop on record.
-                (NodeState::Starting | NodeState::Running | NodeState::Gating, None)
-                    if !self.live && view.run_state == RunState::Running =>
-                {
-                    "its controller ended before the attempt did (killed, or the machine stopped); `bl graph resume` re-drives it".to_string()
-                }
-                (_, None) => "-".to_string(),
-            };
+            let (state, reason) = self.node_in_words(&n);
             rows.push([
                 node.id.clone(),
                 node.kind.name().to_string(),
-                n.state.to_string(),
+                state,
                 node.isolation.name().to_string(),
                 effects.join(","),
                 artifact,
-                reason,
+                reason.unwrap_or_else(|| "-".into()),
             ]);
         }
         for row in bl_core::table::table_lines(&rows) {
@@ -112,6 +94,40 @@ impl RunStatus {
             }
         }
         text
+    }
+}
+
+impl RunStatus {
+    /// The run's state in words (see [`state_in_words`]).
+    pub(crate) fn run_in_words(&self) -> String {
+        let order = self.run.graph.nodes.iter().map(|n| n.id.as_str());
+        state_in_words(&self.view, &self.view.awaiting(order), self.live)
+    }
+
+    /// A node's state and why, as a person reads them. One in flight in a
+    /// run no process drives is INTERRUPTED: a stop or a death cut its
+    /// attempt short (`--json` says RUNNING, as bounded-loops does).
+    pub(crate) fn node_in_words(&self, n: &NodeView) -> (String, Option<String>) {
+        let cut_short = matches!(
+            n.state,
+            NodeState::Starting | NodeState::Running | NodeState::Gating
+        ) && !self.live
+            && self.view.run_state == RunState::Running;
+        let reason = match (n.state, &n.reason) {
+            (NodeState::Succeeded, _) => None,
+            (_, Some(reason)) => Some(reason.clone()),
+            // Its controller died (kill -9, a crash) with no stop on record.
+            (_, None) if cut_short => Some(
+                "its controller ended before the attempt did (killed, or the machine stopped); `bl graph resume` re-drives it".into(),
+            ),
+            (_, None) => None,
+        };
+        let state = if cut_short {
+            "INTERRUPTED".to_string()
+        } else {
+            n.state.to_string()
+        };
+        (state, reason)
     }
 }
 

@@ -242,13 +242,12 @@ fn report_drive(driven: &Driven, title: &str, flags: &DriveFlags) -> CliResult {
     for node in &run.graph.nodes {
         let id = &node.id;
         let n = view.node(id);
-        let mark = node_mark(n.state);
         let artifact = shown_artifact(node, &n.artifact_digests, 24);
-        let state = match end {
+        let (mark, state) = match end {
             RunEnd::Interrupted { nodes, .. } if nodes.contains(id) => {
-                "INTERRUPTED (taken up again on resume)".into()
+                ("‖", "INTERRUPTED (taken up again on resume)".into())
             }
-            _ => n.state.to_string(),
+            _ => (node_mark(n.state), n.state.to_string()),
         };
         outln!("  {mark} node '{id}': {state}  artifact={artifact}");
     }

@@ -321,10 +321,38 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
         for node in running.iter().filter(|n| stopped.contains(n)) {
             assert!(
                 report.contains(&format!(
-                    "node '{node}': INTERRUPTED (taken up again on resume)"
+                    "‖ node '{node}': INTERRUPTED (taken up again on resume)"
                 )),
                 "run {i}: {node}: {report}"
             );
+        }
+        // A resume without the prompts is refused, naming every agent node
+        // it may start (bounded-loops' first line names one), and changes
+        // nothing: the resume below is the run's first.
+        let bare = bl_in(&dir, &["graph", "resume", "--run", "run"]);
+        assert_eq!(bare.status.code(), Some(2), "run {i}: {}", said(&bare));
+        let ended: Vec<&str> = events
+            .iter()
+            .filter(|e| e["event_type"] == "node.succeeded")
+            .map(|e| e["payload"]["node_id"].as_str().unwrap())
+            .collect();
+        let open = ids.len() - ended.len();
+        let refusal = said(&bare);
+        match refusal.split_once("it needs the prompt of each agent node it may start: ") {
+            Some((_, rest)) => {
+                let listed = rest.split(';').next().unwrap();
+                let named: Vec<&str> = listed.split(", ").filter(|n| !n.starts_with('…')).collect();
+                assert_eq!(named.len(), open.min(10), "run {i}: {refusal}");
+                assert!(
+                    named.iter().all(|n| ids.contains(n) && !ended.contains(n)),
+                    "run {i}: {refusal}"
+                );
+                assert_eq!(listed.contains("more)"), open > 10, "run {i}: {refusal}");
+            }
+            None => assert_eq!(
+                open, 1,
+                "run {i}: one line for {open} open nodes: {refusal}"
+            ),
         }
         let resumed = bl_in(&dir, RESUME);
         assert_eq!(
@@ -337,11 +365,6 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
         // counted, not shown as if they ended again, and each interrupted
         // attempt is said to be taken up again.
         let progress = String::from_utf8_lossy(&resumed.stderr);
-        let ended: Vec<&str> = events
-            .iter()
-            .filter(|e| e["event_type"] == "node.succeeded")
-            .map(|e| e["payload"]["node_id"].as_str().unwrap())
-            .collect();
         for node in &ended {
             assert!(
                 !progress.contains(&format!("  ✓ {node}\n")),
@@ -681,7 +704,7 @@ fn resume_ends_what_a_dead_controller_left_running_before_it_re_drives() {
             containment == "auto" || !survivors.is_empty(),
             "{containment}: nothing survived, so nothing is shown here"
         );
-        // Status says why `a` is still in flight: its controller died.
+        // Status says `a` was cut short, and why: its controller died.
         let status = bl_in(dir, &["graph", "status", "--run", "run"]);
         let row = String::from_utf8_lossy(&status.stdout)
             .lines()
@@ -689,7 +712,8 @@ fn resume_ends_what_a_dead_controller_left_running_before_it_re_drives() {
             .unwrap_or_default()
             .to_string();
         assert!(
-            row.contains("RUNNING") && row.contains("its controller ended before the attempt did"),
+            row.contains("INTERRUPTED")
+                && row.contains("its controller ended before the attempt did"),
             "{row}"
         );
         std::fs::write(dir.join("inputs.json"), json!({"a": "quick:a"}).to_string()).unwrap();
