@@ -509,12 +509,14 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
     let manifest = PluginManifest {
         name: name.to_string(),
         version: version.version.clone(),
-        description: String::new(),
+        // What the publisher signed of its manifest, so a config is
+        // checked here as where it was built, before anything runs.
+        description: version.description.clone(),
         world: version.world.clone(),
         wit_package: format!("bl:plugin@{}", version.wit_version),
         capabilities: version.capabilities.clone(),
-        config_schema: None,
-        contract_patterns: Vec::new(),
+        config_schema: version.config_schema.clone(),
+        contract_patterns: version.contract_patterns.clone(),
         source_digest: version.source.digest.clone().unwrap_or_default(),
         component_digest: version.component_sha256.clone(),
     };
@@ -764,6 +766,9 @@ pub fn publish(request: &PublishRequest) -> AppResult<Published> {
             digest: Some(manifest.source_digest.clone()),
         },
         recipe,
+        description: manifest.description.clone(),
+        config_schema: manifest.config_schema.clone(),
+        contract_patterns: manifest.contract_patterns.clone(),
         publisher_key_id: String::new(),
         signature: None,
     };

@@ -130,6 +130,16 @@ pub struct Version {
     pub capabilities: Vec<String>,
     pub source: Source,
     pub recipe: Recipe,
+    /// What the plugin says it is (its manifest's description).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// The JSON Schema the plugin's config must meet: an installing
+    /// project checks a config against it before anything runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_schema: Option<serde_json::Value>,
+    /// The files a completion contract plugin applies to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contract_patterns: Vec<String>,
     /// The key id (8 hex digits) of the key that signed it.
     pub publisher_key_id: String,
     /// Base64 of the Ed25519 signature over [`statement`]; absent when
@@ -620,6 +630,9 @@ mod tests {
                 toolchain: "rustc 1.95.0".into(),
                 command: "bl plugin build .".into(),
             },
+            description: String::new(),
+            config_schema: None,
+            contract_patterns: Vec::new(),
             publisher_key_id: String::new(),
             signature: None,
         }

@@ -448,6 +448,48 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
     assert_eq!(laps[0]["verdict"]["passed"], false);
     assert_eq!(laps[1]["gate"]["component"], signed.as_str(), "{laps:?}");
     assert_eq!(laps[1]["gate"]["source"], "plugin");
+    // The installing project knows what the publisher signed of the
+    // plugin's manifest: its description and its config's schema, so a
+    // config the plugin would refuse is refused here before any lap.
+    let installed: Value = serde_json::from_slice(
+        &std::fs::read(case.path(".bl/plugins/word-count.plugin.json")).unwrap(),
+    )
+    .unwrap();
+    let schema: Value = serde_json::from_slice(
+        &std::fs::read(repo_root().join("examples/plugins/word-count/config.schema.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(installed["config_schema"], schema, "{installed}");
+    assert!(
+        installed["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Example third-party gate"),
+        "{installed}"
+    );
+    let loop_yaml = package.join("loop.yaml");
+    let takes = std::fs::read_to_string(&loop_yaml).unwrap();
+    std::fs::write(&loop_yaml, takes.replace("min_words: 5", "min_words: five")).unwrap();
+    let linted = bl_in(&project, &cache, &["lint", "loops/wc"]);
+    assert_eq!(linted.status.code(), Some(1), "{}", text(&linted));
+    assert!(
+        text(&linted).contains("at /gate/config/min_words"),
+        "{}",
+        text(&linted)
+    );
+    let refused = bl_in(
+        &project,
+        &cache,
+        &["run", "loops/wc", "--yes", "--run-id", "wc-bad"],
+    );
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
+    assert!(
+        !package
+            .join(".bounded-loops/runs/wc-bad/ledger.jsonl")
+            .exists(),
+        "no lap ran"
+    );
+    std::fs::write(&loop_yaml, takes).unwrap();
 
     // The installed bytes changed: every run refuses, naming both digests,
     // and verify says so.
@@ -499,11 +541,25 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
     let verify = bl_in(&project, &cache, &["plugin", "verify"]);
     assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));
 
+    // The schema is signed with the rest: edited in the index, the entry
+    // no longer verifies.
+    let index_path = registry.join("index.json");
+    let original = std::fs::read(&index_path).unwrap();
+    edit_index(&registry, |i| {
+        i["plugins"]["word-count"][0]["config_schema"] = json!({"type": "object"});
+    });
+    let verify = bl_in(&project, &cache, &["plugin", "verify"]);
+    assert_eq!(verify.status.code(), Some(1), "{}", text(&verify));
+    assert!(
+        text(&verify).contains("VerificationFailed"),
+        "{}",
+        text(&verify)
+    );
+    std::fs::write(&index_path, &original).unwrap();
+
     // The registry changed under the lock: an entry stripped of its
     // signature, then an index that no longer reads, each fails verify
     // (neither is taken for a registry that is merely out of reach).
-    let index_path = registry.join("index.json");
-    let original = std::fs::read(&index_path).unwrap();
     edit_index(&registry, |i| {
         i["plugins"]["word-count"][0]
             .as_object_mut()
