@@ -246,6 +246,24 @@ pub fn registry_dir(named: Option<&Path>) -> AppResult<PathBuf> {
         })
 }
 
+/// Where `bl plugin install NAME` installs from: the registry named
+/// (`--registry`, else `BL_REGISTRY`), else the one the lock says NAME came
+/// from (so installing a pinned plugin again, as a refusal advises, needs
+/// no flag), else the one shipped with bl.
+pub fn install_registry_dir(
+    project: &Project,
+    name: &str,
+    named: Option<&Path>,
+) -> AppResult<PathBuf> {
+    if named.is_none()
+        && std::env::var_os("BL_REGISTRY").is_none()
+        && let Some(locked) = project.lock()?.plugins.get(name)
+    {
+        return registry_dir(Some(Path::new(&locked.registry)));
+    }
+    registry_dir(named)
+}
+
 /// The registries whose signatures (by keys the project trusts) let an
 /// unpinned plugin run: the one shipped with bl and the directory
 /// `BL_REGISTRY` names (a web registry is not fetched for this: install

@@ -39,7 +39,7 @@ pub enum RegistryCommand {
     Install {
         /// NAME, or NAME@REQ with a semver requirement such as ^1.2 or =1.0.0.
         plugin: String,
-        /// The registry (default: BL_REGISTRY, then the one shipped with bl).
+        /// The registry (default: BL_REGISTRY, then the one bl.lock says it came from, then bl's).
         #[arg(long)]
         registry: Option<PathBuf>,
         /// Grant a capability a new version asks for beyond what was granted.
@@ -120,7 +120,7 @@ pub fn run(cmd: RegistryCommand) -> CliResult {
             grants,
         } => {
             let (name, wanted) = registry::parse_wanted(&plugin);
-            let dir = registry::registry_dir(registry.as_deref())?;
+            let dir = registry::install_registry_dir(&project, name, registry.as_deref())?;
             let request = InstallRequest {
                 registry: &dir,
                 name,
