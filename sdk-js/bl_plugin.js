@@ -27,6 +27,30 @@ export function internal(message) {
 }
 
 /** A publication policy's decision to let the effect go out. */
+/** The world's function as bl calls it (`bl plugin build` puts every
+ * plugin's behind it): an error built here (`badConfig`, `capability`,
+ * `internal`) is thrown on as it is; anything else thrown (a TypeError, a
+ * string) becomes an internal error that says what it was and where in the
+ * plugin's own code, instead of a trap in the runtime's glue. */
+export function guarded(fn, name, file) {
+  // Run when the component is built: a plugin without its function is
+  // refused then, never at its first call.
+  if (typeof fn !== 'function') {
+    throw new Error(`${file} exports no function \`${name}\`, which its world calls`);
+  }
+  return (...args) => {
+    try {
+      return fn(...args);
+    } catch (e) {
+      if (e && typeof e === 'object' && ['bad-config', 'capability', 'internal'].includes(e.tag)) throw e;
+      const what = e instanceof Error ? `${e.name}: ${e.message}` : `${file} threw ${typeof e === 'string' ? JSON.stringify(e) : String(e)}`;
+      const frames = e instanceof Error && typeof e.stack === 'string' ? e.stack.split('\n') : [];
+      const at = frames.map((f) => f.trim()).find((f) => f && !f.includes('bl_plugin.js') && !f.includes('bl_entry.js'));
+      throw internal(at ? `${what} (at ${at.replace(/[^@\s]*\//, '')})` : what);
+    }
+  };
+}
+
 export function allow(reason) {
   return { allow: true, reason };
 }

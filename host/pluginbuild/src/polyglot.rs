@@ -210,6 +210,25 @@ fn copy_sources(from: &Path, to: &Path) -> Result<(), BuildError> {
     Ok(())
 }
 
+/// The module a JavaScript plugin is built from: it exports the world's
+/// function, the plugin's own behind `guarded` (sdk-js).
+const GUARDED_ENTRY: &str = "bl_entry.js";
+
+fn guarded_entry(file: &PluginFile) -> String {
+    let function = match file.kind.as_str() {
+        "transform" => "run",
+        "publication-policy" => "decide",
+        _ => "check",
+    };
+    format!(
+        "// Written by `bl plugin build`: {entry}'s `{function}`, behind the SDK's guard.\n\
+         import * as plugin from './{entry}';\n\
+         import {{ guarded }} from './bl_plugin.js';\n\
+         export const {function} = guarded(plugin.{function}, '{function}', '{entry}');\n",
+        entry = file.entry(),
+    )
+}
+
 /// Every plain file under `dir`, but dot files, `target` and `__pycache__`.
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), BuildError> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
@@ -344,11 +363,15 @@ pub fn build_polyglot(
             .output()
     } else {
         // The SDK is imported as `./bl_plugin.js`: it is put beside the
-        // plugin's files.
+        // plugin's files, with the entry bl builds: the plugin's function
+        // behind the SDK's guard, so that whatever it throws reaches the
+        // operator as a plugin error saying what and where.
         copy_sources(&sdk, &sources)?;
+        let entry = sources.join(GUARDED_ENTRY);
+        std::fs::write(&entry, guarded_entry(&file)).map_err(io_error(&entry))?;
         Command::new("node")
             .arg(&tool)
-            .arg(sources.join(file.entry()))
+            .arg(&entry)
             .arg("-w")
             .arg(&wit)
             .args([
