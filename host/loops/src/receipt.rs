@@ -184,10 +184,11 @@ pub fn receipt_markdown(r: &Value) -> String {
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} |\n",
             lap["lap"],
-            if lap["passed"] == true {
-                "PASS"
-            } else {
-                "FAIL"
+            // A gate that could not decide gave no verdict: ERROR, never FAIL.
+            match (lap["passed"] == true, lap["decision"].as_str()) {
+                (true, _) => "PASS",
+                (false, Some("error")) => "ERROR",
+                (false, _) => "FAIL",
             },
             lap["decision"].as_str().unwrap_or_default(),
             if lap["attempted"] == true {
@@ -195,9 +196,11 @@ pub fn receipt_markdown(r: &Value) -> String {
             } else {
                 "no"
             },
+            // One line, and no `|`, to keep the table a table.
             lap["detail"]
                 .as_str()
                 .unwrap_or_default()
+                .replace(['\n', '\r'], " ")
                 .replace('|', "\\|")
         ));
     }
@@ -277,5 +280,21 @@ mod tests {
             "{md}"
         );
         assert!(!md.contains("CommandGate"), "{md}");
+    }
+
+    /// A lap whose gate could not decide is ERROR, never FAIL, and a
+    /// detail of several lines stays on its row.
+    #[test]
+    fn an_error_lap_reads_error_on_one_row() {
+        let mut broke = row(1, "error", true, 5, 0.2, 1);
+        broke["verdict"]["detail"] = json!("plugin: could not decide\nTypeError | at app.js:3");
+        let meta = json!({"ledger_head": "h", "reason": "gate-error", "status": "ERROR"});
+        let md = receipt_markdown(&receipt(&[broke], &meta, "r1", "/x/runs/r1"));
+        assert!(
+            md.contains(
+                "| 1 | ERROR | error | yes | plugin: could not decide TypeError \\| at app.js:3 |\n"
+            ),
+            "{md}"
+        );
     }
 }
