@@ -448,9 +448,9 @@ pub fn install(project: &Project, request: &InstallRequest) -> AppResult<Install
                 .and_then(|v| registry.trust_of(name, &v.version))
                 .filter(|t| matches!(t, Trust::VerificationFailed { .. }));
             match broken {
-                Some(trust) => AppError::refused(format!(
-                    "{e}. Its signature does not hold ({}): the index or the component changed after it was signed, so it is refused whatever you trust, and --allow-unsigned does not apply; ask the publisher to publish it again",
-                    trust.explain()
+                // `e` already says why its signature does not hold.
+                Some(_) => AppError::refused(format!(
+                    "{e}. The index or the component changed after it was signed, so it is refused whatever you trust, and --allow-unsigned does not apply; ask the publisher to publish it again"
                 )),
                 None if !allow_unsigned => AppError::refused(format!(
                     "{e}. Unsigned and untrusted plugins are refused: trust the publisher's key (`bl plugin trust KEY.pub`), or, knowing what it is, install it with --allow-unsigned {name}"

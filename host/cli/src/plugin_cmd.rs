@@ -22,9 +22,9 @@ mod worlds;
 pub enum PluginCommand {
     #[command(flatten)]
     Registry(registry::RegistryCommand),
-    /// Write a new plugin crate that builds as it is.
+    /// Write a new plugin (a Rust crate, or a Python or JavaScript one) that builds as it is.
     New {
-        /// The plugin's name; the crate goes in a directory of that name.
+        /// The plugin's name; it goes in a directory of that name.
         name: String,
         /// What the plugin is: the world its component exports.
         #[arg(long, value_enum)]
@@ -39,12 +39,13 @@ pub enum PluginCommand {
         #[arg(long, default_value = "rust", value_parser = ["rust", "python", "js"])]
         lang: String,
     },
-    /// Build a plugin crate into a component stamped with its source digest.
+    /// Build a plugin (Rust, Python or JavaScript) into a component stamped with its source digest.
     Build {
-        /// The plugin's crate directory (it holds Cargo.toml).
+        /// The plugin's directory (it holds Cargo.toml, or bl-plugin.toml for Python or JavaScript).
         dir: PathBuf,
         /// Where `<name>.wasm` and `<name>.plugin.json` go (default:
-        /// target/plugins under the plugin's cargo workspace root).
+        /// target/plugins under the plugin's cargo workspace root, or, for
+        /// Python or JavaScript, under the plugin's own directory).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Cargo's target directory for the wasm build (default:
