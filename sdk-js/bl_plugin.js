@@ -141,11 +141,12 @@ function parseJson(text) {
   return out;
 }
 
-/** The config as an object, checked: `required` maps each key that must be
- * there to its type ('string', 'boolean', 'number', COUNT), as
- * `{file: 'string', min_words: COUNT}`; any other key is refused, as a Rust
- * plugin's `deny_unknown_fields` does. */
-export function config(text, required) {
+/** The config as an object, checked: `required` maps each key to its type
+ * ('string', 'boolean', 'number', COUNT), as `{file: 'string', min_words:
+ * COUNT}`; any other key is refused, as a Rust plugin's
+ * `deny_unknown_fields` does. Each key must be there, unless `defaults`
+ * gives its value (as serde's `#[serde(default)]`), as `{min_words: 50}`. */
+export function config(text, required, defaults = {}) {
   const value = parseJson(text);
   if (value === null || typeof value !== 'object' || Array.isArray(value) || value instanceof JsonNumber) {
     throw badConfig('the config must be a JSON object');
@@ -155,12 +156,16 @@ export function config(text, required) {
     if (!(key in required)) throw badConfig(`unknown field \`${key}\`, expected one of ${Object.keys(required).join(', ')}`);
   }
   for (const [key, kind] of Object.entries(required)) {
+    if (!(key in value) && key in defaults) {
+      out[key] = defaults[key];
+      continue;
+    }
     if (!(key in value)) throw badConfig(`missing field \`${key}\``);
     const found = value[key];
     const isNumber = found instanceof JsonNumber;
     if (kind === COUNT) {
       if (!isNumber || !/^\d+$/.test(found.text) || BigInt(found.text) >= 2n ** 32n) {
-        throw badConfig(`\`${key}\` must be a whole number from 0 up`);
+        throw badConfig(`\`${key}\` must be a whole number from 0 to 4294967295`);
       }
       out[key] = Number(found.text);
     } else if (kind === 'number') {

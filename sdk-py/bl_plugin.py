@@ -78,11 +78,14 @@ def _no_constant(name):
     raise ValueError(f"{name} is not a JSON value")
 
 
-def config(text: str, required: dict) -> dict:
-    """The config as a dict, checked: ``required`` maps each key that must
-    be there to its type (``str``, ``int``, ``bool``, ``list``, ``dict`` or
-    ``COUNT``), as ``{"file": str, "min_words": COUNT}``; any other key is
-    refused, as a Rust plugin's ``deny_unknown_fields`` does."""
+def config(text: str, required: dict, defaults: Optional[dict] = None) -> dict:
+    """The config as a dict, checked: ``required`` maps each key to its type
+    (``str``, ``int``, ``bool``, ``list``, ``dict`` or ``COUNT``), as
+    ``{"file": str, "min_words": COUNT}``; any other key is refused, as a
+    Rust plugin's ``deny_unknown_fields`` does. Each key must be there,
+    unless ``defaults`` gives its value (as serde's ``#[serde(default)]``),
+    as ``{"min_words": 50}``."""
+    defaults = defaults or {}
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
         # A lone surrogate (`\ud800`) is no Unicode text: serde refuses it.
@@ -95,12 +98,15 @@ def config(text: str, required: dict) -> dict:
         if key not in required:
             raise bad_config(f"unknown field `{key}`, expected one of {', '.join(required)}")
     for key, kind in required.items():
+        if key not in value and key in defaults:
+            value[key] = defaults[key]
+            continue
         if key not in value:
             raise bad_config(f"missing field `{key}`")
         found = value[key]
         if kind == COUNT:
             if isinstance(found, bool) or not isinstance(found, int) or not 0 <= found < 2**32:
-                raise bad_config(f"`{key}` must be a whole number from 0 up")
+                raise bad_config(f"`{key}` must be a whole number from 0 to 4294967295")
             continue
         if kind is int and (isinstance(found, bool) or not isinstance(found, int)):
             raise bad_config(f"`{key}` must be an integer")

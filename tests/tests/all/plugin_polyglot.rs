@@ -198,6 +198,72 @@ fn scaffolds_of(lang: &str, uncaught: &str, says: &str) {
     );
 }
 
+/// A config key the plugin gives a default may be left out, in Python and
+/// JavaScript alike; a count past a Rust `usize` in wasm32 is refused,
+/// naming the largest one.
+#[test]
+fn a_config_key_with_a_default_may_be_left_out_in_python_and_javascript() {
+    if !polyglot_toolchains() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let here = scratch.path();
+    std::fs::create_dir(here.join("ws")).unwrap();
+    std::fs::write(here.join("ws/r.md"), "three short words\n").unwrap();
+    for (lang, entry, source) in [
+        (
+            "python",
+            "app.py",
+            "import bl_plugin\nimport wit_world\n\n\nclass WitWorld(wit_world.WitWorld):\n    def check(self, root, config):\n        c = bl_plugin.config(config, {\"file\": str, \"min_words\": bl_plugin.COUNT}, {\"min_words\": 2})\n        n = len(bl_plugin.split_words(bl_plugin.read_text(root, c[\"file\"]) or \"\"))\n        return bl_plugin.passed(f\"{n} words\") if n >= c[\"min_words\"] else bl_plugin.failed(f\"{n} words\")\n",
+        ),
+        (
+            "js",
+            "app.js",
+            "import * as bl from './bl_plugin.js';\n\nexport function check(root, config) {\n  const c = bl.config(config, { file: 'string', min_words: bl.COUNT }, { min_words: 2 });\n  const n = bl.splitWords(bl.readText(root, c.file) ?? '').length;\n  return n >= c.min_words ? bl.passed(`${n} words`) : bl.failed(`${n} words`);\n}\n",
+        ),
+    ] {
+        let name = format!("{lang}-defaults");
+        let (code, _, err) = bl(
+            here,
+            &["plugin", "new", &name, "--kind", "gate", "--lang", lang],
+        );
+        assert_eq!(code, 0, "{err}");
+        std::fs::write(here.join(&name).join(entry), source).unwrap();
+        let (code, out, err) = bl(here, &["plugin", "build", &name, "--out", "out"]);
+        assert_eq!(code, 0, "{lang}: {out}{err}");
+        let gate = here.join(format!("out/{name}.wasm"));
+        let run = |config: &str| {
+            let args = [
+                "plugin",
+                "run",
+                gate.to_str().unwrap(),
+                "--workspace",
+                "ws",
+                "--config",
+                config,
+            ];
+            let (code, out, err) = bl(here, &args);
+            (code, format!("{out}{err}"))
+        };
+        let (code, said) = run(r#"{"file": "r.md"}"#);
+        assert_eq!(code, 0, "{lang}: the default of 2 words is met: {said}");
+        let (code, said) = run(r#"{"file": "r.md", "min_words": 5}"#);
+        assert_eq!(code, 1, "{lang}: 5 words asked: {said}");
+        let (code, said) = run(r#"{"file": "r.md", "min_words": 5000000000}"#);
+        assert_eq!(code, 3, "{lang}: {said}");
+        assert!(
+            said.contains("must be a whole number from 0 to 4294967295"),
+            "{lang}: {said}"
+        );
+        let (code, said) = run(r#"{"min_words": 1}"#);
+        assert_eq!(
+            code, 3,
+            "{lang}: a key with no default is still needed: {said}"
+        );
+        assert!(said.contains("missing field `file`"), "{lang}: {said}");
+    }
+}
+
 /// A Python plugin is built from its own files and bl's SDK alone. A
 /// package the builder has installed (in an active venv, or in python3's
 /// own or the user's site-packages, which componentize-py adds by itself)
