@@ -417,7 +417,13 @@ impl PluginHost {
             && pin.digest != digest
         {
             return Err(FindError::PinMismatch {
-                name: name.to_string(),
+                // The plugin's name, for the `bl plugin install` it advises,
+                // though it was asked for by its file's path.
+                name: if self.pins.contains_key(name) {
+                    name.to_string()
+                } else {
+                    package.name()
+                },
                 path,
                 found: digest,
                 pinned: pin.digest.clone(),

@@ -504,6 +504,26 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
         said.contains(&signed) && said.contains("bl.lock pins"),
         "{said}"
     );
+    // Run by its path, the refusal names the plugin to install again.
+    let by_path = bl_in(
+        &project,
+        &cache,
+        &[
+            "plugin",
+            "run",
+            ".bl/plugins/word-count.wasm",
+            "--workspace",
+            ".",
+            "--config",
+            r#"{"file": "x.md", "min_words": 1}"#,
+        ],
+    );
+    assert_ne!(by_path.status.code(), Some(0), "{}", text(&by_path));
+    assert!(
+        text(&by_path).contains("(`bl plugin install word-count`)"),
+        "{}",
+        text(&by_path)
+    );
     let verify = bl_in(&project, &cache, &["plugin", "verify"]);
     assert_eq!(verify.status.code(), Some(1), "{}", text(&verify));
     assert!(
