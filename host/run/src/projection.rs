@@ -369,8 +369,12 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
                 .unwrap_or_default();
         }
         // Kept in the annex, folded after the log: it speaks only of an
-        // attempt nothing ended since.
-        "node.interrupted" if matches!(node.state, NodeState::Running | NodeState::Gating) => {
+        // attempt nothing ended since, and only of its execution a resume
+        // has not taken up again (a later one may have died unstopped).
+        "node.interrupted"
+            if matches!(node.state, NodeState::Running | NodeState::Gating)
+                && p["execution"].as_u64().unwrap_or(0) > node.redrives =>
+        {
             node.reason = Some(why(p));
         }
         "node.repaired" => {
@@ -409,6 +413,39 @@ mod tests {
         assert_eq!(view.node("a").state, NodeState::Gating);
         let reason = view.node("a").reason.unwrap_or_default();
         assert!(reason.contains("stopped by SIGINT"), "{reason}");
+    }
+
+    /// A stop's reason is its execution's: once a resume took the attempt
+    /// up again, an earlier stop no longer explains it.
+    #[test]
+    fn a_stop_explains_only_the_execution_it_stopped() {
+        let running = json!({"node_id": "a", "state": "RUNNING", "attempt": 1});
+        let stopped = |execution: u64| {
+            json!({"node_id": "a", "attempt": 1, "execution": execution, "signal": 2,
+                   "reason": format!("stopped by SIGINT (execution {execution})")})
+        };
+        let redrive = json!({"node_id": "a", "attempt": 1, "redrive": 1});
+        let (first, second) = (stopped(1), stopped(2));
+        let fold = |events: &[(&str, &Value)]| project(events.iter().copied());
+        let started = ("run.started", &json!({}));
+        let view = fold(&[
+            started,
+            ("node.running", &running),
+            ("node.redrive", &redrive),
+            ("node.interrupted", &first),
+        ]);
+        assert_eq!(view.node("a").reason, None, "execution 2 was not stopped");
+        let view = fold(&[
+            started,
+            ("node.running", &running),
+            ("node.redrive", &redrive),
+            ("node.interrupted", &first),
+            ("node.interrupted", &second),
+        ]);
+        assert_eq!(
+            view.node("a").reason.as_deref(),
+            Some("stopped by SIGINT (execution 2)")
+        );
     }
 
     /// A subgraph node whose child run paused awaits the child's nodes by
