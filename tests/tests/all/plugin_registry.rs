@@ -341,6 +341,12 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
     let case = Case::new();
     let project = case.path("");
     let cache = case.path("cache");
+    // `bl plugin verify` fails, saying `why`.
+    let verify_fails = |why: &str| {
+        let verify = bl_in(&project, &cache, &["plugin", "verify"]);
+        assert_eq!(verify.status.code(), Some(1), "{}", text(&verify));
+        assert!(text(&verify).contains(why), "{}", text(&verify));
+    };
     let install = |extra: &[&str]| {
         let mut args = vec!["plugin", "install", "word-count@^0.1", "--registry"];
         args.push(registry.to_str().unwrap());
@@ -524,13 +530,7 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
         "{}",
         text(&by_path)
     );
-    let verify = bl_in(&project, &cache, &["plugin", "verify"]);
-    assert_eq!(verify.status.code(), Some(1), "{}", text(&verify));
-    assert!(
-        text(&verify).contains("VerificationFailed"),
-        "{}",
-        text(&verify)
-    );
+    verify_fails("VerificationFailed");
     // The list says the same, though the bytes no longer read as a component.
     let listed = bl_in(&project, &cache, &["plugin", "list", "--json"]);
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
@@ -570,13 +570,7 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
     edit_index(&registry, |i| {
         i["plugins"]["word-count"][0]["config_schema"] = json!({"type": "object"});
     });
-    let verify = bl_in(&project, &cache, &["plugin", "verify"]);
-    assert_eq!(verify.status.code(), Some(1), "{}", text(&verify));
-    assert!(
-        text(&verify).contains("VerificationFailed"),
-        "{}",
-        text(&verify)
-    );
+    verify_fails("VerificationFailed");
     std::fs::write(&index_path, &original).unwrap();
 
     // The registry changed under the lock: an entry stripped of its
@@ -588,17 +582,9 @@ fn a_third_party_plugin_is_published_installed_pinned_and_used_by_a_loop_and_a_g
             .unwrap()
             .remove("signature");
     });
-    let verify = bl_in(&project, &cache, &["plugin", "verify"]);
-    assert_eq!(verify.status.code(), Some(1), "{}", text(&verify));
-    assert!(
-        text(&verify).contains("no longer signed"),
-        "{}",
-        text(&verify)
-    );
+    verify_fails("no longer signed");
     std::fs::write(&index_path, b"{not an index").unwrap();
-    let verify = bl_in(&project, &cache, &["plugin", "verify"]);
-    assert_eq!(verify.status.code(), Some(1), "{}", text(&verify));
-    assert!(text(&verify).contains("does not read"), "{}", text(&verify));
+    verify_fails("does not read");
     std::fs::write(&index_path, original).unwrap();
 }
 
