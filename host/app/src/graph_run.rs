@@ -1376,22 +1376,58 @@ fn refuse_denials(
     if hazards.is_empty() {
         return Ok(());
     }
-    let lines: Vec<String> = hazards
+    let lines: Vec<String> = hazard_lines(manifest, bytes, &hazards)
         .iter()
-        .map(|h| {
-            format!(
-                "  {}: [{}] {}",
-                place(manifest, bytes, &h.pointer),
-                h.rule,
-                h.message
-            )
-        })
+        .map(|line| format!("  {line}"))
         .collect();
     Err(refused(format!(
         "graph run: the run would deny {} node(s); nothing was run:\n{}\n(--deny-at-run-time runs it anyway: those nodes then fail when the run reaches them, as in bounded-loops)",
         hazards.len(),
         lines.join("\n")
     )))
+}
+
+/// Each hazard as `file:line:col: pointer: [rule] message`, the manifest
+/// read once for all their places. A message many nodes share (a slot a
+/// fan-out of hundreds shares) is said once, at its first place, with the
+/// count of the others: a page of the same sentence helps no one.
+pub fn hazard_lines(
+    manifest: &Path,
+    bytes: &[u8],
+    hazards: &[bl_graph::hazards::Hazard],
+) -> Vec<String> {
+    const EACH_UP_TO: usize = 4;
+    let format = bl_graph::Format::from_path(manifest).unwrap_or(bl_graph::Format::Yaml);
+    let document = bl_graph::parse_document(&String::from_utf8_lossy(bytes), format).ok();
+    let place = |pointer: &str| match document.as_ref().and_then(|d| d.locate(pointer)) {
+        Some(pos) => format!("{}:{}:{}: {pointer}", manifest.display(), pos.line, pos.col),
+        None => format!("{}: {pointer}", manifest.display()),
+    };
+    let mut sharing: HashMap<(&str, &str), usize> = HashMap::new();
+    for h in hazards {
+        *sharing.entry((h.rule, h.message.as_str())).or_default() += 1;
+    }
+    let mut said = std::collections::HashSet::new();
+    let mut lines = Vec::new();
+    for h in hazards {
+        let key = (h.rule, h.message.as_str());
+        let count = sharing[&key];
+        if count > EACH_UP_TO && !said.insert(key) {
+            continue;
+        }
+        let others = if count > EACH_UP_TO {
+            format!(" (said once for the {count} nodes it denies)")
+        } else {
+            String::new()
+        };
+        lines.push(format!(
+            "{}: [{}] {}{others}",
+            place(&h.pointer),
+            h.rule,
+            h.message
+        ));
+    }
+    lines
 }
 
 /// `file:line:col: pointer`, the place a message is about.

@@ -379,13 +379,8 @@ fn plan_failed(failure: PlanFailure) -> CliError {
 /// the bytes bounded-loops defines).
 fn warn_hazards(path: &Path, hazards: &[bl_graph::hazards::Hazard]) {
     let bytes = std::fs::read(path).unwrap_or_default();
-    for h in hazards {
-        crate::output::errln!(
-            "warning: {}: [{}] {} (bl graph run refuses this before anything runs)",
-            bl_app::graph_run::place(path, &bytes, &h.pointer),
-            h.rule,
-            h.message
-        );
+    for line in bl_app::graph_run::hazard_lines(path, &bytes, hazards) {
+        crate::output::errln!("warning: {line} (bl graph run refuses this before anything runs)");
     }
 }
 

@@ -48,42 +48,46 @@ pub fn hazards(graph: &Graph, bindings: Option<&BTreeMap<String, Connection>>) -
             .or_default()
             .push((i, node.id.as_str(), slot.as_str()));
     }
+    // Each group's words once, and each node's group by its index: a
+    // fan-out of thousands on one slot costs no more than its size.
+    let mut shared: BTreeMap<usize, (&'static str, String)> = BTreeMap::new();
+    for group in sharing.values().filter(|g| g.len() > 1) {
+        let (_, first, slot) = group[0];
+        let ids = some_of(group.iter().map(|(_, id, _)| *id));
+        let one_slot = group.iter().all(|(_, _, s)| *s == slot);
+        let said = if one_slot {
+            (
+                "shared_slot",
+                format!(
+                    "nodes {ids} share the connection slot '{slot}', so one connection (binding) would serve several nodes; the run's execution policy lets a connection serve one node only, and denies each of them (policy_denied). Give each node a slot of its own, and a connection for each slot in connections.json"
+                ),
+            )
+        } else {
+            // Slots of their own, and connections.json gave their
+            // connections one binding_id: that is one binding.
+            let binding = bindings
+                .and_then(|b| b.get(first))
+                .map(|c| c.binding_id.as_str())
+                .unwrap_or_default();
+            let slots = some_of(group.iter().map(|(_, _, s)| *s));
+            (
+                "shared_binding",
+                format!(
+                    "nodes {ids} are bound through one binding_id '{binding}' (the connections for slots {slots} in connections.json share it), so one connection would serve several nodes; the run's execution policy lets a connection serve one node only, and denies each of them (policy_denied). Give each connection in connections.json a binding_id of its own"
+                ),
+            )
+        };
+        for (i, _, _) in group {
+            shared.insert(*i, said.clone());
+        }
+    }
     for (i, node) in graph.nodes.iter().enumerate() {
-        if let Some(slot) = &node.connection_slot
-            && let Some(group) = sharing
-                .values()
-                .find(|g| g.len() > 1 && g.iter().any(|(j, _, _)| *j == i))
-        {
-            let ids: Vec<String> = group.iter().map(|(_, id, _)| format!("'{id}'")).collect();
-            let one_slot = group.iter().all(|(_, _, s)| s == slot);
-            let message = if one_slot {
-                format!(
-                    "nodes {} share the connection slot '{slot}', so one connection (binding) would serve several nodes; the run's execution policy lets a connection serve one node only, and denies each of them (policy_denied). Give each node a slot of its own, and a connection for each slot in connections.json",
-                    ids.join(" and ")
-                )
-            } else {
-                // Slots of their own, and connections.json gave their
-                // connections one binding_id: that is one binding.
-                let binding = bindings
-                    .and_then(|b| b.get(&node.id))
-                    .map(|c| c.binding_id.as_str())
-                    .unwrap_or_default();
-                let slots: Vec<String> = group.iter().map(|(_, _, s)| format!("'{s}'")).collect();
-                format!(
-                    "nodes {} are bound through one binding_id '{binding}' (the connections for slots {} in connections.json share it), so one connection would serve several nodes; the run's execution policy lets a connection serve one node only, and denies each of them (policy_denied). Give each connection in connections.json a binding_id of its own",
-                    ids.join(" and "),
-                    slots.join(" and ")
-                )
-            };
+        if let Some((rule, message)) = shared.get(&i) {
             out.push(Hazard {
                 node: node.id.clone(),
                 pointer: format!("/nodes/{i}/connection_slot"),
-                rule: if one_slot {
-                    "shared_slot"
-                } else {
-                    "shared_binding"
-                },
-                message,
+                rule,
+                message: message.clone(),
             });
         }
         let Some((k, effect)) = node
@@ -155,6 +159,27 @@ pub fn hazards(graph: &Graph, bindings: Option<&BTreeMap<String, Connection>>) -
         }
     }
     out
+}
+
+/// Names quoted and joined with "and"; past a handful, the first three and
+/// how many more, so that one slot shared by a thousand nodes makes a
+/// sentence, not a page.
+fn some_of<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    const ALL_UP_TO: usize = 4;
+    const FIRST: usize = 3;
+    let count = names.len();
+    if count <= ALL_UP_TO {
+        return names
+            .map(|n| format!("'{n}'"))
+            .collect::<Vec<_>>()
+            .join(" and ");
+    }
+    let first: Vec<String> = names.take(FIRST).map(|n| format!("'{n}'")).collect();
+    format!(
+        "{} and {} more ({count} in all)",
+        first.join(", "),
+        count - FIRST
+    )
 }
 
 #[cfg(test)]
@@ -230,6 +255,33 @@ mod tests {
             "{}",
             found[2].message
         );
+    }
+
+    #[test]
+    fn a_slot_a_whole_fan_out_shares_is_one_sentence_of_a_few_names() {
+        let nodes: Vec<String> = (0..2000)
+            .map(|i| {
+                node(
+                    &format!("n{i}"),
+                    "research_claim",
+                    r#"["read_only"]"#,
+                    true,
+                    "",
+                )
+            })
+            .collect();
+        let g = graph(&format!("[{}]", nodes.join(", ")));
+        let found = hazards(&g, None);
+        assert_eq!(found.len(), 2000, "every node on the slot is denied");
+        assert!(found.iter().all(|h| h.rule == "shared_slot"));
+        assert!(
+            found[1999].message.starts_with(
+                "nodes 'n0', 'n1', 'n2' and 1997 more (2000 in all) share the connection slot 'llm'"
+            ),
+            "{}",
+            found[1999].message
+        );
+        assert!(found[0].message.len() < 500, "{}", found[0].message);
     }
 
     #[test]

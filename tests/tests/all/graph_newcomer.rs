@@ -609,3 +609,68 @@ fn claudes_usage_without_cache_fields_counts_against_a_token_budget() {
         "{status}"
     );
 }
+
+/// A newcomer's first fan-out puts every node on one slot: the refusal
+/// says so in one sentence that names a few of them and counts the rest,
+/// not in a line per node that lists every node (11 MB for a thousand).
+#[test]
+fn a_fan_out_on_one_slot_is_refused_in_one_short_sentence() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let count = 300;
+    let nodes: Vec<Value> = (0..count)
+        .map(|i| {
+            json!({"id": format!("look-{i}"), "kind": "research_claim", "inputs": {},
+                   "outputs": {"notes": "text"}, "budget": {"max_attempts": 1, "max_wallclock_s": 60},
+                   "effects": ["read_only"], "isolation": "workspace_only",
+                   "connection_slot": "researcher"})
+        })
+        .collect();
+    let manifest = json!({"api_version": "bounded-loops.dev/graph/v1", "graph_id": "fan-out",
+        "version": "1.0.0", "nodes": nodes, "edges": [],
+        "connection_slots": [{"id": "researcher", "requires": ["research"], "data_class_max": "internal"}],
+        "policies": {"data_class": "internal", "fail_mode": "fail_closed"}});
+    std::fs::write(dir.join("graph.json"), manifest.to_string()).unwrap();
+    let prompts: serde_json::Map<String, Value> = (0..count)
+        .map(|i| (format!("look-{i}"), json!("look it up")))
+        .collect();
+    std::fs::write(dir.join("inputs.json"), Value::Object(prompts).to_string()).unwrap();
+    let connected = bl(
+        dir,
+        &["graph", "connect", "graph.json", "--provider", "claude"],
+    );
+    assert_eq!(connected.code, Some(0), "{connected}");
+    std::fs::write(dir.join("connections.json"), &connected.stdout).unwrap();
+
+    let sentence = "[shared_slot] nodes 'look-0', 'look-1', 'look-2' and 297 more (300 in all) share the connection slot 'researcher'";
+    let lint = bl(dir, &["graph", "lint", "graph.json"]);
+    assert_eq!(lint.code, Some(0), "{lint}");
+    assert_eq!(lint.stderr.lines().count(), 1, "{lint}");
+    assert!(lint.stderr.contains(sentence), "{lint}");
+    let run = bl(
+        dir,
+        &[
+            "graph",
+            "run",
+            "--execute",
+            "graph.json",
+            "--connections",
+            "connections.json",
+            "--inputs",
+            "inputs.json",
+            "--out",
+            "run",
+        ],
+    );
+    refused(
+        dir,
+        &run,
+        &[
+            "the run would deny 300 node(s); nothing was run",
+            "graph.json:1:",
+            sentence,
+            "(said once for the 300 nodes it denies)",
+        ],
+    );
+    assert!(run.stderr.len() < 2_000, "{run}");
+}
