@@ -342,6 +342,8 @@ pub struct EvidenceStore {
     /// The policy plugin, found and loaded once: the operator's, for the
     /// life of the store (what it records is the component it loaded).
     policy: Option<(String, bl_plugins::FoundPlugin, bl_plugins::PolicyPlugin)>,
+    /// The reservations a stopped service left open, ended at this open.
+    lost_at_open: Vec<String>,
 }
 
 fn identity() -> RunIdentity {
@@ -384,6 +386,7 @@ impl EvidenceStore {
             sealer: None,
             unsealed: false,
             policy: None,
+            lost_at_open: Vec::new(),
         };
         store.replay(&path)?;
         store.end_lost_reservations()?;
@@ -416,16 +419,24 @@ impl EvidenceStore {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        for op in lost {
+        for op in &lost {
             let cause = "the evidence service stopped while the tool was reserved; whether it ran is unknown".to_string();
             self.append(
-                &op,
+                op,
                 EvidenceEvent::ReconciliationRequired { cause },
                 None,
                 now,
             )?;
         }
+        self.lost_at_open = lost;
         self.seal()
+    }
+
+    /// The decisions whose reservation a stopped service left open, which
+    /// this opening set to await reconciliation: the operator is told at
+    /// once, not when someone asks about one.
+    pub fn lost_at_open(&self) -> &[String] {
+        &self.lost_at_open
     }
 
     fn replay(&mut self, path: &Path) -> Result<(), EvidenceError> {

@@ -414,9 +414,25 @@ fn over_tcp(url: &str, method: reqwest::Method, token: &str, body: Option<Value>
             .header("Content-Type", "application/json")
             .body(body.to_string());
     }
-    let response = request.send()?;
+    let response = request
+        .send()
+        .map_err(|e| -> Box<dyn std::error::Error + Send + Sync> {
+            if e.is_connect() {
+                Box::new(not_listening(&error_chain(&e)))
+            } else {
+                Box::new(e)
+            }
+        })?;
     let status = response.status();
     Ok((status, response.text()?))
+}
+
+/// Why a service could not be reached, with what to do: nothing listens
+/// where the reviewer was told it does.
+fn not_listening(cause: &str) -> std::io::Error {
+    std::io::Error::other(format!(
+        "no evidence service answers there ({cause}); start it with `bl evidence serve`, or give --url as it printed it"
+    ))
 }
 
 /// The same request to a service on a unix socket (`serve --socket`).
@@ -432,7 +448,14 @@ fn over_socket(
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let stream = tokio::net::UnixStream::connect(socket).await?;
+        let stream = tokio::net::UnixStream::connect(socket)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                    not_listening(&e.to_string())
+                }
+                _ => e,
+            })?;
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
         tokio::spawn(connection);

@@ -208,6 +208,13 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
             };
             output::errln!("bl evidence: bearer token {told}");
             output::errln!("bl evidence: checkpoints are signed by {verifier}");
+            if let [first, ..] = store.lost_at_open() {
+                output::errln!(
+                    "bl evidence: {} decision(s) were reserved when the service last stopped ({}); whether their tools ran is unknown, so they now await reconciliation: bl evidence reconcile {first} --executed true|false (or bl evidence console)",
+                    store.lost_at_open().len(),
+                    store.lost_at_open().join(", ")
+                );
+            }
             let served = bl_evidence::serve(
                 bl_evidence::ServeOptions {
                     store,
@@ -313,17 +320,14 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
 
 /// The reviewer `at` names: their key, at the service.
 fn reviewer(at: ServiceArgs) -> Result<bl_app::evidence_reviewer::Reviewer, CliError> {
-    let token = std::fs::read_to_string(&at.token_file).map_err(|e| {
+    let token = bl_web::bearer::token_of(&at.token_file).map_err(|e| {
         CliError::refused(format!(
             "evidence: token file {}: {e}",
             at.token_file.display()
         ))
     })?;
     Ok(bl_app::evidence_reviewer::Reviewer {
-        service: bl_app::evidence_reviewer::Service {
-            url: at.url,
-            token: token.trim().to_string(),
-        },
+        service: bl_app::evidence_reviewer::Service { url: at.url, token },
         key: signing_key(&at.key)?,
         workspace: match &at.workspace {
             Some(k) => Some(bl_app::keys::read_verifier_key_for("--for", k)?.to_text()),

@@ -20,16 +20,9 @@ pub fn fresh_token() -> Result<String, getrandom::Error> {
 /// The token kept in `file`, or a fresh one written there (mode 0600)
 /// when the file does not exist yet.
 pub fn token_in(file: &Path) -> std::io::Result<String> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::read_to_string(file) {
-        // A token others can read is no secret: refuse it.
-        Ok(_) if std::fs::metadata(file)?.permissions().mode() & 0o077 != 0 => {
-            return Err(std::io::Error::other(
-                "others may read it: chmod 600 it, or remove it for a fresh one",
-            ));
-        }
-        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
-        Ok(_) => {}
+    match kept_token(file) {
+        Ok(Some(token)) => return Ok(token),
+        Ok(None) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
@@ -43,6 +36,29 @@ pub fn token_in(file: &Path) -> std::io::Result<String> {
         .open(file)
         .and_then(|mut f| f.write_all(token.as_bytes()))?;
     Ok(token)
+}
+
+/// The token a client reads from `file` (the server's `--token-file`),
+/// held to the rule the server holds it to: one others may read is
+/// refused on both sides, not only where it was made.
+pub fn token_of(file: &Path) -> std::io::Result<String> {
+    kept_token(file)?.ok_or_else(|| {
+        std::io::Error::other("it is empty; give the file the server was started with")
+    })
+}
+
+/// The token in `file`, `None` for an empty file; refused when others may
+/// read it (a token others can read is no secret).
+fn kept_token(file: &Path) -> std::io::Result<Option<String>> {
+    use std::os::unix::fs::PermissionsExt;
+    let text = std::fs::read_to_string(file)?;
+    if std::fs::metadata(file)?.permissions().mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(
+            "others may read it: chmod 600 it, or remove it for a fresh one",
+        ));
+    }
+    let token = text.trim();
+    Ok((!token.is_empty()).then(|| token.to_string()))
 }
 
 /// Lets `request` through only with `Authorization: Bearer <token>`;
@@ -101,5 +117,12 @@ mod tests {
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         let refused = token_in(&file).unwrap_err();
         assert!(refused.to_string().contains("chmod 600"), "{refused}");
+        // A client reading it holds it to the same rule.
+        let refused = token_of(&file).unwrap_err();
+        assert!(refused.to_string().contains("chmod 600"), "{refused}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(token_of(&file).unwrap(), made);
+        std::fs::write(&file, "\n").unwrap();
+        assert!(token_of(&file).unwrap_err().to_string().contains("empty"));
     }
 }

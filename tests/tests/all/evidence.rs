@@ -877,6 +877,27 @@ print("ok")
         std::fs::Permissions::from_mode(0o600),
     )
     .unwrap();
+    // The service's own token, in a copy others may read: no secret, so
+    // refused by the reviewer's command and the app's client as by serve.
+    std::fs::copy(dir.join("token"), dir.join("shared-token")).unwrap();
+    std::fs::set_permissions(
+        dir.join("shared-token"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let shared = Command::new(&python)
+        .args([
+            "-c",
+            "from bl_evidence import CoreClient\ntry:\n    CoreClient('unix:ev.sock', token_file='shared-token')\nexcept PermissionError as e:\n    print(e)",
+        ])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&shared.stdout)
+            .contains("others may read this token file: chmod 600 it"),
+        "{shared:?}"
+    );
     let reject_as = |key: &str, token: &str, more: &[&str]| {
         let mut args = vec![
             "evidence",
@@ -905,6 +926,11 @@ print("ok")
             "token",
             "restart `bl evidence serve` with --reviewer KEY.pub",
         ),
+        (
+            "bob.key",
+            "shared-token",
+            "shared-token: others may read it: chmod 600 it",
+        ),
     ] {
         let refused = reject_as(key, token, &[]);
         let said = String::from_utf8_lossy(&refused.stderr);
@@ -932,6 +958,12 @@ print("ok")
         "it did not stop by itself: {stopped:?}"
     );
     assert!(!dir.join("ev.sock").exists());
+    let down = reject_as("bob.key", "token", &[]);
+    assert!(
+        String::from_utf8_lossy(&down.stderr)
+            .contains("no evidence service answers there (No such file or directory (os error 2)); start it with `bl evidence serve`"),
+        "{down:?}"
+    );
 
     // A killed service leaves its socket: the next one replaces it. A
     // file that is not a socket is never replaced.
@@ -993,6 +1025,13 @@ print("ok")
     assert_eq!(ask(reserve), "refused: ReconciliationRequired");
     again.kill().unwrap();
     again.wait().unwrap();
+    // The operator is told at the start, not only whoever asks.
+    let mut told = String::new();
+    std::io::Read::read_to_string(&mut again.stderr.take().unwrap(), &mut told).unwrap();
+    assert!(
+        told.contains("1 decision(s) were reserved when the service last stopped (op-k); whether their tools ran is unknown, so they now await reconciliation: bl evidence reconcile op-k --executed true|false"),
+        "{told}"
+    );
     let down = ask(stage);
     assert!(
         down.starts_with("unavailable: the evidence service at ev.sock"),

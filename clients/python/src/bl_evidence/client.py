@@ -92,6 +92,20 @@ def args_digest(args: Mapping[str, Any], key: bytes | None = None) -> str:
     return "hmac-sha256:" + hmac.new(key, text, hashlib.sha256).hexdigest()
 
 
+def _token_from(token_file: str | os.PathLike[str]) -> str:
+    """The token in the service's token file, held to the service's own
+    rule: a file others may read holds no secret, and is refused."""
+    with open(token_file, encoding="utf-8") as f:
+        if os.fstat(f.fileno()).st_mode & 0o077:
+            raise PermissionError(f"{os.fspath(token_file)}: others may read this token file: chmod 600 it "
+                                  "(bl evidence serve refuses it too)")
+        token = f.read().strip()
+    if not token:
+        raise ValueError(f"{os.fspath(token_file)}: the token file is empty; give the file the service was "
+                         "started with (--token-file)")
+    return token
+
+
 class CoreClient:
     """A client for `bl evidence serve`.
 
@@ -105,8 +119,7 @@ class CoreClient:
         if token is None:
             if token_file is None:
                 raise ValueError("CoreClient needs the service's token, or the file it is in (token_file=)")
-            with open(token_file, encoding="utf-8") as f:
-                token = f.read().strip()
+            token = _token_from(token_file)
         self._socket: str | None = None
         if url.startswith("unix:"):
             # `serve --socket PATH` prints `unix:PATH`.
