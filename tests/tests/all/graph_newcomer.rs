@@ -647,21 +647,9 @@ fn a_fan_out_on_one_slot_is_refused_in_one_short_sentence() {
     assert_eq!(lint.code, Some(0), "{lint}");
     assert_eq!(lint.stderr.lines().count(), 1, "{lint}");
     assert!(lint.stderr.contains(sentence), "{lint}");
-    let run = bl(
-        dir,
-        &[
-            "graph",
-            "run",
-            "--execute",
-            "graph.json",
-            "--connections",
-            "connections.json",
-            "--inputs",
-            "inputs.json",
-            "--out",
-            "run",
-        ],
-    );
+    let mut args = bl_e2e::GRAPH_RUN.to_vec();
+    swap(&mut args, "manifest.json", "graph.json");
+    let run = bl(dir, &args);
     refused(
         dir,
         &run,
