@@ -725,6 +725,15 @@ impl Contained {
         }
     }
 
+    /// The stop `requested` (the operator's signal, if any) as it bears on
+    /// this command: it cuts the command short only if the command had not
+    /// already ended. A command that ended just before the stop came, and
+    /// whose output is whole, ran to its end (a finished agent turn is
+    /// kept, never paid for again). Asked before anything is killed.
+    pub(crate) fn cut_short_by(&self, requested: Option<i32>) -> Option<i32> {
+        requested.filter(|_| !self.exited(Duration::ZERO))
+    }
+
     /// Whether the command's direct child has exited, waiting at most
     /// `limit`; it is left unreaped (a zombie), so its process group's
     /// number cannot be given to another process while [`kill_rest`]
@@ -1266,6 +1275,37 @@ mod tests {
         assert!(unnamed.join("home/kept").exists());
         assert!(link.symlink_metadata().is_ok());
         assert!(elsewhere.path().join("kept").exists());
+    }
+
+    /// A stop cuts short a command still running, never one that had
+    /// already ended (its output is whole).
+    #[test]
+    fn a_stop_cuts_short_only_a_command_still_running() {
+        let spawn_in = |contained: &mut Contained, args: &[&str]| {
+            contained
+                .spawn(|| {
+                    std::process::Command::new(args[0])
+                        .args(&args[1..])
+                        .spawn()
+                        .map(|c| {
+                            let pid = c.id() as i32;
+                            (c, pid)
+                        })
+                })
+                .unwrap()
+        };
+        let mut ended = Contained::new();
+        let mut done = spawn_in(&mut ended, &["/bin/true"]);
+        assert!(ended.exited(Duration::from_secs(10)));
+        assert_eq!(ended.cut_short_by(Some(libc::SIGINT)), None);
+        assert_eq!(ended.cut_short_by(None), None);
+        done.wait().unwrap();
+        let mut running = Contained::new();
+        let mut busy = spawn_in(&mut running, &["/bin/sleep", "30"]);
+        assert_eq!(running.cut_short_by(None), None);
+        assert_eq!(running.cut_short_by(Some(libc::SIGINT)), Some(libc::SIGINT));
+        busy.kill().unwrap();
+        busy.wait().unwrap();
     }
 
     #[test]

@@ -526,7 +526,10 @@ pub(crate) fn supervise(
                 timed_out = true;
                 break;
             }
-            if let Some(signal) = bl_core::interrupt::requested() {
+            // A command that ended before the stop came is not cut short:
+            // its output is whole, and is read to its end below (a
+            // finished agent turn is kept, never paid for again).
+            if let Some(signal) = contained.cut_short_by(bl_core::interrupt::requested()) {
                 contained.kill_rest();
                 interrupted = Some(signal);
                 break;
@@ -688,9 +691,10 @@ fn stream(
             contained.kill_rest();
             break (child.wait().ok(), true);
         }
-        if let Some(signal) = bl_core::interrupt::requested() {
+        if let Some(requested) = bl_core::interrupt::requested() {
+            // Ended between the wait above and now: a whole run.
+            interrupted = contained.cut_short_by(Some(requested));
             contained.kill_rest();
-            interrupted = Some(signal);
             break (child.wait().ok(), false);
         }
     };
