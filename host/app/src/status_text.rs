@@ -115,12 +115,14 @@ impl RunStatus {
             && self.view.run_state == RunState::Running;
         let reason = match (n.state, &n.reason) {
             (NodeState::Succeeded, _) => None,
-            (_, Some(reason)) => Some(reason.clone()),
+            // An earlier attempt's failure does not say why this one was
+            // cut short.
+            (_, Some(reason)) if !(cut_short && n.reason_is_earlier()) => Some(reason.clone()),
             // Its controller died (kill -9, a crash) with no stop on record.
-            (_, None) if cut_short => Some(
+            (_, _) if cut_short => Some(
                 "its controller ended before the attempt did (killed, or the machine stopped); `bl graph resume` re-drives it".into(),
             ),
-            (_, None) => None,
+            (_, _) => None,
         };
         let state = if cut_short {
             "INTERRUPTED".to_string()

@@ -121,9 +121,17 @@ pub struct NodeView {
     started: Option<(u64, u64)>,
     /// The last re-drive of that attempt on record (0: none).
     redrives: u64,
+    /// The attempt `reason` speaks of.
+    reason_attempt: u64,
 }
 
 impl NodeView {
+    /// Whether `reason` is about an attempt before the one it is on (a
+    /// failed first attempt's words, while a second one was cut short).
+    pub fn reason_is_earlier(&self) -> bool {
+        self.reason.is_some() && self.reason_attempt < self.attempt
+    }
+
     /// The attempt and the repair round it last started (a subgraph
     /// node's child run lies in the directory they name).
     pub fn started_in(&self) -> Option<(u64, u64)> {
@@ -153,6 +161,7 @@ impl Default for NodeView {
             child_awaiting: Vec::new(),
             started: None,
             redrives: 0,
+            reason_attempt: 0,
         }
     }
 }
@@ -316,11 +325,15 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
             }
             None => node.spend_complete = false,
         },
-        "node.attempt.failed" => node.reason = Some(why(p)),
+        "node.attempt.failed" => {
+            node.reason = Some(why(p));
+            node.reason_attempt = attempt.unwrap_or(node.attempt);
+        }
         "node.succeeded" | "node.failed" => {
             node.reason = (kind == "node.failed").then(|| why(p));
             node.state = logged(p, node.state);
             node.attempt = attempt.unwrap_or(node.attempt);
+            node.reason_attempt = node.attempt;
             node.artifact_digests = p["artifact_digests"]
                 .as_array()
                 .map(|a| {
@@ -359,6 +372,7 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
         {
             node.state = NodeState::AwaitingApproval;
             node.reason = Some(why(p));
+            node.reason_attempt = node.attempt;
             node.child_awaiting = p["awaiting_approval"]
                 .as_array()
                 .map(|a| {
@@ -376,6 +390,7 @@ fn fold_node(node: &mut NodeView, kind: &str, p: &Value) {
                 && p["execution"].as_u64().unwrap_or(0) > node.redrives =>
         {
             node.reason = Some(why(p));
+            node.reason_attempt = node.attempt;
         }
         "node.repaired" => {
             let (tokens, cost, complete) = (
@@ -445,6 +460,38 @@ mod tests {
         assert_eq!(
             view.node("a").reason.as_deref(),
             Some("stopped by SIGINT (execution 2)")
+        );
+    }
+
+    /// A failed attempt's reason stays on the node (as bounded-loops
+    /// shows it), and is known to be that attempt's once another starts.
+    #[test]
+    fn a_failed_attempts_reason_is_known_as_earlier_once_another_runs() {
+        let fold = |events: &[(&str, &Value)]| project(events.iter().copied());
+        let started = ("run.started", &json!({}));
+        let first = json!({"node_id": "a", "state": "RUNNING", "attempt": 1});
+        let failed = json!({"node_id": "a", "attempt": 1, "reason": "the attempt's controller died 4 times"});
+        let second = json!({"node_id": "a", "state": "RUNNING", "attempt": 2});
+        let view = fold(&[
+            started,
+            ("node.running", &first),
+            ("node.attempt.failed", &failed),
+        ]);
+        assert!(!view.node("a").reason_is_earlier(), "its own attempt's");
+        let view = fold(&[
+            started,
+            ("node.running", &first),
+            ("node.attempt.failed", &failed),
+            ("node.running", &second),
+        ]);
+        let node = view.node("a");
+        assert_eq!(
+            node.reason.as_deref(),
+            Some("the attempt's controller died 4 times")
+        );
+        assert!(
+            node.reason_is_earlier(),
+            "attempt 1's, while attempt 2 runs"
         );
     }
 
