@@ -9,7 +9,7 @@ use std::path::{Component, Path};
 
 use crate::doc::py_repr;
 use crate::error::{Refusal, RefusalCode};
-use crate::model::{Direction, Graph, Visibility};
+use crate::model::{Direction, Graph, NodeKind, Visibility};
 
 /// Paths the run's artifact ledger owns; no node may publish into them.
 pub const RESERVED_PREFIXES: &[&str] = &["workspace/manifests/", "workspace/inputs/"];
@@ -20,6 +20,18 @@ pub const SYSTEM_PREFIX: &str = "workspace/system/";
 
 fn refuse(code: RefusalCode, pointer: String, message: String) -> Result<(), Refusal> {
     Refusal::err(code, pointer, message)
+}
+
+/// What a node of `kind` is, when it never writes a file of its own: the
+/// controller decides a join, a person an approval, and a publish sends
+/// what it was handed.
+fn writes_no_file(kind: NodeKind) -> Option<&'static str> {
+    match kind {
+        NodeKind::Join => Some("a join (it waits for its parents and records how each ended)"),
+        NodeKind::Approval => Some("an approval (a person's decision)"),
+        NodeKind::Publish => Some("a publish node (it sends what it was handed)"),
+        _ => None,
+    }
 }
 
 pub fn check(graph: &Graph) -> Result<(), Refusal> {
@@ -56,6 +68,23 @@ pub fn check(graph: &Graph) -> Result<(), Refusal> {
                 continue;
             };
             let at = format!("/nodes/{i}/outputs/{}/path", port.name);
+            if let Some(what) = writes_no_file(node.kind) {
+                return refuse(
+                    RefusalCode::ArtifactHandoff,
+                    at,
+                    format!(
+                        "{}.{} would never be published: node {} is {what}, and writes no file. Hand the files to the node that reads them straight from the nodes that write them (an input port and an edge from each){}",
+                        node.id,
+                        port.name,
+                        py_repr(&node.id),
+                        if node.kind == NodeKind::Join {
+                            "; a join there only waits for them"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
             let escapes = Path::new(path)
                 .components()
                 .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
@@ -123,11 +152,19 @@ pub fn check(graph: &Graph) -> Result<(), Refusal> {
         if target.artifact(Direction::Input, &edge.to_port).is_some()
             && produced.is_none_or(|p| p.path.is_none())
         {
+            let fix = match writes_no_file(source.kind) {
+                Some(what) => format!(
+                    "{} is {what}, which writes no file: hand {} the files straight from the nodes that write them (an input port and an edge from each)",
+                    py_repr(&source.id),
+                    py_repr(&target.id)
+                ),
+                None => "declare it in long form with a path".to_string(),
+            };
             return refuse(
                 RefusalCode::ArtifactHandoff,
                 format!("/edges/{i}"),
                 format!(
-                    "input {}.{} is an artifact port, but {}.{} publishes no file (declare it in long form with a path)",
+                    "input {}.{} is an artifact port, but {}.{} publishes no file ({fix})",
                     edge.to_node, edge.to_port, edge.from_node, edge.from_port
                 ),
             );

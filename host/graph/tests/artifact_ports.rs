@@ -187,3 +187,55 @@ fn an_artifact_handoff_carries_no_guard() {
         ("artifact_handoff", "/edges/0/when".into())
     );
 }
+
+/// A join writes no file: an output path on it, or an artifact input fed
+/// from it, is refused before anything runs, with the fix (edges straight
+/// from the writers), not after every producer has run.
+#[test]
+fn a_join_hands_on_no_file() {
+    let join = "  - id: gather\n    kind: join\n    mode: all_successful\n    inputs:\n      security: {type: markdown}\n    outputs:\n      bundle: {type: markdown, path: workspace/bundle.md}\n    budget: {max_attempts: 1, max_wallclock_s: 60, max_tokens: 1, max_cost_microunits: 0}\n    effects: [read_only]\n    isolation: workspace_only\n  - id: synthesizer\n";
+    let through_join = EXAMPLE
+        .replace("  - id: synthesizer\n", join)
+        .replace(
+            "  - {from_node: lens-security, from_port: report, to_node: anonymize-panel, to_port: security}\n",
+            "  - {from_node: lens-security, from_port: report, to_node: anonymize-panel, to_port: security}\n  - {from_node: lens-security, from_port: report, to_node: gather, to_port: security}\n",
+        );
+    let refused = lint(&through_join, Format::Yaml).unwrap_err();
+    assert_eq!(
+        (refused.code.as_str(), refused.pointer.as_str()),
+        ("artifact_handoff", "/nodes/3/outputs/bundle/path")
+    );
+    assert!(
+        refused
+            .message
+            .contains("gather.bundle would never be published: node 'gather' is a join")
+            && refused.message.contains("a join there only waits for them"),
+        "{}",
+        refused.message
+    );
+    // Declared without a path, and read by the synthesizer: the edge is
+    // refused with the same fix.
+    let read = through_join
+        .replace(
+            "      bundle: {type: markdown, path: workspace/bundle.md}\n",
+            "      bundle: markdown\n",
+        )
+        .replace(
+            "  - {from_node: anonymize-panel, from_port: panel_responses,",
+            "  - {from_node: gather, from_port: bundle, to_node: synthesizer, to_port: bundle}\n  - {from_node: anonymize-panel, from_port: panel_responses,",
+        )
+        .replace(
+            "      panel_reports: {type: markdown}\n",
+            "      panel_reports: {type: markdown}\n      bundle: {type: markdown}\n",
+        );
+    let refused = lint(&read, Format::Yaml).unwrap_err();
+    assert_eq!(refused.code.as_str(), "artifact_handoff");
+    assert!(
+        refused.message.contains("'gather' is a join")
+            && refused
+                .message
+                .contains("hand 'synthesizer' the files straight from the nodes that write them"),
+        "{}",
+        refused.message
+    );
+}
