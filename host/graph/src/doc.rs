@@ -161,7 +161,16 @@ impl Node {
             }
             Kind::Seq(items) => {
                 let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
-                Some((items.get(head.parse::<usize>().ok()?)?, tail))
+                let item = match head.parse::<usize>() {
+                    Ok(index) => items.get(index),
+                    // Some refusals name a node by its id (`/nodes/gather`),
+                    // as bounded-loops writes them: the item with that id.
+                    Err(_) => items.iter().find(|item| {
+                        matches!(&item.kind, Kind::Map(entries)
+                            if entries.iter().any(|(k, v)| k == "id" && matches!(&v.kind, Kind::Str(id) if id == head)))
+                    }),
+                };
+                Some((item?, tail))
             }
             _ => None,
         }
@@ -169,3 +178,20 @@ impl Node {
 }
 
 pub use bl_core::python::repr as py_repr;
+
+#[cfg(test)]
+mod tests {
+    use crate::{Format, locate};
+
+    /// A pointer that names a node by its id finds that node's line, not
+    /// the list's.
+    #[test]
+    fn a_node_named_by_its_id_is_found_on_its_own_line() {
+        let text = "nodes:\n  - id: first\n    kind: tool\n  - id: gather\n    kind: join\n";
+        let at = |pointer| locate(text, Format::Yaml, pointer).map(|p| (p.line, p.col));
+        assert_eq!(at("/nodes/gather"), at("/nodes/1"));
+        assert_eq!(at("/nodes/gather").map(|(line, _)| line), Some(4));
+        assert_eq!(at("/nodes/gather/kind"), at("/nodes/1/kind"));
+        assert_eq!(at("/nodes/nowhere"), at("/nodes"), "the deepest it reaches");
+    }
+}
