@@ -838,26 +838,48 @@ fn edge(doc: &Node, p: &str, nodes: &HashMap<&str, &GraphNode>) -> Result<Edge> 
         );
         return Err(refusal);
     };
+    // bounded-loops' words name neither the node nor the port: bl's
+    // lines beneath say which, and what there is.
+    let ports = |names: Vec<&str>| match names.as_slice() {
+        [] => "none".to_string(),
+        names => names.join(", "),
+    };
     let Some(out_type) = source.output_type(&from_port) else {
-        return err(
+        return Err(Refusal::new(
             RefusalCode::MissingOutputPort,
             format!("{p}/from_port"),
             "source output does not exist",
-        );
+        )
+        .hint(format!(
+            "node {} has no output {} (its outputs: {})",
+            py_repr(&from_node),
+            py_repr(&from_port),
+            ports(source.outputs.iter().map(|(n, _)| n.as_str()).collect())
+        )));
     };
     let Some(in_type) = target.input_type(&to_port) else {
-        return err(
+        return Err(Refusal::new(
             RefusalCode::MissingInputPort,
             format!("{p}/to_port"),
             "target input does not exist",
-        );
+        )
+        .hint(format!(
+            "node {} has no input {} (its inputs: {}): name one of them, or declare {} under its inputs with the type of {from_node}.{from_port} ({out_type})",
+            py_repr(&to_node),
+            py_repr(&to_port),
+            ports(target.inputs.iter().map(|(n, _)| n.as_str()).collect()),
+            py_repr(&to_port)
+        )));
     };
     if out_type != in_type {
-        return err(
+        return Err(Refusal::new(
             RefusalCode::PortTypeMismatch,
             p,
             "edge port types must match",
-        );
+        )
+        .hint(format!(
+            "{from_node}.{from_port} is {out_type}, and {to_node}.{to_port} is {in_type}: give both the same type"
+        )));
     }
     let when = match doc.get("when").map(|w| &w.kind) {
         None | Some(Kind::Null) => None,

@@ -122,3 +122,27 @@ fn yaml_written_from_every_case_reads_back_the_same() {
     assert!(checked > 100, "only {checked} cases parsed");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// bounded-loops' words for a bad edge port name neither the node nor the
+/// port; bl's hints beneath them do, with what there is.
+#[test]
+fn a_bad_edge_port_is_named_with_what_the_node_has() {
+    let hints = |case: &str| {
+        let text = std::fs::read_to_string(cases_dir().join(case)).unwrap();
+        lint(&text, Format::Json).unwrap_err().hints
+    };
+    assert_eq!(
+        hints("missing_input_port.json"),
+        [
+            "node 'write' has no input 'zzz' (its inputs: doc): name one of them, or declare 'zzz' under its inputs with the type of fetch.doc (text)"
+        ]
+    );
+    assert_eq!(
+        hints("missing_output_port.json"),
+        ["node 'fetch' has no output 'zzz' (its outputs: doc)"]
+    );
+    assert_eq!(
+        hints("port_type_mismatch.json"),
+        ["a.x is text, and b.x is json: give both the same type"]
+    );
+}
