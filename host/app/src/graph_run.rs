@@ -944,7 +944,15 @@ pub fn run_manifest(
     };
     let ctx = run_context(out, flags, true)?;
     let packages: BTreeSet<String> = ctx.packages.digests().map(str::to_owned).collect();
-    let plan = compile(&graph, conns.as_deref(), Some(&packages)).map_err(not_run)?;
+    let plan = compile(&graph, conns.as_deref(), Some(&packages)).map_err(|refusal| {
+        not_run(match refusal.code {
+            bl_graph::RefusalCode::NoAdmittedConnection if conns.is_none() => refusal.hint(format!(
+                "`bl graph connect {} --provider claude > connections.json` writes one for you to review; then add --connections connections.json",
+                manifest.display()
+            )),
+            _ => refusal,
+        })
+    })?;
     let schedule = Schedule::of(&graph, &plan);
     let catalog = catalog(flags, None)?;
     preflight(&schedule, &catalog, &ctx, Some((manifest, &bytes)))?;
@@ -1454,12 +1462,51 @@ fn check_prompt_keys(
     let known: std::collections::HashSet<&str> = ids.iter().copied().collect();
     let mut keys: Vec<&String> = prompts.keys().collect();
     keys.sort();
+    // The node a typo meant is most likely one still without a prompt.
+    let unprompted: Vec<&str> = schedule
+        .nodes
+        .iter()
+        .filter(|n| n.driver == Driver::Worker && !prompts.contains_key(&n.id))
+        .map(|n| n.id.as_str())
+        .collect();
+    // A prompt for a node no agent runs (a join, an approval) is unused,
+    // as in bounded-loops; said, not refused.
+    let unused: Vec<&str> = schedule
+        .nodes
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.driver,
+                Driver::Join(_)
+                    | Driver::Approval
+                    | Driver::Publish { .. }
+                    | Driver::Transform { .. }
+                    | Driver::Tool { .. }
+                    | Driver::Probe
+            ) && prompts.contains_key(&n.id)
+        })
+        .map(|n| n.id.as_str())
+        .collect();
+    if !unused.is_empty() {
+        crate::notes::note(format!(
+            "note: {}: the prompts for {} are not used: no agent runs those nodes (only agent and subgraph nodes take one)",
+            file.display(),
+            first_of(&unused)
+        ));
+    }
     for key in keys {
         if !known.contains(key.as_str()) {
-            let hint = bl_graph::error::did_you_mean(key, ids.iter().copied())
+            let hint = match bl_graph::error::did_you_mean(key, unprompted.iter().copied()) {
                 // It starts a sentence here: "Did you mean …?"
-                .map(|h| format!(" D{}", h.strip_prefix('d').unwrap_or(&h)))
-                .unwrap_or_default();
+                Some(h) => format!(" D{}", h.strip_prefix('d').unwrap_or(&h)),
+                None if !unprompted.is_empty() => format!(
+                    " The agent nodes still without a prompt: {}.",
+                    first_of(&unprompted)
+                ),
+                None => bl_graph::error::did_you_mean(key, ids.iter().copied())
+                    .map(|h| format!(" D{}", h.strip_prefix('d').unwrap_or(&h)))
+                    .unwrap_or_default(),
+            };
             return Err(refused(format!(
                 "graph run: {}: /{key} gives a prompt for '{key}', which is not a node of this graph.{hint} (nodes: {}); nothing was run",
                 file.display(),

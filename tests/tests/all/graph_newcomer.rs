@@ -351,14 +351,32 @@ fn a_newcomers_five_node_graph_is_refused_for_each_mistake_then_publishes_a_name
             "Did you mean `research-users`",
         ],
     );
+    // Too far from any id to guess: the nodes that still lack one are named.
+    let mut far = prompts.clone();
+    let text = far["write-brief"].take();
+    far.as_object_mut().unwrap().remove("write-brief");
+    far["brief"] = text;
+    std::fs::write(dir.join("typo.json"), far.to_string()).unwrap();
+    refused(
+        dir,
+        &bl(dir, &args),
+        &[
+            "/brief gives a prompt for 'brief', which is not a node of this graph. The agent nodes still without a prompt: write-brief.",
+        ],
+    );
     let mut partial = prompts.clone();
     partial.as_object_mut().unwrap().remove("write-brief");
+    // A prompt for the approval node is not used, and said so.
+    partial["review"] = json!("approve it");
     std::fs::write(dir.join("partial.json"), partial.to_string()).unwrap();
     swap(&mut args, "typo.json", "partial.json");
     refused(
         dir,
         &bl(dir, &args),
-        &["no prompt for agent node(s) write-brief; add \"write-brief\": \"…\" to it"],
+        &[
+            "note: partial.json: the prompts for review are not used: no agent runs those nodes",
+            "no prompt for agent node(s) write-brief; add \"write-brief\": \"…\" to it",
+        ],
     );
     // A provider bl has no profile for.
     let connections = std::fs::read_to_string(dir.join("connections.json")).unwrap();
@@ -649,6 +667,20 @@ fn a_fan_out_on_one_slot_is_refused_in_one_short_sentence() {
     assert!(lint.stderr.contains(sentence), "{lint}");
     let mut args = bl_e2e::GRAPH_RUN.to_vec();
     swap(&mut args, "manifest.json", "graph.json");
+    // Run before it has connections: the refusal says how to make them.
+    let unconnected: Vec<&str> = args
+        .iter()
+        .copied()
+        .filter(|a| !["--connections", "connections.json"].contains(a))
+        .collect();
+    refused(
+        dir,
+        &bl(dir, &unconnected),
+        &[
+            "compile failed [no_admitted_connection] /connections",
+            "\n  `bl graph connect graph.json --provider claude > connections.json` writes one for you to review; then add --connections connections.json",
+        ],
+    );
     let run = bl(dir, &args);
     refused(
         dir,
