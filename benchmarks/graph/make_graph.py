@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Writes a graph of N independent local_cli nodes (each with its own slot
 and binding), its connections and inputs, and a fake instant `claude` CLI
-whose reply differs from node to node (it names its process), as an
-agent's would: each node stores an artifact of its own.
+whose reply differs from node to node (it repeats the first line of its
+prompt, which names the node), as an agent's would: each node stores an
+artifact of its own. Not its process id: in a cage every agent is pid 1,
+and all the caged nodes' replies were one artifact.
 
 usage: make_graph.py N ISOLATION OUT_DIR
 """
@@ -24,7 +26,7 @@ for i in range(n):
                   "fallback": False, "capabilities": ["chat"], "data_class_max": "internal",
                   "allowed_effects": ["read_only", "workspace_write"], "isolation": isolation,
                   "transport": "local_cli", "admitted": True})
-    inputs[nid] = "ok"
+    inputs[nid] = f"ok {nid}"
 manifest = {"api_version": "bounded-loops.dev/graph/v1", "graph_id": "bench", "version": "1.0.0",
             "nodes": nodes, "edges": [], "connection_slots": slots,
             "policies": {"data_class": "internal", "fail_mode": "fail_closed"}}
@@ -33,9 +35,10 @@ for name, value in [("manifest.json", manifest), ("connections.json", conns), ("
         json.dump(value, f)
 claude = os.path.join(out, "fake-bin", "claude")
 with open(claude, "w") as f:
-    f.write("#!/bin/sh\ncat >/dev/null\n"
+    # `read` is the shell's own: no process more than before.
+    f.write("#!/bin/sh\nread -r prompt\ncat >/dev/null\n"
             "printf '%s\\n' '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,"
-            "\"result\":\"reply from '\"$$\"'\",\"num_turns\":1,\"session_id\":\"bench\",\"total_cost_usd\":0.0,"
+            "\"result\":\"reply to '\"$prompt\"'\",\"num_turns\":1,\"session_id\":\"bench\",\"total_cost_usd\":0.0,"
             "\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":0,"
             "\"cache_read_input_tokens\":0,\"output_tokens\":5}}'\n")
 os.chmod(claude, os.stat(claude).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)

@@ -476,7 +476,7 @@ fn connect(manifest: &Path, provider: &str, model: &str, isolation: Option<&str>
         serde_json::to_string_pretty(&Value::Array(made)).expect("JSON serializes")
     );
     crate::output::errln!(
-        "note: one admitted {provider} binding per slot, for you to review (docs/manifest-reference.md, \"connections.json\"); then: bl graph plan {} --connections connections.json",
+        "note: one admitted {provider} binding per slot, for you to review (docs/manifest-reference.md, \"connections.json\"); then: bl graph plan {} --connections FILE (the file you saved this to)",
         manifest.display()
     );
     warn_hazards(manifest, &bl_graph::hazards::hazards(&graph, None));
