@@ -1463,12 +1463,7 @@ fn check_prompt_keys(
     let mut keys: Vec<&String> = prompts.keys().collect();
     keys.sort();
     // The node a typo meant is most likely one still without a prompt.
-    let unprompted: Vec<&str> = schedule
-        .nodes
-        .iter()
-        .filter(|n| n.driver == Driver::Worker && !prompts.contains_key(&n.id))
-        .map(|n| n.id.as_str())
-        .collect();
+    let unprompted = without_prompt(schedule, prompts);
     // A prompt for a node no agent runs (a join, an approval) is unused,
     // as in bounded-loops; said, not refused.
     let unused: Vec<&str> = schedule
@@ -1528,6 +1523,16 @@ fn first_of<S: AsRef<str>>(items: &[S]) -> String {
     }
 }
 
+/// The agent nodes `prompts` gives no prompt, in the graph's order.
+fn without_prompt<'a>(schedule: &'a Schedule, prompts: &Prompts) -> Vec<&'a str> {
+    schedule
+        .nodes
+        .iter()
+        .filter(|n| n.driver == Driver::Worker && !prompts.contains_key(&n.id))
+        .map(|n| n.id.as_str())
+        .collect()
+}
+
 /// Refuses a new run in which an agent would have no prompt: it would fail
 /// at run time, and spend its retries on the same error.
 fn check_every_prompt(
@@ -1535,12 +1540,7 @@ fn check_every_prompt(
     prompts: &Prompts,
     flags: &DriveOptions,
 ) -> Result<(), AppError> {
-    let missing: Vec<&str> = schedule
-        .nodes
-        .iter()
-        .filter(|n| n.driver == Driver::Worker && !prompts.contains_key(&n.id))
-        .map(|n| n.id.as_str())
-        .collect();
+    let missing = without_prompt(schedule, prompts);
     if missing.is_empty() {
         return Ok(());
     }
