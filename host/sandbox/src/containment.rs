@@ -726,12 +726,12 @@ impl Contained {
     }
 
     /// The stop `requested` (the operator's signal, if any) as it bears on
-    /// this command: it cuts the command short only if the command had not
-    /// already ended. A command that ended just before the stop came, and
-    /// whose output is whole, ran to its end (a finished agent turn is
-    /// kept, never paid for again). Asked before anything is killed.
-    pub(crate) fn cut_short_by(&self, requested: Option<i32>) -> Option<i32> {
-        requested.filter(|_| !self.exited(Duration::ZERO))
+    /// this command: it cuts the command short only if the command has not
+    /// ended within `grace`. A command that ends by itself by then, its
+    /// output whole, ran to its end (a finished agent turn is kept, never
+    /// paid for again). Asked before anything is killed.
+    pub(crate) fn cut_short_by(&self, requested: Option<i32>, grace: Duration) -> Option<i32> {
+        requested.filter(|_| !self.exited(grace))
     }
 
     /// Whether the command's direct child has exited, waiting at most
@@ -1294,16 +1294,28 @@ mod tests {
                 })
                 .unwrap()
         };
+        let now = Duration::ZERO;
         let mut ended = Contained::new();
         let mut done = spawn_in(&mut ended, &["/bin/true"]);
         assert!(ended.exited(Duration::from_secs(10)));
-        assert_eq!(ended.cut_short_by(Some(libc::SIGINT)), None);
-        assert_eq!(ended.cut_short_by(None), None);
+        assert_eq!(ended.cut_short_by(Some(libc::SIGINT), now), None);
+        assert_eq!(ended.cut_short_by(None, now), None);
         done.wait().unwrap();
+        // One that ends within the grace the stop gives it ran to its end.
+        let mut ending = Contained::new();
+        let mut soon = spawn_in(&mut ending, &["/bin/sleep", "0.1"]);
+        assert_eq!(
+            ending.cut_short_by(Some(libc::SIGINT), Duration::from_secs(10)),
+            None
+        );
+        soon.wait().unwrap();
         let mut running = Contained::new();
         let mut busy = spawn_in(&mut running, &["/bin/sleep", "30"]);
-        assert_eq!(running.cut_short_by(None), None);
-        assert_eq!(running.cut_short_by(Some(libc::SIGINT)), Some(libc::SIGINT));
+        assert_eq!(running.cut_short_by(None, now), None);
+        assert_eq!(
+            running.cut_short_by(Some(libc::SIGINT), Duration::from_millis(50)),
+            Some(libc::SIGINT)
+        );
         busy.kill().unwrap();
         busy.wait().unwrap();
     }

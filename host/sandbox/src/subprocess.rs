@@ -6,7 +6,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bl_core::{CommandError, CommandResult, CommandRunner, CommandSpec};
 
@@ -58,6 +58,12 @@ fn pump(
 
 /// How often a running command's supervisor looks for an interruption.
 const INTERRUPT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How long the operator's stop lets a running command end by itself
+/// before it is killed: an agent CLI that has printed its reply may take a
+/// moment to exit, and a turn that ends within it is kept, not paid for
+/// again. A second signal ends everything at once.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The only PATH a command sees: the system's binaries, nothing the
 /// operator's shell added.
@@ -514,6 +520,7 @@ pub(crate) fn supervise(
     let mut grace_until: Option<Instant> = None;
     let mut timed_out = false;
     let mut interrupted = None;
+    let mut stop_by: Option<Instant> = None;
     while stdout.is_some() || stderr.is_some() {
         let now = Instant::now();
         if grace_until.is_some_and(|until| now >= until) {
@@ -526,16 +533,25 @@ pub(crate) fn supervise(
                 timed_out = true;
                 break;
             }
-            // A command that ended before the stop came is not cut short:
-            // its output is whole, and is read to its end below (a
-            // finished agent turn is kept, never paid for again).
-            if let Some(signal) = contained.cut_short_by(bl_core::interrupt::requested()) {
-                contained.kill_rest();
-                interrupted = Some(signal);
-                break;
+            // A stop gives the command STOP_GRACE to end by itself, its
+            // output still read meanwhile: one that ends (an agent that had
+            // printed its reply and was exiting) is read to its end below,
+            // and its finished turn is kept, never paid for again.
+            if let Some(signal) = bl_core::interrupt::requested() {
+                let deadline = *stop_by.get_or_insert(now + STOP_GRACE);
+                if now >= deadline
+                    && let Some(signal) = contained.cut_short_by(Some(signal), Duration::ZERO)
+                {
+                    contained.kill_rest();
+                    interrupted = Some(signal);
+                    break;
+                }
             }
         }
-        let left = spec.timeout.saturating_sub(now.duration_since(started));
+        let left = spec
+            .timeout
+            .saturating_sub(now.duration_since(started))
+            .min(stop_by.map_or(INTERRUPT_POLL, |by| by.saturating_duration_since(now)));
         let wait = left.min(INTERRUPT_POLL).as_millis().max(1) as u16;
         let (out_ready, err_ready, in_ready) = {
             let mut fds = Vec::with_capacity(3);
@@ -692,8 +708,9 @@ fn stream(
             break (child.wait().ok(), true);
         }
         if let Some(requested) = bl_core::interrupt::requested() {
-            // Ended between the wait above and now: a whole run.
-            interrupted = contained.cut_short_by(Some(requested));
+            // Its output is read on threads of their own: the command may
+            // end by itself within the grace, a whole run.
+            interrupted = contained.cut_short_by(Some(requested), STOP_GRACE);
             contained.kill_rest();
             break (child.wait().ok(), false);
         }

@@ -326,17 +326,30 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
                 "run {i}: {node}: {report}"
             );
         }
-        // A resume without the prompts is refused, naming every agent node
-        // it may start (bounded-loops' first line names one), and changes
-        // nothing: the resume below is the run's first.
-        let bare = bl_in(&dir, &["graph", "resume", "--run", "run"]);
-        assert_eq!(bare.status.code(), Some(2), "run {i}: {}", said(&bare));
         let ended: Vec<&str> = events
             .iter()
             .filter(|e| e["event_type"] == "node.succeeded")
             .map(|e| e["payload"]["node_id"].as_str().unwrap())
             .collect();
         let open = ids.len() - ended.len();
+        if open == 0 {
+            // The stop came as the last nodes were ending, and each ended
+            // within the moment it gives a finishing command: the resume
+            // has nothing to start, needs no prompt, and ends the run.
+            let bare = bl_in(&dir, &["graph", "resume", "--run", "run"]);
+            assert_eq!(bare.status.code(), Some(0), "run {i}: {}", said(&bare));
+            assert_eq!(
+                calls_by_node(&dir).values().sum::<usize>(),
+                ids.len(),
+                "run {i}"
+            );
+            continue;
+        }
+        // A resume without the prompts is refused, naming every agent node
+        // it may start (bounded-loops' first line names one), and changes
+        // nothing: the resume below is the run's first.
+        let bare = bl_in(&dir, &["graph", "resume", "--run", "run"]);
+        assert_eq!(bare.status.code(), Some(2), "run {i}: {}", said(&bare));
         let refusal = said(&bare);
         match refusal.split_once("it needs the prompt of each agent node it may start: ") {
             Some((_, rest)) => {
@@ -409,6 +422,64 @@ fn a_signal_at_any_point_is_a_pause_and_resume_finishes_the_work_once() {
             assert_eq!(code, 0, "bounded-loops refuses {}: {stderr}", dir.display());
         }
     }
+}
+
+/// An agent that has printed its reply and is still exiting when the
+/// stop comes (a CLI's teardown) is given a moment to end by itself: its
+/// finished turn is kept, and the resume does not pay for it again.
+#[test]
+fn a_turn_that_ends_just_after_the_stop_is_kept_not_taken_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (state, printed) = (dir.join("state"), dir.join("state/printed"));
+    let agent = format!(
+        "#!/bin/sh\ncat >/dev/null\necho call >> {calls}\nprintf '%s\\n' '{reply}'\ntouch {printed}\nsleep 0.2\n",
+        calls = state.join("calls").display(),
+        reply = r#"{"type":"result","subtype":"success","is_error":false,"result":"done","num_turns":1,"session_id":"s","total_cost_usd":0.0,"usage":{"input_tokens":1,"output_tokens":1}}"#,
+        printed = printed.display(),
+    );
+    write_case(
+        dir,
+        graph(&["a"], &[], "workspace_only"),
+        &json!({"a": "ok"}),
+        Some(&agent),
+    );
+    let child = start(dir, RUN);
+    let since = Instant::now();
+    while !printed.exists() {
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the agent never replied"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal(&child, "INT");
+    let stopped = child.wait_with_output().unwrap();
+    let calls = || {
+        std::fs::read_to_string(state.join("calls"))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    let ended: Vec<Value> = lines(&dir.join("run").join(RunDir::EVENTS))
+        .into_iter()
+        .filter(|e| e["event_type"] == "node.succeeded")
+        .collect();
+    assert_eq!(
+        ended.len(),
+        1,
+        "the finished turn was not kept: {}",
+        said(&stopped)
+    );
+    let resumed = bl_in(dir, RESUME);
+    assert!(resumed.status.code().is_some(), "{}", said(&resumed));
+    assert_eq!(
+        calls(),
+        1,
+        "the turn was paid for again: {}",
+        said(&resumed)
+    );
+    assert!(bl_in(dir, &["verify", "run"]).status.success());
 }
 
 #[test]
