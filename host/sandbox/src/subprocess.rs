@@ -63,7 +63,7 @@ const INTERRUPT_POLL: std::time::Duration = std::time::Duration::from_millis(50)
 /// before it is killed: an agent CLI that has printed its reply may take a
 /// moment to exit, and a turn that ends within it is kept, not paid for
 /// again. A second signal ends everything at once.
-const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The only PATH a command sees: the system's binaries, nothing the
 /// operator's shell added.

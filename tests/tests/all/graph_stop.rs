@@ -433,7 +433,7 @@ fn a_turn_that_ends_just_after_the_stop_is_kept_not_taken_again() {
     let dir = tmp.path();
     let (state, printed) = (dir.join("state"), dir.join("state/printed"));
     let agent = format!(
-        "#!/bin/sh\ncat >/dev/null\necho call >> {calls}\nprintf '%s\\n' '{reply}'\ntouch {printed}\nsleep 0.2\n",
+        "#!/bin/sh\ncat >/dev/null\necho call >> {calls}\nprintf '%s\\n' '{reply}'\ntouch {printed}\nsleep 0.1\n",
         calls = state.join("calls").display(),
         reply = r#"{"type":"result","subtype":"success","is_error":false,"result":"done","num_turns":1,"session_id":"s","total_cost_usd":0.0,"usage":{"input_tokens":1,"output_tokens":1}}"#,
         printed = printed.display(),

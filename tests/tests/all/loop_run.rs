@@ -1925,7 +1925,9 @@ fn a_second_signal_while_a_stopped_run_answers_adds_no_second_answer() {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     wait_until("the worker's turn", || started.exists());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Past the moment a stop gives a command to end by itself, and the
+    // answer's start.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
     let mut said = Vec::new();
