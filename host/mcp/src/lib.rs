@@ -894,9 +894,19 @@ impl BlServer {
         &self,
         Parameters(args): Parameters<RunArgs>,
     ) -> Result<CallToolResult, ErrorData> {
+        // An agent is told where the run is inside the workspace, never
+        // this machine's paths (as every other tool).
+        let workspace = self.config.workspace.clone();
         let value = self
-            .about_run(&args.run, "markdown", |runtime, dir| {
-                Ok(json!(runtime.status(dir)?.to_markdown()))
+            .about_run(&args.run, "markdown", move |runtime, dir| {
+                let markdown = runtime.status(dir)?.to_markdown();
+                Ok(json!(match dir.strip_prefix(&workspace) {
+                    Ok(inside) => markdown.replace(
+                        &dir.display().to_string(),
+                        &inside.display().to_string()
+                    ),
+                    Err(_) => markdown,
+                }))
             })
             .await?;
         answer(&value)

@@ -404,6 +404,12 @@ fn an_agent_lints_graphs_and_reads_runs_over_mcp_in_bounded_loops_shapes() {
     assert_eq!(status["projection"]["nodes"], cli["nodes"]);
     let markdown = call(4)["result"]["markdown"].as_str().unwrap().to_string();
     assert!(markdown.contains("review"), "{markdown}");
+    // The run is named inside the workspace, not by this machine's path.
+    assert!(
+        markdown.contains("`bl verify .bounded-loops/runs/first`")
+            && !markdown.contains(&workspace.path().display().to_string()),
+        "{markdown}"
+    );
     assert_eq!(call(5)["result"]["ok"], true, "{}", call(5)["result"]);
     assert!(call(5)["result"]["metrics"].is_object());
 
