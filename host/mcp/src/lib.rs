@@ -901,10 +901,8 @@ impl BlServer {
             .about_run(&args.run, "markdown", move |runtime, dir| {
                 let markdown = runtime.status(dir)?.to_markdown();
                 Ok(json!(match dir.strip_prefix(&workspace) {
-                    Ok(inside) => markdown.replace(
-                        &dir.display().to_string(),
-                        &inside.display().to_string()
-                    ),
+                    Ok(inside) =>
+                        markdown.replace(&dir.display().to_string(), &inside.display().to_string()),
                     Err(_) => markdown,
                 }))
             })
