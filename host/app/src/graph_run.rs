@@ -1491,16 +1491,16 @@ fn check_prompt_keys(
     }
     for key in keys {
         if !known.contains(key.as_str()) {
-            let hint = match bl_graph::error::did_you_mean(key, unprompted.iter().copied()) {
+            let guess = bl_graph::error::did_you_mean(key, unprompted.iter().copied())
+                .or_else(|| bl_graph::error::did_you_mean(key, ids.iter().copied()));
+            let hint = match guess {
                 // It starts a sentence here: "Did you mean …?"
                 Some(h) => format!(" D{}", h.strip_prefix('d').unwrap_or(&h)),
                 None if !unprompted.is_empty() => format!(
                     " The agent nodes still without a prompt: {}.",
                     first_of(&unprompted)
                 ),
-                None => bl_graph::error::did_you_mean(key, ids.iter().copied())
-                    .map(|h| format!(" D{}", h.strip_prefix('d').unwrap_or(&h)))
-                    .unwrap_or_default(),
+                None => String::new(),
             };
             return Err(refused(format!(
                 "graph run: {}: /{key} gives a prompt for '{key}', which is not a node of this graph.{hint} (nodes: {}); nothing was run",

@@ -179,6 +179,14 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
             };
             let mut store = bl_app::evidence::EvidenceStore::open(&workspace, key, reviewers)
                 .map_err(|e| CliError::refused(format!("evidence: {e}")))?;
+            // Said at once: opening recorded it, whatever stops serve next.
+            if let [first, ..] = store.lost_at_open() {
+                output::errln!(
+                    "bl evidence: {} decision(s) were reserved when the service last stopped ({}); whether their tools ran is unknown, so they now await reconciliation: bl evidence reconcile {first} --executed true|false --key KEY --url URL --token-file FILE (or bl evidence console)",
+                    store.lost_at_open().len(),
+                    store.lost_at_open().join(", ")
+                );
+            }
             // A long-lived service asks its policy for every decision: a
             // pool of instances, reserved once, pays.
             let plugins = bl_app::plugin_host::install(bl_plugins::AllocatorChoice::Auto);
@@ -208,13 +216,6 @@ pub fn run(cmd: EvidenceCommand) -> CliResult {
             };
             output::errln!("bl evidence: bearer token {told}");
             output::errln!("bl evidence: checkpoints are signed by {verifier}");
-            if let [first, ..] = store.lost_at_open() {
-                output::errln!(
-                    "bl evidence: {} decision(s) were reserved when the service last stopped ({}); whether their tools ran is unknown, so they now await reconciliation: bl evidence reconcile {first} --executed true|false (or bl evidence console)",
-                    store.lost_at_open().len(),
-                    store.lost_at_open().join(", ")
-                );
-            }
             let served = bl_evidence::serve(
                 bl_evidence::ServeOptions {
                     store,

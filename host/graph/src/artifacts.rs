@@ -22,14 +22,16 @@ fn refuse(code: RefusalCode, pointer: String, message: String) -> Result<(), Ref
     Refusal::err(code, pointer, message)
 }
 
-/// What a node of `kind` is, when it never writes a file of its own: the
-/// controller decides a join, a person an approval, and a publish sends
-/// what it was handed.
-fn writes_no_file(kind: NodeKind) -> Option<&'static str> {
-    match kind {
+/// What `node` is, when it never writes a file of its own: the controller
+/// decides a join, a person an approval, and a publish with no connection
+/// sends what it was handed (one with a connection is an agent's turn).
+fn writes_no_file(node: &crate::model::GraphNode) -> Option<&'static str> {
+    match node.kind {
         NodeKind::Join => Some("a join (it waits for its parents and records how each ended)"),
         NodeKind::Approval => Some("an approval (a person's decision)"),
-        NodeKind::Publish => Some("a publish node (it sends what it was handed)"),
+        NodeKind::Publish if node.connection_slot.is_none() => {
+            Some("a publish node with no connection (it sends what it was handed)")
+        }
         _ => None,
     }
 }
@@ -68,7 +70,7 @@ pub fn check(graph: &Graph) -> Result<(), Refusal> {
                 continue;
             };
             let at = format!("/nodes/{i}/outputs/{}/path", port.name);
-            if let Some(what) = writes_no_file(node.kind) {
+            if let Some(what) = writes_no_file(node) {
                 return refuse(
                     RefusalCode::ArtifactHandoff,
                     at,
@@ -152,7 +154,7 @@ pub fn check(graph: &Graph) -> Result<(), Refusal> {
         if target.artifact(Direction::Input, &edge.to_port).is_some()
             && produced.is_none_or(|p| p.path.is_none())
         {
-            let fix = match writes_no_file(source.kind) {
+            let fix = match writes_no_file(source) {
                 Some(what) => format!(
                     "{} is {what}, which writes no file: hand {} the files straight from the nodes that write them (an input port and an edge from each)",
                     py_repr(&source.id),

@@ -731,7 +731,30 @@ impl Contained {
     /// output whole, ran to its end (a finished agent turn is kept, never
     /// paid for again). Asked before anything is killed.
     pub(crate) fn cut_short_by(&self, requested: Option<i32>, grace: Duration) -> Option<i32> {
-        requested.filter(|_| !self.exited(grace))
+        requested.filter(|_| !(self.exited(grace) && self.exited_by_itself()))
+    }
+
+    /// Whether the command's child, which has exited, called exit: one a
+    /// signal ended (the stop's SIGTERM sent to the whole service, say)
+    /// did not finish by itself. Left unreaped, as [`exited`] leaves it.
+    ///
+    /// [`exited`]: Contained::exited
+    fn exited_by_itself(&self) -> bool {
+        let Some(pid) = self.pid else {
+            return false;
+        };
+        // SAFETY: a zeroed siginfo is a valid out-parameter; WNOWAIT
+        // leaves the child to be reaped by its supervisor.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let rc = libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            rc == 0 && info.si_pid() != 0 && info.si_code == libc::CLD_EXITED
+        }
     }
 
     /// Whether the command's direct child has exited, waiting at most
@@ -1309,6 +1332,15 @@ mod tests {
             None
         );
         soon.wait().unwrap();
+        // One a signal ends within the grace (the stop's own SIGTERM, sent
+        // to it too) did not finish by itself.
+        let mut signalled = Contained::new();
+        let mut killed = spawn_in(&mut signalled, &["/bin/sh", "-c", "kill -TERM $$"]);
+        assert_eq!(
+            signalled.cut_short_by(Some(libc::SIGTERM), Duration::from_secs(10)),
+            Some(libc::SIGTERM)
+        );
+        killed.wait().unwrap();
         let mut running = Contained::new();
         let mut busy = spawn_in(&mut running, &["/bin/sleep", "30"]);
         assert_eq!(running.cut_short_by(None, now), None);

@@ -530,7 +530,12 @@ pub(crate) fn supervise(
         if exited.is_none() {
             if now.duration_since(started) >= spec.timeout {
                 contained.kill_rest();
-                timed_out = true;
+                // A stop that came first stands: the command was stopped,
+                // not timed out.
+                match stop_by.and(bl_core::interrupt::requested()) {
+                    Some(signal) => interrupted = Some(signal),
+                    None => timed_out = true,
+                }
                 break;
             }
             // A stop gives the command STOP_GRACE to end by itself, its
@@ -548,10 +553,14 @@ pub(crate) fn supervise(
                 }
             }
         }
+        // Until its end is seen, a stop's grace bounds the wait too.
+        let stop_left = stop_by
+            .filter(|_| exited.is_none())
+            .map_or(INTERRUPT_POLL, |by| by.saturating_duration_since(now));
         let left = spec
             .timeout
             .saturating_sub(now.duration_since(started))
-            .min(stop_by.map_or(INTERRUPT_POLL, |by| by.saturating_duration_since(now)));
+            .min(stop_left);
         let wait = left.min(INTERRUPT_POLL).as_millis().max(1) as u16;
         let (out_ready, err_ready, in_ready) = {
             let mut fds = Vec::with_capacity(3);
@@ -621,10 +630,18 @@ pub(crate) fn supervise(
         None if timed_out || interrupted.is_some() => child.wait().ok(),
         None => {
             // The pipes closed first: the command is ending; wait for it
-            // within what is left of its time, then end what it left.
+            // within what is left of its time (or of a stop's grace), then
+            // end what it left.
             let left = spec.timeout.saturating_sub(started.elapsed());
-            if !contained.exited(left) {
-                timed_out = true;
+            match bl_core::interrupt::requested() {
+                Some(signal) => {
+                    let grace = stop_by.map_or(STOP_GRACE, |by| {
+                        by.saturating_duration_since(Instant::now())
+                    });
+                    interrupted = contained.cut_short_by(Some(signal), grace.min(left));
+                }
+                None if !contained.exited(left) => timed_out = true,
+                None => {}
             }
             contained.kill_rest();
             child.wait().ok()
@@ -710,7 +727,7 @@ fn stream(
         if let Some(requested) = bl_core::interrupt::requested() {
             // Its output is read on threads of their own: the command may
             // end by itself within the grace, a whole run.
-            interrupted = contained.cut_short_by(Some(requested), STOP_GRACE);
+            interrupted = contained.cut_short_by(Some(requested), STOP_GRACE.min(left));
             contained.kill_rest();
             break (child.wait().ok(), false);
         }
