@@ -616,6 +616,30 @@ pub(crate) struct Contained {
     found_empty: std::sync::atomic::AtomicBool,
 }
 
+/// Whether child `pid` has exited, without reaping it: `None` while it
+/// runs; once it has, how (`CLD_EXITED`, `CLD_KILLED`, …), or `None`
+/// inside when it cannot be asked (it was reaped already: gone).
+fn peek_exit(pid: i32) -> Option<Option<i32>> {
+    // SAFETY: a zeroed siginfo is a valid out-parameter; WNOWAIT leaves
+    // the child to be reaped by its supervisor.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        if rc != 0 {
+            Some(None)
+        } else if info.si_pid() != 0 {
+            Some(Some(info.si_code))
+        } else {
+            None
+        }
+    }
+}
+
 impl Contained {
     /// Prepares a command's containment (its leaf, where cgroups are used).
     pub(crate) fn new() -> Contained {
@@ -740,21 +764,8 @@ impl Contained {
     ///
     /// [`exited`]: Contained::exited
     fn exited_by_itself(&self) -> bool {
-        let Some(pid) = self.pid else {
-            return false;
-        };
-        // SAFETY: a zeroed siginfo is a valid out-parameter; WNOWAIT
-        // leaves the child to be reaped by its supervisor.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let rc = libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            );
-            rc == 0 && info.si_pid() != 0 && info.si_code == libc::CLD_EXITED
-        }
+        self.pid
+            .is_some_and(|pid| peek_exit(pid) == Some(Some(libc::CLD_EXITED)))
     }
 
     /// Whether the command's direct child has exited, waiting at most
@@ -788,19 +799,7 @@ impl Contained {
             unsafe { libc::poll(&mut wanted, 1, millis) };
         }
         loop {
-            // SAFETY: a zeroed siginfo is a valid out-parameter; WNOWAIT
-            // leaves the child to be reaped by its supervisor.
-            let exited = unsafe {
-                let mut info: libc::siginfo_t = std::mem::zeroed();
-                let rc = libc::waitid(
-                    libc::P_PID,
-                    pid as libc::id_t,
-                    &mut info,
-                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-                );
-                rc != 0 || info.si_pid() != 0
-            };
-            if exited {
+            if peek_exit(pid).is_some() {
                 return true;
             }
             let now = Instant::now();
